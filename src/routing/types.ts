@@ -1,0 +1,35 @@
+// Routes decide which sinks receive a call: `when` conditions (all must hold) -> `to` sink names.
+import { z } from 'zod';
+
+const oneOrMany = <T extends z.ZodType>(item: T) =>
+  z.union([item, z.array(item).min(1)]).transform((v) => (Array.isArray(v) ? v : [v]) as z.infer<T>[]);
+
+export const outcomeValues = ['answered', 'missed', 'rejected', 'busy', 'transferred', 'failed', 'unknown'] as const;
+
+export const whenSchema = z
+  .strictObject({
+    /** `ai-agent` (webhook) or `channel` (poller). */
+    source: oneOrMany(z.enum(['ai-agent', 'channel'])).optional(),
+    /** AI agent ids (from the webhook path). */
+    agent: oneOrMany(z.string().min(1)).optional(),
+    /** Channel ids (channel events). */
+    channel: oneOrMany(z.string().min(1)).optional(),
+    direction: oneOrMany(z.enum(['in', 'out'])).optional(),
+    outcome: oneOrMany(z.enum(outcomeValues)).optional(),
+    hasSummary: z.boolean().optional(),
+    hasTranscript: z.boolean().optional(),
+    hasRecording: z.boolean().optional(),
+    /** Any of these topics (case-insensitive) in the summary. */
+    topics: oneOrMany(z.string().min(1)).optional(),
+  })
+  .default({});
+
+export const routeSchema = z.strictObject({
+  name: z.string().min(1).optional(),
+  when: whenSchema,
+  to: oneOrMany(z.string().min(1)),
+});
+
+export type When = z.infer<typeof whenSchema>;
+export type Route = z.input<typeof routeSchema>;
+export type ParsedRoute = z.infer<typeof routeSchema>;

@@ -1,0 +1,67 @@
+// The contract between the queue runner and every sink adapter (archive, CRM, notifications).
+import type { Logger } from 'pino';
+import type { z } from 'zod';
+import type { CanonicalCall } from '../model/call.js';
+import type { KeyValueStore } from '../state/kv.js';
+import type { TelephonyClient } from '../telephony/types.js';
+import type { Route } from '../routing/types.js';
+
+export interface SinkContext {
+  /** BullMQ job id; stable for the same call and sink. */
+  jobId: string;
+  /** 1 on the first try. */
+  attempt: number;
+  log: Logger;
+  /** Aborted when the worker shuts down; pass it to fetch() where a request can be abandoned. */
+  signal: AbortSignal;
+}
+
+export interface SinkResult {
+  /** `skipped` is a deliberate no-op (e.g. an anonymous caller gets no SMS); `reason` says why. */
+  status: 'done' | 'skipped';
+  reason?: string;
+  /** Identifiers of what was written (object keys, CRM record ids, message ids): shown on the job. */
+  refs?: Record<string, string>;
+}
+
+export interface Sink {
+  readonly name: string;
+  readonly type: string;
+  /** Delivers one call. Throw the errors of ./errors.ts; never swallow a failure. */
+  deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult>;
+  close?(): Promise<void>;
+}
+
+/** What every sink factory may use. Everything external comes through here, so tests hand in real local servers. */
+export interface SinkDeps {
+  log: Logger;
+  /** Small durable key/value memory per sink (CRM record ids, notification markers). */
+  state: KeyValueStore;
+  /** The platform's REST API client, when configured (TELEPHONY_API_URL). */
+  telephony: TelephonyClient | null;
+  /** Current time; tests pass a controllable clock. */
+  now: () => Date;
+  /** Process environment (already validated config lives in the options). */
+  env: NodeJS.ProcessEnv;
+}
+
+/** Limits applied to a sink's whole queue (BullMQ worker limiter). */
+export interface QueueLimit {
+  max: number;
+  durationMs: number;
+}
+
+/** A kind of sink: how its options are validated, how it is built, and its environment shortcut. */
+export interface SinkType<O = unknown> {
+  readonly type: string;
+  /** zod schema of the sink's options in the config file (`sinks.<name>`, minus `type`). */
+  readonly options: z.ZodType<O>;
+  create(name: string, options: O, deps: SinkDeps): Sink;
+  /** Steady rate limit for the sink's queue, if the remote has one. */
+  limit?(options: O): QueueLimit | undefined;
+  /**
+   * Sinks and routes implied by environment variables alone (e.g. ARCHIVE_S3_BUCKET), used when
+   * the config file does not define a sink of the same name.
+   */
+  fromEnv?(env: NodeJS.ProcessEnv): { sinks: Record<string, { type: string } & Record<string, unknown>>; routes: Route[] } | null;
+}

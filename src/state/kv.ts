@@ -1,0 +1,46 @@
+// A small durable key/value memory in Redis, namespaced per sink (CRM record ids, "already sent" markers).
+import type { Redis } from 'ioredis';
+
+export interface KeyValueStore {
+  get(key: string): Promise<string | null>;
+  /** Sets the value; `ttlMs` makes it expire. */
+  set(key: string, value: string, ttlMs?: number): Promise<void>;
+  /** Sets the value only when the key does not exist; true when it was set. */
+  setIfAbsent(key: string, value: string, ttlMs?: number): Promise<boolean>;
+  delete(key: string): Promise<void>;
+  /** A store whose keys live under `namespace` inside this one. */
+  scoped(namespace: string): KeyValueStore;
+}
+
+export class RedisKeyValueStore implements KeyValueStore {
+  constructor(
+    private readonly redis: Redis,
+    /** Full key prefix, e.g. `callsync:state:hubspot:` (keeps a `{hash-tag}` of the queue prefix). */
+    private readonly prefix: string,
+  ) {}
+
+  async get(key: string): Promise<string | null> {
+    return this.redis.get(this.prefix + key);
+  }
+
+  async set(key: string, value: string, ttlMs?: number): Promise<void> {
+    if (ttlMs !== undefined) await this.redis.set(this.prefix + key, value, 'PX', Math.max(1, Math.round(ttlMs)));
+    else await this.redis.set(this.prefix + key, value);
+  }
+
+  async setIfAbsent(key: string, value: string, ttlMs?: number): Promise<boolean> {
+    const result =
+      ttlMs !== undefined
+        ? await this.redis.set(this.prefix + key, value, 'PX', Math.max(1, Math.round(ttlMs)), 'NX')
+        : await this.redis.set(this.prefix + key, value, 'NX');
+    return result === 'OK';
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.redis.del(this.prefix + key);
+  }
+
+  scoped(namespace: string): KeyValueStore {
+    return new RedisKeyValueStore(this.redis, `${this.prefix}${namespace}:`);
+  }
+}
