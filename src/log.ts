@@ -9,7 +9,7 @@ export const redactPaths = [
   'password', '*.password', 'token', '*.token', 'accessToken', '*.accessToken', 'secret', '*.secret',
   'authorization', '*.authorization', 'headers.authorization', 'headers.cookie', '*.headers.authorization',
   'apiKey', '*.apiKey', 'api_token', '*.api_token', 'refreshToken', '*.refreshToken', 'clientSecret', '*.clientSecret',
-  'transcript', '*.transcript', 'transcription', '*.transcription', 'content', '*.content', 'message', '*.message',
+  'transcript', '*.transcript', 'transcription', '*.transcription', 'content', '*.content',
   'raw', '*.raw', 'body', '*.body',
 ];
 
