@@ -1,0 +1,48 @@
+// `{{field}}` templates the operator writes in the config file (notification texts, CRM notes).
+// Deliberately tiny: no logic, no partials, nothing evaluated; only values are substituted, and
+// only values pass through `escape`, so the template's own markup stays as written.
+
+const PLACEHOLDER = /\{\{\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\}\}/g;
+
+export interface RenderOptions {
+  /** Applied to every substituted value (e.g. escapeHtml for an HTML body). Default: none. */
+  escape?: (value: string) => string;
+}
+
+/** The text of one value: null/undefined -> '', arrays joined with ', ', objects -> ''. */
+function toText(value: unknown): string {
+  if (value === null || value === undefined) return '';
+  if (typeof value === 'string') return value;
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return String(value);
+  if (Array.isArray(value)) return value.map(toText).filter((s) => s !== '').join(', ');
+  return '';
+}
+
+function lookup(vars: Record<string, unknown>, path: string): unknown {
+  let current: unknown = vars;
+  for (const part of path.split('.')) {
+    if (current === null || typeof current !== 'object' || !Object.hasOwn(current, part)) return undefined;
+    current = (current as Record<string, unknown>)[part];
+  }
+  return current;
+}
+
+/** Replaces each `{{ name }}` (dots reach into objects) by its value; unknown names become ''. */
+export function renderTemplate(template: string, vars: Record<string, unknown>, opts: RenderOptions = {}): string {
+  const escape = opts.escape ?? ((s: string) => s);
+  return template.replace(PLACEHOLDER, (_match, name: string) => escape(toText(lookup(vars, name))));
+}
+
+/** The field names a template uses, in order of first appearance (for config validation). */
+export function templateFields(template: string): string[] {
+  const names = new Set<string>();
+  for (const m of template.matchAll(PLACEHOLDER)) names.add(m[1] as string);
+  return [...names];
+}
+
+const HTML_ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+
+/** Escapes text for HTML element content and attribute values. */
+export function escapeHtml(value: string): string {
+  return value.replace(/[&<>"']/g, (c) => HTML_ESCAPES[c] as string);
+}
