@@ -1,0 +1,186 @@
+// Credentials of the telephony REST API: a personal access token (HTTP Basic), a fixed OAuth 2.0
+// bearer token, or an OAuth 2.0 refresh-token grant that keeps a short-lived access token fresh.
+// The spec (section 5) does not show the scheme; docs/polling.md records the decision.
+import { z } from 'zod';
+import { AuthError, TransientError } from '../sinks/errors.js';
+import { networkReason } from './errors.js';
+
+export type TelephonyAuth =
+  | { kind: 'basic'; tokenId: string; token: string }
+  | { kind: 'bearer'; accessToken: string }
+  | {
+      kind: 'oauth';
+      /** Token endpoint (RFC 6749 section 6 refresh grant is POSTed here). */
+      tokenUrl: string;
+      clientId: string;
+      clientSecret: string;
+      refreshToken: string;
+      /** A current access token to start with; without one the first request refreshes. */
+      accessToken?: string;
+      /** Epoch ms when `accessToken` expires, when known. */
+      accessTokenExpiresAt?: number;
+      /** How the client authenticates at the token endpoint. Default `basic` (RFC 6749 2.3.1). */
+      clientAuth?: 'basic' | 'post';
+    };
+
+export interface AuthProvider {
+  /** The Authorization header value for the next request. */
+  header(signal?: AbortSignal): Promise<string>;
+  /**
+   * The API answered 401 to a request sent with `usedHeader`: drop that token so the next
+   * `header()` refreshes it. Returns false when refreshing cannot help (static credentials).
+   */
+  rejected(usedHeader: string): boolean;
+}
+
+/** New tokens from a refresh; `refreshToken` is set when the server rotated it. */
+export interface IssuedTokens {
+  accessToken: string;
+  expiresAt: number | null;
+  refreshToken: string | null;
+}
+
+export interface AuthProviderOptions {
+  timeoutMs: number;
+  now: () => number;
+  /** Called after every successful refresh (e.g. to persist a rotated refresh token). */
+  onTokens?: (tokens: IssuedTokens) => void;
+}
+
+export function createAuthProvider(auth: TelephonyAuth, options: AuthProviderOptions): AuthProvider {
+  switch (auth.kind) {
+    case 'basic': {
+      const value = `Basic ${Buffer.from(`${auth.tokenId}:${auth.token}`).toString('base64')}`;
+      return { header: async () => value, rejected: () => false };
+    }
+    case 'bearer': {
+      const value = `Bearer ${auth.accessToken}`;
+      return { header: async () => value, rejected: () => false };
+    }
+    case 'oauth':
+      return new OAuthRefresher(auth, options);
+  }
+}
+
+const tokenResponseSchema = z.looseObject({
+  access_token: z.string().min(1),
+  token_type: z.string().nullish(),
+  expires_in: z.union([z.number(), z.string().regex(/^\d+$/)]).nullish(),
+  refresh_token: z.string().min(1).nullish(),
+});
+
+const tokenErrorSchema = z.looseObject({ error: z.string(), error_description: z.string().nullish() });
+
+/**
+ * Keeps one access token, refreshed shortly before it expires (tokens may live only minutes) and
+ * whenever the API rejects it. Concurrent callers share one refresh.
+ */
+class OAuthRefresher implements AuthProvider {
+  private accessToken: string | null;
+  private expiresAt: number | null;
+  private refreshToken: string;
+  private inflight: Promise<string> | null = null;
+
+  constructor(
+    private readonly auth: Extract<TelephonyAuth, { kind: 'oauth' }>,
+    private readonly options: AuthProviderOptions,
+  ) {
+    this.accessToken = auth.accessToken ?? null;
+    this.expiresAt = auth.accessTokenExpiresAt ?? null;
+    this.refreshToken = auth.refreshToken;
+  }
+
+  async header(signal?: AbortSignal): Promise<string> {
+    if (this.accessToken !== null && !this.expiringSoon()) return `Bearer ${this.accessToken}`;
+    return `Bearer ${await this.refresh(signal)}`;
+  }
+
+  rejected(usedHeader: string): boolean {
+    if (this.accessToken !== null && usedHeader === `Bearer ${this.accessToken}`) this.accessToken = null;
+    return true;
+  }
+
+  private expiringSoon(): boolean {
+    if (this.expiresAt === null) return false;
+    // Refresh a fifth of the lifetime early, at most a minute: a 5-minute token is renewed after 4.
+    const remaining = this.expiresAt - this.options.now();
+    return remaining <= this.margin;
+  }
+
+  private margin = 60_000;
+
+  private refresh(signal?: AbortSignal): Promise<string> {
+    this.inflight ??= this.doRefresh(signal).finally(() => {
+      this.inflight = null;
+    });
+    return this.inflight;
+  }
+
+  private async doRefresh(signal?: AbortSignal): Promise<string> {
+    const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: this.refreshToken });
+    const headers: Record<string, string> = {
+      'content-type': 'application/x-www-form-urlencoded',
+      accept: 'application/json',
+    };
+    if ((this.auth.clientAuth ?? 'basic') === 'basic') {
+      const id = encodeURIComponent(this.auth.clientId);
+      const secret = encodeURIComponent(this.auth.clientSecret);
+      headers.authorization = `Basic ${Buffer.from(`${id}:${secret}`).toString('base64')}`;
+    } else {
+      form.set('client_id', this.auth.clientId);
+      form.set('client_secret', this.auth.clientSecret);
+    }
+    const timeout = AbortSignal.timeout(this.options.timeoutMs);
+    let res: Response;
+    try {
+      res = await fetch(this.auth.tokenUrl, {
+        method: 'POST',
+        headers,
+        body: form.toString(),
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      });
+    } catch (err) {
+      const reason = err instanceof Error ? (err.name === 'TimeoutError' ? 'timed out' : networkReason(err)) : String(err);
+      throw new TransientError(`OAuth token refresh failed: ${reason}`, { cause: err });
+    }
+    const text = await res.text();
+    if (!res.ok) {
+      let detail = '';
+      try {
+        const e = tokenErrorSchema.safeParse(JSON.parse(text));
+        if (e.success) detail = `: ${e.data.error}${e.data.error_description ? ` (${e.data.error_description})` : ''}`;
+      } catch {
+        // not JSON: the status says enough
+      }
+      const message = `OAuth token refresh answered ${res.status}${detail}`;
+      // 400 invalid_grant / 401 invalid_client: the refresh token or client is no longer valid.
+      if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
+        throw new AuthError(message, { status: res.status });
+      }
+      throw new TransientError(message, { status: res.status });
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      throw new TransientError('OAuth token refresh answered a body that is not JSON');
+    }
+    const parsed = tokenResponseSchema.safeParse(json);
+    if (!parsed.success) {
+      const fields = parsed.error.issues.map((i) => i.path.join('.') || '(body)').join(', ');
+      throw new AuthError(`OAuth token response is missing or has invalid fields: ${fields}`);
+    }
+    const now = this.options.now();
+    const expiresIn = parsed.data.expires_in === undefined || parsed.data.expires_in === null ? null : Number(parsed.data.expires_in);
+    this.accessToken = parsed.data.access_token;
+    this.expiresAt = expiresIn === null ? null : now + expiresIn * 1000;
+    this.margin = expiresIn === null ? 60_000 : Math.min(60_000, (expiresIn * 1000) / 5);
+    if (parsed.data.refresh_token) this.refreshToken = parsed.data.refresh_token;
+    this.options.onTokens?.({
+      accessToken: this.accessToken,
+      expiresAt: this.expiresAt,
+      refreshToken: parsed.data.refresh_token ?? null,
+    });
+    return this.accessToken;
+  }
+}

@@ -1,0 +1,486 @@
+// The typed client of the platform REST API (`{base_url}/v2`): channel inboxes, recording
+// downloads and SMS. Reads are retried (network errors, 5xx, 429 after Retry-After); the SMS send
+// is not, because it is not idempotent.
+import { Readable, Transform, pipeline } from 'node:stream';
+import type { ReadableStream as WebReadableStream } from 'node:stream/web';
+import pRetry from 'p-retry';
+import { z } from 'zod';
+import type { Logger } from '../log.js';
+import { PermanentError, RetryLaterError, TransientError, classify } from '../sinks/errors.js';
+import { createAuthProvider, type AuthProvider, type IssuedTokens, type TelephonyAuth } from './auth.js';
+import {
+  OutcomeUnknownError,
+  ResponseValidationError,
+  networkReason,
+  requestCertainlyNotSent,
+  telephonyErrorFromResponse,
+  telephonyNetworkError,
+} from './errors.js';
+import type { ChannelInbox, Download, SendWebSmsRequest, TelephonyClient } from './types.js';
+
+export { OutcomeUnknownError, ResponseValidationError } from './errors.js';
+export type { ApiProblem, TelephonyError } from './errors.js';
+export type { TelephonyAuth, IssuedTokens } from './auth.js';
+
+export const DEFAULT_CHANNEL_EVENTS_PATH = '/channels/{channelId}/events';
+export const DEFAULT_SMS_PATH = '/sessions/sms';
+
+export interface TelephonyClientOptions {
+  /** API root including the version path, e.g. `https://api.example.com/v2` (TELEPHONY_API_URL). */
+  baseUrl: string;
+  auth: TelephonyAuth;
+  /** Time limit of one request (headers and JSON body). Default 10 000 ms. */
+  timeoutMs?: number;
+  /** A download fails when no byte arrived for this long. Default 30 000 ms. */
+  downloadIdleTimeoutMs?: number;
+  /** Retries of an idempotent read after network errors and 5xx. Default 4. */
+  retries?: number;
+  /** First retry delay; doubles each retry, with jitter. Default 500 ms. */
+  retryMinDelayMs?: number;
+  /** Upper bound of one retry delay. Default 10 000 ms. */
+  retryMaxDelayMs?: number;
+  /**
+   * A 429/503 asking to wait at most this long is waited out inside the read (up to 3 times);
+   * a longer wait is thrown as RetryLaterError for the caller to schedule. Default 60 000 ms.
+   */
+  maxRetryAfterMs?: number;
+  /** Path of a channel's inbox; `{channelId}` is replaced. Default `/channels/{channelId}/events`. */
+  channelEventsPath?: string;
+  /** Path the SendWebSmsRequest is POSTed to. Default `/sessions/sms`. */
+  smsPath?: string;
+  userAgent?: string;
+  log?: Logger;
+  now?: () => number;
+  /** Called after an OAuth refresh (e.g. to persist a rotated refresh token). */
+  onTokens?: (tokens: IssuedTokens) => void;
+}
+
+const inboxSchema = z.looseObject({
+  events: z.array(z.unknown()),
+  limit: z.number().int().nullish(),
+  position: z.union([z.string(), z.number()]).transform(String),
+});
+
+const MAX_ERROR_BODY = 16 * 1024;
+const MAX_RATE_LIMIT_WAITS = 3;
+
+/** Names the fields a zod failure is about: `ChannelInbox: position: expected string, received undefined`. */
+export function describeZodError(record: string, error: z.ZodError): string {
+  const parts = error.issues.slice(0, 5).map((i) => `${i.path.length > 0 ? i.path.join('.') : '(record)'}: ${i.message}`);
+  return `${record}: ${parts.join('; ')}`;
+}
+
+export class TelephonyApiClient implements TelephonyClient {
+  readonly baseUrl: string;
+  private readonly auth: AuthProvider;
+  private readonly timeoutMs: number;
+  private readonly downloadIdleTimeoutMs: number;
+  private readonly retries: number;
+  private readonly retryMinDelayMs: number;
+  private readonly retryMaxDelayMs: number;
+  private readonly maxRetryAfterMs: number;
+  private readonly channelEventsPath: string;
+  private readonly smsPath: string;
+  private readonly userAgent: string;
+  private readonly log: Logger | undefined;
+
+  constructor(options: TelephonyClientOptions) {
+    const url = new URL(options.baseUrl);
+    this.baseUrl = url.toString().replace(/\/+$/, '');
+    this.timeoutMs = options.timeoutMs ?? 10_000;
+    this.downloadIdleTimeoutMs = options.downloadIdleTimeoutMs ?? 30_000;
+    this.retries = options.retries ?? 4;
+    this.retryMinDelayMs = options.retryMinDelayMs ?? 500;
+    this.retryMaxDelayMs = options.retryMaxDelayMs ?? 10_000;
+    this.maxRetryAfterMs = options.maxRetryAfterMs ?? 60_000;
+    this.channelEventsPath = options.channelEventsPath ?? DEFAULT_CHANNEL_EVENTS_PATH;
+    this.smsPath = options.smsPath ?? DEFAULT_SMS_PATH;
+    this.userAgent = options.userAgent ?? 'callsync';
+    this.log = options.log;
+    this.auth = createAuthProvider(options.auth, {
+      timeoutMs: this.timeoutMs,
+      now: options.now ?? Date.now,
+      onTokens: options.onTokens,
+    });
+  }
+
+  async readChannelEvents(channelId: string, position: string | undefined, limit: number, signal?: AbortSignal): Promise<ChannelInbox> {
+    const path = this.channelEventsPath.replace('{channelId}', encodeURIComponent(channelId));
+    const url = new URL(this.apiUrl(path));
+    url.searchParams.set('limit', String(limit));
+    if (position !== undefined && position !== '') url.searchParams.set('position', position);
+    const operation = `GET ${this.channelEventsPath}`;
+    const json = await this.readJson(operation, url.toString(), signal);
+    const parsed = inboxSchema.safeParse(json);
+    if (!parsed.success) throw new ResponseValidationError(operation, describeZodError(`ChannelInbox of channel ${channelId}`, parsed.error));
+    return { events: parsed.data.events, limit: parsed.data.limit ?? limit, position: parsed.data.position };
+  }
+
+  async download(relativeUrl: string, signal?: AbortSignal): Promise<Download> {
+    const url = this.resolveDownloadUrl(relativeUrl);
+    const operation = 'GET recording';
+    const res = await this.withRetries(operation, signal, async () => {
+      // Not AbortSignal.timeout: that would also cut a long body off. The header phase has its own
+      // timer; the body has an idle timer below.
+      const controller = new AbortController();
+      const timer = setTimeout(() => controller.abort(new DOMException('timed out', 'TimeoutError')), this.timeoutMs);
+      const onAbort = () => controller.abort(signal?.reason);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      try {
+        const response = await this.send(operation, url, { method: 'GET', accept: '*/*' }, controller.signal);
+        if (!response.ok) throw await this.failure(operation, response);
+        if (response.body === null) throw new TransientError(`Telephony API ${operation} answered ${response.status} without a body`);
+        return { response, controller };
+      } catch (err) {
+        controller.abort();
+        throw err;
+      } finally {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+      }
+    });
+    const { response, controller } = res;
+    const onAbort = () => controller.abort(signal?.reason);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    const source = Readable.fromWeb(response.body as unknown as WebReadableStream<Uint8Array>);
+    const body = idleGuard(this.downloadIdleTimeoutMs, () => {
+      controller.abort();
+      return new TransientError(`Telephony API ${operation}: no data for ${this.downloadIdleTimeoutMs} ms`);
+    });
+    pipeline(source, body, (err) => {
+      signal?.removeEventListener('abort', onAbort);
+      if (err) body.destroy(err instanceof TransientError ? err : telephonyNetworkError(operation, err));
+    });
+    const length = response.headers.get('content-length');
+    return {
+      body,
+      contentType: response.headers.get('content-type') ?? 'application/octet-stream',
+      contentLength: length !== null && /^\d+$/.test(length) ? Number(length) : null,
+    };
+  }
+
+  async sendSms(request: SendWebSmsRequest, signal?: AbortSignal): Promise<void> {
+    validateSms(request);
+    const operation = `POST ${this.smsPath}`;
+    const timeout = AbortSignal.timeout(this.timeoutMs);
+    let res: Response;
+    try {
+      res = await this.send(operation, this.apiUrl(this.smsPath), { method: 'POST', json: request, accept: 'application/json' }, signal ? AbortSignal.any([signal, timeout]) : timeout);
+    } catch (err) {
+      // Typed errors come from the OAuth refresh, before anything was sent: safe to retry as they say.
+      if (err instanceof Error && (err as { kind?: unknown }).kind !== undefined) throw err;
+      if (requestCertainlyNotSent(err)) throw telephonyNetworkError(operation, err);
+      const reason = err instanceof Error && err.name === 'TimeoutError' ? `no answer within ${this.timeoutMs} ms` : err instanceof Error ? networkReason(err) : String(err);
+      throw new OutcomeUnknownError(operation, reason, { cause: err });
+    }
+    // Drain the body so the connection is reusable; its content is not needed on success.
+    if (res.ok) {
+      await res.arrayBuffer().catch(() => undefined);
+      return;
+    }
+    // A gateway that gave up waiting (502/504) cannot say whether the platform sent the SMS.
+    if (res.status === 502 || res.status === 504) {
+      await res.arrayBuffer().catch(() => undefined);
+      throw new OutcomeUnknownError(operation, `answered ${res.status}`, { status: res.status });
+    }
+    throw await this.failure(operation, res);
+  }
+
+  /** A relative URL (`/recordings/1`, `recordings/1`, `/v2/recordings/1`) resolved against the API root. */
+  resolveDownloadUrl(relativeUrl: string): string {
+    const base = new URL(`${this.baseUrl}/`);
+    if (/^[a-z][a-z0-9+.-]*:/i.test(relativeUrl) || relativeUrl.startsWith('//')) {
+      const absolute = new URL(relativeUrl);
+      // Never send the API's credentials to another host.
+      if (absolute.origin !== base.origin) throw new PermanentError(`refusing to download from ${absolute.origin}: not the telephony API's origin`);
+      return absolute.toString();
+    }
+    const basePath = base.pathname.replace(/\/+$/, '');
+    if (basePath !== '' && (relativeUrl === basePath || relativeUrl.startsWith(`${basePath}/`))) return new URL(relativeUrl, base.origin).toString();
+    return `${this.baseUrl}/${relativeUrl.replace(/^\/+/, '')}`;
+  }
+
+  private apiUrl(path: string): string {
+    return `${this.baseUrl}/${path.replace(/^\/+/, '')}`;
+  }
+
+  /** Sends one request with the current credentials; after a 401 with OAuth, refreshes and sends once more. */
+  private async send(
+    operation: string,
+    url: string,
+    init: { method: string; json?: unknown; accept: string },
+    signal: AbortSignal,
+  ): Promise<Response> {
+    for (let attempt = 1; ; attempt++) {
+      const authorization = await this.auth.header(signal);
+      const headers: Record<string, string> = { authorization, accept: init.accept, 'user-agent': this.userAgent };
+      if (init.json !== undefined) headers['content-type'] = 'application/json';
+      const res = await fetch(url, {
+        method: init.method,
+        headers,
+        body: init.json === undefined ? undefined : JSON.stringify(init.json),
+        signal,
+        redirect: 'error',
+      });
+      if (res.status === 401 && attempt === 1 && this.auth.rejected(authorization)) {
+        await res.arrayBuffer().catch(() => undefined);
+        this.log?.info({ operation }, 'telephony API rejected the access token; refreshing it once');
+        continue;
+      }
+      return res;
+    }
+  }
+
+  private async failure(operation: string, res: Response): Promise<Error> {
+    const body = await readLimited(res, MAX_ERROR_BODY).catch(() => '');
+    return telephonyErrorFromResponse({ status: res.status, operation, body, retryAfter: res.headers.get('retry-after') });
+  }
+
+  private async readJson(operation: string, url: string, signal?: AbortSignal): Promise<unknown> {
+    return this.withRetries(operation, signal, async () => {
+      const timeout = AbortSignal.timeout(this.timeoutMs);
+      const combined = signal ? AbortSignal.any([signal, timeout]) : timeout;
+      const res = await this.send(operation, url, { method: 'GET', accept: 'application/json' }, combined);
+      if (!res.ok) throw await this.failure(operation, res);
+      const text = await res.text();
+      try {
+        return JSON.parse(text) as unknown;
+      } catch {
+        throw new ResponseValidationError(operation, `answered ${res.status} with a body that is not JSON`);
+      }
+    });
+  }
+
+  /**
+   * Runs an idempotent request: network errors, timeouts and 5xx are retried with exponential
+   * backoff and jitter; 429/503 with a short Retry-After are waited out exactly (not counted as a
+   * retry); everything else is thrown at once.
+   */
+  private async withRetries<T>(operation: string, signal: AbortSignal | undefined, attempt: () => Promise<T>): Promise<T> {
+    let rateLimitWaits = 0;
+    const once = async (): Promise<T> => {
+      for (;;) {
+        try {
+          return await attempt();
+        } catch (err) {
+          if (signal?.aborted) throw signal.reason ?? err;
+          if (err instanceof RetryLaterError) {
+            if (err.delayMs <= this.maxRetryAfterMs && rateLimitWaits < MAX_RATE_LIMIT_WAITS) {
+              rateLimitWaits++;
+              this.log?.warn({ operation, status: err.status, waitMs: err.delayMs }, 'telephony API asked to wait; waiting');
+              await sleep(err.delayMs, signal);
+              continue;
+            }
+            throw err;
+          }
+          if (err instanceof Error && (err as { kind?: unknown }).kind !== undefined) throw err;
+          throw telephonyNetworkError(operation, err);
+        }
+      }
+    };
+    return pRetry(once, {
+      retries: this.retries,
+      minTimeout: this.retryMinDelayMs,
+      maxTimeout: this.retryMaxDelayMs,
+      randomize: true,
+      signal,
+      shouldRetry: ({ error }) => classify(error) === 'transient' && !(error instanceof ResponseValidationError),
+      onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
+        if (classify(error) === 'transient' && retriesLeft > 0) {
+          this.log?.warn({ operation, attempt: attemptNumber, retriesLeft, err: error.message }, 'telephony API read failed; retrying');
+        }
+      },
+    });
+  }
+}
+
+export function createTelephonyClient(options: TelephonyClientOptions): TelephonyApiClient {
+  return new TelephonyApiClient(options);
+}
+
+/** Checks a SendWebSmsRequest against spec 2.4 before it is sent: a bad one can never succeed. */
+function validateSms(request: SendWebSmsRequest): void {
+  const problems: string[] = [];
+  if (typeof request.smsId !== 'string' || request.smsId.trim() === '') problems.push('smsId is required');
+  if (typeof request.recipient !== 'string' || request.recipient.trim() === '') problems.push('recipient is required');
+  if (typeof request.message !== 'string' || request.message === '') problems.push('message is required');
+  if (request.sendAt !== undefined) {
+    const nowS = Math.floor(Date.now() / 1000);
+    if (!Number.isInteger(request.sendAt)) problems.push('sendAt must be whole Unix seconds');
+    else if (request.sendAt < nowS - 60) problems.push('sendAt is in the past');
+    else if (request.sendAt > nowS + 30 * 24 * 3600) problems.push('sendAt is more than 30 days ahead');
+  }
+  if (problems.length > 0) throw new PermanentError(`SendWebSmsRequest invalid: ${problems.join('; ')}`);
+}
+
+async function readLimited(res: Response, max: number): Promise<string> {
+  if (res.body === null) return '';
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    while (size < max) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      size += value.byteLength;
+    }
+  } finally {
+    await reader.cancel().catch(() => undefined);
+  }
+  return Buffer.concat(chunks).subarray(0, max).toString('utf8');
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** A pass-through that fails when no chunk passed for `idleMs` (the consumer's back-pressure included). */
+function idleGuard(idleMs: number, onIdle: () => Error): Transform {
+  let timer: NodeJS.Timeout | undefined;
+  const arm = (stream: Transform) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => stream.destroy(onIdle()), idleMs);
+    timer.unref();
+  };
+  const guard = new Transform({
+    transform(chunk: Buffer, _enc, callback) {
+      arm(this);
+      callback(null, chunk);
+    },
+    flush(callback) {
+      clearTimeout(timer);
+      callback();
+    },
+  });
+  arm(guard);
+  guard.on('close', () => clearTimeout(timer));
+  return guard;
+}
+
+/** A bad TELEPHONY_* setting; `problems` lists every one. */
+export class TelephonyConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`Invalid telephony API configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+    this.name = 'TelephonyConfigError';
+  }
+}
+
+const TELEPHONY_ENV = {
+  url: 'TELEPHONY_API_URL',
+  tokenId: 'TELEPHONY_TOKEN_ID',
+  token: 'TELEPHONY_TOKEN',
+  accessToken: 'TELEPHONY_ACCESS_TOKEN',
+  tokenUrl: 'TELEPHONY_OAUTH_TOKEN_URL',
+  clientId: 'TELEPHONY_OAUTH_CLIENT_ID',
+  clientSecret: 'TELEPHONY_OAUTH_CLIENT_SECRET',
+  refreshToken: 'TELEPHONY_OAUTH_REFRESH_TOKEN',
+  clientAuth: 'TELEPHONY_OAUTH_CLIENT_AUTH',
+  timeoutMs: 'TELEPHONY_TIMEOUT_MS',
+  downloadIdleTimeoutMs: 'TELEPHONY_DOWNLOAD_IDLE_TIMEOUT_MS',
+  retries: 'TELEPHONY_RETRIES',
+  maxRetryAfterMs: 'TELEPHONY_MAX_RETRY_AFTER_MS',
+  channelEventsPath: 'TELEPHONY_CHANNEL_EVENTS_PATH',
+  smsPath: 'TELEPHONY_SMS_PATH',
+} as const;
+
+/**
+ * Client options from the environment; null when TELEPHONY_API_URL is unset. Credentials, in this
+ * order: OAuth refresh (TELEPHONY_OAUTH_TOKEN_URL + _CLIENT_ID + _CLIENT_SECRET + _REFRESH_TOKEN,
+ * optionally a first TELEPHONY_ACCESS_TOKEN), a fixed bearer token (TELEPHONY_ACCESS_TOKEN), or a
+ * personal access token as HTTP Basic (TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN). Throws
+ * TelephonyConfigError listing every problem.
+ */
+export function telephonyOptionsFromEnv(env: NodeJS.ProcessEnv): TelephonyClientOptions | null {
+  const get = (name: string): string | undefined => {
+    const v = env[name];
+    return v === undefined || v.trim() === '' ? undefined : v.trim();
+  };
+  const baseUrl = get(TELEPHONY_ENV.url);
+  if (baseUrl === undefined) return null;
+  const problems: string[] = [];
+  try {
+    const u = new URL(baseUrl);
+    if (u.protocol !== 'https:' && u.protocol !== 'http:') problems.push(`${TELEPHONY_ENV.url}: expected an http(s) URL, got "${baseUrl}"`);
+  } catch {
+    problems.push(`${TELEPHONY_ENV.url}: expected a URL such as https://api.example.com/v2, got "${baseUrl}"`);
+  }
+  const int = (name: string, min: number): number | undefined => {
+    const v = get(name);
+    if (v === undefined) return undefined;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min) {
+      problems.push(`${name}: expected a whole number >= ${min}, got "${v}"`);
+      return undefined;
+    }
+    return n;
+  };
+  const path = (name: string, placeholder?: string): string | undefined => {
+    const v = get(name);
+    if (v === undefined) return undefined;
+    if (!v.startsWith('/')) problems.push(`${name}: expected a path starting with /, got "${v}"`);
+    if (placeholder && !v.includes(placeholder)) problems.push(`${name}: expected the placeholder ${placeholder} in "${v}"`);
+    return v;
+  };
+
+  const oauthNames = [TELEPHONY_ENV.tokenUrl, TELEPHONY_ENV.clientId, TELEPHONY_ENV.clientSecret, TELEPHONY_ENV.refreshToken];
+  const oauthSet = oauthNames.filter((n) => get(n) !== undefined);
+  const accessToken = get(TELEPHONY_ENV.accessToken);
+  const tokenId = get(TELEPHONY_ENV.tokenId);
+  const token = get(TELEPHONY_ENV.token);
+  let auth: TelephonyAuth | undefined;
+  if (oauthSet.length > 0) {
+    const missing = oauthNames.filter((n) => get(n) === undefined);
+    if (missing.length > 0) problems.push(`OAuth refresh needs ${missing.join(', ')} as well (or unset ${oauthSet.join(', ')})`);
+    const clientAuth = get(TELEPHONY_ENV.clientAuth) ?? 'basic';
+    if (clientAuth !== 'basic' && clientAuth !== 'post') problems.push(`${TELEPHONY_ENV.clientAuth}: expected basic or post, got "${clientAuth}"`);
+    const tokenUrl = get(TELEPHONY_ENV.tokenUrl);
+    if (tokenUrl !== undefined && !URL.canParse(tokenUrl)) problems.push(`${TELEPHONY_ENV.tokenUrl}: expected a URL, got "${tokenUrl}"`);
+    auth = {
+      kind: 'oauth',
+      tokenUrl: tokenUrl ?? '',
+      clientId: get(TELEPHONY_ENV.clientId) ?? '',
+      clientSecret: get(TELEPHONY_ENV.clientSecret) ?? '',
+      refreshToken: get(TELEPHONY_ENV.refreshToken) ?? '',
+      accessToken,
+      clientAuth: clientAuth === 'post' ? 'post' : 'basic',
+    };
+  } else if (accessToken !== undefined) {
+    auth = { kind: 'bearer', accessToken };
+  }
+  if (tokenId !== undefined || token !== undefined) {
+    if (auth !== undefined) problems.push(`set either ${TELEPHONY_ENV.tokenId}/${TELEPHONY_ENV.token} (personal access token) or OAuth settings, not both`);
+    else if (tokenId === undefined || token === undefined) problems.push(`a personal access token needs both ${TELEPHONY_ENV.tokenId} and ${TELEPHONY_ENV.token}`);
+    else auth = { kind: 'basic', tokenId, token };
+  }
+  if (auth === undefined && problems.length === 0) {
+    problems.push(`${TELEPHONY_ENV.url} is set but no credentials: set ${TELEPHONY_ENV.tokenId} + ${TELEPHONY_ENV.token}, or ${TELEPHONY_ENV.accessToken}, or the TELEPHONY_OAUTH_* settings`);
+  }
+
+  const options: TelephonyClientOptions = {
+    baseUrl,
+    auth: auth ?? { kind: 'bearer', accessToken: '' },
+    timeoutMs: int(TELEPHONY_ENV.timeoutMs, 1),
+    downloadIdleTimeoutMs: int(TELEPHONY_ENV.downloadIdleTimeoutMs, 1),
+    retries: int(TELEPHONY_ENV.retries, 0),
+    maxRetryAfterMs: int(TELEPHONY_ENV.maxRetryAfterMs, 0),
+    channelEventsPath: path(TELEPHONY_ENV.channelEventsPath, '{channelId}'),
+    smsPath: path(TELEPHONY_ENV.smsPath),
+  };
+  if (problems.length > 0) throw new TelephonyConfigError(problems);
+  return options;
+}
