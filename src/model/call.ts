@@ -6,7 +6,8 @@ export type CallSource = 'ai-agent' | 'channel';
 export type Direction = 'in' | 'out';
 /** What became of the call. AI-agent calls are `answered` (the agent took them). */
 export type Outcome = 'answered' | 'missed' | 'rejected' | 'busy' | 'transferred' | 'failed' | 'unknown';
-export type Speaker = 'caller' | 'callee';
+/** `unknown` when the sender named a speaker callsync cannot place. */
+export type Speaker = 'caller' | 'callee' | 'unknown';
 export type RecordingType = 'voicemail' | 'in_call_feature' | 'call_recorder';
 
 export interface CallUser {

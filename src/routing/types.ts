@@ -6,8 +6,7 @@ const oneOrMany = <T extends z.ZodType>(item: T) =>
 
 export const outcomeValues = ['answered', 'missed', 'rejected', 'busy', 'transferred', 'failed', 'unknown'] as const;
 
-export const whenSchema = z
-  .strictObject({
+export const conditionSchema = z.strictObject({
     /** `ai-agent` (webhook) or `channel` (poller). */
     source: oneOrMany(z.enum(['ai-agent', 'channel'])).optional(),
     /** AI agent ids (from the webhook path). */
@@ -21,8 +20,13 @@ export const whenSchema = z
     hasRecording: z.boolean().optional(),
     /** Any of these topics (case-insensitive) in the summary. */
     topics: oneOrMany(z.string().min(1)).optional(),
-  })
-  .default({});
+});
+
+/** One condition object (all keys must hold), or a list of them (any one must hold). Absent: every call. */
+export const whenSchema = z
+  .union([conditionSchema, z.array(conditionSchema).min(1)])
+  .default({})
+  .transform((v) => (Array.isArray(v) ? v : [v]));
 
 export const routeSchema = z.strictObject({
   name: z.string().min(1).optional(),
@@ -30,6 +34,7 @@ export const routeSchema = z.strictObject({
   to: oneOrMany(z.string().min(1)),
 });
 
-export type When = z.infer<typeof whenSchema>;
+export type Condition = z.infer<typeof conditionSchema>;
+export type When = z.input<typeof whenSchema>;
 export type Route = z.input<typeof routeSchema>;
 export type ParsedRoute = z.infer<typeof routeSchema>;

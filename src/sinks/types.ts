@@ -61,7 +61,7 @@ export interface SinkType<O = unknown> {
   limit?(options: O): QueueLimit | undefined;
   /**
    * Sinks and routes implied by environment variables alone (e.g. ARCHIVE_S3_BUCKET), used when
-   * the config file does not define a sink of the same name.
+   * the config file does not define a sink of the same name. `configFile` tells whether one was given.
    */
-  fromEnv?(env: NodeJS.ProcessEnv): { sinks: Record<string, { type: string } & Record<string, unknown>>; routes: Route[] } | null;
+  fromEnv?(env: NodeJS.ProcessEnv, context: { configFile: boolean }): { sinks: Record<string, { type: string } & Record<string, unknown>>; routes: Route[] } | null;
 }

@@ -1,0 +1,72 @@
+// The one registry of queues and jobs: names, payload types (a tagged union) and default options.
+// Every producer and worker goes through here, so a queue name or payload shape lives in one place.
+import type { DefaultJobOptions } from 'bullmq';
+import type { CanonicalCall } from '../src/model/call.js';
+
+/** Calls accepted by the ingress or the poller, waiting to be fanned out. */
+export const INBOUND_QUEUE = 'inbound';
+/** Channel events the poller could not parse: kept with the reason, retryable after a fix. */
+export const POLL_DEAD_LETTER_QUEUE = 'poll-dead-letters';
+
+/** Each configured sink has its own queue, so one slow or paused sink never holds up another. */
+export function sinkQueueName(sinkName: string): string {
+  return `sink-${sinkName}`;
+}
+
+export function sinkNameFromQueue(queueName: string): string | null {
+  return queueName.startsWith('sink-') ? queueName.slice('sink-'.length) : null;
+}
+
+export const JobName = {
+  callReceived: 'call.received',
+  sinkDeliver: 'sink.deliver',
+  pollDeadLetter: 'poll.dead-letter',
+} as const;
+
+export interface CallReceivedJob {
+  kind: typeof JobName.callReceived;
+  call: CanonicalCall;
+}
+
+export interface SinkDeliverJob {
+  kind: typeof JobName.sinkDeliver;
+  sink: string;
+  call: CanonicalCall;
+}
+
+export interface PollDeadLetterJob {
+  kind: typeof JobName.pollDeadLetter;
+  channelId: string;
+  reason: string;
+  event: unknown;
+}
+
+export type JobPayload = CallReceivedJob | SinkDeliverJob | PollDeadLetterJob;
+
+/** Retry policy of every queue unless its config says otherwise. */
+export interface RetryPolicy {
+  /** Tries per job before it goes to the dead letters. Default 12 (about an hour of backoff). */
+  attempts: number;
+  /** First backoff delay in ms; doubles each try, with jitter. Default 1000. */
+  backoffMs: number;
+  /** Upper bound of a single backoff delay in ms. Default 15 min. */
+  maxBackoffMs: number;
+}
+
+export const defaultRetryPolicy: RetryPolicy = { attempts: 12, backoffMs: 1000, maxBackoffMs: 15 * 60_000 };
+
+/** Name of the custom backoff strategy registered on every worker (see workers/runner.ts). */
+export const BACKOFF_STRATEGY = 'capped-exponential-jitter';
+
+const DAY_S = 24 * 3600;
+
+export function defaultJobOptions(policy: RetryPolicy): DefaultJobOptions {
+  return {
+    attempts: policy.attempts,
+    backoff: { type: BACKOFF_STRATEGY, delay: policy.backoffMs },
+    // Completed jobs are evidence for a while, then go; failed ones are the dead letters and stay
+    // two weeks (bounded in count so a flood of failures cannot exhaust Redis memory).
+    removeOnComplete: { age: DAY_S, count: 10_000 },
+    removeOnFail: { age: 14 * DAY_S, count: 100_000 },
+  };
+}

@@ -1,0 +1,93 @@
+// The environment, parsed once through zod. Every variable callsync reads is named here, with its default.
+import { z } from 'zod';
+
+const csv = z
+  .string()
+  .optional()
+  .transform((v) => (v ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0));
+
+const int = (def: number, min = 0) =>
+  z
+    .string()
+    .optional()
+    .transform((v, ctx) => {
+      if (v === undefined || v.trim() === '') return def;
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < min) {
+        ctx.addIssue({ code: 'custom', message: `expected a whole number >= ${min}, got "${v}"` });
+        return z.NEVER;
+      }
+      return n;
+    });
+
+const bool = (def: boolean) =>
+  z
+    .string()
+    .optional()
+    .transform((v, ctx) => {
+      if (v === undefined || v.trim() === '') return def;
+      const s = v.trim().toLowerCase();
+      if (['1', 'true', 'yes', 'on'].includes(s)) return true;
+      if (['0', 'false', 'no', 'off'].includes(s)) return false;
+      ctx.addIssue({ code: 'custom', message: `expected true or false, got "${v}"` });
+      return z.NEVER;
+    });
+
+const optionalString = z
+  .string()
+  .optional()
+  .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+
+/** The platform's documented webhook source addresses (spec section 5). */
+export const PLATFORM_WEBHOOK_IPS = ['217.116.118.254', '212.9.46.32'];
+
+export const envSchema = z.object({
+  /** Which roles this process runs: ingress, worker, poller or all. Default all. */
+  CALLSYNC_ROLE: z.enum(['ingress', 'worker', 'poller', 'all']).default('all'),
+  PORT: int(3000),
+  /** Listen address. Default 0.0.0.0 (the allow list guards the webhook). */
+  HOST: z.string().default('0.0.0.0'),
+  REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
+  /** Prefix of every Redis key. Use a `{hash-tag}` (e.g. `{callsync}`) on Redis Cluster. */
+  QUEUE_PREFIX: z
+    .string()
+    .default('callsync')
+    .refine((v) => v.length > 0 && !v.includes(' '), 'expected a non-empty prefix without spaces'),
+  CALLSYNC_CONFIG: optionalString,
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+
+  WEBHOOK_ALLOWED_IPS: optionalString,
+  TRUST_PROXY_HOPS: int(0),
+  WEBHOOK_AUTH_HEADER: optionalString,
+  WEBHOOK_AUTH_TOKENS: csv,
+  /** Largest accepted webhook body in bytes. Default 16 MiB (a long call's transcript fits). */
+  WEBHOOK_BODY_LIMIT: int(16 * 1024 * 1024, 1),
+  /** The same call delivered again within this many seconds is a duplicate. Default 24 h. */
+  DEDUPE_WINDOW_SECONDS: int(24 * 3600, 1),
+  /** How long the ingress waits for Redis before answering 503. Default 1500 ms. */
+  ENQUEUE_TIMEOUT_MS: int(1500, 1),
+
+  ARCHIVE_S3_BUCKET: optionalString,
+  ARCHIVE_S3_PREFIX: optionalString,
+  ARCHIVE_S3_SSE: z.enum(['AES256', 'aws:kms', 'aws:kms:dsse']).optional(),
+  ARCHIVE_S3_KMS_KEY_ID: optionalString,
+  S3_ENDPOINT: optionalString,
+  S3_FORCE_PATH_STYLE: bool(false),
+  AWS_REGION: z.string().default('us-east-1'),
+  ARCHIVE_DIR: z.string().default('./data/archive'),
+
+  JOB_ATTEMPTS: int(12, 1),
+  JOB_BACKOFF_MS: int(1000, 1),
+  JOB_MAX_BACKOFF_MS: int(15 * 60_000, 1),
+  WORKER_CONCURRENCY: int(8, 1),
+  /** How often workers look for jobs whose worker died. Default 30 s. */
+  WORKER_STALLED_INTERVAL_MS: int(30_000, 100),
+  /** How long a job's lock lasts without renewal. Default 30 s. */
+  WORKER_LOCK_DURATION_MS: int(30_000, 100),
+  /** How often a job may be found stalled (its worker died) before it is dead-lettered. Default 5. */
+  WORKER_MAX_STALLED_COUNT: int(5, 0),
+  /** How long shutdown waits for active jobs. Default 25 s. */
+  SHUTDOWN_GRACE_MS: int(25_000, 0),
+});
+
+export type Env = z.infer<typeof envSchema>;

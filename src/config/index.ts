@@ -1,0 +1,239 @@
+// Configuration: the environment and the optional YAML file (CALLSYNC_CONFIG), parsed once into one
+// typed object. Every bad key is reported together, with what was expected.
+import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { routeSchema, type ParsedRoute } from '../routing/types.js';
+import { sinkTypes } from '../sinks/registry.js';
+import type { RetryPolicy } from '../../queues/registry.js';
+import { envSchema, PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
+
+export type Role = Env['CALLSYNC_ROLE'];
+
+export interface SinkConfig {
+  name: string;
+  type: string;
+  options: unknown;
+  /** Where it came from: the config file or an environment shortcut. */
+  origin: 'file' | 'env';
+}
+
+export interface Config {
+  env: Env;
+  role: Role;
+  http: { port: number; host: string };
+  redis: { url: string; prefix: string };
+  webhook: {
+    /** `'*'` allows any source (a warning is logged at start). */
+    allowedIps: string[] | '*';
+    trustProxyHops: number;
+    authHeader: string | undefined;
+    authTokens: string[];
+    bodyLimitBytes: number;
+    dedupeWindowMs: number;
+    enqueueTimeoutMs: number;
+  };
+  retry: RetryPolicy;
+  worker: {
+    concurrency: number;
+    stalledIntervalMs: number;
+    lockDurationMs: number;
+    maxStalledCount: number;
+    shutdownGraceMs: number;
+  };
+  sinks: Record<string, SinkConfig>;
+  routes: ParsedRoute[];
+  /** Raw sections of the config file that other modules read (e.g. `poller`, `templates`). */
+  file: Record<string, unknown>;
+  warnings: string[];
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`Invalid configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+    this.name = 'ConfigError';
+  }
+}
+
+const sinkNameSchema = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i, 'sink names are letters, digits, - and _');
+
+const fileSchema = z.looseObject({
+  sinks: z.record(z.string(), z.looseObject({ type: z.string() })).default({}),
+  routes: z.array(z.unknown()).default([]),
+  retry: z
+    .strictObject({
+      attempts: z.number().int().min(1).optional(),
+      backoffMs: z.number().int().min(1).optional(),
+      maxBackoffMs: z.number().int().min(1).optional(),
+    })
+    .optional(),
+});
+
+/** Replaces `${NAME}` and `${NAME:-default}` in every string value; unknown names are reported. */
+export function interpolate(value: unknown, env: NodeJS.ProcessEnv, path: string, problems: string[]): unknown {
+  if (typeof value === 'string') {
+    return value.replace(/\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (match, name: string | undefined, def: string | undefined) => {
+      if (match === '$$') return '$';
+      const v = env[name!];
+      if (v !== undefined && v !== '') return v;
+      if (def !== undefined) return def;
+      problems.push(`${path}: environment variable ${name} is not set`);
+      return '';
+    });
+  }
+  if (Array.isArray(value)) return value.map((v, i) => interpolate(v, env, `${path}[${i}]`, problems));
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, env, path ? `${path}.${k}` : k, problems)]));
+  }
+  return value;
+}
+
+function issuesOf(error: z.ZodError, base: string): string[] {
+  return error.issues.map((i) => {
+    const path = [base, ...i.path.map(String)].filter((s) => s !== '').join('.');
+    return `${path || '(root)'}: ${i.message}`;
+  });
+}
+
+function validateIpList(list: string[], problems: string[]): void {
+  for (const entry of list) {
+    const [addr, bits, ...rest] = entry.split('/');
+    const family = isIP(addr ?? '');
+    const maxBits = family === 6 ? 128 : 32;
+    const bitsOk = bits === undefined || (/^\d+$/.test(bits) && Number(bits) <= maxBits);
+    if (family === 0 || !bitsOk || rest.length > 0) problems.push(`WEBHOOK_ALLOWED_IPS: "${entry}" is not an IP address or CIDR`);
+  }
+}
+
+export interface LoadOptions {
+  /** Reads the config file; tests may hand in contents directly. */
+  readFile?: (path: string) => string;
+}
+
+export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): Config {
+  const problems: string[] = [];
+  const warnings: string[] = [];
+  const parsedEnv = envSchema.safeParse(processEnv);
+  if (!parsedEnv.success) problems.push(...issuesOf(parsedEnv.error, ''));
+  const env = parsedEnv.success ? parsedEnv.data : envSchema.parse({});
+
+  // The config file (optional).
+  let file: z.infer<typeof fileSchema> = { sinks: {}, routes: [] };
+  const configPath = env.CALLSYNC_CONFIG;
+  if (configPath) {
+    let text: string | undefined;
+    try {
+      text = (options.readFile ?? ((p) => readFileSync(p, 'utf8')))(configPath);
+    } catch (err) {
+      problems.push(`CALLSYNC_CONFIG: cannot read ${configPath}: ${(err as Error).message}`);
+    }
+    if (text !== undefined) {
+      let doc: unknown;
+      try {
+        doc = parseYaml(text) ?? {};
+      } catch (err) {
+        problems.push(`${configPath}: not valid YAML: ${(err as Error).message}`);
+      }
+      if (doc !== undefined) {
+        const interpolated = interpolate(doc, processEnv, '', problems);
+        const parsed = fileSchema.safeParse(interpolated);
+        if (parsed.success) file = parsed.data;
+        else problems.push(...issuesOf(parsed.error, ''));
+      }
+    }
+  }
+
+  // Sinks from the file, then environment shortcuts for names the file does not define.
+  const sinks: Record<string, SinkConfig> = {};
+  const routes: ParsedRoute[] = [];
+  const addSink = (name: string, raw: { type: string } & Record<string, unknown>, origin: SinkConfig['origin'], where: string) => {
+    const nameOk = sinkNameSchema.safeParse(name);
+    if (!nameOk.success) problems.push(`${where}: ${nameOk.error.issues[0]?.message}`);
+    const type = sinkTypes.get(raw.type);
+    if (!type) {
+      problems.push(`${where}.type: unknown sink type "${raw.type}" (known: ${[...sinkTypes.keys()].join(', ')})`);
+      return;
+    }
+    const { type: _type, ...rest } = raw;
+    const parsed = type.options.safeParse(rest);
+    if (!parsed.success) {
+      problems.push(...issuesOf(parsed.error, where));
+      return;
+    }
+    sinks[name] = { name, type: raw.type, options: parsed.data, origin };
+  };
+  for (const [name, raw] of Object.entries(file.sinks)) addSink(name, raw, 'file', `sinks.${name}`);
+  file.routes.forEach((raw, i) => {
+    const parsed = routeSchema.safeParse(raw);
+    if (parsed.success) routes.push(parsed.data);
+    else problems.push(...issuesOf(parsed.error, `routes[${i}]`));
+  });
+
+  for (const type of sinkTypes.values()) {
+    const shortcut = type.fromEnv?.(processEnv, { configFile: configPath !== undefined });
+    if (!shortcut) continue;
+    for (const [name, raw] of Object.entries(shortcut.sinks)) {
+      if (file.sinks[name]) continue;
+      addSink(name, raw, 'env', `environment shortcut for sink "${name}"`);
+      for (const route of shortcut.routes) {
+        const parsed = routeSchema.safeParse(route);
+        if (parsed.success && parsed.data.to.includes(name)) routes.push(parsed.data);
+      }
+    }
+  }
+
+  routes.forEach((route, i) => {
+    for (const name of route.to) if (!sinks[name]) problems.push(`routes[${i}].to: no sink named "${name}"`);
+  });
+
+  let allowedIps: string[] | '*' = PLATFORM_WEBHOOK_IPS;
+  if (env.WEBHOOK_ALLOWED_IPS !== undefined) {
+    const list = env.WEBHOOK_ALLOWED_IPS.split(',').map((s) => s.trim()).filter(Boolean);
+    if (list.includes('*')) {
+      allowedIps = '*';
+      warnings.push('WEBHOOK_ALLOWED_IPS=*: the webhook accepts requests from any address');
+    } else {
+      validateIpList(list, problems);
+      allowedIps = list;
+    }
+  }
+  if (env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length === 0)
+    problems.push('WEBHOOK_AUTH_TOKENS: required when WEBHOOK_AUTH_HEADER is set');
+  if (!env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length > 0)
+    problems.push('WEBHOOK_AUTH_HEADER: required when WEBHOOK_AUTH_TOKENS is set');
+
+  if (problems.length > 0) throw new ConfigError(problems);
+
+  return {
+    env,
+    role: env.CALLSYNC_ROLE,
+    http: { port: env.PORT, host: env.HOST },
+    redis: { url: env.REDIS_URL, prefix: env.QUEUE_PREFIX },
+    webhook: {
+      allowedIps,
+      trustProxyHops: env.TRUST_PROXY_HOPS,
+      authHeader: env.WEBHOOK_AUTH_HEADER?.toLowerCase(),
+      authTokens: env.WEBHOOK_AUTH_TOKENS,
+      bodyLimitBytes: env.WEBHOOK_BODY_LIMIT,
+      dedupeWindowMs: env.DEDUPE_WINDOW_SECONDS * 1000,
+      enqueueTimeoutMs: env.ENQUEUE_TIMEOUT_MS,
+    },
+    retry: {
+      attempts: file.retry?.attempts ?? env.JOB_ATTEMPTS,
+      backoffMs: file.retry?.backoffMs ?? env.JOB_BACKOFF_MS,
+      maxBackoffMs: file.retry?.maxBackoffMs ?? env.JOB_MAX_BACKOFF_MS,
+    },
+    worker: {
+      concurrency: env.WORKER_CONCURRENCY,
+      stalledIntervalMs: env.WORKER_STALLED_INTERVAL_MS,
+      lockDurationMs: env.WORKER_LOCK_DURATION_MS,
+      maxStalledCount: env.WORKER_MAX_STALLED_COUNT,
+      shutdownGraceMs: env.SHUTDOWN_GRACE_MS,
+    },
+    sinks,
+    routes,
+    file,
+    warnings,
+  };
+}

@@ -1,0 +1,103 @@
+// The Hono ingress: the AI-agent call-data webhook, health and readiness. Thin on purpose: check
+// the sender, parse and normalize, store in Redis, answer.
+import { Hono, type MiddlewareHandler } from 'hono';
+import { every } from 'hono/combine';
+import type { Logger } from 'pino';
+import { InvalidPayloadError, normalizeWebhook } from '../model/webhook.js';
+import { QueueUnavailableError, type CallAcceptor } from './accept.js';
+import { ApiError, errorBody } from './errors.js';
+import { ipAllow } from './middleware/ip-allow.js';
+import { jsonBody } from './middleware/json-body.js';
+import { sharedSecret } from './middleware/shared-secret.js';
+import type { Config } from '../config/index.js';
+
+export interface IngressEvents {
+  received?(): void;
+  accepted?(duplicate: boolean): void;
+  rejected?(status: number, reason: string): void;
+}
+
+export interface IngressDeps {
+  webhook: Config['webhook'];
+  acceptor: CallAcceptor;
+  /** Resolves true when Redis answers. */
+  ready: () => Promise<boolean>;
+  log: Logger;
+  now?: () => Date;
+  events?: IngressEvents;
+  /** Overrides how the peer address is read (tests without a socket). */
+  remoteAddress?: Parameters<typeof ipAllow>[0]['remoteAddress'];
+  /** Extra middleware run first on every request (e.g. request ids, metrics, shutdown gate). */
+  before?: MiddlewareHandler[];
+}
+
+const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
+const RETRY_AFTER_SECONDS = '5';
+
+export function createIngressApp(deps: IngressDeps): Hono {
+  const app = new Hono();
+  const now = deps.now ?? (() => new Date());
+  for (const mw of deps.before ?? []) app.use('*', mw);
+
+  app.get('/healthz', (c) => c.json({ status: 'ok' }));
+  app.get('/readyz', async (c) => {
+    const ok = await deps.ready().catch(() => false);
+    if (!ok) return c.json(errorBody(503, 'Redis is not reachable'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
+    return c.json({ status: 'ready' });
+  });
+
+  const guards: MiddlewareHandler[] = [
+    async function countReceived(_c, next) {
+      deps.events?.received?.();
+      await next();
+    },
+    ipAllow({ allow: deps.webhook.allowedIps, trustProxyHops: deps.webhook.trustProxyHops, remoteAddress: deps.remoteAddress }),
+  ];
+  if (deps.webhook.authHeader) guards.push(sharedSecret({ header: deps.webhook.authHeader, tokens: deps.webhook.authTokens }));
+  guards.push(jsonBody({ maxBytes: deps.webhook.bodyLimitBytes }));
+
+  const receive = async (c: Parameters<MiddlewareHandler>[0]) => {
+    const agentId = c.req.param('agentId') ?? null;
+    if (agentId !== null && !AGENT_ID.test(agentId)) throw new ApiError(400, 'agent id in the path is not valid', { pointer: '' });
+    let call;
+    try {
+      call = normalizeWebhook(c.get('jsonBody'), { agentId, receivedAt: now() });
+    } catch (err) {
+      if (err instanceof InvalidPayloadError) throw new ApiError(400, err.detail, { pointer: err.pointer });
+      throw err;
+    }
+    const result = await deps.acceptor.accept(call);
+    deps.events?.accepted?.(result.duplicate);
+    if (result.duplicate) deps.log.info({ jobId: result.id, agentId }, 'duplicate webhook acknowledged');
+    return c.json({ id: result.id, duplicate: result.duplicate }, 202);
+  };
+
+  const guarded = every(...guards);
+  app.post('/webhooks/ai-agent', guarded, receive);
+  app.post('/webhooks/ai-agent/:agentId', guarded, receive);
+  app.all('/webhooks/ai-agent', () => {
+    throw new ApiError(405, 'use POST', { headers: { allow: 'POST' } });
+  });
+  app.all('/webhooks/ai-agent/:agentId', () => {
+    throw new ApiError(405, 'use POST', { headers: { allow: 'POST' } });
+  });
+
+  app.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));
+
+  app.onError((err, c) => {
+    if (err instanceof ApiError) {
+      deps.events?.rejected?.(err.status, String(err.status));
+      return c.json(errorBody(err.status, err.message, err.pointer), err.status, err.headers);
+    }
+    if (err instanceof QueueUnavailableError) {
+      deps.events?.rejected?.(503, 'queue-unavailable');
+      deps.log.error({ err: { message: err.message } }, 'webhook not acknowledged: queue unavailable');
+      return c.json(errorBody(503, 'the event could not be stored; retry later'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
+    }
+    deps.events?.rejected?.(500, 'internal');
+    deps.log.error({ err }, 'unexpected error in ingress');
+    return c.json(errorBody(500, 'internal error'), 500);
+  });
+
+  return app;
+}

@@ -1,0 +1,58 @@
+// Reads a JSON request body with a size limit (Content-Length checked up front, chunked bodies
+// counted as they stream) and a content-type check; the parsed body is put on the context.
+import type { MiddlewareHandler } from 'hono';
+import { ApiError } from '../errors.js';
+
+export interface JsonBodyOptions {
+  /** Largest accepted body in bytes. */
+  maxBytes: number;
+}
+
+declare module 'hono' {
+  interface ContextVariableMap {
+    jsonBody: unknown;
+  }
+}
+
+const JSON_TYPE = /^application\/([\w.+-]+\+)?json\s*(;|$)/i;
+
+export function jsonBody(options: JsonBodyOptions): MiddlewareHandler {
+  const tooLarge = () => new ApiError(413, `request body is larger than ${options.maxBytes} bytes`);
+  return async function jsonBodyMiddleware(c, next) {
+    const type = c.req.header('content-type') ?? '';
+    if (!JSON_TYPE.test(type)) {
+      throw new ApiError(415, `content type must be application/json, got ${type === '' ? 'none' : `"${type.slice(0, 100)}"`}`, {
+        pointer: '',
+      });
+    }
+    const declared = c.req.header('content-length');
+    if (declared !== undefined && Number(declared) > options.maxBytes) throw tooLarge();
+
+    const stream = c.req.raw.body;
+    const parts: Uint8Array[] = [];
+    let size = 0;
+    if (stream) {
+      const reader = stream.getReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        size += value.byteLength;
+        if (size > options.maxBytes) {
+          await reader.cancel().catch(() => undefined);
+          throw tooLarge();
+        }
+        parts.push(value);
+      }
+    }
+    const text = Buffer.concat(parts, size).toString('utf8');
+    if (text.trim() === '') throw new ApiError(400, 'request body is empty', { pointer: '' });
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch (err) {
+      throw new ApiError(400, `request body is not valid JSON: ${(err as Error).message}`, { pointer: '' });
+    }
+    c.set('jsonBody', parsed);
+    await next();
+  };
+}

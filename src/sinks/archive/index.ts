@@ -1,0 +1,84 @@
+// The archive sink: the call as JSON and as a readable transcript, in S3 or a local folder.
+import { z } from 'zod';
+import type { CanonicalCall } from '../../model/call.js';
+import type { Sink, SinkContext, SinkResult, SinkType } from '../types.js';
+import { archiveKeys } from './keys.js';
+import { renderArchiveJson, renderTranscriptText } from './render.js';
+import { LocalFolderStore, S3Store, type ObjectStore } from './store.js';
+
+export const archiveOptionsSchema = z.strictObject({
+  /** S3 bucket; without it the archive goes to `dir`. */
+  bucket: z.string().min(1).optional(),
+  /** Key prefix inside the bucket or folder, e.g. `callsync/`. */
+  prefix: z.string().optional(),
+  region: z.string().default('us-east-1'),
+  /** S3-compatible endpoint (MinIO, ...). */
+  endpoint: z.url().optional(),
+  forcePathStyle: z.boolean().default(false),
+  sse: z.enum(['AES256', 'aws:kms', 'aws:kms:dsse']).optional(),
+  kmsKeyId: z.string().optional(),
+  /** Local folder used when no bucket is set. Default `./data/archive`. */
+  dir: z.string().default('./data/archive'),
+});
+
+export type ArchiveOptions = z.infer<typeof archiveOptionsSchema>;
+
+export class ArchiveSink implements Sink {
+  readonly type = 'archive';
+  constructor(
+    readonly name: string,
+    readonly store: ObjectStore,
+    private readonly prefix: string | undefined,
+  ) {}
+
+  async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
+    const keys = archiveKeys(call, this.prefix);
+    // JSON first: the text is derived from it, so a reader finding the .txt also finds the record.
+    await this.store.put(keys.json, renderArchiveJson(call), { contentType: 'application/json; charset=utf-8' });
+    await this.store.put(keys.text, renderTranscriptText(call), { contentType: 'text/plain; charset=utf-8' });
+    ctx.log.debug({ location: this.store.location, key: keys.json }, 'archived call');
+    return { status: 'done', refs: { location: this.store.location, json: keys.json, text: keys.text } };
+  }
+}
+
+export function createObjectStore(options: ArchiveOptions): ObjectStore {
+  if (options.bucket) {
+    return new S3Store({
+      bucket: options.bucket,
+      region: options.region,
+      endpoint: options.endpoint,
+      forcePathStyle: options.forcePathStyle,
+      sse: options.sse,
+      kmsKeyId: options.kmsKeyId,
+    });
+  }
+  return new LocalFolderStore(options.dir);
+}
+
+export const archiveSinkType: SinkType<ArchiveOptions> = {
+  type: 'archive',
+  options: archiveOptionsSchema,
+  create: (name, options) => new ArchiveSink(name, createObjectStore(options), options.prefix),
+  fromEnv(env, { configFile }) {
+    const bucket = env.ARCHIVE_S3_BUCKET?.trim();
+    // Without a config file, `npm start` archives to a local folder so one machine works out of the box.
+    if (!bucket && configFile) return null;
+    const sink: { type: string } & Record<string, unknown> = { type: 'archive' };
+    if (bucket) {
+      sink.bucket = bucket;
+      if (env.ARCHIVE_S3_PREFIX) sink.prefix = env.ARCHIVE_S3_PREFIX;
+      if (env.AWS_REGION) sink.region = env.AWS_REGION;
+      if (env.S3_ENDPOINT) sink.endpoint = env.S3_ENDPOINT;
+      if (env.S3_FORCE_PATH_STYLE) sink.forcePathStyle = ['1', 'true', 'yes', 'on'].includes(env.S3_FORCE_PATH_STYLE.toLowerCase());
+      if (env.ARCHIVE_S3_SSE) sink.sse = env.ARCHIVE_S3_SSE;
+      if (env.ARCHIVE_S3_KMS_KEY_ID) sink.kmsKeyId = env.ARCHIVE_S3_KMS_KEY_ID;
+    } else {
+      if (env.ARCHIVE_DIR) sink.dir = env.ARCHIVE_DIR;
+      if (env.ARCHIVE_S3_PREFIX) sink.prefix = env.ARCHIVE_S3_PREFIX;
+    }
+    return {
+      sinks: { archive: sink },
+      routes: [{ name: 'archive-calls-with-content', when: [{ hasTranscript: true }, { hasSummary: true }], to: ['archive'] }],
+    };
+  },
+};

@@ -1,0 +1,138 @@
+// Object stores for the archive: S3 (or any S3-compatible server) and a local folder.
+import { createWriteStream } from 'node:fs';
+import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve, sep } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import type { Readable } from 'node:stream';
+import { randomUUID } from 'node:crypto';
+import { PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
+import { Upload } from '@aws-sdk/lib-storage';
+import { errorFromHttp, errorFromNetwork, PermanentError, type SinkError } from '../errors.js';
+
+export interface PutOptions {
+  contentType: string;
+}
+
+export interface ObjectStore {
+  /** Human-readable location, e.g. `s3://bucket` or `file:///data/archive` (for logs and results). */
+  readonly location: string;
+  put(key: string, body: string | Buffer, options: PutOptions): Promise<void>;
+  /** Streams a body of unknown or large size without holding it in memory. */
+  putStream(key: string, body: Readable, options: PutOptions & { contentLength?: number | null }): Promise<void>;
+}
+
+/** Writes `<root>/<key>` atomically (temp file + rename), so a reader never sees half an object. */
+export class LocalFolderStore implements ObjectStore {
+  readonly location: string;
+  private readonly root: string;
+
+  constructor(root: string) {
+    this.root = resolve(root);
+    this.location = `file://${this.root}`;
+  }
+
+  private pathOf(key: string): string {
+    const path = resolve(join(this.root, key));
+    if (!path.startsWith(this.root + sep)) throw new PermanentError(`object key escapes the archive folder: ${key}`);
+    return path;
+  }
+
+  async put(key: string, body: string | Buffer): Promise<void> {
+    const path = this.pathOf(key);
+    await mkdir(dirname(path), { recursive: true });
+    const tmp = `${path}.${randomUUID()}.tmp`;
+    try {
+      await writeFile(tmp, body);
+      await rename(tmp, path);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      throw err;
+    }
+  }
+
+  async putStream(key: string, body: Readable): Promise<void> {
+    const path = this.pathOf(key);
+    await mkdir(dirname(path), { recursive: true });
+    const tmp = `${path}.${randomUUID()}.tmp`;
+    try {
+      await pipeline(body, createWriteStream(tmp));
+      await rename(tmp, path);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      throw err;
+    }
+  }
+}
+
+export interface S3StoreOptions {
+  bucket: string;
+  region: string;
+  endpoint?: string;
+  forcePathStyle?: boolean;
+  sse?: ServerSideEncryption;
+  kmsKeyId?: string;
+  /** Request timeout in ms. Default 30 s. */
+  timeoutMs?: number;
+  /** Credentials; default: the AWS SDK's chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, roles...). */
+  credentials?: { accessKeyId: string; secretAccessKey: string };
+}
+
+/** Sorts an S3 SDK failure into the sink error kinds. */
+export function errorFromS3(what: string, err: unknown): SinkError {
+  if (err instanceof S3ServiceException) {
+    const status = err.$metadata.httpStatusCode ?? 500;
+    return errorFromHttp({ status, what, detail: `${err.name}: ${err.message}` });
+  }
+  return errorFromNetwork(what, err);
+}
+
+export class S3Store implements ObjectStore {
+  readonly location: string;
+  readonly client: S3Client;
+
+  constructor(private readonly options: S3StoreOptions) {
+    this.location = `s3://${options.bucket}`;
+    this.client = new S3Client({
+      region: options.region,
+      endpoint: options.endpoint,
+      forcePathStyle: options.forcePathStyle,
+      credentials: options.credentials,
+      // The queue owns retries (with backoff across minutes); the SDK only smooths over a blip.
+      maxAttempts: 2,
+      requestHandler: { requestTimeout: options.timeoutMs ?? 30_000, connectionTimeout: 5_000 },
+    });
+  }
+
+  private encryption() {
+    return {
+      ServerSideEncryption: this.options.sse,
+      SSEKMSKeyId: this.options.sse?.startsWith('aws:kms') ? this.options.kmsKeyId : undefined,
+    };
+  }
+
+  async put(key: string, body: string | Buffer, options: PutOptions): Promise<void> {
+    try {
+      await this.client.send(
+        new PutObjectCommand({ Bucket: this.options.bucket, Key: key, Body: body, ContentType: options.contentType, ...this.encryption() }),
+      );
+    } catch (err) {
+      throw errorFromS3(`S3 PutObject ${key}`, err);
+    }
+  }
+
+  async putStream(key: string, body: Readable, options: PutOptions & { contentLength?: number | null }): Promise<void> {
+    try {
+      // Multipart above 8 MiB parts; at most 2 parts in flight, so memory stays ~16 MiB whatever the size.
+      const upload = new Upload({
+        client: this.client,
+        params: { Bucket: this.options.bucket, Key: key, Body: body, ContentType: options.contentType, ...this.encryption() },
+        partSize: 8 * 1024 * 1024,
+        queueSize: 2,
+        leavePartsOnError: false,
+      });
+      await upload.done();
+    } catch (err) {
+      throw errorFromS3(`S3 upload ${key}`, err);
+    }
+  }
+}

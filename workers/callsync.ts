@@ -1,0 +1,185 @@
+// Wires callsync together for the roles this process runs: ingress, worker, poller, or all.
+// Start-up and shutdown belong to the role; shutdown is ordered and each step isolated.
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import { serve } from '@hono/node-server';
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Hono } from 'hono';
+import type { Logger } from 'pino';
+import type { Config } from '../src/config/index.js';
+import { createIngressApp, type IngressDeps } from '../src/ingress/app.js';
+import { QueueAcceptor, withTimeout, type CallAcceptor } from '../src/ingress/accept.js';
+import { sinkTypes } from '../src/sinks/registry.js';
+import type { Sink } from '../src/sinks/types.js';
+import { RedisKeyValueStore } from '../src/state/kv.js';
+import type { TelephonyClient } from '../src/telephony/types.js';
+import {
+  createRedis,
+  defaultJobOptions,
+  INBOUND_QUEUE,
+  sinkQueueName,
+  stateKeyPrefix,
+  type CallReceivedJob,
+  type SinkDeliverJob,
+} from '../queues/index.js';
+import { createDeliverProcessor } from './deliver.js';
+import { createFanOutProcessor } from './fanout.js';
+import { runWorker, type RunnerEvents, type RunningWorker } from './runner.js';
+
+export interface CallsyncOptions {
+  log: Logger;
+  /** Clock for sinks (tests pass a controllable one). */
+  now?: () => Date;
+  telephony?: TelephonyClient | null;
+  /** Replaces sinks built from config (tests only). */
+  sinks?: Map<string, Sink>;
+  runnerEvents?: RunnerEvents;
+  ingressEvents?: IngressDeps['events'];
+  /** Extra middleware for the ingress (request ids, metrics, shutdown gate). */
+  ingressBefore?: IngressDeps['before'];
+  /** Wraps the acceptor (e.g. with a local spool). */
+  wrapAcceptor?: (acceptor: CallAcceptor) => CallAcceptor;
+}
+
+export interface Callsync {
+  config: Config;
+  app: Hono | null;
+  server: Server | null;
+  /** `http://host:port` of the ingress, when this process runs it. */
+  url: string | null;
+  sinks: Map<string, Sink>;
+  workers: RunningWorker[];
+  /** Producer queue handles by name (inbound and each sink). */
+  queues: Map<string, Queue>;
+  redis: { producer: Redis; worker: Redis };
+  close(): Promise<void>;
+}
+
+export const runsIngress = (role: Config['role']) => role === 'ingress' || role === 'all';
+export const runsWorkers = (role: Config['role']) => role === 'worker' || role === 'all';
+export const runsPoller = (role: Config['role']) => role === 'poller' || role === 'all';
+
+export async function startCallsync(config: Config, options: CallsyncOptions): Promise<Callsync> {
+  const log = options.log;
+  const prefix = config.redis.prefix;
+  const producer = createRedis(config.redis.url, 'producer');
+  const workerConn = createRedis(config.redis.url, 'worker');
+  for (const [name, conn] of [['producer', producer], ['worker', workerConn]] as const) {
+    conn.on('error', (err) => log.warn({ connection: name, err: { message: err.message } }, 'redis connection error'));
+  }
+  const jobOptions = defaultJobOptions(config.retry);
+  const queues = new Map<string, Queue>();
+  const openQueue = <T>(name: string, connection: Redis): Queue<T> => {
+    const queue = new Queue<T>(name, { connection, prefix, defaultJobOptions: jobOptions });
+    queue.on('error', (err) => log.error({ queue: name, err: { message: err.message } }, 'queue error'));
+    queues.set(name, queue as Queue);
+    return queue;
+  };
+
+  const workers: RunningWorker[] = [];
+  const sinks = new Map<string, Sink>();
+  let server: Server | null = null;
+  let app: Hono | null = null;
+  let url: string | null = null;
+
+  if (runsWorkers(config.role)) {
+    const now = options.now ?? (() => new Date());
+    const state = new RedisKeyValueStore(workerConn, stateKeyPrefix(prefix));
+    for (const sink of Object.values(config.sinks)) {
+      const override = options.sinks?.get(sink.name);
+      if (override) {
+        sinks.set(sink.name, override);
+        continue;
+      }
+      const type = sinkTypes.get(sink.type)!;
+      sinks.set(
+        sink.name,
+        type.create(sink.name, sink.options, {
+          log: log.child({ sink: sink.name }),
+          state: state.scoped(sink.name),
+          telephony: options.telephony ?? null,
+          now,
+          env: config.env as unknown as NodeJS.ProcessEnv,
+        }),
+      );
+    }
+    const runner = {
+      connection: workerConn,
+      prefix,
+      retry: config.retry,
+      concurrency: config.worker.concurrency,
+      stalledIntervalMs: config.worker.stalledIntervalMs,
+      lockDurationMs: config.worker.lockDurationMs,
+      maxStalledCount: config.worker.maxStalledCount,
+      log,
+      events: options.runnerEvents,
+    };
+    const sinkQueues = new Map<string, Queue<SinkDeliverJob>>();
+    for (const name of sinks.keys()) sinkQueues.set(name, openQueue<SinkDeliverJob>(sinkQueueName(name), workerConn));
+    workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor({ routes: config.routes, sinkQueues }), runner));
+    for (const [name, sink] of sinks) {
+      const configured = config.sinks[name];
+      const type = configured ? sinkTypes.get(configured.type) : undefined;
+      const limit = configured && type?.limit ? type.limit(configured.options) : undefined;
+      workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name), createDeliverProcessor(sink, log), { ...runner, limit }));
+    }
+    log.info({ sinks: [...sinks.keys()], routes: config.routes.length }, 'workers started');
+  }
+
+  if (runsIngress(config.role)) {
+    const inbound = openQueue<CallReceivedJob>(INBOUND_QUEUE, producer);
+    let acceptor: CallAcceptor = new QueueAcceptor(inbound, {
+      dedupeWindowMs: config.webhook.dedupeWindowMs,
+      timeoutMs: config.webhook.enqueueTimeoutMs,
+    });
+    if (options.wrapAcceptor) acceptor = options.wrapAcceptor(acceptor);
+    app = createIngressApp({
+      webhook: config.webhook,
+      acceptor,
+      ready: () => withTimeout(producer.ping(), 1000, 'redis ping').then((r) => r === 'PONG'),
+      log,
+      events: options.ingressEvents,
+      before: options.ingressBefore,
+    });
+    const ingressApp = app;
+    server = await new Promise<Server>((resolve, reject) => {
+      const s = serve({ fetch: ingressApp.fetch, port: config.http.port, hostname: config.http.host }, () => resolve(s as Server)) as Server;
+      s.once('error', reject);
+    });
+    // Keep-alive longer than typical load balancers' idle timeout, so they close first.
+    server.keepAliveTimeout = 65_000;
+    const address = server.address() as AddressInfo;
+    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+    url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${address.port}`;
+    if (config.webhook.allowedIps === '*') log.warn('WEBHOOK_ALLOWED_IPS=*: the webhook accepts requests from any address');
+    log.info({ url, allowedIps: config.webhook.allowedIps, auth: config.webhook.authHeader ? 'shared-secret' : 'none' }, 'ingress listening');
+  }
+
+  let closing: Promise<void> | undefined;
+  const step = async (what: string, fn: () => Promise<unknown>) => {
+    try {
+      await fn();
+    } catch (err) {
+      log.error({ err, step: what }, 'shutdown step failed');
+    }
+  };
+  const close = () => {
+    closing ??= (async () => {
+      if (server) {
+        const s = server;
+        await step('stop http intake', () => new Promise<void>((resolve) => {
+          s.close(() => resolve());
+          s.closeIdleConnections();
+        }));
+      }
+      await step('close workers', () => Promise.all(workers.map((w) => w.close())));
+      await step('close sinks', () => Promise.all([...sinks.values()].map((s) => s.close?.())));
+      await step('close queues', () => Promise.all([...queues.values()].map((q) => q.close())));
+      await step('close redis', () => Promise.all([producer.quit(), workerConn.quit()]));
+    })();
+    return closing;
+  };
+
+  return { config, app, server, url, sinks, workers, queues, redis: { producer, worker: workerConn }, close };
+}

@@ -1,0 +1,20 @@
+// Sink delivery: hands the call of a sink job to its adapter. Errors travel up untouched: the
+// runner sorts them (permanent, retry-later, auth, transient).
+import type { Job } from 'bullmq';
+import type { Logger } from 'pino';
+import { PermanentError } from '../src/sinks/errors.js';
+import type { Sink, SinkResult } from '../src/sinks/types.js';
+import type { SinkDeliverJob } from '../queues/registry.js';
+
+export function createDeliverProcessor(sink: Sink, log: Logger) {
+  return async function deliver(job: Job<SinkDeliverJob>, signal: AbortSignal): Promise<SinkResult> {
+    const call = job.data?.call;
+    if (!call || typeof call.key !== 'string') throw new PermanentError('sink job carries no canonical call record');
+    return sink.deliver(call, {
+      jobId: job.id ?? '',
+      attempt: job.attemptsMade + 1,
+      log: log.child({ sink: sink.name, jobId: job.id }),
+      signal,
+    });
+  };
+}

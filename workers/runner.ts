@@ -1,0 +1,141 @@
+// Runs a processor on a queue with callsync's error policy: typed sink errors decide whether a
+// failure is dead-lettered at once, waits without spending an attempt, pauses the queue, or
+// backs off exponentially (with jitter) until attempts run out and the job lands in the dead letters.
+import { DelayedError, Queue, UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import { classify, RetryLaterError, SinkError } from '../src/sinks/errors.js';
+import type { QueueLimit } from '../src/sinks/types.js';
+import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
+
+/** Hooks for metrics and tests; every one optional. */
+export interface RunnerEvents {
+  completed?(queue: string, job: Job, durationMs: number): void;
+  failed?(queue: string, job: Job | undefined, err: Error, final: boolean): void;
+  deferred?(queue: string, job: Job, delayMs: number, scope: 'job' | 'queue'): void;
+  paused?(queue: string, reason: string): void;
+}
+
+export interface RunnerOptions {
+  connection: Redis;
+  prefix: string;
+  retry: RetryPolicy;
+  concurrency: number;
+  stalledIntervalMs: number;
+  lockDurationMs: number;
+  maxStalledCount: number;
+  log: Logger;
+  events?: RunnerEvents;
+  /** Steady rate limit of the whole queue (e.g. a CRM's requests per 10 s). */
+  limit?: QueueLimit;
+}
+
+export type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal) => Promise<unknown>;
+
+/** A job-scoped "retry later" may repeat this often before it counts as an ordinary failure. */
+const MAX_DEFERRALS = 200;
+
+/** Exponential backoff (base * 2^(n-1)), capped, with "equal jitter": half fixed, half random. */
+export function backoffDelay(attemptsMade: number, baseMs: number, maxMs: number, random: () => number = Math.random): number {
+  const exp = Math.min(maxMs, baseMs * 2 ** Math.max(0, attemptsMade - 1));
+  return Math.round(exp / 2 + (random() * exp) / 2);
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  return String(err);
+}
+
+export interface RunningWorker {
+  worker: Worker;
+  queue: Queue;
+  close(): Promise<void>;
+}
+
+export function runWorker<T extends JobPayload>(queueName: string, processor: Processor<T>, options: RunnerOptions): RunningWorker {
+  const log = options.log.child({ queue: queueName });
+  // A queue handle of our own, to pause on auth failures.
+  const queue = new Queue(queueName, { connection: options.connection, prefix: options.prefix });
+  queue.on('error', (err) => log.error({ err: { message: err.message } }, 'queue error'));
+
+  const workerOptions: WorkerOptions = {
+    connection: options.connection,
+    prefix: options.prefix,
+    concurrency: options.concurrency,
+    stalledInterval: options.stalledIntervalMs,
+    lockDuration: options.lockDurationMs,
+    maxStalledCount: options.maxStalledCount,
+    autorun: true,
+    settings: {
+      backoffStrategy: (attemptsMade: number, type?: string) => {
+        if (type !== BACKOFF_STRATEGY) return 0;
+        return backoffDelay(attemptsMade, options.retry.backoffMs, options.retry.maxBackoffMs);
+      },
+    },
+    limiter: options.limit ? { max: options.limit.max, duration: options.limit.durationMs } : undefined,
+  };
+
+  const worker: Worker<T> = new Worker<T>(
+    queueName,
+    async (job: Job<T>, token: string | undefined, signal?: AbortSignal) => {
+      const started = Date.now();
+      const jobLog = log.child({ jobId: job.id, attempt: job.attemptsMade + 1 });
+      try {
+        const result = await processor(job, signal ?? new AbortController().signal);
+        options.events?.completed?.(queueName, job, Date.now() - started);
+        return result;
+      } catch (err) {
+        const kind = classify(err);
+        if (kind === 'permanent') {
+          jobLog.warn({ reason: describe(err) }, 'permanent failure: dead-lettered');
+          throw new UnrecoverableError(describe(err));
+        }
+        if (kind === 'retry-later' && err instanceof RetryLaterError) {
+          const deferrals = job.attemptsStarted - job.attemptsMade;
+          if (deferrals <= MAX_DEFERRALS) {
+            options.events?.deferred?.(queueName, job, err.delayMs, err.scope);
+            jobLog.info({ delayMs: err.delayMs, scope: err.scope, status: err.status }, 'remote asked to wait');
+            if (err.scope === 'queue') {
+              await worker.rateLimit(err.delayMs);
+              throw Worker.RateLimitError();
+            }
+            await job.moveToDelayed(Date.now() + err.delayMs, token);
+            throw new DelayedError();
+          }
+        }
+        if (kind === 'auth') {
+          const reason = describe(err);
+          jobLog.error({ reason }, 'credentials rejected: pausing the queue until an operator resumes it');
+          options.events?.paused?.(queueName, reason);
+          await queue.pause();
+          await job.moveToDelayed(Date.now() + 1000, token);
+          throw new DelayedError();
+        }
+        jobLog.warn({ reason: describe(err), status: err instanceof SinkError ? err.status : undefined }, 'transient failure: will retry');
+        throw err;
+      }
+    },
+    workerOptions,
+  );
+
+  worker.on('failed', (job, err) => {
+    if (err instanceof DelayedError || err.name === 'DelayedError' || err.name === 'RateLimitError') return;
+    const final = job === undefined || err instanceof UnrecoverableError || err.name === 'UnrecoverableError' || job.attemptsMade >= (job.opts.attempts ?? 1);
+    options.events?.failed?.(queueName, job, err, final);
+    if (final) log.error({ jobId: job?.id, reason: err.message }, 'job dead-lettered');
+  });
+  worker.on('error', (err) => log.error({ err: { message: err.message } }, 'worker error'));
+
+  let closing: Promise<void> | undefined;
+  return {
+    worker: worker as unknown as Worker,
+    queue,
+    close() {
+      closing ??= (async () => {
+        await worker.close().catch((err: unknown) => log.error({ err }, 'closing worker failed'));
+        await queue.close().catch((err: unknown) => log.error({ err }, 'closing queue failed'));
+      })();
+      return closing;
+    },
+  };
+}
