@@ -1,0 +1,137 @@
+// The `email` notification sink: one rule = one sink. Sends one mail per call (plain text + HTML,
+// from operator templates) to fixed addresses through SMTP, honouring quiet hours and the
+// "never twice" ledger.
+import { z } from 'zod';
+import { callHash, type CanonicalCall } from '../../model/call.js';
+import { RetryLaterError } from '../errors.js';
+import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
+import { NotificationLedger, sendOnce } from './ledger.js';
+import { createSmtpMailer, smtpOutcomeUnknown, type Mailer } from './mailer.js';
+import { messageFields, renderHtml, renderText } from './message.js';
+import { commonOptions, templateSchema } from './options.js';
+import { quietHoursEnd } from './time.js';
+
+/** `someone@example.com` or `Some One <someone@example.com>`. */
+const addressSchema = z.string().regex(/^(?:[^<>@]*<[^<>@\s]+@[^<>@\s]+>|[^<>@\s]+@[^<>@\s]+)$/, 'expected an e-mail address');
+
+export const DEFAULT_SUBJECT = 'Call {{caller}} → {{callee}} ({{outcome}}, {{date}} {{time}})';
+export const DEFAULT_TEXT = `{{direction}} call from {{caller}} to {{callee}}
+When: {{dateTime}} ({{timeZone}}), duration {{duration}}
+Outcome: {{outcome}}
+Agent: {{agent}}
+
+Summary:
+{{summary}}
+
+Key points:
+{{keyPoints}}
+
+Topics: {{topics}}`;
+
+export const emailOptionsSchema = z.strictObject({
+  /** Sender. Default: SMTP_FROM. */
+  from: addressSchema.optional(),
+  /** Recipients (one address or a list). */
+  to: z.union([addressSchema, z.array(addressSchema).min(1)]).transform((v) => (Array.isArray(v) ? v : [v])),
+  /** `{{field}}` template of the subject. */
+  subject: templateSchema.default(DEFAULT_SUBJECT),
+  /** `{{field}}` template of the plain-text part. */
+  text: templateSchema.default(DEFAULT_TEXT),
+  /** `{{field}}` template of the HTML part (values are HTML-escaped). Default: the text part, escaped. */
+  html: templateSchema.optional(),
+  ...commonOptions,
+});
+
+export type EmailOptions = z.infer<typeof emailOptionsSchema>;
+
+function domainOf(address: string): string {
+  return /@([^<>@\s]+?)>?$/.exec(address.trim())?.[1] ?? 'callsync.invalid';
+}
+
+class EmailSink implements Sink {
+  readonly type = 'email';
+  private readonly ledger: NotificationLedger;
+
+  constructor(
+    readonly name: string,
+    private readonly o: EmailOptions,
+    private readonly from: string,
+    private readonly mailer: Mailer,
+    private readonly deps: SinkDeps,
+  ) {
+    this.ledger = new NotificationLedger(deps.state);
+  }
+
+  async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
+    const now = this.deps.now();
+    if (this.o.maxAge !== undefined && now.getTime() - Date.parse(call.startedAt) > this.o.maxAge) {
+      return { status: 'skipped', reason: 'call older than maxAge' };
+    }
+    const earlier = await this.ledger.read(call.key, 'mail');
+    if (earlier?.state === 'sent') return { status: 'skipped', reason: 'already sent' };
+    if (earlier?.state === 'unknown') return { status: 'skipped', reason: "an earlier attempt's outcome is unknown; not resent" };
+
+    const q = this.o.quietHours;
+    const quietEnd = q ? quietHoursEnd(now, { start: q.start, end: q.end, timeZone: q.timeZone ?? this.o.timeZone }) : null;
+    if (quietEnd) {
+      throw new RetryLaterError(`quiet hours until ${quietEnd.toISOString()}`, quietEnd.getTime() - now.getTime(), { scope: 'job' });
+    }
+
+    const fields = messageFields(call, this.o.timeZone);
+    const text = renderText(this.o.text, fields);
+    const message = {
+      from: this.from,
+      to: this.o.to,
+      // A subject is one line.
+      subject: renderText(this.o.subject, fields).replace(/\s+/g, ' '),
+      text,
+      html: renderHtml(this.o.html, text, fields),
+      messageId: `<${callHash(call.key)}.${this.name.replace(/[^A-Za-z0-9._-]/g, '-')}@${domainOf(this.from)}>`,
+    };
+    const result = await sendOnce({
+      ledger: this.ledger,
+      callKey: call.key,
+      recipient: 'mail',
+      what: `e-mail to ${this.o.to.length} recipient(s)`,
+      now: this.deps.now,
+      outcomeUnknown: smtpOutcomeUnknown,
+      send: async () => {
+        await this.mailer.send(message);
+        return message.messageId;
+      },
+    });
+    if (!result.sent) return { status: 'skipped', reason: result.reason };
+    ctx.log.info({ sink: this.name, recipients: this.o.to.length, messageId: message.messageId }, 'e-mail sent');
+    return { status: 'done', refs: { messageId: message.messageId } };
+  }
+
+  async close(): Promise<void> {
+    await this.mailer.close();
+  }
+}
+
+/** The e-mail sink type; `createMailer` is the door tests and other transports come through. */
+export function createEmailSinkType(createMailer: (url: string) => Mailer = (url) => createSmtpMailer(url)): SinkType<EmailOptions> {
+  return {
+    type: 'email',
+    options: emailOptionsSchema as z.ZodType<EmailOptions>,
+    create(name, options, deps) {
+      const url = deps.env.SMTP_URL?.trim();
+      if (!url) throw new Error(`sink "${name}" (email) needs SMTP_URL (e.g. smtp://user:pass@mail.example.com:587)`);
+      const from = options.from ?? deps.env.SMTP_FROM?.trim();
+      if (!from) throw new Error(`sink "${name}" (email) needs a sender: option from or SMTP_FROM`);
+      return new EmailSink(name, options, from, createMailer(url), deps);
+    },
+    fromEnv(env) {
+      // NOTIFY_EMAIL_TO alone (with SMTP_URL) gives the team a summary mail of every call that has one.
+      const to = env.NOTIFY_EMAIL_TO?.split(',').map((s) => s.trim()).filter(Boolean) ?? [];
+      if (to.length === 0 || !env.SMTP_URL?.trim()) return null;
+      return {
+        sinks: { email: { type: 'email', to, ...(env.NOTIFY_TIME_ZONE ? { timeZone: env.NOTIFY_TIME_ZONE } : {}) } },
+        routes: [{ name: 'summary e-mail', when: { hasSummary: true }, to: 'email' }],
+      };
+    },
+  };
+}
+
+export const emailSinkType = createEmailSinkType();

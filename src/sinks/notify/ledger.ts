@@ -1,0 +1,125 @@
+// "Never twice": one marker per rule (sink), call and recipient, set before a message is handed
+// over and kept for months. Policy (docs/notifications.md):
+//  - marker `sent`                -> any later delivery of the same call is skipped ("already sent");
+//  - failure with a definite outcome (the remote answered with an error, or the request provably
+//    never left) -> marker removed, error rethrown: the queue retries or dead-letters as usual;
+//  - failure with an unknown outcome (timeout or reset after the request was written, or a worker
+//    that died mid-send) -> marker `unknown`, NOT resent: this attempt goes to the dead letters
+//    with the reason; later deliveries of the same call are skipped. An operator who has checked
+//    that nothing arrived clears the marker (NotificationLedger.forget) and replays the job.
+import { callHash } from '../../model/call.js';
+import type { KeyValueStore } from '../../state/kv.js';
+import { PermanentError, RetryLaterError } from '../errors.js';
+
+export type LedgerState = 'sending' | 'sent' | 'unknown';
+
+export interface LedgerEntry {
+  state: LedgerState;
+  /** ISO time the state was written. */
+  at: string;
+  /** Message id / scheduled time of a sent message. */
+  ref?: string;
+  /** Why the outcome is unknown. */
+  reason?: string;
+}
+
+/** How long markers are kept: longer than any redelivery (webhook retries, poller replays, dead-letter replays). */
+export const LEDGER_TTL_MS = 90 * 24 * 3600_000;
+/** A `sending` marker younger than this belongs to an attempt that may still be running. */
+export const IN_FLIGHT_GRACE_MS = 2 * 60_000;
+
+export class NotificationLedger {
+  constructor(
+    /** The sink's own state store (already scoped per sink, i.e. per rule). */
+    private readonly store: KeyValueStore,
+    private readonly ttlMs: number = LEDGER_TTL_MS,
+  ) {}
+
+  private key(callKey: string, recipient: string): string {
+    return `sent:${callHash(callKey)}:${recipient}`;
+  }
+
+  async read(callKey: string, recipient: string): Promise<LedgerEntry | null> {
+    const raw = await this.store.get(this.key(callKey, recipient));
+    if (raw === null) return null;
+    try {
+      return JSON.parse(raw) as LedgerEntry;
+    } catch {
+      return { state: 'unknown', at: new Date(0).toISOString(), reason: 'unreadable marker' };
+    }
+  }
+
+  /** Takes the marker for a send; returns null when taken, or the entry that was already there. */
+  async claim(callKey: string, recipient: string, now: Date): Promise<LedgerEntry | null> {
+    const entry: LedgerEntry = { state: 'sending', at: now.toISOString() };
+    if (await this.store.setIfAbsent(this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs)) return null;
+    return (await this.read(callKey, recipient)) ?? { state: 'unknown', at: now.toISOString(), reason: 'marker vanished' };
+  }
+
+  async write(callKey: string, recipient: string, entry: LedgerEntry): Promise<void> {
+    await this.store.set(this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs);
+  }
+
+  /** Removes the marker: after a definite failure, or by an operator to allow a resend. */
+  async forget(callKey: string, recipient: string): Promise<void> {
+    await this.store.delete(this.key(callKey, recipient));
+  }
+}
+
+export interface SendOnceOptions {
+  ledger: NotificationLedger;
+  callKey: string;
+  /** Recipient part of the marker (an E.164 number; `mail` for an e-mail rule). */
+  recipient: string;
+  /** Shown in reasons, e.g. `SMS to +49151****678`. */
+  what: string;
+  now: () => Date;
+  /** True when the error leaves it open whether the remote acted on the request. */
+  outcomeUnknown: (err: unknown) => boolean;
+  /** Performs the send; returns a reference (message id, scheduled time). */
+  send: () => Promise<string | undefined>;
+  /** Called after a definite failure, before the error is rethrown (e.g. to free a cooldown). */
+  onDefiniteFailure?: () => Promise<void>;
+}
+
+/** This attempt may or may not have reached the remote; it is not resent (dead letters, with the reason). */
+export class OutcomeUnknownPermanentError extends PermanentError {}
+
+export type SendOnceResult = { sent: true; ref: string | undefined } | { sent: false; reason: string };
+
+/**
+ * Sends at most once per marker. Returns `sent: false` with a reason when an earlier delivery
+ * already sent (or may have sent) the message; throws the send's error after a definite failure,
+ * and a PermanentError (dead letters) when this attempt's outcome is unknown.
+ */
+export async function sendOnce(o: SendOnceOptions): Promise<SendOnceResult> {
+  const existing = await o.ledger.claim(o.callKey, o.recipient, o.now());
+  if (existing !== null) {
+    if (existing.state === 'sent') return { sent: false, reason: `already sent${existing.ref ? ` (${existing.ref})` : ''}` };
+    if (existing.state === 'unknown') return { sent: false, reason: `an earlier attempt's outcome is unknown (${existing.reason ?? 'no reason'}); not resent` };
+    const age = o.now().getTime() - Date.parse(existing.at);
+    if (age < IN_FLIGHT_GRACE_MS) {
+      throw new RetryLaterError(`${o.what}: another attempt is in flight`, IN_FLIGHT_GRACE_MS - age + 1000, { scope: 'job' });
+    }
+    // A `sending` marker nobody finished: the worker died between claiming and recording the answer.
+    const reason = `attempt started at ${existing.at} never finished (worker stopped?)`;
+    await o.ledger.write(o.callKey, o.recipient, { state: 'unknown', at: o.now().toISOString(), reason });
+    throw new OutcomeUnknownPermanentError(`${o.what}: outcome unknown, ${reason}; not resent automatically (see docs/notifications.md)`);
+  }
+
+  let ref: string | undefined;
+  try {
+    ref = await o.send();
+  } catch (err) {
+    if (o.outcomeUnknown(err)) {
+      const reason = err instanceof Error ? err.message : String(err);
+      await o.ledger.write(o.callKey, o.recipient, { state: 'unknown', at: o.now().toISOString(), reason });
+      throw new OutcomeUnknownPermanentError(`${o.what}: outcome unknown (${reason}); not resent automatically (see docs/notifications.md)`, { cause: err });
+    }
+    await o.ledger.forget(o.callKey, o.recipient);
+    await o.onDefiniteFailure?.();
+    throw err;
+  }
+  await o.ledger.write(o.callKey, o.recipient, { state: 'sent', at: o.now().toISOString(), ...(ref === undefined ? {} : { ref }) });
+  return { sent: true, ref };
+}

@@ -1,0 +1,50 @@
+// Numbers that must never get an SMS, kept in one Redis set (`<prefix>:optout`) that every SMS
+// sink consults and the CLI edits. The numbers are stored in E.164.
+import type { Redis } from 'ioredis';
+import { parseE164 } from './phone.js';
+
+/** What an SMS sink needs of the opt-out list. */
+export interface OptOutLookup {
+  has(number: string): Promise<boolean>;
+}
+
+export class OptOutList implements OptOutLookup {
+  readonly key: string;
+
+  /** `keyPrefix` is the queue prefix (QUEUE_PREFIX, e.g. `callsync` or `{callsync}`). */
+  constructor(
+    private readonly redis: Redis,
+    keyPrefix: string,
+  ) {
+    this.key = `${keyPrefix}:optout`;
+  }
+
+  /** E.164 form of a number; throws on anything that is not a valid international number. */
+  static normalize(number: string): string {
+    const e164 = parseE164(number);
+    if (e164 === undefined) throw new Error(`not a valid E.164 phone number: "${number}" (expected e.g. +4915112345678)`);
+    return e164;
+  }
+
+  /** Adds numbers; returns how many were not on the list yet. */
+  async add(...numbers: string[]): Promise<number> {
+    const normalized = numbers.map((n) => OptOutList.normalize(n));
+    return normalized.length === 0 ? 0 : this.redis.sadd(this.key, ...normalized);
+  }
+
+  /** Removes numbers; returns how many were on the list. */
+  async remove(...numbers: string[]): Promise<number> {
+    const normalized = numbers.map((n) => OptOutList.normalize(n));
+    return normalized.length === 0 ? 0 : this.redis.srem(this.key, ...normalized);
+  }
+
+  /** Every number on the list, sorted. */
+  async list(): Promise<string[]> {
+    return (await this.redis.smembers(this.key)).sort();
+  }
+
+  async has(number: string): Promise<boolean> {
+    const e164 = parseE164(number);
+    return e164 !== undefined && (await this.redis.sismember(this.key, e164)) === 1;
+  }
+}

@@ -1,0 +1,202 @@
+// The `sms` notification sink: one rule = one sink. Sends a templated text through the platform's
+// API (SendWebSmsRequest, spec 2.4) to the call's other party or to fixed numbers, honouring quiet
+// hours, a per-number cooldown, the opt-out list and the "never twice" ledger.
+import { z } from 'zod';
+import type { CanonicalCall } from '../../model/call.js';
+import { maskPhone } from '../../log.js';
+import { OutcomeUnknownError, requestCertainlyNotSent } from '../../telephony/errors.js';
+import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.js';
+import { RetryLaterError, SinkError } from '../errors.js';
+import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
+import { NotificationLedger, sendOnce } from './ledger.js';
+import { messageFields, renderText, truncateText } from './message.js';
+import type { OptOutLookup } from './opt-out.js';
+import { commonOptions, durationSchema, templateSchema } from './options.js';
+import { checkSmsRecipient, parseE164 } from './phone.js';
+import { quietHoursEnd, type QuietHours } from './time.js';
+
+const e164Schema = z.string().transform((v, ctx) => {
+  const e164 = parseE164(v);
+  if (e164 === undefined) {
+    ctx.addIssue({ code: 'custom', message: `expected an E.164 phone number such as +4915112345678, got "${v}"` });
+    return z.NEVER;
+  }
+  return e164;
+});
+
+export const smsOptionsSchema = z.strictObject({
+  /** SMS extension id (e.g. `s0`). Default: TELEPHONY_SMS_ID. */
+  smsId: z.string().min(1).optional(),
+  /** `caller` (the call's other party: the caller of an incoming call, the callee of an outgoing one) or fixed E.164 numbers. Default `caller`. */
+  to: z.union([z.literal('caller'), z.array(e164Schema).min(1)]).default('caller'),
+  /** `{{field}}` template of the text (docs/notifications.md lists the fields). */
+  message: templateSchema,
+  /** Longest text sent, in characters; longer texts are cut at a word with `…`. Default 459 (three concatenated GSM parts). */
+  maxLength: z.number().int().min(20).max(1600).default(459),
+  /** At most one SMS per number and rule within this time (e.g. `12h`). Default: no cooldown. */
+  cooldown: durationSchema.optional(),
+  /** Numbers never texted by this rule (in addition to the shared opt-out list). */
+  optOut: z.array(e164Schema).default([]),
+  /**
+   * How an SMS due in quiet hours waits: `sendAt` hands it to the platform now, scheduled for the end
+   * of the quiet hours; `delay` keeps the job in the queue until then. Default `sendAt`.
+   */
+  quietHoursMode: z.enum(['sendAt', 'delay']).default('sendAt'),
+  ...commonOptions,
+});
+
+export type SmsOptions = z.infer<typeof smsOptionsSchema>;
+
+/** Sink dependencies plus the shared opt-out list (Redis set), when the process provides it. */
+export interface NotifySinkDeps extends SinkDeps {
+  optOut?: OptOutLookup;
+}
+
+/**
+ * Whether a failed send may have reached the platform. The API client raises OutcomeUnknownError
+ * when the request left but no answer came back; an HTTP answer or a request that provably never
+ * left is definite; anything else unexplained is treated as unknown (the safe side).
+ */
+export function smsOutcomeUnknown(err: unknown): boolean {
+  if (err instanceof OutcomeUnknownError) return true;
+  if (err instanceof SinkError && (err.status !== undefined || err.kind !== 'transient')) return false;
+  return !requestCertainlyNotSent(err);
+}
+
+/** `12 h`, `30 min`. */
+function formatMs(ms: number): string {
+  return ms >= 3_600_000 ? `${+(ms / 3_600_000).toFixed(1)} h` : `${+(ms / 60_000).toFixed(1)} min`;
+}
+
+interface Candidate {
+  number: string;
+  label: string;
+}
+
+class SmsSink implements Sink {
+  readonly type = 'sms';
+  private readonly ledger: NotificationLedger;
+  private readonly optOut: Set<string>;
+
+  constructor(
+    readonly name: string,
+    private readonly o: SmsOptions,
+    private readonly smsId: string,
+    private readonly telephony: TelephonyClient,
+    private readonly deps: NotifySinkDeps,
+  ) {
+    this.ledger = new NotificationLedger(deps.state);
+    this.optOut = new Set(o.optOut);
+  }
+
+  private quietHours(): QuietHours | undefined {
+    const q = this.o.quietHours;
+    return q ? { start: q.start, end: q.end, timeZone: q.timeZone ?? this.o.timeZone } : undefined;
+  }
+
+  async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
+    const now = this.deps.now();
+    if (this.o.maxAge !== undefined && now.getTime() - Date.parse(call.startedAt) > this.o.maxAge) {
+      return { status: 'skipped', reason: 'call older than maxAge' };
+    }
+    const message = truncateText(renderText(this.o.message, messageFields(call, this.o.timeZone)), this.o.maxLength);
+    if (message === '') return { status: 'skipped', reason: 'message empty for this call' };
+
+    const skipped: string[] = [];
+    const candidates: Candidate[] = [];
+    for (const target of this.targets(call)) {
+      const check = checkSmsRecipient(target.number, target.raw);
+      if (!check.ok) {
+        skipped.push(check.reason);
+        continue;
+      }
+      const label = maskPhone(check.number) ?? '';
+      const earlier = await this.ledger.read(call.key, check.number);
+      if (earlier?.state === 'sent') skipped.push(`${label}: already sent`);
+      else if (earlier?.state === 'unknown') skipped.push(`${label}: an earlier attempt's outcome is unknown; not resent`);
+      else if (await this.optedOut(check.number)) skipped.push(`${label}: opted out`);
+      else candidates.push({ number: check.number, label });
+    }
+    if (candidates.length === 0) return this.finish(ctx, [], skipped);
+
+    const quiet = this.quietHours();
+    const quietEnd = quiet ? quietHoursEnd(now, quiet) : null;
+    if (quietEnd && this.o.quietHoursMode === 'delay') {
+      throw new RetryLaterError(`quiet hours until ${quietEnd.toISOString()}`, quietEnd.getTime() - now.getTime(), { scope: 'job' });
+    }
+    // Quiet hours end within a day, well inside the platform's 30-day limit for sendAt.
+    const sendAt = quietEnd ? Math.ceil(quietEnd.getTime() / 1000) : undefined;
+
+    const sent: [string, string][] = [];
+    for (const c of candidates) {
+      if (!(await this.takeCooldown(c.number, call.key, sendAt === undefined ? 0 : sendAt * 1000 - now.getTime()))) {
+        skipped.push(`${c.label}: cooldown (${formatMs(this.o.cooldown ?? 0)})`);
+        continue;
+      }
+      const request: SendWebSmsRequest = { smsId: this.smsId, recipient: c.number, message, ...(sendAt === undefined ? {} : { sendAt }) };
+      const result = await sendOnce({
+        ledger: this.ledger,
+        callKey: call.key,
+        recipient: c.number,
+        what: `SMS to ${c.label}`,
+        now: this.deps.now,
+        outcomeUnknown: smsOutcomeUnknown,
+        send: async () => {
+          await this.telephony.sendSms(request, ctx.signal);
+          return sendAt === undefined ? 'sent' : `scheduled for ${new Date(sendAt * 1000).toISOString()}`;
+        },
+        // The retry of a definite failure must not find its own cooldown; an unknown outcome keeps it.
+        onDefiniteFailure: () => this.releaseCooldown(c.number, call.key),
+      });
+      if (result.sent) {
+        ctx.log.info({ sink: this.name, to: c.label, sendAt }, 'sms handed to the platform');
+        sent.push([c.label, result.ref ?? 'sent']);
+      } else {
+        skipped.push(`${c.label}: ${result.reason}`);
+      }
+    }
+    return this.finish(ctx, sent, skipped);
+  }
+
+  private targets(call: CanonicalCall): { number: string | null; raw: string | null }[] {
+    if (this.o.to !== 'caller') return this.o.to.map((n) => ({ number: n, raw: n }));
+    return call.direction === 'in' ? [{ number: call.from, raw: call.fromRaw }] : [{ number: call.to, raw: call.toRaw }];
+  }
+
+  private async optedOut(number: string): Promise<boolean> {
+    return this.optOut.has(number) || ((await this.deps.optOut?.has(number)) ?? false);
+  }
+
+  /** Reserves the number for this call during the cooldown; true when this call may text it. */
+  private async takeCooldown(number: string, callKey: string, extraMs: number): Promise<boolean> {
+    if (this.o.cooldown === undefined) return true;
+    const key = `cooldown:${number}`;
+    if (await this.deps.state.setIfAbsent(key, callKey, this.o.cooldown + Math.max(0, extraMs))) return true;
+    return (await this.deps.state.get(key)) === callKey;
+  }
+
+  private async releaseCooldown(number: string, callKey: string): Promise<void> {
+    if (this.o.cooldown === undefined) return;
+    const key = `cooldown:${number}`;
+    if ((await this.deps.state.get(key)) === callKey) await this.deps.state.delete(key);
+  }
+
+  private finish(ctx: SinkContext, sent: [string, string][], skipped: string[]): SinkResult {
+    if (skipped.length > 0) ctx.log.info({ sink: this.name, skipped }, 'sms skipped');
+    if (sent.length === 0) return { status: 'skipped', reason: skipped.join('; ') || 'no recipient' };
+    return { status: 'done', refs: Object.fromEntries(sent), ...(skipped.length > 0 ? { reason: `also skipped: ${skipped.join('; ')}` } : {}) };
+  }
+}
+
+export const smsSinkType: SinkType<SmsOptions> = {
+  type: 'sms',
+  options: smsOptionsSchema as z.ZodType<SmsOptions>,
+  create(name, options, deps) {
+    if (deps.telephony === null) {
+      throw new Error(`sink "${name}" (sms) needs the telephony API: set TELEPHONY_API_URL and TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN (or TELEPHONY_ACCESS_TOKEN)`);
+    }
+    const smsId = options.smsId ?? deps.env.TELEPHONY_SMS_ID?.trim();
+    if (!smsId) throw new Error(`sink "${name}" (sms) needs an SMS extension id: option smsId or TELEPHONY_SMS_ID`);
+    return new SmsSink(name, options, smsId, deps.telephony, deps as NotifySinkDeps);
+  },
+};
