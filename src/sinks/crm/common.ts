@@ -1,0 +1,111 @@
+// Pieces shared by the CRM sink types: option schemas and the per-call record memory.
+import { z } from 'zod';
+import { isSupportedCountry } from 'libphonenumber-js';
+import { callHash } from '../../model/call.js';
+import type { KeyValueStore } from '../../state/kv.js';
+import { templateFields } from '../template.js';
+import type { CountryCode } from './phone.js';
+import { templateVarNames } from './vars.js';
+
+export const DEFAULT_REGION: CountryCode = 'DE';
+
+export const regionSchema = z
+  .string()
+  .transform((v) => v.trim().toUpperCase())
+  .refine((v) => isSupportedCountry(v), { message: 'expected an ISO 3166 country code libphonenumber knows, e.g. DE' })
+  .transform((v) => v as CountryCode);
+
+/** The default region from the options, else PHONE_DEFAULT_REGION, else DE. */
+export function resolveRegion(option: CountryCode | undefined, env: NodeJS.ProcessEnv): CountryCode {
+  if (option) return option;
+  const fromEnv = env.PHONE_DEFAULT_REGION?.trim().toUpperCase();
+  if (fromEnv && isSupportedCountry(fromEnv)) return fromEnv;
+  return DEFAULT_REGION;
+}
+
+/** A `{{field}}` template whose fields all exist (a typo is a config error, not an empty note). */
+export const templateSchema = z
+  .string()
+  .min(1)
+  .superRefine((tpl, ctx) => {
+    const unknown = templateFields(tpl).filter((f) => !templateVarNames.includes(f.split('.')[0] as string));
+    if (unknown.length > 0) {
+      ctx.addIssue({ code: 'custom', message: `unknown template field(s): ${unknown.join(', ')}; known: ${templateVarNames.join(', ')}` });
+    }
+  });
+
+export const queueLimitSchema = z.strictObject({
+  /** Jobs (calls) per window; each call makes a few requests (see docs/crm.md). */
+  max: z.int().min(1),
+  durationMs: z.int().min(1),
+});
+
+export const archiveLinkSchema = z.strictObject({
+  enabled: z.boolean().default(true),
+  /** The archive sink's key prefix; default ARCHIVE_S3_PREFIX. */
+  prefix: z.string().optional(),
+  /** Where the keys can be opened, e.g. an internal S3 console or CDN URL. Without it the key is shown. */
+  baseUrl: z.url().optional(),
+});
+
+export const timeoutSchema = z.int().min(100).max(120_000).default(15_000);
+
+/** What a CRM sink remembers about one call: the CRM record it wrote, so a redelivery updates it. */
+export interface CrmRecord {
+  id: string;
+  contactId?: string | null;
+  /** Pipedrive: the activity behind the call log (the part that can be edited). */
+  activityId?: string | null;
+}
+
+const PENDING_TTL_MS = 30 * 24 * 3600 * 1000;
+
+/**
+ * Per-call memory in the sink's KeyValueStore:
+ *   `rec:<hash>`      the CRM record id (kept; a redelivery months later still updates)
+ *   `pending:<hash>`  set just before a create request; when it is found on a later try without
+ *                     `rec:`, an earlier try may have created the record and died before storing
+ *                     its id, so the adapter looks the record up in the CRM before creating again.
+ */
+export class RecordMemory {
+  constructor(private readonly kv: KeyValueStore) {}
+
+  async get(callKey: string): Promise<CrmRecord | null> {
+    const raw = await this.kv.get(`rec:${callHash(callKey)}`);
+    if (raw === null) return null;
+    try {
+      const parsed = JSON.parse(raw) as CrmRecord;
+      return typeof parsed.id === 'string' && parsed.id !== '' ? parsed : null;
+    } catch {
+      return null;
+    }
+  }
+
+  async set(callKey: string, record: CrmRecord): Promise<void> {
+    await this.kv.set(`rec:${callHash(callKey)}`, JSON.stringify(record));
+  }
+
+  async forget(callKey: string): Promise<void> {
+    await this.kv.delete(`rec:${callHash(callKey)}`);
+  }
+
+  /** True when no earlier try started creating this call's record (the marker is now set). */
+  async beginCreate(callKey: string, now: Date): Promise<boolean> {
+    return this.kv.setIfAbsent(`pending:${callHash(callKey)}`, now.toISOString(), PENDING_TTL_MS);
+  }
+
+  async endCreate(callKey: string): Promise<void> {
+    await this.kv.delete(`pending:${callHash(callKey)}`);
+  }
+}
+
+/** Milliseconds until the next UTC midnight (daily CRM budgets). */
+export function untilUtcMidnight(now: Date): number {
+  const next = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1);
+  return Math.max(1000, next - now.getTime());
+}
+
+/** `YYYY-MM-DD HH:MM:SS` in UTC (Pipedrive's call log times). */
+export function utcDateTime(iso: string): string {
+  return new Date(iso).toISOString().slice(0, 19).replace('T', ' ');
+}

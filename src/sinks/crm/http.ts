@@ -1,0 +1,180 @@
+// One small HTTP client shared by the CRM adapters: global fetch with a timeout, every answer sorted
+// into the sink error kinds, and the CRM's rate limit honoured for the whole sink queue:
+//   429                      -> RetryLaterError(scope 'queue') for Retry-After (or the CRM's window)
+//   rate-limit headers at 0  -> the next request of this sink waits the window out the same way
+//   401 / 403                -> AuthError (the runner pauses the queue) + metric
+//   400 / 422 / other 4xx    -> PermanentError with the CRM's own message
+//   5xx / network / timeout  -> TransientError
+// Nothing here logs request bodies, URLs with query strings or credentials.
+import {
+  AuthError,
+  errorFromHttp,
+  errorFromNetwork,
+  parseRetryAfter,
+  RetryLaterError,
+  TransientError,
+} from '../errors.js';
+import { crmAuthFailures, crmRateLimited, crmRequests } from './metrics.js';
+
+export interface CrmAnswer {
+  status: number;
+  headers: Headers;
+  /** Parsed JSON, or undefined when the body was empty or not JSON. */
+  body: unknown;
+}
+
+export interface CrmHttpConfig {
+  /** `HubSpot`, `Pipedrive`, `Webhook`: used in messages and metrics. */
+  crm: string;
+  /** Sink name (config), for metrics and messages. */
+  sink: string;
+  baseUrl: string;
+  /** Headers sent with every request (authorization, user agent). */
+  headers: Record<string, string>;
+  /** Query parameters added to every request (e.g. Pipedrive's `api_token`); never shown in messages. */
+  query?: Record<string, string>;
+  timeoutMs: number;
+  now: () => Date;
+  /** What to tell the operator on 401/403 (which setting to check). */
+  authHint: string;
+  /** The CRM's error text from an error answer. */
+  errorDetail(body: unknown, text: string): string | undefined;
+  /** Wait after a 429 without Retry-After, from the CRM's headers or body. */
+  rateLimitDelayMs(answer: CrmAnswer): number;
+  /** When an answer's rate-limit headers say the window is used up: how long until it resets. */
+  windowExhaustedMs?(headers: Headers): number | undefined;
+}
+
+export interface CrmRequest {
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+  path: string;
+  query?: Record<string, string>;
+  body?: unknown;
+  /** A body already serialized as JSON, sent byte for byte (signed payloads). */
+  rawBody?: string;
+  /** Headers of this request only. */
+  headers?: Record<string, string>;
+  /** Statuses returned to the caller instead of thrown (e.g. 404 to notice a deleted record). */
+  accept?: number[];
+  signal?: AbortSignal;
+}
+
+const MAX_DETAIL = 500;
+
+export function truncate(text: string, max = MAX_DETAIL): string {
+  return text.length > max ? `${text.slice(0, max)}…` : text;
+}
+
+export class CrmHttp {
+  private blockedUntil = 0;
+
+  constructor(readonly config: CrmHttpConfig) {}
+
+  /** Milliseconds until this sink may call the CRM again (0 when it may now). */
+  pausedForMs(): number {
+    return Math.max(0, this.blockedUntil - this.config.now().getTime());
+  }
+
+  private block(ms: number): void {
+    this.blockedUntil = Math.max(this.blockedUntil, this.config.now().getTime() + ms);
+  }
+
+  async request(req: CrmRequest): Promise<CrmAnswer> {
+    const { crm, sink } = this.config;
+    const url = new URL(req.path === '' ? this.config.baseUrl : this.config.baseUrl.replace(/\/+$/, '') + req.path);
+    // Messages name the path (or the host), never the query string: it may carry a token.
+    const what = `${crm} ${req.method} ${req.path === '' ? `${url.host}${url.pathname}` : req.path}`;
+    const waitMs = this.pausedForMs();
+    if (waitMs > 0) {
+      // The last answer said the window is used up: pause the queue instead of earning a 429.
+      throw new RetryLaterError(`${crm} rate limit window used up; sink queue pauses for ${waitMs} ms`, waitMs, { scope: 'queue' });
+    }
+
+    for (const [k, v] of Object.entries({ ...req.query, ...this.config.query })) url.searchParams.set(k, v);
+    const headers: Record<string, string> = { accept: 'application/json', ...this.config.headers, ...req.headers };
+    let payload: string | undefined;
+    if (req.rawBody !== undefined) payload = req.rawBody;
+    else if (req.body !== undefined) payload = JSON.stringify(req.body);
+    if (payload !== undefined) headers['content-type'] = 'application/json';
+    const timeout = AbortSignal.timeout(this.config.timeoutMs);
+    const signal = req.signal ? AbortSignal.any([req.signal, timeout]) : timeout;
+
+    let res: Response;
+    let text: string;
+    try {
+      res = await fetch(url, { method: req.method, headers, body: payload, signal, redirect: 'error' });
+      text = await res.text();
+    } catch (err) {
+      crmRequests.inc({ sink, crm, status: 'network' });
+      if (req.signal?.aborted) throw new TransientError(`${what} abandoned: worker shutting down`, { cause: err });
+      throw errorFromNetwork(what, err);
+    }
+    crmRequests.inc({ sink, crm, status: String(res.status) });
+
+    let body: unknown;
+    if (text.length > 0) {
+      try {
+        body = JSON.parse(text);
+      } catch {
+        body = undefined;
+      }
+    }
+    const answer: CrmAnswer = { status: res.status, headers: res.headers, body };
+
+    const exhausted = this.config.windowExhaustedMs?.(res.headers);
+    if (exhausted !== undefined && exhausted > 0) {
+      this.block(exhausted);
+      crmRateLimited.inc({ sink, crm, reason: 'headers' });
+    }
+
+    if ((res.status >= 200 && res.status < 300) || req.accept?.includes(res.status)) return answer;
+
+    const detail = this.detail(body, text);
+    if (res.status === 429) {
+      const delay = parseRetryAfter(res.headers.get('retry-after'), this.config.now().getTime()) ?? this.config.rateLimitDelayMs(answer);
+      this.block(delay);
+      crmRateLimited.inc({ sink, crm, reason: '429' });
+      throw new RetryLaterError(`${what} answered 429${detail ? `: ${detail}` : ''}; sink queue pauses for ${delay} ms`, delay, {
+        status: 429,
+        scope: 'queue',
+      });
+    }
+    if (res.status === 401 || res.status === 403) {
+      crmAuthFailures.inc({ sink, crm, status: String(res.status) });
+      throw new AuthError(
+        `${crm} rejected the credentials of sink "${sink}" (${what} answered ${res.status}${detail ? `: ${detail}` : ''}). ` +
+          `${this.config.authHint} The sink queue stays paused until an operator resumes it.`,
+        { status: res.status },
+      );
+    }
+    throw errorFromHttp({ status: res.status, what, detail, retryAfter: res.headers.get('retry-after'), rateLimitScope: 'queue' });
+  }
+
+  private detail(body: unknown, text: string): string | undefined {
+    const d = this.config.errorDetail(body, text);
+    if (d !== undefined && d.trim() !== '') return truncate(d.trim());
+    // Non-JSON error pages: a short excerpt is still better than nothing.
+    const plain = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim();
+    return plain === '' ? undefined : truncate(plain, 200);
+  }
+}
+
+/** A header's value as a number, or undefined. */
+export function numberHeader(headers: Headers, name: string): number | undefined {
+  const v = headers.get(name);
+  if (v === null || v.trim() === '') return undefined;
+  const n = Number(v);
+  return Number.isFinite(n) ? n : undefined;
+}
+
+/** Value at `obj.key` when `obj` is an object. */
+export function field(obj: unknown, key: string): unknown {
+  return obj !== null && typeof obj === 'object' && Object.hasOwn(obj, key) ? (obj as Record<string, unknown>)[key] : undefined;
+}
+
+export function stringField(obj: unknown, key: string): string | undefined {
+  const v = field(obj, key);
+  if (typeof v === 'string') return v;
+  if (typeof v === 'number') return String(v);
+  return undefined;
+}
