@@ -68,6 +68,16 @@ function formatMs(ms: number): string {
   return ms >= 3_600_000 ? `${+(ms / 3_600_000).toFixed(1)} h` : `${+(ms / 60_000).toFixed(1)} min`;
 }
 
+function parseCooldown(raw: string | null): { callKey: string; until: number } | null {
+  if (raw === null) return null;
+  try {
+    const v = JSON.parse(raw) as { callKey?: unknown; until?: unknown };
+    return typeof v.callKey === 'string' && typeof v.until === 'number' ? { callKey: v.callKey, until: v.until } : null;
+  } catch {
+    return null;
+  }
+}
+
 interface Candidate {
   number: string;
   label: string;
@@ -167,18 +177,27 @@ class SmsSink implements Sink {
     return this.optOut.has(number) || ((await this.deps.optOut?.has(number)) ?? false);
   }
 
-  /** Reserves the number for this call during the cooldown; true when this call may text it. */
+  /**
+   * Reserves the number for this call until the cooldown has passed (by the sink's clock; the
+   * key's TTL only cleans up). True when this call may text the number.
+   */
   private async takeCooldown(number: string, callKey: string, extraMs: number): Promise<boolean> {
     if (this.o.cooldown === undefined) return true;
     const key = `cooldown:${number}`;
-    if (await this.deps.state.setIfAbsent(key, callKey, this.o.cooldown + Math.max(0, extraMs))) return true;
-    return (await this.deps.state.get(key)) === callKey;
+    const now = this.deps.now().getTime();
+    const ttl = this.o.cooldown + Math.max(0, extraMs);
+    const mine = JSON.stringify({ callKey, until: now + ttl });
+    if (await this.deps.state.setIfAbsent(key, mine, ttl)) return true;
+    const held = parseCooldown(await this.deps.state.get(key));
+    if (held !== null && held.callKey !== callKey && held.until > now) return false;
+    await this.deps.state.set(key, mine, ttl);
+    return true;
   }
 
   private async releaseCooldown(number: string, callKey: string): Promise<void> {
     if (this.o.cooldown === undefined) return;
     const key = `cooldown:${number}`;
-    if ((await this.deps.state.get(key)) === callKey) await this.deps.state.delete(key);
+    if (parseCooldown(await this.deps.state.get(key))?.callKey === callKey) await this.deps.state.delete(key);
   }
 
   private finish(ctx: SinkContext, sent: [string, string][], skipped: string[]): SinkResult {
