@@ -1,0 +1,194 @@
+/* eslint-disable @typescript-eslint/no-floating-promises -- node:test awaits the promises describe() and test() return */
+// The `email` notification sink against a real SMTP server on loopback (STARTTLS + AUTH, like a
+// submission port) and real Redis: subject, text and HTML as received, escaping, never twice,
+// SMTP refusals and quiet hours.
+import assert from 'node:assert/strict';
+import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
+import { Redis } from 'ioredis';
+import { createLogger } from '../src/log.js';
+import { callHash, type CanonicalCall } from '../src/model/call.js';
+import { PermanentError, RetryLaterError, TransientError } from '../src/sinks/errors.js';
+import { emailSinkType } from '../src/sinks/notify/email.js';
+import { smtpOutcomeUnknown } from '../src/sinks/notify/mailer.js';
+import type { Sink, SinkContext } from '../src/sinks/types.js';
+import { RedisKeyValueStore } from '../src/state/kv.js';
+import { sampleCall } from './support/calls.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
+import { TestSmtpServer } from './support/smtp.js';
+
+const log = createLogger({ level: 'silent' });
+const ctx = (): SinkContext => ({ jobId: 'job-1', attempt: 1, log, signal: new AbortController().signal });
+
+let smtp: TestSmtpServer;
+let redis: Redis;
+let prefix: string;
+let clock: Date;
+const sinks: Sink[] = [];
+
+before(async () => {
+  smtp = await TestSmtpServer.start({ user: 'mailer', pass: 's3cret p@ss' });
+  redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+});
+
+after(async () => {
+  await smtp.close();
+  redis.disconnect();
+});
+
+beforeEach(() => {
+  prefix = uniquePrefix('notify-mail');
+  smtp.messages.length = 0;
+  smtp.rejectData = undefined;
+  clock = new Date('2026-04-08T10:05:00Z');
+});
+
+afterEach(async () => {
+  for (const s of sinks.splice(0)) await s.close?.();
+  await cleanupPrefix(prefix);
+});
+
+function sink(name: string, options: Record<string, unknown>, env: Record<string, string> = {}): Sink {
+  const parsed = emailSinkType.options.parse(options);
+  const state = new RedisKeyValueStore(redis, `${prefix}:state:`).scoped(name);
+  const s = emailSinkType.create(name, parsed, { log, state, telephony: null, now: () => clock, env: { SMTP_URL: smtp.url, ...env } });
+  sinks.push(s);
+  return s;
+}
+
+function call(id: string, patch: Partial<CanonicalCall> = {}): CanonicalCall {
+  return { ...sampleCall(id), ...patch };
+}
+
+const summaryMail = () => sink('summary-mail', { from: 'Callsync <calls@example.com>', to: ['team@example.com', 'lead@example.com'], timeZone: 'Europe/Berlin' });
+
+describe('email sink: what the SMTP server receives', () => {
+  test('the default summary mail: envelope, subject, text and HTML, over STARTTLS with AUTH', async () => {
+    const result = await summaryMail().deliver(call('c-mail'), ctx());
+    assert.equal(result.status, 'done');
+    assert.equal(smtp.messages.length, 1);
+    const m = smtp.messages[0]!;
+    assert.equal(m.secure, true, 'STARTTLS was used');
+    assert.equal(m.user, 'mailer');
+    assert.equal(m.from, 'calls@example.com');
+    assert.deepEqual(m.to, ['team@example.com', 'lead@example.com']);
+    assert.equal(m.subject, 'Call +492116355340 → +4921155550100 (answered, 2026-04-08 12:00)');
+    assert.equal(m.headers['message-id'], `<${callHash('ai-agent:agent-1:c-mail')}.summary-mail@example.com>`);
+    assert.equal(result.refs?.messageId, m.headers['message-id']);
+    assert.equal(
+      m.text?.replace(/\r\n/g, '\n').trim(),
+      [
+        'incoming call from +492116355340 to +4921155550100',
+        'When: 2026-04-08 12:00 (Europe/Berlin), duration 2 min 15 s',
+        'Outcome: answered',
+        'Agent: agent-1',
+        '',
+        'Summary:',
+        'The caller asked to move her dentist appointment to Friday morning.',
+        '',
+        'Key points:',
+        '- Appointment moved to Friday 9:00',
+        '- Caller prefers SMS confirmation',
+        '',
+        'Topics: appointment, rescheduling',
+      ].join('\n'),
+    );
+    assert.match(m.html ?? '', /white-space: pre-wrap">incoming call from \+492116355340/);
+    assert.match(m.html ?? '', /- Caller prefers SMS confirmation/);
+  });
+
+  test('an HTML template keeps its markup and escapes every value', async () => {
+    const s = sink('html-mail', {
+      from: 'calls@example.com',
+      to: 'team@example.com',
+      subject: 'Summary: {{summary}}',
+      text: '{{summary}}\n{{keyPoints}}',
+      html: '<h1>Call from {{caller}}</h1><p>{{summary}}</p><div>{{keyPoints}}</div>',
+    });
+    const evil = call('c-evil', {
+      summary: { content: 'Bob & <script>alert("x")</script> said \'hi\'', keyPoints: ['one <b>', 'two'], topics: [] },
+    });
+    await s.deliver(evil, ctx());
+    const m = smtp.messages[0]!;
+    assert.equal(m.subject, 'Summary: Bob & <script>alert("x")</script> said \'hi\'');
+    assert.equal(m.text?.replace(/\r\n/g, '\n').trim(), 'Bob & <script>alert("x")</script> said \'hi\'\n- one <b>\n- two');
+    assert.equal(
+      m.html?.replace(/\r\n/g, '\n'),
+      '<h1>Call from +492116355340</h1><p>Bob &amp; &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; said &#39;hi&#39;</p><div>- one &lt;b&gt;<br>\n- two</div>',
+    );
+  });
+
+  test('the sender defaults to SMTP_FROM', async () => {
+    await sink('env-from', { to: 'team@example.com' }, { SMTP_FROM: 'noreply@example.org' }).deliver(call('c-from'), ctx());
+    assert.equal(smtp.messages[0]?.from, 'noreply@example.org');
+  });
+});
+
+describe('email sink: never twice, failures, quiet hours', () => {
+  test('redelivery of the same call sends one mail', async () => {
+    const s = summaryMail();
+    assert.equal((await s.deliver(call('c-twice'), ctx())).status, 'done');
+    const again = await s.deliver(call('c-twice'), ctx());
+    assert.equal(again.status, 'skipped');
+    assert.match(again.reason ?? '', /already sent/);
+    // Another rule sends its own mail of the same call.
+    assert.equal((await sink('other-mail', { from: 'a@example.com', to: 'b@example.com' }).deliver(call('c-twice'), ctx())).status, 'done');
+    assert.equal(smtp.messages.length, 2);
+  });
+
+  test('a 5xx refusal is permanent (dead letters with the reason), a 4xx is transient; neither keeps the marker', async () => {
+    const s = summaryMail();
+    smtp.rejectData = { code: 550, message: 'mailbox unavailable' };
+    await assert.rejects(s.deliver(call('c-550'), ctx()), (err: unknown) => {
+      assert.ok(err instanceof PermanentError);
+      assert.equal(err.status, 550);
+      assert.match(err.message, /mailbox unavailable/);
+      return true;
+    });
+    smtp.rejectData = { code: 451, message: 'try again later' };
+    await assert.rejects(s.deliver(call('c-550'), ctx()), TransientError);
+    smtp.rejectData = undefined;
+    assert.equal((await s.deliver(call('c-550'), ctx())).status, 'done');
+    assert.equal(smtp.messages.length, 1);
+  });
+
+  test('wrong SMTP credentials pause the queue (AuthError), and no mail is marked sent', async () => {
+    const url = smtp.url.replace('s3cret%20p%40ss', 'wrong');
+    const s = sink('auth-mail', { from: 'a@example.com', to: 'b@example.com' }, { SMTP_URL: url });
+    await assert.rejects(s.deliver(call('c-auth'), ctx()), (err: unknown) => (err as Error).name === 'AuthError');
+    assert.equal((await sink('auth-mail', { from: 'a@example.com', to: 'b@example.com' }).deliver(call('c-auth'), ctx())).status, 'done');
+  });
+
+  test('quiet hours delay the job until they end', async () => {
+    const s = sink('quiet-mail', { from: 'a@example.com', to: 'b@example.com', quietHours: { start: '20:00', end: '07:30', timeZone: 'Europe/Berlin' } });
+    clock = new Date('2026-04-08T20:00:00Z'); // 22:00 in Berlin
+    await assert.rejects(s.deliver(call('c-quiet'), ctx()), (err: unknown) => {
+      assert.ok(err instanceof RetryLaterError);
+      assert.equal(err.delayMs, 9.5 * 3600_000); // 22:00 -> 07:30
+      return true;
+    });
+    assert.equal(smtp.messages.length, 0);
+  });
+
+  test('which SMTP failures leave the outcome unknown', () => {
+    const e = (code: string, extra: Record<string, unknown> = {}) => Object.assign(new Error(code), { code, ...extra });
+    assert.equal(smtpOutcomeUnknown(e('EENVELOPE')), false);
+    assert.equal(smtpOutcomeUnknown(e('EMESSAGE', { responseCode: 550 })), false);
+    assert.equal(smtpOutcomeUnknown(e('ESOCKET', { originalCode: 'ECONNREFUSED' })), false);
+    assert.equal(smtpOutcomeUnknown(e('ETIMEDOUT', { timeoutType: 'GREETING_TIMEOUT' })), false);
+    assert.equal(smtpOutcomeUnknown(e('ETIMEDOUT', { timeoutType: 'SOCKET_TIMEOUT' })), true);
+    assert.equal(smtpOutcomeUnknown(e('ECONNECTION')), true);
+  });
+});
+
+describe('email sink: configuration', () => {
+  test('options are checked; the environment shortcut mails every call with a summary', () => {
+    assert.throws(() => emailSinkType.options.parse({ to: 'not-an-address' }), /e-mail address/);
+    assert.throws(() => emailSinkType.options.parse({ to: 'a@example.com', subject: '{{callr}}' }), /unknown field/);
+    const shortcut = emailSinkType.fromEnv?.({ SMTP_URL: 'smtp://localhost:25', NOTIFY_EMAIL_TO: 'a@example.com, b@example.com' }, { configFile: false });
+    assert.deepEqual(shortcut, {
+      sinks: { email: { type: 'email', to: ['a@example.com', 'b@example.com'] } },
+      routes: [{ name: 'summary e-mail', when: { hasSummary: true }, to: 'email' }],
+    });
+    assert.equal(emailSinkType.fromEnv?.({ NOTIFY_EMAIL_TO: 'a@example.com' }, { configFile: false }), null);
+  });
+});
