@@ -11,7 +11,7 @@ export function toE164(raw: string | null | undefined): string | null {
   if (raw === null || raw === undefined) return null;
   const trimmed = raw.trim();
   if (trimmed === '' || ANONYMOUS.test(trimmed)) return null;
-  let s = trimmed.replace(/^tel:/i, '').replace(/[\s\-().\/]/g, '');
+  let s = trimmed.replace(/^tel:/i, '').replace(/[\s\-()./]/g, '');
   if (s.startsWith('00')) s = `+${s.slice(2)}`;
   if (/^\+[1-9]\d{6,14}$/.test(s)) return s;
   if (/^[1-9]\d{7,14}$/.test(s)) return `+${s}`;

@@ -17,6 +17,9 @@ export const archiveOptionsSchema = z.strictObject({
   forcePathStyle: z.boolean().default(false),
   sse: z.enum(['AES256', 'aws:kms', 'aws:kms:dsse']).optional(),
   kmsKeyId: z.string().optional(),
+  /** Static credentials; default: the AWS SDK's chain (environment of the process, instance roles...). */
+  accessKeyId: z.string().min(1).optional(),
+  secretAccessKey: z.string().min(1).optional(),
   /** Local folder used when no bucket is set. Default `./data/archive`. */
   dir: z.string().default('./data/archive'),
 });
@@ -50,6 +53,10 @@ export function createObjectStore(options: ArchiveOptions): ObjectStore {
       forcePathStyle: options.forcePathStyle,
       sse: options.sse,
       kmsKeyId: options.kmsKeyId,
+      credentials:
+        options.accessKeyId && options.secretAccessKey
+          ? { accessKeyId: options.accessKeyId, secretAccessKey: options.secretAccessKey }
+          : undefined,
     });
   }
   return new LocalFolderStore(options.dir);
@@ -72,6 +79,10 @@ export const archiveSinkType: SinkType<ArchiveOptions> = {
       if (env.S3_FORCE_PATH_STYLE) sink.forcePathStyle = ['1', 'true', 'yes', 'on'].includes(env.S3_FORCE_PATH_STYLE.toLowerCase());
       if (env.ARCHIVE_S3_SSE) sink.sse = env.ARCHIVE_S3_SSE;
       if (env.ARCHIVE_S3_KMS_KEY_ID) sink.kmsKeyId = env.ARCHIVE_S3_KMS_KEY_ID;
+      if (env.AWS_ACCESS_KEY_ID && env.AWS_SECRET_ACCESS_KEY) {
+        sink.accessKeyId = env.AWS_ACCESS_KEY_ID;
+        sink.secretAccessKey = env.AWS_SECRET_ACCESS_KEY;
+      }
     } else {
       if (env.ARCHIVE_DIR) sink.dir = env.ARCHIVE_DIR;
       if (env.ARCHIVE_S3_PREFIX) sink.prefix = env.ARCHIVE_S3_PREFIX;

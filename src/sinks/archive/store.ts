@@ -7,7 +7,7 @@ import type { Readable } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
-import { errorFromHttp, errorFromNetwork, PermanentError, type SinkError } from '../errors.js';
+import { AuthError, errorFromHttp, errorFromNetwork, PermanentError, type SinkError } from '../errors.js';
 
 export interface PutOptions {
   contentType: string;
@@ -83,6 +83,8 @@ export function errorFromS3(what: string, err: unknown): SinkError {
     const status = err.$metadata.httpStatusCode ?? 500;
     return errorFromHttp({ status, what, detail: `${err.name}: ${err.message}` });
   }
+  // No credentials at all: every job would fail the same way until an operator fixes the setup.
+  if (err instanceof Error && err.name === 'CredentialsProviderError') return new AuthError(`${what}: ${err.message}`, { cause: err });
   return errorFromNetwork(what, err);
 }
 
@@ -99,6 +101,10 @@ export class S3Store implements ObjectStore {
       credentials: options.credentials,
       // The queue owns retries (with backoff across minutes); the SDK only smooths over a blip.
       maxAttempts: 2,
+      // Checksums only where S3 requires them: some S3-compatible servers reject the SDK's default
+      // trailing-checksum (aws-chunked) uploads.
+      requestChecksumCalculation: 'WHEN_REQUIRED',
+      responseChecksumValidation: 'WHEN_REQUIRED',
       requestHandler: { requestTimeout: options.timeoutMs ?? 30_000, connectionTimeout: 5_000 },
     });
   }
