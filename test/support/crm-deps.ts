@@ -1,0 +1,44 @@
+// SinkDeps / SinkContext for the CRM adapter tests: real Redis state under a unique prefix, a
+// controllable clock, and a log captured in memory (to prove what was never logged).
+import { Redis } from 'ioredis';
+import { RedisKeyValueStore } from '../../src/state/kv.js';
+import type { SinkContext, SinkDeps } from '../../src/sinks/types.js';
+import { memoryLog } from './callsync.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix } from './redis.js';
+
+export interface CrmTestDeps extends SinkDeps {
+  prefix: string;
+  redis: Redis;
+  logs: Record<string, unknown>[];
+  clock: { now: number; advance(ms: number): void };
+  ctx(attempt?: number): SinkContext;
+  close(): Promise<void>;
+}
+
+export function crmTestDeps(env: NodeJS.ProcessEnv = {}): CrmTestDeps {
+  const prefix = `${uniquePrefix('crmtest')}:`;
+  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+  const { lines, log } = memoryLog('debug');
+  const clock = {
+    now: Date.parse('2026-04-08T12:00:00Z'),
+    advance(ms: number) {
+      clock.now += ms;
+    },
+  };
+  return {
+    prefix,
+    redis,
+    logs: lines,
+    clock,
+    log,
+    state: new RedisKeyValueStore(redis, prefix),
+    telephony: null,
+    now: () => new Date(clock.now),
+    env,
+    ctx: (attempt = 1) => ({ jobId: 'job-1', attempt, log, signal: new AbortController().signal }),
+    async close() {
+      redis.disconnect();
+      await cleanupPrefix(prefix);
+    },
+  };
+}
