@@ -1,4 +1,3 @@
-/* eslint-disable @typescript-eslint/no-floating-promises -- node:test awaits the promises describe() and test() return */
 // The `email` notification sink against a real SMTP server on loopback (STARTTLS + AUTH, like a
 // submission port) and real Redis: subject, text and HTML as received, escaping, never twice,
 // SMTP refusals and quiet hours.

@@ -1,4 +1,3 @@
-/* eslint-disable @typescript-eslint/no-floating-promises -- node:test awaits the promises describe() and test() return */
 // The `sms` notification sink against the fake platform API on loopback (through the real API
 // client) and real Redis: exact SendWebSmsRequests, quiet hours by a controllable clock, cooldown,
 // opt-out, unusable numbers, permanent errors, unknown outcomes and redelivery.
