@@ -1,0 +1,48 @@
+// Pure helpers of the notification sinks: quiet hours across midnight and DST, clean SMS cuts, templates.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { truncateText } from '../src/sinks/notify/message.js';
+import { quietHoursEnd } from '../src/sinks/notify/time.js';
+import { escapeHtml, renderTemplate, templateFields } from '../src/sinks/template.js';
+
+describe('quiet hours', () => {
+  const berlin = { start: '21:00', end: '08:00', timeZone: 'Europe/Berlin' };
+  const end = (iso: string, q = berlin) => quietHoursEnd(new Date(iso), q)?.toISOString() ?? null;
+
+  test('across midnight: before, inside (evening and morning), at the end', () => {
+    assert.equal(end('2026-04-08T18:59:00Z'), null); // 20:59
+    assert.equal(end('2026-04-08T19:00:00Z'), '2026-04-09T06:00:00.000Z'); // 21:00 -> 08:00 next day
+    assert.equal(end('2026-04-09T03:30:00Z'), '2026-04-09T06:00:00.000Z'); // 05:30 -> 08:00 same day
+    assert.equal(end('2026-04-09T06:00:00Z'), null); // 08:00
+  });
+
+  test('the end is found in local time across DST changes', () => {
+    assert.equal(end('2026-03-28T22:00:00Z'), '2026-03-29T06:00:00.000Z'); // night the clocks go forward
+    assert.equal(end('2026-10-24T22:00:00Z'), '2026-10-25T07:00:00.000Z'); // night the clocks go back
+  });
+
+  test('within one day, and in another zone', () => {
+    const ny = { start: '00:00', end: '07:00', timeZone: 'America/New_York' };
+    assert.equal(end('2026-04-08T05:00:00Z', ny), '2026-04-08T11:00:00.000Z'); // 01:00 EDT -> 07:00 EDT
+    assert.equal(end('2026-04-08T12:00:00Z', ny), null);
+  });
+});
+
+describe('SMS cut', () => {
+  test('short texts stay; long ones end at a word with an ellipsis, never inside a character', () => {
+    assert.equal(truncateText('Hello there', 20), 'Hello there');
+    assert.equal(truncateText('We moved your appointment to Friday, 9:00, see you then', 40), 'We moved your appointment to Friday…');
+    const emoji = `${'👍🏽'.repeat(30)}`;
+    const cut = truncateText(emoji, 10);
+    assert.equal(cut, `${'👍🏽'.repeat(9)}…`);
+    assert.ok(truncateText('x'.repeat(100), 20).length === 20);
+  });
+});
+
+describe('templates', () => {
+  test('fields are replaced, unknown ones are empty, only values are escaped', () => {
+    assert.equal(renderTemplate('<b>{{ name }}</b> {{missing}}!', { name: 'A & B' }, { escape: escapeHtml }), '<b>A &amp; B</b> !');
+    assert.equal(renderTemplate('{{list}} {{n}} {{obj.x}}', { list: ['a', 'b'], n: 3, obj: { x: 'y' } }), 'a, b 3 y');
+    assert.deepEqual(templateFields('{{a}} {{ b }} {{a}}'), ['a', 'b']);
+  });
+});
