@@ -1,6 +1,12 @@
-// Pure helpers of the notification sinks: quiet hours across midnight and DST, clean SMS cuts, templates.
+// Pure helpers of the notification sinks (quiet hours across midnight and DST, clean SMS cuts,
+// templates) and the example rules of docs/notifications.md.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
+import { parse } from 'yaml';
+import { routeSchema } from '../src/routing/types.js';
+import { emailOptionsSchema } from '../src/sinks/notify/email.js';
+import { smsOptionsSchema } from '../src/sinks/notify/sms.js';
 import { truncateText } from '../src/sinks/notify/message.js';
 import { quietHoursEnd } from '../src/sinks/notify/time.js';
 import { escapeHtml, renderTemplate, templateFields } from '../src/sinks/template.js';
@@ -44,5 +50,19 @@ describe('templates', () => {
     assert.equal(renderTemplate('<b>{{ name }}</b> {{missing}}!', { name: 'A & B' }, { escape: escapeHtml }), '<b>A &amp; B</b> !');
     assert.equal(renderTemplate('{{list}} {{n}} {{obj.x}}', { list: ['a', 'b'], n: 3, obj: { x: 'y' } }), 'a, b 3 y');
     assert.deepEqual(templateFields('{{a}} {{ b }} {{a}}'), ['a', 'b']);
+  });
+});
+
+describe('docs/notifications.md', () => {
+  test('the example rules parse as they are written', () => {
+    const doc = readFileSync(new URL('../docs/notifications.md', import.meta.url), 'utf8');
+    const yamlText = /```yaml\n([\s\S]*?)```/.exec(doc)?.[1];
+    assert.ok(yamlText);
+    const config = parse(yamlText.replaceAll('${TELEPHONY_SMS_ID}', 's0')) as { sinks: Record<string, { type: string }>; routes: unknown[] };
+    for (const [name, { type, ...options }] of Object.entries(config.sinks)) {
+      const schema = type === 'sms' ? smsOptionsSchema : emailOptionsSchema;
+      assert.ok(schema.safeParse(options).success, `${name}: ${JSON.stringify(schema.safeParse(options).error?.issues)}`);
+    }
+    for (const route of config.routes) assert.ok(routeSchema.safeParse(route).success, JSON.stringify(route));
   });
 });
