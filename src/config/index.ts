@@ -116,7 +116,11 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   const warnings: string[] = [];
   const parsedEnv = envSchema.safeParse(processEnv);
   if (!parsedEnv.success) problems.push(...issuesOf(parsedEnv.error, ''));
-  const env = parsedEnv.success ? parsedEnv.data : envSchema.parse({});
+  // Keep checking the rest (the config file too) with the bad variables left at their defaults.
+  const badKeys = new Set(parsedEnv.success ? [] : parsedEnv.error.issues.map((i) => String(i.path[0])));
+  const env = parsedEnv.success
+    ? parsedEnv.data
+    : envSchema.parse(Object.fromEntries(Object.entries(processEnv).filter(([k]) => !badKeys.has(k))));
 
   // The config file (optional).
   let file: z.infer<typeof fileSchema> = { sinks: {}, routes: [] };

@@ -1,0 +1,133 @@
+// Configuration: env defaults, the YAML file with ${ENV} interpolation, routes, and every bad key reported.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ConfigError, loadConfig } from '../src/config/index.js';
+import { sinksFor } from '../src/routing/router.js';
+import { sampleCall } from './support/calls.js';
+
+const withFile = (yaml: string, env: Record<string, string> = {}) =>
+  loadConfig({ CALLSYNC_CONFIG: '/etc/callsync.yaml', ...env }, { readFile: () => yaml });
+
+function problemsOf(fn: () => unknown): string[] {
+  try {
+    fn();
+  } catch (err) {
+    assert.ok(err instanceof ConfigError, String(err));
+    return err.problems;
+  }
+  assert.fail('expected a ConfigError');
+}
+
+test('defaults: all roles, port 3000, local Redis, the platform allow list, a local archive', () => {
+  const config = loadConfig({});
+  assert.equal(config.role, 'all');
+  assert.equal(config.http.port, 3000);
+  assert.equal(config.redis.url, 'redis://127.0.0.1:6379');
+  assert.deepEqual(config.webhook.allowedIps, ['217.116.118.254', '212.9.46.32']);
+  assert.equal(config.webhook.trustProxyHops, 0);
+  assert.ok(config.webhook.bodyLimitBytes >= 10 * 1024 * 1024);
+  assert.equal(config.webhook.dedupeWindowMs, 24 * 3600 * 1000);
+  assert.equal(config.sinks.archive?.type, 'archive');
+  assert.equal((config.sinks.archive?.options as { dir: string }).dir, './data/archive');
+  assert.deepEqual(sinksFor(config.routes, sampleCall('x')), ['archive']);
+});
+
+test('ARCHIVE_S3_BUCKET alone archives every call with a transcript or a summary to S3', () => {
+  const config = loadConfig({ ARCHIVE_S3_BUCKET: 'calls', ARCHIVE_S3_PREFIX: 'acme/', S3_ENDPOINT: 'http://127.0.0.1:9000', S3_FORCE_PATH_STYLE: 'true' });
+  const options = config.sinks.archive?.options as Record<string, unknown>;
+  assert.equal(options.bucket, 'calls');
+  assert.equal(options.prefix, 'acme/');
+  assert.equal(options.forcePathStyle, true);
+  assert.deepEqual(sinksFor(config.routes, sampleCall('t')), ['archive']);
+  const summaryOnly = sampleCall('s', { patch: (p) => delete p.assist.transcription });
+  assert.deepEqual(sinksFor(config.routes, summaryOnly), ['archive']);
+  const bare = sampleCall('b', { patch: (p) => (p.assist = null) });
+  assert.deepEqual(sinksFor(config.routes, bare), []);
+});
+
+test('a config file defines sinks and routes, with ${ENV} interpolation', () => {
+  const config = withFile(
+    `
+sinks:
+  cold-storage:
+    type: archive
+    bucket: \${BUCKET}
+    prefix: \${PREFIX:-calls/}
+routes:
+  - name: appointments
+    when: { source: ai-agent, direction: in, topics: [Appointment], hasTranscript: true }
+    to: cold-storage
+  - when: [{ agent: vip-agent }, { outcome: missed }]
+    to: [cold-storage]
+retry: { attempts: 3, backoffMs: 200 }
+`,
+    { BUCKET: 'acme-calls' },
+  );
+  assert.deepEqual(Object.keys(config.sinks), ['cold-storage']);
+  assert.equal((config.sinks['cold-storage']?.options as { bucket: string }).bucket, 'acme-calls');
+  assert.equal((config.sinks['cold-storage']?.options as { prefix: string }).prefix, 'calls/');
+  assert.equal(config.retry.attempts, 3);
+  assert.equal(config.retry.backoffMs, 200);
+  assert.deepEqual(sinksFor(config.routes, sampleCall('x', { agentId: 'someone' })), ['cold-storage']);
+  const outbound = sampleCall('y', { agentId: 'someone', patch: (p) => (p.call.direction = 'out') });
+  assert.deepEqual(sinksFor(config.routes, outbound), []);
+  const vip = sampleCall('z', { agentId: 'vip-agent', patch: (p) => (p.call.direction = 'out') });
+  assert.deepEqual(sinksFor(config.routes, vip), ['cold-storage']);
+});
+
+test('every bad key is reported at once, with what was expected', () => {
+  const problems = problemsOf(() =>
+    withFile(
+      `
+sinks:
+  store:
+    type: archive
+    bucket: 42
+    colour: blue
+  mystery:
+    type: fax-machine
+routes:
+  - when: { direction: sideways, topic: x }
+    to: [nowhere]
+  - to: [store]
+    extra: 1
+`,
+      { PORT: 'eighty', TRUST_PROXY_HOPS: '-1', WEBHOOK_ALLOWED_IPS: '10.0.0.0/40,not-an-ip' },
+    ),
+  );
+  const text = problems.join('\n');
+  assert.match(text, /PORT: expected a whole number/);
+  assert.match(text, /TRUST_PROXY_HOPS/);
+  assert.match(text, /sinks\.store\.bucket/);
+  assert.match(text, /sinks\.store.*colour/);
+  assert.match(text, /sinks\.mystery\.type: unknown sink type "fax-machine"/);
+  assert.match(text, /routes\[0\]\.when/);
+  assert.match(text, /routes\[1\].*extra/);
+  assert.match(text, /WEBHOOK_ALLOWED_IPS: "10\.0\.0\.0\/40"/);
+  assert.match(text, /WEBHOOK_ALLOWED_IPS: "not-an-ip"/);
+  assert.ok(problems.length >= 8, text);
+});
+
+test('unset ${VARS}, unknown route targets, unreadable files and bad YAML are reported', () => {
+  const missingVar = problemsOf(() => withFile('sinks:\n  a:\n    type: archive\n    bucket: ${NOPE}\n'));
+  assert.match(missingVar.join('\n'), /sinks\.a\.bucket: environment variable NOPE is not set/);
+  const noSink = problemsOf(() => withFile('routes:\n  - to: [ghost]\n'));
+  assert.match(noSink.join('\n'), /routes\[0\]\.to: no sink named "ghost"/);
+  const badYaml = problemsOf(() => withFile('sinks: [unclosed'));
+  assert.match(badYaml.join('\n'), /not valid YAML/);
+  const unreadable = problemsOf(() => loadConfig({ CALLSYNC_CONFIG: '/nonexistent/callsync.yaml' }));
+  assert.match(unreadable.join('\n'), /cannot read/);
+});
+
+test('shared credential settings come in pairs; "*" opens the allow list with a warning', () => {
+  assert.match(problemsOf(() => loadConfig({ WEBHOOK_AUTH_HEADER: 'x-token' })).join('\n'), /WEBHOOK_AUTH_TOKENS/);
+  const config = loadConfig({ WEBHOOK_AUTH_HEADER: 'X-Token', WEBHOOK_AUTH_TOKENS: 'a, b', WEBHOOK_ALLOWED_IPS: '*' });
+  assert.equal(config.webhook.authHeader, 'x-token');
+  assert.deepEqual(config.webhook.authTokens, ['a', 'b']);
+  assert.equal(config.webhook.allowedIps, '*');
+  assert.match(config.warnings.join('\n'), /any address/);
+});
+
+test('a {hash-tag} queue prefix is accepted (Redis Cluster)', () => {
+  assert.equal(loadConfig({ QUEUE_PREFIX: '{callsync}' }).redis.prefix, '{callsync}');
+});

@@ -1,0 +1,77 @@
+// A worker process killed with SIGKILL mid-run and started again: every job still completes.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { QueueAcceptor } from '../src/ingress/accept.js';
+import { normalizeWebhook } from '../src/model/webhook.js';
+import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob } from '../queues/registry.js';
+import { webhookPayload } from './support/calls.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+
+function startWorker(env: Record<string, string>): ChildProcess {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'workers/main.ts'], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  return child;
+}
+
+test('SIGKILL a worker mid-run, restart it: every job completes, none dead-lettered', async () => {
+  const prefix = uniquePrefix('crash');
+  const dir = await mkdtemp(join(tmpdir(), 'crash-archive-'));
+  const env = {
+    CALLSYNC_ROLE: 'worker',
+    REDIS_URL,
+    QUEUE_PREFIX: prefix,
+    ARCHIVE_DIR: dir,
+    WORKER_CONCURRENCY: '4',
+    WORKER_STALLED_INTERVAL_MS: '1000',
+    WORKER_LOCK_DURATION_MS: '2000',
+    JOB_BACKOFF_MS: '50',
+    LOG_LEVEL: 'warn',
+  };
+  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+  const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: redis, prefix });
+  const archive = new Queue(sinkQueueName('archive'), { connection: redis, prefix });
+  const acceptor = new QueueAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 5000 });
+  const total = 400;
+  let worker: ChildProcess | undefined;
+  try {
+    for (let i = 0; i < total; i++) {
+      const call = normalizeWebhook(webhookPayload(`crash-${i}`), { agentId: 'a', receivedAt: new Date() });
+      await acceptor.accept(call);
+    }
+    worker = startWorker(env);
+    // Kill it once it is well into the work, but not done.
+    await waitFor(async () => (await archive.getJobCounts('completed')).completed >= 40, { timeoutMs: 60_000, what: 'first completions' });
+    worker.kill('SIGKILL');
+    await new Promise((r) => worker!.once('exit', r));
+    const midway = await archive.getJobCounts('completed');
+    assert.ok(midway.completed < total, 'the kill happened mid-run');
+
+    worker = startWorker(env);
+    await waitFor(async () => {
+      const [a, i] = await Promise.all([archive.getJobCounts('completed'), inbound.getJobCounts('completed')]);
+      return a.completed === total && i.completed === total;
+    }, { timeoutMs: 120_000, what: 'all jobs completed after restart' });
+    const failed = (await archive.getJobCounts('failed')).failed + (await inbound.getJobCounts('failed')).failed;
+    assert.equal(failed, 0);
+    const files = await readdir(join(dir, 'transcripts/2026/04/08'));
+    assert.equal(files.filter((f) => f.endsWith('.json')).length, total);
+    assert.equal(files.filter((f) => f.endsWith('.txt')).length, total);
+  } finally {
+    if (worker && worker.exitCode === null) {
+      worker.kill('SIGTERM');
+      await new Promise((r) => worker!.once('exit', r));
+    }
+    await Promise.all([inbound.close(), archive.close()]);
+    redis.disconnect();
+    await cleanupPrefix(prefix);
+    await rm(dir, { recursive: true, force: true });
+  }
+});
