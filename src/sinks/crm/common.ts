@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { isSupportedCountry } from 'libphonenumber-js';
 import { callHash } from '../../model/call.js';
 import type { KeyValueStore } from '../../state/kv.js';
+import { SinkError } from '../errors.js';
 import { templateFields } from '../template.js';
 import type { CountryCode } from './phone.js';
 import { templateVarNames } from './vars.js';
@@ -96,6 +97,20 @@ export class RecordMemory {
 
   async endCreate(callKey: string): Promise<void> {
     await this.kv.delete(`pending:${callHash(callKey)}`);
+  }
+
+  /**
+   * Runs a create request. When it fails with an answer that proves nothing was created (429,
+   * 401/403, 4xx), the marker is dropped so the next try needs no lookup; after a network error
+   * or a 5xx the outcome is unknown and the marker stays.
+   */
+  async creating<T>(callKey: string, create: () => Promise<T>): Promise<T> {
+    try {
+      return await create();
+    } catch (err) {
+      if (err instanceof SinkError && err.kind !== 'transient') await this.endCreate(callKey);
+      throw err;
+    }
   }
 }
 

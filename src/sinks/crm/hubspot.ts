@@ -176,7 +176,7 @@ export class HubSpotSink implements Sink {
       await this.memory.forget(call.key);
     }
 
-    const created = await this.createCall(properties, contact, ctx.signal);
+    const created = await this.memory.creating(call.key, () => this.createCall(properties, contact, ctx.signal));
     await this.memory.set(call.key, created);
     await this.memory.endCreate(call.key);
     log.info({ hubspotCallId: created.id, contact: contact?.id ?? null, number: maskPhone(number) }, 'hubspot: call created');

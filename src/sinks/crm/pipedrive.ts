@@ -162,7 +162,9 @@ export class PipedriveSink implements Sink {
       await this.memory.forget(call.key);
     }
 
-    const answer = await this.http.request({ method: 'POST', path: '/v1/callLogs', body: callLog, signal: ctx.signal });
+    const answer = await this.memory.creating(call.key, () =>
+      this.http.request({ method: 'POST', path: '/v1/callLogs', body: callLog, signal: ctx.signal }),
+    );
     const data = field(answer.body, 'data');
     const id = stringField(data, 'id');
     if (id === undefined) throw new PermanentError('Pipedrive POST /v1/callLogs answered without data.id');
@@ -257,7 +259,7 @@ export class PipedriveSink implements Sink {
     return { ...record, contactId: callLog.person_id !== undefined ? String(callLog.person_id) : (record.contactId ?? null) };
   }
 
-  /** The newest call logs (two pages at most), looking for this call's start time and numbers. */
+  /** The newest call logs (two pages at most), looking for this call's start and end time and numbers. */
   private async findExistingLog(callLog: PipedriveCallLog, signal: AbortSignal): Promise<CrmRecord | null> {
     for (let page = 0, start = 0; page < 2; page++) {
       const answer = await this.http.request({ method: 'GET', path: '/v1/callLogs', query: { start: String(start), limit: '50' }, signal });
@@ -267,6 +269,7 @@ export class PipedriveSink implements Sink {
         if (
           stringField(log, 'start_time') === callLog.start_time &&
           stringField(log, 'to_phone_number') === callLog.to_phone_number &&
+          stringField(log, 'end_time') === callLog.end_time &&
           (callLog.from_phone_number === undefined || stringField(log, 'from_phone_number') === callLog.from_phone_number)
         ) {
           const id = stringField(log, 'id');
