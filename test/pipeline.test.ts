@@ -59,7 +59,7 @@ describe('pipeline to S3', () => {
     assert.equal(results.filter((r) => r.body.duplicate === false).length, 1);
     assert.equal(new Set(results.map((r) => r.body.id)).size, 1);
     const sinkQueue = new Queue(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: cs.prefix });
-    await waitFor(async () => (await sinkQueue.getJobCounts('completed')).completed >= 2, { what: 'archive jobs' });
+    await waitFor(async () => ((await sinkQueue.getJobCounts('completed')).completed ?? 0) >= 2, { what: 'archive jobs' });
     const inbound = new Queue(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: cs.prefix });
     const calls = (await inbound.getJobs(['completed', 'waiting', 'active'])).filter((j) => j.data.call.callId === 'dup-pipe');
     assert.equal(calls.length, 1, 'one inbound job');
@@ -97,7 +97,7 @@ describe('pipeline to S3', () => {
       return k.length === ids.length * 2 ? k : null;
     }, { what: 'archive after the outage', timeoutMs: 30_000 });
     assert.equal(keys.length, 20);
-    assert.equal((await sinkQueue.getJobCounts('failed')).failed, 0, 'nothing dead-lettered');
+    assert.equal(((await sinkQueue.getJobCounts('failed')).failed ?? 0), 0, 'nothing dead-lettered');
     await sinkQueue.close();
   });
 });

@@ -48,18 +48,18 @@ test('SIGKILL a worker mid-run, restart it: every job completes, none dead-lette
     }
     worker = startWorker(env);
     // Kill it once it is well into the work, but not done.
-    await waitFor(async () => (await archive.getJobCounts('completed')).completed >= 40, { timeoutMs: 60_000, what: 'first completions' });
+    await waitFor(async () => ((await archive.getJobCounts('completed')).completed ?? 0) >= 40, { timeoutMs: 60_000, what: 'first completions' });
     worker.kill('SIGKILL');
     await new Promise((r) => worker!.once('exit', r));
     const midway = await archive.getJobCounts('completed');
-    assert.ok(midway.completed < total, 'the kill happened mid-run');
+    assert.ok((midway.completed ?? 0) < total, 'the kill happened mid-run');
 
     worker = startWorker(env);
     await waitFor(async () => {
       const [a, i] = await Promise.all([archive.getJobCounts('completed'), inbound.getJobCounts('completed')]);
       return a.completed === total && i.completed === total;
     }, { timeoutMs: 120_000, what: 'all jobs completed after restart' });
-    const failed = (await archive.getJobCounts('failed')).failed + (await inbound.getJobCounts('failed')).failed;
+    const failed = ((await archive.getJobCounts('failed')).failed ?? 0) + ((await inbound.getJobCounts('failed')).failed ?? 0);
     assert.equal(failed, 0);
     const files = await readdir(join(dir, 'transcripts/2026/04/08'));
     assert.equal(files.filter((f) => f.endsWith('.json')).length, total);

@@ -24,13 +24,13 @@ export async function cleanupPrefix(prefix: string): Promise<void> {
 }
 
 /** Polls `check` until it returns a truthy value or the time runs out (bounded waits, never sleeps blindly). */
-export async function waitFor<T>(check: () => Promise<T> | T, options: { timeoutMs?: number; intervalMs?: number; what?: string } = {}): Promise<T> {
+export async function waitFor<T>(check: () => Promise<T> | T, options: { timeoutMs?: number; intervalMs?: number; what?: string } = {}): Promise<NonNullable<T>> {
   const deadline = Date.now() + (options.timeoutMs ?? 10_000);
   let last: unknown;
   for (;;) {
     try {
       const value = await check();
-      if (value) return value;
+      if (value) return value as NonNullable<T>;
     } catch (err) {
       last = err;
     }
