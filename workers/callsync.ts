@@ -2,6 +2,7 @@
 // Start-up and shutdown belong to the role; shutdown is ordered and each step isolated.
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
+import { join } from 'node:path';
 import { serve } from '@hono/node-server';
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
@@ -10,10 +11,12 @@ import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { createIngressApp, type IngressDeps } from '../src/ingress/app.js';
 import { QueueAcceptor, withTimeout, type CallAcceptor } from '../src/ingress/accept.js';
+import { SpoolingAcceptor, spoolDirWritable } from '../src/ingress/spool.js';
 import { sinkTypes } from '../src/sinks/registry.js';
 import type { Sink } from '../src/sinks/types.js';
 import { RedisKeyValueStore } from '../src/state/kv.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
+import { createTelephonyClient } from '../src/telephony/client.js';
 import {
   createRedis,
   defaultJobOptions,
@@ -52,6 +55,8 @@ export interface Callsync {
   workers: RunningWorker[];
   /** Producer queue handles by name (inbound and each sink). */
   queues: Map<string, Queue>;
+  /** The ingress spool (acknowledges into local disk while Redis is away), when on. */
+  spool: SpoolingAcceptor | null;
   redis: { producer: Redis; worker: Redis };
   close(): Promise<void>;
 }
@@ -82,6 +87,11 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
   let server: Server | null = null;
   let app: Hono | null = null;
   let url: string | null = null;
+  let spool: SpoolingAcceptor | null = null;
+
+  // The platform's API client: for SMS and recordings (workers) and channel events (poller).
+  const telephony: TelephonyClient | null =
+    options.telephony !== undefined ? options.telephony : config.telephony ? createTelephonyClient(config.telephony) : null;
 
   if (runsWorkers(config.role)) {
     const now = options.now ?? (() => new Date());
@@ -98,7 +108,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
         type.create(sink.name, sink.options, {
           log: log.child({ sink: sink.name }),
           state: state.scoped(sink.name),
-          telephony: options.telephony ?? null,
+          telephony,
           now,
           env: config.env as unknown as NodeJS.ProcessEnv,
         }),
@@ -133,6 +143,21 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       dedupeWindowMs: config.webhook.dedupeWindowMs,
       timeoutMs: config.webhook.enqueueTimeoutMs,
     });
+    // One spool folder per queue prefix: what is spooled belongs to that prefix's queues.
+    const spoolDir = join(config.env.SPOOL_DIR, prefix.replace(/[^A-Za-z0-9._{}-]/g, '_'));
+    if (config.env.SPOOL_ENABLED ?? (await spoolDirWritable(spoolDir))) {
+      const candidate = new SpoolingAcceptor(acceptor, { dir: spoolDir, log, maxBytes: config.env.SPOOL_MAX_BYTES });
+      try {
+        await candidate.open();
+        spool = candidate;
+        acceptor = candidate;
+      } catch (err) {
+        if (config.env.SPOOL_ENABLED) throw err;
+        log.warn({ err: { message: (err as Error).message } }, 'spool unavailable: without Redis the ingress answers 503');
+      }
+    } else {
+      log.warn({ dir: spoolDir }, 'spool off: without Redis the ingress answers 503');
+    }
     if (options.wrapAcceptor) acceptor = options.wrapAcceptor(acceptor);
     app = createIngressApp({
       webhook: config.webhook,
@@ -173,6 +198,10 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
           s.closeIdleConnections();
         }));
       }
+      if (spool) {
+        const s = spool;
+        await step('close spool', () => s.close());
+      }
       await step('close workers', () => Promise.all(workers.map((w) => w.close())));
       await step('close sinks', () => Promise.all([...sinks.values()].map((s) => s.close?.())));
       await step('close queues', () => Promise.all([...queues.values()].map((q) => q.close())));
@@ -181,5 +210,5 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     return closing;
   };
 
-  return { config, app, server, url, sinks, workers, queues, redis: { producer, worker: workerConn }, close };
+  return { config, app, server, url, sinks, workers, queues, spool, redis: { producer, worker: workerConn }, close };
 }

@@ -8,6 +8,7 @@ import { routeSchema, type ParsedRoute } from '../routing/types.js';
 import { sinkTypes } from '../sinks/registry.js';
 import type { RetryPolicy } from '../../queues/registry.js';
 import { envSchema, PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
+import { TelephonyConfigError, telephonyOptionsFromEnv, type TelephonyClientOptions } from '../telephony/client.js';
 
 export type Role = Env['CALLSYNC_ROLE'];
 
@@ -42,6 +43,8 @@ export interface Config {
     maxStalledCount: number;
     shutdownGraceMs: number;
   };
+  /** The platform's REST API client settings (TELEPHONY_*), null when TELEPHONY_API_URL is unset. */
+  telephony: TelephonyClientOptions | null;
   sinks: Record<string, SinkConfig>;
   routes: ParsedRoute[];
   /** Raw sections of the config file that other modules read (e.g. `poller`, `templates`). */
@@ -207,6 +210,14 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   if (!env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length > 0)
     problems.push('WEBHOOK_AUTH_HEADER: required when WEBHOOK_AUTH_TOKENS is set');
 
+  let telephony: TelephonyClientOptions | null = null;
+  try {
+    telephony = telephonyOptionsFromEnv(processEnv);
+  } catch (err) {
+    if (err instanceof TelephonyConfigError) problems.push(...err.problems);
+    else throw err;
+  }
+
   if (problems.length > 0) throw new ConfigError(problems);
 
   return {
@@ -235,6 +246,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       maxStalledCount: env.WORKER_MAX_STALLED_COUNT,
       shutdownGraceMs: env.SHUTDOWN_GRACE_MS,
     },
+    telephony,
     sinks,
     routes,
     file,
