@@ -74,9 +74,9 @@ async function enqueue(jobId: string, c: CanonicalCall): Promise<void> {
 async function settled(jobId: string): Promise<Job<SinkDeliverJob>> {
   return waitFor(
     async () => {
-      const job = await queue.getJob(jobId);
-      const state = await job?.getState();
-      return state === 'completed' || state === 'failed' ? job : undefined;
+      const state = await queue.getJobState(jobId);
+      // Fetched after the state is final, so returnvalue / failedReason are filled in.
+      return state === 'completed' || state === 'failed' ? queue.getJob(jobId) : undefined;
     },
     { timeoutMs: 10_000, what: `job ${jobId} to finish` },
   ) as Promise<Job<SinkDeliverJob>>;
