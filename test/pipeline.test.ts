@@ -72,9 +72,10 @@ describe('pipeline to S3', () => {
     const res = await postJson(`${cs.url}/webhooks/ai-agent`, minimalPayload('bare-1'));
     assert.equal(res.status, 202);
     const inbound = new Queue(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: cs.prefix });
+    // Read the job again once it is completed: a handle fetched earlier has no return value yet.
     const job = await waitFor(async () => {
       const j = await inbound.getJob(res.body.id);
-      return j && (await j.isCompleted()) ? j : null;
+      return j?.finishedOn ? j : null;
     }, { what: 'fan-out' });
     assert.deepEqual(job.returnvalue, { sinks: [] });
     await inbound.close();
