@@ -1,6 +1,7 @@
 // Which numbers may get an SMS: valid E.164 mobile numbers only. Everything else is a deliberate
 // skip with a reason (anonymous caller, unusable number, landline), never a failure.
 import { parsePhoneNumberFromString } from 'libphonenumber-js/max';
+import { isAnonymous } from '../../model/phone.js';
 
 /**
  * Number types that can receive an SMS. FIXED_LINE_OR_MOBILE is how the metadata classifies
@@ -24,9 +25,7 @@ export function parseE164(value: string): string | undefined {
  */
 export function checkSmsRecipient(number: string | null, raw: string | null = null): RecipientCheck {
   if (number === null || number.trim() === '') {
-    const shown = raw?.trim() ?? '';
-    if (shown === '' || /anonymous|unknown|restricted|private|withheld/i.test(shown)) return { ok: false, reason: 'anonymous caller' };
-    return { ok: false, reason: 'caller number unusable' };
+    return { ok: false, reason: isAnonymous(raw) ? 'anonymous caller' : 'caller number unusable' };
   }
   const parsed = number.trim().startsWith('+') ? parsePhoneNumberFromString(number.trim()) : undefined;
   if (!parsed?.isValid()) return { ok: false, reason: 'not a valid E.164 number' };
