@@ -245,7 +245,7 @@ export class HubSpotSink implements Sink {
       }
     }
     // A contact this sink created moments ago may not be searchable yet.
-    const recent = await this.deps.state.get(`contact:${e164}`);
+    const recent = await this.deps.state.get(`contact:${callHash(e164)}`);
     return recent === null ? null : { id: recent, name: null };
   }
 
@@ -259,7 +259,7 @@ export class HubSpotSink implements Sink {
     const id = stringField(answer.body, 'id');
     if (id === undefined) throw new PermanentError('HubSpot POST /crm/v3/objects/contacts answered without an id');
     // Until HubSpot's search index has it (seconds), later calls from this number find it here.
-    await this.deps.state.set(`contact:${e164}`, id, 24 * 3600 * 1000);
+    await this.deps.state.set(`contact:${callHash(e164)}`, id, 24 * 3600 * 1000);
     return { id, name: null };
   }
 
