@@ -190,7 +190,7 @@ export class TelephonyApiClient implements TelephonyClient {
   resolveDownloadUrl(relativeUrl: string): string {
     const base = new URL(`${this.baseUrl}/`);
     if (/^[a-z][a-z0-9+.-]*:/i.test(relativeUrl) || relativeUrl.startsWith('//')) {
-      const absolute = new URL(relativeUrl);
+      const absolute = new URL(relativeUrl, base);
       // Never send the API's credentials to another host.
       if (absolute.origin !== base.origin) throw new PermanentError(`refusing to download from ${absolute.origin}: not the telephony API's origin`);
       return absolute.toString();
