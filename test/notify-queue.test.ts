@@ -101,6 +101,7 @@ describe('sms sink through the queue runner', () => {
   test('a timeout after the request was sent is dead-lettered after one attempt, not retried', async () => {
     api.inject({ on: 'sms', delayMs: 800 });
     const before = smsRequests();
+    const sentBefore = api.sms.length;
     await enqueue('timeout', call('q-timeout', '+4917612345678'));
     const job = await settled('timeout');
     assert.equal(await job.getState(), 'failed');
@@ -109,6 +110,7 @@ describe('sms sink through the queue runner', () => {
     // Wait past the backoff the runner would have used: no second request appears.
     await new Promise((r) => setTimeout(r, 500));
     assert.equal(smsRequests() - before, 1);
+    assert.equal(api.sms.length - sentBefore, 1, 'the platform sent it once');
   });
 
   test('402 insufficient funds is dead-lettered at once with the reason', async () => {

@@ -289,18 +289,20 @@ describe('sms sink: failures and never twice', () => {
     });
     const smsRequests = () => api.requests.filter((r) => r.method === 'POST' && r.path === '/v2/sessions/sms').length;
     assert.equal(smsRequests(), 1, 'the request reached the platform');
+    assert.equal(api.sms.length, 1, 'and the platform sent the SMS (its answer came too late)');
 
     const again = await s.deliver(call('c-timeout'), ctx());
     assert.equal(again.status, 'skipped');
     assert.match(again.reason ?? '', /outcome is unknown; not resent/);
     assert.equal(smsRequests(), 1, 'nothing was resent');
+    assert.equal(api.sms.length, 1);
 
     // An operator who checked the platform and wants a resend clears the marker.
     await new NotificationLedger(new RedisKeyValueStore(redis, `${prefix}:state:`).scoped('missed-sms')).forget(call('c-timeout').key, MOBILE);
     clock = new Date(clock.getTime() + 13 * 3600_000); // past the cooldown the unknown attempt kept
     assert.equal((await s.deliver(call('c-timeout'), ctx())).status, 'done');
     assert.equal(smsRequests(), 2);
-    assert.equal(api.sms.length, 1);
+    assert.equal(api.sms.length, 2, 'the resend the operator asked for');
   });
 
   test('redelivery of the same call sends once, also when the deliveries overlap', async () => {
