@@ -23,5 +23,5 @@ export default tseslint.config(
       '@typescript-eslint/no-explicit-any': 'off',
     },
   },
-  { files: ['eslint.config.js'], ...tseslint.configs.disableTypeChecked },
+  { files: ['eslint.config.js', 'bin/**/*.js'], ...tseslint.configs.disableTypeChecked },
 );

@@ -33,6 +33,19 @@ const bool = (def: boolean) =>
       return z.NEVER;
     });
 
+/** true / false, or undefined when unset or empty (the default is decided at start-up). */
+const optionalBool = z
+  .string()
+  .optional()
+  .transform((v, ctx): boolean | undefined => {
+    if (v === undefined || v.trim() === '') return undefined;
+    const s = v.trim().toLowerCase();
+    if (['1', 'true', 'yes', 'on'].includes(s)) return true;
+    if (['0', 'false', 'no', 'off'].includes(s)) return false;
+    ctx.addIssue({ code: 'custom', message: `expected true or false, got "${v}"` });
+    return z.NEVER;
+  });
+
 const optionalString = z
   .string()
   .optional()
@@ -66,6 +79,15 @@ export const envSchema = z.object({
   DEDUPE_WINDOW_SECONDS: int(24 * 3600, 1),
   /** How long the ingress waits for Redis before answering 503. Default 1500 ms. */
   ENQUEUE_TIMEOUT_MS: int(1500, 1),
+  /**
+   * Acknowledge webhooks into a local fsync'd spool while Redis is unreachable, drained into the
+   * queue in order when it returns (docs/reliability.md). Default: on when SPOOL_DIR is writable.
+   */
+  SPOOL_ENABLED: optionalBool,
+  /** Folder of the ingress spool (one subfolder per QUEUE_PREFIX; one ingress process per folder). Default ./data/spool. */
+  SPOOL_DIR: z.string().default('./data/spool'),
+  /** Beyond this many bytes spooled, the ingress answers 503 again. Default 1 GiB. */
+  SPOOL_MAX_BYTES: int(1024 * 1024 * 1024, 1),
 
   ARCHIVE_S3_BUCKET: optionalString,
   ARCHIVE_S3_PREFIX: optionalString,
@@ -88,6 +110,35 @@ export const envSchema = z.object({
   WORKER_MAX_STALLED_COUNT: int(5, 0),
   /** How long shutdown waits for active jobs. Default 25 s. */
   SHUTDOWN_GRACE_MS: int(25_000, 0),
+
+  /**
+   * Port of the small ops HTTP server (/healthz, /readyz, /metrics, /admin/queues). Default: 9464 for
+   * the worker and poller roles; none for ingress and all, whose PORT serves these paths too.
+   * `off` disables it; `0` picks a free port.
+   */
+  OPS_PORT: z
+    .string()
+    .optional()
+    .transform((v, ctx) => {
+      if (v === undefined || v.trim() === '') return undefined;
+      if (v.trim().toLowerCase() === 'off') return 'off' as const;
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < 0 || n > 65535) {
+        ctx.addIssue({ code: 'custom', message: `expected a port number or "off", got "${v}"` });
+        return z.NEVER;
+      }
+      return n;
+    }),
+  /** Listen address of the ops server. Default: HOST. */
+  OPS_HOST: optionalString,
+  /** Dashboard (/admin/queues) user for basic auth. Default `admin`. */
+  ADMIN_USERNAME: z.string().default('admin'),
+  /** Dashboard password (basic auth). Without it and ADMIN_TOKEN the dashboard is off. */
+  ADMIN_PASSWORD: optionalString,
+  /** Dashboard bearer token (`Authorization: Bearer ...`), an alternative to the password. */
+  ADMIN_TOKEN: optionalString,
+  /** Bearer token required by /metrics. Default: none (Prometheus scrapes without credentials). */
+  METRICS_TOKEN: optionalString,
 });
 
 export type Env = z.infer<typeof envSchema>;

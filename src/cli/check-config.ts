@@ -1,0 +1,102 @@
+// `callsync check-config`: validates the environment and the config file, prints the effective
+// setup (roles, endpoints, sinks, routes) without secrets, exits 2 on errors.
+import type { Config } from '../config/index.js';
+import type { Condition, ParsedRoute } from '../routing/types.js';
+import { opsPort, queueNames } from '../ops/index.js';
+import { table, type CliIo } from './io.js';
+
+const SECRET_KEY = /secret|token|password|passphrase|apikey|api_key|authorization|credential|signing/i;
+
+/** A sink's options with anything secret-looking replaced. */
+export function redactOptions(value: unknown, key = ''): unknown {
+  if (key && SECRET_KEY.test(key)) return '[redacted]';
+  if (Array.isArray(value)) return value.map((v) => redactOptions(v));
+  if (value !== null && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, redactOptions(v, k)]));
+  }
+  return value;
+}
+
+/** `redis://user:secret@host` -> `redis://user:***@host`. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return url;
+  }
+}
+
+function describeCondition(c: Condition): string {
+  const parts = Object.entries(c).map(([k, v]) => `${k}=${Array.isArray(v) ? v.join('|') : String(v)}`);
+  return parts.length === 0 ? 'every call' : parts.join(' and ');
+}
+
+export function describeRoute(route: ParsedRoute): string {
+  const when = route.when.map(describeCondition);
+  const condition = when.length === 1 ? when[0] : when.map((w) => `(${w})`).join(' or ');
+  return `${condition} -> ${route.to.join(', ')}`;
+}
+
+export function describeConfig(config: Config): string[] {
+  const env = config.env;
+  const lines: string[] = [];
+  const roles = config.role === 'all' ? 'ingress, worker, poller' : config.role;
+  lines.push(`role:        ${config.role} (${roles})`);
+  lines.push(`redis:       ${redactUrl(config.redis.url)}  prefix "${config.redis.prefix}"`);
+  lines.push(`config file: ${env.CALLSYNC_CONFIG ?? '(none: sinks from environment shortcuts)'}`);
+  if (config.role === 'ingress' || config.role === 'all') {
+    const ips = config.webhook.allowedIps === '*' ? 'any address' : config.webhook.allowedIps.join(', ');
+    lines.push(`ingress:     http://${config.http.host}:${config.http.port}/webhooks/ai-agent  (from ${ips}; auth ${config.webhook.authHeader ? `header ${config.webhook.authHeader}` : 'none'})`);
+  }
+  const port = opsPort(config);
+  lines.push(`ops server:  ${port === null ? 'none (the ingress port serves /metrics and /admin/queues)' : `http://${env.OPS_HOST ?? config.http.host}:${port}`}`);
+  const dashboard = env.ADMIN_PASSWORD || env.ADMIN_TOKEN;
+  lines.push(`dashboard:   ${dashboard ? `/admin/queues (${[env.ADMIN_PASSWORD ? `basic auth as ${env.ADMIN_USERNAME}` : '', env.ADMIN_TOKEN ? 'bearer token' : ''].filter(Boolean).join(', ')})` : 'off (set ADMIN_PASSWORD or ADMIN_TOKEN)'}`);
+  lines.push(`metrics:     /metrics (${env.METRICS_TOKEN ? 'bearer token' : 'no credentials'})`);
+  lines.push(`retries:     ${config.retry.attempts} attempts, backoff ${config.retry.backoffMs} ms doubling up to ${config.retry.maxBackoffMs} ms`);
+  lines.push(`queues:      ${queueNames(config).join(', ')}`);
+  lines.push('');
+  const sinks = Object.values(config.sinks);
+  lines.push(`sinks (${sinks.length}):`);
+  if (sinks.length === 0) lines.push('  (none: calls are accepted and fanned out to nothing)');
+  lines.push(...table(sinks.map((s) => [s.name, s.type, `from ${s.origin}`, JSON.stringify(redactOptions(s.options))])).map((l) => `  ${l}`));
+  lines.push('');
+  lines.push(`routes (${config.routes.length}):`);
+  if (config.routes.length === 0) lines.push('  (none)');
+  config.routes.forEach((r, i) => lines.push(`  ${r.name ?? `#${i + 1}`}: ${describeRoute(r)}`));
+  for (const name of Object.keys(config.sinks)) {
+    if (!config.routes.some((r) => r.to.includes(name))) lines.push(`  note: no route sends calls to sink "${name}"`);
+  }
+  if (config.warnings.length > 0) {
+    lines.push('');
+    lines.push('warnings:');
+    for (const w of config.warnings) lines.push(`  - ${w}`);
+  }
+  return lines;
+}
+
+export function printConfig(config: Config, io: CliIo, json: boolean): void {
+  if (json) {
+    io.out(
+      JSON.stringify(
+        {
+          role: config.role,
+          redis: { url: redactUrl(config.redis.url), prefix: config.redis.prefix },
+          opsPort: opsPort(config),
+          queues: queueNames(config),
+          sinks: Object.values(config.sinks).map((s) => ({ ...s, options: redactOptions(s.options) })),
+          routes: config.routes,
+          warnings: config.warnings,
+        },
+        null,
+        2,
+      ),
+    );
+    return;
+  }
+  io.out('configuration OK');
+  io.out('');
+  for (const line of describeConfig(config)) io.out(line);
+}

@@ -1,0 +1,201 @@
+// The `callsync` command line: one entry, a subcommand per job of the person on call.
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { ConfigError, loadConfig, type Config } from '../config/index.js';
+import { createLogger } from '../log.js';
+import { runUntilSignalled } from '../ops/run.js';
+import { printConfig } from './check-config.js';
+import { dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
+import { UsageError, type CliIo } from './io.js';
+import { optOut } from './opt-out.js';
+import { CliFailure, connectRedis } from './redis.js';
+import { sendSample } from './send-sample.js';
+
+const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
+
+export const help = {
+  main: `callsync: telephony call data in, CRM / archive / notifications out.
+
+Usage: callsync <command> [options]
+
+Commands:
+  start [--role ingress|worker|poller|all]   run callsync until SIGTERM / SIGINT
+  check-config [--json]                      validate the environment and config file, print the routes
+  dlq list|retry|purge [--queue Q] [--id ID] inspect and act on the dead letters (failed jobs)
+  send-sample [--url URL]                    post a sample call-data webhook to a running callsync
+  opt-out add|remove|list [NUMBER...]        numbers that never get an SMS
+
+Configuration comes from the environment (see docs/operations.md) and CALLSYNC_CONFIG.
+Run \`callsync <command> --help\` for a command's options.`,
+  start: `Usage: callsync start [--role ingress|worker|poller|all]
+
+Runs the given roles (default: CALLSYNC_ROLE, else all) until SIGTERM or SIGINT, then shuts down
+gracefully: new requests get 503, requests and active jobs finish within SHUTDOWN_GRACE_MS, exit 0.
+
+Options:
+  --role ROLE   ingress, worker, poller or all (overrides CALLSYNC_ROLE)
+  -h, --help    show this help`,
+  'check-config': `Usage: callsync check-config [--json]
+
+Validates the environment and the config file (CALLSYNC_CONFIG) and prints the effective setup:
+roles, endpoints, sinks (secrets redacted) and routes. Exits 2 and lists every problem when the
+configuration is invalid.
+
+Options:
+  --json        print the effective sinks and routes as JSON
+  -h, --help    show this help`,
+  dlq: `Usage: callsync dlq list|retry|purge [--queue NAME] [--id ID]
+
+The dead letters of a queue are its failed jobs: permanent errors, or all attempts used up.
+
+  list    show dead letters (newest first) with their error
+  retry   put dead letters back into their queue for another round of attempts
+  purge   remove dead letters for good (all of a queue's need --yes)
+
+Options:
+  --queue NAME  one queue: inbound, sink-<name>, poll-dead-letters, or a sink name (default: all)
+  --id ID       one job
+  --limit N     list at most N per queue (default 50)
+  --json        list as JSON
+  --yes         confirm purging more than one job
+  -h, --help    show this help`,
+  'send-sample': `Usage: callsync send-sample [--url URL]
+
+Posts a sample call-data webhook (synthetic data, with summary and transcript) to a running
+callsync, so you can watch it travel through the queues to the sinks.
+
+Options:
+  --url URL     webhook URL (default http://127.0.0.1:$PORT/webhooks/ai-agent/sample-agent)
+  -h, --help    show this help`,
+  'opt-out': `Usage: callsync opt-out add|remove|list [NUMBER...]
+
+Numbers on the opt-out list never get an SMS from a notification sink. Numbers are E.164
+(+4915112345678); they are stored normalized in Redis under <QUEUE_PREFIX>:optout.
+
+Options:
+  -h, --help    show this help`,
+} as const;
+
+type Command = keyof typeof help;
+
+function parse(args: string[], options: ParseArgsConfig['options'], command: Command): { values: Record<string, string | boolean | undefined>; positionals: string[] } {
+  try {
+    const { values, positionals } = parseArgs({ args, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+    return { values: values as Record<string, string | boolean | undefined>, positionals };
+  } catch (err) {
+    throw Object.assign(new UsageError((err as Error).message), { command });
+  }
+}
+
+function configFrom(env: NodeJS.ProcessEnv, overrides: Record<string, string> = {}): Config {
+  return loadConfig({ ...env, ...overrides });
+}
+
+/**
+ * Runs one command line. Resolves with the exit code, or `running` for `start` (the process then
+ * lives until a signal). Never calls process.exit itself.
+ */
+export async function runCli(argv: string[], io: CliIo): Promise<number | 'running'> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '-h' || name === '--help' || name === 'help') {
+    (name === undefined ? io.err : io.out)(help.main);
+    return name === undefined ? 2 : 0;
+  }
+  if (!(name in help) || name === 'main') {
+    io.err(`unknown command "${name}"\n`);
+    io.err(help.main);
+    return 2;
+  }
+  const command = name as Command;
+  try {
+    return await dispatch(command, rest, io);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      io.err(`callsync ${command}: ${err.message}\n`);
+      io.err(help[command]);
+      return 2;
+    }
+    if (err instanceof ConfigError) {
+      io.err(err.message);
+      return 2;
+    }
+    if (err instanceof CliFailure) {
+      io.err(`callsync ${command}: ${err.message}`);
+      return 1;
+    }
+    throw err;
+  }
+}
+
+async function dispatch(command: Command, args: string[], io: CliIo): Promise<number | 'running'> {
+  switch (command) {
+    case 'start': {
+      const { values, positionals } = parse(args, { role: { type: 'string' } }, command);
+      if (values.help) return (io.out(help.start), 0);
+      if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+      const role = values.role as string | undefined;
+      if (role !== undefined && !(ROLES as readonly string[]).includes(role)) throw new UsageError(`--role must be one of ${ROLES.join(', ')}`);
+      const config = configFrom(io.env, role ? { CALLSYNC_ROLE: role } : {});
+      const log = createLogger({ level: config.env.LOG_LEVEL });
+      await runUntilSignalled(config, log);
+      return 'running';
+    }
+    case 'check-config': {
+      const { values, positionals } = parse(args, { json: { type: 'boolean' } }, command);
+      if (values.help) return (io.out(help['check-config']), 0);
+      if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+      printConfig(configFrom(io.env), io, values.json === true);
+      return 0;
+    }
+    case 'dlq': {
+      const { values, positionals } = parse(
+        args,
+        { queue: { type: 'string' }, id: { type: 'string' }, limit: { type: 'string' }, json: { type: 'boolean' }, yes: { type: 'boolean' } },
+        command,
+      );
+      if (values.help) return (io.out(help.dlq), 0);
+      const [action, ...extra] = positionals;
+      if (action === undefined || !['list', 'retry', 'purge'].includes(action)) throw new UsageError('expected list, retry or purge');
+      if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
+      const limit = values.limit === undefined ? 50 : Number(values.limit);
+      if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit must be a whole number >= 1');
+      const options: DlqOptions = {
+        queue: values.queue as string | undefined,
+        id: values.id as string | undefined,
+        limit,
+        json: values.json === true,
+        yes: values.yes === true,
+      };
+      const config = configFrom(io.env);
+      const redis = await connectRedis(config);
+      try {
+        if (action === 'list') return await dlqList(config, redis, options, io);
+        if (action === 'retry') return await dlqRetry(config, redis, options, io);
+        return await dlqPurge(config, redis, options, io);
+      } finally {
+        redis.disconnect();
+      }
+    }
+    case 'send-sample': {
+      const { values, positionals } = parse(args, { url: { type: 'string' } }, command);
+      if (values.help) return (io.out(help['send-sample']), 0);
+      if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+      return sendSample(configFrom(io.env), values.url as string | undefined, io);
+    }
+    case 'opt-out': {
+      const { values, positionals } = parse(args, {}, command);
+      if (values.help) return (io.out(help['opt-out']), 0);
+      const [action, ...numbers] = positionals;
+      if (action === undefined || !['add', 'remove', 'list'].includes(action)) throw new UsageError('expected add, remove or list');
+      if (action === 'list' && numbers.length > 0) throw new UsageError('opt-out list takes no NUMBER');
+      const config = configFrom(io.env);
+      const redis = await connectRedis(config);
+      try {
+        return await optOut(config, redis, action, numbers, io);
+      } finally {
+        redis.disconnect();
+      }
+    }
+    default:
+      throw new UsageError(`unknown command "${String(command)}"`);
+  }
+}

@@ -1,0 +1,217 @@
+// callsync's Prometheus metrics: one registry (prom-client's default, which the CRM sinks' counters
+// in src/sinks/crm/metrics.ts share), served in text format at /metrics by the ingress and the ops
+// server. Counters are recorded through the hooks below; queue counts are read from Redis at scrape.
+import client from 'prom-client';
+import type { Queue } from 'bullmq';
+import type { RunnerEvents } from '../workers/runner.js';
+import type { IngressEvents } from './ingress/app.js';
+import { sinkNameFromQueue } from '../queues/registry.js';
+
+export const registry = client.register;
+
+function metric<M extends client.Metric>(name: string, make: () => M): M {
+  return (registry.getSingleMetric(name) as M | undefined) ?? make();
+}
+
+const counter = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
+  metric(name, () => new client.Counter<L>({ name, help, labelNames }));
+const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
+  metric(name, () => new client.Gauge<L>({ name, help, labelNames }));
+
+const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed', 'paused', 'prioritized', 'waiting-children'] as const;
+
+/** Queues whose counts are read on every scrape; each process registers the handles it has. */
+const watched = new Set<() => Iterable<Queue>>();
+/** Scrapes must answer even when Redis is slow: a queue that does not answer in time is skipped. */
+const SCRAPE_TIMEOUT_MS = 2000;
+
+async function timed<T>(promise: Promise<T>): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), SCRAPE_TIMEOUT_MS);
+  });
+  return Promise.race([promise.catch(() => undefined), timeout]).finally(() => clearTimeout(timer));
+}
+
+function watchedQueues(): Map<string, Queue> {
+  const byName = new Map<string, Queue>();
+  for (const source of watched) for (const q of source()) if (!byName.has(q.name)) byName.set(q.name, q);
+  return byName;
+}
+
+const sinkOf = (queue: string) => sinkNameFromQueue(queue) ?? '';
+
+export const metrics = {
+  webhooksReceived: counter('callsync_webhooks_received_total', 'Webhook requests received (before any check)'),
+  webhooksAccepted: counter('callsync_webhooks_accepted_total', 'Webhooks stored in the inbound queue and acknowledged with 202 (duplicates included)'),
+  webhooksDuplicate: counter('callsync_webhooks_duplicate_total', 'Acknowledged webhooks that repeated a call already accepted within the dedupe window'),
+  webhooksRejected: counter('callsync_webhooks_rejected_total', 'Webhooks answered with an error, by status and reason', ['status', 'reason'] as const),
+
+  jobsCompleted: counter('callsync_jobs_completed_total', 'Jobs processed successfully, by queue and sink', ['queue', 'sink'] as const),
+  jobsFailed: counter('callsync_jobs_failed_total', 'Failed job attempts (retried or dead-lettered), by queue and sink', ['queue', 'sink'] as const),
+  jobsRetried: counter('callsync_jobs_retried_total', 'Failed attempts that will be retried with backoff', ['queue', 'sink'] as const),
+  jobsDeadLettered: counter('callsync_jobs_dead_lettered_total', 'Jobs moved to the dead letters (the failed set): permanent errors or attempts used up', ['queue', 'sink'] as const),
+  jobsDeferred: counter('callsync_jobs_deferred_total', 'Times a remote asked to wait (429/503 Retry-After), by scope', ['queue', 'sink', 'scope'] as const),
+  queuePauses: counter('callsync_queue_pauses_total', 'Times a queue was paused because a remote rejected the credentials', ['queue', 'sink'] as const),
+  jobDuration: metric(
+    'callsync_job_duration_seconds',
+    () =>
+      new client.Histogram({
+        name: 'callsync_job_duration_seconds',
+        help: 'Time to process one job successfully, by queue and sink',
+        labelNames: ['queue', 'sink'] as const,
+        buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
+      }),
+  ),
+
+  queueJobs: metric(
+    'callsync_queue_jobs',
+    () =>
+      new client.Gauge({
+        name: 'callsync_queue_jobs',
+        help: 'Jobs per queue and state, read from Redis at scrape time (failed = the dead letters)',
+        labelNames: ['queue', 'sink', 'state'] as const,
+        async collect() {
+          this.reset();
+          await Promise.all(
+            [...watchedQueues().values()].map(async (queue) => {
+              const counts = await timed(queue.getJobCounts(...QUEUE_STATES));
+              if (!counts) return;
+              for (const state of QUEUE_STATES) this.set({ queue: queue.name, sink: sinkOf(queue.name), state }, counts[state] ?? 0);
+            }),
+          );
+        },
+      }),
+  ),
+  queuePaused: metric(
+    'callsync_queue_paused',
+    () =>
+      new client.Gauge({
+        name: 'callsync_queue_paused',
+        help: '1 while a queue is paused (e.g. a CRM rejected the credentials; resume it on the dashboard)',
+        labelNames: ['queue', 'sink'] as const,
+        async collect() {
+          this.reset();
+          await Promise.all(
+            [...watchedQueues().values()].map(async (queue) => {
+              const paused = await timed(queue.isPaused());
+              if (paused !== undefined) this.set({ queue: queue.name, sink: sinkOf(queue.name) }, paused ? 1 : 0);
+            }),
+          );
+        },
+      }),
+  ),
+
+  pollerLag: gauge('callsync_poller_lag_seconds', 'Age of the newest channel event seen by the last successful poll, per channel', ['channel'] as const),
+  pollerLastSuccess: gauge('callsync_poller_last_success_timestamp_seconds', 'Unix time of the last successful poll, per channel', ['channel'] as const),
+  pollerPolls: counter('callsync_poller_polls_total', 'Polls of a channel inbox, by outcome', ['channel', 'outcome'] as const),
+  pollerEvents: counter('callsync_poller_events_total', 'Channel events taken in by the poller, per channel', ['channel'] as const),
+
+  /** The poller finished a poll of `channelId`; `lagSeconds` is how far behind the newest event it is. */
+  pollerSucceeded(channelId: string, lagSeconds: number, events = 0): void {
+    metrics.pollerLag.set({ channel: channelId }, Math.max(0, lagSeconds));
+    metrics.pollerLastSuccess.set({ channel: channelId }, Date.now() / 1000);
+    metrics.pollerPolls.inc({ channel: channelId, outcome: 'success' });
+    if (events > 0) metrics.pollerEvents.inc({ channel: channelId }, events);
+  },
+
+  /** A poll of `channelId` failed (the poller retries it). */
+  pollerFailed(channelId: string): void {
+    metrics.pollerPolls.inc({ channel: channelId, outcome: 'failure' });
+  },
+
+  /**
+   * Reads the counts of these queues at every scrape (several sources may overlap: each queue is
+   * read once). Returns a function that stops watching them.
+   */
+  watchQueues(source: () => Iterable<Queue>): () => void {
+    watched.add(source);
+    return () => {
+      watched.delete(source);
+    };
+  },
+};
+
+let defaultsStarted = false;
+/** Process metrics (CPU, memory, event loop lag, GC, handles), with prom-client's standard names. */
+export function collectProcessMetrics(): void {
+  if (defaultsStarted) return;
+  defaultsStarted = true;
+  client.collectDefaultMetrics({ register: registry });
+}
+
+/** The metrics endpoint's body and content type. */
+export async function renderMetrics(): Promise<{ body: string; contentType: string }> {
+  return { body: await registry.metrics(), contentType: registry.contentType };
+}
+
+const REJECT_REASONS: Record<number, string> = {
+  400: 'invalid-payload',
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not-found',
+  405: 'method-not-allowed',
+  413: 'too-large',
+  415: 'unsupported-media-type',
+  500: 'internal',
+  503: 'unavailable',
+};
+
+/** Ingress hooks recording the webhook counters. */
+export function ingressMetrics(): IngressEvents {
+  return {
+    received: () => metrics.webhooksReceived.inc(),
+    accepted(duplicate) {
+      metrics.webhooksAccepted.inc();
+      if (duplicate) metrics.webhooksDuplicate.inc();
+    },
+    rejected(status, reason) {
+      // The ingress passes the status as reason for typed HTTP errors; name it.
+      const named = reason === String(status) ? (REJECT_REASONS[status] ?? 'other') : reason;
+      metrics.webhooksRejected.inc({ status: String(status), reason: named });
+    },
+  };
+}
+
+/** Queue runner hooks recording the job counters and durations. */
+export function runnerMetrics(): RunnerEvents {
+  return {
+    completed(queue, _job, durationMs) {
+      const labels = { queue, sink: sinkOf(queue) };
+      metrics.jobsCompleted.inc(labels);
+      metrics.jobDuration.observe(labels, durationMs / 1000);
+    },
+    failed(queue, _job, _err, final) {
+      const labels = { queue, sink: sinkOf(queue) };
+      metrics.jobsFailed.inc(labels);
+      if (final) metrics.jobsDeadLettered.inc(labels);
+      else metrics.jobsRetried.inc(labels);
+    },
+    deferred(queue, _job, _delayMs, scope) {
+      metrics.jobsDeferred.inc({ queue, sink: sinkOf(queue), scope });
+    },
+    paused(queue) {
+      metrics.queuePauses.inc({ queue, sink: sinkOf(queue) });
+    },
+  };
+}
+
+/** Runs each hook of every set in turn (metrics plus a test's or another module's own hooks). */
+export function combineRunnerEvents(...sets: (RunnerEvents | undefined)[]): RunnerEvents {
+  const all = sets.filter((s): s is RunnerEvents => s !== undefined);
+  return {
+    completed: (...a) => all.forEach((s) => s.completed?.(...a)),
+    failed: (...a) => all.forEach((s) => s.failed?.(...a)),
+    deferred: (...a) => all.forEach((s) => s.deferred?.(...a)),
+    paused: (...a) => all.forEach((s) => s.paused?.(...a)),
+  };
+}
+
+export function combineIngressEvents(...sets: (IngressEvents | undefined)[]): IngressEvents {
+  const all = sets.filter((s): s is IngressEvents => s !== undefined);
+  return {
+    received: () => all.forEach((s) => s.received?.()),
+    accepted: (...a) => all.forEach((s) => s.accepted?.(...a)),
+    rejected: (...a) => all.forEach((s) => s.rejected?.(...a)),
+  };
+}

@@ -1,0 +1,74 @@
+// The operator's HTTP endpoints: /metrics, the dashboard under /admin/queues, and (on the ops
+// server of worker and poller processes) /healthz and /readyz. The ingress serves the same app
+// for the paths it owns (see `opsRoutes`).
+import { Hono, type MiddlewareHandler } from 'hono';
+import type { Queue } from 'bullmq';
+import type { Logger } from 'pino';
+import { errorBody } from '../ingress/errors.js';
+import { renderMetrics } from '../metrics.js';
+import { authConfigured, operatorAuth, type OperatorAuthOptions } from './auth.js';
+import { createDashboard, DASHBOARD_PATH } from './dashboard.js';
+
+export interface OpsAppOptions {
+  log: Logger;
+  /** Queues shown on the dashboard. */
+  queues: Queue[];
+  /** Dashboard credentials; without any the dashboard is off. */
+  auth: OperatorAuthOptions;
+  /** Bearer token /metrics requires. Default none. */
+  metricsToken?: string;
+  /** Resolves true when Redis answers (for /readyz). */
+  ready: () => Promise<boolean>;
+  /** True once shutdown started: /readyz answers 503 so load balancers stop sending. */
+  stopping?: () => boolean;
+}
+
+export interface OpsApp {
+  app: Hono;
+  dashboard: boolean;
+  /** True for the paths the ops app answers when mounted beside the ingress. */
+  owns(path: string): boolean;
+}
+
+export function createOpsApp(options: OpsAppOptions): OpsApp {
+  const app = new Hono();
+  const dashboard = authConfigured(options.auth);
+
+  app.get('/healthz', (c) => c.json({ status: 'ok' }));
+  app.get('/readyz', async (c) => {
+    if (options.stopping?.()) return c.json(errorBody(503, 'shutting down'), 503);
+    const ok = await options.ready().catch(() => false);
+    if (!ok) return c.json(errorBody(503, 'Redis is not reachable'), 503, { 'retry-after': '5' });
+    return c.json({ status: 'ready' });
+  });
+
+  if (options.metricsToken) app.use('/metrics', operatorAuth({ token: options.metricsToken, realm: 'metrics' }));
+  app.get('/metrics', async (c) => {
+    const { body, contentType } = await renderMetrics();
+    return c.body(body, 200, { 'content-type': contentType });
+  });
+
+  if (dashboard) {
+    app.use(`${DASHBOARD_PATH}/*`, operatorAuth(options.auth));
+    app.use(DASHBOARD_PATH, operatorAuth(options.auth));
+    app.get(`${DASHBOARD_PATH}/`, (c) => c.redirect(DASHBOARD_PATH));
+    app.route(DASHBOARD_PATH, createDashboard({ queues: options.queues }));
+  }
+
+  app.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));
+  app.onError((err, c) => {
+    options.log.error({ err }, 'unexpected error in ops endpoint');
+    return c.json(errorBody(500, 'internal error'), 500);
+  });
+
+  const owns = (path: string) => path === '/metrics' || (dashboard && (path === DASHBOARD_PATH || path.startsWith(`${DASHBOARD_PATH}/`)));
+  return { app, dashboard, owns };
+}
+
+/** Ingress middleware answering /metrics and /admin/queues from the ops app; everything else passes on. */
+export function opsRoutes(ops: OpsApp): MiddlewareHandler {
+  return async function opsRoutesMiddleware(c, next) {
+    if (!ops.owns(c.req.path)) return next();
+    return ops.app.fetch(c.req.raw, c.env);
+  };
+}

@@ -1,0 +1,150 @@
+// Everything the person on call needs around the pipeline, wired into one process: metrics hooks,
+// request ids, the shutdown gate, the dashboard and /metrics on the ingress, and a small ops HTTP
+// server for processes without an ingress (workers, poller).
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import { serve } from '@hono/node-server';
+import { Queue } from 'bullmq';
+import { Hono } from 'hono';
+import type { Logger } from 'pino';
+import type { Config } from '../config/index.js';
+import { withTimeout } from '../ingress/accept.js';
+import {
+  collectProcessMetrics,
+  combineIngressEvents,
+  combineRunnerEvents,
+  ingressMetrics,
+  metrics,
+  runnerMetrics,
+} from '../metrics.js';
+import { createRedis, INBOUND_QUEUE, POLL_DEAD_LETTER_QUEUE, sinkQueueName } from '../../queues/index.js';
+import type { CallsyncOptions } from '../../workers/callsync.js';
+import { createOpsApp, opsRoutes, type OpsApp } from './app.js';
+import { requestContext } from './request-context.js';
+import { createShutdownGate, type ShutdownGate } from './shutdown-gate.js';
+
+/** Port of the ops server of worker and poller processes unless OPS_PORT says otherwise. */
+export const DEFAULT_OPS_PORT = 9464;
+
+/** Every queue of this configuration: inbound, one per configured sink, the poller's dead letters. */
+export function queueNames(config: Config): string[] {
+  return [INBOUND_QUEUE, ...Object.keys(config.sinks).map(sinkQueueName), POLL_DEAD_LETTER_QUEUE];
+}
+
+/** Where the ops server listens, or null when this process has none. */
+export function opsPort(config: Config): number | null {
+  const port = config.env.OPS_PORT;
+  if (port === 'off') return null;
+  if (port !== undefined) return port;
+  return config.role === 'worker' || config.role === 'poller' ? DEFAULT_OPS_PORT : null;
+}
+
+export interface OperationsOptions {
+  config: Config;
+  log: Logger;
+  /** Extra hooks (tests, other modules), run after the metrics ones. */
+  runnerEvents?: CallsyncOptions['runnerEvents'];
+  ingressEvents?: CallsyncOptions['ingressEvents'];
+}
+
+export interface Operations {
+  /** Spread into startCallsync's options. */
+  hooks: Pick<CallsyncOptions, 'runnerEvents' | 'ingressEvents' | 'ingressBefore'>;
+  ops: OpsApp;
+  gate: ShutdownGate;
+  /** Queue handles of the dashboard and the queue gauges. */
+  queues: Queue[];
+  /** `http://host:port` of the ops server, when one runs. */
+  url: string | null;
+  /** Starts the ops server, when this process has one (call once callsync runs). */
+  listen(): Promise<void>;
+  /** New requests get 503 from now on, and /readyz fails. */
+  beginShutdown(): void;
+  /** Closes the ops server, the queue handles and their Redis connection. */
+  close(): Promise<void>;
+}
+
+export function createOperations(options: OperationsOptions): Operations {
+  const { config, log } = options;
+  collectProcessMetrics();
+  const connection = createRedis(config.redis.url, 'producer');
+  connection.on('error', (err) => log.warn({ connection: 'ops', err: { message: err.message } }, 'redis connection error'));
+  const queues = queueNames(config).map((name) => {
+    const queue = new Queue(name, { connection, prefix: config.redis.prefix });
+    queue.on('error', (err) => log.error({ queue: name, err: { message: err.message } }, 'queue error'));
+    return queue;
+  });
+  const unwatch = metrics.watchQueues(() => queues);
+
+  const gate = createShutdownGate({
+    onRejected(path) {
+      if (path.startsWith('/webhooks/')) {
+        metrics.webhooksReceived.inc();
+        metrics.webhooksRejected.inc({ status: '503', reason: 'shutting-down' });
+      }
+    },
+  });
+  const env = config.env;
+  const ops = createOpsApp({
+    log,
+    queues,
+    auth: { username: env.ADMIN_USERNAME, password: env.ADMIN_PASSWORD, token: env.ADMIN_TOKEN },
+    metricsToken: env.METRICS_TOKEN,
+    ready: () => withTimeout(connection.ping(), 1000, 'redis ping').then((r) => r === 'PONG'),
+    stopping: () => gate.closed,
+  });
+  if (ops.dashboard) {
+    if (env.ADMIN_PASSWORD && env.ADMIN_PASSWORD.length < 12) log.warn('ADMIN_PASSWORD is shorter than 12 characters');
+    log.info({ path: '/admin/queues', auth: [env.ADMIN_PASSWORD ? 'basic' : null, env.ADMIN_TOKEN ? 'bearer' : null].filter(Boolean) }, 'dashboard enabled');
+  } else {
+    log.warn('dashboard off: set ADMIN_PASSWORD (basic auth) or ADMIN_TOKEN (bearer) to serve it at /admin/queues');
+  }
+
+  let server: Server | null = null;
+  let url: string | null = null;
+  const result: Operations = {
+    hooks: {
+      runnerEvents: combineRunnerEvents(runnerMetrics(), options.runnerEvents),
+      ingressEvents: combineIngressEvents(ingressMetrics(), options.ingressEvents),
+      ingressBefore: [requestContext({ log }), gate.middleware, opsRoutes(ops)],
+    },
+    ops,
+    gate,
+    queues,
+    get url() {
+      return url;
+    },
+    async listen() {
+      const port = opsPort(config);
+      if (port === null) return;
+      const host = env.OPS_HOST ?? config.http.host;
+      const root = new Hono();
+      root.use('*', requestContext({ log }), gate.middleware);
+      root.route('/', ops.app);
+      server = await new Promise<Server>((resolve, reject) => {
+        const s = serve({ fetch: root.fetch, port, hostname: host }, () => resolve(s as Server)) as Server;
+        s.once('error', reject);
+      });
+      const address = server.address() as AddressInfo;
+      const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+      url = `http://${shown === '0.0.0.0' ? '127.0.0.1' : shown}:${address.port}`;
+      log.info({ url }, 'ops server listening (/healthz, /readyz, /metrics, /admin/queues)');
+    },
+    beginShutdown() {
+      gate.close();
+    },
+    async close() {
+      unwatch();
+      if (server) {
+        const s = server;
+        await new Promise<void>((resolve) => {
+          s.close(() => resolve());
+          s.closeIdleConnections();
+        });
+      }
+      await Promise.all(queues.map((q) => q.close().catch((err: unknown) => log.error({ err }, 'closing queue failed'))));
+      await connection.quit().catch(() => connection.disconnect());
+    },
+  };
+  return result;
+}

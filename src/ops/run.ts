@@ -1,0 +1,83 @@
+// Runs callsync as a process: start the roles, serve the ops endpoints, and on SIGTERM / SIGINT
+// shut down gracefully: refuse new requests (503), finish the ones inside, stop polling, let
+// workers finish their active jobs within SHUTDOWN_GRACE_MS, close queues and Redis, exit 0.
+import type { Logger } from 'pino';
+import type { Config } from '../config/index.js';
+import { startCallsync, type Callsync, type CallsyncOptions } from '../../workers/callsync.js';
+import { createOperations, type Operations } from './index.js';
+
+export interface RunningCallsync {
+  callsync: Callsync;
+  operations: Operations;
+  /** Graceful shutdown; resolves with the exit code (0 clean, 1 grace period exceeded). */
+  shutdown(reason: string): Promise<number>;
+}
+
+export interface StartOptions extends Partial<CallsyncOptions> {
+  config: Config;
+  log: Logger;
+}
+
+/** Starts the configured roles with metrics, request ids, the dashboard and the shutdown gate. */
+export async function startWithOperations(options: StartOptions): Promise<RunningCallsync> {
+  const { config, log, runnerEvents, ingressEvents, ingressBefore, ...rest } = options;
+  const operations = createOperations({ config, log, runnerEvents, ingressEvents });
+  let callsync: Callsync;
+  try {
+    callsync = await startCallsync(config, {
+      ...rest,
+      log,
+      ...operations.hooks,
+      ingressBefore: [...(operations.hooks.ingressBefore ?? []), ...(ingressBefore ?? [])],
+    });
+    await operations.listen();
+  } catch (err) {
+    await operations.close().catch(() => undefined);
+    throw err;
+  }
+
+  let stopping: Promise<number> | undefined;
+  const shutdown = (reason: string) => {
+    stopping ??= (async () => {
+      const graceMs = config.worker.shutdownGraceMs;
+      log.info({ reason, graceMs }, 'shutting down: refusing new requests, finishing work in progress');
+      operations.beginShutdown();
+      let timer: NodeJS.Timeout | undefined;
+      const overdue = new Promise<'overdue'>((resolve) => {
+        timer = setTimeout(() => resolve('overdue'), graceMs);
+        timer.unref();
+      });
+      const outcome = await Promise.race([callsync.close().then(() => 'closed' as const), overdue]);
+      clearTimeout(timer);
+      await operations.close().catch((err: unknown) => log.error({ err }, 'closing the ops endpoints failed'));
+      if (outcome === 'overdue') {
+        // Jobs still active keep their lock until it expires; then a worker takes them up again.
+        log.error({ graceMs }, 'shutdown grace period over: jobs still active will be retried once their lock expires');
+        return 1;
+      }
+      log.info('stopped');
+      return 0;
+    })();
+    return stopping;
+  };
+
+  return { callsync, operations, shutdown };
+}
+
+/** `callsync start`: runs until SIGTERM / SIGINT, then exits with the shutdown's code. */
+export async function runUntilSignalled(config: Config, log: Logger): Promise<void> {
+  for (const warning of config.warnings) log.warn(warning);
+  const running = await startWithOperations({ config, log });
+  log.info({ role: config.role, url: running.callsync.url, opsUrl: running.operations.url }, 'callsync started');
+  let signalled = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (signalled) {
+      log.warn({ signal }, 'second signal: exiting without waiting');
+      process.exit(1);
+    }
+    signalled = true;
+    void running.shutdown(signal).then((code) => process.exit(code));
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+}
