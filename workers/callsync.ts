@@ -15,6 +15,7 @@ import { SpoolingAcceptor, spoolDirWritable } from '../src/ingress/spool.js';
 import { sinkTypes } from '../src/sinks/registry.js';
 import type { Sink } from '../src/sinks/types.js';
 import { RedisKeyValueStore } from '../src/state/kv.js';
+import { OptOutList } from '../src/sinks/notify/opt-out.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import {
@@ -96,6 +97,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
   if (runsWorkers(config.role)) {
     const now = options.now ?? (() => new Date());
     const state = new RedisKeyValueStore(workerConn, stateKeyPrefix(prefix));
+    const optOut = new OptOutList(workerConn, prefix);
     for (const sink of Object.values(config.sinks)) {
       const override = options.sinks?.get(sink.name);
       if (override) {
@@ -110,7 +112,8 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
           state: state.scoped(sink.name),
           telephony,
           now,
-          env: config.env as unknown as NodeJS.ProcessEnv,
+          env: config.processEnv,
+          optOut,
         }),
       );
     }

@@ -22,6 +22,8 @@ export interface SinkConfig {
 
 export interface Config {
   env: Env;
+  /** The environment as given, for sinks that read their secrets from it. */
+  processEnv: NodeJS.ProcessEnv;
   role: Role;
   http: { port: number; host: string };
   redis: { url: string; prefix: string };
@@ -222,6 +224,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
 
   return {
     env,
+    processEnv,
     role: env.CALLSYNC_ROLE,
     http: { port: env.PORT, host: env.HOST },
     redis: { url: env.REDIS_URL, prefix: env.QUEUE_PREFIX },

@@ -41,8 +41,10 @@ export interface SinkDeps {
   telephony: TelephonyClient | null;
   /** Current time; tests pass a controllable clock. */
   now: () => Date;
-  /** Process environment (already validated config lives in the options). */
+  /** The process environment as given (secrets are read from here, never copied into options). */
   env: NodeJS.ProcessEnv;
+  /** Numbers that must never be texted (the Redis set the CLI manages), when available. */
+  optOut?: { has(number: string): Promise<boolean> };
 }
 
 /** Limits applied to a sink's whole queue (BullMQ worker limiter). */
