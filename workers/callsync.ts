@@ -208,7 +208,9 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       await step('close workers', () => Promise.all(workers.map((w) => w.close())));
       await step('close sinks', () => Promise.all([...sinks.values()].map((s) => s.close?.())));
       await step('close queues', () => Promise.all([...queues.values()].map((q) => q.close())));
-      await step('close redis', () => Promise.all([producer.quit(), workerConn.quit()]));
+      // QUIT needs a live connection; while Redis is away, drop the connection (and its reconnect timer).
+      const quit = (conn: Redis) => (conn.status === 'ready' ? conn.quit().catch(() => conn.disconnect()) : conn.disconnect());
+      await step('close redis', () => Promise.all([quit(producer), quit(workerConn)]));
     })();
     return closing;
   };

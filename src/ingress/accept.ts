@@ -9,10 +9,17 @@ export interface AcceptResult {
   /** The inbound job id; a duplicate gets the id of the delivery it duplicates. */
   id: string;
   duplicate: boolean;
+  /** True when the event was acknowledged into the local spool (Redis away); see spool.ts. */
+  spooled?: boolean;
+}
+
+export interface AcceptOptions {
+  /** Job id to use instead of a fresh one (the spool drainer reuses the id it acknowledged with). */
+  jobId?: string;
 }
 
 export interface CallAcceptor {
-  accept(call: CanonicalCall): Promise<AcceptResult>;
+  accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult>;
 }
 
 /** Redis did not take the event in time: nothing was acknowledged, the sender should retry. */
@@ -44,11 +51,11 @@ export class QueueAcceptor implements CallAcceptor {
     private readonly options: QueueAcceptorOptions,
   ) {}
 
-  async accept(call: CanonicalCall): Promise<AcceptResult> {
+  async accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult> {
     const dedupeId = callHash(call.key);
     // A fresh job id per delivery: BullMQ's deduplication answers with the first delivery's id,
     // which tells a duplicate apart atomically, inside the same Redis script that stores the job.
-    const jobId = `${dedupeId}-${randomBytes(6).toString('hex')}`;
+    const jobId = options?.jobId ?? `${dedupeId}-${randomBytes(6).toString('hex')}`;
     let job;
     try {
       job = await withTimeout(

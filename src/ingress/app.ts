@@ -69,7 +69,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
     const result = await deps.acceptor.accept(call);
     deps.events?.accepted?.(result.duplicate);
     if (result.duplicate) deps.log.info({ jobId: result.id, agentId }, 'duplicate webhook acknowledged');
-    return c.json({ id: result.id, duplicate: result.duplicate }, 202);
+    return c.json(result.spooled ? { id: result.id, duplicate: result.duplicate, spooled: true } : { id: result.id, duplicate: result.duplicate }, 202);
   };
 
   const guarded = every(...guards);

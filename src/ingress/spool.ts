@@ -1,0 +1,418 @@
+// The ingress spool: when Redis cannot take an event, the ingress may still acknowledge it, once it
+// is appended to a local, fsync'd, append-only file. A drainer in the same process hands spooled
+// events to the queue in the order they were acknowledged as soon as Redis answers again, and on
+// start-up drains what an earlier process left behind. Re-accepting goes through the same
+// deduplication as any other delivery, so an event drained twice (a crash mid-drain) is harmless.
+//
+// On disk: `<dir>/<seq>.jsonl` segments, one JSON line per event (`{v, id, at, call}`), numbered in
+// order. Only the newest segment is written to; the drainer seals it (starts a new one) before
+// reading, and deletes a segment only after every event in it is in Redis.
+import { closeSync, constants, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { access, mkdir, open, readdir, readFile, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { join, resolve } from 'node:path';
+import type { Logger } from 'pino';
+import { callHash, type CanonicalCall } from '../model/call.js';
+import { QueueUnavailableError, type AcceptOptions, type AcceptResult, type CallAcceptor } from './accept.js';
+
+export interface SpoolOptions {
+  /** Folder of the segments; created if missing. */
+  dir: string;
+  log: Logger;
+  /** Largest segment before a new one is started, in bytes. Default 64 MiB. */
+  segmentMaxBytes?: number;
+  /** Refuse to spool (answer 503) beyond this many bytes on disk. Default 1 GiB. */
+  maxBytes?: number;
+  /** Pause between drain attempts while Redis is still away. Default 500 ms. */
+  retryIntervalMs?: number;
+  /** Events handed to Redis at once while draining (pipelined on one connection, so in order). Default 200. */
+  drainBatch?: number;
+  /** Told about each drained batch and each spooled event (metrics, tests). */
+  events?: SpoolEvents;
+}
+
+export interface SpoolEvents {
+  spooled?(): void;
+  drained?(count: number): void;
+}
+
+/** What `accept` answers for a spooled event: the id its inbound job will have once drained. */
+export interface SpooledResult extends AcceptResult {
+  spooled: true;
+}
+
+interface SpoolEntry {
+  v: 1;
+  id: string;
+  /** When it was spooled (ISO-8601). */
+  at: string;
+  call: CanonicalCall;
+}
+
+const SEGMENT = /^(\d{16})\.jsonl$/;
+const LOCK_FILE = 'LOCK';
+const segmentName = (seq: number) => `${String(seq).padStart(16, '0')}.jsonl`;
+
+/** Folders locked by this process (a second spool on the same folder in one process is refused too). */
+const heldHere = new Set<string>();
+
+export class SpoolLockedError extends Error {
+  constructor(dir: string, pid: number) {
+    super(`spool folder ${dir} is in use by process ${pid}`);
+    this.name = 'SpoolLockedError';
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Whether `dir` exists (or can be created) and is writable: the default for SPOOL_ENABLED. */
+export async function spoolDirWritable(dir: string): Promise<boolean> {
+  try {
+    await mkdir(dir, { recursive: true });
+    await access(dir, constants.W_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function fsyncDir(dir: string): Promise<void> {
+  const handle = await open(dir, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * A `CallAcceptor` that puts events into Redis through `inner` and, while Redis is unavailable
+ * (or while older spooled events still wait, so acknowledged order is kept), into the spool.
+ */
+export class SpoolingAcceptor implements CallAcceptor {
+  readonly dir: string;
+  private readonly log: Logger;
+  private readonly segmentMaxBytes: number;
+  private readonly maxBytes: number;
+  private readonly retryIntervalMs: number;
+  private readonly drainBatch: number;
+
+  /** Events acknowledged from the spool and not yet confirmed in Redis (including ones being written). */
+  private pendingCount = 0;
+  /** callHash -> id, of events waiting in the spool: a repeat while spooled is answered as a duplicate. */
+  private readonly waiting = new Map<string, string>();
+  private bytesOnDisk = 0;
+
+  private nextSeq = 0;
+  private active: { seq: number; handle: FileHandle; bytes: number; lines: number } | null = null;
+  /** Every file operation runs through this chain: writes, seals and the drainer's reads never overlap. */
+  private chain: Promise<unknown> = Promise.resolve();
+  private batch: { line: string; resolve: () => void; reject: (err: unknown) => void }[] = [];
+  private flushScheduled = false;
+
+  private draining: Promise<void> | null = null;
+  private wake: (() => void) | null = null;
+  private opened = false;
+  private closed = false;
+
+  constructor(
+    private readonly inner: CallAcceptor,
+    private readonly options: SpoolOptions,
+  ) {
+    this.dir = resolve(options.dir);
+    this.log = options.log.child({ component: 'spool' });
+    this.segmentMaxBytes = options.segmentMaxBytes ?? 64 * 1024 * 1024;
+    this.maxBytes = options.maxBytes ?? 1024 * 1024 * 1024;
+    this.retryIntervalMs = options.retryIntervalMs ?? 500;
+    this.drainBatch = options.drainBatch ?? 200;
+  }
+
+  /** Events acknowledged but not yet in Redis. */
+  get pending(): number {
+    return this.pendingCount;
+  }
+
+  /** Takes the folder's lock, reads what an earlier process left, and starts draining it. */
+  async open(): Promise<void> {
+    if (this.opened) return;
+    await mkdir(this.dir, { recursive: true });
+    this.lock();
+    this.opened = true;
+    const segments = await this.segments();
+    this.nextSeq = segments.length > 0 ? segments[segments.length - 1]! + 1 : 1;
+    for (const seq of segments) {
+      const { entries, bytes } = await this.readSegment(seq);
+      this.bytesOnDisk += bytes;
+      this.pendingCount += entries.length;
+      for (const e of entries) this.waiting.set(callHash(e.call.key), e.id);
+    }
+    if (this.pendingCount > 0) {
+      this.log.warn({ pending: this.pendingCount, segments: segments.length, dir: this.dir }, 'spool holds events from an earlier run: draining');
+      this.kick();
+    }
+  }
+
+  async accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult> {
+    if (this.pendingCount === 0 || this.closed) {
+      try {
+        return await this.inner.accept(call, options);
+      } catch (err) {
+        if (!(err instanceof QueueUnavailableError) || this.closed || !this.opened) throw err;
+        this.log.warn({ err: { message: err.message } }, 'queue unavailable: spooling the event to local disk');
+      }
+    }
+    return this.spool(call);
+  }
+
+  private async spool(call: CanonicalCall): Promise<SpooledResult> {
+    const hash = callHash(call.key);
+    const seen = this.waiting.get(hash);
+    if (seen !== undefined) return { id: seen, duplicate: true, spooled: true };
+    const id = `${hash}-${randomBytes(6).toString('hex')}`;
+    const entry: SpoolEntry = { v: 1, id, at: new Date().toISOString(), call };
+    const line = `${JSON.stringify(entry)}\n`;
+    if (this.bytesOnDisk + line.length > this.maxBytes) {
+      throw new QueueUnavailableError(new Error(`spool full (${this.bytesOnDisk} bytes in ${this.dir})`));
+    }
+    this.waiting.set(hash, id);
+    this.pendingCount++;
+    this.bytesOnDisk += line.length;
+    try {
+      await this.write(line);
+    } catch (err) {
+      this.waiting.delete(hash);
+      this.pendingCount--;
+      this.bytesOnDisk -= line.length;
+      throw new QueueUnavailableError(err);
+    }
+    this.options.events?.spooled?.();
+    this.kick();
+    return { id, duplicate: false, spooled: true };
+  }
+
+  /** Appends a line; lines arriving together share one write and one fsync (group commit). */
+  private write(line: string): Promise<void> {
+    return new Promise<void>((resolvePromise, reject) => {
+      this.batch.push({ line, resolve: resolvePromise, reject });
+      if (this.flushScheduled) return;
+      this.flushScheduled = true;
+      void this.serial(async () => {
+        this.flushScheduled = false;
+        const batch = this.batch;
+        this.batch = [];
+        try {
+          const data = batch.map((b) => b.line).join('');
+          if (!this.active || this.active.bytes >= this.segmentMaxBytes) await this.startSegment();
+          const active = this.active!;
+          await active.handle.write(data);
+          await active.handle.datasync();
+          active.bytes += Buffer.byteLength(data);
+          active.lines += batch.length;
+          for (const b of batch) b.resolve();
+        } catch (err) {
+          this.log.error({ err: { message: (err as Error).message }, dir: this.dir }, 'spool write failed');
+          for (const b of batch) b.reject(err);
+        }
+      });
+    });
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(fn, fn);
+    this.chain = run.catch(() => undefined);
+    return run;
+  }
+
+  private async startSegment(): Promise<void> {
+    await this.seal();
+    const seq = this.nextSeq++;
+    const handle = await open(join(this.dir, segmentName(seq)), 'a');
+    // The new file's name must survive a power cut too, not only its contents.
+    await fsyncDir(this.dir);
+    this.active = { seq, handle, bytes: 0, lines: 0 };
+  }
+
+  /** Closes the segment being written; later events go to a new one. */
+  private async seal(): Promise<void> {
+    const active = this.active;
+    if (!active) return;
+    this.active = null;
+    await active.handle.close();
+    if (active.lines === 0) await unlink(join(this.dir, segmentName(active.seq))).catch(() => undefined);
+  }
+
+  private async segments(): Promise<number[]> {
+    const names = await readdir(this.dir);
+    return names
+      .map((n) => SEGMENT.exec(n))
+      .filter((m): m is RegExpExecArray => m !== null)
+      .map((m) => Number(m[1]))
+      .sort((a, b) => a - b);
+  }
+
+  private async readSegment(seq: number): Promise<{ entries: SpoolEntry[]; bytes: number }> {
+    const path = join(this.dir, segmentName(seq));
+    const text = await readFile(path, 'utf8');
+    const lines = text.split('\n');
+    const entries: SpoolEntry[] = [];
+    lines.forEach((line, i) => {
+      if (line.trim() === '') return;
+      try {
+        const entry = JSON.parse(line) as SpoolEntry;
+        if (entry.v !== 1 || typeof entry.id !== 'string' || typeof entry.call?.key !== 'string') throw new Error('not a spool entry');
+        entries.push(entry);
+      } catch (err) {
+        // A torn last line is a write that never reached fsync, so it was never acknowledged.
+        const torn = i === lines.length - 1;
+        if (torn) this.log.warn({ segment: path }, 'spool segment ends in an incomplete line (never acknowledged): ignored');
+        else this.log.error({ segment: path, line: i + 1, err: { message: (err as Error).message } }, 'unreadable spool line skipped');
+      }
+    });
+    return { entries, bytes: Buffer.byteLength(text) };
+  }
+
+  /** Starts the drainer, or wakes it from its pause. */
+  private kick(): void {
+    if (this.closed) return;
+    if (this.wake) this.wake();
+    this.draining ??= this.drain()
+      .catch((err: unknown) => this.log.error({ err }, 'spool drainer stopped'))
+      .finally(() => {
+        this.draining = null;
+        if (this.pendingCount > 0 && !this.closed) this.kick();
+      });
+  }
+
+  private pause(ms: number): Promise<void> {
+    return new Promise<void>((resolvePromise) => {
+      const timer = setTimeout(() => {
+        this.wake = null;
+        resolvePromise();
+      }, ms);
+      this.wake = () => {
+        clearTimeout(timer);
+        this.wake = null;
+        resolvePromise();
+      };
+    });
+  }
+
+  private async drain(): Promise<void> {
+    let announced = false;
+    while (this.pendingCount > 0 && !this.closed) {
+      // Seal after the writes already queued, so every event counted as pending is in a sealed segment.
+      const sealed = await this.serial(async () => {
+        await this.seal();
+        return this.segments();
+      });
+      if (sealed.length === 0) {
+        await this.pause(this.retryIntervalMs);
+        continue;
+      }
+      for (const seq of sealed) {
+        if (this.closed) return;
+        const { entries, bytes } = await this.readSegment(seq);
+        let next = 0;
+        while (next < entries.length) {
+          if (this.closed) return;
+          const batch = entries.slice(next, next + this.drainBatch);
+          try {
+            // One connection keeps commands in order, so a batch sent at once lands in order.
+            await Promise.all(batch.map((e) => this.inner.accept(e.call, { jobId: e.id })));
+          } catch (err) {
+            if (!announced) {
+              this.log.warn({ pending: this.pendingCount, err: { message: (err as Error).message } }, 'spool waits for the queue');
+              announced = true;
+            }
+            await this.pause(this.retryIntervalMs);
+            continue;
+          }
+          next += batch.length;
+          this.options.events?.drained?.(batch.length);
+        }
+        await unlink(join(this.dir, segmentName(seq)));
+        await fsyncDir(this.dir);
+        for (const e of entries) {
+          const hash = callHash(e.call.key);
+          if (this.waiting.get(hash) === e.id) this.waiting.delete(hash);
+        }
+        this.pendingCount -= entries.length;
+        this.bytesOnDisk -= bytes;
+        if (this.pendingCount < 0) this.pendingCount = 0;
+        this.log.info({ drained: entries.length, pending: this.pendingCount }, 'spool segment drained into the queue');
+      }
+    }
+    if (this.pendingCount === 0) this.bytesOnDisk = 0;
+  }
+
+  /** Stops draining (what is left stays on disk for the next start), closes the segment, frees the lock. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.wake?.();
+    await this.draining;
+    await this.serial(() => this.seal());
+    if (this.opened) {
+      const left = await this.segments().catch(() => [1]);
+      this.unlock();
+      // An empty spool leaves no folder behind.
+      if (left.length === 0) await rm(this.dir, { recursive: true, force: true }).catch(() => undefined);
+      else this.log.warn({ pending: this.pendingCount, dir: this.dir }, 'spool not empty at shutdown: drained at next start');
+    }
+  }
+
+  /** One process per folder: a LOCK file with our pid; a stale one (dead process) is taken over. */
+  private lock(): void {
+    if (heldHere.has(this.dir)) throw new SpoolLockedError(this.dir, process.pid);
+    const path = join(this.dir, LOCK_FILE);
+    for (let tries = 0; tries < 2; tries++) {
+      try {
+        const fd = openSync(path, 'wx');
+        writeSync(fd, String(process.pid));
+        closeSync(fd);
+        heldHere.add(this.dir);
+        return;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+        let pid = NaN;
+        try {
+          pid = Number(readFileSync(path, 'utf8').trim());
+        } catch {
+          // unreadable: treat as stale
+        }
+        // Our own pid in the file is a lock left by an earlier process that had the same pid (containers).
+        if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && pidAlive(pid)) throw new SpoolLockedError(this.dir, pid);
+        this.log.warn({ dir: this.dir, stalePid: pid }, 'taking over a stale spool lock');
+        rmSyncSafe(path);
+      }
+    }
+    throw new SpoolLockedError(this.dir, NaN);
+  }
+
+  private unlock(): void {
+    rmSyncSafe(join(this.dir, LOCK_FILE));
+    heldHere.delete(this.dir);
+  }
+
+  /** Bytes of events waiting on disk (for metrics). */
+  async diskBytes(): Promise<number> {
+    let total = 0;
+    for (const seq of await this.segments()) total += (await stat(join(this.dir, segmentName(seq))).catch(() => ({ size: 0 }))).size;
+    return total;
+  }
+}
+
+function rmSyncSafe(path: string): void {
+  try {
+    rmSync(path, { force: true });
+  } catch {
+    // already gone
+  }
+}

@@ -1,0 +1,123 @@
+// A private redis-server on a random loopback port, with AOF, that tests may stop, kill and start
+// again (the shared Redis on 6379 is never touched). Its data lives in a temporary folder, so a
+// restart comes back with what the append-only file kept.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+
+export interface PrivateRedisOptions {
+  /** `appendfsync` policy: `always`, `everysec` (Redis' default) or `no`. Default `everysec`. */
+  appendfsync?: 'always' | 'everysec' | 'no';
+  /** Append-only file on (default) or off. */
+  appendonly?: boolean;
+}
+
+export interface PrivateRedis {
+  port: number;
+  url: string;
+  dir: string;
+  /** Whether the server process is running. */
+  readonly running: boolean;
+  /** Starts the server (again) on the same port with the same data folder; waits until it answers PING. */
+  start(): Promise<void>;
+  /** SHUTDOWN without saving an RDB (AOF is already on disk); waits for the process to exit. */
+  stop(): Promise<void>;
+  /** SIGKILL: what a crash or an OOM kill looks like. */
+  kill(): Promise<void>;
+  /** Stops the server and removes its folder. */
+  destroy(): Promise<void>;
+}
+
+/** A free TCP port on 127.0.0.1 (the OS picks one; closed again before redis-server binds it). */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+async function waitForPing(url: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 500 });
+    redis.on('error', () => undefined);
+    try {
+      await redis.connect();
+      if ((await redis.ping()) === 'PONG') return;
+    } catch {
+      // not up yet
+    } finally {
+      redis.disconnect();
+    }
+    if (Date.now() > deadline) throw new Error(`redis-server at ${url} did not answer within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export async function startPrivateRedis(options: PrivateRedisOptions = {}): Promise<PrivateRedis> {
+  const dir = await mkdtemp(join(tmpdir(), 'callsync-redis-'));
+  const port = await freePort();
+  const url = `redis://127.0.0.1:${port}`;
+  let child: ChildProcess | null = null;
+  let exited: Promise<void> = Promise.resolve();
+
+  const start = async () => {
+    if (child) return;
+    const args = [
+      '--port', String(port),
+      '--bind', '127.0.0.1',
+      '--save', '',
+      '--appendonly', options.appendonly === false ? 'no' : 'yes',
+      '--appendfsync', options.appendfsync ?? 'everysec',
+      '--dir', dir,
+      '--maxmemory-policy', 'noeviction',
+      '--loglevel', 'warning',
+    ];
+    const proc = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    child = proc;
+    exited = new Promise<void>((resolve) => proc.once('exit', () => {
+      if (child === proc) child = null;
+      resolve();
+    }));
+    await waitForPing(url, 10_000);
+  };
+
+  const stop = async (signal: 'shutdown' | 'SIGKILL') => {
+    const proc = child;
+    if (!proc) return;
+    if (signal === 'SIGKILL') {
+      proc.kill('SIGKILL');
+    } else {
+      const redis = new Redis(url, { maxRetriesPerRequest: 0, retryStrategy: () => null });
+      redis.on('error', () => undefined);
+      // SHUTDOWN closes the connection instead of answering.
+      await redis.call('SHUTDOWN', 'NOSAVE').catch(() => undefined);
+      redis.disconnect();
+    }
+    const timer = setTimeout(() => proc.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(timer);
+  };
+
+  await start();
+  return {
+    port,
+    url,
+    dir,
+    get running() {
+      return child !== null;
+    },
+    start,
+    stop: () => stop('shutdown'),
+    kill: () => stop('SIGKILL'),
+    async destroy() {
+      await stop('SIGKILL');
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
