@@ -57,6 +57,8 @@ export interface RecordedRequest {
   authorization: string | null;
   /** What the fake answered (0 when the connection was dropped). */
   status: number;
+  /** Events in the page served (inbox requests answered 200). */
+  eventsServed?: number;
   at: number;
 }
 
@@ -304,7 +306,7 @@ export class FakeTelephony {
     }
     switch (target) {
       case 'events':
-        return this.handleInbox(channelId ?? '', url.searchParams, send);
+        return this.handleInbox(channelId ?? '', url.searchParams, send, record);
       case 'sms':
         return this.handleSms(requestBody, send);
       case 'recording':
@@ -349,7 +351,7 @@ export class FakeTelephony {
     return false;
   }
 
-  private handleInbox(channelId: string, query: URLSearchParams, send: Send): Promise<void> {
+  private handleInbox(channelId: string, query: URLSearchParams, send: Send, record: RecordedRequest): Promise<void> {
     const events = this.channels.get(channelId);
     if (events === undefined) return send(404, detailedError(404, 'Not Found', `channel ${channelId} not found`, '/channelId'));
     const limitRaw = query.get('limit');
@@ -363,6 +365,7 @@ export class FakeTelephony {
       start = decoded;
     }
     const page = events.slice(start, start + Math.min(limit, this.maxPageSize));
+    record.eventsServed = page.length;
     return send(200, { events: page, limit: Math.min(limit, this.maxPageSize), position: encodePosition(start + page.length) });
   }
 

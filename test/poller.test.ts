@@ -1,0 +1,321 @@
+// The channel poller against the loopback fake API and real Redis: pages queued exactly once,
+// cursor resumed after a crash with no gap, one active poller per channel, failures handled.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { Queue, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import {
+  createRedis,
+  defaultJobOptions,
+  defaultRetryPolicy,
+  INBOUND_QUEUE,
+  POLL_DEAD_LETTER_QUEUE,
+  sinkQueueName,
+  type CallReceivedJob,
+  type PollDeadLetterJob,
+} from '../queues/index.js';
+import { QueueAcceptor } from '../src/ingress/accept.js';
+import { createTelephonyClient, type TelephonyClientOptions } from '../src/telephony/client.js';
+import { cursorKey, lockKey, pollerMetrics, pollerStopped, startPoller, combinePollerEvents, type PollerEvents, type PollerSettings, type RunningPoller } from '../workers/poller.js';
+import { memoryLog, startTestCallsync } from './support/callsync.js';
+import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+
+const runner = { retry: defaultRetryPolicy, concurrency: 1, stalledIntervalMs: 1000, lockDurationMs: 2000, maxStalledCount: 1 };
+
+/** Redis connections, the inbound queue and an acceptor on one test prefix. */
+class Harness {
+  readonly producer: Redis;
+  readonly inbound: Queue<CallReceivedJob>;
+  readonly acceptor: QueueAcceptor;
+  private readonly extra: Redis[] = [];
+  private readonly pollers: RunningPoller[] = [];
+  readonly logs = memoryLog('debug');
+
+  constructor(readonly prefix: string) {
+    this.producer = createRedis(REDIS_URL, 'producer');
+    this.inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: this.producer, prefix, defaultJobOptions: defaultJobOptions(defaultRetryPolicy) });
+    this.acceptor = new QueueAcceptor(this.inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 });
+  }
+
+  /** A poller with connections and a client of its own, as a separate process would have. */
+  poller(api: FakeTelephony, settings: Partial<PollerSettings> = {}, options: { events?: PollerEvents; client?: Partial<TelephonyClientOptions>; instanceId?: string } = {}): RunningPoller {
+    const redis = createRedis(REDIS_URL, 'producer');
+    const workerConnection = createRedis(REDIS_URL, 'worker');
+    this.extra.push(redis, workerConnection);
+    const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: redis, prefix: this.prefix });
+    const running = startPoller({
+      settings: { channelIds: ['ch1'], intervalMs: 200, pageSize: 50, maxBackoffMs: 1000, lockTtlMs: 1000, ...settings },
+      client: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, retryMinDelayMs: 20, retryMaxDelayMs: 100, ...options.client }),
+      acceptor: new QueueAcceptor(inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
+      redis,
+      workerConnection,
+      prefix: this.prefix,
+      log: this.logs.log,
+      runner,
+      events: options.events,
+      instanceId: options.instanceId,
+    });
+    const close = running.close.bind(running);
+    running.close = async () => {
+      await close();
+      await inbound.close();
+    };
+    this.pollers.push(running);
+    return running;
+  }
+
+  async inboundKeys(): Promise<string[]> {
+    const jobs = await this.inbound.getJobs(['waiting', 'active', 'completed', 'failed', 'delayed', 'paused']);
+    return jobs.filter((j): j is Job<CallReceivedJob> => j !== undefined && j !== null).map((j) => j.data.call.key);
+  }
+
+  async close(): Promise<void> {
+    for (const p of this.pollers) await p.close();
+    await this.inbound.close();
+    await Promise.all([this.producer, ...this.extra].map((r) => r.quit().catch(() => undefined)));
+    await cleanupPrefix(this.prefix);
+  }
+}
+
+function events(count: number, from = 0, channelId = 'ch1'): Record<string, unknown>[] {
+  return Array.from({ length: count }, (_, i) => channelEvent({ eventId: `ev-${from + i}`, channelId }));
+}
+
+const allKeys = (count: number, channelId = 'ch1') => Array.from({ length: count }, (_, i) => `channel:${channelId}:ev-${i}`).sort();
+
+describe('poller: 1,000 events through the whole pipeline', () => {
+  let api: FakeTelephony;
+  let dir: string;
+  before(async () => {
+    api = await FakeTelephony.start({ maxPageSize: 100 });
+    dir = await mkdtemp(join(tmpdir(), 'poller-archive-'));
+  });
+  after(async () => {
+    await api.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('queues and archives every event once, reading full pages back to back', async () => {
+    api.addEvents('ch1', events(1000));
+    const configFile = join(dir, 'callsync.yaml');
+    await writeFile(
+      configFile,
+      ['sinks:', '  archive:', '    type: archive', `    dir: ${join(dir, 'archive')}`, 'routes:', '  - name: channel-calls', '    when: { source: channel }', '    to: archive', ''].join('\n'),
+    );
+    const completed = new Map<string, string[]>();
+    const cs = await startTestCallsync(
+      { CALLSYNC_CONFIG: configFile, CALLSYNC_ROLE: 'worker', WORKER_CONCURRENCY: '16' },
+      {
+        runnerEvents: {
+          completed(queue, job) {
+            completed.set(queue, [...(completed.get(queue) ?? []), String(job.id)]);
+          },
+        },
+      },
+    );
+    const h = new Harness(cs.prefix);
+    try {
+      const started = Date.now();
+      h.poller(api, { pageSize: 100, intervalMs: 5000 });
+      await waitFor(() => (completed.get(sinkQueueName('archive'))?.length ?? 0) >= 1000, { timeoutMs: 60_000, what: '1000 archived calls' });
+      // Full pages were read at once, not one per POLL_INTERVAL_MS (10 pages would take 50 s).
+      assert.ok(Date.now() - started < 30_000);
+      await new Promise((r) => setTimeout(r, 500));
+      const archived = completed.get(sinkQueueName('archive')) ?? [];
+      assert.equal(archived.length, 1000, 'each event archived once');
+      assert.equal(new Set(archived).size, 1000);
+      assert.equal(completed.get(INBOUND_QUEUE)?.length, 1000, 'each event fanned out once');
+      assert.deepEqual((await h.inboundKeys()).sort(), allKeys(1000));
+      const files = (await readdir(join(dir, 'archive'), { recursive: true })).filter((f) => f.endsWith('.json'));
+      assert.equal(files.length, 1000);
+      const served = api.inboxRequests('ch1').filter((r) => (r.eventsServed ?? 0) > 0);
+      assert.equal(served.length, 10, 'ten pages of 100');
+    } finally {
+      await h.close();
+      await cs.stop();
+    }
+  });
+});
+
+describe('poller: guarantees', () => {
+  let api: FakeTelephony;
+  before(async () => {
+    api = await FakeTelephony.start();
+  });
+  after(() => api.close());
+
+  it('resumes from the stored position after a crash, with no gap, and takes over within the lock TTL', async () => {
+    const h = new Harness(uniquePrefix('poll-crash'));
+    const channel = 'crash';
+    api.addEvents(channel, events(1000, 0, channel));
+    // Slow pages, so the crash lands mid-run.
+    api.inject({ on: 'events', channelId: channel, delayMs: 40, times: Infinity });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/poller-process.ts'], {
+      env: { ...process.env, POLL_TEST_PREFIX: h.prefix, REDIS_URL, TELEPHONY_API_URL: api.url, POLL_CHANNEL_IDS: channel, POLL_LOCK_TTL_MS: '1000', POLL_PAGE_SIZE: '50' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    try {
+      await waitFor(async () => (await h.inbound.count()) >= 300, { timeoutMs: 20_000, what: 'the child to queue 300 events' });
+      child.kill('SIGKILL');
+      await new Promise((r) => child.once('exit', r));
+      const killedAt = Date.now();
+      const stored = await h.producer.get(cursorKey(h.prefix, channel));
+      assert.ok(stored, 'the child stored a position');
+      assert.ok(await h.producer.get(lockKey(h.prefix, channel)), 'the crashed child left its lock behind');
+      const requestsBefore = api.inboxRequests(channel).length;
+
+      let tookOverAt = 0;
+      h.poller(api, { channelIds: [channel], lockTtlMs: 1000 }, { events: { lock: (_c, held) => void (held && !tookOverAt && (tookOverAt = Date.now())) } });
+      await waitFor(() => tookOverAt > 0, { timeoutMs: 5000, what: 'takeover' });
+      assert.ok(tookOverAt - killedAt <= 1000 + 334 + 500, `taken over after ${tookOverAt - killedAt} ms`);
+      const firstAfter = api.inboxRequests(channel)[requestsBefore];
+      assert.equal(firstAfter?.query.position, stored, 'resumed from the stored position');
+
+      await waitFor(async () => new Set(await h.inboundKeys()).size >= 1000, { timeoutMs: 30_000, what: 'all 1000 events' });
+      await new Promise((r) => setTimeout(r, 300));
+      const keys = await h.inboundKeys();
+      assert.equal(keys.length, 1000, 'no event queued twice (a page re-read after the crash is deduplicated)');
+      assert.deepEqual(keys.sort(), allKeys(1000, channel), 'no gap');
+    } finally {
+      child.kill('SIGKILL');
+      api.clearFaults();
+      await h.close();
+    }
+  });
+
+  it('two pollers at once: one polls, the other stands by and takes over on a clean stop; each event queued once', async () => {
+    const h = new Harness(uniquePrefix('poll-two'));
+    const channel = 'two';
+    api.addEvents(channel, events(1000, 0, channel));
+    api.inject({ on: 'events', channelId: channel, delayMs: 10, times: Infinity });
+    const holders = new Set<string>();
+    let overlap = false;
+    const track = (name: string): PollerEvents => ({
+      lock: (_c, held) => {
+        if (held) {
+          if (holders.size > 0) overlap = true;
+          holders.add(name);
+        } else holders.delete(name);
+      },
+    });
+    try {
+      const a = h.poller(api, { channelIds: [channel] }, { events: track('a'), instanceId: 'a' });
+      const b = h.poller(api, { channelIds: [channel] }, { events: track('b'), instanceId: 'b' });
+      await waitFor(async () => (await h.inbound.count()) >= 400, { timeoutMs: 20_000, what: '400 events' });
+      // Stop whichever polls: the other takes the channel over from the stored position.
+      const [active, standby] = a.pollers[0]!.holdsLock ? [a, b] : [b, a];
+      assert.equal(standby.pollers[0]!.state, 'standby');
+      await active.close();
+      await waitFor(async () => new Set(await h.inboundKeys()).size >= 1000, { timeoutMs: 30_000, what: 'all 1000 events' });
+      await new Promise((r) => setTimeout(r, 300));
+      const keys = await h.inboundKeys();
+      assert.equal(keys.length, 1000);
+      assert.deepEqual(keys.sort(), allKeys(1000, channel));
+      assert.equal(overlap, false, 'never two lock holders at once');
+      const nonEmpty = api.inboxRequests(channel).filter((r) => (r.eventsServed ?? 0) > 0).map((r) => r.query.position ?? '');
+      assert.equal(new Set(nonEmpty).size, nonEmpty.length, 'no page was read twice');
+    } finally {
+      api.clearFaults();
+      await h.close();
+    }
+  });
+});
+
+describe('poller: failures', () => {
+  let api: FakeTelephony;
+  before(async () => {
+    api = await FakeTelephony.start();
+  });
+  after(() => api.close());
+
+  it('waits for Retry-After, backs off over 5xx bursts, dead-letters malformed events and goes on', async () => {
+    const h = new Harness(uniquePrefix('poll-faults'));
+    const channel = 'faults';
+    const list: unknown[] = events(120, 0, channel);
+    list.splice(10, 0, { eventId: 'bad-1', type: 'CALL', call: { direction: 'INCOMING', startedAt: '2025-01-01T00:00:00Z' } });
+    list.splice(60, 0, 'not an object');
+    list.splice(90, 0, { eventId: 'bad-3', type: 'CALL', call: { callSid: 'x', direction: 'SIDEWAYS', startedAt: '2025-01-01T00:00:00Z' } });
+    list.push({ eventId: 'sms-1', type: 'SMS' });
+    api.addEvents(channel, list);
+    api.inject({ on: 'events', channelId: channel, status: 429, retryAfter: '1', times: 1 });
+    api.inject({ on: 'events', channelId: channel, status: 500, times: 8 });
+    const failures: string[] = [];
+    try {
+      h.poller(api, { channelIds: [channel], maxBackoffMs: 400 }, { events: { failed: (_c, err) => failures.push(err.message) }, client: { retries: 2 } });
+      await waitFor(async () => new Set(await h.inboundKeys()).size >= 120, { timeoutMs: 30_000, what: '120 valid events' });
+      assert.deepEqual((await h.inboundKeys()).sort(), allKeys(120, channel));
+      assert.ok(failures.some((m) => /answered 500/.test(m)), 'the 5xx burst outlasted the client retries and the poller backed off');
+      const status = api.inboxRequests(channel).map((r) => r.status);
+      assert.equal(status.filter((s) => s === 429).length, 1);
+      assert.equal(status.filter((s) => s === 500).length, 8);
+
+      const deadLetters = new Queue<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, { connection: h.producer, prefix: h.prefix });
+      try {
+        const failed = await waitFor(async () => {
+          const jobs = await deadLetters.getFailed();
+          return jobs.length === 3 ? jobs : null;
+        }, { what: 'three dead letters' });
+        const reasons = failed.map((j) => j.failedReason).sort();
+        assert.match(reasons[0] ?? '', /channel faults: ChannelEvent \(no eventId\): expected an object, got string/);
+        assert.match(reasons[1] ?? '', /ChannelEvent bad-1: call\.callSid: required field missing/);
+        assert.match(reasons[2] ?? '', /ChannelEvent bad-3: call\.direction/);
+        assert.ok(failed.every((j) => j.data.channelId === channel));
+        assert.ok(failed.some((j) => j.data.event === 'not an object'), 'the event is kept verbatim');
+      } finally {
+        await deadLetters.close();
+      }
+    } finally {
+      api.clearFaults();
+      await h.close();
+    }
+  });
+
+  it('401 stops the channel with a clear error and a metric, without hammering the API', async () => {
+    const h = new Harness(uniquePrefix('poll-401'));
+    const channel = 'denied';
+    api.addEvents(channel, events(5, 0, channel));
+    api.inject({ on: 'events', channelId: channel, status: 401, detail: 'token revoked', times: Infinity });
+    const stopped: string[] = [];
+    try {
+      const first = h.poller(api, { channelIds: [channel], lockTtlMs: 600 }, { events: combinePollerEvents(pollerMetrics(), { stopped: (_c, r) => stopped.push(r) }) });
+      const second = h.poller(api, { channelIds: [channel], lockTtlMs: 600 });
+      await waitFor(() => stopped.length > 0, { what: 'the stop' });
+      await new Promise((r) => setTimeout(r, 1500));
+      assert.equal(api.inboxRequests(channel).length, 1, 'one request, not a retry loop, and the other process does not take over');
+      assert.equal(first.pollers[0]!.state, 'stopped');
+      assert.equal(second.pollers[0]!.state, 'standby');
+      assert.match(stopped[0]!, /answered 401: Unauthorized: token revoked/);
+      const gauge = await pollerStopped.get();
+      assert.equal(gauge.values.find((v) => v.labels.channel === channel)?.value, 1);
+      const line = h.logs.lines.find((l) => typeof l.msg === 'string' && l.msg.includes('rejected the credentials'));
+      assert.ok(line, 'an error is logged');
+      assert.equal(line.level, 50);
+      assert.equal(await h.inbound.count(), 0);
+    } finally {
+      api.clearFaults();
+      await h.close();
+    }
+  });
+
+  it('an empty inbox is polled every POLL_INTERVAL_MS, and new events are picked up', async () => {
+    const h = new Harness(uniquePrefix('poll-empty'));
+    const channel = 'quiet';
+    api.addEvents(channel, []);
+    try {
+      h.poller(api, { channelIds: [channel], intervalMs: 300 });
+      await new Promise((r) => setTimeout(r, 1000));
+      const polls = api.inboxRequests(channel).length;
+      assert.ok(polls >= 3 && polls <= 5, `${polls} polls in 1 s at 300 ms`);
+      assert.ok(await h.producer.get(cursorKey(h.prefix, channel)), 'the position of an empty inbox is stored too');
+      api.addEvents(channel, events(3, 0, channel));
+      await waitFor(async () => (await h.inbound.count()) === 3, { timeoutMs: 2000, what: 'the new events' });
+    } finally {
+      await h.close();
+    }
+  });
+});

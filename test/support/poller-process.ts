@@ -1,0 +1,48 @@
+// A poller in a process of its own (for crash and takeover tests): polls one channel of the fake
+// API into the inbound queue of a test prefix. Prints `lock <held>` lines; SIGTERM closes it cleanly,
+// SIGKILL is a crash. Settings come from the environment (see below).
+import { Queue } from 'bullmq';
+import { createRedis, defaultJobOptions, defaultRetryPolicy, INBOUND_QUEUE, type CallReceivedJob } from '../../queues/index.js';
+import { QueueAcceptor } from '../../src/ingress/accept.js';
+import { createLogger } from '../../src/log.js';
+import { createTelephonyClient } from '../../src/telephony/client.js';
+import { startPoller } from '../../workers/poller.js';
+
+const env = process.env;
+const prefix = env.POLL_TEST_PREFIX!;
+const redisUrl = env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const producer = createRedis(redisUrl, 'producer');
+const workerConn = createRedis(redisUrl, 'worker');
+const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: producer, prefix, defaultJobOptions: defaultJobOptions(defaultRetryPolicy) });
+const log = createLogger({ level: env.LOG_LEVEL ?? 'warn', destination: process.stderr });
+const running = startPoller({
+  settings: {
+    channelIds: [env.POLL_CHANNEL_IDS ?? 'ch1'],
+    intervalMs: Number(env.POLL_INTERVAL_MS ?? 200),
+    pageSize: Number(env.POLL_PAGE_SIZE ?? 50),
+    maxBackoffMs: 1000,
+    lockTtlMs: Number(env.POLL_LOCK_TTL_MS ?? 1000),
+  },
+  client: createTelephonyClient({
+    baseUrl: env.TELEPHONY_API_URL!,
+    auth: { kind: 'basic', tokenId: 'token-id', token: 'token-secret' },
+    retryMinDelayMs: 20,
+    retryMaxDelayMs: 100,
+  }),
+  acceptor: new QueueAcceptor(inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
+  redis: producer,
+  workerConnection: workerConn,
+  prefix,
+  log,
+  runner: { retry: defaultRetryPolicy, concurrency: 1, stalledIntervalMs: 1000, lockDurationMs: 2000, maxStalledCount: 1 },
+  events: { lock: (_channel, held) => process.stdout.write(`lock ${held}\n`) },
+  instanceId: `child-${process.pid}`,
+});
+
+process.on('SIGTERM', () => {
+  void running
+    .close()
+    .then(() => inbound.close())
+    .then(() => Promise.all([producer.quit(), workerConn.quit()]))
+    .then(() => process.exit(0));
+});

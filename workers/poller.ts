@@ -1,0 +1,618 @@
+// The poller: reads each configured channel's inbox (spec 2.7 ChannelInbox) from the platform API
+// and queues every CALL event through the same acceptor as the webhook ingress.
+//
+// Guarantees (docs/polling.md):
+// - at-least-once, no gaps: a channel's position is stored in Redis only after every event of the
+//   page is in the inbound queue (or in the poll dead letters); a restart resumes from it, and the
+//   events of a page read twice are dropped by the acceptor's dedupe on `channel:<id>:<eventId>`.
+// - one active poller per channel across processes: a Redis lock (SET NX PX) renewed every third
+//   of its TTL; a crashed holder's channel is taken over once the TTL runs out. The cursor write
+//   is fenced by the lock (a poller that lost its lock cannot move the cursor).
+// - 401/403 stop that channel (error log + metric) until the process restarts; other API failures
+//   back off exponentially; a Retry-After is waited out exactly.
+import { createHash, randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { Queue, type Job } from 'bullmq';
+import type { Redis } from 'ioredis';
+import client from 'prom-client';
+import { z } from 'zod';
+import type { Logger } from '../src/log.js';
+import { maskPhone } from '../src/log.js';
+import { metrics } from '../src/metrics.js';
+import { callHash, type CanonicalCall } from '../src/model/call.js';
+import { ChannelEventError, parseChannelEvent, toCanonical } from '../src/model/channel-event.js';
+import { AuthError, PermanentError, RetryLaterError, classify } from '../src/sinks/errors.js';
+import type { TelephonyClient } from '../src/telephony/types.js';
+import { JobName, POLL_DEAD_LETTER_QUEUE, stateKeyPrefix, type PollDeadLetterJob } from '../queues/index.js';
+import { runWorker, type RunnerOptions, type RunningWorker } from './runner.js';
+
+// ---------------------------------------------------------------------------------------------
+// Settings
+
+const intFrom = (def: number, min: number) =>
+  z
+    .string()
+    .optional()
+    .transform((v, ctx) => {
+      if (v === undefined || v.trim() === '') return def;
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < min) {
+        ctx.addIssue({ code: 'custom', message: `expected a whole number >= ${min}, got "${v}"` });
+        return z.NEVER;
+      }
+      return n;
+    });
+
+/** The poller's environment variables, with their defaults. */
+export const pollerEnvSchema = z.object({
+  /** Channels to poll, comma-separated. Empty: the poller role does nothing. */
+  POLL_CHANNEL_IDS: z
+    .string()
+    .optional()
+    .transform((v) => [...new Set((v ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0))]),
+  /** Wait after an empty or partial page. Default 5000 ms. */
+  POLL_INTERVAL_MS: intFrom(5000, 10),
+  /** Events asked for per page (`limit`). Default 100. */
+  POLL_PAGE_SIZE: intFrom(100, 1),
+  /** Longest wait between polls while the API keeps failing. Default 5 min. */
+  POLL_MAX_BACKOFF_MS: intFrom(5 * 60_000, 10),
+  /** Lifetime of a channel's poller lock; a crashed poller's channel is taken over within it. Default 30 s. */
+  POLL_LOCK_TTL_MS: intFrom(30_000, 300),
+});
+
+export interface PollerSettings {
+  channelIds: string[];
+  /** Default 5000 ms. */
+  intervalMs: number;
+  /** Default 100. */
+  pageSize: number;
+  /** Default 300 000 ms. */
+  maxBackoffMs: number;
+  /** Default 30 000 ms. Renewed every third; takeover after at most TTL + a third. */
+  lockTtlMs: number;
+}
+
+export function pollerSettingsFromEnv(env: NodeJS.ProcessEnv): PollerSettings {
+  const parsed = pollerEnvSchema.safeParse(env);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`);
+    throw new Error(`Invalid poller configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+  }
+  const e = parsed.data;
+  return {
+    channelIds: e.POLL_CHANNEL_IDS,
+    intervalMs: e.POLL_INTERVAL_MS,
+    pageSize: e.POLL_PAGE_SIZE,
+    maxBackoffMs: e.POLL_MAX_BACKOFF_MS,
+    lockTtlMs: e.POLL_LOCK_TTL_MS,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis keys and scripts
+
+/** Where a channel's stored position lives (delete it to re-read the inbox from the start). */
+export function cursorKey(prefix: string, channelId: string): string {
+  return `${stateKeyPrefix(prefix)}poller:cursor:${channelId}`;
+}
+
+export function lockKey(prefix: string, channelId: string): string {
+  return `${stateKeyPrefix(prefix)}poller:lock:${channelId}`;
+}
+
+const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end`;
+const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end`;
+/** Moves the cursor only while this poller still holds the lock (fencing). */
+const STORE_CURSOR = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[2], ARGV[2]) return 1 else return 0 end`;
+
+// ---------------------------------------------------------------------------------------------
+// Dependencies and hooks
+
+/** What the poller needs from the spine: the same acceptor as the ingress (dedupe + enqueue). */
+export interface PollAcceptor {
+  accept(call: CanonicalCall): Promise<{ id: string; duplicate: boolean }>;
+}
+
+/** Keeps an event that cannot be parsed, with the reason, where operators find dead letters. */
+export interface PollDeadLetters {
+  add(channelId: string, event: unknown, reason: string): Promise<void>;
+}
+
+/** Hooks for metrics and tests; every one optional. */
+export interface PollerEvents {
+  /** A page was read and every event of it queued; the cursor moved to `position`. */
+  polled?(channelId: string, info: { events: number; accepted: number; duplicates: number; deadLettered: number; ignored: number; position: string; lagSeconds: number }): void;
+  failed?(channelId: string, err: Error, retryInMs: number): void;
+  /** Polling of the channel stopped (credentials rejected). */
+  stopped?(channelId: string, reason: string): void;
+  deadLettered?(channelId: string, reason: string): void;
+  /** This process took (true) or lost / gave back (false) the channel's lock. */
+  lock?(channelId: string, held: boolean): void;
+}
+
+export interface ChannelPollerDeps {
+  client: TelephonyClient;
+  acceptor: PollAcceptor;
+  deadLetters: PollDeadLetters;
+  /** Redis for the lock and the cursor (commands should fail fast while Redis is away). */
+  redis: Redis;
+  /** QUEUE_PREFIX. */
+  prefix: string;
+  log: Logger;
+  events?: PollerEvents;
+  now?: () => Date;
+  /** Identifies this poller in the lock. Default host:pid:random. */
+  instanceId?: string;
+  random?: () => number;
+}
+
+export type ChannelPollerState = 'idle' | 'standby' | 'polling' | 'stopped' | 'closed';
+
+// ---------------------------------------------------------------------------------------------
+// One channel
+
+export class ChannelPoller {
+  readonly instanceId: string;
+  private stateValue: ChannelPollerState = 'idle';
+  private stopReason: string | null = null;
+  private readonly shutdown = new AbortController();
+  private loop: Promise<void> | null = null;
+  private holding = false;
+  private renewTimer: NodeJS.Timeout | undefined;
+  private lastRenewedAt = 0;
+  /** Aborted when the lock is lost: the page in progress is abandoned (its cursor is not stored). */
+  private leaseSignal: AbortController | null = null;
+  private readonly log: Logger;
+  private readonly now: () => Date;
+  private readonly random: () => number;
+
+  constructor(
+    readonly channelId: string,
+    private readonly deps: ChannelPollerDeps,
+    private readonly settings: Omit<PollerSettings, 'channelIds'>,
+  ) {
+    this.instanceId = deps.instanceId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+    this.log = deps.log.child({ channel: channelId });
+    this.now = deps.now ?? (() => new Date());
+    this.random = deps.random ?? Math.random;
+  }
+
+  get state(): ChannelPollerState {
+    return this.stateValue;
+  }
+
+  /** Why polling stopped (credentials rejected), when it did. */
+  get stoppedBecause(): string | null {
+    return this.stopReason;
+  }
+
+  get holdsLock(): boolean {
+    return this.holding;
+  }
+
+  start(): void {
+    if (this.loop) return;
+    this.loop = this.run().catch((err: unknown) => {
+      // run() handles its own failures; reaching here is a bug, logged rather than crashing the process.
+      this.log.error({ err }, 'poller loop ended unexpectedly');
+    });
+  }
+
+  /** Stops polling, waits for the page in progress (its events are queued or not, never half-stored), gives the lock back. */
+  async close(): Promise<void> {
+    this.shutdown.abort();
+    await this.loop;
+    this.stateValue = 'closed';
+    await this.releaseLock();
+  }
+
+  private get closing(): boolean {
+    return this.shutdown.signal.aborted;
+  }
+
+  private async run(): Promise<void> {
+    let failures = 0;
+    while (!this.closing) {
+      if (this.stopReason !== null) {
+        // Credentials were rejected: no more requests from this process. The lock is kept (renewed)
+        // so other processes do not take the channel over and hit the same 401 again.
+        this.stateValue = 'stopped';
+        await this.sleep(Math.max(50, Math.round(this.settings.lockTtlMs / 3)));
+        continue;
+      }
+      if (!this.holding) {
+        const acquired = await this.tryAcquire();
+        if (!acquired) {
+          this.stateValue = 'standby';
+          // Try again within a third of the TTL: a crashed holder is replaced within TTL + TTL/3.
+          await this.sleep(Math.max(50, Math.round(this.settings.lockTtlMs / 3)));
+          continue;
+        }
+      }
+      this.stateValue = 'polling';
+      let wait: number;
+      try {
+        const full = await this.pollOnce();
+        failures = 0;
+        wait = full ? 0 : this.settings.intervalMs;
+      } catch (err) {
+        if (this.closing) break;
+        const error = err instanceof Error ? err : new Error(String(err));
+        if (error instanceof LeaseLostError) {
+          this.log.warn('lost the channel lock while polling: another poller continues from the stored position');
+          continue;
+        }
+        if (error instanceof AuthError) {
+          this.stateValue = 'stopped';
+          this.stopReason = error.message;
+          this.log.error(
+            { status: error.status, reason: error.message },
+            'telephony API rejected the credentials: polling of this channel stopped until the process restarts with working credentials',
+          );
+          this.deps.events?.stopped?.(this.channelId, error.message);
+          continue;
+        }
+        if (error instanceof RetryLaterError) {
+          wait = error.delayMs;
+          this.log.warn({ status: error.status, waitMs: wait }, 'telephony API asked to wait before the next poll');
+        } else {
+          failures += 1;
+          wait = this.backoff(failures);
+          this.log.warn({ reason: error.message, kind: classify(error), failures, retryInMs: wait }, 'poll failed: backing off');
+        }
+        this.deps.events?.failed?.(this.channelId, error, wait);
+      }
+      if (wait > 0) await this.sleep(wait);
+    }
+  }
+
+  /** Equal-jitter exponential backoff from the poll interval up to the maximum. */
+  private backoff(failures: number): number {
+    const exp = Math.min(this.settings.maxBackoffMs, Math.max(this.settings.intervalMs, 500) * 2 ** (failures - 1));
+    return Math.round(exp / 2 + (this.random() * exp) / 2);
+  }
+
+  /** Reads one page and queues it; true when the page was full (read the next one at once). */
+  private async pollOnce(): Promise<boolean> {
+    const { redis, prefix, client } = this.deps;
+    const lease = this.leaseSignal!;
+    const signal = AbortSignal.any([lease.signal, this.shutdown.signal]);
+    const position = (await redis.get(cursorKey(prefix, this.channelId))) ?? undefined;
+    const page = await client.readChannelEvents(this.channelId, position, this.settings.pageSize, signal).catch((err: unknown) => {
+      if (lease.signal.aborted) throw new LeaseLostError();
+      throw err;
+    });
+    const receivedAt = this.now();
+    let accepted = 0;
+    let duplicates = 0;
+    let deadLettered = 0;
+    let ignored = 0;
+    let newest: number | null = null;
+    for (const raw of page.events) {
+      // Shutdown or a lost lease abandons the page before its cursor is stored: it is read again.
+      if (lease.signal.aborted) throw new LeaseLostError();
+      let parsed;
+      try {
+        parsed = parseChannelEvent(raw);
+      } catch (err) {
+        if (!(err instanceof ChannelEventError)) throw err;
+        await this.deps.deadLetters.add(this.channelId, raw, err.message);
+        deadLettered += 1;
+        this.log.warn({ eventId: err.eventId, fields: err.fields, reason: err.message }, 'channel event cannot be parsed: dead-lettered');
+        this.deps.events?.deadLettered?.(this.channelId, err.message);
+        continue;
+      }
+      if (parsed.kind === 'ignored') {
+        ignored += 1;
+        this.log.debug({ eventId: parsed.event.eventId, type: parsed.event.type }, 'channel event skipped: not a call');
+        continue;
+      }
+      let call: CanonicalCall;
+      try {
+        call = toCanonical(parsed.event, parsed.call, raw, receivedAt, { channelId: this.channelId });
+      } catch (err) {
+        if (!(err instanceof ChannelEventError)) throw err;
+        await this.deps.deadLetters.add(this.channelId, raw, err.message);
+        deadLettered += 1;
+        this.log.warn({ eventId: err.eventId, fields: err.fields, reason: err.message }, 'channel event cannot be normalized: dead-lettered');
+        this.deps.events?.deadLettered?.(this.channelId, err.message);
+        continue;
+      }
+      const result = await this.deps.acceptor.accept(call);
+      if (result.duplicate) duplicates += 1;
+      else accepted += 1;
+      this.log.debug(
+        { eventId: call.eventId, callId: call.callId, jobId: result.id, duplicate: result.duplicate, from: maskPhone(call.from), to: maskPhone(call.to), outcome: call.outcome },
+        'channel event queued',
+      );
+      const created = Date.parse(parsed.event.createdAt ?? call.endedAt ?? call.startedAt);
+      if (!Number.isNaN(created)) newest = Math.max(newest ?? created, created);
+    }
+    // Every event of the page is queued (or dead-lettered): only now may the cursor move.
+    const stored = await redis.eval(STORE_CURSOR, 2, lockKey(prefix, this.channelId), cursorKey(prefix, this.channelId), this.instanceId, page.position);
+    if (stored !== 1) {
+      this.lost();
+      throw new LeaseLostError();
+    }
+    const lagSeconds = newest === null ? 0 : Math.max(0, (receivedAt.getTime() - newest) / 1000);
+    this.deps.events?.polled?.(this.channelId, { events: page.events.length, accepted, duplicates, deadLettered, ignored, position: page.position, lagSeconds });
+    if (page.events.length > 0) {
+      this.log.info({ events: page.events.length, accepted, duplicates, deadLettered, ignored }, 'channel page queued');
+    }
+    const limit = Math.min(this.settings.pageSize, page.limit > 0 ? page.limit : this.settings.pageSize);
+    // A full page means more are waiting; a position that did not move would loop, so it waits.
+    return page.events.length > 0 && page.events.length >= limit && page.position !== position;
+  }
+
+  // ---- lock ----
+
+  private async tryAcquire(): Promise<boolean> {
+    const { redis, prefix } = this.deps;
+    let ok: string | null;
+    try {
+      ok = await redis.set(lockKey(prefix, this.channelId), this.instanceId, 'PX', this.settings.lockTtlMs, 'NX');
+    } catch (err) {
+      this.log.warn({ reason: err instanceof Error ? err.message : String(err) }, 'cannot reach Redis for the channel lock');
+      return false;
+    }
+    if (ok !== 'OK') return false;
+    this.holding = true;
+    this.lastRenewedAt = Date.now();
+    this.leaseSignal = new AbortController();
+    this.scheduleRenewal();
+    this.log.info({ instance: this.instanceId }, 'took the channel lock: polling');
+    this.deps.events?.lock?.(this.channelId, true);
+    return true;
+  }
+
+  private scheduleRenewal(): void {
+    clearTimeout(this.renewTimer);
+    this.renewTimer = setTimeout(() => void this.renew(), Math.max(50, Math.round(this.settings.lockTtlMs / 3)));
+  }
+
+  private async renew(): Promise<void> {
+    if (!this.holding) return;
+    const { redis, prefix } = this.deps;
+    try {
+      const renewed = await redis.eval(RENEW, 1, lockKey(prefix, this.channelId), this.instanceId, String(this.settings.lockTtlMs));
+      if (renewed !== 1) {
+        this.lost();
+        return;
+      }
+      this.lastRenewedAt = Date.now();
+    } catch (err) {
+      // Redis unreachable: past the TTL another process may hold the channel, so stop acting on it.
+      if (Date.now() - this.lastRenewedAt >= this.settings.lockTtlMs) {
+        this.log.warn({ reason: err instanceof Error ? err.message : String(err) }, 'could not renew the channel lock in time');
+        this.lost();
+        return;
+      }
+    }
+    if (this.holding) this.scheduleRenewal();
+  }
+
+  private lost(): void {
+    if (!this.holding) return;
+    this.holding = false;
+    clearTimeout(this.renewTimer);
+    this.leaseSignal?.abort();
+    this.deps.events?.lock?.(this.channelId, false);
+  }
+
+  private async releaseLock(): Promise<void> {
+    clearTimeout(this.renewTimer);
+    if (!this.holding) return;
+    this.holding = false;
+    try {
+      await this.deps.redis.eval(RELEASE, 1, lockKey(this.deps.prefix, this.channelId), this.instanceId);
+    } catch (err) {
+      this.log.warn({ reason: err instanceof Error ? err.message : String(err) }, 'could not release the channel lock (it expires by itself)');
+    }
+    this.deps.events?.lock?.(this.channelId, false);
+  }
+
+  private sleep(ms: number): Promise<void> {
+    const signal = this.shutdown.signal;
+    return new Promise((resolve) => {
+      if (signal.aborted) return resolve();
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        resolve();
+      }
+      signal.addEventListener('abort', done, { once: true });
+    });
+  }
+}
+
+class LeaseLostError extends Error {
+  constructor() {
+    super('channel lock lost');
+    this.name = 'LeaseLostError';
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dead letters: the poll-dead-letters queue's failed set
+
+/** A dead-letter job id per channel and event (the same bad event read twice is one dead letter). */
+export function deadLetterJobId(channelId: string, event: unknown): string {
+  const eventId = typeof event === 'object' && event !== null ? (event as Record<string, unknown>).eventId : undefined;
+  const identity = typeof eventId === 'string' && eventId !== '' ? eventId : createHash('sha256').update(JSON.stringify(event) ?? 'undefined').digest('hex');
+  return `dl-${callHash(`poll:${channelId}:${identity}`)}`;
+}
+
+/**
+ * Adds unparseable events to the poll-dead-letters queue. Its worker (createPollDeadLetterProcessor)
+ * tries the event again and, while it still cannot be read, fails it at once: the event then sits
+ * in the queue's failed set (the dead letters) with the reason, and "retry" after a fix queues it.
+ */
+export class QueuePollDeadLetters implements PollDeadLetters {
+  constructor(private readonly queue: Queue<PollDeadLetterJob>) {}
+
+  async add(channelId: string, event: unknown, reason: string): Promise<void> {
+    await this.queue.add(
+      JobName.pollDeadLetter,
+      { kind: JobName.pollDeadLetter, channelId, reason, event },
+      // One try: a malformed event does not become well-formed by waiting.
+      { jobId: deadLetterJobId(channelId, event), attempts: 1 },
+    );
+  }
+}
+
+/** Processor of the poll-dead-letters queue: queue the event if it can now be read, else dead-letter it with the reason. */
+export function createPollDeadLetterProcessor(acceptor: PollAcceptor, now: () => Date = () => new Date()) {
+  return async function reprocessChannelEvent(job: Job<PollDeadLetterJob>): Promise<{ status: string; id?: string }> {
+    const { channelId, event } = job.data;
+    let parsed;
+    try {
+      parsed = parseChannelEvent(event);
+      if (parsed.kind === 'ignored') return { status: 'skipped' };
+      const call = toCanonical(parsed.event, parsed.call, event, now(), { channelId });
+      const result = await acceptor.accept(call);
+      return { status: result.duplicate ? 'duplicate' : 'queued', id: result.id };
+    } catch (err) {
+      if (err instanceof ChannelEventError) throw new PermanentError(`channel ${channelId}: ${err.message}`);
+      throw err;
+    }
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics
+
+function metric<M extends client.Metric>(name: string, make: () => M): M {
+  return (client.register.getSingleMetric(name) as M | undefined) ?? make();
+}
+
+export const pollerStopped = metric(
+  'callsync_poller_stopped',
+  () => new client.Gauge({ name: 'callsync_poller_stopped', help: '1 while polling of a channel is stopped because the API rejected the credentials (401/403)', labelNames: ['channel'] as const }),
+);
+export const pollerDeadLetters = metric(
+  'callsync_poller_dead_letters_total',
+  () => new client.Counter({ name: 'callsync_poller_dead_letters_total', help: 'Channel events that could not be parsed and went to the poll dead letters', labelNames: ['channel'] as const }),
+);
+export const pollerLockHeld = metric(
+  'callsync_poller_lock_held',
+  () => new client.Gauge({ name: 'callsync_poller_lock_held', help: '1 while this process holds the channel lock (polls the channel)', labelNames: ['channel'] as const }),
+);
+
+/** Poller hooks recording the Prometheus metrics. */
+export function pollerMetrics(): PollerEvents {
+  return {
+    polled(channelId, info) {
+      metrics.pollerSucceeded(channelId, info.lagSeconds, info.accepted);
+      pollerStopped.set({ channel: channelId }, 0);
+    },
+    failed(channelId) {
+      metrics.pollerFailed(channelId);
+    },
+    stopped(channelId) {
+      metrics.pollerPolls.inc({ channel: channelId, outcome: 'auth-failure' });
+      pollerStopped.set({ channel: channelId }, 1);
+    },
+    deadLettered(channelId) {
+      pollerDeadLetters.inc({ channel: channelId });
+    },
+    lock(channelId, held) {
+      pollerLockHeld.set({ channel: channelId }, held ? 1 : 0);
+    },
+  };
+}
+
+export function combinePollerEvents(...sets: (PollerEvents | undefined)[]): PollerEvents {
+  const all = sets.filter((s): s is PollerEvents => s !== undefined);
+  return {
+    polled: (c, i) => all.forEach((s) => s.polled?.(c, i)),
+    failed: (c, e, w) => all.forEach((s) => s.failed?.(c, e, w)),
+    stopped: (c, r) => all.forEach((s) => s.stopped?.(c, r)),
+    deadLettered: (c, r) => all.forEach((s) => s.deadLettered?.(c, r)),
+    lock: (c, h) => all.forEach((s) => s.lock?.(c, h)),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The poller role
+
+export interface StartPollerOptions {
+  settings: PollerSettings;
+  client: TelephonyClient;
+  /** The inbound acceptor (dedupe + enqueue), as the ingress uses it. */
+  acceptor: PollAcceptor;
+  /** Fail-fast connection for locks, cursors and adding dead letters. */
+  redis: Redis;
+  /** Blocking connection (maxRetriesPerRequest: null) for the dead-letter worker. */
+  workerConnection: Redis;
+  prefix: string;
+  log: Logger;
+  /** Runner settings of the dead-letter worker (retry policy, stalled checks...); connection and prefix are taken from above. */
+  runner: Omit<RunnerOptions, 'connection' | 'prefix' | 'log'>;
+  events?: PollerEvents;
+  now?: () => Date;
+  instanceId?: string;
+}
+
+export interface RunningPoller {
+  pollers: ChannelPoller[];
+  deadLetterQueue: Queue<PollDeadLetterJob>;
+  deadLetterWorker: RunningWorker;
+  close(): Promise<void>;
+}
+
+/** Starts one ChannelPoller per configured channel plus the dead-letter worker. */
+export function startPoller(options: StartPollerOptions): RunningPoller {
+  const log = options.log.child({ role: 'poller' });
+  const deadLetterQueue = new Queue<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, {
+    connection: options.redis,
+    prefix: options.prefix,
+    defaultJobOptions: { removeOnComplete: { age: 24 * 3600, count: 10_000 }, removeOnFail: { age: 14 * 24 * 3600, count: 100_000 } },
+  });
+  deadLetterQueue.on('error', (err) => log.error({ err: { message: err.message } }, 'poll dead-letter queue error'));
+  const deadLetterWorker = runWorker<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, createPollDeadLetterProcessor(options.acceptor, options.now), {
+    ...options.runner,
+    concurrency: 1,
+    connection: options.workerConnection,
+    prefix: options.prefix,
+    log,
+  });
+  const deadLetters = new QueuePollDeadLetters(deadLetterQueue);
+  const pollers = options.settings.channelIds.map(
+    (channelId) =>
+      new ChannelPoller(
+        channelId,
+        {
+          client: options.client,
+          acceptor: options.acceptor,
+          deadLetters,
+          redis: options.redis,
+          prefix: options.prefix,
+          log,
+          events: options.events,
+          now: options.now,
+          instanceId: options.instanceId,
+        },
+        options.settings,
+      ),
+  );
+  for (const p of pollers) p.start();
+  if (pollers.length === 0) log.warn('poller role without POLL_CHANNEL_IDS: nothing to poll');
+  else log.info({ channels: options.settings.channelIds, intervalMs: options.settings.intervalMs, pageSize: options.settings.pageSize }, 'poller started');
+
+  let closing: Promise<void> | undefined;
+  return {
+    pollers,
+    deadLetterQueue,
+    deadLetterWorker,
+    close() {
+      closing ??= (async () => {
+        // Stop reading first (each page in progress finishes or is abandoned uncommitted), then the worker, then the queue.
+        await Promise.all(pollers.map((p) => p.close().catch((err: unknown) => log.error({ err, channel: p.channelId }, 'closing channel poller failed'))));
+        await deadLetterWorker.close().catch((err: unknown) => log.error({ err }, 'closing dead-letter worker failed'));
+        await deadLetterQueue.close().catch((err: unknown) => log.error({ err }, 'closing dead-letter queue failed'));
+      })();
+      return closing;
+    },
+  };
+}
