@@ -29,6 +29,7 @@ const text = z.union([z.string(), z.number().transform(String)], { error: 'expec
 const optionalText = text.nullish().transform((v) => v ?? null);
 
 const EPOCH_MS_MIN = 1e11; // below this a number is taken as epoch seconds (1973 in ms)
+const MAX_DATE_MS = 8.64e15;
 
 /** Epoch milliseconds, epoch seconds, a numeric string or an ISO-8601 string -> epoch ms. */
 const instant = z.union([z.number(), z.string()], { error: 'expected epoch milliseconds or an ISO-8601 time' }).transform((v, ctx) => {
@@ -39,7 +40,8 @@ const instant = z.union([z.number(), z.string()], { error: 'expected epoch milli
   } else {
     ms = Date.parse(v);
   }
-  if (!Number.isFinite(ms)) {
+  // A JavaScript Date spans +-8.64e15 ms; beyond that no time can be written down (and toISOString throws).
+  if (!Number.isFinite(ms) || Math.abs(ms) > MAX_DATE_MS) {
     ctx.addIssue({ code: 'custom', message: `"${String(v)}" is not a time (expected epoch milliseconds or ISO-8601)` });
     return z.NEVER;
   }
@@ -256,6 +258,7 @@ export function normalizeWebhook(body: unknown, ctx: NormalizeContext): Canonica
   }
   const durationSec = durationSeconds(c.duration, startMs, endMs);
   const endedMs = endMs ?? (durationSec !== null ? startMs + durationSec * 1000 : null);
+  if (endedMs !== null && Math.abs(endedMs) > MAX_DATE_MS) throw new InvalidPayloadError('/call/duration', 'the call would end past the last representable time');
 
   const agentId = ctx.agentId ?? c.agentId ?? p.agentId ?? null;
   const callId = c.id.trim();
