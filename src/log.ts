@@ -31,6 +31,10 @@ export const redactPaths = [
   'apiKey', '*.apiKey', 'api_token', '*.api_token', 'refreshToken', '*.refreshToken', 'clientSecret', '*.clientSecret',
   'transcript', '*.transcript', 'transcription', '*.transcription', 'content', '*.content',
   'raw', '*.raw', 'body', '*.body',
+  // Headers carrying credentials, and the same secrets and texts nested deeper (job data, call records).
+  '*.headers.cookie', 'headers["x-api-key"]', '*.headers["x-api-key"]', 'headers["x-api-token"]', '*.headers["x-api-token"]',
+  'secretAccessKey', '*.secretAccessKey', '*.*.password', '*.*.token', '*.*.secret', '*.*.authorization', '*.*.accessToken',
+  '*.*.transcript', '*.*.transcription', '*.*.content', '*.*.*.transcript', '*.*.*.transcription', '*.*.*.content',
 ];
 
 /** `+492116355340` -> `+49211****340`: keeps enough to recognise a number, not enough to dial it. */

@@ -24,8 +24,9 @@ export async function sendSample(config: Config, url: string | undefined, io: Cl
   try {
     res = await fetch(target, { method: 'POST', headers, body: JSON.stringify(payload), signal: AbortSignal.timeout(10_000) });
   } catch (err) {
-    const cause = (err as Error & { cause?: { code?: string } }).cause?.code ?? (err as Error).message;
-    io.err(`could not reach ${target}: ${cause}`);
+    const cause = (err as Error & { cause?: { code?: string; message?: string; errors?: { code?: string }[] } }).cause;
+    const why = cause?.code ?? cause?.errors?.[0]?.code ?? cause?.message ?? (err as Error).message;
+    io.err(`could not reach ${target}: ${why}`);
     io.err('is callsync running? start it with `callsync start` (or `npm start`), or pass --url');
     return 1;
   }

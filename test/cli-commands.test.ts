@@ -1,0 +1,283 @@
+// The `callsync` command line: help on every command, check-config, dlq list/retry/purge against
+// real queues, send-sample against a running ingress, opt-out against Redis, and the bin launcher.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { help, runCli } from '../src/cli/index.js';
+import type { CliIo } from '../src/cli/io.js';
+import { webhookPayload } from './support/calls.js';
+import { postJson } from './support/callsync.js';
+import { FlakySink } from './support/flaky-sink.js';
+import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+
+const run = promisify(execFile);
+const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
+
+async function cli(argv: string[], env: NodeJS.ProcessEnv = {}) {
+  const out: string[] = [];
+  const err: string[] = [];
+  const io: CliIo = { env: { REDIS_URL, ...env }, out: (l) => out.push(l), err: (l) => err.push(l) };
+  const code = await runCli(argv, io);
+  return { code, out: out.join('\n'), err: err.join('\n') };
+}
+
+describe('help', () => {
+  test('the main help lists every command; every command has --help', async () => {
+    const main = await cli(['--help']);
+    assert.equal(main.code, 0);
+    for (const cmd of ['start', 'check-config', 'dlq', 'send-sample', 'opt-out']) {
+      assert.match(main.out, new RegExp(`^  ${cmd}`, 'm'));
+      const r = await cli([cmd, '--help']);
+      assert.equal(r.code, 0, cmd);
+      assert.match(r.out, new RegExp(`^Usage: callsync ${cmd}`), cmd);
+    }
+  });
+
+  test('wrong usage exits 2 with the message and the command help on stderr', async () => {
+    const none = await cli([]);
+    assert.equal(none.code, 2);
+    assert.match(none.err, /Usage: callsync <command>/);
+    const unknown = await cli(['frobnicate']);
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.err, /unknown command "frobnicate"/);
+    const badOption = await cli(['dlq', 'list', '--color']);
+    assert.equal(badOption.code, 2);
+    assert.match(badOption.err, /--color/);
+    assert.ok(badOption.err.includes(help.dlq));
+    const badRole = await cli(['start', '--role', 'boss']);
+    assert.equal(badRole.code, 2);
+    assert.match(badRole.err, /--role must be one of ingress, worker, poller, all/);
+    assert.equal((await cli(['dlq', 'shred'])).code, 2);
+    assert.equal((await cli(['opt-out', 'add'])).code, 2);
+  });
+});
+
+describe('check-config', () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-cli-config-'));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('prints the effective sinks and routes, secrets redacted', async () => {
+    const file = join(dir, 'callsync.yaml');
+    await writeFile(
+      file,
+      [
+        'sinks:',
+        '  vault:',
+        '    type: archive',
+        '    bucket: calls',
+        '    accessKeyId: AKIAEXAMPLE',
+        '    secretAccessKey: ${VAULT_SECRET}',
+        'routes:',
+        '  - name: summaries',
+        '    when: { hasSummary: true, direction: in }',
+        '    to: vault',
+        '  - when: [{ agent: [a1, a2] }, { outcome: missed }]',
+        '    to: [vault]',
+      ].join('\n'),
+    );
+    const r = await cli(['check-config'], { CALLSYNC_CONFIG: file, VAULT_SECRET: 'super-secret-value-1', REDIS_URL: 'redis://:redis-pass@127.0.0.1:6379' });
+    assert.equal(r.code, 0, r.err);
+    assert.match(r.out, /^configuration OK/);
+    assert.match(r.out, /vault\s+archive\s+from file/);
+    assert.match(r.out, /summaries: direction=in and hasSummary=true -> vault/);
+    assert.match(r.out, /#2: \(agent=a1\|a2\) or \(outcome=missed\) -> vault/);
+    assert.match(r.out, /queues:\s+inbound, sink-vault, poll-dead-letters/);
+    assert.doesNotMatch(r.out, /super-secret-value-1|redis-pass/);
+    assert.match(r.out, /"secretAccessKey":"\[redacted\]"/);
+
+    const json = await cli(['check-config', '--json'], { CALLSYNC_CONFIG: file, VAULT_SECRET: 'super-secret-value-1' });
+    assert.equal(json.code, 0);
+    const parsed = JSON.parse(json.out);
+    assert.equal(parsed.routes.length, 2);
+    assert.equal(parsed.sinks[0].options.secretAccessKey, '[redacted]');
+  });
+
+  test('lists every problem and exits 2', async () => {
+    const file = join(dir, 'bad.yaml');
+    await writeFile(file, 'routes:\n  - to: nowhere\n');
+    const r = await cli(['check-config'], { CALLSYNC_CONFIG: file, PORT: 'eighty', OPS_PORT: '70000' });
+    assert.equal(r.code, 2);
+    assert.match(r.err, /PORT: expected a whole number/);
+    assert.match(r.err, /OPS_PORT: expected a port number or "off"/);
+    assert.match(r.err, /routes\[0\]\.to: no sink named "nowhere"/);
+  });
+});
+
+describe('dlq and send-sample against a running callsync', () => {
+  let cs: OpsCallsync;
+  let dir: string;
+  let env: NodeJS.ProcessEnv;
+  const sink = new FlakySink();
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-cli-dlq-'));
+    cs = await startOpsCallsync({ ARCHIVE_DIR: dir }, { sinks: new Map([['archive', sink]]) });
+    env = { QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir };
+    for (const id of ['gate-cli-1', 'gate-cli-2', 'gate-cli-3']) assert.equal((await postJson(`${cs.url}/webhooks/ai-agent`, webhookPayload(id))).status, 202);
+    const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
+    await waitFor(async () => (await archive.getFailedCount()) === 3, { timeoutMs: 20_000, what: 'three dead letters' });
+  });
+  after(async () => {
+    await cs.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('list shows each dead letter with its queue, call and error', async () => {
+    const r = await cli(['dlq', 'list'], env);
+    assert.equal(r.code, 0, r.err);
+    const lines = r.out.split('\n');
+    assert.match(lines[0]!, /^QUEUE\s+ID\s+FAILED AT\s+TRIES\s+CALL\s+REASON$/);
+    for (const id of ['gate-cli-1', 'gate-cli-2', 'gate-cli-3']) {
+      assert.ok(lines.some((l) => l.startsWith('sink-archive') && l.includes(id) && l.includes('field "subject" too long')), id);
+    }
+    const json = JSON.parse((await cli(['dlq', 'list', '--queue', 'archive', '--json'], env)).out);
+    assert.equal(json.length, 3);
+    assert.ok(json.every((row: { queue: string }) => row.queue === 'sink-archive'));
+    const inbound = await cli(['dlq', 'list', '--queue', 'inbound'], env);
+    assert.match(inbound.out, /no dead letters in inbound/);
+    const bogus = await cli(['dlq', 'list', '--queue', 'nope'], env);
+    assert.equal(bogus.code, 2);
+    assert.match(bogus.err, /unknown queue "nope" \(known: inbound, sink-archive, poll-dead-letters\)/);
+  });
+
+  test('retry --id puts one job back; it completes once the remote is fixed', async () => {
+    const rows = JSON.parse((await cli(['dlq', 'list', '--json'], env)).out) as { id: string; call: string }[];
+    const target = rows.find((r) => r.call === 'gate-cli-1')!;
+    sink.failing = false;
+    const r = await cli(['dlq', 'retry', '--id', target.id], env);
+    assert.equal(r.code, 0, r.err);
+    assert.match(r.out, new RegExp(`retrying sink-archive job ${target.id}`));
+    await waitFor(() => sink.delivered.includes('gate-cli-1'), { what: 'the retried job delivered' });
+    const again = await cli(['dlq', 'retry', '--id', target.id], env);
+    assert.equal(again.code, 1);
+    assert.match(again.err, /is (completed|active|waiting), not a dead letter/);
+    const missing = await cli(['dlq', 'retry', '--id', 'no-such-job'], env);
+    assert.equal(missing.code, 1);
+    assert.match(missing.err, /no job no-such-job/);
+    sink.failing = true;
+  });
+
+  test('purge removes dead letters only with --yes (or one --id)', async () => {
+    const dry = await cli(['dlq', 'purge', '--queue', 'sink-archive'], env);
+    assert.equal(dry.code, 1);
+    assert.match(dry.err, /would remove 2 dead letter\(s\) of sink-archive/);
+    assert.match(dry.err, /add --yes/);
+    const rows = JSON.parse((await cli(['dlq', 'list', '--json'], env)).out) as { id: string }[];
+    assert.equal(rows.length, 2, 'nothing removed without --yes');
+    const one = await cli(['dlq', 'purge', '--id', rows[0]!.id], env);
+    assert.equal(one.code, 0, one.err);
+    const all = await cli(['dlq', 'purge', '--yes'], env);
+    assert.equal(all.code, 0, all.err);
+    assert.match(all.out, /removed 1 dead letter\(s\) of sink-archive/);
+    assert.match((await cli(['dlq', 'list'], env)).out, /no dead letters in inbound, sink-archive, poll-dead-letters/);
+  });
+
+  test('retry without --id retries every dead letter of the queue', async () => {
+    sink.failing = true;
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent`, webhookPayload('gate-cli-4'))).status, 202);
+    const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
+    await waitFor(async () => (await archive.getFailedCount()) === 1, { timeoutMs: 20_000, what: 'a dead letter' });
+    sink.failing = false;
+    const r = await cli(['dlq', 'retry', '--queue', 'archive'], env);
+    assert.equal(r.code, 0, r.err);
+    assert.match(r.out, /retrying 1 dead letter\(s\) of sink-archive/);
+    await waitFor(() => sink.delivered.includes('gate-cli-4'), { what: 'the retried job delivered' });
+  });
+
+  test('send-sample posts a call that travels to the sink', async () => {
+    const r = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent/sample-agent`], env);
+    assert.equal(r.code, 0, r.err);
+    const callId = /accepted: call (sample-\S+) -> job \S+/.exec(r.out)?.[1];
+    assert.ok(callId, r.out);
+    await waitFor(() => sink.delivered.includes(callId), { what: 'the sample delivered to the sink' });
+    const port = new URL(cs.url).port;
+    const byPort = await cli(['send-sample'], { ...env, PORT: port });
+    assert.equal(byPort.code, 0, `default URL from PORT: ${byPort.err}`);
+  });
+
+  test('send-sample explains a refusal and an unreachable ingress', async () => {
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const closedPort = (server.address() as AddressInfo).port;
+    await new Promise((resolve) => server.close(resolve));
+    const refused = await cli(['send-sample', '--url', `http://127.0.0.1:${closedPort}/webhooks/ai-agent`], env);
+    assert.equal(refused.code, 1);
+    assert.match(refused.err, /could not reach .*ECONNREFUSED/);
+    assert.match(refused.err, /is callsync running\?/);
+  });
+});
+
+describe('send-sample to an ingress that does not allow this address', () => {
+  test('shows the 403 and how to allow local tries', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'callsync-cli-403-'));
+    const cs = await startOpsCallsync({ ARCHIVE_DIR: dir, WEBHOOK_ALLOWED_IPS: '192.0.2.1', CALLSYNC_ROLE: 'ingress' });
+    try {
+      const r = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent`], { QUEUE_PREFIX: cs.prefix });
+      assert.equal(r.code, 1);
+      assert.match(r.err, /answered 403/);
+      assert.match(r.err, /WEBHOOK_ALLOWED_IPS=127\.0\.0\.1,::1/);
+    } finally {
+      await cs.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('opt-out', () => {
+  const prefix = uniquePrefix('cli-optout');
+  after(() => cleanupPrefix(prefix));
+
+  test('add, list and remove numbers, normalized to E.164', async () => {
+    const env = { QUEUE_PREFIX: prefix };
+    const add = await cli(['opt-out', 'add', '+49 151 1234 5678', '+4930901820'], env);
+    assert.equal(add.code, 0, add.err);
+    assert.match(add.out, /added 2 number\(s\)/);
+    assert.doesNotMatch(add.out, /4915112345678/, 'numbers are masked in the output');
+    const again = await cli(['opt-out', 'add', '+4915112345678'], env);
+    assert.match(again.out, /added 0 number\(s\) \(1 already on the list\)/);
+    assert.deepEqual((await cli(['opt-out', 'list'], env)).out.split('\n'), ['+4915112345678', '+4930901820']);
+    const redis = new Redis(REDIS_URL);
+    assert.deepEqual((await redis.smembers(`${prefix}:optout`)).sort(), ['+4915112345678', '+4930901820']);
+    redis.disconnect();
+    const rm1 = await cli(['opt-out', 'remove', '+4930901820'], env);
+    assert.match(rm1.out, /removed 1 number\(s\)/);
+    assert.deepEqual((await cli(['opt-out', 'list'], env)).out.split('\n'), ['+4915112345678']);
+    const bad = await cli(['opt-out', 'add', '12345'], env);
+    assert.equal(bad.code, 2);
+    assert.match(bad.err, /not a valid E\.164 phone number/);
+  });
+
+  test('says so when Redis cannot be reached', async () => {
+    const r = await cli(['opt-out', 'list'], { QUEUE_PREFIX: prefix, REDIS_URL: 'redis://127.0.0.1:1' });
+    assert.equal(r.code, 1);
+    assert.match(r.err, /cannot reach Redis at redis:\/\/127\.0\.0\.1:1/);
+  });
+});
+
+describe('bin/callsync.js', () => {
+  test('runs the CLI from the TypeScript source (as `npx callsync` does before a build)', async () => {
+    const env = { ...process.env, CALLSYNC_FROM_SOURCE: '1', REDIS_URL };
+    const helpOut = await run(process.execPath, [BIN, '--help'], { env });
+    assert.match(helpOut.stdout, /Usage: callsync <command>/);
+    const check = await run(process.execPath, [BIN, 'check-config'], { env: { ...env, ARCHIVE_DIR: '/tmp/callsync-never-written' } });
+    assert.match(check.stdout, /configuration OK/);
+    await assert.rejects(run(process.execPath, [BIN, 'check-config'], { env: { ...env, PORT: 'x' } }), (err: { code: number; stderr: string }) => {
+      assert.equal(err.code, 2);
+      assert.match(err.stderr, /PORT: expected a whole number/);
+      return true;
+    });
+  });
+});

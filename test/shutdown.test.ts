@@ -1,0 +1,180 @@
+// Graceful shutdown of a real `callsync start` process: SIGTERM in the middle of a burst of
+// webhooks. New requests are refused (503 or connection refused, never a lost 202), requests and
+// jobs in progress finish, the process exits 0; after a restart every acknowledged call is
+// archived exactly once and no job was ever started twice.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { callHash } from '../src/model/call.js';
+import { INBOUND_QUEUE, sinkQueueName } from '../queues/registry.js';
+import { webhookPayload } from './support/calls.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+
+const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
+
+interface Child {
+  proc: ChildProcess;
+  lines: Record<string, unknown>[];
+  stderr: string[];
+  exit: Promise<number | null>;
+  url: Promise<string>;
+}
+
+function startChild(env: NodeJS.ProcessEnv): Child {
+  const proc = spawn(process.execPath, [BIN, 'start'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: Record<string, unknown>[] = [];
+  const stderr: string[] = [];
+  let resolveUrl!: (u: string) => void;
+  const url = new Promise<string>((resolve) => (resolveUrl = resolve));
+  createInterface({ input: proc.stdout! }).on('line', (line) => {
+    try {
+      const parsed = JSON.parse(line) as Record<string, unknown>;
+      lines.push(parsed);
+      if (parsed.msg === 'ingress listening') resolveUrl(String(parsed.url));
+    } catch {
+      stderr.push(line);
+    }
+  });
+  createInterface({ input: proc.stderr! }).on('line', (line) => stderr.push(line));
+  const exit = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  return { proc, lines, stderr, exit, url };
+}
+
+async function bounded<T>(promise: Promise<T>, ms: number, what: string, child?: Child): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}; stderr: ${child?.stderr.join('\n').slice(-2000) ?? ''}`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+async function archivedCallIds(dir: string): Promise<string[]> {
+  const files = (await readdir(dir, { recursive: true }).catch(() => [] as string[])) as string[];
+  return files.filter((f) => f.endsWith('.json')).map((f) => f.split('/').pop()!.replace(/\.json$/, ''));
+}
+
+describe('graceful shutdown on SIGTERM', () => {
+  const prefix = uniquePrefix('shutdown');
+  let dir: string;
+  let env: NodeJS.ProcessEnv;
+  const children: Child[] = [];
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-shutdown-'));
+    env = {
+      CALLSYNC_FROM_SOURCE: '1',
+      REDIS_URL,
+      QUEUE_PREFIX: prefix,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      ARCHIVE_DIR: dir,
+      WEBHOOK_ALLOWED_IPS: '127.0.0.1,::1',
+      LOG_LEVEL: 'info',
+      SHUTDOWN_GRACE_MS: '30000',
+      WORKER_CONCURRENCY: '4',
+      CALLSYNC_CONFIG: '',
+    };
+  });
+  after(async () => {
+    for (const c of children) if (c.proc.exitCode === null) c.proc.kill('SIGKILL');
+    await cleanupPrefix(prefix);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('every acknowledged webhook is processed exactly once, and the process exits 0', async (t) => {
+    const first = startChild(env);
+    children.push(first);
+    const url = await bounded(first.url, 60_000, 'the first process to listen', first);
+    const hook = `${url}/webhooks/ai-agent/agent-1`;
+
+    const acked = new Set<string>();
+    const refused: number[] = [];
+    const unanswered = new Set<string>();
+    let exited = false;
+    void first.exit.then(() => (exited = true));
+    let next = 0;
+    let signalled = false;
+
+    // Eight senders post distinct calls until the process is gone; SIGTERM after 30 acknowledgements.
+    const sender = async () => {
+      while (!exited && next < 2000) {
+        const callId = `burst-${next++}`;
+        try {
+          const res = await fetch(hook, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(webhookPayload(callId)) });
+          const body = (await res.json()) as { errors?: { status: number }[] };
+          if (res.status === 202) acked.add(callId);
+          else {
+            assert.equal(res.status, 503, `only 503 during shutdown, got ${res.status}`);
+            assert.equal(body.errors?.[0]?.status, 503);
+            assert.ok(res.headers.get('retry-after'), '503 carries Retry-After');
+            refused.push(res.status);
+          }
+        } catch {
+          // Connection refused or closed: not acknowledged, the sender would retry.
+          unanswered.add(callId);
+          await new Promise((r) => setTimeout(r, 5));
+        }
+        if (!signalled && acked.size >= 30) {
+          signalled = true;
+          first.proc.kill('SIGTERM');
+        }
+      }
+    };
+    await bounded(Promise.all(Array.from({ length: 8 }, sender)), 120_000, 'the burst and the shutdown', first);
+    const code = await bounded(first.exit, 60_000, 'the first process to exit', first);
+    assert.equal(code, 0, `exit code; stderr: ${first.stderr.join('\n').slice(-2000)}`);
+    t.diagnostic(`acknowledged ${acked.size}, refused with 503 ${refused.length}, unanswered ${unanswered.size}`);
+    assert.ok(signalled, 'SIGTERM was sent mid-burst');
+    assert.ok(acked.size >= 30);
+    assert.ok(refused.length + unanswered.size > 0, 'requests after SIGTERM were turned away');
+    const msgs = first.lines.map((l) => l.msg);
+    assert.ok(msgs.includes('shutting down: refusing new requests, finishing work in progress'));
+    assert.equal(msgs.at(-1), 'stopped');
+
+    // Start again: whatever was acknowledged but not yet processed is picked up.
+    const second = startChild(env);
+    children.push(second);
+    await bounded(second.url, 60_000, 'the second process to listen', second);
+    const archived = await waitFor(async () => {
+      const ids = await archivedCallIds(dir);
+      return [...acked].every((id) => ids.includes(id)) ? ids : null;
+    }, { timeoutMs: 90_000, intervalMs: 250, what: 'every acknowledged call archived' });
+
+    // Exactly once: one archive object per call, and no job (inbound or archive) was started twice.
+    assert.equal(new Set(archived).size, archived.length);
+    for (const id of archived) assert.ok(acked.has(id) || unanswered.has(id), `${id} was archived but refused with 503`);
+    const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+    const inbound = new Queue(INBOUND_QUEUE, { connection: redis, prefix });
+    const sink = new Queue(sinkQueueName('archive'), { connection: redis, prefix });
+    try {
+      await waitFor(async () => {
+        const [a, b] = await Promise.all([inbound.getJobCounts('waiting', 'active', 'delayed'), sink.getJobCounts('waiting', 'active', 'delayed')]);
+        return [a, b].every((c) => (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) === 0);
+      }, { timeoutMs: 30_000, what: 'queues drained' });
+      const inboundJobs = await inbound.getJobs(['completed', 'failed']);
+      assert.equal((await inbound.getJobs(['failed'])).length + (await sink.getJobs(['failed'])).length, 0, 'no dead letters');
+      for (const id of acked) {
+        const jobs = inboundJobs.filter((j) => j.data.call.callId === id);
+        assert.equal(jobs.length, 1, `one inbound job for ${id}`);
+        assert.equal(jobs[0]!.attemptsStarted, 1, `inbound job of ${id} started once`);
+        const sinkJob = await sink.getJob(callHash(jobs[0]!.data.call.key));
+        assert.ok(sinkJob, `archive job of ${id}`);
+        assert.equal(await sinkJob.getState(), 'completed');
+        assert.equal(sinkJob.attemptsStarted, 1, `archive job of ${id} started once`);
+      }
+    } finally {
+      await inbound.close();
+      await sink.close();
+      redis.disconnect();
+    }
+
+    second.proc.kill('SIGTERM');
+    assert.equal(await bounded(second.exit, 60_000, 'the second process to exit', second), 0);
+  });
+});

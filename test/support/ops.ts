@@ -1,0 +1,46 @@
+// Starts callsync in this process the way `callsync start` does (metrics, request ids, dashboard,
+// shutdown gate, ops server), against real Redis with a unique prefix.
+import { loadConfig } from '../../src/config/index.js';
+import { startWithOperations, type RunningCallsync, type StartOptions } from '../../src/ops/run.js';
+import { memoryLog } from './callsync.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix } from './redis.js';
+
+export interface OpsCallsync extends RunningCallsync {
+  prefix: string;
+  logs: Record<string, unknown>[];
+  /** The ingress URL (or the ops server's when there is no ingress). */
+  url: string;
+  stop(): Promise<void>;
+}
+
+export async function startOpsCallsync(env: Record<string, string> = {}, options: Partial<StartOptions> = {}, logLevel = 'info'): Promise<OpsCallsync> {
+  const prefix = env.QUEUE_PREFIX ?? uniquePrefix('ops');
+  const config = loadConfig({
+    REDIS_URL,
+    QUEUE_PREFIX: prefix,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    WEBHOOK_ALLOWED_IPS: '127.0.0.1,::1',
+    JOB_BACKOFF_MS: '50',
+    JOB_MAX_BACKOFF_MS: '500',
+    WORKER_STALLED_INTERVAL_MS: '1000',
+    WORKER_LOCK_DURATION_MS: '2000',
+    SHUTDOWN_GRACE_MS: '10000',
+    ...env,
+  });
+  const { lines, log } = memoryLog(logLevel);
+  const running = await startWithOperations({ config, log, ...options });
+  let stopped = false;
+  return {
+    ...running,
+    prefix,
+    logs: lines,
+    url: running.callsync.url ?? running.operations.url ?? '',
+    async stop() {
+      if (stopped) return;
+      stopped = true;
+      await running.shutdown('test over');
+      await cleanupPrefix(prefix);
+    },
+  };
+}
