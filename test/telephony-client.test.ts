@@ -348,6 +348,37 @@ describe('telephony client: download', () => {
     assert.throws(() => client.resolveDownloadUrl('//evil.example.net/r/1'), PermanentError);
   });
 
+  it('follows a download redirect to another origin without sending the API credentials there', async () => {
+    const { createServer: createHttp } = await import('node:http');
+    const seen: (string | undefined)[] = [];
+    const storage = createHttp((req, res) => {
+      seen.push(req.headers.authorization);
+      res.writeHead(200, { 'content-type': 'audio/ogg', 'content-length': '4' });
+      res.end('OggS');
+    });
+    await new Promise<void>((r) => storage.listen(0, '127.0.0.1', r));
+    const storagePort = (storage.address() as import('node:net').AddressInfo).port;
+    const apiServer = createHttp((req, res) => {
+      seen.push(req.headers.authorization);
+      res.writeHead(302, { location: `http://localhost:${storagePort}/signed/rec-9?sig=abc` });
+      res.end();
+    });
+    await new Promise<void>((r) => apiServer.listen(0, '127.0.0.1', r));
+    const apiPort = (apiServer.address() as import('node:net').AddressInfo).port;
+    try {
+      const client = createTelephonyClient({ baseUrl: `http://127.0.0.1:${apiPort}/v2`, auth: { kind: 'bearer', accessToken: 'secret-token' } });
+      const dl = await client.download('/recordings/rec-9');
+      let body = '';
+      for await (const c of dl.body) body += (c as Buffer).toString('utf8');
+      assert.equal(body, 'OggS');
+      assert.equal(dl.contentType, 'audio/ogg');
+      assert.deepEqual(seen, ['Bearer secret-token', undefined]);
+    } finally {
+      await new Promise<void>((r) => storage.close(() => r()));
+      await new Promise<void>((r) => apiServer.close(() => r()));
+    }
+  });
+
   it('a stalled body fails with a TransientError after the idle timeout', async () => {
     // A server that sends headers and a first chunk, then nothing.
     const { createServer: createHttp } = await import('node:http');

@@ -127,7 +127,7 @@ export class TelephonyApiClient implements TelephonyClient {
       const onAbort = () => controller.abort(signal?.reason);
       signal?.addEventListener('abort', onAbort, { once: true });
       try {
-        const response = await this.send(operation, url, { method: 'GET', accept: '*/*' }, controller.signal);
+        const response = await this.send(operation, url, { method: 'GET', accept: '*/*', redirect: 'follow' }, controller.signal);
         if (!response.ok) throw await this.failure(operation, response);
         if (response.body === null) throw new TransientError(`Telephony API ${operation} answered ${response.status} without a body`);
         return { response, controller };
@@ -208,7 +208,7 @@ export class TelephonyApiClient implements TelephonyClient {
   private async send(
     operation: string,
     url: string,
-    init: { method: string; json?: unknown; accept: string },
+    init: { method: string; json?: unknown; accept: string; redirect?: 'error' | 'follow' },
     signal: AbortSignal,
   ): Promise<Response> {
     for (let attempt = 1; ; attempt++) {
@@ -220,7 +220,9 @@ export class TelephonyApiClient implements TelephonyClient {
         headers,
         body: init.json === undefined ? undefined : JSON.stringify(init.json),
         signal,
-        redirect: 'error',
+        // API calls are never redirected; a download may be (e.g. to a signed storage URL), and
+        // fetch drops the Authorization header when a redirect leaves the API's origin.
+        redirect: init.redirect ?? 'error',
       });
       if (res.status === 401 && attempt === 1 && this.auth.rejected(authorization)) {
         await res.arrayBuffer().catch(() => undefined);

@@ -2,7 +2,9 @@
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
 import type { Sink, SinkContext, SinkResult, SinkType } from '../types.js';
+import type { TelephonyClient } from '../../telephony/types.js';
 import { archiveKeys } from './keys.js';
+import { archiveRecordings } from './recordings.js';
 import { renderArchiveJson, renderTranscriptText } from './render.js';
 import { LocalFolderStore, S3Store, type ObjectStore } from './store.js';
 
@@ -32,6 +34,8 @@ export class ArchiveSink implements Sink {
     readonly name: string,
     readonly store: ObjectStore,
     private readonly prefix: string | undefined,
+    /** Downloads recordings (channel calls); without it a call with recordings is a permanent failure. */
+    private readonly telephony: TelephonyClient | null = null,
   ) {}
 
   async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
@@ -39,8 +43,10 @@ export class ArchiveSink implements Sink {
     // JSON first: the text is derived from it, so a reader finding the .txt also finds the record.
     await this.store.put(keys.json, renderArchiveJson(call), { contentType: 'application/json; charset=utf-8' });
     await this.store.put(keys.text, renderTranscriptText(call), { contentType: 'text/plain; charset=utf-8' });
+    // Recordings last, streamed beside the transcript (src/sinks/archive/recordings.ts).
+    const recordings = await archiveRecordings(call, { store: this.store, telephony: this.telephony, prefix: this.prefix, log: ctx.log, signal: ctx.signal });
     ctx.log.debug({ location: this.store.location, key: keys.json }, 'archived call');
-    return { status: 'done', refs: { location: this.store.location, json: keys.json, text: keys.text } };
+    return { status: 'done', refs: { location: this.store.location, json: keys.json, text: keys.text, ...recordings } };
   }
 }
 
@@ -65,7 +71,7 @@ export function createObjectStore(options: ArchiveOptions): ObjectStore {
 export const archiveSinkType: SinkType<ArchiveOptions> = {
   type: 'archive',
   options: archiveOptionsSchema,
-  create: (name, options) => new ArchiveSink(name, createObjectStore(options), options.prefix),
+  create: (name, options, deps) => new ArchiveSink(name, createObjectStore(options), options.prefix, deps.telephony),
   fromEnv(env, { configFile }) {
     const bucket = env.ARCHIVE_S3_BUCKET?.trim();
     // Without a config file, `npm start` archives to a local folder so one machine works out of the box.

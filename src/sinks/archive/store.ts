@@ -128,12 +128,14 @@ export class S3Store implements ObjectStore {
 
   async putStream(key: string, body: Readable, options: PutOptions & { contentLength?: number | null }): Promise<void> {
     try {
-      // Multipart above 8 MiB parts; at most 2 parts in flight, so memory stays ~16 MiB whatever the size.
+      // Multipart in 5 MiB parts (S3's minimum), one in flight while the next fills: ~10-15 MB held
+      // per upload whatever the size (8 MiB x 2 held ~26 MB; test/recordings.test.ts measures it).
+      // Memory over speed: several sink jobs may upload at once.
       const upload = new Upload({
         client: this.client,
         params: { Bucket: this.options.bucket, Key: key, Body: body, ContentType: options.contentType, ...this.encryption() },
-        partSize: 8 * 1024 * 1024,
-        queueSize: 2,
+        partSize: 5 * 1024 * 1024,
+        queueSize: 1,
         leavePartsOnError: false,
       });
       await upload.done();
