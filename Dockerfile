@@ -1,0 +1,44 @@
+# callsync: one image, one role per container (CALLSYNC_ROLE=ingress|worker|poller|all).
+# Build: docker build -t callsync .   Run: docker compose up (see docker-compose.yml, docs/operations.md)
+
+ARG NODE_IMAGE=node:22-bookworm-slim
+
+# Production dependencies only.
+FROM ${NODE_IMAGE} AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
+
+# Compile TypeScript to dist/.
+FROM ${NODE_IMAGE} AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+COPY queues ./queues
+COPY workers ./workers
+RUN npm run build
+
+FROM ${NODE_IMAGE} AS runtime
+ENV NODE_ENV=production \
+    HOST=0.0.0.0 \
+    PORT=3000 \
+    ARCHIVE_DIR=/app/data/archive \
+    SPOOL_DIR=/app/data/spool
+WORKDIR /app
+COPY --from=deps --chown=node:node /app/node_modules ./node_modules
+COPY --from=build --chown=node:node /app/dist ./dist
+COPY --chown=node:node package.json ./
+COPY --chown=node:node bin ./bin
+# The local archive and the ingress spool live here; mount a volume to keep them.
+RUN mkdir -p /app/data && chown node:node /app/data
+USER node
+VOLUME ["/app/data"]
+# 3000: ingress (webhook, /metrics, /admin/queues); 9464: ops server of worker and poller.
+EXPOSE 3000 9464
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 CMD ["node", "bin/healthcheck.js"]
+# callsync handles SIGTERM itself: 503 for new requests, active jobs finish within SHUTDOWN_GRACE_MS.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["node", "bin/callsync.js"]
+CMD ["start"]
