@@ -1,0 +1,334 @@
+// Chaos: callsync as real processes (one ingress, two workers) on a private redis-server with AOF,
+// an S3 server, a signed-webhook CRM and the platform's SMS API on loopback — and then things
+// break: a worker is SIGKILLed three times during a burst of 2,000 webhooks, Redis restarts during
+// a burst, the S3 server, the CRM and the SMS API go away for 30 s (CHAOS_OUTAGE_MS), and a poison
+// event that the CRM rejects for good is fed in. The run ends with a count:
+//  - every acknowledged (202) call is archived, in the CRM and texted — except the poison event in
+//    the CRM's dead letters, and SMS sends whose outcome a killed worker left unknown, which the
+//    "never twice" policy dead-letters instead of resending (docs/reliability.md);
+//  - no duplicate record anywhere: one S3 object pair per call, one CRM record per call, at most one
+//    SMS per recipient.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { HeadObjectCommand } from '@aws-sdk/client-s3';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { INBOUND_QUEUE, sinkQueueName } from '../../queues/registry.js';
+import { webhookPayload } from '../support/calls.js';
+import { FakeSmsApi, FakeWebhookReceiver } from '../support/fake-sink-server.js';
+import { waitFor } from '../support/redis.js';
+import { freePort, startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
+import { startS3, type TestS3 } from '../support/s3.js';
+
+const OUTAGE_MS = Number(process.env.CHAOS_OUTAGE_MS ?? 30_000);
+const BURST = Number(process.env.CHAOS_BURST ?? 2000);
+const SINKS = ['archive', 'crm', 'sms'] as const;
+const POISON = 'chaos-poison-1';
+const ROOT = new URL('../../', import.meta.url).pathname;
+
+/** A mobile number per call: the SMS goes to the caller, and the fake counts texts per recipient. */
+const mobileOf = (n: number) => `+49170${String(1_000_000 + n).padStart(7, '0')}`;
+
+interface Proc {
+  name: string;
+  child: ChildProcess;
+  exited: Promise<number | null>;
+}
+
+describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
+  let redis: PrivateRedis;
+  let s3: TestS3;
+  let crm: FakeWebhookReceiver;
+  let sms: FakeSmsApi;
+  let dir: string;
+  let env: Record<string, string>;
+  let ingressUrl: string;
+  const procs = new Map<string, Proc>();
+  const prefix = `chaos-${randomBytes(3).toString('hex')}`;
+
+  /** callId -> number used for its caller, for every 202. */
+  const acknowledged = new Map<string, number>();
+  const stats = { sent: 0, retried: 0, spooled: 0, duplicates: 0, non202: new Map<number, number>() };
+  let nextCall = 0;
+
+  const spawnRole = async (name: string, role: 'ingress' | 'worker'): Promise<Proc> => {
+    const log = createWriteStream(join(dir, `${name}.log`), { flags: 'a' });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'workers/main.ts'], {
+      cwd: ROOT,
+      env: { ...process.env, ...env, CALLSYNC_ROLE: role },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    child.stdout!.pipe(log);
+    child.stderr!.pipe(log);
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const proc = { name, child, exited };
+    procs.set(name, proc);
+    // Up when it says so in its log.
+    const marker = role === 'ingress' ? 'ingress listening' : 'workers started';
+    await waitFor(async () => (await readFile(join(dir, `${name}.log`), 'utf8').catch(() => '')).includes(marker), {
+      timeoutMs: 30_000,
+      intervalMs: 100,
+      what: `${name} to start`,
+    });
+    return proc;
+  };
+
+  const kill = async (name: string) => {
+    const proc = procs.get(name);
+    if (!proc) return;
+    proc.child.kill('SIGKILL');
+    await proc.exited;
+    procs.delete(name);
+  };
+
+  /** Sends one webhook like the platform does: retried on anything but a 2xx, a few times. */
+  const send = async (callId: string, n: number) => {
+    const payload = webhookPayload(callId, (p) => {
+      p.call.from = mobileOf(n);
+    });
+    for (let attempt = 0; attempt < 20; attempt++) {
+      if (attempt > 0) {
+        stats.retried++;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      try {
+        const res = await fetch(`${ingressUrl}/webhooks/ai-agent/chaos-agent`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(payload),
+        });
+        const body = (await res.json()) as { spooled?: boolean; duplicate?: boolean };
+        stats.sent++;
+        if (res.status === 202) {
+          if (body.spooled) stats.spooled++;
+          if (body.duplicate) stats.duplicates++;
+          acknowledged.set(callId, n);
+          return;
+        }
+        stats.non202.set(res.status, (stats.non202.get(res.status) ?? 0) + 1);
+      } catch {
+        stats.non202.set(0, (stats.non202.get(0) ?? 0) + 1);
+      }
+    }
+  };
+
+  /** `count` new calls over `connections` parallel senders; `during(acked)` runs as they are acknowledged. */
+  const burst = async (count: number, connections: number, tag: string) => {
+    const ids = Array.from({ length: count }, () => nextCall++);
+    let index = 0;
+    await Promise.all(
+      Array.from({ length: connections }, async () => {
+        while (index < ids.length) {
+          const n = ids[index++]!;
+          await send(`chaos-${tag}-${n}`, n);
+        }
+      }),
+    );
+  };
+
+  const queues = () => {
+    const conn = new Redis(redis.url, { maxRetriesPerRequest: null });
+    const map = new Map([INBOUND_QUEUE, ...SINKS.map(sinkQueueName)].map((q) => [q, new Queue(q, { connection: conn, prefix })]));
+    return {
+      map,
+      async close() {
+        await Promise.all([...map.values()].map((q) => q.close()));
+        conn.disconnect();
+      },
+    };
+  };
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-chaos-'));
+    const secret = `whsec_${randomBytes(32).toString('base64')}`;
+    [redis, s3, crm, sms] = await Promise.all([
+      startPrivateRedis({ appendfsync: 'everysec' }),
+      startS3('chaos-archive'),
+      new FakeWebhookReceiver(secret).start(),
+      new FakeSmsApi().start(),
+    ]);
+    crm.poison.add(POISON);
+    const configPath = join(dir, 'callsync.yaml');
+    await writeFile(
+      configPath,
+      `
+sinks:
+  archive:
+    type: archive
+    bucket: \${ARCHIVE_S3_BUCKET}
+    endpoint: \${S3_ENDPOINT}
+    forcePathStyle: true
+    accessKeyId: \${AWS_ACCESS_KEY_ID}
+    secretAccessKey: \${AWS_SECRET_ACCESS_KEY}
+  crm:
+    type: webhook
+    urls: ["${crm.url}"]
+    timeoutMs: 5000
+  sms:
+    type: sms
+    smsId: s0
+    to: caller
+    message: "Thanks for calling. Agreed: {{summary}}"
+routes:
+  - to: [archive, crm, sms]
+`,
+    );
+    const port = await freePort();
+    ingressUrl = `http://127.0.0.1:${port}`;
+    env = {
+      ...s3.env,
+      REDIS_URL: redis.url,
+      QUEUE_PREFIX: prefix,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      CALLSYNC_CONFIG: configPath,
+      WEBHOOK_ALLOWED_IPS: '127.0.0.1,::1',
+      SPOOL_DIR: join(dir, 'spool'),
+      CRM_WEBHOOK_SECRET: secret,
+      TELEPHONY_API_URL: sms.url,
+      TELEPHONY_TOKEN_ID: sms.tokenId,
+      TELEPHONY_TOKEN: sms.token,
+      TELEPHONY_RETRIES: '0',
+      // Outages last 30 s: enough attempts, with short backoffs, to outlive them.
+      JOB_ATTEMPTS: '60',
+      JOB_BACKOFF_MS: '200',
+      JOB_MAX_BACKOFF_MS: '3000',
+      WORKER_CONCURRENCY: '16',
+      // A killed worker's jobs come back within seconds; a slow machine must not dead-letter them.
+      WORKER_STALLED_INTERVAL_MS: '2000',
+      WORKER_LOCK_DURATION_MS: '5000',
+      WORKER_MAX_STALLED_COUNT: '50',
+      LOG_LEVEL: 'info',
+    };
+    await Promise.all([spawnRole('ingress', 'ingress'), spawnRole('worker-1', 'worker'), spawnRole('worker-2', 'worker')]);
+  });
+
+  after(async () => {
+    for (const name of [...procs.keys()]) await kill(name);
+    await Promise.all([redis?.destroy(), s3?.destroy(), crm?.stop(), sms?.stop()]);
+    if (process.env.CHAOS_KEEP !== '1') await rm(dir, { recursive: true, force: true });
+    else console.log(`chaos logs kept in ${dir}`);
+  });
+
+  test(`SIGKILL a worker three times during a burst of ${BURST} webhooks (with a poison event)`, async () => {
+    await send(POISON, nextCall++);
+    const sending = burst(BURST, 32, 'kill');
+    for (const share of [0.15, 0.45, 0.75]) {
+      await waitFor(() => acknowledged.size >= BURST * share, { timeoutMs: 120_000, intervalMs: 20, what: `${share * 100}% acknowledged` });
+      await kill('worker-1');
+      await spawnRole('worker-1', 'worker');
+    }
+    await sending;
+    assert.equal(acknowledged.size, BURST + 1, 'every webhook acknowledged');
+  });
+
+  test('restart Redis (AOF) during a burst: the ingress spools, nothing acknowledged is lost', async () => {
+    const before = acknowledged.size;
+    const sending = burst(600, 16, 'redis');
+    await waitFor(() => acknowledged.size >= before + 150, { timeoutMs: 60_000, intervalMs: 20, what: 'burst under way' });
+    await redis.stop();
+    await waitFor(() => acknowledged.size >= before + 300, { timeoutMs: 60_000, intervalMs: 20, what: 'acknowledged while Redis is down' });
+    await redis.start();
+    await sending;
+    assert.equal(acknowledged.size, before + 600);
+    assert.ok(stats.spooled > 0, 'the spool took webhooks while Redis was down');
+  });
+
+  test(`S3, the CRM and the SMS API away for ${OUTAGE_MS / 1000} s during a burst`, async () => {
+    const before = acknowledged.size;
+    await Promise.all([s3.stop(), crm.stop(), sms.stop()]);
+    const down = Date.now();
+    await burst(300, 8, 'outage');
+    await new Promise((r) => setTimeout(r, Math.max(0, OUTAGE_MS - (Date.now() - down))));
+    await Promise.all([s3.start(), crm.start(), sms.start()]);
+    assert.equal(acknowledged.size, before + 300);
+  });
+
+  test('the count: acknowledged = delivered to every routed sink, no duplicates, the poison dead-lettered', async () => {
+    const q = queues();
+    try {
+      const total = acknowledged.size;
+      // Settled: every sink job finished one way or the other. An SMS whose send a killed worker
+      // left open waits out the in-flight grace (2 min) before it is dead-lettered.
+      await waitFor(
+        async () => {
+          for (const [name, queue] of q.map) {
+            const c = await queue.getJobCounts('completed', 'failed', 'waiting', 'active', 'delayed', 'prioritized', 'waiting-children');
+            if ((c.completed ?? 0) + (c.failed ?? 0) !== total) return false;
+            if (name === INBOUND_QUEUE && c.failed !== 0) throw new Error(`inbound jobs failed: ${c.failed}`);
+          }
+          return true;
+        },
+        { timeoutMs: 240_000, intervalMs: 1000, what: 'every sink job settled' },
+      );
+
+      const failed = async (sink: string) =>
+        (await q.map.get(sinkQueueName(sink))!.getFailed(0, -1)).map((j) => ({ callId: (j.data as { call: { callId: string } }).call.callId, reason: j.failedReason }));
+
+      // Archive: the JSON and the text object of every call (keys are per call: a redelivery
+      // overwrites, it cannot add a second record), nothing failed. s3rver cannot list thousands
+      // of keys, so each expected object is asked for by name.
+      assert.deepEqual(await failed('archive'), []);
+      const ids = [...acknowledged.keys()];
+      const archived = new Set<string>();
+      for (let i = 0; i < ids.length; i += 32) {
+        await Promise.all(
+          ids.slice(i, i + 32).map(async (id) => {
+            const base = `transcripts/2026/04/08/${id}`;
+            await s3.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `${base}.json` }));
+            await s3.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `${base}.txt` }));
+            archived.add(id);
+          }),
+        );
+      }
+      assert.equal(archived.size, total, 'every acknowledged call archived');
+      assert.equal(JSON.parse((await s3.get(`transcripts/2026/04/08/${POISON}.json`)).body).call.callId, POISON);
+
+      // CRM: one record per call; only the poison event failed, for good, with the CRM's reason.
+      const crmFailed = await failed('crm');
+      assert.deepEqual(crmFailed.map((f) => f.callId), [POISON]);
+      assert.match(crmFailed[0]!.reason ?? '', /422|cannot be processed/);
+      const twice = [...crm.byCall].filter(([, ids]) => ids.size > 1);
+      assert.deepEqual(twice, [], 'no call became two CRM records');
+      const missingCrm = [...acknowledged.keys()].filter((id) => id !== POISON && !crm.byCall.has(id));
+      assert.deepEqual(missingCrm, [], 'every acknowledged call in the CRM');
+
+      // SMS: never twice; every call texted, or dead-lettered because a killed worker left the outcome unknown.
+      const smsFailed = await failed('sms');
+      for (const f of smsFailed) assert.match(f.reason ?? '', /outcome unknown/, `${f.callId}: ${f.reason}`);
+      const unknown = new Set(smsFailed.map((f) => f.callId));
+      const textedTwice = [...sms.byRecipient].filter(([, v]) => v.count > 1);
+      assert.deepEqual(textedTwice, [], 'no SMS sent twice');
+      const missingSms = [...acknowledged].filter(([id, n]) => !unknown.has(id) && !sms.byRecipient.has(mobileOf(n)));
+      assert.deepEqual(missingSms, [], 'every acknowledged call texted (or dead-lettered as unknown)');
+
+      const redeliveries = [...crm.records.values()].reduce((sum, r) => sum + r.deliveries - 1, 0);
+      console.log(
+        JSON.stringify({
+          chaos: {
+            acknowledged: total,
+            webhookRequests: stats.sent,
+            senderRetries: stats.retried,
+            non202: Object.fromEntries(stats.non202),
+            spooled: stats.spooled,
+            archivedCalls: archived.size,
+            crmRecords: crm.records.size,
+            crmRedeliveriesDeduped: redeliveries,
+            crmDeadLetters: crmFailed.length,
+            smsSent: sms.byRecipient.size,
+            smsOutcomeUnknownDeadLetters: unknown.size,
+            outageMs: OUTAGE_MS,
+          },
+        }),
+      );
+    } finally {
+      await q.close();
+    }
+  });
+});
