@@ -319,3 +319,11 @@ describe('poller: failures', () => {
     }
   });
 });
+
+describe('poller settings', () => {
+  it('reads POLL_* with defaults and reports bad values', async () => {
+    const { pollerSettingsFromEnv } = await import('../workers/poller.js');
+    assert.deepEqual(pollerSettingsFromEnv({ POLL_CHANNEL_IDS: ' a, b ,,a' }), { channelIds: ['a', 'b'], intervalMs: 5000, pageSize: 100, maxBackoffMs: 300_000, lockTtlMs: 30_000 });
+    assert.throws(() => pollerSettingsFromEnv({ POLL_INTERVAL_MS: 'soon', POLL_PAGE_SIZE: '0' }), /POLL_INTERVAL_MS: expected a whole number >= 10[\s\S]*POLL_PAGE_SIZE/);
+  });
+});

@@ -253,14 +253,15 @@ export class ChannelPoller {
           continue;
         }
         if (error instanceof RetryLaterError) {
+          // Not a failure: the API said exactly when to come back.
           wait = error.delayMs;
           this.log.warn({ status: error.status, waitMs: wait }, 'telephony API asked to wait before the next poll');
         } else {
           failures += 1;
           wait = this.backoff(failures);
           this.log.warn({ reason: error.message, kind: classify(error), failures, retryInMs: wait }, 'poll failed: backing off');
+          this.deps.events?.failed?.(this.channelId, error, wait);
         }
-        this.deps.events?.failed?.(this.channelId, error, wait);
       }
       if (wait > 0) await this.sleep(wait);
     }
