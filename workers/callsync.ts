@@ -30,6 +30,7 @@ import {
 import { createDeliverProcessor } from './deliver.js';
 import { createFanOutProcessor } from './fanout.js';
 import { runWorker, type RunnerEvents, type RunningWorker } from './runner.js';
+import { pollerMetrics, startPoller, type RunningPoller } from './poller.js';
 
 export interface CallsyncOptions {
   log: Logger;
@@ -140,8 +141,38 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     log.info({ sinks: [...sinks.keys()], routes: config.routes.length }, 'workers started');
   }
 
+  const inboundQueue = () => (queues.get(INBOUND_QUEUE) as Queue<CallReceivedJob> | undefined) ?? openQueue<CallReceivedJob>(INBOUND_QUEUE, producer);
+
+  let poller: RunningPoller | null = null;
+  if (runsPoller(config.role) && config.poll.channelIds.length > 0 && telephony) {
+    // The poller accepts through the same dedupe + enqueue path as the webhook (no spool: the
+    // platform keeps the events, so the poller just waits for Redis and reads the page again).
+    poller = startPoller({
+      settings: config.poll,
+      client: telephony,
+      acceptor: new QueueAcceptor(inboundQueue(), { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs }),
+      redis: producer,
+      workerConnection: workerConn,
+      prefix,
+      log,
+      runner: {
+        retry: config.retry,
+        concurrency: 1,
+        stalledIntervalMs: config.worker.stalledIntervalMs,
+        lockDurationMs: config.worker.lockDurationMs,
+        maxStalledCount: config.worker.maxStalledCount,
+        events: options.runnerEvents,
+      },
+      events: pollerMetrics(),
+      now: options.now,
+    });
+    log.info({ channels: config.poll.channelIds.length }, 'poller started');
+  } else if (config.role === 'poller') {
+    log.warn('poller role without POLL_CHANNEL_IDS: nothing to poll');
+  }
+
   if (runsIngress(config.role)) {
-    const inbound = openQueue<CallReceivedJob>(INBOUND_QUEUE, producer);
+    const inbound = inboundQueue();
     let acceptor: CallAcceptor = new QueueAcceptor(inbound, {
       dedupeWindowMs: config.webhook.dedupeWindowMs,
       timeoutMs: config.webhook.enqueueTimeoutMs,
@@ -204,6 +235,10 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       if (spool) {
         const s = spool;
         await step('close spool', () => s.close());
+      }
+      if (poller) {
+        const p = poller;
+        await step('stop poller', () => p.close());
       }
       await step('close workers', () => Promise.all(workers.map((w) => w.close())));
       await step('close sinks', () => Promise.all([...sinks.values()].map((s) => s.close?.())));

@@ -15,7 +15,6 @@ import { hostname } from 'node:os';
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import client from 'prom-client';
-import { z } from 'zod';
 import type { Logger } from '../src/log.js';
 import { maskPhone } from '../src/log.js';
 import { metrics } from '../src/metrics.js';
@@ -23,69 +22,24 @@ import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { ChannelEventError, parseChannelEvent, toCanonical } from '../src/model/channel-event.js';
 import { AuthError, PermanentError, RetryLaterError, classify } from '../src/sinks/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
+import { envSchema } from '../src/config/env.js';
+import { pollerSettings, type PollerSettings } from '../src/config/index.js';
 import { JobName, POLL_DEAD_LETTER_QUEUE, stateKeyPrefix, type PollDeadLetterJob } from '../queues/index.js';
 import { runWorker, type RunnerOptions, type RunningWorker } from './runner.js';
 
 // ---------------------------------------------------------------------------------------------
-// Settings
+// Settings: POLL_* variables are part of the one environment schema (src/config/env.ts).
 
-const intFrom = (def: number, min: number) =>
-  z
-    .string()
-    .optional()
-    .transform((v, ctx) => {
-      if (v === undefined || v.trim() === '') return def;
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < min) {
-        ctx.addIssue({ code: 'custom', message: `expected a whole number >= ${min}, got "${v}"` });
-        return z.NEVER;
-      }
-      return n;
-    });
+export type { PollerSettings } from '../src/config/index.js';
 
-/** The poller's environment variables, with their defaults. */
-export const pollerEnvSchema = z.object({
-  /** Channels to poll, comma-separated. Empty: the poller role does nothing. */
-  POLL_CHANNEL_IDS: z
-    .string()
-    .optional()
-    .transform((v) => [...new Set((v ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0))]),
-  /** Wait after an empty or partial page. Default 5000 ms. */
-  POLL_INTERVAL_MS: intFrom(5000, 10),
-  /** Events asked for per page (`limit`). Default 100. */
-  POLL_PAGE_SIZE: intFrom(100, 1),
-  /** Longest wait between polls while the API keeps failing. Default 5 min. */
-  POLL_MAX_BACKOFF_MS: intFrom(5 * 60_000, 10),
-  /** Lifetime of a channel's poller lock; a crashed poller's channel is taken over within it. Default 30 s. */
-  POLL_LOCK_TTL_MS: intFrom(30_000, 300),
-});
-
-export interface PollerSettings {
-  channelIds: string[];
-  /** Default 5000 ms. */
-  intervalMs: number;
-  /** Default 100. */
-  pageSize: number;
-  /** Default 300 000 ms. */
-  maxBackoffMs: number;
-  /** Default 30 000 ms. Renewed every third; takeover after at most TTL + a third. */
-  lockTtlMs: number;
-}
-
+/** The poller's settings alone, from the environment; throws listing every bad POLL_* variable. */
 export function pollerSettingsFromEnv(env: NodeJS.ProcessEnv): PollerSettings {
-  const parsed = pollerEnvSchema.safeParse(env);
+  const parsed = envSchema.pick({ POLL_CHANNEL_IDS: true, POLL_INTERVAL_MS: true, POLL_PAGE_SIZE: true, POLL_MAX_BACKOFF_MS: true, POLL_LOCK_TTL_MS: true }).safeParse(env);
   if (!parsed.success) {
     const problems = parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`);
     throw new Error(`Invalid poller configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
   }
-  const e = parsed.data;
-  return {
-    channelIds: e.POLL_CHANNEL_IDS,
-    intervalMs: e.POLL_INTERVAL_MS,
-    pageSize: e.POLL_PAGE_SIZE,
-    maxBackoffMs: e.POLL_MAX_BACKOFF_MS,
-    lockTtlMs: e.POLL_LOCK_TTL_MS,
-  };
+  return pollerSettings(parsed.data);
 }
 
 // ---------------------------------------------------------------------------------------------

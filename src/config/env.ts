@@ -108,6 +108,17 @@ export const envSchema = z.object({
   WORKER_LOCK_DURATION_MS: int(30_000, 100),
   /** How often a job may be found stalled (its worker died) before it is dead-lettered. Default 5. */
   WORKER_MAX_STALLED_COUNT: int(5, 0),
+  /** Channels whose events the poller reads, comma-separated. Empty: the poller role does nothing. */
+  POLL_CHANNEL_IDS: csv.transform((ids) => [...new Set(ids)]),
+  /** Wait after an empty or partial page. Default 5000 ms. */
+  POLL_INTERVAL_MS: int(5000, 10),
+  /** Events asked for per page (`limit`). Default 100. */
+  POLL_PAGE_SIZE: int(100, 1),
+  /** Longest wait between polls while the API keeps failing. Default 5 min. */
+  POLL_MAX_BACKOFF_MS: int(5 * 60_000, 10),
+  /** Lifetime of a channel's poller lock; a crashed poller's channel is taken over within it. Default 30 s. */
+  POLL_LOCK_TTL_MS: int(30_000, 300),
+
   /** How long shutdown waits for active jobs. Default 25 s. */
   SHUTDOWN_GRACE_MS: int(25_000, 0),
 

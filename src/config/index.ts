@@ -47,11 +47,34 @@ export interface Config {
   };
   /** The platform's REST API client settings (TELEPHONY_*), null when TELEPHONY_API_URL is unset. */
   telephony: TelephonyClientOptions | null;
+  poll: PollerSettings;
   sinks: Record<string, SinkConfig>;
   routes: ParsedRoute[];
   /** Raw sections of the config file that other modules read (e.g. `poller`, `templates`). */
   file: Record<string, unknown>;
   warnings: string[];
+}
+
+export interface PollerSettings {
+  channelIds: string[];
+  /** Default 5000 ms. */
+  intervalMs: number;
+  /** Default 100. */
+  pageSize: number;
+  /** Default 300 000 ms. */
+  maxBackoffMs: number;
+  /** Default 30 000 ms. Renewed every third; takeover after at most TTL + a third. */
+  lockTtlMs: number;
+}
+
+export function pollerSettings(env: Pick<Env, 'POLL_CHANNEL_IDS' | 'POLL_INTERVAL_MS' | 'POLL_PAGE_SIZE' | 'POLL_MAX_BACKOFF_MS' | 'POLL_LOCK_TTL_MS'>): PollerSettings {
+  return {
+    channelIds: env.POLL_CHANNEL_IDS,
+    intervalMs: env.POLL_INTERVAL_MS,
+    pageSize: env.POLL_PAGE_SIZE,
+    maxBackoffMs: env.POLL_MAX_BACKOFF_MS,
+    lockTtlMs: env.POLL_LOCK_TTL_MS,
+  };
 }
 
 export class ConfigError extends Error {
@@ -220,6 +243,9 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
     else throw err;
   }
 
+  if (env.POLL_CHANNEL_IDS.length > 0 && telephony === null && !badKeys.has('TELEPHONY_API_URL'))
+    problems.push('POLL_CHANNEL_IDS: polling channel events needs TELEPHONY_API_URL (and credentials)');
+
   if (problems.length > 0) throw new ConfigError(problems);
 
   return {
@@ -250,6 +276,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       shutdownGraceMs: env.SHUTDOWN_GRACE_MS,
     },
     telephony,
+    poll: pollerSettings(env),
     sinks,
     routes,
     file,

@@ -95,7 +95,7 @@ export const archiveSinkType: SinkType<ArchiveOptions> = {
     }
     return {
       sinks: { archive: sink },
-      routes: [{ name: 'archive-calls-with-content', when: [{ hasTranscript: true }, { hasSummary: true }], to: ['archive'] }],
+      routes: [{ name: 'archive-calls-with-content', when: [{ hasTranscript: true }, { hasSummary: true }, { hasRecording: true }], to: ['archive'] }],
     };
   },
 };
