@@ -1,12 +1,9 @@
 // Pure helpers of the notification sinks (quiet hours across midnight and DST, clean SMS cuts,
-// templates) and the example rules of docs/notifications.md.
+// templates) and the example configurations of the README.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { loadConfig } from '../src/config/index.js';
 import { describe, test } from 'node:test';
-import { parse } from 'yaml';
-import { routeSchema } from '../src/routing/types.js';
-import { emailOptionsSchema } from '../src/sinks/notify/email.js';
-import { smsOptionsSchema } from '../src/sinks/notify/sms.js';
 import { truncateText } from '../src/sinks/notify/message.js';
 import { quietHoursEnd } from '../src/sinks/notify/time.js';
 import { escapeHtml, renderTemplate, templateFields } from '../src/sinks/template.js';
@@ -53,16 +50,27 @@ describe('templates', () => {
   });
 });
 
-describe('docs/notifications.md', () => {
-  test('the example rules parse as they are written', () => {
-    const doc = readFileSync(new URL('../docs/notifications.md', import.meta.url), 'utf8');
-    const yamlText = /```yaml\n([\s\S]*?)```/.exec(doc)?.[1];
-    assert.ok(yamlText);
-    const config = parse(yamlText.replaceAll('${TELEPHONY_SMS_ID}', 's0')) as { sinks: Record<string, { type: string }>; routes: unknown[] };
-    for (const [name, { type, ...options }] of Object.entries(config.sinks)) {
-      const schema = type === 'sms' ? smsOptionsSchema : emailOptionsSchema;
-      assert.ok(schema.safeParse(options).success, `${name}: ${JSON.stringify(schema.safeParse(options).error?.issues)}`);
-    }
-    for (const route of config.routes) assert.ok(routeSchema.safeParse(route).success, JSON.stringify(route));
+describe('README examples', () => {
+  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+  /** The first YAML block after a heading. */
+  const yamlAfter = (heading: string) => {
+    const at = readme.indexOf(heading);
+    assert.ok(at >= 0, `README has "${heading}"`);
+    const block = /```yaml\n([\s\S]*?)```/.exec(readme.slice(at))?.[1];
+    assert.ok(block, `a yaml block after "${heading}"`);
+    return block;
+  };
+  const env = { TELEPHONY_SMS_ID: 's0', ARCHIVE_BUCKET: 'calls', KMS_KEY_ID: 'key-1', SMTP_URL: 'smtp://127.0.0.1:2525' };
+
+  test('the notification rules load as they are written', () => {
+    const config = loadConfig({ CALLSYNC_CONFIG: 'rules.yaml', ...env }, { readFile: () => yamlAfter('### Example rules (ready to copy)') });
+    assert.deepEqual(Object.values(config.sinks).map((s) => s.type).sort(), ['email', 'sms', 'sms']);
+    assert.equal(config.routes.length, 3);
+  });
+
+  test('the sinks-and-routes example loads as it is written', () => {
+    const config = loadConfig({ CALLSYNC_CONFIG: 'callsync.yaml', ...env }, { readFile: () => yamlAfter('### The config file: sinks and routes') });
+    assert.equal(config.sinks.archive?.type, 'archive');
+    assert.equal(config.routes.length, 2);
   });
 });
