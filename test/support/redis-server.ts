@@ -19,6 +19,8 @@ export interface PrivateRedis {
   port: number;
   url: string;
   dir: string;
+  /** Process id of the running server (NaN when stopped). */
+  readonly pid: number;
   /** Whether the server process is running. */
   readonly running: boolean;
   /** Starts the server (again) on the same port with the same data folder; waits until it answers PING. */
@@ -111,6 +113,9 @@ export async function startPrivateRedis(options: PrivateRedisOptions = {}): Prom
     dir,
     get running() {
       return child !== null;
+    },
+    get pid() {
+      return child?.pid ?? NaN;
     },
     start,
     stop: () => stop('shutdown'),

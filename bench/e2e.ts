@@ -1,0 +1,148 @@
+// `npm run bench:e2e`: webhooks in, every routed sink done — archive to a local S3 server (s3rver),
+// CRM (signed webhook) and SMS (the platform's API) to local fake servers — with callsync as real
+// processes (one ingress, BENCH_WORKERS workers) on a private redis-server (AOF everysec).
+// Prints events per second end to end, p50/p99 from acknowledgement to the last sink, and the peak
+// RSS of each process.
+//
+//   BENCH_N=10000 BENCH_CONNECTIONS=64 BENCH_WORKERS=1 BENCH_CONCURRENCY=32 npm run bench:e2e
+//   BENCH_CPU_PROF=1   profile the ingress and the workers and print where their time goes
+//
+// Acknowledgement time is the inbound job's timestamp (set when the ingress stores it, just before
+// the 202); "done" is the latest `finishedOn` of the call's three sink jobs. Both come from Redis.
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { INBOUND_QUEUE, sinkQueueName } from '../queues/registry.js';
+import { webhookPayload } from '../test/support/calls.js';
+import { freePort, startPrivateRedis } from '../test/support/redis-server.js';
+import { compiled, load, machine, peakRssOfPid, percentile, printTable, round, startProcess, summariseProfiles, type BenchProcess } from './support.js';
+
+const N = Math.min(10_000, Number(process.env.BENCH_N ?? 10_000));
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const WORKERS = Number(process.env.BENCH_WORKERS ?? 1);
+const CONCURRENCY = process.env.BENCH_CONCURRENCY ?? '32';
+const PROFILE = process.env.BENCH_CPU_PROF === '1';
+const SINKS = ['archive', 'crm', 'sms'];
+
+async function main(): Promise<void> {
+  const work = await mkdtemp(join(tmpdir(), 'callsync-e2e-'));
+  const redis = await startPrivateRedis({ appendfsync: 'everysec' });
+  const build = compiled();
+  const machineBefore = machine();
+  const procs: BenchProcess[] = [];
+  const prefix = `e2e-${randomBytes(3).toString('hex')}`;
+  try {
+    const sinks = await startProcess('sink-servers', build.run('bench/sink-servers.ts'), {});
+    procs.push(sinks);
+    const r = sinks.ready as { s3Env: Record<string, string>; crmUrl: string; secret: string; smsUrl: string; tokenId: string; token: string; statsUrl: string };
+    const configPath = join(work, 'callsync.yaml');
+    await writeFile(
+      configPath,
+      `sinks:
+  archive: { type: archive, bucket: "\${ARCHIVE_S3_BUCKET}", endpoint: "\${S3_ENDPOINT}", forcePathStyle: true, accessKeyId: "\${AWS_ACCESS_KEY_ID}", secretAccessKey: "\${AWS_SECRET_ACCESS_KEY}" }
+  crm: { type: webhook, urls: ["${r.crmUrl}"] }
+  sms: { type: sms, smsId: s0, to: caller, message: "Thanks for calling. Agreed: {{summary}}" }
+routes:
+  - to: [archive, crm, sms]
+`,
+    );
+    const port = await freePort();
+    const env = {
+      ...r.s3Env,
+      REDIS_URL: redis.url,
+      QUEUE_PREFIX: prefix,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      CALLSYNC_CONFIG: configPath,
+      WEBHOOK_ALLOWED_IPS: '127.0.0.1,::1',
+      SPOOL_DIR: join(work, 'spool'),
+      CRM_WEBHOOK_SECRET: r.secret,
+      TELEPHONY_API_URL: r.smsUrl,
+      TELEPHONY_TOKEN_ID: r.tokenId,
+      TELEPHONY_TOKEN: r.token,
+      WORKER_CONCURRENCY: CONCURRENCY,
+      LOG_LEVEL: 'info',
+    };
+    const prof = PROFILE ? work : undefined;
+    const roles = [
+      startProcess('ingress', build.run('workers/main.ts'), { ...env, CALLSYNC_ROLE: 'ingress' }, { readyMarker: /"msg":"ingress listening"/, cpuProfDir: prof }),
+      ...Array.from({ length: WORKERS }, (_, i) =>
+        startProcess(`worker-${i + 1}`, build.run('workers/main.ts'), { ...env, CALLSYNC_ROLE: 'worker' }, { readyMarker: /"msg":"workers started"/, cpuProfDir: prof }),
+      ),
+    ];
+    procs.push(...(await Promise.all(roles)));
+
+    // A mobile caller (the SMS goes to the caller), a unique call id per request.
+    const body = JSON.stringify(webhookPayload('[<id>]', (p) => (p.call.from = '+491701234567')));
+    console.log(`bench:e2e  N=${N} connections=${CONNECTIONS} workers=${WORKERS} concurrency=${CONCURRENCY}/queue body=${body.length} B  sinks=${SINKS.join(',')}`);
+    console.log(`machine: ${JSON.stringify(machineBefore)}`);
+
+    const conn = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+    const started = Date.now();
+    const ingress = await load(`http://127.0.0.1:${port}/webhooks/ai-agent/bench-agent`, body, N, CONNECTIONS);
+    const acked = Date.now();
+    const key = (queue: string, part: string) => `${prefix}:${queue}:${part}`;
+    const deadline = Date.now() + Math.max(120_000, N * 20);
+    for (;;) {
+      const counts = await Promise.all(SINKS.map((s) => conn.zcard(key(sinkQueueName(s), 'completed'))));
+      const failed = await Promise.all(SINKS.map((s) => conn.zcard(key(sinkQueueName(s), 'failed'))));
+      if (counts.every((c) => c >= ingress.ok)) break;
+      if (failed.some((f) => f > 0)) throw new Error(`sink jobs failed: ${failed.join(', ')}`);
+      if (Date.now() > deadline) throw new Error(`not done in time: ${counts.join(', ')} of ${ingress.ok}`);
+      await new Promise((res) => setTimeout(res, 200));
+    }
+    const allDone = Date.now();
+    const rss = Object.fromEntries([...procs.map((p) => [p.name, p.peakRssMb()]), ['redis-server', peakRssOfPid(redis.pid)]]);
+
+    // Acknowledged (inbound job timestamp) -> last sink finished, per call.
+    const inboundIds = await conn.zrange(key(INBOUND_QUEUE, 'completed'), 0, -1);
+    const timeOf = async (queue: string, ids: string[], field: 'timestamp' | 'finishedOn') => {
+      const out = new Map<string, number>();
+      for (let i = 0; i < ids.length; i += 1000) {
+        const pipe = conn.pipeline();
+        for (const id of ids.slice(i, i + 1000)) pipe.hget(key(queue, id), field);
+        const res = await pipe.exec();
+        ids.slice(i, i + 1000).forEach((id, k) => out.set(id, Number(res?.[k]?.[1])));
+      }
+      return out;
+    };
+    const ackAt = await timeOf(INBOUND_QUEUE, inboundIds, 'timestamp');
+    const hashes = inboundIds.map((id) => id.split('-')[0]!);
+    const doneAt = new Map<string, number>();
+    for (const s of SINKS) {
+      const t = await timeOf(sinkQueueName(s), hashes, 'finishedOn');
+      for (const [h, at] of t) doneAt.set(h, Math.max(doneAt.get(h) ?? 0, at));
+    }
+    const latencies = inboundIds.map((id) => doneAt.get(id.split('-')[0]!)! - ackAt.get(id)!).filter(Number.isFinite).sort((a, b) => a - b);
+    const firstAck = Math.min(...ackAt.values());
+    const lastDone = Math.max(...doneAt.values());
+    const stats = (await (await fetch(r.statsUrl)).json()) as Record<string, number>;
+    conn.disconnect();
+
+    const summary = {
+      webhooks: N,
+      acknowledged: ingress.ok,
+      'ingress accepted/s': ingress.perSecond,
+      'ingress p99 ms': ingress.p99Ms,
+      'e2e events/s': Math.round((ingress.ok * 1000) / (lastDone - firstAck)),
+      'ack->done p50 ms': percentile(latencies, 50),
+      'ack->done p99 ms': percentile(latencies, 99),
+      'ack->done max ms': latencies[latencies.length - 1],
+      'all done after s': round((allDone - started) / 1000, 1),
+    };
+    printTable([summary]);
+    console.log('');
+    printTable([rss]);
+    console.log(`\nremote side: ${JSON.stringify(stats)}  (sink jobs per sink: ${ingress.ok}; ack phase ${round((acked - started) / 1000, 1)} s)`);
+    console.log(`\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary, peakRssMb: rss, remote: stats })}`);
+  } finally {
+    for (const p of procs.reverse()) await p.stop().catch(() => undefined);
+    if (PROFILE) console.log(`\n${await summariseProfiles(work)}`);
+    await redis.destroy();
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+void main();
