@@ -308,6 +308,18 @@ routes:
       const missingSms = [...acknowledged].filter(([id, n]) => !unknown.has(id) && !sms.byRecipient.has(mobileOf(n)));
       assert.deepEqual(missingSms, [], 'every acknowledged call texted (or dead-lettered as unknown)');
 
+      // The kills hit work in flight: jobs a dead worker held were found stalled and run again.
+      const conn = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+      let recovered = 0;
+      for (const name of q.map.keys()) {
+        const ids = await conn.zrange(`${prefix}:${name}:completed`, 0, -1);
+        const pipe = conn.pipeline();
+        for (const id of ids) pipe.hget(`${prefix}:${name}:${id}`, 'stc');
+        recovered += ((await pipe.exec()) ?? []).filter(([, v]) => Number(v) > 0).length;
+      }
+      conn.disconnect();
+      assert.ok(recovered > 0, 'some jobs were taken over from a killed worker');
+
       const redeliveries = [...crm.records.values()].reduce((sum, r) => sum + r.deliveries - 1, 0);
       console.log(
         JSON.stringify({
@@ -317,6 +329,7 @@ routes:
             senderRetries: stats.retried,
             non202: Object.fromEntries(stats.non202),
             spooled: stats.spooled,
+            jobsRecoveredFromKilledWorkers: recovered,
             archivedCalls: archived.size,
             crmRecords: crm.records.size,
             crmRedeliveriesDeduped: redeliveries,
