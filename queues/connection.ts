@@ -29,3 +29,49 @@ export function createRedis(url: string, role: ConnectionRole, extra: RedisOptio
 export function stateKeyPrefix(prefix: string): string {
   return `${prefix}:state:`;
 }
+
+/** How long start-up waits for Redis before serving anyway (the ingress then answers 503 or spools). */
+export const STARTUP_REDIS_WAIT_MS = 2000;
+/** How long shutdown waits for queue handles still setting up their connection before closing them. */
+export const SHUTDOWN_SETUP_WAIT_MS = 1000;
+
+/**
+ * Waits until every promise has settled, at most `ms`. Never rejects; true when all settled in
+ * time. For BullMQ handles: `queue.waitUntilReady()` is the handle's connection set-up (INFO,
+ * scripts), which must not be left running when the handle is closed (see `bullmqReady`).
+ */
+export async function settledWithin(promises: Iterable<Promise<unknown>>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([Promise.allSettled(promises).then(() => true as const), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** What a BullMQ Queue or Worker offers to wait for its connection set-up. */
+export interface BullmqHandle {
+  waitUntilReady(): Promise<unknown>;
+}
+
+/**
+ * Waits (at most `ms`) for the connection set-up of these BullMQ handles. Call it after opening
+ * them and before closing them: BullMQ reports a set-up that fails after `close()` as an 'error'
+ * event on an emitter whose listeners `close()` removed, which throws inside a promise callback:
+ * an unhandled rejection ("Connection is closed.", "Stream isn't writeable...") that crashes Node.
+ * True when every handle finished its set-up (or failed it) in time.
+ */
+export function bullmqReady(handles: Iterable<BullmqHandle>, ms: number): Promise<boolean> {
+  const setups: Promise<unknown>[] = [];
+  for (const handle of handles) {
+    try {
+      setups.push(handle.waitUntilReady());
+    } catch (err) {
+      setups.push(Promise.reject(err));
+    }
+  }
+  return settledWithin(setups, ms);
+}

@@ -19,11 +19,14 @@ import { OptOutList } from '../src/sinks/notify/opt-out.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import {
+  bullmqReady,
   createRedis,
   defaultJobOptions,
   INBOUND_QUEUE,
+  SHUTDOWN_SETUP_WAIT_MS,
   sinkQueueName,
   stateKeyPrefix,
+  STARTUP_REDIS_WAIT_MS,
   type CallReceivedJob,
   type SinkDeliverJob,
 } from '../queues/index.js';
@@ -144,7 +147,24 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
   const inboundQueue = () => (queues.get(INBOUND_QUEUE) as Queue<CallReceivedJob> | undefined) ?? openQueue<CallReceivedJob>(INBOUND_QUEUE, producer);
 
   let poller: RunningPoller | null = null;
-  if (runsPoller(config.role) && config.poll.channelIds.length > 0 && telephony) {
+  const polling = runsPoller(config.role) && config.poll.channelIds.length > 0 && telephony !== null;
+  /** Every BullMQ handle of this process (queues, workers, the poller's): each sets up its connection on its own. */
+  const handles = () => [
+    ...queues.values(),
+    ...workers.flatMap((w) => [w.worker, w.queue]),
+    ...(poller ? [poller.deadLetterQueue, poller.deadLetterWorker.worker, poller.deadLetterWorker.queue] : []),
+  ];
+
+  // Before taking work, wait (bounded) until Redis answers and every handle has set up its connection:
+  // the producer fails fast while it is still connecting (a webhook right after start would get 503),
+  // and a handle closed during its set-up makes BullMQ reject without a handler. Redis away: start
+  // anyway; the ingress answers 503 or spools, workers and poller retry.
+  if (runsIngress(config.role) || polling) inboundQueue();
+  if (!(await bullmqReady(handles(), STARTUP_REDIS_WAIT_MS))) {
+    log.warn({ waitedMs: STARTUP_REDIS_WAIT_MS }, 'Redis not ready at start: starting anyway (the ingress answers 503 or spools until it is)');
+  }
+
+  if (polling && telephony) {
     // The poller accepts through the same dedupe + enqueue path as the webhook (no spool: the
     // platform keeps the events, so the poller just waits for Redis and reads the page again).
     poller = startPoller({
@@ -236,6 +256,8 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
         const s = spool;
         await step('close spool', () => s.close());
       }
+      // Handles still setting up their connection (Redis slow or just back) finish that before being closed.
+      await step('wait for connection set-up', () => bullmqReady(handles(), SHUTDOWN_SETUP_WAIT_MS));
       if (poller) {
         const p = poller;
         await step('stop poller', () => p.close());

@@ -17,7 +17,15 @@ import {
   metrics,
   runnerMetrics,
 } from '../metrics.js';
-import { createRedis, INBOUND_QUEUE, POLL_DEAD_LETTER_QUEUE, sinkQueueName } from '../../queues/index.js';
+import {
+  bullmqReady,
+  createRedis,
+  INBOUND_QUEUE,
+  POLL_DEAD_LETTER_QUEUE,
+  SHUTDOWN_SETUP_WAIT_MS,
+  sinkQueueName,
+  STARTUP_REDIS_WAIT_MS,
+} from '../../queues/index.js';
 import type { CallsyncOptions } from '../../workers/callsync.js';
 import { createOpsApp, opsRoutes, type OpsApp } from './app.js';
 import { requestContext } from './request-context.js';
@@ -74,6 +82,8 @@ export function createOperations(options: OperationsOptions): Operations {
     queue.on('error', (err) => log.error({ queue: name, err: { message: err.message } }, 'queue error'));
     return queue;
   });
+  // Their connection set-up runs while callsync starts; listen() waits for it (bounded), close() too.
+  const setUp = bullmqReady(queues, STARTUP_REDIS_WAIT_MS);
   const unwatch = metrics.watchQueues(() => queues);
 
   const gate = createShutdownGate({
@@ -115,6 +125,7 @@ export function createOperations(options: OperationsOptions): Operations {
       return url;
     },
     async listen() {
+      if (!(await setUp)) log.warn({ waitedMs: STARTUP_REDIS_WAIT_MS }, 'Redis not ready at start for the dashboard and queue metrics: starting anyway');
       const port = opsPort(config);
       if (port === null) return;
       const host = env.OPS_HOST ?? config.http.host;
@@ -142,8 +153,11 @@ export function createOperations(options: OperationsOptions): Operations {
           s.closeIdleConnections();
         });
       }
+      // A queue closed during its connection set-up makes BullMQ reject without a handler: let it finish (bounded).
+      await bullmqReady(queues, SHUTDOWN_SETUP_WAIT_MS);
       await Promise.all(queues.map((q) => q.close().catch((err: unknown) => log.error({ err }, 'closing queue failed'))));
-      await connection.quit().catch(() => connection.disconnect());
+      // QUIT needs a live connection; while Redis is away, drop the connection (and its reconnect timer).
+      await (connection.status === 'ready' ? connection.quit().catch(() => connection.disconnect()) : Promise.resolve(connection.disconnect()));
     },
   };
   return result;
