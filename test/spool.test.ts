@@ -62,6 +62,8 @@ describe('spool with a real ingress and a Redis that goes away', () => {
       assert.equal(before.body.spooled, undefined, 'with Redis up nothing is spooled');
 
       await redis.stop();
+      // Still ready: events are acknowledged durably into the spool.
+      assert.equal((await fetch(`${cs.url}/readyz`)).status, 200);
       const ids: string[] = [];
       for (let i = 1; i <= 20; i++) {
         const res = await postJson(`${cs.url}/webhooks/ai-agent`, minimalPayload(`sp-${i}`));
@@ -190,6 +192,7 @@ describe('spool with a real ingress and a Redis that goes away', () => {
       const res = await postJson(`${cs.url}/webhooks/ai-agent`, minimalPayload('off-1'));
       assert.equal(res.status, 503);
       assert.ok(res.headers.get('retry-after'));
+      assert.equal((await fetch(`${cs.url}/readyz`)).status, 503, 'without a spool, no Redis means not ready');
     } finally {
       if (!redis.running) await redis.start();
       await cs.stop();

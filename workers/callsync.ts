@@ -216,7 +216,12 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     app = createIngressApp({
       webhook: config.webhook,
       acceptor,
-      ready: () => withTimeout(producer.ping(), 1000, 'redis ping').then((r) => r === 'PONG'),
+      // Ready when events can be acknowledged durably: Redis answers, or the spool takes them.
+      // (A load balancer routing on /readyz keeps sending to an ingress that spools.)
+      ready: async () => {
+        const redisUp = await withTimeout(producer.ping(), 1000, 'redis ping').then((r) => r === 'PONG', () => false);
+        return redisUp || (spool?.accepting ?? false);
+      },
       log,
       events: options.ingressEvents,
       before: options.ingressBefore,

@@ -139,6 +139,11 @@ export class SpoolingAcceptor implements CallAcceptor {
     return this.pendingCount;
   }
 
+  /** Whether an event could be spooled now (open, and below SPOOL_MAX_BYTES). */
+  get accepting(): boolean {
+    return this.opened && !this.closed && this.bytesOnDisk < this.maxBytes;
+  }
+
   /** Takes the folder's lock, reads what an earlier process left, and starts draining it. */
   async open(): Promise<void> {
     if (this.opened) return;
