@@ -24,9 +24,9 @@ export function memoryLog(level = 'info') {
   return { lines, log: createLogger({ level, destination }) };
 }
 
-export async function startTestCallsync(env: Record<string, string> = {}, options: Partial<CallsyncOptions> = {}): Promise<TestCallsync> {
-  const prefix = env.QUEUE_PREFIX ?? uniquePrefix('cs');
-  const config = loadConfig({
+/** Environment for a test instance: real Redis, a free port on loopback, fast retries and takeovers. */
+export function testEnv(prefix: string, env: Record<string, string> = {}): Record<string, string> {
+  return {
     REDIS_URL,
     QUEUE_PREFIX: prefix,
     PORT: '0',
@@ -37,7 +37,12 @@ export async function startTestCallsync(env: Record<string, string> = {}, option
     WORKER_STALLED_INTERVAL_MS: '1000',
     WORKER_LOCK_DURATION_MS: '2000',
     ...env,
-  });
+  };
+}
+
+export async function startTestCallsync(env: Record<string, string> = {}, options: Partial<CallsyncOptions> = {}): Promise<TestCallsync> {
+  const prefix = env.QUEUE_PREFIX ?? uniquePrefix('cs');
+  const config = loadConfig(testEnv(prefix, env));
   const { lines, log } = memoryLog(process.env.TEST_LOG_LEVEL ?? 'info');
   const app = await startCallsync(config, { log, ...options });
   return {

@@ -2,8 +2,8 @@
 // shutdown gate, ops server), against real Redis with a unique prefix.
 import { loadConfig } from '../../src/config/index.js';
 import { startWithOperations, type RunningCallsync, type StartOptions } from '../../src/ops/run.js';
-import { memoryLog } from './callsync.js';
-import { cleanupPrefix, REDIS_URL, uniquePrefix } from './redis.js';
+import { memoryLog, testEnv } from './callsync.js';
+import { cleanupPrefix, uniquePrefix } from './redis.js';
 
 export interface OpsCallsync extends RunningCallsync {
   prefix: string;
@@ -15,19 +15,7 @@ export interface OpsCallsync extends RunningCallsync {
 
 export async function startOpsCallsync(env: Record<string, string> = {}, options: Partial<StartOptions> = {}, logLevel = 'info'): Promise<OpsCallsync> {
   const prefix = env.QUEUE_PREFIX ?? uniquePrefix('ops');
-  const config = loadConfig({
-    REDIS_URL,
-    QUEUE_PREFIX: prefix,
-    PORT: '0',
-    HOST: '127.0.0.1',
-    WEBHOOK_ALLOWED_IPS: '127.0.0.1,::1',
-    JOB_BACKOFF_MS: '50',
-    JOB_MAX_BACKOFF_MS: '500',
-    WORKER_STALLED_INTERVAL_MS: '1000',
-    WORKER_LOCK_DURATION_MS: '2000',
-    SHUTDOWN_GRACE_MS: '10000',
-    ...env,
-  });
+  const config = loadConfig(testEnv(prefix, { SHUTDOWN_GRACE_MS: '10000', ...env }));
   const { lines, log } = memoryLog(logLevel);
   const running = await startWithOperations({ config, log, ...options });
   let stopped = false;
