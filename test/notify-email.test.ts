@@ -46,10 +46,10 @@ afterEach(async () => {
   await cleanupPrefix(prefix);
 });
 
-function sink(name: string, options: Record<string, unknown>, env: Record<string, string> = {}): Sink {
+async function sink(name: string, options: Record<string, unknown>, env: Record<string, string> = {}): Promise<Sink> {
   const parsed = emailSinkType.options.parse(options);
   const state = new RedisKeyValueStore(redis, `${prefix}:state:`).scoped(name);
-  const s = emailSinkType.create(name, parsed, { log, state, telephony: null, now: () => clock, env: { SMTP_URL: smtp.url, ...env } });
+  const s = await emailSinkType.create(name, parsed, { log, state, telephony: null, now: () => clock, env: { SMTP_URL: smtp.url, ...env } });
   sinks.push(s);
   return s;
 }
@@ -62,7 +62,7 @@ const summaryMail = () => sink('summary-mail', { from: 'Callsync <calls@example.
 
 describe('email sink: what the SMTP server receives', () => {
   test('the default summary mail: envelope, subject, text and HTML, over STARTTLS with AUTH', async () => {
-    const result = await summaryMail().deliver(call('c-mail'), ctx());
+    const result = await (await summaryMail()).deliver(call('c-mail'), ctx());
     assert.equal(result.status, 'done');
     assert.equal(smtp.messages.length, 1);
     const m = smtp.messages[0]!;
@@ -96,7 +96,7 @@ describe('email sink: what the SMTP server receives', () => {
   });
 
   test('an HTML template keeps its markup and escapes every value', async () => {
-    const s = sink('html-mail', {
+    const s = await sink('html-mail', {
       from: 'calls@example.com',
       to: 'team@example.com',
       subject: 'Summary: {{summary}}',
@@ -117,25 +117,25 @@ describe('email sink: what the SMTP server receives', () => {
   });
 
   test('the sender defaults to SMTP_FROM', async () => {
-    await sink('env-from', { to: 'team@example.com' }, { SMTP_FROM: 'noreply@example.org' }).deliver(call('c-from'), ctx());
+    await (await sink('env-from', { to: 'team@example.com' }, { SMTP_FROM: 'noreply@example.org' })).deliver(call('c-from'), ctx());
     assert.equal(smtp.messages[0]?.from, 'noreply@example.org');
   });
 });
 
 describe('email sink: never twice, failures, quiet hours', () => {
   test('redelivery of the same call sends one mail', async () => {
-    const s = summaryMail();
+    const s = await summaryMail();
     assert.equal((await s.deliver(call('c-twice'), ctx())).status, 'done');
     const again = await s.deliver(call('c-twice'), ctx());
     assert.equal(again.status, 'skipped');
     assert.match(again.reason ?? '', /already sent/);
     // Another rule sends its own mail of the same call.
-    assert.equal((await sink('other-mail', { from: 'a@example.com', to: 'b@example.com' }).deliver(call('c-twice'), ctx())).status, 'done');
+    assert.equal((await (await sink('other-mail', { from: 'a@example.com', to: 'b@example.com' })).deliver(call('c-twice'), ctx())).status, 'done');
     assert.equal(smtp.messages.length, 2);
   });
 
   test('a 5xx refusal is permanent (dead letters with the reason), a 4xx is transient; neither keeps the marker', async () => {
-    const s = summaryMail();
+    const s = await summaryMail();
     smtp.rejectData = { code: 550, message: 'mailbox unavailable' };
     await assert.rejects(s.deliver(call('c-550'), ctx()), (err: unknown) => {
       assert.ok(err instanceof PermanentError);
@@ -152,13 +152,13 @@ describe('email sink: never twice, failures, quiet hours', () => {
 
   test('wrong SMTP credentials pause the queue (AuthError), and no mail is marked sent', async () => {
     const url = smtp.url.replace('s3cret%20p%40ss', 'wrong');
-    const s = sink('auth-mail', { from: 'a@example.com', to: 'b@example.com' }, { SMTP_URL: url });
+    const s = await sink('auth-mail', { from: 'a@example.com', to: 'b@example.com' }, { SMTP_URL: url });
     await assert.rejects(s.deliver(call('c-auth'), ctx()), (err: unknown) => (err as Error).name === 'AuthError');
-    assert.equal((await sink('auth-mail', { from: 'a@example.com', to: 'b@example.com' }).deliver(call('c-auth'), ctx())).status, 'done');
+    assert.equal((await (await sink('auth-mail', { from: 'a@example.com', to: 'b@example.com' })).deliver(call('c-auth'), ctx())).status, 'done');
   });
 
   test('quiet hours delay the job until they end', async () => {
-    const s = sink('quiet-mail', { from: 'a@example.com', to: 'b@example.com', quietHours: { start: '20:00', end: '07:30', timeZone: 'Europe/Berlin' } });
+    const s = await sink('quiet-mail', { from: 'a@example.com', to: 'b@example.com', quietHours: { start: '20:00', end: '07:30', timeZone: 'Europe/Berlin' } });
     clock = new Date('2026-04-08T20:00:00Z'); // 22:00 in Berlin
     await assert.rejects(s.deliver(call('c-quiet'), ctx()), (err: unknown) => {
       assert.ok(err instanceof RetryLaterError);

@@ -111,7 +111,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       const type = sinkTypes.get(sink.type)!;
       sinks.set(
         sink.name,
-        type.create(sink.name, sink.options, {
+        await type.create(sink.name, sink.options, {
           log: log.child({ sink: sink.name }),
           state: state.scoped(sink.name),
           telephony,

@@ -7,7 +7,9 @@ import type { Logger } from 'pino';
 import { errorBody } from '../ingress/errors.js';
 import { renderMetrics } from '../metrics.js';
 import { authConfigured, operatorAuth, type OperatorAuthOptions } from './auth.js';
-import { createDashboard, DASHBOARD_PATH } from './dashboard.js';
+
+/** Where the dashboard is mounted (./dashboard.ts builds it). */
+export const DASHBOARD_PATH = '/admin/queues';
 
 export interface OpsAppOptions {
   log: Logger;
@@ -52,7 +54,18 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     app.use(`${DASHBOARD_PATH}/*`, operatorAuth(options.auth));
     app.use(DASHBOARD_PATH, operatorAuth(options.auth));
     app.get(`${DASHBOARD_PATH}/`, (c) => c.redirect(DASHBOARD_PATH));
-    app.route(DASHBOARD_PATH, createDashboard({ queues: options.queues }));
+    // Bull Board (and ejs) is imported only when the dashboard is on: ~25 MB a process without it
+    // saves. The import starts now, so the first page does not wait for it (and a failure shows early).
+    const board = import('./dashboard.js').then(({ createDashboard }) => {
+      const mounted = new Hono();
+      mounted.route(DASHBOARD_PATH, createDashboard({ queues: options.queues }));
+      mounted.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));
+      return mounted;
+    });
+    board.catch((err: unknown) => options.log.error({ err }, 'loading the dashboard failed'));
+    const serveBoard: MiddlewareHandler = async (c) => (await board).fetch(c.req.raw, c.env);
+    app.all(DASHBOARD_PATH, serveBoard);
+    app.all(`${DASHBOARD_PATH}/*`, serveBoard);
   }
 
   app.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));

@@ -6,8 +6,7 @@ import { HonoAdapter } from '@bull-board/hono';
 import { serveStatic } from '@hono/node-server/serve-static';
 import type { Queue } from 'bullmq';
 import type { Hono } from 'hono';
-
-export const DASHBOARD_PATH = '/admin/queues';
+import { DASHBOARD_PATH } from './app.js';
 
 export interface DashboardOptions {
   queues: Queue[];

@@ -53,12 +53,19 @@ export interface QueueLimit {
   durationMs: number;
 }
 
+/** A sink type whose `create` is synchronous (nothing heavy to load). */
+export type SyncSinkType<O = unknown> = Omit<SinkType<O>, 'create'> & { create(name: string, options: O, deps: SinkDeps): Sink };
+
 /** A kind of sink: how its options are validated, how it is built, and its environment shortcut. */
 export interface SinkType<O = unknown> {
   readonly type: string;
   /** zod schema of the sink's options in the config file (`sinks.<name>`, minus `type`). */
   readonly options: z.ZodType<O>;
-  create(name: string, options: O, deps: SinkDeps): Sink;
+  /**
+   * Builds the sink. May be async: heavy client libraries (AWS SDK, nodemailer) are imported here,
+   * so a process loads only those of the sinks it runs (the ingress none).
+   */
+  create(name: string, options: O, deps: SinkDeps): Sink | Promise<Sink>;
   /** Steady rate limit for the sink's queue, if the remote has one. */
   limit?(options: O): QueueLimit | undefined;
   /**

@@ -7,7 +7,8 @@
 import { createLogger } from '../../src/log.js';
 import { normalizeChannelEvent } from '../../src/model/channel-event.js';
 import { ArchiveSink } from '../../src/sinks/archive/index.js';
-import { LocalFolderStore, S3Store, type ObjectStore } from '../../src/sinks/archive/store.js';
+import { LocalFolderStore, type ObjectStore } from '../../src/sinks/archive/store.js';
+import { S3Store } from '../../src/sinks/archive/s3-store.js';
 import { createTelephonyClient } from '../../src/telephony/client.js';
 
 const env = process.env;

@@ -6,7 +6,7 @@ import type { TelephonyClient } from '../../telephony/types.js';
 import { archiveKeys } from './keys.js';
 import { archiveRecordings } from './recordings.js';
 import { renderArchiveJson, renderTranscriptText } from './render.js';
-import { LocalFolderStore, S3Store, type ObjectStore } from './store.js';
+import { LocalFolderStore, type ObjectStore } from './store.js';
 
 export const archiveOptionsSchema = z.strictObject({
   /** S3 bucket; without it the archive goes to `dir`. */
@@ -50,8 +50,10 @@ export class ArchiveSink implements Sink {
   }
 }
 
-export function createObjectStore(options: ArchiveOptions): ObjectStore {
+/** The S3 store when a bucket is set (the AWS SDK is loaded only then), else the local folder. */
+export async function createObjectStore(options: ArchiveOptions): Promise<ObjectStore> {
   if (options.bucket) {
+    const { S3Store } = await import('./s3-store.js');
     return new S3Store({
       bucket: options.bucket,
       region: options.region,
@@ -71,7 +73,7 @@ export function createObjectStore(options: ArchiveOptions): ObjectStore {
 export const archiveSinkType: SinkType<ArchiveOptions> = {
   type: 'archive',
   options: archiveOptionsSchema,
-  create: (name, options, deps) => new ArchiveSink(name, createObjectStore(options), options.prefix, deps.telephony),
+  create: async (name, options, deps) => new ArchiveSink(name, await createObjectStore(options), options.prefix, deps.telephony),
   fromEnv(env, { configFile }) {
     const bucket = env.ARCHIVE_S3_BUCKET?.trim();
     // Without a config file, `npm start` archives to a local folder so one machine works out of the box.

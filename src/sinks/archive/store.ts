@@ -1,13 +1,12 @@
-// Object stores for the archive: S3 (or any S3-compatible server) and a local folder.
+// Object stores for the archive: the interface and a local folder. The S3 store is in ./s3-store.ts,
+// loaded only when a bucket is configured (the AWS SDK is ~20 MB of memory a process without it saves).
 import { createWriteStream } from 'node:fs';
 import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
 import { randomUUID } from 'node:crypto';
-import { PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
-import { Upload } from '@aws-sdk/lib-storage';
-import { AuthError, errorFromHttp, errorFromNetwork, PermanentError, type SinkError } from '../errors.js';
+import { PermanentError } from '../errors.js';
 
 export interface PutOptions {
   contentType: string;
@@ -60,87 +59,6 @@ export class LocalFolderStore implements ObjectStore {
     } catch (err) {
       await rm(tmp, { force: true });
       throw err;
-    }
-  }
-}
-
-export interface S3StoreOptions {
-  bucket: string;
-  region: string;
-  endpoint?: string;
-  forcePathStyle?: boolean;
-  sse?: ServerSideEncryption;
-  kmsKeyId?: string;
-  /** Request timeout in ms. Default 30 s. */
-  timeoutMs?: number;
-  /** Credentials; default: the AWS SDK's chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, roles...). */
-  credentials?: { accessKeyId: string; secretAccessKey: string };
-}
-
-/** Sorts an S3 SDK failure into the sink error kinds. */
-export function errorFromS3(what: string, err: unknown): SinkError {
-  if (err instanceof S3ServiceException) {
-    const status = err.$metadata.httpStatusCode ?? 500;
-    return errorFromHttp({ status, what, detail: `${err.name}: ${err.message}` });
-  }
-  // No credentials at all: every job would fail the same way until an operator fixes the setup.
-  if (err instanceof Error && err.name === 'CredentialsProviderError') return new AuthError(`${what}: ${err.message}`, { cause: err });
-  return errorFromNetwork(what, err);
-}
-
-export class S3Store implements ObjectStore {
-  readonly location: string;
-  readonly client: S3Client;
-
-  constructor(private readonly options: S3StoreOptions) {
-    this.location = `s3://${options.bucket}`;
-    this.client = new S3Client({
-      region: options.region,
-      endpoint: options.endpoint,
-      forcePathStyle: options.forcePathStyle,
-      credentials: options.credentials,
-      // The queue owns retries (with backoff across minutes); the SDK only smooths over a blip.
-      maxAttempts: 2,
-      // Checksums only where S3 requires them: some S3-compatible servers reject the SDK's default
-      // trailing-checksum (aws-chunked) uploads.
-      requestChecksumCalculation: 'WHEN_REQUIRED',
-      responseChecksumValidation: 'WHEN_REQUIRED',
-      requestHandler: { requestTimeout: options.timeoutMs ?? 30_000, connectionTimeout: 5_000 },
-    });
-  }
-
-  private encryption() {
-    return {
-      ServerSideEncryption: this.options.sse,
-      SSEKMSKeyId: this.options.sse?.startsWith('aws:kms') ? this.options.kmsKeyId : undefined,
-    };
-  }
-
-  async put(key: string, body: string | Buffer, options: PutOptions): Promise<void> {
-    try {
-      await this.client.send(
-        new PutObjectCommand({ Bucket: this.options.bucket, Key: key, Body: body, ContentType: options.contentType, ...this.encryption() }),
-      );
-    } catch (err) {
-      throw errorFromS3(`S3 PutObject ${key}`, err);
-    }
-  }
-
-  async putStream(key: string, body: Readable, options: PutOptions & { contentLength?: number | null }): Promise<void> {
-    try {
-      // Multipart in 5 MiB parts (S3's minimum), one in flight while the next fills: ~10-15 MB held
-      // per upload whatever the size (8 MiB x 2 held ~26 MB; test/recordings.test.ts measures it).
-      // Memory over speed: several sink jobs may upload at once.
-      const upload = new Upload({
-        client: this.client,
-        params: { Bucket: this.options.bucket, Key: key, Body: body, ContentType: options.contentType, ...this.encryption() },
-        partSize: 5 * 1024 * 1024,
-        queueSize: 1,
-        leavePartsOnError: false,
-      });
-      await upload.done();
-    } catch (err) {
-      throw errorFromS3(`S3 upload ${key}`, err);
     }
   }
 }

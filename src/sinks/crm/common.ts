@@ -1,6 +1,6 @@
 // Pieces shared by the CRM sink types: option schemas and the per-call record memory.
 import { z } from 'zod';
-import { isSupportedCountry } from 'libphonenumber-js';
+import { phoneLib } from '../libphonenumber.js';
 import { callHash } from '../../model/call.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { SinkError } from '../errors.js';
@@ -13,14 +13,14 @@ export const DEFAULT_REGION: CountryCode = 'DE';
 export const regionSchema = z
   .string()
   .transform((v) => v.trim().toUpperCase())
-  .refine((v) => isSupportedCountry(v), { message: 'expected an ISO 3166 country code libphonenumber knows, e.g. DE' })
+  .refine((v) => phoneLib().isSupportedCountry(v), { message: 'expected an ISO 3166 country code libphonenumber knows, e.g. DE' })
   .transform((v) => v as CountryCode);
 
 /** The default region from the options, else PHONE_DEFAULT_REGION, else DE. */
 export function resolveRegion(option: CountryCode | undefined, env: NodeJS.ProcessEnv): CountryCode {
   if (option) return option;
   const fromEnv = env.PHONE_DEFAULT_REGION?.trim().toUpperCase();
-  if (fromEnv && isSupportedCountry(fromEnv)) return fromEnv;
+  if (fromEnv && phoneLib().isSupportedCountry(fromEnv)) return fromEnv;
   return DEFAULT_REGION;
 }
 

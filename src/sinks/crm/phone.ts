@@ -1,7 +1,8 @@
 // Phone matching for the CRM sinks: every number, ours and the CRM's, is brought to E.164 with
 // libphonenumber (national numbers read in the configured default region) before comparing, so a
 // contact stored as `0211 6355340` or `+49 211 6355340` matches a call from `+492116355340`.
-import { parsePhoneNumberFromString, type CountryCode } from 'libphonenumber-js';
+import type { CountryCode } from 'libphonenumber-js';
+import { phoneLib } from '../libphonenumber.js';
 import type { CanonicalCall } from '../../model/call.js';
 import { isAnonymous } from '../../model/phone.js';
 
@@ -14,7 +15,7 @@ export function normalizePhone(raw: string | null | undefined, defaultRegion: Co
   // `0049 ...` is the international prefix of most of Europe; libphonenumber only knows it per region.
   const value = trimmed.startsWith('00') ? `+${trimmed.slice(2)}` : trimmed;
   try {
-    const parsed = parsePhoneNumberFromString(value, defaultRegion);
+    const parsed = phoneLib().parsePhoneNumberFromString(value, defaultRegion);
     if (!parsed || !parsed.isPossible()) return null;
     return parsed.number;
   } catch {
@@ -40,7 +41,7 @@ export interface PhoneForms {
 }
 
 export function phoneForms(e164: string): PhoneForms | null {
-  const parsed = parsePhoneNumberFromString(e164);
+  const parsed = phoneLib().parsePhoneNumberFromString(e164);
   if (!parsed) return null;
   return {
     e164: parsed.number,

@@ -6,7 +6,7 @@ import { callHash, type CanonicalCall } from '../../model/call.js';
 import { RetryLaterError } from '../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
 import { NotificationLedger, sendOnce } from './ledger.js';
-import { createSmtpMailer, smtpOutcomeUnknown, type Mailer } from './mailer.js';
+import { smtpOutcomeUnknown, type Mailer } from './mailer.js';
 import { messageFields, renderHtml, renderText } from './message.js';
 import { commonOptions, templateSchema } from './options.js';
 import { quietHoursEnd } from './time.js';
@@ -111,16 +111,19 @@ class EmailSink implements Sink {
 }
 
 /** The e-mail sink type; `createMailer` is the door tests and other transports come through. */
-export function createEmailSinkType(createMailer: (url: string) => Mailer = (url) => createSmtpMailer(url)): SinkType<EmailOptions> {
+export function createEmailSinkType(
+  // nodemailer is imported when the first e-mail sink is built, not when the config is read.
+  createMailer: (url: string) => Mailer | Promise<Mailer> = async (url) => (await import('./smtp.js')).createSmtpMailer(url),
+): SinkType<EmailOptions> {
   return {
     type: 'email',
     options: emailOptionsSchema as z.ZodType<EmailOptions>,
-    create(name, options, deps) {
+    async create(name, options, deps) {
       const url = deps.env.SMTP_URL?.trim();
       if (!url) throw new Error(`sink "${name}" (email) needs SMTP_URL (e.g. smtp://user:pass@mail.example.com:587)`);
       const from = options.from ?? deps.env.SMTP_FROM?.trim();
       if (!from) throw new Error(`sink "${name}" (email) needs a sender: option from or SMTP_FROM`);
-      return new EmailSink(name, options, from, createMailer(url), deps);
+      return new EmailSink(name, options, from, await createMailer(url), deps);
     },
     fromEnv(env) {
       // NOTIFY_EMAIL_TO alone (with SMTP_URL) gives the team a summary mail of every call that has one.

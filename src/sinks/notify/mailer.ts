@@ -1,7 +1,5 @@
-// E-mail delivery behind a small interface; the one implementation speaks SMTP through nodemailer
-// (SMTP_URL: `smtp://user:pass@host:587` upgrades with STARTTLS when offered, `?requireTLS=true`
-// insists on it, `smtps://` is TLS from the start).
-import nodemailer from 'nodemailer';
+// E-mail delivery behind a small interface, and how SMTP failures are sorted. The one
+// implementation (./smtp.ts, nodemailer) is imported only by a process that runs an e-mail sink.
 import { requestCertainlyNotSent } from '../../telephony/errors.js';
 import { AuthError, PermanentError, TransientError, type SinkError } from '../errors.js';
 
@@ -19,33 +17,6 @@ export interface Mailer {
   /** Hands the message to the server; resolves with the server's answer. */
   send(message: MailMessage): Promise<{ response: string }>;
   close(): Promise<void>;
-}
-
-export interface SmtpMailerOptions {
-  /** Connect, greeting and per-command socket timeouts in ms. Default 30 000. */
-  timeoutMs?: number;
-}
-
-export function createSmtpMailer(url: string, options: SmtpMailerOptions = {}): Mailer {
-  const timeout = options.timeoutMs ?? 30_000;
-  const transport = nodemailer.createTransport(url, {
-    connectionTimeout: timeout,
-    greetingTimeout: timeout,
-    socketTimeout: timeout,
-  } as Parameters<typeof nodemailer.createTransport>[1]);
-  return {
-    async send(m) {
-      try {
-        const info = await transport.sendMail({ from: m.from, to: m.to, subject: m.subject, text: m.text, html: m.html, messageId: m.messageId });
-        return { response: String(info.response ?? '') };
-      } catch (err) {
-        throw smtpError(err);
-      }
-    },
-    async close() {
-      transport.close();
-    },
-  };
 }
 
 interface NodemailerError extends Error {

@@ -1,6 +1,6 @@
 // Which numbers may get an SMS: valid E.164 mobile numbers only. Everything else is a deliberate
 // skip with a reason (anonymous caller, unusable number, landline), never a failure.
-import { parsePhoneNumberFromString } from 'libphonenumber-js/max';
+import { phoneLibMax } from '../libphonenumber.js';
 import { isAnonymous } from '../../model/phone.js';
 
 /**
@@ -15,7 +15,7 @@ export type RecipientCheck = { ok: true; number: string } | { ok: false; reason:
 export function parseE164(value: string): string | undefined {
   const trimmed = value.trim();
   if (!trimmed.startsWith('+')) return undefined;
-  const parsed = parsePhoneNumberFromString(trimmed);
+  const parsed = phoneLibMax().parsePhoneNumberFromString(trimmed);
   return parsed?.isValid() ? parsed.number : undefined;
 }
 
@@ -27,7 +27,7 @@ export function checkSmsRecipient(number: string | null, raw: string | null = nu
   if (number === null || number.trim() === '') {
     return { ok: false, reason: isAnonymous(raw) ? 'anonymous caller' : 'caller number unusable' };
   }
-  const parsed = number.trim().startsWith('+') ? parsePhoneNumberFromString(number.trim()) : undefined;
+  const parsed = number.trim().startsWith('+') ? phoneLibMax().parsePhoneNumberFromString(number.trim()) : undefined;
   if (!parsed?.isValid()) return { ok: false, reason: 'not a valid E.164 number' };
   const type = parsed.getType();
   if (type === undefined || !TEXTABLE.has(type)) {

@@ -7,7 +7,7 @@ import { maskPhone } from '../../log.js';
 import { OutcomeUnknownError, requestCertainlyNotSent } from '../../telephony/errors.js';
 import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.js';
 import { RetryLaterError, SinkError } from '../errors.js';
-import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
+import type { Sink, SinkContext, SinkDeps, SinkResult, SyncSinkType } from '../types.js';
 import { NotificationLedger, sendOnce } from './ledger.js';
 import { messageFields, renderText, truncateText } from './message.js';
 import type { OptOutLookup } from './opt-out.js';
@@ -207,7 +207,7 @@ class SmsSink implements Sink {
   }
 }
 
-export const smsSinkType: SinkType<SmsOptions> = {
+export const smsSinkType: SyncSinkType<SmsOptions> = {
   type: 'sms',
   options: smsOptionsSchema as z.ZodType<SmsOptions>,
   create(name, options, deps) {

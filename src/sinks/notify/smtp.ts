@@ -1,0 +1,32 @@
+// The SMTP mailer, through nodemailer (SMTP_URL: `smtp://user:pass@host:587` upgrades with STARTTLS
+// when offered, `?requireTLS=true` insists on it, `smtps://` is TLS from the start). Imported by the
+// e-mail sink's `create` only, so processes without an e-mail sink never load nodemailer.
+import nodemailer from 'nodemailer';
+import { smtpError, type Mailer } from './mailer.js';
+
+export interface SmtpMailerOptions {
+  /** Connect, greeting and per-command socket timeouts in ms. Default 30 000. */
+  timeoutMs?: number;
+}
+
+export function createSmtpMailer(url: string, options: SmtpMailerOptions = {}): Mailer {
+  const timeout = options.timeoutMs ?? 30_000;
+  const transport = nodemailer.createTransport(url, {
+    connectionTimeout: timeout,
+    greetingTimeout: timeout,
+    socketTimeout: timeout,
+  } as Parameters<typeof nodemailer.createTransport>[1]);
+  return {
+    async send(m) {
+      try {
+        const info = await transport.sendMail({ from: m.from, to: m.to, subject: m.subject, text: m.text, html: m.html, messageId: m.messageId });
+        return { response: String(info.response ?? '') };
+      } catch (err) {
+        throw smtpError(err);
+      }
+    },
+    async close() {
+      transport.close();
+    },
+  };
+}
