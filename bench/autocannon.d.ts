@@ -24,6 +24,8 @@ declare module 'autocannon' {
     body?: string | Buffer;
     idReplacement?: boolean;
     excludeErrorStats?: boolean;
+    /** Requests per second across all connections. */
+    overallRate?: number;
   }
   export interface Result {
     requests: Histogram & { total: number; sent: number };
@@ -36,6 +38,11 @@ declare module 'autocannon' {
     '2xx': number;
     statusCodeStats: Record<string, { count: number }>;
   }
+  export interface Instance {
+    on(event: 'response', listener: (client: unknown, statusCode: number, resBytes: number, responseTime: number) => void): this;
+    stop(): void;
+  }
   function autocannon(options: Options): Promise<Result>;
+  function autocannon(options: Options, callback: (err: Error | null, result: Result) => void): Instance;
   export default autocannon;
 }

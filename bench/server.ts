@@ -1,10 +1,13 @@
 // A benchmark target, run as its own process: BENCH_TARGET=bare is a bare Hono handler that reads
-// the body and answers 202 (the ceiling); BENCH_TARGET=ingress is callsync's real ingress
-// (CALLSYNC_ROLE=ingress, config from the environment). Prints `READY {"url": ...}` when listening.
+// the body and answers 202 (the ceiling); BENCH_TARGET=ingress is callsync's ingress as `callsync
+// start` runs it (CALLSYNC_ROLE=ingress, config from the environment, with request ids, the access
+// log, metrics and the shutdown gate); BENCH_TARGET=ingress-core is the ingress without those
+// (startCallsync alone). Prints `READY {"url": ...}` when listening.
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { loadConfig } from '../src/config/index.js';
 import { createLogger } from '../src/log.js';
+import { startWithOperations } from '../src/ops/run.js';
 import { startCallsync } from '../workers/callsync.js';
 
 async function main(): Promise<void> {
@@ -23,11 +26,17 @@ async function main(): Promise<void> {
     process.on('SIGTERM', () => server.close(() => process.exit(0)));
     return;
   }
-  const config = loadConfig({ ...process.env, CALLSYNC_ROLE: 'ingress', PORT: '0', HOST: '127.0.0.1' });
+  const config = loadConfig({ ...process.env, CALLSYNC_ROLE: 'ingress', PORT: '0', HOST: '127.0.0.1', OPS_PORT: 'off' });
   const log = createLogger({ level: config.env.LOG_LEVEL });
-  const cs = await startCallsync(config, { log });
-  console.log(`READY ${JSON.stringify({ url: cs.url })}`);
-  process.on('SIGTERM', () => void cs.close().then(() => process.exit(0)));
+  if (target === 'ingress-core') {
+    const cs = await startCallsync(config, { log });
+    console.log(`READY ${JSON.stringify({ url: cs.url })}`);
+    process.on('SIGTERM', () => void cs.close().then(() => process.exit(0)));
+    return;
+  }
+  const running = await startWithOperations({ config, log });
+  console.log(`READY ${JSON.stringify({ url: running.callsync.url })}`);
+  process.on('SIGTERM', () => void running.shutdown('SIGTERM').then(() => process.exit(0)));
 }
 
 void main();
