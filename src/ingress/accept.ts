@@ -45,6 +45,14 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): P
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
+/**
+ * Fresh job ids are `<call hash>-<process tag><sequence>`: 48 random bits drawn once per process
+ * (a restart draws new ones), then a counter, so ids stay unique across processes and restarts
+ * without reading the CSPRNG on every request.
+ */
+const PROCESS_TAG = randomBytes(6).toString('hex');
+let sequence = 0;
+
 export class QueueAcceptor implements CallAcceptor {
   constructor(
     private readonly queue: Queue<CallReceivedJob>,
@@ -55,7 +63,7 @@ export class QueueAcceptor implements CallAcceptor {
     const dedupeId = callHash(call.key);
     // A fresh job id per delivery: BullMQ's deduplication answers with the first delivery's id,
     // which tells a duplicate apart atomically, inside the same Redis script that stores the job.
-    const jobId = options?.jobId ?? `${dedupeId}-${randomBytes(6).toString('hex')}`;
+    const jobId = options?.jobId ?? `${dedupeId}-${PROCESS_TAG}${(++sequence).toString(36)}`;
     let job;
     try {
       job = await withTimeout(
