@@ -5,6 +5,12 @@
 // RSS of each process.
 //
 //   BENCH_N=10000 BENCH_CONNECTIONS=64 BENCH_WORKERS=1 BENCH_CONCURRENCY=32 npm run bench:e2e
+//   BENCH_RATE=100     offer webhooks at this steady rate (per second, a batch every 10 ms) instead of as fast as the
+//                      ingress takes them: below the workers' capacity, ack -> last sink is the
+//                      pipeline's latency rather than the queueing of an overload
+//   BENCH_CEILING=1    also time a bare AWS SDK loop against the same s3rver: the call's two PUTs,
+//                      BENCH_CONCURRENCY at once, BENCH_CEILING_N calls (default 2000) — what the
+//                      archive sink could reach on this machine
 //   BENCH_CPU_PROF=1   profile the ingress and the workers and print where their time goes
 //
 // Acknowledgement time is the inbound job's timestamp (set when the ingress stores it, just before
@@ -15,15 +21,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { INBOUND_QUEUE, sinkQueueName } from '../queues/registry.js';
-import { webhookPayload } from '../test/support/calls.js';
+import { sampleCall, webhookPayload } from '../test/support/calls.js';
+import { renderArchiveJson, renderTranscriptText } from '../src/sinks/archive/render.js';
 import { freePort, startPrivateRedis } from '../test/support/redis-server.js';
-import { compiled, load, machine, peakRssOfPid, percentile, printTable, round, startProcess, summariseProfiles, type BenchProcess } from './support.js';
+import { compiled, load, paced, machine, peakRssOfPid, percentile, printTable, round, startProcess, summariseProfiles, type BenchProcess } from './support.js';
 
 const N = Math.min(10_000, Number(process.env.BENCH_N ?? 10_000));
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const WORKERS = Number(process.env.BENCH_WORKERS ?? 1);
 const CONCURRENCY = process.env.BENCH_CONCURRENCY ?? '32';
 const PROFILE = process.env.BENCH_CPU_PROF === '1';
+const RATE = process.env.BENCH_RATE ? Number(process.env.BENCH_RATE) : undefined;
+const CEILING = process.env.BENCH_CEILING === '1';
+const CEILING_N = Number(process.env.BENCH_CEILING_N ?? 2000);
 const SINKS = ['archive', 'crm', 'sms'];
 
 async function main(): Promise<void> {
@@ -63,6 +73,8 @@ routes:
       TELEPHONY_TOKEN_ID: r.tokenId,
       TELEPHONY_TOKEN: r.token,
       WORKER_CONCURRENCY: CONCURRENCY,
+      // Workers serve /metrics on 9464 by default: two on one machine would collide (the second exits).
+      OPS_PORT: 'off',
       LOG_LEVEL: 'info',
     };
     const prof = PROFILE ? work : undefined;
@@ -76,12 +88,15 @@ routes:
 
     // A mobile caller (the SMS goes to the caller), a unique call id per request.
     const body = JSON.stringify(webhookPayload('[<id>]', (p) => (p.call.from = '+491701234567')));
-    console.log(`bench:e2e  N=${N} connections=${CONNECTIONS} workers=${WORKERS} concurrency=${CONCURRENCY}/queue body=${body.length} B  sinks=${SINKS.join(',')}`);
+    console.log(`bench:e2e  N=${N} connections=${CONNECTIONS} workers=${WORKERS} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s body=${body.length} B  sinks=${SINKS.join(',')}`);
     console.log(`machine: ${JSON.stringify(machineBefore)}`);
 
     const conn = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+    const workerProcs = procs.filter((p) => p.name.startsWith('worker-'));
+    const workerCpuBefore = workerProcs.reduce((s, p) => s + p.cpuSeconds(), 0);
     const started = Date.now();
-    const ingress = await load(`http://127.0.0.1:${port}/webhooks/ai-agent/bench-agent`, body, N, CONNECTIONS);
+    const webhookUrl = `http://127.0.0.1:${port}/webhooks/ai-agent/bench-agent`;
+    const ingress = RATE ? await paced(webhookUrl, body, N, RATE, CONNECTIONS) : await load(webhookUrl, body, N, CONNECTIONS);
     const acked = Date.now();
     const key = (queue: string, part: string) => `${prefix}:${queue}:${part}`;
     const deadline = Date.now() + Math.max(120_000, N * 20);
@@ -94,6 +109,7 @@ routes:
       await new Promise((res) => setTimeout(res, 200));
     }
     const allDone = Date.now();
+    const workerCpuMsPerCall = round(((workerProcs.reduce((s, p) => s + p.cpuSeconds(), 0) - workerCpuBefore) * 1000) / ingress.ok, 2);
     const rss = Object.fromEntries([...procs.map((p) => [p.name, p.peakRssMb()]), ['redis-server', peakRssOfPid(redis.pid)]]);
 
     // Acknowledged (inbound job timestamp) -> last sink finished, per call.
@@ -123,6 +139,7 @@ routes:
 
     const summary = {
       webhooks: N,
+      'offered/s': RATE ?? 'max',
       acknowledged: ingress.ok,
       'ingress accepted/s': ingress.perSecond,
       'ingress p99 ms': ingress.p99Ms,
@@ -131,18 +148,66 @@ routes:
       'ack->done p99 ms': percentile(latencies, 99),
       'ack->done max ms': latencies[latencies.length - 1],
       'all done after s': round((allDone - started) / 1000, 1),
+      'worker CPU ms/call': workerCpuMsPerCall,
     };
     printTable([summary]);
     console.log('');
     printTable([rss]);
+    const ceiling = CEILING ? await s3Ceiling(r.s3Env, Number(CONCURRENCY), Math.min(CEILING_N, 20_000)) : undefined;
+    if (ceiling) {
+      console.log('');
+      printTable([ceiling]);
+    }
     console.log(`\nremote side: ${JSON.stringify(stats)}  (sink jobs per sink: ${ingress.ok}; ack phase ${round((acked - started) / 1000, 1)} s)`);
-    console.log(`\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary, peakRssMb: rss, remote: stats })}`);
+    console.log(`\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary, peakRssMb: rss, remote: stats, ceiling })}`);
   } finally {
     for (const p of procs.reverse()) await p.stop().catch(() => undefined);
     if (PROFILE) console.log(`\n${await summariseProfiles(work)}`);
     await redis.destroy();
     await rm(work, { recursive: true, force: true });
   }
+}
+
+/**
+ * The ceiling for the archive sink on this machine: the same two PutObjects per call (the call's
+ * JSON and transcript, same sizes), `concurrency` calls at once, through a bare S3Client configured
+ * as the archive's (no BullMQ, no callsync), against the same s3rver. Bounded in count and time.
+ */
+async function s3Ceiling(s3Env: Record<string, string>, concurrency: number, calls: number): Promise<Record<string, unknown>> {
+  const { S3Client, PutObjectCommand } = await import('@aws-sdk/client-s3');
+  const client = new S3Client({
+    region: 'us-east-1',
+    endpoint: s3Env.S3_ENDPOINT,
+    forcePathStyle: true,
+    credentials: { accessKeyId: s3Env.AWS_ACCESS_KEY_ID!, secretAccessKey: s3Env.AWS_SECRET_ACCESS_KEY! },
+    maxAttempts: 2,
+    requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
+  });
+  const call = sampleCall('ceiling');
+  const json = renderArchiveJson(call);
+  const text = renderTranscriptText(call);
+  const bucket = s3Env.ARCHIVE_S3_BUCKET!;
+  let next = 0;
+  let failed = 0;
+  const deadline = Date.now() + 120_000;
+  const started = process.hrtime.bigint();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < calls && Date.now() < deadline) {
+        const i = next++;
+        try {
+          await client.send(new PutObjectCommand({ Bucket: bucket, Key: `ceiling/${i}.json`, Body: json, ContentType: 'application/json; charset=utf-8' }));
+          await client.send(new PutObjectCommand({ Bucket: bucket, Key: `ceiling/${i}.txt`, Body: text, ContentType: 'text/plain; charset=utf-8' }));
+        } catch {
+          failed++;
+        }
+      }
+    }),
+  );
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  client.destroy();
+  return { 'S3 ceiling: calls': next, concurrency, failed, 'PUT/s': Math.round((2 * (next - failed)) / seconds), 'calls/s (2 PUTs each)': Math.round((next - failed) / seconds) };
 }
 
 void main();

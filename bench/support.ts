@@ -144,7 +144,8 @@ export interface LoadResult {
 
 /**
  * `amount` POSTs of `body` (with `[<id>]` replaced by a unique id each time) over `connections`;
- * `overallRate` caps the offered rate (requests per second across all connections).
+ * `overallRate` caps the offered rate (requests per second across all connections; autocannon
+ * sends each connection's share as a burst at the start of each second — see `paced` for a steady rate).
  * The duration runs to the last response: autocannon itself notices the end only on its next
  * once-a-second tick, which would round a 4.2 s run up to 5 s.
  */
@@ -182,6 +183,67 @@ export async function load(url: string, body: string, amount: number, connection
     p50Ms: r.latency.p50,
     p99Ms: r.latency.p99,
     maxMs: r.latency.max,
+  };
+}
+
+/**
+ * `amount` POSTs offered at a steady `rate` per second (spread evenly: a batch every 10 ms, not
+ * autocannon's burst per connection per second), at most `connections` in flight over keep-alive
+ * sockets. `[<id>]` in the body becomes a unique id. Bounded: gives up 30 s after the last send.
+ */
+export async function paced(url: string, body: string, amount: number, rate: number, connections: number): Promise<LoadResult> {
+  const { Agent, request } = await import('node:http');
+  const agent = new Agent({ keepAlive: true, maxSockets: connections });
+  const target = new URL(url);
+  const tag = Math.random().toString(36).slice(2, 8);
+  const latencies: number[] = [];
+  let ok = 0;
+  let non2xx = 0;
+  let errors = 0;
+  const post = (i: number) =>
+    new Promise<void>((resolve) => {
+      const payload = body.replaceAll('[<id>]', `${tag}-${i}`);
+      const t0 = performance.now();
+      const req = request(
+        { host: target.hostname, port: target.port, path: target.pathname, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }, timeout: 30_000 },
+        (res) => {
+          res.resume();
+          res.on('end', () => {
+            latencies.push(performance.now() - t0);
+            if (res.statusCode! >= 200 && res.statusCode! < 300) ok++;
+            else non2xx++;
+            resolve();
+          });
+        },
+      );
+      req.on('timeout', () => req.destroy(new Error('timeout')));
+      req.on('error', () => {
+        errors++;
+        resolve();
+      });
+      req.end(payload);
+    });
+  const started = performance.now();
+  const inFlight: Promise<void>[] = [];
+  for (let sent = 0; sent < amount; ) {
+    const due = Math.min(amount, Math.floor(((performance.now() - started) / 1000) * rate) + 1);
+    while (sent < due) inFlight.push(post(sent++));
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await Promise.race([Promise.all(inFlight), new Promise((r) => setTimeout(r, 30_000))]);
+  const seconds = (performance.now() - started) / 1000;
+  agent.destroy();
+  latencies.sort((a, b) => a - b);
+  return {
+    requests: ok + non2xx,
+    ok,
+    non2xx,
+    errors,
+    durationS: round(seconds, 2),
+    perSecond: Math.round(ok / seconds),
+    p50Ms: Math.round(percentile(latencies, 50)),
+    p99Ms: Math.round(percentile(latencies, 99)),
+    maxMs: Math.round(latencies[latencies.length - 1] ?? NaN),
   };
 }
 
