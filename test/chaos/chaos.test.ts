@@ -64,8 +64,11 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
       env: { ...process.env, ...env, CALLSYNC_ROLE: role },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    child.stdout!.pipe(log);
-    child.stderr!.pipe(log);
+    // Both streams share one file: neither may end it (a killed worker's stderr can still flush
+    // after its stdout ended); it is closed once the process is gone and both have drained.
+    child.stdout!.pipe(log, { end: false });
+    child.stderr!.pipe(log, { end: false });
+    child.once('close', () => log.end());
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     const proc = { name, child, exited };
     procs.set(name, proc);
