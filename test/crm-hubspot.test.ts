@@ -6,24 +6,10 @@ import client from 'prom-client';
 import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/sinks/errors.js';
 import { HubSpotSink, hubspotOptionsSchema, hubspotSinkType, type HubSpotOptions } from '../src/sinks/crm/hubspot.js';
 import { sampleCall } from './support/calls.js';
-import { crmTestDeps, type CrmTestDeps } from './support/crm-deps.js';
+import { crmTestDeps, EXPECTED_DEFAULT_BODY, type CrmTestDeps } from './support/crm-deps.js';
 import { FakeHubSpot } from './support/fake-hubspot.js';
 
-const EXPECTED_BODY = [
-  'The caller asked to move her dentist appointment to Friday morning.',
-  '',
-  'Key points:',
-  '• Appointment moved to Friday 9:00',
-  '• Caller prefers SMS confirmation',
-  '',
-  'Topics: appointment, rescheduling',
-  '',
-  'Answers:',
-  'Preferred day?: Friday',
-  'Preferred time?: 9:00',
-  '',
-  'Transcript: transcripts/2026/04/08/c-1.txt',
-].join('<br>\n');
+const EXPECTED_BODY = EXPECTED_DEFAULT_BODY;
 
 const EXPECTED_PROPERTIES = {
   hs_timestamp: '2026-04-08T10:00:00.000Z',

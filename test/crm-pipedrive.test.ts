@@ -5,24 +5,10 @@ import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/sinks/errors.js';
 import { PipedriveSink, pipedriveOptionsSchema, pipedriveSinkType, type PipedriveOptions } from '../src/sinks/crm/pipedrive.js';
 import { sampleCall } from './support/calls.js';
-import { crmTestDeps, type CrmTestDeps } from './support/crm-deps.js';
+import { crmTestDeps, EXPECTED_DEFAULT_BODY, type CrmTestDeps } from './support/crm-deps.js';
 import { FakePipedrive } from './support/fake-pipedrive.js';
 
-const EXPECTED_NOTE = [
-  'The caller asked to move her dentist appointment to Friday morning.',
-  '',
-  'Key points:',
-  '• Appointment moved to Friday 9:00',
-  '• Caller prefers SMS confirmation',
-  '',
-  'Topics: appointment, rescheduling',
-  '',
-  'Answers:',
-  'Preferred day?: Friday',
-  'Preferred time?: 9:00',
-  '',
-  'Transcript: transcripts/2026/04/08/c-1.txt',
-].join('<br>\n');
+const EXPECTED_NOTE = EXPECTED_DEFAULT_BODY;
 
 describe('pipedrive sink', () => {
   let fake: FakePipedrive;

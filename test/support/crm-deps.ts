@@ -42,3 +42,20 @@ export function crmTestDeps(env: NodeJS.ProcessEnv = {}): CrmTestDeps {
     },
   };
 }
+
+/** The default CRM body (HubSpot `hs_call_body`, Pipedrive `note`) of the sample call `c-1`. */
+export const EXPECTED_DEFAULT_BODY = [
+  'The caller asked to move her dentist appointment to Friday morning.',
+  '',
+  'Key points:',
+  '• Appointment moved to Friday 9:00',
+  '• Caller prefers SMS confirmation',
+  '',
+  'Topics: appointment, rescheduling',
+  '',
+  'Answers:',
+  'Preferred day?: Friday',
+  'Preferred time?: 9:00',
+  '',
+  'Transcript: transcripts/2026/04/08/c-1.txt',
+].join('<br>\n');
