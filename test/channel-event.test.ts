@@ -3,7 +3,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { ChannelEventError, normalizeChannelEvent, outcomeOf, parseChannelEvent, toE164 } from '../src/model/channel-event.js';
+import { ChannelEventError, normalizeChannelEvent, outcomeOf, parseChannelEvent } from '../src/model/channel-event.js';
+import { toE164 } from '../src/model/phone.js';
 import { channelEvent } from './support/fake-telephony.js';
 
 const receivedAt = new Date('2025-01-01T10:00:00.000Z');

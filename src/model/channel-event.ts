@@ -4,6 +4,7 @@
 // naming the event and the field.
 import { z } from 'zod';
 import type { CanonicalCall, Direction, Outcome, Recording } from './call.js';
+import { toE164 } from './phone.js';
 
 const nullableString = z.string().nullish();
 /** ISO-8601 timestamp; anything Date cannot read is an error naming the field. */
@@ -215,16 +216,4 @@ export function outcomeOf(call: Pick<ParsedChannelCall, 'state' | 'establishedAt
       // RINGING, UNKNOWN and states the spec may add later.
       return 'unknown';
   }
-}
-
-/**
- * A dialable E.164 number (`+4921112345`) or null: `00` international prefixes become `+`,
- * spaces, dashes, dots and brackets are dropped; anonymous (`<unknown>`, `anonymous`), national
- * and otherwise unusable values are null (the raw value stays in fromRaw / toRaw).
- */
-export function toE164(value: string | null): string | null {
-  if (value === null) return null;
-  let v = value.trim().replace(/[\s\-()./]/g, '');
-  if (v.startsWith('00')) v = `+${v.slice(2)}`;
-  return /^\+[1-9]\d{1,14}$/.test(v) ? v : null;
 }
