@@ -20,7 +20,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { INBOUND_QUEUE, sinkQueueName } from '../queues/registry.js';
+import { sinkQueueName } from '../queues/registry.js';
 import { sampleCall, webhookPayload } from '../test/support/calls.js';
 import { renderArchiveJson, renderTranscriptText } from '../src/sinks/archive/render.js';
 import { freePort, startPrivateRedis } from '../test/support/redis-server.js';
@@ -112,26 +112,28 @@ routes:
     const workerCpuMsPerCall = round(((workerProcs.reduce((s, p) => s + p.cpuSeconds(), 0) - workerCpuBefore) * 1000) / ingress.ok, 2);
     const rss = Object.fromEntries([...procs.map((p) => [p.name, p.peakRssMb()]), ['redis-server', peakRssOfPid(redis.pid)]]);
 
-    // Acknowledged (inbound job timestamp) -> last sink finished, per call.
-    const inboundIds = await conn.zrange(key(INBOUND_QUEUE, 'completed'), 0, -1);
-    const timeOf = async (queue: string, ids: string[], field: 'timestamp' | 'finishedOn') => {
-      const out = new Map<string, number>();
+    // Acknowledged (the call's receivedAt, set by the ingress just before it stores the call and
+    // answers 202) -> last sink finished, per call. Sink job ids are the call hash in every queue.
+    const hashes = await conn.zrange(key(sinkQueueName(SINKS[0]!), 'completed'), 0, -1);
+    const fieldOf = async (queue: string, ids: string[], field: 'data' | 'finishedOn') => {
+      const out = new Map<string, string>();
       for (let i = 0; i < ids.length; i += 1000) {
         const pipe = conn.pipeline();
         for (const id of ids.slice(i, i + 1000)) pipe.hget(key(queue, id), field);
         const res = await pipe.exec();
-        ids.slice(i, i + 1000).forEach((id, k) => out.set(id, Number(res?.[k]?.[1])));
+        ids.slice(i, i + 1000).forEach((id, k) => out.set(id, String(res?.[k]?.[1])));
       }
       return out;
     };
-    const ackAt = await timeOf(INBOUND_QUEUE, inboundIds, 'timestamp');
-    const hashes = inboundIds.map((id) => id.split('-')[0]!);
+    const ackAt = new Map<string, number>();
+    for (const [h, data] of await fieldOf(sinkQueueName(SINKS[0]!), hashes, 'data')) {
+      ackAt.set(h, Date.parse((JSON.parse(data) as { call: { receivedAt: string } }).call.receivedAt));
+    }
     const doneAt = new Map<string, number>();
     for (const s of SINKS) {
-      const t = await timeOf(sinkQueueName(s), hashes, 'finishedOn');
-      for (const [h, at] of t) doneAt.set(h, Math.max(doneAt.get(h) ?? 0, at));
+      for (const [h, at] of await fieldOf(sinkQueueName(s), hashes, 'finishedOn')) doneAt.set(h, Math.max(doneAt.get(h) ?? 0, Number(at)));
     }
-    const latencies = inboundIds.map((id) => doneAt.get(id.split('-')[0]!)! - ackAt.get(id)!).filter(Number.isFinite).sort((a, b) => a - b);
+    const latencies = hashes.map((h) => doneAt.get(h)! - ackAt.get(h)!).filter(Number.isFinite).sort((a, b) => a - b);
     const firstAck = Math.min(...ackAt.values());
     const lastDone = Math.max(...doneAt.values());
     const stats = (await (await fetch(r.statsUrl)).json()) as Record<string, number>;

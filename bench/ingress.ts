@@ -14,12 +14,11 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { INBOUND_QUEUE } from '../queues/registry.js';
+import { inboundStreamKey } from '../queues/inbound.js';
 import { webhookPayload } from '../test/support/calls.js';
 import { startPrivateRedis, type PrivateRedis } from '../test/support/redis-server.js';
-import { compiled, load, machine, printTable, round, startProcess, summariseProfiles, type LoadResult } from './support.js';
+import { compiled, cpuSecondsOfPid, load, machine, printTable, round, startProcess, summariseProfiles, type LoadResult } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
@@ -62,24 +61,26 @@ async function main(): Promise<void> {
         const url = `${proc.ready.url as string}/webhooks/ai-agent/bench-agent`;
         const warm = await load(url, body, WARMUP, CONNECTIONS);
         const cpuBefore = proc.cpuSeconds();
+        const redisCpuBefore = privateRedis ? cpuSecondsOfPid(privateRedis.pid) : NaN;
+        const selfCpuBefore = process.cpuUsage();
         const r = await load(url, body, N, CONNECTIONS);
         const cpuUsPerRequest = Math.round(((proc.cpuSeconds() - cpuBefore) * 1e6) / r.requests);
+        const redisUsPerRequest = Math.round(((cpuSecondsOfPid(privateRedis?.pid ?? NaN) - redisCpuBefore) * 1e6) / r.requests);
+        const selfCpu = process.cpuUsage(selfCpuBefore);
+        const loaderUsPerRequest = Math.round((selfCpu.user + selfCpu.system) / r.requests);
         const peak = proc.peakRssMb();
         rss[target] = Math.max(rss[target] ?? 0, peak);
         await proc.stop();
         if (target !== 'bare') acknowledged += warm.ok + r.ok;
         results[target]!.push(r);
         (cpu[target] ??= []).push(cpuUsPerRequest);
-        rows.push({ round: round_, target, requests: r.requests, ok: r.ok, non2xx: r.non2xx, errors: r.errors, 'accepted/s': r.perSecond, 'p50 ms': r.p50Ms, 'p99 ms': r.p99Ms, 'max ms': r.maxMs, 'CPU µs/req': cpuUsPerRequest, 'peak RSS MB': peak });
+        rows.push({ round: round_, target, requests: r.requests, ok: r.ok, non2xx: r.non2xx, errors: r.errors, 'accepted/s': r.perSecond, 'p50 ms': r.p50Ms, 'p99 ms': r.p99Ms, 'max ms': r.maxMs, 'CPU µs/req': cpuUsPerRequest, 'Redis µs/req': redisUsPerRequest, 'autocannon µs/req': loaderUsPerRequest, 'peak RSS MB': peak });
       }
     }
 
     const conn = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
-    const inbound = new Queue(INBOUND_QUEUE, { connection: conn, prefix });
-    const counts = await inbound.getJobCounts('wait', 'paused', 'prioritized', 'delayed', 'active', 'completed', 'failed');
-    const inRedis = Object.values(counts).reduce((a, b) => a + b, 0);
-    await inbound.obliterate({ force: true }).catch(() => undefined);
-    await inbound.close();
+    const inRedis = await conn.xlen(inboundStreamKey(prefix));
+    await conn.del(inboundStreamKey(prefix));
     conn.disconnect();
 
     printTable(rows);

@@ -3,7 +3,10 @@
 import type { DefaultJobOptions } from 'bullmq';
 import type { CanonicalCall } from '../src/model/call.js';
 
-/** Calls accepted by the ingress or the poller, waiting to be fanned out. */
+/**
+ * Calls the fan-out could not handle from the inbound log (queues/inbound.ts): retried with the
+ * retry policy, then kept as dead letters. Accepted calls themselves are in the log, not here.
+ */
 export const INBOUND_QUEUE = 'inbound';
 /** Channel events the poller could not parse: kept with the reason, retryable after a fix. */
 export const POLL_DEAD_LETTER_QUEUE = 'poll-dead-letters';
@@ -23,9 +26,13 @@ export const JobName = {
   pollDeadLetter: 'poll.dead-letter',
 } as const;
 
+/** A call the fan-out of the inbound log could not handle (queues/inbound.ts, workers/fanout.ts). */
 export interface CallReceivedJob {
   kind: typeof JobName.callReceived;
-  call: CanonicalCall;
+  /** Null when the log entry was not a readable call record. */
+  call: CanonicalCall | null;
+  /** Why the log's fan-out gave it up. */
+  reason?: string;
 }
 
 export interface SinkDeliverJob {

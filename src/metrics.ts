@@ -4,6 +4,8 @@
 import client from 'prom-client';
 import type { Queue } from 'bullmq';
 import type { RunnerEvents } from '../workers/runner.js';
+import type { LogFanOutEvents } from '../workers/fanout.js';
+import type { InboundLog } from '../queues/inbound.js';
 import type { IngressEvents } from './ingress/app.js';
 import { sinkNameFromQueue } from '../queues/registry.js';
 
@@ -22,6 +24,8 @@ const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed', 'paused', 'prior
 
 /** Queues whose counts are read on every scrape; each process registers the handles it has. */
 const watched = new Set<() => Iterable<Queue>>();
+/** The inbound log, read on every scrape when a process registered it. */
+let watchedLog: InboundLog | null = null;
 /** Scrapes must answer even when Redis is slow: a queue that does not answer in time is skipped. */
 const SCRAPE_TIMEOUT_MS = 2000;
 
@@ -43,7 +47,7 @@ const sinkOf = (queue: string) => sinkNameFromQueue(queue) ?? '';
 
 export const metrics = {
   webhooksReceived: counter('callsync_webhooks_received_total', 'Webhook requests received (before any check)'),
-  webhooksAccepted: counter('callsync_webhooks_accepted_total', 'Webhooks stored in the inbound queue and acknowledged with 202 (duplicates included)'),
+  webhooksAccepted: counter('callsync_webhooks_accepted_total', 'Webhooks stored in the inbound log and acknowledged with 202 (duplicates included)'),
   webhooksDuplicate: counter('callsync_webhooks_duplicate_total', 'Acknowledged webhooks that repeated a call already accepted within the dedupe window'),
   webhooksRejected: counter('callsync_webhooks_rejected_total', 'Webhooks answered with an error, by status and reason', ['status', 'reason'] as const),
 
@@ -102,6 +106,26 @@ export const metrics = {
       }),
   ),
 
+  inboundEntries: metric(
+    'callsync_inbound_log_entries',
+    () =>
+      new client.Gauge({
+        name: 'callsync_inbound_log_entries',
+        help: 'Accepted calls not yet fanned out to their sinks (state=pending: read by a fan-out, not yet done), read from Redis at scrape time',
+        labelNames: ['state'] as const,
+        async collect() {
+          this.reset();
+          if (!watchedLog) return;
+          const [length, pending] = await Promise.all([timed(watchedLog.length()), timed(watchedLog.pending())]);
+          if (length !== undefined) this.set({ state: 'all' }, length);
+          if (pending !== undefined) this.set({ state: 'pending' }, pending);
+        },
+      }),
+  ),
+  fanOutCalls: counter('callsync_fanout_calls_total', 'Calls fanned out from the inbound log to their sinks'),
+  fanOutJobs: counter('callsync_fanout_sink_jobs_total', 'Sink jobs created by the fan-out'),
+  fanOutDeadLettered: counter('callsync_fanout_dead_lettered_total', 'Inbound entries the fan-out could not handle, moved to the inbound dead letters'),
+
   pollerLag: gauge('callsync_poller_lag_seconds', 'Age of the newest channel event seen by the last successful poll, per channel', ['channel'] as const),
   pollerLastSuccess: gauge('callsync_poller_last_success_timestamp_seconds', 'Unix time of the last successful poll, per channel', ['channel'] as const),
   pollerPolls: counter('callsync_poller_polls_total', 'Polls of a channel inbox, by outcome', ['channel', 'outcome'] as const),
@@ -124,6 +148,13 @@ export const metrics = {
    * Reads the counts of these queues at every scrape (several sources may overlap: each queue is
    * read once). Returns a function that stops watching them.
    */
+  watchInboundLog(log: InboundLog): () => void {
+    watchedLog = log;
+    return () => {
+      if (watchedLog === log) watchedLog = null;
+    };
+  },
+
   watchQueues(source: () => Iterable<Queue>): () => void {
     watched.add(source);
     return () => {
@@ -156,6 +187,17 @@ const REJECT_REASONS: Record<number, string> = {
   500: 'internal',
   503: 'unavailable',
 };
+
+/** Fan-out hooks recording its counters. */
+export function fanOutMetrics(): LogFanOutEvents {
+  return {
+    fannedOut(entries, jobs) {
+      metrics.fanOutCalls.inc(entries);
+      metrics.fanOutJobs.inc(jobs);
+    },
+    deadLettered: () => metrics.fanOutDeadLettered.inc(),
+  };
+}
 
 /** Ingress hooks recording the webhook counters. */
 export function ingressMetrics(): IngressEvents {

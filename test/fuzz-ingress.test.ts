@@ -1,5 +1,5 @@
 // Property-based fuzzing of the ingress (fast-check): thousands of malformed bodies, headers,
-// content types, paths and methods through Hono's app.request(), with a real Redis queue behind.
+// content types, paths and methods through Hono's app.request(), with a real Redis inbound log behind.
 // Whatever comes in, the answer is a 202 (it was a valid call after all) or a 4xx with the error
 // body — never a 5xx, never an exception — and the heap stays flat.
 import { after, before, describe, test } from 'node:test';
@@ -7,16 +7,15 @@ import assert from 'node:assert/strict';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import fc from 'fast-check';
-import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import type { Context, Hono } from 'hono';
 import { createIngressApp } from '../src/ingress/app.js';
-import { QueueAcceptor } from '../src/ingress/accept.js';
+import { InboundAcceptor } from '../src/ingress/accept.js';
 import { createLogger } from '../src/log.js';
-import { INBOUND_QUEUE, type CallReceivedJob } from '../queues/registry.js';
+import { InboundLog } from '../queues/inbound.js';
 import type { Config } from '../src/config/index.js';
 import { minimalPayload, webhookPayload } from './support/calls.js';
-import { cleanupPrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
 const PLATFORM_IP = '217.116.118.254';
 /** Runs per property; FUZZ_RUNS scales them (CI keeps the default). */
@@ -125,8 +124,7 @@ const extraHeaders = fc.dictionary(headerName, headerValue, { maxKeys: 5 });
 describe('ingress under fuzzing', () => {
   const prefix = uniquePrefix('fuzz');
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
-  const queue = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: redis, prefix });
-  const acceptor = new QueueAcceptor(queue, { dedupeWindowMs: 60_000, timeoutMs: 5000 });
+  const acceptor = new InboundAcceptor(new InboundLog(redis, prefix), { dedupeWindowMs: 60_000, timeoutMs: 5000 });
   const remoteAddress = (c: Context) => c.req.header('x-test-peer') ?? PLATFORM_IP;
   const plain = createIngressApp({ webhook: webhook(), acceptor, ready: async () => true, log, remoteAddress });
   // Behind one trusted proxy, with a shared secret: X-Forwarded-For and the token are fuzzed too.
@@ -141,10 +139,10 @@ describe('ingress under fuzzing', () => {
   const count = (s: number) => statuses.set(s, (statuses.get(s) ?? 0) + 1);
 
   before(async () => {
-    await queue.waitUntilReady();
+    // Without an offline queue, commands fail until the connection is up.
+    await waitFor(() => redis.status === 'ready', { what: 'Redis connection' });
   });
   after(async () => {
-    await queue.close();
     redis.disconnect();
     await cleanupPrefix(prefix);
     log.info({ statuses: Object.fromEntries(statuses) }, 'fuzz statuses');

@@ -1,17 +1,16 @@
-// The webhook ingress through Hono's app.request() (no socket), with a real Redis queue behind it.
+// The webhook ingress through Hono's app.request() (no socket), with a real Redis inbound log behind it.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import type { Context } from 'hono';
 import { createIngressApp } from '../src/ingress/app.js';
-import { QueueAcceptor } from '../src/ingress/accept.js';
+import { InboundAcceptor } from '../src/ingress/accept.js';
 import { clientIp } from '../src/ingress/middleware/ip-allow.js';
 import { createLogger } from '../src/log.js';
-import { INBOUND_QUEUE, type CallReceivedJob } from '../queues/registry.js';
+import { InboundLog } from '../queues/inbound.js';
 import type { Config } from '../src/config/index.js';
 import { minimalPayload, webhookPayload } from './support/calls.js';
-import { cleanupPrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
 const PLATFORM_IP = '217.116.118.254';
 const log = createLogger({ level: 'silent' });
@@ -30,8 +29,8 @@ const webhook = (over: Partial<Config['webhook']> = {}): Config['webhook'] => ({
 describe('ingress', () => {
   const prefix = uniquePrefix('ingress');
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
-  const queue = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: redis, prefix });
-  const acceptor = new QueueAcceptor(queue, { dedupeWindowMs: 60_000, timeoutMs: 1500 });
+  const inbound = new InboundLog(redis, prefix);
+  const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 1500 });
   // The peer address comes from a test header here; the real server reads it from the socket.
   const remoteAddress = (c: Context) => c.req.header('x-test-peer') ?? PLATFORM_IP;
   const makeApp = (over: Partial<Config['webhook']> = {}) =>
@@ -46,10 +45,10 @@ describe('ingress', () => {
     });
 
   before(async () => {
-    await queue.waitUntilReady();
+    // Without an offline queue, commands fail until the connection is up.
+    await waitFor(() => redis.status === 'ready', { what: 'Redis connection' });
   });
   after(async () => {
-    await queue.close();
     redis.disconnect();
     await cleanupPrefix(prefix);
   });
@@ -59,11 +58,12 @@ describe('ingress', () => {
     assert.equal(res.status, 202);
     const body = (await res.json()) as { id: string; duplicate: boolean };
     assert.equal(body.duplicate, false);
-    const job = await queue.getJob(body.id);
-    assert.ok(job, 'job is in Redis');
-    assert.equal(job.data.call.callId, 'ing-1');
-    assert.equal(job.data.call.agentId, 'agent-9');
-    assert.equal(job.data.call.summary?.topics[0], 'appointment');
+    const entry = await inbound.find(body.id);
+    assert.ok(entry, 'entry is in Redis');
+    assert.ok(entry.call, 'entry holds a readable call');
+    assert.equal(entry.call.callId, 'ing-1');
+    assert.equal(entry.call.agentId, 'agent-9');
+    assert.equal(entry.call.summary?.topics[0], 'appointment');
   });
 
   test('the same call again is a duplicate with the first id, and queued once', async () => {
@@ -74,8 +74,8 @@ describe('ingress', () => {
     // Another agent's call with the same id is a different call.
     const other = (await (await post('/webhooks/ai-agent/agent-10', webhookPayload('dup-1'))).json()) as { duplicate: boolean };
     assert.equal(other.duplicate, false);
-    const jobs = await queue.getJobs(['waiting', 'active', 'completed', 'delayed']);
-    assert.equal(jobs.filter((j) => j.data.call.callId === 'dup-1').length, 2);
+    const entries = await inbound.entries();
+    assert.equal(entries.filter((e) => e.call?.callId === 'dup-1').length, 2);
   });
 
   test('400 for invalid JSON, with the spec error body', async () => {
@@ -222,11 +222,9 @@ describe('ingress without Redis', () => {
     const redis = new Redis('redis://127.0.0.1:1', { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true, retryStrategy: () => 200 });
     redis.on('error', () => undefined);
     redis.connect().catch(() => undefined);
-    const queue = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: redis, prefix: 'unused' });
-    queue.on('error', () => undefined);
     const app = createIngressApp({
       webhook: webhook({ allowedIps: '*' }),
-      acceptor: new QueueAcceptor(queue, { dedupeWindowMs: 1000, timeoutMs: 1500 }),
+      acceptor: new InboundAcceptor(new InboundLog(redis, 'unused'), { dedupeWindowMs: 1000, timeoutMs: 1500 }),
       ready: async () => (await redis.ping()) === 'PONG',
       log,
       remoteAddress: () => PLATFORM_IP,
@@ -240,7 +238,6 @@ describe('ingress without Redis', () => {
     assert.ok(elapsed < 2500, `answered after ${elapsed} ms`);
     const ready = await app.request('/readyz');
     assert.equal(ready.status, 503);
-    await queue.close().catch(() => undefined);
     redis.disconnect();
   });
 });

@@ -2,11 +2,22 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
-import { INBOUND_QUEUE, sinkQueueName } from '../queues/registry.js';
+import type { Redis } from 'ioredis';
+import { inboundSeenPrefix, InboundLog } from '../queues/inbound.js';
+import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
+import { callHash } from '../src/model/call.js';
 import { minimalPayload, webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { waitFor } from './support/redis.js';
 import { startS3, type TestS3 } from './support/s3.js';
+
+/** How many entries were ever appended to the inbound log (XINFO STREAM's entries-added). */
+async function entriesAdded(redis: Redis, log: InboundLog): Promise<number> {
+  const info = (await redis.xinfo('STREAM', log.key)) as unknown[];
+  const at = info.indexOf('entries-added');
+  assert.ok(at >= 0, 'XINFO STREAM reports entries-added (Redis >= 7)');
+  return Number(info[at + 1]);
+}
 
 describe('pipeline to S3', () => {
   let s3: TestS3;
@@ -54,31 +65,46 @@ describe('pipeline to S3', () => {
   });
 
   test('duplicates are acknowledged and processed once', async () => {
+    const log = new InboundLog(cs.redis.worker, cs.prefix);
+    const addedBefore = await entriesAdded(cs.redis.worker, log);
     const results = await Promise.all([1, 2, 3].map(() => postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('dup-pipe'))));
     assert.deepEqual(results.map((r) => r.status), [202, 202, 202]);
     assert.equal(results.filter((r) => r.body.duplicate === false).length, 1);
     assert.equal(new Set(results.map((r) => r.body.id)).size, 1);
-    const sinkQueue = new Queue(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: cs.prefix });
+    const sinkQueue = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: cs.prefix });
     await waitFor(async () => ((await sinkQueue.getJobCounts('completed')).completed ?? 0) >= 2, { what: 'archive jobs' });
-    const inbound = new Queue(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: cs.prefix });
-    const calls = (await inbound.getJobs(['completed', 'waiting', 'active'])).filter((j) => j.data.call.callId === 'dup-pipe');
-    assert.equal(calls.length, 1, 'one inbound job');
+    // One inbound log entry: the two duplicates were answered with the first delivery's id, not stored.
+    assert.equal((await entriesAdded(cs.redis.worker, log)) - addedBefore, 1, 'one inbound log entry');
+    const key = 'ai-agent:agent-1:dup-pipe';
+    assert.equal(await cs.redis.worker.get(`${inboundSeenPrefix(cs.prefix)}${callHash(key)}`), results[0]!.body.id, 'the dedupe key names the stored delivery');
+    await waitFor(async () => (await log.find(results[0]!.body.id)) === null, { what: 'the entry fanned out' });
     const sinkJobs = (await sinkQueue.getJobs(['completed', 'waiting', 'active', 'delayed'])).filter((j) => j.data.call.callId === 'dup-pipe');
     assert.equal(sinkJobs.length, 1, 'one archive job');
+    assert.equal(sinkJobs[0]!.id, callHash(key));
+    const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: cs.prefix });
+    assert.equal(await inbound.getJob(results[0]!.body.id), undefined, 'not dead-lettered');
     await Promise.all([sinkQueue.close(), inbound.close()]);
   });
 
   test('a call without transcript or summary is not archived by the default route', async () => {
     const res = await postJson(`${cs.url}/webhooks/ai-agent`, minimalPayload('bare-1'));
     assert.equal(res.status, 202);
-    const inbound = new Queue(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: cs.prefix });
-    // Read the job again once it is completed: a handle fetched earlier has no return value yet.
-    const job = await waitFor(async () => {
-      const j = await inbound.getJob(res.body.id);
-      return j?.finishedOn ? j : null;
-    }, { what: 'fan-out' });
-    assert.deepEqual(job.returnvalue, { sinks: [] });
-    await inbound.close();
+    const id = String(res.body.id);
+    const key = 'ai-agent:-:bare-1';
+    assert.ok(id.startsWith(`${callHash(key)}-`), `acknowledged with a fresh id of the call: ${id}`);
+    // Fanned out: the entry left the inbound log (acknowledged and deleted) ...
+    const log = new InboundLog(cs.redis.worker, cs.prefix);
+    await waitFor(async () => (await log.find(id)) === null, { what: 'fan-out' });
+    // ... into no sink job at all, and not as a dead letter.
+    const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: cs.prefix });
+    const sinkQueues = [...cs.sinks.keys()].map((name) => new Queue<SinkDeliverJob>(sinkQueueName(name), { connection: cs.redis.worker, prefix: cs.prefix }));
+    try {
+      assert.ok(sinkQueues.length > 0);
+      assert.equal(await inbound.getJob(id), undefined, 'not dead-lettered');
+      for (const q of sinkQueues) assert.equal(await q.getJob(callHash(key)), undefined, `no ${q.name} job`);
+    } finally {
+      await Promise.all([inbound.close(), ...sinkQueues.map((q) => q.close())]);
+    }
   });
 
   test('S3 down for a while, then back: everything archived, nothing lost', async () => {

@@ -1,4 +1,5 @@
-// The channel poller against the loopback fake API and real Redis: pages queued exactly once,
+// The channel poller against the loopback fake API and real Redis: pages stored in the inbound log
+// exactly once,
 // cursor resumed after a crash with no gap, one active poller per channel, failures handled.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -6,19 +7,21 @@ import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { Queue, type Job } from 'bullmq';
+import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import {
   createRedis,
-  defaultJobOptions,
   defaultRetryPolicy,
   INBOUND_QUEUE,
   POLL_DEAD_LETTER_QUEUE,
   sinkQueueName,
   type CallReceivedJob,
   type PollDeadLetterJob,
+  type SinkDeliverJob,
 } from '../queues/index.js';
-import { QueueAcceptor } from '../src/ingress/accept.js';
+import { InboundLog } from '../queues/inbound.js';
+import { InboundAcceptor } from '../src/ingress/accept.js';
+import { callHash } from '../src/model/call.js';
 import { createTelephonyClient, type TelephonyClientOptions } from '../src/telephony/client.js';
 import { cursorKey, lockKey, pollerMetrics, pollerStopped, startPoller, combinePollerEvents, type PollerEvents, type PollerSettings, type RunningPoller } from '../workers/poller.js';
 import { memoryLog, startTestCallsync } from './support/callsync.js';
@@ -27,19 +30,19 @@ import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis
 
 const runner = { retry: defaultRetryPolicy, concurrency: 1, stalledIntervalMs: 1000, lockDurationMs: 2000, maxStalledCount: 1 };
 
-/** Redis connections, the inbound queue and an acceptor on one test prefix. */
+/** Redis connections, the inbound log and an acceptor on one test prefix. */
 class Harness {
   readonly producer: Redis;
-  readonly inbound: Queue<CallReceivedJob>;
-  readonly acceptor: QueueAcceptor;
+  readonly inbound: InboundLog;
+  readonly acceptor: InboundAcceptor;
   private readonly extra: Redis[] = [];
   private readonly pollers: RunningPoller[] = [];
   readonly logs = memoryLog('debug');
 
   constructor(readonly prefix: string) {
     this.producer = createRedis(REDIS_URL, 'producer');
-    this.inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: this.producer, prefix, defaultJobOptions: defaultJobOptions(defaultRetryPolicy) });
-    this.acceptor = new QueueAcceptor(this.inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 });
+    this.inbound = new InboundLog(this.producer, prefix);
+    this.acceptor = new InboundAcceptor(this.inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 });
   }
 
   /** A poller with connections and a client of its own, as a separate process would have. */
@@ -47,11 +50,10 @@ class Harness {
     const redis = createRedis(REDIS_URL, 'producer');
     const workerConnection = createRedis(REDIS_URL, 'worker');
     this.extra.push(redis, workerConnection);
-    const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: redis, prefix: this.prefix });
     const running = startPoller({
       settings: { channelIds: ['ch1'], intervalMs: 200, pageSize: 50, maxBackoffMs: 1000, lockTtlMs: 1000, ...settings },
       client: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, retryMinDelayMs: 20, retryMaxDelayMs: 100, ...options.client }),
-      acceptor: new QueueAcceptor(inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
+      acceptor: new InboundAcceptor(new InboundLog(redis, this.prefix), { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
       redis,
       workerConnection,
       prefix: this.prefix,
@@ -60,23 +62,19 @@ class Harness {
       events: options.events,
       instanceId: options.instanceId,
     });
-    const close = running.close.bind(running);
-    running.close = async () => {
-      await close();
-      await inbound.close();
-    };
     this.pollers.push(running);
     return running;
   }
 
+  /** Call keys of every entry in the inbound log (all that was queued while no fan-out runs). */
   async inboundKeys(): Promise<string[]> {
-    const jobs = await this.inbound.getJobs(['waiting', 'active', 'completed', 'failed', 'delayed', 'paused']);
-    return jobs.filter((j): j is Job<CallReceivedJob> => j !== undefined && j !== null).map((j) => j.data.call.key);
+    const entries = await this.inbound.entries();
+    // An unreadable entry shows up as such (and fails the comparisons), instead of being skipped.
+    return entries.map((e) => e.call?.key ?? `<unreadable entry ${e.entryId}: ${e.text}>`);
   }
 
   async close(): Promise<void> {
     for (const p of this.pollers) await p.close();
-    await this.inbound.close();
     await Promise.all([this.producer, ...this.extra].map((r) => r.quit().catch(() => undefined)));
     await cleanupPrefix(this.prefix);
   }
@@ -108,12 +106,22 @@ describe('poller: 1,000 events through the whole pipeline', () => {
       ['sinks:', '  archive:', '    type: archive', `    dir: ${join(dir, 'archive')}`, 'routes:', '  - name: channel-calls', '    when: { source: channel }', '    to: archive', ''].join('\n'),
     );
     const completed = new Map<string, string[]>();
+    const fanned = { entries: 0, jobs: 0, deadLetters: 0 };
     const cs = await startTestCallsync(
       { CALLSYNC_CONFIG: configFile, CALLSYNC_ROLE: 'worker', WORKER_CONCURRENCY: '16' },
       {
         runnerEvents: {
           completed(queue, job) {
             completed.set(queue, [...(completed.get(queue) ?? []), String(job.id)]);
+          },
+        },
+        fanOutEvents: {
+          fannedOut(entries, jobs) {
+            fanned.entries += entries;
+            fanned.jobs += jobs;
+          },
+          deadLettered() {
+            fanned.deadLetters++;
           },
         },
       },
@@ -129,8 +137,24 @@ describe('poller: 1,000 events through the whole pipeline', () => {
       const archived = completed.get(sinkQueueName('archive')) ?? [];
       assert.equal(archived.length, 1000, 'each event archived once');
       assert.equal(new Set(archived).size, 1000);
-      assert.equal(completed.get(INBOUND_QUEUE)?.length, 1000, 'each event fanned out once');
-      assert.deepEqual((await h.inboundKeys()).sort(), allKeys(1000));
+      // Each event fanned out once: the log is empty (every entry acknowledged and deleted), the
+      // fan-out handled 1000 entries into 1000 sink jobs, and each event has exactly one archive job.
+      assert.equal(await h.inbound.length(), 0, 'every log entry fanned out');
+      assert.equal(await h.inbound.pending(), 0, 'no log entry left unacknowledged');
+      assert.deepEqual(fanned, { entries: 1000, jobs: 1000, deadLetters: 0 }, 'each event fanned out once');
+      assert.equal(completed.get(INBOUND_QUEUE)?.length ?? 0, 0, 'no call went through the dead-letter queue');
+      const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: h.producer, prefix: h.prefix });
+      const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: h.producer, prefix: h.prefix });
+      try {
+        const sinkJobs = await archive.getJobs(['waiting', 'active', 'completed', 'failed', 'delayed', 'paused', 'prioritized', 'waiting-children']);
+        assert.equal(sinkJobs.length, 1000, 'one archive job per event');
+        assert.deepEqual(sinkJobs.map((j) => j.data.call.key).sort(), allKeys(1000));
+        assert.deepEqual(new Set(sinkJobs.map((j) => j.id)), new Set(allKeys(1000).map(callHash)), 'archive job ids are the call hashes');
+        const dead = await inbound.getJobCounts();
+        assert.equal(Object.values(dead).reduce((a, b) => a + b, 0), 0, `no inbound dead letters: ${JSON.stringify(dead)}`);
+      } finally {
+        await Promise.all([archive.close(), inbound.close()]);
+      }
       const files = (await readdir(join(dir, 'archive'), { recursive: true })).filter((f) => f.endsWith('.json'));
       assert.equal(files.length, 1000);
       const served = api.inboxRequests('ch1').filter((r) => (r.eventsServed ?? 0) > 0);
@@ -160,7 +184,7 @@ describe('poller: guarantees', () => {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     try {
-      await waitFor(async () => (await h.inbound.count()) >= 300, { timeoutMs: 20_000, what: 'the child to queue 300 events' });
+      await waitFor(async () => (await h.inbound.length()) >= 300, { timeoutMs: 20_000, what: 'the child to queue 300 events' });
       child.kill('SIGKILL');
       await new Promise((r) => child.once('exit', r));
       const killedAt = Date.now();
@@ -206,7 +230,7 @@ describe('poller: guarantees', () => {
     try {
       const a = h.poller(api, { channelIds: [channel] }, { events: track('a'), instanceId: 'a' });
       const b = h.poller(api, { channelIds: [channel] }, { events: track('b'), instanceId: 'b' });
-      await waitFor(async () => (await h.inbound.count()) >= 400, { timeoutMs: 20_000, what: '400 events' });
+      await waitFor(async () => (await h.inbound.length()) >= 400, { timeoutMs: 20_000, what: '400 events' });
       // Stop whichever polls: the other takes the channel over from the stored position.
       const [active, standby] = a.pollers[0]!.holdsLock ? [a, b] : [b, a];
       assert.equal(standby.pollers[0]!.state, 'standby');
@@ -297,7 +321,7 @@ describe('poller: failures', () => {
       const line = h.logs.lines.find((l) => typeof l.msg === 'string' && l.msg.includes('rejected the credentials'));
       assert.ok(line, 'an error is logged');
       assert.equal(line.level, 50);
-      assert.equal(await h.inbound.count(), 0);
+      assert.equal(await h.inbound.length(), 0);
     } finally {
       api.clearFaults();
       await h.close();
@@ -315,7 +339,7 @@ describe('poller: failures', () => {
       assert.ok(polls >= 3 && polls <= 5, `${polls} polls in 1 s at 300 ms`);
       assert.ok(await h.producer.get(cursorKey(h.prefix, channel)), 'the position of an empty inbox is stored too');
       api.addEvents(channel, events(3, 0, channel));
-      await waitFor(async () => (await h.inbound.count()) === 3, { timeoutMs: 2000, what: 'the new events' });
+      await waitFor(async () => (await h.inbound.length()) === 3, { timeoutMs: 2000, what: 'the new events' });
     } finally {
       await h.close();
     }

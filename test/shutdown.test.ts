@@ -12,7 +12,8 @@ import { createInterface } from 'node:readline';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { callHash } from '../src/model/call.js';
-import { INBOUND_QUEUE, sinkQueueName } from '../queues/registry.js';
+import { InboundLog } from '../queues/inbound.js';
+import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { webhookPayload } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
@@ -136,6 +137,16 @@ describe('graceful shutdown on SIGTERM', () => {
     const msgs = first.lines.map((l) => l.msg);
     assert.ok(msgs.includes('shutting down: refusing new requests, finishing work in progress'));
     assert.equal(msgs.at(-1), 'stopped');
+    {
+      // The fan-out finished the batch in hand: nothing it read is left unacknowledged (such entries
+      // would be fanned out a second time by the takeover). Unread entries may wait in the log.
+      const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+      try {
+        assert.equal(await new InboundLog(redis, prefix).pending(), 0, 'no inbound log entry left in flight by the stopped process');
+      } finally {
+        redis.disconnect();
+      }
+    }
 
     // Start again: whatever was acknowledged but not yet processed is picked up.
     const second = startChild(env);
@@ -146,25 +157,31 @@ describe('graceful shutdown on SIGTERM', () => {
       return [...acked].every((id) => ids.includes(id)) ? ids : null;
     }, { timeoutMs: 90_000, intervalMs: 250, what: 'every acknowledged call archived' });
 
-    // Exactly once: one archive object per call, and no job (inbound or archive) was started twice.
+    // Exactly once: one archive object per call, each call fanned out once (one sink job, no log
+    // entry taken over from a stopped fan-out) and no archive job started twice.
     assert.equal(new Set(archived).size, archived.length);
     for (const id of archived) assert.ok(acked.has(id) || unanswered.has(id), `${id} was archived but refused with 503`);
     const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
-    const inbound = new Queue(INBOUND_QUEUE, { connection: redis, prefix });
-    const sink = new Queue(sinkQueueName('archive'), { connection: redis, prefix });
+    const log = new InboundLog(redis, prefix);
+    const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: redis, prefix });
+    const sink = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: redis, prefix });
     try {
       await waitFor(async () => {
-        const [a, b] = await Promise.all([inbound.getJobCounts('waiting', 'active', 'delayed'), sink.getJobCounts('waiting', 'active', 'delayed')]);
-        return [a, b].every((c) => (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) === 0);
-      }, { timeoutMs: 30_000, what: 'queues drained' });
-      const inboundJobs = await inbound.getJobs(['completed', 'failed']);
+        const [a, b, entries] = await Promise.all([inbound.getJobCounts('waiting', 'active', 'delayed'), sink.getJobCounts('waiting', 'active', 'delayed'), log.length()]);
+        return entries === 0 && [a, b].every((c) => (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) === 0);
+      }, { timeoutMs: 30_000, what: 'inbound log and queues drained' });
+      assert.equal(await log.pending(), 0, 'no inbound log entry left unacknowledged');
       assert.equal((await inbound.getJobs(['failed'])).length + (await sink.getJobs(['failed'])).length, 0, 'no dead letters');
+      const deadLetters = await inbound.getJobs(['completed', 'failed']);
+      assert.deepEqual(deadLetters.map((j) => j.id), [], 'no call went through the inbound dead letters');
+      const notes = [...first.lines, ...second.lines].map((l) => String(l.msg));
+      assert.ok(!notes.some((m) => m.startsWith('taking over inbound entries')), 'no inbound log entry was fanned out twice');
+      const sinkJobs = await sink.getJobs(['completed', 'failed', 'waiting', 'active', 'delayed']);
       for (const id of acked) {
-        const jobs = inboundJobs.filter((j) => j.data.call.callId === id);
-        assert.equal(jobs.length, 1, `one inbound job for ${id}`);
-        assert.equal(jobs[0]!.attemptsStarted, 1, `inbound job of ${id} started once`);
-        const sinkJob = await sink.getJob(callHash(jobs[0]!.data.call.key));
-        assert.ok(sinkJob, `archive job of ${id}`);
+        const jobs = sinkJobs.filter((j) => j.data.call.callId === id);
+        assert.equal(jobs.length, 1, `one archive job for ${id}`);
+        const sinkJob = jobs[0]!;
+        assert.equal(sinkJob.id, callHash(sinkJob.data.call.key), `archive job of ${id} has the call's job id`);
         assert.equal(await sinkJob.getState(), 'completed');
         assert.equal(sinkJob.attemptsStarted, 1, `archive job of ${id} started once`);
       }

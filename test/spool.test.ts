@@ -1,17 +1,16 @@
 // The ingress spool against a private redis-server that the test stops and starts: webhooks
-// acknowledged while Redis is away reach the queue, in order, once it is back — also when the
-// ingress restarted in between — and deduplication holds across spool and queue.
+// acknowledged while Redis is away reach the inbound log, in order, once it is back — also when the
+// ingress restarted in between — and deduplication holds across spool and log.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, readdir, readFile, rm, writeFile, appendFile, mkdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { QueueAcceptor } from '../src/ingress/accept.js';
+import { InboundAcceptor } from '../src/ingress/accept.js';
 import { SpoolingAcceptor, SpoolLockedError } from '../src/ingress/spool.js';
 import { createLogger } from '../src/log.js';
-import { INBOUND_QUEUE, type CallReceivedJob } from '../queues/registry.js';
+import { InboundLog } from '../queues/inbound.js';
 import { minimalPayload, sampleCall } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
@@ -19,15 +18,14 @@ import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js'
 
 const log = createLogger({ level: 'silent' });
 
-async function inboundJobs(url: string, prefix: string) {
+/** The inbound log's entries (an ingress-only process has no fan-out: they stay there). */
+async function inboundEntries(url: string, prefix: string) {
   const redis = new Redis(url, { maxRetriesPerRequest: 1 });
-  const queue = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: redis, prefix });
   try {
-    // Oldest first: the order in which the jobs were added.
-    const jobs = await queue.getJobs(['wait'], 0, -1, true);
-    return jobs.map((j) => ({ id: j.id!, callId: j.data.call.callId }));
+    // Oldest first: the order in which the entries were appended.
+    const entries = await new InboundLog(redis, prefix).entries();
+    return entries.map((e) => ({ id: e.id, callId: e.call?.callId }));
   } finally {
-    await queue.close();
     redis.disconnect();
   }
 }
@@ -87,9 +85,9 @@ describe('spool with a real ingress and a Redis that goes away', () => {
 
       await redis.start();
       await waitFor(() => cs.spool!.pending === 0, { timeoutMs: 20_000, what: 'spool drained' });
-      const jobs = await inboundJobs(redis.url, prefix);
-      assert.deepEqual(jobs.map((j) => j.callId), Array.from({ length: 21 }, (_, i) => `sp-${i}`));
-      assert.deepEqual(jobs.slice(1).map((j) => j.id), ids, 'the ids acknowledged are the inbound job ids');
+      const entries = await inboundEntries(redis.url, prefix);
+      assert.deepEqual(entries.map((e) => e.callId), Array.from({ length: 21 }, (_, i) => `sp-${i}`));
+      assert.deepEqual(entries.slice(1).map((e) => e.id), ids, 'the ids acknowledged are the inbound log entry ids');
       assert.deepEqual(await segmentFiles(dir), [], 'drained segments are deleted');
 
       // Back to normal: straight into Redis, and deduplicated against what was spooled.
@@ -101,7 +99,7 @@ describe('spool with a real ingress and a Redis that goes away', () => {
     }
   });
 
-  test('an event stored before the outage and redelivered during it ends up once in the queue', async () => {
+  test('an event stored before the outage and redelivered during it ends up once in the log', async () => {
     const prefix = uniquePrefix('spool');
     const cs = await start(prefix);
     try {
@@ -112,8 +110,8 @@ describe('spool with a real ingress and a Redis that goes away', () => {
       assert.equal(spooled.body.spooled, true);
       await redis.start();
       await waitFor(() => cs.spool!.pending === 0, { timeoutMs: 20_000, what: 'spool drained' });
-      const jobs = await inboundJobs(redis.url, prefix);
-      assert.deepEqual(jobs, [{ id: first.body.id, callId: 'dup-1' }]);
+      const entries = await inboundEntries(redis.url, prefix);
+      assert.deepEqual(entries, [{ id: first.body.id, callId: 'dup-1' }]);
     } finally {
       if (!redis.running) await redis.start();
       await cs.stop();
@@ -137,8 +135,8 @@ describe('spool with a real ingress and a Redis that goes away', () => {
       await redis.start();
       cs = await start(prefix);
       await waitFor(() => cs!.spool!.pending === 0, { timeoutMs: 20_000, what: 'leftovers drained at start-up' });
-      const jobs = await inboundJobs(redis.url, prefix);
-      assert.deepEqual(jobs.map((j) => j.callId), Array.from({ length: 10 }, (_, i) => `rs-${i}`));
+      const entries = await inboundEntries(redis.url, prefix);
+      assert.deepEqual(entries.map((e) => e.callId), Array.from({ length: 10 }, (_, i) => `rs-${i}`));
     } finally {
       if (!redis.running) await redis.start();
       await cs?.stop();
@@ -148,7 +146,7 @@ describe('spool with a real ingress and a Redis that goes away', () => {
   // What a Redis crash costs depends on its appendfsync policy, not on callsync: with `always`
   // nothing Redis confirmed is lost; with `everysec` up to about a second of confirmed writes may be.
   for (const appendfsync of ['always', 'everysec'] as const) {
-    test(`Redis killed (SIGKILL, appendfsync ${appendfsync}) under concurrent load: the 202s are in the queue afterwards`, async () => {
+    test(`Redis killed (SIGKILL, appendfsync ${appendfsync}) under concurrent load: the 202s are in the log afterwards`, async () => {
       const own = await startPrivateRedis({ appendfsync });
       const prefix = uniquePrefix('spool');
       const cs = await startTestCallsync({ REDIS_URL: own.url, QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'ingress', SPOOL_DIR: spoolRoot });
@@ -170,8 +168,8 @@ describe('spool with a real ingress and a Redis that goes away', () => {
         await own.start();
         await sending;
         await waitFor(() => cs.spool!.pending === 0, { timeoutMs: 20_000, what: 'spool drained' });
-        const inQueue = new Set((await inboundJobs(own.url, prefix)).map((j) => j.callId));
-        const missing = [...acknowledged].filter((id) => !inQueue.has(id));
+        const inLog = new Set((await inboundEntries(own.url, prefix)).map((e) => e.callId));
+        const missing = [...acknowledged].filter((id) => !inLog.has(id));
         assert.equal(acknowledged.size, 300, 'with the spool every webhook was acknowledged');
         assert.ok(spooled > 0, 'some were spooled');
         if (appendfsync === 'always') assert.deepEqual(missing, []);
@@ -213,21 +211,21 @@ describe('spool files', () => {
     const dir = await mkdtemp(join(tmpdir(), 'callsync-spool-torn-'));
     const prefix = uniquePrefix('spool');
     const conn = new Redis(redis.url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
-    const queue = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: conn, prefix });
+    const inbound = new InboundLog(conn, prefix);
     try {
-      await queue.waitUntilReady();
+      await waitFor(() => conn.status === 'ready', { what: 'Redis connection' });
       const lines = ['t-1', 't-2'].map((id) => JSON.stringify({ v: 1, id: `${id}-spooled`, at: new Date().toISOString(), call: sampleCall(id) }));
       await writeFile(join(dir, '0000000000000001.jsonl'), `${lines.join('\n')}\n`);
       await appendFile(join(dir, '0000000000000001.jsonl'), '{"v":1,"id":"t-3","at":"2026-');
-      const spool = new SpoolingAcceptor(new QueueAcceptor(queue, { dedupeWindowMs: 60_000, timeoutMs: 1000 }), { dir, log });
+      const spool = new SpoolingAcceptor(new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 1000 }), { dir, log });
       await spool.open();
       await waitFor(() => spool.pending === 0, { what: 'drained' });
-      const jobs = await queue.getJobs(['wait'], 0, -1, true);
-      assert.deepEqual(jobs.map((j) => j.id), ['t-1-spooled', 't-2-spooled']);
+      const entries = await inbound.entries();
+      assert.deepEqual(entries.map((e) => e.id), ['t-1-spooled', 't-2-spooled']);
+      assert.deepEqual(entries.map((e) => e.call?.callId), ['t-1', 't-2']);
       await spool.close();
       assert.deepEqual(await readdir(dir).catch(() => []), [], 'an empty spool leaves no folder');
     } finally {
-      await queue.close();
       conn.disconnect();
       await rm(dir, { recursive: true, force: true });
     }
@@ -236,8 +234,7 @@ describe('spool files', () => {
   test('one spool per folder: a second one is refused while the first holds the lock', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'callsync-spool-lock-'));
     const conn = new Redis(redis.url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
-    const queue = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: conn, prefix: uniquePrefix('spool') });
-    const acceptor = new QueueAcceptor(queue, { dedupeWindowMs: 60_000, timeoutMs: 1000 });
+    const acceptor = new InboundAcceptor(new InboundLog(conn, uniquePrefix('spool')), { dedupeWindowMs: 60_000, timeoutMs: 1000 });
     try {
       const first = new SpoolingAcceptor(acceptor, { dir, log });
       await first.open();
@@ -250,7 +247,6 @@ describe('spool files', () => {
       await second.open();
       await second.close();
     } finally {
-      await queue.close();
       conn.disconnect();
       await rm(dir, { recursive: true, force: true });
     }

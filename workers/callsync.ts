@@ -10,7 +10,8 @@ import type { Hono } from 'hono';
 import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { createIngressApp, type IngressDeps } from '../src/ingress/app.js';
-import { QueueAcceptor, withTimeout, type CallAcceptor } from '../src/ingress/accept.js';
+import { InboundAcceptor, withTimeout, type CallAcceptor } from '../src/ingress/accept.js';
+import { InboundLog } from '../queues/inbound.js';
 import { SpoolingAcceptor, spoolDirWritable } from '../src/ingress/spool.js';
 import { sinkTypes } from '../src/sinks/registry.js';
 import type { Sink } from '../src/sinks/types.js';
@@ -27,11 +28,12 @@ import {
   sinkQueueName,
   stateKeyPrefix,
   STARTUP_REDIS_WAIT_MS,
+  settledWithin,
   type CallReceivedJob,
   type SinkDeliverJob,
 } from '../queues/index.js';
 import { createDeliverProcessor } from './deliver.js';
-import { createFanOutProcessor } from './fanout.js';
+import { createFanOutProcessor, startLogFanOut, type LogFanOutEvents, type RunningLogFanOut } from './fanout.js';
 import { runWorker, type RunnerEvents, type RunningWorker } from './runner.js';
 import { pollerMetrics, startPoller, type RunningPoller } from './poller.js';
 
@@ -46,6 +48,7 @@ export interface CallsyncOptions {
   ingressEvents?: IngressDeps['events'];
   /** Extra middleware for the ingress (request ids, metrics, shutdown gate). */
   ingressBefore?: IngressDeps['before'];
+  fanOutEvents?: LogFanOutEvents;
   /** Wraps the acceptor (e.g. with a local spool). */
   wrapAcceptor?: (acceptor: CallAcceptor) => CallAcceptor;
 }
@@ -88,6 +91,9 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
   };
 
   const workers: RunningWorker[] = [];
+  const inboundLog = new InboundLog(producer, prefix);
+  let fanOut: RunningLogFanOut | null = null;
+  let blocking: Redis | null = null;
   const sinks = new Map<string, Sink>();
   let server: Server | null = null;
   let app: Hono | null = null;
@@ -134,7 +140,27 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     };
     const sinkQueues = new Map<string, Queue<SinkDeliverJob>>();
     for (const name of sinks.keys()) sinkQueues.set(name, openQueue<SinkDeliverJob>(sinkQueueName(name), workerConn));
-    workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor({ routes: config.routes, sinkQueues }), runner));
+    const withoutRaw = new Set(
+      Object.values(config.sinks)
+        .filter((s) => sinkTypes.get(s.type)?.needsRaw?.(s.options) === false)
+        .map((s) => s.name),
+    );
+    // The inbound log's fan-out; what it cannot handle goes to the `inbound` queue and its worker.
+    const deadLetters = openQueue<CallReceivedJob>(INBOUND_QUEUE, workerConn);
+    workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor({ routes: config.routes, sinkQueues, withoutRaw }), runner));
+    blocking = createRedis(config.redis.url, 'worker');
+    blocking.on('error', (err) => log.warn({ connection: 'fanout', err: { message: err.message } }, 'redis connection error'));
+    fanOut = startLogFanOut({
+      inbound: new InboundLog(workerConn, prefix),
+      blocking,
+      deadLetters,
+      routes: config.routes,
+      sinkQueues,
+      withoutRaw,
+      log,
+      claimIdleMs: config.worker.lockDurationMs,
+      events: options.fanOutEvents,
+    });
     for (const [name, sink] of sinks) {
       const configured = config.sinks[name];
       const type = configured ? sinkTypes.get(configured.type) : undefined;
@@ -143,8 +169,6 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     }
     log.info({ sinks: [...sinks.keys()], routes: config.routes.length }, 'workers started');
   }
-
-  const inboundQueue = () => (queues.get(INBOUND_QUEUE) as Queue<CallReceivedJob> | undefined) ?? openQueue<CallReceivedJob>(INBOUND_QUEUE, producer);
 
   let poller: RunningPoller | null = null;
   const polling = runsPoller(config.role) && config.poll.channelIds.length > 0 && telephony !== null;
@@ -159,8 +183,12 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
   // the producer fails fast while it is still connecting (a webhook right after start would get 503),
   // and a handle closed during its set-up makes BullMQ reject without a handler. Redis away: start
   // anyway; the ingress answers 503 or spools, workers and poller retry.
-  if (runsIngress(config.role) || polling) inboundQueue();
-  if (!(await bullmqReady(handles(), STARTUP_REDIS_WAIT_MS))) {
+  const producerReady = new Promise<void>((resolve, reject) => {
+    if (producer.status === 'ready') resolve();
+    producer.once('ready', resolve);
+    producer.once('end', reject);
+  });
+  if (!(await settledWithin([producerReady, bullmqReady(handles(), STARTUP_REDIS_WAIT_MS)], STARTUP_REDIS_WAIT_MS))) {
     log.warn({ waitedMs: STARTUP_REDIS_WAIT_MS }, 'Redis not ready at start: starting anyway (the ingress answers 503 or spools until it is)');
   }
 
@@ -170,7 +198,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     poller = startPoller({
       settings: config.poll,
       client: telephony,
-      acceptor: new QueueAcceptor(inboundQueue(), { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs }),
+      acceptor: new InboundAcceptor(inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs }),
       redis: producer,
       workerConnection: workerConn,
       prefix,
@@ -192,8 +220,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
   }
 
   if (runsIngress(config.role)) {
-    const inbound = inboundQueue();
-    let acceptor: CallAcceptor = new QueueAcceptor(inbound, {
+    let acceptor: CallAcceptor = new InboundAcceptor(inboundLog, {
       dedupeWindowMs: config.webhook.dedupeWindowMs,
       timeoutMs: config.webhook.enqueueTimeoutMs,
     });
@@ -267,12 +294,16 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
         const p = poller;
         await step('stop poller', () => p.close());
       }
+      if (fanOut) {
+        const f = fanOut;
+        await step('stop fan-out', () => f.close());
+      }
       await step('close workers', () => Promise.all(workers.map((w) => w.close())));
       await step('close sinks', () => Promise.all([...sinks.values()].map((s) => s.close?.())));
       await step('close queues', () => Promise.all([...queues.values()].map((q) => q.close())));
       // QUIT needs a live connection; while Redis is away, drop the connection (and its reconnect timer).
       const quit = (conn: Redis) => (conn.status === 'ready' ? conn.quit().catch(() => conn.disconnect()) : conn.disconnect());
-      await step('close redis', () => Promise.all([quit(producer), quit(workerConn)]));
+      await step('close redis', () => Promise.all([quit(producer), quit(workerConn), ...(blocking ? [quit(blocking)] : [])]));
     })();
     return closing;
   };

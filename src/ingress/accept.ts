@@ -1,12 +1,11 @@
-// Accepting a call means: it is stored in Redis (the inbound queue) before anyone is told "yes".
+// Accepting a call means: it is stored in Redis (the inbound log) before anyone is told "yes".
 // The ingress and the poller both accept through here, so deduplication is the same for both.
 import { randomBytes } from 'node:crypto';
-import type { Queue } from 'bullmq';
 import { callHash, type CanonicalCall } from '../model/call.js';
-import { JobName, type CallReceivedJob } from '../../queues/registry.js';
+import type { AppendItem, AppendOutcome, InboundLog } from '../../queues/inbound.js';
 
 export interface AcceptResult {
-  /** The inbound job id; a duplicate gets the id of the delivery it duplicates. */
+  /** The id the call is acknowledged with; a duplicate gets the id of the delivery it duplicates. */
   id: string;
   duplicate: boolean;
   /** True when the event was acknowledged into the local spool (Redis away); see spool.ts. */
@@ -30,11 +29,13 @@ export class QueueUnavailableError extends Error {
   }
 }
 
-export interface QueueAcceptorOptions {
+export interface InboundAcceptorOptions {
   /** Same call key within this window -> duplicate. */
   dedupeWindowMs: number;
-  /** Give up waiting for Redis after this long (the ingress then answers 503). */
+  /** Give up waiting for Redis after this long (the ingress then answers 503 or spools). */
   timeoutMs: number;
+  /** Most calls stored with one script call. Default 256. */
+  maxBatch?: number;
 }
 
 export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
@@ -46,39 +47,73 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): P
 }
 
 /**
- * Fresh job ids are `<call hash>-<process tag><sequence>`: 48 random bits drawn once per process
+ * Fresh ids are `<call hash>-<process tag><sequence>`: 48 random bits drawn once per process
  * (a restart draws new ones), then a counter, so ids stay unique across processes and restarts
  * without reading the CSPRNG on every request.
  */
 const PROCESS_TAG = randomBytes(6).toString('hex');
 let sequence = 0;
 
-export class QueueAcceptor implements CallAcceptor {
-  constructor(
-    private readonly queue: Queue<CallReceivedJob>,
-    private readonly options: QueueAcceptorOptions,
-  ) {}
+interface Waiting {
+  item: AppendItem;
+  resolve(result: AcceptResult): void;
+  reject(err: unknown): void;
+}
 
-  async accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult> {
+/**
+ * Stores calls in the inbound log. Every call accepted during one turn of the event loop (all the
+ * requests Node read in that turn) goes to Redis in one script call, in order; each caller is
+ * answered once its batch is stored. Deduplication is inside that script, atomic per call.
+ */
+export class InboundAcceptor implements CallAcceptor {
+  private batch: Waiting[] = [];
+  private readonly maxBatch: number;
+
+  constructor(
+    private readonly log: InboundLog,
+    private readonly options: InboundAcceptorOptions,
+  ) {
+    this.maxBatch = options.maxBatch ?? 256;
+  }
+
+  accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult> {
     const dedupeId = callHash(call.key);
-    // A fresh job id per delivery: BullMQ's deduplication answers with the first delivery's id,
-    // which tells a duplicate apart atomically, inside the same Redis script that stores the job.
-    const jobId = options?.jobId ?? `${dedupeId}-${PROCESS_TAG}${(++sequence).toString(36)}`;
-    let job;
-    try {
-      job = await withTimeout(
-        this.queue.add(
-          JobName.callReceived,
-          { kind: JobName.callReceived, call },
-          { jobId, deduplication: { id: dedupeId, ttl: this.options.dedupeWindowMs } },
-        ),
-        this.options.timeoutMs,
-        'enqueue',
-      );
-    } catch (err) {
-      throw new QueueUnavailableError(err);
-    }
-    const id = job.id ?? jobId;
-    return { id, duplicate: id !== jobId };
+    // A fresh id per delivery: the script answers a duplicate with the first delivery's id.
+    const id = options?.jobId ?? `${dedupeId}-${PROCESS_TAG}${(++sequence).toString(36)}`;
+    return new Promise<AcceptResult>((resolve, reject) => {
+      this.batch.push({ item: { dedupeId, id, call: JSON.stringify(call) }, resolve, reject });
+      if (this.batch.length === 1) setImmediate(() => this.flush());
+      else if (this.batch.length >= this.maxBatch) this.flush();
+    });
+  }
+
+  private flush(): void {
+    const batch = this.batch;
+    if (batch.length === 0) return;
+    this.batch = [];
+    withTimeout(
+      this.log.append(
+        batch.map((w) => w.item),
+        this.options.dedupeWindowMs,
+      ),
+      this.options.timeoutMs,
+      'enqueue',
+    ).then(
+      (outcomes: AppendOutcome[]) => {
+        if (outcomes.length !== batch.length) {
+          const failure = new QueueUnavailableError(new Error(`store answered ${outcomes.length} outcomes for ${batch.length} calls`));
+          for (const w of batch) w.reject(failure);
+          return;
+        }
+        batch.forEach((w, i) => {
+          const first = outcomes[i] ?? null;
+          w.resolve(first === null ? { id: w.item.id, duplicate: false } : { id: first, duplicate: true });
+        });
+      },
+      (err: unknown) => {
+        const failure = new QueueUnavailableError(err);
+        for (const w of batch) w.reject(failure);
+      },
+    );
   }
 }

@@ -13,6 +13,7 @@ import {
   collectProcessMetrics,
   combineIngressEvents,
   combineRunnerEvents,
+  fanOutMetrics,
   ingressMetrics,
   metrics,
   runnerMetrics,
@@ -27,6 +28,7 @@ import {
   STARTUP_REDIS_WAIT_MS,
 } from '../../queues/index.js';
 import type { CallsyncOptions } from '../../workers/callsync.js';
+import { InboundLog } from '../../queues/inbound.js';
 import { createOpsApp, opsRoutes, type OpsApp } from './app.js';
 import { requestContext } from './request-context.js';
 import { createShutdownGate, type ShutdownGate } from './shutdown-gate.js';
@@ -34,7 +36,7 @@ import { createShutdownGate, type ShutdownGate } from './shutdown-gate.js';
 /** Port of the ops server of worker and poller processes unless OPS_PORT says otherwise. */
 export const DEFAULT_OPS_PORT = 9464;
 
-/** Every queue of this configuration: inbound, one per configured sink, the poller's dead letters. */
+/** Every queue of this configuration: the inbound dead letters, one per configured sink, the poller's dead letters. */
 export function queueNames(config: Config): string[] {
   return [INBOUND_QUEUE, ...Object.keys(config.sinks).map(sinkQueueName), POLL_DEAD_LETTER_QUEUE];
 }
@@ -57,7 +59,7 @@ export interface OperationsOptions {
 
 export interface Operations {
   /** Spread into startCallsync's options. */
-  hooks: Pick<CallsyncOptions, 'runnerEvents' | 'ingressEvents' | 'ingressBefore'>;
+  hooks: Pick<CallsyncOptions, 'runnerEvents' | 'ingressEvents' | 'ingressBefore' | 'fanOutEvents'>;
   ops: OpsApp;
   gate: ShutdownGate;
   /** Queue handles of the dashboard and the queue gauges. */
@@ -84,7 +86,12 @@ export function createOperations(options: OperationsOptions): Operations {
   });
   // Their connection set-up runs while callsync starts; listen() waits for it (bounded), close() too.
   const setUp = bullmqReady(queues, STARTUP_REDIS_WAIT_MS);
-  const unwatch = metrics.watchQueues(() => queues);
+  const unwatchQueues = metrics.watchQueues(() => queues);
+  const unwatchLog = metrics.watchInboundLog(new InboundLog(connection, config.redis.prefix));
+  const unwatch = () => {
+    unwatchQueues();
+    unwatchLog();
+  };
 
   const gate = createShutdownGate({
     onRejected(path) {
@@ -116,6 +123,7 @@ export function createOperations(options: OperationsOptions): Operations {
     hooks: {
       runnerEvents: combineRunnerEvents(runnerMetrics(), options.runnerEvents),
       ingressEvents: combineIngressEvents(ingressMetrics(), options.ingressEvents),
+      fanOutEvents: fanOutMetrics(),
       ingressBefore: [requestContext({ log }), gate.middleware, opsRoutes(ops)],
     },
     ops,

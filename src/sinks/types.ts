@@ -66,6 +66,11 @@ export interface SinkType<O = unknown> {
    * so a process loads only those of the sinks it runs (the ingress none).
    */
   create(name: string, options: O, deps: SinkDeps): Sink | Promise<Sink>;
+  /**
+   * Whether the sink reads `call.raw` (the original payload). When false, the fan-out leaves it out
+   * of this sink's jobs (less to store and parse per job). Absent: true.
+   */
+  needsRaw?(options: O): boolean;
   /** Steady rate limit for the sink's queue, if the remote has one. */
   limit?(options: O): QueueLimit | undefined;
   /**

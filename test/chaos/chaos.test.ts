@@ -20,6 +20,7 @@ import { HeadObjectCommand } from '@aws-sdk/client-s3';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { INBOUND_QUEUE, sinkQueueName } from '../../queues/registry.js';
+import { InboundLog } from '../../queues/inbound.js';
 import { webhookPayload } from '../support/calls.js';
 import { FakeSmsApi, FakeWebhookReceiver } from '../support/fake-sink-server.js';
 import { waitFor } from '../support/redis.js';
@@ -140,6 +141,7 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
     const map = new Map([INBOUND_QUEUE, ...SINKS.map(sinkQueueName)].map((q) => [q, new Queue(q, { connection: conn, prefix })]));
     return {
       map,
+      inbound: new InboundLog(conn, prefix),
       async close() {
         await Promise.all([...map.values()].map((q) => q.close()));
         conn.disconnect();
@@ -261,10 +263,14 @@ routes:
       // left open waits out the in-flight grace (2 min) before it is dead-lettered.
       await waitFor(
         async () => {
+          // Every accepted call left the inbound log (fanned out), none went to its dead letters.
+          if ((await q.inbound.length()) !== 0) return false;
+          const dead = await q.map.get(INBOUND_QUEUE)!.getJobCounts('completed', 'failed', 'waiting', 'active', 'delayed');
+          if (Object.values(dead).some((n) => n !== 0)) throw new Error(`calls in the inbound dead letters: ${JSON.stringify(dead)}`);
           for (const [name, queue] of q.map) {
+            if (name === INBOUND_QUEUE) continue;
             const c = await queue.getJobCounts('completed', 'failed', 'waiting', 'active', 'delayed', 'prioritized', 'waiting-children');
             if ((c.completed ?? 0) + (c.failed ?? 0) !== total) return false;
-            if (name === INBOUND_QUEUE && c.failed !== 0) throw new Error(`inbound jobs failed: ${c.failed}`);
           }
           return true;
         },

@@ -1,9 +1,9 @@
 // A poller in a process of its own (for crash and takeover tests): polls one channel of the fake
-// API into the inbound queue of a test prefix. Prints `lock <held>` lines; SIGTERM closes it cleanly,
+// API into the inbound log of a test prefix. Prints `lock <held>` lines; SIGTERM closes it cleanly,
 // SIGKILL is a crash. Settings come from the environment (see below).
-import { Queue } from 'bullmq';
-import { createRedis, defaultJobOptions, defaultRetryPolicy, INBOUND_QUEUE, type CallReceivedJob } from '../../queues/index.js';
-import { QueueAcceptor } from '../../src/ingress/accept.js';
+import { createRedis, defaultRetryPolicy } from '../../queues/index.js';
+import { InboundLog } from '../../queues/inbound.js';
+import { InboundAcceptor } from '../../src/ingress/accept.js';
 import { createLogger } from '../../src/log.js';
 import { createTelephonyClient } from '../../src/telephony/client.js';
 import { startPoller } from '../../workers/poller.js';
@@ -13,7 +13,7 @@ const prefix = env.POLL_TEST_PREFIX!;
 const redisUrl = env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const producer = createRedis(redisUrl, 'producer');
 const workerConn = createRedis(redisUrl, 'worker');
-const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: producer, prefix, defaultJobOptions: defaultJobOptions(defaultRetryPolicy) });
+const inbound = new InboundLog(producer, prefix);
 const log = createLogger({ level: env.LOG_LEVEL ?? 'warn', destination: process.stderr });
 const running = startPoller({
   settings: {
@@ -29,7 +29,7 @@ const running = startPoller({
     retryMinDelayMs: 20,
     retryMaxDelayMs: 100,
   }),
-  acceptor: new QueueAcceptor(inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
+  acceptor: new InboundAcceptor(inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
   redis: producer,
   workerConnection: workerConn,
   prefix,
@@ -42,7 +42,6 @@ const running = startPoller({
 process.on('SIGTERM', () => {
   void running
     .close()
-    .then(() => inbound.close())
     .then(() => Promise.all([producer.quit(), workerConn.quit()]))
     .then(() => process.exit(0));
 });

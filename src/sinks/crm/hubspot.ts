@@ -331,6 +331,7 @@ export const hubspotSinkType: SinkType<HubSpotOptions> = {
   type: 'hubspot',
   options: hubspotOptionsSchema,
   create: (name, options, deps) => new HubSpotSink(name, options, deps),
+  needsRaw: () => false,
   limit: (options) => options.rateLimit,
   fromEnv(env) {
     if (!env.HUBSPOT_ACCESS_TOKEN?.trim()) return null;

@@ -291,6 +291,7 @@ export const pipedriveSinkType: SinkType<PipedriveOptions> = {
   type: 'pipedrive',
   options: pipedriveOptionsSchema,
   create: (name, options, deps) => new PipedriveSink(name, options, deps),
+  needsRaw: () => false,
   limit: (options) => options.rateLimit,
   fromEnv(env) {
     if (!env.PIPEDRIVE_API_TOKEN?.trim()) return null;

@@ -143,6 +143,7 @@ export const webhookSinkType: SinkType<WebhookOptions> = {
   type: 'webhook',
   options: webhookOptionsSchema,
   create: (name, options, deps) => new WebhookSink(name, options, deps),
+  needsRaw: (options) => options.includeRaw,
   limit: (options) => options.rateLimit,
   fromEnv(env) {
     const urls = splitList(env.CRM_WEBHOOK_URL);

@@ -118,6 +118,7 @@ export function createEmailSinkType(
   return {
     type: 'email',
     options: emailOptionsSchema as z.ZodType<EmailOptions>,
+    needsRaw: () => false,
     async create(name, options, deps) {
       const url = deps.env.SMTP_URL?.trim();
       if (!url) throw new Error(`sink "${name}" (email) needs SMTP_URL (e.g. smtp://user:pass@mail.example.com:587)`);

@@ -210,6 +210,7 @@ class SmsSink implements Sink {
 export const smsSinkType: SyncSinkType<SmsOptions> = {
   type: 'sms',
   options: smsOptionsSchema as z.ZodType<SmsOptions>,
+  needsRaw: () => false,
   create(name, options, deps) {
     if (deps.telephony === null) {
       throw new Error(`sink "${name}" (sms) needs the telephony API: set TELEPHONY_API_URL and TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN (or TELEPHONY_ACCESS_TOKEN)`);

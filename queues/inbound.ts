@@ -1,0 +1,241 @@
+// The inbound log: every accepted call, in the order it was acknowledged, as an entry of one Redis
+// stream. The ingress and the poller append to it; the fan-out reads it through a consumer group
+// and turns each entry into one BullMQ job per routed sink, then acknowledges and deletes it.
+//
+// Why a stream and not a BullMQ job per call: appending is one small Lua script per *batch* of
+// calls (deduplication and XADD together, atomically per call), where a BullMQ job costs a Job
+// object, msgpack'd options and a large script per call. The 202 still means "stored in Redis": an
+// entry is as durable as a job (same Redis, same persistence settings), and an entry leaves the log
+// only after its sink jobs exist. See docs/reliability.md.
+import type { Redis } from 'ioredis';
+import type { CanonicalCall } from '../src/model/call.js';
+
+/** Key of the stream, under the queue prefix (same hash slot as the queues with a `{tag}` prefix). */
+export function inboundStreamKey(prefix: string): string {
+  return `${prefix}:inbound:log`;
+}
+
+/** Prefix of the deduplication keys: `<prefix>:inbound:seen:<call hash>` -> id of the first delivery. */
+export function inboundSeenPrefix(prefix: string): string {
+  return `${prefix}:inbound:seen:`;
+}
+
+/** The consumer group of the fan-out. */
+export const FANOUT_GROUP = 'fanout';
+
+/** One call to append: its dedupe hash, the id it is acknowledged with, the record as JSON. */
+export interface AppendItem {
+  dedupeId: string;
+  id: string;
+  /** `JSON.stringify` of the canonical call. */
+  call: string;
+}
+
+/** What append answers per item: null when stored, else the id of the earlier delivery. */
+export type AppendOutcome = string | null;
+
+export interface InboundEntry {
+  /** Stream entry id (`<ms>-<seq>`). */
+  entryId: string;
+  /** The id the call was acknowledged with (the 202's `id`). */
+  id: string;
+  call: CanonicalCall | null;
+  /** The stored text, when it is not a readable call (kept for the dead letters). */
+  text: string;
+}
+
+// Per item, in order: an earlier delivery within the window answers its id; otherwise the item is
+// remembered for the window and appended. Items of one batch are handled one after the other, so a
+// repeat inside the batch is a duplicate of its first copy.
+const APPEND = `
+local seen, ttl = ARGV[1], ARGV[2]
+local out = {}
+local n = 0
+for i = 3, #ARGV, 3 do
+  n = n + 1
+  local key = seen .. ARGV[i]
+  local first = redis.call('GET', key)
+  if first then
+    out[n] = first
+  else
+    redis.call('SET', key, ARGV[i + 1], 'PX', ttl)
+    redis.call('XADD', KEYS[1], '*', 'id', ARGV[i + 1], 'call', ARGV[i + 2])
+    out[n] = ''
+  end
+end
+return out
+`;
+
+// Acknowledges entries and deletes them: the log holds only what is not yet fanned out.
+const ACK_DELETE = `
+redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
+`;
+
+interface InboundCommands {
+  callsyncInboundAppend(key: string, ...args: string[]): Promise<string[]>;
+  callsyncInboundAckDelete(key: string, ...args: string[]): Promise<number>;
+}
+
+function commands(redis: Redis): Redis & InboundCommands {
+  const r = redis as Redis & Partial<InboundCommands>;
+  if (!r.callsyncInboundAppend) redis.defineCommand('callsyncInboundAppend', { numberOfKeys: 1, lua: APPEND });
+  if (!r.callsyncInboundAckDelete) redis.defineCommand('callsyncInboundAckDelete', { numberOfKeys: 1, lua: ACK_DELETE });
+  return r as Redis & InboundCommands;
+}
+
+/** Lua's `unpack` takes at most a few thousand values; batches stay well below. */
+const MAX_ACK = 1000;
+
+type RawEntry = [string, string[]];
+
+function parseEntry([entryId, fields]: RawEntry): InboundEntry {
+  let id = '';
+  let text = '';
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    if (fields[i] === 'id') id = fields[i + 1]!;
+    else if (fields[i] === 'call') text = fields[i + 1]!;
+  }
+  let call: CanonicalCall | null = null;
+  try {
+    const parsed = JSON.parse(text) as CanonicalCall;
+    if (parsed && typeof parsed === 'object' && typeof parsed.key === 'string' && typeof parsed.callId === 'string') call = parsed;
+  } catch {
+    call = null;
+  }
+  return { entryId, id, call, text };
+}
+
+export class InboundLog {
+  readonly key: string;
+  private readonly seenPrefix: string;
+
+  constructor(
+    private readonly redis: Redis,
+    readonly prefix: string,
+  ) {
+    this.key = inboundStreamKey(prefix);
+    this.seenPrefix = inboundSeenPrefix(prefix);
+  }
+
+  /** Appends a batch (deduplicated per item, in order); one round trip. */
+  async append(items: readonly AppendItem[], dedupeWindowMs: number): Promise<AppendOutcome[]> {
+    if (items.length === 0) return [];
+    const args: string[] = [this.seenPrefix, String(Math.max(1, Math.round(dedupeWindowMs)))];
+    for (const item of items) args.push(item.dedupeId, item.id, item.call);
+    const out = await commands(this.redis).callsyncInboundAppend(this.key, ...args);
+    return out.map((v) => (v === '' ? null : v));
+  }
+
+  /** Creates the fan-out's consumer group (and the stream) if missing; from the start of the log. */
+  async ensureGroup(): Promise<void> {
+    try {
+      await this.redis.xgroup('CREATE', this.key, FANOUT_GROUP, '0', 'MKSTREAM');
+    } catch (err) {
+      if (!/BUSYGROUP/.test((err as Error).message)) throw err;
+    }
+  }
+
+  /**
+   * New entries for `consumer` (blocks up to `blockMs` when there are none). Pass a connection of
+   * its own for blocking reads (`redis` here), so a block never delays other commands.
+   */
+  async read(consumer: string, count: number, blockMs: number, redis: Redis = this.redis): Promise<InboundEntry[]> {
+    const res = (await redis.xreadgroup('GROUP', FANOUT_GROUP, consumer, 'COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.key, '>')) as
+      | [string, RawEntry[]][]
+      | null;
+    if (!res) return [];
+    return res.flatMap(([, entries]) => entries.filter((e) => e[1] !== null).map(parseEntry));
+  }
+
+  /**
+   * Entries another consumer took and left unacknowledged for `minIdleMs` (it died, or lost Redis
+   * mid-batch), claimed for `consumer`, with how often each was delivered before.
+   */
+  async claimStale(consumer: string, minIdleMs: number, count: number): Promise<{ entry: InboundEntry; deliveries: number }[]> {
+    const pending = (await this.redis.xpending(this.key, FANOUT_GROUP, 'IDLE', minIdleMs, '-', '+', count)) as [string, string, number, number][];
+    if (pending.length === 0) return [];
+    const deliveries = new Map(pending.map(([id, , , n]) => [id, Number(n)]));
+    const claimed = (await this.redis.xclaim(this.key, FANOUT_GROUP, consumer, minIdleMs, ...pending.map(([id]) => id))) as (RawEntry | null)[];
+    const out: { entry: InboundEntry; deliveries: number }[] = [];
+    const found = new Set<string>();
+    for (const raw of claimed) {
+      if (!raw || raw[1] === null) continue;
+      found.add(raw[0]);
+      out.push({ entry: parseEntry(raw), deliveries: deliveries.get(raw[0]) ?? 1 });
+    }
+    // An id XCLAIM did not return was either claimed by another fan-out in between (it is busy
+    // there: leave it) or its entry was deleted outside the fan-out (XTRIM, an operator's XDEL; Redis
+    // before 7 keeps such ids pending): acknowledge only those whose entry is really gone.
+    for (const id of deliveries.keys()) {
+      if (found.has(id)) continue;
+      const still = await this.redis.xrange(this.key, id, id);
+      if (still.length === 0) await this.redis.xack(this.key, FANOUT_GROUP, id);
+    }
+    return out;
+  }
+
+  /** Acknowledges and deletes fanned-out entries. */
+  async done(entryIds: readonly string[]): Promise<void> {
+    for (let i = 0; i < entryIds.length; i += MAX_ACK) {
+      await commands(this.redis).callsyncInboundAckDelete(this.key, FANOUT_GROUP, ...entryIds.slice(i, i + MAX_ACK));
+    }
+  }
+
+  /** Removes `consumer` from the group when it holds no unacknowledged entries. */
+  async removeConsumerIfIdle(consumer: string): Promise<boolean> {
+    const consumers = await this.consumers();
+    const me = consumers.find((c) => c.name === consumer);
+    if (!me || me.pending > 0) return false;
+    await this.redis.xgroup('DELCONSUMER', this.key, FANOUT_GROUP, consumer);
+    return true;
+  }
+
+  /** Removes consumers that hold nothing and were not seen for `idleMs` (fan-outs that died). */
+  async forgetIdleConsumers(idleMs: number): Promise<number> {
+    let removed = 0;
+    for (const c of await this.consumers()) {
+      if (c.pending === 0 && c.idleMs > idleMs) {
+        await this.redis.xgroup('DELCONSUMER', this.key, FANOUT_GROUP, c.name);
+        removed++;
+      }
+    }
+    return removed;
+  }
+
+  private async consumers(): Promise<{ name: string; pending: number; idleMs: number }[]> {
+    const rows = (await this.redis.xinfo('CONSUMERS', this.key, FANOUT_GROUP)) as (string | number)[][];
+    return rows.map((row) => {
+      const fields = new Map<string, string | number>();
+      for (let i = 0; i + 1 < row.length; i += 2) fields.set(String(row[i]), row[i + 1]!);
+      return { name: String(fields.get('name')), pending: Number(fields.get('pending') ?? 0), idleMs: Number(fields.get('idle') ?? 0) };
+    });
+  }
+
+  /** Entries not yet fanned out (waiting or being worked on). */
+  async length(): Promise<number> {
+    return this.redis.xlen(this.key);
+  }
+
+  /** Entries delivered to a fan-out and not yet acknowledged. */
+  async pending(): Promise<number> {
+    try {
+      const summary = (await this.redis.xpending(this.key, FANOUT_GROUP)) as [number, ...unknown[]];
+      return Number(summary[0]);
+    } catch (err) {
+      if (/NOGROUP/.test((err as Error).message)) return 0;
+      throw err;
+    }
+  }
+
+  /** Every entry still in the log, oldest first (tests, operators; reads the whole log). */
+  async entries(): Promise<InboundEntry[]> {
+    const raw = (await this.redis.xrange(this.key, '-', '+')) as RawEntry[];
+    return raw.map(parseEntry);
+  }
+
+  /** The entry acknowledged with `id`, while it is in the log. */
+  async find(id: string): Promise<InboundEntry | null> {
+    return (await this.entries()).find((e) => e.id === id) ?? null;
+  }
+}

@@ -1,0 +1,242 @@
+// The inbound log (queues/inbound.ts) with its acceptor and fan-out, against real Redis: batched
+// appends keep order and deduplicate (also inside one batch), the fan-out turns entries into sink
+// jobs and removes them, takes over what a dead fan-out left, and dead-letters what it cannot read.
+import { after, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { InboundAcceptor } from '../src/ingress/accept.js';
+import { createLogger } from '../src/log.js';
+import { callHash } from '../src/model/call.js';
+import { FANOUT_GROUP, InboundLog } from '../queues/inbound.js';
+import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
+import { startLogFanOut } from '../workers/fanout.js';
+import { sampleCall } from './support/calls.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+
+const log = createLogger({ level: 'silent' });
+
+describe('inbound log', () => {
+  const prefixes: string[] = [];
+  const conns: Redis[] = [];
+  const connect = (producer = false) => {
+    const r = producer
+      ? new Redis(REDIS_URL, { maxRetriesPerRequest: 1, enableOfflineQueue: false })
+      : new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+    conns.push(r);
+    return r;
+  };
+  const fresh = (name: string) => {
+    const prefix = uniquePrefix(name);
+    prefixes.push(prefix);
+    return prefix;
+  };
+  after(async () => {
+    for (const c of conns) c.disconnect();
+    for (const p of prefixes) await cleanupPrefix(p);
+  });
+
+  test('calls accepted in one turn are stored in one batch, in order, duplicates (also within the batch) once', async () => {
+    const prefix = fresh('log-batch');
+    const redis = connect(true);
+    await new Promise((r) => redis.once('ready', r));
+    const inbound = new InboundLog(redis, prefix);
+    const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 2000 });
+    const calls = Array.from({ length: 300 }, (_, i) => sampleCall(`batch-${i}`));
+    // The 300 plus a repeat of call 7 in the same turn.
+    const results = await Promise.all([...calls, calls[7]!].map((c) => acceptor.accept(c)));
+    assert.equal(results.filter((r) => r.duplicate).length, 1);
+    assert.deepEqual(results[300], { id: results[7]!.id, duplicate: true });
+    const entries = await inbound.entries();
+    assert.equal(entries.length, 300);
+    assert.deepEqual(
+      entries.map((e) => e.call?.callId),
+      calls.map((c) => c.callId),
+      'the log keeps the order calls were accepted in',
+    );
+    assert.deepEqual(
+      entries.map((e) => e.id),
+      results.slice(0, 300).map((r) => r.id),
+      'each entry carries the id its 202 answered',
+    );
+    // A later delivery inside the window is a duplicate with the first id; the record is unchanged.
+    const again = await acceptor.accept(calls[0]!);
+    assert.deepEqual(again, { id: results[0]!.id, duplicate: true });
+    assert.equal(await inbound.length(), 300);
+  });
+
+  test('after the deduplication window the same call is accepted again', async () => {
+    const prefix = fresh('log-window');
+    const redis = connect(true);
+    await new Promise((r) => redis.once('ready', r));
+    const inbound = new InboundLog(redis, prefix);
+    const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 100, timeoutMs: 2000 });
+    const first = await acceptor.accept(sampleCall('window-1'));
+    assert.equal((await acceptor.accept(sampleCall('window-1'))).duplicate, true);
+    await new Promise((r) => setTimeout(r, 150));
+    const later = await acceptor.accept(sampleCall('window-1'));
+    assert.equal(later.duplicate, false);
+    assert.notEqual(later.id, first.id);
+    assert.equal(await inbound.length(), 2);
+  });
+
+  test('a reused id (the spool drainer) is kept; Redis away rejects the whole batch as unavailable', async () => {
+    const prefix = fresh('log-id');
+    const redis = connect(true);
+    await new Promise((r) => redis.once('ready', r));
+    const inbound = new InboundLog(redis, prefix);
+    const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 2000 });
+    assert.deepEqual(await acceptor.accept(sampleCall('reuse-1'), { jobId: 'spooled-id-1' }), { id: 'spooled-id-1', duplicate: false });
+    assert.equal((await inbound.find('spooled-id-1'))?.call?.callId, 'reuse-1');
+
+    const away = new Redis('redis://127.0.0.1:1', { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true, retryStrategy: () => 200 });
+    away.on('error', () => undefined);
+    const down = new InboundAcceptor(new InboundLog(away, prefix), { dedupeWindowMs: 60_000, timeoutMs: 500 });
+    const outcomes = await Promise.allSettled([down.accept(sampleCall('down-1')), down.accept(sampleCall('down-2'))]);
+    for (const o of outcomes) {
+      assert.equal(o.status, 'rejected');
+      assert.equal((o as PromiseRejectedResult).reason.name, 'QueueUnavailableError');
+    }
+    away.disconnect();
+  });
+
+  test('two take-overs racing for one entry: the loser leaves it pending with the winner', async () => {
+    const prefix = fresh('log-race');
+    const a = new InboundLog(connect(), prefix);
+    const bConn = connect();
+    const b = new InboundLog(bConn, prefix);
+    await a.ensureGroup();
+    await a.append([{ dedupeId: 'h1', id: 'race-1', call: JSON.stringify(sampleCall('race-1')) }], 60_000);
+    await a.read('died', 10, 10);
+    await new Promise((r) => setTimeout(r, 150));
+    // A claims the entry between B's look at the pending list and B's XCLAIM.
+    const xclaim = bConn.xclaim.bind(bConn);
+    let raced = false;
+    (bConn as unknown as { xclaim: unknown }).xclaim = async (...args: unknown[]) => {
+      if (!raced) {
+        raced = true;
+        assert.equal((await a.claimStale('A', 100, 10)).length, 1);
+      }
+      return (xclaim as (...x: unknown[]) => Promise<unknown>)(...args);
+    };
+    assert.deepEqual(await b.claimStale('B', 100, 10), []);
+    assert.equal(await a.pending(), 1, 'still pending (with A), not acknowledged by B');
+    // A dies too: the entry is taken over again later.
+    await new Promise((r) => setTimeout(r, 150));
+    const again = await b.claimStale('C', 100, 10);
+    assert.equal(again[0]?.entry.id, 'race-1');
+    assert.equal(again[0]?.deliveries, 2);
+  });
+
+  describe('fan-out', () => {
+    const setup = async (name: string, options: { claimIdleMs?: number; maxDeliveries?: number } = {}) => {
+      const prefix = fresh(name);
+      const producer = connect(true);
+      const worker = connect();
+      const blocking = connect();
+      await new Promise((r) => producer.once('ready', r));
+      const inbound = new InboundLog(producer, prefix);
+      const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 2000 });
+      const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: worker, prefix });
+      const crm = new Queue<SinkDeliverJob>(sinkQueueName('crm'), { connection: worker, prefix });
+      const deadLetters = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: worker, prefix });
+      const start = () =>
+        startLogFanOut({
+          inbound: new InboundLog(worker, prefix),
+          blocking,
+          deadLetters,
+          // Every call to the archive; calls of agent-crm also to the CRM.
+          routes: [
+            { when: [{}], to: ['archive'] },
+            { when: [{ agent: ['agent-crm'] }], to: ['crm'] },
+          ],
+          sinkQueues: new Map([
+            ['archive', archive],
+            ['crm', crm],
+          ]),
+          // The CRM does not read the original payload: its jobs go without it.
+          withoutRaw: new Set(['crm']),
+          log,
+          blockMs: 200,
+          ...options,
+        });
+      const close = async () => Promise.all([archive.close(), crm.close(), deadLetters.close()]);
+      return { prefix, producer, worker, inbound, acceptor, archive, crm, deadLetters, start, close };
+    };
+
+    test('each entry becomes one job per routed sink (id = call hash, original payload only where read), then leaves the log', async () => {
+      const s = await setup('fan-basic');
+      const fanOut = s.start();
+      const calls = Array.from({ length: 120 }, (_, i) => sampleCall(`fan-${i}`, { agentId: i % 3 === 0 ? 'agent-crm' : 'agent-1' }));
+      await Promise.all(calls.map((c) => s.acceptor.accept(c)));
+      await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log to drain' });
+      await fanOut.close();
+      const archived = await s.archive.getJobs(['waiting'], 0, -1, true);
+      const crm = await s.crm.getJobs(['waiting'], 0, -1, true);
+      assert.equal(archived.length, 120);
+      assert.equal(crm.length, 40);
+      assert.deepEqual(
+        archived.map((j) => j.data.call.callId),
+        calls.map((c) => c.callId),
+        'sink jobs in the order the calls were accepted',
+      );
+      for (const j of [...archived, ...crm]) assert.equal(j.id, callHash(j.data.call.key));
+      assert.ok(archived.every((j) => j.data.call.raw !== null && typeof j.data.call.raw === 'object'), 'the archive gets the original payload');
+      assert.ok(crm.every((j) => j.data.call.raw === null), 'sinks that do not read it get the call without it');
+      assert.equal(await s.inbound.pending(), 0);
+      assert.equal(await s.deadLetters.count(), 0);
+      // The consumer left the group on a clean stop.
+      const consumers = (await s.worker.xinfo('CONSUMERS', s.inbound.key, FANOUT_GROUP)) as unknown[];
+      assert.equal(consumers.length, 0);
+      await s.close();
+    });
+
+    test('entries a dead fan-out read and never acknowledged are taken over, without duplicate sink jobs', async () => {
+      const s = await setup('fan-takeover', { claimIdleMs: 300 });
+      const calls = Array.from({ length: 30 }, (_, i) => sampleCall(`take-${i}`));
+      await Promise.all(calls.map((c) => s.acceptor.accept(c)));
+      // A fan-out that reads ten entries, adds the sink job of the first five, then dies.
+      await s.inbound.ensureGroup();
+      const taken = await s.inbound.read('dead-consumer', 10, 100);
+      assert.equal(taken.length, 10);
+      for (const e of taken.slice(0, 5)) await s.archive.add('sink.deliver', { kind: 'sink.deliver', sink: 'archive', call: e.call! }, { jobId: callHash(e.call!.key) });
+      const fanOut = s.start();
+      await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log to drain, taken-over entries included' });
+      await fanOut.close();
+      const jobs = await s.archive.getJobs(['waiting'], 0, -1);
+      assert.equal(jobs.length, 30, 'one job per call, none twice');
+      assert.deepEqual(new Set(jobs.map((j) => j.data.call.callId)), new Set(calls.map((c) => c.callId)));
+      assert.equal(await s.inbound.pending(), 0);
+      await s.close();
+    });
+
+    test('an unreadable entry, or one redelivered too often, goes to the inbound dead letters; the rest flows', async () => {
+      const s = await setup('fan-dead', { claimIdleMs: 200, maxDeliveries: 2 });
+      await s.acceptor.accept(sampleCall('ok-1'));
+      await s.producer.xadd(s.inbound.key, '*', 'id', 'garbage-1', 'call', '{"not": "a call"');
+      await s.acceptor.accept(sampleCall('ok-2'));
+      await s.inbound.ensureGroup();
+      // A poison entry: read and abandoned three times (delivery count 3 > maxDeliveries 2).
+      await s.acceptor.accept(sampleCall('poison-1'));
+      const [poison] = (await s.inbound.entries()).slice(-1);
+      for (let i = 0; i < 3; i++) {
+        if (i === 0) await s.inbound.read('crashing', 10, 100);
+        else await s.worker.xclaim(s.inbound.key, FANOUT_GROUP, 'crashing', 0, poison!.entryId);
+      }
+      // The other entries were read by "crashing" once: they are taken over and fanned out.
+      const fanOut = s.start();
+      await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log to drain' });
+      await fanOut.close();
+      const archived = (await s.archive.getJobs(['waiting'], 0, -1)).map((j) => j.data.call.callId).sort();
+      assert.deepEqual(archived, ['ok-1', 'ok-2']);
+      const dead = await s.deadLetters.getJobs(['waiting'], 0, -1);
+      const byId = new Map(dead.map((j) => [j.id, j.data]));
+      assert.equal(byId.size, 2);
+      assert.equal(byId.get('garbage-1')?.call, null);
+      assert.match(byId.get('garbage-1')?.reason ?? '', /not a readable call record/);
+      assert.equal(byId.get(poison!.id)?.call?.callId, 'poison-1');
+      assert.match(byId.get(poison!.id)?.reason ?? '', /delivered to the fan-out 3 times/);
+      await s.close();
+    });
+  });
+});
