@@ -40,5 +40,6 @@ EXPOSE 3000 9464
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 CMD ["node", "bin/healthcheck.js"]
 # callsync handles SIGTERM itself: 503 for new requests, active jobs finish within SHUTDOWN_GRACE_MS.
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["node", "bin/callsync.js"]
+# A smaller young generation: same CPU per webhook, ~25 MB less resident memory (docs/performance.md).
+ENTRYPOINT ["node", "--max-semi-space-size=8", "bin/callsync.js"]
 CMD ["start"]

@@ -12,9 +12,12 @@
 //                      BENCH_CONCURRENCY at once, BENCH_CEILING_N calls (default 2000) — what the
 //                      archive sink could reach on this machine
 //   BENCH_CPU_PROF=1   profile the ingress and the workers and print where their time goes
+//   BENCH_CALLSYNC_NODE_OPTIONS='--max-semi-space-size=16'   Node flags of the callsync processes
+//                      instead of the ones `npm start` uses (package.json)
 //
-// Acknowledgement time is the inbound job's timestamp (set when the ingress stores it, just before
-// the 202); "done" is the latest `finishedOn` of the call's three sink jobs. Both come from Redis.
+// Acknowledgement time is the call's `receivedAt` (set by the ingress just before it stores the call
+// and answers 202; carried in every sink job); "done" is the latest `finishedOn` of the call's three
+// sink jobs. Both come from Redis.
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -35,6 +38,8 @@ const RATE = process.env.BENCH_RATE ? Number(process.env.BENCH_RATE) : undefined
 const CEILING = process.env.BENCH_CEILING === '1';
 const CEILING_N = Number(process.env.BENCH_CEILING_N ?? 2000);
 const SINKS = ['archive', 'crm', 'sms'];
+/** The Node flags `npm start` runs callsync with (package.json "start"). */
+const CALLSYNC_NODE_OPTIONS = '--max-semi-space-size=8';
 
 async function main(): Promise<void> {
   const work = await mkdtemp(join(tmpdir(), 'callsync-e2e-'));
@@ -76,6 +81,8 @@ routes:
       // Workers serve /metrics on 9464 by default: two on one machine would collide (the second exits).
       OPS_PORT: 'off',
       LOG_LEVEL: 'info',
+      // Node flags of the callsync processes (A/B, e.g. `--max-semi-space-size=16`); default: as `npm start` runs them.
+      NODE_OPTIONS: process.env.BENCH_CALLSYNC_NODE_OPTIONS ?? CALLSYNC_NODE_OPTIONS,
     };
     const prof = PROFILE ? work : undefined;
     const roles = [

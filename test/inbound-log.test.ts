@@ -5,13 +5,14 @@ import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
-import { InboundAcceptor } from '../src/ingress/accept.js';
+import { InboundAcceptor, serializeCall } from '../src/ingress/accept.js';
+import { normalizeWebhook } from '../src/model/webhook.js';
 import { createLogger } from '../src/log.js';
 import { callHash } from '../src/model/call.js';
 import { FANOUT_GROUP, InboundLog } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { startLogFanOut } from '../workers/fanout.js';
-import { sampleCall } from './support/calls.js';
+import { sampleCall, webhookPayload } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
 const log = createLogger({ level: 'silent' });
@@ -63,6 +64,13 @@ describe('inbound log', () => {
     const again = await acceptor.accept(calls[0]!);
     assert.deepEqual(again, { id: results[0]!.id, duplicate: true });
     assert.equal(await inbound.length(), 300);
+  });
+
+  test('the request body is stored as received, as the same JSON value as the parsed payload', () => {
+    for (const text of [JSON.stringify(webhookPayload('raw-1')), JSON.stringify(webhookPayload('raw-2'), null, 2), '{"version":"v1","call":{"id":"raw-3","from":"+492116355340","to":"+4921155550100","startTime":1775642400000,"endTime":1775642460000,"duration":60,"direction":"in","users":[]},"x":"\\u00e9\\"}"}']) {
+      const call = normalizeWebhook(JSON.parse(text), { agentId: 'a-1', receivedAt: new Date('2026-04-08T10:00:00Z') });
+      assert.deepEqual(JSON.parse(serializeCall(call, text)), JSON.parse(JSON.stringify(call)));
+    }
   });
 
   test('after the deduplication window the same call is accepted again', async () => {

@@ -10,10 +10,14 @@ export function createDeliverProcessor(sink: Sink, log: Logger) {
   return async function deliver(job: Job<SinkDeliverJob>, signal: AbortSignal): Promise<SinkResult> {
     const call = job.data?.call;
     if (!call || typeof call.key !== 'string') throw new PermanentError('sink job carries no canonical call record');
+    let jobLog: Logger | undefined;
     return sink.deliver(call, {
       jobId: job.id ?? '',
       attempt: job.attemptsMade + 1,
-      log: log.child({ sink: sink.name, jobId: job.id }),
+      // Built when the sink first logs: most deliveries log nothing at info.
+      get log() {
+        return (jobLog ??= log.child({ sink: sink.name, jobId: job.id }));
+      },
       signal,
     });
   };

@@ -79,7 +79,8 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
     queueName,
     async (job: Job<T>, token: string | undefined, signal?: AbortSignal) => {
       const started = Date.now();
-      const jobLog = log.child({ jobId: job.id, attempt: job.attemptsMade + 1 });
+      // Built only when a failure is logged: a pino child per job costs more than the job's bookkeeping.
+      const jobLog = () => log.child({ jobId: job.id, attempt: job.attemptsMade + 1 });
       try {
         const result = await processor(job, signal ?? new AbortController().signal);
         options.events?.completed?.(queueName, job, Date.now() - started);
@@ -87,14 +88,14 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
       } catch (err) {
         const kind = classify(err);
         if (kind === 'permanent') {
-          jobLog.warn({ reason: describe(err) }, 'permanent failure: dead-lettered');
+          jobLog().warn({ reason: describe(err) }, 'permanent failure: dead-lettered');
           throw new UnrecoverableError(describe(err));
         }
         if (kind === 'retry-later' && err instanceof RetryLaterError) {
           const deferrals = job.attemptsStarted - job.attemptsMade;
           if (deferrals <= MAX_DEFERRALS) {
             options.events?.deferred?.(queueName, job, err.delayMs, err.scope);
-            jobLog.info({ delayMs: err.delayMs, scope: err.scope, status: err.status }, 'remote asked to wait');
+            jobLog().info({ delayMs: err.delayMs, scope: err.scope, status: err.status }, 'remote asked to wait');
             if (err.scope === 'queue') {
               await worker.rateLimit(err.delayMs);
               throw Worker.RateLimitError();
@@ -105,13 +106,13 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
         }
         if (kind === 'auth') {
           const reason = describe(err);
-          jobLog.error({ reason }, 'credentials rejected: pausing the queue until an operator resumes it');
+          jobLog().error({ reason }, 'credentials rejected: pausing the queue until an operator resumes it');
           options.events?.paused?.(queueName, reason);
           await queue.pause();
           await job.moveToDelayed(Date.now() + 1000, token);
           throw new DelayedError();
         }
-        jobLog.warn({ reason: describe(err), status: err instanceof SinkError ? err.status : undefined }, 'transient failure: will retry');
+        jobLog().warn({ reason: describe(err), status: err instanceof SinkError ? err.status : undefined }, 'transient failure: will retry');
         throw err;
       }
     },

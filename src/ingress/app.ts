@@ -66,7 +66,8 @@ export function createIngressApp(deps: IngressDeps): Hono {
       if (err instanceof InvalidPayloadError) throw new ApiError(400, err.detail, { pointer: err.pointer });
       throw err;
     }
-    const result = await deps.acceptor.accept(call);
+    // The payload is stored as received (normalizeWebhook keeps the parsed body as `raw`).
+    const result = await deps.acceptor.accept(call, { rawJson: c.get('jsonText') });
     deps.events?.accepted?.(result.duplicate);
     if (result.duplicate) deps.log.info({ jobId: result.id, agentId }, 'duplicate webhook acknowledged');
     return c.json(result.spooled ? { id: result.id, duplicate: result.duplicate, spooled: true } : { id: result.id, duplicate: result.duplicate }, 202);

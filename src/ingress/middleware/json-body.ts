@@ -11,6 +11,8 @@ export interface JsonBodyOptions {
 declare module 'hono' {
   interface ContextVariableMap {
     jsonBody: unknown;
+    /** The body text `jsonBody` was parsed from. */
+    jsonText: string;
   }
 }
 
@@ -53,7 +55,7 @@ export function jsonBody(options: JsonBodyOptions): MiddlewareHandler {
         parts.push(value);
       }
     }
-    const text = Buffer.concat(parts, size).toString('utf8');
+    const text = (parts.length === 1 ? Buffer.from(parts[0]!.buffer, parts[0]!.byteOffset, parts[0]!.byteLength) : Buffer.concat(parts, size)).toString('utf8');
     if (text.trim() === '') throw new ApiError(400, 'request body is empty', { pointer: '' });
     let parsed: unknown;
     try {
@@ -62,6 +64,7 @@ export function jsonBody(options: JsonBodyOptions): MiddlewareHandler {
       throw new ApiError(400, `request body is not valid JSON: ${(err as Error).message}`, { pointer: '' });
     }
     c.set('jsonBody', parsed);
+    c.set('jsonText', text);
     await next();
   };
 }
