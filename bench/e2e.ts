@@ -137,8 +137,15 @@ routes:
       ackAt.set(h, Date.parse((JSON.parse(data) as { call: { receivedAt: string } }).call.receivedAt));
     }
     const doneAt = new Map<string, number>();
+    const perSink: Record<string, unknown>[] = [];
     for (const s of SINKS) {
-      for (const [h, at] of await fieldOf(sinkQueueName(s), hashes, 'finishedOn')) doneAt.set(h, Math.max(doneAt.get(h) ?? 0, Number(at)));
+      const own: number[] = [];
+      for (const [h, at] of await fieldOf(sinkQueueName(s), hashes, 'finishedOn')) {
+        doneAt.set(h, Math.max(doneAt.get(h) ?? 0, Number(at)));
+        own.push(Number(at) - ackAt.get(h)!);
+      }
+      own.sort((a, b) => a - b);
+      perSink.push({ sink: s, 'ack->done p50 ms': percentile(own, 50), 'p90 ms': percentile(own, 90), 'p99 ms': percentile(own, 99), 'max ms': own[own.length - 1] });
     }
     const latencies = hashes.map((h) => doneAt.get(h)! - ackAt.get(h)!).filter(Number.isFinite).sort((a, b) => a - b);
     const firstAck = Math.min(...ackAt.values());
@@ -161,6 +168,8 @@ routes:
     };
     printTable([summary]);
     console.log('');
+    printTable(perSink);
+    console.log('');
     printTable([rss]);
     const ceiling = CEILING ? await s3Ceiling(r.s3Env, Number(CONCURRENCY), Math.min(CEILING_N, 20_000)) : undefined;
     if (ceiling) {
@@ -168,7 +177,7 @@ routes:
       printTable([ceiling]);
     }
     console.log(`\nremote side: ${JSON.stringify(stats)}  (sink jobs per sink: ${ingress.ok}; ack phase ${round((acked - started) / 1000, 1)} s)`);
-    console.log(`\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary, peakRssMb: rss, remote: stats, ceiling })}`);
+    console.log(`\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary, perSink, peakRssMb: rss, remote: stats, ceiling })}`);
   } finally {
     for (const p of procs.reverse()) await p.stop().catch(() => undefined);
     if (PROFILE) console.log(`\n${await summariseProfiles(work)}`);
