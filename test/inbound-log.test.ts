@@ -32,17 +32,21 @@ describe('inbound log', () => {
     prefixes.push(prefix);
     return prefix;
   };
+  /** A log under a fresh prefix on a producer connection (fails fast, as the ingress'), and its acceptor. */
+  const store = async (name: string, dedupeWindowMs: number) => {
+    const prefix = fresh(name);
+    const redis = connect(true);
+    await new Promise((r) => redis.once('ready', r));
+    const inbound = new InboundLog(redis, prefix);
+    return { prefix, redis, inbound, acceptor: new InboundAcceptor(inbound, { dedupeWindowMs, timeoutMs: 2000 }) };
+  };
   after(async () => {
     for (const c of conns) c.disconnect();
     for (const p of prefixes) await cleanupPrefix(p);
   });
 
   test('calls accepted in one turn are stored in one batch, in order, duplicates (also within the batch) once', async () => {
-    const prefix = fresh('log-batch');
-    const redis = connect(true);
-    await new Promise((r) => redis.once('ready', r));
-    const inbound = new InboundLog(redis, prefix);
-    const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 2000 });
+    const { inbound, acceptor } = await store('log-batch', 60_000);
     const calls = Array.from({ length: 300 }, (_, i) => sampleCall(`batch-${i}`));
     // The 300 plus a repeat of call 7 in the same turn.
     const results = await Promise.all([...calls, calls[7]!].map((c) => acceptor.accept(c)));
@@ -74,11 +78,7 @@ describe('inbound log', () => {
   });
 
   test('after the deduplication window the same call is accepted again', async () => {
-    const prefix = fresh('log-window');
-    const redis = connect(true);
-    await new Promise((r) => redis.once('ready', r));
-    const inbound = new InboundLog(redis, prefix);
-    const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 100, timeoutMs: 2000 });
+    const { inbound, acceptor } = await store('log-window', 100);
     const first = await acceptor.accept(sampleCall('window-1'));
     assert.equal((await acceptor.accept(sampleCall('window-1'))).duplicate, true);
     await new Promise((r) => setTimeout(r, 150));
@@ -89,11 +89,7 @@ describe('inbound log', () => {
   });
 
   test('a reused id (the spool drainer) is kept; Redis away rejects the whole batch as unavailable', async () => {
-    const prefix = fresh('log-id');
-    const redis = connect(true);
-    await new Promise((r) => redis.once('ready', r));
-    const inbound = new InboundLog(redis, prefix);
-    const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 2000 });
+    const { prefix, inbound, acceptor } = await store('log-id', 60_000);
     assert.deepEqual(await acceptor.accept(sampleCall('reuse-1'), { jobId: 'spooled-id-1' }), { id: 'spooled-id-1', duplicate: false });
     assert.equal((await inbound.find('spooled-id-1'))?.call?.callId, 'reuse-1');
 

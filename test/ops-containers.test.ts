@@ -73,7 +73,11 @@ describe('Dockerfile', () => {
     assert.doesNotMatch(lines[user]!, /^USER\s+(root|0)\b/);
     assert.match(dockerfile, /^HEALTHCHECK .*CMD \["node", "bin\/healthcheck.js"\]/m);
     assert.match(dockerfile, /^STOPSIGNAL SIGTERM/m);
-    assert.match(dockerfile, /^ENTRYPOINT \["node", "bin\/callsync.js"\]/m);
+    // node with its flags (the same as `npm start`'s), then the launcher.
+    assert.match(dockerfile, /^ENTRYPOINT \["node", ("--[a-z-]+=\d+", )*"bin\/callsync.js"\]/m);
+    const startScript = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> }).scripts.start!;
+    const imageFlags = /^ENTRYPOINT \["node", (.*)"bin\/callsync.js"\]/m.exec(dockerfile)![1]!.match(/--[a-z-]+=\d+/g) ?? [];
+    assert.deepEqual(imageFlags, startScript.match(/--[a-z-]+=\d+/g) ?? [], 'the image runs Node with the flags npm start uses');
   });
 
   test('copies only paths that exist and that .dockerignore keeps', () => {
