@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { loadConfig } from '../src/config/index.js';
 import { describe, test } from 'node:test';
-import { truncateText } from '../src/sinks/notify/message.js';
+import { textLength, truncateText } from '../src/sinks/notify/message.js';
 import { quietHoursEnd } from '../src/sinks/notify/time.js';
 import { escapeHtml, renderTemplate, templateFields } from '../src/sinks/template.js';
 
@@ -39,6 +39,17 @@ describe('SMS cut', () => {
     const cut = truncateText(emoji, 10);
     assert.equal(cut, `${'👍🏽'.repeat(9)}…`);
     assert.ok(truncateText('x'.repeat(100), 20).length === 20);
+  });
+});
+
+describe('text length', () => {
+  test('counts user-perceived characters, with a shortcut for plain ASCII', () => {
+    assert.equal(textLength('Thanks for calling.\tAgreed: a visit'), 35);
+    assert.equal(textLength('two\nlines'), 9);
+    assert.equal(textLength('a\r\nb'), 3, 'CR LF is one character');
+    assert.equal(textLength('Grüße 👋🏽'), 7, 'an accented letter and an emoji with a skin tone count once');
+    assert.equal(textLength('e\u0301'), 1, 'a letter with a combining accent counts once');
+    assert.equal(textLength(''), 0);
   });
 });
 

@@ -72,8 +72,12 @@ export function messageFields(call: CanonicalCall, timeZone: string): Record<Mes
 
 const segmenter = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
 
+/** Printable ASCII, tab and line feed: one grapheme per code unit (only CR LF would join two). */
+const ONE_UNIT_GRAPHEMES = /^[\x20-\x7e\t\n]*$/;
+
 /** Length in user-perceived characters (an emoji or an accented letter counts once). */
 export function textLength(text: string): number {
+  if (ONE_UNIT_GRAPHEMES.test(text)) return text.length;
   let n = 0;
   for (const _ of segmenter.segment(text)) n++;
   return n;
