@@ -1,27 +1,16 @@
 // One pino logger for the process. Secrets and transcript text are redacted by path; phone
 // numbers are masked wherever they are logged (use maskPhone on any number you log).
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { pino, type Logger } from 'pino';
 
 export type { Logger };
 
-/** Fields added to every line logged inside a request or a job (`requestId`, `jobId`). */
-export type LogContext = Record<string, string | undefined>;
-const logContext = new AsyncLocalStorage<LogContext>();
-
-/** Runs `fn` so that every line it logs, through any logger, carries `fields`. */
-export function withLogContext<T>(fields: LogContext, fn: () => T): T {
-  return logContext.run({ ...logContext.getStore(), ...fields }, fn);
-}
-
-/** Adds the context's fields unless the logger's own bindings already carry them (no duplicate keys). */
-function contextMixin(_merge: object, _level: number, logger: Logger): object {
-  const store = logContext.getStore();
-  if (!store) return {};
-  const bindings = String((logger as unknown as Record<symbol, unknown>)[pino.symbols.chindingsSym] ?? '');
-  const out: Record<string, string> = {};
-  for (const [k, v] of Object.entries(store)) if (v !== undefined && !bindings.includes(`"${k}":`)) out[k] = v;
-  return out;
+/**
+ * The logger for lines about one HTTP request: with its id (set by the request-context middleware),
+ * built only when a line is logged. An explicit logger rather than AsyncLocalStorage, whose promise
+ * hooks cost the ingress ~11 % of its CPU per webhook on Node 20 (docs/performance.md).
+ */
+export function requestLog(log: Logger, requestId: string | undefined): Logger {
+  return requestId === undefined ? log : log.child({ requestId });
 }
 
 /** Paths never written to logs, whatever object they appear in. */
@@ -58,7 +47,6 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       level: options.level ?? process.env.LOG_LEVEL ?? 'info',
       base: { service: 'callsync' },
       redact: { paths: redactPaths, censor: '[redacted]' },
-      mixin: contextMixin,
       timestamp: pino.stdTimeFunctions.isoTime,
     },
     options.destination ?? process.stdout,

@@ -3,6 +3,7 @@
 import { Hono, type MiddlewareHandler } from 'hono';
 import { every } from 'hono/combine';
 import type { Logger } from 'pino';
+import { requestLog } from '../log.js';
 import { InvalidPayloadError, normalizeWebhook } from '../model/webhook.js';
 import { QueueUnavailableError, type CallAcceptor } from './accept.js';
 import { ApiError, errorBody } from './errors.js';
@@ -29,6 +30,13 @@ export interface IngressDeps {
   remoteAddress?: Parameters<typeof ipAllow>[0]['remoteAddress'];
   /** Extra middleware run first on every request (e.g. request ids, metrics, shutdown gate). */
   before?: MiddlewareHandler[];
+}
+
+declare module 'hono' {
+  interface ContextVariableMap {
+    /** The request's id (src/ops/request-context.ts), when that middleware runs. */
+    requestId: string;
+  }
 }
 
 const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
@@ -69,7 +77,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
     // The payload is stored as received (normalizeWebhook keeps the parsed body as `raw`).
     const result = await deps.acceptor.accept(call, { rawJson: c.get('jsonText') });
     deps.events?.accepted?.(result.duplicate);
-    if (result.duplicate) deps.log.info({ jobId: result.id, agentId }, 'duplicate webhook acknowledged');
+    if (result.duplicate) requestLog(deps.log, c.get('requestId')).info({ jobId: result.id, agentId }, 'duplicate webhook acknowledged');
     return c.json(result.spooled ? { id: result.id, duplicate: result.duplicate, spooled: true } : { id: result.id, duplicate: result.duplicate }, 202);
   };
 
@@ -92,11 +100,11 @@ export function createIngressApp(deps: IngressDeps): Hono {
     }
     if (err instanceof QueueUnavailableError) {
       deps.events?.rejected?.(503, 'queue-unavailable');
-      deps.log.error({ err: { message: err.message } }, 'webhook not acknowledged: queue unavailable');
+      requestLog(deps.log, c.get('requestId')).error({ err: { message: err.message } }, 'webhook not acknowledged: queue unavailable');
       return c.json(errorBody(503, 'the event could not be stored; retry later'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
     }
     deps.events?.rejected?.(500, 'internal');
-    deps.log.error({ err }, 'unexpected error in ingress');
+    requestLog(deps.log, c.get('requestId')).error({ err }, 'unexpected error in ingress');
     return c.json(errorBody(500, 'internal error'), 500);
   });
 

@@ -5,6 +5,7 @@ import { Hono, type MiddlewareHandler } from 'hono';
 import type { Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import { errorBody } from '../ingress/errors.js';
+import { requestLog } from '../log.js';
 import { renderMetrics } from '../metrics.js';
 import { authConfigured, operatorAuth, type OperatorAuthOptions } from './auth.js';
 
@@ -70,7 +71,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
 
   app.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));
   app.onError((err, c) => {
-    options.log.error({ err }, 'unexpected error in ops endpoint');
+    requestLog(options.log, c.get('requestId')).error({ err }, 'unexpected error in ops endpoint');
     return c.json(errorBody(500, 'internal error'), 500);
   });
 

@@ -1,10 +1,10 @@
 // Gives every HTTP request an id (the caller's `X-Request-Id` when it is sane, else a new one),
-// puts it on every line logged while the request runs, answers with it, and logs one access line
-// (at debug for probes, scrapes and accepted webhooks; at info otherwise).
+// puts it on the context (`c.get('requestId')`: handlers log with `requestLog(log, id)`), answers
+// with it, and logs one access line (at debug for probes, scrapes and accepted webhooks; at info
+// otherwise).
 import { randomUUID } from 'node:crypto';
 import type { MiddlewareHandler } from 'hono';
 import type { Logger } from 'pino';
-import { withLogContext } from '../log.js';
 
 export interface RequestContextOptions {
   log: Logger;
@@ -28,23 +28,21 @@ export function requestContext(options: RequestContextOptions): MiddlewareHandle
   return async function requestContextMiddleware(c, next) {
     const incoming = c.req.header(header);
     const requestId = incoming && SANE_ID.test(incoming) ? incoming : randomUUID();
-    c.set('requestId' as never, requestId as never);
+    c.set('requestId', requestId);
     const started = performance.now();
     // Set before the handler answers, so c.json() builds the response with it. Setting a header on a
     // finished response makes Hono copy it, which turns @hono/node-server's cached answer into a web
     // Response with a stream (~30 µs a request); only raw responses (the ops app) still need that.
     c.header(header, requestId);
-    await withLogContext({ requestId }, async () => {
-      try {
-        await next();
-      } finally {
-        if (c.res.headers.get(header) !== requestId) c.header(header, requestId);
-        const path = c.req.path;
-        const status = c.res.status;
-        const line = { requestId, method: c.req.method, path, status, ms: Math.round(performance.now() - started) };
-        if (quiet.has(path) || (status < 400 && quietOk.some((p) => path.startsWith(p)))) options.log.debug(line, 'request');
-        else options.log.info(line, 'request');
-      }
-    });
+    try {
+      await next();
+    } finally {
+      if (c.res.headers.get(header) !== requestId) c.header(header, requestId);
+      const path = c.req.path;
+      const status = c.res.status;
+      const line = { requestId, method: c.req.method, path, status, ms: Math.round(performance.now() - started) };
+      if (quiet.has(path) || (status < 400 && quietOk.some((p) => path.startsWith(p)))) options.log.debug(line, 'request');
+      else options.log.info(line, 'request');
+    }
   };
 }
