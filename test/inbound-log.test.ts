@@ -77,6 +77,19 @@ describe('inbound log', () => {
     }
   });
 
+  test('a turn with more calls than one batch holds (by count or size) is stored in several, still in order', async () => {
+    const { inbound } = await store('log-split', 60_000);
+    for (const limits of [{ maxBatch: 7 }, { maxBatchChars: 20_000 }]) {
+      const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 2000, ...limits });
+      const tag = Object.keys(limits)[0]!;
+      const calls = Array.from({ length: 50 }, (_, i) => sampleCall(`split-${tag}-${i}`));
+      const results = await Promise.all(calls.map((c) => acceptor.accept(c)));
+      assert.ok(results.every((r) => !r.duplicate));
+      const stored = (await inbound.entries()).filter((e) => e.call?.callId.startsWith(`split-${tag}-`));
+      assert.deepEqual(stored.map((e) => e.id), results.map((r) => r.id), tag);
+    }
+  });
+
   test('after the deduplication window the same call is accepted again', async () => {
     const { inbound, acceptor } = await store('log-window', 100);
     const first = await acceptor.accept(sampleCall('window-1'));

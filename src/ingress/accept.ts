@@ -49,6 +49,8 @@ export interface InboundAcceptorOptions {
   timeoutMs: number;
   /** Most calls stored with one script call. Default 256. */
   maxBatch?: number;
+  /** A batch is sent as soon as its records reach this many characters. Default 4 Mi. */
+  maxBatchChars?: number;
 }
 
 export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
@@ -80,13 +82,16 @@ interface Waiting {
  */
 export class InboundAcceptor implements CallAcceptor {
   private batch: Waiting[] = [];
+  private batchChars = 0;
   private readonly maxBatch: number;
+  private readonly maxBatchChars: number;
 
   constructor(
     private readonly log: InboundLog,
     private readonly options: InboundAcceptorOptions,
   ) {
     this.maxBatch = options.maxBatch ?? 256;
+    this.maxBatchChars = options.maxBatchChars ?? 4 * 1024 * 1024;
   }
 
   accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult> {
@@ -94,9 +99,11 @@ export class InboundAcceptor implements CallAcceptor {
     // A fresh id per delivery: the script answers a duplicate with the first delivery's id.
     const id = options?.jobId ?? `${dedupeId}-${PROCESS_TAG}${(++sequence).toString(36)}`;
     return new Promise<AcceptResult>((resolve, reject) => {
-      this.batch.push({ item: { dedupeId, id, call: serializeCall(call, options?.rawJson) }, resolve, reject });
-      if (this.batch.length === 1) setImmediate(() => this.flush());
-      else if (this.batch.length >= this.maxBatch) this.flush();
+      const item = { dedupeId, id, call: serializeCall(call, options?.rawJson) };
+      this.batch.push({ item, resolve, reject });
+      this.batchChars += item.call.length;
+      if (this.batch.length >= this.maxBatch || this.batchChars >= this.maxBatchChars) this.flush();
+      else if (this.batch.length === 1) setImmediate(() => this.flush());
     });
   }
 
@@ -104,6 +111,7 @@ export class InboundAcceptor implements CallAcceptor {
     const batch = this.batch;
     if (batch.length === 0) return;
     this.batch = [];
+    this.batchChars = 0;
     withTimeout(
       this.log.append(
         batch.map((w) => w.item),
