@@ -10,14 +10,18 @@
 import type { Redis } from 'ioredis';
 import type { CanonicalCall } from '../src/model/call.js';
 
-/** Key of the stream, under the queue prefix (same hash slot as the queues with a `{tag}` prefix). */
+// The keys sit beside the queues (same hash slot with a `{tag}` prefix) but outside every queue's
+// own namespace (`<prefix>:<queue>:…`), so that cleaning or obliterating a queue — the dead-letter
+// queue `inbound` included — never touches the log.
+
+/** Key of the stream. */
 export function inboundStreamKey(prefix: string): string {
-  return `${prefix}:inbound:log`;
+  return `${prefix}:inbound-log`;
 }
 
-/** Prefix of the deduplication keys: `<prefix>:inbound:seen:<call hash>` -> id of the first delivery. */
+/** Prefix of the deduplication keys: `<prefix>:inbound-seen:<call hash>` -> id of the first delivery. */
 export function inboundSeenPrefix(prefix: string): string {
-  return `${prefix}:inbound:seen:`;
+  return `${prefix}:inbound-seen:`;
 }
 
 /** The consumer group of the fan-out. */

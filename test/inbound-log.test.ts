@@ -9,7 +9,7 @@ import { InboundAcceptor, serializeCall } from '../src/ingress/accept.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
 import { createLogger } from '../src/log.js';
 import { callHash } from '../src/model/call.js';
-import { FANOUT_GROUP, InboundLog } from '../queues/inbound.js';
+import { FANOUT_GROUP, inboundSeenPrefix, InboundLog } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { startLogFanOut } from '../workers/fanout.js';
 import { sampleCall, webhookPayload } from './support/calls.js';
@@ -88,6 +88,18 @@ describe('inbound log', () => {
       const stored = (await inbound.entries()).filter((e) => e.call?.callId.startsWith(`split-${tag}-`));
       assert.deepEqual(stored.map((e) => e.id), results.map((r) => r.id), tag);
     }
+  });
+
+  test('the log and its dedupe keys live outside every queue: obliterating the queue `inbound` leaves them', async () => {
+    const { prefix, redis, inbound, acceptor } = await store('log-apart', 60_000);
+    const first = await acceptor.accept(sampleCall('apart-1'));
+    const deadLetters = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: connect(), prefix });
+    await deadLetters.add('call.received', { kind: 'call.received', call: null, reason: 'test' }, { jobId: 'dl-1' });
+    await deadLetters.obliterate({ force: true });
+    await deadLetters.close();
+    assert.equal(await inbound.length(), 1);
+    assert.equal(await redis.get(`${inboundSeenPrefix(prefix)}${callHash(sampleCall('apart-1').key)}`), first.id);
+    assert.equal((await acceptor.accept(sampleCall('apart-1'))).duplicate, true);
   });
 
   test('after the deduplication window the same call is accepted again', async () => {
