@@ -190,6 +190,40 @@ test('the agent id comes from the path, else from the payload', () => {
   assert.equal(normalize(webhookPayload('p'), null).key, 'ai-agent:-:p');
 });
 
+test('users: entries that are not readable users are dropped, numbers taken as text', () => {
+  const call = normalize(webhookPayload('x', (p) => {
+    p.call.users = [
+      { userId: 42, firstName: 'Ada', lastName: null },
+      'not a user',
+      null,
+      { userId: 'u-2', firstName: { given: 'Bob' } },
+      ['u-3'],
+      { fullName: 'Grace Hopper', accountId: 7 },
+    ];
+  }));
+  assert.deepEqual(call.users, [
+    { userId: '42', accountId: null, fullUserId: null, firstName: 'Ada', lastName: null, fullName: 'Ada' },
+    { userId: null, accountId: '7', fullUserId: null, firstName: null, lastName: null, fullName: 'Grace Hopper' },
+  ]);
+});
+
+test('optional texts: numbers as their text, null and absent alike', () => {
+  const call = normalize(webhookPayload('x', (p) => {
+    p.assist.summary.content = 123;
+    p.assist.summary.keyPoints = ['one', null, 2, { k: 'v' }];
+    p.assist.callScenarios[0].name = null;
+    delete p.assist.transcription.content;
+    p.assist.transcription.chunks[0].speaker = null;
+    p.assist.transcription.chunks[0].content = 5;
+  }));
+  assert.equal(call.summary?.content, '123');
+  assert.deepEqual(call.summary?.keyPoints, ['one', '2', '{"k":"v"}']);
+  assert.equal(call.scenarios[0]?.name, '');
+  assert.equal(call.transcript?.chunks[0]?.speaker, 'unknown');
+  assert.equal(call.transcript?.chunks[0]?.content, '5');
+  assert.equal(call.transcript?.content, call.transcript?.chunks.map((c) => c.content).join('\n'));
+});
+
 test('what cannot be understood is rejected with a pointer to the field', () => {
   rejects([], '', /JSON object/);
   rejects('text', '', /JSON object/);
@@ -208,5 +242,10 @@ test('what cannot be understood is rejected with a pointer to the field', () => 
     delete p.call.duration;
   }), '/call/endTime', /missing/);
   rejects(webhookPayload('x', (p) => (p.assist.transcription.chunks = 'nope')), '/assist/transcription/chunks');
+  rejects(webhookPayload('x', (p) => (p.assist.transcription.chunks[1].startTime = 'soon')), '/assist/transcription/chunks/1/startTime', /"soon" is not a time/);
+  rejects(webhookPayload('x', (p) => (p.assist.transcription.chunks[0].endTime = { at: 1 })), '/assist/transcription/chunks/0/endTime', /expected a time/);
+  rejects(webhookPayload('x', (p) => (p.assist.transcription.chunks[0].content = ['a'])), '/assist/transcription/chunks/0/content', /expected a string/);
+  rejects(webhookPayload('x', (p) => (p.assist.summary.content = { text: 'x' })), '/assist/summary/content', /expected a string/);
+  rejects(webhookPayload('x', (p) => (p.assist.callScenarios[0].name = true)), '/assist/callScenarios/0/name', /expected a string/);
   rejects(webhookPayload('x', (p) => (p.assist.summary = 'just text')), '/assist/summary');
 });

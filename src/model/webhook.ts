@@ -26,7 +26,17 @@ export function jsonPointer(path: readonly PropertyKey[]): string {
 
 /** A string; numbers are taken as their decimal text. */
 const text = z.union([z.string(), z.number().transform(String)], { error: 'expected a string' });
-const optionalText = text.nullish().transform((v) => v ?? null);
+
+// The many optional text fields are only *checked* by zod (string, number, null or absent) and
+// converted by the normalizer below: a zod transform per field allocates its own result and
+// context objects, which made zod ~5x slower and the payload's parse allocate ~27 KB
+// (docs/performance.md).
+type TextLike = string | number | null | undefined;
+const optionalText = z
+  .custom<TextLike>((v) => v === null || v === undefined || typeof v === 'string' || typeof v === 'number', { error: 'expected a string' })
+  .optional();
+/** An optional text field's value: numbers as their decimal text, absent as null. */
+const textOf = (v: TextLike): string | null => (v === null || v === undefined ? null : typeof v === 'number' ? String(v) : v);
 
 const EPOCH_MS_MIN = 1e11; // below this a number is taken as epoch seconds (1973 in ms)
 const MAX_DATE_MS = 8.64e15;
@@ -48,19 +58,25 @@ const instant = z.union([z.number(), z.string()], { error: 'expected epoch milli
   return Math.round(ms);
 });
 
+const NUMERIC = /^\s*-?\d+(\.\d+)?\s*$/;
+
+type ChunkTime = { kind: 'absolute' | 'offset'; ms: number };
 /** A chunk time: epoch ms / ISO (absolute) or a plain small number (offset from the call's start). */
-const chunkTime = z.union([z.number(), z.string()], { error: 'expected a time' }).transform((v, ctx) => {
-  if (typeof v === 'number' || /^\s*-?\d+(\.\d+)?\s*$/.test(v)) {
+function chunkTimeOf(v: string | number | null | undefined): ChunkTime | null {
+  if (v === null || v === undefined) return null;
+  if (typeof v === 'number' || NUMERIC.test(v)) {
     const n = Number(v);
-    return n >= EPOCH_MS_MIN ? { kind: 'absolute' as const, ms: n } : { kind: 'offset' as const, ms: n };
+    return n >= EPOCH_MS_MIN ? { kind: 'absolute', ms: n } : { kind: 'offset', ms: n };
   }
-  const ms = Date.parse(v);
-  if (Number.isNaN(ms)) {
-    ctx.addIssue({ code: 'custom', message: `"${v}" is not a time` });
-    return z.NEVER;
-  }
-  return { kind: 'absolute' as const, ms };
-});
+  return { kind: 'absolute', ms: Date.parse(v) };
+}
+// Checked here, converted by chunkTimeOf (no zod transform: see optionalText).
+const chunkTime = z
+  .custom<string | number | null | undefined>(
+    (v) => v === null || v === undefined || typeof v === 'number' || (typeof v === 'string' && (NUMERIC.test(v) || !Number.isNaN(Date.parse(v)))),
+    { error: (issue) => (typeof issue.input === 'string' ? `"${issue.input}" is not a time` : 'expected a time') },
+  )
+  .optional();
 
 const number = z.union([z.number(), z.string().regex(/^\s*\d+(\.\d+)?\s*$/).transform(Number)], {
   error: 'expected a number',
@@ -83,60 +99,74 @@ const version = text.transform((v, ctx) => {
   return /^\d+$/.test(s) ? `v${s}` : s;
 });
 
-const stringList = z
-  .array(z.unknown())
-  .nullish()
-  .transform((v) => (v ?? []).filter((x) => x !== null && x !== undefined).map((x) => (typeof x === 'string' ? x : JSON.stringify(x))));
+const stringList = z.array(z.unknown()).nullish();
+/** A list of strings: nulls dropped, other values as their JSON. */
+const stringsOf = (v: unknown[] | null | undefined): string[] =>
+  (v ?? []).filter((x) => x !== null && x !== undefined).map((x) => (typeof x === 'string' ? x : JSON.stringify(x)));
 
 // ---- structure ------------------------------------------------------------------------------
 
-const user = z.looseObject({
-  userId: optionalText,
-  accountId: optionalText,
-  fullUserId: optionalText,
-  firstName: optionalText,
-  lastName: optionalText,
-  fullName: optionalText,
-});
+const USER_FIELDS = ['userId', 'accountId', 'fullUserId', 'firstName', 'lastName', 'fullName'] as const;
+const isTextLike = (v: unknown): v is TextLike => v === null || v === undefined || typeof v === 'string' || typeof v === 'number';
+
+/** The readable users of the list: objects whose name and id fields are text (or absent); others are dropped. */
+function usersOf(list: unknown[] | null | undefined): CallUser[] {
+  const users: CallUser[] = [];
+  for (const u of list ?? []) {
+    if (u === null || typeof u !== 'object' || Array.isArray(u)) continue;
+    const r = u as Record<string, unknown>;
+    if (!USER_FIELDS.every((f) => isTextLike(r[f]))) continue;
+    const firstName = textOf(r.firstName as TextLike);
+    const lastName = textOf(r.lastName as TextLike);
+    users.push({
+      userId: textOf(r.userId as TextLike),
+      accountId: textOf(r.accountId as TextLike),
+      fullUserId: textOf(r.fullUserId as TextLike),
+      firstName,
+      lastName,
+      fullName: textOf(r.fullName as TextLike) ?? ([firstName, lastName].filter(Boolean).join(' ') || null),
+    });
+  }
+  return users;
+}
 
 const summary = z.looseObject({
-  content: optionalText.transform((v) => v ?? ''),
+  content: optionalText,
   keyPoints: stringList,
   topics: stringList,
 });
 
 const smartAnswerItem = z.looseObject({
-  question: optionalText.transform((v) => v ?? ''),
-  answer: optionalText.transform((v) => v ?? ''),
+  question: optionalText,
+  answer: optionalText,
   title: optionalText,
 });
 
 const scenario = z.looseObject({
-  name: optionalText.transform((v) => v ?? ''),
+  name: optionalText,
   smartAnswers: z
     .array(
       z.looseObject({
-        setName: optionalText.transform((v) => v ?? ''),
-        setItems: z.array(smartAnswerItem).nullish().transform((v) => v ?? []),
+        setName: optionalText,
+        setItems: z.array(smartAnswerItem).nullish(),
       }),
     )
-    .nullish()
-    .transform((v) => v ?? []),
+    .nullish(),
 });
 
 const chunk = z.looseObject({
   speaker: optionalText,
-  startTime: chunkTime.nullish(),
-  endTime: chunkTime.nullish(),
-  content: optionalText.transform((v) => v ?? ''),
+  startTime: chunkTime,
+  endTime: chunkTime,
+  content: optionalText,
 });
 
 const transcription = z.looseObject({
   content: optionalText,
-  chunks: z.array(chunk).nullish().transform((v) => v ?? []),
+  chunks: z.array(chunk).nullish(),
 });
 
-const objectOrNull = <T extends z.ZodType>(schema: T) => schema.nullish().transform((v) => v ?? null);
+const objectOrNull = <T extends z.ZodType>(schema: T) => schema.nullish();
 
 export const webhookPayloadSchema = z.looseObject({
   version,
@@ -149,19 +179,17 @@ export const webhookPayloadSchema = z.looseObject({
       endTime: instant.nullish(),
       duration: number.nullish(),
       direction,
-      users: z
-        .array(z.union([user, z.unknown().transform(() => null)]))
-        .nullish()
-        .transform((v) => (v ?? []).filter((u): u is z.infer<typeof user> => u !== null)),
-      agentId: optionalText.optional(),
+      // Entries that are not readable users are dropped, not rejected (usersOf).
+      users: z.array(z.unknown()).nullish(),
+      agentId: optionalText,
     },
     { error: (issue) => (issue.input === undefined ? 'required' : 'expected an object') },
   ),
-  agentId: optionalText.optional(),
+  agentId: optionalText,
   assist: objectOrNull(
     z.looseObject({
       summary: objectOrNull(summary),
-      callScenarios: z.array(scenario).nullish().transform((v) => v ?? []),
+      callScenarios: z.array(scenario).nullish(),
       transcription: objectOrNull(transcription),
     }),
   ),
@@ -206,18 +234,19 @@ function chunkOffsets(
 ): { start: number; end: number }[] {
   // Relative times are milliseconds, unless every one of them fits within the call's length in
   // seconds (then the sender used seconds).
-  const relative = chunks.flatMap((c) => [c.startTime, c.endTime]).filter((t) => !!t && t.kind === 'offset');
-  const maxRelative = relative.reduce((m, t) => Math.max(m, t!.ms), 0);
+  const times = chunks.map((c) => [chunkTimeOf(c.startTime), chunkTimeOf(c.endTime)] as const);
+  const relative = times.flat().filter((t): t is ChunkTime => t !== null && t.kind === 'offset');
+  const maxRelative = relative.reduce((m, t) => Math.max(m, t.ms), 0);
   const relativeInSeconds = relative.length > 0 && durationSec !== null && durationSec >= 1 && maxRelative <= durationSec + 1;
-  const toOffset = (t: z.infer<typeof chunkTime> | null | undefined): number | null => {
+  const toOffset = (t: ChunkTime | null): number | null => {
     if (!t) return null;
     if (t.kind === 'absolute') return Math.max(0, Math.round(t.ms - startMs));
     return Math.max(0, Math.round(relativeInSeconds ? t.ms * 1000 : t.ms));
   };
   let previous = 0;
-  return chunks.map((c) => {
-    const start = toOffset(c.startTime) ?? previous;
-    const end = toOffset(c.endTime) ?? start;
+  return times.map(([startTime, endTime]) => {
+    const start = toOffset(startTime) ?? previous;
+    const end = toOffset(endTime) ?? start;
     previous = end;
     return { start, end: Math.max(start, end) };
   });
@@ -260,37 +289,31 @@ export function normalizeWebhook(body: unknown, ctx: NormalizeContext): Canonica
   const endedMs = endMs ?? (durationSec !== null ? startMs + durationSec * 1000 : null);
   if (endedMs !== null && Math.abs(endedMs) > MAX_DATE_MS) throw new InvalidPayloadError('/call/duration', 'the call would end past the last representable time');
 
-  const agentId = ctx.agentId ?? c.agentId ?? p.agentId ?? null;
+  const agentId = ctx.agentId ?? textOf(c.agentId) ?? textOf(p.agentId);
   const callId = c.id.trim();
-  const users: CallUser[] = c.users.map((u) => ({
-    userId: u.userId,
-    accountId: u.accountId,
-    fullUserId: u.fullUserId,
-    firstName: u.firstName,
-    lastName: u.lastName,
-    fullName: u.fullName ?? ([u.firstName, u.lastName].filter(Boolean).join(' ') || null),
-  }));
+  const users = usersOf(c.users);
 
   const assist = p.assist;
   const scenarios: CallScenario[] = (assist?.callScenarios ?? []).map((s) => ({
-    name: s.name,
-    smartAnswers: s.smartAnswers.map((set) => ({
-      setName: set.setName,
-      setItems: set.setItems.map((i) => ({ question: i.question, answer: i.answer, title: i.title })),
+    name: textOf(s.name) ?? '',
+    smartAnswers: (s.smartAnswers ?? []).map((set) => ({
+      setName: textOf(set.setName) ?? '',
+      setItems: (set.setItems ?? []).map((i) => ({ question: textOf(i.question) ?? '', answer: textOf(i.answer) ?? '', title: textOf(i.title) })),
     })),
   }));
 
   let transcript: CanonicalCall['transcript'] = null;
   if (assist?.transcription) {
     const t = assist.transcription;
-    const offsets = chunkOffsets(t.chunks, startMs, durationSec);
-    const chunks: TranscriptChunk[] = t.chunks.map((ch, i) => ({
-      speaker: speakerOf(ch.speaker, c.direction),
+    const rawChunks = t.chunks ?? [];
+    const offsets = chunkOffsets(rawChunks, startMs, durationSec);
+    const chunks: TranscriptChunk[] = rawChunks.map((ch, i) => ({
+      speaker: speakerOf(textOf(ch.speaker), c.direction),
       startOffsetMs: offsets[i]!.start,
       endOffsetMs: offsets[i]!.end,
-      content: ch.content,
+      content: textOf(ch.content) ?? '',
     }));
-    const content = t.content ?? chunks.map((ch) => ch.content).join('\n');
+    const content = textOf(t.content) ?? chunks.map((ch) => ch.content).join('\n');
     transcript = { content, chunks };
   }
 
@@ -317,7 +340,7 @@ export function normalizeWebhook(body: unknown, ctx: NormalizeContext): Canonica
     forwarding: null,
     channel,
     summary: assist?.summary
-      ? { content: assist.summary.content, keyPoints: assist.summary.keyPoints, topics: assist.summary.topics }
+      ? { content: textOf(assist.summary.content) ?? '', keyPoints: stringsOf(assist.summary.keyPoints), topics: stringsOf(assist.summary.topics) }
       : null,
     scenarios,
     transcript,
