@@ -7,7 +7,8 @@
 //   BENCH_REDIS_URL=redis://127.0.0.1:6379   use this Redis instead of a private redis-server (AOF everysec)
 //   BENCH_CPU_PROF=1                          profile the ingress process and print where its time goes
 //   BENCH_TARGETS=bare,ingress                which targets (bench/server.ts): bare, ingress (as `callsync
-//                                             start` runs it), ingress-core (without request ids, access log, metrics);
+//                                             start` runs it), ingress-core (without request ids, access log, metrics),
+//                                             and parts of the ingress: parse, normalize, app-no-redis;
 //                                             `ingress+LOG_LEVEL=warn+X=1` adds environment variables to one target (A/B in one run)
 //   BENCH_LOG_LEVEL=info                      the ingress' LOG_LEVEL (default info, as in production)
 import { randomBytes } from 'node:crypto';
@@ -71,7 +72,8 @@ async function main(): Promise<void> {
         const peak = proc.peakRssMb();
         rss[target] = Math.max(rss[target] ?? 0, peak);
         await proc.stop();
-        if (target !== 'bare') acknowledged += warm.ok + r.ok;
+        // Only the ingress targets store what they acknowledge (bare and the parts answer without storing).
+        if (kind === 'ingress' || kind === 'ingress-core') acknowledged += warm.ok + r.ok;
         results[target]!.push(r);
         (cpu[target] ??= []).push(cpuUsPerRequest);
         rows.push({ round: round_, target, requests: r.requests, ok: r.ok, non2xx: r.non2xx, errors: r.errors, 'accepted/s': r.perSecond, 'p50 ms': r.p50Ms, 'p99 ms': r.p99Ms, 'max ms': r.maxMs, 'CPU µs/req': cpuUsPerRequest, 'Redis µs/req': redisUsPerRequest, 'autocannon µs/req': loaderUsPerRequest, 'peak RSS MB': peak });

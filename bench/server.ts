@@ -2,7 +2,8 @@
 // the body and answers 202 (the ceiling); BENCH_TARGET=ingress is callsync's ingress as `callsync
 // start` runs it (CALLSYNC_ROLE=ingress, config from the environment, with request ids, the access
 // log, metrics and the shutdown gate); BENCH_TARGET=ingress-core is the ingress without those
-// (startCallsync alone). Prints `READY {"url": ...}` when listening.
+// (startCallsync alone); parse, normalize and app-no-redis are parts of the ingress (see below).
+// Prints `READY {"url": ...}` when listening.
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { loadConfig } from '../src/config/index.js';
@@ -12,6 +13,31 @@ import { startCallsync } from '../workers/callsync.js';
 
 async function main(): Promise<void> {
   const target = process.env.BENCH_TARGET ?? 'bare';
+  if (target === 'parse' || target === 'normalize' || target === 'app-no-redis') {
+    // Parts of the ingress, to see where its time goes: the body read as callsync reads it and
+    // parsed; then normalized; then the whole ingress app with an acceptor that stores nothing.
+    const { normalizeWebhook } = await import('../src/model/webhook.js');
+    const { createIngressApp } = await import('../src/ingress/app.js');
+    const { createLogger } = await import('../src/log.js');
+    let n = 0;
+    let app: Hono;
+    if (target === 'app-no-redis') {
+      const webhook = { allowedIps: ['127.0.0.1', '::1'], trustProxyHops: 0, authHeader: undefined, authTokens: [], bodyLimitBytes: 1 << 20, dedupeWindowMs: 60_000, enqueueTimeoutMs: 2000 };
+      app = createIngressApp({ webhook, acceptor: { accept: async () => ({ id: String(++n), duplicate: false }) }, ready: async () => true, log: createLogger({ level: 'warn' }) });
+    } else {
+      app = new Hono();
+      app.post('/webhooks/ai-agent/:agentId?', async (c) => {
+        const body: unknown = JSON.parse(Buffer.from(await c.req.arrayBuffer()).toString('utf8'));
+        if (target === 'normalize') normalizeWebhook(body, { agentId: c.req.param('agentId') ?? null, receivedAt: new Date() });
+        return c.json({ id: String(++n), duplicate: false }, 202);
+      });
+    }
+    const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) => {
+      console.log(`READY ${JSON.stringify({ url: `http://127.0.0.1:${info.port}` })}`);
+    });
+    process.on('SIGTERM', () => server.close(() => process.exit(0)));
+    return;
+  }
   if (target === 'bare') {
     const app = new Hono();
     let n = 0;
