@@ -197,8 +197,9 @@ describe('poller: guarantees', () => {
       h.poller(api, { channelIds: [channel], lockTtlMs: 1000 }, { events: { lock: (_c, held) => void (held && !tookOverAt && (tookOverAt = Date.now())) } });
       await waitFor(() => tookOverAt > 0, { timeoutMs: 5000, what: 'takeover' });
       assert.ok(tookOverAt - killedAt <= 1000 + 334 + 500, `taken over after ${tookOverAt - killedAt} ms`);
-      const firstAfter = api.inboxRequests(channel)[requestsBefore];
-      assert.equal(firstAfter?.query.position, stored, 'resumed from the stored position');
+      // The lock is taken just before the first request: wait for that request to arrive.
+      const firstAfter = await waitFor(() => api.inboxRequests(channel)[requestsBefore], { timeoutMs: 5000, what: 'the first request after the takeover' });
+      assert.equal(firstAfter.query.position, stored, 'resumed from the stored position');
 
       await waitFor(async () => new Set(await h.inboundKeys()).size >= 1000, { timeoutMs: 30_000, what: 'all 1000 events' });
       await new Promise((r) => setTimeout(r, 300));
