@@ -3,7 +3,7 @@
 //
 // Guarantees (docs/polling.md):
 // - at-least-once, no gaps: a channel's position is stored in Redis only after every event of the
-//   page is in the inbound queue (or in the poll dead letters); a restart resumes from it, and the
+//   page is in the inbound log (or in the poll dead letters); a restart resumes from it, and the
 //   events of a page read twice are dropped by the acceptor's dedupe on `channel:<id>:<eventId>`.
 // - one active poller per channel across processes: a Redis lock (SET NX PX) renewed every third
 //   of its TTL; a crashed holder's channel is taken over once the TTL runs out. The cursor write

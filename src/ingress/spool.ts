@@ -1,6 +1,6 @@
 // The ingress spool: when Redis cannot take an event, the ingress may still acknowledge it, once it
 // is appended to a local, fsync'd, append-only file. A drainer in the same process hands spooled
-// events to the queue in the order they were acknowledged as soon as Redis answers again, and on
+// events to the inbound log in the order they were acknowledged as soon as Redis answers again, and on
 // start-up drains what an earlier process left behind. Re-accepting goes through the same
 // deduplication as any other delivery, so an event drained twice (a crash mid-drain) is harmless.
 //
@@ -36,7 +36,7 @@ export interface SpoolEvents {
   drained?(count: number): void;
 }
 
-/** What `accept` answers for a spooled event: the id its inbound job will have once drained. */
+/** What `accept` answers for a spooled event: the id its inbound log entry will have once drained. */
 export interface SpooledResult extends AcceptResult {
   spooled: true;
 }
@@ -333,7 +333,7 @@ export class SpoolingAcceptor implements CallAcceptor {
             await Promise.all(batch.map((e) => this.inner.accept(e.call, { jobId: e.id })));
           } catch (err) {
             if (!announced) {
-              this.log.warn({ pending: this.pendingCount, err: { message: (err as Error).message } }, 'spool waits for the queue');
+              this.log.warn({ pending: this.pendingCount, err: { message: (err as Error).message } }, 'spool waits for Redis');
               announced = true;
             }
             await this.pause(this.retryIntervalMs);
@@ -351,7 +351,7 @@ export class SpoolingAcceptor implements CallAcceptor {
         this.pendingCount -= entries.length;
         this.bytesOnDisk -= bytes;
         if (this.pendingCount < 0) this.pendingCount = 0;
-        this.log.info({ drained: entries.length, pending: this.pendingCount }, 'spool segment drained into the queue');
+        this.log.info({ drained: entries.length, pending: this.pendingCount }, 'spool segment drained into the inbound log');
       }
     }
     if (this.pendingCount === 0) this.bytesOnDisk = 0;
