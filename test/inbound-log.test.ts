@@ -2,6 +2,9 @@
 // appends keep order and deduplicate (also inside one batch), the fan-out turns entries into sink
 // jobs and removes them, takes over what a dead fan-out left, and dead-letters what it cannot read.
 import { after, describe, test } from 'node:test';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
@@ -13,6 +16,7 @@ import { FANOUT_GROUP, inboundSeenPrefix, InboundLog } from '../queues/inbound.j
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { startLogFanOut } from '../workers/fanout.js';
 import { sampleCall, webhookPayload } from './support/calls.js';
+import { startTestCallsync } from './support/callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
 const log = createLogger({ level: 'silent' });
@@ -267,5 +271,30 @@ describe('inbound log', () => {
       assert.match(byId.get(poison!.id)?.reason ?? '', /delivered to the fan-out 3 times/);
       await s.close();
     });
+  });
+});
+
+describe('the queue `inbound`', () => {
+  test('its worker fans out what is there (a retried dead letter, or a call queued by a version before the log) and dead-letters what it cannot read', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'callsync-inbound-queue-'));
+    const cs = await startTestCallsync({ ARCHIVE_DIR: dir, CALLSYNC_ROLE: 'worker' });
+    const queue = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: cs.prefix });
+    try {
+      const call = sampleCall('queued-before-1');
+      await queue.add('call.received', { kind: 'call.received', call }, { jobId: 'old-job-1' });
+      await queue.add('call.received', { kind: 'call.received', call: null, reason: 'inbound entry is not a readable call record' }, { jobId: 'old-job-2' });
+      const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: cs.prefix });
+      await waitFor(async () => (await archive.getJob(callHash(call.key)))?.finishedOn, { timeoutMs: 10_000, what: 'the archive job of the queued call' });
+      await archive.close();
+      const files = await readdir(dir, { recursive: true });
+      assert.ok(files.some((f) => f.endsWith('queued-before-1.json')), `archived: ${files.join(', ')}`);
+      const failed = await waitFor(async () => (await queue.getFailed()).find((j) => j.id === 'old-job-2'), { what: 'the unreadable one in the dead letters' });
+      assert.match(failed.failedReason, /not a readable call record/);
+      assert.equal(failed.attemptsMade, 1, 'a permanent failure is not retried');
+    } finally {
+      await queue.close();
+      await cs.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
