@@ -224,6 +224,20 @@ describe('inbound log', () => {
       await s.close();
     });
 
+    test('a log that vanished under a running fan-out (Redis restarted without persistence) is recreated, and new calls flow', async () => {
+      const s = await setup('fan-vanished');
+      const fanOut = s.start();
+      await s.acceptor.accept(sampleCall('before-1'));
+      await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the first call fanned out' });
+      // What a Redis that lost its data looks like to the fan-out: no stream, no group.
+      await s.producer.del(s.inbound.key);
+      await s.acceptor.accept(sampleCall('after-1'));
+      await waitFor(async () => (await s.archive.getJobs(['waiting'], 0, -1)).some((j) => j.data.call.callId === 'after-1'), { timeoutMs: 10_000, what: 'the call after the loss fanned out' });
+      await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log drained again' });
+      await fanOut.close();
+      await s.close();
+    });
+
     test('entries a dead fan-out read and never acknowledged are taken over, without duplicate sink jobs', async () => {
       const s = await setup('fan-takeover', { claimIdleMs: 300 });
       const calls = Array.from({ length: 30 }, (_, i) => sampleCall(`take-${i}`));
