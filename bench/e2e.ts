@@ -27,7 +27,7 @@ import { sinkQueueName } from '../queues/registry.js';
 import { sampleCall, webhookPayload } from '../test/support/calls.js';
 import { renderArchiveJson, renderTranscriptText } from '../src/sinks/archive/render.js';
 import { freePort, startPrivateRedis } from '../test/support/redis-server.js';
-import { compiled, load, paced, machine, peakRssOfPid, percentile, printTable, round, startProcess, summariseProfiles, type BenchProcess } from './support.js';
+import { callsyncNodeOptions, compiled, load, paced, machine, peakRssOfPid, percentile, printTable, round, startProcess, summariseProfiles, type BenchProcess } from './support.js';
 
 const N = Math.min(10_000, Number(process.env.BENCH_N ?? 10_000));
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
@@ -38,8 +38,6 @@ const RATE = process.env.BENCH_RATE ? Number(process.env.BENCH_RATE) : undefined
 const CEILING = process.env.BENCH_CEILING === '1';
 const CEILING_N = Number(process.env.BENCH_CEILING_N ?? 2000);
 const SINKS = ['archive', 'crm', 'sms'];
-/** The Node flags `npm start` runs callsync with (package.json "start"). */
-const CALLSYNC_NODE_OPTIONS = '--max-semi-space-size=8';
 
 async function main(): Promise<void> {
   const work = await mkdtemp(join(tmpdir(), 'callsync-e2e-'));
@@ -82,7 +80,7 @@ routes:
       OPS_PORT: 'off',
       LOG_LEVEL: 'info',
       // Node flags of the callsync processes (A/B, e.g. `--max-semi-space-size=16`); default: as `npm start` runs them.
-      NODE_OPTIONS: process.env.BENCH_CALLSYNC_NODE_OPTIONS ?? CALLSYNC_NODE_OPTIONS,
+      NODE_OPTIONS: callsyncNodeOptions(),
     };
     const prof = PROFILE ? work : undefined;
     const roles = [

@@ -11,6 +11,7 @@
 //                                             and parts of the ingress: parse, normalize, app-no-redis;
 //                                             `ingress+LOG_LEVEL=warn+X=1` adds environment variables to one target (A/B in one run)
 //   BENCH_LOG_LEVEL=info                      the ingress' LOG_LEVEL (default info, as in production)
+//   BENCH_CALLSYNC_NODE_OPTIONS=...           Node flags of every target (default: those of `npm start`)
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -19,7 +20,7 @@ import { Redis } from 'ioredis';
 import { inboundStreamKey } from '../queues/inbound.js';
 import { webhookPayload } from '../test/support/calls.js';
 import { startPrivateRedis, type PrivateRedis } from '../test/support/redis-server.js';
-import { compiled, cpuSecondsOfPid, load, machine, printTable, round, startProcess, summariseProfiles, type LoadResult } from './support.js';
+import { callsyncNodeOptions, compiled, cpuSecondsOfPid, load, machine, printTable, round, startProcess, summariseProfiles, type LoadResult } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
@@ -57,6 +58,8 @@ async function main(): Promise<void> {
           WEBHOOK_ALLOWED_IPS: '127.0.0.1,::1',
           SPOOL_DIR: join(work, 'spool'),
           LOG_LEVEL: LOG_LEVEL,
+          // Every target (the bare handler too) runs with the Node flags `npm start` uses.
+          NODE_OPTIONS: callsyncNodeOptions(),
           ...Object.fromEntries(extra.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])),
         }, { cpuProfDir: PROFILE && target !== 'bare' ? work : undefined });
         const url = `${proc.ready.url as string}/webhooks/ai-agent/bench-agent`;

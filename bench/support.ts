@@ -11,6 +11,16 @@ import autocannon, { type Result } from 'autocannon';
 
 export const ROOT = new URL('../', import.meta.url).pathname;
 
+/**
+ * The Node flags `npm start` runs callsync with (package.json's "start" script), so benchmarks
+ * measure what production runs; BENCH_CALLSYNC_NODE_OPTIONS replaces them (A/B).
+ */
+export function callsyncNodeOptions(): string {
+  if (process.env.BENCH_CALLSYNC_NODE_OPTIONS !== undefined) return process.env.BENCH_CALLSYNC_NODE_OPTIONS;
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+  return (pkg.scripts.start?.match(/--[a-z-]+=\S+/g) ?? []).join(' ');
+}
+
 export interface BenchProcess {
   name: string;
   pid: number;
