@@ -70,8 +70,8 @@ export class S3Store implements ObjectStore {
 
   async putStream(key: string, body: Readable, options: PutOptions & { contentLength?: number | null }): Promise<void> {
     try {
-      // Multipart in 5 MiB parts (S3's minimum), one in flight while the next fills: ~10-15 MB held
-      // per upload whatever the size (8 MiB x 2 held ~26 MB; test/recordings.test.ts measures it).
+      // Multipart in 5 MiB parts (S3's minimum), one in flight while the next fills: 15-28 MB held
+      // per upload whatever the size (50 and 150 MB measured alike by test/recordings.test.ts).
       // Memory over speed: several sink jobs may upload at once.
       const upload = new Upload({
         client: this.client,
