@@ -61,7 +61,7 @@ export interface Callsync {
   url: string | null;
   sinks: Map<string, Sink>;
   workers: RunningWorker[];
-  /** Producer queue handles by name (inbound and each sink). */
+  /** Queue handles of the worker role by name: each sink's, and `inbound` (the fan-out's dead letters). */
   queues: Map<string, Queue>;
   /** The ingress spool (acknowledges into local disk while Redis is away), when on. */
   spool: SpoolingAcceptor | null;
