@@ -8,7 +8,7 @@ import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
 import { loadConfig } from '../src/config/index.js';
 import { createLogger } from '../src/log.js';
-import { startWithOperations } from '../src/ops/run.js';
+import { startWithOperations } from '../workers/run.js';
 import { startCallsync } from '../workers/callsync.js';
 
 async function main(): Promise<void> {

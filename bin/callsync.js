@@ -7,8 +7,8 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 const root = new URL('../', import.meta.url);
-const built = new URL('dist/src/cli.js', root);
-const source = new URL('src/cli.ts', root);
+const built = new URL('dist/workers/cli.js', root);
+const source = new URL('workers/cli.ts', root);
 const fromSource = process.env.CALLSYNC_FROM_SOURCE === '1' || !existsSync(fileURLToPath(built));
 
 if (fromSource) {

@@ -1,12 +1,9 @@
 // callsync's Prometheus metrics: one registry (prom-client's default, which the CRM sinks' counters
 // in src/sinks/crm/metrics.ts share), served in text format at /metrics by the ingress and the ops
-// server. Counters are recorded through the hooks below; queue counts are read from Redis at scrape.
+// server. Only definitions live here: the wiring (workers/metric-events.ts) turns the roles' events
+// into updates of these metrics; queue counts are read from Redis at scrape.
 import client from 'prom-client';
 import type { Queue } from 'bullmq';
-import type { RunnerEvents } from '../workers/runner.js';
-import type { LogFanOutEvents } from '../workers/fanout.js';
-import type { InboundLog } from '../queues/inbound.js';
-import type { IngressEvents } from './ingress/app.js';
 import { sinkNameFromQueue } from '../queues/registry.js';
 
 export const registry = client.register;
@@ -25,7 +22,13 @@ const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed', 'paused', 'prior
 /** Queues whose counts are read on every scrape; each process registers the handles it has. */
 const watched = new Set<() => Iterable<Queue>>();
 /** The inbound log, read on every scrape when a process registered it. */
-let watchedLog: InboundLog | null = null;
+let watchedLog: InboundLogCounts | null = null;
+
+/** What the inbound log gauge reads (queues/inbound.ts' InboundLog has it). */
+export interface InboundLogCounts {
+  length(): Promise<number>;
+  pending(): Promise<number>;
+}
 /** Scrapes must answer even when Redis is slow: a queue that does not answer in time is skipped. */
 const SCRAPE_TIMEOUT_MS = 2000;
 
@@ -130,31 +133,22 @@ export const metrics = {
   pollerLastSuccess: gauge('callsync_poller_last_success_timestamp_seconds', 'Unix time of the last successful poll, per channel', ['channel'] as const),
   pollerPolls: counter('callsync_poller_polls_total', 'Polls of a channel inbox, by outcome', ['channel', 'outcome'] as const),
   pollerEvents: counter('callsync_poller_events_total', 'Channel events taken in by the poller, per channel', ['channel'] as const),
+  pollerStopped: gauge('callsync_poller_stopped', '1 while polling of a channel is stopped because the API rejected the credentials (401/403)', ['channel'] as const),
+  pollerDeadLetters: counter('callsync_poller_dead_letters_total', 'Channel events that could not be parsed and went to the poll dead letters', ['channel'] as const),
+  pollerLockHeld: gauge('callsync_poller_lock_held', '1 while this process holds the channel lock (polls the channel)', ['channel'] as const),
 
-  /** The poller finished a poll of `channelId`; `lagSeconds` is how far behind the newest event it is. */
-  pollerSucceeded(channelId: string, lagSeconds: number, events = 0): void {
-    metrics.pollerLag.set({ channel: channelId }, Math.max(0, lagSeconds));
-    metrics.pollerLastSuccess.set({ channel: channelId }, Date.now() / 1000);
-    metrics.pollerPolls.inc({ channel: channelId, outcome: 'success' });
-    if (events > 0) metrics.pollerEvents.inc({ channel: channelId }, events);
-  },
-
-  /** A poll of `channelId` failed (the poller retries it). */
-  pollerFailed(channelId: string): void {
-    metrics.pollerPolls.inc({ channel: channelId, outcome: 'failure' });
-  },
-
-  /**
-   * Reads the counts of these queues at every scrape (several sources may overlap: each queue is
-   * read once). Returns a function that stops watching them.
-   */
-  watchInboundLog(log: InboundLog): () => void {
+  /** Reads the inbound log's counts at every scrape. Returns a function that stops watching it. */
+  watchInboundLog(log: InboundLogCounts): () => void {
     watchedLog = log;
     return () => {
       if (watchedLog === log) watchedLog = null;
     };
   },
 
+  /**
+   * Reads the counts of these queues at every scrape (several sources may overlap: each queue is
+   * read once). Returns a function that stops watching them.
+   */
   watchQueues(source: () => Iterable<Queue>): () => void {
     watched.add(source);
     return () => {
@@ -174,86 +168,4 @@ export function collectProcessMetrics(): void {
 /** The metrics endpoint's body and content type. */
 export async function renderMetrics(): Promise<{ body: string; contentType: string }> {
   return { body: await registry.metrics(), contentType: registry.contentType };
-}
-
-const REJECT_REASONS: Record<number, string> = {
-  400: 'invalid-payload',
-  401: 'unauthorized',
-  403: 'forbidden',
-  404: 'not-found',
-  405: 'method-not-allowed',
-  413: 'too-large',
-  415: 'unsupported-media-type',
-  500: 'internal',
-  503: 'unavailable',
-};
-
-/** Fan-out hooks recording its counters. */
-export function fanOutMetrics(): LogFanOutEvents {
-  return {
-    fannedOut(entries, jobs) {
-      metrics.fanOutCalls.inc(entries);
-      metrics.fanOutJobs.inc(jobs);
-    },
-    deadLettered: () => metrics.fanOutDeadLettered.inc(),
-  };
-}
-
-/** Ingress hooks recording the webhook counters. */
-export function ingressMetrics(): IngressEvents {
-  return {
-    received: () => metrics.webhooksReceived.inc(),
-    accepted(duplicate) {
-      metrics.webhooksAccepted.inc();
-      if (duplicate) metrics.webhooksDuplicate.inc();
-    },
-    rejected(status, reason) {
-      // The ingress passes the status as reason for typed HTTP errors; name it.
-      const named = reason === String(status) ? (REJECT_REASONS[status] ?? 'other') : reason;
-      metrics.webhooksRejected.inc({ status: String(status), reason: named });
-    },
-  };
-}
-
-/** Queue runner hooks recording the job counters and durations. */
-export function runnerMetrics(): RunnerEvents {
-  return {
-    completed(queue, _job, durationMs) {
-      const labels = { queue, sink: sinkOf(queue) };
-      metrics.jobsCompleted.inc(labels);
-      metrics.jobDuration.observe(labels, durationMs / 1000);
-    },
-    failed(queue, _job, _err, final) {
-      const labels = { queue, sink: sinkOf(queue) };
-      metrics.jobsFailed.inc(labels);
-      if (final) metrics.jobsDeadLettered.inc(labels);
-      else metrics.jobsRetried.inc(labels);
-    },
-    deferred(queue, _job, _delayMs, scope) {
-      metrics.jobsDeferred.inc({ queue, sink: sinkOf(queue), scope });
-    },
-    paused(queue) {
-      metrics.queuePauses.inc({ queue, sink: sinkOf(queue) });
-    },
-  };
-}
-
-/** Runs each hook of every set in turn (metrics plus a test's or another module's own hooks). */
-export function combineRunnerEvents(...sets: (RunnerEvents | undefined)[]): RunnerEvents {
-  const all = sets.filter((s): s is RunnerEvents => s !== undefined);
-  return {
-    completed: (...a) => all.forEach((s) => s.completed?.(...a)),
-    failed: (...a) => all.forEach((s) => s.failed?.(...a)),
-    deferred: (...a) => all.forEach((s) => s.deferred?.(...a)),
-    paused: (...a) => all.forEach((s) => s.paused?.(...a)),
-  };
-}
-
-export function combineIngressEvents(...sets: (IngressEvents | undefined)[]): IngressEvents {
-  const all = sets.filter((s): s is IngressEvents => s !== undefined);
-  return {
-    received: () => all.forEach((s) => s.received?.()),
-    accepted: (...a) => all.forEach((s) => s.accepted?.(...a)),
-    rejected: (...a) => all.forEach((s) => s.rejected?.(...a)),
-  };
 }

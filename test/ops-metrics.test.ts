@@ -8,8 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Hono } from 'hono';
 import '../src/sinks/crm/metrics.js';
-import { metrics } from '../src/metrics.js';
 import { createOpsApp } from '../src/ops/app.js';
+import { pollerMetrics } from '../workers/metric-events.js';
 import { memoryLog, postJson } from './support/callsync.js';
 import { webhookPayload } from './support/calls.js';
 import { FlakySink } from './support/flaky-sink.js';
@@ -107,8 +107,9 @@ describe('metrics on the ingress', () => {
   });
 
   test('poller gauges per channel', async () => {
-    metrics.pollerSucceeded('ch-7', 12.5, 3);
-    metrics.pollerFailed('ch-8');
+    const hooks = pollerMetrics();
+    hooks.polled?.('ch-7', { events: 3, accepted: 3, duplicates: 0, deadLettered: 0, ignored: 0, position: 'p', lagSeconds: 12.5 });
+    hooks.failed?.('ch-8', new Error('boom'), 100);
     const text = await scrape(cs.url);
     assert.equal(sample(text, 'callsync_poller_lag_seconds', { channel: 'ch-7' }), 12.5);
     const last = sample(text, 'callsync_poller_last_success_timestamp_seconds', { channel: 'ch-7' })!;

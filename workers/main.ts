@@ -1,7 +1,7 @@
 // Runs the roles named by CALLSYNC_ROLE (default all) until SIGTERM / SIGINT.
 import { ConfigError, loadConfig } from '../src/config/index.js';
 import { createLogger } from '../src/log.js';
-import { runUntilSignalled } from '../src/ops/run.js';
+import { runUntilSignalled } from '../workers/run.js';
 
 async function main(): Promise<void> {
   let config;
@@ -15,7 +15,7 @@ async function main(): Promise<void> {
     throw err;
   }
   const log = createLogger({ level: config.env.LOG_LEVEL });
-  // Metrics, dashboard, request ids, ops server and graceful shutdown (src/ops/run.ts).
+  // Metrics, dashboard, request ids, ops server and graceful shutdown (workers/run.ts).
   await runUntilSignalled(config, log);
 }
 

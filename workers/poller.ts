@@ -14,10 +14,8 @@ import { createHash, randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
-import client from 'prom-client';
 import type { Logger } from '../src/log.js';
 import { maskPhone } from '../src/log.js';
-import { metrics } from '../src/metrics.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { ChannelEventError, parseChannelEvent, toCanonical } from '../src/model/channel-event.js';
 import { AuthError, PermanentError, RetryLaterError, classify } from '../src/sinks/errors.js';
@@ -431,60 +429,6 @@ export function createPollDeadLetterProcessor(acceptor: PollAcceptor, now: () =>
       if (err instanceof ChannelEventError) throw new PermanentError(`channel ${channelId}: ${err.message}`);
       throw err;
     }
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Metrics
-
-function metric<M extends client.Metric>(name: string, make: () => M): M {
-  return (client.register.getSingleMetric(name) as M | undefined) ?? make();
-}
-
-export const pollerStopped = metric(
-  'callsync_poller_stopped',
-  () => new client.Gauge({ name: 'callsync_poller_stopped', help: '1 while polling of a channel is stopped because the API rejected the credentials (401/403)', labelNames: ['channel'] as const }),
-);
-export const pollerDeadLetters = metric(
-  'callsync_poller_dead_letters_total',
-  () => new client.Counter({ name: 'callsync_poller_dead_letters_total', help: 'Channel events that could not be parsed and went to the poll dead letters', labelNames: ['channel'] as const }),
-);
-export const pollerLockHeld = metric(
-  'callsync_poller_lock_held',
-  () => new client.Gauge({ name: 'callsync_poller_lock_held', help: '1 while this process holds the channel lock (polls the channel)', labelNames: ['channel'] as const }),
-);
-
-/** Poller hooks recording the Prometheus metrics. */
-export function pollerMetrics(): PollerEvents {
-  return {
-    polled(channelId, info) {
-      metrics.pollerSucceeded(channelId, info.lagSeconds, info.accepted);
-      pollerStopped.set({ channel: channelId }, 0);
-    },
-    failed(channelId) {
-      metrics.pollerFailed(channelId);
-    },
-    stopped(channelId) {
-      metrics.pollerPolls.inc({ channel: channelId, outcome: 'auth-failure' });
-      pollerStopped.set({ channel: channelId }, 1);
-    },
-    deadLettered(channelId) {
-      pollerDeadLetters.inc({ channel: channelId });
-    },
-    lock(channelId, held) {
-      pollerLockHeld.set({ channel: channelId }, held ? 1 : 0);
-    },
-  };
-}
-
-export function combinePollerEvents(...sets: (PollerEvents | undefined)[]): PollerEvents {
-  const all = sets.filter((s): s is PollerEvents => s !== undefined);
-  return {
-    polled: (c, i) => all.forEach((s) => s.polled?.(c, i)),
-    failed: (c, e, w) => all.forEach((s) => s.failed?.(c, e, w)),
-    stopped: (c, r) => all.forEach((s) => s.stopped?.(c, r)),
-    deadLettered: (c, r) => all.forEach((s) => s.deadLettered?.(c, r)),
-    lock: (c, h) => all.forEach((s) => s.lock?.(c, h)),
   };
 }
 

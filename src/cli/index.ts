@@ -2,7 +2,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, loadConfig, type Config } from '../config/index.js';
 import { createLogger } from '../log.js';
-import { runUntilSignalled } from '../ops/run.js';
+import type { Logger } from 'pino';
 import { printConfig } from './check-config.js';
 import { dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
 import { UsageError, type CliIo } from './io.js';
@@ -90,11 +90,16 @@ function configFrom(env: NodeJS.ProcessEnv, overrides: Record<string, string> = 
   return loadConfig({ ...env, ...overrides });
 }
 
+/** What the command line runs but does not own: `start` is the process entry (workers/run.ts). */
+export interface CliRunners {
+  start?: (config: Config, log: Logger) => Promise<void>;
+}
+
 /**
  * Runs one command line. Resolves with the exit code, or `running` for `start` (the process then
  * lives until a signal). Never calls process.exit itself.
  */
-export async function runCli(argv: string[], io: CliIo): Promise<number | 'running'> {
+export async function runCli(argv: string[], io: CliIo, runners: CliRunners = {}): Promise<number | 'running'> {
   const [name, ...rest] = argv;
   if (name === undefined || name === '-h' || name === '--help' || name === 'help') {
     (name === undefined ? io.err : io.out)(help.main);
@@ -107,7 +112,7 @@ export async function runCli(argv: string[], io: CliIo): Promise<number | 'runni
   }
   const command = name as Command;
   try {
-    return await dispatch(command, rest, io);
+    return await dispatch(command, rest, io, runners);
   } catch (err) {
     if (err instanceof UsageError) {
       io.err(`callsync ${command}: ${err.message}\n`);
@@ -126,7 +131,7 @@ export async function runCli(argv: string[], io: CliIo): Promise<number | 'runni
   }
 }
 
-async function dispatch(command: Command, args: string[], io: CliIo): Promise<number | 'running'> {
+async function dispatch(command: Command, args: string[], io: CliIo, runners: CliRunners): Promise<number | 'running'> {
   switch (command) {
     case 'start': {
       const { values, positionals } = parse(args, { role: { type: 'string' } }, command);
@@ -135,8 +140,9 @@ async function dispatch(command: Command, args: string[], io: CliIo): Promise<nu
       const role = values.role as string | undefined;
       if (role !== undefined && !(ROLES as readonly string[]).includes(role)) throw new UsageError(`--role must be one of ${ROLES.join(', ')}`);
       const config = configFrom(io.env, role ? { CALLSYNC_ROLE: role } : {});
+      if (!runners.start) throw new CliFailure('this entry point cannot start callsync (run bin/callsync.js)');
       const log = createLogger({ level: config.env.LOG_LEVEL });
-      await runUntilSignalled(config, log);
+      await runners.start(config, log);
       return 'running';
     }
     case 'check-config': {

@@ -6,18 +6,17 @@ import { HonoAdapter } from '@bull-board/hono';
 import { serveStatic } from '@hono/node-server/serve-static';
 import type { Queue } from 'bullmq';
 import type { Hono } from 'hono';
-import { DASHBOARD_PATH } from './app.js';
 
 export interface DashboardOptions {
   queues: Queue[];
-  /** Where it is mounted. Default /admin/queues. */
-  basePath?: string;
+  /** Where it is mounted, e.g. /admin/queues (app.ts' DASHBOARD_PATH). */
+  basePath: string;
   /** Shown in the header. Default `callsync`. */
   title?: string;
 }
 
 export function createDashboard(options: DashboardOptions): Hono {
-  const basePath = options.basePath ?? DASHBOARD_PATH;
+  const basePath = options.basePath;
   const serverAdapter = new HonoAdapter(serveStatic).setBasePath(basePath);
   createBullBoard({
     queues: options.queues.map((q) => new BullMQAdapter(q, { displayName: q.name })),

@@ -1,7 +1,7 @@
 // Starts callsync in this process the way `callsync start` does (metrics, request ids, dashboard,
 // shutdown gate, ops server), against real Redis with a unique prefix.
 import { loadConfig } from '../../src/config/index.js';
-import { startWithOperations, type RunningCallsync, type StartOptions } from '../../src/ops/run.js';
+import { startWithOperations, type RunningCallsync, type StartOptions } from '../../workers/run.js';
 import { memoryLog, testEnv } from './callsync.js';
 import { cleanupPrefix, uniquePrefix } from './redis.js';
 

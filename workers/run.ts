@@ -2,9 +2,9 @@
 // shut down gracefully: refuse new requests (503), finish the ones inside, stop polling, let
 // workers finish their active jobs within SHUTDOWN_GRACE_MS, close queues and Redis, exit 0.
 import type { Logger } from 'pino';
-import type { Config } from '../config/index.js';
-import { startCallsync, type Callsync, type CallsyncOptions } from '../../workers/callsync.js';
-import { createOperations, type Operations } from './index.js';
+import type { Config } from '../src/config/index.js';
+import { startCallsync, type Callsync, type CallsyncOptions } from './callsync.js';
+import { createOperations, type Operations } from './operations.js';
 
 export interface RunningCallsync {
   callsync: Callsync;

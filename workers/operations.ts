@@ -1,0 +1,126 @@
+// Everything the person on call needs around the pipeline, wired into one process: metrics hooks,
+// request ids, the shutdown gate, the dashboard and /metrics on the ingress, and a small ops HTTP
+// server for processes without an ingress (workers, poller).
+import { Queue } from 'bullmq';
+import { Hono } from 'hono';
+import type { Logger } from 'pino';
+import type { Config } from '../src/config/index.js';
+import { withTimeout } from '../src/ingress/accept.js';
+import { listen, type Listening } from '../src/listen.js';
+import { collectProcessMetrics, metrics } from '../src/metrics.js';
+import { opsPort, queueNames } from '../src/ops/index.js';
+import { createOpsApp, opsRoutes, type OpsApp } from '../src/ops/app.js';
+import { requestContext } from '../src/ops/request-context.js';
+import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.js';
+import { bullmqReady, createRedis, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
+import { InboundLog } from '../queues/inbound.js';
+import { combineEvents, fanOutMetrics, ingressMetrics, runnerMetrics } from './metric-events.js';
+import { quitRedis, type CallsyncOptions } from './roles/lifecycle.js';
+
+export interface OperationsOptions {
+  config: Config;
+  log: Logger;
+  /** Extra hooks (tests, other modules), run after the metrics ones. */
+  runnerEvents?: CallsyncOptions['runnerEvents'];
+  ingressEvents?: CallsyncOptions['ingressEvents'];
+}
+
+export interface Operations {
+  /** Spread into startCallsync's options. */
+  hooks: Pick<CallsyncOptions, 'runnerEvents' | 'ingressEvents' | 'ingressBefore' | 'fanOutEvents'>;
+  ops: OpsApp;
+  gate: ShutdownGate;
+  /** Queue handles of the dashboard and the queue gauges. */
+  queues: Queue[];
+  /** `http://host:port` of the ops server, when one runs. */
+  url: string | null;
+  /** Starts the ops server, when this process has one (call once callsync runs). */
+  listen(): Promise<void>;
+  /** New requests get 503 from now on, and /readyz fails. */
+  beginShutdown(): void;
+  /** Closes the ops server, the queue handles and their Redis connection. */
+  close(): Promise<void>;
+}
+
+export function createOperations(options: OperationsOptions): Operations {
+  const { config, log } = options;
+  collectProcessMetrics();
+  const connection = createRedis(config.redis.url, 'producer');
+  connection.on('error', (err) => log.warn({ connection: 'ops', err: { message: err.message } }, 'redis connection error'));
+  const queues = queueNames(config).map((name) => {
+    const queue = new Queue(name, { connection, prefix: config.redis.prefix });
+    queue.on('error', (err) => log.error({ queue: name, err: { message: err.message } }, 'queue error'));
+    return queue;
+  });
+  // Their connection set-up runs while callsync starts; listen() waits for it (bounded), close() too.
+  const setUp = bullmqReady(queues, STARTUP_REDIS_WAIT_MS);
+  const unwatchQueues = metrics.watchQueues(() => queues);
+  const unwatchLog = metrics.watchInboundLog(new InboundLog(connection, config.redis.prefix));
+  const unwatch = () => {
+    unwatchQueues();
+    unwatchLog();
+  };
+
+  const gate = createShutdownGate({
+    onRejected(path) {
+      if (path.startsWith('/webhooks/')) {
+        metrics.webhooksReceived.inc();
+        metrics.webhooksRejected.inc({ status: '503', reason: 'shutting-down' });
+      }
+    },
+  });
+  const env = config.env;
+  const ops = createOpsApp({
+    log,
+    queues,
+    auth: { username: env.ADMIN_USERNAME, password: env.ADMIN_PASSWORD, token: env.ADMIN_TOKEN },
+    metricsToken: env.METRICS_TOKEN,
+    ready: () => withTimeout(connection.ping(), 1000, 'redis ping').then((r) => r === 'PONG'),
+    stopping: () => gate.closed,
+  });
+  if (ops.dashboard) {
+    if (env.ADMIN_PASSWORD && env.ADMIN_PASSWORD.length < 12) log.warn('ADMIN_PASSWORD is shorter than 12 characters');
+    log.info({ path: '/admin/queues', auth: [env.ADMIN_PASSWORD ? 'basic' : null, env.ADMIN_TOKEN ? 'bearer' : null].filter(Boolean) }, 'dashboard enabled');
+  } else {
+    log.warn('dashboard off: set ADMIN_PASSWORD (basic auth) or ADMIN_TOKEN (bearer) to serve it at /admin/queues');
+  }
+
+  let http: Listening | null = null;
+  const result: Operations = {
+    hooks: {
+      runnerEvents: combineEvents(runnerMetrics(), options.runnerEvents),
+      ingressEvents: combineEvents(ingressMetrics(), options.ingressEvents),
+      fanOutEvents: fanOutMetrics(),
+      ingressBefore: [requestContext({ log }), gate.middleware, opsRoutes(ops)],
+    },
+    ops,
+    gate,
+    queues,
+    get url() {
+      return http?.url ?? null;
+    },
+    async listen() {
+      if (!(await setUp)) log.warn({ waitedMs: STARTUP_REDIS_WAIT_MS }, 'Redis not ready at start for the dashboard and queue metrics: starting anyway');
+      const port = opsPort(config);
+      if (port === null) return;
+      const host = env.OPS_HOST ?? config.http.host;
+      const root = new Hono();
+      root.use('*', requestContext({ log }), gate.middleware);
+      root.route('/', ops.app);
+      http = await listen(root.fetch, { port, host });
+      log.info({ url: http.url }, 'ops server listening (/healthz, /readyz, /metrics, /admin/queues)');
+    },
+    beginShutdown() {
+      gate.close();
+    },
+    async close() {
+      unwatch();
+      await http?.close();
+      // A queue closed during its connection set-up makes BullMQ reject without a handler: let it finish (bounded).
+      await bullmqReady(queues, SHUTDOWN_SETUP_WAIT_MS);
+      await Promise.all(queues.map((q) => q.close().catch((err: unknown) => log.error({ err }, 'closing queue failed'))));
+      await quitRedis(connection);
+    },
+  };
+  return result;
+}

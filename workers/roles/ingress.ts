@@ -1,0 +1,69 @@
+// The ingress role: the webhook app behind the acceptor (the inbound log, with the local spool in
+// front while Redis is away), served on HTTP.
+import type { Server } from 'node:http';
+import { join } from 'node:path';
+import type { Hono } from 'hono';
+import { createIngressApp } from '../../src/ingress/app.js';
+import { InboundAcceptor, withTimeout, type CallAcceptor } from '../../src/ingress/accept.js';
+import { SpoolingAcceptor, spoolDirWritable } from '../../src/ingress/spool.js';
+import { listen } from '../../src/listen.js';
+import { Closers, type Role, type RoleDeps } from './lifecycle.js';
+
+export interface IngressRole extends Role {
+  app: Hono;
+  server: Server;
+  /** `http://host:port` of the ingress. */
+  url: string;
+  /** The ingress spool (acknowledges into local disk while Redis is away), when on. */
+  spool: SpoolingAcceptor | null;
+}
+
+/** The spool for this prefix when it is enabled (or, by default, when its folder is writable). */
+async function openSpool({ config, log }: RoleDeps, inner: CallAcceptor): Promise<SpoolingAcceptor | null> {
+  // One spool folder per queue prefix: what is spooled belongs to that prefix's queues.
+  const dir = join(config.env.SPOOL_DIR, config.redis.prefix.replace(/[^A-Za-z0-9._{}-]/g, '_'));
+  if (!(config.env.SPOOL_ENABLED ?? (await spoolDirWritable(dir)))) {
+    log.warn({ dir }, 'spool off: without Redis the ingress answers 503');
+    return null;
+  }
+  const spool = new SpoolingAcceptor(inner, { dir, log, maxBytes: config.env.SPOOL_MAX_BYTES });
+  try {
+    await spool.open();
+    return spool;
+  } catch (err) {
+    if (config.env.SPOOL_ENABLED) throw err;
+    log.warn({ err: { message: (err as Error).message } }, 'spool unavailable: without Redis the ingress answers 503');
+    return null;
+  }
+}
+
+export async function startIngressRole(deps: RoleDeps): Promise<IngressRole> {
+  const { config, options, log, redis, inboundLog } = deps;
+  const closers = new Closers(log);
+  return closers.opening(async () => {
+    const inbound = new InboundAcceptor(inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs });
+    const spool = await openSpool(deps, inbound);
+    if (spool) closers.add('close spool', () => spool.close());
+    const acceptor = options.wrapAcceptor ? options.wrapAcceptor(spool ?? inbound) : (spool ?? inbound);
+    const app = createIngressApp({
+      webhook: config.webhook,
+      acceptor,
+      // Ready when events can be acknowledged durably: Redis answers, or the spool takes them.
+      // (A load balancer routing on /readyz keeps sending to an ingress that spools.)
+      ready: async () => {
+        const redisUp = await withTimeout(redis.producer.ping(), 1000, 'redis ping').then((r) => r === 'PONG', () => false);
+        return redisUp || (spool?.accepting ?? false);
+      },
+      log,
+      events: options.ingressEvents,
+      before: options.ingressBefore,
+    });
+    const http = await listen(app.fetch, { port: config.http.port, host: config.http.host });
+    closers.add('stop http intake', () => http.close());
+    // Keep-alive longer than typical load balancers' idle timeout, so they close first.
+    http.server.keepAliveTimeout = 65_000;
+    if (config.webhook.allowedIps === '*') log.warn('WEBHOOK_ALLOWED_IPS=*: the webhook accepts requests from any address');
+    log.info({ url: http.url, allowedIps: config.webhook.allowedIps, auth: config.webhook.authHeader ? 'shared-secret' : 'none' }, 'ingress listening');
+    return { app, server: http.server, url: http.url, spool, close: () => closers.close() };
+  });
+}

@@ -1,0 +1,88 @@
+// What every role shares: the dependencies handed in by workers/callsync.ts, and a stack of
+// closers so that whatever was opened is closed in reverse order — at shutdown and after a start
+// that failed half-way — with each step isolated (one failure does not skip the rest).
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { Config } from '../../src/config/index.js';
+import type { InboundLog } from '../../queues/inbound.js';
+import type { IngressDeps } from '../../src/ingress/app.js';
+import type { CallAcceptor } from '../../src/ingress/accept.js';
+import type { Sink } from '../../src/sinks/types.js';
+import type { TelephonyClient } from '../../src/telephony/types.js';
+import type { LogFanOutEvents } from '../fanout.js';
+import type { RunnerEvents, RunnerOptions } from '../runner.js';
+
+export interface CallsyncOptions {
+  log: Logger;
+  /** Clock for sinks (tests pass a controllable one). */
+  now?: () => Date;
+  telephony?: TelephonyClient | null;
+  /** Replaces sinks built from config (tests only). */
+  sinks?: Map<string, Sink>;
+  runnerEvents?: RunnerEvents;
+  ingressEvents?: IngressDeps['events'];
+  /** Extra middleware for the ingress (request ids, metrics, shutdown gate). */
+  ingressBefore?: IngressDeps['before'];
+  fanOutEvents?: LogFanOutEvents;
+  /** Wraps the acceptor (e.g. with a local spool). */
+  wrapAcceptor?: (acceptor: CallAcceptor) => CallAcceptor;
+}
+
+export interface RoleDeps {
+  config: Config;
+  options: CallsyncOptions;
+  log: Logger;
+  /** `producer` fails fast (ingress, poller); `worker` retries forever (BullMQ workers, state). */
+  redis: { producer: Redis; worker: Redis };
+  /** The inbound log on the producer connection (the acceptors append to it). */
+  inboundLog: InboundLog;
+  /** The platform's API client (SMS and recordings for workers, channel events for the poller). */
+  telephony: TelephonyClient | null;
+  /** Queue runner settings shared by every worker of this process. */
+  runner: RunnerOptions;
+}
+
+export interface Role {
+  close(): Promise<void>;
+}
+
+export class Closers {
+  private readonly steps: { what: string; close: () => unknown }[] = [];
+  private closing: Promise<void> | undefined;
+
+  constructor(private readonly log: Logger) {}
+
+  /** Registers a closer; closers run last-in, first-out. */
+  add(what: string, close: () => unknown): void {
+    this.steps.push({ what, close });
+  }
+
+  /** Runs every closer once, newest first; later calls wait for the same run. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      for (let step = this.steps.pop(); step; step = this.steps.pop()) {
+        try {
+          await step.close();
+        } catch (err) {
+          this.log.error({ err, step: step.what }, 'shutdown step failed');
+        }
+      }
+    })();
+    return this.closing;
+  }
+
+  /** Runs `open` with this stack; when it throws, closes what was opened so far and rethrows. */
+  async opening<T>(open: () => Promise<T>): Promise<T> {
+    try {
+      return await open();
+    } catch (err) {
+      await this.close();
+      throw err;
+    }
+  }
+}
+
+/** QUIT needs a live connection; while Redis is away, drop the connection (and its reconnect timer). */
+export function quitRedis(conn: Redis): Promise<unknown> {
+  return conn.status === 'ready' ? conn.quit().catch(() => conn.disconnect()) : Promise.resolve(conn.disconnect());
+}

@@ -1,0 +1,111 @@
+// The worker role: the sinks, one queue and worker per sink, and the fan-out that turns inbound
+// log entries into sink jobs (with the `inbound` queue and its worker for what it cannot handle).
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { sinkTypes } from '../../src/sinks/registry.js';
+import type { Sink } from '../../src/sinks/types.js';
+import { RedisKeyValueStore } from '../../src/state/kv.js';
+import { OptOutList } from '../../src/sinks/notify/opt-out.js';
+import { InboundLog } from '../../queues/inbound.js';
+import {
+  bullmqReady,
+  createRedis,
+  defaultJobOptions,
+  INBOUND_QUEUE,
+  SHUTDOWN_SETUP_WAIT_MS,
+  sinkQueueName,
+  stateKeyPrefix,
+  type BullmqHandle,
+  type CallReceivedJob,
+  type SinkDeliverJob,
+} from '../../queues/index.js';
+import { createDeliverProcessor } from '../deliver.js';
+import { createFanOutProcessor, startLogFanOut } from '../fanout.js';
+import { runWorker, type RunningWorker } from '../runner.js';
+import { Closers, quitRedis, type Role, type RoleDeps } from './lifecycle.js';
+
+export interface WorkerRole extends Role {
+  sinks: Map<string, Sink>;
+  workers: RunningWorker[];
+  /** Queue handles by name: each sink's, and `inbound` (the fan-out's dead letters). */
+  queues: Map<string, Queue>;
+  /** Every BullMQ handle of the role (each sets up its connection on its own). */
+  handles(): BullmqHandle[];
+}
+
+/** The sinks of the configuration (or the test's overrides), built with their dependencies. */
+async function createSinks({ config, options, log, redis, telephony }: RoleDeps): Promise<Map<string, Sink>> {
+  const now = options.now ?? (() => new Date());
+  const state = new RedisKeyValueStore(redis.worker, stateKeyPrefix(config.redis.prefix));
+  const optOut = new OptOutList(redis.worker, config.redis.prefix);
+  const sinks = new Map<string, Sink>();
+  for (const sink of Object.values(config.sinks)) {
+    const override = options.sinks?.get(sink.name);
+    const deps = { log: log.child({ sink: sink.name }), state: state.scoped(sink.name), telephony, now, env: config.processEnv, optOut };
+    sinks.set(sink.name, override ?? (await sinkTypes.get(sink.type)!.create(sink.name, sink.options, deps)));
+  }
+  return sinks;
+}
+
+export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
+  const { config, options, log, redis, runner } = deps;
+  const prefix = config.redis.prefix;
+  const closers = new Closers(log);
+  const queues = new Map<string, Queue>();
+  const workers: RunningWorker[] = [];
+  const sinks = new Map<string, Sink>();
+  const handles = () => [...queues.values(), ...workers.flatMap((w) => [w.worker, w.queue])];
+
+  return closers.opening(async () => {
+    // Closed last: handles still setting up their connection finish that first (bullmqReady).
+    closers.add('close queues', () => Promise.all([...queues.values()].map((q) => q.close())));
+    closers.add('close sinks', () => Promise.all([...sinks.values()].map((s) => s.close?.())));
+    closers.add('close workers', () => Promise.all(workers.map((w) => w.close())));
+    for (const [name, sink] of await createSinks(deps)) sinks.set(name, sink);
+
+    const jobOptions = defaultJobOptions(config.retry);
+    const openQueue = <T>(name: string): Queue<T> => {
+      const queue = new Queue<T>(name, { connection: redis.worker, prefix, defaultJobOptions: jobOptions });
+      queue.on('error', (err) => log.error({ queue: name, err: { message: err.message } }, 'queue error'));
+      queues.set(name, queue as Queue);
+      return queue;
+    };
+    const sinkQueues = new Map<string, Queue<SinkDeliverJob>>();
+    for (const name of sinks.keys()) sinkQueues.set(name, openQueue<SinkDeliverJob>(sinkQueueName(name)));
+    const withoutRaw = new Set(
+      Object.values(config.sinks)
+        .filter((s) => sinkTypes.get(s.type)?.needsRaw?.(s.options) === false)
+        .map((s) => s.name),
+    );
+
+    // The inbound log's fan-out; what it cannot handle goes to the `inbound` queue and its worker.
+    const deadLetters = openQueue<CallReceivedJob>(INBOUND_QUEUE);
+    workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor({ routes: config.routes, sinkQueues, withoutRaw }), runner));
+    const blocking: Redis = createRedis(config.redis.url, 'worker');
+    blocking.on('error', (err) => log.warn({ connection: 'fanout', err: { message: err.message } }, 'redis connection error'));
+    closers.add('close fan-out connection', () => quitRedis(blocking));
+    const fanOut = startLogFanOut({
+      inbound: new InboundLog(redis.worker, prefix),
+      blocking,
+      deadLetters,
+      routes: config.routes,
+      sinkQueues,
+      withoutRaw,
+      log,
+      claimIdleMs: config.worker.lockDurationMs,
+      events: options.fanOutEvents,
+    });
+    closers.add('stop fan-out', () => fanOut.close());
+
+    for (const [name, sink] of sinks) {
+      const configured = config.sinks[name];
+      const type = configured ? sinkTypes.get(configured.type) : undefined;
+      const limit = configured && type?.limit ? type.limit(configured.options) : undefined;
+      workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name), createDeliverProcessor(sink, log), { ...runner, limit }));
+    }
+    // Closed first: a handle closed during its connection set-up makes BullMQ reject without a handler.
+    closers.add('wait for connection set-up', () => bullmqReady(handles(), SHUTDOWN_SETUP_WAIT_MS));
+    log.info({ sinks: [...sinks.keys()], routes: config.routes.length }, 'workers started');
+    return { sinks, workers, queues, handles, close: () => closers.close() };
+  });
+}
