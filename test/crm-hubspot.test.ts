@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, beforeEach, afterEach, describe, it } from 'node:test';
 import client from 'prom-client';
-import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/sinks/errors.js';
+import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { HubSpotSink, hubspotOptionsSchema, hubspotSinkType, type HubSpotOptions } from '../src/sinks/crm/hubspot.js';
 import { sampleCall } from './support/calls.js';
 import { crmTestDeps, EXPECTED_DEFAULT_BODY, type CrmTestDeps } from './support/crm-deps.js';

@@ -2,7 +2,7 @@
 // idempotency (redelivery, crash window), rate limits, auth and validation errors.
 import assert from 'node:assert/strict';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
-import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/sinks/errors.js';
+import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { PipedriveSink, pipedriveOptionsSchema, pipedriveSinkType, type PipedriveOptions } from '../src/sinks/crm/pipedrive.js';
 import { sampleCall } from './support/calls.js';
 import { crmTestDeps, EXPECTED_DEFAULT_BODY, type CrmTestDeps } from './support/crm-deps.js';

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { Webhook } from 'standardwebhooks';
-import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/sinks/errors.js';
+import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { WebhookSink, webhookOptionsSchema, webhookSinkType, type WebhookOptions } from '../src/sinks/crm/webhook.js';
 import { sampleCall } from './support/calls.js';
 import { crmTestDeps, type CrmTestDeps } from './support/crm-deps.js';

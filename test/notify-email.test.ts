@@ -6,7 +6,7 @@ import { after, afterEach, before, beforeEach, describe, test } from 'node:test'
 import { Redis } from 'ioredis';
 import { createLogger } from '../src/log.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
-import { PermanentError, RetryLaterError, TransientError } from '../src/sinks/errors.js';
+import { PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { emailSinkType } from '../src/sinks/notify/email.js';
 import { smtpOutcomeUnknown } from '../src/sinks/notify/mailer.js';
 import type { Sink, SinkContext } from '../src/sinks/types.js';

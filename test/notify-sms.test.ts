@@ -7,7 +7,7 @@ import { Writable } from 'node:stream';
 import { Redis } from 'ioredis';
 import { createLogger } from '../src/log.js';
 import type { CanonicalCall } from '../src/model/call.js';
-import { PermanentError, RetryLaterError, TransientError } from '../src/sinks/errors.js';
+import { PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { NotificationLedger } from '../src/sinks/notify/ledger.js';
 import { OptOutList } from '../src/sinks/notify/opt-out.js';
 import { smsSinkType, type NotifySinkDeps } from '../src/sinks/notify/sms.js';

@@ -14,7 +14,7 @@ import { normalizeChannelEvent } from '../src/model/channel-event.js';
 import { ArchiveSink } from '../src/sinks/archive/index.js';
 import { recordingExtension } from '../src/sinks/archive/recordings.js';
 import { LocalFolderStore } from '../src/sinks/archive/store.js';
-import { PermanentError } from '../src/sinks/errors.js';
+import { PermanentError } from '../src/errors.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { memoryLog } from './support/callsync.js';
 import { FakeTelephony, channelEvent } from './support/fake-telephony.js';

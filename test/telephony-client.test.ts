@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/sinks/errors.js';
+import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import {
   OutcomeUnknownError,
   ResponseValidationError,

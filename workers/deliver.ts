@@ -2,7 +2,7 @@
 // runner sorts them (permanent, retry-later, auth, transient).
 import type { Job } from 'bullmq';
 import type { Logger } from 'pino';
-import { PermanentError } from '../src/sinks/errors.js';
+import { PermanentError } from '../src/errors.js';
 import type { Sink, SinkResult } from '../src/sinks/types.js';
 import type { SinkDeliverJob } from '../queues/registry.js';
 

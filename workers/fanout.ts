@@ -15,7 +15,7 @@ import type { Logger } from 'pino';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { sinksFor } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
-import { PermanentError } from '../src/sinks/errors.js';
+import { PermanentError } from '../src/errors.js';
 import { JobName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import type { InboundEntry, InboundLog } from '../queues/inbound.js';
 

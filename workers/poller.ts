@@ -18,7 +18,7 @@ import type { Logger } from '../src/log.js';
 import { maskPhone } from '../src/log.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { ChannelEventError, parseChannelEvent, toCanonical } from '../src/model/channel-event.js';
-import { AuthError, PermanentError, RetryLaterError, classify } from '../src/sinks/errors.js';
+import { AuthError, PermanentError, RetryLaterError, classify } from '../src/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { envSchema } from '../src/config/env.js';
 import { pollerSettings, type PollerSettings } from '../src/config/index.js';

@@ -4,7 +4,7 @@
 import { DelayedError, Queue, UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { classify, RetryLaterError, SinkError } from '../src/sinks/errors.js';
+import { classify, RetryLaterError, SinkError } from '../src/errors.js';
 import type { QueueLimit } from '../src/sinks/types.js';
 import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
 

@@ -2,7 +2,7 @@
 // bearer token, or an OAuth 2.0 refresh-token grant that keeps a short-lived access token fresh.
 // The spec (section 5) does not show the scheme; docs/polling.md records the decision.
 import { z } from 'zod';
-import { AuthError, TransientError } from '../sinks/errors.js';
+import { AuthError, TransientError } from '../errors.js';
 import { networkReason } from './errors.js';
 
 export type TelephonyAuth =

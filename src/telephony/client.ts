@@ -6,7 +6,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import pRetry from 'p-retry';
 import { z } from 'zod';
 import type { Logger } from '../log.js';
-import { PermanentError, RetryLaterError, TransientError, classify } from '../sinks/errors.js';
+import { PermanentError, RetryLaterError, SinkError, TransientError, classify } from '../errors.js';
 import { createAuthProvider, type AuthProvider, type IssuedTokens, type TelephonyAuth } from './auth.js';
 import {
   OutcomeUnknownError,
@@ -168,7 +168,7 @@ export class TelephonyApiClient implements TelephonyClient {
       res = await this.send(operation, this.apiUrl(this.smsPath), { method: 'POST', json: request, accept: 'application/json' }, signal ? AbortSignal.any([signal, timeout]) : timeout);
     } catch (err) {
       // Typed errors come from the OAuth refresh, before anything was sent: safe to retry as they say.
-      if (err instanceof Error && (err as { kind?: unknown }).kind !== undefined) throw err;
+      if (err instanceof SinkError) throw err;
       if (requestCertainlyNotSent(err)) throw telephonyNetworkError(operation, err);
       const reason = err instanceof Error && err.name === 'TimeoutError' ? `no answer within ${this.timeoutMs} ms` : err instanceof Error ? networkReason(err) : String(err);
       throw new OutcomeUnknownError(operation, reason, { cause: err });
@@ -275,7 +275,7 @@ export class TelephonyApiClient implements TelephonyClient {
             }
             throw err;
           }
-          if (err instanceof Error && (err as { kind?: unknown }).kind !== undefined) throw err;
+          if (err instanceof SinkError) throw err;
           throw telephonyNetworkError(operation, err);
         }
       }

@@ -1,4 +1,4 @@
-// Errors of the telephony REST API, sorted into the sink error kinds (../sinks/errors.ts) so the
+// Errors of the telephony REST API, sorted into the error kinds of ../errors.ts so the
 // queue runner, the poller and the SMS channel treat them alike, with the spec's DetailedError
 // body (section 7) kept as typed data and spelled out in the message that logs and dead letters show.
 import { z } from 'zod';
@@ -10,7 +10,7 @@ import {
   errorFromHttp,
   parseRetryAfter,
   type SinkError,
-} from '../sinks/errors.js';
+} from '../errors.js';
 
 /** One entry of the spec's error body `{ errors: [ { status, title, detail, source: { pointer } } ] }`. */
 export interface ApiProblem {

@@ -4,7 +4,7 @@
 //   auth-*   credentials rejected (pauses the queue)
 //   slow-*   done after `slowMs`       gate-*  fails permanently while `sink.failing` is true
 import type { CanonicalCall } from '../../src/model/call.js';
-import { AuthError, PermanentError, TransientError } from '../../src/sinks/errors.js';
+import { AuthError, PermanentError, TransientError } from '../../src/errors.js';
 import type { Sink, SinkContext, SinkResult } from '../../src/sinks/types.js';
 
 export class FlakySink implements Sink {

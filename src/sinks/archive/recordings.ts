@@ -4,7 +4,7 @@
 // into the object store (multipart upload on S3, a temp file + rename on disk).
 import type { Logger } from 'pino';
 import type { CanonicalCall } from '../../model/call.js';
-import { PermanentError } from '../errors.js';
+import { PermanentError } from '../../errors.js';
 import type { TelephonyClient } from '../../telephony/types.js';
 import { recordingKey } from './keys.js';
 import type { ObjectStore } from './store.js';

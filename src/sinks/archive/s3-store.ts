@@ -3,7 +3,7 @@
 import type { Readable } from 'node:stream';
 import { PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
-import { AuthError, errorFromHttp, errorFromNetwork, type SinkError } from '../errors.js';
+import { AuthError, errorFromHttp, errorFromNetwork, type SinkError } from '../../errors.js';
 import type { ObjectStore, PutOptions } from './store.js';
 
 export interface S3StoreOptions {

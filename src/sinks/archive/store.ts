@@ -6,7 +6,7 @@ import { dirname, join, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
 import { randomUUID } from 'node:crypto';
-import { PermanentError } from '../errors.js';
+import { PermanentError } from '../../errors.js';
 
 export interface PutOptions {
   contentType: string;

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { phoneLib } from '../libphonenumber.js';
 import { callHash } from '../../model/call.js';
 import type { KeyValueStore } from '../../state/kv.js';
-import { SinkError } from '../errors.js';
+import { SinkError } from '../../errors.js';
 import { templateFields } from '../template.js';
 import type { CountryCode } from './phone.js';
 import { templateVarNames } from './vars.js';

@@ -13,7 +13,7 @@ import {
   parseRetryAfter,
   RetryLaterError,
   TransientError,
-} from '../errors.js';
+} from '../../errors.js';
 import { crmAuthFailures, crmRateLimited, crmRequests } from './metrics.js';
 
 export interface CrmAnswer {

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import type { CanonicalCall, Outcome } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
 import { outcomeValues } from '../../routing/types.js';
-import { PermanentError } from '../errors.js';
+import { PermanentError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
 import {
   archiveLinkSchema,

@@ -3,7 +3,7 @@
 // "never twice" ledger.
 import { z } from 'zod';
 import { callHash, type CanonicalCall } from '../../model/call.js';
-import { RetryLaterError } from '../errors.js';
+import { RetryLaterError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
 import { NotificationLedger, sendOnce } from './ledger.js';
 import { smtpOutcomeUnknown, type Mailer } from './mailer.js';

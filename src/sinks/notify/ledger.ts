@@ -9,7 +9,7 @@
 //    that nothing arrived clears the marker (NotificationLedger.forget) and replays the job.
 import { callHash } from '../../model/call.js';
 import type { KeyValueStore } from '../../state/kv.js';
-import { PermanentError, RetryLaterError } from '../errors.js';
+import { PermanentError, RetryLaterError } from '../../errors.js';
 
 export type LedgerState = 'sending' | 'sent' | 'unknown';
 

@@ -6,7 +6,7 @@ import type { CanonicalCall } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
 import { OutcomeUnknownError, requestCertainlyNotSent } from '../../telephony/errors.js';
 import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.js';
-import { RetryLaterError, SinkError } from '../errors.js';
+import { RetryLaterError, SinkError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SyncSinkType } from '../types.js';
 import { NotificationLedger, sendOnce } from './ledger.js';
 import { messageFields, renderText, truncateText } from './message.js';

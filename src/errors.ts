@@ -1,4 +1,9 @@
-// Errors sorted at the sink boundary into the kinds the queue runner knows how to treat:
+// The error classes of callsync, at the root of the source tree and importing nothing: sinks, the
+// telephony client, the poller and the mailer throw them; the queue runner sorts by class.
+// (Modelled on BullMQ's src/classes/errors/ and inngest-js' RetryAfterError: one class per
+// behaviour, data on the instance, `instanceof` to tell them apart.)
+//
+// The kinds the queue runner knows how to treat:
 //   permanent   -> dead letters at once, with the reason
 //   retry-later -> wait exactly the given time without spending an attempt (per job or whole queue)
 //   auth        -> pause the sink's whole queue until an operator resumes it

@@ -1,0 +1,60 @@
+// The error classes at the root (src/errors.ts): HTTP answers and network failures sorted into
+// classes, told apart with instanceof — what the queue runner, the poller and the SMS channel rely on.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { AuthError, PermanentError, RetryLaterError, SinkError, TransientError, classify, errorFromHttp, errorFromNetwork, parseRetryAfter } from '../src/errors.js';
+
+test('HTTP answers become the class of their behaviour', () => {
+  const cases: [number, string | null, new (...args: never[]) => SinkError][] = [
+    [400, null, PermanentError],
+    [404, null, PermanentError],
+    [422, null, PermanentError],
+    [401, null, AuthError],
+    [403, null, AuthError],
+    [408, null, TransientError],
+    [500, null, TransientError],
+    [503, null, TransientError],
+    [503, '7', RetryLaterError],
+    [429, null, RetryLaterError],
+  ];
+  for (const [status, retryAfter, cls] of cases) {
+    const err = errorFromHttp({ status, what: 'CRM POST /x', retryAfter });
+    assert.ok(err instanceof cls, `${status}${retryAfter ? ` Retry-After ${retryAfter}` : ''} → ${cls.name}, got ${err.name}`);
+    assert.ok(err instanceof SinkError && err instanceof Error);
+    assert.equal(err.status, status);
+    assert.equal(err.name, cls.name);
+  }
+});
+
+test('retry-later carries its delay and scope; a 429 without Retry-After waits the default', () => {
+  const queue = errorFromHttp({ status: 429, what: 'w', retryAfter: '2', rateLimitScope: 'queue' });
+  assert.ok(queue instanceof RetryLaterError);
+  assert.equal(queue.delayMs, 2000);
+  assert.equal(queue.scope, 'queue');
+  const fallback = errorFromHttp({ status: 429, what: 'w', defaultRetryAfterMs: 1234 });
+  assert.ok(fallback instanceof RetryLaterError);
+  assert.equal(fallback.delayMs, 1234);
+  assert.equal(fallback.scope, 'job');
+});
+
+test('network failures are transient and keep their cause; unknown throwables classify as transient', () => {
+  const cause = Object.assign(new Error('t'), { name: 'TimeoutError' });
+  const err = errorFromNetwork('HubSpot GET /x', cause);
+  assert.ok(err instanceof TransientError);
+  assert.equal(err.cause, cause);
+  assert.match(err.message, /timed out/);
+  assert.equal(classify(new Error('plain')), 'transient');
+  assert.equal(classify('a string'), 'transient');
+  assert.equal(classify(new AuthError('no')), 'auth');
+});
+
+test('Retry-After: seconds, HTTP dates, and nonsense', () => {
+  const now = Date.parse('2026-11-22T12:00:00Z');
+  assert.equal(parseRetryAfter('3', now), 3000);
+  assert.equal(parseRetryAfter('1.5', now), 1500);
+  assert.equal(parseRetryAfter('Sun, 22 Nov 2026 12:00:10 GMT', now), 10_000);
+  assert.equal(parseRetryAfter('Sun, 22 Nov 2026 11:00:00 GMT', now), 0);
+  assert.equal(parseRetryAfter('soon', now), undefined);
+  assert.equal(parseRetryAfter('', now), undefined);
+  assert.equal(parseRetryAfter(null, now), undefined);
+});
