@@ -122,3 +122,18 @@ export function hasTranscript(call: CanonicalCall): boolean {
 export function hasSummary(call: CanonicalCall): boolean {
   return call.summary !== null;
 }
+
+/** `First Last` from whichever of the two parts are present; null when neither is. */
+export function joinedName(firstName: string | null, lastName: string | null): string | null {
+  return [firstName, lastName].filter(Boolean).join(' ') || null;
+}
+
+/** The name a user is shown by: `fullName`, else first and last name, else the user id; '' when none is known. */
+export function userDisplayName(user: Pick<CallUser, 'fullName' | 'firstName' | 'lastName' | 'userId'>): string {
+  return user.fullName ?? joinedName(user.firstName, user.lastName) ?? user.userId ?? '';
+}
+
+/** The display names of the call's users, in order; users without any name or id are left out. */
+export function userDisplayNames(call: Pick<CanonicalCall, 'users'>): string[] {
+  return call.users.map(userDisplayName).filter((name) => name !== '');
+}

@@ -1,6 +1,6 @@
 // The variables CRM title/body templates can use (`{{summary}}`, `{{keyPointsList}}`, ...), built
 // from the canonical call only. Listed in docs/crm.md; keep the two in step.
-import { hasTranscript, type CanonicalCall } from '../../model/call.js';
+import { hasTranscript, userDisplayNames, type CanonicalCall } from '../../model/call.js';
 import { archiveKeys } from '../archive/keys.js';
 import { escapeHtml, renderTemplate } from '../template.js';
 import { displayNumber, type CountryCode } from './phone.js';
@@ -76,7 +76,7 @@ export function callVars(call: CanonicalCall, opts: CallVarsOptions): Record<str
     durationSec: call.durationSec ?? '',
     durationText: durationText(call.durationSec),
     owner: call.owner ?? '',
-    users: call.users.map((u) => u.fullName ?? ([u.firstName, u.lastName].filter(Boolean).join(' ') || u.userId || '')).filter((n) => n !== ''),
+    users: userDisplayNames(call),
     contactName: opts.contactName ?? '',
     summary: call.summary?.content ?? '',
     keyPoints,

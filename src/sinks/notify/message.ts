@@ -1,6 +1,6 @@
 // The fields a notification template may use, taken from the canonical call, and the text
 // shaping of the two channels (SMS cut to length, HTML with escaped values).
-import type { CanonicalCall } from '../../model/call.js';
+import { userDisplayNames, type CanonicalCall } from '../../model/call.js';
 import { escapeHtml, renderTemplate, templateFields } from '../template.js';
 import { formatDuration, localDateTime } from './time.js';
 
@@ -55,7 +55,7 @@ export function messageFields(call: CanonicalCall, timeZone: string): Record<Mes
     callee,
     remote: call.direction === 'in' ? caller : callee,
     agent: call.agentId ?? '',
-    users: call.users.map((u) => u.fullName ?? ([u.firstName, u.lastName].filter(Boolean).join(' ') || u.userId || '')).filter(Boolean).join(', '),
+    users: userDisplayNames(call).join(', '),
     channel: call.channelId ?? '',
     summary: call.summary?.content.trim() ?? '',
     keyPoints: (call.summary?.keyPoints ?? []).map((p) => `- ${p.trim()}`).join('\n'),
