@@ -1,11 +1,12 @@
-// The user display name is defined once (src/model/call.ts); the archive text, the CRM template
-// variables and the notification fields all show the same names for the same users.
+// The user display name is defined once (src/model/call.ts); the archive text, CRM templates and
+// notification templates all show the same names for the same users.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { userDisplayName, userDisplayNames, type CallUser } from '../src/model/call.js';
 import { renderTranscriptText } from '../src/sinks/archive/render.js';
-import { callVars } from '../src/sinks/crm/vars.js';
-import { messageFields } from '../src/sinks/notify/message.js';
+import { callVars, renderTitle } from '../src/sinks/crm/vars.js';
+import { renderText } from '../src/sinks/notify/message.js';
+import { templateVars } from '../src/sinks/template-vars.js';
 import { sampleCall } from './support/calls.js';
 
 const user = (u: Partial<CallUser>): CallUser => ({ userId: null, accountId: null, fullUserId: null, firstName: null, lastName: null, fullName: null, ...u });
@@ -24,12 +25,12 @@ test('fullName, else first and last name, else the user id; a user with none of 
   assert.equal(userDisplayName(user({ userId: 'w9', firstName: 'Alan', lastName: 'Turing' })), 'Alan Turing');
 });
 
-test('the archive text, the CRM variables and the notification fields show the same names', () => {
+test('the archive text, a CRM template and a notification template show the same names', () => {
   const call = { ...sampleCall('names'), users };
   const expected = 'Grace Hopper, Ada, Lovelace, w7';
   assert.match(renderTranscriptText(call), new RegExp(`^Users: ${expected}$`, 'm'));
-  assert.deepEqual(callVars(call, { defaultRegion: 'DE', archive: { enabled: false } }).users, expected.split(', '));
-  assert.equal(messageFields(call, 'UTC').users, expected);
+  assert.equal(renderTitle('{{users}}', callVars(call, { defaultRegion: 'DE', archive: { enabled: false } })), expected);
+  assert.equal(renderText('{{users}}', templateVars(call, { timeZone: 'UTC' })), expected);
 });
 
 test('the webhook normalizer builds fullName from the parts when the sender gives none', () => {
