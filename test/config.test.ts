@@ -1,7 +1,9 @@
 // Configuration: env defaults, the YAML file with ${ENV} interpolation, routes, and every bad key reported.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { ConfigError, loadConfig } from '../src/config/index.js';
+import { CALL_SOURCES, DIRECTIONS, OUTCOMES } from '../src/model/call.js';
 import { sinksFor } from '../src/routing/router.js';
 import { sampleCall } from './support/calls.js';
 
@@ -130,4 +132,46 @@ test('shared credential settings come in pairs; "*" opens the allow list with a 
 
 test('a {hash-tag} queue prefix is accepted (Redis Cluster)', () => {
   assert.equal(loadConfig({ QUEUE_PREFIX: '{callsync}' }).redis.prefix, '{callsync}');
+});
+
+test('routes, CRM outcome maps and the README take their value sets from the model, and only those', () => {
+  const list = (values: readonly string[]) => `[${values.join(', ')}]`;
+  const allOutcomes = (to: string) => `{ ${OUTCOMES.map((o) => `${o}: ${to}`).join(', ')} }`;
+  const config = withFile(
+    `
+sinks:
+  hs: { type: hubspot, accessToken: t, statusMap: ${allOutcomes('BUSY')} }
+  pd: { type: pipedrive, apiToken: t, outcomeMap: ${allOutcomes('busy')} }
+routes:
+  - when: { source: ${list(CALL_SOURCES)}, direction: ${list(DIRECTIONS)}, outcome: ${list(OUTCOMES)} }
+    to: [hs, pd]
+`,
+  );
+  assert.deepEqual(config.routes[0]?.when[0]?.outcome, [...OUTCOMES]);
+  assert.deepEqual(config.routes[0]?.when[0]?.source, [...CALL_SOURCES]);
+  assert.deepEqual(config.routes[0]?.when[0]?.direction, [...DIRECTIONS]);
+
+  // A value outside the model's sets is refused by each of them.
+  const text = problemsOf(() =>
+    withFile(`
+sinks:
+  hs: { type: hubspot, accessToken: t, statusMap: { voicemail: BUSY } }
+  pd: { type: pipedrive, apiToken: t, outcomeMap: { voicemail: busy } }
+routes:
+  - { when: { source: fax }, to: hs }
+  - { when: { direction: sideways }, to: hs }
+  - { when: { outcome: voicemail }, to: hs }
+`),
+  ).join('\n');
+  for (const field of ['sinks.hs.statusMap', 'sinks.pd.outcomeMap', 'routes[0].when', 'routes[1].when', 'routes[2].when']) {
+    assert.ok(text.includes(field), `${field} refused:\n${text}`);
+  }
+
+  // The README's list of route conditions names the same values (a new outcome is documented too).
+  const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+  const conditions = /Conditions in `when`:([\s\S]*?)\n\n/.exec(readme)?.[1] ?? '';
+  const documented = (name: string) => [...(new RegExp(`\`${name}\` \\(([^)]*)\\)`).exec(conditions)?.[1] ?? '').matchAll(/`([^`]+)`/g)].map((m) => m[1]);
+  assert.deepEqual(documented('outcome'), [...OUTCOMES]);
+  assert.deepEqual(documented('source'), [...CALL_SOURCES]);
+  assert.deepEqual(documented('direction'), [...DIRECTIONS]);
 });

@@ -312,7 +312,7 @@ describe('hubspot sink', () => {
   });
 
   it('rejects a template with an unknown field and an unknown status when the config is parsed', () => {
-    assert.throws(() => hubspotOptionsSchema.parse({ bodyTemplate: '{{sumary}}' }), /unknown template field\(s\): sumary/);
+    assert.throws(() => hubspotOptionsSchema.parse({ bodyTemplate: '{{sumary}}' }), /unknown field\(s\) \{\{sumary\}\}; known: callId, /);
     assert.throws(() => hubspotOptionsSchema.parse({ statusMap: { missed: 'LOST' } }));
   });
 

@@ -14,6 +14,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
+import { backoffDelay } from '../src/backoff.js';
 import type { Logger } from '../src/log.js';
 import { maskPhone } from '../src/log.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
@@ -210,19 +211,14 @@ export class ChannelPoller {
           this.log.warn({ status: error.status, waitMs: wait }, 'telephony API asked to wait before the next poll');
         } else {
           failures += 1;
-          wait = this.backoff(failures);
+          // From the poll interval (at least 500 ms), doubling up to POLL_MAX_BACKOFF_MS.
+          wait = backoffDelay(failures, Math.max(this.settings.intervalMs, 500), this.settings.maxBackoffMs, this.random);
           this.log.warn({ reason: error.message, kind: classify(error), failures, retryInMs: wait }, 'poll failed: backing off');
           this.deps.events?.failed?.(this.channelId, error, wait);
         }
       }
       if (wait > 0) await this.sleep(wait);
     }
-  }
-
-  /** Equal-jitter exponential backoff from the poll interval up to the maximum. */
-  private backoff(failures: number): number {
-    const exp = Math.min(this.settings.maxBackoffMs, Math.max(this.settings.intervalMs, 500) * 2 ** (failures - 1));
-    return Math.round(exp / 2 + (this.random() * exp) / 2);
   }
 
   /** Reads one page and queues it; true when the page was full (read the next one at once). */

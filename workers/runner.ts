@@ -4,6 +4,7 @@
 import { DelayedError, Queue, UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
+import { backoffDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
 import type { QueueLimit } from '../src/sinks/types.js';
 import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
@@ -34,12 +35,6 @@ export type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal)
 
 /** A job-scoped "retry later" may repeat this often before it counts as an ordinary failure. */
 const MAX_DEFERRALS = 200;
-
-/** Exponential backoff (base * 2^(n-1)), capped, with "equal jitter": half fixed, half random. */
-export function backoffDelay(attemptsMade: number, baseMs: number, maxMs: number, random: () => number = Math.random): number {
-  const exp = Math.min(maxMs, baseMs * 2 ** Math.max(0, attemptsMade - 1));
-  return Math.round(exp / 2 + (random() * exp) / 2);
-}
 
 function describe(err: unknown): string {
   if (err instanceof Error) return err.message;

@@ -2,13 +2,27 @@
 // this one shape before it is queued, and every sink reads only this shape.
 import { createHash } from 'node:crypto';
 
-export type CallSource = 'ai-agent' | 'channel';
-export type Direction = 'in' | 'out';
+// The closed value sets of the record, each written once: config schemas (routes, CRM maps) and the
+// normalizers take their `z.enum(...)` from these arrays, and the types are derived from them.
+
+/** `ai-agent`: the AI-agent webhook; `channel`: channel events read by the poller. */
+export const CALL_SOURCES = ['ai-agent', 'channel'] as const;
+export type CallSource = (typeof CALL_SOURCES)[number];
+
+export const DIRECTIONS = ['in', 'out'] as const;
+export type Direction = (typeof DIRECTIONS)[number];
+
 /** What became of the call. AI-agent calls are `answered` (the agent took them). */
-export type Outcome = 'answered' | 'missed' | 'rejected' | 'busy' | 'transferred' | 'failed' | 'unknown';
+export const OUTCOMES = ['answered', 'missed', 'rejected', 'busy', 'transferred', 'failed', 'unknown'] as const;
+export type Outcome = (typeof OUTCOMES)[number];
+
 /** `unknown` when the sender named a speaker callsync cannot place. */
-export type Speaker = 'caller' | 'callee' | 'unknown';
-export type RecordingType = 'voicemail' | 'in_call_feature' | 'call_recorder';
+export const SPEAKERS = ['caller', 'callee', 'unknown'] as const;
+export type Speaker = (typeof SPEAKERS)[number];
+
+/** Recording types of channel events (spec 2.7). */
+export const RECORDING_TYPES = ['voicemail', 'in_call_feature', 'call_recorder'] as const;
+export type RecordingType = (typeof RECORDING_TYPES)[number];
 
 export interface CallUser {
   userId: string | null;
@@ -107,4 +121,19 @@ export function hasTranscript(call: CanonicalCall): boolean {
 
 export function hasSummary(call: CanonicalCall): boolean {
   return call.summary !== null;
+}
+
+/** `First Last` from whichever of the two parts are present; null when neither is. */
+export function joinedName(firstName: string | null, lastName: string | null): string | null {
+  return [firstName, lastName].filter(Boolean).join(' ') || null;
+}
+
+/** The name a user is shown by: `fullName`, else first and last name, else the user id; '' when none is known. */
+export function userDisplayName(user: Pick<CallUser, 'fullName' | 'firstName' | 'lastName' | 'userId'>): string {
+  return user.fullName ?? joinedName(user.firstName, user.lastName) ?? user.userId ?? '';
+}
+
+/** The display names of the call's users, in order; users without any name or id are left out. */
+export function userDisplayNames(call: Pick<CanonicalCall, 'users'>): string[] {
+  return call.users.map(userDisplayName).filter((name) => name !== '');
 }

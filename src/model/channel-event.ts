@@ -3,7 +3,7 @@
 // (in `raw`) and never break parsing; a missing or unusable required field is a ChannelEventError
 // naming the event and the field.
 import { z } from 'zod';
-import type { CanonicalCall, Direction, Outcome, Recording } from './call.js';
+import { RECORDING_TYPES, type CanonicalCall, type Direction, type Outcome, type Recording } from './call.js';
 import { toE164 } from './phone.js';
 
 const nullableString = z.string().nullish();
@@ -13,11 +13,9 @@ const timestamp = z
   .refine((v) => !Number.isNaN(Date.parse(v)), { message: 'expected an ISO-8601 timestamp' })
   .nullish();
 
-export const recordingTypes = ['voicemail', 'in_call_feature', 'call_recorder'] as const;
-
 export const channelRecordingSchema = z.looseObject({
   downloadUrl: z.string().min(1, 'expected a non-empty relative URL'),
-  type: z.enum(recordingTypes),
+  type: z.enum(RECORDING_TYPES),
 });
 
 export const channelCallSchema = z.looseObject({

@@ -3,7 +3,7 @@
 // strings for epoch ms, durations in ms, upper-case enums, offsets for chunk times, nulls for
 // absent parts, extra objects); all of that is normalized. Only what cannot be understood is rejected.
 import { z } from 'zod';
-import type { CallScenario, CallUser, CanonicalCall, Direction, Speaker, TranscriptChunk } from './call.js';
+import { joinedName, type CallScenario, type CallUser, type CanonicalCall, type Direction, type Speaker, type TranscriptChunk } from './call.js';
 import { toE164 } from './phone.js';
 
 /** A field that cannot be understood: becomes a 400 with a JSON pointer to it. */
@@ -124,7 +124,7 @@ function usersOf(list: unknown[] | null | undefined): CallUser[] {
       fullUserId: textOf(r.fullUserId as TextLike),
       firstName,
       lastName,
-      fullName: textOf(r.fullName as TextLike) ?? ([firstName, lastName].filter(Boolean).join(' ') || null),
+      fullName: textOf(r.fullName as TextLike) ?? joinedName(firstName, lastName),
     });
   }
   return users;

@@ -1,20 +1,19 @@
 // Routes decide which sinks receive a call: `when` conditions (all must hold) -> `to` sink names.
 import { z } from 'zod';
+import { CALL_SOURCES, DIRECTIONS, OUTCOMES } from '../model/call.js';
 
 const oneOrMany = <T extends z.ZodType>(item: T) =>
   z.union([item, z.array(item).min(1)]).transform((v) => (Array.isArray(v) ? v : [v]) as z.infer<T>[]);
 
-export const outcomeValues = ['answered', 'missed', 'rejected', 'busy', 'transferred', 'failed', 'unknown'] as const;
-
 export const conditionSchema = z.strictObject({
     /** `ai-agent` (webhook) or `channel` (poller). */
-    source: oneOrMany(z.enum(['ai-agent', 'channel'])).optional(),
+    source: oneOrMany(z.enum(CALL_SOURCES)).optional(),
     /** AI agent ids (from the webhook path). */
     agent: oneOrMany(z.string().min(1)).optional(),
     /** Channel ids (channel events). */
     channel: oneOrMany(z.string().min(1)).optional(),
-    direction: oneOrMany(z.enum(['in', 'out'])).optional(),
-    outcome: oneOrMany(z.enum(outcomeValues)).optional(),
+    direction: oneOrMany(z.enum(DIRECTIONS)).optional(),
+    outcome: oneOrMany(z.enum(OUTCOMES)).optional(),
     hasSummary: z.boolean().optional(),
     hasTranscript: z.boolean().optional(),
     hasRecording: z.boolean().optional(),

@@ -1,5 +1,5 @@
 // The human-readable transcript: a header, the summary on top, then `[mm:ss] Caller: ...` lines.
-import type { CanonicalCall, Speaker } from '../../model/call.js';
+import { userDisplayNames, type CanonicalCall, type Speaker } from '../../model/call.js';
 
 export function formatOffset(ms: number): string {
   const total = Math.max(0, Math.floor(ms / 1000));
@@ -19,7 +19,7 @@ export function renderTranscriptText(call: CanonicalCall): string {
   lines.push(`Started: ${call.startedAt}${call.durationSec !== null ? `    Duration: ${formatOffset(call.durationSec * 1000)}` : ''}`);
   if (call.agentId) lines.push(`Agent: ${call.agentId}`);
   if (call.channelId) lines.push(`Channel: ${call.channelId}`);
-  const people = call.users.map((u) => u.fullName ?? ([u.firstName, u.lastName].filter(Boolean).join(' ') || u.userId)).filter(Boolean);
+  const people = userDisplayNames(call);
   if (people.length > 0) lines.push(`Users: ${people.join(', ')}`);
   lines.push('');
 

@@ -4,9 +4,7 @@ import { phoneLib } from '../libphonenumber.js';
 import { callHash } from '../../model/call.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { SinkError } from '../../errors.js';
-import { templateFields } from '../template.js';
 import type { CountryCode } from './phone.js';
-import { templateVarNames } from './vars.js';
 
 export const DEFAULT_REGION: CountryCode = 'DE';
 
@@ -24,16 +22,8 @@ export function resolveRegion(option: CountryCode | undefined, env: NodeJS.Proce
   return DEFAULT_REGION;
 }
 
-/** A `{{field}}` template whose fields all exist (a typo is a config error, not an empty note). */
-export const templateSchema = z
-  .string()
-  .min(1)
-  .superRefine((tpl, ctx) => {
-    const unknown = templateFields(tpl).filter((f) => !templateVarNames.includes(f.split('.')[0] as string));
-    if (unknown.length > 0) {
-      ctx.addIssue({ code: 'custom', message: `unknown template field(s): ${unknown.join(', ')}; known: ${templateVarNames.join(', ')}` });
-    }
-  });
+/** A `{{variable}}` template (the one variable set; a typo is a config error, not an empty note). */
+export { templateSchema } from '../template-vars.js';
 
 export const queueLimitSchema = z.strictObject({
   /** Jobs (calls) per window; each call makes a few requests (see docs/crm.md). */

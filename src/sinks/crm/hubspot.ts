@@ -6,9 +6,8 @@
 // call update (1, + 1 association when the contact changed). After a crash between "created" and
 // "id stored", one extra calls search finds the record instead of creating a second one.
 import { z } from 'zod';
-import { callHash, type CanonicalCall, type Outcome } from '../../model/call.js';
+import { callHash, OUTCOMES, type CanonicalCall, type Outcome } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
-import { outcomeValues } from '../../routing/types.js';
 import { PermanentError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
 import {
@@ -60,7 +59,7 @@ export const hubspotOptionsSchema = z.strictObject({
   /** HTML body: values are escaped, line breaks become <br>. */
   bodyTemplate: templateSchema.default(defaultBodyTemplate),
   /** Outcome -> hs_call_status, over the defaults (answered: COMPLETED, missed: NO_ANSWER, ...). */
-  statusMap: z.partialRecord(z.enum(outcomeValues), z.enum(hubspotCallStatuses)).default({}),
+  statusMap: z.partialRecord(z.enum(OUTCOMES), z.enum(hubspotCallStatuses)).default({}),
   /**
    * A custom call property (single-line text, ideally "unique value") that receives a stable id
    * of the call. When set, crash recovery searches by it; otherwise by timestamp + numbers.

@@ -6,9 +6,8 @@
 // crash between "created" and "id stored", the newest call logs (<= 2 pages) are scanned once
 // for the same start time and numbers instead of creating a second one.
 import { z } from 'zod';
-import type { CanonicalCall, Outcome } from '../../model/call.js';
+import { OUTCOMES, type CanonicalCall, type Outcome } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
-import { outcomeValues } from '../../routing/types.js';
 import { PermanentError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
 import {
@@ -56,7 +55,7 @@ export const pipedriveOptionsSchema = z.strictObject({
   /** HTML note: values are escaped, line breaks become <br>. */
   noteTemplate: templateSchema.default(defaultBodyTemplate),
   /** Outcome -> Pipedrive outcome, over the defaults (answered: connected, missed: no_answer, ...). */
-  outcomeMap: z.partialRecord(z.enum(outcomeValues), z.enum(pipedriveOutcomes)).default({}),
+  outcomeMap: z.partialRecord(z.enum(OUTCOMES), z.enum(pipedriveOutcomes)).default({}),
   /** Person search term: this many trailing digits (matches `0211 6355340` and `+49 211 6355340`). */
   searchDigits: z.int().min(5).max(15).default(7),
   archive: archiveLinkSchema.default({ enabled: true }),

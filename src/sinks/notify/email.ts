@@ -5,9 +5,10 @@ import { z } from 'zod';
 import { callHash, type CanonicalCall } from '../../model/call.js';
 import { RetryLaterError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
+import { templateVars } from '../template-vars.js';
 import { NotificationLedger, sendOnce } from './ledger.js';
 import { smtpOutcomeUnknown, type Mailer } from './mailer.js';
-import { messageFields, renderHtml, renderText } from './message.js';
+import { renderHtml, renderText } from './message.js';
 import { commonOptions, templateSchema } from './options.js';
 import { quietHoursEnd } from './time.js';
 
@@ -18,7 +19,7 @@ export const DEFAULT_SUBJECT = 'Call {{caller}} → {{callee}} ({{outcome}}, {{d
 export const DEFAULT_TEXT = `{{direction}} call from {{caller}} to {{callee}}
 When: {{dateTime}} ({{timeZone}}), duration {{duration}}
 Outcome: {{outcome}}
-Agent: {{agent}}
+Agent: {{agentId}}
 
 Summary:
 {{summary}}
@@ -77,7 +78,7 @@ class EmailSink implements Sink {
       throw new RetryLaterError(`quiet hours until ${quietEnd.toISOString()}`, quietEnd.getTime() - now.getTime(), { scope: 'job' });
     }
 
-    const fields = messageFields(call, this.o.timeZone);
+    const fields = templateVars(call, { timeZone: this.o.timeZone });
     const text = renderText(this.o.text, fields);
     const message = {
       from: this.from,

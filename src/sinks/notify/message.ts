@@ -1,74 +1,6 @@
-// The fields a notification template may use, taken from the canonical call, and the text
-// shaping of the two channels (SMS cut to length, HTML with escaped values).
-import type { CanonicalCall } from '../../model/call.js';
-import { escapeHtml, renderTemplate, templateFields } from '../template.js';
-import { formatDuration, localDateTime } from './time.js';
-
-/** Every `{{field}}` a notification template may use (checked when the config is loaded). */
-export const MESSAGE_FIELDS = [
-  'callId',
-  'source',
-  'direction',
-  'outcome',
-  'caller',
-  'callee',
-  'remote',
-  'agent',
-  'users',
-  'channel',
-  'summary',
-  'keyPoints',
-  'topics',
-  'duration',
-  'durationSec',
-  'date',
-  'time',
-  'dateTime',
-  'timeZone',
-  'startedAt',
-] as const;
-
-export type MessageField = (typeof MESSAGE_FIELDS)[number];
-
-/** Names in the template that are not message fields (empty when the template is fine). */
-export function unknownFields(template: string): string[] {
-  const known = new Set<string>(MESSAGE_FIELDS);
-  return templateFields(template).filter((f) => !known.has(f));
-}
-
-function party(e164: string | null, raw: string | null): string {
-  return e164 ?? (raw && raw.trim() !== '' ? raw.trim() : 'anonymous');
-}
-
-/** The values of the message fields for one call; times are shown in `timeZone`. */
-export function messageFields(call: CanonicalCall, timeZone: string): Record<MessageField, string> {
-  const started = new Date(call.startedAt);
-  const local = Number.isNaN(started.getTime()) ? { date: '', time: '', dateTime: '' } : localDateTime(started, timeZone);
-  const caller = party(call.from, call.fromRaw);
-  const callee = party(call.to, call.toRaw);
-  return {
-    callId: call.callId,
-    source: call.source,
-    direction: call.direction === 'in' ? 'incoming' : 'outgoing',
-    outcome: call.outcome,
-    caller,
-    callee,
-    remote: call.direction === 'in' ? caller : callee,
-    agent: call.agentId ?? '',
-    users: call.users.map((u) => u.fullName ?? ([u.firstName, u.lastName].filter(Boolean).join(' ') || u.userId || '')).filter(Boolean).join(', '),
-    channel: call.channelId ?? '',
-    summary: call.summary?.content.trim() ?? '',
-    keyPoints: (call.summary?.keyPoints ?? []).map((p) => `- ${p.trim()}`).join('\n'),
-    topics: (call.summary?.topics ?? []).join(', '),
-    duration: formatDuration(call.durationSec),
-    durationSec: call.durationSec === null ? '' : String(call.durationSec),
-    date: local.date,
-    time: local.time,
-    dateTime: local.dateTime,
-    timeZone,
-    startedAt: call.startedAt,
-  };
-}
+// The text shaping of the two notification channels (SMS cut to length, HTML with escaped values).
+// The variables their templates use are the one set of ../template-vars.ts.
+import { escapeHtml, renderTemplate } from '../template.js';
 
 const segmenter = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
 
@@ -103,12 +35,12 @@ export function escapeHtmlMultiline(value: string): string {
 }
 
 /** Renders a template for a plain-text part or an SMS. */
-export function renderText(template: string, fields: Record<string, string>): string {
+export function renderText(template: string, fields: Record<string, unknown>): string {
   return renderTemplate(template, fields).replace(/\n{3,}/g, '\n\n').trim();
 }
 
 /** Renders the HTML part: from the HTML template (values escaped), or the escaped text in a pre-wrap block. */
-export function renderHtml(htmlTemplate: string | undefined, text: string, fields: Record<string, string>): string {
+export function renderHtml(htmlTemplate: string | undefined, text: string, fields: Record<string, unknown>): string {
   if (htmlTemplate !== undefined) return renderTemplate(htmlTemplate, fields, { escape: escapeHtmlMultiline });
   return `<!doctype html>\n<html><body><div style="font-family: sans-serif; white-space: pre-wrap">${escapeHtml(text)}</div></body></html>`;
 }

@@ -1,21 +1,12 @@
 // Option pieces both notification channels share: templates checked against the known fields,
 // time zones, quiet hours and durations.
 import { z } from 'zod';
-import { MESSAGE_FIELDS, unknownFields } from './message.js';
 import { isValidTimeZone } from './time.js';
 
 export const timeZoneSchema = z.string().min(1).refine(isValidTimeZone, { message: 'expected an IANA time zone such as Europe/Berlin' });
 
-/** A `{{field}}` template using only the message fields. */
-export const templateSchema = z
-  .string()
-  .min(1)
-  .superRefine((value, ctx) => {
-    const unknown = unknownFields(value);
-    if (unknown.length > 0) {
-      ctx.addIssue({ code: 'custom', message: `unknown field(s) ${unknown.map((f) => `{{${f}}}`).join(', ')}; known: ${MESSAGE_FIELDS.join(', ')}` });
-    }
-  });
+/** A `{{variable}}` template (the one variable set shared with the CRM sinks). */
+export { templateSchema } from '../template-vars.js';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, min: 60_000, h: 3_600_000, d: 86_400_000 };
 

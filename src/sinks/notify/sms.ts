@@ -8,8 +8,9 @@ import { OutcomeUnknownError, requestCertainlyNotSent } from '../../telephony/er
 import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.js';
 import { RetryLaterError, SinkError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SyncSinkType } from '../types.js';
+import { templateVars } from '../template-vars.js';
 import { NotificationLedger, sendOnce } from './ledger.js';
-import { messageFields, renderText, truncateText } from './message.js';
+import { renderText, truncateText } from './message.js';
 import type { OptOutLookup } from './opt-out.js';
 import { commonOptions, durationSchema, templateSchema } from './options.js';
 import { checkSmsRecipient, parseE164 } from './phone.js';
@@ -109,7 +110,7 @@ class SmsSink implements Sink {
     if (this.o.maxAge !== undefined && now.getTime() - Date.parse(call.startedAt) > this.o.maxAge) {
       return { status: 'skipped', reason: 'call older than maxAge' };
     }
-    const message = truncateText(renderText(this.o.message, messageFields(call, this.o.timeZone)), this.o.maxLength);
+    const message = truncateText(renderText(this.o.message, templateVars(call, { timeZone: this.o.timeZone })), this.o.maxLength);
     if (message === '') return { status: 'skipped', reason: 'message empty for this call' };
 
     const skipped: string[] = [];

@@ -109,15 +109,3 @@ export function quietHoursEnd(now: Date, quiet: QuietHours): Date | null {
     quiet.timeZone,
   );
 }
-
-/** `1h 5 min`, `2 min 5 s`, `45 s`. */
-export function formatDuration(seconds: number | null): string {
-  if (seconds === null || !Number.isFinite(seconds) || seconds < 0) return '';
-  const s = Math.round(seconds);
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  const rest = s % 60;
-  if (h > 0) return `${h} h ${m} min`;
-  if (m > 0) return rest > 0 ? `${m} min ${rest} s` : `${m} min`;
-  return `${rest} s`;
-}
