@@ -227,7 +227,12 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     // One spool folder per queue prefix: what is spooled belongs to that prefix's queues.
     const spoolDir = join(config.env.SPOOL_DIR, prefix.replace(/[^A-Za-z0-9._{}-]/g, '_'));
     if (config.env.SPOOL_ENABLED ?? (await spoolDirWritable(spoolDir))) {
-      const candidate = new SpoolingAcceptor(acceptor, { dir: spoolDir, log, maxBytes: config.env.SPOOL_MAX_BYTES });
+      const candidate = new SpoolingAcceptor(acceptor, {
+        dir: spoolDir,
+        log,
+        maxBytes: config.env.SPOOL_MAX_BYTES,
+        minFreeBytes: config.env.SPOOL_MIN_FREE_BYTES,
+      });
       try {
         await candidate.open();
         spool = candidate;
@@ -247,7 +252,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       // (A load balancer routing on /readyz keeps sending to an ingress that spools.)
       ready: async () => {
         const redisUp = await withTimeout(producer.ping(), 1000, 'redis ping').then((r) => r === 'PONG', () => false);
-        return redisUp || (spool?.accepting ?? false);
+        return redisUp || ((await spool?.checkAccepting()) ?? false);
       },
       log,
       events: options.ingressEvents,
