@@ -9,7 +9,7 @@
 // reading, and deletes a segment only after every event in it is in Redis.
 //
 // A full disk: a batch whose write comes up short or fails is cut off again (ftruncate + fdatasync)
-// before anyone of it is answered, so a segment only ever holds whole, acknowledged lines, and the
+// before any of it is answered, so a segment only ever holds whole, acknowledged lines, and the
 // whole batch gets 503. Events are refused before that happens when the filesystem's free space
 // (statfs, at most a second old) would drop below `minFreeBytes`.
 import { closeSync, constants, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
