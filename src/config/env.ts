@@ -88,6 +88,8 @@ export const envSchema = z.object({
   SPOOL_DIR: z.string().default('./data/spool'),
   /** Beyond this many bytes spooled, the ingress answers 503 again. Default 1 GiB. */
   SPOOL_MAX_BYTES: int(1024 * 1024 * 1024, 1),
+  /** The spool refuses events (503, not ready) when its filesystem would keep less than this many bytes free. Default 16 MiB. */
+  SPOOL_MIN_FREE_BYTES: int(16 * 1024 * 1024),
 
   ARCHIVE_S3_BUCKET: optionalString,
   ARCHIVE_S3_PREFIX: optionalString,

@@ -7,8 +7,13 @@
 // On disk: `<dir>/<seq>.jsonl` segments, one JSON line per event (`{v, id, at, call}`), numbered in
 // order. Only the newest segment is written to; the drainer seals it (starts a new one) before
 // reading, and deletes a segment only after every event in it is in Redis.
+//
+// A full disk: a batch whose write comes up short or fails is cut off again (ftruncate + fdatasync)
+// before any of it is answered, so a segment only ever holds whole, acknowledged lines, and the
+// whole batch gets 503. Events are refused before that happens when the filesystem's free space
+// (statfs, at most a second old) would drop below `minFreeBytes`.
 import { closeSync, constants, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
-import { access, mkdir, open, readdir, readFile, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
+import { access, mkdir, open, readdir, readFile, rm, stat, statfs, unlink, type FileHandle } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
@@ -23,6 +28,11 @@ export interface SpoolOptions {
   segmentMaxBytes?: number;
   /** Refuse to spool (answer 503) beyond this many bytes on disk. Default 1 GiB. */
   maxBytes?: number;
+  /**
+   * Refuse to spool (answer 503, not ready) when the spool's filesystem would have less than this
+   * many bytes free after the event. Default 16 MiB.
+   */
+  minFreeBytes?: number;
   /** Pause between drain attempts while Redis is still away. Default 500 ms. */
   retryIntervalMs?: number;
   /** Events handed to Redis at once while draining (pipelined on one connection, so in order). Default 200. */
@@ -41,6 +51,14 @@ export interface SpooledResult extends AcceptResult {
   spooled: true;
 }
 
+interface ActiveSegment {
+  seq: number;
+  handle: FileHandle;
+  /** Bytes of whole, acknowledged lines in the file (its length). */
+  bytes: number;
+  lines: number;
+}
+
 interface SpoolEntry {
   v: 1;
   id: string;
@@ -50,6 +68,10 @@ interface SpoolEntry {
 }
 
 const SEGMENT = /^(\d{16})\.jsonl$/;
+/** How long a free-space figure (statfs) is used before it is measured again. */
+export const FREE_SPACE_TTL_MS = 1000;
+/** Errors that say the disk (or a file size limit) is full: they clear once a check finds room again. */
+const SPACE_ERRORS = new Set(['ENOSPC', 'EDQUOT', 'EFBIG']);
 const LOCK_FILE = 'LOCK';
 const segmentName = (seq: number) => `${String(seq).padStart(16, '0')}.jsonl`;
 
@@ -101,6 +123,7 @@ export class SpoolingAcceptor implements CallAcceptor {
   private readonly log: Logger;
   private readonly segmentMaxBytes: number;
   private readonly maxBytes: number;
+  private readonly minFreeBytes: number;
   private readonly retryIntervalMs: number;
   private readonly drainBatch: number;
 
@@ -110,8 +133,22 @@ export class SpoolingAcceptor implements CallAcceptor {
   private readonly waiting = new Map<string, string>();
   private bytesOnDisk = 0;
 
+  /** Free space of the spool's filesystem when last measured, and `bytesOnDisk` at that moment. */
+  private disk: { free: number; at: number; bytesAtCheck: number } | null = null;
+  private diskCheck: Promise<void> | null = null;
+  /** Write failures so far; the last one, while no write or (for a full disk) free-space check has succeeded since. */
+  private failures = 0;
+  /** Bytes of the last event refused for want of free space (0 once an event is spooled again). */
+  private roomWanted = 0;
+  private writeFailure: { n: number; code: string; space: boolean } | null = null;
+  /**
+   * Segments whose failed batch could not be cut off (ftruncate failed): only their first `bytes`
+   * are acknowledged lines, so the drainer reads no further. Never written to again.
+   */
+  private readonly cutShort = new Map<number, number>();
+
   private nextSeq = 0;
-  private active: { seq: number; handle: FileHandle; bytes: number; lines: number } | null = null;
+  private active: ActiveSegment | null = null;
   /** Every file operation runs through this chain: writes, seals and the drainer's reads never overlap. */
   private chain: Promise<unknown> = Promise.resolve();
   private batch: { line: string; resolve: () => void; reject: (err: unknown) => void }[] = [];
@@ -130,6 +167,7 @@ export class SpoolingAcceptor implements CallAcceptor {
     this.log = options.log.child({ component: 'spool' });
     this.segmentMaxBytes = options.segmentMaxBytes ?? 64 * 1024 * 1024;
     this.maxBytes = options.maxBytes ?? 1024 * 1024 * 1024;
+    this.minFreeBytes = options.minFreeBytes ?? 16 * 1024 * 1024;
     this.retryIntervalMs = options.retryIntervalMs ?? 500;
     this.drainBatch = options.drainBatch ?? 200;
   }
@@ -139,9 +177,63 @@ export class SpoolingAcceptor implements CallAcceptor {
     return this.pendingCount;
   }
 
-  /** Whether an event could be spooled now (open, and below SPOOL_MAX_BYTES). */
+  /**
+   * Whether an event could be spooled now: open, below SPOOL_MAX_BYTES, more than SPOOL_MIN_FREE_BYTES
+   * free on its filesystem as last measured (and room for the last event refused for want of it),
+   * and the last write did not fail. See `checkAccepting`.
+   */
   get accepting(): boolean {
-    return this.opened && !this.closed && this.bytesOnDisk < this.maxBytes;
+    return (
+      this.opened &&
+      !this.closed &&
+      this.bytesOnDisk < this.maxBytes &&
+      this.writeFailure === null &&
+      this.estimatedFree() - this.minFreeBytes >= Math.max(1, this.roomWanted)
+    );
+  }
+
+  /** `accepting`, after measuring the free space again when the last figure is older than FREE_SPACE_TTL_MS (for /readyz). */
+  async checkAccepting(): Promise<boolean> {
+    if (this.opened && !this.closed && this.diskStale()) await this.checkDisk();
+    return this.accepting;
+  }
+
+  /** Free bytes as last measured, less what the spool has taken since (in-flight events included). */
+  private estimatedFree(): number {
+    if (!this.disk) return Number.POSITIVE_INFINITY;
+    return this.disk.free - (this.bytesOnDisk - this.disk.bytesAtCheck);
+  }
+
+  private diskStale(): boolean {
+    return !this.disk || Date.now() - this.disk.at >= FREE_SPACE_TTL_MS;
+  }
+
+  /** Measures the filesystem's free space (one statfs shared by everyone asking meanwhile). */
+  private checkDisk(): Promise<void> {
+    this.diskCheck ??= (async () => {
+      const failuresBefore = this.failures;
+      const bytesAtCheck = this.bytesOnDisk;
+      const at = Date.now();
+      try {
+        const fs = await statfs(this.dir);
+        this.disk = { free: fs.bavail * fs.bsize, at, bytesAtCheck };
+      } catch (err) {
+        // No figure (statfs unsupported here): only SPOOL_MAX_BYTES and the write itself guard.
+        if (this.disk?.free !== Number.POSITIVE_INFINITY) {
+          this.log.warn({ dir: this.dir, err: { message: (err as Error).message } }, 'spool cannot measure free space');
+        }
+        this.disk = { free: Number.POSITIVE_INFINITY, at, bytesAtCheck };
+      }
+      // A full disk that has room again (measured after the failure) takes events again.
+      const failure = this.writeFailure;
+      if (failure && failure.space && failure.n <= failuresBefore && this.estimatedFree() > this.minFreeBytes) {
+        this.writeFailure = null;
+        this.log.info({ dir: this.dir, free: this.disk.free }, 'spool disk has room again');
+      }
+    })().finally(() => {
+      this.diskCheck = null;
+    });
+    return this.diskCheck;
   }
 
   /** Takes the folder's lock, reads what an earlier process left, and starts draining it. */
@@ -177,32 +269,44 @@ export class SpoolingAcceptor implements CallAcceptor {
   }
 
   private async spool(call: CanonicalCall): Promise<SpooledResult> {
+    if (this.diskStale()) await this.checkDisk();
     const hash = callHash(call.key);
     const seen = this.waiting.get(hash);
     if (seen !== undefined) return { id: seen, duplicate: true, spooled: true };
     const id = `${hash}-${randomBytes(6).toString('hex')}`;
     const entry: SpoolEntry = { v: 1, id, at: new Date().toISOString(), call };
     const line = `${JSON.stringify(entry)}\n`;
-    if (this.bytesOnDisk + line.length > this.maxBytes) {
+    const bytes = Buffer.byteLength(line);
+    if (this.bytesOnDisk + bytes > this.maxBytes) {
       throw new QueueUnavailableError(new Error(`spool full (${this.bytesOnDisk} bytes in ${this.dir})`));
+    }
+    const free = this.estimatedFree();
+    if (free - bytes < this.minFreeBytes) {
+      this.roomWanted = bytes;
+      throw new QueueUnavailableError(new Error(`spool disk full (${free} bytes free in ${this.dir}, keeping ${this.minFreeBytes})`));
     }
     this.waiting.set(hash, id);
     this.pendingCount++;
-    this.bytesOnDisk += line.length;
+    this.bytesOnDisk += bytes;
     try {
       await this.write(line);
     } catch (err) {
       this.waiting.delete(hash);
       this.pendingCount--;
-      this.bytesOnDisk -= line.length;
+      this.bytesOnDisk -= bytes;
       throw new QueueUnavailableError(err);
     }
+    this.roomWanted = 0;
     this.options.events?.spooled?.();
     this.kick();
     return { id, duplicate: false, spooled: true };
   }
 
-  /** Appends a line; lines arriving together share one write and one fsync (group commit). */
+  /**
+   * Appends a line; lines arriving together share one write and one fsync (group commit). A batch
+   * is all or nothing: if any of it cannot be written and synced, the segment is cut back to its
+   * length before the batch and closed, and every event of the batch is refused.
+   */
   private write(line: string): Promise<void> {
     return new Promise<void>((resolvePromise, reject) => {
       this.batch.push({ line, resolve: resolvePromise, reject });
@@ -212,21 +316,59 @@ export class SpoolingAcceptor implements CallAcceptor {
         this.flushScheduled = false;
         const batch = this.batch;
         this.batch = [];
+        let active: ActiveSegment | null = null;
         try {
-          const data = batch.map((b) => b.line).join('');
+          const data = Buffer.from(batch.map((b) => b.line).join(''), 'utf8');
           if (!this.active || this.active.bytes >= this.segmentMaxBytes) await this.startSegment();
-          const active = this.active!;
-          await active.handle.write(data);
+          active = this.active!;
+          await writeAll(active.handle, data);
           await active.handle.datasync();
-          active.bytes += Buffer.byteLength(data);
+          active.bytes += data.length;
           active.lines += batch.length;
-          for (const b of batch) b.resolve();
+          if (this.writeFailure) this.log.info({ dir: this.dir }, 'spool writes again');
+          this.writeFailure = null;
         } catch (err) {
-          this.log.error({ err: { message: (err as Error).message }, dir: this.dir }, 'spool write failed');
+          const code = (err as NodeJS.ErrnoException).code ?? 'EIO';
+          const space = SPACE_ERRORS.has(code);
+          this.writeFailure = { n: ++this.failures, code, space };
+          // Ready again only with room for (at least the smallest of) what was refused.
+          if (space) this.roomWanted = batch.reduce((least, b) => Math.min(least, Buffer.byteLength(b.line)), Number.POSITIVE_INFINITY);
+          // Measure the free space again before trusting the last figure.
+          if (this.disk) this.disk.at = 0;
+          this.log.error({ err: { message: (err as Error).message, code }, dir: this.dir, events: batch.length }, 'spool write failed: the batch is refused');
+          if (active) await this.closeAfterFailure(active);
           for (const b of batch) b.reject(err);
+          return;
         }
+        for (const b of batch) b.resolve();
       });
     });
+  }
+
+  /**
+   * Removes what a failed batch left in `active` (a short write, or a write whose sync failed), so
+   * the file ends with its last acknowledged line, and closes it: the next batch starts a new
+   * segment (a file size limit, EFBIG, is then no obstacle). If the cut fails too, the drainer reads
+   * the segment only up to its last acknowledged line.
+   */
+  private async closeAfterFailure(active: ActiveSegment): Promise<void> {
+    if (this.active === active) this.active = null;
+    try {
+      await active.handle.truncate(active.bytes);
+      await active.handle.datasync();
+    } catch (err) {
+      this.cutShort.set(active.seq, active.bytes);
+      this.log.error(
+        { err: { message: (err as Error).message }, segment: this.segmentPath(active.seq), acknowledgedBytes: active.bytes },
+        'spool segment could not be cut back after a failed write: read only up to its last acknowledged line',
+      );
+    }
+    await active.handle.close().catch(() => undefined);
+    if (active.lines === 0) await unlink(this.segmentPath(active.seq)).then(() => this.cutShort.delete(active.seq), () => undefined);
+  }
+
+  private segmentPath(seq: number): string {
+    return join(this.dir, segmentName(seq));
   }
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -238,9 +380,15 @@ export class SpoolingAcceptor implements CallAcceptor {
   private async startSegment(): Promise<void> {
     await this.seal();
     const seq = this.nextSeq++;
-    const handle = await open(join(this.dir, segmentName(seq)), 'a');
-    // The new file's name must survive a power cut too, not only its contents.
-    await fsyncDir(this.dir);
+    const handle = await open(this.segmentPath(seq), 'a');
+    try {
+      // The new file's name must survive a power cut too, not only its contents.
+      await fsyncDir(this.dir);
+    } catch (err) {
+      await handle.close().catch(() => undefined);
+      await unlink(this.segmentPath(seq)).catch(() => undefined);
+      throw err;
+    }
     this.active = { seq, handle, bytes: 0, lines: 0 };
   }
 
@@ -250,7 +398,7 @@ export class SpoolingAcceptor implements CallAcceptor {
     if (!active) return;
     this.active = null;
     await active.handle.close();
-    if (active.lines === 0) await unlink(join(this.dir, segmentName(active.seq))).catch(() => undefined);
+    if (active.lines === 0) await unlink(this.segmentPath(active.seq)).catch(() => undefined);
   }
 
   private async segments(): Promise<number[]> {
@@ -263,8 +411,11 @@ export class SpoolingAcceptor implements CallAcceptor {
   }
 
   private async readSegment(seq: number): Promise<{ entries: SpoolEntry[]; bytes: number }> {
-    const path = join(this.dir, segmentName(seq));
-    const text = await readFile(path, 'utf8');
+    const path = this.segmentPath(seq);
+    const limit = this.cutShort.get(seq);
+    const content = await readFile(path);
+    // A segment that could not be cut back after a failed write: what follows `limit` was refused.
+    const text = (limit === undefined ? content : content.subarray(0, limit)).toString('utf8');
     const lines = text.split('\n');
     const entries: SpoolEntry[] = [];
     lines.forEach((line, i) => {
@@ -342,7 +493,8 @@ export class SpoolingAcceptor implements CallAcceptor {
           next += batch.length;
           this.options.events?.drained?.(batch.length);
         }
-        await unlink(join(this.dir, segmentName(seq)));
+        await unlink(this.segmentPath(seq));
+        this.cutShort.delete(seq);
         await fsyncDir(this.dir);
         for (const e of entries) {
           const hash = callHash(e.call.key);
@@ -409,8 +561,24 @@ export class SpoolingAcceptor implements CallAcceptor {
   /** Bytes of events waiting on disk (for metrics). */
   async diskBytes(): Promise<number> {
     let total = 0;
-    for (const seq of await this.segments()) total += (await stat(join(this.dir, segmentName(seq))).catch(() => ({ size: 0 }))).size;
+    for (const seq of await this.segments()) total += (await stat(this.segmentPath(seq)).catch(() => ({ size: 0 }))).size;
     return total;
+  }
+}
+
+/**
+ * Writes all of `data` at the end of the file. A short count (the disk filled up mid-write) is
+ * followed by a write of the rest, which then reports why (ENOSPC, EFBIG, ...); a write that takes
+ * nothing is an error too.
+ */
+async function writeAll(handle: FileHandle, data: Buffer): Promise<void> {
+  let written = 0;
+  while (written < data.length) {
+    const { bytesWritten } = await handle.write(data, written, data.length - written);
+    if (bytesWritten <= 0) {
+      throw Object.assign(new Error(`short write: ${written} of ${data.length} bytes`), { code: 'ENOSPC' });
+    }
+    written += bytesWritten;
   }
 }
 

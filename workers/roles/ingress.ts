@@ -26,7 +26,7 @@ async function openSpool({ config, log }: RoleDeps, inner: CallAcceptor): Promis
     log.warn({ dir }, 'spool off: without Redis the ingress answers 503');
     return null;
   }
-  const spool = new SpoolingAcceptor(inner, { dir, log, maxBytes: config.env.SPOOL_MAX_BYTES });
+  const spool = new SpoolingAcceptor(inner, { dir, log, maxBytes: config.env.SPOOL_MAX_BYTES, minFreeBytes: config.env.SPOOL_MIN_FREE_BYTES });
   try {
     await spool.open();
     return spool;
@@ -52,7 +52,7 @@ export async function startIngressRole(deps: RoleDeps): Promise<IngressRole> {
       // (A load balancer routing on /readyz keeps sending to an ingress that spools.)
       ready: async () => {
         const redisUp = await withTimeout(redis.producer.ping(), 1000, 'redis ping').then((r) => r === 'PONG', () => false);
-        return redisUp || (spool?.accepting ?? false);
+        return redisUp || ((await spool?.checkAccepting()) ?? false);
       },
       log,
       events: options.ingressEvents,
