@@ -1,7 +1,7 @@
 // The variables CRM title/body templates can use (`{{summary}}`, `{{keyPointsList}}`, ...), built
 // from the canonical call only. Listed in docs/crm.md; keep the two in step.
 import { hasTranscript, type CanonicalCall } from '../../model/call.js';
-import { archiveKeys } from '../archive/keys.js';
+import { transcriptLink } from '../archive/keys.js';
 import { escapeHtml, renderTemplate } from '../template.js';
 import { displayNumber, type CountryCode } from './phone.js';
 
@@ -50,10 +50,11 @@ export function callVars(call: CanonicalCall, opts: CallVarsOptions): Record<str
   let transcriptJsonKey = '';
   let transcriptUrl = '';
   if (opts.archive.enabled && hasTranscript(call)) {
-    const keys = archiveKeys(call, opts.archive.prefix);
-    transcriptKey = keys.text;
-    transcriptJsonKey = keys.json;
-    if (opts.archive.baseUrl) transcriptUrl = opts.archive.baseUrl.replace(/\/*$/, '/') + keys.text;
+    // The archive owns its layout: keys and URL come from it (src/sinks/archive/keys.ts).
+    const link = transcriptLink(call, opts.archive);
+    transcriptKey = link.text;
+    transcriptJsonKey = link.json;
+    transcriptUrl = link.url ?? '';
   }
   const transcriptRef = transcriptUrl || transcriptKey;
 
