@@ -138,7 +138,7 @@ describe('recordings in the archive', () => {
     api.inject({ on: 'recording', status: 503, times: 2 });
     const flaky = normalizeChannelEvent(channelEvent({ eventId: 'flaky', recordings: [{ downloadUrl: url, type: 'in_call_feature' }] }), new Date(), { channelId: 'c' });
     const result = await sink.deliver(flaky, ctx());
-    assert.match(result.refs?.recording1 ?? '', /call-flaky-in_call_feature-1\.wav$/);
+    assert.match(result.refs?.recording1 ?? '', /call-flaky-[0-9a-f]{16}-in_call_feature-1\.wav$/);
   });
 
   it('recordings without a configured telephony API are a permanent failure naming the setting', async () => {

@@ -118,23 +118,19 @@ export function callHash(key: string): string {
 }
 
 /** Characters of the call id kept in a call's segment (the rest of a long id is in the hash only). */
-export const SEGMENT_READABLE_MAX = 100;
-/** Hex digits of the call key's SHA-256 in a call's segment: 64 bits (see callKeySegment). */
-export const SEGMENT_HASH_HEX = 16;
+const SEGMENT_READABLE_MAX = 100;
+/** Hex digits of the call key's SHA-256 in a call's segment: 64 bits (why enough: docs/reliability.md). */
+const SEGMENT_HASH_HEX = 16;
 
 /**
  * One path segment naming a call in object keys and file names: `<readable>-<hash>`.
  *
  * `<readable>` is the call id with every character outside `[A-Za-z0-9._-]` as `_`, a leading dot as
- * `_`, cut at 100 characters: decoration for people, not identity. `<hash>` is the first 16 lowercase
- * hex digits of SHA-256 of the exact call key (the same digits that begin `callHash`), and it is
- * what tells calls apart: `a/1`, `a_1` and `a 1`, one call id posted for two agents, or a long id and
- * its first 100 characters share a readable part but not a hash. Two calls share a segment only if
- * 64 bits of their keys' hashes collide: for a million calls with one readable part the chance is
- * about 3 in 10^8, and real calls only compete with the few others that share their readable part
- * and day. The segment is ASCII, at most 117 characters, never `.`/`..` and never starts with a
- * dot, has no `/` or `\`, and differs in its lowercase hash where ids differ only by case, so it is
- * safe as an S3 key part and as a file name on case-insensitive file systems (macOS, Windows).
+ * `_`, cut at 100 characters: for people, not identity (`a/1`, `a_1` and `a 1` read alike, as do a
+ * long id and its prefix, or one id posted for two agents). `<hash>` is the first 16 hex digits of
+ * SHA-256 of the exact call key (the digits that begin `callHash`): it tells those calls apart.
+ * The segment is ASCII, at most 117 characters, never starts with a dot, has no `/` or `\`, and its
+ * hash is lower case, so ids that differ only by case still differ on case-insensitive file systems.
  */
 export function callKeySegment(call: Pick<CanonicalCall, 'key' | 'callId'>): string {
   const readable = call.callId.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_').slice(0, SEGMENT_READABLE_MAX) || '_';
