@@ -3,7 +3,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -217,6 +217,33 @@ describe('dlq and send-sample against a running callsync', () => {
     assert.equal(refused.code, 1);
     assert.match(refused.err, /could not reach .*ECONNREFUSED/);
     assert.match(refused.err, /is callsync running\?/);
+  });
+});
+
+describe('send-sample prints where the archive writes the call', () => {
+  test('the printed path is the object the real archive sink writes (the agent from the URL is part of it)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'callsync-cli-sample-'));
+    const cs = await startOpsCallsync({ ARCHIVE_DIR: dir, ARCHIVE_S3_PREFIX: 'calls/' });
+    try {
+      const env = { QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir, ARCHIVE_S3_PREFIX: 'calls/' };
+      for (const agent of ['sample-agent', 'other-agent']) {
+        const r = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent/${agent}`], env);
+        assert.equal(r.code, 0, r.err);
+        const callId = /accepted: call (sample-\S+) -> job/.exec(r.out)?.[1];
+        const path = /^archive archive: (\S+\.json) \(and \.txt beside it\)$/m.exec(r.out)?.[1];
+        assert.ok(callId && path, r.out);
+        assert.ok(path.startsWith(join(dir, 'calls/transcripts/')), `${path} is in the archive folder, under the prefix`);
+        const doc = await waitFor(() => readFile(path, 'utf8').then((t) => JSON.parse(t) as { call: { callId: string; agentId: string } }).catch(() => null), {
+          what: `the archived sample at ${path}`,
+          timeoutMs: 20_000,
+        });
+        assert.deepEqual([doc.call.callId, doc.call.agentId], [callId, agent]);
+        assert.ok((await readFile(path.replace(/\.json$/, '.txt'), 'utf8')).startsWith(`Call ${callId}`));
+      }
+    } finally {
+      await cs.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -6,7 +6,7 @@ import client from 'prom-client';
 import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { HubSpotSink, hubspotOptionsSchema, hubspotSinkType, type HubSpotOptions } from '../src/sinks/crm/hubspot.js';
 import { sampleCall } from './support/calls.js';
-import { crmTestDeps, EXPECTED_DEFAULT_BODY, type CrmTestDeps } from './support/crm-deps.js';
+import { crmTestDeps, EXPECTED_DEFAULT_BODY, expectedDefaultBody, type CrmTestDeps } from './support/crm-deps.js';
 import { FakeHubSpot } from './support/fake-hubspot.js';
 
 const EXPECTED_BODY = EXPECTED_DEFAULT_BODY;
@@ -130,7 +130,7 @@ describe('hubspot sink', () => {
     const patch = fake.requests.find((r) => r.method === 'PATCH');
     assert.equal(patch?.path, `/crm/v3/objects/calls/${first.refs?.hubspotCallId}`);
     assert.deepEqual(patch?.body, {
-      properties: { ...EXPECTED_PROPERTIES, hs_call_body: EXPECTED_BODY.replace('The caller asked to move her dentist appointment to Friday morning.', 'Updated summary.').replace('c-1', 'c-6') },
+      properties: { ...EXPECTED_PROPERTIES, hs_call_body: expectedDefaultBody('c-6').replace('The caller asked to move her dentist appointment to Friday morning.', 'Updated summary.') },
     });
     assert.match([...fake.calls.values()][0]?.properties.hs_call_body ?? '', /^Updated summary\./);
     // Same contact as before: no extra association request.

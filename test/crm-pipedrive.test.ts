@@ -5,7 +5,7 @@ import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { PipedriveSink, pipedriveOptionsSchema, pipedriveSinkType, type PipedriveOptions } from '../src/sinks/crm/pipedrive.js';
 import { sampleCall } from './support/calls.js';
-import { crmTestDeps, EXPECTED_DEFAULT_BODY, type CrmTestDeps } from './support/crm-deps.js';
+import { crmTestDeps, EXPECTED_DEFAULT_BODY, expectedDefaultBody, type CrmTestDeps } from './support/crm-deps.js';
 import { FakePipedrive } from './support/fake-pipedrive.js';
 
 const EXPECTED_NOTE = EXPECTED_DEFAULT_BODY;
@@ -117,7 +117,7 @@ describe('pipedrive sink', () => {
     assert.equal(put?.path, `/v1/activities/${first.refs?.pipedriveActivityId}`);
     assert.deepEqual(put?.body, {
       subject: 'Inbound call +492116355340 (answered)',
-      note: EXPECTED_NOTE.replace('The caller asked to move her dentist appointment to Friday morning.', 'Updated summary.').replace('c-1', 'c-7'),
+      note: expectedDefaultBody('c-7').replace('The caller asked to move her dentist appointment to Friday morning.', 'Updated summary.'),
       person_id: personId,
     });
     const activity = fake.activities.get(Number(first.refs?.pipedriveActivityId));

@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { sinkQueueName } from '../queues/registry.js';
+import { callKeySegment } from '../src/model/call.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { FakeHubSpot } from './support/fake-hubspot.js';
@@ -95,7 +96,8 @@ routes:
       return counts.every((c) => c.completed === 1);
     }, { what: 'every sink completed', timeoutMs: 30_000 });
 
-    assert.deepEqual(await s3.list('transcripts/'), ['transcripts/2026/04/08/e2e-1.json', 'transcripts/2026/04/08/e2e-1.txt']);
+    const name = callKeySegment({ key: 'ai-agent:agent-1:e2e-1', callId: 'e2e-1' });
+    assert.deepEqual(await s3.list('transcripts/'), [`transcripts/2026/04/08/${name}.json`, `transcripts/2026/04/08/${name}.txt`]);
     assert.equal(hubspot.calls.size, 1);
     const [call] = [...hubspot.calls.values()];
     assert.equal(call!.properties.hs_call_direction, 'INBOUND');

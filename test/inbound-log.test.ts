@@ -11,7 +11,7 @@ import { Redis } from 'ioredis';
 import { InboundAcceptor, serializeCall } from '../src/ingress/accept.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
 import { createLogger } from '../src/log.js';
-import { callHash } from '../src/model/call.js';
+import { callHash, callKeySegment } from '../src/model/call.js';
 import { FANOUT_GROUP, inboundSeenPrefix, InboundLog } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { startLogFanOut } from '../workers/fanout.js';
@@ -301,7 +301,7 @@ describe('the queue `inbound`', () => {
       await waitFor(async () => (await archive.getJob(callHash(call.key)))?.finishedOn, { timeoutMs: 10_000, what: 'the archive job of the queued call' });
       await archive.close();
       const files = await readdir(dir, { recursive: true });
-      assert.ok(files.some((f) => f.endsWith('queued-before-1.json')), `archived: ${files.join(', ')}`);
+      assert.ok(files.some((f) => f.endsWith(`${callKeySegment(call)}.json`)), `archived: ${files.join(', ')}`);
       const failed = await waitFor(async () => (await queue.getFailed()).find((j) => j.id === 'old-job-2'), { what: 'the unreadable one in the dead letters' });
       assert.match(failed.failedReason, /not a readable call record/);
       assert.equal(failed.attemptsMade, 1, 'a permanent failure is not retried');

@@ -5,7 +5,7 @@ import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { inboundSeenPrefix, InboundLog } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
-import { callHash } from '../src/model/call.js';
+import { callHash, callKeySegment } from '../src/model/call.js';
 import { minimalPayload, webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { waitFor } from './support/redis.js';
@@ -40,7 +40,10 @@ describe('pipeline to S3', () => {
       const k = await s3.list('callsync/transcripts/2026/04/08/');
       return k.length === 2 ? k : null;
     }, { what: 'archived objects' });
-    assert.deepEqual(keys, ['callsync/transcripts/2026/04/08/pipe-1.json', 'callsync/transcripts/2026/04/08/pipe-1.txt']);
+    // `<call id made safe>-<16 hex of sha256(call key)>`: the agent is part of the name (docs/reliability.md).
+    const name = `pipe-1-${callHash('ai-agent:agent-1:pipe-1').slice(0, 16)}`;
+    assert.equal(name, callKeySegment({ key: 'ai-agent:agent-1:pipe-1', callId: 'pipe-1' }));
+    assert.deepEqual(keys, [`callsync/transcripts/2026/04/08/${name}.json`, `callsync/transcripts/2026/04/08/${name}.txt`]);
 
     const json = await s3.get(keys[0]!);
     assert.match(json.contentType ?? '', /application\/json/);
@@ -139,9 +142,10 @@ describe('pipeline to a local folder', () => {
     try {
       const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-2`, webhookPayload('local-1'));
       assert.equal(res.status, 202);
-      const text = await waitFor(() => readFile(join(dir, 'transcripts/2026/04/08/local-1.txt'), 'utf8').catch(() => null), { what: 'local archive' });
+      const name = callKeySegment({ key: 'ai-agent:agent-2:local-1', callId: 'local-1' });
+      const text = await waitFor(() => readFile(join(dir, `transcripts/2026/04/08/${name}.txt`), 'utf8').catch(() => null), { what: 'local archive' });
       assert.match(text, /\[00:03\] Caller: Hello/);
-      const doc = JSON.parse(await readFile(join(dir, 'transcripts/2026/04/08/local-1.json'), 'utf8'));
+      const doc = JSON.parse(await readFile(join(dir, `transcripts/2026/04/08/${name}.json`), 'utf8'));
       assert.equal(doc.call.agentId, 'agent-2');
     } finally {
       await cs.stop();

@@ -33,7 +33,7 @@ test('channel events with recordings are polled, queued and archived with their 
       return mp3.length === 1 ? mp3 : null;
     }, { what: 'archived recording', timeoutMs: 20_000 });
     const path = join(day, String(files[0]));
-    assert.match(path, /call-ev-1-voicemail-1\.mp3$/);
+    assert.match(path, /call-ev-1-[0-9a-f]{16}-voicemail-1\.mp3$/);
     assert.equal((await stat(path)).size, 300_000);
     // The record of the missed call with the recording is archived too; the plain call without
     // recording, transcript or summary is not (default route).

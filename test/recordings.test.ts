@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { GetObjectCommand, HeadObjectCommand } from '@aws-sdk/client-s3';
 import type { Readable } from 'node:stream';
+import { callKeySegment } from '../src/model/call.js';
 import { normalizeChannelEvent } from '../src/model/channel-event.js';
 import { ArchiveSink } from '../src/sinks/archive/index.js';
 import { recordingExtension } from '../src/sinks/archive/recordings.js';
@@ -56,16 +57,18 @@ describe('recordings in the archive', () => {
     const telephony = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth });
     const sink = new ArchiveSink('archive', new LocalFolderStore(dir), 'callsync/', telephony);
     const result = await sink.deliver(call, ctx());
-    assert.equal(result.refs?.recording1, 'callsync/recordings/2025/03/04/sid-rec-1-voicemail-1.wav');
-    assert.equal(result.refs?.recording2, 'callsync/recordings/2025/03/04/sid-rec-1-call_recorder-2.mp3');
+    const name = callKeySegment(call); // `sid-rec-1-<16 hex of sha256(channel:c:rec-1)>`
+    assert.match(name, /^sid-rec-1-[0-9a-f]{16}$/);
+    assert.equal(result.refs?.recording1, `callsync/recordings/2025/03/04/${name}-voicemail-1.wav`);
+    assert.equal(result.refs?.recording2, `callsync/recordings/2025/03/04/${name}-call_recorder-2.mp3`);
     assert.equal(await sha256(createReadStream(join(dir, result.refs!.recording1!))), api.recordingSha256('vm-1'));
     assert.equal(await sha256(createReadStream(join(dir, result.refs!.recording2!))), api.recordingSha256('cr-1'));
     const files = (await readdir(join(dir, 'callsync'), { recursive: true })).filter((f) => f.includes('.')).sort();
     assert.deepEqual(files, [
-      'recordings/2025/03/04/sid-rec-1-call_recorder-2.mp3',
-      'recordings/2025/03/04/sid-rec-1-voicemail-1.wav',
-      'transcripts/2025/03/04/sid-rec-1.json',
-      'transcripts/2025/03/04/sid-rec-1.txt',
+      `recordings/2025/03/04/${name}-call_recorder-2.mp3`,
+      `recordings/2025/03/04/${name}-voicemail-1.wav`,
+      `transcripts/2025/03/04/${name}.json`,
+      `transcripts/2025/03/04/${name}.txt`,
     ]);
     const auth = api.requests.filter((r) => r.path.startsWith('/v2/recordings/')).map((r) => r.authorization);
     assert.ok(auth.every((a) => a?.startsWith('Basic ')), 'downloads carry the API credentials');
@@ -90,7 +93,7 @@ describe('recordings in the archive', () => {
       assert.equal(code, 0, out);
       return JSON.parse(out.trim().split('\n').at(-1)!) as { ms: number; refs: Record<string, string>; s3Calls: Record<string, number>; growth: Record<string, number> };
     };
-    const key = 'callsync/recordings/2025/03/05/sid-big-call_recorder-1.wav';
+    const key = `callsync/recordings/2025/03/05/${callKeySegment(normalizeChannelEvent(event, new Date(), { channelId: 'mem' }))}-call_recorder-1.wav`;
     const toMB = (n: number) => Math.round((n / MB) * 10) / 10;
     const retained = await measure('retained');
     assert.equal(retained.refs.recording1, key);
@@ -135,7 +138,7 @@ describe('recordings in the archive', () => {
     api.inject({ on: 'recording', status: 503, times: 2 });
     const flaky = normalizeChannelEvent(channelEvent({ eventId: 'flaky', recordings: [{ downloadUrl: url, type: 'in_call_feature' }] }), new Date(), { channelId: 'c' });
     const result = await sink.deliver(flaky, ctx());
-    assert.match(result.refs?.recording1 ?? '', /call-flaky-in_call_feature-1\.wav$/);
+    assert.match(result.refs?.recording1 ?? '', /call-flaky-[0-9a-f]{16}-in_call_feature-1\.wav$/);
   });
 
   it('recordings without a configured telephony API are a permanent failure naming the setting', async () => {

@@ -57,7 +57,8 @@ async function bounded<T>(promise: Promise<T>, ms: number, what: string, child?:
 
 async function archivedCallIds(dir: string): Promise<string[]> {
   const files = (await readdir(dir, { recursive: true }).catch(() => [] as string[])) as string[];
-  return files.filter((f) => f.endsWith('.json')).map((f) => f.split('/').pop()!.replace(/\.json$/, ''));
+  // `<call id>-<16 hex>.json` (the ids here need no making safe).
+  return files.filter((f) => f.endsWith('.json')).map((f) => f.split('/').pop()!.replace(/-[0-9a-f]{16}\.json$/, ''));
 }
 
 describe('graceful shutdown on SIGTERM', () => {

@@ -61,7 +61,8 @@ Options:
   'send-sample': `Usage: callsync send-sample [--url URL]
 
 Posts a sample call-data webhook (synthetic data, with summary and transcript) to a running
-callsync, so you can watch it travel through the queues to the sinks.
+callsync, so you can watch it travel through the queues to the sinks. Prints where each archive
+sink of this configuration writes it (run it with the server's environment and config file).
 
 Options:
   --url URL     webhook URL (default http://127.0.0.1:$PORT/webhooks/ai-agent/sample-agent)

@@ -1,11 +1,48 @@
 // `callsync send-sample`: posts a sample call-data webhook so a new user sees the whole path work.
 import type { Config } from '../config/index.js';
+import type { CanonicalCall } from '../model/call.js';
+import { normalizeWebhook } from '../model/webhook.js';
+import { sinksFor } from '../routing/router.js';
+import { archiveObjectAddress, type ArchiveOptions } from '../sinks/archive/index.js';
+import { archiveKeys } from '../sinks/archive/keys.js';
 import type { CliIo } from './io.js';
 import { samplePayload } from './sample.js';
 
 export function defaultSampleUrl(config: Config): string {
   const host = config.http.host === '0.0.0.0' || config.http.host === '::' ? '127.0.0.1' : config.http.host;
   return `http://${host.includes(':') ? `[${host}]` : host}:${config.http.port}/webhooks/ai-agent/sample-agent`;
+}
+
+/** The agent id the ingress reads from `/webhooks/ai-agent/<agentId>`, or null for `/webhooks/ai-agent`. */
+function agentIdOfUrl(url: string): string | null {
+  let path: string;
+  try {
+    path = new URL(url).pathname;
+  } catch {
+    return null;
+  }
+  const m = /\/webhooks\/ai-agent\/([^/]+)\/?$/.exec(path);
+  if (!m) return null;
+  try {
+    return decodeURIComponent(m[1]!);
+  } catch {
+    return m[1]!;
+  }
+}
+
+/**
+ * Where this configuration's archive sinks write the call (the JSON record; the `.txt` is beside
+ * it): the keys come from the archive's own layout, for the call as the ingress normalizes it.
+ */
+function sampleArchiveAddresses(config: Config, call: CanonicalCall): { sink: string; address: string }[] {
+  const addresses: { sink: string; address: string }[] = [];
+  for (const name of sinksFor(config.routes, call)) {
+    const sink = config.sinks[name];
+    if (sink?.type !== 'archive') continue;
+    const options = sink.options as ArchiveOptions;
+    addresses.push({ sink: name, address: archiveObjectAddress(options, archiveKeys(call, options.prefix).json) });
+  }
+  return addresses;
 }
 
 const hints: Record<number, string> = {
@@ -35,7 +72,12 @@ export async function sendSample(config: Config, url: string | undefined, io: Cl
   if (res.status === 202) {
     const body = JSON.parse(text) as { id: string; duplicate: boolean };
     io.out(`accepted: call ${callId} -> job ${body.id}${body.duplicate ? ' (duplicate)' : ''}`);
-    io.out('next: watch it on /admin/queues, or look for it in the archive (transcripts/<date>/' + callId + '.json)');
+    // The call as the ingress sees it (the agent comes from the URL), so the key is the one it gets.
+    const call = normalizeWebhook(payload, { agentId: agentIdOfUrl(target), receivedAt: new Date() });
+    const archives = sampleArchiveAddresses(config, call);
+    for (const a of archives) io.out(`archive ${a.sink}: ${a.address} (and .txt beside it)`);
+    if (archives.length === 0) io.out('no archive sink takes this call in this configuration (see its routes)');
+    io.out('next: watch it on /admin/queues');
     return 0;
   }
   io.err(`${target} answered ${res.status}: ${text.slice(0, 500)}`);

@@ -70,7 +70,7 @@ export interface Recording {
 }
 
 export interface CanonicalCall {
-  /** Stable identity of the call across redeliveries: `${source}:${scope}:${callId}`. */
+  /** Stable identity of the call across redeliveries: `${source}:${scope}:${callId}`, built by `callKey`. */
   key: string;
   source: CallSource;
   callId: string;
@@ -110,9 +110,45 @@ export interface CanonicalCall {
   raw: unknown;
 }
 
-/** Short, stable, queue-safe id derived from the call key (used for job ids and object keys). */
+/**
+ * The call key `<source>:<scope>:<id>` (`CanonicalCall.key`), written so that two distinct
+ * identities never share one: the id comes last with `%` and `:` percent-encoded, so the key splits
+ * at its first and last `:` whatever the scope holds (agent ids may contain `:`); a missing scope is
+ * `-`, and a scope that is literally `-` or holds `%` is percent-encoded. Ids and scopes without
+ * those characters give the same key as before that encoding (docs/reliability.md, section 3).
+ */
+export function callKey(source: CallSource, scope: string | null, id: string): string {
+  const s = scope === null ? '-' : scope === '-' ? '%2D' : scope.replace(/%/g, '%25');
+  return `${source}:${s}:${id.replace(/%/g, '%25').replace(/:/g, '%3A')}`;
+}
+
+/**
+ * Short, stable, queue-safe id derived from the call key: 128 bits of its SHA-256, so distinct keys
+ * get distinct ids (a collision among even 10^12 calls has a chance of about 10^-15). Used for job
+ * ids, the ingress dedupe key, the CRM record memory and external id, and notification markers.
+ */
 export function callHash(key: string): string {
   return createHash('sha256').update(key).digest('hex').slice(0, 32);
+}
+
+/** Characters of the call id kept in a call's segment (the rest of a long id is in the hash only). */
+const SEGMENT_READABLE_MAX = 100;
+/** Hex digits of the call key's SHA-256 in a call's segment: 64 bits (why enough: docs/reliability.md). */
+const SEGMENT_HASH_HEX = 16;
+
+/**
+ * One path segment naming a call in object keys and file names: `<readable>-<hash>`.
+ *
+ * `<readable>` is the call id with every character outside `[A-Za-z0-9._-]` as `_`, a leading dot as
+ * `_`, cut at 100 characters: for people, not identity (`a/1`, `a_1` and `a 1` read alike, as do a
+ * long id and its prefix, or one id posted for two agents). `<hash>` is the first 16 hex digits of
+ * SHA-256 of the exact call key (the digits that begin `callHash`): it tells those calls apart.
+ * The segment is ASCII, at most 117 characters, never starts with a dot, has no `/` or `\`, and its
+ * hash is lower case, so ids that differ only by case still differ on case-insensitive file systems.
+ */
+export function callKeySegment(call: Pick<CanonicalCall, 'key' | 'callId'>): string {
+  const readable = call.callId.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_').slice(0, SEGMENT_READABLE_MAX) || '_';
+  return `${readable}-${callHash(call.key).slice(0, SEGMENT_HASH_HEX)}`;
 }
 
 export function hasTranscript(call: CanonicalCall): boolean {

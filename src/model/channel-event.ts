@@ -3,7 +3,7 @@
 // (in `raw`) and never break parsing; a missing or unusable required field is a ChannelEventError
 // naming the event and the field.
 import { z } from 'zod';
-import { RECORDING_TYPES, type CanonicalCall, type Direction, type Outcome, type Recording } from './call.js';
+import { callKey, RECORDING_TYPES, type CanonicalCall, type Direction, type Outcome, type Recording } from './call.js';
 import { toE164 } from './phone.js';
 
 const nullableString = z.string().nullish();
@@ -142,7 +142,7 @@ export function toCanonical(
   const toRaw = call.to ?? null;
   const recordings: Recording[] = (event.recordings ?? []).map((r) => ({ downloadUrl: r.downloadUrl, type: r.type }));
   return {
-    key: `channel:${scope}:${event.eventId}`,
+    key: callKey('channel', scope, event.eventId),
     source: 'channel',
     callId: call.callSid,
     agentId: null,

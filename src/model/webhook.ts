@@ -3,7 +3,7 @@
 // strings for epoch ms, durations in ms, upper-case enums, offsets for chunk times, nulls for
 // absent parts, extra objects); all of that is normalized. Only what cannot be understood is rejected.
 import { z } from 'zod';
-import { joinedName, type CallScenario, type CallUser, type CanonicalCall, type Direction, type Speaker, type TranscriptChunk } from './call.js';
+import { callKey, joinedName, type CallScenario, type CallUser, type CanonicalCall, type Direction, type Speaker, type TranscriptChunk } from './call.js';
 import { toE164 } from './phone.js';
 
 /** A field that cannot be understood: becomes a 400 with a JSON pointer to it. */
@@ -320,7 +320,7 @@ export function normalizeWebhook(body: unknown, ctx: NormalizeContext): Canonica
   const channel = (p.channel ?? (c as Record<string, unknown>).channel ?? null) as unknown;
 
   return {
-    key: `ai-agent:${agentId ?? '-'}:${callId}`,
+    key: callKey('ai-agent', agentId, callId),
     source: 'ai-agent',
     callId,
     agentId,

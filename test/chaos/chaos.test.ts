@@ -21,6 +21,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { INBOUND_QUEUE, sinkQueueName } from '../../queues/registry.js';
 import { InboundLog } from '../../queues/inbound.js';
+import { callKey, callKeySegment } from '../../src/model/call.js';
 import { webhookPayload } from '../support/calls.js';
 import { FakeSmsApi, FakeWebhookReceiver } from '../support/fake-sink-server.js';
 import { waitFor } from '../support/redis.js';
@@ -289,7 +290,7 @@ routes:
       for (let i = 0; i < ids.length; i += 32) {
         await Promise.all(
           ids.slice(i, i + 32).map(async (id) => {
-            const base = `transcripts/2026/04/08/${id}`;
+            const base = `transcripts/2026/04/08/${callKeySegment({ key: callKey('ai-agent', 'chaos-agent', id), callId: id })}`;
             await s3.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `${base}.json` }));
             await s3.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `${base}.txt` }));
             archived.add(id);
@@ -297,7 +298,8 @@ routes:
         );
       }
       assert.equal(archived.size, total, 'every acknowledged call archived');
-      assert.equal(JSON.parse((await s3.get(`transcripts/2026/04/08/${POISON}.json`)).body).call.callId, POISON);
+      const poisonKey = `transcripts/2026/04/08/${callKeySegment({ key: callKey('ai-agent', 'chaos-agent', POISON), callId: POISON })}.json`;
+      assert.equal(JSON.parse((await s3.get(poisonKey)).body).call.callId, POISON);
 
       // CRM: one record per call; only the poison event failed, for good, with the CRM's reason.
       const crmFailed = await failed('crm');

@@ -1,6 +1,7 @@
 // SinkDeps / SinkContext for the CRM adapter tests: real Redis state under a unique prefix, a
 // controllable clock, and a log captured in memory (to prove what was never logged).
 import { Redis } from 'ioredis';
+import { callKeySegment } from '../../src/model/call.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import type { SinkContext, SinkDeps } from '../../src/sinks/types.js';
 import { memoryLog } from './callsync.js';
@@ -43,8 +44,8 @@ export function crmTestDeps(env: NodeJS.ProcessEnv = {}): CrmTestDeps {
   };
 }
 
-/** The default CRM body (HubSpot `hs_call_body`, Pipedrive `note`) of the sample call `c-1`. */
-export const EXPECTED_DEFAULT_BODY = [
+/** The default CRM body (HubSpot `hs_call_body`, Pipedrive `note`) of `sampleCall(callId)` (agent-1). */
+export const expectedDefaultBody = (callId: string) => [
   'The caller asked to move her dentist appointment to Friday morning.',
   '',
   'Key points:',
@@ -57,5 +58,9 @@ export const EXPECTED_DEFAULT_BODY = [
   'Preferred day?: Friday',
   'Preferred time?: 9:00',
   '',
-  'Transcript: transcripts/2026/04/08/c-1.txt',
+  // The archive's key of the call: `<call id>-<16 hex of sha256(call key)>` (src/sinks/archive/keys.ts).
+  `Transcript: transcripts/2026/04/08/${callKeySegment({ key: `ai-agent:agent-1:${callId}`, callId })}.txt`,
 ].join('<br>\n');
+
+/** The default CRM body of the sample call `c-1`. */
+export const EXPECTED_DEFAULT_BODY = expectedDefaultBody('c-1');

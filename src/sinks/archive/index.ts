@@ -1,4 +1,5 @@
 // The archive sink: the call as JSON and as a readable transcript, in S3 or a local folder.
+import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
 import type { Sink, SinkContext, SinkResult, SinkType } from '../types.js';
@@ -48,6 +49,11 @@ export class ArchiveSink implements Sink {
     ctx.log.debug({ location: this.store.location, key: keys.json }, 'archived call');
     return { status: 'done', refs: { location: this.store.location, json: keys.json, text: keys.text, ...recordings } };
   }
+}
+
+/** Where an object of this archive is found: `s3://<bucket>/<key>`, or the file's absolute path. */
+export function archiveObjectAddress(options: Pick<ArchiveOptions, 'bucket' | 'dir'>, key: string): string {
+  return options.bucket ? `s3://${options.bucket}/${key}` : join(resolve(options.dir), key);
 }
 
 /** The S3 store when a bucket is set (the AWS SDK is loaded only then), else the local folder. */

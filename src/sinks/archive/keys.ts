@@ -1,11 +1,10 @@
-// Where a call's archive objects live: deterministic, date-partitioned, containing the call id.
-import type { CanonicalCall } from '../../model/call.js';
+// The archive's layout: where a call's objects live (deterministic, date-partitioned, one name per
+// call identity). Everything else that needs an archive key or link (the CRM's transcript links,
+// `callsync send-sample`) asks this module and never builds keys itself.
+import { callKeySegment, type CanonicalCall } from '../../model/call.js';
 
-/** Keeps ids safe as one path segment in S3 and on disk. */
-export function safeSegment(value: string): string {
-  const cleaned = value.replace(/[^A-Za-z0-9._=-]/g, '_').replace(/^\.+/, '_');
-  return cleaned.slice(0, 200) || '_';
-}
+/** What the layout reads of a call. */
+export type ArchivedCall = Pick<CanonicalCall, 'key' | 'callId' | 'startedAt'>;
 
 function datePath(iso: string): string {
   const d = new Date(iso);
@@ -22,14 +21,43 @@ export function normalizePrefix(prefix: string | undefined): string {
   return p === '' || p.endsWith('/') ? p : `${p}/`;
 }
 
-/** `<prefix>transcripts/YYYY/MM/DD/<callId>.json` and `.txt`, dated by the call's start (UTC). */
-export function archiveKeys(call: CanonicalCall, prefix: string | undefined): { json: string; text: string } {
-  const base = `${normalizePrefix(prefix)}transcripts/${datePath(call.startedAt)}/${safeSegment(call.callId)}`;
+/** A short name part made of `[A-Za-z0-9_]` only (no `-` or `.`, so a recording's name splits unambiguously). */
+function token(value: string, max: number, fallback: string): string {
+  return value.replace(/[^A-Za-z0-9_]/g, '_').slice(0, max) || fallback;
+}
+
+/**
+ * `<prefix>transcripts/YYYY/MM/DD/<readable>-<hash>.json` and `.txt`, dated by the call's start
+ * (UTC); `<readable>-<hash>` is the call's segment (`callKeySegment`: the call id made safe, and
+ * 16 hex digits of SHA-256 of the exact call key), so distinct calls never share an object.
+ */
+export function archiveKeys(call: ArchivedCall, prefix: string | undefined): { json: string; text: string } {
+  const base = `${normalizePrefix(prefix)}transcripts/${datePath(call.startedAt)}/${callKeySegment(call)}`;
   return { json: `${base}.json`, text: `${base}.txt` };
 }
 
-/** `<prefix>recordings/YYYY/MM/DD/<callId>-<type>-<n>.<ext>`, beside the transcript's day. */
-export function recordingKey(call: CanonicalCall, type: string, index: number, extension: string, prefix: string | undefined): string {
-  const ext = extension.replace(/^\./, '') || 'bin';
-  return `${normalizePrefix(prefix)}recordings/${datePath(call.startedAt)}/${safeSegment(call.callId)}-${safeSegment(type)}-${index + 1}.${safeSegment(ext)}`;
+/** `<prefix>recordings/YYYY/MM/DD/<readable>-<hash>-<type>-<n>.<ext>`, beside the transcript's day. */
+export function recordingKey(call: ArchivedCall, type: string, index: number, extension: string, prefix: string | undefined): string {
+  const ext = token(extension.replace(/^\./, '').toLowerCase(), 8, 'bin');
+  return `${normalizePrefix(prefix)}recordings/${datePath(call.startedAt)}/${callKeySegment(call)}-${token(type, 32, 'recording')}-${index + 1}.${ext}`;
+}
+
+/** An object key as a URL under `baseUrl` (each path segment percent-encoded). */
+export function archiveUrl(baseUrl: string, key: string): string {
+  return baseUrl.replace(/\/*$/, '/') + key.split('/').map(encodeURIComponent).join('/');
+}
+
+export interface TranscriptLink {
+  /** Key of the readable transcript (`.txt`). */
+  text: string;
+  /** Key of the JSON record. */
+  json: string;
+  /** The transcript's URL under `baseUrl`, or null without one. */
+  url: string | null;
+}
+
+/** The keys (and URL) of a call's archived transcript, for links from other systems (CRM notes). */
+export function transcriptLink(call: ArchivedCall, options: { prefix?: string; baseUrl?: string }): TranscriptLink {
+  const keys = archiveKeys(call, options.prefix);
+  return { text: keys.text, json: keys.json, url: options.baseUrl ? archiveUrl(options.baseUrl, keys.text) : null };
 }

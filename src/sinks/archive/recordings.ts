@@ -47,7 +47,7 @@ export interface ArchiveRecordingsDeps {
 
 /**
  * Streams every recording of the call into the store. Returns refs `recording<n>` -> object key.
- * Keys are deterministic (`recordings/YYYY/MM/DD/<callId>-<type>-<n>.<ext>`), so a retry overwrites.
+ * Keys are deterministic (`recordings/YYYY/MM/DD/<readable>-<hash>-<type>-<n>.<ext>`, see keys.ts), so a retry overwrites.
  */
 export async function archiveRecordings(call: CanonicalCall, deps: ArchiveRecordingsDeps): Promise<Record<string, string>> {
   const refs: Record<string, string> = {};

@@ -2,7 +2,7 @@
 // README) with the CRM's parts filled in: numbers read in the sink's default region, the matched
 // contact, and the link to the archived transcript.
 import { hasTranscript, type CanonicalCall } from '../../model/call.js';
-import { archiveKeys } from '../archive/keys.js';
+import { transcriptLink } from '../archive/keys.js';
 import { escapeHtml, renderTemplate } from '../template.js';
 import { templateVars, type TemplateVars } from '../template-vars.js';
 import { displayNumber, type CountryCode } from './phone.js';
@@ -28,10 +28,11 @@ export function callVars(call: CanonicalCall, opts: CallVarsOptions): TemplateVa
   let transcriptJsonKey = '';
   let transcriptUrl = '';
   if (opts.archive.enabled && hasTranscript(call)) {
-    const keys = archiveKeys(call, opts.archive.prefix);
-    transcriptKey = keys.text;
-    transcriptJsonKey = keys.json;
-    if (opts.archive.baseUrl) transcriptUrl = opts.archive.baseUrl.replace(/\/*$/, '/') + keys.text;
+    // The archive owns its layout: keys and URL come from it (src/sinks/archive/keys.ts).
+    const link = transcriptLink(call, opts.archive);
+    transcriptKey = link.text;
+    transcriptJsonKey = link.json;
+    transcriptUrl = link.url ?? '';
   }
 
   return templateVars(call, {
