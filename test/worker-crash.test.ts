@@ -28,6 +28,8 @@ test('SIGKILL a worker mid-run, restart it: every job completes, none dead-lette
   const dir = await mkdtemp(join(tmpdir(), 'crash-archive-'));
   const env = {
     CALLSYNC_ROLE: 'worker',
+    // No ops server: its default port (9464) may be taken by another test run on this machine.
+    OPS_PORT: 'off',
     REDIS_URL,
     QUEUE_PREFIX: prefix,
     ARCHIVE_DIR: dir,

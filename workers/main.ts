@@ -1,7 +1,7 @@
 // Runs the roles named by CALLSYNC_ROLE (default all) until SIGTERM / SIGINT.
 import { ConfigError, loadConfig } from '../src/config/index.js';
 import { createLogger } from '../src/log.js';
-import { runUntilSignalled } from '../workers/run.js';
+import { runUntilSignalled } from './run.js';
 
 async function main(): Promise<void> {
   let config;
