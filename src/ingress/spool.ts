@@ -14,6 +14,7 @@ import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { callHash, type CanonicalCall } from '../model/call.js';
 import { QueueUnavailableError, type AcceptOptions, type AcceptResult, type CallAcceptor } from './accept.js';
+import { SpooledRevisions } from './spool-revisions.js';
 
 export interface SpoolOptions {
   /** Folder of the segments; created if missing. */
@@ -106,8 +107,8 @@ export class SpoolingAcceptor implements CallAcceptor {
 
   /** Events acknowledged from the spool and not yet confirmed in Redis (including ones being written). */
   private pendingCount = 0;
-  /** callHash -> id, of events waiting in the spool: a repeat while spooled is answered as a duplicate. */
-  private readonly waiting = new Map<string, string>();
+  /** Revisions of calls waiting in the spool: a repeat while spooled is a duplicate, other content an update. */
+  private readonly waiting = new SpooledRevisions();
   private bytesOnDisk = 0;
 
   private nextSeq = 0;
@@ -156,7 +157,7 @@ export class SpoolingAcceptor implements CallAcceptor {
       const { entries, bytes } = await this.readSegment(seq);
       this.bytesOnDisk += bytes;
       this.pendingCount += entries.length;
-      for (const e of entries) this.waiting.set(callHash(e.call.key), e.id);
+      for (const e of entries) this.waiting.add(e.call, e.id);
     }
     if (this.pendingCount > 0) {
       this.log.warn({ pending: this.pendingCount, segments: segments.length, dir: this.dir }, 'spool holds events from an earlier run: draining');
@@ -178,28 +179,29 @@ export class SpoolingAcceptor implements CallAcceptor {
 
   private async spool(call: CanonicalCall): Promise<SpooledResult> {
     const hash = callHash(call.key);
-    const seen = this.waiting.get(hash);
-    if (seen !== undefined) return { id: seen, duplicate: true, spooled: true };
+    const seen = this.waiting.check(call);
+    if (seen.duplicate) return { id: seen.firstId, duplicate: true, spooled: true };
     const id = `${hash}-${randomBytes(6).toString('hex')}`;
     const entry: SpoolEntry = { v: 1, id, at: new Date().toISOString(), call };
     const line = `${JSON.stringify(entry)}\n`;
     if (this.bytesOnDisk + line.length > this.maxBytes) {
       throw new QueueUnavailableError(new Error(`spool full (${this.bytesOnDisk} bytes in ${this.dir})`));
     }
-    this.waiting.set(hash, id);
+    this.waiting.add(call, id, seen.contentHash);
     this.pendingCount++;
     this.bytesOnDisk += line.length;
     try {
       await this.write(line);
     } catch (err) {
-      this.waiting.delete(hash);
+      this.waiting.remove(call, id, seen.contentHash);
       this.pendingCount--;
       this.bytesOnDisk -= line.length;
       throw new QueueUnavailableError(err);
     }
     this.options.events?.spooled?.();
     this.kick();
-    return { id, duplicate: false, spooled: true };
+    // An update only when the spool holds the earlier revision; one already in Redis is found on drain.
+    return seen.update ? { id, duplicate: false, update: true, spooled: true } : { id, duplicate: false, spooled: true };
   }
 
   /** Appends a line; lines arriving together share one write and one fsync (group commit). */
@@ -344,10 +346,7 @@ export class SpoolingAcceptor implements CallAcceptor {
         }
         await unlink(join(this.dir, segmentName(seq)));
         await fsyncDir(this.dir);
-        for (const e of entries) {
-          const hash = callHash(e.call.key);
-          if (this.waiting.get(hash) === e.id) this.waiting.delete(hash);
-        }
+        for (const e of entries) this.waiting.remove(e.call, e.id);
         this.pendingCount -= entries.length;
         this.bytesOnDisk -= bytes;
         if (this.pendingCount < 0) this.pendingCount = 0;
