@@ -18,6 +18,7 @@ import { RetryLaterError } from '../src/sinks/errors.js';
 import type { Sink, SinkContext, SinkResult } from '../src/sinks/types.js';
 import { sampleCall } from './support/calls.js';
 import { crmTestDeps, type CrmTestDeps } from './support/crm-deps.js';
+import { FakeCrmServer, type RecordedRequest, type Reply } from './support/fake-crm-server.js';
 import { FakeHubSpot } from './support/fake-hubspot.js';
 import { FakePipedrive } from './support/fake-pipedrive.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
@@ -52,6 +53,15 @@ async function deliverUntilDone(sink: Sink, call: CanonicalCall, ctx: SinkContex
     } finally {
       tries.n++;
     }
+  }
+}
+
+/** A webhook receiver that can hold a request; records the webhook-ids in the order it handled them. */
+class SlowReceiver extends FakeCrmServer {
+  readonly handled: string[] = [];
+  protected handle(req: RecordedRequest): Reply {
+    this.handled.push(String(req.headers['webhook-id']));
+    return { status: 204 };
   }
 }
 
@@ -211,12 +221,24 @@ describe('revisions at the signed webhook', () => {
     assert.deepEqual([...receiver.byCall.get(first.callId)!], [s.payload(update).id]);
   });
 
-  it('sent at the same time, the two revisions arrive one after the other, the newest last', async () => {
+  it('an update while the first revision is still being sent waits for it: the receiver gets the newest last', async () => {
     const { first, update, r1, r2 } = revisions('wh-race');
-    const s = sink();
-    await Promise.all([deliverUntilDone(s, first, ctxOf(deps, 'job-first', r1)), deliverUntilDone(s, update, ctxOf(deps, 'job-update', r2))]);
-    const ids = [...receiver.byCall.get(first.callId)!];
-    assert.equal(ids.at(-1), s.payload(update).id);
+    const slow = await new SlowReceiver().start();
+    try {
+      const s = new WebhookSink('webhook', webhookOptionsSchema.parse({ urls: [`${slow.url}/hooks`] }), deps);
+      const held = gate();
+      slow.enqueue({ hold: held.promise });
+      const original = deliverUntilDone(s, first, ctxOf(deps, 'job-first', r1));
+      await waitFor(() => slow.requests.length === 1, { what: 'the first message in flight' });
+      const tries = { n: 0 };
+      const corrected = deliverUntilDone(s, update, ctxOf(deps, 'job-update', r2), tries);
+      await waitFor(() => tries.n >= 1, { what: 'the update tried meanwhile' });
+      held.open();
+      await Promise.all([original, corrected]);
+      assert.deepEqual(slow.handled, [s.payload(first).id, s.payload(update).id], 'handled in revision order');
+    } finally {
+      await slow.stop();
+    }
   });
 });
 
