@@ -19,7 +19,11 @@ export function inboundStreamKey(prefix: string): string {
   return `${prefix}:inbound-log`;
 }
 
-/** Prefix of the deduplication keys: `<prefix>:inbound-seen:<call hash>` -> id of the first delivery. */
+/**
+ * Prefix of the deduplication keys: `<prefix>:inbound-seen:<call hash>` -> `<first id> <content hash>…`,
+ * the id the call was first acknowledged with and the content hash of every revision accepted
+ * within the window (a key written before revisions existed holds the id alone).
+ */
 export function inboundSeenPrefix(prefix: string): string {
   return `${prefix}:inbound-seen:`;
 }
@@ -33,38 +37,74 @@ export interface AppendItem {
   id: string;
   /** `JSON.stringify` of the canonical call. */
   call: string;
+  /**
+   * Content hash of the call (`encodeCall`). With it, a repeat whose content differs from every
+   * revision seen in the window is appended as an update; without it, any repeat is a duplicate.
+   */
+  content?: string;
 }
 
-/** What append answers per item: null when stored, else the id of the earlier delivery. */
-export type AppendOutcome = string | null;
+/** What append answers per item: stored (as the call's first revision or as an update), or a duplicate of the first delivery. */
+export type AppendOutcome = { stored: true; update: boolean } | { stored: false; firstId: string };
 
 export interface InboundEntry {
   /** Stream entry id (`<ms>-<seq>`). */
   entryId: string;
   /** The id the call was acknowledged with (the 202's `id`). */
   id: string;
+  /** The call, with its `revision` (stamp = entry id) set. */
   call: CanonicalCall | null;
   /** The stored text, when it is not a readable call (kept for the dead letters). */
   text: string;
 }
 
-// Per item, in order: an earlier delivery within the window answers its id; otherwise the item is
-// remembered for the window and appended. Items of one batch are handled one after the other, so a
-// repeat inside the batch is a duplicate of its first copy.
+/** Content hashes a dedupe key remembers at most (the oldest are forgotten first). */
+export const MAX_REMEMBERED_REVISIONS = 32;
+
+// Per item, in order: no earlier delivery within the window -> the item is remembered for the
+// window and appended. An earlier one whose remembered revisions include this content -> a
+// duplicate, answered with the first delivery's id. An earlier one with other content -> appended
+// as an update (entry field `update`), its content added to the key, the window left as it was.
+// A key written before revisions existed (the id alone) cannot tell: the item is an update — at
+// worst a harmless no-op update, never a dropped correction. Items of one batch are handled one
+// after the other, so a repeat inside the batch behaves like one in a later batch.
 const APPEND = `
-local seen, ttl = ARGV[1], ARGV[2]
+local seen, ttl, keep = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local out = {}
 local n = 0
-for i = 3, #ARGV, 3 do
+for i = 4, #ARGV, 4 do
   n = n + 1
-  local key = seen .. ARGV[i]
-  local first = redis.call('GET', key)
-  if first then
-    out[n] = first
-  else
-    redis.call('SET', key, ARGV[i + 1], 'PX', ttl)
-    redis.call('XADD', KEYS[1], '*', 'id', ARGV[i + 1], 'call', ARGV[i + 2])
+  local key, id, content, call = seen .. ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local cur = redis.call('GET', key)
+  if not cur then
+    if content == '' then
+      redis.call('SET', key, id, 'PX', ttl)
+      redis.call('XADD', KEYS[1], '*', 'id', id, 'call', call)
+    else
+      redis.call('SET', key, id .. ' ' .. content, 'PX', ttl)
+      redis.call('XADD', KEYS[1], '*', 'id', id, 'call', call, 'content', content)
+    end
     out[n] = ''
+  else
+    local sp = string.find(cur, ' ', 1, true)
+    local first = sp and string.sub(cur, 1, sp - 1) or cur
+    local known = sp and string.sub(cur, sp + 1) or ''
+    if content == '' or string.find(' ' .. known .. ' ', ' ' .. content .. ' ', 1, true) then
+      out[n] = 'd' .. first
+    else
+      local list = {}
+      for h in string.gmatch(known, '%S+') do list[#list + 1] = h end
+      list[#list + 1] = content
+      while #list > keep do table.remove(list, 1) end
+      local left = redis.call('PTTL', key)
+      if left > 0 then
+        redis.call('SET', key, first .. ' ' .. table.concat(list, ' '), 'PX', left)
+      else
+        redis.call('SET', key, first .. ' ' .. table.concat(list, ' '), 'PX', ttl)
+      end
+      redis.call('XADD', KEYS[1], '*', 'id', id, 'call', call, 'content', content, 'update', '1')
+      out[n] = 'u'
+    end
   end
 end
 return out
@@ -96,9 +136,13 @@ type RawEntry = [string, string[]];
 function parseEntry([entryId, fields]: RawEntry): InboundEntry {
   let id = '';
   let text = '';
+  let content = '';
+  let update = false;
   for (let i = 0; i + 1 < fields.length; i += 2) {
     if (fields[i] === 'id') id = fields[i + 1]!;
     else if (fields[i] === 'call') text = fields[i + 1]!;
+    else if (fields[i] === 'content') content = fields[i + 1]!;
+    else if (fields[i] === 'update') update = fields[i + 1] === '1';
   }
   let call: CanonicalCall | null = null;
   try {
@@ -107,6 +151,8 @@ function parseEntry([entryId, fields]: RawEntry): InboundEntry {
   } catch {
     call = null;
   }
+  // The revision travels with the call from here on: into the sink jobs, and into the inbound dead letters.
+  if (call !== null) call.revision = { stamp: entryId, update, content };
   return { entryId, id, call, text };
 }
 
@@ -125,10 +171,10 @@ export class InboundLog {
   /** Appends a batch (deduplicated per item, in order); one round trip. */
   async append(items: readonly AppendItem[], dedupeWindowMs: number): Promise<AppendOutcome[]> {
     if (items.length === 0) return [];
-    const args: string[] = [this.seenPrefix, String(Math.max(1, Math.round(dedupeWindowMs)))];
-    for (const item of items) args.push(item.dedupeId, item.id, item.call);
+    const args: string[] = [this.seenPrefix, String(Math.max(1, Math.round(dedupeWindowMs))), String(MAX_REMEMBERED_REVISIONS)];
+    for (const item of items) args.push(item.dedupeId, item.id, item.content ?? '', item.call);
     const out = await commands(this.redis).callsyncInboundAppend(this.key, ...args);
-    return out.map((v) => (v === '' ? null : v));
+    return out.map((v): AppendOutcome => (v === '' ? { stored: true, update: false } : v === 'u' ? { stored: true, update: true } : { stored: false, firstId: v.slice(1) }));
   }
 
   /** Creates the fan-out's consumer group (and the stream) if missing; from the start of the log. */

@@ -43,6 +43,10 @@ class MemoryKeyValueStore implements KeyValueStore {
   async delete(key: string) {
     this.data.delete(this.prefix + key);
   }
+  async deleteIfEquals(key: string, value: string) {
+    if (this.data.get(this.prefix + key) !== value) return false;
+    return this.data.delete(this.prefix + key);
+  }
   scoped(namespace: string): KeyValueStore {
     return new MemoryKeyValueStore(this.data, `${this.prefix}${namespace}:`);
   }

@@ -6,15 +6,15 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
-import { Queue } from 'bullmq';
+import { Queue, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { InboundAcceptor, serializeCall } from '../src/ingress/accept.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
 import { createLogger } from '../src/log.js';
-import { callHash, callKeySegment } from '../src/model/call.js';
+import { callHash, callKeySegment, contentHash } from '../src/model/call.js';
 import { FANOUT_GROUP, inboundSeenPrefix, InboundLog } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
-import { startLogFanOut } from '../workers/fanout.js';
+import { createFanOutProcessor, startLogFanOut } from '../workers/fanout.js';
 import { sampleCall, webhookPayload } from './support/calls.js';
 import { startTestCallsync } from './support/callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
@@ -102,7 +102,7 @@ describe('inbound log', () => {
     await deadLetters.obliterate({ force: true });
     await deadLetters.close();
     assert.equal(await inbound.length(), 1);
-    assert.equal(await redis.get(`${inboundSeenPrefix(prefix)}${callHash(sampleCall('apart-1').key)}`), first.id);
+    assert.equal((await redis.get(`${inboundSeenPrefix(prefix)}${callHash(sampleCall('apart-1').key)}`))?.split(' ')[0], first.id);
     assert.equal((await acceptor.accept(sampleCall('apart-1'))).duplicate, true);
   });
 
@@ -131,6 +131,100 @@ describe('inbound log', () => {
       assert.equal((o as PromiseRejectedResult).reason.name, 'QueueUnavailableError');
     }
     away.disconnect();
+  });
+
+  describe('a call sent again with other content (an update)', () => {
+    const withSummary = (callId: string, summary: string) => sampleCall(callId, { patch: (p) => (p.assist.summary.content = summary) });
+
+    test('is stored as an update with a new id; the same content again, of either revision, stays a duplicate of the first id', async () => {
+      const { prefix, redis, inbound, acceptor } = await store('log-update', 60_000);
+      const first = await acceptor.accept(sampleCall('upd-1', { patch: (p) => delete p.assist.summary }));
+      assert.deepEqual(first, { id: first.id, duplicate: false });
+      const update = await acceptor.accept(withSummary('upd-1', 'Summary finished later.'));
+      assert.deepEqual(update, { id: update.id, duplicate: false, update: true });
+      assert.notEqual(update.id, first.id);
+      assert.ok(update.id.startsWith(`${callHash(sampleCall('upd-1').key)}-`));
+      assert.deepEqual(await acceptor.accept(withSummary('upd-1', 'Summary finished later.')), { id: first.id, duplicate: true });
+      assert.deepEqual(await acceptor.accept(sampleCall('upd-1', { patch: (p) => delete p.assist.summary })), { id: first.id, duplicate: true });
+      const third = await acceptor.accept(withSummary('upd-1', 'Summary corrected once more.'));
+      assert.equal(third.update, true);
+
+      const entries = await inbound.entries();
+      assert.deepEqual(entries.map((e) => e.id), [first.id, update.id, third.id]);
+      assert.deepEqual(entries.map((e) => e.call?.revision?.update), [false, true, true]);
+      assert.deepEqual(entries.map((e) => e.call?.revision?.stamp), entries.map((e) => e.entryId), 'each revision is stamped with its entry id');
+      assert.equal(new Set(entries.map((e) => e.call?.revision?.content)).size, 3);
+      assert.equal(entries[1]!.call?.summary?.content, 'Summary finished later.');
+      const key = `${inboundSeenPrefix(prefix)}${callHash(sampleCall('upd-1').key)}`;
+      assert.equal((await redis.get(key))?.split(' ').length, 4, 'the key holds the first id and three content hashes');
+    });
+
+    test('what is not content: the time it was received, and fields callsync does not read (kept in `raw`) — a duplicate', async () => {
+      const { inbound, acceptor } = await store('log-notcontent', 60_000);
+      const first = await acceptor.accept(sampleCall('nc-1'));
+      const later = normalizeWebhook(webhookPayload('nc-1', (p) => (p.deliveryAttempt = 2)), { agentId: 'agent-1', receivedAt: new Date('2026-04-08T11:00:00Z') });
+      assert.deepEqual(await acceptor.accept(later), { id: first.id, duplicate: true });
+      // The extra `channel` object is content, whatever order its keys come in.
+      const a = await acceptor.accept(sampleCall('nc-2', { patch: (p) => (p.channel = { id: 'ch-1', name: 'Sales', tags: { b: 1, a: 2 } }) }));
+      const b = await acceptor.accept(sampleCall('nc-2', { patch: (p) => (p.channel = { tags: { a: 2, b: 1 }, name: 'Sales', id: 'ch-1' }) }));
+      assert.deepEqual(b, { id: a.id, duplicate: true });
+      const c = await acceptor.accept(sampleCall('nc-2', { patch: (p) => (p.channel = { id: 'ch-1', name: 'Support' }) }));
+      assert.equal(c.update, true);
+      assert.equal(await inbound.length(), 3);
+    });
+
+    test('two revisions in one batch behave as in two: the second is an update, repeats of each are duplicates', async () => {
+      const { inbound, acceptor } = await store('log-update-batch', 60_000);
+      const v1 = sampleCall('ub-1', { patch: (p) => delete p.assist.summary });
+      const v2 = withSummary('ub-1', 'Summary finished later.');
+      // One turn: one script call.
+      const results = await Promise.all([v1, v2, v1, v2].map((c) => acceptor.accept(c)));
+      assert.deepEqual(results.slice(1), [
+        { id: results[1]!.id, duplicate: false, update: true },
+        { id: results[0]!.id, duplicate: true },
+        { id: results[0]!.id, duplicate: true },
+      ]);
+      const entries = await inbound.entries();
+      assert.deepEqual(entries.map((e) => [e.id, e.call?.revision?.update]), [
+        [results[0]!.id, false],
+        [results[1]!.id, true],
+      ]);
+    });
+
+    test('an update keeps the window of the first delivery', async () => {
+      const { prefix, redis, acceptor } = await store('log-update-window', 600);
+      await acceptor.accept(sampleCall('uw-1', { patch: (p) => delete p.assist.summary }));
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal((await acceptor.accept(withSummary('uw-1', 'Later.'))).update, true);
+      const left = await redis.pttl(`${inboundSeenPrefix(prefix)}${callHash(sampleCall('uw-1').key)}`);
+      assert.ok(left > 0 && left <= 310, `the window was not restarted: ${left} ms left`);
+      await new Promise((r) => setTimeout(r, 400));
+      const fresh = await acceptor.accept(withSummary('uw-1', 'Later.'));
+      assert.deepEqual(fresh, { id: fresh.id, duplicate: false }, 'after the window: a first delivery again');
+    });
+
+    test('a dedupe key written by the previous version (the id alone): a changed call is an update, an identical one too (content unknown), and after that duplicates', async () => {
+      const { prefix, redis, inbound, acceptor } = await store('log-compat', 60_000);
+      const call = sampleCall('compat-1');
+      const key = `${inboundSeenPrefix(prefix)}${callHash(call.key)}`;
+      await redis.set(key, 'old-first-id', 'PX', 50_000);
+      const again = await acceptor.accept(call);
+      assert.deepEqual(again, { id: again.id, duplicate: false, update: true }, 'stored: an old key cannot tell, and a dropped correction would be lost');
+      assert.deepEqual(await acceptor.accept(call), { id: 'old-first-id', duplicate: true }, 'from then on the key knows the content');
+      assert.equal((await acceptor.accept(withSummary('compat-1', 'Changed.'))).update, true);
+      assert.ok((await redis.pttl(key)) <= 50_000, 'the old window is kept');
+      assert.equal((await redis.get(key))?.split(' ')[0], 'old-first-id');
+      assert.equal(await inbound.length(), 2);
+    });
+
+    test('an item appended without a content hash is deduplicated by the call alone, as before', async () => {
+      const { inbound } = await store('log-nocontent', 60_000);
+      const text = JSON.stringify(sampleCall('nh-1'));
+      assert.deepEqual(await inbound.append([{ dedupeId: 'nh', id: 'nh-a', call: text }, { dedupeId: 'nh', id: 'nh-b', call: text.replace('agent-1', 'agent-9') }], 60_000), [
+        { stored: true, update: false },
+        { stored: false, firstId: 'nh-a' },
+      ]);
+    });
   });
 
   test('two take-overs racing for one entry: the loser leaves it pending with the winner', async () => {
@@ -221,6 +315,34 @@ describe('inbound log', () => {
       // The consumer left the group on a clean stop.
       const consumers = (await s.worker.xinfo('CONSUMERS', s.inbound.key, FANOUT_GROUP)) as unknown[];
       assert.equal(consumers.length, 0);
+      await s.close();
+    });
+
+    test('an update becomes sink jobs of its own (id = call hash + content hash); fanning either revision out again adds nothing', async () => {
+      const s = await setup('fan-update');
+      const v1 = sampleCall('fu-1', { agentId: 'agent-crm', patch: (p) => delete p.assist.summary });
+      const v2 = sampleCall('fu-1', { agentId: 'agent-crm', patch: (p) => (p.assist.summary.content = 'Later.') });
+      await s.acceptor.accept(v1);
+      assert.equal((await s.acceptor.accept(v2)).update, true);
+      const entries = await s.inbound.entries();
+      const fanOut = s.start();
+      await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log to drain' });
+      await fanOut.close();
+      const base = callHash(v1.key);
+      for (const q of [s.archive, s.crm]) {
+        const jobs = await q.getJobs(['waiting'], 0, -1, true);
+        assert.deepEqual(jobs.map((j) => j.id), [base, `${base}-${contentHash(v2)}`], q.name);
+        assert.deepEqual(jobs.map((j) => j.data.call.revision?.stamp), entries.map((e) => e.entryId), `${q.name}: each job carries its revision`);
+        assert.equal(jobs[1]!.data.call.summary?.content, 'Later.');
+      }
+      // Both revisions fanned out again (here through the inbound dead-letter path, with the
+      // revision the log gave them): no new jobs.
+      const fan = createFanOutProcessor({
+        routes: [{ when: [{}], to: ['archive'] }, { when: [{ agent: ['agent-crm'] }], to: ['crm'] }],
+        sinkQueues: new Map([['archive', s.archive], ['crm', s.crm]]),
+      });
+      for (const e of entries) await fan({ data: { kind: 'call.received', call: e.call } } as Job<CallReceivedJob>);
+      for (const q of [s.archive, s.crm]) assert.equal(await q.count(), 2, `${q.name}: still one job per revision`);
       await s.close();
     });
 

@@ -79,7 +79,7 @@ describe('pipeline to S3', () => {
     // One inbound log entry: the two duplicates were answered with the first delivery's id, not stored.
     assert.equal((await entriesAdded(cs.redis.worker, log)) - addedBefore, 1, 'one inbound log entry');
     const key = 'ai-agent:agent-1:dup-pipe';
-    assert.equal(await cs.redis.worker.get(`${inboundSeenPrefix(cs.prefix)}${callHash(key)}`), results[0]!.body.id, 'the dedupe key names the stored delivery');
+    assert.equal((await cs.redis.worker.get(`${inboundSeenPrefix(cs.prefix)}${callHash(key)}`))?.split(' ')[0], results[0]!.body.id, 'the dedupe key names the stored delivery');
     await waitFor(async () => (await log.find(results[0]!.body.id)) === null, { what: 'the entry fanned out' });
     const sinkJobs = (await sinkQueue.getJobs(['completed', 'waiting', 'active', 'delayed'])).filter((j) => j.data.call.callId === 'dup-pipe');
     assert.equal(sinkJobs.length, 1, 'one archive job');

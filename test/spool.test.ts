@@ -11,7 +11,7 @@ import { InboundAcceptor } from '../src/ingress/accept.js';
 import { SpoolingAcceptor, SpoolLockedError } from '../src/ingress/spool.js';
 import { createLogger } from '../src/log.js';
 import { InboundLog } from '../queues/inbound.js';
-import { minimalPayload, sampleCall } from './support/calls.js';
+import { minimalPayload, sampleCall, webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
@@ -112,6 +112,49 @@ describe('spool with a real ingress and a Redis that goes away', () => {
       await waitFor(() => cs.spool!.pending === 0, { timeoutMs: 20_000, what: 'spool drained' });
       const entries = await inboundEntries(redis.url, prefix);
       assert.deepEqual(entries, [{ id: first.body.id, callId: 'dup-1' }]);
+    } finally {
+      if (!redis.running) await redis.start();
+      await cs.stop();
+    }
+  });
+
+  test('a call resent with other content while Redis is away is spooled as an update, never dropped as a duplicate', async () => {
+    const prefix = uniquePrefix('spool');
+    const cs = await start(prefix);
+    const v = (n: number) => webhookPayload('rev-1', (p) => (n === 1 ? delete p.assist.summary : (p.assist.summary.content = `Summary, revision ${n}.`)));
+    try {
+      const v1 = await postJson(`${cs.url}/webhooks/ai-agent`, v(1));
+      assert.deepEqual(v1.body, { id: v1.body.id, duplicate: false });
+      await redis.stop();
+      // The spool does not know what Redis holds: a new revision, spooled.
+      const v2 = await postJson(`${cs.url}/webhooks/ai-agent`, v(2));
+      assert.deepEqual(v2.body, { id: v2.body.id, duplicate: false, spooled: true });
+      // Another revision while the previous one waits in the spool: an update.
+      const v3 = await postJson(`${cs.url}/webhooks/ai-agent`, v(3));
+      assert.deepEqual(v3.body, { id: v3.body.id, duplicate: false, update: true, spooled: true });
+      // Repeats of what waits in the spool: duplicates, not written again.
+      for (const n of [2, 3]) assert.deepEqual((await postJson(`${cs.url}/webhooks/ai-agent`, v(n))).body, { id: v2.body.id, duplicate: true, spooled: true });
+      assert.equal(cs.spool!.pending, 2);
+
+      await redis.start();
+      await waitFor(() => cs.spool!.pending === 0, { timeoutMs: 20_000, what: 'spool drained' });
+      const conn = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+      try {
+        const entries = await new InboundLog(conn, prefix).entries();
+        assert.deepEqual(
+          entries.map((e) => [e.id, e.call?.revision?.update, e.call?.summary?.content ?? null]),
+          [
+            [v1.body.id, false, null],
+            [v2.body.id, true, 'Summary, revision 2.'],
+            [v3.body.id, true, 'Summary, revision 3.'],
+          ],
+          'every revision reached the log, the spooled ones as updates of the first',
+        );
+      } finally {
+        conn.disconnect();
+      }
+      // Back to normal: each revision is now a duplicate of the call's first delivery.
+      assert.deepEqual((await postJson(`${cs.url}/webhooks/ai-agent`, v(2))).body, { id: v1.body.id, duplicate: true });
     } finally {
       if (!redis.running) await redis.start();
       await cs.stop();

@@ -8,12 +8,15 @@ import type { SinkDeliverJob } from '../queues/registry.js';
 
 export function createDeliverProcessor(sink: Sink, log: Logger) {
   return async function deliver(job: Job<SinkDeliverJob>, signal: AbortSignal): Promise<SinkResult> {
-    const call = job.data?.call;
-    if (!call || typeof call.key !== 'string') throw new PermanentError('sink job carries no canonical call record');
+    const data = job.data?.call;
+    if (!data || typeof data.key !== 'string') throw new PermanentError('sink job carries no canonical call record');
+    // The revision is delivery metadata, not content: sinks get it beside the call, never inside what they write.
+    const { revision, ...call } = data;
     let jobLog: Logger | undefined;
     return sink.deliver(call, {
       jobId: job.id ?? '',
       attempt: job.attemptsMade + 1,
+      ...(revision ? { revision } : {}),
       // Built when the sink first logs: most deliveries log nothing at info.
       get log() {
         return (jobLog ??= log.child({ sink: sink.name, jobId: job.id }));

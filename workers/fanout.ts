@@ -32,10 +32,22 @@ interface PlannedJob {
   job: { name: typeof JobName.sinkDeliver; data: SinkDeliverJob; opts: { jobId: string } };
 }
 
+/**
+ * The sink job id of one revision of a call: the call hash for its first revision, the call hash
+ * and the content hash for an update. Each revision gets its own job (BullMQ would drop an update
+ * added under the id of the first revision's job, which it keeps for a day), and fanning the same
+ * revision out again still adds nothing.
+ */
+export function sinkJobId(call: CanonicalCall): string {
+  const base = callHash(call.key);
+  const revision = call.revision;
+  return revision?.update && revision.content ? `${base}-${revision.content}` : base;
+}
+
 /** The sink jobs of one call; throws PermanentError when a route names a sink without a queue. */
 function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: PlannedJob[] } {
   const sinks = sinksFor(deps.routes, call);
-  const jobId = callHash(call.key);
+  const jobId = sinkJobId(call);
   const jobs = sinks.map((sink) => {
     const queue = deps.sinkQueues.get(sink);
     if (!queue) throw new PermanentError(`route names sink "${sink}", which has no queue`);

@@ -1,13 +1,18 @@
 // Accepting a call means: it is stored in Redis (the inbound log) before anyone is told "yes".
 // The ingress and the poller both accept through here, so deduplication is the same for both.
 import { randomBytes } from 'node:crypto';
-import { callHash, type CanonicalCall } from '../model/call.js';
+import { callHash, encodeCall, type CanonicalCall } from '../model/call.js';
 import type { AppendItem, AppendOutcome, InboundLog } from '../../queues/inbound.js';
 
 export interface AcceptResult {
-  /** The id the call is acknowledged with; a duplicate gets the id of the delivery it duplicates. */
+  /** The id the call is acknowledged with; a duplicate gets the id of the call's first delivery. */
   id: string;
   duplicate: boolean;
+  /**
+   * True when the call was accepted before within the dedupe window with other content: this
+   * delivery is stored as an update of the same call (docs/reliability.md). Absent otherwise.
+   */
+  update?: true;
   /** True when the event was acknowledged into the local spool (Redis away); see spool.ts. */
   spooled?: boolean;
 }
@@ -24,10 +29,7 @@ export interface AcceptOptions {
 
 /** The call as JSON; with `rawJson`, its `raw` is that text verbatim. */
 export function serializeCall(call: CanonicalCall, rawJson?: string): string {
-  if (rawJson === undefined) return JSON.stringify(call);
-  const { raw: _raw, ...rest } = call;
-  const head = JSON.stringify(rest);
-  return `${head.slice(0, -1)}${head.length > 2 ? ',' : ''}"raw":${rawJson}}`;
+  return encodeCall(call, rawJson).json;
 }
 
 export interface CallAcceptor {
@@ -43,7 +45,7 @@ export class QueueUnavailableError extends Error {
 }
 
 export interface InboundAcceptorOptions {
-  /** Same call key within this window -> duplicate. */
+  /** Same call key and content within this window -> duplicate; other content -> update. */
   dedupeWindowMs: number;
   /** Give up waiting for Redis after this long (the ingress then answers 503 or spools). */
   timeoutMs: number;
@@ -99,7 +101,8 @@ export class InboundAcceptor implements CallAcceptor {
     // A fresh id per delivery: the script answers a duplicate with the first delivery's id.
     const id = options?.jobId ?? `${dedupeId}-${PROCESS_TAG}${(++sequence).toString(36)}`;
     return new Promise<AcceptResult>((resolve, reject) => {
-      const item = { dedupeId, id, call: serializeCall(call, options?.rawJson) };
+      const encoded = encodeCall(call, options?.rawJson);
+      const item: AppendItem = { dedupeId, id, call: encoded.json, content: encoded.contentHash };
       this.batch.push({ item, resolve, reject });
       this.batchChars += item.call.length;
       if (this.batch.length >= this.maxBatch || this.batchChars >= this.maxBatchChars) this.flush();
@@ -127,8 +130,9 @@ export class InboundAcceptor implements CallAcceptor {
           return;
         }
         batch.forEach((w, i) => {
-          const first = outcomes[i] ?? null;
-          w.resolve(first === null ? { id: w.item.id, duplicate: false } : { id: first, duplicate: true });
+          const outcome = outcomes[i]!;
+          if (!outcome.stored) w.resolve({ id: outcome.firstId, duplicate: true });
+          else w.resolve(outcome.update ? { id: w.item.id, duplicate: false, update: true } : { id: w.item.id, duplicate: false });
         });
       },
       (err: unknown) => {

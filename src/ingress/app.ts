@@ -78,7 +78,12 @@ export function createIngressApp(deps: IngressDeps): Hono {
     const result = await deps.acceptor.accept(call, { rawJson: c.get('jsonText') });
     deps.events?.accepted?.(result.duplicate);
     if (result.duplicate) requestLog(deps.log, c.get('requestId')).info({ jobId: result.id, agentId }, 'duplicate webhook acknowledged');
-    return c.json(result.spooled ? { id: result.id, duplicate: result.duplicate, spooled: true } : { id: result.id, duplicate: result.duplicate }, 202);
+    else if (result.update) requestLog(deps.log, c.get('requestId')).info({ jobId: result.id, agentId }, 'changed call acknowledged as an update');
+    // `update` only on an update, `spooled` only when spooled: the plain answer stays `{id, duplicate}`.
+    const body: { id: string; duplicate: boolean; update?: true; spooled?: true } = { id: result.id, duplicate: result.duplicate };
+    if (result.update) body.update = true;
+    if (result.spooled) body.spooled = true;
+    return c.json(body, 202);
   };
 
   const guarded = every(...guards);

@@ -19,6 +19,7 @@ import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { callHash, type CanonicalCall } from '../model/call.js';
 import { QueueUnavailableError, type AcceptOptions, type AcceptResult, type CallAcceptor } from './accept.js';
+import { SpooledRevisions } from './spool-revisions.js';
 
 export interface SpoolOptions {
   /** Folder of the segments; created if missing. */
@@ -129,8 +130,8 @@ export class SpoolingAcceptor implements CallAcceptor {
 
   /** Events acknowledged from the spool and not yet confirmed in Redis (including ones being written). */
   private pendingCount = 0;
-  /** callHash -> id, of events waiting in the spool: a repeat while spooled is answered as a duplicate. */
-  private readonly waiting = new Map<string, string>();
+  /** Revisions of calls waiting in the spool: a repeat while spooled is a duplicate, other content an update. */
+  private readonly waiting = new SpooledRevisions();
   private bytesOnDisk = 0;
 
   /** Free space of the spool's filesystem when last measured, and `bytesOnDisk` at that moment. */
@@ -248,7 +249,7 @@ export class SpoolingAcceptor implements CallAcceptor {
       const { entries, bytes } = await this.readSegment(seq);
       this.bytesOnDisk += bytes;
       this.pendingCount += entries.length;
-      for (const e of entries) this.waiting.set(callHash(e.call.key), e.id);
+      for (const e of entries) this.waiting.add(e.call, e.id);
     }
     if (this.pendingCount > 0) {
       this.log.warn({ pending: this.pendingCount, segments: segments.length, dir: this.dir }, 'spool holds events from an earlier run: draining');
@@ -271,8 +272,8 @@ export class SpoolingAcceptor implements CallAcceptor {
   private async spool(call: CanonicalCall): Promise<SpooledResult> {
     if (this.diskStale()) await this.checkDisk();
     const hash = callHash(call.key);
-    const seen = this.waiting.get(hash);
-    if (seen !== undefined) return { id: seen, duplicate: true, spooled: true };
+    const seen = this.waiting.check(call);
+    if (seen.duplicate) return { id: seen.firstId, duplicate: true, spooled: true };
     const id = `${hash}-${randomBytes(6).toString('hex')}`;
     const entry: SpoolEntry = { v: 1, id, at: new Date().toISOString(), call };
     const line = `${JSON.stringify(entry)}\n`;
@@ -285,13 +286,13 @@ export class SpoolingAcceptor implements CallAcceptor {
       this.roomWanted = bytes;
       throw new QueueUnavailableError(new Error(`spool disk full (${free} bytes free in ${this.dir}, keeping ${this.minFreeBytes})`));
     }
-    this.waiting.set(hash, id);
+    this.waiting.add(call, id, seen.contentHash);
     this.pendingCount++;
     this.bytesOnDisk += bytes;
     try {
       await this.write(line);
     } catch (err) {
-      this.waiting.delete(hash);
+      this.waiting.remove(call, id, seen.contentHash);
       this.pendingCount--;
       this.bytesOnDisk -= bytes;
       throw new QueueUnavailableError(err);
@@ -299,7 +300,8 @@ export class SpoolingAcceptor implements CallAcceptor {
     this.roomWanted = 0;
     this.options.events?.spooled?.();
     this.kick();
-    return { id, duplicate: false, spooled: true };
+    // An update only when the spool holds the earlier revision; one already in Redis is found on drain.
+    return seen.update ? { id, duplicate: false, update: true, spooled: true } : { id, duplicate: false, spooled: true };
   }
 
   /**
@@ -496,10 +498,7 @@ export class SpoolingAcceptor implements CallAcceptor {
         await unlink(this.segmentPath(seq));
         this.cutShort.delete(seq);
         await fsyncDir(this.dir);
-        for (const e of entries) {
-          const hash = callHash(e.call.key);
-          if (this.waiting.get(hash) === e.id) this.waiting.delete(hash);
-        }
+        for (const e of entries) this.waiting.remove(e.call, e.id);
         this.pendingCount -= entries.length;
         this.bytesOnDisk -= bytes;
         if (this.pendingCount < 0) this.pendingCount = 0;

@@ -108,6 +108,24 @@ export interface CanonicalCall {
   receivedAt: string;
   /** The original payload, verbatim (unknown fields included). */
   raw: unknown;
+  /**
+   * Which revision of the call this is. Set when the call is read from the inbound log (never by a
+   * normalizer); not part of the call's content, and not written by any sink.
+   */
+  revision?: CallRevision;
+}
+
+/**
+ * One accepted revision of a call. The platform may send a call again with more in it (a summary
+ * finished later): the inbound log then holds a second entry for the same call key, an update.
+ */
+export interface CallRevision {
+  /** Order of the revisions of one call: the inbound log entry id (`<ms>-<seq>`, assigned by Redis). */
+  stamp: string;
+  /** True when an earlier revision of the call was accepted within the dedupe window. */
+  update: boolean;
+  /** `contentHash` of this revision ('' for entries written before revisions existed). */
+  content: string;
 }
 
 /**
@@ -149,6 +167,55 @@ const SEGMENT_HASH_HEX = 16;
 export function callKeySegment(call: Pick<CanonicalCall, 'key' | 'callId'>): string {
   const readable = call.callId.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_').slice(0, SEGMENT_READABLE_MAX) || '_';
   return `${readable}-${callHash(call.key).slice(0, SEGMENT_HASH_HEX)}`;
+}
+
+/**
+ * Orders two revision stamps (`<ms>-<seq>`): negative when `a` is older. A missing stamp (a job
+ * queued before revisions existed, or a call delivered outside the inbound log) is the oldest.
+ */
+export function compareStamps(a: string | undefined, b: string | undefined): number {
+  if (a === b) return 0;
+  if (a === undefined) return -1;
+  if (b === undefined) return 1;
+  const [am = 0, as = 0] = a.split('-').map(Number);
+  const [bm = 0, bs = 0] = b.split('-').map(Number);
+  return am !== bm ? am - bm : as - bs;
+}
+
+/** Keys of an object sorted, recursively: the same JSON text however the sender ordered them. */
+function canonical(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value === null || typeof value !== 'object') return value;
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(value).sort()) out[k] = canonical((value as Record<string, unknown>)[k]);
+  return out;
+}
+
+/**
+ * The call as stored in the inbound log, and the hash of its content.
+ *
+ * Content is everything callsync understood from the payload: the canonical record without
+ * `receivedAt` (when callsync took it), `raw` (the payload verbatim) and `revision`. `raw` is left
+ * out on purpose: a resend that differs only in fields callsync does not read (a sender's delivery
+ * timestamp or attempt counter, an extra object) changes nothing any sink writes from the record,
+ * so it stays a duplicate instead of sending every CRM and webhook receiver a no-op update. The
+ * one object kept verbatim in the record (`channel`) is hashed with its keys sorted.
+ *
+ * `rawJson`, when given, is the request body `raw` was parsed from: stored as it is.
+ */
+export function encodeCall(call: CanonicalCall, rawJson?: string): { json: string; contentHash: string } {
+  const { raw, receivedAt, revision: _revision, ...content } = call;
+  if (content.channel !== null && typeof content.channel === 'object') content.channel = canonical(content.channel);
+  const body = JSON.stringify(content);
+  const contentHash = createHash('sha256').update(body).digest('hex').slice(0, 16);
+  const rawText = rawJson ?? JSON.stringify(raw);
+  const tail = `"receivedAt":${JSON.stringify(receivedAt)}${rawText === undefined ? '' : `,"raw":${rawText}`}}`;
+  return { json: `${body.slice(0, -1)}${body.length > 2 ? ',' : ''}${tail}`, contentHash };
+}
+
+/** `encodeCall`'s content hash alone. */
+export function contentHash(call: CanonicalCall): string {
+  return encodeCall(call, 'null').contentHash;
 }
 
 export function hasTranscript(call: CanonicalCall): boolean {

@@ -1,7 +1,7 @@
 // The contract between the queue runner and every sink adapter (archive, CRM, notifications).
 import type { Logger } from 'pino';
 import type { z } from 'zod';
-import type { CanonicalCall } from '../model/call.js';
+import type { CallRevision, CanonicalCall } from '../model/call.js';
 import type { KeyValueStore } from '../state/kv.js';
 import type { TelephonyClient } from '../telephony/types.js';
 import type { Route } from '../routing/types.js';
@@ -14,6 +14,11 @@ export interface SinkContext {
   log: Logger;
   /** Aborted when the worker shuts down; pass it to fetch() where a request can be abandoned. */
   signal: AbortSignal;
+  /**
+   * Which revision of the call this job delivers (the call itself comes without it). Absent for
+   * jobs queued before revisions existed: those count as the oldest revision (src/sinks/revisions.ts).
+   */
+  revision?: CallRevision;
 }
 
 export interface SinkResult {

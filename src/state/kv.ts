@@ -8,9 +8,13 @@ export interface KeyValueStore {
   /** Sets the value only when the key does not exist; true when it was set. */
   setIfAbsent(key: string, value: string, ttlMs?: number): Promise<boolean>;
   delete(key: string): Promise<void>;
+  /** Deletes the key only while it holds `value` (releasing a lock that may have passed to another holder); true when deleted. */
+  deleteIfEquals(key: string, value: string): Promise<boolean>;
   /** A store whose keys live under `namespace` inside this one. */
   scoped(namespace: string): KeyValueStore;
 }
+
+const DELETE_IF_EQUALS = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
 
 export class RedisKeyValueStore implements KeyValueStore {
   constructor(
@@ -38,6 +42,11 @@ export class RedisKeyValueStore implements KeyValueStore {
 
   async delete(key: string): Promise<void> {
     await this.redis.del(this.prefix + key);
+  }
+
+  async deleteIfEquals(key: string, value: string): Promise<boolean> {
+    const deleted = await this.redis.eval(DELETE_IF_EQUALS, 1, this.prefix + key, value);
+    return Number(deleted) === 1;
   }
 
   scoped(namespace: string): KeyValueStore {

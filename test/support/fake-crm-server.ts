@@ -18,12 +18,14 @@ export interface ScriptedAnswer {
   match?: (req: RecordedRequest) => boolean;
   /** How many matching requests get this answer (default 1). */
   times?: number;
-  /** Required unless `dropAfterHandling`. */
+  /** Required unless `dropAfterHandling` or `hold`. */
   status?: number;
   headers?: Record<string, string>;
   body?: unknown;
   /** Handle the request normally, then destroy the socket instead of answering (a crash after the write). */
   dropAfterHandling?: boolean;
+  /** Handle the request normally, but only once this settles (a slow remote; the request is recorded at once). */
+  hold?: Promise<unknown>;
 }
 
 export interface Reply {
@@ -95,6 +97,11 @@ export abstract class FakeCrmServer {
     if (step) {
       step.times = (step.times ?? 1) - 1;
       if (step.times <= 0) this.script.splice(stepIndex, 1);
+      if (step.hold) {
+        await step.hold.catch(() => undefined);
+        this.send(res, this.handleSafely(recorded));
+        return;
+      }
       if (step.dropAfterHandling) {
         this.handle(recorded);
         req.socket.destroy();
@@ -103,13 +110,15 @@ export abstract class FakeCrmServer {
       this.send(res, { status: step.status ?? 200, body: step.body, headers: step.headers });
       return;
     }
-    let reply: Reply;
+    this.send(res, this.handleSafely(recorded));
+  }
+
+  private handleSafely(recorded: RecordedRequest): Reply {
     try {
-      reply = this.handle(recorded);
+      return this.handle(recorded);
     } catch (err) {
-      reply = { status: 500, body: { message: String(err) } };
+      return { status: 500, body: { message: String(err) } };
     }
-    this.send(res, reply);
   }
 
   private send(res: ServerResponse, reply: Reply): void {

@@ -2,6 +2,8 @@
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
+import type { KeyValueStore } from '../../state/kv.js';
+import { RevisionGuard } from '../revisions.js';
 import type { Sink, SinkContext, SinkResult, SinkType } from '../types.js';
 import type { TelephonyClient } from '../../telephony/types.js';
 import { archiveKeys } from './keys.js';
@@ -31,19 +33,33 @@ export type ArchiveOptions = z.infer<typeof archiveOptionsSchema>;
 
 export class ArchiveSink implements Sink {
   readonly type = 'archive';
+  private readonly revisions: RevisionGuard | null;
   constructor(
     readonly name: string,
     readonly store: ObjectStore,
     private readonly prefix: string | undefined,
     /** Downloads recordings (channel calls); without it a call with recordings is a permanent failure. */
     private readonly telephony: TelephonyClient | null = null,
-  ) {}
+    /**
+     * The sink's state: with it, revisions of one call are written one at a time and an older one
+     * never overwrites a newer (src/sinks/revisions.ts). Without it (tools, tests), last write wins.
+     */
+    state: KeyValueStore | null = null,
+  ) {
+    this.revisions = state === null ? null : new RevisionGuard(state, { what: 'the archive', lockTtlMs: 120_000 });
+  }
 
   async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
     const keys = archiveKeys(call, this.prefix);
-    // JSON first: the text is derived from it, so a reader finding the .txt also finds the record.
-    await this.store.put(keys.json, renderArchiveJson(call), { contentType: 'application/json; charset=utf-8' });
-    await this.store.put(keys.text, renderTranscriptText(call), { contentType: 'text/plain; charset=utf-8' });
+    // An update of a call overwrites the same objects: the newest revision wins, whatever the order the jobs ran in.
+    const writeRecord = async (): Promise<SinkResult> => {
+      // JSON first: the text is derived from it, so a reader finding the .txt also finds the record.
+      await this.store.put(keys.json, renderArchiveJson(call), { contentType: 'application/json; charset=utf-8' });
+      await this.store.put(keys.text, renderTranscriptText(call), { contentType: 'text/plain; charset=utf-8' });
+      return { status: 'done' };
+    };
+    const record = this.revisions ? await this.revisions.deliver(call.key, ctx, writeRecord) : await writeRecord();
+    if (record.status === 'skipped') return record;
     // Recordings last, streamed beside the transcript (src/sinks/archive/recordings.ts).
     const recordings = await archiveRecordings(call, { store: this.store, telephony: this.telephony, prefix: this.prefix, log: ctx.log, signal: ctx.signal });
     ctx.log.debug({ location: this.store.location, key: keys.json }, 'archived call');
@@ -79,7 +95,7 @@ export async function createObjectStore(options: ArchiveOptions): Promise<Object
 export const archiveSinkType: SinkType<ArchiveOptions> = {
   type: 'archive',
   options: archiveOptionsSchema,
-  create: async (name, options, deps) => new ArchiveSink(name, await createObjectStore(options), options.prefix, deps.telephony),
+  create: async (name, options, deps) => new ArchiveSink(name, await createObjectStore(options), options.prefix, deps.telephony, deps.state),
   fromEnv(env, { configFile }) {
     const bucket = env.ARCHIVE_S3_BUCKET?.trim();
     // Without a config file, `npm start` archives to a local folder so one machine works out of the box.

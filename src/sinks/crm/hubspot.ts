@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { callHash, OUTCOMES, type CanonicalCall, type Outcome } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
 import { PermanentError } from '../../errors.js';
+import { RevisionGuard } from '../revisions.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
 import {
   archiveLinkSchema,
@@ -118,6 +119,7 @@ export class HubSpotSink implements Sink {
   readonly type = 'hubspot';
   private readonly http: CrmHttp;
   private readonly memory: RecordMemory;
+  private readonly revisions: RevisionGuard;
   private readonly region: CountryCode;
   private readonly archivePrefix: string | undefined;
 
@@ -131,6 +133,8 @@ export class HubSpotSink implements Sink {
     this.region = resolveRegion(options.defaultRegion, deps.env);
     this.archivePrefix = options.archive.prefix ?? deps.env.ARCHIVE_S3_PREFIX;
     this.memory = new RecordMemory(deps.state);
+    // A delivery makes a handful of requests, each within timeoutMs.
+    this.revisions = new RevisionGuard(deps.state, { what: 'HubSpot', lockTtlMs: Math.max(60_000, 6 * options.timeoutMs) });
     this.http = new CrmHttp({
       crm: 'HubSpot',
       sink: name,
@@ -145,7 +149,15 @@ export class HubSpotSink implements Sink {
     });
   }
 
-  async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
+  /**
+   * One revision of a call at a time, never an older one over a newer (src/sinks/revisions.ts):
+   * an update of a call PATCHes the record its first revision created.
+   */
+  deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
+    return this.revisions.deliver(call.key, ctx, () => this.write(call, ctx));
+  }
+
+  private async write(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
     const log = ctx.log.child({ sink: this.name, callId: call.callId });
     const number = counterpartNumber(call, this.region);
     let contact: Contact | null = null;

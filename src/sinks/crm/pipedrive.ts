@@ -9,6 +9,7 @@ import { z } from 'zod';
 import { OUTCOMES, type CanonicalCall, type Outcome } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
 import { PermanentError } from '../../errors.js';
+import { RevisionGuard } from '../revisions.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
 import {
   archiveLinkSchema,
@@ -102,6 +103,7 @@ export class PipedriveSink implements Sink {
   readonly type = 'pipedrive';
   private readonly http: CrmHttp;
   private readonly memory: RecordMemory;
+  private readonly revisions: RevisionGuard;
   private readonly region: CountryCode;
   private readonly archivePrefix: string | undefined;
 
@@ -115,6 +117,8 @@ export class PipedriveSink implements Sink {
     this.region = resolveRegion(options.defaultRegion, deps.env);
     this.archivePrefix = options.archive.prefix ?? deps.env.ARCHIVE_S3_PREFIX;
     this.memory = new RecordMemory(deps.state);
+    // A delivery makes a handful of requests, each within timeoutMs.
+    this.revisions = new RevisionGuard(deps.state, { what: 'Pipedrive', lockTtlMs: Math.max(60_000, 6 * options.timeoutMs) });
     const baseUrl = (options.apiUrl ?? deps.env.PIPEDRIVE_API_URL?.trim() ?? PIPEDRIVE_DEFAULT_URL).replace(/\/+$/, '').replace(/\/v1$/, '');
     this.http = new CrmHttp({
       crm: 'Pipedrive',
@@ -131,7 +135,15 @@ export class PipedriveSink implements Sink {
     });
   }
 
-  async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
+  /**
+   * One revision of a call at a time, never an older one over a newer (src/sinks/revisions.ts):
+   * an update of a call PATCHes the record its first revision created.
+   */
+  deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
+    return this.revisions.deliver(call.key, ctx, () => this.write(call, ctx));
+  }
+
+  private async write(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
     const log = ctx.log.child({ sink: this.name, callId: call.callId });
     const number = counterpartNumber(call, this.region);
     const person = number === null ? null : await this.findPerson(number, ctx.signal);

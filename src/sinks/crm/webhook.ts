@@ -6,10 +6,13 @@
 //   webhook-signature  `v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<body>")>` per secret,
 //                      space-separated: list the new secret beside the old one while rotating
 // A URL that accepted a message is remembered, so a retry after a partial failure only resends
-// to the URLs that have not.
+// to the URLs that have not. An update of a call (sent again with more in it) is a new message
+// with a new webhook-id; per URL, an older revision is never sent after a newer one, and the
+// revisions of one call are sent one at a time (src/sinks/revisions.ts).
 import { createHash, createHmac } from 'node:crypto';
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
+import { RevisionGuard } from '../revisions.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
 import { queueLimitSchema, timeoutSchema } from './common.js';
 import { CrmHttp, stringField } from './http.js';
@@ -70,6 +73,7 @@ export class WebhookSink implements Sink {
   readonly type = 'webhook';
   private readonly secrets: string[];
   private readonly clients: { url: string; http: CrmHttp }[];
+  private readonly revisions: RevisionGuard;
 
   constructor(
     readonly name: string,
@@ -81,6 +85,7 @@ export class WebhookSink implements Sink {
     for (const s of this.secrets) {
       if (secretKey(s) === null) throw new Error(`sink "${name}" (webhook): a signing secret is not a whsec_ secret`);
     }
+    this.revisions = new RevisionGuard(deps.state, { what: 'the webhook receivers', lockTtlMs: 30_000 + options.urls.length * options.timeoutMs });
     this.clients = options.urls.map((url) => ({
       url,
       http: new CrmHttp({
@@ -110,12 +115,22 @@ export class WebhookSink implements Sink {
     return { id, body };
   }
 
-  async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
+  deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
+    return this.revisions.exclusive(call.key, ctx, () => this.send(call, ctx));
+  }
+
+  private async send(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
     const { id, body } = this.payload(call);
     const refs: Record<string, string> = { webhookId: id };
     let skipped = 0;
+    let newer = 0;
     for (const [i, client] of this.clients.entries()) {
-      const sentKey = `sent:${id}:${i}:${createHash('sha256').update(client.url).digest('hex').slice(0, 12)}`;
+      const urlTag = `${i}:${createHash('sha256').update(client.url).digest('hex').slice(0, 12)}`;
+      const sentKey = `sent:${id}:${urlTag}`;
+      if (await this.revisions.superseded(call.key, ctx.revision, urlTag)) {
+        newer++;
+        continue;
+      }
       if ((await this.deps.state.get(sentKey)) !== null) {
         skipped++;
         continue;
@@ -123,9 +138,12 @@ export class WebhookSink implements Sink {
       const timestamp = Math.floor(this.deps.now().getTime() / 1000);
       await this.post(client.http, id, timestamp, body, ctx.signal);
       await this.deps.state.set(sentKey, String(timestamp), 7 * 24 * 3600 * 1000);
+      await this.revisions.written(call.key, ctx.revision, urlTag);
       ctx.log.debug({ sink: this.name, callId: call.callId, host: new URL(client.url).host, webhookId: id }, 'webhook delivered');
     }
-    return { status: 'done', refs, reason: skipped > 0 ? `${skipped} URL(s) already had this message` : undefined };
+    if (newer === this.clients.length) return this.revisions.skipped();
+    const reasons = [skipped > 0 ? `${skipped} URL(s) already had this message` : '', newer > 0 ? `${newer} URL(s) already had a newer revision` : ''].filter(Boolean);
+    return { status: 'done', refs, reason: reasons.length > 0 ? reasons.join('; ') : undefined };
   }
 
   private async post(http: CrmHttp, id: string, timestamp: number, body: string, signal: AbortSignal): Promise<void> {
