@@ -4,7 +4,7 @@
 import client from 'prom-client';
 import type { Queue } from 'bullmq';
 import type { RunnerEvents } from '../workers/runner.js';
-import type { LogFanOutEvents } from '../workers/fanout.js';
+import type { FanOutErrorKind, LogFanOutEvents } from '../workers/fanout.js';
 import type { InboundLog } from '../queues/inbound.js';
 import type { IngressEvents } from './ingress/app.js';
 import { sinkNameFromQueue } from '../queues/registry.js';
@@ -125,6 +125,12 @@ export const metrics = {
   fanOutCalls: counter('callsync_fanout_calls_total', 'Calls fanned out from the inbound log to their sinks'),
   fanOutJobs: counter('callsync_fanout_sink_jobs_total', 'Sink jobs created by the fan-out'),
   fanOutDeadLettered: counter('callsync_fanout_dead_lettered_total', 'Inbound entries the fan-out could not handle, moved to the inbound dead letters'),
+  fanOutErrors: counter(
+    'callsync_fanout_errors_total',
+    'Fan-out failures by kind: redis (a round waits for Redis), unexpected (a round failed otherwise), entry (an entry failed on its own: dead-lettered), parked (too large for a dead letter: moved to the parked stream), unstorable (kept nowhere: left in the log, tried again)',
+    ['kind'] as const,
+  ),
+  fanOutStalled: gauge('callsync_fanout_stalled', '1 while the fan-out of this process has made no progress for longer than WORKER_LOCK_DURATION_MS: accepted calls are not reaching their sinks'),
 
   pollerLag: gauge('callsync_poller_lag_seconds', 'Age of the newest channel event seen by the last successful poll, per channel', ['channel'] as const),
   pollerLastSuccess: gauge('callsync_poller_last_success_timestamp_seconds', 'Unix time of the last successful poll, per channel', ['channel'] as const),
@@ -188,14 +194,20 @@ const REJECT_REASONS: Record<number, string> = {
   503: 'unavailable',
 };
 
-/** Fan-out hooks recording its counters. */
+const FANOUT_ERROR_KINDS: readonly FanOutErrorKind[] = ['redis', 'unexpected', 'entry', 'parked', 'unstorable'];
+
+/** Fan-out hooks recording its counters and the stalled gauge. */
 export function fanOutMetrics(): LogFanOutEvents {
+  // Every kind shows from the start (at 0), so `increase()` in an alert sees the first one.
+  for (const kind of FANOUT_ERROR_KINDS) metrics.fanOutErrors.inc({ kind }, 0);
   return {
     fannedOut(entries, jobs) {
       metrics.fanOutCalls.inc(entries);
       metrics.fanOutJobs.inc(jobs);
     },
     deadLettered: () => metrics.fanOutDeadLettered.inc(),
+    failed: (kind) => metrics.fanOutErrors.inc({ kind }),
+    stalled: (stalled) => metrics.fanOutStalled.set(stalled ? 1 : 0),
   };
 }
 

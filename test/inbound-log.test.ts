@@ -320,6 +320,27 @@ describe('inbound log', () => {
       assert.equal(await s.inbound.pending(), 0);
       await s.close();
     });
+
+    test('an unreadable entry with an id BullMQ refuses as a job id (an integer, a colon) is dead-lettered under its log id, with its text; the rest flows', async () => {
+      const s = await setup('fan-bad-id');
+      await s.acceptor.accept(sampleCall('id-ok-1'));
+      const first = await s.producer.xadd(s.inbound.key, '*', 'id', '42', 'call', 'not json at all');
+      const second = await s.producer.xadd(s.inbound.key, '*', 'id', 'a:b', 'call', '{"call":{"id":"half');
+      await s.acceptor.accept(sampleCall('id-ok-2'));
+      const fanOut = s.start();
+      try {
+        await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log to drain' });
+      } finally {
+        await fanOut.close();
+      }
+      assert.deepEqual((await s.archive.getJobs(['waiting'], 0, -1, true)).map((j) => j.data.call.callId), ['id-ok-1', 'id-ok-2']);
+      const dead = new Map((await s.deadLetters.getJobs(['waiting'], 0, -1)).map((j) => [j.id, j.data]));
+      assert.deepEqual([...dead.keys()].sort(), [`log-${first}`, `log-${second}`].sort());
+      assert.equal(dead.get(`log-${first}`)?.text, 'not json at all', 'what was stored is kept');
+      assert.equal(dead.get(`log-${second}`)?.text, '{"call":{"id":"half');
+      assert.match(dead.get(`log-${first}`)?.reason ?? '', /not a readable call record/);
+      await s.close();
+    });
   });
 });
 

@@ -65,6 +65,8 @@ export interface Callsync {
   queues: Map<string, Queue>;
   /** The ingress spool (acknowledges into local disk while Redis is away), when on. */
   spool: SpoolingAcceptor | null;
+  /** The inbound log's fan-out, when this process runs workers (`stalled()` feeds readiness). */
+  fanOut: RunningLogFanOut | null;
   redis: { producer: Redis; worker: Redis };
   close(): Promise<void>;
 }
@@ -247,6 +249,9 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       // (A load balancer routing on /readyz keeps sending to an ingress that spools.)
       ready: async () => {
         const redisUp = await withTimeout(producer.ping(), 1000, 'redis ping').then((r) => r === 'PONG', () => false);
+        // Redis answers and still the fan-out makes no progress: not ready (an outage is the spool's case).
+        const stalled = redisUp ? (fanOut?.stalled() ?? null) : null;
+        if (stalled) return stalled;
         return redisUp || (spool?.accepting ?? false);
       },
       log,
@@ -308,5 +313,5 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     return closing;
   };
 
-  return { config, app, server, url, sinks, workers, queues, spool, redis: { producer, worker: workerConn }, close };
+  return { config, app, server, url, sinks, workers, queues, spool, fanOut, redis: { producer, worker: workerConn }, close };
 }
