@@ -299,4 +299,56 @@ describe('a dead letter that cannot be stored even as text', () => {
       for (const c of [producer, worker, blocking]) c.disconnect();
     }
   });
+
+  test('an entry that can be kept nowhere stays in the log, unacknowledged, and is counted and tried again; the calls after it flow', async () => {
+    const prefix = uniquePrefix('unstorable');
+    const producer = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+    const worker = new Redis(redis.url, { maxRetriesPerRequest: null });
+    const blocking = new Redis(redis.url, { maxRetriesPerRequest: null });
+    worker.on('error', () => undefined);
+    const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: worker, prefix });
+    const deadLetters = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: worker, prefix });
+    archive.on('error', () => undefined);
+    deadLetters.on('error', () => undefined);
+    const inbound = new InboundLog(producer, prefix);
+    const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 2000 });
+    const kinds: string[] = [];
+    let fanOut: ReturnType<typeof startLogFanOut> | undefined;
+    try {
+      // As above, plus 6,000 extra fields: more than the parking script can copy in one XADD.
+      await producer.config('SET', 'proto-max-bulk-len', String(1024 * 1024));
+      const body = deepWebhookBody('nowhere').replace(/}$/, `,"x-notes":"${'\\"'.repeat(400 * 1024)}"}`);
+      const call = normalizeWebhook(JSON.parse(body), { agentId: 'agent-1', receivedAt: new Date('2026-04-08T10:03:00Z') });
+      const extra = Array.from({ length: 6000 }, (_, i) => [`f${i}`, 'x']).flat();
+      await acceptor.accept(sampleCall('nowhere-pre'));
+      const entryId = (await producer.xadd(inbound.key, '*', 'id', 'nowhere-entry', 'call', serializeCall(call, body), ...extra))!;
+      await acceptor.accept(sampleCall('nowhere-post'));
+
+      fanOut = startLogFanOut({
+        inbound: new InboundLog(worker, prefix),
+        blocking,
+        deadLetters,
+        routes: [{ when: [{}], to: ['archive'] }],
+        sinkQueues: new Map([['archive', archive]]),
+        log: silent,
+        blockMs: 200,
+        claimIdleMs: 300,
+        events: { failed: (kind) => kinds.push(kind) },
+      });
+      await waitFor(async () => (await archive.getJobs(['waiting'], 0, -1)).length === 2, { timeoutMs: 20_000, what: 'the calls around it fanned out' });
+      // Taken over and tried again (and again kept nowhere), never acknowledged, never lost.
+      await waitFor(() => kinds.filter((k) => k === 'unstorable').length >= 2, { timeoutMs: 20_000, what: 'the entry tried again' });
+      await fanOut.close();
+      fanOut = undefined;
+      const left = await inbound.entries();
+      assert.deepEqual(left.map((e) => e.entryId), [entryId]);
+      assert.equal(await inbound.pending(), 1, 'still unacknowledged');
+      assert.equal(await producer.xlen(inboundParkedKey(prefix)), 0);
+      assert.equal(await deadLetters.count(), 0);
+    } finally {
+      await fanOut?.close();
+      await Promise.all([archive.close(), deadLetters.close()]);
+      for (const c of [producer, worker, blocking]) c.disconnect();
+    }
+  });
 });

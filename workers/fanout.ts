@@ -174,10 +174,10 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
   const deadLetter = async (entry: InboundEntry, reason: string): Promise<boolean> => {
     const jobId = deadLetterJobId(entry);
     const where = { id: entry.id, entryId: entry.entryId, callId: entry.call?.callId };
-    events?.deadLettered?.(reason);
     if (entry.call) {
       try {
         await addDeadLetter({ kind: JobName.callReceived, call: entry.call, reason }, jobId);
+        events?.deadLettered?.(reason);
         log.error({ ...where, reason }, 'inbound entry cannot be fanned out: moved to the inbound dead letters');
         return true;
       } catch (err) {
@@ -188,6 +188,7 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
     let failure: unknown;
     try {
       await addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text, reason }, jobId);
+      events?.deadLettered?.(reason);
       log.error({ ...where, reason, chars: entry.text.length }, 'inbound entry cannot be fanned out: moved to the inbound dead letters as its stored text');
       return true;
     } catch (err) {
@@ -204,11 +205,12 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
       log.error({ ...where, reason: parkedReason, parkError: describe(err), chars: entry.text.length }, 'inbound entry can be kept nowhere: left unacknowledged in the log, tried again after the take-over interval');
       return false;
     }
-    events?.failed?.('parked');
     if (parked === null) {
       log.warn({ ...where }, 'inbound entry to park was no longer in the log (handled elsewhere)');
       return true;
     }
+    events?.failed?.('parked');
+    events?.deadLettered?.(parkedReason);
     log.error({ ...where, reason: parkedReason, parkedKey: inboundParkedKey(options.inbound.prefix), parkedId: parked, chars: entry.text.length }, 'inbound entry cannot be stored as a dead letter: moved whole to the parked stream');
     // The entry is safe already; the dead letter makes it show where operators look.
     const pointer = `${parkedReason}; kept whole in ${inboundParkedKey(options.inbound.prefix)} as ${parked}${entry.text.length > PARKED_TEXT_HEAD_CHARS ? `, the first ${PARKED_TEXT_HEAD_CHARS} of its ${entry.text.length} characters here` : ''}`;

@@ -42,7 +42,7 @@ export function sampleCall(callId = 'c-1', options: { agentId?: string; patch?: 
  * A webhook body (text) with `depth` nested arrays inside an unknown field: valid JSON that
  * `JSON.parse` reads, but that `JSON.stringify` (BullMQ's job serializer) overflows the stack on.
  */
-export function deepWebhookBody(callId: string, depth = 10_000): string {
-  const head = JSON.stringify(webhookPayload(callId));
+export function deepWebhookBody(callId: string, depth = 10_000, patch: (p: Record<string, any>) => void = () => undefined): string {
+  const head = JSON.stringify(webhookPayload(callId, patch));
   return `${head.slice(0, -1)},"x-vendor-trace":${'['.repeat(depth)}${']'.repeat(depth)}}`;
 }
