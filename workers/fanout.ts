@@ -87,6 +87,7 @@ export interface LogFanOutEvents {
   fannedOut?(entries: number, jobs: number): void;
   /** An entry went to the `inbound` queue instead (see above). */
   deadLettered?(reason: string): void;
+  /** Something went wrong, of this kind (see `FanOutErrorKind`). */
   failed?(kind: FanOutErrorKind): void;
   /** The fan-out stopped (true) or resumed (false) making progress; see `stallAfterMs`. */
   stalled?(stalled: boolean): void;
