@@ -25,6 +25,39 @@ export function createRedis(url: string, role: ConnectionRole, extra: RedisOptio
   return redis;
 }
 
+/** Network failures of the connection to Redis (Node's error codes). */
+const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED', 'ENOTCONN']);
+
+/**
+ * Redis replies that describe Redis or its surroundings, never the data sent: loading, full, a
+ * replica, a cluster or failover in progress, a script blocking it, persistence failing, the
+ * credentials or ACLs, a key of another type. Retrying later is right; the command was fine.
+ */
+const UNAVAILABLE_REPLY = /^(LOADING|OOM|READONLY|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|BUSY|MISCONF|NOAUTH|WRONGPASS|NOPERM|WRONGTYPE|MOVED|ASK|ERR max number of clients)\b/;
+
+/** Errors of ioredis and its parser that mean the connection, not the command, failed. */
+const CONNECTION_ERROR_NAMES = new Set(['MaxRetriesPerRequestError', 'AbortError', 'InterruptError', 'ParserError', 'ClusterAllFailedError', 'TimeoutError']);
+const CONNECTION_MESSAGES = /^(Connection is closed\.|Stream isn't writeable|Command timed out|Connection timed out|connect ETIMEDOUT|.* timed out after \d+ ms$)/;
+
+/**
+ * True when `err` says Redis is unavailable (connection refused, reset, closed or timed out;
+ * retries used up; Redis loading, full, read-only, failing over, or refusing the credentials):
+ * the same command may succeed later, so the caller keeps its work and retries it.
+ * False for everything else — a RangeError or TypeError, a value that cannot be serialized, a
+ * Redis reply about the data sent (`ERR ...` for a script argument, a protocol error for a too
+ * large value): retrying the same data would fail the same way.
+ */
+export function isRedisUnavailable(err: unknown, depth = 0): boolean {
+  if (!(err instanceof Error) || depth > 5) return false;
+  const e = err as Error & { code?: unknown };
+  if (typeof e.code === 'string' && CONNECTION_CODES.has(e.code)) return true;
+  if (CONNECTION_ERROR_NAMES.has(e.name)) return true;
+  if (e.name === 'ReplyError') return UNAVAILABLE_REPLY.test(e.message);
+  if (CONNECTION_MESSAGES.test(e.message)) return true;
+  // A failure wrapping a connection failure (e.g. the ingress' QueueUnavailableError).
+  return e.cause !== undefined && isRedisUnavailable(e.cause, depth + 1);
+}
+
 /** Prefix for callsync's own keys (state, cursors, locks) next to the queues, same hash slot. */
 export function stateKeyPrefix(prefix: string): string {
   return `${prefix}:state:`;

@@ -20,6 +20,14 @@ export function inboundStreamKey(prefix: string): string {
 }
 
 /**
+ * Key of the stream of parked entries: entries the fan-out could keep neither as sink jobs nor as a
+ * dead letter (see workers/fanout.ts), moved here whole, inside Redis, with the reason.
+ */
+export function inboundParkedKey(prefix: string): string {
+  return `${prefix}:inbound-parked`;
+}
+
+/**
  * Prefix of the deduplication keys: `<prefix>:inbound-seen:<call hash>` -> `<first id> <content hash>…`,
  * the id the call was first acknowledged with and the content hash of every revision accepted
  * within the window (a key written before revisions existed holds the id alone).
@@ -116,15 +124,31 @@ redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
 return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
 `;
 
+// Moves one entry, as stored, to the parked stream (the reason and its log id beside its fields),
+// then acknowledges and deletes it: nothing leaves Redis, so nothing needs serializing here.
+// Answers the parked entry's id, or '' when the entry is no longer in the log (acknowledged then).
+const PARK = `
+local found = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+local parked = ''
+if #found > 0 then
+  parked = redis.call('XADD', KEYS[2], '*', 'entry', ARGV[2], 'reason', ARGV[3], unpack(found[1][2]))
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return parked
+`;
+
 interface InboundCommands {
   callsyncInboundAppend(key: string, ...args: string[]): Promise<string[]>;
   callsyncInboundAckDelete(key: string, ...args: string[]): Promise<number>;
+  callsyncInboundPark(key: string, parkedKey: string, group: string, entryId: string, reason: string): Promise<string>;
 }
 
 function commands(redis: Redis): Redis & InboundCommands {
   const r = redis as Redis & Partial<InboundCommands>;
   if (!r.callsyncInboundAppend) redis.defineCommand('callsyncInboundAppend', { numberOfKeys: 1, lua: APPEND });
   if (!r.callsyncInboundAckDelete) redis.defineCommand('callsyncInboundAckDelete', { numberOfKeys: 1, lua: ACK_DELETE });
+  if (!r.callsyncInboundPark) redis.defineCommand('callsyncInboundPark', { numberOfKeys: 2, lua: PARK });
   return r as Redis & InboundCommands;
 }
 
@@ -132,6 +156,17 @@ function commands(redis: Redis): Redis & InboundCommands {
 const MAX_ACK = 1000;
 
 type RawEntry = [string, string[]];
+
+/** The canonical call record stored as `text` (a log entry, a dead letter's text), or null when it is not one. */
+export function parseStoredCall(text: string): CanonicalCall | null {
+  try {
+    const parsed = JSON.parse(text) as CanonicalCall;
+    if (parsed && typeof parsed === 'object' && typeof parsed.key === 'string' && typeof parsed.callId === 'string') return parsed;
+  } catch {
+    // not JSON (or too deep even for the parser): unreadable
+  }
+  return null;
+}
 
 function parseEntry([entryId, fields]: RawEntry): InboundEntry {
   let id = '';
@@ -144,13 +179,7 @@ function parseEntry([entryId, fields]: RawEntry): InboundEntry {
     else if (fields[i] === 'content') content = fields[i + 1]!;
     else if (fields[i] === 'update') update = fields[i + 1] === '1';
   }
-  let call: CanonicalCall | null = null;
-  try {
-    const parsed = JSON.parse(text) as CanonicalCall;
-    if (parsed && typeof parsed === 'object' && typeof parsed.key === 'string' && typeof parsed.callId === 'string') call = parsed;
-  } catch {
-    call = null;
-  }
+  const call = parseStoredCall(text);
   // The revision travels with the call from here on: into the sink jobs, and into the inbound dead letters.
   if (call !== null) call.revision = { stamp: entryId, update, content };
   return { entryId, id, call, text };
@@ -230,6 +259,16 @@ export class InboundLog {
     for (let i = 0; i < entryIds.length; i += MAX_ACK) {
       await commands(this.redis).callsyncInboundAckDelete(this.key, FANOUT_GROUP, ...entryIds.slice(i, i + MAX_ACK));
     }
+  }
+
+  /**
+   * Moves an entry, exactly as stored, to the parked stream (`inboundParkedKey`) with `reason`, and
+   * acknowledges and deletes it here, in one script: for an entry that cannot be kept as a dead
+   * letter job. Answers the parked entry's id, or null when the entry was no longer in the log.
+   */
+  async park(entryId: string, reason: string): Promise<string | null> {
+    const parked = await commands(this.redis).callsyncInboundPark(this.key, inboundParkedKey(this.prefix), FANOUT_GROUP, entryId, reason);
+    return parked === '' ? null : parked;
   }
 
   /** Removes `consumer` from the group when it holds no unacknowledged entries. */

@@ -29,8 +29,13 @@ export const JobName = {
 /** A call the fan-out of the inbound log could not handle (queues/inbound.ts, workers/fanout.ts). */
 export interface CallReceivedJob {
   kind: typeof JobName.callReceived;
-  /** Null when the log entry was not a readable call record. */
+  /** Null when the log entry was not a readable call record, or one that cannot be stored as a job (see `text`). */
   call: CanonicalCall | null;
+  /**
+   * With `call: null`: the text the log entry held, as acknowledged (whole; or its first 64 Ki
+   * characters when the entry itself was parked, see workers/fanout.ts).
+   */
+  text?: string;
   /** Why the log's fan-out gave it up. */
   reason?: string;
 }

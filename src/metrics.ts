@@ -128,6 +128,12 @@ export const metrics = {
   fanOutCalls: counter('callsync_fanout_calls_total', 'Calls fanned out from the inbound log to their sinks'),
   fanOutJobs: counter('callsync_fanout_sink_jobs_total', 'Sink jobs created by the fan-out'),
   fanOutDeadLettered: counter('callsync_fanout_dead_lettered_total', 'Inbound entries the fan-out could not handle, moved to the inbound dead letters'),
+  fanOutErrors: counter(
+    'callsync_fanout_errors_total',
+    'Fan-out failures by kind: redis (a round waits for Redis), unexpected (a round failed otherwise), entry (an entry failed on its own: dead-lettered), parked (too large for a dead letter: moved to the parked stream), unstorable (kept nowhere: left in the log, tried again)',
+    ['kind'] as const,
+  ),
+  fanOutStalled: gauge('callsync_fanout_stalled', '1 while the fan-out of this process has made no progress for longer than WORKER_LOCK_DURATION_MS: accepted calls are not reaching their sinks'),
 
   pollerLag: gauge('callsync_poller_lag_seconds', 'Age of the newest channel event seen by the last successful poll, per channel', ['channel'] as const),
   pollerLastSuccess: gauge('callsync_poller_last_success_timestamp_seconds', 'Unix time of the last successful poll, per channel', ['channel'] as const),

@@ -15,7 +15,7 @@ import { callHash, callKeySegment, contentHash } from '../src/model/call.js';
 import { FANOUT_GROUP, inboundSeenPrefix, InboundLog } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { createFanOutProcessor, startLogFanOut } from '../workers/fanout.js';
-import { sampleCall, webhookPayload } from './support/calls.js';
+import { deepWebhookBody, sampleCall, webhookPayload } from './support/calls.js';
 import { startTestCallsync } from './support/callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
@@ -405,6 +405,62 @@ describe('inbound log', () => {
       assert.match(byId.get('garbage-1')?.reason ?? '', /not a readable call record/);
       assert.equal(byId.get(poison!.id)?.call?.callId, 'poison-1');
       assert.match(byId.get(poison!.id)?.reason ?? '', /delivered to the fan-out 3 times/);
+      await s.close();
+    });
+
+    test('a poison entry (a call too deep to serialize as a job) goes to the inbound dead letters as its stored text; the calls around it flow', async () => {
+      const s = await setup('fan-poison');
+      // Calls before, the poison written straight into the log (as an older ingress, or one whose
+      // edge limits were bypassed, would have stored it), calls after: all in one batch.
+      const before = Array.from({ length: 5 }, (_, i) => sampleCall(`pre-${i}`));
+      const afterIt = Array.from({ length: 5 }, (_, i) => sampleCall(`post-${i}`, { agentId: i % 2 ? 'agent-crm' : 'agent-1' }));
+      await Promise.all(before.map((c) => s.acceptor.accept(c)));
+      const body = deepWebhookBody('poison-deep');
+      const poisonCall = normalizeWebhook(JSON.parse(body), { agentId: 'agent-crm', receivedAt: new Date('2026-04-08T10:03:00Z') });
+      const text = serializeCall(poisonCall, body);
+      await s.producer.xadd(s.inbound.key, '*', 'id', 'poison-entry-1', 'call', text);
+      await Promise.all(afterIt.map((c) => s.acceptor.accept(c)));
+      const fanOut = s.start();
+      try {
+        await waitFor(async () => (await s.archive.getJobs(['waiting'], 0, -1)).length === 10, { timeoutMs: 15_000, what: 'the calls after the poison fanned out' });
+        await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log to drain, the poison included' });
+      } finally {
+        await fanOut.close();
+      }
+      const archived = (await s.archive.getJobs(['waiting'], 0, -1, true)).map((j) => j.data.call.callId);
+      assert.deepEqual(archived, [...before, ...afterIt].map((c) => c.callId), 'every other call, in log order');
+      // The CRM's jobs go without the original payload: the poison's could be stored, and it was.
+      assert.deepEqual((await s.crm.getJobs(['waiting'], 0, -1, true)).map((j) => j.data.call.callId), ['poison-deep', 'post-1', 'post-3']);
+      const dead = await s.deadLetters.getJobs(['waiting'], 0, -1);
+      assert.equal(dead.length, 1);
+      const letter = dead[0]!;
+      assert.equal(letter.id, 'poison-entry-1', 'the id its 202 answered');
+      assert.equal(letter.data.call, null);
+      assert.equal(letter.data.text, text, 'the text stored in the log, whole');
+      assert.match(letter.data.reason ?? '', /Maximum call stack size exceeded/);
+      assert.match(letter.data.reason ?? '', /poison-deep/, 'the reason names the call');
+      assert.equal(await s.inbound.pending(), 0);
+      await s.close();
+    });
+
+    test('an unreadable entry with an id BullMQ refuses as a job id (an integer, a colon) is dead-lettered under its log id, with its text; the rest flows', async () => {
+      const s = await setup('fan-bad-id');
+      await s.acceptor.accept(sampleCall('id-ok-1'));
+      const first = await s.producer.xadd(s.inbound.key, '*', 'id', '42', 'call', 'not json at all');
+      const second = await s.producer.xadd(s.inbound.key, '*', 'id', 'a:b', 'call', '{"call":{"id":"half');
+      await s.acceptor.accept(sampleCall('id-ok-2'));
+      const fanOut = s.start();
+      try {
+        await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log to drain' });
+      } finally {
+        await fanOut.close();
+      }
+      assert.deepEqual((await s.archive.getJobs(['waiting'], 0, -1, true)).map((j) => j.data.call.callId), ['id-ok-1', 'id-ok-2']);
+      const dead = new Map((await s.deadLetters.getJobs(['waiting'], 0, -1)).map((j) => [j.id, j.data]));
+      assert.deepEqual([...dead.keys()].sort(), [`log-${first}`, `log-${second}`].sort());
+      assert.equal(dead.get(`log-${first}`)?.text, 'not json at all', 'what was stored is kept');
+      assert.equal(dead.get(`log-${second}`)?.text, '{"call":{"id":"half');
+      assert.match(dead.get(`log-${first}`)?.reason ?? '', /not a readable call record/);
       await s.close();
     });
   });

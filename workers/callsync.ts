@@ -13,6 +13,7 @@ import type { TelephonyClient } from '../src/telephony/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { InboundLog } from '../queues/inbound.js';
 import { bullmqReady, createRedis, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
+import type { RunningLogFanOut } from './fanout.js';
 import type { RunnerOptions, RunningWorker } from './runner.js';
 import { startIngressRole } from './roles/ingress.js';
 import { Closers, quitRedis, type CallsyncOptions, type RoleDeps } from './roles/lifecycle.js';
@@ -33,6 +34,8 @@ export interface Callsync {
   queues: Map<string, Queue>;
   /** The ingress spool (acknowledges into local disk while Redis is away), when on. */
   spool: SpoolingAcceptor | null;
+  /** The inbound log's fan-out, when this process runs workers (`stalled()` feeds readiness). */
+  fanOut: RunningLogFanOut | null;
   redis: { producer: Redis; worker: Redis };
   close(): Promise<void>;
 }
@@ -102,7 +105,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       const poller = startPollerRole(deps);
       closers.add('stop poller role', () => poller.close());
     }
-    const ingress = runsIngress(config.role) ? await startIngressRole(deps) : null;
+    const ingress = runsIngress(config.role) ? await startIngressRole(deps, { fanOutStalled: () => worker?.fanOut.stalled() ?? null }) : null;
     if (ingress) closers.add('stop ingress role', () => ingress.close());
 
     return {
@@ -114,6 +117,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       workers: worker?.workers ?? [],
       queues: worker?.queues ?? new Map(),
       spool: ingress?.spool ?? null,
+      fanOut: worker?.fanOut ?? null,
       redis,
       close: () => closers.close(),
     };

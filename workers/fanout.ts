@@ -7,6 +7,12 @@
 // know, or redelivered too often) moves to the BullMQ `inbound` queue, whose worker runs the same
 // fan-out with the full retry policy: a permanent failure stays there as a dead letter, which an
 // operator can retry after fixing the configuration.
+//
+// Only Redis being unavailable holds a batch back (retried with backoff, unacknowledged). Any other
+// error — a call too deep to serialize, a reply about the data — is isolated to the entries that
+// cause it (the batch is halved until they fail alone); they go to the dead letters with the error
+// (as their stored text when the record cannot be a job), and the rest of the batch flows. A fan-out
+// that makes no progress for `stallAfterMs` says so (`stalled()`: readiness; `events.stalled`: metrics).
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Job, Queue } from 'bullmq';
@@ -17,7 +23,8 @@ import { sinksFor } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
 import { PermanentError } from '../src/errors.js';
 import { JobName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
-import type { InboundEntry, InboundLog } from '../queues/inbound.js';
+import { inboundParkedKey, parseStoredCall, type InboundEntry, type InboundLog } from '../queues/inbound.js';
+import { isRedisUnavailable } from '../queues/connection.js';
 
 export interface FanOutDeps {
   routes: readonly ParsedRoute[];
@@ -60,21 +67,42 @@ function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: P
 /** Fan-out of one BullMQ `inbound` job: the dead letters of the log (see above), retried by operators. */
 export function createFanOutProcessor(deps: FanOutDeps) {
   return async function fanOut(job: Job<CallReceivedJob>): Promise<{ sinks: string[] }> {
-    const call = job.data?.call;
+    // A dead letter kept as its stored text is read again: the cause may have been fixed since.
+    const call = job.data?.call ?? (typeof job.data?.text === 'string' ? parseStoredCall(job.data.text) : null);
     if (!call || typeof call.key !== 'string' || typeof call.callId !== 'string') {
       throw new PermanentError(job.data?.reason ?? 'inbound job carries no canonical call record');
     }
     const { sinks, jobs } = plan(deps, call);
-    await Promise.all(jobs.map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
+    try {
+      await Promise.all(jobs.map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
+    } catch (err) {
+      // The same data fails the same way on every attempt: a dead letter at once, with the reason.
+      if (!isRedisUnavailable(err)) throw new PermanentError(`sink jobs of call ${call.callId} cannot be stored: ${describe(err)}`, { cause: err });
+      throw err;
+    }
     return { sinks };
   };
 }
+
+/**
+ * What went wrong in the log's fan-out, for `callsync_fanout_errors_total{kind}`:
+ * - `redis`: a round failed because Redis was unavailable; its entries are kept and tried again
+ * - `unexpected`: a round failed with another error outside the per-entry handling (a bug); tried again
+ * - `entry`: an entry failed on its own with an error that is not Redis'; it went to the dead letters
+ * - `parked`: a dead letter that could not be stored as a job even as text; the entry was moved whole to the parked stream
+ * - `unstorable`: an entry that could be kept nowhere; it stays unacknowledged in the log and is tried again
+ */
+export type FanOutErrorKind = 'redis' | 'unexpected' | 'entry' | 'parked' | 'unstorable';
 
 export interface LogFanOutEvents {
   /** A batch of entries was fanned out into `jobs` sink jobs. */
   fannedOut?(entries: number, jobs: number): void;
   /** An entry went to the `inbound` queue instead (see above). */
   deadLettered?(reason: string): void;
+  /** Something went wrong, of this kind (see `FanOutErrorKind`). */
+  failed?(kind: FanOutErrorKind): void;
+  /** The fan-out stopped (true) or resumed (false) making progress; see `stallAfterMs`. */
+  stalled?(stalled: boolean): void;
 }
 
 export interface LogFanOutOptions extends FanOutDeps {
@@ -92,37 +120,125 @@ export interface LogFanOutOptions extends FanOutDeps {
   claimIdleMs?: number;
   /** A taken-over entry delivered this often is dead-lettered instead of tried again. Default 5. */
   maxDeliveries?: number;
+  /**
+   * No round finished for this long (a read, or a batch handled) and the fan-out counts as stalled:
+   * `stalled()` names it (readiness) and `events.stalled` reports it (metrics). Default `claimIdleMs`.
+   */
+  stallAfterMs?: number;
   events?: LogFanOutEvents;
 }
 
 export interface RunningLogFanOut {
   /** The consumer name of this fan-out in the group. */
   consumer: string;
+  /** Why the fan-out counts as stalled (see `stallAfterMs`), or null while it makes progress. */
+  stalled(): string | null;
   close(): Promise<void>;
 }
 
 /** A consumer that held nothing and was not seen for a day is removed from the group. */
 const FORGET_CONSUMER_AFTER_MS = 24 * 3600_000;
+/** What a dead letter keeps of the text of an entry that was parked (the whole text is in the parked stream). */
+const PARKED_TEXT_HEAD_CHARS = 64 * 1024;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
+
+/** An error for a reason or a log line: its name and first line, bounded (no payload data in it). */
+function describe(err: unknown): string {
+  const text = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  return text.split('\n')[0]!.slice(0, 300);
+}
+
+/** BullMQ refuses custom job ids that are integers or contain ':'; an entry's id came from outside. */
+function deadLetterJobId(entry: InboundEntry): string {
+  const id = entry.id;
+  const usable = id !== '' && `${parseInt(id, 10)}` !== id && !id.includes(':');
+  return usable ? id : `log-${entry.entryId}`;
+}
 
 export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
   const batch = options.batch ?? 200;
   const blockMs = options.blockMs ?? 1000;
   const claimIdleMs = options.claimIdleMs ?? 30_000;
   const maxDeliveries = options.maxDeliveries ?? 5;
+  const stallAfterMs = options.stallAfterMs ?? claimIdleMs;
   const consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   const log = options.log.child({ component: 'fanout', consumer });
+  const events = options.events;
   let closed = false;
+  /** When a round last finished, or entries were last acknowledged. */
+  let lastProgressAt = Date.now();
+  /** Rounds failed in a row. */
+  let failures = 0;
 
-  const deadLetter = async (entry: InboundEntry, reason: string) => {
-    log.error({ id: entry.id, reason }, 'inbound entry cannot be fanned out: moved to the inbound dead letters');
-    options.events?.deadLettered?.(reason);
-    await options.deadLetters.add(JobName.callReceived, { kind: JobName.callReceived, call: entry.call, reason }, { jobId: entry.id || entry.entryId });
+  const progressed = () => {
+    lastProgressAt = Date.now();
+  };
+  const addDeadLetter = (data: CallReceivedJob, jobId: string) => options.deadLetters.add(JobName.callReceived, data, { jobId });
+
+  /**
+   * Moves an entry to the inbound dead letters with the reason: as its call record when that can be
+   * stored as a job, else as the text the log held (what was acknowledged), else — the text cannot
+   * be sent as a job either — the entry moves whole, inside Redis, to the parked stream, and a dead
+   * letter with the head of its text points there. True when the entry is kept somewhere, so it may
+   * leave the log; false when it could be kept nowhere (it then stays in the log, unacknowledged,
+   * and is taken over and tried again later). Throws only when Redis is unavailable.
+   */
+  const deadLetter = async (entry: InboundEntry, reason: string): Promise<boolean> => {
+    const jobId = deadLetterJobId(entry);
+    const where = { id: entry.id, entryId: entry.entryId, callId: entry.call?.callId };
+    if (entry.call) {
+      try {
+        await addDeadLetter({ kind: JobName.callReceived, call: entry.call, reason }, jobId);
+        events?.deadLettered?.(reason);
+        log.error({ ...where, reason }, 'inbound entry cannot be fanned out: moved to the inbound dead letters');
+        return true;
+      } catch (err) {
+        if (isRedisUnavailable(err)) throw err;
+        reason = `${reason}; the call record cannot be stored as a job (${describe(err)}): kept as the text it was stored with`;
+      }
+    }
+    let failure: unknown;
+    try {
+      await addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text, reason }, jobId);
+      events?.deadLettered?.(reason);
+      log.error({ ...where, reason, chars: entry.text.length }, 'inbound entry cannot be fanned out: moved to the inbound dead letters as its stored text');
+      return true;
+    } catch (err) {
+      if (isRedisUnavailable(err)) throw err;
+      failure = err;
+    }
+    const parkedReason = `${reason}; its text cannot be stored as a job either (${describe(failure)})`;
+    let parked: string | null;
+    try {
+      parked = await options.inbound.park(entry.entryId, parkedReason);
+    } catch (err) {
+      if (isRedisUnavailable(err)) throw err;
+      events?.failed?.('unstorable');
+      log.error({ ...where, reason: parkedReason, parkError: describe(err), chars: entry.text.length }, 'inbound entry can be kept nowhere: left unacknowledged in the log, tried again after the take-over interval');
+      return false;
+    }
+    if (parked === null) {
+      log.warn({ ...where }, 'inbound entry to park was no longer in the log (handled elsewhere)');
+      return true;
+    }
+    events?.failed?.('parked');
+    events?.deadLettered?.(parkedReason);
+    log.error({ ...where, reason: parkedReason, parkedKey: inboundParkedKey(options.inbound.prefix), parkedId: parked, chars: entry.text.length }, 'inbound entry cannot be stored as a dead letter: moved whole to the parked stream');
+    // The entry is safe already; the dead letter makes it show where operators look.
+    const pointer = `${parkedReason}; kept whole in ${inboundParkedKey(options.inbound.prefix)} as ${parked}${entry.text.length > PARKED_TEXT_HEAD_CHARS ? `, the first ${PARKED_TEXT_HEAD_CHARS} of its ${entry.text.length} characters here` : ''}`;
+    await addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text.slice(0, PARKED_TEXT_HEAD_CHARS), reason: pointer }, jobId).catch((err: unknown) => {
+      log.error({ ...where, parkedId: parked, err: { message: describe(err) } }, 'dead letter pointing at a parked entry not stored: find the entry in the parked stream');
+    });
+    return true;
   };
 
-  /** Fans a batch out; throws (entries stay unacknowledged) only when Redis fails. */
-  const fanOut = async (entries: InboundEntry[]) => {
+  /**
+   * Fans entries out together: one `addBulk` per sink queue, then the entries that cannot be fanned
+   * out to the dead letters, then acknowledges them; each handled entry's id goes to `handled`.
+   * Throws when that fails (nothing of it acknowledged; sink jobs already added are harmless again).
+   */
+  const together = async (entries: InboundEntry[], handled: Set<string>) => {
     const byQueue = new Map<Queue<SinkDeliverJob>, PlannedJob['job'][]>();
     const dead: [InboundEntry, string][] = [];
     let jobs = 0;
@@ -145,10 +261,57 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
         jobs++;
       }
     }
-    await Promise.all([...byQueue].map(([queue, list]) => queue.addBulk(list)));
-    for (const [entry, reason] of dead) await deadLetter(entry, reason);
-    await options.inbound.done(entries.map((e) => e.entryId));
-    options.events?.fannedOut?.(entries.length, jobs);
+    const added = await Promise.allSettled([...byQueue].map(([queue, list]) => queue.addBulk(list)));
+    const errors = added.flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []));
+    // Redis away outweighs a data error: the whole batch waits for it.
+    if (errors.length > 0) throw errors.find(isRedisUnavailable) ?? errors[0];
+    const kept = new Set(entries.map((e) => e.entryId));
+    for (const [entry, reason] of dead) if (!(await deadLetter(entry, reason))) kept.delete(entry.entryId);
+    await options.inbound.done([...kept]);
+    for (const e of entries) handled.add(e.entryId);
+    progressed();
+    events?.fannedOut?.(entries.length - dead.length, jobs);
+  };
+
+  /**
+   * `entries` failed together with an error that is not Redis': halves are tried on their own, and
+   * again halved while they fail, down to the single entries that fail alone; those go to the dead
+   * letters with their error. The rest is fanned out in log order. Throws only when Redis is unavailable.
+   */
+  const isolate = async (entries: InboundEntry[], err: unknown, handled: Set<string>): Promise<void> => {
+    if (entries.length === 1) {
+      const entry = entries[0]!;
+      events?.failed?.('entry');
+      const reason = `fan-out of ${entry.call ? `call ${entry.call.callId}` : 'this entry'} failed: ${describe(err)}`;
+      if (await deadLetter(entry, reason)) await options.inbound.done([entry.entryId]);
+      handled.add(entry.entryId);
+      progressed();
+      return;
+    }
+    const middle = Math.ceil(entries.length / 2);
+    for (const part of [entries.slice(0, middle), entries.slice(middle)]) {
+      try {
+        await together(part, handled);
+      } catch (partErr) {
+        if (isRedisUnavailable(partErr)) throw partErr;
+        await isolate(part, partErr, handled);
+      }
+    }
+  };
+
+  /**
+   * Fans a batch out. An error that is not Redis' (a value that cannot be serialized, a reply about
+   * the data) is isolated to the entries that cause it; the others flow. Throws only when Redis is
+   * unavailable: the entries not in `handled` then stay unacknowledged and are tried again.
+   */
+  const fanOut = async (entries: InboundEntry[], handled: Set<string>) => {
+    try {
+      await together(entries, handled);
+    } catch (err) {
+      if (isRedisUnavailable(err)) throw err;
+      log.warn({ entries: entries.length, err: { message: describe(err) } }, 'fan-out of a batch failed with an error that is not Redis\': isolating the entries that cause it');
+      await isolate(entries, err, handled);
+    }
   };
 
   /** Entries of fan-outs that died, taken over; the ones delivered too often are dead-lettered. */
@@ -160,19 +323,36 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
     const retry: InboundEntry[] = [];
     for (const { entry, deliveries } of stale) {
       if (deliveries > maxDeliveries) {
-        await deadLetter(entry, `delivered to the fan-out ${deliveries} times without being acknowledged`);
-        await options.inbound.done([entry.entryId]);
+        if (await deadLetter(entry, `delivered to the fan-out ${deliveries} times without being acknowledged`)) await options.inbound.done([entry.entryId]);
       } else {
         retry.push(entry);
       }
     }
-    if (retry.length > 0) await fanOut(retry);
+    if (retry.length > 0) await fanOut(retry, new Set());
   };
 
+  const stalled = (): string | null => {
+    if (closed) return null;
+    const idleMs = Date.now() - lastProgressAt;
+    if (idleMs <= stallAfterMs) return null;
+    return `the fan-out has made no progress for ${Math.round(idleMs / 1000)} s${failures > 0 ? ` (${failures} failed attempts in a row)` : ''}`;
+  };
+  // Reports changes of `stalled()` to the hooks (a gauge): also while a round hangs on Redis.
+  let reportedStalled = false;
+  const watch = setInterval(() => {
+    const now = stalled() !== null;
+    if (now === reportedStalled) return;
+    reportedStalled = now;
+    if (now) log.error({ stalledForMs: Date.now() - lastProgressAt, failures }, 'fan-out stalled: no progress, accepted calls are not reaching their sinks');
+    else log.info('fan-out making progress again');
+    events?.stalled?.(now);
+  }, Math.max(50, Math.min(1000, stallAfterMs / 4)));
+  watch.unref();
+
   const run = async () => {
-    let failures = 0;
     let nextTakeOver = 0;
     let inHand: InboundEntry[] = [];
+    const handled = new Set<string>();
     while (!closed) {
       try {
         if (failures > 0 || nextTakeOver === 0) await options.inbound.ensureGroup();
@@ -183,15 +363,23 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
         // Entries read but not fanned out (Redis failed mid-batch) are tried again first.
         if (inHand.length === 0) inHand = await options.inbound.read(consumer, batch, blockMs, options.blocking);
         if (inHand.length > 0) {
-          await fanOut(inHand);
+          await fanOut(inHand, handled);
           inHand = [];
+          handled.clear();
         }
         failures = 0;
+        progressed();
       } catch (err) {
         failures++;
+        inHand = inHand.filter((e) => !handled.has(e.entryId));
+        handled.clear();
         if (closed) break;
+        const redis = isRedisUnavailable(err);
+        events?.failed?.(redis ? 'redis' : 'unexpected');
         const delay = Math.min(2000, 100 * 2 ** Math.min(failures, 5));
-        log.warn({ err: { message: (err as Error).message }, retryInMs: delay, inHand: inHand.length }, 'fan-out could not read or write Redis: retrying');
+        const fields = { err: { message: describe(err) }, retryInMs: delay, inHand: inHand.length, failures };
+        if (redis) log.warn(fields, 'fan-out could not read or write Redis: retrying');
+        else log.error(fields, 'fan-out round failed: retrying');
         await sleep(delay);
       }
     }
@@ -200,8 +388,11 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
   const running = run();
   return {
     consumer,
+    stalled,
     async close() {
       closed = true;
+      clearInterval(watch);
+      if (reportedStalled) events?.stalled?.(false);
       // A read blocks at most blockMs; while Redis is away it waits for the reconnect, so give up then.
       const finished = await Promise.race([running.then(() => true), sleep(blockMs + 2000).then(() => false)]);
       if (!finished) {

@@ -3,7 +3,7 @@
 import { metrics } from '../src/metrics.js';
 import type { IngressEvents } from '../src/ingress/app.js';
 import { sinkNameFromQueue } from '../queues/registry.js';
-import type { LogFanOutEvents } from './fanout.js';
+import type { FanOutErrorKind, LogFanOutEvents } from './fanout.js';
 import type { PollerEvents } from './poller.js';
 import type { RunnerEvents } from './runner.js';
 
@@ -51,14 +51,20 @@ export function ingressMetrics(): IngressEvents {
   };
 }
 
-/** Fan-out hooks recording its counters. */
+const FANOUT_ERROR_KINDS: readonly FanOutErrorKind[] = ['redis', 'unexpected', 'entry', 'parked', 'unstorable'];
+
+/** Fan-out hooks recording its counters and the stalled gauge. */
 export function fanOutMetrics(): LogFanOutEvents {
+  // Every kind shows from the start (at 0), so `increase()` in an alert sees the first one.
+  for (const kind of FANOUT_ERROR_KINDS) metrics.fanOutErrors.inc({ kind }, 0);
   return {
     fannedOut(entries, jobs) {
       metrics.fanOutCalls.inc(entries);
       metrics.fanOutJobs.inc(jobs);
     },
     deadLettered: () => metrics.fanOutDeadLettered.inc(),
+    failed: (kind) => metrics.fanOutErrors.inc({ kind }),
+    stalled: (stalled) => metrics.fanOutStalled.set(stalled ? 1 : 0),
   };
 }
 

@@ -36,6 +36,11 @@ export interface Operations {
   url: string | null;
   /** Starts the ops server, when this process has one (call once callsync runs). */
   listen(): Promise<void>;
+  /**
+   * /readyz of the ops server also answers 503 while Redis answers but `stalled` names a reason
+   * (the fan-out of this process makes no progress, workers/fanout.ts).
+   */
+  watchFanOut(stalled: () => string | null): void;
   /** New requests get 503 from now on, and /readyz fails. */
   beginShutdown(): void;
   /** Closes the ops server, the queue handles and their Redis connection. */
@@ -70,12 +75,16 @@ export function createOperations(options: OperationsOptions): Operations {
     },
   });
   const env = config.env;
+  let fanOutStalled: () => string | null = () => null;
   const ops = createOpsApp({
     log,
     queues,
     auth: { username: env.ADMIN_USERNAME, password: env.ADMIN_PASSWORD, token: env.ADMIN_TOKEN },
     metricsToken: env.METRICS_TOKEN,
-    ready: () => withTimeout(connection.ping(), 1000, 'redis ping').then((r) => r === 'PONG'),
+    ready: async () => {
+      const redisUp = await withTimeout(connection.ping(), 1000, 'redis ping').then((r) => r === 'PONG');
+      return redisUp && (fanOutStalled() ?? true);
+    },
     stopping: () => gate.closed,
   });
   if (ops.dashboard) {
@@ -109,6 +118,9 @@ export function createOperations(options: OperationsOptions): Operations {
       root.route('/', ops.app);
       http = await listen(root.fetch, { port, host });
       log.info({ url: http.url }, 'ops server listening (/healthz, /readyz, /metrics, /admin/queues)');
+    },
+    watchFanOut(stalled) {
+      fanOutStalled = stalled;
     },
     beginShutdown() {
       gate.close();

@@ -30,6 +30,8 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
       ...operations.hooks,
       ingressBefore: [...(operations.hooks.ingressBefore ?? []), ...(ingressBefore ?? [])],
     });
+    const started = callsync;
+    operations.watchFanOut(() => started.fanOut?.stalled() ?? null);
     await operations.listen();
   } catch (err) {
     await operations.close().catch(() => undefined);

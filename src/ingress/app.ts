@@ -21,8 +21,8 @@ export interface IngressEvents {
 export interface IngressDeps {
   webhook: Config['webhook'];
   acceptor: CallAcceptor;
-  /** Resolves true when Redis answers. */
-  ready: () => Promise<boolean>;
+  /** Resolves true when ready; false when Redis does not answer; a text: not ready, for that reason. */
+  ready: () => Promise<boolean | string>;
   log: Logger;
   now?: () => Date;
   events?: IngressEvents;
@@ -50,7 +50,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
   app.get('/healthz', (c) => c.json({ status: 'ok' }));
   app.get('/readyz', async (c) => {
     const ok = await deps.ready().catch(() => false);
-    if (!ok) return c.json(errorBody(503, 'Redis is not reachable'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
+    if (ok !== true) return c.json(errorBody(503, ok || 'Redis is not reachable'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
     return c.json({ status: 'ready' });
   });
 

@@ -20,8 +20,8 @@ export interface OpsAppOptions {
   auth: OperatorAuthOptions;
   /** Bearer token /metrics requires. Default none. */
   metricsToken?: string;
-  /** Resolves true when Redis answers (for /readyz). */
-  ready: () => Promise<boolean>;
+  /** For /readyz: true when ready; false when Redis does not answer; a text: not ready, for that reason. */
+  ready: () => Promise<boolean | string>;
   /** True once shutdown started: /readyz answers 503 so load balancers stop sending. */
   stopping?: () => boolean;
 }
@@ -41,7 +41,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   app.get('/readyz', async (c) => {
     if (options.stopping?.()) return c.json(errorBody(503, 'shutting down'), 503);
     const ok = await options.ready().catch(() => false);
-    if (!ok) return c.json(errorBody(503, 'Redis is not reachable'), 503, { 'retry-after': '5' });
+    if (ok !== true) return c.json(errorBody(503, ok || 'Redis is not reachable'), 503, { 'retry-after': '5' });
     return c.json({ status: 'ready' });
   });
 

@@ -2,10 +2,14 @@
 // an S3 server, a signed-webhook CRM and the platform's SMS API on loopback — and then things
 // break: a worker is SIGKILLed three times during a burst of 2,000 webhooks, Redis restarts during
 // a burst, the S3 server, the CRM and the SMS API go away for 30 s (CHAOS_OUTAGE_MS), and a poison
-// event that the CRM rejects for good is fed in. The run ends with a count:
+// event that the CRM rejects for good is fed in. In the middle of the first burst two calls too deep
+// to serialize as a job arrive: one as a webhook (the edge may refuse it with 400; if it answers 202
+// it must end in the inbound dead letters) and one written straight into the inbound log. The run
+// ends with a count:
 //  - every acknowledged (202) call is archived, in the CRM and texted — except the poison event in
 //    the CRM's dead letters, and SMS sends whose outcome a killed worker left unknown, which the
-//    "never twice" policy dead-letters instead of resending (docs/reliability.md);
+//    "never twice" policy dead-letters instead of resending (docs/reliability.md); the deep calls
+//    are counted apart: in the inbound dead letters with the reason, never archived;
 //  - no duplicate record anywhere: one S3 object pair per call, one CRM record per call, at most one
 //    SMS per recipient.
 import { after, before, describe, test } from 'node:test';
@@ -22,7 +26,9 @@ import { Redis } from 'ioredis';
 import { INBOUND_QUEUE, sinkQueueName } from '../../queues/registry.js';
 import { InboundLog } from '../../queues/inbound.js';
 import { callKey, callKeySegment } from '../../src/model/call.js';
-import { webhookPayload } from '../support/calls.js';
+import { deepWebhookBody, webhookPayload } from '../support/calls.js';
+import { serializeCall } from '../../src/ingress/accept.js';
+import { normalizeWebhook } from '../../src/model/webhook.js';
 import { FakeSmsApi, FakeWebhookReceiver } from '../support/fake-sink-server.js';
 import { waitFor } from '../support/redis.js';
 import { freePort, startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
@@ -32,6 +38,10 @@ const OUTAGE_MS = Number(process.env.CHAOS_OUTAGE_MS ?? 30_000);
 const BURST = Number(process.env.CHAOS_BURST ?? 2000);
 const SINKS = ['archive', 'crm', 'sms'] as const;
 const POISON = 'chaos-poison-1';
+/** Calls too deep to serialize as a job: sent as a webhook, and written straight into the log. */
+const DEEP_WEBHOOK = 'chaos-deep-webhook-1';
+const DEEP_LOG = 'chaos-deep-log-1';
+const DEEP_LOG_ENTRY_ID = 'chaos-deep-log-entry-1';
 const ROOT = new URL('../../', import.meta.url).pathname;
 
 /** A mobile number per call: the SMS goes to the caller, and the fake counts texts per recipient. */
@@ -57,6 +67,9 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
   /** callId -> number used for its caller, for every 202. */
   const acknowledged = new Map<string, number>();
   const stats = { sent: 0, retried: 0, spooled: 0, duplicates: 0, non202: new Map<number, number>() };
+  /** The deep calls acknowledged (counted apart from `acknowledged`): callId -> the inbound dead letter's job id. */
+  const deep = new Map<string, string>();
+  let deepWebhookStatus = 0;
   let nextCall = 0;
 
   const spawnRole = async (name: string, role: 'ingress' | 'worker'): Promise<Proc> => {
@@ -135,6 +148,40 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
         }
       }),
     );
+  };
+
+  /** The deep webhook, sent once like the platform would (a 4xx is final; a 5xx or a reset is retried). */
+  const sendDeepWebhook = async () => {
+    const body = deepWebhookBody(DEEP_WEBHOOK, 10_000, (p) => {
+      p.call.from = mobileOf(900_001);
+    });
+    for (let attempt = 0; attempt < 20; attempt++) {
+      if (attempt > 0) await new Promise((r) => setTimeout(r, 250));
+      try {
+        const res = await fetch(`${ingressUrl}/webhooks/ai-agent/chaos-agent`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        const answer = (await res.json()) as { id?: string };
+        deepWebhookStatus = res.status;
+        if (res.status === 202) deep.set(DEEP_WEBHOOK, answer.id!);
+        if (res.status < 500) return;
+      } catch {
+        // reset while a worker dies or Redis restarts: send again
+      }
+    }
+  };
+
+  /** The deep call written straight into the inbound log, as an older ingress (or a bypassed edge) would have stored it. */
+  const injectDeepEntry = async () => {
+    const body = deepWebhookBody(DEEP_LOG, 10_000, (p) => {
+      p.call.from = mobileOf(900_002);
+    });
+    const call = normalizeWebhook(JSON.parse(body), { agentId: 'chaos-agent', receivedAt: new Date() });
+    const conn = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+    try {
+      await conn.xadd(new InboundLog(conn, prefix).key, '*', 'id', DEEP_LOG_ENTRY_ID, 'call', serializeCall(call, body));
+      deep.set(DEEP_LOG, DEEP_LOG_ENTRY_ID);
+    } finally {
+      conn.disconnect();
+    }
   };
 
   const queues = () => {
@@ -222,16 +269,20 @@ routes:
     else console.log(`chaos logs kept in ${dir}`);
   });
 
-  test(`SIGKILL a worker three times during a burst of ${BURST} webhooks (with a poison event)`, async () => {
+  test(`SIGKILL a worker three times during a burst of ${BURST} webhooks (with a poison event, and two calls too deep to serialize)`, async () => {
     await send(POISON, nextCall++);
     const sending = burst(BURST, 32, 'kill');
     for (const share of [0.15, 0.45, 0.75]) {
       await waitFor(() => acknowledged.size >= BURST * share, { timeoutMs: 120_000, intervalMs: 20, what: `${share * 100}% acknowledged` });
+      // Between the kills, under load: the deep calls (the fan-out must isolate them and go on).
+      if (share === 0.45) await Promise.all([sendDeepWebhook(), injectDeepEntry()]);
       await kill('worker-1');
       await spawnRole('worker-1', 'worker');
     }
     await sending;
     assert.equal(acknowledged.size, BURST + 1, 'every webhook acknowledged');
+    assert.ok(deepWebhookStatus === 202 || deepWebhookStatus === 400, `the deep webhook is stored (202) or refused at the edge (400), not ${deepWebhookStatus}`);
+    assert.ok(deep.has(DEEP_LOG));
   });
 
   test('restart Redis (AOF) during a burst: the ingress spools, nothing acknowledged is lost', async () => {
@@ -264,19 +315,36 @@ routes:
       // left open waits out the in-flight grace (2 min) before it is dead-lettered.
       await waitFor(
         async () => {
-          // Every accepted call left the inbound log (fanned out), none went to its dead letters.
+          // Every accepted call left the inbound log (fanned out); only the deep calls went to its
+          // dead letters (the inbound worker tries each once more: the same failure, permanent).
           if ((await q.inbound.length()) !== 0) return false;
           const dead = await q.map.get(INBOUND_QUEUE)!.getJobCounts('completed', 'failed', 'waiting', 'active', 'delayed');
-          if (Object.values(dead).some((n) => n !== 0)) throw new Error(`calls in the inbound dead letters: ${JSON.stringify(dead)}`);
+          if (dead.completed !== 0 || dead.failed! > deep.size) throw new Error(`unexpected calls in the inbound dead letters: ${JSON.stringify(dead)}`);
+          if (dead.failed !== deep.size || dead.waiting || dead.active || dead.delayed) return false;
           for (const [name, queue] of q.map) {
             if (name === INBOUND_QUEUE) continue;
             const c = await queue.getJobCounts('completed', 'failed', 'waiting', 'active', 'delayed', 'prioritized', 'waiting-children');
-            if ((c.completed ?? 0) + (c.failed ?? 0) !== total) return false;
+            // The deep calls' CRM and SMS jobs carry no original payload: those could be stored, and were.
+            const expected = name === sinkQueueName('archive') ? total : total + deep.size;
+            if ((c.completed ?? 0) + (c.failed ?? 0) !== expected) return false;
           }
           return true;
         },
         { timeoutMs: 240_000, intervalMs: 1000, what: 'every sink job settled' },
       );
+
+      // The deep calls: in the inbound dead letters as the text they were stored with, with the reason; never archived.
+      const inboundDead = await q.map.get(INBOUND_QUEUE)!.getFailed(0, -1);
+      assert.deepEqual(inboundDead.map((j) => j.id).sort(), [...deep.values()].sort());
+      for (const j of inboundDead) {
+        const data = j.data as { call: unknown; text?: string; reason?: string };
+        assert.equal(data.call, null);
+        assert.ok((data.text ?? '').includes('"x-vendor-trace"'), 'the stored text, whole');
+        assert.match(data.reason ?? '', /Maximum call stack size exceeded/);
+      }
+      for (const id of deep.keys()) {
+        await assert.rejects(s3.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `transcripts/2026/04/08/${id}.json` })), `${id} is not archived`);
+      }
 
       const failed = async (sink: string) =>
         (await q.map.get(sinkQueueName(sink))!.getFailed(0, -1)).map((j) => ({ callId: (j.data as { call: { callId: string } }).call.callId, reason: j.failedReason }));
@@ -345,6 +413,8 @@ routes:
             crmRecords: crm.records.size,
             crmRedeliveriesDeduped: redeliveries,
             crmDeadLetters: crmFailed.length,
+            deepWebhook: deepWebhookStatus,
+            inboundDeadLetters: inboundDead.length,
             smsSent: sms.byRecipient.size,
             smsOutcomeUnknownDeadLetters: unknown.size,
             outageMs: OUTAGE_MS,

@@ -37,3 +37,12 @@ export function sampleCall(callId = 'c-1', options: { agentId?: string; patch?: 
     receivedAt: new Date('2026-04-08T10:03:00Z'),
   });
 }
+
+/**
+ * A webhook body (text) with `depth` nested arrays inside an unknown field: valid JSON that
+ * `JSON.parse` reads, but that `JSON.stringify` (BullMQ's job serializer) overflows the stack on.
+ */
+export function deepWebhookBody(callId: string, depth = 10_000, patch: (p: Record<string, any>) => void = () => undefined): string {
+  const head = JSON.stringify(webhookPayload(callId, patch));
+  return `${head.slice(0, -1)},"x-vendor-trace":${'['.repeat(depth)}${']'.repeat(depth)}}`;
+}

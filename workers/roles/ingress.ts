@@ -37,7 +37,12 @@ async function openSpool({ config, log }: RoleDeps, inner: CallAcceptor): Promis
   }
 }
 
-export async function startIngressRole(deps: RoleDeps): Promise<IngressRole> {
+export interface IngressRoleOptions {
+  /** Why this process' fan-out makes no progress, or null (role all: readiness reports it). */
+  fanOutStalled?: () => string | null;
+}
+
+export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleOptions = {}): Promise<IngressRole> {
   const { config, options, log, redis, inboundLog } = deps;
   const closers = new Closers(log);
   return closers.opening(async () => {
@@ -52,6 +57,9 @@ export async function startIngressRole(deps: RoleDeps): Promise<IngressRole> {
       // (A load balancer routing on /readyz keeps sending to an ingress that spools.)
       ready: async () => {
         const redisUp = await withTimeout(redis.producer.ping(), 1000, 'redis ping').then((r) => r === 'PONG', () => false);
+        // Redis answers and still the fan-out makes no progress: not ready (an outage is the spool's case).
+        const stalled = redisUp ? (roleOptions.fanOutStalled?.() ?? null) : null;
+        if (stalled) return stalled;
         return redisUp || ((await spool?.checkAccepting()) ?? false);
       },
       log,

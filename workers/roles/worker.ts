@@ -20,7 +20,7 @@ import {
   type SinkDeliverJob,
 } from '../../queues/index.js';
 import { createDeliverProcessor } from '../deliver.js';
-import { createFanOutProcessor, startLogFanOut } from '../fanout.js';
+import { createFanOutProcessor, startLogFanOut, type RunningLogFanOut } from '../fanout.js';
 import { runWorker, type RunningWorker } from '../runner.js';
 import { Closers, quitRedis, type Role, type RoleDeps } from './lifecycle.js';
 
@@ -29,6 +29,8 @@ export interface WorkerRole extends Role {
   workers: RunningWorker[];
   /** Queue handles by name: each sink's, and `inbound` (the fan-out's dead letters). */
   queues: Map<string, Queue>;
+  /** The inbound log's fan-out (`stalled()` feeds readiness). */
+  fanOut: RunningLogFanOut;
   /** Every BullMQ handle of the role (each sets up its connection on its own). */
   handles(): BullmqHandle[];
 }
@@ -106,6 +108,6 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     // Closed first: a handle closed during its connection set-up makes BullMQ reject without a handler.
     closers.add('wait for connection set-up', () => bullmqReady(handles(), SHUTDOWN_SETUP_WAIT_MS));
     log.info({ sinks: [...sinks.keys()], routes: config.routes.length }, 'workers started');
-    return { sinks, workers, queues, handles, close: () => closers.close() };
+    return { sinks, workers, queues, fanOut, handles, close: () => closers.close() };
   });
 }
