@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
-import { callHash, contentHash, type CallRevision, type CanonicalCall } from '../src/model/call.js';
+import { callHash, callKeySegment, contentHash, type CallRevision, type CanonicalCall } from '../src/model/call.js';
 import { ArchiveSink } from '../src/sinks/archive/index.js';
 import { LocalFolderStore } from '../src/sinks/archive/store.js';
 import { HubSpotSink, hubspotOptionsSchema } from '../src/sinks/crm/hubspot.js';
@@ -258,7 +258,8 @@ describe('revisions at the archive', () => {
     const { first, update, r1, r2 } = revisions('arch-order');
     const s = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, null, deps.state);
     await s.deliver(first, ctxOf(deps, 'job-first', r1));
-    const path = join(dir, 'transcripts/2026/04/08/arch-order.json');
+    const base = join(dir, 'transcripts/2026/04/08', callKeySegment(first));
+    const path = `${base}.json`;
     assert.equal(JSON.parse(await readFile(path, 'utf8')).call.summary, null);
     await s.deliver(update, ctxOf(deps, 'job-update', r2));
     assert.equal(JSON.parse(await readFile(path, 'utf8')).call.summary.content, CORRECTED, 'the update overwrites');
@@ -266,6 +267,6 @@ describe('revisions at the archive', () => {
     assert.equal(late.status, 'skipped');
     const doc = JSON.parse(await readFile(path, 'utf8'));
     assert.equal(doc.call.summary.content, CORRECTED, 'the older revision did not overwrite the newer');
-    assert.match(await readFile(join(dir, 'transcripts/2026/04/08/arch-order.txt'), 'utf8'), /Corrected later/);
+    assert.match(await readFile(`${base}.txt`, 'utf8'), /Corrected later/);
   });
 });

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { sinkQueueName, type SinkDeliverJob } from '../queues/registry.js';
-import { callHash, contentHash } from '../src/model/call.js';
+import { callHash, callKey, callKeySegment, contentHash } from '../src/model/call.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
@@ -177,12 +177,13 @@ routes:
     }
 
     // Archive: the same objects, overwritten with the summary; no revision bookkeeping in them.
-    assert.deepEqual(await s3.list('transcripts/2026/04/08/upd-1'), ['transcripts/2026/04/08/upd-1.json', 'transcripts/2026/04/08/upd-1.txt']);
-    const doc = JSON.parse((await s3.get('transcripts/2026/04/08/upd-1.json')).body);
+    const base = `transcripts/2026/04/08/${callKeySegment({ key: callKey('ai-agent', 'agent-1', 'upd-1'), callId: 'upd-1' })}`;
+    assert.deepEqual(await s3.list('transcripts/2026/04/08/upd-1'), [`${base}.json`, `${base}.txt`]);
+    const doc = JSON.parse((await s3.get(`${base}.json`)).body);
     assert.equal(doc.call.summary.content, CORRECTED);
     assert.equal(doc.call.revision, undefined);
     assert.deepEqual(doc.original, corrected);
-    assert.match((await s3.get('transcripts/2026/04/08/upd-1.txt')).body, /corrected summary/);
+    assert.match((await s3.get(`${base}.txt`)).body, /corrected summary/);
 
     // HubSpot: one call engagement, PATCHed with the new body.
     assert.equal(hubspot.calls.size, 1);
