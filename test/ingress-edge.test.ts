@@ -16,7 +16,7 @@ import { createLogger } from '../src/log.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import { renderArchiveJson, renderTranscriptText } from '../src/sinks/archive/render.js';
 import { InboundLog } from '../queues/inbound.js';
-import type { Config } from '../src/config/index.js';
+import { ConfigError, loadConfig, type Config } from '../src/config/index.js';
 import { minimalPayload, webhookPayload } from './support/calls.js';
 import { startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
@@ -94,6 +94,31 @@ describe('json limits: the walk', () => {
     const cut = findLimitViolation(huge);
     assert.equal(cut?.pointer, '');
     assert.match(cut!.detail, /first 0 of 64 levels/);
+  });
+});
+
+describe('json limits: configuration', () => {
+  test('WEBHOOK_MAX_DEPTH / _ENTRIES / _VALUES reach the ingress; defaults 64, 100,000, 1,000,000; depth at most 1000', async () => {
+    assert.deepEqual(loadConfig({}).webhook.jsonLimits, DEFAULT_JSON_LIMITS);
+    const config = loadConfig({ WEBHOOK_MAX_DEPTH: '3', WEBHOOK_MAX_ENTRIES: '10', WEBHOOK_MAX_VALUES: '1000' });
+    assert.deepEqual(config.webhook.jsonLimits, { maxDepth: 3, maxEntries: 10, maxValues: 1000 });
+    const app = createIngressApp({
+      webhook: { ...config.webhook, allowedIps: '*' },
+      acceptor: { accept: async () => ({ id: 'not-stored', duplicate: false }) },
+      ready: async () => true,
+      log,
+    });
+    const send = (extra: string) =>
+      app.request('/webhooks/ai-agent', { method: 'POST', headers: { 'content-type': 'application/json' }, body: withMember(minimalPayload('cfg'), 'x', extra) });
+    assert.equal((await send(nest(2))).status, 202); // the body is level 1, x level 2, its element 3
+    const deep = await send(nest(3));
+    assert.equal(deep.status, 400);
+    assert.equal(((await deep.json()) as ErrorBody).errors[0]!.source.pointer, '/x/0/0');
+    assert.equal((await send('[1,2,3,4,5,6,7,8,9,10]')).status, 202);
+    assert.equal((await send('[1,2,3,4,5,6,7,8,9,10,11]')).status, 400);
+    for (const env of [{ WEBHOOK_MAX_DEPTH: '1001' }, { WEBHOOK_MAX_DEPTH: '0' }, { WEBHOOK_MAX_ENTRIES: 'many' }]) {
+      assert.throws(() => loadConfig(env), (err: unknown) => err instanceof ConfigError && err.problems.some((p) => p.startsWith(Object.keys(env)[0]!)), JSON.stringify(env));
+    }
   });
 });
 
