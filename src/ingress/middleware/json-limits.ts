@@ -48,46 +48,59 @@ export function findLimitViolation(root: unknown, limits: JsonLimits = DEFAULT_J
   const keys: (string[] | null)[] = []; // null for arrays
   const positions: number[] = [];
   const lengths: number[] = [];
-  let values = 1;
-  const open = (value: object, path: () => PropertyKey[]): LimitViolation | null => {
-    if (containers.length + 1 > limits.maxDepth) return cut(path(), `nesting deeper than ${limits.maxDepth} levels`);
-    const isArray = Array.isArray(value);
-    const own = isArray ? null : Object.keys(value);
-    const length = own ? own.length : (value as unknown[]).length;
-    if (length > limits.maxEntries) {
-      return cut(path(), `${isArray ? 'array' : 'object'} with ${length} ${isArray ? 'elements' : 'keys'} (at most ${limits.maxEntries})`);
-    }
-    containers.push(value);
-    keys.push(own);
-    positions.push(0);
-    lengths.push(length);
-    return null;
-  };
+  const { maxDepth, maxEntries, maxValues } = limits;
   const here = () => pathOf(keys, positions);
-  const first = open(root, () => []);
-  if (first) return first;
-  while (containers.length > 0) {
+  let values = 1;
+  let next: object | null = root;
+  let nextPath: () => PropertyKey[] = () => [];
+  for (;;) {
+    if (next !== null) {
+      // Open the container found last: its depth, its size.
+      if (containers.length + 1 > maxDepth) return cut(nextPath(), `nesting deeper than ${maxDepth} levels`);
+      const own = Array.isArray(next) ? null : Object.keys(next);
+      const length = own ? own.length : (next as unknown[]).length;
+      if (length > maxEntries) {
+        return cut(nextPath(), `${own ? 'object' : 'array'} with ${length} ${own ? 'keys' : 'elements'} (at most ${maxEntries})`);
+      }
+      containers.push(next);
+      keys.push(own);
+      positions.push(0);
+      lengths.push(length);
+      next = null;
+      nextPath = here;
+    }
     const top = containers.length - 1;
-    const at = positions[top]!;
-    if (at >= lengths[top]!) {
+    if (top < 0) return null;
+    const container = containers[top]!;
+    const own = keys[top]!;
+    const length = lengths[top]!;
+    let at = positions[top]!;
+    // Through the primitives of this container in one loop, up to the next container inside it.
+    while (at < length) {
+      const child: unknown = own ? (container as Record<string, unknown>)[own[at]!] : (container as unknown[])[at];
+      at++;
+      if (++values > maxValues) {
+        positions[top] = at;
+        return cut(here(), `more than ${maxValues} values in the body`);
+      }
+      if (typeof child === 'object') {
+        if (child !== null) {
+          next = child;
+          break;
+        }
+      } else if (typeof child === 'number' && !Number.isFinite(child)) {
+        positions[top] = at;
+        return cut(here(), NON_FINITE);
+      }
+    }
+    positions[top] = at;
+    if (next === null) {
       containers.pop();
       keys.pop();
       positions.pop();
       lengths.pop();
-      continue;
-    }
-    positions[top] = at + 1;
-    const own = keys[top]!;
-    const child: unknown = own ? (containers[top] as Record<string, unknown>)[own[at]!] : (containers[top] as unknown[])[at];
-    if (++values > limits.maxValues) return cut(here(), `more than ${limits.maxValues} values in the body`);
-    if (child !== null && typeof child === 'object') {
-      const broken = open(child, here);
-      if (broken) return broken;
-    } else if (typeof child === 'number' && !Number.isFinite(child)) {
-      return cut(here(), NON_FINITE);
     }
   }
-  return null;
 }
 
 const NON_FINITE = 'number beyond the range of a double (about ±1.8e308), which no sink could store as sent';
