@@ -104,6 +104,9 @@ const payloadPath = fc.constantFrom(
 const edgeValue = fc.oneof(
   fc.jsonValue({ maxDepth: 3 }),
   fc.constantFrom(-1, 0, 1e20, -1e20, 8.64e15, 1.5, 1e11, '', ' ', 'in', 'out', '+49', '0', 'NaN', '1e400', '2026-13-45T99:00:00Z', [], {}),
+  // Hostile in a known field: nesting around the limit, huge and imprecise numbers, broken text.
+  fc.constantFrom(1e308, -0, 2 ** 53 + 2, 5e-324, '9'.repeat(400), '\ud800', 'x\udfff', '\u202ein\u202c', 'in\u0000', '😀', { __proto__: null, id: 'x' }),
+  fc.integer({ min: 1, max: 80 }).map((n) => JSON.parse(`${'['.repeat(n)}"in"${']'.repeat(n)}`) as unknown),
 );
 
 /** A valid payload with one to three fields replaced by anything, or removed: the normalizer's edges. */
