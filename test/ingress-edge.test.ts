@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { createIngressApp } from '../src/ingress/app.js';
 import { InboundAcceptor } from '../src/ingress/accept.js';
-import { charsetParameter, firstInvalidUtf8 } from '../src/ingress/charset.js';
+import { charsetParameter, encodingOf, firstInvalidUtf8 } from '../src/ingress/charset.js';
 import { DEFAULT_JSON_LIMITS, findLimitViolation, MAX_POINTER_CHARS } from '../src/ingress/middleware/json-limits.js';
 import { createLogger } from '../src/log.js';
 import type { CanonicalCall } from '../src/model/call.js';
@@ -132,6 +132,15 @@ describe('charset parameter', () => {
     assert.equal(charsetParameter('application/json; foo=bar ; charset = windows-1252 ; x=y'), 'windows-1252');
     assert.equal(charsetParameter('application/json; charset='), '');
     assert.equal(charsetParameter('application/json; charset="a\\"b"'), 'a"b');
+  });
+
+  test('labels resolve as WHATWG matches them: case-insensitive, ASCII whitespace around ignored', () => {
+    assert.equal(encodingOf('application/json'), 'utf-8');
+    assert.equal(encodingOf('application/json; charset=" UTF8\t"'), 'utf-8');
+    assert.equal(encodingOf('application/json; charset=ISO_8859-1'), 'windows-1252');
+    assert.equal(encodingOf('application/json; charset=US-ASCII'), 'windows-1252');
+    assert.equal(encodingOf('application/json; charset=utf-16'), 'utf-16le');
+    assert.throws(() => encodingOf('application/json; charset="utf-8\u00a0"'), /415|not supported/);
   });
 
   test('the first invalid UTF-8 byte is found (overlong, surrogates, truncated, beyond U+10FFFF)', () => {

@@ -61,7 +61,9 @@ export function charsetParameter(contentType: string): string | null {
 export function encodingOf(contentType: string): string {
   const label = charsetParameter(contentType);
   if (label === null) return 'utf-8';
-  const key = label.toLowerCase();
+  // WHATWG's label matching: ASCII whitespace around it ignored, case-insensitive. Keys are then
+  // labels TextDecoder knows (a finite list), so the cache stays small whatever senders write.
+  const key = label.replace(/^[\t\n\f\r ]+|[\t\n\f\r ]+$/g, '').toLowerCase();
   let encoding = encodingOfLabel.get(key);
   if (encoding === undefined) {
     try {
