@@ -26,8 +26,9 @@ function decoder(encoding: string): TextDecoder {
 
 /**
  * Bytes 0x80–0x9F in windows-1252 (WHATWG's index; the five it leaves undefined map to the C1
- * control of the same number). Decoded here rather than by TextDecoder: Node 20's TextDecoder
- * decodes "windows-1252" as ISO-8859-1 (€ becomes U+0080), and which Node fixes that varies.
+ * control of the same number). Decoded here rather than by TextDecoder: Node 20.20's TextDecoder
+ * decodes "windows-1252" as ISO-8859-1 (byte 0x80 becomes U+0080, not €), and which Node versions
+ * get it right varies.
  */
 const WINDOWS_1252_HIGH = '€\x81‚ƒ„…†‡ˆ‰Š‹Œ\x8DŽ\x8F\x90‘’“”•–—˜™š›œ\x9DžŸ';
 const HAS_C1 = /[\x80-\x9f]/;
@@ -79,12 +80,12 @@ export function encodingOf(contentType: string): string {
   return encoding;
 }
 
-/** The encoding a byte-order mark at the start announces, and the mark's length. */
-function byteOrderMark(bytes: Uint8Array): { encoding: string; length: number } | null {
+/** The encoding a byte-order mark at the start announces, or null. */
+function byteOrderMark(bytes: Uint8Array): string | null {
   const [a, b, c] = bytes;
-  if (a === 0xef && b === 0xbb && c === 0xbf) return { encoding: 'utf-8', length: 3 };
-  if (a === 0xfe && b === 0xff) return { encoding: 'utf-16be', length: 2 };
-  if (a === 0xff && b === 0xfe) return { encoding: 'utf-16le', length: 2 };
+  if (a === 0xef && b === 0xbb && c === 0xbf) return 'utf-8';
+  if (a === 0xfe && b === 0xff) return 'utf-16be';
+  if (a === 0xff && b === 0xfe) return 'utf-16le';
   return null;
 }
 
@@ -97,7 +98,7 @@ function byteOrderMark(bytes: Uint8Array): { encoding: string; length: number } 
  */
 export function decodeBody(bytes: Uint8Array, encoding: string): string {
   const bom = byteOrderMark(bytes);
-  const used = bom?.encoding ?? encoding;
+  const used = bom ?? encoding;
   // TextDecoder removes its own encoding's mark (ignoreBOM is false); one of another is no mark.
   if (used === 'windows-1252') return decodeWindows1252(bytes); // every byte is a character: never refused
   try {
