@@ -75,6 +75,15 @@ export const envSchema = z.object({
   WEBHOOK_AUTH_TOKENS: csv,
   /** Largest accepted webhook body in bytes. Default 16 MiB (a long call's transcript fits). */
   WEBHOOK_BODY_LIMIT: int(16 * 1024 * 1024, 1),
+  /**
+   * Deepest nesting of arrays and objects in a webhook body (the body is level 1). Default 64; at
+   * most 1000, as deeper JSON overflows the stack of the serializers downstream.
+   */
+  WEBHOOK_MAX_DEPTH: int(64, 1).refine((n) => n <= 1000, 'expected at most 1000 (deeper JSON overflows the serializers downstream)'),
+  /** Most elements of one array, or keys of one object, in a webhook body. Default 100000. */
+  WEBHOOK_MAX_ENTRIES: int(100_000, 1),
+  /** Most values (containers included) in a whole webhook body. Default 1000000. */
+  WEBHOOK_MAX_VALUES: int(1_000_000, 1),
   /** The same call delivered again within this many seconds is a duplicate. Default 24 h. */
   DEDUPE_WINDOW_SECONDS: int(24 * 3600, 1),
   /** How long the ingress waits for Redis before answering 503. Default 1500 ms. */

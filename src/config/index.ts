@@ -34,6 +34,8 @@ export interface Config {
     authHeader: string | undefined;
     authTokens: string[];
     bodyLimitBytes: number;
+    /** Shape limits of a webhook body (src/ingress/middleware/json-limits.ts); defaults there. */
+    jsonLimits?: { maxDepth?: number; maxEntries?: number; maxValues?: number };
     dedupeWindowMs: number;
     enqueueTimeoutMs: number;
   };
@@ -260,6 +262,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       authHeader: env.WEBHOOK_AUTH_HEADER?.toLowerCase(),
       authTokens: env.WEBHOOK_AUTH_TOKENS,
       bodyLimitBytes: env.WEBHOOK_BODY_LIMIT,
+      jsonLimits: { maxDepth: env.WEBHOOK_MAX_DEPTH, maxEntries: env.WEBHOOK_MAX_ENTRIES, maxValues: env.WEBHOOK_MAX_VALUES },
       dedupeWindowMs: env.DEDUPE_WINDOW_SECONDS * 1000,
       enqueueTimeoutMs: env.ENQUEUE_TIMEOUT_MS,
     },

@@ -9,6 +9,7 @@ import { QueueUnavailableError, type CallAcceptor } from './accept.js';
 import { ApiError, errorBody } from './errors.js';
 import { ipAllow } from './middleware/ip-allow.js';
 import { jsonBody } from './middleware/json-body.js';
+import { jsonLimits } from './middleware/json-limits.js';
 import { sharedSecret } from './middleware/shared-secret.js';
 import type { Config } from '../config/index.js';
 
@@ -62,7 +63,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
     ipAllow({ allow: deps.webhook.allowedIps, trustProxyHops: deps.webhook.trustProxyHops, remoteAddress: deps.remoteAddress }),
   ];
   if (deps.webhook.authHeader) guards.push(sharedSecret({ header: deps.webhook.authHeader, tokens: deps.webhook.authTokens }));
-  guards.push(jsonBody({ maxBytes: deps.webhook.bodyLimitBytes }));
+  guards.push(jsonBody({ maxBytes: deps.webhook.bodyLimitBytes }), jsonLimits(deps.webhook.jsonLimits));
 
   const receive = async (c: Parameters<MiddlewareHandler>[0]) => {
     const agentId = c.req.param('agentId') ?? null;

@@ -38,6 +38,41 @@ const optionalText = z
 /** An optional text field's value: numbers as their decimal text, absent as null. */
 const textOf = (v: TextLike): string | null => (v === null || v === undefined ? null : typeof v === 'number' ? String(v) : v);
 
+/** A value quoted for an error detail: at most 60 characters of it (a detail never echoes a whole transcript). */
+const quoted = (v: string): string => `"${v.length > 60 ? `${v.slice(0, 60)}…` : v}"`;
+
+/** A lone surrogate (a surrogate pair is one code point under `u`, so only unpaired halves match). */
+const LONE_SURROGATE = /\p{Cs}/u;
+const UNSAFE_NUMBER_ID = 'a numeric id must be a whole number of at most 2^53-1 (a larger one has lost digits in JSON); send it as a string';
+const LONE_SURROGATE_ID = 'the id is not valid Unicode text (it holds a lone surrogate, e.g. "\\ud800")';
+
+/**
+ * An identifier that becomes part of the call key (call id, agent id): a string, or a whole number
+ * its decimal text spells exactly. Refused: numbers beyond 2^53 (12345678901234567890 arrives as
+ * 12345678901234567000, so two calls would share a key and one be answered as the other's duplicate)
+ * and lone surrogates (they hash as U+FFFD in UTF-8, with the same effect).
+ */
+function idProblem(v: unknown): string | null {
+  if (typeof v === 'number') return Number.isSafeInteger(v) ? null : UNSAFE_NUMBER_ID;
+  if (typeof v === 'string') return LONE_SURROGATE.test(v) ? LONE_SURROGATE_ID : null;
+  return null;
+}
+
+const idText = z.union([z.string(), z.number()], { error: 'expected a string' }).transform((v, ctx) => {
+  const problem = idProblem(v);
+  if (problem) {
+    ctx.addIssue({ code: 'custom', message: problem });
+    return z.NEVER;
+  }
+  return String(v);
+});
+
+const optionalIdText = z
+  .custom<TextLike>((v) => (v === null || v === undefined || typeof v === 'string' || typeof v === 'number') && idProblem(v) === null, {
+    error: (issue) => idProblem(issue.input) ?? 'expected a string',
+  })
+  .optional();
+
 const EPOCH_MS_MIN = 1e11; // below this a number is taken as epoch seconds (1973 in ms)
 const MAX_DATE_MS = 8.64e15;
 
@@ -52,7 +87,7 @@ const instant = z.union([z.number(), z.string()], { error: 'expected epoch milli
   }
   // A JavaScript Date spans +-8.64e15 ms; beyond that no time can be written down (and toISOString throws).
   if (!Number.isFinite(ms) || Math.abs(ms) > MAX_DATE_MS) {
-    ctx.addIssue({ code: 'custom', message: `"${String(v)}" is not a time (expected epoch milliseconds or ISO-8601)` });
+    ctx.addIssue({ code: 'custom', message: `${quoted(String(v))} is not a time (expected epoch milliseconds or ISO-8601)` });
     return z.NEVER;
   }
   return Math.round(ms);
@@ -73,12 +108,16 @@ function chunkTimeOf(v: string | number | null | undefined): ChunkTime | null {
 // Checked here, converted by chunkTimeOf (no zod transform: see optionalText).
 const chunkTime = z
   .custom<string | number | null | undefined>(
-    (v) => v === null || v === undefined || typeof v === 'number' || (typeof v === 'string' && (NUMERIC.test(v) || !Number.isNaN(Date.parse(v)))),
-    { error: (issue) => (typeof issue.input === 'string' ? `"${issue.input}" is not a time` : 'expected a time') },
+    (v) =>
+      v === null ||
+      v === undefined ||
+      (typeof v === 'number' && Number.isFinite(v)) ||
+      (typeof v === 'string' && (NUMERIC.test(v) ? Number.isFinite(Number(v)) : !Number.isNaN(Date.parse(v)))),
+    { error: (issue) => (typeof issue.input === 'string' ? `${quoted(issue.input)} is not a time` : 'expected a time') },
   )
   .optional();
 
-const number = z.union([z.number(), z.string().regex(/^\s*\d+(\.\d+)?\s*$/).transform(Number)], {
+const number = z.union([z.number(), z.string().regex(/^\s*\d+(\.\d+)?\s*$/).transform(Number).pipe(z.number())], {
   error: 'expected a number',
 });
 
@@ -86,7 +125,7 @@ const direction = text.transform((v, ctx): Direction => {
   const s = v.trim().toLowerCase();
   if (['in', 'inbound', 'incoming', 'missed_incoming'].includes(s)) return 'in';
   if (['out', 'outbound', 'outgoing', 'missed_outgoing'].includes(s)) return 'out';
-  ctx.addIssue({ code: 'custom', message: `"${v}" is not a direction (expected in or out)` });
+  ctx.addIssue({ code: 'custom', message: `${quoted(v)} is not a direction (expected in or out)` });
   return z.NEVER;
 });
 
@@ -172,7 +211,7 @@ export const webhookPayloadSchema = z.looseObject({
   version,
   call: z.looseObject(
     {
-      id: text.refine((v) => v.trim() !== '', 'call id is empty'),
+      id: idText.refine((v) => v.trim() !== '', 'call id is empty'),
       from: text,
       to: text,
       startTime: instant,
@@ -181,11 +220,11 @@ export const webhookPayloadSchema = z.looseObject({
       direction,
       // Entries that are not readable users are dropped, not rejected (usersOf).
       users: z.array(z.unknown()).nullish(),
-      agentId: optionalText,
+      agentId: optionalIdText,
     },
     { error: (issue) => (issue.input === undefined ? 'required' : 'expected an object') },
   ),
-  agentId: optionalText,
+  agentId: optionalIdText,
   assist: objectOrNull(
     z.looseObject({
       summary: objectOrNull(summary),

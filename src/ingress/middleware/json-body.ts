@@ -1,6 +1,8 @@
 // Reads a JSON request body with a size limit (Content-Length checked up front, chunked bodies
-// counted as they stream) and a content-type check; the parsed body is put on the context.
+// counted as they stream) and a content-type check, decodes it in its declared charset
+// (../charset.ts); the parsed body and its text are put on the context.
 import type { MiddlewareHandler } from 'hono';
+import { decodeBody, encodingOf } from '../charset.js';
 import { ApiError } from '../errors.js';
 
 export interface JsonBodyOptions {
@@ -11,7 +13,7 @@ export interface JsonBodyOptions {
 declare module 'hono' {
   interface ContextVariableMap {
     jsonBody: unknown;
-    /** The body text `jsonBody` was parsed from. */
+    /** The body text `jsonBody` was parsed from: decoded from its charset, without a byte-order mark. */
     jsonText: string;
   }
 }
@@ -27,6 +29,8 @@ export function jsonBody(options: JsonBodyOptions): MiddlewareHandler {
         pointer: '',
       });
     }
+    // An unsupported charset is refused before the body is read.
+    const encoding = encodingOf(type);
     const declared = c.req.header('content-length');
     if (declared !== undefined && Number(declared) > options.maxBytes) throw tooLarge();
 
@@ -55,7 +59,7 @@ export function jsonBody(options: JsonBodyOptions): MiddlewareHandler {
         parts.push(value);
       }
     }
-    const text = (parts.length === 1 ? Buffer.from(parts[0]!.buffer, parts[0]!.byteOffset, parts[0]!.byteLength) : Buffer.concat(parts, size)).toString('utf8');
+    const text = decodeBody(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size), encoding);
     if (text.trim() === '') throw new ApiError(400, 'request body is empty', { pointer: '' });
     let parsed: unknown;
     try {
