@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import { requestLog } from '../log.js';
 import { InvalidPayloadError, normalizeWebhook } from '../model/webhook.js';
 import { QueueUnavailableError, type CallAcceptor } from './accept.js';
-import { ApiError, errorBody } from './errors.js';
+import { ApiError, errorBody, problemsBody, type Problem } from './errors.js';
 import { ipAllow } from './middleware/ip-allow.js';
 import { jsonBody } from './middleware/json-body.js';
 import { sharedSecret } from './middleware/shared-secret.js';
@@ -40,6 +40,25 @@ declare module 'hono' {
 }
 
 const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
+/** Problems listed in one error body; more are summed up in a last entry. */
+const MAX_LISTED_PROBLEMS = 20;
+
+function listed(problems: Problem[]): Problem[] {
+  if (problems.length <= MAX_LISTED_PROBLEMS) return problems;
+  const rest = problems.length - MAX_LISTED_PROBLEMS + 1;
+  return [...problems.slice(0, MAX_LISTED_PROBLEMS - 1), { detail: `${rest} more problems not listed`, pointer: '' }];
+}
+
+/**
+ * A refusal's detail fit for the logs: quoted text (values from the payload, JSON.parse's snippet
+ * of the body) becomes "…", so no payload text or phone number reaches a log line.
+ */
+export function logSafeDetail(detail: string): string {
+  return detail
+    .replace(/"[^]*"/g, '"…"')
+    .replace(/'[^']*'/g, "'…'")
+    .slice(0, 300);
+}
 const RETRY_AFTER_SECONDS = '5';
 
 export function createIngressApp(deps: IngressDeps): Hono {
@@ -59,7 +78,12 @@ export function createIngressApp(deps: IngressDeps): Hono {
       deps.events?.received?.();
       await next();
     },
-    ipAllow({ allow: deps.webhook.allowedIps, trustProxyHops: deps.webhook.trustProxyHops, remoteAddress: deps.remoteAddress }),
+    ipAllow({
+      allow: deps.webhook.allowedIps,
+      trustedProxies: deps.webhook.trustedProxies,
+      trustProxyHops: deps.webhook.trustProxyHops,
+      remoteAddress: deps.remoteAddress,
+    }),
   ];
   if (deps.webhook.authHeader) guards.push(sharedSecret({ header: deps.webhook.authHeader, tokens: deps.webhook.authTokens }));
   guards.push(jsonBody({ maxBytes: deps.webhook.bodyLimitBytes }));
@@ -71,7 +95,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
     try {
       call = normalizeWebhook(c.get('jsonBody'), { agentId, receivedAt: now() });
     } catch (err) {
-      if (err instanceof InvalidPayloadError) throw new ApiError(400, err.detail, { pointer: err.pointer });
+      if (err instanceof InvalidPayloadError) throw new ApiError(400, err.detail, { pointer: err.pointer, problems: err.problems });
       throw err;
     }
     // The payload is stored as received (normalizeWebhook keeps the parsed body as `raw`).
@@ -96,7 +120,21 @@ export function createIngressApp(deps: IngressDeps): Hono {
   app.onError((err, c) => {
     if (err instanceof ApiError) {
       deps.events?.rejected?.(err.status, String(err.status));
-      return c.json(errorBody(err.status, err.message, err.pointer), err.status, err.headers);
+      const problems = listed(err.problems);
+      // One line per refusal, saying why: the sender rarely tells, and the platform's retries are unknown.
+      requestLog(deps.log, c.get('requestId')).warn(
+        {
+          status: err.status,
+          method: c.req.method,
+          path: c.req.path,
+          detail: logSafeDetail(err.message),
+          pointer: err.pointer,
+          errors: problems.map((p) => ({ pointer: p.pointer, detail: logSafeDetail(p.detail) })),
+          ...err.logFields,
+        },
+        'webhook refused',
+      );
+      return c.json(problemsBody(err.status, problems), err.status, err.headers);
     }
     if (err instanceof QueueUnavailableError) {
       deps.events?.rejected?.(503, 'queue-unavailable');
