@@ -1,6 +1,7 @@
 // The Hono ingress: the AI-agent call-data webhook, health and readiness. Thin on purpose: check
 // the sender, parse and normalize, store in Redis, answer.
-import { Hono, type MiddlewareHandler } from 'hono';
+import type { IncomingMessage } from 'node:http';
+import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { every } from 'hono/combine';
 import type { Logger } from 'pino';
 import { requestLog } from '../log.js';
@@ -60,6 +61,12 @@ export function logSafeDetail(detail: string): string {
     .slice(0, 300);
 }
 const RETRY_AFTER_SECONDS = '5';
+
+/** The request's connection died before its body was complete (only over a real socket). */
+function bodyCutOff(c: Context): boolean {
+  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+  return incoming !== undefined && !incoming.complete && (incoming.destroyed || incoming.errored !== null);
+}
 
 export function createIngressApp(deps: IngressDeps): Hono {
   const app = new Hono();
@@ -140,6 +147,15 @@ export function createIngressApp(deps: IngressDeps): Hono {
       deps.events?.rejected?.(503, 'queue-unavailable');
       requestLog(deps.log, c.get('requestId')).error({ err: { message: err.message } }, 'webhook not acknowledged: queue unavailable');
       return c.json(errorBody(503, 'the event could not be stored; retry later'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
+    }
+    if (bodyCutOff(c)) {
+      // Node answered 408 and closed the socket (WEBHOOK_REQUEST_TIMEOUT_MS), or the sender hung up.
+      deps.events?.rejected?.(408, 'incomplete');
+      requestLog(deps.log, c.get('requestId')).warn(
+        { status: 408, method: c.req.method, path: c.req.path, reason: err.message },
+        'webhook not received: the connection closed before the whole request arrived (slower than WEBHOOK_REQUEST_TIMEOUT_MS, or the sender went away)',
+      );
+      return c.json(errorBody(408, 'the request did not arrive in time'), 408);
     }
     deps.events?.rejected?.(500, 'internal');
     requestLog(deps.log, c.get('requestId')).error({ err }, 'unexpected error in ingress');
