@@ -41,6 +41,7 @@ declare module 'hono' {
 }
 
 const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
+const RETRY_AFTER_SECONDS = '5';
 /** Problems listed in one error body; more are summed up in a last entry. */
 const MAX_LISTED_PROBLEMS = 20;
 
@@ -60,7 +61,6 @@ export function logSafeDetail(detail: string): string {
     .replace(/'[^']*'/g, "'…'")
     .slice(0, 300);
 }
-const RETRY_AFTER_SECONDS = '5';
 
 /** The request's connection died before its body was complete (only over a real socket). */
 function bodyCutOff(c: Context): boolean {
