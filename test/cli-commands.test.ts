@@ -114,6 +114,15 @@ describe('check-config', () => {
     assert.match(r.err, /OPS_PORT: expected a port number or "off"/);
     assert.match(r.err, /routes\[0\]\.to: no sink named "nowhere"/);
   });
+
+  test('TRUST_PROXY_HOPS without TRUSTED_PROXIES exits 2 naming both; with them the proxies are shown', async () => {
+    const r = await cli(['check-config'], { TRUST_PROXY_HOPS: '1' });
+    assert.equal(r.code, 2);
+    assert.match(r.err, /TRUST_PROXY_HOPS: set without TRUSTED_PROXIES/);
+    const ok = await cli(['check-config'], { TRUST_PROXY_HOPS: '1', TRUSTED_PROXIES: '10.0.0.0/8' });
+    assert.equal(ok.code, 0, ok.err);
+    assert.match(ok.out, /proxies:\s+X-Forwarded-For read from 10\.0\.0\.0\/8 \(at most 1 hop\)/);
+  });
 });
 
 describe('dlq and send-sample against a running callsync', () => {

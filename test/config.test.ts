@@ -26,7 +26,12 @@ test('defaults: all roles, port 3000, local Redis, the platform allow list, a lo
   assert.equal(config.http.port, 3000);
   assert.equal(config.redis.url, 'redis://127.0.0.1:6379');
   assert.deepEqual(config.webhook.allowedIps, ['217.116.118.254', '212.9.46.32']);
-  assert.equal(config.webhook.trustProxyHops, 0);
+  assert.equal(config.webhook.trustProxyHops, undefined);
+  assert.deepEqual(config.webhook.trustedProxies, []);
+  assert.deepEqual(
+    { requestTimeoutMs: config.http.requestTimeoutMs, headersTimeoutMs: config.http.headersTimeoutMs, maxConnections: config.http.maxConnections },
+    { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, maxConnections: 1000 },
+  );
   assert.ok(config.webhook.bodyLimitBytes >= 10 * 1024 * 1024);
   assert.equal(config.webhook.dedupeWindowMs, 24 * 3600 * 1000);
   assert.equal(config.sinks.archive?.type, 'archive');
@@ -174,4 +179,41 @@ routes:
   assert.deepEqual(documented('outcome'), [...OUTCOMES]);
   assert.deepEqual(documented('source'), [...CALL_SOURCES]);
   assert.deepEqual(documented('direction'), [...DIRECTIONS]);
+});
+
+test('TRUST_PROXY_HOPS without TRUSTED_PROXIES is an error naming both (a forged X-Forwarded-For got in)', () => {
+  for (const hops of ['1', '3']) {
+    const problems = problemsOf(() => loadConfig({ TRUST_PROXY_HOPS: hops }));
+    assert.equal(problems.length, 1, problems.join('\n'));
+    assert.match(problems[0]!, /^TRUST_PROXY_HOPS: .*TRUSTED_PROXIES/);
+  }
+  // 0 trusts nobody: harmless alone (the compose file passes it by default).
+  assert.equal(loadConfig({ TRUST_PROXY_HOPS: '0' }).webhook.trustProxyHops, 0);
+  const config = loadConfig({ TRUST_PROXY_HOPS: '2', TRUSTED_PROXIES: ' 10.0.0.0/8, 2001:db8::/32 ,192.0.2.7,::ffff:198.51.100.0/120' });
+  assert.equal(config.webhook.trustProxyHops, 2);
+  assert.deepEqual(config.webhook.trustedProxies, ['10.0.0.0/8', '2001:db8::/32', '192.0.2.7', '::ffff:198.51.100.0/120']);
+  // Without hops every trusted proxy in the chain is stepped through.
+  assert.equal(loadConfig({ TRUSTED_PROXIES: '10.0.0.1' }).webhook.trustProxyHops, undefined);
+});
+
+test('TRUSTED_PROXIES entries must be IPs or CIDRs, never "*"', () => {
+  const problems = problemsOf(() => loadConfig({ TRUSTED_PROXIES: '10.0.0.0/33,proxy.local,*' }));
+  const text = problems.join('\n');
+  assert.match(text, /TRUSTED_PROXIES: "\*" would believe X-Forwarded-For from anyone/);
+  const bad = problemsOf(() => loadConfig({ TRUSTED_PROXIES: '10.0.0.0/33,proxy.local' })).join('\n');
+  assert.match(bad, /TRUSTED_PROXIES: "10\.0\.0\.0\/33" is not an IP address or CIDR/);
+  assert.match(bad, /TRUSTED_PROXIES: "proxy\.local" is not an IP address or CIDR/);
+});
+
+test('request timeout, headers timeout and connection cap: set, checked, headers within the request', () => {
+  const config = loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '5000', HTTP_HEADERS_TIMEOUT_MS: '2000', HTTP_MAX_CONNECTIONS: '50' });
+  assert.equal(config.http.requestTimeoutMs, 5000);
+  assert.equal(config.http.headersTimeoutMs, 2000);
+  assert.equal(config.http.maxConnections, 50);
+  const text = problemsOf(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '0', HTTP_MAX_CONNECTIONS: 'many' })).join('\n');
+  assert.match(text, /WEBHOOK_REQUEST_TIMEOUT_MS: expected a whole number >= 1/);
+  assert.match(text, /HTTP_MAX_CONNECTIONS: expected a whole number >= 1/);
+  // Node refuses a headers timeout above the request timeout (or silently swaps them when set later).
+  const order = problemsOf(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '5000', HTTP_HEADERS_TIMEOUT_MS: '6000' }));
+  assert.match(order.join('\n'), /HTTP_HEADERS_TIMEOUT_MS: 6000 is longer than WEBHOOK_REQUEST_TIMEOUT_MS/);
 });

@@ -171,14 +171,15 @@ describe('ingress', () => {
     // No trusted hops: the header is ignored entirely.
     const forged = await post('/webhooks/ai-agent', minimalPayload('xff-1'), { 'x-test-peer': '203.0.113.9', 'x-forwarded-for': PLATFORM_IP });
     assert.equal(forged.status, 403);
-    // One trusted hop (a proxy at 10.0.0.5): only the entry the proxy appended counts, not one the client sent before it.
-    const behindProxy = makeApp({ trustProxyHops: 1, allowedIps: [PLATFORM_IP] });
+    // A trusted proxy at 10.0.0.5: only the entry the proxy appended counts, not one the client sent before it.
+    const behindProxy = makeApp({ trustedProxies: ['10.0.0.5'], trustProxyHops: 1, allowedIps: [PLATFORM_IP] });
     const forgedLeft = await post('/webhooks/ai-agent', minimalPayload('xff-2'), { 'x-test-peer': '10.0.0.5', 'x-forwarded-for': `${PLATFORM_IP}, 203.0.113.9` }, behindProxy);
     assert.equal(forgedLeft.status, 403);
     const real = await post('/webhooks/ai-agent', minimalPayload('xff-3'), { 'x-test-peer': '10.0.0.5', 'x-forwarded-for': `198.51.100.1, ${PLATFORM_IP}` }, behindProxy);
     assert.equal(real.status, 202);
-    assert.equal(clientIp('10.0.0.5', '1.1.1.1, 2.2.2.2', 1), '2.2.2.2');
-    assert.equal(clientIp('10.0.0.5', '1.1.1.1, 2.2.2.2', 0), '10.0.0.5');
+    assert.equal(clientIp('10.0.0.5', '1.1.1.1, 2.2.2.2', ['10.0.0.5'], 1), '2.2.2.2');
+    assert.equal(clientIp('10.0.0.5', '1.1.1.1, 2.2.2.2', ['10.0.0.5'], 0), '10.0.0.5');
+    assert.equal(clientIp('10.0.0.6', '1.1.1.1, 2.2.2.2', ['10.0.0.5'], 1), '10.0.0.6');
   });
 
   test('CIDRs, IPv6 and "*" in the allow list', async () => {

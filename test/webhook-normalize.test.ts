@@ -249,3 +249,31 @@ test('what cannot be understood is rejected with a pointer to the field', () => 
   rejects(webhookPayload('x', (p) => (p.assist.callScenarios[0].name = true)), '/assist/callScenarios/0/name', /expected a string/);
   rejects(webhookPayload('x', (p) => (p.assist.summary = 'just text')), '/assist/summary');
 });
+
+test('every problem is reported at once; pointer and detail are the first', () => {
+  const body = webhookPayload('x', (p) => {
+    delete p.version;
+    p.call.id = '';
+    p.call.direction = 'sideways';
+    delete p.call.endTime;
+    delete p.call.duration;
+    p.assist.transcription.chunks[1].startTime = 'soon';
+  });
+  assert.throws(
+    () => normalize(body),
+    (err: unknown) => {
+      assert.ok(err instanceof InvalidPayloadError);
+      assert.deepEqual(
+        err.problems.map((p) => p.pointer),
+        ['/version', '/call/id', '/call/direction', '/assist/transcription/chunks/1/startTime', '/call/endTime'],
+      );
+      assert.equal(err.pointer, '/version');
+      assert.match(err.detail, /missing/);
+      assert.match(err.problems[2]!.detail, /"sideways" is not a direction/);
+      assert.match(err.message, /and 4 more/);
+      return true;
+    },
+  );
+  // One problem: a list of one.
+  assert.throws(() => normalize(webhookPayload('x', (p) => delete p.call.from)), (err: unknown) => err instanceof InvalidPayloadError && err.problems.length === 1);
+});

@@ -49,6 +49,9 @@ export function describeConfig(config: Config): string[] {
   if (config.role === 'ingress' || config.role === 'all') {
     const ips = config.webhook.allowedIps === '*' ? 'any address' : config.webhook.allowedIps.join(', ');
     lines.push(`ingress:     http://${config.http.host}:${config.http.port}/webhooks/ai-agent  (from ${ips}; auth ${config.webhook.authHeader ? `header ${config.webhook.authHeader}` : 'none'})`);
+    const proxies = config.webhook.trustedProxies ?? [];
+    const hops = config.webhook.trustProxyHops;
+    lines.push(`proxies:     ${proxies.length === 0 ? 'none trusted (X-Forwarded-For ignored)' : `X-Forwarded-For read from ${proxies.join(', ')}${hops === undefined ? '' : ` (at most ${hops} hop${hops === 1 ? '' : 's'})`}`}`);
   }
   const port = opsPort(config);
   lines.push(`ops server:  ${port === null ? 'none (the ingress port serves /metrics and /admin/queues)' : `http://${env.OPS_HOST ?? config.http.host}:${port}`}`);

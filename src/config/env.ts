@@ -20,6 +20,21 @@ const int = (def: number, min = 0) =>
       return n;
     });
 
+/** A whole number >= min, or undefined when unset or empty (the default is decided elsewhere). */
+const optionalInt = (min = 0) =>
+  z
+    .string()
+    .optional()
+    .transform((v, ctx): number | undefined => {
+      if (v === undefined || v.trim() === '') return undefined;
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < min) {
+        ctx.addIssue({ code: 'custom', message: `expected a whole number >= ${min}, got "${v}"` });
+        return z.NEVER;
+      }
+      return n;
+    });
+
 const bool = (def: boolean) =>
   z
     .string()
@@ -70,9 +85,18 @@ export const envSchema = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
 
   WEBHOOK_ALLOWED_IPS: optionalString,
-  TRUST_PROXY_HOPS: int(0),
+  /** Proxies (IPs and CIDRs, comma-separated) whose X-Forwarded-For is read. Default none: the header is ignored. */
+  TRUSTED_PROXIES: optionalString,
+  /** At most this many trusted proxies are stepped through in X-Forwarded-For. Default: all of them. Needs TRUSTED_PROXIES. */
+  TRUST_PROXY_HOPS: optionalInt(0),
   WEBHOOK_AUTH_HEADER: optionalString,
   WEBHOOK_AUTH_TOKENS: csv,
+  /** How long a client may take to send a whole request (headers and body). Default 30 s. */
+  WEBHOOK_REQUEST_TIMEOUT_MS: int(30_000, 1),
+  /** How long a client may take to send a request's headers (at most WEBHOOK_REQUEST_TIMEOUT_MS). Default 10 s. */
+  HTTP_HEADERS_TIMEOUT_MS: int(10_000, 1),
+  /** Connections the ingress holds open at once (idle keep-alive ones included); more are refused. Default 1000. */
+  HTTP_MAX_CONNECTIONS: int(1000, 1),
   /** Largest accepted webhook body in bytes. Default 16 MiB (a long call's transcript fits). */
   WEBHOOK_BODY_LIMIT: int(16 * 1024 * 1024, 1),
   /**

@@ -25,12 +25,24 @@ export interface Config {
   /** The environment as given, for sinks that read their secrets from it. */
   processEnv: NodeJS.ProcessEnv;
   role: Role;
-  http: { port: number; host: string };
+  http: {
+    port: number;
+    host: string;
+    /** Longest time to receive a whole request (WEBHOOK_REQUEST_TIMEOUT_MS). */
+    requestTimeoutMs: number;
+    /** Longest time to receive a request's headers (HTTP_HEADERS_TIMEOUT_MS). */
+    headersTimeoutMs: number;
+    /** Connections held open at once (HTTP_MAX_CONNECTIONS). */
+    maxConnections: number;
+  };
   redis: { url: string; prefix: string };
   webhook: {
     /** `'*'` allows any source (a warning is logged at start). */
     allowedIps: string[] | '*';
-    trustProxyHops: number;
+    /** Proxies whose X-Forwarded-For is read (TRUSTED_PROXIES); none: the header is ignored. */
+    trustedProxies?: string[];
+    /** At most this many trusted proxies are stepped through; undefined: all of them. */
+    trustProxyHops?: number;
     authHeader: string | undefined;
     authTokens: string[];
     bodyLimitBytes: number;
@@ -126,15 +138,17 @@ function issuesOf(error: z.ZodError, base: string): string[] {
   });
 }
 
-function validateIpList(list: string[], problems: string[]): void {
+function validateIpList(variable: string, list: string[], problems: string[]): void {
   for (const entry of list) {
     const [addr, bits, ...rest] = entry.split('/');
     const family = isIP(addr ?? '');
     const maxBits = family === 6 ? 128 : 32;
     const bitsOk = bits === undefined || (/^\d+$/.test(bits) && Number(bits) <= maxBits);
-    if (family === 0 || !bitsOk || rest.length > 0) problems.push(`WEBHOOK_ALLOWED_IPS: "${entry}" is not an IP address or CIDR`);
+    if (family === 0 || !bitsOk || rest.length > 0) problems.push(`${variable}: "${entry}" is not an IP address or CIDR`);
   }
 }
+
+const ipList = (value: string | undefined) => (value ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 
 export interface LoadOptions {
   /** Reads the config file; tests may hand in contents directly. */
@@ -223,15 +237,23 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
 
   let allowedIps: string[] | '*' = PLATFORM_WEBHOOK_IPS;
   if (env.WEBHOOK_ALLOWED_IPS !== undefined) {
-    const list = env.WEBHOOK_ALLOWED_IPS.split(',').map((s) => s.trim()).filter(Boolean);
+    const list = ipList(env.WEBHOOK_ALLOWED_IPS);
     if (list.includes('*')) {
       allowedIps = '*';
       warnings.push('WEBHOOK_ALLOWED_IPS=*: the webhook accepts requests from any address');
     } else {
-      validateIpList(list, problems);
+      validateIpList('WEBHOOK_ALLOWED_IPS', list, problems);
       allowedIps = list;
     }
   }
+  const trustedProxies = ipList(env.TRUSTED_PROXIES);
+  if (trustedProxies.includes('*')) problems.push('TRUSTED_PROXIES: "*" would believe X-Forwarded-For from anyone; list the proxies\' IPs or CIDRs');
+  else validateIpList('TRUSTED_PROXIES', trustedProxies, problems);
+  // Hops alone once meant "believe the header from whoever connects": a forged header got in.
+  if ((env.TRUST_PROXY_HOPS ?? 0) > 0 && trustedProxies.length === 0)
+    problems.push('TRUST_PROXY_HOPS: set without TRUSTED_PROXIES; X-Forwarded-For is read only from trusted proxies: set TRUSTED_PROXIES to the proxies\' IPs or CIDRs');
+  if (env.HTTP_HEADERS_TIMEOUT_MS > env.WEBHOOK_REQUEST_TIMEOUT_MS && !badKeys.has('HTTP_HEADERS_TIMEOUT_MS') && !badKeys.has('WEBHOOK_REQUEST_TIMEOUT_MS'))
+    problems.push(`HTTP_HEADERS_TIMEOUT_MS: ${env.HTTP_HEADERS_TIMEOUT_MS} is longer than WEBHOOK_REQUEST_TIMEOUT_MS (${env.WEBHOOK_REQUEST_TIMEOUT_MS}); the headers are part of the request`);
   if (env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length === 0)
     problems.push('WEBHOOK_AUTH_TOKENS: required when WEBHOOK_AUTH_HEADER is set');
   if (!env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length > 0)
@@ -254,10 +276,17 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
     env,
     processEnv,
     role: env.CALLSYNC_ROLE,
-    http: { port: env.PORT, host: env.HOST },
+    http: {
+      port: env.PORT,
+      host: env.HOST,
+      requestTimeoutMs: env.WEBHOOK_REQUEST_TIMEOUT_MS,
+      headersTimeoutMs: env.HTTP_HEADERS_TIMEOUT_MS,
+      maxConnections: env.HTTP_MAX_CONNECTIONS,
+    },
     redis: { url: env.REDIS_URL, prefix: env.QUEUE_PREFIX },
     webhook: {
       allowedIps,
+      trustedProxies,
       trustProxyHops: env.TRUST_PROXY_HOPS,
       authHeader: env.WEBHOOK_AUTH_HEADER?.toLowerCase(),
       authTokens: env.WEBHOOK_AUTH_TOKENS,

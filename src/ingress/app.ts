@@ -1,12 +1,13 @@
 // The Hono ingress: the AI-agent call-data webhook, health and readiness. Thin on purpose: check
 // the sender, parse and normalize, store in Redis, answer.
-import { Hono, type MiddlewareHandler } from 'hono';
+import type { IncomingMessage } from 'node:http';
+import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { every } from 'hono/combine';
 import type { Logger } from 'pino';
 import { requestLog } from '../log.js';
 import { InvalidPayloadError, normalizeWebhook } from '../model/webhook.js';
 import { QueueUnavailableError, type CallAcceptor } from './accept.js';
-import { ApiError, errorBody } from './errors.js';
+import { ApiError, errorBody, problemsBody, type Problem } from './errors.js';
 import { ipAllow } from './middleware/ip-allow.js';
 import { jsonBody } from './middleware/json-body.js';
 import { jsonLimits } from './middleware/json-limits.js';
@@ -42,6 +43,31 @@ declare module 'hono' {
 
 const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
 const RETRY_AFTER_SECONDS = '5';
+/** Problems listed in one error body; more are summed up in a last entry. */
+const MAX_LISTED_PROBLEMS = 20;
+
+function listed(problems: Problem[]): Problem[] {
+  if (problems.length <= MAX_LISTED_PROBLEMS) return problems;
+  const rest = problems.length - MAX_LISTED_PROBLEMS + 1;
+  return [...problems.slice(0, MAX_LISTED_PROBLEMS - 1), { detail: `${rest} more problems not listed`, pointer: '' }];
+}
+
+/**
+ * A refusal's detail fit for the logs: quoted text (values from the payload, JSON.parse's snippet
+ * of the body) becomes "…", so no payload text or phone number reaches a log line.
+ */
+export function logSafeDetail(detail: string): string {
+  return detail
+    .replace(/"[^]*"/g, '"…"')
+    .replace(/'[^']*'/g, "'…'")
+    .slice(0, 300);
+}
+
+/** The request's connection died before its body was complete (only over a real socket). */
+function bodyCutOff(c: Context): boolean {
+  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+  return incoming !== undefined && !incoming.complete && (incoming.destroyed || incoming.errored !== null);
+}
 
 export function createIngressApp(deps: IngressDeps): Hono {
   const app = new Hono();
@@ -60,7 +86,12 @@ export function createIngressApp(deps: IngressDeps): Hono {
       deps.events?.received?.();
       await next();
     },
-    ipAllow({ allow: deps.webhook.allowedIps, trustProxyHops: deps.webhook.trustProxyHops, remoteAddress: deps.remoteAddress }),
+    ipAllow({
+      allow: deps.webhook.allowedIps,
+      trustedProxies: deps.webhook.trustedProxies,
+      trustProxyHops: deps.webhook.trustProxyHops,
+      remoteAddress: deps.remoteAddress,
+    }),
   ];
   if (deps.webhook.authHeader) guards.push(sharedSecret({ header: deps.webhook.authHeader, tokens: deps.webhook.authTokens }));
   guards.push(jsonBody({ maxBytes: deps.webhook.bodyLimitBytes }), jsonLimits(deps.webhook.jsonLimits));
@@ -72,7 +103,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
     try {
       call = normalizeWebhook(c.get('jsonBody'), { agentId, receivedAt: now() });
     } catch (err) {
-      if (err instanceof InvalidPayloadError) throw new ApiError(400, err.detail, { pointer: err.pointer });
+      if (err instanceof InvalidPayloadError) throw new ApiError(400, err.detail, { pointer: err.pointer, problems: err.problems });
       throw err;
     }
     // The payload is stored as received (normalizeWebhook keeps the parsed body as `raw`).
@@ -102,12 +133,35 @@ export function createIngressApp(deps: IngressDeps): Hono {
   app.onError((err, c) => {
     if (err instanceof ApiError) {
       deps.events?.rejected?.(err.status, String(err.status));
-      return c.json(errorBody(err.status, err.message, err.pointer), err.status, err.headers);
+      const problems = listed(err.problems);
+      // One line per refusal, saying why: the sender rarely tells, and the platform's retries are unknown.
+      requestLog(deps.log, c.get('requestId')).warn(
+        {
+          status: err.status,
+          method: c.req.method,
+          path: c.req.path,
+          detail: logSafeDetail(err.message),
+          pointer: err.pointer,
+          errors: problems.map((p) => ({ pointer: p.pointer, detail: logSafeDetail(p.detail) })),
+          ...err.logFields,
+        },
+        'webhook refused',
+      );
+      return c.json(problemsBody(err.status, problems), err.status, err.headers);
     }
     if (err instanceof QueueUnavailableError) {
       deps.events?.rejected?.(503, 'queue-unavailable');
       requestLog(deps.log, c.get('requestId')).error({ err: { message: err.message } }, 'webhook not acknowledged: queue unavailable');
       return c.json(errorBody(503, 'the event could not be stored; retry later'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
+    }
+    if (bodyCutOff(c)) {
+      // Node answered 408 and closed the socket (WEBHOOK_REQUEST_TIMEOUT_MS), or the sender hung up.
+      deps.events?.rejected?.(408, 'incomplete');
+      requestLog(deps.log, c.get('requestId')).warn(
+        { status: 408, method: c.req.method, path: c.req.path, reason: err.message },
+        'webhook not received: the connection closed before the whole request arrived (slower than WEBHOOK_REQUEST_TIMEOUT_MS, or the sender went away)',
+      );
+      return c.json(errorBody(408, 'the request did not arrive in time'), 408);
     }
     deps.events?.rejected?.(500, 'internal');
     requestLog(deps.log, c.get('requestId')).error({ err }, 'unexpected error in ingress');

@@ -15,23 +15,50 @@ const titles: Record<number, string> = {
   403: 'Forbidden',
   404: 'Not Found',
   405: 'Method Not Allowed',
+  408: 'Request Timeout',
   413: 'Payload Too Large',
   415: 'Unsupported Media Type',
   500: 'Internal Server Error',
   503: 'Service Unavailable',
 };
 
+/** One thing wrong with a request: what, and where (a JSON pointer into the body; '' for the whole request). */
+export interface Problem {
+  detail: string;
+  pointer: string;
+}
+
+export interface ApiErrorOptions {
+  pointer?: string;
+  headers?: Record<string, string>;
+  /** Every problem found, one error entry each; default the one of `detail` and `pointer`. */
+  problems?: Problem[];
+  /** Facts for the refusal's log line (never sent to the client). */
+  logFields?: Record<string, unknown>;
+  cause?: unknown;
+}
+
 /** A typed HTTP failure; `app.onError` turns it into the spec's error body. */
 export class ApiError extends HTTPException {
   readonly pointer: string;
   readonly headers: Record<string, string>;
-  constructor(status: ContentfulStatusCode, detail: string, options: { pointer?: string; headers?: Record<string, string>; cause?: unknown } = {}) {
+  readonly problems: Problem[];
+  readonly logFields: Record<string, unknown>;
+  constructor(status: ContentfulStatusCode, detail: string, options: ApiErrorOptions = {}) {
     super(status, { message: detail, cause: options.cause });
     this.pointer = options.pointer ?? '';
     this.headers = options.headers ?? {};
+    this.problems = options.problems?.length ? options.problems : [{ detail, pointer: this.pointer }];
+    this.logFields = options.logFields ?? {};
   }
 }
 
 export function errorBody(status: number, detail: string, pointer = ''): { errors: DetailedError[] } {
-  return { errors: [{ status, title: titles[status] ?? 'Error', detail, source: { pointer } }] };
+  return problemsBody(status, [{ detail, pointer }]);
+}
+
+/** The error body with one entry per problem. */
+export function problemsBody(status: number, problems: Problem[]): { errors: DetailedError[] } {
+  const title = titles[status] ?? 'Error';
+  return { errors: problems.map((p) => ({ status, title, detail: p.detail, source: { pointer: p.pointer } })) };
 }

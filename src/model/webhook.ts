@@ -6,14 +6,30 @@ import { z } from 'zod';
 import { callKey, joinedName, type CallScenario, type CallUser, type CanonicalCall, type Direction, type Speaker, type TranscriptChunk } from './call.js';
 import { toE164 } from './phone.js';
 
-/** A field that cannot be understood: becomes a 400 with a JSON pointer to it. */
+/** One field that cannot be understood, with a JSON pointer to it. */
+export interface PayloadProblem {
+  pointer: string;
+  detail: string;
+}
+
+/**
+ * Fields that cannot be understood: becomes a 400 with one entry per problem. `pointer` and
+ * `detail` are the first problem's.
+ */
 export class InvalidPayloadError extends Error {
+  readonly problems: PayloadProblem[];
   constructor(
     readonly pointer: string,
     readonly detail: string,
+    problems: PayloadProblem[] = [{ pointer, detail }],
   ) {
-    super(`${pointer || '/'}: ${detail}`);
+    super(`${pointer || '/'}: ${detail}${problems.length > 1 ? ` (and ${problems.length - 1} more)` : ''}`);
     this.name = 'InvalidPayloadError';
+    this.problems = problems;
+  }
+
+  static of(problems: PayloadProblem[]): InvalidPayloadError {
+    return new InvalidPayloadError(problems[0]!.pointer, problems[0]!.detail, problems);
   }
 }
 
@@ -306,6 +322,9 @@ function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
   return v;
 }
 
+const NO_END_TIME: PayloadProblem = { pointer: '/call/endTime', detail: 'required field is missing (and no duration to derive it from)' };
+const endTimeUnknown = (endTime: unknown, duration: unknown) => (endTime === null || endTime === undefined) && (duration === null || duration === undefined);
+
 /** Parses and normalizes a webhook body; throws InvalidPayloadError for what cannot be understood. */
 export function normalizeWebhook(body: unknown, ctx: NormalizeContext): CanonicalCall {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) {
@@ -313,17 +332,26 @@ export function normalizeWebhook(body: unknown, ctx: NormalizeContext): Canonica
   }
   const parsed = webhookPayloadSchema.safeParse(body);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const missing = valueAt(body, issue.path) === undefined;
-    throw new InvalidPayloadError(jsonPointer(issue.path), missing ? 'required field is missing' : issue.message);
+    // Every problem at once, not one per round trip.
+    const problems: PayloadProblem[] = [];
+    const seen = new Set<string>();
+    for (const issue of parsed.error.issues) {
+      const problem = { pointer: jsonPointer(issue.path), detail: valueAt(body, issue.path) === undefined ? 'required field is missing' : issue.message };
+      const key = `${problem.pointer}\n${problem.detail}`;
+      if (!seen.has(key)) problems.push(problem);
+      seen.add(key);
+    }
+    const call = valueAt(body, ['call']);
+    if (call !== null && typeof call === 'object' && !Array.isArray(call) && endTimeUnknown(valueAt(call, ['endTime']), valueAt(call, ['duration']))) {
+      problems.push(NO_END_TIME);
+    }
+    throw InvalidPayloadError.of(problems);
   }
   const p = parsed.data;
   const c = p.call;
   const startMs = c.startTime;
   const endMs = c.endTime ?? null;
-  if (endMs === null && (c.duration === null || c.duration === undefined)) {
-    throw new InvalidPayloadError('/call/endTime', 'required field is missing (and no duration to derive it from)');
-  }
+  if (endTimeUnknown(endMs, c.duration)) throw InvalidPayloadError.of([NO_END_TIME]);
   const durationSec = durationSeconds(c.duration, startMs, endMs);
   const endedMs = endMs ?? (durationSec !== null ? startMs + durationSec * 1000 : null);
   if (endedMs !== null && Math.abs(endedMs) > MAX_DATE_MS) throw new InvalidPayloadError('/call/duration', 'the call would end past the last representable time');

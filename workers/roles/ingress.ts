@@ -37,6 +37,20 @@ async function openSpool({ config, log }: RoleDeps, inner: CallAcceptor): Promis
   }
 }
 
+/** Logs refused connections (at the connection cap): the first at once, then a count at most once a minute. */
+function warnDropped(log: RoleDeps['log'], maxConnections: number): () => void {
+  let dropped = 0;
+  let quietUntil = 0;
+  return () => {
+    dropped++;
+    const now = Date.now();
+    if (now < quietUntil) return;
+    log.warn({ dropped, maxConnections }, 'connection refused: HTTP_MAX_CONNECTIONS reached');
+    dropped = 0;
+    quietUntil = now + 60_000;
+  };
+}
+
 export interface IngressRoleOptions {
   /** Why this process' fan-out makes no progress, or null (role all: readiness reports it). */
   fanOutStalled?: () => string | null;
@@ -66,10 +80,22 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
       events: options.ingressEvents,
       before: options.ingressBefore,
     });
-    const http = await listen(app.fetch, { port: config.http.port, host: config.http.host });
+    const http = await listen(app.fetch, {
+      port: config.http.port,
+      host: config.http.host,
+      limits: {
+        // A slow sender is cut off (408) instead of holding a connection for Node's default 300 s.
+        requestTimeoutMs: config.http.requestTimeoutMs,
+        // Counted from a request's first byte (Node >= 18), so the keep-alive idle time below does
+        // not count against it: no need for the old "headers timeout > keep-alive" rule (nodejs/node#27363).
+        headersTimeoutMs: config.http.headersTimeoutMs,
+        // Keep-alive longer than typical load balancers' idle timeout, so they close first.
+        keepAliveTimeoutMs: 65_000,
+        maxConnections: config.http.maxConnections,
+      },
+    });
     closers.add('stop http intake', () => http.close());
-    // Keep-alive longer than typical load balancers' idle timeout, so they close first.
-    http.server.keepAliveTimeout = 65_000;
+    http.server.on('drop', warnDropped(log, config.http.maxConnections));
     if (config.webhook.allowedIps === '*') log.warn('WEBHOOK_ALLOWED_IPS=*: the webhook accepts requests from any address');
     log.info({ url: http.url, allowedIps: config.webhook.allowedIps, auth: config.webhook.authHeader ? 'shared-secret' : 'none' }, 'ingress listening');
     return { app, server: http.server, url: http.url, spool, close: () => closers.close() };
