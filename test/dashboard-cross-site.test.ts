@@ -190,6 +190,11 @@ describe('dashboard against another site\'s requests, in a browser', () => {
       await page.getByRole('menuitem', { name: 'Resume' }).click();
       await page.getByRole('button', { name: 'Confirm' }).click();
       await waitFor(async () => !(await archive.isPaused()), { timeoutMs: 20_000, what: 'the queue resumed from the dashboard' });
+
+      // Neither the password typed into the login form nor the session cookie is logged.
+      const logged = JSON.stringify(cs.logs);
+      assert.ok(!logged.includes(PASSWORD), 'the password is not logged');
+      assert.ok(!logged.includes(cookie.value), 'the session cookie is not logged');
     } finally {
       await context.close();
     }
