@@ -1,6 +1,7 @@
-// The dashboard (Bull Board at /admin/queues): behind basic auth or a bearer token, off without
-// credentials; and in a real headless browser (Debian's chromium via playwright-core): log in, see
-// a dead-lettered job with its error, retry it, see it complete. Screenshots go to test-artifacts/.
+// The dashboard (Bull Board at /admin/queues): behind its login page, basic auth or a bearer token,
+// off without credentials; and in a real headless browser (Debian's chromium via playwright-core):
+// log in on the login page, see a dead-lettered job with its error, retry it, see it complete.
+// Screenshots go to test-artifacts/. Other sites' requests: test/dashboard-cross-site.test.ts.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -39,8 +40,12 @@ describe('dashboard', () => {
   test('asks for credentials, and takes the password or the token', async () => {
     const anonymous = await fetch(`${cs.url}/admin/queues`);
     assert.equal(anonymous.status, 401);
-    assert.match(anonymous.headers.get('www-authenticate') ?? '', /^Basic realm="callsync"/);
+    // No Basic challenge: the browser would prompt, cache the password and send it with other sites' requests.
+    assert.equal(anonymous.headers.get('www-authenticate'), 'Bearer realm="callsync"');
     assert.equal(((await anonymous.json()) as any).errors[0].status, 401);
+    const browsing = await fetch(`${cs.url}/admin/queues`, { headers: { accept: 'text/html' }, redirect: 'manual' });
+    assert.equal(browsing.status, 302);
+    assert.equal(browsing.headers.get('location'), '/admin/login?next=%2Fadmin%2Fqueues');
     assert.equal((await fetch(`${cs.url}/admin/queues`, { headers: { authorization: basic('admin', 'guess') } })).status, 401);
     assert.equal((await fetch(`${cs.url}/admin/queues`, { headers: { authorization: basic('root', PASSWORD) } })).status, 401);
     assert.equal((await fetch(`${cs.url}/admin/queues/api/queues`)).status, 401, 'the API behind the page is protected too');
@@ -73,10 +78,14 @@ describe('dashboard', () => {
       args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     });
     try {
-      const context = await browser.newContext({ httpCredentials: { username: 'admin', password: PASSWORD }, viewport: { width: 1280, height: 800 } });
+      const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
       const page = await context.newPage();
       page.setDefaultTimeout(30_000);
       await page.goto(`${cs.url}/admin/queues/queue/sink-archive?status=failed`);
+      await page.getByLabel('User').fill('admin');
+      await page.getByLabel('Password').fill(PASSWORD);
+      await page.getByRole('button', { name: 'Log in' }).click();
+      await page.waitForURL(`${cs.url}/admin/queues/queue/sink-archive?status=failed`);
       await page.getByText(jobId).waitFor();
       await page.getByText('remote rejected the record: field "subject" too long').first().waitFor();
       await page.screenshot({ path: join(ARTIFACTS.pathname, 'dashboard-failed-job.png'), fullPage: true });

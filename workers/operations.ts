@@ -80,6 +80,7 @@ export function createOperations(options: OperationsOptions): Operations {
     log,
     queues,
     auth: { username: env.ADMIN_USERNAME, password: env.ADMIN_PASSWORD, token: env.ADMIN_TOKEN },
+    origins: env.ADMIN_ORIGIN,
     metricsToken: env.METRICS_TOKEN,
     ready: async () => {
       const redisUp = await withTimeout(connection.ping(), 1000, 'redis ping').then((r) => r === 'PONG');
@@ -89,7 +90,8 @@ export function createOperations(options: OperationsOptions): Operations {
   });
   if (ops.dashboard) {
     if (env.ADMIN_PASSWORD && env.ADMIN_PASSWORD.length < 12) log.warn('ADMIN_PASSWORD is shorter than 12 characters');
-    log.info({ path: '/admin/queues', auth: [env.ADMIN_PASSWORD ? 'basic' : null, env.ADMIN_TOKEN ? 'bearer' : null].filter(Boolean) }, 'dashboard enabled');
+    const auth = [env.ADMIN_PASSWORD ? 'login' : null, env.ADMIN_PASSWORD ? 'basic' : null, env.ADMIN_TOKEN ? 'bearer' : null].filter(Boolean);
+    log.info({ path: '/admin/queues', auth, origins: env.ADMIN_ORIGIN.length > 0 ? env.ADMIN_ORIGIN : 'same as requested' }, 'dashboard enabled');
   } else {
     log.warn('dashboard off: set ADMIN_PASSWORD (basic auth) or ADMIN_TOKEN (bearer) to serve it at /admin/queues');
   }

@@ -183,6 +183,23 @@ export const envSchema = z.object({
   ADMIN_PASSWORD: optionalString,
   /** Dashboard bearer token (`Authorization: Bearer ...`), an alternative to the password. */
   ADMIN_TOKEN: optionalString,
+  /**
+   * Origins (`https://ops.example.com`, comma-separated) browsers reach the dashboard at; other
+   * origins' state-changing requests are refused. Default: the request's own origin (the Host
+   * header, or a proxy's X-Forwarded-Host / X-Forwarded-Proto). Set it when a proxy rewrites Host.
+   */
+  ADMIN_ORIGIN: csv.transform((values, ctx) => {
+    const origins: string[] = [];
+    for (const value of values) {
+      const url = URL.canParse(value) ? new URL(value) : null;
+      if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.pathname !== '/' || url.search || url.hash || url.username) {
+        ctx.addIssue({ code: 'custom', message: `expected origins like https://ops.example.com (scheme, host, optional port; no path), got "${value}"` });
+        return z.NEVER;
+      }
+      origins.push(url.origin);
+    }
+    return origins;
+  }),
   /** Bearer token required by /metrics. Default: none (Prometheus scrapes without credentials). */
   METRICS_TOKEN: optionalString,
 });

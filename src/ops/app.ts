@@ -1,6 +1,7 @@
-// The operator's HTTP endpoints: /metrics, the dashboard under /admin/queues, and (on the ops
-// server of worker and poller processes) /healthz and /readyz. The ingress serves the same app
-// for the paths it owns (see `opsRoutes`).
+// The operator's HTTP endpoints: /metrics, the dashboard under /admin/queues with its login page,
+// and (on the ops server of worker and poller processes) /healthz and /readyz. The ingress serves
+// the same app for the paths it owns (see `opsRoutes`). No other site's page may change anything
+// here (./same-origin.ts) or frame these pages (clicks in a frame would be our own requests).
 import { Hono, type MiddlewareHandler } from 'hono';
 import type { Queue } from 'bullmq';
 import type { Logger } from 'pino';
@@ -8,9 +9,16 @@ import { errorBody } from '../ingress/errors.js';
 import { requestLog } from '../log.js';
 import { renderMetrics } from '../metrics.js';
 import { authConfigured, operatorAuth, type OperatorAuthOptions } from './auth.js';
+import { loginRoutes } from './login.js';
+import { sameOriginOnly } from './same-origin.js';
+import { createSessions } from './session.js';
 
 /** Where the dashboard is mounted (./dashboard.ts builds it). */
 export const DASHBOARD_PATH = '/admin/queues';
+/** The login page (with a password configured) and the logout; the session cookie's path is /admin. */
+export const LOGIN_PATH = '/admin/login';
+export const LOGOUT_PATH = '/admin/logout';
+const ADMIN_PATH = '/admin';
 
 export interface OpsAppOptions {
   log: Logger;
@@ -18,6 +26,13 @@ export interface OpsAppOptions {
   queues: Queue[];
   /** Dashboard credentials; without any the dashboard is off. */
   auth: OperatorAuthOptions;
+  /**
+   * Origins browsers reach these endpoints at (ADMIN_ORIGIN); state-changing requests from any other
+   * origin are refused. Default: the request's own origin.
+   */
+  origins?: string[];
+  /** Lifetime of a login session. Default 8 h. */
+  sessionTtlMs?: number;
   /** Bearer token /metrics requires. Default none. */
   metricsToken?: string;
   /** For /readyz: true when ready; false when Redis does not answer; a text: not ready, for that reason. */
@@ -36,6 +51,22 @@ export interface OpsApp {
 export function createOpsApp(options: OpsAppOptions): OpsApp {
   const app = new Hono();
   const dashboard = authConfigured(options.auth);
+  const { username, password } = options.auth;
+  const login = dashboard && username && password ? { username, password, sessions: createSessions({ username, password, ttlMs: options.sessionTtlMs }) } : null;
+  const auth: OperatorAuthOptions = login ? { ...options.auth, sessions: login.sessions, loginPath: LOGIN_PATH } : options.auth;
+
+  // Before anything else, so a forged request is refused before it reaches a credential check. The
+  // login and logout forms are the only bodies that are not JSON.
+  const jsonOnly = sameOriginOnly({ origins: options.origins });
+  const formsToo = sameOriginOnly({ origins: options.origins, requireJson: false });
+  app.use('*', async function sameOriginOnlyRoutes(c, next) {
+    return login && (c.req.path === LOGIN_PATH || c.req.path === LOGOUT_PATH) ? formsToo(c, next) : jsonOnly(c, next);
+  });
+  app.use(`${ADMIN_PATH}/*`, async function frameDenied(c, next) {
+    await next();
+    if (!c.res.headers.has('x-frame-options')) c.header('x-frame-options', 'DENY');
+    if (!c.res.headers.has('content-security-policy')) c.header('content-security-policy', "frame-ancestors 'none'");
+  });
 
   app.get('/healthz', (c) => c.json({ status: 'ok' }));
   app.get('/readyz', async (c) => {
@@ -51,9 +82,12 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     return c.body(body, 200, { 'content-type': contentType });
   });
 
+  if (login) {
+    app.route('/', loginRoutes({ ...login, loginPath: LOGIN_PATH, logoutPath: LOGOUT_PATH, dashboardPath: DASHBOARD_PATH, cookiePath: ADMIN_PATH }));
+  }
   if (dashboard) {
-    app.use(`${DASHBOARD_PATH}/*`, operatorAuth(options.auth));
-    app.use(DASHBOARD_PATH, operatorAuth(options.auth));
+    app.use(`${DASHBOARD_PATH}/*`, operatorAuth(auth));
+    app.use(DASHBOARD_PATH, operatorAuth(auth));
     app.get(`${DASHBOARD_PATH}/`, (c) => c.redirect(DASHBOARD_PATH));
     // Bull Board (and ejs) is imported only when the dashboard is on: ~25 MB a process without it
     // saves. The import starts now, so the first page does not wait for it (and a failure shows early).
@@ -75,7 +109,10 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     return c.json(errorBody(500, 'internal error'), 500);
   });
 
-  const owns = (path: string) => path === '/metrics' || (dashboard && (path === DASHBOARD_PATH || path.startsWith(`${DASHBOARD_PATH}/`)));
+  const owns = (path: string) =>
+    path === '/metrics' ||
+    (dashboard && (path === DASHBOARD_PATH || path.startsWith(`${DASHBOARD_PATH}/`))) ||
+    (login !== null && (path === LOGIN_PATH || path === LOGOUT_PATH));
   return { app, dashboard, owns };
 }
 
