@@ -13,7 +13,7 @@ import { InboundAcceptor } from '../src/ingress/accept.js';
 import { charsetParameter, encodingOf, firstInvalidUtf8 } from '../src/ingress/charset.js';
 import { DEFAULT_JSON_LIMITS, findLimitViolation, MAX_POINTER_CHARS } from '../src/ingress/middleware/json-limits.js';
 import { createLogger } from '../src/log.js';
-import type { CanonicalCall } from '../src/model/call.js';
+import { callKey, callKeySegment, type CanonicalCall } from '../src/model/call.js';
 import { renderArchiveJson, renderTranscriptText } from '../src/sinks/archive/render.js';
 import { InboundLog } from '../queues/inbound.js';
 import { ConfigError, loadConfig, type Config } from '../src/config/index.js';
@@ -402,7 +402,10 @@ describe('ingress edge end to end (real port, fan-out, archive folder)', () => {
   const archived = async (): Promise<Map<string, string>> => {
     const files = new Map<string, string>();
     for (const entry of await readdir(dir, { recursive: true, withFileTypes: true })) {
-      if (entry.isFile()) files.set(entry.name, await readFile(join(entry.parentPath, entry.name), 'utf8'));
+      // Skip the archive's temp files (renamed into place as they are found).
+      if (!entry.isFile() || entry.name.endsWith('.tmp')) continue;
+      const text = await readFile(join(entry.parentPath, entry.name), 'utf8').catch(() => null);
+      if (text !== null) files.set(entry.name, text);
     }
     return files;
   };
@@ -410,8 +413,10 @@ describe('ingress edge end to end (real port, fan-out, archive folder)', () => {
     waitFor(
       async () => {
         const files = await archived();
-        const json = files.get(`${callId}.json`);
-        const text = files.get(`${callId}.txt`);
+        // Objects are named `<callId>-<16 hex of the call key's hash>` (callKeySegment).
+        const base = `${callKeySegment({ key: callKey('ai-agent', 'edge', callId), callId })}`;
+        const json = files.get(`${base}.json`);
+        const text = files.get(`${base}.txt`);
         return json && text ? { doc: JSON.parse(json) as { original: unknown; call: CanonicalCall }, text } : null;
       },
       { what: `${callId} archived`, timeoutMs: 20_000 },
