@@ -24,7 +24,7 @@ export function jsonBody(options: JsonBodyOptions): MiddlewareHandler {
     const type = c.req.header('content-type') ?? '';
     if (!JSON_TYPE.test(type)) {
       throw new ApiError(415, `content type must be application/json, got ${type === '' ? 'none' : `"${type.slice(0, 100)}"`}`, {
-        pointer: '',
+        pointer: 'content-type',
       });
     }
     const declared = c.req.header('content-length');
