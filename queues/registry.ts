@@ -57,7 +57,7 @@ export type JobPayload = CallReceivedJob | SinkDeliverJob | PollDeadLetterJob;
 
 /** Retry policy of every queue unless its config says otherwise. */
 export interface RetryPolicy {
-  /** Tries per job before it goes to the dead letters. Default 12 (about an hour of backoff). */
+  /** Tries per job before it goes to the dead letters. Default 12 (16–32 min of backoff with the defaults, ~24 on average). */
   attempts: number;
   /** First backoff delay in ms; doubles each try, with jitter. Default 1000. */
   backoffMs: number;

@@ -105,6 +105,41 @@ describe('check-config', () => {
     assert.equal(parsed.sinks[0].options.secretAccessKey, '[redacted]');
   });
 
+  test('redacts custom header values, secret-looking values and URL credentials; a sink that cannot start is never OK', async () => {
+    const file = join(dir, 'hook.yaml');
+    await writeFile(
+      file,
+      [
+        'sinks:',
+        '  crm-hook:',
+        '    type: webhook',
+        '    urls: [ "https://hook-user:hook-pass-3141@crm.example.com/hooks/calls" ]',
+        '    headers: { X-Api-Key: "${CRM_HOOK_API_KEY}", X-Tenant: acme-tenant-2718 }',
+        '    secrets: [ "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" ]',
+        '    eventType: "Bearer eyJhbGciOiJIUzI1NiJ9.payload"',
+        'routes:',
+        '  - to: crm-hook',
+      ].join('\n'),
+    );
+    const env = { CALLSYNC_CONFIG: file, CRM_HOOK_API_KEY: 'api-key-value-1618' };
+    for (const json of [false, true]) {
+      const r = await cli(json ? ['check-config', '--json'] : ['check-config'], env);
+      assert.equal(r.code, 0, r.err);
+      for (const secret of ['api-key-value-1618', 'acme-tenant-2718', 'hook-pass-3141', 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'eyJhbGciOiJIUzI1NiJ9']) {
+        assert.ok(!r.out.includes(secret), `${secret} is not printed (${json ? 'json' : 'text'}):\n${r.out}`);
+      }
+      assert.match(r.out, /X-Api-Key/, 'header names stay');
+      assert.match(r.out, /crm\.example\.com/, 'the host stays');
+    }
+    // The same file without the secret: the sink could not start, so check-config does not say OK.
+    const noSecret = join(dir, 'hook-no-secret.yaml');
+    await writeFile(noSecret, 'sinks:\n  crm-hook: { type: webhook, urls: ["https://crm.example.com/h"] }\nroutes:\n  - to: crm-hook\n');
+    const r = await cli(['check-config'], { CALLSYNC_CONFIG: noSecret });
+    assert.equal(r.code, 2);
+    assert.doesNotMatch(r.out, /configuration OK/);
+    assert.match(r.err, /sinks\.crm-hook \(webhook\): no signing secret: set CRM_WEBHOOK_SECRET/);
+  });
+
   test('lists every problem and exits 2', async () => {
     const file = join(dir, 'bad.yaml');
     await writeFile(file, 'routes:\n  - to: nowhere\n');
@@ -293,7 +328,24 @@ describe('opt-out', () => {
     assert.deepEqual((await cli(['opt-out', 'list'], env)).out.split('\n'), ['+4915112345678']);
     const bad = await cli(['opt-out', 'add', '12345'], env);
     assert.equal(bad.code, 2);
-    assert.match(bad.err, /not a valid E\.164 phone number/);
+    assert.match(bad.err, /not a valid phone number: "12345"/);
+  });
+
+  test('national numbers are read in PHONE_DEFAULT_REGION (default DE)', async () => {
+    const env = { QUEUE_PREFIX: prefix };
+    const de = await cli(['opt-out', 'add', '0151 2345 6789'], env);
+    assert.equal(de.code, 0, de.err);
+    const at = await cli(['opt-out', 'add', '0664 1234567'], { ...env, PHONE_DEFAULT_REGION: 'at' });
+    assert.equal(at.code, 0, at.err);
+    const list = (await cli(['opt-out', 'list'], env)).out.split('\n');
+    assert.ok(list.includes('+4915123456789'), list.join(', '));
+    assert.ok(list.includes('+436641234567'), list.join(', '));
+    // Removing by the national form finds the E.164 entry.
+    assert.match((await cli(['opt-out', 'remove', '0664 1234567'], { ...env, PHONE_DEFAULT_REGION: 'AT' })).out, /removed 1 number\(s\)/);
+    // Read in the wrong region, a number that is not valid there is refused, not stored wrongly.
+    const wrong = await cli(['opt-out', 'add', '0664 1234567'], { ...env, PHONE_DEFAULT_REGION: 'US' });
+    assert.equal(wrong.code, 2);
+    assert.match(wrong.err, /not a valid phone number.*national number in US/);
   });
 
   test('says so when Redis cannot be reached', async () => {

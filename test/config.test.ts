@@ -2,7 +2,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { ConfigError, loadConfig } from '../src/config/index.js';
+import { ConfigError, loadConfig, NO_ARCHIVE_WARNING } from '../src/config/index.js';
+import { envSchema } from '../src/config/env.js';
+import { sinkTypes } from '../src/sinks/registry.js';
 import { CALL_SOURCES, DIRECTIONS, OUTCOMES } from '../src/model/call.js';
 import { sinksFor } from '../src/routing/router.js';
 import { sampleCall } from './support/calls.js';
@@ -216,4 +218,142 @@ test('request timeout, headers timeout and connection cap: set, checked, headers
   // Node refuses a headers timeout above the request timeout (or silently swaps them when set later).
   const order = problemsOf(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '5000', HTTP_HEADERS_TIMEOUT_MS: '6000' }));
   assert.match(order.join('\n'), /HTTP_HEADERS_TIMEOUT_MS: 6000 is longer than WEBHOOK_REQUEST_TIMEOUT_MS/);
+});
+
+test('one pass: environment, file keys, sink credentials and routes are reported together, with the expected value', () => {
+  const problems = problemsOf(() =>
+    withFile(
+      `
+sinks:
+  crm:
+    type: hubspot
+  texts:
+    type: sms
+    smsId: s0
+    message: "Sorry we missed your call"
+  mail: { type: email, to: team@example.com }
+  hook: { type: webhook, urls: ["https://crm.example.com/hook"] }
+routes:
+  - when: { direction: inbound }
+    to: [crm, texts, mail, hook]
+colour: blue
+`,
+      { JOB_ATTEMPTS: 'lots', LOG_LEVEL: 'loud' },
+    ),
+  );
+  const text = problems.join('\n');
+  // A bad environment value, with what was given and what is expected.
+  assert.match(text, /^JOB_ATTEMPTS: expected a whole number >= 1, got "lots"$/m);
+  assert.match(text, /^LOG_LEVEL: "loud" — use fatal, error, warn, info, debug, trace or silent$/m);
+  // An unknown key of the file.
+  assert.match(text, /^colour: unknown key — the config file has sinks, routes, retry$/m);
+  // Credentials the sink type needs, named, although the options themselves are valid.
+  assert.match(text, /^sinks\.crm \(hubspot\): no access token: set HUBSPOT_ACCESS_TOKEN/m);
+  assert.match(text, /^sinks\.texts \(sms\): needs the platform API to send: set TELEPHONY_API_URL/m);
+  assert.match(text, /^sinks\.mail \(email\): needs an SMTP server: set SMTP_URL/m);
+  assert.match(text, /^sinks\.mail \(email\): needs a sender: set SMTP_FROM/m);
+  assert.match(text, /^sinks\.hook \(webhook\): no signing secret: set CRM_WEBHOOK_SECRET/m);
+  // A route condition outside its value set.
+  assert.match(text, /^routes\[0\]\.when\.direction: "inbound" — use in or out$/m);
+  assert.equal(problems.length, 9, text);
+});
+
+test('one pass: a value in a list, a list of conditions and a bad file part each point at their place', () => {
+  const text = problemsOf(() =>
+    withFile(`
+sinks:
+  a: { type: archive }
+  b: { type: archive, sse: AES128 }
+  c: notes
+routes:
+  - { when: { direction: [in, sideways] }, to: a }
+  - { when: [{ outcome: missed }, { hasSummary: "yes" }], to: a }
+  - { to: [a, ghost] }
+retry: { attempts: 0 }
+`),
+  ).join('\n');
+  assert.match(text, /^routes\[0\]\.when\.direction\[1\]: "sideways" — use in or out$/m);
+  assert.match(text, /^routes\[1\]\.when\[1\]\.hasSummary: expected boolean, got string$/m);
+  assert.match(text, /^routes\[2\]\.to: no sink named "ghost" — use a, b or c$/m);
+  assert.match(text, /^sinks\.b\.sse: "AES128" — use AES256, aws:kms or aws:kms:dsse$/m);
+  assert.match(text, /^sinks\.c: expected the sink's options \(type: …\), got string$/m);
+  assert.match(text, /^retry\.attempts: /m);
+});
+
+test('credentials from the environment satisfy a sink; the environment shortcut needs the same', () => {
+  const file = `
+sinks:
+  crm: { type: hubspot }
+  texts: { type: sms, message: "hi" }
+routes:
+  - to: [crm, texts]
+`;
+  const ok = withFile(file, {
+    HUBSPOT_ACCESS_TOKEN: 'pat-test',
+    TELEPHONY_API_URL: 'https://api.example.com/v2',
+    TELEPHONY_ACCESS_TOKEN: 'at',
+    TELEPHONY_SMS_ID: 's0',
+  });
+  assert.deepEqual(Object.keys(ok.sinks).sort(), ['crm', 'texts']);
+  // SMS without its extension id, with the API configured: only that is missing.
+  const noSmsId = problemsOf(() => withFile(file, { HUBSPOT_ACCESS_TOKEN: 'pat-test', TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_ACCESS_TOKEN: 'at' }));
+  assert.deepEqual(noSmsId, ["sinks.texts (sms): needs an SMS extension id: set TELEPHONY_SMS_ID or the sink's smsId"]);
+  // The API half-configured: its own problem, not a second "set TELEPHONY_API_URL" from the sink.
+  const halfApi = problemsOf(() => withFile(file, { HUBSPOT_ACCESS_TOKEN: 'pat-test', TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_SMS_ID: 's0' }));
+  assert.equal(halfApi.length, 1, halfApi.join('\n'));
+  assert.match(halfApi[0]!, /TELEPHONY_API_URL is set but no credentials/);
+  // Environment shortcuts are checked the same way: SMTP_URL + NOTIFY_EMAIL_TO without a sender.
+  const mail = problemsOf(() => loadConfig({ SMTP_URL: 'smtp://mail.example.com:587', NOTIFY_EMAIL_TO: 'team@example.com' }));
+  assert.deepEqual(mail, ['environment shortcut for sink "email" (email): needs a sender: set SMTP_FROM or the sink\'s from']);
+});
+
+test('each sink type declares the variables it reads in the one schema, values checked', () => {
+  const variables = new Set(Object.keys(envSchema.shape));
+  for (const name of [
+    'HUBSPOT_ACCESS_TOKEN', 'HUBSPOT_API_URL', 'HUBSPOT_CREATE_CONTACTS', 'PIPEDRIVE_API_TOKEN', 'PIPEDRIVE_API_URL',
+    'CRM_WEBHOOK_URL', 'CRM_WEBHOOK_SECRET', 'SMTP_URL', 'SMTP_FROM', 'NOTIFY_EMAIL_TO', 'NOTIFY_TIME_ZONE',
+    'TELEPHONY_SMS_ID', 'TELEPHONY_API_URL', 'TELEPHONY_TOKEN', 'PHONE_DEFAULT_REGION', 'ARCHIVE_S3_BUCKET', 'ARCHIVE_DIR',
+  ]) {
+    assert.ok(variables.has(name), `${name} is in the schema`);
+  }
+  for (const type of sinkTypes.values()) {
+    for (const name of Object.keys(type.env ?? {})) assert.ok(variables.has(name), `${type.type} reads ${name}, which is in the schema`);
+  }
+  const text = problemsOf(() =>
+    loadConfig({
+      HUBSPOT_CREATE_CONTACTS: 'maybe',
+      HUBSPOT_API_URL: 'api.hubapi.com',
+      PHONE_DEFAULT_REGION: 'XX',
+      SMTP_URL: 'mail.example.com',
+      NOTIFY_EMAIL_TO: 'team',
+      NOTIFY_TIME_ZONE: 'Mars/Olympus',
+      CRM_WEBHOOK_SECRET: 'not-a-whsec-secret-value',
+      TELEPHONY_OAUTH_CLIENT_AUTH: 'header',
+    }),
+  ).join('\n');
+  assert.match(text, /^HUBSPOT_CREATE_CONTACTS: expected true or false, got "maybe"$/m);
+  assert.match(text, /^HUBSPOT_API_URL: expected an http\(s\) URL/m);
+  assert.match(text, /^PHONE_DEFAULT_REGION: "XX" — expected an ISO 3166 country code/m);
+  assert.match(text, /^SMTP_URL: expected smtp:\/\//m);
+  assert.match(text, /^NOTIFY_EMAIL_TO: expected e-mail addresses/m);
+  assert.match(text, /^NOTIFY_TIME_ZONE: expected an IANA time zone/m);
+  assert.match(text, /^CRM_WEBHOOK_SECRET: expected whsec_ secrets/m);
+  assert.match(text, /^TELEPHONY_OAUTH_CLIENT_AUTH: "header" — use basic or post$/m);
+  assert.doesNotMatch(text, /not-a-whsec-secret-value/, 'a bad secret is not echoed');
+});
+
+test('with a config file the file lists every sink: no implicit archive, and a warning when nothing archives calls', () => {
+  const crmOnly = withFile('sinks:\n  crm: { type: hubspot, accessToken: t }\nroutes:\n  - to: crm\n');
+  assert.deepEqual(Object.keys(crmOnly.sinks), ['crm']);
+  assert.ok(crmOnly.warnings.includes(NO_ARCHIVE_WARNING), crmOnly.warnings.join('\n'));
+  // An archive sink that no route reaches does not count.
+  const unrouted = withFile('sinks:\n  store: { type: archive }\n  crm: { type: hubspot, accessToken: t }\nroutes:\n  - to: crm\n');
+  assert.ok(unrouted.warnings.includes(NO_ARCHIVE_WARNING));
+  // Archiving through the file, through ARCHIVE_S3_BUCKET, or without a file: no warning.
+  const routed = withFile('sinks:\n  store: { type: archive }\nroutes:\n  - to: store\n');
+  assert.ok(!routed.warnings.includes(NO_ARCHIVE_WARNING));
+  const bucket = withFile('sinks:\n  crm: { type: hubspot, accessToken: t }\nroutes:\n  - to: crm\n', { ARCHIVE_S3_BUCKET: 'calls' });
+  assert.deepEqual(Object.keys(bucket.sinks).sort(), ['archive', 'crm']);
+  assert.ok(!bucket.warnings.includes(NO_ARCHIVE_WARNING));
+  assert.ok(!loadConfig({}).warnings.includes(NO_ARCHIVE_WARNING));
 });

@@ -85,7 +85,27 @@ describe('ingress', () => {
     assert.equal(body.errors[0].status, 400);
     assert.equal(body.errors[0].title, 'Bad Request');
     assert.match(body.errors[0].detail, /not valid JSON/);
-    assert.deepEqual(body.errors[0].source, { pointer: '' });
+    assert.deepEqual(body.errors[0].source, { pointer: '/' });
+  });
+
+  test('every error body locates its problem: a field, the whole body or request (/), or a header by name', async () => {
+    const pointer = async (res: Response | Promise<Response>) => ((await (await res).json()) as any).errors[0].source.pointer as string;
+    // Whole body: not JSON, empty, not an object, too large.
+    assert.equal(await pointer(post('/webhooks/ai-agent', '{')), '/');
+    assert.equal(await pointer(post('/webhooks/ai-agent', '')), '/');
+    assert.equal(await pointer(post('/webhooks/ai-agent', '[1,2]')), '/');
+    assert.equal(await pointer(post('/webhooks/ai-agent', webhookPayload('big', (p) => (p.assist.transcription.content = 'x'.repeat(4096))), {}, makeApp({ bodyLimitBytes: 2048 }))), '/');
+    // A field.
+    assert.equal(await pointer(post('/webhooks/ai-agent', webhookPayload('f', (p) => delete p.call.from))), '/call/from');
+    // A header, by its name.
+    assert.equal(await pointer(post('/webhooks/ai-agent', 'version=v1', { 'content-type': 'text/plain' })), 'content-type');
+    const secured = makeApp({ authHeader: 'x-callsync-token', authTokens: ['s3cret-value'] });
+    assert.equal(await pointer(post('/webhooks/ai-agent', minimalPayload('p1'), {}, secured)), 'x-callsync-token');
+    assert.equal(await pointer(post('/webhooks/ai-agent', minimalPayload('p2'), { 'x-callsync-token': 'guess' }, secured)), 'x-callsync-token');
+    // The request as a whole: the sender's address, the method, an unknown path.
+    assert.equal(await pointer(post('/webhooks/ai-agent', minimalPayload('p3'), { 'x-test-peer': '203.0.113.9' })), '/');
+    assert.equal(await pointer(app.request('/webhooks/ai-agent', { method: 'GET' })), '/');
+    assert.equal(await pointer(app.request('/nowhere')), '/');
   });
 
   test('400 for a missing or ill-typed required field, pointing at it', async () => {

@@ -2,6 +2,7 @@
 // submission port) and real Redis: subject, text and HTML as received, escaping, never twice,
 // SMTP refusals and quiet hours.
 import assert from 'node:assert/strict';
+import { z } from 'zod';
 import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { createLogger } from '../src/log.js';
@@ -183,11 +184,13 @@ describe('email sink: configuration', () => {
   test('options are checked; the environment shortcut mails every call with a summary', () => {
     assert.throws(() => emailSinkType.options.parse({ to: 'not-an-address' }), /e-mail address/);
     assert.throws(() => emailSinkType.options.parse({ to: 'a@example.com', subject: '{{callr}}' }), /unknown field/);
-    const shortcut = emailSinkType.fromEnv?.({ SMTP_URL: 'smtp://localhost:25', NOTIFY_EMAIL_TO: 'a@example.com, b@example.com' }, { configFile: false });
+    // fromEnv reads the parsed environment (the sink type's variables, through its schema).
+    const env = (raw: Record<string, string>) => z.object(emailSinkType.env!).parse(raw);
+    const shortcut = emailSinkType.fromEnv?.(env({ SMTP_URL: 'smtp://localhost:25', NOTIFY_EMAIL_TO: 'a@example.com, b@example.com' }), { configFile: false });
     assert.deepEqual(shortcut, {
       sinks: { email: { type: 'email', to: ['a@example.com', 'b@example.com'] } },
       routes: [{ name: 'summary e-mail', when: { hasSummary: true }, to: 'email' }],
     });
-    assert.equal(emailSinkType.fromEnv?.({ NOTIFY_EMAIL_TO: 'a@example.com' }, { configFile: false }), null);
+    assert.equal(emailSinkType.fromEnv?.(env({ NOTIFY_EMAIL_TO: 'a@example.com' }), { configFile: false }), null);
   });
 });

@@ -71,7 +71,15 @@ describe('README examples', () => {
     assert.ok(block, `a yaml block after "${heading}"`);
     return block;
   };
-  const env = { TELEPHONY_SMS_ID: 's0', ARCHIVE_BUCKET: 'calls', KMS_KEY_ID: 'key-1', SMTP_URL: 'smtp://127.0.0.1:2525' };
+  // What the examples need besides the file: the platform API for the SMS rules (README's table says so).
+  const env = {
+    TELEPHONY_SMS_ID: 's0',
+    TELEPHONY_API_URL: 'https://api.example.com/v2',
+    TELEPHONY_ACCESS_TOKEN: 'at',
+    ARCHIVE_BUCKET: 'calls',
+    KMS_KEY_ID: 'key-1',
+    SMTP_URL: 'smtp://127.0.0.1:2525',
+  };
 
   test('the notification rules load as they are written', () => {
     const config = loadConfig({ CALLSYNC_CONFIG: 'rules.yaml', ...env }, { readFile: () => yamlAfter('### Example rules (ready to copy)') });

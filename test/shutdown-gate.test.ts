@@ -53,7 +53,7 @@ describe('shutdown gate', () => {
     assert.equal(refused.headers.get('retry-after'), '5');
     assert.equal(refused.headers.get('connection'), 'close');
     const body = await refused.json();
-    assert.deepEqual(body, { errors: [{ status: 503, title: 'Service Unavailable', detail: 'callsync is shutting down; retry later', source: { pointer: '' } }] });
+    assert.deepEqual(body, { errors: [{ status: 503, title: 'Service Unavailable', detail: 'callsync is shutting down; retry later', source: { pointer: '/' } }] });
     assert.equal((await app.request('/readyz')).status, 503);
     assert.equal((await app.request('/healthz')).status, 200);
     const metrics = await (await app.request('/metrics')).text();

@@ -1,11 +1,15 @@
 // A start that fails half-way closes what it had opened: the worker role's queues and workers, the
 // fan-out and the Redis connections are all closed when the ingress cannot listen, so the process
 // ends by itself instead of hanging on open sockets (real Redis, a real taken port).
-import { test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { cleanupPrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
 
 const CHILD = fileURLToPath(new URL('./support/failed-start-process.ts', import.meta.url));
 
@@ -32,4 +36,94 @@ test('a start that fails at listen closes every connection it opened: the proces
   } finally {
     blocker.close();
   }
+});
+
+// `callsync start` as a real process (bin/callsync.js from the source): a start that cannot work
+// ends by itself, with one line on stderr and no stack trace — exit 2 for a configuration problem,
+// 1 for anything else — so that a container restarts instead of hanging.
+describe('callsync start exits when it cannot start', () => {
+  const BIN = fileURLToPath(new URL('../bin/callsync.js', import.meta.url));
+  const prefix = uniquePrefix('startfail');
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-startfail-'));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+    await cleanupPrefix(prefix);
+  });
+
+  /** Runs `callsync start`; resolves with its exit code and output, or 'hung' after a generous bound. */
+  async function start(env: Record<string, string>): Promise<{ code: number | null | 'hung'; stderr: string; stdout: string }> {
+    const child = spawn(process.execPath, [BIN, 'start'], {
+      env: { ...process.env, CALLSYNC_FROM_SOURCE: '1', REDIS_URL, QUEUE_PREFIX: prefix, HOST: '127.0.0.1', PORT: '0', ARCHIVE_DIR: join(dir, 'archive'), SPOOL_ENABLED: 'false', LOG_LEVEL: 'warn', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    // Not a timing assertion: a process that hangs never ends, one that works ends in a few seconds.
+    const code = await new Promise<number | null | 'hung'>((resolve) => {
+      const timer = setTimeout(() => resolve('hung'), 20_000);
+      child.once('exit', (c) => {
+        clearTimeout(timer);
+        resolve(c);
+      });
+    });
+    if (code === 'hung') child.kill('SIGKILL');
+    return { code, stderr, stdout };
+  }
+
+  function assertOneLine(stderr: string, pattern: RegExp): void {
+    const lines = stderr.split('\n').filter((l) => l.trim() !== '');
+    assert.equal(lines.length, 1, `exactly one line on stderr:\n${stderr}`);
+    assert.match(lines[0]!, pattern);
+    assert.doesNotMatch(stderr, /^\s+at /m, 'no stack trace');
+  }
+
+  async function configFile(name: string, yaml: string): Promise<string> {
+    const file = join(dir, name);
+    await writeFile(file, yaml);
+    return file;
+  }
+
+  test('a hubspot sink without a token: exit 2, the problem named', async () => {
+    const file = await configFile('hubspot.yaml', 'sinks:\n  crm: { type: hubspot }\nroutes:\n  - to: crm\n');
+    const r = await start({ CALLSYNC_CONFIG: file });
+    assert.equal(r.code, 2, `exit code; stderr:\n${r.stderr}`);
+    assertOneLine(r.stderr, /^callsync start: invalid configuration \(1 problem\): sinks\.crm \(hubspot\): no access token: set HUBSPOT_ACCESS_TOKEN/);
+  });
+
+  test('an sms sink without TELEPHONY_API_URL: exit 2, every problem on the one line', async () => {
+    const file = await configFile('sms.yaml', 'sinks:\n  texts: { type: sms, message: "Sorry we missed you" }\nroutes:\n  - { when: { direction: inbound }, to: texts }\n');
+    const r = await start({ CALLSYNC_CONFIG: file, TELEPHONY_SMS_ID: 's0' });
+    assert.equal(r.code, 2, `exit code; stderr:\n${r.stderr}`);
+    assertOneLine(r.stderr, /^callsync start: invalid configuration \(2 problems\): .*sinks\.texts \(sms\): needs the platform API to send: set TELEPHONY_API_URL.*; routes\[0\]\.when\.direction: "inbound" — use in or out/);
+  });
+
+  test('workers running, the ops port taken: exit 1 after closing the workers', async () => {
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    try {
+      const r = await start({ CALLSYNC_ROLE: 'worker', OPS_PORT: String((blocker.address() as AddressInfo).port), LOG_LEVEL: 'info' });
+      assert.equal(r.code, 1, `exit code; stderr:\n${r.stderr}`);
+      assertOneLine(r.stderr, /^callsync start: start failed: .*EADDRINUSE/);
+      assert.match(r.stdout, /workers started/, 'the workers had started before the ops server failed');
+    } finally {
+      blocker.close();
+    }
+  });
+
+  test('every role, the ingress port taken: exit 1', async () => {
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    try {
+      const r = await start({ PORT: String((blocker.address() as AddressInfo).port) });
+      assert.equal(r.code, 1, `exit code; stderr:\n${r.stderr}`);
+      assertOneLine(r.stderr, /^callsync start: start failed: .*EADDRINUSE/);
+    } finally {
+      blocker.close();
+    }
+  });
 });

@@ -22,21 +22,25 @@ export interface StartOptions extends Partial<CallsyncOptions> {
 export async function startWithOperations(options: StartOptions): Promise<RunningCallsync> {
   const { config, log, runnerEvents, ingressEvents, ingressBefore, ...rest } = options;
   const operations = createOperations({ config, log, runnerEvents, ingressEvents });
-  let callsync: Callsync;
+  let started: Callsync | undefined;
   try {
-    callsync = await startCallsync(config, {
+    started = await startCallsync(config, {
       ...rest,
       log,
       ...operations.hooks,
       ingressBefore: [...(operations.hooks.ingressBefore ?? []), ...(ingressBefore ?? [])],
     });
-    const started = callsync;
-    operations.watchFanOut(() => started.fanOut?.stalled() ?? null);
+    const running = started;
+    operations.watchFanOut(() => running.fanOut?.stalled() ?? null);
     await operations.listen();
   } catch (err) {
+    // A failed start closes everything it opened (a failing startCallsync closes its own part), so
+    // the process ends instead of running workers without the ops server it was asked for.
+    await started?.close().catch((closeErr: unknown) => log.error({ err: closeErr }, 'closing after a failed start failed'));
     await operations.close().catch(() => undefined);
     throw err;
   }
+  const callsync = started;
 
   let stopping: Promise<number> | undefined;
   const shutdown = (reason: string) => {

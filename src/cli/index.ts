@@ -70,13 +70,20 @@ Options:
   'opt-out': `Usage: callsync opt-out add|remove|list [NUMBER...]
 
 Numbers on the opt-out list never get an SMS from a notification sink. Numbers are E.164
-(+4915112345678); they are stored normalized in Redis under <QUEUE_PREFIX>:optout.
+(+4915112345678) or national (0151 12345678, read in PHONE_DEFAULT_REGION, default DE); they are
+stored in E.164 in Redis under <QUEUE_PREFIX>:optout.
 
 Options:
   -h, --help    show this help`,
 } as const;
 
 type Command = keyof typeof help;
+
+/** An error's message on one line. */
+export function oneLine(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  return message.replace(/\s*\n\s*/g, ' ').trim() || 'unknown error';
+}
 
 function parse(args: string[], options: ParseArgsConfig['options'], command: Command): { values: Record<string, string | boolean | undefined>; positionals: string[] } {
   try {
@@ -121,11 +128,18 @@ export async function runCli(argv: string[], io: CliIo, runners: CliRunners = {}
       return 2;
     }
     if (err instanceof ConfigError) {
-      io.err(err.message);
+      // `start` says it in one line (one log event for the orchestrator); check-config lists them.
+      io.err(command === 'start' ? `callsync start: ${err.oneLine}` : err.message);
       return 2;
     }
     if (err instanceof CliFailure) {
       io.err(`callsync ${command}: ${err.message}`);
+      return 1;
+    }
+    if (command === 'start') {
+      // The start failed after the configuration was read (a taken port, ...); what it had opened
+      // is closed. One line, no stack trace.
+      io.err(`callsync start: start failed: ${oneLine(err)}`);
       return 1;
     }
     throw err;

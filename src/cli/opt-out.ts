@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.js';
 import { maskPhone } from '../log.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
+import { resolveRegion } from '../sinks/region.js';
 import { UsageError, type CliIo } from './io.js';
 
 export async function optOut(config: Config, redis: Redis, action: string, numbers: string[], io: CliIo): Promise<number> {
@@ -14,9 +15,11 @@ export async function optOut(config: Config, redis: Redis, action: string, numbe
     return 0;
   }
   if (numbers.length === 0) throw new UsageError(`opt-out ${action} needs at least one NUMBER (E.164, e.g. +4915112345678)`);
+  // National numbers (0151 …) are read in PHONE_DEFAULT_REGION (default DE), like the CRM sinks read them.
+  const region = resolveRegion(undefined, config.env);
   let normalized: string[];
   try {
-    normalized = numbers.map((n) => OptOutList.normalize(n));
+    normalized = numbers.map((n) => OptOutList.normalize(n, region));
   } catch (err) {
     throw new UsageError((err as Error).message);
   }

@@ -1,88 +1,32 @@
-// The environment, parsed once through zod. Every variable callsync reads is named here, with its default.
+// The environment, parsed once through one zod schema: every variable callsync reads is declared
+// here or, composed in, by the part that reads it — each sink type's `env` (src/sinks/registry.ts)
+// and the platform API client's (src/telephony/client.ts). README's variable table is checked
+// against this schema by test/config-docs.test.ts.
 import { z } from 'zod';
+import { envEnum, envInt, envList, envOptionalBool, envOptionalInt, envString, envStringOr, type EnvShape } from '../env-values.js';
+import { sinkEnv } from '../sinks/registry.js';
+import { telephonyEnv } from '../telephony/client.js';
 
-const csv = z
-  .string()
-  .optional()
-  .transform((v) => (v ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0));
-
-const int = (def: number, min = 0) =>
-  z
-    .string()
-    .optional()
-    .transform((v, ctx) => {
-      if (v === undefined || v.trim() === '') return def;
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < min) {
-        ctx.addIssue({ code: 'custom', message: `expected a whole number >= ${min}, got "${v}"` });
-        return z.NEVER;
-      }
-      return n;
-    });
-
-/** A whole number >= min, or undefined when unset or empty (the default is decided elsewhere). */
-const optionalInt = (min = 0) =>
-  z
-    .string()
-    .optional()
-    .transform((v, ctx): number | undefined => {
-      if (v === undefined || v.trim() === '') return undefined;
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < min) {
-        ctx.addIssue({ code: 'custom', message: `expected a whole number >= ${min}, got "${v}"` });
-        return z.NEVER;
-      }
-      return n;
-    });
-
-const bool = (def: boolean) =>
-  z
-    .string()
-    .optional()
-    .transform((v, ctx) => {
-      if (v === undefined || v.trim() === '') return def;
-      const s = v.trim().toLowerCase();
-      if (['1', 'true', 'yes', 'on'].includes(s)) return true;
-      if (['0', 'false', 'no', 'off'].includes(s)) return false;
-      ctx.addIssue({ code: 'custom', message: `expected true or false, got "${v}"` });
-      return z.NEVER;
-    });
-
-/** true / false, or undefined when unset or empty (the default is decided at start-up). */
-const optionalBool = z
-  .string()
-  .optional()
-  .transform((v, ctx): boolean | undefined => {
-    if (v === undefined || v.trim() === '') return undefined;
-    const s = v.trim().toLowerCase();
-    if (['1', 'true', 'yes', 'on'].includes(s)) return true;
-    if (['0', 'false', 'no', 'off'].includes(s)) return false;
-    ctx.addIssue({ code: 'custom', message: `expected true or false, got "${v}"` });
-    return z.NEVER;
-  });
-
-const optionalString = z
-  .string()
-  .optional()
-  .transform((v) => (v === undefined || v.trim() === '' ? undefined : v.trim()));
+const csv = envList;
+const int = envInt;
+const optionalInt = envOptionalInt;
+const optionalBool = envOptionalBool;
+const optionalString = envString;
 
 /** The platform's documented webhook source addresses (spec section 5). */
 export const PLATFORM_WEBHOOK_IPS = ['217.116.118.254', '212.9.46.32'];
 
-export const envSchema = z.object({
+const coreEnv = {
   /** Which roles this process runs: ingress, worker, poller or all. Default all. */
-  CALLSYNC_ROLE: z.enum(['ingress', 'worker', 'poller', 'all']).default('all'),
-  PORT: int(3000),
+  CALLSYNC_ROLE: envEnum(['ingress', 'worker', 'poller', 'all'], 'all'),
+  PORT: int(3000, 0, 65535),
   /** Listen address. Default 0.0.0.0 (the allow list guards the webhook). */
-  HOST: z.string().default('0.0.0.0'),
-  REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
+  HOST: envStringOr('0.0.0.0'),
+  REDIS_URL: envStringOr('redis://127.0.0.1:6379').refine((v) => /^rediss?:\/\//.test(v), { message: 'expected redis://host:port or rediss://… (TLS)' }),
   /** Prefix of every Redis key. Use a `{hash-tag}` (e.g. `{callsync}`) on Redis Cluster. */
-  QUEUE_PREFIX: z
-    .string()
-    .default('callsync')
-    .refine((v) => v.length > 0 && !v.includes(' '), 'expected a non-empty prefix without spaces'),
+  QUEUE_PREFIX: envStringOr('callsync').refine((v) => !/\s/.test(v), 'expected a prefix without spaces'),
   CALLSYNC_CONFIG: optionalString,
-  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  LOG_LEVEL: envEnum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
 
   WEBHOOK_ALLOWED_IPS: optionalString,
   /** Proxies (IPs and CIDRs, comma-separated) whose X-Forwarded-For is read. Default none: the header is ignored. */
@@ -118,20 +62,11 @@ export const envSchema = z.object({
    */
   SPOOL_ENABLED: optionalBool,
   /** Folder of the ingress spool (one subfolder per QUEUE_PREFIX; one ingress process per folder). Default ./data/spool. */
-  SPOOL_DIR: z.string().default('./data/spool'),
+  SPOOL_DIR: envStringOr('./data/spool'),
   /** Beyond this many bytes spooled, the ingress answers 503 again. Default 1 GiB. */
   SPOOL_MAX_BYTES: int(1024 * 1024 * 1024, 1),
   /** The spool refuses events (503, not ready) when its filesystem would keep less than this many bytes free. Default 16 MiB. */
   SPOOL_MIN_FREE_BYTES: int(16 * 1024 * 1024),
-
-  ARCHIVE_S3_BUCKET: optionalString,
-  ARCHIVE_S3_PREFIX: optionalString,
-  ARCHIVE_S3_SSE: z.enum(['AES256', 'aws:kms', 'aws:kms:dsse']).optional(),
-  ARCHIVE_S3_KMS_KEY_ID: optionalString,
-  S3_ENDPOINT: optionalString,
-  S3_FORCE_PATH_STYLE: bool(false),
-  AWS_REGION: z.string().default('us-east-1'),
-  ARCHIVE_DIR: z.string().default('./data/archive'),
 
   JOB_ATTEMPTS: int(12, 1),
   JOB_BACKOFF_MS: int(1000, 1),
@@ -178,7 +113,7 @@ export const envSchema = z.object({
   /** Listen address of the ops server. Default: HOST. */
   OPS_HOST: optionalString,
   /** Dashboard (/admin/queues) user for basic auth. Default `admin`. */
-  ADMIN_USERNAME: z.string().default('admin'),
+  ADMIN_USERNAME: envStringOr('admin'),
   /** Dashboard password (basic auth). Without it and ADMIN_TOKEN the dashboard is off. */
   ADMIN_PASSWORD: optionalString,
   /** Dashboard bearer token (`Authorization: Bearer ...`), an alternative to the password. */
@@ -202,6 +137,15 @@ export const envSchema = z.object({
   }),
   /** Bearer token required by /metrics. Default: none (Prometheus scrapes without credentials). */
   METRICS_TOKEN: optionalString,
-});
+  /** Read by bin/callsync.js only: `1` runs the TypeScript source even when dist/ exists. */
+  CALLSYNC_FROM_SOURCE: envEnum(['0', '1']),
+} satisfies EnvShape;
 
-export type Env = z.infer<typeof envSchema>;
+/** The one environment schema: callsync's own settings, the platform API client's, every sink type's. */
+export const envSchema = z.object({ ...sinkEnv, ...telephonyEnv, ...coreEnv });
+
+/** The parsed environment: the core settings and the API client's typed; the sink types' by name. */
+export type Env = z.output<z.ZodObject<typeof coreEnv & typeof telephonyEnv>> & Readonly<Record<string, unknown>>;
+
+/** Every variable name the schema declares. */
+export const envVariables = (): string[] => Object.keys(envSchema.shape).sort();

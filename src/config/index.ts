@@ -7,8 +7,9 @@ import { z } from 'zod';
 import { routeSchema, type ParsedRoute } from '../routing/types.js';
 import { sinkTypes } from '../sinks/registry.js';
 import type { RetryPolicy } from '../../queues/registry.js';
+import { oneOf } from '../env-values.js';
 import { envSchema, PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
-import { TelephonyConfigError, telephonyOptionsFromEnv, type TelephonyClientOptions } from '../telephony/client.js';
+import { TelephonyConfigError, telephonyOptions, type TelephonyClientOptions } from '../telephony/client.js';
 
 export type Role = Env['CALLSYNC_ROLE'];
 
@@ -22,8 +23,6 @@ export interface SinkConfig {
 
 export interface Config {
   env: Env;
-  /** The environment as given, for sinks that read their secrets from it. */
-  processEnv: NodeJS.ProcessEnv;
   role: Role;
   http: {
     port: number;
@@ -64,8 +63,6 @@ export interface Config {
   poll: PollerSettings;
   sinks: Record<string, SinkConfig>;
   routes: ParsedRoute[];
-  /** Raw sections of the config file that other modules read (e.g. `poller`, `templates`). */
-  file: Record<string, unknown>;
   warnings: string[];
 }
 
@@ -96,21 +93,33 @@ export class ConfigError extends Error {
     super(`Invalid configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
     this.name = 'ConfigError';
   }
+
+  /** Every problem on one line (what `callsync start` writes to stderr before it exits 2). */
+  get oneLine(): string {
+    const n = this.problems.length;
+    return `invalid configuration (${n} problem${n === 1 ? '' : 's'}): ${this.problems.map((p) => p.replace(/\s*\n\s*/g, ' ')).join('; ')}`;
+  }
 }
+
+export const NO_ARCHIVE_WARNING =
+  'no route sends calls to an archive sink: calls are not archived (add a sink of type archive and a route to it, or set ARCHIVE_S3_BUCKET)';
 
 const sinkNameSchema = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i, 'sink names are letters, digits, - and _');
 
-const fileSchema = z.looseObject({
-  sinks: z.record(z.string(), z.looseObject({ type: z.string() })).default({}),
-  routes: z.array(z.unknown()).default([]),
-  retry: z
-    .strictObject({
-      attempts: z.number().int().min(1).optional(),
-      backoffMs: z.number().int().min(1).optional(),
-      maxBackoffMs: z.number().int().min(1).optional(),
-    })
-    .optional(),
+/** The top-level keys of the config file. */
+const FILE_KEYS = ['sinks', 'routes', 'retry'] as const;
+
+const retrySchema = z.strictObject({
+  attempts: z.number().int().min(1).optional(),
+  backoffMs: z.number().int().min(1).optional(),
+  maxBackoffMs: z.number().int().min(1).optional(),
 });
+
+interface ConfigFile {
+  sinks: Record<string, unknown>;
+  routes: unknown[];
+  retry?: z.infer<typeof retrySchema>;
+}
 
 /** Replaces `${NAME}` and `${NAME:-default}` in every string value; unknown names are reported. */
 export function interpolate(value: unknown, env: NodeJS.ProcessEnv, path: string, problems: string[]): unknown {
@@ -131,10 +140,50 @@ export function interpolate(value: unknown, env: NodeJS.ProcessEnv, path: string
   return value;
 }
 
-function issuesOf(error: z.ZodError, base: string): string[] {
-  return error.issues.map((i) => {
-    const path = [base, ...i.path.map(String)].filter((s) => s !== '').join('.');
-    return `${path || '(root)'}: ${i.message}`;
+type Segment = PropertyKey;
+
+/** `['routes', 0, 'when', 'direction']` → `routes[0].when.direction`. */
+export function formatPath(path: readonly Segment[]): string {
+  let out = '';
+  for (const seg of path) {
+    if (typeof seg === 'number') out += `[${seg}]`;
+    else out += out === '' ? String(seg) : `.${String(seg)}`;
+  }
+  return out || '(root)';
+}
+
+const kindOf = (v: unknown): string => (v === null ? 'null' : Array.isArray(v) ? 'a list' : typeof v === 'object' ? 'a mapping' : typeof v);
+const isPrimitive = (v: unknown) => v === null || (typeof v !== 'object' && typeof v !== 'function');
+
+/** A union branch that failed only because the value is of the other branch's kind (one value vs a list). */
+function wrongKind(issues: readonly z.core.$ZodIssue[]): boolean {
+  return issues.every((i) => i.path.length === 0 && (i.code === 'invalid_type' || (i.code === 'invalid_value' && !isPrimitive(i.input))));
+}
+
+/**
+ * zod's issues as configuration problems: the path in the file's or environment's terms, what was
+ * given (for values from a fixed set) and what is expected (`"inbound" — use in or out`). Values that
+ * could be secrets are never echoed: only enum values and the kind of a value of the wrong type.
+ */
+export function describeIssues(issues: readonly z.core.$ZodIssue[], base: readonly Segment[] = []): string[] {
+  return issues.flatMap((issue) => {
+    const path = [...base, ...issue.path];
+    switch (issue.code) {
+      case 'invalid_union': {
+        const branches = issue.errors.filter((b) => !wrongKind(b));
+        if (branches.length === 1) return describeIssues(branches[0]!, path);
+        const expected = [...new Set(issue.errors.flatMap((b) => b.filter((i) => i.code === 'invalid_type').map((i) => (i as z.core.$ZodIssueInvalidType).expected)))];
+        return [`${formatPath(path)}: ${expected.length > 0 ? `expected ${oneOf(expected)}, got ${kindOf(issue.input)}` : issue.message}`];
+      }
+      case 'invalid_value':
+        return [`${formatPath(path)}: ${isPrimitive(issue.input) && issue.input !== undefined ? `${JSON.stringify(issue.input)} — ` : ''}use ${oneOf(issue.values)}`];
+      case 'unrecognized_keys':
+        return issue.keys.map((k) => `${formatPath([...path, k])}: unknown key`);
+      case 'invalid_type':
+        return [`${formatPath(path)}: ${issue.input === undefined ? `missing (expected ${issue.expected})` : `expected ${issue.expected}, got ${kindOf(issue.input)}`}`];
+      default:
+        return [`${formatPath(path)}: ${issue.message}`];
+    }
   });
 }
 
@@ -155,74 +204,123 @@ export interface LoadOptions {
   readFile?: (path: string) => string;
 }
 
+const isMapping = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/** Reads the config file part by part, so that one bad part does not hide the problems of the others. */
+function readConfigFile(configPath: string, processEnv: NodeJS.ProcessEnv, options: LoadOptions, problems: string[]): ConfigFile {
+  const file: ConfigFile = { sinks: {}, routes: [] };
+  let text: string;
+  try {
+    text = (options.readFile ?? ((p) => readFileSync(p, 'utf8')))(configPath);
+  } catch (err) {
+    problems.push(`CALLSYNC_CONFIG: cannot read ${configPath}: ${(err as Error).message}`);
+    return file;
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(text) ?? {};
+  } catch (err) {
+    problems.push(`${configPath}: not valid YAML: ${(err as Error).message}`);
+    return file;
+  }
+  doc = interpolate(doc, processEnv, '', problems);
+  if (!isMapping(doc)) {
+    problems.push(`${configPath}: expected a mapping with ${FILE_KEYS.join(', ')}, got ${kindOf(doc)}`);
+    return file;
+  }
+  for (const key of Object.keys(doc)) {
+    if (!(FILE_KEYS as readonly string[]).includes(key)) problems.push(`${key}: unknown key — the config file has ${FILE_KEYS.join(', ')}`);
+  }
+  if (doc.sinks !== undefined && doc.sinks !== null) {
+    if (isMapping(doc.sinks)) file.sinks = doc.sinks;
+    else problems.push(`sinks: expected a mapping of sink name → options, got ${kindOf(doc.sinks)}`);
+  }
+  if (doc.routes !== undefined && doc.routes !== null) {
+    if (Array.isArray(doc.routes)) file.routes = doc.routes;
+    else problems.push(`routes: expected a list of routes (- when: … to: …), got ${kindOf(doc.routes)}`);
+  }
+  if (doc.retry !== undefined) {
+    const retry = retrySchema.safeParse(doc.retry, { reportInput: true });
+    if (retry.success) file.retry = retry.data;
+    else problems.push(...describeIssues(retry.error.issues, ['retry']));
+  }
+  return file;
+}
+
 export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): Config {
   const problems: string[] = [];
   const warnings: string[] = [];
-  const parsedEnv = envSchema.safeParse(processEnv);
-  if (!parsedEnv.success) problems.push(...issuesOf(parsedEnv.error, ''));
+  const parsedEnv = envSchema.safeParse(processEnv, { reportInput: true });
+  if (!parsedEnv.success) problems.push(...describeIssues(parsedEnv.error.issues));
   // Keep checking the rest (the config file too) with the bad variables left at their defaults.
   const badKeys = new Set(parsedEnv.success ? [] : parsedEnv.error.issues.map((i) => String(i.path[0])));
-  const env = parsedEnv.success
+  const env: Env = parsedEnv.success
     ? parsedEnv.data
     : envSchema.parse(Object.fromEntries(Object.entries(processEnv).filter(([k]) => !badKeys.has(k))));
 
-  // The config file (optional).
-  let file: z.infer<typeof fileSchema> = { sinks: {}, routes: [] };
-  const configPath = env.CALLSYNC_CONFIG;
-  if (configPath) {
-    let text: string | undefined;
-    try {
-      text = (options.readFile ?? ((p) => readFileSync(p, 'utf8')))(configPath);
-    } catch (err) {
-      problems.push(`CALLSYNC_CONFIG: cannot read ${configPath}: ${(err as Error).message}`);
-    }
-    if (text !== undefined) {
-      let doc: unknown;
-      try {
-        doc = parseYaml(text) ?? {};
-      } catch (err) {
-        problems.push(`${configPath}: not valid YAML: ${(err as Error).message}`);
-      }
-      if (doc !== undefined) {
-        const interpolated = interpolate(doc, processEnv, '', problems);
-        const parsed = fileSchema.safeParse(interpolated);
-        if (parsed.success) file = parsed.data;
-        else problems.push(...issuesOf(parsed.error, ''));
-      }
-    }
+  // The platform API client: each variable was checked above, how they combine here.
+  let telephony: TelephonyClientOptions | null = null;
+  try {
+    telephony = telephonyOptions(env);
+  } catch (err) {
+    if (err instanceof TelephonyConfigError) problems.push(...err.problems);
+    else throw err;
   }
+  const telephonyConfigured = env.TELEPHONY_API_URL !== undefined || badKeys.has('TELEPHONY_API_URL');
 
-  // Sinks from the file, then environment shortcuts for names the file does not define.
+  const configPath = env.CALLSYNC_CONFIG;
+  const file = configPath ? readConfigFile(configPath, processEnv, options, problems) : { sinks: {}, routes: [] as unknown[] };
+
+  // Sinks from the file, then environment shortcuts for names the file does not define. Each sink's
+  // options are checked by its type, and then what it needs to start (credentials, the platform API).
   const sinks: Record<string, SinkConfig> = {};
+  const declared = new Set<string>();
   const routes: ParsedRoute[] = [];
-  const addSink = (name: string, raw: { type: string } & Record<string, unknown>, origin: SinkConfig['origin'], where: string) => {
+  const addSink = (name: string, raw: unknown, origin: SinkConfig['origin'], where: string) => {
+    declared.add(name);
     const nameOk = sinkNameSchema.safeParse(name);
     if (!nameOk.success) problems.push(`${where}: ${nameOk.error.issues[0]?.message}`);
+    if (!isMapping(raw)) {
+      problems.push(`${where}: expected the sink's options (type: …), got ${kindOf(raw)}`);
+      return;
+    }
+    const known = oneOf([...sinkTypes.keys()]);
+    if (typeof raw.type !== 'string') {
+      problems.push(`${where}.type: missing — use ${known}`);
+      return;
+    }
     const type = sinkTypes.get(raw.type);
     if (!type) {
-      problems.push(`${where}.type: unknown sink type "${raw.type}" (known: ${[...sinkTypes.keys()].join(', ')})`);
+      problems.push(`${where}.type: unknown sink type "${raw.type}" — use ${known}`);
       return;
     }
     const { type: _type, ...rest } = raw;
-    const parsed = type.options.safeParse(rest);
+    const parsed = type.options.safeParse(rest, { reportInput: true });
     if (!parsed.success) {
-      problems.push(...issuesOf(parsed.error, where));
+      problems.push(...describeIssues(parsed.error.issues, [where]));
       return;
     }
+    for (const problem of type.check?.(parsed.data, env, { telephony: telephonyConfigured }) ?? []) problems.push(`${where} (${raw.type}): ${problem}`);
     sinks[name] = { name, type: raw.type, options: parsed.data, origin };
   };
   for (const [name, raw] of Object.entries(file.sinks)) addSink(name, raw, 'file', `sinks.${name}`);
+  const fileRoutes: { i: number; to: string[] }[] = [];
   file.routes.forEach((raw, i) => {
-    const parsed = routeSchema.safeParse(raw);
-    if (parsed.success) routes.push(parsed.data);
-    else problems.push(...issuesOf(parsed.error, `routes[${i}]`));
+    const parsed = routeSchema.safeParse(raw, { reportInput: true });
+    if (!parsed.success) return problems.push(...describeIssues(parsed.error.issues, [`routes[${i}]`]));
+    routes.push(parsed.data);
+    fileRoutes.push({ i, to: parsed.data.to });
   });
 
+  // A shortcut is left out when the file defines a sink of its name or of its type: that sink reads
+  // the same variables (e.g. its token), and a second sink would write every call twice.
+  const fileTypes = new Set(Object.values(file.sinks).map((raw) => (isMapping(raw) ? raw.type : undefined)));
   for (const type of sinkTypes.values()) {
-    const shortcut = type.fromEnv?.(processEnv, { configFile: configPath !== undefined });
+    if (fileTypes.has(type.type)) continue;
+    const shortcut = type.fromEnv?.(env, { configFile: configPath !== undefined });
     if (!shortcut) continue;
     for (const [name, raw] of Object.entries(shortcut.sinks)) {
-      if (file.sinks[name]) continue;
+      if (file.sinks[name] !== undefined) continue;
       addSink(name, raw, 'env', `environment shortcut for sink "${name}"`);
       for (const route of shortcut.routes) {
         const parsed = routeSchema.safeParse(route);
@@ -230,10 +328,14 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       }
     }
   }
+  for (const { i, to } of fileRoutes) {
+    for (const name of to) if (!declared.has(name)) problems.push(`routes[${i}].to: no sink named "${name}"${declared.size > 0 ? ` — use ${oneOf([...declared])}` : ''}`);
+  }
 
-  routes.forEach((route, i) => {
-    for (const name of route.to) if (!sinks[name]) problems.push(`routes[${i}].to: no sink named "${name}"`);
-  });
+  // With a config file the file lists every sink: no implicit local archive (transcripts are personal
+  // data; they go nowhere the file does not name). Say so when nothing archives calls.
+  const archives = new Set(Object.values(sinks).filter((s) => s.type === 'archive').map((s) => s.name));
+  if (!routes.some((r) => r.to.some((name) => archives.has(name)))) warnings.push(NO_ARCHIVE_WARNING);
 
   let allowedIps: string[] | '*' = PLATFORM_WEBHOOK_IPS;
   if (env.WEBHOOK_ALLOWED_IPS !== undefined) {
@@ -259,22 +361,13 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   if (!env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length > 0)
     problems.push('WEBHOOK_AUTH_HEADER: required when WEBHOOK_AUTH_TOKENS is set');
 
-  let telephony: TelephonyClientOptions | null = null;
-  try {
-    telephony = telephonyOptionsFromEnv(processEnv);
-  } catch (err) {
-    if (err instanceof TelephonyConfigError) problems.push(...err.problems);
-    else throw err;
-  }
-
-  if (env.POLL_CHANNEL_IDS.length > 0 && telephony === null && !badKeys.has('TELEPHONY_API_URL'))
+  if (env.POLL_CHANNEL_IDS.length > 0 && !telephonyConfigured)
     problems.push('POLL_CHANNEL_IDS: polling channel events needs TELEPHONY_API_URL (and credentials)');
 
   if (problems.length > 0) throw new ConfigError(problems);
 
   return {
     env,
-    processEnv,
     role: env.CALLSYNC_ROLE,
     http: {
       port: env.PORT,
@@ -311,7 +404,6 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
     poll: pollerSettings(env),
     sinks,
     routes,
-    file,
     warnings,
   };
 }

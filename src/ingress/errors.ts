@@ -1,4 +1,7 @@
 // HTTP errors in the platform's shape (spec 7): `{ "errors": [ { status, title, detail, source: { pointer } } ] }`.
+// `source.pointer` locates the error: a JSON pointer to the field (`/call/startTime`); `/` when the
+// whole body or the request as a whole is refused (not JSON, too large, address not allowed, Redis
+// away, shutting down); the header's name when a header is (`content-type`, the credential header).
 import { HTTPException } from 'hono/http-exception';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 
@@ -22,7 +25,10 @@ const titles: Record<number, string> = {
   503: 'Service Unavailable',
 };
 
-/** One thing wrong with a request: what, and where (a JSON pointer into the body; '' for the whole request). */
+/** `source.pointer` of a problem with the whole body or the request as a whole. */
+export const WHOLE_REQUEST = '/';
+
+/** One thing wrong with a request: what, and where (a JSON pointer into the body; `/` for the whole request). */
 export interface Problem {
   detail: string;
   pointer: string;
@@ -46,19 +52,19 @@ export class ApiError extends HTTPException {
   readonly logFields: Record<string, unknown>;
   constructor(status: ContentfulStatusCode, detail: string, options: ApiErrorOptions = {}) {
     super(status, { message: detail, cause: options.cause });
-    this.pointer = options.pointer ?? '';
+    this.pointer = options.pointer || WHOLE_REQUEST;
     this.headers = options.headers ?? {};
     this.problems = options.problems?.length ? options.problems : [{ detail, pointer: this.pointer }];
     this.logFields = options.logFields ?? {};
   }
 }
 
-export function errorBody(status: number, detail: string, pointer = ''): { errors: DetailedError[] } {
+export function errorBody(status: number, detail: string, pointer = WHOLE_REQUEST): { errors: DetailedError[] } {
   return problemsBody(status, [{ detail, pointer }]);
 }
 
-/** The error body with one entry per problem. */
+/** The error body with one entry per problem; an empty pointer names the whole request (`/`). */
 export function problemsBody(status: number, problems: Problem[]): { errors: DetailedError[] } {
   const title = titles[status] ?? 'Error';
-  return { errors: problems.map((p) => ({ status, title, detail: p.detail, source: { pointer: p.pointer } })) };
+  return { errors: problems.map((p) => ({ status, title, detail: p.detail, source: { pointer: p.pointer || WHOLE_REQUEST } })) };
 }

@@ -1,9 +1,18 @@
-// Every kind of sink callsync knows, by its `type` in the config file.
+// Every kind of sink callsync knows, by its `type` in the config file, and the environment
+// variables they read (composed into the one environment schema by src/config/env.ts).
+import { mergeEnvShapes, type EnvShape } from '../env-values.js';
 import type { SinkType } from './types.js';
 import { archiveSinkType } from './archive/index.js';
 import { crmSinkTypes } from './crm/index.js';
 import { notifySinkTypes } from './notify/index.js';
+import { regionEnv } from './region.js';
 
 const all: SinkType<never>[] = [archiveSinkType as SinkType<never>, ...(crmSinkTypes as SinkType<never>[]), ...(notifySinkTypes as SinkType<never>[])];
 
 export const sinkTypes: ReadonlyMap<string, SinkType<unknown>> = new Map(all.map((t) => [t.type, t as SinkType<unknown>]));
+
+/**
+ * Every variable a sink type reads (a variable several types read is declared once, by the file
+ * that owns it), plus PHONE_DEFAULT_REGION, which `callsync opt-out` reads too.
+ */
+export const sinkEnv: EnvShape = mergeEnvShapes([regionEnv, ...all.map((t) => t.env ?? {})]);

@@ -5,6 +5,18 @@ import type { CallRevision, CanonicalCall } from '../model/call.js';
 import type { KeyValueStore } from '../state/kv.js';
 import type { TelephonyClient } from '../telephony/types.js';
 import type { Route } from '../routing/types.js';
+import type { EnvOf, EnvShape } from '../env-values.js';
+
+/**
+ * The parsed environment (the one schema of src/config/env.ts), by variable name. A sink type reads
+ * the variables its `env` declares, through `envOf`.
+ */
+export type SinkEnv = Readonly<Record<string, unknown>>;
+
+/** A sink type's typed view of the parsed environment: the variables its shape declares. */
+export function envOf<S extends EnvShape>(_shape: S, env: SinkEnv): EnvOf<S> {
+  return env as EnvOf<S>;
+}
 
 export interface SinkContext {
   /** BullMQ job id; stable for the same call and sink. */
@@ -46,10 +58,16 @@ export interface SinkDeps {
   telephony: TelephonyClient | null;
   /** Current time; tests pass a controllable clock. */
   now: () => Date;
-  /** The process environment as given (secrets are read from here, never copied into options). */
-  env: NodeJS.ProcessEnv;
+  /** The parsed environment (secrets are read from here, never copied into options). */
+  env: SinkEnv;
   /** Numbers that must never be texted (the Redis set the CLI manages), when available. */
   optOut?: { has(number: string): Promise<boolean> };
+}
+
+/** What `SinkType.check` may know besides options and environment. */
+export interface SinkCheckContext {
+  /** Whether the platform's REST API is configured (TELEPHONY_API_URL with credentials). */
+  telephony: boolean;
 }
 
 /** Limits applied to a sink's whole queue (BullMQ worker limiter). */
@@ -67,6 +85,18 @@ export interface SinkType<O = unknown> {
   /** zod schema of the sink's options in the config file (`sinks.<name>`, minus `type`). */
   readonly options: z.ZodType<O>;
   /**
+   * The environment variables this sink type reads (its credentials, its shortcut), each with the
+   * schema of its value. src/config/env.ts composes every type's into the one environment schema,
+   * so a bad value is reported with every other configuration problem.
+   */
+  readonly env?: EnvShape;
+  /**
+   * What keeps a sink with these options from starting, checked with the configuration so that
+   * `check-config` and `start` report it in the same pass: credentials neither in the options nor
+   * in the environment, the platform API not configured. Each problem names what to set.
+   */
+  check?(options: O, env: SinkEnv, context: SinkCheckContext): string[];
+  /**
    * Builds the sink. May be async: heavy client libraries (AWS SDK, nodemailer) are imported here,
    * so a process loads only those of the sinks it runs (the ingress none).
    */
@@ -82,5 +112,5 @@ export interface SinkType<O = unknown> {
    * Sinks and routes implied by environment variables alone (e.g. ARCHIVE_S3_BUCKET), used when
    * the config file does not define a sink of the same name. `configFile` tells whether one was given.
    */
-  fromEnv?(env: NodeJS.ProcessEnv, context: { configFile: boolean }): { sinks: Record<string, { type: string } & Record<string, unknown>>; routes: Route[] } | null;
+  fromEnv?(env: SinkEnv, context: { configFile: boolean }): { sinks: Record<string, { type: string } & Record<string, unknown>>; routes: Route[] } | null;
 }

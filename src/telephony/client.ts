@@ -6,6 +6,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import pRetry from 'p-retry';
 import { z } from 'zod';
 import type { Logger } from '../log.js';
+import { envEnum, envOptionalInt, envString, envUrl, type EnvOf, type EnvShape } from '../env-values.js';
 import { PermanentError, RetryLaterError, SinkError, TransientError, classify } from '../errors.js';
 import { createAuthProvider, type AuthProvider, type IssuedTokens, type TelephonyAuth } from './auth.js';
 import {
@@ -382,107 +383,111 @@ export class TelephonyConfigError extends Error {
   }
 }
 
-const TELEPHONY_ENV = {
-  url: 'TELEPHONY_API_URL',
-  tokenId: 'TELEPHONY_TOKEN_ID',
-  token: 'TELEPHONY_TOKEN',
-  accessToken: 'TELEPHONY_ACCESS_TOKEN',
-  tokenUrl: 'TELEPHONY_OAUTH_TOKEN_URL',
-  clientId: 'TELEPHONY_OAUTH_CLIENT_ID',
-  clientSecret: 'TELEPHONY_OAUTH_CLIENT_SECRET',
-  refreshToken: 'TELEPHONY_OAUTH_REFRESH_TOKEN',
-  clientAuth: 'TELEPHONY_OAUTH_CLIENT_AUTH',
-  timeoutMs: 'TELEPHONY_TIMEOUT_MS',
-  downloadIdleTimeoutMs: 'TELEPHONY_DOWNLOAD_IDLE_TIMEOUT_MS',
-  retries: 'TELEPHONY_RETRIES',
-  maxRetryAfterMs: 'TELEPHONY_MAX_RETRY_AFTER_MS',
-  channelEventsPath: 'TELEPHONY_CHANNEL_EVENTS_PATH',
-  smsPath: 'TELEPHONY_SMS_PATH',
-} as const;
+const envPath = (placeholder?: string) =>
+  envString.refine((v) => v === undefined || (v.startsWith('/') && (!placeholder || v.includes(placeholder))), {
+    message: `expected a path starting with /${placeholder ? ` containing ${placeholder}` : ''}`,
+  });
 
 /**
- * Client options from the environment; null when TELEPHONY_API_URL is unset. Credentials, in this
- * order: OAuth refresh (TELEPHONY_OAUTH_TOKEN_URL + _CLIENT_ID + _CLIENT_SECRET + _REFRESH_TOKEN,
- * optionally a first TELEPHONY_ACCESS_TOKEN), a fixed bearer token (TELEPHONY_ACCESS_TOKEN), or a
- * personal access token as HTTP Basic (TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN). Throws
- * TelephonyConfigError listing every problem.
+ * The environment variables of the platform API client. Field by field they are checked here (part
+ * of the one environment schema, src/config/env.ts); how they combine by telephonyOptions.
  */
-export function telephonyOptionsFromEnv(env: NodeJS.ProcessEnv): TelephonyClientOptions | null {
-  const get = (name: string): string | undefined => {
-    const v = env[name];
-    return v === undefined || v.trim() === '' ? undefined : v.trim();
-  };
-  const baseUrl = get(TELEPHONY_ENV.url);
+export const telephonyEnv = {
+  /** API root including the version, e.g. `https://api.example.com/v2`. Unset: no API client. */
+  TELEPHONY_API_URL: envUrl,
+  TELEPHONY_TOKEN_ID: envString,
+  TELEPHONY_TOKEN: envString,
+  TELEPHONY_ACCESS_TOKEN: envString,
+  TELEPHONY_OAUTH_TOKEN_URL: envUrl,
+  TELEPHONY_OAUTH_CLIENT_ID: envString,
+  TELEPHONY_OAUTH_CLIENT_SECRET: envString,
+  TELEPHONY_OAUTH_REFRESH_TOKEN: envString,
+  TELEPHONY_OAUTH_CLIENT_AUTH: envEnum(['basic', 'post'], 'basic'),
+  TELEPHONY_TIMEOUT_MS: envOptionalInt(1),
+  TELEPHONY_DOWNLOAD_IDLE_TIMEOUT_MS: envOptionalInt(1),
+  TELEPHONY_RETRIES: envOptionalInt(0),
+  TELEPHONY_MAX_RETRY_AFTER_MS: envOptionalInt(0),
+  TELEPHONY_CHANNEL_EVENTS_PATH: envPath('{channelId}'),
+  TELEPHONY_SMS_PATH: envPath(),
+} satisfies EnvShape;
+
+export type TelephonyEnv = EnvOf<typeof telephonyEnv>;
+
+/**
+ * Client options from the parsed TELEPHONY_* variables; null when TELEPHONY_API_URL is unset.
+ * Credentials, in this order: OAuth refresh (TELEPHONY_OAUTH_TOKEN_URL + _CLIENT_ID + _CLIENT_SECRET
+ * + _REFRESH_TOKEN, optionally a first TELEPHONY_ACCESS_TOKEN), a fixed bearer token
+ * (TELEPHONY_ACCESS_TOKEN), or a personal access token as HTTP Basic (TELEPHONY_TOKEN_ID +
+ * TELEPHONY_TOKEN). Throws TelephonyConfigError listing every problem of how they combine.
+ */
+export function telephonyOptions(env: TelephonyEnv): TelephonyClientOptions | null {
+  const baseUrl = env.TELEPHONY_API_URL;
   if (baseUrl === undefined) return null;
   const problems: string[] = [];
-  try {
-    const u = new URL(baseUrl);
-    if (u.protocol !== 'https:' && u.protocol !== 'http:') problems.push(`${TELEPHONY_ENV.url}: expected an http(s) URL, got "${baseUrl}"`);
-  } catch {
-    problems.push(`${TELEPHONY_ENV.url}: expected a URL such as https://api.example.com/v2, got "${baseUrl}"`);
-  }
-  const int = (name: string, min: number): number | undefined => {
-    const v = get(name);
-    if (v === undefined) return undefined;
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < min) {
-      problems.push(`${name}: expected a whole number >= ${min}, got "${v}"`);
-      return undefined;
-    }
-    return n;
+  const oauth = {
+    TELEPHONY_OAUTH_TOKEN_URL: env.TELEPHONY_OAUTH_TOKEN_URL,
+    TELEPHONY_OAUTH_CLIENT_ID: env.TELEPHONY_OAUTH_CLIENT_ID,
+    TELEPHONY_OAUTH_CLIENT_SECRET: env.TELEPHONY_OAUTH_CLIENT_SECRET,
+    TELEPHONY_OAUTH_REFRESH_TOKEN: env.TELEPHONY_OAUTH_REFRESH_TOKEN,
   };
-  const path = (name: string, placeholder?: string): string | undefined => {
-    const v = get(name);
-    if (v === undefined) return undefined;
-    if (!v.startsWith('/')) problems.push(`${name}: expected a path starting with /, got "${v}"`);
-    if (placeholder && !v.includes(placeholder)) problems.push(`${name}: expected the placeholder ${placeholder} in "${v}"`);
-    return v;
-  };
-
-  const oauthNames = [TELEPHONY_ENV.tokenUrl, TELEPHONY_ENV.clientId, TELEPHONY_ENV.clientSecret, TELEPHONY_ENV.refreshToken];
-  const oauthSet = oauthNames.filter((n) => get(n) !== undefined);
-  const accessToken = get(TELEPHONY_ENV.accessToken);
-  const tokenId = get(TELEPHONY_ENV.tokenId);
-  const token = get(TELEPHONY_ENV.token);
+  const oauthSet = Object.keys(oauth).filter((n) => oauth[n as keyof typeof oauth] !== undefined);
+  const { TELEPHONY_ACCESS_TOKEN: accessToken, TELEPHONY_TOKEN_ID: tokenId, TELEPHONY_TOKEN: token } = env;
   let auth: TelephonyAuth | undefined;
   if (oauthSet.length > 0) {
-    const missing = oauthNames.filter((n) => get(n) === undefined);
+    const missing = Object.keys(oauth).filter((n) => oauth[n as keyof typeof oauth] === undefined);
     if (missing.length > 0) problems.push(`OAuth refresh needs ${missing.join(', ')} as well (or unset ${oauthSet.join(', ')})`);
-    const clientAuth = get(TELEPHONY_ENV.clientAuth) ?? 'basic';
-    if (clientAuth !== 'basic' && clientAuth !== 'post') problems.push(`${TELEPHONY_ENV.clientAuth}: expected basic or post, got "${clientAuth}"`);
-    const tokenUrl = get(TELEPHONY_ENV.tokenUrl);
-    if (tokenUrl !== undefined && !URL.canParse(tokenUrl)) problems.push(`${TELEPHONY_ENV.tokenUrl}: expected a URL, got "${tokenUrl}"`);
     auth = {
       kind: 'oauth',
-      tokenUrl: tokenUrl ?? '',
-      clientId: get(TELEPHONY_ENV.clientId) ?? '',
-      clientSecret: get(TELEPHONY_ENV.clientSecret) ?? '',
-      refreshToken: get(TELEPHONY_ENV.refreshToken) ?? '',
+      tokenUrl: oauth.TELEPHONY_OAUTH_TOKEN_URL ?? '',
+      clientId: oauth.TELEPHONY_OAUTH_CLIENT_ID ?? '',
+      clientSecret: oauth.TELEPHONY_OAUTH_CLIENT_SECRET ?? '',
+      refreshToken: oauth.TELEPHONY_OAUTH_REFRESH_TOKEN ?? '',
       accessToken,
-      clientAuth: clientAuth === 'post' ? 'post' : 'basic',
+      clientAuth: env.TELEPHONY_OAUTH_CLIENT_AUTH ?? 'basic',
     };
   } else if (accessToken !== undefined) {
     auth = { kind: 'bearer', accessToken };
   }
   if (tokenId !== undefined || token !== undefined) {
-    if (auth !== undefined) problems.push(`set either ${TELEPHONY_ENV.tokenId}/${TELEPHONY_ENV.token} (personal access token) or OAuth settings, not both`);
-    else if (tokenId === undefined || token === undefined) problems.push(`a personal access token needs both ${TELEPHONY_ENV.tokenId} and ${TELEPHONY_ENV.token}`);
+    if (auth !== undefined) problems.push('set either TELEPHONY_TOKEN_ID/TELEPHONY_TOKEN (personal access token) or OAuth settings, not both');
+    else if (tokenId === undefined || token === undefined) problems.push('a personal access token needs both TELEPHONY_TOKEN_ID and TELEPHONY_TOKEN');
     else auth = { kind: 'basic', tokenId, token };
   }
   if (auth === undefined && problems.length === 0) {
-    problems.push(`${TELEPHONY_ENV.url} is set but no credentials: set ${TELEPHONY_ENV.tokenId} + ${TELEPHONY_ENV.token}, or ${TELEPHONY_ENV.accessToken}, or the TELEPHONY_OAUTH_* settings`);
+    problems.push('TELEPHONY_API_URL is set but no credentials: set TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN, or TELEPHONY_ACCESS_TOKEN, or the TELEPHONY_OAUTH_* settings');
   }
 
   const options: TelephonyClientOptions = {
     baseUrl,
     auth: auth ?? { kind: 'bearer', accessToken: '' },
-    timeoutMs: int(TELEPHONY_ENV.timeoutMs, 1),
-    downloadIdleTimeoutMs: int(TELEPHONY_ENV.downloadIdleTimeoutMs, 1),
-    retries: int(TELEPHONY_ENV.retries, 0),
-    maxRetryAfterMs: int(TELEPHONY_ENV.maxRetryAfterMs, 0),
-    channelEventsPath: path(TELEPHONY_ENV.channelEventsPath, '{channelId}'),
-    smsPath: path(TELEPHONY_ENV.smsPath),
+    timeoutMs: env.TELEPHONY_TIMEOUT_MS,
+    downloadIdleTimeoutMs: env.TELEPHONY_DOWNLOAD_IDLE_TIMEOUT_MS,
+    retries: env.TELEPHONY_RETRIES,
+    maxRetryAfterMs: env.TELEPHONY_MAX_RETRY_AFTER_MS,
+    channelEventsPath: env.TELEPHONY_CHANNEL_EVENTS_PATH,
+    smsPath: env.TELEPHONY_SMS_PATH,
   };
   if (problems.length > 0) throw new TelephonyConfigError(problems);
   return options;
+}
+
+/**
+ * Client options from raw environment strings (for tools outside the configuration): each variable
+ * is read through telephonyEnv, then combined by telephonyOptions. Throws TelephonyConfigError
+ * listing every problem.
+ */
+export function telephonyOptionsFromEnv(env: NodeJS.ProcessEnv): TelephonyClientOptions | null {
+  const schema = z.object(telephonyEnv);
+  const parsed = schema.safeParse(env);
+  if (parsed.success) return telephonyOptions(parsed.data);
+  // Every problem at once: the bad variables' own, then how the others combine.
+  const problems = parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`);
+  const bad = new Set(parsed.error.issues.map((i) => String(i.path[0])));
+  try {
+    telephonyOptions(schema.parse(Object.fromEntries(Object.entries(env).filter(([k]) => !bad.has(k)))));
+  } catch (err) {
+    if (err instanceof TelephonyConfigError) problems.push(...err.problems);
+    else throw err;
+  }
+  throw new TelephonyConfigError(problems);
 }

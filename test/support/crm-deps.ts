@@ -8,6 +8,8 @@ import { memoryLog } from './callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix } from './redis.js';
 
 export interface CrmTestDeps extends SinkDeps {
+  /** Raw strings, as sinks built outside the configuration may get them (tests change them). */
+  env: NodeJS.ProcessEnv;
   prefix: string;
   redis: Redis;
   logs: Record<string, unknown>[];

@@ -43,7 +43,7 @@ async function createSinks({ config, options, log, redis, telephony }: RoleDeps)
   const sinks = new Map<string, Sink>();
   for (const sink of Object.values(config.sinks)) {
     const override = options.sinks?.get(sink.name);
-    const deps = { log: log.child({ sink: sink.name }), state: state.scoped(sink.name), telephony, now, env: config.processEnv, optOut };
+    const deps = { log: log.child({ sink: sink.name }), state: state.scoped(sink.name), telephony, now, env: config.env, optOut };
     sinks.set(sink.name, override ?? (await sinkTypes.get(sink.type)!.create(sink.name, sink.options, deps)));
   }
   return sinks;

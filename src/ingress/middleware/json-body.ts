@@ -26,7 +26,7 @@ export function jsonBody(options: JsonBodyOptions): MiddlewareHandler {
     const type = c.req.header('content-type') ?? '';
     if (!JSON_TYPE.test(type)) {
       throw new ApiError(415, `content type must be application/json, got ${type === '' ? 'none' : `"${type.slice(0, 100)}"`}`, {
-        pointer: '',
+        pointer: 'content-type',
       });
     }
     // An unsupported charset is refused before the body is read.

@@ -2,14 +2,17 @@
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
+import { envBool, envString, envStringOr, envEnum, type EnvShape } from '../../env-values.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { RevisionGuard } from '../revisions.js';
-import type { Sink, SinkContext, SinkResult, SinkType } from '../types.js';
+import { envOf, type Sink, type SinkContext, type SinkResult, type SinkType } from '../types.js';
 import type { TelephonyClient } from '../../telephony/types.js';
 import { archiveKeys } from './keys.js';
 import { archiveRecordings } from './recordings.js';
 import { renderArchiveJson, renderTranscriptText } from './render.js';
 import { LocalFolderStore, type ObjectStore } from './store.js';
+
+const SSE_MODES = ['AES256', 'aws:kms', 'aws:kms:dsse'] as const;
 
 export const archiveOptionsSchema = z.strictObject({
   /** S3 bucket; without it the archive goes to `dir`. */
@@ -20,7 +23,7 @@ export const archiveOptionsSchema = z.strictObject({
   /** S3-compatible endpoint (MinIO, ...). */
   endpoint: z.url().optional(),
   forcePathStyle: z.boolean().default(false),
-  sse: z.enum(['AES256', 'aws:kms', 'aws:kms:dsse']).optional(),
+  sse: z.enum(SSE_MODES).optional(),
   kmsKeyId: z.string().optional(),
   /** Static credentials; default: the AWS SDK's chain (environment of the process, instance roles...). */
   accessKeyId: z.string().min(1).optional(),
@@ -30,6 +33,26 @@ export const archiveOptionsSchema = z.strictObject({
 });
 
 export type ArchiveOptions = z.infer<typeof archiveOptionsSchema>;
+
+
+/** The environment variables of the archive sink type: its shortcut (the sink `archive`). */
+export const archiveEnv = {
+  /** Archive to this S3 bucket (alone: every call with a transcript, summary or recording). */
+  ARCHIVE_S3_BUCKET: envString,
+  /** Key prefix in the bucket or folder (also the CRM sinks' transcript links). */
+  ARCHIVE_S3_PREFIX: envString,
+  ARCHIVE_S3_SSE: envEnum(SSE_MODES),
+  ARCHIVE_S3_KMS_KEY_ID: envString,
+  /** S3-compatible endpoint (MinIO, ...). */
+  S3_ENDPOINT: envString,
+  S3_FORCE_PATH_STYLE: envBool(false),
+  AWS_REGION: envStringOr('us-east-1'),
+  /** Static S3 credentials (both, or neither: then the AWS SDK's default chain). */
+  AWS_ACCESS_KEY_ID: envString,
+  AWS_SECRET_ACCESS_KEY: envString,
+  /** Local archive folder of the shortcut when no bucket is set. */
+  ARCHIVE_DIR: envStringOr('./data/archive'),
+} satisfies EnvShape;
 
 export class ArchiveSink implements Sink {
   readonly type = 'archive';
@@ -96,26 +119,30 @@ export const archiveSinkType: SinkType<ArchiveOptions> = {
   type: 'archive',
   options: archiveOptionsSchema,
   create: async (name, options, deps) => new ArchiveSink(name, await createObjectStore(options), options.prefix, deps.telephony, deps.state),
-  fromEnv(env, { configFile }) {
-    const bucket = env.ARCHIVE_S3_BUCKET?.trim();
+  env: archiveEnv,
+  check(options) {
+    return (options.accessKeyId === undefined) === (options.secretAccessKey === undefined)
+      ? []
+      : ['accessKeyId and secretAccessKey (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) go together; set both, or neither for the AWS SDK\'s default credentials'];
+  },
+  fromEnv(parsed, { configFile }) {
+    const env = envOf(archiveEnv, parsed);
+    const bucket = env.ARCHIVE_S3_BUCKET;
     // Without a config file, `npm start` archives to a local folder so one machine works out of the box.
     if (!bucket && configFile) return null;
     const sink: { type: string } & Record<string, unknown> = { type: 'archive' };
+    if (env.ARCHIVE_S3_PREFIX) sink.prefix = env.ARCHIVE_S3_PREFIX;
     if (bucket) {
       sink.bucket = bucket;
-      if (env.ARCHIVE_S3_PREFIX) sink.prefix = env.ARCHIVE_S3_PREFIX;
       if (env.AWS_REGION) sink.region = env.AWS_REGION;
       if (env.S3_ENDPOINT) sink.endpoint = env.S3_ENDPOINT;
-      if (env.S3_FORCE_PATH_STYLE) sink.forcePathStyle = ['1', 'true', 'yes', 'on'].includes(env.S3_FORCE_PATH_STYLE.toLowerCase());
+      if (env.S3_FORCE_PATH_STYLE) sink.forcePathStyle = true;
       if (env.ARCHIVE_S3_SSE) sink.sse = env.ARCHIVE_S3_SSE;
       if (env.ARCHIVE_S3_KMS_KEY_ID) sink.kmsKeyId = env.ARCHIVE_S3_KMS_KEY_ID;
-      if (env.AWS_ACCESS_KEY_ID && env.AWS_SECRET_ACCESS_KEY) {
-        sink.accessKeyId = env.AWS_ACCESS_KEY_ID;
-        sink.secretAccessKey = env.AWS_SECRET_ACCESS_KEY;
-      }
+      if (env.AWS_ACCESS_KEY_ID) sink.accessKeyId = env.AWS_ACCESS_KEY_ID;
+      if (env.AWS_SECRET_ACCESS_KEY) sink.secretAccessKey = env.AWS_SECRET_ACCESS_KEY;
     } else {
       if (env.ARCHIVE_DIR) sink.dir = env.ARCHIVE_DIR;
-      if (env.ARCHIVE_S3_PREFIX) sink.prefix = env.ARCHIVE_S3_PREFIX;
     }
     return {
       sinks: { archive: sink },

@@ -1,26 +1,10 @@
 // Pieces shared by the CRM sink types: option schemas and the per-call record memory.
 import { z } from 'zod';
-import { phoneLib } from '../libphonenumber.js';
 import { callHash } from '../../model/call.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { SinkError } from '../../errors.js';
-import type { CountryCode } from './phone.js';
 
-export const DEFAULT_REGION: CountryCode = 'DE';
-
-export const regionSchema = z
-  .string()
-  .transform((v) => v.trim().toUpperCase())
-  .refine((v) => phoneLib().isSupportedCountry(v), { message: 'expected an ISO 3166 country code libphonenumber knows, e.g. DE' })
-  .transform((v) => v as CountryCode);
-
-/** The default region from the options, else PHONE_DEFAULT_REGION, else DE. */
-export function resolveRegion(option: CountryCode | undefined, env: NodeJS.ProcessEnv): CountryCode {
-  if (option) return option;
-  const fromEnv = env.PHONE_DEFAULT_REGION?.trim().toUpperCase();
-  if (fromEnv && phoneLib().isSupportedCountry(fromEnv)) return fromEnv;
-  return DEFAULT_REGION;
-}
+export { DEFAULT_REGION, regionSchema, resolveRegion } from '../region.js';
 
 /** A `{{variable}}` template (the one variable set; a typo is a config error, not an empty note). */
 export { templateSchema } from '../template-vars.js';

@@ -10,7 +10,10 @@ import { callHash, OUTCOMES, type CanonicalCall, type Outcome } from '../../mode
 import { maskPhone } from '../../log.js';
 import { PermanentError } from '../../errors.js';
 import { RevisionGuard } from '../revisions.js';
-import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
+import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SinkType } from '../types.js';
+import { envOptionalBool, envString, envUrl, type EnvShape } from '../../env-values.js';
+import { archiveEnv } from '../archive/index.js';
+import { regionEnv } from '../region.js';
 import {
   archiveLinkSchema,
   queueLimitSchema,
@@ -76,6 +79,17 @@ export const hubspotOptionsSchema = z.strictObject({
 
 export type HubSpotOptions = z.infer<typeof hubspotOptionsSchema>;
 
+/** The environment variables the HubSpot sink type reads. */
+export const hubspotEnv = {
+  /** Private-app access token (the sink's `accessToken` default); alone it adds the sink `hubspot`. */
+  HUBSPOT_ACCESS_TOKEN: envString,
+  HUBSPOT_API_URL: envUrl,
+  /** The shortcut sink's `createContacts`. */
+  HUBSPOT_CREATE_CONTACTS: envOptionalBool,
+  PHONE_DEFAULT_REGION: regionEnv.PHONE_DEFAULT_REGION,
+  ARCHIVE_S3_PREFIX: archiveEnv.ARCHIVE_S3_PREFIX,
+} satisfies EnvShape;
+
 interface Contact {
   id: string;
   name: string | null;
@@ -115,6 +129,8 @@ function results(body: unknown): { id: string; properties: Record<string, unknow
   });
 }
 
+const NO_TOKEN = 'no access token: set HUBSPOT_ACCESS_TOKEN (a private app\'s token) or the sink\'s accessToken';
+
 export class HubSpotSink implements Sink {
   readonly type = 'hubspot';
   private readonly http: CrmHttp;
@@ -128,17 +144,18 @@ export class HubSpotSink implements Sink {
     private readonly options: HubSpotOptions,
     private readonly deps: SinkDeps,
   ) {
-    const token = options.accessToken ?? deps.env.HUBSPOT_ACCESS_TOKEN?.trim();
-    if (!token) throw new Error(`sink "${name}" (hubspot): no access token; set HUBSPOT_ACCESS_TOKEN or accessToken`);
+    const env = envOf(hubspotEnv, deps.env);
+    const token = options.accessToken ?? env.HUBSPOT_ACCESS_TOKEN;
+    if (!token) throw new Error(`sink "${name}" (hubspot): ${NO_TOKEN}`);
     this.region = resolveRegion(options.defaultRegion, deps.env);
-    this.archivePrefix = options.archive.prefix ?? deps.env.ARCHIVE_S3_PREFIX;
+    this.archivePrefix = options.archive.prefix ?? env.ARCHIVE_S3_PREFIX;
     this.memory = new RecordMemory(deps.state);
     // A delivery makes a handful of requests, each within timeoutMs.
     this.revisions = new RevisionGuard(deps.state, { what: 'HubSpot', lockTtlMs: Math.max(60_000, 6 * options.timeoutMs) });
     this.http = new CrmHttp({
       crm: 'HubSpot',
       sink: name,
-      baseUrl: options.apiUrl ?? deps.env.HUBSPOT_API_URL?.trim() ?? HUBSPOT_DEFAULT_URL,
+      baseUrl: options.apiUrl ?? env.HUBSPOT_API_URL ?? HUBSPOT_DEFAULT_URL,
       headers: { authorization: `Bearer ${token}` },
       timeoutMs: options.timeoutMs,
       now: deps.now,
@@ -344,13 +361,15 @@ export const hubspotSinkType: SinkType<HubSpotOptions> = {
   create: (name, options, deps) => new HubSpotSink(name, options, deps),
   needsRaw: () => false,
   limit: (options) => options.rateLimit,
-  fromEnv(env) {
-    if (!env.HUBSPOT_ACCESS_TOKEN?.trim()) return null;
+  env: hubspotEnv,
+  check: (options, env) => (options.accessToken ?? envOf(hubspotEnv, env).HUBSPOT_ACCESS_TOKEN ? [] : [NO_TOKEN]),
+  fromEnv(parsed) {
+    const env = envOf(hubspotEnv, parsed);
+    if (!env.HUBSPOT_ACCESS_TOKEN) return null;
     // The token stays in the environment (read at create), never in the sink config object.
     const sink: { type: string } & Record<string, unknown> = { type: 'hubspot' };
-    if (env.HUBSPOT_API_URL?.trim()) sink.apiUrl = env.HUBSPOT_API_URL.trim();
-    const create = env.HUBSPOT_CREATE_CONTACTS?.trim().toLowerCase();
-    if (create) sink.createContacts = ['1', 'true', 'yes', 'on'].includes(create);
+    if (env.HUBSPOT_API_URL) sink.apiUrl = env.HUBSPOT_API_URL;
+    if (env.HUBSPOT_CREATE_CONTACTS !== undefined) sink.createContacts = env.HUBSPOT_CREATE_CONTACTS;
     return { sinks: { hubspot: sink }, routes: [{ name: 'hubspot (env)', when: {}, to: ['hubspot'] }] };
   },
 };

@@ -10,7 +10,10 @@ import { OUTCOMES, type CanonicalCall, type Outcome } from '../../model/call.js'
 import { maskPhone } from '../../log.js';
 import { PermanentError } from '../../errors.js';
 import { RevisionGuard } from '../revisions.js';
-import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
+import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SinkType } from '../types.js';
+import { envString, envUrl, type EnvShape } from '../../env-values.js';
+import { archiveEnv } from '../archive/index.js';
+import { regionEnv } from '../region.js';
 import {
   archiveLinkSchema,
   queueLimitSchema,
@@ -67,6 +70,17 @@ export const pipedriveOptionsSchema = z.strictObject({
 
 export type PipedriveOptions = z.infer<typeof pipedriveOptionsSchema>;
 
+/** The environment variables the Pipedrive sink type reads. */
+export const pipedriveEnv = {
+  /** Personal API token (the sink's `apiToken` default); alone it adds the sink `pipedrive`. */
+  PIPEDRIVE_API_TOKEN: envString,
+  PIPEDRIVE_API_URL: envUrl,
+  PHONE_DEFAULT_REGION: regionEnv.PHONE_DEFAULT_REGION,
+  ARCHIVE_S3_PREFIX: archiveEnv.ARCHIVE_S3_PREFIX,
+} satisfies EnvShape;
+
+const NO_TOKEN = 'no API token: set PIPEDRIVE_API_TOKEN or the sink\'s apiToken';
+
 export interface PipedriveCallLog {
   outcome: PipedriveOutcome;
   to_phone_number: string;
@@ -112,14 +126,15 @@ export class PipedriveSink implements Sink {
     private readonly options: PipedriveOptions,
     private readonly deps: SinkDeps,
   ) {
-    const token = options.apiToken ?? deps.env.PIPEDRIVE_API_TOKEN?.trim();
-    if (!token) throw new Error(`sink "${name}" (pipedrive): no API token; set PIPEDRIVE_API_TOKEN or apiToken`);
+    const env = envOf(pipedriveEnv, deps.env);
+    const token = options.apiToken ?? env.PIPEDRIVE_API_TOKEN;
+    if (!token) throw new Error(`sink "${name}" (pipedrive): ${NO_TOKEN}`);
     this.region = resolveRegion(options.defaultRegion, deps.env);
-    this.archivePrefix = options.archive.prefix ?? deps.env.ARCHIVE_S3_PREFIX;
+    this.archivePrefix = options.archive.prefix ?? env.ARCHIVE_S3_PREFIX;
     this.memory = new RecordMemory(deps.state);
     // A delivery makes a handful of requests, each within timeoutMs.
     this.revisions = new RevisionGuard(deps.state, { what: 'Pipedrive', lockTtlMs: Math.max(60_000, 6 * options.timeoutMs) });
-    const baseUrl = (options.apiUrl ?? deps.env.PIPEDRIVE_API_URL?.trim() ?? PIPEDRIVE_DEFAULT_URL).replace(/\/+$/, '').replace(/\/v1$/, '');
+    const baseUrl = (options.apiUrl ?? env.PIPEDRIVE_API_URL ?? PIPEDRIVE_DEFAULT_URL).replace(/\/+$/, '').replace(/\/v1$/, '');
     this.http = new CrmHttp({
       crm: 'Pipedrive',
       sink: name,
@@ -304,10 +319,13 @@ export const pipedriveSinkType: SinkType<PipedriveOptions> = {
   create: (name, options, deps) => new PipedriveSink(name, options, deps),
   needsRaw: () => false,
   limit: (options) => options.rateLimit,
-  fromEnv(env) {
-    if (!env.PIPEDRIVE_API_TOKEN?.trim()) return null;
+  env: pipedriveEnv,
+  check: (options, env) => (options.apiToken ?? envOf(pipedriveEnv, env).PIPEDRIVE_API_TOKEN ? [] : [NO_TOKEN]),
+  fromEnv(parsed) {
+    const env = envOf(pipedriveEnv, parsed);
+    if (!env.PIPEDRIVE_API_TOKEN) return null;
     const sink: { type: string } & Record<string, unknown> = { type: 'pipedrive' };
-    if (env.PIPEDRIVE_API_URL?.trim()) sink.apiUrl = env.PIPEDRIVE_API_URL.trim();
+    if (env.PIPEDRIVE_API_URL) sink.apiUrl = env.PIPEDRIVE_API_URL;
     return { sinks: { pipedrive: sink }, routes: [{ name: 'pipedrive (env)', when: {}, to: ['pipedrive'] }] };
   },
 };

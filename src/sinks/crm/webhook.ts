@@ -13,7 +13,8 @@ import { createHash, createHmac } from 'node:crypto';
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
 import { RevisionGuard } from '../revisions.js';
-import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
+import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SinkType } from '../types.js';
+import { envString, type EnvShape } from '../../env-values.js';
 import { queueLimitSchema, timeoutSchema } from './common.js';
 import { CrmHttp, stringField } from './http.js';
 
@@ -69,6 +70,20 @@ function splitList(value: string | undefined): string[] {
   return (value ?? '').split(/[\s,]+/).map((s) => s.trim()).filter((s) => s.length > 0);
 }
 
+/** The environment variables the signed-webhook sink type reads. */
+export const webhookEnv = {
+  /** URLs of the shortcut sink `webhook`, separated by commas or spaces. */
+  CRM_WEBHOOK_URL: envString.refine((v) => splitList(v).every((u) => /^https?:$/.test(URL.canParse(u) ? new URL(u).protocol : '')), {
+    message: 'expected http(s) URLs separated by commas',
+  }),
+  /** Signing secrets (`whsec_…`, separated by commas or spaces; two while rotating): the sinks' `secrets` default. */
+  CRM_WEBHOOK_SECRET: envString.refine((v) => splitList(v).every((s) => secretKey(s) !== null), {
+    message: 'expected whsec_ secrets (whsec_ followed by base64 of at least 24 bytes), separated by commas or spaces',
+  }),
+} satisfies EnvShape;
+
+const NO_SECRET = 'no signing secret: set CRM_WEBHOOK_SECRET or the sink\'s secrets';
+
 export class WebhookSink implements Sink {
   readonly type = 'webhook';
   private readonly secrets: string[];
@@ -80,8 +95,8 @@ export class WebhookSink implements Sink {
     private readonly options: WebhookOptions,
     private readonly deps: SinkDeps,
   ) {
-    this.secrets = options.secrets ?? splitList(deps.env.CRM_WEBHOOK_SECRET);
-    if (this.secrets.length === 0) throw new Error(`sink "${name}" (webhook): no signing secret; set CRM_WEBHOOK_SECRET or secrets`);
+    this.secrets = options.secrets ?? splitList(envOf(webhookEnv, deps.env).CRM_WEBHOOK_SECRET);
+    if (this.secrets.length === 0) throw new Error(`sink "${name}" (webhook): ${NO_SECRET}`);
     for (const s of this.secrets) {
       if (secretKey(s) === null) throw new Error(`sink "${name}" (webhook): a signing secret is not a whsec_ secret`);
     }
@@ -163,8 +178,10 @@ export const webhookSinkType: SinkType<WebhookOptions> = {
   create: (name, options, deps) => new WebhookSink(name, options, deps),
   needsRaw: (options) => options.includeRaw,
   limit: (options) => options.rateLimit,
+  env: webhookEnv,
+  check: (options, env) => ((options.secrets ?? splitList(envOf(webhookEnv, env).CRM_WEBHOOK_SECRET)).length > 0 ? [] : [NO_SECRET]),
   fromEnv(env) {
-    const urls = splitList(env.CRM_WEBHOOK_URL);
+    const urls = splitList(envOf(webhookEnv, env).CRM_WEBHOOK_URL);
     if (urls.length === 0) return null;
     // Secrets stay in the environment (read at create).
     return { sinks: { webhook: { type: 'webhook', urls } }, routes: [{ name: 'webhook (env)', when: {}, to: ['webhook'] }] };

@@ -4,12 +4,13 @@
 import { z } from 'zod';
 import { callHash, type CanonicalCall } from '../../model/call.js';
 import { RetryLaterError } from '../../errors.js';
-import type { Sink, SinkContext, SinkDeps, SinkResult, SinkType } from '../types.js';
+import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SinkType } from '../types.js';
+import { envList, envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
 import { NotificationLedger, sendOnce } from './ledger.js';
 import { smtpOutcomeUnknown, type Mailer } from './mailer.js';
 import { renderHtml, renderText } from './message.js';
-import { commonOptions, templateSchema } from './options.js';
+import { commonOptions, templateSchema, timeZoneSchema } from './options.js';
 import { quietHoursEnd } from './time.js';
 
 /** `someone@example.com` or `Some One <someone@example.com>`. */
@@ -44,6 +45,23 @@ export const emailOptionsSchema = z.strictObject({
 });
 
 export type EmailOptions = z.infer<typeof emailOptionsSchema>;
+
+/** The environment variables the e-mail sink type reads. */
+export const emailEnv = {
+  /** `smtp://user:pass@host:587` (STARTTLS when offered) or `smtps://…:465`: every e-mail sink's server. */
+  SMTP_URL: envString.refine((v) => v === undefined || (URL.canParse(v) && /^smtps?:$/.test(new URL(v).protocol)), {
+    message: 'expected smtp://user:pass@host:587 or smtps://user:pass@host:465',
+  }),
+  /** The sinks' `from` default. */
+  SMTP_FROM: envString.refine((v) => v === undefined || addressSchema.safeParse(v).success, { message: 'expected an e-mail address' }),
+  /** Shortcut: with SMTP_URL, the sink `email` mails every call with a summary to these addresses (comma-separated). */
+  NOTIFY_EMAIL_TO: envList.refine((to) => to.every((a) => addressSchema.safeParse(a).success), { message: 'expected e-mail addresses separated by commas' }),
+  /** Time zone of the NOTIFY_EMAIL_TO sink. Default UTC. */
+  NOTIFY_TIME_ZONE: envString.refine((v) => v === undefined || timeZoneSchema.safeParse(v).success, { message: 'expected an IANA time zone such as Europe/Berlin' }),
+} satisfies EnvShape;
+
+const NO_SMTP = 'needs an SMTP server: set SMTP_URL (e.g. smtp://user:pass@mail.example.com:587)';
+const NO_FROM = 'needs a sender: set SMTP_FROM or the sink\'s from';
 
 function domainOf(address: string): string {
   return /@([^<>@\s]+?)>?$/.exec(address.trim())?.[1] ?? 'callsync.invalid';
@@ -120,17 +138,24 @@ export function createEmailSinkType(
     type: 'email',
     options: emailOptionsSchema as z.ZodType<EmailOptions>,
     needsRaw: () => false,
+    env: emailEnv,
+    check(options, parsed) {
+      const env = envOf(emailEnv, parsed);
+      return [...(env.SMTP_URL ? [] : [NO_SMTP]), ...(options.from ?? env.SMTP_FROM ? [] : [NO_FROM])];
+    },
     async create(name, options, deps) {
-      const url = deps.env.SMTP_URL?.trim();
-      if (!url) throw new Error(`sink "${name}" (email) needs SMTP_URL (e.g. smtp://user:pass@mail.example.com:587)`);
-      const from = options.from ?? deps.env.SMTP_FROM?.trim();
-      if (!from) throw new Error(`sink "${name}" (email) needs a sender: option from or SMTP_FROM`);
+      const env = envOf(emailEnv, deps.env);
+      const url = env.SMTP_URL?.trim();
+      if (!url) throw new Error(`sink "${name}" (email) ${NO_SMTP}`);
+      const from = options.from ?? env.SMTP_FROM?.trim();
+      if (!from) throw new Error(`sink "${name}" (email) ${NO_FROM}`);
       return new EmailSink(name, options, from, await createMailer(url), deps);
     },
-    fromEnv(env) {
+    fromEnv(parsed) {
       // NOTIFY_EMAIL_TO alone (with SMTP_URL) gives the team a summary mail of every call that has one.
-      const to = env.NOTIFY_EMAIL_TO?.split(',').map((s) => s.trim()).filter(Boolean) ?? [];
-      if (to.length === 0 || !env.SMTP_URL?.trim()) return null;
+      const env = envOf(emailEnv, parsed);
+      const to = env.NOTIFY_EMAIL_TO ?? [];
+      if (to.length === 0 || !env.SMTP_URL) return null;
       return {
         sinks: { email: { type: 'email', to, ...(env.NOTIFY_TIME_ZONE ? { timeZone: env.NOTIFY_TIME_ZONE } : {}) } },
         routes: [{ name: 'summary e-mail', when: { hasSummary: true }, to: 'email' }],

@@ -1,11 +1,18 @@
 // Numbers that must never get an SMS, kept in one Redis set (`<prefix>:optout`) that every SMS
 // sink consults and the CLI edits. The numbers are stored in E.164.
 import type { Redis } from 'ioredis';
+import type { CountryCode } from 'libphonenumber-js';
+import { phoneLibMax } from '../libphonenumber.js';
 import { parseE164 } from './phone.js';
 
 /** What an SMS sink needs of the opt-out list. */
 export interface OptOutLookup {
   has(number: string): Promise<boolean>;
+}
+
+function nationalToE164(number: string, region: CountryCode): string | undefined {
+  const parsed = phoneLibMax().parsePhoneNumberFromString(number, region);
+  return parsed?.isValid() ? parsed.number : undefined;
 }
 
 export class OptOutList implements OptOutLookup {
@@ -19,10 +26,16 @@ export class OptOutList implements OptOutLookup {
     this.key = `${keyPrefix}:optout`;
   }
 
-  /** E.164 form of a number; throws on anything that is not a valid international number. */
-  static normalize(number: string): string {
-    const e164 = parseE164(number);
-    if (e164 === undefined) throw new Error(`not a valid E.164 phone number: "${number}" (expected e.g. +4915112345678)`);
+  /**
+   * E.164 form of a number: international (`+4915112345678`), or national (`0151 12345678`) read in
+   * `region` when given (PHONE_DEFAULT_REGION). Throws on anything that is not a valid number.
+   */
+  static normalize(number: string, region?: CountryCode): string {
+    const trimmed = number.trim();
+    const e164 = trimmed.startsWith('+') || region === undefined ? parseE164(trimmed) : nationalToE164(trimmed, region);
+    if (e164 === undefined) {
+      throw new Error(`not a valid phone number: "${number}" (expected E.164 such as +4915112345678${region ? `, or a national number in ${region}` : ''})`);
+    }
     return e164;
   }
 

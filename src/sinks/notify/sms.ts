@@ -7,7 +7,8 @@ import { maskPhone } from '../../log.js';
 import { OutcomeUnknownError, requestCertainlyNotSent } from '../../telephony/errors.js';
 import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.js';
 import { RetryLaterError, SinkError } from '../../errors.js';
-import type { Sink, SinkContext, SinkDeps, SinkResult, SyncSinkType } from '../types.js';
+import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SyncSinkType } from '../types.js';
+import { envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
 import { NotificationLedger, sendOnce } from './ledger.js';
 import { renderText, truncateText } from './message.js';
@@ -47,6 +48,15 @@ export const smsOptionsSchema = z.strictObject({
 });
 
 export type SmsOptions = z.infer<typeof smsOptionsSchema>;
+
+/** The environment variables the SMS sink type reads (the platform API itself: TELEPHONY_*, src/telephony/client.ts). */
+export const smsEnv = {
+  /** SMS extension id (e.g. `s0`): the sinks' `smsId` default. */
+  TELEPHONY_SMS_ID: envString,
+} satisfies EnvShape;
+
+const NO_TELEPHONY = 'needs the platform API to send: set TELEPHONY_API_URL and TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN (or TELEPHONY_ACCESS_TOKEN)';
+const NO_SMS_ID = 'needs an SMS extension id: set TELEPHONY_SMS_ID or the sink\'s smsId';
 
 /** Sink dependencies plus the shared opt-out list (Redis set), when the process provides it. */
 export interface NotifySinkDeps extends SinkDeps {
@@ -212,12 +222,17 @@ export const smsSinkType: SyncSinkType<SmsOptions> = {
   type: 'sms',
   options: smsOptionsSchema as z.ZodType<SmsOptions>,
   needsRaw: () => false,
+  env: smsEnv,
+  check(options, env, { telephony }) {
+    const problems: string[] = [];
+    if (!telephony) problems.push(NO_TELEPHONY);
+    if (!(options.smsId ?? envOf(smsEnv, env).TELEPHONY_SMS_ID)) problems.push(NO_SMS_ID);
+    return problems;
+  },
   create(name, options, deps) {
-    if (deps.telephony === null) {
-      throw new Error(`sink "${name}" (sms) needs the telephony API: set TELEPHONY_API_URL and TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN (or TELEPHONY_ACCESS_TOKEN)`);
-    }
-    const smsId = options.smsId ?? deps.env.TELEPHONY_SMS_ID?.trim();
-    if (!smsId) throw new Error(`sink "${name}" (sms) needs an SMS extension id: option smsId or TELEPHONY_SMS_ID`);
+    if (deps.telephony === null) throw new Error(`sink "${name}" (sms) ${NO_TELEPHONY}`);
+    const smsId = options.smsId ?? envOf(smsEnv, deps.env).TELEPHONY_SMS_ID?.trim();
+    if (!smsId) throw new Error(`sink "${name}" (sms) ${NO_SMS_ID}`);
     return new SmsSink(name, options, smsId, deps.telephony, deps as NotifySinkDeps);
   },
 };

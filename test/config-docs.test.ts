@@ -1,0 +1,63 @@
+// The documentation of the configuration cannot drift from the code: README's variable table lists
+// exactly the variables of the one environment schema, README names no variable callsync does not
+// read, the tests' Redis variable is the one README names, and the retry time README and
+// docs/reliability.md state for JOB_ATTEMPTS is computed from the backoff and the defaults.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { envSchema, envVariables } from '../src/config/env.js';
+import { backoffDelay } from '../src/backoff.js';
+
+const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
+const readme = read('README.md');
+
+/** The variable names in the first column of README's table under "## Configuration". */
+function tableVariables(): string[] {
+  const section = readme.slice(readme.indexOf('\n## Configuration\n'));
+  const table = /\n(\| variable \|[^\n]*\n(?:\|[^\n]*\n)+)/.exec(section)?.[1] ?? '';
+  assert.ok(table.length > 0, 'README has the variable table under "## Configuration"');
+  const rows = table.split('\n').filter((r) => r.startsWith('|')).slice(2);
+  return rows.flatMap((row) => [...(row.split('|')[1] ?? '').matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map((m) => m[1]!));
+}
+
+test("README's configuration table lists exactly the variables of the schema", () => {
+  const documented = tableVariables();
+  const declared = envVariables();
+  assert.deepEqual([...new Set(documented)].sort(), declared, 'every variable of the schema is in the table, and only those');
+  assert.equal(documented.length, new Set(documented).size, 'each variable once');
+});
+
+test('README names no environment variable that callsync does not read', () => {
+  const declared = new Set(envVariables());
+  // A value that looks like a variable name, the tests' own variable, and Node's.
+  const notVariables = new Set(['NO_ANSWER', 'TEST_REDIS_URL', 'NODE_OPTIONS']);
+  const named = [...readme.matchAll(/`([A-Z][A-Z0-9]*_[A-Z0-9_]+)/g)].map((m) => m[1]!);
+  assert.deepEqual([...new Set(named.filter((n) => !declared.has(n) && !notVariables.has(n)))], []);
+});
+
+test('the tests read the Redis variable README names for them', () => {
+  const support = read('test/support/redis.ts');
+  assert.match(support, /process\.env\.TEST_REDIS_URL/);
+  assert.match(readme, /The tests use the Redis at `TEST_REDIS_URL`/);
+});
+
+test('the time JOB_ATTEMPTS spends in backoff is what README and docs/reliability.md say', () => {
+  const defaults = envSchema.parse({});
+  const attempts = defaults.JOB_ATTEMPTS;
+  const total = (random: () => number) => {
+    let ms = 0;
+    for (let retry = 1; retry < attempts; retry++) ms += backoffDelay(retry, defaults.JOB_BACKOFF_MS, defaults.JOB_MAX_BACKOFF_MS, random);
+    return ms;
+  };
+  const minutes = (ms: number) => Math.round(ms / 60_000);
+  const least = minutes(total(() => 0));
+  const most = minutes(total(() => 1));
+  const average = minutes(total(() => 0.5));
+  assert.deepEqual([least, average, most], [16, 24, 32], 'the figures the docs give (change them together)');
+  const phrase = `${attempts - 1} retries over ${least}–${most} min, about ${average} min on average`;
+  assert.ok(readme.includes(phrase), `README: "${phrase}"`);
+  assert.ok(read('docs/reliability.md').replace(/\s+/g, ' ').includes(`${least}–${most} min`), 'docs/reliability.md');
+  for (const [file, text] of [['README.md', readme], ['docs/reliability.md', read('docs/reliability.md')], ['queues/registry.ts', read('queues/registry.ts')]]) {
+    assert.doesNotMatch(text!, /about an hour|≈ an\s+hour/, `${file} no longer says "about an hour"`);
+  }
+});
