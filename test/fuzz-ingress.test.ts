@@ -127,7 +127,9 @@ const mutatedPayload = fc
       if (target === null || typeof target !== 'object') continue;
       const last = path[path.length - 1]!;
       if (value === undefined) delete target[last];
-      else target[last] = value;
+      // A copy: fast-check may hand the same value object to two edits, and setting it inside itself
+      // would make a cycle no JSON can carry (seen: version.direction = version).
+      else target[last] = structuredClone(value);
     }
     return payload;
   });
