@@ -284,6 +284,17 @@ describe('pipedrive sink', () => {
       assert.deepEqual(fake.callLogs.map((l) => l.person_id), [1, 1]);
     });
 
+    it('a created person merged into another meanwhile: the next call finds the surviving person', async () => {
+      const s = sink({ createPerson: true });
+      await s.deliver(callAt('c-merge-1', 0), deps.ctx());
+      const created = [...fake.persons.keys()][0]!;
+      fake.persons.delete(created); // merged away in Pipedrive
+      const survivor = fake.addPerson('Grace Hopper', '0211 6355340', '+49 211 6355340');
+      const result = await s.deliver(callAt('c-merge-2', 5), deps.ctx());
+      assert.equal(result.refs?.pipedrivePersonId, String(survivor));
+      assert.equal(fake.callLogs[1]?.person_id, survivor);
+    });
+
     it('never for an anonymous caller', async () => {
       await sink({ createPerson: true }).deliver(sampleCall('c-anon2', { patch: (p) => (p.call.from = 'anonymous') }), deps.ctx());
       assert.equal(fake.persons.size, 0);

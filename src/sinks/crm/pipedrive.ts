@@ -364,8 +364,6 @@ export class PipedriveSink implements Sink {
   private async findPerson(e164: string, signal: AbortSignal): Promise<number | null> {
     const forms = phoneForms(e164);
     if (forms === null) return null;
-    const remembered = await this.deps.state.get(`newperson:${callHash(forms.e164)}`);
-    if (remembered !== null && numericId(remembered) !== null) return numericId(remembered);
     const digits = forms.e164.replace(/\D/g, '');
     const terms = [...new Set([digits.slice(-this.options.searchDigits), forms.e164])];
     for (const term of terms) {
@@ -389,7 +387,9 @@ export class PipedriveSink implements Sink {
         cursor = next;
       }
     }
-    return null;
+    // A person callsync created moments ago that the search does not show yet. Asked last: a person
+    // merged into another meanwhile is found by the search under the surviving id.
+    return numericId(await this.deps.state.get(`newperson:${callHash(forms.e164)}`));
   }
 
   /**
