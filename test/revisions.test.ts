@@ -166,7 +166,7 @@ describe('revisions at Pipedrive', () => {
     assert.equal(fake.callLogs.length, 1, 'one call log, never a second');
     const activity = fake.activities.get(fake.callLogs[0]!.activity_id)!;
     assert.match(activity.note, /Corrected later/);
-    assert.equal(fake.requestsTo('PUT', '/v1/activities/').length, 1);
+    assert.equal(fake.requestsTo('PATCH', '/api/v2/activities/').length, 1);
   });
 
   it('the original retried after its update succeeded is skipped: the activity keeps the newest note', async () => {
@@ -176,7 +176,7 @@ describe('revisions at Pipedrive', () => {
     assert.equal((await s.deliver(first, ctxOf(deps, 'job-first', r1))).status, 'skipped');
     assert.equal(fake.callLogs.length, 1);
     assert.match(fake.activities.get(fake.callLogs[0]!.activity_id)!.note, /Corrected later/);
-    assert.equal(fake.requestsTo('PUT').length, 0);
+    assert.equal(fake.requestsTo('PATCH').length, 0);
   });
 });
 

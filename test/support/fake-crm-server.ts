@@ -11,6 +11,8 @@ export interface RecordedRequest {
   /** Parsed JSON body, or undefined. */
   body: unknown;
   rawBody: string;
+  /** The body's bytes (binary uploads). */
+  rawBytes: Buffer;
 }
 
 export interface ScriptedAnswer {
@@ -74,7 +76,8 @@ export abstract class FakeCrmServer {
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
-    const rawBody = Buffer.concat(chunks).toString('utf8');
+    const rawBytes = Buffer.concat(chunks);
+    const rawBody = rawBytes.toString('utf8');
     const u = new URL(req.url ?? '/', 'http://fake');
     let body: unknown;
     try {
@@ -89,6 +92,7 @@ export abstract class FakeCrmServer {
       headers: req.headers,
       body,
       rawBody,
+      rawBytes,
     };
     this.requests.push(recorded);
 

@@ -69,6 +69,13 @@ export class RecordMemory {
     return this.kv.setIfAbsent(`pending:${callHash(callKey)}`, now.toISOString(), PENDING_TTL_MS);
   }
 
+  /** When the first try that may have created this call's record began, or null without a marker. */
+  async pendingSince(callKey: string): Promise<Date | null> {
+    const raw = await this.kv.get(`pending:${callHash(callKey)}`);
+    const t = raw === null ? NaN : Date.parse(raw);
+    return Number.isNaN(t) ? null : new Date(t);
+  }
+
   async endCreate(callKey: string): Promise<void> {
     await this.kv.delete(`pending:${callHash(callKey)}`);
   }

@@ -52,6 +52,10 @@ export interface CrmRequest {
   body?: unknown;
   /** A body already serialized as JSON, sent byte for byte (signed payloads). */
   rawBody?: string;
+  /** A streamed body of its own content type (a multipart file upload); never retried by fetch. */
+  stream?: { body: AsyncIterable<Uint8Array>; contentType: string; contentLength?: number };
+  /** Time limit of this request (a large upload), instead of the sink's `timeoutMs`. */
+  timeoutMs?: number;
   /** Headers of this request only. */
   headers?: Record<string, string>;
   /** Statuses returned to the caller instead of thrown (e.g. 404 to notice a deleted record). */
@@ -92,17 +96,23 @@ export class CrmHttp {
 
     for (const [k, v] of Object.entries({ ...req.query, ...this.config.query })) url.searchParams.set(k, v);
     const headers: Record<string, string> = { accept: 'application/json', ...this.config.headers, ...req.headers };
-    let payload: string | undefined;
-    if (req.rawBody !== undefined) payload = req.rawBody;
+    let payload: string | AsyncIterable<Uint8Array> | undefined;
+    if (req.stream !== undefined) {
+      payload = req.stream.body;
+      headers['content-type'] = req.stream.contentType;
+      if (req.stream.contentLength !== undefined) headers['content-length'] = String(req.stream.contentLength);
+    } else if (req.rawBody !== undefined) payload = req.rawBody;
     else if (req.body !== undefined) payload = JSON.stringify(req.body);
-    if (payload !== undefined) headers['content-type'] = 'application/json';
-    const timeout = AbortSignal.timeout(this.config.timeoutMs);
+    if (typeof payload === 'string') headers['content-type'] = 'application/json';
+    const timeout = AbortSignal.timeout(req.timeoutMs ?? this.config.timeoutMs);
     const signal = req.signal ? AbortSignal.any([req.signal, timeout]) : timeout;
 
     let res: Response;
     let text: string;
     try {
-      res = await fetch(url, { method: req.method, headers, body: payload, signal, redirect: 'error' });
+      const init: RequestInit & { duplex?: 'half' } = { method: req.method, headers, body: payload as RequestInit['body'], signal, redirect: 'error' };
+      if (req.stream !== undefined) init.duplex = 'half';
+      res = await fetch(url, init);
       text = await res.text();
     } catch (err) {
       crmRequests.inc({ sink, crm, status: 'network' });
@@ -131,7 +141,11 @@ export class CrmHttp {
 
     const detail = this.detail(body, text);
     if (res.status === 429) {
-      const delay = parseRetryAfter(res.headers.get('retry-after'), this.config.now().getTime()) ?? this.config.rateLimitDelayMs(answer);
+      // A window the headers said is used up for longer (a daily budget) outlasts a short Retry-After.
+      const delay = Math.max(
+        parseRetryAfter(res.headers.get('retry-after'), this.config.now().getTime()) ?? this.config.rateLimitDelayMs(answer),
+        this.pausedForMs(),
+      );
       this.block(delay);
       crmRateLimited.inc({ sink, crm, reason: '429' });
       throw new RetryLaterError(`${what} answered 429${detail ? `: ${detail}` : ''}; sink queue pauses for ${delay} ms`, delay, {
