@@ -100,3 +100,14 @@ test('the layer check sees a wrong import (it can fail)', () => {
   assert.ok(LAYERS.workers! > LAYERS['src/sinks']!, 'a sink importing workers/ would be refused');
   assert.ok(importsOf(join(ROOT, 'workers', 'callsync.ts')).some((d) => areaOf(d) === 'queues'), 'import lines are read');
 });
+
+test('tests named without .redis need no Redis: they import no Redis client, queue or Redis-backed test support', () => {
+  const testDir = join(ROOT, 'test');
+  // What a test uses to reach Redis or start servers: a Redis client or queue, the Redis-backed helpers.
+  const redisSupport = /from '(ioredis|bullmq)'|\b(startTestCallsync|startOpsCallsync|crmTestDeps|startS3|startSmtp|RedisServer|REDIS_URL|cleanupPrefix)\b/;
+  const wrong = readdirSync(testDir)
+    .filter((name) => name.endsWith('.test.ts') && !name.endsWith('.redis.test.ts') && name !== 'layers.test.ts')
+    .filter((name) => redisSupport.test(readFileSync(join(testDir, name), 'utf8')));
+  assert.deepEqual(wrong, [], 'rename these to *.redis.test.ts (npm run test:unit runs the others without Redis)');
+  assert.ok(redisSupport.test("import { Redis } from 'ioredis';"), 'the check sees a Redis import');
+});

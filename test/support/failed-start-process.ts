@@ -1,4 +1,4 @@
-// Child process for test/startup-failure.test.ts: starts every role of callsync against real Redis
+// Child process for test/startup-failure.redis.test.ts: starts every role of callsync against real Redis
 // on a port the parent holds, so the start fails at listen, half-way through. It prints the error
 // and then does nothing more: the process ends by itself only if the failed start closed every
 // connection and timer it had opened.

@@ -71,7 +71,7 @@ export class S3Store implements ObjectStore {
   async putStream(key: string, body: Readable, options: PutOptions & { contentLength?: number | null }): Promise<void> {
     try {
       // Multipart in 5 MiB parts (S3's minimum), one in flight while the next fills: 15-28 MB held
-      // per upload whatever the size (50 and 150 MB measured alike by test/recordings.test.ts).
+      // per upload whatever the size (50 and 150 MB measured alike by test/recordings.redis.test.ts).
       // Memory over speed: several sink jobs may upload at once.
       const upload = new Upload({
         client: this.client,

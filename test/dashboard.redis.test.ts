@@ -1,7 +1,7 @@
 // The dashboard (Bull Board at /admin/queues): behind its login page, basic auth or a bearer token,
 // off without credentials; and in a real headless browser (Debian's chromium via playwright-core):
 // log in on the login page, see a dead-lettered job with its error, retry it, see it complete.
-// Screenshots go to test-artifacts/. Other sites' requests: test/dashboard-cross-site.test.ts.
+// Screenshots go to test-artifacts/. Other sites' requests: test/dashboard-cross-site.redis.test.ts.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';

@@ -82,7 +82,7 @@ describe('proxy trust', () => {
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
   const inbound = new InboundLog(redis, prefix);
   const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 1500 });
-  // The peer address comes from a test header here; test/ingress-limits.test.ts uses real sockets.
+  // The peer address comes from a test header here; test/ingress-limits.redis.test.ts uses real sockets.
   const remoteAddress = (c: Context) => c.req.header('x-test-peer');
   const memory = memoryLog('info');
   const makeApp = (over: Partial<Config['webhook']> = {}) =>
