@@ -217,7 +217,7 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
     const json = JSON.stringify(webhookPayload('latin-undeclared', (p) => (p.call.users[0].lastName = 'Müller')));
     const err = await refused(Buffer.from(json, 'latin1'), 400);
     assert.match(err.detail, new RegExp(`not valid UTF-8 text \\(at byte ${json.indexOf('ü')}\\); declare the charset`));
-    assert.equal(err.source.pointer, '');
+    assert.equal(err.source.pointer, '/');
     // A UTF-16 surrogate written as three bytes (CESU-8) is not UTF-8 either, even when declared.
     const cesu = Buffer.concat([Buffer.from(JSON.stringify(minimalPayload('cesu')).slice(0, -1) + ',"x":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}')]);
     assert.match((await refused(cesu, 400, 'application/json; charset=utf-8')).detail, /not valid UTF-8 text \(at byte \d+\)/);

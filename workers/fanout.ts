@@ -156,25 +156,60 @@ function deadLetterJobId(entry: InboundEntry): string {
   return usable ? id : `log-${entry.entryId}`;
 }
 
-export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
-  const batch = options.batch ?? 200;
-  const blockMs = options.blockMs ?? 1000;
-  const claimIdleMs = options.claimIdleMs ?? 30_000;
-  const maxDeliveries = options.maxDeliveries ?? 5;
-  const stallAfterMs = options.stallAfterMs ?? claimIdleMs;
-  const consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
-  const log = options.log.child({ component: 'fanout', consumer });
-  const events = options.events;
-  let closed = false;
+/**
+ * The fan-out of one process: reads the inbound log through the consumer group, fans batches out
+ * (isolating entries that fail on their own), takes over what dead fan-outs left, and tells
+ * readiness when it makes no progress.
+ */
+class LogFanOut implements RunningLogFanOut {
+  readonly consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  private readonly batch: number;
+  private readonly blockMs: number;
+  private readonly claimIdleMs: number;
+  private readonly maxDeliveries: number;
+  private readonly stallAfterMs: number;
+  private readonly log: Logger;
+  private readonly events: LogFanOutEvents | undefined;
+  private closed = false;
   /** When a round last finished, or entries were last acknowledged. */
-  let lastProgressAt = Date.now();
+  private lastProgressAt = Date.now();
   /** Rounds failed in a row. */
-  let failures = 0;
+  private failures = 0;
+  /** What `events.stalled` was last told. */
+  private reportedStalled = false;
+  private readonly watch: NodeJS.Timeout;
+  private readonly running: Promise<void>;
 
-  const progressed = () => {
-    lastProgressAt = Date.now();
-  };
-  const addDeadLetter = (data: CallReceivedJob, jobId: string) => options.deadLetters.add(JobName.callReceived, data, { jobId });
+  constructor(private readonly options: LogFanOutOptions) {
+    this.batch = options.batch ?? 200;
+    this.blockMs = options.blockMs ?? 1000;
+    this.claimIdleMs = options.claimIdleMs ?? 30_000;
+    this.maxDeliveries = options.maxDeliveries ?? 5;
+    this.stallAfterMs = options.stallAfterMs ?? this.claimIdleMs;
+    this.log = options.log.child({ component: 'fanout', consumer: this.consumer });
+    this.events = options.events;
+    // Reports changes of `stalled()` to the hooks (a gauge): also while a round hangs on Redis.
+    this.watch = setInterval(() => this.reportStall(), Math.max(50, Math.min(1000, this.stallAfterMs / 4)));
+    this.watch.unref();
+    this.running = this.run();
+  }
+
+  private progressed(): void {
+    this.lastProgressAt = Date.now();
+  }
+
+  private addDeadLetter(data: CallReceivedJob, jobId: string) {
+    return this.options.deadLetters.add(JobName.callReceived, data, { jobId });
+  }
+
+  private reportStall(): void {
+    const now = this.stalled() !== null;
+    if (now === this.reportedStalled) return;
+    this.reportedStalled = now;
+    if (now) this.log.error({ stalledForMs: Date.now() - this.lastProgressAt, failures: this.failures }, 'fan-out stalled: no progress, accepted calls are not reaching their sinks');
+    else this.log.info('fan-out making progress again');
+    this.events?.stalled?.(now);
+  }
 
   /**
    * Moves an entry to the inbound dead letters with the reason: as its call record when that can be
@@ -184,14 +219,14 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
    * leave the log; false when it could be kept nowhere (it then stays in the log, unacknowledged,
    * and is taken over and tried again later). Throws only when Redis is unavailable.
    */
-  const deadLetter = async (entry: InboundEntry, reason: string): Promise<boolean> => {
+  private async deadLetter(entry: InboundEntry, reason: string): Promise<boolean> {
     const jobId = deadLetterJobId(entry);
     const where = { id: entry.id, entryId: entry.entryId, callId: entry.call?.callId };
     if (entry.call) {
       try {
-        await addDeadLetter({ kind: JobName.callReceived, call: entry.call, reason }, jobId);
-        events?.deadLettered?.(reason);
-        log.error({ ...where, reason }, 'inbound entry cannot be fanned out: moved to the inbound dead letters');
+        await this.addDeadLetter({ kind: JobName.callReceived, call: entry.call, reason }, jobId);
+        this.events?.deadLettered?.(reason);
+        this.log.error({ ...where, reason }, 'inbound entry cannot be fanned out: moved to the inbound dead letters');
         return true;
       } catch (err) {
         if (isRedisUnavailable(err)) throw err;
@@ -200,9 +235,9 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
     }
     let failure: unknown;
     try {
-      await addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text, reason }, jobId);
-      events?.deadLettered?.(reason);
-      log.error({ ...where, reason, chars: entry.text.length }, 'inbound entry cannot be fanned out: moved to the inbound dead letters as its stored text');
+      await this.addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text, reason }, jobId);
+      this.events?.deadLettered?.(reason);
+      this.log.error({ ...where, reason, chars: entry.text.length }, 'inbound entry cannot be fanned out: moved to the inbound dead letters as its stored text');
       return true;
     } catch (err) {
       if (isRedisUnavailable(err)) throw err;
@@ -211,34 +246,34 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
     const parkedReason = `${reason}; its text cannot be stored as a job either (${describe(failure)})`;
     let parked: string | null;
     try {
-      parked = await options.inbound.park(entry.entryId, parkedReason);
+      parked = await this.options.inbound.park(entry.entryId, parkedReason);
     } catch (err) {
       if (isRedisUnavailable(err)) throw err;
-      events?.failed?.('unstorable');
-      log.error({ ...where, reason: parkedReason, parkError: describe(err), chars: entry.text.length }, 'inbound entry can be kept nowhere: left unacknowledged in the log, tried again after the take-over interval');
+      this.events?.failed?.('unstorable');
+      this.log.error({ ...where, reason: parkedReason, parkError: describe(err), chars: entry.text.length }, 'inbound entry can be kept nowhere: left unacknowledged in the log, tried again after the take-over interval');
       return false;
     }
     if (parked === null) {
-      log.warn({ ...where }, 'inbound entry to park was no longer in the log (handled elsewhere)');
+      this.log.warn({ ...where }, 'inbound entry to park was no longer in the log (handled elsewhere)');
       return true;
     }
-    events?.failed?.('parked');
-    events?.deadLettered?.(parkedReason);
-    log.error({ ...where, reason: parkedReason, parkedKey: inboundParkedKey(options.inbound.prefix), parkedId: parked, chars: entry.text.length }, 'inbound entry cannot be stored as a dead letter: moved whole to the parked stream');
+    this.events?.failed?.('parked');
+    this.events?.deadLettered?.(parkedReason);
+    this.log.error({ ...where, reason: parkedReason, parkedKey: inboundParkedKey(this.options.inbound.prefix), parkedId: parked, chars: entry.text.length }, 'inbound entry cannot be stored as a dead letter: moved whole to the parked stream');
     // The entry is safe already; the dead letter makes it show where operators look.
-    const pointer = `${parkedReason}; kept whole in ${inboundParkedKey(options.inbound.prefix)} as ${parked}${entry.text.length > PARKED_TEXT_HEAD_CHARS ? `, the first ${PARKED_TEXT_HEAD_CHARS} of its ${entry.text.length} characters here` : ''}`;
-    await addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text.slice(0, PARKED_TEXT_HEAD_CHARS), reason: pointer }, jobId).catch((err: unknown) => {
-      log.error({ ...where, parkedId: parked, err: { message: describe(err) } }, 'dead letter pointing at a parked entry not stored: find the entry in the parked stream');
+    const pointer = `${parkedReason}; kept whole in ${inboundParkedKey(this.options.inbound.prefix)} as ${parked}${entry.text.length > PARKED_TEXT_HEAD_CHARS ? `, the first ${PARKED_TEXT_HEAD_CHARS} of its ${entry.text.length} characters here` : ''}`;
+    await this.addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text.slice(0, PARKED_TEXT_HEAD_CHARS), reason: pointer }, jobId).catch((err: unknown) => {
+      this.log.error({ ...where, parkedId: parked, err: { message: describe(err) } }, 'dead letter pointing at a parked entry not stored: find the entry in the parked stream');
     });
     return true;
-  };
+  }
 
   /**
    * Fans entries out together: one `addBulk` per sink queue, then the entries that cannot be fanned
    * out to the dead letters, then acknowledges them; each handled entry's id goes to `handled`.
    * Throws when that fails (nothing of it acknowledged; sink jobs already added are harmless again).
    */
-  const together = async (entries: InboundEntry[], handled: Set<string>) => {
+  private async together(entries: InboundEntry[], handled: Set<string>): Promise<void> {
     const byQueue = new Map<Queue<SinkDeliverJob>, PlannedJob['job'][]>();
     const dead: [InboundEntry, string][] = [];
     let jobs = 0;
@@ -249,7 +284,7 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
       }
       let planned: PlannedJob[];
       try {
-        planned = plan(options, entry.call).jobs;
+        planned = plan(this.options, entry.call).jobs;
       } catch (err) {
         dead.push([entry, (err as Error).message]);
         continue;
@@ -266,144 +301,133 @@ export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
     // Redis away outweighs a data error: the whole batch waits for it.
     if (errors.length > 0) throw errors.find(isRedisUnavailable) ?? errors[0];
     const kept = new Set(entries.map((e) => e.entryId));
-    for (const [entry, reason] of dead) if (!(await deadLetter(entry, reason))) kept.delete(entry.entryId);
-    await options.inbound.done([...kept]);
+    for (const [entry, reason] of dead) if (!(await this.deadLetter(entry, reason))) kept.delete(entry.entryId);
+    await this.options.inbound.done([...kept]);
     for (const e of entries) handled.add(e.entryId);
-    progressed();
-    events?.fannedOut?.(entries.length - dead.length, jobs);
-  };
+    this.progressed();
+    this.events?.fannedOut?.(entries.length - dead.length, jobs);
+  }
 
   /**
    * `entries` failed together with an error that is not Redis': halves are tried on their own, and
    * again halved while they fail, down to the single entries that fail alone; those go to the dead
    * letters with their error. The rest is fanned out in log order. Throws only when Redis is unavailable.
    */
-  const isolate = async (entries: InboundEntry[], err: unknown, handled: Set<string>): Promise<void> => {
+  private async isolate(entries: InboundEntry[], err: unknown, handled: Set<string>): Promise<void> {
     if (entries.length === 1) {
       const entry = entries[0]!;
-      events?.failed?.('entry');
+      this.events?.failed?.('entry');
       const reason = `fan-out of ${entry.call ? `call ${entry.call.callId}` : 'this entry'} failed: ${describe(err)}`;
-      if (await deadLetter(entry, reason)) await options.inbound.done([entry.entryId]);
+      if (await this.deadLetter(entry, reason)) await this.options.inbound.done([entry.entryId]);
       handled.add(entry.entryId);
-      progressed();
+      this.progressed();
       return;
     }
     const middle = Math.ceil(entries.length / 2);
     for (const part of [entries.slice(0, middle), entries.slice(middle)]) {
       try {
-        await together(part, handled);
+        await this.together(part, handled);
       } catch (partErr) {
         if (isRedisUnavailable(partErr)) throw partErr;
-        await isolate(part, partErr, handled);
+        await this.isolate(part, partErr, handled);
       }
     }
-  };
+  }
 
   /**
    * Fans a batch out. An error that is not Redis' (a value that cannot be serialized, a reply about
    * the data) is isolated to the entries that cause it; the others flow. Throws only when Redis is
    * unavailable: the entries not in `handled` then stay unacknowledged and are tried again.
    */
-  const fanOut = async (entries: InboundEntry[], handled: Set<string>) => {
+  private async fanOut(entries: InboundEntry[], handled: Set<string>): Promise<void> {
     try {
-      await together(entries, handled);
+      await this.together(entries, handled);
     } catch (err) {
       if (isRedisUnavailable(err)) throw err;
-      log.warn({ entries: entries.length, err: { message: describe(err) } }, 'fan-out of a batch failed with an error that is not Redis\': isolating the entries that cause it');
-      await isolate(entries, err, handled);
+      this.log.warn({ entries: entries.length, err: { message: describe(err) } }, 'fan-out of a batch failed with an error that is not Redis\': isolating the entries that cause it');
+      await this.isolate(entries, err, handled);
     }
-  };
+  }
 
   /** Entries of fan-outs that died, taken over; the ones delivered too often are dead-lettered. */
-  const takeOver = async () => {
-    await options.inbound.forgetIdleConsumers(FORGET_CONSUMER_AFTER_MS);
-    const stale = await options.inbound.claimStale(consumer, claimIdleMs, batch);
+  private async takeOver(): Promise<void> {
+    await this.options.inbound.forgetIdleConsumers(FORGET_CONSUMER_AFTER_MS);
+    const stale = await this.options.inbound.claimStale(this.consumer, this.claimIdleMs, this.batch);
     if (stale.length === 0) return;
-    log.warn({ entries: stale.length }, 'taking over inbound entries a stopped fan-out left unacknowledged');
+    this.log.warn({ entries: stale.length }, 'taking over inbound entries a stopped fan-out left unacknowledged');
     const retry: InboundEntry[] = [];
     for (const { entry, deliveries } of stale) {
-      if (deliveries > maxDeliveries) {
-        if (await deadLetter(entry, `delivered to the fan-out ${deliveries} times without being acknowledged`)) await options.inbound.done([entry.entryId]);
+      if (deliveries > this.maxDeliveries) {
+        if (await this.deadLetter(entry, `delivered to the fan-out ${deliveries} times without being acknowledged`)) await this.options.inbound.done([entry.entryId]);
       } else {
         retry.push(entry);
       }
     }
-    if (retry.length > 0) await fanOut(retry, new Set());
-  };
+    if (retry.length > 0) await this.fanOut(retry, new Set());
+  }
 
-  const stalled = (): string | null => {
-    if (closed) return null;
-    const idleMs = Date.now() - lastProgressAt;
-    if (idleMs <= stallAfterMs) return null;
-    return `the fan-out has made no progress for ${Math.round(idleMs / 1000)} s${failures > 0 ? ` (${failures} failed attempts in a row)` : ''}`;
-  };
-  // Reports changes of `stalled()` to the hooks (a gauge): also while a round hangs on Redis.
-  let reportedStalled = false;
-  const watch = setInterval(() => {
-    const now = stalled() !== null;
-    if (now === reportedStalled) return;
-    reportedStalled = now;
-    if (now) log.error({ stalledForMs: Date.now() - lastProgressAt, failures }, 'fan-out stalled: no progress, accepted calls are not reaching their sinks');
-    else log.info('fan-out making progress again');
-    events?.stalled?.(now);
-  }, Math.max(50, Math.min(1000, stallAfterMs / 4)));
-  watch.unref();
+  /** Why the fan-out counts as stalled (see `this.stallAfterMs`), or null while it makes progress. */
+  stalled(): string | null {
+    if (this.closed) return null;
+    const idleMs = Date.now() - this.lastProgressAt;
+    if (idleMs <= this.stallAfterMs) return null;
+    return `the fan-out has made no progress for ${Math.round(idleMs / 1000)} s${this.failures > 0 ? ` (${this.failures} failed attempts in a row)` : ''}`;
+  }
 
-  const run = async () => {
+  private async run(): Promise<void> {
     let nextTakeOver = 0;
     let inHand: InboundEntry[] = [];
     const handled = new Set<string>();
-    while (!closed) {
+    while (!this.closed) {
       try {
-        if (failures > 0 || nextTakeOver === 0) await options.inbound.ensureGroup();
+        if (this.failures > 0 || nextTakeOver === 0) await this.options.inbound.ensureGroup();
         if (Date.now() >= nextTakeOver) {
-          await takeOver();
-          nextTakeOver = Date.now() + Math.max(1000, claimIdleMs / 2);
+          await this.takeOver();
+          nextTakeOver = Date.now() + Math.max(1000, this.claimIdleMs / 2);
         }
         // Entries read but not fanned out (Redis failed mid-batch) are tried again first.
-        if (inHand.length === 0) inHand = await options.inbound.read(consumer, batch, blockMs, options.blocking);
+        if (inHand.length === 0) inHand = await this.options.inbound.read(this.consumer, this.batch, this.blockMs, this.options.blocking);
         if (inHand.length > 0) {
-          await fanOut(inHand, handled);
+          await this.fanOut(inHand, handled);
           inHand = [];
           handled.clear();
         }
-        failures = 0;
-        progressed();
+        this.failures = 0;
+        this.progressed();
       } catch (err) {
-        failures++;
+        this.failures++;
         inHand = inHand.filter((e) => !handled.has(e.entryId));
         handled.clear();
-        if (closed) break;
+        if (this.closed) break;
         const redis = isRedisUnavailable(err);
-        events?.failed?.(redis ? 'redis' : 'unexpected');
-        const delay = Math.min(2000, 100 * 2 ** Math.min(failures, 5));
-        const fields = { err: { message: describe(err) }, retryInMs: delay, inHand: inHand.length, failures };
-        if (redis) log.warn(fields, 'fan-out could not read or write Redis: retrying');
-        else log.error(fields, 'fan-out round failed: retrying');
+        this.events?.failed?.(redis ? 'redis' : 'unexpected');
+        const delay = Math.min(2000, 100 * 2 ** Math.min(this.failures, 5));
+        const fields = { err: { message: describe(err) }, retryInMs: delay, inHand: inHand.length, failures: this.failures };
+        if (redis) this.log.warn(fields, 'fan-out could not read or write Redis: retrying');
+        else this.log.error(fields, 'fan-out round failed: retrying');
         await sleep(delay);
       }
     }
-  };
+  }
 
-  const running = run();
-  return {
-    consumer,
-    stalled,
-    async close() {
-      closed = true;
-      clearInterval(watch);
-      if (reportedStalled) events?.stalled?.(false);
-      // A read blocks at most blockMs; while Redis is away it waits for the reconnect, so give up then.
-      const finished = await Promise.race([running.then(() => true), sleep(blockMs + 2000).then(() => false)]);
-      if (!finished) {
-        options.blocking.disconnect();
-        // Still waiting for Redis to write a batch: what is unacknowledged is taken over later.
-        await Promise.race([running, sleep(2000)]);
-      }
-      // Leave the group tidy: a consumer with nothing pending can go.
-      if (finished && options.blocking.status === 'ready') {
-        await options.inbound.removeConsumerIfIdle(consumer).catch(() => undefined);
-      }
-    },
-  };
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.watch);
+    if (this.reportedStalled) this.events?.stalled?.(false);
+    // A read blocks at most blockMs; while Redis is away it waits for the reconnect, so give up then.
+    const finished = await Promise.race([this.running.then(() => true), sleep(this.blockMs + 2000).then(() => false)]);
+    if (!finished) {
+      this.options.blocking.disconnect();
+      // Still waiting for Redis to write a batch: what is unacknowledged is taken over later.
+      await Promise.race([this.running, sleep(2000)]);
+    }
+    // Leave the group tidy: a consumer with nothing pending can go.
+    if (finished && this.options.blocking.status === 'ready') {
+      await this.options.inbound.removeConsumerIfIdle(this.consumer).catch(() => undefined);
+    }
+  }
+}
+
+export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
+  return new LogFanOut(options);
 }

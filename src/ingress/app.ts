@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { requestLog } from '../log.js';
 import { InvalidPayloadError, normalizeWebhook } from '../model/webhook.js';
 import { QueueUnavailableError, type CallAcceptor } from './accept.js';
-import { ApiError, errorBody, problemsBody, type Problem } from './errors.js';
+import { ApiError, errorBody, problemsBody, WHOLE_REQUEST, type Problem } from './errors.js';
 import { ipAllow } from './middleware/ip-allow.js';
 import { jsonBody } from './middleware/json-body.js';
 import { jsonLimits } from './middleware/json-limits.js';
@@ -49,7 +49,7 @@ const MAX_LISTED_PROBLEMS = 20;
 function listed(problems: Problem[]): Problem[] {
   if (problems.length <= MAX_LISTED_PROBLEMS) return problems;
   const rest = problems.length - MAX_LISTED_PROBLEMS + 1;
-  return [...problems.slice(0, MAX_LISTED_PROBLEMS - 1), { detail: `${rest} more problems not listed`, pointer: '' }];
+  return [...problems.slice(0, MAX_LISTED_PROBLEMS - 1), { detail: `${rest} more problems not listed`, pointer: WHOLE_REQUEST }];
 }
 
 /**
@@ -98,7 +98,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
 
   const receive = async (c: Parameters<MiddlewareHandler>[0]) => {
     const agentId = c.req.param('agentId') ?? null;
-    if (agentId !== null && !AGENT_ID.test(agentId)) throw new ApiError(400, 'agent id in the path is not valid', { pointer: '' });
+    if (agentId !== null && !AGENT_ID.test(agentId)) throw new ApiError(400, 'agent id in the path is not valid', { pointer: WHOLE_REQUEST });
     let call;
     try {
       call = normalizeWebhook(c.get('jsonBody'), { agentId, receivedAt: now() });

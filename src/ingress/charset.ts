@@ -2,7 +2,7 @@
 // byte-order mark taken off, bytes that are not text in that charset refused. The text it returns
 // is what the inbound log stores verbatim, so an archive shows "Müller" whatever the charset was.
 import { TextDecoder } from 'node:util';
-import { ApiError } from './errors.js';
+import { ApiError, WHOLE_REQUEST } from './errors.js';
 
 /**
  * The encodings a webhook body may be in, by their WHATWG names (what `TextDecoder` resolves a
@@ -75,7 +75,7 @@ export function encodingOf(contentType: string): string {
     if (encoding !== '') encodingOfLabel.set(key, encoding);
   }
   if (!SUPPORTED.has(encoding)) {
-    throw new ApiError(415, `charset ${JSON.stringify(label.slice(0, 40))} is not supported; send ${SUPPORTED_NAMES}`, { pointer: '' });
+    throw new ApiError(415, `charset ${JSON.stringify(label.slice(0, 40))} is not supported; send ${SUPPORTED_NAMES}`, { pointer: 'content-type' });
   }
   return encoding;
 }
@@ -106,7 +106,7 @@ export function decodeBody(bytes: Uint8Array, encoding: string): string {
   } catch {
     const where = used === 'utf-8' ? ` (at byte ${firstInvalidUtf8(bytes)})` : '';
     const hint = encoding === 'utf-8' && !bom ? '; declare the charset if it is not UTF-8 (e.g. application/json; charset=iso-8859-1)' : '';
-    throw new ApiError(400, `request body is not valid ${used.toUpperCase()} text${where}${hint}`, { pointer: '' });
+    throw new ApiError(400, `request body is not valid ${used.toUpperCase()} text${where}${hint}`, { pointer: WHOLE_REQUEST });
   }
 }
 

@@ -3,7 +3,7 @@
 // (../charset.ts); the parsed body and its text are put on the context.
 import type { MiddlewareHandler } from 'hono';
 import { decodeBody, encodingOf } from '../charset.js';
-import { ApiError } from '../errors.js';
+import { ApiError, WHOLE_REQUEST } from '../errors.js';
 
 export interface JsonBodyOptions {
   /** Largest accepted body in bytes. */
@@ -60,12 +60,12 @@ export function jsonBody(options: JsonBodyOptions): MiddlewareHandler {
       }
     }
     const text = decodeBody(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size), encoding);
-    if (text.trim() === '') throw new ApiError(400, 'request body is empty', { pointer: '' });
+    if (text.trim() === '') throw new ApiError(400, 'request body is empty', { pointer: WHOLE_REQUEST });
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);
     } catch (err) {
-      throw new ApiError(400, `request body is not valid JSON: ${(err as Error).message}`, { pointer: '' });
+      throw new ApiError(400, `request body is not valid JSON: ${(err as Error).message}`, { pointer: WHOLE_REQUEST });
     }
     c.set('jsonBody', parsed);
     c.set('jsonText', text);
