@@ -382,7 +382,8 @@ export class TelephonyConfigError extends Error {
   }
 }
 
-const TELEPHONY_ENV = {
+/** The variables the telephony client reads (test/ops-containers.test.ts checks .env.example names them). */
+export const TELEPHONY_ENV = {
   url: 'TELEPHONY_API_URL',
   tokenId: 'TELEPHONY_TOKEN_ID',
   token: 'TELEPHONY_TOKEN',
