@@ -1,7 +1,7 @@
 # callsync: one image, one role per container (CALLSYNC_ROLE=ingress|worker|poller|all).
 # Build: docker build -t callsync .   Run: docker compose up (see docker-compose.yml, docs/operations.md)
 
-ARG NODE_IMAGE=node:22-bookworm-slim
+ARG NODE_IMAGE=node:22.20.0-bookworm-slim
 
 # Production dependencies only.
 FROM ${NODE_IMAGE} AS deps

@@ -1,7 +1,7 @@
 // The one registry of queues and jobs: names, payload types (a tagged union) and default options.
 // Every producer and worker goes through here, so a queue name or payload shape lives in one place.
 import type { DefaultJobOptions } from 'bullmq';
-import type { CanonicalCall } from '../src/model/call.js';
+import { callHash, type CanonicalCall } from '../src/model/call.js';
 
 /**
  * Calls the fan-out could not handle from the inbound log (queues/inbound.ts): retried with the
@@ -18,6 +18,19 @@ export function sinkQueueName(sinkName: string): string {
 
 export function sinkNameFromQueue(queueName: string): string | null {
   return queueName.startsWith('sink-') ? queueName.slice('sink-'.length) : null;
+}
+
+/**
+ * The sink job id of one revision of a call: the call hash for its first revision, the call hash
+ * and the content hash for an update. Each revision gets its own job (BullMQ would drop an update
+ * added under the id of the first revision's job, which it keeps for a day), and fanning the same
+ * revision out again still adds nothing. The same id in every sink queue of the call: the id the
+ * dashboard shows.
+ */
+export function sinkJobId(call: Pick<CanonicalCall, 'key' | 'revision'>): string {
+  const base = callHash(call.key);
+  const revision = call.revision;
+  return revision?.update && revision.content ? `${base}-${revision.content}` : base;
 }
 
 export const JobName = {

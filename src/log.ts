@@ -26,12 +26,15 @@ export const redactPaths = [
   '*.*.transcript', '*.*.transcription', '*.*.content', '*.*.*.transcript', '*.*.*.transcription', '*.*.*.content',
 ];
 
-/** `+492116355340` -> `+49211****340`: keeps enough to recognise a number, not enough to dial it. */
+/**
+ * `+492116355340` -> `+49211****340`: keeps enough to recognise a number, not enough to dial it. A
+ * short number keeps a shorter head, so at least 3 of its digits stay hidden (`6355340` -> `6****340`).
+ */
 export function maskPhone(value: string | null | undefined): string | null {
   if (value === null || value === undefined) return null;
   const digits = value.replace(/[^\d+]/g, '');
   if (digits.length < 7) return '****';
-  const keepHead = digits.startsWith('+') ? 6 : 5;
+  const keepHead = Math.min(digits.startsWith('+') ? 6 : 5, digits.length - 6);
   return `${digits.slice(0, keepHead)}****${digits.slice(-3)}`;
 }
 

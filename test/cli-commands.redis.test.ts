@@ -9,7 +9,9 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { Queue, UnrecoverableError, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
+import { InboundLog } from '../queues/inbound.js';
 import { help, runCli } from '../src/cli/index.js';
 import type { CliIo } from '../src/cli/io.js';
 import { webhookPayload } from './support/calls.js';
@@ -17,6 +19,7 @@ import { postJson } from './support/callsync.js';
 import { FlakySink } from './support/flaky-sink.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { startPrivateRedis } from './support/redis-server.js';
 
 const run = promisify(execFile);
 const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
@@ -241,12 +244,21 @@ describe('dlq and send-sample against a running callsync', () => {
     await waitFor(() => sink.delivered.includes('gate-cli-4'), { what: 'the retried job delivered' });
   });
 
-  test('send-sample posts a call that travels to the sink', async () => {
+  test('send-sample posts a call that travels to the sink, and prints the job id the sink queue (and dashboard) shows', async () => {
+    sink.failing = false;
     const r = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent/sample-agent`], env);
     assert.equal(r.code, 0, r.err);
-    const callId = /accepted: call (sample-\S+) -> job \S+/.exec(r.out)?.[1];
-    assert.ok(callId, r.out);
+    const [, callId, inboundId] = /^accepted: call (sample-\S+) \(inbound log id (\S+)\)$/m.exec(r.out) ?? [];
+    assert.ok(callId && inboundId, r.out);
+    const jobId = /^job ([0-9a-f]{32}) in sink-archive: watch it on \/admin\/queues$/m.exec(r.out)?.[1];
+    assert.ok(jobId, r.out);
+    assert.doesNotMatch(r.out, /spooled/, 'Redis is up: nothing said about a spool');
     await waitFor(() => sink.delivered.includes(callId), { what: 'the sample delivered to the sink' });
+    // The printed id is the sink job's (what /admin/queues lists), not the inbound log's.
+    const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
+    const job = await archive.getJob(jobId);
+    assert.equal((job?.data as { call: { callId: string } } | undefined)?.call.callId, callId);
+    assert.equal(await archive.getJob(inboundId), undefined);
     const port = new URL(cs.url).port;
     const byPort = await cli(['send-sample'], { ...env, PORT: port });
     assert.equal(byPort.code, 0, `default URL from PORT: ${byPort.err}`);
@@ -264,6 +276,101 @@ describe('dlq and send-sample against a running callsync', () => {
   });
 });
 
+describe('dlq sees the queues in Redis, not only those of its own configuration', () => {
+  const prefix = uniquePrefix('cli-dlq-found');
+  let connection: Redis;
+  before(async () => {
+    connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+    // A queue this environment does not configure (a sink another process runs, or one since removed) with a dead letter.
+    const queue = new Queue('sink-legacy-crm', { connection, prefix });
+    await queue.add('sink.deliver', { kind: 'sink.deliver', sink: 'legacy-crm', call: { callId: 'legacy-1' } }, { jobId: 'legacy-job', attempts: 1 });
+    const worker = new Worker('sink-legacy-crm', async () => {
+      throw new UnrecoverableError('Legacy CRM answered 400: gone');
+    }, { connection, prefix });
+    await waitFor(async () => (await queue.getFailedCount()) === 1, { what: 'the legacy dead letter' });
+    await worker.close();
+    await queue.close();
+    // Keys that only look like queues: nested under a queue, or not BullMQ's meta hash.
+    await connection.hset(`${prefix}:sink-x:nested:meta`, 'version', 'bullmq:5');
+    await connection.set(`${prefix}:not-a-queue:meta`, 'plain string');
+  });
+  after(async () => {
+    connection.disconnect();
+    await cleanupPrefix(prefix);
+  });
+
+  test('list without --queue shows the dead letters of a queue found only in Redis', async () => {
+    const r = await cli(['dlq', 'list'], { QUEUE_PREFIX: prefix });
+    assert.equal(r.code, 0, r.err);
+    assert.ok(r.out.split('\n').some((l) => l.startsWith('sink-legacy-crm') && l.includes('legacy-job') && l.includes('legacy-1') && l.includes('Legacy CRM answered 400')), r.out);
+    const json = JSON.parse((await cli(['dlq', 'list', '--json'], { QUEUE_PREFIX: prefix })).out) as { queue: string }[];
+    assert.deepEqual(json.map((row) => row.queue), ['sink-legacy-crm']);
+  });
+
+  test('--queue takes a queue found in Redis, by queue or sink name; the unknown list names it', async () => {
+    for (const name of ['sink-legacy-crm', 'legacy-crm']) {
+      const r = await cli(['dlq', 'list', '--queue', name, '--json'], { QUEUE_PREFIX: prefix });
+      assert.equal(r.code, 0, r.err);
+      assert.equal((JSON.parse(r.out) as unknown[]).length, 1);
+    }
+    const bogus = await cli(['dlq', 'list', '--queue', 'nope'], { QUEUE_PREFIX: prefix });
+    assert.equal(bogus.code, 2);
+    assert.match(bogus.err, /unknown queue "nope" \(known: inbound, sink-archive, poll-dead-letters, sink-legacy-crm\)/);
+    assert.doesNotMatch(bogus.err, /nested|not-a-queue/);
+  });
+
+  test('retry without --queue leaves a queue no sink here works (and says so); with --queue it retries', async () => {
+    const all = await cli(['dlq', 'retry'], { QUEUE_PREFIX: prefix });
+    assert.equal(all.code, 0, all.err);
+    assert.match(all.err, /sink-legacy-crm: 1 dead letter\(s\) not retried: no sink of this configuration works that queue/);
+    assert.doesNotMatch(all.out, /no dead letters/);
+    const queue = new Queue('sink-legacy-crm', { connection, prefix });
+    try {
+      assert.equal(await queue.getFailedCount(), 1);
+      const one = await cli(['dlq', 'retry', '--queue', 'sink-legacy-crm'], { QUEUE_PREFIX: prefix });
+      assert.equal(one.code, 0, one.err);
+      assert.match(one.out, /retrying 1 dead letter\(s\) of sink-legacy-crm/);
+      assert.equal(await queue.getFailedCount(), 0);
+    } finally {
+      await queue.close();
+    }
+  });
+});
+
+describe('send-sample while Redis is away', () => {
+  test('says the call was only spooled to local disk, and it reaches the queue once Redis is back', async () => {
+    const redis = await startPrivateRedis();
+    const spool = await mkdtemp(join(tmpdir(), 'callsync-cli-spool-'));
+    const prefix = uniquePrefix('cli-spool');
+    const cs = await startOpsCallsync({ REDIS_URL: redis.url, QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'ingress', SPOOL_DIR: spool, ARCHIVE_DIR: spool });
+    try {
+      await redis.stop();
+      const r = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent/sample-agent`], { REDIS_URL: redis.url, QUEUE_PREFIX: prefix, ARCHIVE_DIR: spool });
+      assert.equal(r.code, 0, r.err);
+      assert.match(r.out, /^spooled to local disk \(Redis unavailable\); it reaches the queues when Redis is back$/m);
+      const inboundId = /\(inbound log id (\S+)\)/.exec(r.out)?.[1];
+      assert.match(r.out, /^job [0-9a-f]{32} in sink-archive \(once Redis is back\): watch it on \/admin\/queues$/m);
+      await redis.start();
+      // Drained into the inbound log under the id it was acknowledged with.
+      const reader = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+      try {
+        const entry = await waitFor(async () => (await new InboundLog(reader, prefix).entries()).find((e) => e.id === inboundId) ?? null, {
+          timeoutMs: 20_000,
+          what: 'the spooled sample in the inbound log',
+        });
+        assert.match(entry.call?.callId ?? '', /^sample-/);
+      } finally {
+        reader.disconnect();
+      }
+    } finally {
+      if (!redis.running) await redis.start();
+      await cs.stop();
+      await redis.destroy();
+      await rm(spool, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('send-sample prints where the archive writes the call', () => {
   test('the printed path is the object the real archive sink writes (the agent from the URL is part of it)', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'callsync-cli-sample-'));
@@ -273,7 +380,7 @@ describe('send-sample prints where the archive writes the call', () => {
       for (const agent of ['sample-agent', 'other-agent']) {
         const r = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent/${agent}`], env);
         assert.equal(r.code, 0, r.err);
-        const callId = /accepted: call (sample-\S+) -> job/.exec(r.out)?.[1];
+        const callId = /accepted: call (sample-\S+) \(/.exec(r.out)?.[1];
         const path = /^archive archive: (\S+\.json) \(and \.txt beside it\)$/m.exec(r.out)?.[1];
         assert.ok(callId && path, r.out);
         assert.ok(path.startsWith(join(dir, 'calls/transcripts/')), `${path} is in the archive folder, under the prefix`);

@@ -1,21 +1,87 @@
 // The container files stay valid though no engine runs here: docker-compose.yml parses and has
-// the services, Redis settings and scaling shape docs/operations.md promises; the Dockerfile is
+// the services, Redis settings and scaling shape docs/operations.md promises, hands .env to the
+// containers, mounts ./config, pins its images and its own `send-sample` hint works; .env.example
+// names every variable callsync reads (and no other) with its default; the Dockerfile is
 // multi-stage, Node 22+, non-root, with a healthcheck; and the healthcheck script really works.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { parse } from 'yaml';
+import { runCli } from '../src/cli/index.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
+import { REDIS_URL } from './support/redis.js';
 
 const root = new URL('../', import.meta.url);
 const read = (path: string) => readFileSync(new URL(path, root), 'utf8');
 const run = promisify(execFile);
+
+/**
+ * Compose's interpolation (https://docs.docker.com/reference/compose-file/interpolation/): `$$`,
+ * `${VAR}`, `${VAR-default}` (unset only), `${VAR:-default}` (unset or empty), defaults nested.
+ */
+function interpolate(value: string, vars: Record<string, string | undefined>): string {
+  let out = '';
+  for (let i = 0; i < value.length; ) {
+    if (value.startsWith('$$', i)) {
+      out += '$';
+      i += 2;
+    } else if (value.startsWith('${', i)) {
+      let depth = 0;
+      let j = i;
+      for (; j < value.length; j++) {
+        if (value.startsWith('${', j)) {
+          depth++;
+          j++;
+        } else if (value[j] === '}' && --depth === 0) break;
+      }
+      const m = /^([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^]*))?$/.exec(value.slice(i + 2, j));
+      assert.ok(m, `unsupported interpolation ${value.slice(i, j + 1)}`);
+      const current = vars[m[1]!];
+      const useDefault = m[2] === ':-' ? !current : m[2] === '-' ? current === undefined : false;
+      out += useDefault ? interpolate(m[3] ?? '', vars) : (current ?? '');
+      i = j + 1;
+    } else out += value[i++];
+  }
+  return out;
+}
+
+/** Every variable callsync reads: its env schema (which holds the telephony client's and each sink type's), and what code reads by name. */
+async function variablesCallsyncReads(): Promise<Set<string>> {
+  const { envSchema } = await import('../src/config/env.js');
+  const names = new Set<string>(Object.keys(envSchema.shape));
+  const files = (dir: string): string[] =>
+    readdirSync(new URL(dir, root)).flatMap((name) => {
+      const path = `${dir}/${name}`;
+      if (statSync(new URL(path, root)).isDirectory()) return files(path);
+      return /\.(ts|js)$/.test(name) ? [path] : [];
+    });
+  for (const file of ['src', 'workers', 'queues', 'bin'].flatMap(files)) {
+    for (const m of read(file).matchAll(/\benv\??\.([A-Z][A-Z0-9_]+)\b|\benv\[['"]([A-Z][A-Z0-9_]+)['"]\]/g)) names.add((m[1] ?? m[2])!);
+  }
+  return names;
+}
+
+/** The `NAME=value` lines of .env.example, commented (`# NAME=`) or not. */
+function envExample(): { commented: Map<string, string>; active: string[] } {
+  const commented = new Map<string, string>();
+  const active: string[] = [];
+  for (const line of read('.env.example').split('\n')) {
+    const c = /^#\s?([A-Z][A-Z0-9_]*)=(.*)$/.exec(line);
+    if (c) {
+      assert.ok(!commented.has(c[1]!), `${c[1]} listed twice`);
+      commented.set(c[1]!, c[2]!);
+    }
+    const a = /^([A-Z][A-Z0-9_]*)=/.exec(line);
+    if (a) active.push(a[1]!);
+  }
+  return { commented, active };
+}
 
 describe('docker-compose.yml', () => {
   const compose = parse(read('docker-compose.yml'), { merge: true }) as { services: Record<string, any>; volumes: Record<string, unknown> };
@@ -27,13 +93,21 @@ describe('docker-compose.yml', () => {
     assert.match(redis, /--appendonly yes/);
     assert.match(redis, /--maxmemory-policy noeviction/);
     assert.ok(s.redis.volumes.some((v: string) => v.endsWith(':/data')), 'AOF on a volume');
-    const bucket = s.ingress.environment.ARCHIVE_S3_BUCKET;
-    assert.match(s['minio-init'].command.join(' '), new RegExp(`mc mb --ignore-existing local/${bucket}`));
-    assert.equal(s.ingress.environment.S3_ENDPOINT, 'http://minio:9000');
-    assert.match(s.worker.environment.SMTP_URL, /^smtp:\/\/mailpit:1025$/);
+    // Resolved as Compose does with an empty .env.
+    const env = (svc: string, name: string) => interpolate(String(s[svc].environment[name] ?? ''), {});
+    const bucket = env('ingress', 'ARCHIVE_S3_BUCKET');
+    assert.equal(bucket, 'callsync-archive');
+    assert.equal(env('minio-init', 'ARCHIVE_S3_BUCKET'), bucket, 'the init job creates the bucket the archive writes to');
+    assert.match(s['minio-init'].command.join(' '), /mc mb --ignore-existing "local\/\$\$ARCHIVE_S3_BUCKET"/);
+    assert.equal(env('ingress', 'S3_ENDPOINT'), 'http://minio:9000');
+    assert.equal(env('worker', 'AWS_ACCESS_KEY_ID'), interpolate(s.minio.environment.MINIO_ROOT_USER, {}), 'the archive logs in to MinIO');
+    assert.equal(env('worker', 'AWS_SECRET_ACCESS_KEY'), interpolate(s.minio.environment.MINIO_ROOT_PASSWORD, {}));
+    assert.equal(env('worker', 'AWS_ACCESS_KEY_ID'), 'callsync');
+    assert.equal(interpolate(s.worker.environment.AWS_ACCESS_KEY_ID, { AWS_ACCESS_KEY_ID: 'AKIA-from-env' }), 'AKIA-from-env', '.env wins');
+    assert.match(env('worker', 'SMTP_URL'), /^smtp:\/\/mailpit:1025$/);
     for (const [role, svc] of [['ingress', s.ingress], ['worker', s.worker], ['poller', s.poller]] as const) {
       assert.equal(svc.environment.CALLSYNC_ROLE, role);
-      assert.equal(svc.environment.REDIS_URL, 'redis://redis:6379');
+      assert.equal(interpolate(svc.environment.REDIS_URL, {}), 'redis://redis:6379');
       assert.equal(svc.environment.QUEUE_PREFIX, '{callsync}', 'a hash-tag prefix');
       assert.equal(svc.build, '.');
       assert.equal(svc.depends_on.redis.condition, 'service_healthy');
@@ -47,13 +121,131 @@ describe('docker-compose.yml', () => {
     assert.equal(s.worker.environment.OPS_PORT, '9464');
   });
 
-  test('every variable a service sets is one callsync or a sink knows', async () => {
-    const { envSchema } = await import('../src/config/env.js');
-    const known = new Set(Object.keys(envSchema.shape));
-    const sinkVars = /^(AWS_|S3_|ARCHIVE_|SMTP_|NOTIFY_|TELEPHONY_|POLL_|HUBSPOT_|PIPEDRIVE_|CRM_)/;
+  test('every variable a service sets is one callsync reads', async () => {
+    const known = await variablesCallsyncReads();
     for (const role of ['ingress', 'worker', 'poller']) {
-      for (const name of Object.keys(s[role].environment)) assert.ok(known.has(name) || sinkVars.test(name), `${role}: unknown variable ${name}`);
+      for (const name of Object.keys(s[role].environment)) assert.ok(known.has(name), `${role}: unknown variable ${name}`);
     }
+  });
+
+  test('every line of .env reaches the callsync containers (optional file), and ./config is mounted read-only', () => {
+    for (const role of ['ingress', 'worker', 'poller']) {
+      // The long syntax with `required: false` needs Compose 2.24.0+; a missing .env is then no error.
+      assert.deepEqual(s[role].env_file, [{ path: '.env', required: false }], role);
+      assert.ok(s[role].volumes.includes('./config:/app/config:ro'), `${role} mounts ./config`);
+    }
+    assert.ok(s.ingress.volumes.includes('ingress-spool:/app/data'), 'the ingress keeps its spool volume');
+    assert.ok(existsSync(new URL('config/', root)), 'the folder exists in the checkout (Docker would create it owned by root)');
+    // No service sets a variable to an empty default that would hide the value .env gives it.
+    for (const role of ['ingress', 'worker', 'poller']) {
+      for (const [name, value] of Object.entries(s[role].environment as Record<string, string>)) {
+        assert.doesNotMatch(String(value), /^\$\{[A-Z_]+:?-?\}$/, `${role}.${name} passes through nothing but would override .env`);
+        if (String(value).includes('${')) assert.equal(interpolate(String(value), { [name]: 'from-env' }), 'from-env', `${role}.${name}: .env wins over the compose default`);
+      }
+    }
+  });
+
+  test('images are pinned: versions, never latest; callsync\'s own image carries package.json\'s version', () => {
+    const version = (JSON.parse(read('package.json')) as { version: string }).version;
+    for (const [name, svc] of Object.entries(s)) {
+      const image = String(svc.image ?? '');
+      const tag = /^[^:]+:(.+)$/.exec(image)?.[1];
+      assert.ok(tag, `${name}: image ${image} has a tag`);
+      assert.notEqual(tag, 'latest', `${name}: pinned, not latest`);
+      assert.match(tag, /\d+\.\d+|RELEASE\.\d{4}-\d{2}-\d{2}/, `${name}: ${tag} names a version`);
+    }
+    for (const role of ['ingress', 'worker', 'poller']) assert.equal(s[role].image, `callsync:${version}`);
+    assert.match(read('Dockerfile'), /^ARG NODE_IMAGE=node:\d+\.\d+\.\d+-/m, 'the Node base image is pinned to a release');
+  });
+
+  test('its `send-sample` hint runs a file the image has, and the ingress accepts the sample from inside its container', async () => {
+    const hint = /docker compose exec (\S+) node (\S+) send-sample/.exec(read('docker-compose.yml'));
+    assert.ok(hint, 'the hint is in the file');
+    const [, service, script] = hint;
+    assert.equal(service, 'ingress');
+    // The image: WORKDIR /app, the launcher in bin/, the built CLI it loads in dist/.
+    const dockerfile = read('Dockerfile');
+    const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
+    assert.match(runtime, /^WORKDIR \/app$/m);
+    assert.match(runtime, /^COPY (--\S+ )*bin \.\/bin$/m);
+    assert.match(runtime, /^COPY --from=build (--\S+ )*\/app\/dist \.\/dist$/m);
+    assert.equal(script, 'bin/callsync.js');
+    assert.match(read(script!), /new URL\('dist\/workers\/cli\.js', root\)/, 'the launcher loads dist/workers/cli.js');
+    const tsconfig = JSON.parse(read('tsconfig.json')) as { compilerOptions: { outDir: string; rootDir: string } };
+    assert.deepEqual([tsconfig.compilerOptions.outDir, tsconfig.compilerOptions.rootDir], ['dist', '.'], 'workers/cli.ts builds to dist/workers/cli.js');
+    assert.ok((JSON.parse(read('tsconfig.build.json')) as { include: string[] }).include.includes('workers'));
+    assert.match(dockerfile, /^RUN npm run build$/m);
+
+    // Inside the container the CLI posts to 127.0.0.1:$PORT (HOST is 0.0.0.0 there) with the ingress' environment.
+    const ingressEnv = Object.fromEntries(Object.entries(s.ingress.environment as Record<string, string>).map(([k, v]) => [k, interpolate(String(v), {})]));
+    const dir = await mkdtemp(join(tmpdir(), 'callsync-compose-'));
+    const cs = await startOpsCallsync({ CALLSYNC_ROLE: 'ingress', ARCHIVE_DIR: dir, WEBHOOK_ALLOWED_IPS: ingressEnv.WEBHOOK_ALLOWED_IPS! });
+    try {
+      const out: string[] = [];
+      const err: string[] = [];
+      const code = await runCli(['send-sample'], {
+        env: { ...ingressEnv, HOST: '0.0.0.0', PORT: new URL(cs.url).port, REDIS_URL, QUEUE_PREFIX: cs.prefix },
+        out: (l) => out.push(l),
+        err: (l) => err.push(l),
+      });
+      assert.equal(code, 0, err.join('\n'));
+      assert.match(out.join('\n'), /^accepted: call sample-/m);
+    } finally {
+      await cs.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('.env.example', () => {
+  test('names every variable callsync reads, and no other (but Compose\'s own), each commented out', async () => {
+    const reads = await variablesCallsyncReads();
+    const { commented, active } = envExample();
+    assert.deepEqual(active, [], 'nothing set: copying the file changes no default');
+    const missing = [...reads].filter((name) => !commented.has(name)).sort();
+    assert.deepEqual(missing, [], 'add these to .env.example');
+    const composeVars = new Set([...read('docker-compose.yml').matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]!));
+    const unknown = [...commented.keys()].filter((name) => !reads.has(name) && !composeVars.has(name));
+    assert.deepEqual(unknown, [], 'variables nobody reads');
+    assert.ok(['MINIO_ROOT_USER', 'MINIO_ROOT_PASSWORD'].every((n) => commented.has(n) && composeVars.has(n)));
+  });
+
+  test('shows the default of each variable of the env schema', async () => {
+    const { envSchema } = await import('../src/config/env.js');
+    const defaults = envSchema.parse({}) as Record<string, unknown>;
+    const { commented } = envExample();
+    for (const name of Object.keys(envSchema.shape)) {
+      const value = defaults[name];
+      assert.ok(commented.has(name), `${name} is listed`);
+      // Unset in the schema: the sink or client decides the default, and the file may show that one.
+      if (value === undefined) continue;
+      const shown = Array.isArray(value) ? value.join(',') : String(value);
+      assert.equal(commented.get(name), shown, `${name}: the default is ${JSON.stringify(shown)}`);
+    }
+  });
+});
+
+describe('README "Docker Compose"', () => {
+  test('describes the file: its services, .env.example, ./config, the Compose version and the send-sample hint', () => {
+    // The section: from its heading to the next heading outside a code block.
+    const lines = read('README.md').split('\n');
+    const start = lines.findIndex((l) => /^#{2,3} Docker Compose$/.test(l));
+    assert.ok(start >= 0, 'the section exists');
+    let inFence = false;
+    let end = start + 1;
+    for (; end < lines.length; end++) {
+      if (lines[end]!.startsWith('```')) inFence = !inFence;
+      else if (!inFence && /^#{1,3} /.test(lines[end]!)) break;
+    }
+    const section = lines.slice(start, end).join('\n');
+    const compose = parse(read('docker-compose.yml'), { merge: true }) as { services: Record<string, { image: string }> };
+    for (const [name, svc] of Object.entries(compose.services)) {
+      assert.ok(section.includes(`\`${name}\``), `names the service ${name}`);
+      if (!svc.image.startsWith('callsync:')) assert.ok(section.includes(svc.image), `names the image ${svc.image}`);
+    }
+    const hint = /docker compose exec \S+ node \S+ send-sample/.exec(read('docker-compose.yml'))![0];
+    assert.ok(section.includes(hint), `shows ${hint}`);
+    for (const piece of ['.env.example', 'env_file', './config', '/app/config', 'CALLSYNC_CONFIG', '2.24']) assert.ok(section.includes(piece), `mentions ${piece}`);
   });
 });
 

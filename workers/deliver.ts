@@ -1,10 +1,37 @@
-// Sink delivery: hands the call of a sink job to its adapter. Errors travel up untouched: the
-// runner sorts them (permanent, retry-later, auth, transient).
+// Sink delivery: hands the call of a sink job to its adapter. Errors travel up with their class
+// untouched (the runner sorts them: permanent, retry-later, auth, transient); only their text loses
+// what it echoes of the call (names, numbers, summary and transcript sentences) before the runner
+// logs it and BullMQ keeps it as the dead letter's reason.
 import type { Job } from 'bullmq';
 import type { Logger } from 'pino';
-import { PermanentError } from '../src/errors.js';
+import { PermanentError, scrubEchoes, type EchoValues } from '../src/errors.js';
+import type { CanonicalCall } from '../src/model/call.js';
 import type { Sink, SinkResult } from '../src/sinks/types.js';
 import type { SinkDeliverJob } from '../queues/registry.js';
+
+/** The personal texts of a call that a remote's error text may echo. */
+export function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues {
+  const texts: string[] = [];
+  if (call.summary) texts.push(call.summary.content, ...call.summary.keyPoints, ...call.summary.topics);
+  if (call.transcript) texts.push(call.transcript.content, ...call.transcript.chunks.map((c) => c.content));
+  for (const scenario of call.scenarios ?? []) {
+    for (const set of scenario.smartAnswers) for (const item of set.setItems) texts.push(item.answer);
+  }
+  const names = (call.users ?? []).flatMap((u) => [u.fullName, u.firstName, u.lastName]);
+  const numbers = [call.from, call.to, call.fromRaw, call.toRaw, call.forwarding?.target ?? null];
+  const present = (values: (string | null | undefined)[]) => values.filter((v): v is string => typeof v === 'string' && v.trim() !== '');
+  return { texts: present(texts), names: present(names), numbers: present(numbers) };
+}
+
+/** Removes the call's own texts from an error's message (and its stack, which BullMQ keeps too). */
+export function scrubCallEchoes(err: unknown, call: Omit<CanonicalCall, 'revision'>): unknown {
+  if (!(err instanceof Error)) return err;
+  const message = scrubEchoes(err.message, echoValuesOf(call));
+  if (message === err.message) return err;
+  if (typeof err.stack === 'string') err.stack = err.stack.split(err.message).join(message);
+  err.message = message;
+  return err;
+}
 
 export function createDeliverProcessor(sink: Sink, log: Logger) {
   return async function deliver(job: Job<SinkDeliverJob>, signal: AbortSignal): Promise<SinkResult> {
@@ -13,15 +40,19 @@ export function createDeliverProcessor(sink: Sink, log: Logger) {
     // The revision is delivery metadata, not content: sinks get it beside the call, never inside what they write.
     const { revision, ...call } = data;
     let jobLog: Logger | undefined;
-    return sink.deliver(call, {
-      jobId: job.id ?? '',
-      attempt: job.attemptsMade + 1,
-      ...(revision ? { revision } : {}),
-      // Built when the sink first logs: most deliveries log nothing at info.
-      get log() {
-        return (jobLog ??= log.child({ sink: sink.name, jobId: job.id }));
-      },
-      signal,
-    });
+    try {
+      return await sink.deliver(call, {
+        jobId: job.id ?? '',
+        attempt: job.attemptsMade + 1,
+        ...(revision ? { revision } : {}),
+        // Built when the sink first logs: most deliveries log nothing at info.
+        get log() {
+          return (jobLog ??= log.child({ sink: sink.name, jobId: job.id }));
+        },
+        signal,
+      });
+    } catch (err) {
+      throw scrubCallEchoes(err, call);
+    }
   };
 }

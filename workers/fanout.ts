@@ -18,11 +18,11 @@ import { randomBytes } from 'node:crypto';
 import type { Job, Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { callHash, type CanonicalCall } from '../src/model/call.js';
+import type { CanonicalCall } from '../src/model/call.js';
 import { sinksFor } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
 import { PermanentError } from '../src/errors.js';
-import { JobName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
+import { JobName, sinkJobId, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { inboundParkedKey, parseStoredCall, type InboundEntry, type InboundLog } from '../queues/inbound.js';
 import { isRedisUnavailable } from '../queues/connection.js';
 
@@ -39,17 +39,8 @@ interface PlannedJob {
   job: { name: typeof JobName.sinkDeliver; data: SinkDeliverJob; opts: { jobId: string } };
 }
 
-/**
- * The sink job id of one revision of a call: the call hash for its first revision, the call hash
- * and the content hash for an update. Each revision gets its own job (BullMQ would drop an update
- * added under the id of the first revision's job, which it keeps for a day), and fanning the same
- * revision out again still adds nothing.
- */
-export function sinkJobId(call: CanonicalCall): string {
-  const base = callHash(call.key);
-  const revision = call.revision;
-  return revision?.update && revision.content ? `${base}-${revision.content}` : base;
-}
+// The sink job ids live in the job registry (queues/registry.ts), where `callsync send-sample` finds them too.
+export { sinkJobId };
 
 /** The sink jobs of one call; throws PermanentError when a route names a sink without a queue. */
 function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: PlannedJob[] } {

@@ -15,12 +15,56 @@ export interface DlqOptions {
   yes: boolean;
 }
 
-/** `--queue` takes a queue name (`sink-crm`) or a sink name (`crm`). */
-export function resolveQueues(config: Config, queue: string | undefined): string[] {
-  const known = queueNames(config);
-  if (queue === undefined) return known;
-  if (known.includes(queue)) return [queue];
-  if (config.sinks[queue]) return [sinkQueueName(queue)];
+/** `*`, `?`, `[`, `]` and `\` match literally in a SCAN pattern only when escaped. */
+function globEscape(text: string): string {
+  return text.replace(/[*?[\]\\]/g, '\\$&');
+}
+
+/**
+ * The queues BullMQ keeps under this prefix in Redis, whatever this environment configures (a sink
+ * since removed, or one only another process runs): each queue that ever held a job has a
+ * `<prefix>:<queue>:meta` hash. Found with SCAN (never KEYS, which blocks Redis), sorted.
+ */
+export async function queuesInRedis(redis: Redis, prefix: string): Promise<string[]> {
+  const head = `${prefix}:`;
+  const candidates = new Set<string>();
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${globEscape(head)}*:meta`, 'COUNT', 1000);
+    cursor = next;
+    for (const key of keys) {
+      const name = key.slice(head.length, -':meta'.length);
+      // BullMQ refuses `:` in queue names: a longer key is something else's.
+      if (key.startsWith(head) && name !== '' && !name.includes(':')) candidates.add(name);
+    }
+  } while (cursor !== '0');
+  // Only BullMQ's meta hashes: they carry its settings.
+  const names = [...candidates].sort();
+  const metas = await Promise.all(names.map((name) => redis.hmget(`${head}${name}:meta`, 'opts.maxLenEvents', 'version').catch(() => [null, null])));
+  return names.filter((_, i) => metas[i]!.some((v) => v !== null));
+}
+
+export interface ResolvedQueues {
+  /** The queues to act on. */
+  names: string[];
+  /** Of those, the ones found only in Redis (no sink of this configuration works them). */
+  foundOnly: Set<string>;
+}
+
+/**
+ * The queues of this configuration and those found in Redis. `--queue` takes a queue name
+ * (`sink-crm`) or a sink name (`crm`) of either.
+ */
+export async function resolveQueues(config: Config, redis: Redis, queue: string | undefined): Promise<ResolvedQueues> {
+  const configured = queueNames(config);
+  const found = await queuesInRedis(redis, config.redis.prefix);
+  const foundOnly = new Set(found.filter((name) => !configured.includes(name)));
+  const known = [...configured, ...foundOnly];
+  if (queue === undefined) return { names: known, foundOnly };
+  for (const name of [queue, sinkQueueName(queue)]) {
+    if (known.includes(name)) return { names: [name], foundOnly: new Set(foundOnly.has(name) ? [name] : []) };
+  }
+  if (config.sinks[queue]) return { names: [sinkQueueName(queue)], foundOnly: new Set() };
   throw new UsageError(`unknown queue "${queue}" (known: ${known.join(', ')})`);
 }
 
@@ -58,7 +102,8 @@ async function findDeadLetter(queues: Queue[], id: string): Promise<{ queue: Que
 }
 
 export async function dlqList(config: Config, redis: Redis, options: DlqOptions, io: CliIo): Promise<number> {
-  return withQueues(config, redis, resolveQueues(config, options.queue), async (queues) => {
+  const { names } = await resolveQueues(config, redis, options.queue);
+  return withQueues(config, redis, names, async (queues) => {
     const rows: { queue: string; id: string; failedAt: string; attempts: number; call: string; reason: string }[] = [];
     let total = 0;
     for (const queue of queues) {
@@ -92,7 +137,8 @@ export async function dlqList(config: Config, redis: Redis, options: DlqOptions,
 }
 
 export async function dlqRetry(config: Config, redis: Redis, options: DlqOptions, io: CliIo): Promise<number> {
-  return withQueues(config, redis, resolveQueues(config, options.queue), async (queues) => {
+  const { names, foundOnly } = await resolveQueues(config, redis, options.queue);
+  return withQueues(config, redis, names, async (queues) => {
     if (options.id) {
       const { queue, job } = await findDeadLetter(queues, options.id);
       await job.retry('failed');
@@ -100,20 +146,28 @@ export async function dlqRetry(config: Config, redis: Redis, options: DlqOptions
       return 0;
     }
     let total = 0;
+    let skipped = 0;
     for (const queue of queues) {
       const count = await queue.getFailedCount();
       if (count === 0) continue;
+      // Retried without a worker, they would wait forever: only on request (--queue).
+      if (options.queue === undefined && foundOnly.has(queue.name)) {
+        io.err(`${queue.name}: ${count} dead letter(s) not retried: no sink of this configuration works that queue (--queue ${queue.name} retries them anyway)`);
+        skipped += count;
+        continue;
+      }
       await queue.retryJobs({ state: 'failed', count: 1000 });
       io.out(`retrying ${count} dead letter(s) of ${queue.name}`);
       total += count;
     }
-    if (total === 0) io.out(`no dead letters in ${queues.map((q) => q.name).join(', ')}`);
+    if (total === 0 && skipped === 0) io.out(`no dead letters in ${queues.map((q) => q.name).join(', ')}`);
     return 0;
   });
 }
 
 export async function dlqPurge(config: Config, redis: Redis, options: DlqOptions, io: CliIo): Promise<number> {
-  return withQueues(config, redis, resolveQueues(config, options.queue), async (queues) => {
+  const { names } = await resolveQueues(config, redis, options.queue);
+  return withQueues(config, redis, names, async (queues) => {
     if (options.id) {
       const { queue, job } = await findDeadLetter(queues, options.id);
       await job.remove();

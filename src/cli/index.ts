@@ -52,7 +52,9 @@ The dead letters of a queue are its failed jobs: permanent errors, or all attemp
   purge   remove dead letters for good (all of a queue's need --yes)
 
 Options:
-  --queue NAME  one queue: inbound, sink-<name>, poll-dead-letters, or a sink name (default: all)
+  --queue NAME  one queue: inbound, sink-<name>, poll-dead-letters, or a sink name (default: all
+                of this configuration and every queue found in Redis under QUEUE_PREFIX; retry
+                without --queue leaves the queues no sink here works)
   --id ID       one job
   --limit N     list at most N per queue (default 50)
   --json        list as JSON
@@ -61,8 +63,10 @@ Options:
   'send-sample': `Usage: callsync send-sample [--url URL]
 
 Posts a sample call-data webhook (synthetic data, with summary and transcript) to a running
-callsync, so you can watch it travel through the queues to the sinks. Prints where each archive
-sink of this configuration writes it (run it with the server's environment and config file).
+callsync, so you can watch it travel through the queues to the sinks. Prints the job id the
+dashboard (/admin/queues) shows in each sink queue, says when the ingress only spooled the call to
+local disk (Redis unavailable), and where each archive sink writes it (run it with the server's
+environment and config file).
 
 Options:
   --url URL     webhook URL (default http://127.0.0.1:$PORT/webhooks/ai-agent/sample-agent)

@@ -1,10 +1,11 @@
 // `callsync send-sample`: posts a sample call-data webhook so a new user sees the whole path work.
 import type { Config } from '../config/index.js';
-import type { CanonicalCall } from '../model/call.js';
+import { contentHash, type CanonicalCall } from '../model/call.js';
 import { normalizeWebhook } from '../model/webhook.js';
 import { sinksFor } from '../routing/router.js';
 import { archiveObjectAddress, type ArchiveOptions } from '../sinks/archive/index.js';
 import { archiveKeys } from '../sinks/archive/keys.js';
+import { sinkJobId, sinkQueueName } from '../../queues/registry.js';
 import type { CliIo } from './io.js';
 import { samplePayload } from './sample.js';
 
@@ -70,14 +71,19 @@ export async function sendSample(config: Config, url: string | undefined, io: Cl
   const text = await res.text();
   const callId = (payload.call as { id: string }).id;
   if (res.status === 202) {
-    const body = JSON.parse(text) as { id: string; duplicate: boolean };
-    io.out(`accepted: call ${callId} -> job ${body.id}${body.duplicate ? ' (duplicate)' : ''}`);
+    const body = JSON.parse(text) as { id: string; duplicate: boolean; update?: boolean; spooled?: boolean };
+    const state = body.duplicate ? 'duplicate of a call already accepted, nothing new queued' : body.update ? 'an update of a call already accepted' : '';
+    io.out(`accepted: call ${callId} (inbound log id ${body.id}${state ? `; ${state}` : ''})`);
+    if (body.spooled) io.out('spooled to local disk (Redis unavailable); it reaches the queues when Redis is back');
     // The call as the ingress sees it (the agent comes from the URL), so the key is the one it gets.
-    const call = normalizeWebhook(payload, { agentId: agentIdOfUrl(target), receivedAt: new Date() });
+    const received = normalizeWebhook(payload, { agentId: agentIdOfUrl(target), receivedAt: new Date() });
+    const call: CanonicalCall = { ...received, revision: { stamp: '', update: body.update === true, content: contentHash(received) } };
+    const queues = sinksFor(config.routes, call).map(sinkQueueName);
+    if (queues.length === 0) io.out('no sink takes this call in this configuration (see its routes)');
+    // The dashboard lists jobs per sink queue under the sink job id, the same in each queue.
+    else io.out(`job ${sinkJobId(call)} in ${queues.join(', ')}${body.spooled ? ' (once Redis is back)' : ''}: watch it on /admin/queues`);
     const archives = sampleArchiveAddresses(config, call);
     for (const a of archives) io.out(`archive ${a.sink}: ${a.address} (and .txt beside it)`);
-    if (archives.length === 0) io.out('no archive sink takes this call in this configuration (see its routes)');
-    io.out('next: watch it on /admin/queues');
     return 0;
   }
   io.err(`${target} answered ${res.status}: ${text.slice(0, 500)}`);

@@ -2,7 +2,7 @@
 // bearer token, or an OAuth 2.0 refresh-token grant that keeps a short-lived access token fresh.
 // The spec (section 5) does not show the scheme; docs/polling.md records the decision.
 import { z } from 'zod';
-import { AuthError, TransientError } from '../errors.js';
+import { AuthError, redactRemoteText, TransientError } from '../errors.js';
 import { networkReason } from './errors.js';
 
 export type TelephonyAuth =
@@ -148,7 +148,7 @@ class OAuthRefresher implements AuthProvider {
       let detail = '';
       try {
         const e = tokenErrorSchema.safeParse(JSON.parse(text));
-        if (e.success) detail = `: ${e.data.error}${e.data.error_description ? ` (${e.data.error_description})` : ''}`;
+        if (e.success) detail = `: ${redactRemoteText(e.data.error)}${e.data.error_description ? ` (${redactRemoteText(e.data.error_description)})` : ''}`;
       } catch {
         // not JSON: the status says enough
       }

@@ -1,6 +1,8 @@
 // Errors of the telephony REST API, sorted into the error kinds of ../errors.ts so the
 // queue runner, the poller and the SMS channel treat them alike, with the spec's DetailedError
 // body (section 7) kept as typed data and spelled out in the message that logs and dead letters show.
+// The API's texts are redacted on the way in (redactRemoteText): an error about an SMS may echo its
+// recipient or text.
 import { z } from 'zod';
 import {
   AuthError,
@@ -9,6 +11,7 @@ import {
   TransientError,
   errorFromHttp,
   parseRetryAfter,
+  redactRemoteText,
   type SinkError,
 } from '../errors.js';
 
@@ -36,14 +39,12 @@ const problemSchema = z.looseObject({
 });
 const errorBodySchema = z.looseObject({ errors: z.array(z.unknown()) });
 
-const MAX_TEXT = 300;
-
-function clip(text: string): string {
-  const oneLine = text.replace(/\s+/g, ' ').trim();
-  return oneLine.length > MAX_TEXT ? `${oneLine.slice(0, MAX_TEXT)}…` : oneLine;
+/** A text of the API, redacted; null stays null. */
+function redacted(text: string | null | undefined): string | null {
+  return text === null || text === undefined ? null : redactRemoteText(text);
 }
 
-/** Parses an error body; an unknown shape yields no problems (the status alone then speaks). */
+/** Parses an error body (titles and details redacted); an unknown shape yields no problems (the status alone then speaks). */
 export function parseProblems(body: string): ApiProblem[] {
   let json: unknown;
   try {
@@ -60,9 +61,9 @@ export function parseProblems(body: string): ApiProblem[] {
     const status = typeof p.data.status === 'string' ? Number.parseInt(p.data.status, 10) : p.data.status;
     problems.push({
       status: typeof status === 'number' && Number.isFinite(status) ? status : null,
-      title: p.data.title ?? null,
-      detail: p.data.detail ?? null,
-      pointer: p.data.source?.pointer ?? null,
+      title: redacted(p.data.title),
+      detail: redacted(p.data.detail),
+      pointer: redacted(p.data.source?.pointer),
     });
   }
   return problems;
@@ -74,7 +75,7 @@ export function describeProblems(problems: ApiProblem[]): string {
     .map((p) => {
       const text = [p.title, p.detail].filter((s): s is string => s !== null && s !== '').join(': ');
       const at = p.pointer ? ` (at ${p.pointer})` : '';
-      return clip(`${text || 'error'}${at}`);
+      return redactRemoteText(`${text || 'error'}${at}`);
     })
     .join('; ');
 }
@@ -98,7 +99,7 @@ export interface ResponseFailure {
 /** Sorts an API error answer into a sink error carrying the DetailedError problems. */
 export function telephonyErrorFromResponse(f: ResponseFailure): TelephonyError {
   const problems = parseProblems(f.body);
-  const detail = problems.length > 0 ? describeProblems(problems) : f.body.trim().startsWith('<') ? undefined : clip(f.body) || undefined;
+  const detail = problems.length > 0 ? describeProblems(problems) : f.body.trim().startsWith('<') ? undefined : redactRemoteText(f.body) || undefined;
   const err = errorFromHttp({
     status: f.status,
     what: `Telephony API ${f.operation}`,

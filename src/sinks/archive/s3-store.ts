@@ -19,7 +19,7 @@ export interface S3StoreOptions {
   credentials?: { accessKeyId: string; secretAccessKey: string };
 }
 
-/** Sorts an S3 SDK failure into the sink error kinds. */
+/** Sorts an S3 SDK failure into the sink error kinds (errorFromHttp redacts the server's text). */
 export function errorFromS3(what: string, err: unknown): SinkError {
   if (err instanceof S3ServiceException) {
     const status = err.$metadata.httpStatusCode ?? 500;

@@ -3,7 +3,7 @@
 //   429                      -> RetryLaterError(scope 'queue') for Retry-After (or the CRM's window)
 //   rate-limit headers at 0  -> the next request of this sink waits the window out the same way
 //   401 / 403                -> AuthError (the runner pauses the queue) + metric
-//   400 / 422 / other 4xx    -> PermanentError with the CRM's own message
+//   400 / 422 / other 4xx    -> PermanentError with the CRM's own message (redacted: redactRemoteText)
 //   5xx / network / timeout  -> TransientError
 // Nothing here logs request bodies, URLs with query strings or credentials.
 import {
@@ -11,6 +11,7 @@ import {
   errorFromHttp,
   errorFromNetwork,
   parseRetryAfter,
+  redactRemoteText,
   RetryLaterError,
   TransientError,
 } from '../../errors.js';
@@ -61,12 +62,6 @@ export interface CrmRequest {
   /** Statuses returned to the caller instead of thrown (e.g. 404 to notice a deleted record). */
   accept?: number[];
   signal?: AbortSignal;
-}
-
-const MAX_DETAIL = 500;
-
-export function truncate(text: string, max = MAX_DETAIL): string {
-  return text.length > max ? `${text.slice(0, max)}…` : text;
 }
 
 export class CrmHttp {
@@ -164,12 +159,13 @@ export class CrmHttp {
     throw errorFromHttp({ status: res.status, what, detail, retryAfter: res.headers.get('retry-after'), rateLimitScope: 'queue' });
   }
 
+  /** The CRM's error text, redacted (numbers and e-mail addresses masked, cut short): it often echoes what we sent. */
   private detail(body: unknown, text: string): string | undefined {
     const d = this.config.errorDetail(body, text);
-    if (d !== undefined && d.trim() !== '') return truncate(d.trim());
+    if (d !== undefined && d.trim() !== '') return redactRemoteText(d);
     // Non-JSON error pages: a short excerpt is still better than nothing.
-    const plain = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim();
-    return plain === '' ? undefined : truncate(plain, 200);
+    const plain = redactRemoteText(text.replace(/<[^>]*>/g, ' '));
+    return plain === '' ? undefined : plain;
   }
 }
 

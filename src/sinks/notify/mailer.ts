@@ -1,7 +1,7 @@
 // E-mail delivery behind a small interface, and how SMTP failures are sorted. The one
 // implementation (./smtp.ts, nodemailer) is imported only by a process that runs an e-mail sink.
 import { requestCertainlyNotSent } from '../../telephony/errors.js';
-import { AuthError, PermanentError, TransientError, type SinkError } from '../../errors.js';
+import { AuthError, PermanentError, redactRemoteText, TransientError, type SinkError } from '../../errors.js';
 
 export interface MailMessage {
   from: string;
@@ -39,10 +39,13 @@ export function smtpOutcomeUnknown(err: unknown): boolean {
   return !requestCertainlyNotSent(e);
 }
 
-/** Sorts an SMTP failure into the sink error kinds; the original stays the `cause`. */
+/**
+ * Sorts an SMTP failure into the sink error kinds; the original stays the `cause`. The server's text
+ * is redacted: a refusal names the recipient (`550 <anna@example.com>: mailbox unavailable`).
+ */
 export function smtpError(err: unknown): SinkError {
   const e = err as NodemailerError;
-  const message = `SMTP: ${e?.message ?? String(err)}`;
+  const message = `SMTP: ${redactRemoteText(e?.message ?? String(err))}`;
   const status = typeof e?.responseCode === 'number' ? e.responseCode : undefined;
   if (e?.code === 'EAUTH' || status === 530 || status === 535) return new AuthError(message, { status, cause: err });
   if (status !== undefined) return status >= 500 ? new PermanentError(message, { status, cause: err }) : new TransientError(message, { status, cause: err });
