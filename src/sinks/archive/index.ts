@@ -4,8 +4,9 @@ import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { RevisionGuard } from '../revisions.js';
-import type { Sink, SinkContext, SinkResult, SinkType } from '../types.js';
+import type { ArchiveAccess, Sink, SinkContext, SinkResult, SinkType } from '../types.js';
 import type { TelephonyClient } from '../../telephony/types.js';
+import { archiveAccess } from './access.js';
 import { archiveKeys } from './keys.js';
 import { archiveRecordings } from './recordings.js';
 import { renderArchiveJson, renderTranscriptText } from './render.js';
@@ -47,6 +48,11 @@ export class ArchiveSink implements Sink {
     state: KeyValueStore | null = null,
   ) {
     this.revisions = state === null ? null : new RevisionGuard(state, { what: 'the archive', lockTtlMs: 120_000 });
+  }
+
+  /** What other sinks may read of this archive (recording keys and links; ./access.ts). */
+  access(): ArchiveAccess {
+    return archiveAccess(this.store, this.prefix);
   }
 
   async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
