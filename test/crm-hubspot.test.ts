@@ -8,6 +8,7 @@ import client from 'prom-client';
 import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { HubSpotSink, hubspotOptionsSchema, hubspotSinkType, type HubSpotOptions, type HubSpotSinkHooks } from '../src/sinks/crm/hubspot.js';
 import type { Outcome } from '../src/model/call.js';
+import { untilMidnightIn } from '../src/sinks/crm/common.js';
 import { sampleCall } from './support/calls.js';
 import { crmTestDeps, EXPECTED_DEFAULT_BODY, expectedDefaultBody, type CrmTestDeps } from './support/crm-deps.js';
 import { DEFAULT_DISPOSITIONS, FakeHubSpot } from './support/fake-hubspot.js';
@@ -563,5 +564,13 @@ describe('hubspot sink', () => {
       const err = await sink().deliver(sampleCall('s429-4'), deps.ctx()).catch((e: unknown) => e);
       assert.ok(err instanceof RetryLaterError && err.scope === 'queue' && err.delayMs === 10 * 3600_000);
     });
+  });
+  it('the account\'s midnight across daylight-saving changes (New York, Berlin) and in a half-hour zone', () => {
+    const h = (iso: string, zone: string) => untilMidnightIn(zone, new Date(iso)) / 3600_000;
+    assert.equal(h('2026-11-01T03:30:00Z', 'America/New_York'), 0.5, '23:30 EDT on Oct 31');
+    assert.equal(h('2026-11-01T12:00:00Z', 'America/New_York'), 17, 'a 25-hour day: 07:00 EST, midnight at 05:00 UTC');
+    assert.equal(h('2026-03-28T23:30:00Z', 'Europe/Berlin'), 22.5, 'a 23-hour day: 00:30 CET, midnight CEST at 22:00 UTC');
+    assert.equal(h('2026-04-08T12:00:00Z', 'Asia/Kolkata'), 6.5);
+    assert.equal(h('2026-04-08T12:00:00Z', 'UTC'), 12);
   });
 });

@@ -16,7 +16,9 @@
 //         idProperty must be a property with unique values (SimplePublicObjectBatchInputUpsert in
 //         HubSpot/hubspot-sdk-typescript src/resources/crm/crm.ts)
 //   PUT   /crm/objects/{v}/calls/{id}/associations/contacts/{contactId}   [{associationCategory, associationTypeId}]
+//         -> { createdResourceId, entity:{ fromObjectId, fromObjectTypeId, labels, toObjectId, toObjectTypeId }, location }
 //     https://developers.hubspot.com/docs/api-reference/latest/crm/activities/calls/guide
+//     https://developers.hubspot.com/docs/api-reference/2026-03/crm/associations/associate-records/update-association-labeled
 //   GET   /account-info/{v}/details  -> { portalId, accountType, timeZone, companyCurrency, additionalCurrencies,
 //                                        utcOffset, utcOffsetMilliseconds, uiDomain, dataHostingLocation }
 //     https://developers.hubspot.com/docs/api-reference/latest/account/account-information/get-account-details
@@ -418,6 +420,6 @@ export class FakeHubSpot extends FakeCrmServer {
       return error(400, 'VALIDATION_ERROR', 'invalid association type');
     }
     if (!call.associations.some((a) => a.toId === contactId)) call.associations.push({ toId: contactId, typeId: 194 });
-    return { status: 200, body: { fromObjectTypeId: '0-48', fromObjectId: Number(callId), toObjectTypeId: '0-1', toObjectId: Number(contactId), labels: [] } };
+    return { status: 200, body: { createdResourceId: callId, entity: { fromObjectTypeId: '0-48', fromObjectId: callId, toObjectTypeId: '0-1', toObjectId: contactId, labels: [] }, location: '' } };
   }
 }
