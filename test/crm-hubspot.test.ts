@@ -62,9 +62,9 @@ describe('hubspot sink', () => {
     const result = await sink().deliver(sampleCall('c-1'), deps.ctx());
 
     assert.deepEqual(result, { status: 'done', reason: 'created', refs: { hubspotCallId: [...fake.calls.keys()][0], hubspotContactId: contactId } });
-    assert.deepEqual(paths(), [`GET ${DETAILS}`, `POST ${CONTACTS}/search`, `GET ${DISPOSITIONS}`, `POST ${CALLS}`]);
+    assert.deepEqual(paths(), [`GET ${DETAILS}`, `GET ${DISPOSITIONS}`, `POST ${CONTACTS}/search`, `POST ${CALLS}`]);
     assert.ok(fake.requests.every((r) => r.headers.authorization === 'Bearer pat-test-token'));
-    const [, search, , create] = fake.requests;
+    const [, , search, create] = fake.requests;
     assert.deepEqual(search?.body, {
       filterGroups: [
         { filters: [{ propertyName: 'phone', operator: 'EQ', value: '+492116355340' }] },
@@ -427,8 +427,8 @@ describe('hubspot sink', () => {
     await sink({ apiVersion: '2026-03' }).deliver(sampleCall('v-2'), deps.ctx());
     assert.deepEqual(paths(), [
       'GET /account-info/2026-03/details',
-      'POST /crm/objects/2026-03/contacts/search',
       'GET /calling/v1/dispositions',
+      'POST /crm/objects/2026-03/contacts/search',
       'POST /crm/objects/2026-03/calls',
     ], 'release 2026-03 when configured');
 
@@ -492,9 +492,10 @@ describe('hubspot sink', () => {
     });
 
     it('a label the account lacks: a permanent configuration error naming it and the labels it has; read again after 5 minutes', async () => {
-      const s = sink({ dispositionMap: { answered: 'Meeting booked' } });
+      const s = sink({ dispositionMap: { answered: 'Meeting booked' }, createContacts: true });
       const err = await s.deliver(sampleCall('o-8'), deps.ctx()).catch((e: unknown) => e);
       assert.ok(err instanceof PermanentError);
+      assert.equal(fake.contacts.size, 0, 'nothing written before the failure (no contact created)');
       assert.match(err.message, /no call outcome "Meeting booked" \(dispositionMap for outcome answered\)/);
       assert.match(err.message, /it has: "Busy", "Connected", "Left live message", "Left voicemail", "No answer", "Wrong number"/);
       assert.equal(fake.calls.size, 0);

@@ -288,13 +288,14 @@ export class HubSpotSink implements Sink {
 
   private async write(call: CanonicalCall, ctx: SinkContext, recordingUrl: string | null): Promise<SinkResult> {
     const log = ctx.log.child({ sink: this.name, callId: call.callId });
+    // First: an outcome the account lacks fails the call before anything (a contact) is written.
+    const disposition = await this.dispositionId(call.outcome, ctx.signal, log);
     const number = counterpartNumber(call, this.region);
     let contact: Contact | null = null;
     if (number !== null) {
       contact = await this.findContact(number, ctx.signal);
       if (contact === null && this.options.createContacts) contact = await this.createContact(number, ctx.signal);
     }
-    const disposition = await this.dispositionId(call.outcome, ctx.signal, log);
     const properties = this.callProperties(call, contact, { disposition, recordingUrl });
     const createdReason = contact === null ? (number === null ? 'created; anonymous caller, no contact' : 'created; no matching contact') : 'created';
 
