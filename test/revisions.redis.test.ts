@@ -80,8 +80,7 @@ describe('revisions at HubSpot', () => {
   });
   after(async () => fake.stop());
   beforeEach(() => {
-    fake.requests.length = 0;
-    fake.calls.clear();
+    fake.reset(); // also its search limit (5 per second per account, as HubSpot's)
     deps = crmTestDeps({ HUBSPOT_ACCESS_TOKEN: fake.token, HUBSPOT_API_URL: fake.url });
   });
   afterEach(async () => deps.close());
@@ -90,10 +89,10 @@ describe('revisions at HubSpot', () => {
   it('an update arriving while the first revision is being created: one call, PATCHed with the newest content', async () => {
     const { first, update, r1, r2 } = revisions('race-hs');
     const held = gate();
-    fake.enqueue({ match: (r) => r.method === 'POST' && r.path === '/crm/v3/objects/calls', hold: held.promise });
+    fake.enqueue({ match: (r) => r.method === 'POST' && r.path === '/crm/objects/2026-09/calls', hold: held.promise });
     const s = sink();
     const original = deliverUntilDone(s, first, ctxOf(deps, 'job-first', r1));
-    await waitFor(() => fake.requestsTo('POST', '/crm/v3/objects/calls').length === 1, { what: 'the first create in flight' });
+    await waitFor(() => fake.requestsTo('POST', '/crm/objects/2026-09/calls').length === 1, { what: 'the first create in flight' });
     const tries = { n: 0 };
     const corrected = deliverUntilDone(s, update, ctxOf(deps, 'job-update', r2), tries);
     await waitFor(() => tries.n >= 1, { what: 'the update tried while the first is in flight' });
@@ -101,10 +100,10 @@ describe('revisions at HubSpot', () => {
     await Promise.all([original, corrected]);
 
     assert.equal(fake.calls.size, 1, 'one call engagement, never a second');
-    assert.equal(fake.requestsTo('POST', '/crm/v3/objects/calls').length, 1, 'created once');
+    assert.equal(fake.requestsTo('POST', '/crm/objects/2026-09/calls').length, 1, 'created once');
     const [call] = [...fake.calls.values()];
     assert.match(call!.properties.hs_call_body!, /Corrected later/);
-    assert.equal(fake.requestsTo('PATCH', '/crm/v3/objects/calls/').length, 1, 'the update PATCHed the record the first revision created');
+    assert.equal(fake.requestsTo('PATCH', '/crm/objects/2026-09/calls/').length, 1, 'the update PATCHed the record the first revision created');
   });
 
   it('the original retried after its update succeeded is skipped: the record keeps the newest content', async () => {

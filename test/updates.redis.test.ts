@@ -148,7 +148,7 @@ routes:
     }, { what: `job ${jobId} completed at ${sinks.join(', ')}`, timeoutMs: 30_000 });
   }
 
-  const isCreate = (r: RecordedRequest) => r.method === 'POST' && r.path === '/crm/v3/objects/calls';
+  const isCreate = (r: RecordedRequest) => r.method === 'POST' && r.path === '/crm/objects/2026-09/calls';
   const isCallLog = (r: RecordedRequest) => r.method === 'POST' && r.path === '/v1/callLogs';
 
   test('an update reaches every sink as an update of the same record; an identical resend stays a duplicate; one SMS', async () => {
@@ -187,8 +187,8 @@ routes:
 
     // HubSpot: one call engagement, PATCHed with the new body.
     assert.equal(hubspot.calls.size, 1);
-    assert.equal(hubspot.requestsTo('POST', '/crm/v3/objects/calls').filter(isCreate).length, 1);
-    assert.equal(hubspot.requestsTo('PATCH', '/crm/v3/objects/calls/').length, 1);
+    assert.equal(hubspot.requestsTo('POST', '/crm/objects/2026-09/calls').filter(isCreate).length, 1);
+    assert.deepEqual(hubspot.requestsTo('PATCH', '/crm/objects/2026-09/calls/').map((r) => r.path), [`/crm/objects/2026-09/calls/${[...hubspot.calls.keys()][0]}`], 'the same call');
     assert.match([...hubspot.calls.values()][0]!.properties.hs_call_body!, /corrected summary/);
     assert.equal(results.get('hubspot')!.reason, 'updated');
 

@@ -62,6 +62,19 @@ export interface SinkDeps {
   env: SinkEnv;
   /** Numbers that must never be texted (the Redis set the CLI manages), when available. */
   optOut?: { has(number: string): Promise<boolean> };
+  /** Read access to the archive sink's objects, when one is configured (CRM links to recordings). */
+  archive?: ArchiveAccess;
+}
+
+/** What other sinks may read of the archive (src/sinks/archive/access.ts); the archive owns its layout and store. */
+export interface ArchiveAccess {
+  /**
+   * Keys of the call's recordings as the archive stored them, in the call's order, up to the first
+   * one not stored (yet): empty until the archive sink has stored the first.
+   */
+  recordingKeys(call: CanonicalCall): Promise<string[]>;
+  /** A pre-signed GET URL of `key`, valid `expiresInSec`; absent when the store cannot sign URLs. */
+  presignGet?(key: string, expiresInSec: number): Promise<string>;
 }
 
 /** What `SinkType.check` may know besides options and environment. */

@@ -53,8 +53,8 @@ export abstract class FakeCrmServer {
   }
 
   protected abstract handle(req: RecordedRequest): Reply;
-  /** Headers on every answer (rate-limit headers). */
-  protected commonHeaders(): Record<string, string> {
+  /** Headers on every answer to `req` (rate-limit headers). */
+  protected commonHeaders(_req: RecordedRequest): Record<string, string> {
     return {};
   }
 
@@ -103,7 +103,7 @@ export abstract class FakeCrmServer {
       if (step.times <= 0) this.script.splice(stepIndex, 1);
       if (step.hold) {
         await step.hold.catch(() => undefined);
-        this.send(res, this.handleSafely(recorded));
+        this.send(res, this.handleSafely(recorded), recorded);
         return;
       }
       if (step.dropAfterHandling) {
@@ -111,10 +111,10 @@ export abstract class FakeCrmServer {
         req.socket.destroy();
         return;
       }
-      this.send(res, { status: step.status ?? 200, body: step.body, headers: step.headers });
+      this.send(res, { status: step.status ?? 200, body: step.body, headers: step.headers }, recorded);
       return;
     }
-    this.send(res, this.handleSafely(recorded));
+    this.send(res, this.handleSafely(recorded), recorded);
   }
 
   private handleSafely(recorded: RecordedRequest): Reply {
@@ -125,8 +125,8 @@ export abstract class FakeCrmServer {
     }
   }
 
-  private send(res: ServerResponse, reply: Reply): void {
-    const headers: Record<string, string> = { ...this.commonHeaders(), ...reply.headers };
+  private send(res: ServerResponse, reply: Reply, req: RecordedRequest): void {
+    const headers: Record<string, string> = { ...this.commonHeaders(req), ...reply.headers };
     if (reply.body !== undefined) headers['content-type'] = 'application/json;charset=utf-8';
     res.writeHead(reply.status, headers);
     res.end(reply.body === undefined ? undefined : JSON.stringify(reply.body));

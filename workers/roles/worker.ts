@@ -4,6 +4,8 @@ import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { sinkTypes } from '../../src/sinks/registry.js';
 import type { Sink } from '../../src/sinks/types.js';
+import { ArchiveSink } from '../../src/sinks/archive/index.js';
+import { lazyArchiveAccess } from '../../src/sinks/archive/access.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import { OptOutList } from '../../src/sinks/notify/opt-out.js';
 import { InboundLog } from '../../queues/inbound.js';
@@ -41,9 +43,11 @@ async function createSinks({ config, options, log, redis, telephony }: RoleDeps)
   const state = new RedisKeyValueStore(redis.worker, stateKeyPrefix(config.redis.prefix));
   const optOut = new OptOutList(redis.worker, config.redis.prefix);
   const sinks = new Map<string, Sink>();
+  // The first archive sink, for the CRMs' links to archived recordings.
+  const archive = lazyArchiveAccess(() => [...sinks.values()].find((s): s is ArchiveSink => s instanceof ArchiveSink)?.access());
   for (const sink of Object.values(config.sinks)) {
     const override = options.sinks?.get(sink.name);
-    const deps = { log: log.child({ sink: sink.name }), state: state.scoped(sink.name), telephony, now, env: config.env, optOut };
+    const deps = { log: log.child({ sink: sink.name }), state: state.scoped(sink.name), telephony, now, env: config.env, optOut, archive };
     sinks.set(sink.name, override ?? (await sinkTypes.get(sink.type)!.create(sink.name, sink.options, deps)));
   }
   return sinks;

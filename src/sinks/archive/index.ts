@@ -5,8 +5,9 @@ import type { CanonicalCall } from '../../model/call.js';
 import { envBool, envString, envStringOr, envEnum, type EnvShape } from '../../env-values.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { RevisionGuard } from '../revisions.js';
-import { envOf, type Sink, type SinkContext, type SinkResult, type SinkType } from '../types.js';
+import { envOf, type ArchiveAccess, type Sink, type SinkContext, type SinkResult, type SinkType } from '../types.js';
 import type { TelephonyClient } from '../../telephony/types.js';
+import { archiveAccess } from './access.js';
 import { archiveKeys } from './keys.js';
 import { archiveRecordings } from './recordings.js';
 import { renderArchiveJson, renderTranscriptText } from './render.js';
@@ -70,6 +71,11 @@ export class ArchiveSink implements Sink {
     state: KeyValueStore | null = null,
   ) {
     this.revisions = state === null ? null : new RevisionGuard(state, { what: 'the archive', lockTtlMs: 120_000 });
+  }
+
+  /** What other sinks may read of this archive (recording keys and links; ./access.ts). */
+  access(): ArchiveAccess {
+    return archiveAccess(this.store, this.prefix);
   }
 
   async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {

@@ -39,7 +39,15 @@ export function archiveKeys(call: ArchivedCall, prefix: string | undefined): { j
 /** `<prefix>recordings/YYYY/MM/DD/<readable>-<hash>-<type>-<n>.<ext>`, beside the transcript's day. */
 export function recordingKey(call: ArchivedCall, type: string, index: number, extension: string, prefix: string | undefined): string {
   const ext = token(extension.replace(/^\./, '').toLowerCase(), 8, 'bin');
-  return `${normalizePrefix(prefix)}recordings/${datePath(call.startedAt)}/${callKeySegment(call)}-${token(type, 32, 'recording')}-${index + 1}.${ext}`;
+  return `${recordingKeyStem(call, type, index, prefix)}.${ext}`;
+}
+
+/**
+ * A recording's key up to the extension (which the download's content type decides): the object
+ * is `<stem>.<ext>`. No other object's key starts with `<stem>.`.
+ */
+export function recordingKeyStem(call: ArchivedCall, type: string, index: number, prefix: string | undefined): string {
+  return `${normalizePrefix(prefix)}recordings/${datePath(call.startedAt)}/${callKeySegment(call)}-${token(type, 32, 'recording')}-${index + 1}`;
 }
 
 /** An object key as a URL under `baseUrl` (each path segment percent-encoded). */

@@ -1,7 +1,7 @@
 // The archive's S3 store (or any S3-compatible server). Imported only when a bucket is configured
 // (see createObjectStore in ./index.ts), so processes that archive nowhere never load the AWS SDK.
 import type { Readable } from 'node:stream';
-import { PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
+import { ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { AuthError, errorFromHttp, errorFromNetwork, type SinkError } from '../../errors.js';
 import type { ObjectStore, PutOptions } from './store.js';
@@ -65,6 +65,15 @@ export class S3Store implements ObjectStore {
       );
     } catch (err) {
       throw errorFromS3(`S3 PutObject ${key}`, err);
+    }
+  }
+
+  async list(prefix: string, max = 1000): Promise<string[]> {
+    try {
+      const page = await this.client.send(new ListObjectsV2Command({ Bucket: this.options.bucket, Prefix: prefix, MaxKeys: max }));
+      return (page.Contents ?? []).flatMap((o) => (o.Key === undefined ? [] : [o.Key])).sort();
+    } catch (err) {
+      throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err);
     }
   }
 

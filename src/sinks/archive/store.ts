@@ -1,8 +1,8 @@
 // Object stores for the archive: the interface and a local folder. The S3 store is in ./s3-store.ts,
 // loaded only when a bucket is configured (the AWS SDK is ~20 MB of memory a process without it saves).
 import { createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve, sep } from 'node:path';
+import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { basename, dirname, join, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
 import { randomUUID } from 'node:crypto';
@@ -18,6 +18,13 @@ export interface ObjectStore {
   put(key: string, body: string | Buffer, options: PutOptions): Promise<void>;
   /** Streams a body of unknown or large size without holding it in memory. */
   putStream(key: string, body: Readable, options: PutOptions & { contentLength?: number | null }): Promise<void>;
+  /** Keys of the stored objects starting with `prefix` (at most `max`, sorted). */
+  list(prefix: string, max?: number): Promise<string[]>;
+  /**
+   * A pre-signed GET URL of `key`, valid `expiresInSec`. Absent where the store cannot sign: the
+   * local folder, and the S3 store until @aws-sdk/s3-request-presigner is a dependency.
+   */
+  presignGet?(key: string, expiresInSec: number): Promise<string>;
 }
 
 /** Writes `<root>/<key>` atomically (temp file + rename), so a reader never sees half an object. */
@@ -47,6 +54,26 @@ export class LocalFolderStore implements ObjectStore {
       await rm(tmp, { force: true });
       throw err;
     }
+  }
+
+  /** Objects in the folder of `prefix` whose names start with its last part (one directory read; temp files left out). */
+  async list(prefix: string, max = 1000): Promise<string[]> {
+    const path = this.pathOf(prefix.endsWith('/') ? `${prefix}x` : prefix);
+    const dir = dirname(path);
+    const start = prefix.endsWith('/') ? '' : basename(path);
+    let names: string[];
+    try {
+      names = await readdir(dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw err;
+    }
+    const keyDir = prefix.slice(0, prefix.lastIndexOf('/') + 1);
+    return names
+      .filter((n) => n.startsWith(start) && !n.endsWith('.tmp'))
+      .sort()
+      .slice(0, max)
+      .map((n) => keyDir + n);
   }
 
   async putStream(key: string, body: Readable): Promise<void> {

@@ -101,6 +101,48 @@ export function untilUtcMidnight(now: Date): number {
   return Math.max(1000, next - now.getTime());
 }
 
+/** Offset of `timeZone` from UTC at `at` (ms; positive east of UTC), via Intl. */
+function zoneOffsetMs(timeZone: string, at: number): number {
+  const parts = new Intl.DateTimeFormat('en-US', {
+    timeZone,
+    hourCycle: 'h23',
+    year: 'numeric',
+    month: 'numeric',
+    day: 'numeric',
+    hour: 'numeric',
+    minute: 'numeric',
+    second: 'numeric',
+  }).formatToParts(new Date(at));
+  const n = (type: string) => Number(parts.find((p) => p.type === type)?.value);
+  const wall = Date.UTC(n('year'), n('month') - 1, n('day'), n('hour'), n('minute'), n('second'));
+  return wall - (at - (at % 1000));
+}
+
+/** Whether Intl knows this time zone name (IANA, e.g. `America/New_York`, or a link such as `US/Eastern`). */
+export function isKnownTimeZone(timeZone: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Milliseconds until the next midnight in `timeZone` (a CRM's daily budget that resets on the
+ * account's local day). Daylight-saving changes are taken into account: the offset is read at the
+ * midnight itself.
+ */
+export function untilMidnightIn(timeZone: string, now: Date): number {
+  const at = now.getTime();
+  const local = new Date(at + zoneOffsetMs(timeZone, at));
+  const nextLocalMidnight = Date.UTC(local.getUTCFullYear(), local.getUTCMonth(), local.getUTCDate() + 1);
+  // The offset at midnight may differ from now's (a DST change today): read it there, twice to settle.
+  let instant = nextLocalMidnight - zoneOffsetMs(timeZone, nextLocalMidnight - zoneOffsetMs(timeZone, at));
+  instant = nextLocalMidnight - zoneOffsetMs(timeZone, instant);
+  return Math.max(1000, instant - at);
+}
+
 /** `YYYY-MM-DD HH:MM:SS` in UTC (Pipedrive's call log times). */
 export function utcDateTime(iso: string): string {
   return new Date(iso).toISOString().slice(0, 19).replace('T', ' ');

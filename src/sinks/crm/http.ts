@@ -1,6 +1,7 @@
 // One small HTTP client shared by the CRM adapters: global fetch with a timeout, every answer sorted
 // into the sink error kinds, and the CRM's rate limit honoured for the whole sink queue:
-//   429                      -> RetryLaterError(scope 'queue') for Retry-After (or the CRM's window)
+//   429                      -> RetryLaterError(scope 'queue') for Retry-After (or the CRM's window);
+//                               a request may answer 'job' instead (a search limit of its own)
 //   rate-limit headers at 0  -> the next request of this sink waits the window out the same way
 //   401 / 403                -> AuthError (the runner pauses the queue) + metric
 //   400 / 422 / other 4xx    -> PermanentError with the CRM's own message (redacted: redactRemoteText)
@@ -61,6 +62,11 @@ export interface CrmRequest {
   headers?: Record<string, string>;
   /** Statuses returned to the caller instead of thrown (e.g. 404 to notice a deleted record). */
   accept?: number[];
+  /**
+   * Who waits after a 429: the whole sink queue (default; the rest of this sink's requests wait
+   * too) or only this job (an endpoint with a limit of its own, e.g. HubSpot's search).
+   */
+  rateLimitScope?: 'queue' | 'job' | ((answer: CrmAnswer) => 'queue' | 'job');
   signal?: AbortSignal;
 }
 
@@ -141,12 +147,11 @@ export class CrmHttp {
         parseRetryAfter(res.headers.get('retry-after'), this.config.now().getTime()) ?? this.config.rateLimitDelayMs(answer),
         this.pausedForMs(),
       );
-      this.block(delay);
+      const scope = typeof req.rateLimitScope === 'function' ? req.rateLimitScope(answer) : (req.rateLimitScope ?? 'queue');
+      if (scope === 'queue') this.block(delay);
       crmRateLimited.inc({ sink, crm, reason: '429' });
-      throw new RetryLaterError(`${what} answered 429${detail ? `: ${detail}` : ''}; sink queue pauses for ${delay} ms`, delay, {
-        status: 429,
-        scope: 'queue',
-      });
+      const who = scope === 'queue' ? 'sink queue pauses' : 'this job waits';
+      throw new RetryLaterError(`${what} answered 429${detail ? `: ${detail}` : ''}; ${who} for ${delay} ms`, delay, { status: 429, scope });
     }
     if (res.status === 401 || res.status === 403) {
       crmAuthFailures.inc({ sink, crm, status: String(res.status) });

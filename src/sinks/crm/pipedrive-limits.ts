@@ -52,22 +52,3 @@ export class DailyBudget {
     return Math.max(0, this.blockedUntil - this.now().getTime());
   }
 }
-
-/** At most `max` requests in any `durationMs` (sliding window, this process). */
-export class WindowLimiter {
-  private readonly taken: number[] = [];
-
-  constructor(
-    private readonly limit: { max: number; durationMs: number },
-    private readonly now: () => Date,
-  ) {}
-
-  /** Takes a slot and returns 0, or returns how long until one frees (taking nothing). */
-  take(): number {
-    const now = this.now().getTime();
-    while (this.taken.length > 0 && this.taken[0]! <= now - this.limit.durationMs) this.taken.shift();
-    if (this.taken.length >= this.limit.max) return this.taken[0]! + this.limit.durationMs - now;
-    this.taken.push(now);
-    return 0;
-  }
-}

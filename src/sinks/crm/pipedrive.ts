@@ -38,7 +38,8 @@ import {
 } from './common.js';
 import { CrmHttp, field, numberHeader, stringField, type CrmAnswer, type CrmHttpConfig, type CrmRequest } from './http.js';
 import { counterpartNumber, displayNumber, phoneForms, samePhone, type CountryCode } from './phone.js';
-import { DailyBudget, WindowLimiter } from './pipedrive-limits.js';
+import { WindowLimiter } from './limiter.js';
+import { DailyBudget } from './pipedrive-limits.js';
 import { callVars, defaultBodyTemplate, defaultTitleTemplate, renderHtmlBody, renderTitle } from './vars.js';
 
 export const PIPEDRIVE_DEFAULT_URL = 'https://api.pipedrive.com';
@@ -194,7 +195,7 @@ export class PipedriveSink implements Sink {
       lockTtlMs: Math.max(60_000, 8 * options.timeoutMs + (options.attachRecording ? options.recordingTimeoutMs : 0)),
     });
     this.budget = new DailyBudget(deps.now);
-    this.searches = new WindowLimiter(options.searchRateLimit, deps.now);
+    this.searches = new WindowLimiter(options.searchRateLimit, { now: () => deps.now().getTime(), maxWaitMs: 0, what: 'Pipedrive person search' });
     // v1 answers under /v1 and /api/v1, v2 only under /api/v2: the base is the host (and any path before /api).
     const baseUrl = (options.apiUrl ?? env.PIPEDRIVE_API_URL ?? PIPEDRIVE_DEFAULT_URL)
       .replace(/\/+$/, '')
@@ -345,11 +346,8 @@ export class PipedriveSink implements Sink {
   private async request(req: CrmRequest, kind: 'search' | 'other' = 'other'): Promise<CrmAnswer> {
     this.checkBudget();
     if (kind === 'other') return this.http.request(req);
-    const { max, durationMs } = this.options.searchRateLimit;
-    const wait = this.searches.take();
-    if (wait > 0) {
-      throw new RetryLaterError(`Pipedrive person search: ${max} searches per ${durationMs} ms used; this call waits ${wait} ms`, wait, { scope: 'job' });
-    }
+    // A search that must wait throws RetryLaterError (job scope): only this call waits.
+    await this.searches.acquire();
     try {
       return await this.searchHttp.request(req);
     } catch (err) {
