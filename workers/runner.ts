@@ -1,13 +1,15 @@
 // Runs a processor on a queue with callsync's error policy: typed sink errors decide whether a
-// failure is dead-lettered at once, waits without spending an attempt, pauses the queue, or
-// backs off exponentially (with jitter) until attempts run out and the job lands in the dead letters.
+// failure is dead-lettered at once, waits without spending an attempt, pauses (or disables) the
+// queue, or backs off — exponentially with jitter, or by the queue's own schedule — until attempts
+// run out and the job lands in the dead letters.
 import { DelayedError, Queue, UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { backoffDelay } from '../src/backoff.js';
+import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
 import type { QueueLimit } from '../src/sinks/types.js';
 import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
+import { disableQueue } from '../queues/disabled.js';
 
 /** Hooks for metrics and tests; every one optional. */
 export interface RunnerEvents {
@@ -15,11 +17,14 @@ export interface RunnerEvents {
   failed?(queue: string, job: Job | undefined, err: Error, final: boolean): void;
   deferred?(queue: string, job: Job, delayMs: number, scope: 'job' | 'queue'): void;
   paused?(queue: string, reason: string): void;
+  /** The queue was disabled (its endpoint answered 410 Gone or a redirect); reported once per disabling. */
+  disabled?(queue: string, reason: string): void;
 }
 
 export interface RunnerOptions {
   connection: Redis;
   prefix: string;
+  /** This queue's retry policy (the backoff; the attempts travel with each job, see defaultJobOptions). */
   retry: RetryPolicy;
   concurrency: number;
   stalledIntervalMs: number;
@@ -64,7 +69,8 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
     settings: {
       backoffStrategy: (attemptsMade: number, type?: string) => {
         if (type !== BACKOFF_STRATEGY) return 0;
-        return backoffDelay(attemptsMade, options.retry.backoffMs, options.retry.maxBackoffMs);
+        const { schedule, backoffMs, maxBackoffMs } = options.retry;
+        return schedule ? scheduleDelay(attemptsMade, schedule) : backoffDelay(attemptsMade, backoffMs, maxBackoffMs);
       },
     },
     limiter: options.limit ? { max: options.limit.max, duration: options.limit.durationMs } : undefined,
@@ -104,6 +110,17 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           jobLog().error({ reason }, 'credentials rejected: pausing the queue until an operator resumes it');
           options.events?.paused?.(queueName, reason);
           await queue.pause();
+          await job.moveToDelayed(Date.now() + 1000, token);
+          throw new DelayedError();
+        }
+        if (kind === 'disable') {
+          const reason = describe(err);
+          // Jobs running at the same time get the same answer: the first to disable tells.
+          if (await disableQueue(queue, options.connection, reason)) {
+            jobLog().warn({ reason }, 'endpoint disabled: its queue is paused until an operator re-enables it (resume it on the dashboard or with `callsync resume`)');
+            options.events?.disabled?.(queueName, reason);
+          }
+          // The job waits in the paused queue: nothing is dropped while the endpoint is disabled.
           await job.moveToDelayed(Date.now() + 1000, token);
           throw new DelayedError();
         }

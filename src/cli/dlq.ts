@@ -2,8 +2,7 @@
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.js';
-import { queueNames } from '../ops/index.js';
-import { sinkQueueName } from '../../queues/registry.js';
+import { queueNames, sinkQueueNames } from '../ops/index.js';
 import { table, UsageError, type CliIo } from './io.js';
 import { CliFailure } from './redis.js';
 
@@ -15,12 +14,13 @@ export interface DlqOptions {
   yes: boolean;
 }
 
-/** `--queue` takes a queue name (`sink-crm`) or a sink name (`crm`). */
+/** `--queue` takes a queue name (`sink-crm`, `sink-hooks.erp`) or a sink name (`crm`: all of its queues). */
 export function resolveQueues(config: Config, queue: string | undefined): string[] {
   const known = queueNames(config);
   if (queue === undefined) return known;
   if (known.includes(queue)) return [queue];
-  if (config.sinks[queue]) return [sinkQueueName(queue)];
+  const sink = config.sinks[queue];
+  if (sink) return sinkQueueNames(sink);
   throw new UsageError(`unknown queue "${queue}" (known: ${known.join(', ')})`);
 }
 

@@ -18,6 +18,10 @@ export interface SinkConfig {
   options: unknown;
   /** Where it came from: the config file or an environment shortcut. */
   origin: 'file' | 'env';
+  /** Its endpoints when each has a queue of its own (`sink-<name>.<endpoint>`, the signed webhook's). */
+  endpoints?: string[];
+  /** Its own retry policy (the signed webhook's `retry`); absent: `Config.retry`. */
+  retry?: RetryPolicy;
 }
 
 export interface Config {
@@ -209,7 +213,8 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       problems.push(...issuesOf(parsed.error, where));
       return;
     }
-    sinks[name] = { name, type: raw.type, options: parsed.data, origin };
+    const endpoints = type.endpoints?.(parsed.data);
+    sinks[name] = { name, type: raw.type, options: parsed.data, origin, ...(endpoints ? { endpoints } : {}) };
   };
   for (const [name, raw] of Object.entries(file.sinks)) addSink(name, raw, 'file', `sinks.${name}`);
   file.routes.forEach((raw, i) => {
@@ -272,6 +277,16 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
 
   if (problems.length > 0) throw new ConfigError(problems);
 
+  const retry: RetryPolicy = {
+    attempts: file.retry?.attempts ?? env.JOB_ATTEMPTS,
+    backoffMs: file.retry?.backoffMs ?? env.JOB_BACKOFF_MS,
+    maxBackoffMs: file.retry?.maxBackoffMs ?? env.JOB_MAX_BACKOFF_MS,
+  };
+  for (const sink of Object.values(sinks)) {
+    const own = sinkTypes.get(sink.type)?.retry?.(sink.options, retry);
+    if (own) sink.retry = own;
+  }
+
   return {
     env,
     processEnv,
@@ -295,11 +310,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       dedupeWindowMs: env.DEDUPE_WINDOW_SECONDS * 1000,
       enqueueTimeoutMs: env.ENQUEUE_TIMEOUT_MS,
     },
-    retry: {
-      attempts: file.retry?.attempts ?? env.JOB_ATTEMPTS,
-      backoffMs: file.retry?.backoffMs ?? env.JOB_BACKOFF_MS,
-      maxBackoffMs: file.retry?.maxBackoffMs ?? env.JOB_MAX_BACKOFF_MS,
-    },
+    retry,
     worker: {
       concurrency: env.WORKER_CONCURRENCY,
       stalledIntervalMs: env.WORKER_STALLED_INTERVAL_MS,

@@ -4,6 +4,7 @@
 //   rate-limit headers at 0  -> the next request of this sink waits the window out the same way
 //   401 / 403                -> AuthError (the runner pauses the queue) + metric
 //   400 / 422 / other 4xx    -> PermanentError with the CRM's own message
+//   3xx                      -> PermanentError naming where it points (redirects are not followed)
 //   5xx / network / timeout  -> TransientError
 // Nothing here logs request bodies, URLs with query strings or credentials.
 import {
@@ -11,6 +12,7 @@ import {
   errorFromHttp,
   errorFromNetwork,
   parseRetryAfter,
+  PermanentError,
   RetryLaterError,
   TransientError,
 } from '../../errors.js';
@@ -65,6 +67,17 @@ export function truncate(text: string, max = MAX_DETAIL): string {
   return text.length > max ? `${text.slice(0, max)}…` : text;
 }
 
+/** Where a redirect points, for a message: origin and path, never a query string or credentials. */
+export function redirectTarget(location: string | null, from: URL | string): string {
+  if (location === null || location.trim() === '') return 'nowhere (no Location header)';
+  try {
+    const to = new URL(location, from);
+    return `${to.origin}${to.pathname}`;
+  } catch {
+    return 'an unreadable Location';
+  }
+}
+
 export class CrmHttp {
   private blockedUntil = 0;
 
@@ -102,7 +115,8 @@ export class CrmHttp {
     let res: Response;
     let text: string;
     try {
-      res = await fetch(url, { method: req.method, headers, body: payload, signal, redirect: 'error' });
+      // A redirect is answered as it is (reported below), never followed: it would resend the body elsewhere.
+      res = await fetch(url, { method: req.method, headers, body: payload, signal, redirect: 'manual' });
       text = await res.text();
     } catch (err) {
       crmRequests.inc({ sink, crm, status: 'network' });
@@ -129,6 +143,9 @@ export class CrmHttp {
 
     if ((res.status >= 200 && res.status < 300) || req.accept?.includes(res.status)) return answer;
 
+    if (res.status >= 300 && res.status < 400) {
+      throw new PermanentError(`${what} answered ${res.status} redirect to ${redirectTarget(res.headers.get('location'), url)} (redirects are not followed)`, { status: res.status });
+    }
     const detail = this.detail(body, text);
     if (res.status === 429) {
       const delay = parseRetryAfter(res.headers.get('retry-after'), this.config.now().getTime()) ?? this.config.rateLimitDelayMs(answer);
