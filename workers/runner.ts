@@ -76,6 +76,9 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
     limiter: options.limit ? { max: options.limit.max, duration: options.limit.durationMs } : undefined,
   };
 
+  /** A disabling of the queue under way (see the 'disable' kind below). */
+  let disabling: Promise<boolean> | null = null;
+
   const worker: Worker<T> = new Worker<T>(
     queueName,
     async (job: Job<T>, token: string | undefined, signal?: AbortSignal) => {
@@ -115,8 +118,15 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
         }
         if (kind === 'disable') {
           const reason = describe(err);
-          // Jobs running at the same time get the same answer: the first to disable tells.
-          if (await disableQueue(queue, options.connection, reason)) {
+          // Jobs running at the same time get the same answer: the first to disable tells (one
+          // disabling at a time in this process; later ones find the queue paused and marked).
+          let first = false;
+          if (disabling) await disabling;
+          else {
+            disabling = disableQueue(queue, options.connection, reason).finally(() => (disabling = null));
+            first = await disabling;
+          }
+          if (first) {
             jobLog().warn({ reason }, 'endpoint disabled: its queue is paused until an operator re-enables it (resume it on the dashboard or with `callsync resume`)');
             options.events?.disabled?.(queueName, reason);
           }
