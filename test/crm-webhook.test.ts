@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { Webhook } from 'standardwebhooks';
+import { describeConfig } from '../src/cli/check-config.js';
 import { loadConfig } from '../src/config/index.js';
 import { AuthError, EndpointDisabledError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { CrmHttp } from '../src/sinks/crm/http.js';
@@ -263,5 +264,28 @@ describe('webhook sink', () => {
     assert.deepEqual(config.sinks.webhook!.endpoints, ['a-example', 'b-example']);
     assert.equal(config.sinks.webhook!.retry!.attempts, 10, 'the sink\'s schedule, not JOB_ATTEMPTS');
     assert.equal(config.retry.attempts, 3);
+  });
+  it('check-config shows the endpoint queues and the schedule, and redacts endpoint secrets and API-key headers', () => {
+    const config = loadConfig(
+      { CALLSYNC_CONFIG: 'callsync.yaml' },
+      {
+        readFile: () => `
+sinks:
+  hooks:
+    type: webhook
+    secrets: ["${secret}"]
+    headers: { X-Api-Key: shared-key-1234 }
+    endpoints:
+      - { name: erp, url: "https://erp.example/in", secrets: ["${newSecret()}"], headers: { x-api-key: erp-key-5678 } }
+    retry: { schedule: [5s, 1h], attempts: 5 }
+routes:
+  - to: [hooks]
+`,
+      },
+    );
+    const text = describeConfig(config).join('\n');
+    assert.match(text, /queues: +inbound, sink-hooks, sink-hooks\.erp, poll-dead-letters/);
+    assert.match(text, /sink hooks: 5 attempts, after 5s, 1h/);
+    assert.doesNotMatch(text, /whsec_|shared-key-1234|erp-key-5678/);
   });
 });
