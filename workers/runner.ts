@@ -17,8 +17,6 @@ export interface RunnerEvents {
   failed?(queue: string, job: Job | undefined, err: Error, final: boolean): void;
   deferred?(queue: string, job: Job, delayMs: number, scope: 'job' | 'queue'): void;
   paused?(queue: string, reason: string): void;
-  /** The queue was disabled (its endpoint answered 410 Gone or a redirect); reported once per disabling. */
-  disabled?(queue: string, reason: string): void;
 }
 
 export interface RunnerOptions {
@@ -128,7 +126,6 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           }
           if (first) {
             jobLog().warn({ reason }, 'endpoint disabled: its queue is paused until an operator re-enables it (resume it on the dashboard or with `callsync resume`)');
-            options.events?.disabled?.(queueName, reason);
           }
           // The job waits in the paused queue: nothing is dropped while the endpoint is disabled.
           await job.moveToDelayed(Date.now() + 1000, token);
