@@ -38,6 +38,8 @@ const RATE = process.env.BENCH_RATE ? Number(process.env.BENCH_RATE) : undefined
 const CEILING = process.env.BENCH_CEILING === '1';
 const CEILING_N = Number(process.env.BENCH_CEILING_N ?? 2000);
 const SINKS = ['archive', 'crm', 'sms'];
+/** The queue of each sink's jobs: the signed webhook's are in its endpoint's queue. */
+const queueOf = (sink: string) => (sink === 'crm' ? sinkQueueName('crm', 'receiver') : sinkQueueName(sink));
 
 async function main(): Promise<void> {
   const work = await mkdtemp(join(tmpdir(), 'callsync-e2e-'));
@@ -55,7 +57,7 @@ async function main(): Promise<void> {
       configPath,
       `sinks:
   archive: { type: archive, bucket: "\${ARCHIVE_S3_BUCKET}", endpoint: "\${S3_ENDPOINT}", forcePathStyle: true, accessKeyId: "\${AWS_ACCESS_KEY_ID}", secretAccessKey: "\${AWS_SECRET_ACCESS_KEY}" }
-  crm: { type: webhook, urls: ["${r.crmUrl}"] }
+  crm: { type: webhook, endpoints: [{ name: receiver, url: "${r.crmUrl}" }] }
   sms: { type: sms, smsId: s0, to: caller, message: "Thanks for calling. Agreed: {{summary}}" }
 routes:
   - to: [archive, crm, sms]
@@ -106,8 +108,8 @@ routes:
     const key = (queue: string, part: string) => `${prefix}:${queue}:${part}`;
     const deadline = Date.now() + Math.max(120_000, N * 20);
     for (;;) {
-      const counts = await Promise.all(SINKS.map((s) => conn.zcard(key(sinkQueueName(s), 'completed'))));
-      const failed = await Promise.all(SINKS.map((s) => conn.zcard(key(sinkQueueName(s), 'failed'))));
+      const counts = await Promise.all(SINKS.map((s) => conn.zcard(key(queueOf(s), 'completed'))));
+      const failed = await Promise.all(SINKS.map((s) => conn.zcard(key(queueOf(s), 'failed'))));
       if (counts.every((c) => c >= ingress.ok)) break;
       if (failed.some((f) => f > 0)) throw new Error(`sink jobs failed: ${failed.join(', ')}`);
       if (Date.now() > deadline) throw new Error(`not done in time: ${counts.join(', ')} of ${ingress.ok}`);
@@ -138,7 +140,7 @@ routes:
     const perSink: Record<string, unknown>[] = [];
     for (const s of SINKS) {
       const own: number[] = [];
-      for (const [h, at] of await fieldOf(sinkQueueName(s), hashes, 'finishedOn')) {
+      for (const [h, at] of await fieldOf(queueOf(s), hashes, 'finishedOn')) {
         doneAt.set(h, Math.max(doneAt.get(h) ?? 0, Number(at)));
         own.push(Number(at) - ackAt.get(h)!);
       }

@@ -11,13 +11,27 @@ export const INBOUND_QUEUE = 'inbound';
 /** Channel events the poller could not parse: kept with the reason, retryable after a fix. */
 export const POLL_DEAD_LETTER_QUEUE = 'poll-dead-letters';
 
-/** Each configured sink has its own queue, so one slow or paused sink never holds up another. */
-export function sinkQueueName(sinkName: string): string {
-  return `sink-${sinkName}`;
+/**
+ * Each configured sink has its own queue, so one slow or paused sink never holds up another; a sink
+ * with endpoints (the signed webhook) has one queue per endpoint, `sink-<sink>.<endpoint>`, so each
+ * endpoint retries, pauses and dead-letters on its own. Sink and endpoint names have no `.`.
+ */
+export function sinkQueueName(sinkName: string, endpoint?: string): string {
+  return endpoint === undefined ? `sink-${sinkName}` : `sink-${sinkName}.${endpoint}`;
 }
 
 export function sinkNameFromQueue(queueName: string): string | null {
-  return queueName.startsWith('sink-') ? queueName.slice('sink-'.length) : null;
+  if (!queueName.startsWith('sink-')) return null;
+  const rest = queueName.slice('sink-'.length);
+  const dot = rest.indexOf('.');
+  return dot === -1 ? rest : rest.slice(0, dot);
+}
+
+/** The endpoint of an endpoint queue (`sink-<sink>.<endpoint>`), else null. */
+export function endpointFromQueue(queueName: string): string | null {
+  if (!queueName.startsWith('sink-')) return null;
+  const dot = queueName.indexOf('.');
+  return dot === -1 ? null : queueName.slice(dot + 1);
 }
 
 /**
@@ -56,6 +70,8 @@ export interface CallReceivedJob {
 export interface SinkDeliverJob {
   kind: typeof JobName.sinkDeliver;
   sink: string;
+  /** The endpoint of an endpoint queue (shown with the job; the queue decides where it goes). */
+  endpoint?: string;
   call: CanonicalCall;
 }
 
@@ -76,6 +92,11 @@ export interface RetryPolicy {
   backoffMs: number;
   /** Upper bound of a single backoff delay in ms. Default 15 min. */
   maxBackoffMs: number;
+  /**
+   * A fixed schedule instead of the doubling: the delays in ms before retry 1, 2, …, the last one
+   * repeating (src/backoff.ts `scheduleDelay`). A sink's own `retry` option sets it (the signed webhook's).
+   */
+  schedule?: readonly number[];
 }
 
 export const defaultRetryPolicy: RetryPolicy = { attempts: 12, backoffMs: 1000, maxBackoffMs: 15 * 60_000 };

@@ -7,8 +7,10 @@
 //   permanent   -> dead letters at once, with the reason
 //   retry-later -> wait exactly the given time without spending an attempt (per job or whole queue)
 //   auth        -> pause the sink's whole queue until an operator resumes it
+//   disable     -> the same, and the queue is marked disabled with the reason (a webhook endpoint
+//                  answered 410 Gone or a redirect: it takes no more messages as configured)
 //   transient   -> anything else: exponential backoff with jitter, then dead letters
-export type SinkErrorKind = 'permanent' | 'retry-later' | 'auth' | 'transient';
+export type SinkErrorKind = 'permanent' | 'retry-later' | 'auth' | 'disable' | 'transient';
 
 export abstract class SinkError extends Error {
   abstract readonly kind: SinkErrorKind;
@@ -34,6 +36,15 @@ export class TransientError extends SinkError {
 /** Credentials rejected (401/403): retrying every job would only hammer the remote. */
 export class AuthError extends SinkError {
   readonly kind = 'auth' as const;
+}
+
+/**
+ * The remote said it takes no more messages at this address (a webhook endpoint's `410 Gone`, or a
+ * redirect, which callsync does not follow): its queue is disabled — paused, marked with the
+ * reason — until an operator re-enables it. The job waits in the queue; nothing is dropped.
+ */
+export class EndpointDisabledError extends SinkError {
+  readonly kind = 'disable' as const;
 }
 
 /**

@@ -4,7 +4,8 @@
 // into updates of these metrics; queue counts are read from Redis at scrape.
 import client from 'prom-client';
 import type { Queue } from 'bullmq';
-import { sinkNameFromQueue } from '../queues/registry.js';
+import { endpointFromQueue, sinkNameFromQueue } from '../queues/registry.js';
+import { isDisabled } from '../queues/disabled.js';
 
 export const registry = client.register;
 
@@ -103,6 +104,27 @@ export const metrics = {
             [...watchedQueues().values()].map(async (queue) => {
               const paused = await timed(queue.isPaused());
               if (paused !== undefined) this.set({ queue: queue.name, sink: sinkOf(queue.name) }, paused ? 1 : 0);
+            }),
+          );
+        },
+      }),
+  ),
+
+  endpointDisabled: metric(
+    'callsync_webhook_endpoint_disabled',
+    () =>
+      new client.Gauge({
+        name: 'callsync_webhook_endpoint_disabled',
+        help: '1 while a signed-webhook endpoint is disabled (it answered 410 Gone or a redirect): its queue is paused until an operator re-enables it (resume on the dashboard or `callsync resume`)',
+        labelNames: ['sink', 'endpoint'] as const,
+        async collect() {
+          this.reset();
+          await Promise.all(
+            [...watchedQueues().values()].map(async (queue) => {
+              const endpoint = endpointFromQueue(queue.name);
+              if (endpoint === null) return;
+              const disabled = await timed(isDisabled(queue));
+              if (disabled !== undefined) this.set({ sink: sinkOf(queue.name), endpoint }, disabled ? 1 : 0);
             }),
           );
         },

@@ -3,7 +3,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
-import { backoffDelay } from '../src/backoff.js';
+import { backoffDelay, scheduleDelay } from '../src/backoff.js';
+import { STANDARD_WEBHOOKS_SCHEDULE } from '../src/sinks/retry.js';
 
 const low = () => 0;
 const high = () => 1;
@@ -37,10 +38,27 @@ describe('backoffDelay', () => {
   });
 });
 
+describe('scheduleDelay', () => {
+  test('follows the schedule, the last delay repeating, with up to a tenth of jitter on top', () => {
+    const schedule = [5000, 300_000, 1_800_000];
+    assert.deepEqual([1, 2, 3, 4, 9].map((n) => scheduleDelay(n, schedule, low)), [5000, 300_000, 1_800_000, 1_800_000, 1_800_000]);
+    assert.deepEqual([1, 2, 3].map((n) => scheduleDelay(n, schedule, high)), [5500, 330_000, 1_980_000]);
+    for (const attempt of [0, -3]) assert.equal(scheduleDelay(attempt, schedule, low), 5000);
+    assert.equal(scheduleDelay(4, [], high), 0);
+  });
+
+  test('the Standard Webhooks default spans three days over ten attempts', () => {
+    const total = STANDARD_WEBHOOKS_SCHEDULE.reduce((sum, _d, i) => sum + scheduleDelay(i + 1, STANDARD_WEBHOOKS_SCHEDULE, low), 0);
+    assert.equal(STANDARD_WEBHOOKS_SCHEDULE.length + 1, 10);
+    // The spec's table: the last attempt 75:35:05 after the first.
+    assert.equal(total, ((75 * 60 + 35) * 60 + 5) * 1000);
+  });
+});
+
 test('no second backoff formula: the runner and the poller use src/backoff.ts', () => {
   for (const file of ['workers/runner.ts', 'workers/poller.ts']) {
     const source = readFileSync(new URL(`../${file}`, import.meta.url), 'utf8');
     assert.doesNotMatch(source, /\*\s*2\s*\*\*|Math\.pow/, `${file} computes its own exponential delay`);
-    assert.match(source, /import \{ backoffDelay \} from '\.\.\/src\/backoff\.js'/, file);
+    assert.match(source, /import \{ backoffDelay(, scheduleDelay)? \} from '\.\.\/src\/backoff\.js'/, file);
   }
 });

@@ -1,11 +1,18 @@
 // Generic signed webhook sink: signatures verified by an independent implementation (the
-// `standardwebhooks` package), secret rotation, stable message ids, partial failures, errors.
+// `standardwebhooks` package), secret rotation, per-endpoint secrets, stable message ids, partial
+// failures, errors as the Standard Webhooks spec sorts them (410 Gone and redirects disable the
+// endpoint), endpoint names and the retry schedule. Behind the real queues: webhook-endpoints.test.ts.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { Webhook } from 'standardwebhooks';
-import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
-import { WebhookSink, webhookOptionsSchema, webhookSinkType, type WebhookOptions } from '../src/sinks/crm/webhook.js';
+import { describeConfig } from '../src/cli/check-config.js';
+import { loadConfig } from '../src/config/index.js';
+import { AuthError, EndpointDisabledError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
+import { CrmHttp } from '../src/sinks/crm/http.js';
+import { WebhookSink, webhookEndpoints, webhookOptionsSchema, webhookSinkType, type WebhookOptions } from '../src/sinks/crm/webhook.js';
+import { STANDARD_WEBHOOKS_SCHEDULE } from '../src/sinks/retry.js';
+import { defaultRetryPolicy } from '../queues/registry.js';
 import { sampleCall } from './support/calls.js';
 import { crmTestDeps, type CrmTestDeps } from './support/crm-deps.js';
 import { FakeCrmServer, type RecordedRequest, type Reply } from './support/fake-crm-server.js';
@@ -150,5 +157,135 @@ describe('webhook sink', () => {
       sinks: { webhook: { type: 'webhook', urls: ['https://a.example/h', 'https://b.example/h'] } },
       routes: [{ name: 'webhook (env)', when: {}, to: ['webhook'] }],
     });
+  });
+  it('a job of one endpoint (ctx.endpoint) goes to that endpoint only, signed with its own secret', async () => {
+    const own = newSecret();
+    const s = sink({ urls: undefined, endpoints: [{ name: 'a', url: a.url, secrets: [own] }, { name: 'b', url: b.url }] });
+    await s.deliver(sampleCall('c-10'), { ...deps.ctx(), endpoint: 'a' });
+    assert.equal(a.requests.length, 1);
+    assert.equal(b.requests.length, 0, 'the other endpoint has a job of its own');
+    const r = a.requests[0]!;
+    assert.doesNotThrow(() => new Webhook(own).verify(r.rawBody, signed(r)));
+    assert.throws(() => new Webhook(secret).verify(r.rawBody, signed(r)), /No matching signature/, 'not signed with the sink\'s secret');
+    await s.deliver(sampleCall('c-10'), { ...deps.ctx(), endpoint: 'b' });
+    assert.doesNotThrow(() => new Webhook(secret).verify(b.requests[0]!.rawBody, signed(b.requests[0]!)), 'an endpoint without secrets uses the sink\'s');
+    assert.equal(b.requests[0]!.headers['webhook-id'], r.headers['webhook-id'], 'the same message id at every endpoint');
+  });
+
+  it('410 Gone disables the endpoint (not a dead letter), with the receiver\'s message', async () => {
+    a.enqueue({ status: 410, body: { message: 'hook deleted' } });
+    const err = await sink({ urls: [`${a.url}/in`] }).deliver(sampleCall('c-11'), deps.ctx()).catch((e: unknown) => e);
+    assert.ok(err instanceof EndpointDisabledError, String(err));
+    assert.equal(err.kind, 'disable');
+    assert.equal(err.status, 410);
+    assert.match(err.message, /POST 127\.0\.0\.1:\d+\/in \(endpoint "127-0-0-1-\d+" of sink "webhook"\) answered 410 Gone: hook deleted: the receiver takes no more messages there/);
+  });
+
+  it('a redirect is reported with where it points, without its query string, and disables the endpoint; never "fetch failed"', async () => {
+    for (const status of [301, 302, 307, 308]) {
+      a.requests.length = 0;
+      a.enqueue({ status, headers: { location: '/moved/here?token=abc#x' } });
+      const err = await sink().deliver(sampleCall(`c-12-${status}`), deps.ctx()).catch((e: unknown) => e);
+      assert.ok(err instanceof EndpointDisabledError, `${status}: ${String(err)}`);
+      assert.match(err.message, new RegExp(`answered ${status} redirect to http://127\\.0\\.0\\.1:\\d+/moved/here \\(redirects are not followed\\)\\. The endpoint is disabled: update its URL`));
+      assert.doesNotMatch(err.message, /token=abc|fetch failed/);
+      assert.equal(a.requests.length, 1, 'the redirect was not followed');
+    }
+    a.enqueue({ status: 303 });
+    const bare = await sink().deliver(sampleCall('c-13'), deps.ctx()).catch((e: unknown) => e);
+    assert.match((bare as Error).message, /answered 303 redirect to nowhere \(no Location header\)/);
+  });
+
+  it('the CRM client reports a redirect as a permanent error naming it (HubSpot, Pipedrive), never "fetch failed"', async () => {
+    a.enqueue({ status: 308, headers: { location: 'https://api.example/v2/x?api_token=secret' } });
+    const http = new CrmHttp({
+      crm: 'SomeCrm',
+      sink: 'crm',
+      baseUrl: a.url,
+      headers: {},
+      timeoutMs: 2000,
+      now: () => new Date(),
+      authHint: '',
+      errorDetail: () => undefined,
+      rateLimitDelayMs: () => 1000,
+    });
+    const err = await http.request({ method: 'GET', path: '/v1/things' }).catch((e: unknown) => e);
+    assert.ok(err instanceof PermanentError, String(err));
+    assert.equal(err.message, 'SomeCrm GET /v1/things answered 308 redirect to https://api.example/v2/x (redirects are not followed)');
+  });
+
+  it('a 429 of one endpoint holds that endpoint only', async () => {
+    a.enqueue({ status: 429, headers: { 'retry-after': '60' } });
+    const s = sink({ urls: [a.url, b.url] });
+    const [nameA, nameB] = webhookEndpoints(webhookOptionsSchema.parse({ urls: [a.url, b.url] })).map((e) => e.name);
+    const held = await s.deliver(sampleCall('c-14'), { ...deps.ctx(), endpoint: nameA }).catch((e: unknown) => e);
+    assert.ok(held instanceof RetryLaterError && held.scope === 'queue' && held.delayMs === 60_000);
+    await s.deliver(sampleCall('c-14'), { ...deps.ctx(), endpoint: nameB });
+    assert.equal(b.requests.length, 1, 'B is not held by A\'s rate limit');
+    const again = await s.deliver(sampleCall('c-15'), { ...deps.ctx(), endpoint: nameA }).catch((e: unknown) => e);
+    assert.ok(again instanceof RetryLaterError, 'A still waits without asking');
+    assert.equal(a.requests.length, 1);
+  });
+
+  it('endpoint names: from the host (numbered when shared), or given; each endpoint\'s headers over the sink\'s', () => {
+    const parsed = webhookOptionsSchema.parse({
+      urls: ['https://hooks.example.com/a', 'https://hooks.example.com/b', 'http://127.0.0.1:8080/x'],
+      endpoints: [{ name: 'erp', url: 'https://erp.example/in', headers: { 'x-api-key': 'erp-key' } }],
+      headers: { 'X-Api-Key': 'shared', 'X-Tenant': '7' },
+    });
+    const endpoints = webhookEndpoints(parsed);
+    assert.deepEqual(endpoints.map((e) => e.name), ['hooks-example-com', 'hooks-example-com-2', '127-0-0-1-8080', 'erp']);
+    assert.deepEqual(endpoints[3]!.headers, { 'x-api-key': 'erp-key', 'x-tenant': '7' });
+    assert.deepEqual(endpoints[0]!.headers, { 'x-api-key': 'shared', 'x-tenant': '7' });
+    assert.deepEqual(webhookSinkType.endpoints?.(parsed), ['hooks-example-com', 'hooks-example-com-2', '127-0-0-1-8080', 'erp']);
+    // A given name is never taken by a derived one.
+    assert.deepEqual(webhookEndpoints(webhookOptionsSchema.parse({ urls: ['https://a.example/'], endpoints: [{ name: 'a-example', url: 'https://b.example/' }] })).map((e) => e.name), ['a-example-2', 'a-example']);
+
+    assert.throws(() => webhookOptionsSchema.parse({}), /give the receivers as `urls` or `endpoints`/);
+    assert.throws(() => webhookOptionsSchema.parse({ endpoints: [{ name: 'x', url: 'https://a/' }, { name: 'X', url: 'https://b/' }] }), /endpoint name \\"X\\" is used twice/);
+    assert.throws(() => webhookOptionsSchema.parse({ endpoints: [{ name: 'a.b', url: 'https://a/' }] }), /endpoint names are letters, digits/);
+    assert.throws(() => webhookOptionsSchema.parse({ endpoints: [{ url: 'https://a/', secrets: ['nope'] }] }), /whsec_/);
+    assert.throws(() => webhookOptionsSchema.parse({ endpoints: [{ url: 'https://a/', headers: { 'webhook-id': 'x' } }] }), /set by callsync/);
+    const noSecret = webhookOptionsSchema.parse({ endpoints: [{ name: 'own', url: 'https://a/', secrets: [newSecret()] }, { name: 'bare', url: 'https://b/' }] });
+    assert.throws(() => new WebhookSink('w', noSecret, { ...deps, env: {} }), /endpoint "bare" has no signing secret/);
+  });
+
+  it('retry: the Standard Webhooks schedule by default (ten attempts over three days); a schedule and attempts of its own', () => {
+    const policy = (retry?: unknown) => webhookSinkType.retry?.(webhookOptionsSchema.parse({ urls: ['https://a/'], ...(retry ? { retry } : {}) }), defaultRetryPolicy);
+    assert.deepEqual(policy(), { ...defaultRetryPolicy, attempts: 10, schedule: STANDARD_WEBHOOKS_SCHEDULE });
+    assert.deepEqual(STANDARD_WEBHOOKS_SCHEDULE, [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000]);
+    assert.deepEqual(policy({ schedule: ['5s', '1h', 90] }), { ...defaultRetryPolicy, attempts: 4, schedule: [5000, 3_600_000, 90_000] });
+    assert.equal(policy({ schedule: ['1m'], attempts: 20 })!.attempts, 20);
+    assert.throws(() => policy({ schedule: [] }));
+    assert.throws(() => policy({ schedule: ['soon'] }), /expected a duration/);
+    assert.throws(() => policy({ backoffMs: 5 }), /backoffMs/);
+
+    const config = loadConfig({ CRM_WEBHOOK_URL: 'https://a.example/h, https://b.example/h', CRM_WEBHOOK_SECRET: secret, JOB_ATTEMPTS: '3' });
+    assert.deepEqual(config.sinks.webhook!.endpoints, ['a-example', 'b-example']);
+    assert.equal(config.sinks.webhook!.retry!.attempts, 10, 'the sink\'s schedule, not JOB_ATTEMPTS');
+    assert.equal(config.retry.attempts, 3);
+  });
+  it('check-config shows the endpoint queues and the schedule, and redacts endpoint secrets and API-key headers', () => {
+    const config = loadConfig(
+      { CALLSYNC_CONFIG: 'callsync.yaml' },
+      {
+        readFile: () => `
+sinks:
+  hooks:
+    type: webhook
+    secrets: ["${secret}"]
+    headers: { X-Api-Key: shared-key-1234 }
+    endpoints:
+      - { name: erp, url: "https://erp.example/in", secrets: ["${newSecret()}"], headers: { x-api-key: erp-key-5678 } }
+    retry: { schedule: [5s, 1h], attempts: 5 }
+routes:
+  - to: [hooks]
+`,
+      },
+    );
+    const text = describeConfig(config).join('\n');
+    assert.match(text, /queues: +inbound, sink-hooks, sink-hooks\.erp, poll-dead-letters/);
+    assert.match(text, /sink hooks: 5 attempts, after 5s, 1h/);
+    assert.doesNotMatch(text, /whsec_|shared-key-1234|erp-key-5678/);
   });
 });

@@ -11,6 +11,7 @@ import { PermanentError, RetryLaterError, TransientError } from '../src/errors.j
 import { NotificationLedger } from '../src/sinks/notify/ledger.js';
 import { OptOutList } from '../src/sinks/notify/opt-out.js';
 import { smsSinkType, type NotifySinkDeps } from '../src/sinks/notify/sms.js';
+import { smsLength } from '../src/sinks/notify/sms-length.js';
 import { zonedTimeToUtc, zonedParts } from '../src/sinks/notify/time.js';
 import type { Sink, SinkContext } from '../src/sinks/types.js';
 import { RedisKeyValueStore } from '../src/state/kv.js';
@@ -119,13 +120,31 @@ describe('sms sink: what the platform receives', () => {
     assert.ok(!logged.includes(MOBILE), 'full phone number logged');
   });
 
-  test('the summary SMS of an appointment call is cut cleanly at maxLength', async () => {
+  test('the summary SMS of an appointment call is cut cleanly at maxLength, staying GSM-7', async () => {
     const s = sink('appointment-sms', { smsId: 's1', message: 'Thanks for calling! Here is what we agreed: {{summary}}', maxLength: 70 });
     await s.deliver(call('c-appt'), ctx());
     assert.equal(api.sms.length, 1);
     const message = api.sms[0]!.message;
-    assert.equal(message, 'Thanks for calling! Here is what we agreed: The caller asked to move…');
+    assert.equal(message, 'Thanks for calling! Here is what we agreed: The caller asked to...');
     assert.ok([...message].length <= 70);
+    assert.equal(smsLength(message).encoding, 'gsm7');
+  });
+
+  test('a long plain-text SMS is cut to its segments (default 3) and stays GSM-7: no "…" turning it into UCS-2', async () => {
+    const long = 'The caller asked to move her dentist appointment to Friday morning and to get a confirmation by SMS. '.repeat(8);
+    const s = sink('summary-sms', { smsId: 's1', message: 'Agreed: {{summary}}' });
+    await s.deliver(call('c-long', { summary: { ...sampleCall().summary!, content: long } }), ctx());
+    const message = api.sms[0]!.message;
+    const { encoding, segments } = smsLength(message);
+    assert.equal(encoding, 'gsm7', `ends with ${JSON.stringify(message.slice(-5))}`);
+    assert.ok(segments <= 3, `${segments} segments`);
+    assert.ok(message.endsWith('...') && message.length > 400, `${message.length} characters`);
+    // A text with a character outside GSM is UCS-2 anyway: cut to its segments of 67 with "…".
+    api.sms.length = 0;
+    await sink('summary-sms-2', { smsId: 's1', message: 'Вы договорились: {{summary}}', maxSegments: 2 }).deliver(call('c-long-2', { summary: { ...sampleCall().summary!, content: long } }), ctx());
+    const ucs2 = smsLength(api.sms[0]!.message);
+    assert.deepEqual([ucs2.encoding, ucs2.segments], ['ucs2', 2]);
+    assert.ok(api.sms[0]!.message.endsWith('…'));
   });
 
   test('fixed recipients each get the text; outgoing calls text the callee when `to` is caller', async () => {

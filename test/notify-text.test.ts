@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { loadConfig } from '../src/config/index.js';
 import { describe, test } from 'node:test';
-import { textLength, truncateText } from '../src/sinks/notify/message.js';
+import fc from 'fast-check';
+import { isGsm7, smsLength, textLength, truncateSms } from '../src/sinks/notify/sms-length.js';
 import { quietHoursEnd } from '../src/sinks/notify/time.js';
 import { escapeHtml, renderTemplate, templateFields } from '../src/sinks/template.js';
 
@@ -31,14 +32,101 @@ describe('quiet hours', () => {
   });
 });
 
+describe('SMS length (GSM 03.38 / UCS-2 segments)', () => {
+  const length = (text: string) => {
+    const { encoding, units, segments } = smsLength(text);
+    return `${encoding} ${units} ${segments}`;
+  };
+
+  test('GSM-7: 160 septets in one segment, 153 per segment beyond', () => {
+    assert.equal(length(''), 'gsm7 0 1');
+    assert.equal(length('a'.repeat(160)), 'gsm7 160 1');
+    assert.equal(length('a'.repeat(161)), 'gsm7 161 2');
+    assert.equal(length('a'.repeat(306)), 'gsm7 306 2');
+    assert.equal(length('a'.repeat(307)), 'gsm7 307 3');
+    assert.equal(length('a'.repeat(459)), 'gsm7 459 3');
+    assert.equal(length('a'.repeat(460)), 'gsm7 460 4');
+  });
+
+  test('the extension table counts twice, and its escape is never split from its character', () => {
+    for (const ch of ['€', '[', ']', '{', '}', '~', '^', '|', '\\', '\f']) assert.equal(length(ch), 'gsm7 2 1', JSON.stringify(ch));
+    assert.equal(length('€'.repeat(80)), 'gsm7 160 1');
+    assert.equal(length('€'.repeat(81)), 'gsm7 162 2');
+    // 306 septets would be two segments of 153, but the € at septets 153-154 starts the second.
+    assert.equal(length(`${'a'.repeat(152)}€${'a'.repeat(152)}`), 'gsm7 306 3');
+  });
+
+  test('the GSM alphabet: accented letters it has stay GSM-7; one character outside it makes the whole text UCS-2', () => {
+    for (const text of ['Grüße aus Köln', 'Ça va? Åsa, à bientòt', 'Ñandù ¿¡§ £$¥ @ Ø æ ß É', 'ΔΦΓΛΩΠΨΣΘΞ', 'line\r\nbreak']) assert.ok(isGsm7(text), text);
+    for (const ch of ['ç', 'á', '`', '…', '’', '“', 'ж', '😀', 'ő', '\u00a0']) assert.equal(smsLength(`Hello ${ch}`).encoding, 'ucs2', JSON.stringify(ch));
+  });
+
+  test('UCS-2: 70 code units in one segment, 67 per segment beyond; a surrogate pair counts 2 and is never split', () => {
+    assert.equal(length('ж'.repeat(70)), 'ucs2 70 1');
+    assert.equal(length('ж'.repeat(71)), 'ucs2 71 2');
+    assert.equal(length('ж'.repeat(134)), 'ucs2 134 2');
+    assert.equal(length('ж'.repeat(135)), 'ucs2 135 3');
+    assert.equal(length('😀'.repeat(35)), 'ucs2 70 1');
+    assert.equal(length('😀'.repeat(36)), 'ucs2 72 2');
+    // 134 units would be two segments of 67, but the emoji at units 67-68 starts the second.
+    assert.equal(length(`${'ж'.repeat(66)}😀${'ж'.repeat(66)}`), 'ucs2 134 3');
+  });
+});
+
 describe('SMS cut', () => {
   test('short texts stay; long ones end at a word with an ellipsis, never inside a character', () => {
-    assert.equal(truncateText('Hello there', 20), 'Hello there');
-    assert.equal(truncateText('We moved your appointment to Friday, 9:00, see you then', 40), 'We moved your appointment to Friday…');
-    const emoji = `${'👍🏽'.repeat(30)}`;
-    const cut = truncateText(emoji, 10);
-    assert.equal(cut, `${'👍🏽'.repeat(9)}…`);
-    assert.ok(truncateText('x'.repeat(100), 20).length === 20);
+    assert.equal(truncateSms('  Hello there ', { maxSegments: 1 }), 'Hello there');
+    assert.equal(truncateSms('We moved your appointment to Friday, 9:00, see you then', { maxSegments: 3, maxLength: 40 }), 'We moved your appointment to Friday...');
+    assert.equal(truncateSms('👍🏽'.repeat(100), { maxSegments: 1 }), `${'👍🏽'.repeat(17)}…`, 'whole emoji with their skin tone, 69 units');
+    assert.equal(truncateSms('x'.repeat(100), { maxSegments: 3, maxLength: 20 }), `${'x'.repeat(17)}...`);
+  });
+
+  test('a GSM-7 text cut stays GSM-7 ("..." not "…") and within its segments', () => {
+    const long = 'Thanks for calling. We agreed to move the appointment to Friday at nine. '.repeat(10);
+    for (const maxSegments of [1, 2, 3, 4]) {
+      const cut = truncateSms(long, { maxSegments });
+      const { encoding, segments, units } = smsLength(cut);
+      assert.equal(encoding, 'gsm7', `${maxSegments}: ${cut.slice(-12)}`);
+      assert.ok(cut.endsWith('...'));
+      assert.ok(segments <= maxSegments, `${segments} segments`);
+      const capacity = maxSegments === 1 ? 160 : 153 * maxSegments;
+      assert.ok(units > capacity * 0.66, `uses the room: ${units} of ${capacity}`);
+    }
+    // Extension characters count twice while cutting, too.
+    const euros = truncateSms('Price: 10 € '.repeat(40), { maxSegments: 1 });
+    assert.equal(smsLength(euros).encoding, 'gsm7');
+    assert.ok(smsLength(euros).units <= 160, String(smsLength(euros).units));
+  });
+
+  test('a UCS-2 text is cut to its segments with "…", at a grapheme', () => {
+    const cyrillic = 'Спасибо за звонок. Мы перенесли встречу на пятницу. '.repeat(10);
+    const cut = truncateSms(cyrillic, { maxSegments: 2 });
+    assert.deepEqual([smsLength(cut).encoding, smsLength(cut).segments], ['ucs2', 2]);
+    assert.ok(cut.endsWith('…') && smsLength(cut).units > 134 * 0.66);
+    // The only character outside GSM in the part that is cut off: what is kept is GSM-7, cheaper.
+    const tail = truncateSms(`${'Thanks for calling. '.repeat(20)}😀`, { maxSegments: 1 });
+    assert.equal(smsLength(tail).encoding, 'gsm7');
+    assert.ok(tail.endsWith('...') && tail.length <= 160);
+  });
+
+  test('any text: within the limits, GSM-7 kept GSM-7, whole characters of the original, well-formed', () => {
+    const alphabet = ['a', 'Z', ' ', '.', ',', 'ü', '€', '{', '\n', 'ж', '😀', '👍🏽', 'e\u0301', 'ç', '…', '🇩🇪'];
+    const segmenter = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom(...alphabet), { maxLength: 700 }), fc.integer({ min: 1, max: 5 }), fc.option(fc.integer({ min: 20, max: 400 }), { nil: undefined }), (parts, maxSegments, maxLength) => {
+        const text = parts.join('');
+        const cut = truncateSms(text, { maxSegments, maxLength });
+        assert.ok(smsLength(cut).segments <= maxSegments);
+        if (maxLength !== undefined) assert.ok(textLength(cut) <= maxLength);
+        if (isGsm7(text)) assert.equal(smsLength(cut).encoding, 'gsm7');
+        assert.doesNotMatch(cut, /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/, 'no lone surrogate');
+        const kept = cut === text.trim() ? cut : cut.replace(/(\.\.\.|…)$/, '');
+        const original = Array.from(segmenter.segment(text.trim()), (g) => g.segment);
+        const graphemes = Array.from(segmenter.segment(kept), (g) => g.segment);
+        assert.deepEqual(graphemes, original.slice(0, graphemes.length), 'a prefix of whole characters');
+      }),
+      { numRuns: 400 },
+    );
   });
 });
 

@@ -160,7 +160,8 @@ describe('a CRM and a webhook receiver echoing the call in their error answers',
   });
 
   async function deadLetter(queueName: string, callId: string): Promise<Job> {
-    const queue = cs.queues.get(queueName) ?? [...cs.queues.values()].find((q) => q.name === queueName);
+    // A signed webhook has a queue per endpoint (`sink-webhook.<endpoint>`): the one endpoint's here.
+    const queue = [...cs.queues.values()].find((q) => q.name.startsWith(`${queueName}.`)) ?? cs.queues.get(queueName);
     assert.ok(queue, `queue ${queueName}`);
     return waitFor(
       async () => {
@@ -172,7 +173,7 @@ describe('a CRM and a webhook receiver echoing the call in their error answers',
   }
 
   test('HubSpot 400 (permanent): neither the logs nor the dead letter hold the number, the name or the sentence', async () => {
-    hubspot.enqueue({ match: (r) => r.method === 'POST' && r.path === '/crm/v3/objects/calls', ...hubspotEcho(400) });
+    hubspot.enqueue({ match: (r) => r.method === 'POST' && /^\/crm\/objects\/[^/]+\/calls$/.test(r.path), ...hubspotEcho(400) });
     assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('red-400'))).status, 202);
     const job = await deadLetter('sink-hubspot', 'red-400');
     const { logs, reason, stack } = await evidence(cs, job);
@@ -180,14 +181,14 @@ describe('a CRM and a webhook receiver echoing the call in their error answers',
     assertClean(stack, 'stacktrace');
     assertClean(logs, 'the logs');
     // What the operator needs is still there.
-    assert.match(reason, /HubSpot POST \/crm\/v3\/objects\/calls answered 400: Property values were not valid/);
+    assert.match(reason, /HubSpot POST \/crm\/objects\/[^/]+\/calls answered 400: Property values were not valid/);
     assert.match(reason, /INVALID_VALUE.*hs_call_body/);
     assert.match(reason, /\[VALIDATION_ERROR\]$/);
     assert.ok(cs.logs.some((l) => l.msg === 'permanent failure: dead-lettered' && String(l.reason).includes('INVALID_VALUE')), 'the failure is logged');
   });
 
   test('HubSpot 500 (transient, retried): the error BullMQ keeps (reason and stack) is clean too', async () => {
-    hubspot.enqueue({ match: (r) => r.method === 'POST' && r.path === '/crm/v3/objects/calls', times: 2, ...hubspotEcho(500) });
+    hubspot.enqueue({ match: (r) => r.method === 'POST' && /^\/crm\/objects\/[^/]+\/calls$/.test(r.path), times: 2, ...hubspotEcho(500) });
     assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('red-500'))).status, 202);
     const job = await deadLetter('sink-hubspot', 'red-500');
     assert.equal(job.attemptsMade, 2);

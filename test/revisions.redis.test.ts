@@ -220,6 +220,24 @@ describe('revisions at the signed webhook', () => {
     assert.deepEqual([...receiver.byCall.get(first.callId)!], [s.payload(update).id]);
   });
 
+  it('per endpoint: an update is sent to each endpoint; the older revision is skipped only where the newer one went', async () => {
+    const { first, update, r1, r2 } = revisions('wh-endpoints');
+    const other = await new FakeWebhookReceiver(secret).start();
+    try {
+      const s = new WebhookSink('webhook', webhookOptionsSchema.parse({ endpoints: [{ name: 'a', url: receiver.url }, { name: 'b', url: other.url }] }), deps);
+      const at = (endpoint: string, jobId: string, r: typeof r1) => ({ ...ctxOf(deps, jobId, r), endpoint });
+      // Endpoint a gets the update first (b is behind, e.g. it was paused); the original then reaches both.
+      await s.deliver(update, at('a', 'job-update', r2));
+      assert.equal((await s.deliver(first, at('a', 'job-first', r1))).status, 'skipped', 'a has the newer revision');
+      assert.equal((await s.deliver(first, at('b', 'job-first', r1))).status, 'done', 'b had none: the original goes');
+      assert.equal((await s.deliver(update, at('b', 'job-update', r2))).status, 'done', 'and then its update');
+      assert.deepEqual([...receiver.byCall.get(first.callId)!], [s.payload(update).id]);
+      assert.deepEqual([...other.byCall.get(first.callId)!], [s.payload(first).id, s.payload(update).id], 'b: each revision once, in order');
+    } finally {
+      await other.stop();
+    }
+  });
+
   it('an update while the first revision is still being sent waits for it: the receiver gets the newest last', async () => {
     const { first, update, r1, r2 } = revisions('wh-race');
     const slow = await new SlowReceiver().start();

@@ -95,7 +95,7 @@ sinks:
     rateLimit: { max: 1000, durationMs: 1000 }
   webhook:
     type: webhook
-    urls: [${receiver.url}]
+    endpoints: [{ name: receiver, url: "${receiver.url}" }]
   sms:
     type: sms
     smsId: s0
@@ -117,7 +117,9 @@ routes:
       // The wrong-order test keeps the original failing until its update is through.
       JOB_ATTEMPTS: '60',
     });
-    queues = new Map(SINKS.map((name) => [name, new Queue<SinkDeliverJob>(sinkQueueName(name), { connection: cs.redis.worker, prefix: cs.prefix })]));
+    // The signed webhook's jobs are in its endpoint's queue.
+    const queueName = (name: string) => (name === 'webhook' ? sinkQueueName(name, 'receiver') : sinkQueueName(name));
+    queues = new Map(SINKS.map((name) => [name, new Queue<SinkDeliverJob>(queueName(name), { connection: cs.redis.worker, prefix: cs.prefix })]));
   });
 
   after(async () => {

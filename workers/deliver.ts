@@ -33,7 +33,8 @@ export function scrubCallEchoes(err: unknown, call: Omit<CanonicalCall, 'revisio
   return err;
 }
 
-export function createDeliverProcessor(sink: Sink, log: Logger) {
+/** `endpoint`: the endpoint whose queue this processor serves (a sink with endpoints); the queue decides, not the job. */
+export function createDeliverProcessor(sink: Sink, log: Logger, endpoint?: string) {
   return async function deliver(job: Job<SinkDeliverJob>, signal: AbortSignal): Promise<SinkResult> {
     const data = job.data?.call;
     if (!data || typeof data.key !== 'string') throw new PermanentError('sink job carries no canonical call record');
@@ -44,10 +45,11 @@ export function createDeliverProcessor(sink: Sink, log: Logger) {
       return await sink.deliver(call, {
         jobId: job.id ?? '',
         attempt: job.attemptsMade + 1,
+        ...(endpoint === undefined ? {} : { endpoint }),
         ...(revision ? { revision } : {}),
         // Built when the sink first logs: most deliveries log nothing at info.
         get log() {
-          return (jobLog ??= log.child({ sink: sink.name, jobId: job.id }));
+          return (jobLog ??= log.child({ sink: sink.name, ...(endpoint === undefined ? {} : { endpoint }), jobId: job.id }));
         },
         signal,
       });

@@ -1,5 +1,6 @@
-// Fan-out: one inbound call -> one job per matching sink, with deterministic job ids so that
-// running the fan-out again (a redelivered log entry, a retried dead letter) never duplicates sink work.
+// Fan-out: one inbound call -> one job per matching sink (per endpoint of a sink with endpoints:
+// each has its own queue), with deterministic job ids so that running the fan-out again (a
+// redelivered log entry, a retried dead letter) never duplicates sink work.
 //
 // The hot path reads the inbound log (queues/inbound.ts) in batches through a consumer group,
 // adds each batch's sink jobs with one `addBulk` per sink queue, then acknowledges and deletes the
@@ -26,10 +27,21 @@ import { JobName, sinkJobId, type CallReceivedJob, type SinkDeliverJob } from '.
 import { inboundParkedKey, parseStoredCall, type InboundEntry, type InboundLog } from '../queues/inbound.js';
 import { isRedisUnavailable } from '../queues/connection.js';
 
+/** The queue of one endpoint of a sink with endpoints (`sink-<sink>.<endpoint>`). */
+export interface EndpointQueue {
+  endpoint: string;
+  queue: Queue<SinkDeliverJob>;
+}
+
 export interface FanOutDeps {
   routes: readonly ParsedRoute[];
   /** The queue of each configured sink, by sink name. */
   sinkQueues: ReadonlyMap<string, Queue<SinkDeliverJob>>;
+  /**
+   * The endpoint queues of the sinks with endpoints, by sink name: such a sink gets one job per
+   * endpoint (each with the job id of `sinkJobId` in its own queue), none in its own queue.
+   */
+  endpointQueues?: ReadonlyMap<string, readonly EndpointQueue[]>;
   /** Sinks that do not read `call.raw`: their jobs carry the call with `raw: null`. */
   withoutRaw?: ReadonlySet<string>;
 }
@@ -42,17 +54,40 @@ interface PlannedJob {
 // The sink job ids live in the job registry (queues/registry.ts), where `callsync send-sample` finds them too.
 export { sinkJobId };
 
+/** One job per endpoint queue of a sink with endpoints. */
+function endpointJobs(sink: string, endpoints: readonly EndpointQueue[], call: CanonicalCall): PlannedJob[] {
+  const jobId = sinkJobId(call);
+  return endpoints.map(({ endpoint, queue }) => ({ queue, job: { name: JobName.sinkDeliver, data: { kind: JobName.sinkDeliver, sink, endpoint, call }, opts: { jobId } } }));
+}
+
 /** The sink jobs of one call; throws PermanentError when a route names a sink without a queue. */
 function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: PlannedJob[] } {
   const sinks = sinksFor(deps.routes, call);
   const jobId = sinkJobId(call);
-  const jobs = sinks.map((sink) => {
+  const jobs = sinks.flatMap((sink): PlannedJob[] => {
+    const sinkCall = deps.withoutRaw?.has(sink) ? { ...call, raw: null } : call;
+    const endpoints = deps.endpointQueues?.get(sink);
+    if (endpoints) return endpointJobs(sink, endpoints, sinkCall);
     const queue = deps.sinkQueues.get(sink);
     if (!queue) throw new PermanentError(`route names sink "${sink}", which has no queue`);
-    const data: SinkDeliverJob = { kind: JobName.sinkDeliver, sink, call: deps.withoutRaw?.has(sink) ? { ...call, raw: null } : call };
-    return { queue, job: { name: JobName.sinkDeliver, data, opts: { jobId } } };
+    const data: SinkDeliverJob = { kind: JobName.sinkDeliver, sink, call: sinkCall };
+    return [{ queue, job: { name: JobName.sinkDeliver, data, opts: { jobId } } }];
   });
   return { sinks, jobs };
+}
+
+/**
+ * The worker of the own queue of a sink with endpoints: a job found there was queued before the
+ * sink's endpoints had queues (or by a fan-out of an older version during an upgrade); it is handed
+ * on as one job per endpoint, with the same job ids the fan-out gives them, and completes.
+ */
+export function createHandOverProcessor(sink: string, endpoints: readonly EndpointQueue[]) {
+  return async function handOver(job: Job<SinkDeliverJob>): Promise<{ endpoints: string[] }> {
+    const call = job.data?.call;
+    if (!call || typeof call.key !== 'string') throw new PermanentError('sink job carries no canonical call record');
+    await Promise.all(endpointJobs(sink, endpoints, call).map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
+    return { endpoints: endpoints.map((e) => e.endpoint) };
+  };
 }
 
 /** Fan-out of one BullMQ `inbound` job: the dead letters of the log (see above), retried by operators. */

@@ -1,13 +1,15 @@
 // Runs a processor on a queue with callsync's error policy: typed sink errors decide whether a
-// failure is dead-lettered at once, waits without spending an attempt, pauses the queue, or
-// backs off exponentially (with jitter) until attempts run out and the job lands in the dead letters.
+// failure is dead-lettered at once, waits without spending an attempt, pauses (or disables) the
+// queue, or backs off — exponentially with jitter, or by the queue's own schedule — until attempts
+// run out and the job lands in the dead letters.
 import { DelayedError, Queue, UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Logger } from 'pino';
-import { backoffDelay } from '../src/backoff.js';
+import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
 import type { QueueLimit } from '../src/sinks/types.js';
 import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
+import { disableQueue } from '../queues/disabled.js';
 
 /** Hooks for metrics and tests; every one optional. */
 export interface RunnerEvents {
@@ -20,6 +22,7 @@ export interface RunnerEvents {
 export interface RunnerOptions {
   connection: Redis;
   prefix: string;
+  /** This queue's retry policy (the backoff; the attempts travel with each job, see defaultJobOptions). */
   retry: RetryPolicy;
   concurrency: number;
   stalledIntervalMs: number;
@@ -64,11 +67,15 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
     settings: {
       backoffStrategy: (attemptsMade: number, type?: string) => {
         if (type !== BACKOFF_STRATEGY) return 0;
-        return backoffDelay(attemptsMade, options.retry.backoffMs, options.retry.maxBackoffMs);
+        const { schedule, backoffMs, maxBackoffMs } = options.retry;
+        return schedule ? scheduleDelay(attemptsMade, schedule) : backoffDelay(attemptsMade, backoffMs, maxBackoffMs);
       },
     },
     limiter: options.limit ? { max: options.limit.max, duration: options.limit.durationMs } : undefined,
   };
+
+  /** A disabling of the queue under way (see the 'disable' kind below). */
+  let disabling: Promise<boolean> | null = null;
 
   const worker: Worker<T> = new Worker<T>(
     queueName,
@@ -104,6 +111,23 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           jobLog().error({ reason }, 'credentials rejected: pausing the queue until an operator resumes it');
           options.events?.paused?.(queueName, reason);
           await queue.pause();
+          await job.moveToDelayed(Date.now() + 1000, token);
+          throw new DelayedError();
+        }
+        if (kind === 'disable') {
+          const reason = describe(err);
+          // Jobs running at the same time get the same answer: the first to disable tells (one
+          // disabling at a time in this process; later ones find the queue paused and marked).
+          let first = false;
+          if (disabling) await disabling;
+          else {
+            disabling = disableQueue(queue, options.connection, reason).finally(() => (disabling = null));
+            first = await disabling;
+          }
+          if (first) {
+            jobLog().warn({ reason }, 'endpoint disabled: its queue is paused until an operator re-enables it (resume it on the dashboard or with `callsync resume`)');
+          }
+          // The job waits in the paused queue: nothing is dropped while the endpoint is disabled.
           await job.moveToDelayed(Date.now() + 1000, token);
           throw new DelayedError();
         }

@@ -3,9 +3,10 @@
 import type { Config } from '../config/index.js';
 import type { Condition, ParsedRoute } from '../routing/types.js';
 import { opsPort, queueNames } from '../ops/index.js';
+import { describeSchedule } from '../sinks/retry.js';
 import { table, type CliIo } from './io.js';
 
-const SECRET_KEY = /secret|token|password|passphrase|apikey|api_key|authorization|credential|signing|cookie/i;
+const SECRET_KEY = /secret|token|password|passphrase|api[-_]?key|authorization|credential|signing|cookie/i;
 /** Options whose values are all sent as credentials (e.g. the signed webhook's custom headers): names kept, values hidden. */
 const SECRET_MAPS = new Set(['headers']);
 /** Values that are secrets whatever their key: signing secrets, tokens with a known prefix, `Bearer …`. */
@@ -70,6 +71,9 @@ export function describeConfig(config: Config): string[] {
   lines.push(`dashboard:   ${dashboard ? `/admin/queues (${[env.ADMIN_PASSWORD ? `basic auth as ${env.ADMIN_USERNAME}` : '', env.ADMIN_TOKEN ? 'bearer token' : ''].filter(Boolean).join(', ')})` : 'off (set ADMIN_PASSWORD or ADMIN_TOKEN)'}`);
   lines.push(`metrics:     /metrics (${env.METRICS_TOKEN ? 'bearer token' : 'no credentials'})`);
   lines.push(`retries:     ${config.retry.attempts} attempts, backoff ${config.retry.backoffMs} ms doubling up to ${config.retry.maxBackoffMs} ms`);
+  for (const sink of Object.values(config.sinks)) {
+    if (sink.retry?.schedule) lines.push(`             sink ${sink.name}: ${sink.retry.attempts} attempts, after ${describeSchedule(sink.retry.schedule)}`);
+  }
   lines.push(`queues:      ${queueNames(config).join(', ')}`);
   lines.push('');
   const sinks = Object.values(config.sinks);

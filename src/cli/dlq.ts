@@ -2,8 +2,8 @@
 import { Queue, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { Config } from '../config/index.js';
-import { queueNames } from '../ops/index.js';
-import { sinkQueueName } from '../../queues/registry.js';
+import { sinkQueueName } from '../../queues/index.js';
+import { queueNames, sinkQueueNames } from '../ops/index.js';
 import { table, UsageError, type CliIo } from './io.js';
 import { CliFailure } from './redis.js';
 
@@ -53,7 +53,7 @@ export interface ResolvedQueues {
 
 /**
  * The queues of this configuration and those found in Redis. `--queue` takes a queue name
- * (`sink-crm`) or a sink name (`crm`) of either.
+ * (`sink-crm`, `sink-hooks.erp`) or a sink name (`crm`: all of its queues) of either.
  */
 export async function resolveQueues(config: Config, redis: Redis, queue: string | undefined): Promise<ResolvedQueues> {
   const configured = queueNames(config);
@@ -61,10 +61,12 @@ export async function resolveQueues(config: Config, redis: Redis, queue: string 
   const foundOnly = new Set(found.filter((name) => !configured.includes(name)));
   const known = [...configured, ...foundOnly];
   if (queue === undefined) return { names: known, foundOnly };
-  for (const name of [queue, sinkQueueName(queue)]) {
-    if (known.includes(name)) return { names: [name], foundOnly: new Set(foundOnly.has(name) ? [name] : []) };
-  }
-  if (config.sinks[queue]) return { names: [sinkQueueName(queue)], foundOnly: new Set() };
+  if (known.includes(queue)) return { names: [queue], foundOnly: new Set(foundOnly.has(queue) ? [queue] : []) };
+  const sink = config.sinks[queue];
+  // A sink name stands for all of its queues (a signed webhook has one per endpoint).
+  if (sink) return { names: sinkQueueNames(sink), foundOnly: new Set() };
+  const named = sinkQueueName(queue);
+  if (known.includes(named)) return { names: [named], foundOnly: new Set(foundOnly.has(named) ? [named] : []) };
   throw new UsageError(`unknown queue "${queue}" (known: ${known.join(', ')})`);
 }
 

@@ -7,6 +7,7 @@ import { printConfig } from './check-config.js';
 import { dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
 import { UsageError, type CliIo } from './io.js';
 import { optOut } from './opt-out.js';
+import { resume } from './resume.js';
 import { CliFailure, connectRedis } from './redis.js';
 import { sendSample } from './send-sample.js';
 
@@ -21,6 +22,7 @@ Commands:
   start [--role ingress|worker|poller|all]   run callsync until SIGTERM / SIGINT
   check-config [--json]                      validate the environment and config file, print the routes
   dlq list|retry|purge [--queue Q] [--id ID] inspect and act on the dead letters (failed jobs)
+  resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
   send-sample [--url URL]                    post a sample call-data webhook to a running callsync
   opt-out add|remove|list [NUMBER...]        numbers that never get an SMS
 
@@ -59,6 +61,17 @@ Options:
   --limit N     list at most N per queue (default 50)
   --json        list as JSON
   --yes         confirm purging more than one job
+  -h, --help    show this help`,
+  resume: `Usage: callsync resume [--queue NAME]
+
+A queue is paused when its remote rejected the credentials (401/403), and disabled — paused, with
+the reason — when a signed-webhook endpoint answered 410 Gone or a redirect. Jobs wait in it.
+
+Without --queue: lists the paused queues and why. With it: resumes them once the cause is fixed
+(a disabled endpoint is re-enabled). The dashboard's resume button does the same.
+
+Options:
+  --queue NAME  a queue (sink-<name>, sink-<name>.<endpoint>) or a sink name (all its queues)
   -h, --help    show this help`,
   'send-sample': `Usage: callsync send-sample [--url URL]
 
@@ -196,6 +209,18 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         if (action === 'list') return await dlqList(config, redis, options, io);
         if (action === 'retry') return await dlqRetry(config, redis, options, io);
         return await dlqPurge(config, redis, options, io);
+      } finally {
+        redis.disconnect();
+      }
+    }
+    case 'resume': {
+      const { values, positionals } = parse(args, { queue: { type: 'string' } }, command);
+      if (values.help) return (io.out(help.resume), 0);
+      if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+      const config = configFrom(io.env);
+      const redis = await connectRedis(config);
+      try {
+        return await resume(config, redis, values.queue as string | undefined, io);
       } finally {
         redis.disconnect();
       }

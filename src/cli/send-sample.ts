@@ -78,7 +78,8 @@ export async function sendSample(config: Config, url: string | undefined, io: Cl
     // The call as the ingress sees it (the agent comes from the URL), so the key is the one it gets.
     const received = normalizeWebhook(payload, { agentId: agentIdOfUrl(target), receivedAt: new Date() });
     const call: CanonicalCall = { ...received, revision: { stamp: '', update: body.update === true, content: contentHash(received) } };
-    const queues = sinksFor(config.routes, call).map(sinkQueueName);
+    // A sink with endpoints (a signed webhook) has a queue per endpoint; the fan-out adds the call to those.
+    const queues = sinksFor(config.routes, call).flatMap((name) => config.sinks[name]?.endpoints?.map((e) => sinkQueueName(name, e)) ?? [sinkQueueName(name)]);
     if (queues.length === 0) io.out('no sink takes this call in this configuration (see its routes)');
     // The dashboard lists jobs per sink queue under the sink job id, the same in each queue.
     else io.out(`job ${sinkJobId(call)} in ${queues.join(', ')}${body.spooled ? ' (once Redis is back)' : ''}: watch it on /admin/queues`);

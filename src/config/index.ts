@@ -19,6 +19,10 @@ export interface SinkConfig {
   options: unknown;
   /** Where it came from: the config file or an environment shortcut. */
   origin: 'file' | 'env';
+  /** Its endpoints when each has a queue of its own (`sink-<name>.<endpoint>`, the signed webhook's). */
+  endpoints?: string[];
+  /** Its own retry policy (the signed webhook's `retry`); absent: `Config.retry`. */
+  retry?: RetryPolicy;
 }
 
 export interface Config {
@@ -301,7 +305,8 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       return;
     }
     for (const problem of type.check?.(parsed.data, env, { telephony: telephonyConfigured }) ?? []) problems.push(`${where} (${raw.type}): ${problem}`);
-    sinks[name] = { name, type: raw.type, options: parsed.data, origin };
+    const endpoints = type.endpoints?.(parsed.data);
+    sinks[name] = { name, type: raw.type, options: parsed.data, origin, ...(endpoints ? { endpoints } : {}) };
   };
   for (const [name, raw] of Object.entries(file.sinks)) addSink(name, raw, 'file', `sinks.${name}`);
   const fileRoutes: { i: number; to: string[] }[] = [];
@@ -366,6 +371,16 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
 
   if (problems.length > 0) throw new ConfigError(problems);
 
+  const retry: RetryPolicy = {
+    attempts: file.retry?.attempts ?? env.JOB_ATTEMPTS,
+    backoffMs: file.retry?.backoffMs ?? env.JOB_BACKOFF_MS,
+    maxBackoffMs: file.retry?.maxBackoffMs ?? env.JOB_MAX_BACKOFF_MS,
+  };
+  for (const sink of Object.values(sinks)) {
+    const own = sinkTypes.get(sink.type)?.retry?.(sink.options, retry);
+    if (own) sink.retry = own;
+  }
+
   return {
     env,
     role: env.CALLSYNC_ROLE,
@@ -388,11 +403,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       dedupeWindowMs: env.DEDUPE_WINDOW_SECONDS * 1000,
       enqueueTimeoutMs: env.ENQUEUE_TIMEOUT_MS,
     },
-    retry: {
-      attempts: file.retry?.attempts ?? env.JOB_ATTEMPTS,
-      backoffMs: file.retry?.backoffMs ?? env.JOB_BACKOFF_MS,
-      maxBackoffMs: file.retry?.maxBackoffMs ?? env.JOB_MAX_BACKOFF_MS,
-    },
+    retry,
     worker: {
       concurrency: env.WORKER_CONCURRENCY,
       stalledIntervalMs: env.WORKER_STALLED_INTERVAL_MS,

@@ -1,11 +1,39 @@
 // Bull Board on Hono: every queue, its counts, failed jobs with their error, retry and remove.
-// Mounted under /admin/queues behind operatorAuth (see ./app.ts).
+// Mounted under /admin/queues behind operatorAuth (see ./app.ts). A disabled queue (a webhook
+// endpoint that answered 410 Gone or a redirect, queues/disabled.ts) shows why as its description,
+// and its resume button re-enables it.
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
 import { HonoAdapter } from '@bull-board/hono';
 import { serveStatic } from '@hono/node-server/serve-static';
 import type { Queue } from 'bullmq';
 import type { Hono } from 'hono';
+import { disabledMarker, enableQueue } from '../../queues/disabled.js';
+
+/** Bull Board's adapter of a BullMQ queue, plus the disabled state. */
+class CallsyncQueueAdapter extends BullMQAdapter {
+  private note = '';
+
+  constructor(private readonly target: Queue) {
+    super(target, { displayName: target.name });
+  }
+
+  // Bull Board reads isPaused() before getDescription() for every queue it lists: the marker comes along.
+  override async isPaused(): Promise<boolean> {
+    const [paused, marker] = await Promise.all([super.isPaused(), disabledMarker(this.target).catch(() => null)]);
+    this.note = paused && marker ? `Disabled${marker.at ? ` since ${marker.at}` : ''}: ${marker.reason} Resume the queue to re-enable the endpoint.` : '';
+    return paused;
+  }
+
+  override getDescription(): string {
+    return this.note || super.getDescription();
+  }
+
+  /** Resuming re-enables: the disabled marker goes with the pause. */
+  override async resume(): Promise<void> {
+    await enableQueue(this.target);
+  }
+}
 
 export interface DashboardOptions {
   queues: Queue[];
@@ -19,7 +47,7 @@ export function createDashboard(options: DashboardOptions): Hono {
   const basePath = options.basePath;
   const serverAdapter = new HonoAdapter(serveStatic).setBasePath(basePath);
   createBullBoard({
-    queues: options.queues.map((q) => new BullMQAdapter(q, { displayName: q.name })),
+    queues: options.queues.map((q) => new CallsyncQueueAdapter(q)),
     // @bull-board/hono pins its own copy of @bull-board/api; the two copies' types differ only nominally.
     serverAdapter: serverAdapter as unknown as Parameters<typeof createBullBoard>[0]['serverAdapter'],
     options: { uiConfig: { boardTitle: options.title ?? 'callsync' } },

@@ -5,6 +5,7 @@ import type { CallRevision, CanonicalCall } from '../model/call.js';
 import type { KeyValueStore } from '../state/kv.js';
 import type { TelephonyClient } from '../telephony/types.js';
 import type { Route } from '../routing/types.js';
+import type { RetryPolicy } from '../../queues/registry.js';
 import type { EnvOf, EnvShape } from '../env-values.js';
 
 /**
@@ -26,6 +27,11 @@ export interface SinkContext {
   log: Logger;
   /** Aborted when the worker shuts down; pass it to fetch() where a request can be abandoned. */
   signal: AbortSignal;
+  /**
+   * The endpoint this job delivers to, for a sink with endpoints (one queue each, see
+   * `SinkType.endpoints`). Absent: every endpoint of the sink, one after the other.
+   */
+  endpoint?: string;
   /**
    * Which revision of the call this job delivers (the call itself comes without it). Absent for
    * jobs queued before revisions existed: those count as the oldest revision (src/sinks/revisions.ts).
@@ -119,8 +125,15 @@ export interface SinkType<O = unknown> {
    * of this sink's jobs (less to store and parse per job). Absent: true.
    */
   needsRaw?(options: O): boolean;
-  /** Steady rate limit for the sink's queue, if the remote has one. */
+  /** Steady rate limit for the sink's queue (each endpoint's queue), if the remote has one. */
   limit?(options: O): QueueLimit | undefined;
+  /**
+   * The names of the sink's endpoints when each gets a queue of its own (`sink-<name>.<endpoint>`):
+   * one job, one retry schedule, one dead letter and one pause per endpoint. Absent: one queue.
+   */
+  endpoints?(options: O): string[];
+  /** The sink's own retry policy when its options give one; absent or undefined: the global one (JOB_ATTEMPTS …). */
+  retry?(options: O, global: RetryPolicy): RetryPolicy | undefined;
   /**
    * Sinks and routes implied by environment variables alone (e.g. ARCHIVE_S3_BUCKET), used when
    * the config file does not define a sink of the same name. `configFile` tells whether one was given.

@@ -37,6 +37,8 @@ import { startS3, type TestS3 } from '../support/s3.js';
 const OUTAGE_MS = Number(process.env.CHAOS_OUTAGE_MS ?? 30_000);
 const BURST = Number(process.env.CHAOS_BURST ?? 2000);
 const SINKS = ['archive', 'crm', 'sms'] as const;
+/** The queue of each sink's jobs: the signed webhook's are in its endpoint's queue. */
+const QUEUE: Record<(typeof SINKS)[number], string> = { archive: sinkQueueName('archive'), crm: sinkQueueName('crm', 'receiver'), sms: sinkQueueName('sms') };
 const POISON = 'chaos-poison-1';
 /** Calls too deep to serialize as a job: sent as a webhook, and written straight into the log. */
 const DEEP_WEBHOOK = 'chaos-deep-webhook-1';
@@ -186,7 +188,7 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
 
   const queues = () => {
     const conn = new Redis(redis.url, { maxRetriesPerRequest: null });
-    const map = new Map([INBOUND_QUEUE, ...SINKS.map(sinkQueueName)].map((q) => [q, new Queue(q, { connection: conn, prefix })]));
+    const map = new Map([INBOUND_QUEUE, ...SINKS.map((s) => QUEUE[s])].map((q) => [q, new Queue(q, { connection: conn, prefix })]));
     return {
       map,
       inbound: new InboundLog(conn, prefix),
@@ -221,8 +223,10 @@ sinks:
     secretAccessKey: \${AWS_SECRET_ACCESS_KEY}
   crm:
     type: webhook
-    urls: ["${crm.url}"]
+    endpoints: [{ name: receiver, url: "${crm.url}" }]
     timeoutMs: 5000
+    # Outages last 30 s: the spec's schedule (days) would outlast the test.
+    retry: { schedule: [0.2, 0.4, 0.8, 1.6, 3], attempts: 60 }
   sms:
     type: sms
     smsId: s0
@@ -346,8 +350,8 @@ routes:
         await assert.rejects(s3.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `transcripts/2026/04/08/${id}.json` })), `${id} is not archived`);
       }
 
-      const failed = async (sink: string) =>
-        (await q.map.get(sinkQueueName(sink))!.getFailed(0, -1)).map((j) => ({ callId: (j.data as { call: { callId: string } }).call.callId, reason: j.failedReason }));
+      const failed = async (sink: (typeof SINKS)[number]) =>
+        (await q.map.get(QUEUE[sink])!.getFailed(0, -1)).map((j) => ({ callId: (j.data as { call: { callId: string } }).call.callId, reason: j.failedReason }));
 
       // Archive: the JSON and the text object of every call (keys are per call: a redelivery
       // overwrites, it cannot add a second record), nothing failed. s3rver cannot list thousands

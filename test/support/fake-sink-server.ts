@@ -1,11 +1,19 @@
 // Loopback fakes of callsync's HTTP sinks for the chaos test and the end-to-end benchmark, each one
 // restartable on the same port (stopped = connection refused, like a remote that is down):
 //  - FakeWebhookReceiver: a Standard Webhooks receiver (verifies `webhook-signature`, keeps one record
-//    per `webhook-id` like a real receiver that dedupes), answering 422 for calls marked as poison;
+//    per `webhook-id` like a real receiver that dedupes), answering 422 for calls marked as poison,
+//    or whatever `answer` says for a call (401, 410 Gone, a redirect …: the spec's "Delivery success
+//    and failure", github.com/standard-webhooks/standard-webhooks spec/standard-webhooks.md);
 //  - FakeSmsApi: the platform's `POST /v2/sessions/sms` (HTTP Basic, 204), counting texts per recipient.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { Webhook } from 'standardwebhooks';
+
+export interface ServerReply {
+  status: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
 
 abstract class RestartableServer {
   private server: Server | null = null;
@@ -22,7 +30,7 @@ abstract class RestartableServer {
     return this.server !== null;
   }
 
-  protected abstract handle(req: IncomingMessage, body: string): { status: number; body?: unknown };
+  protected abstract handle(req: IncomingMessage, body: string): ServerReply;
 
   /** Listens (again) on the same port. */
   async start(): Promise<this> {
@@ -61,14 +69,14 @@ abstract class RestartableServer {
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       this.requests++;
-      let reply: { status: number; body?: unknown };
+      let reply: ServerReply;
       try {
         reply = this.handle(req, Buffer.concat(chunks).toString('utf8'));
       } catch (err) {
         reply = { status: 500, body: { message: String(err) } };
       }
       // A stopped server answers what it has and closes the connection.
-      const headers: Record<string, string> = this.server ? {} : { connection: 'close' };
+      const headers: Record<string, string> = { ...reply.headers, ...(this.server ? {} : { connection: 'close' }) };
       if (reply.body !== undefined) headers['content-type'] = 'application/json';
       res.writeHead(reply.status, headers);
       res.end(reply.body === undefined ? undefined : JSON.stringify(reply.body));
@@ -92,6 +100,8 @@ export class FakeWebhookReceiver extends RestartableServer {
   readonly byCall = new Map<string, Set<string>>();
   /** Calls answered with 422 (a permanent rejection). */
   readonly poison = new Set<string>();
+  /** Answers instead of accepting (after the signature check): per call id, or undefined to accept. */
+  answer: ((callId: string) => ServerReply | undefined) | null = null;
   rejectedSignatures = 0;
   private readonly verifier: Webhook;
 
@@ -104,7 +114,7 @@ export class FakeWebhookReceiver extends RestartableServer {
     return `${this.origin}/hooks/calls`;
   }
 
-  protected handle(req: IncomingMessage, body: string): { status: number; body?: unknown } {
+  protected handle(req: IncomingMessage, body: string): ServerReply {
     if (req.method !== 'POST' || req.url !== '/hooks/calls') return { status: 404, body: { message: 'no such hook' } };
     const headers = {
       'webhook-id': String(req.headers['webhook-id'] ?? ''),
@@ -120,6 +130,8 @@ export class FakeWebhookReceiver extends RestartableServer {
     }
     const callId = payload.data?.callId ?? '';
     if (this.poison.has(callId)) return { status: 422, body: { message: `call ${callId} cannot be processed` } };
+    const answer = this.answer?.(callId);
+    if (answer) return answer;
     const id = headers['webhook-id'];
     const existing = this.records.get(id);
     if (existing) existing.deliveries++;
@@ -142,7 +154,7 @@ export class FakeSmsApi extends RestartableServer {
     return `${this.origin}/v2`;
   }
 
-  protected handle(req: IncomingMessage, body: string): { status: number; body?: unknown } {
+  protected handle(req: IncomingMessage, body: string): ServerReply {
     if (req.method !== 'POST' || req.url !== '/v2/sessions/sms') {
       return { status: 404, body: { errors: [{ status: 404, title: 'Not Found', detail: `${req.method} ${req.url}` }] } };
     }

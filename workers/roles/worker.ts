@@ -1,5 +1,6 @@
-// The worker role: the sinks, one queue and worker per sink, and the fan-out that turns inbound
-// log entries into sink jobs (with the `inbound` queue and its worker for what it cannot handle).
+// The worker role: the sinks, one queue and worker per sink (per endpoint of a sink with endpoints,
+// each with the sink's retry policy), and the fan-out that turns inbound log entries into sink jobs
+// (with the `inbound` queue and its worker for what it cannot handle).
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { sinkTypes } from '../../src/sinks/registry.js';
@@ -22,14 +23,14 @@ import {
   type SinkDeliverJob,
 } from '../../queues/index.js';
 import { createDeliverProcessor } from '../deliver.js';
-import { createFanOutProcessor, startLogFanOut, type RunningLogFanOut } from '../fanout.js';
+import { createFanOutProcessor, createHandOverProcessor, startLogFanOut, type EndpointQueue, type RunningLogFanOut } from '../fanout.js';
 import { runWorker, type RunningWorker } from '../runner.js';
 import { Closers, quitRedis, type Role, type RoleDeps } from './lifecycle.js';
 
 export interface WorkerRole extends Role {
   sinks: Map<string, Sink>;
   workers: RunningWorker[];
-  /** Queue handles by name: each sink's, and `inbound` (the fan-out's dead letters). */
+  /** Queue handles by name: each sink's (and each endpoint's), and `inbound` (the fan-out's dead letters). */
   queues: Map<string, Queue>;
   /** The inbound log's fan-out (`stalled()` feeds readiness). */
   fanOut: RunningLogFanOut;
@@ -69,15 +70,23 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     closers.add('close workers', () => Promise.all(workers.map((w) => w.close())));
     for (const [name, sink] of await createSinks(deps)) sinks.set(name, sink);
 
-    const jobOptions = defaultJobOptions(config.retry);
-    const openQueue = <T>(name: string): Queue<T> => {
-      const queue = new Queue<T>(name, { connection: redis.worker, prefix, defaultJobOptions: jobOptions });
+    // The attempts travel with each job from the handle that adds it: a sink's own retry policy is its queues' default.
+    const openQueue = <T>(name: string, retry = config.retry): Queue<T> => {
+      const queue = new Queue<T>(name, { connection: redis.worker, prefix, defaultJobOptions: defaultJobOptions(retry) });
       queue.on('error', (err) => log.error({ queue: name, err: { message: err.message } }, 'queue error'));
       queues.set(name, queue as Queue);
       return queue;
     };
     const sinkQueues = new Map<string, Queue<SinkDeliverJob>>();
-    for (const name of sinks.keys()) sinkQueues.set(name, openQueue<SinkDeliverJob>(sinkQueueName(name)));
+    const endpointQueues = new Map<string, EndpointQueue[]>();
+    for (const name of sinks.keys()) {
+      sinkQueues.set(name, openQueue<SinkDeliverJob>(sinkQueueName(name)));
+      const configured = config.sinks[name];
+      if (configured?.endpoints) {
+        const retry = configured.retry ?? config.retry;
+        endpointQueues.set(name, configured.endpoints.map((endpoint) => ({ endpoint, queue: openQueue<SinkDeliverJob>(sinkQueueName(name, endpoint), retry) })));
+      }
+    }
     const withoutRaw = new Set(
       Object.values(config.sinks)
         .filter((s) => sinkTypes.get(s.type)?.needsRaw?.(s.options) === false)
@@ -86,7 +95,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
 
     // The inbound log's fan-out; what it cannot handle goes to the `inbound` queue and its worker.
     const deadLetters = openQueue<CallReceivedJob>(INBOUND_QUEUE);
-    workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor({ routes: config.routes, sinkQueues, withoutRaw }), runner));
+    workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor({ routes: config.routes, sinkQueues, endpointQueues, withoutRaw }), runner));
     const blocking: Redis = createRedis(config.redis.url, 'worker');
     blocking.on('error', (err) => log.warn({ connection: 'fanout', err: { message: err.message } }, 'redis connection error'));
     closers.add('close fan-out connection', () => quitRedis(blocking));
@@ -96,6 +105,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       deadLetters,
       routes: config.routes,
       sinkQueues,
+      endpointQueues,
       withoutRaw,
       log,
       claimIdleMs: config.worker.lockDurationMs,
@@ -107,7 +117,17 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       const configured = config.sinks[name];
       const type = configured ? sinkTypes.get(configured.type) : undefined;
       const limit = configured && type?.limit ? type.limit(configured.options) : undefined;
-      workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name), createDeliverProcessor(sink, log), { ...runner, limit }));
+      const endpoints = endpointQueues.get(name);
+      if (!endpoints) {
+        workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name), createDeliverProcessor(sink, log), { ...runner, limit }));
+        continue;
+      }
+      // One worker per endpoint queue: its own retries, rate limit, pause; its own queue hands older jobs on.
+      const retry = configured?.retry ?? runner.retry;
+      for (const { endpoint } of endpoints) {
+        workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name, endpoint), createDeliverProcessor(sink, log, endpoint), { ...runner, retry, limit }));
+      }
+      workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name), createHandOverProcessor(name, endpoints), runner));
     }
     // Closed first: a handle closed during its connection set-up makes BullMQ reject without a handler.
     closers.add('wait for connection set-up', () => bullmqReady(handles(), SHUTDOWN_SETUP_WAIT_MS));

@@ -5,6 +5,7 @@
 //   rate-limit headers at 0  -> the next request of this sink waits the window out the same way
 //   401 / 403                -> AuthError (the runner pauses the queue) + metric
 //   400 / 422 / other 4xx    -> PermanentError with the CRM's own message (redacted: redactRemoteText)
+//   3xx                      -> PermanentError naming where it points (redirects are not followed)
 //   5xx / network / timeout  -> TransientError
 // Nothing here logs request bodies, URLs with query strings or credentials.
 import {
@@ -13,6 +14,7 @@ import {
   errorFromNetwork,
   parseRetryAfter,
   redactRemoteText,
+  PermanentError,
   RetryLaterError,
   TransientError,
 } from '../../errors.js';
@@ -70,6 +72,17 @@ export interface CrmRequest {
   signal?: AbortSignal;
 }
 
+/** Where a redirect points, for a message: origin and path, never a query string or credentials. */
+export function redirectTarget(location: string | null, from: URL | string): string {
+  if (location === null || location.trim() === '') return 'nowhere (no Location header)';
+  try {
+    const to = new URL(location, from);
+    return `${to.origin}${to.pathname}`;
+  } catch {
+    return 'an unreadable Location';
+  }
+}
+
 export class CrmHttp {
   private blockedUntil = 0;
 
@@ -111,7 +124,8 @@ export class CrmHttp {
     let res: Response;
     let text: string;
     try {
-      const init: RequestInit & { duplex?: 'half' } = { method: req.method, headers, body: payload as RequestInit['body'], signal, redirect: 'error' };
+      // A redirect is answered as it is (reported below), never followed: it would resend the body elsewhere.
+      const init: RequestInit & { duplex?: 'half' } = { method: req.method, headers, body: payload as RequestInit['body'], signal, redirect: 'manual' };
       if (req.stream !== undefined) init.duplex = 'half';
       res = await fetch(url, init);
       text = await res.text();
@@ -140,6 +154,9 @@ export class CrmHttp {
 
     if ((res.status >= 200 && res.status < 300) || req.accept?.includes(res.status)) return answer;
 
+    if (res.status >= 300 && res.status < 400) {
+      throw new PermanentError(`${what} answered ${res.status} redirect to ${redirectTarget(res.headers.get('location'), url)} (redirects are not followed)`, { status: res.status });
+    }
     const detail = this.detail(body, text);
     if (res.status === 429) {
       // A window the headers said is used up for longer (a daily budget) outlasts a short Retry-After.

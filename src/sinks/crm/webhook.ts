@@ -1,22 +1,35 @@
-// Generic signed webhook: POSTs the canonical call as JSON to one or more URLs, signed per the
-// Standard Webhooks spec (https://www.standardwebhooks.com):
+// Generic signed webhook: POSTs the canonical call as JSON to one or more endpoints, signed per the
+// Standard Webhooks spec (https://www.standardwebhooks.com; github.com/standard-webhooks/standard-webhooks
+// spec/standard-webhooks.md):
 //   webhook-id         msg_<hash of the call's content>: the same on every retry and redelivery of
 //                      the same content (receivers dedupe on it), new when the call changed
 //   webhook-timestamp  Unix seconds of this attempt
-//   webhook-signature  `v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<body>")>` per secret,
-//                      space-separated: list the new secret beside the old one while rotating
-// A URL that accepted a message is remembered, so a retry after a partial failure only resends
-// to the URLs that have not. An update of a call (sent again with more in it) is a new message
-// with a new webhook-id; per URL, an older revision is never sent after a newer one, and the
-// revisions of one call are sent one at a time (src/sinks/revisions.ts).
+//   webhook-signature  `v1,<base64 HMAC-SHA256(key, "<id>.<timestamp>.<body>")>` per secret of the
+//                      endpoint, space-separated: list the new secret beside the old one while rotating
+// Each endpoint has a queue of its own (`sink-<sink>.<endpoint>`, see `endpoints` below): one job,
+// one retry schedule, one dead letter and one pause per endpoint, so a receiver that refuses a call
+// or its credentials never holds up the others. Answers, as the spec suggests:
+//   2xx                 delivered
+//   410 Gone            the endpoint is disabled (its queue paused and marked) until an operator re-enables it
+//   3xx                 the same, naming where it points: redirects are not followed (update the URL)
+//   429 / 503 + Retry-After   the endpoint's queue waits that long
+//   401 / 403           the endpoint's queue is paused (check the receiver's credentials in `headers`)
+//   other 4xx           dead letter with the receiver's message
+//   5xx, timeout, reset retried on the sink's `retry` schedule (default: the spec's, over three days)
+// An endpoint that accepted a message is remembered, so a redelivery of the same content sends
+// nothing again. An update of a call (sent again with more in it) is a new message with a new
+// webhook-id; per endpoint, an older revision is never sent after a newer one, and the revisions of
+// one call are sent one at a time (src/sinks/revisions.ts).
 import { createHash, createHmac } from 'node:crypto';
 import { z } from 'zod';
+import { EndpointDisabledError, redactRemoteText } from '../../errors.js';
 import type { CanonicalCall } from '../../model/call.js';
+import { retryOptionsSchema, retryPolicy, STANDARD_WEBHOOKS_SCHEDULE } from '../retry.js';
 import { RevisionGuard } from '../revisions.js';
 import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { queueLimitSchema, timeoutSchema } from './common.js';
-import { CrmHttp, stringField } from './http.js';
+import { CrmHttp, redirectTarget, stringField } from './http.js';
 
 const secretSchema = z
   .string()
@@ -26,26 +39,98 @@ const secretSchema = z
 /** Header names a config may not set: the signature headers and what fetch owns. */
 const reservedHeaders = new Set(['webhook-id', 'webhook-timestamp', 'webhook-signature', 'content-type', 'content-length', 'host']);
 
-export const webhookOptionsSchema = z.strictObject({
-  urls: z.array(z.url({ protocol: /^https?$/ })).min(1),
-  /** Extra headers on every request (e.g. an API key of the receiver). */
-  headers: z
-    .record(z.string().regex(/^[A-Za-z0-9-]+$/), z.string())
-    .default({})
-    .refine((h) => Object.keys(h).every((k) => !reservedHeaders.has(k.toLowerCase())), { message: 'webhook-* and content headers are set by callsync' }),
-  /** Signing secrets (`whsec_...`); several while rotating. Default CRM_WEBHOOK_SECRET (comma/space separated). */
-  secrets: z.array(secretSchema).optional(),
-  /** Wrap the call as `{ type, timestamp, data }` (Standard Webhooks' payload shape) or send it bare. */
-  envelope: z.boolean().default(true),
-  /** Event type in the envelope. */
-  eventType: z.string().min(1).default('call.completed'),
-  /** Include `raw` (the sender's original payload, transcript included). Default false. */
-  includeRaw: z.boolean().default(false),
-  rateLimit: queueLimitSchema.optional(),
-  timeoutMs: timeoutSchema,
+const headersSchema = z
+  .record(z.string().regex(/^[A-Za-z0-9-]+$/), z.string())
+  .refine((h) => Object.keys(h).every((k) => !reservedHeaders.has(k.toLowerCase())), { message: 'webhook-* and content headers are set by callsync' });
+
+const urlSchema = z.url({ protocol: /^https?$/ });
+
+/** Names the endpoint's queue, so like sink names: letters, digits, - and _ (no `.`, which separates them). */
+const endpointNameSchema = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i, 'endpoint names are letters, digits, - and _ (they name the endpoint\'s queue)');
+
+const endpointSchema = z.strictObject({
+  /** Its queue is `sink-<sink>.<name>`. Default: from the URL's host. Keep the name when the URL changes. */
+  name: endpointNameSchema.optional(),
+  url: urlSchema,
+  /** This endpoint's signing secrets (`whsec_...`; several while rotating). Default: the sink's `secrets`. */
+  secrets: z.array(secretSchema).min(1).optional(),
+  /** Extra headers of this endpoint, over the sink's `headers`. */
+  headers: headersSchema.optional(),
 });
 
+export const webhookOptionsSchema = z
+  .strictObject({
+    /** Endpoints by URL alone (names from their hosts, the sink's secrets and headers). */
+    urls: z.array(urlSchema).min(1).optional(),
+    /** Endpoints with a name, secrets or headers of their own. */
+    endpoints: z.array(endpointSchema).min(1).optional(),
+    /** Extra headers on every request (e.g. an API key of the receiver). */
+    headers: headersSchema.default({}),
+    /** Signing secrets (`whsec_...`) of every endpoint without its own; several while rotating. Default CRM_WEBHOOK_SECRET (comma/space separated). */
+    secrets: z.array(secretSchema).optional(),
+    /** Wrap the call as `{ type, timestamp, data }` (Standard Webhooks' payload shape) or send it bare. */
+    envelope: z.boolean().default(true),
+    /** Event type in the envelope. */
+    eventType: z.string().min(1).default('call.completed'),
+    /** Include `raw` (the sender's original payload, transcript included). Default false. */
+    includeRaw: z.boolean().default(false),
+    /** Steady rate limit of each endpoint's queue. */
+    rateLimit: queueLimitSchema.optional(),
+    timeoutMs: timeoutSchema,
+    /**
+     * Retries of each endpoint's jobs (`schedule` of delays, `attempts`). Default: the Standard
+     * Webhooks schedule, 5s, 5m, 30m, 2h, 5h, 10h, 14h, 20h, 24h (ten attempts over about three days).
+     */
+    retry: retryOptionsSchema.optional(),
+  })
+  .superRefine((o, ctx) => {
+    if (!o.urls && !o.endpoints) ctx.addIssue({ code: 'custom', path: ['urls'], message: 'give the receivers as `urls` or `endpoints`' });
+    const seen = new Set<string>();
+    for (const [i, e] of (o.endpoints ?? []).entries()) {
+      if (e.name === undefined) continue;
+      const key = e.name.toLowerCase();
+      if (seen.has(key)) ctx.addIssue({ code: 'custom', path: ['endpoints', i, 'name'], message: `endpoint name "${e.name}" is used twice` });
+      seen.add(key);
+    }
+  });
+
 export type WebhookOptions = z.infer<typeof webhookOptionsSchema>;
+
+/** One endpoint as the sink uses it: its name, URL, own secrets (if any) and headers (the sink's merged in). */
+export interface WebhookEndpoint {
+  name: string;
+  url: string;
+  secrets?: string[];
+  headers: Record<string, string>;
+}
+
+/** `hooks.example.com:8443` -> `hooks-example-com-8443`. */
+function hostName(url: string): string {
+  const slug = new URL(url).host.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+/, '').slice(0, 56).replace(/-+$/, '');
+  return slug === '' ? 'endpoint' : slug;
+}
+
+const lowerKeys = (h: Record<string, string>) => Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toLowerCase(), v]));
+
+/**
+ * The endpoints of the options, `urls` first, then `endpoints`. An endpoint without a name is named
+ * after its URL's host (`-2`, `-3` … when several share one): give names to keep an endpoint's queue
+ * when its URL changes, or when several endpoints share a host and their order may change.
+ */
+export function webhookEndpoints(options: Pick<WebhookOptions, 'urls' | 'endpoints' | 'headers'>): WebhookEndpoint[] {
+  const listed: z.infer<typeof endpointSchema>[] = [...(options.urls ?? []).map((url) => ({ url })), ...(options.endpoints ?? [])];
+  const taken = new Set(listed.flatMap((e) => (e.name === undefined ? [] : [e.name.toLowerCase()])));
+  return listed.map((e) => {
+    let name = e.name;
+    if (name === undefined) {
+      const base = hostName(e.url);
+      name = base;
+      for (let n = 2; taken.has(name); n++) name = `${base}-${n}`;
+      taken.add(name);
+    }
+    return { name, url: e.url, ...(e.secrets ? { secrets: e.secrets } : {}), headers: { ...lowerKeys(options.headers ?? {}), ...lowerKeys(e.headers ?? {}) } };
+  });
+}
 
 /** The HMAC key of a `whsec_` secret, or null when it is not one. */
 export function secretKey(secret: string): Buffer | null {
@@ -84,37 +169,55 @@ export const webhookEnv = {
 
 const NO_SECRET = 'no signing secret: set CRM_WEBHOOK_SECRET or the sink\'s secrets';
 
+/** Answers that disable an endpoint (the spec: 410 = stop sending; 3xx = update the URL instead of following). */
+const DISABLING = [301, 302, 303, 307, 308, 410];
+
+interface Endpoint extends WebhookEndpoint {
+  secrets: string[];
+  http: CrmHttp;
+  /** This endpoint's memory: what it accepted, the revision it has, the lock of a call's revisions. */
+  revisions: RevisionGuard;
+  state: SinkDeps['state'];
+}
+
 export class WebhookSink implements Sink {
   readonly type = 'webhook';
-  private readonly secrets: string[];
-  private readonly clients: { url: string; http: CrmHttp }[];
-  private readonly revisions: RevisionGuard;
+  private readonly endpoints = new Map<string, Endpoint>();
 
   constructor(
     readonly name: string,
     private readonly options: WebhookOptions,
     private readonly deps: SinkDeps,
   ) {
-    this.secrets = options.secrets ?? splitList(envOf(webhookEnv, deps.env).CRM_WEBHOOK_SECRET);
-    if (this.secrets.length === 0) throw new Error(`sink "${name}" (webhook): ${NO_SECRET}`);
-    for (const s of this.secrets) {
+    const sinkSecrets = options.secrets ?? splitList(envOf(webhookEnv, deps.env).CRM_WEBHOOK_SECRET);
+    for (const s of sinkSecrets) {
       if (secretKey(s) === null) throw new Error(`sink "${name}" (webhook): a signing secret is not a whsec_ secret`);
     }
-    this.revisions = new RevisionGuard(deps.state, { what: 'the webhook receivers', lockTtlMs: 30_000 + options.urls.length * options.timeoutMs });
-    this.clients = options.urls.map((url) => ({
-      url,
-      http: new CrmHttp({
-        crm: 'Webhook',
-        sink: name,
-        baseUrl: url,
-        headers: { 'user-agent': 'callsync-webhook/1', ...options.headers },
-        timeoutMs: options.timeoutMs,
-        now: deps.now,
-        authHint: `Check the receiver's credentials in the sink's headers (${new URL(url).host}).`,
-        errorDetail: (body, text) => stringField(body, 'message') ?? stringField(body, 'error') ?? (text.length < 300 ? text : undefined),
-        rateLimitDelayMs: () => 10_000,
-      }),
-    }));
+    for (const e of webhookEndpoints(options)) {
+      const secrets = e.secrets ?? sinkSecrets;
+      if (secrets.length === 0) {
+        throw new Error(`sink "${name}" (webhook): endpoint "${e.name}" has no signing secret; set CRM_WEBHOOK_SECRET, the sink's secrets or the endpoint's secrets`);
+      }
+      const host = new URL(e.url).host;
+      const state = deps.state.scoped(`endpoint:${e.name}`);
+      this.endpoints.set(e.name, {
+        ...e,
+        secrets,
+        state,
+        revisions: new RevisionGuard(state, { what: `webhook endpoint "${e.name}"`, lockTtlMs: 30_000 + options.timeoutMs }),
+        http: new CrmHttp({
+          crm: 'Webhook',
+          sink: name,
+          baseUrl: e.url,
+          headers: { 'user-agent': 'callsync-webhook/1', ...e.headers },
+          timeoutMs: options.timeoutMs,
+          now: deps.now,
+          authHint: `Check the receiver's credentials in the headers of endpoint "${e.name}" (${host}).`,
+          errorDetail: (body, text) => stringField(body, 'message') ?? stringField(body, 'error') ?? (text.length < 300 ? text : undefined),
+          rateLimitDelayMs: () => 10_000,
+        }),
+      });
+    }
   }
 
   /** The JSON body: the canonical call (without `raw` unless asked), in an envelope by default. */
@@ -130,56 +233,80 @@ export class WebhookSink implements Sink {
     return { id, body };
   }
 
-  deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
-    return this.revisions.exclusive(call.key, ctx, () => this.send(call, ctx));
-  }
-
-  private async send(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
-    const { id, body } = this.payload(call);
-    const refs: Record<string, string> = { webhookId: id };
-    let skipped = 0;
-    let newer = 0;
-    for (const [i, client] of this.clients.entries()) {
-      const urlTag = `${i}:${createHash('sha256').update(client.url).digest('hex').slice(0, 12)}`;
-      const sentKey = `sent:${id}:${urlTag}`;
-      if (await this.revisions.superseded(call.key, ctx.revision, urlTag)) {
-        newer++;
-        continue;
-      }
-      if ((await this.deps.state.get(sentKey)) !== null) {
-        skipped++;
-        continue;
-      }
-      const timestamp = Math.floor(this.deps.now().getTime() / 1000);
-      await this.post(client.http, id, timestamp, body, ctx.signal);
-      await this.deps.state.set(sentKey, String(timestamp), 7 * 24 * 3600 * 1000);
-      await this.revisions.written(call.key, ctx.revision, urlTag);
-      ctx.log.debug({ sink: this.name, callId: call.callId, host: new URL(client.url).host, webhookId: id }, 'webhook delivered');
+  /**
+   * Sends the call to `ctx.endpoint` (the endpoint whose queue the job is in). Without one (a direct
+   * caller), to every endpoint, one after the other, stopping at the first failure.
+   */
+  async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
+    const message = this.payload(call);
+    if (ctx.endpoint === undefined) {
+      const results: SinkResult[] = [];
+      for (const endpoint of this.endpoints.values()) results.push(await this.sendTo(endpoint, call, message, ctx));
+      if (results.every((r) => r.status === 'skipped')) return results[0]!;
+      const reasons = results.flatMap((r) => (r.reason ? [r.reason] : []));
+      return { status: 'done', refs: { webhookId: message.id }, ...(reasons.length > 0 ? { reason: reasons.join('; ') } : {}) };
     }
-    if (newer === this.clients.length) return this.revisions.skipped();
-    const reasons = [skipped > 0 ? `${skipped} URL(s) already had this message` : '', newer > 0 ? `${newer} URL(s) already had a newer revision` : ''].filter(Boolean);
-    return { status: 'done', refs, reason: reasons.length > 0 ? reasons.join('; ') : undefined };
+    const endpoint = this.endpoints.get(ctx.endpoint);
+    if (!endpoint) throw new EndpointDisabledError(`sink "${this.name}" (webhook) has no endpoint "${ctx.endpoint}" (any more): its queue is disabled; add the endpoint back, or remove its jobs`);
+    return this.sendTo(endpoint, call, message, ctx);
   }
 
-  private async post(http: CrmHttp, id: string, timestamp: number, body: string, signal: AbortSignal): Promise<void> {
+  private sendTo(endpoint: Endpoint, call: CanonicalCall, message: { id: string; body: string }, ctx: SinkContext): Promise<SinkResult> {
+    return endpoint.revisions.exclusive(call.key, ctx, async () => {
+      const { id, body } = message;
+      const refs = { webhookId: id };
+      if (await endpoint.revisions.superseded(call.key, ctx.revision)) return endpoint.revisions.skipped();
+      const sentKey = `sent:${id}`;
+      if ((await endpoint.state.get(sentKey)) !== null) return { status: 'done', refs, reason: `endpoint "${endpoint.name}" already had this message` };
+      const timestamp = Math.floor(this.deps.now().getTime() / 1000);
+      await this.post(endpoint, id, timestamp, body, ctx.signal);
+      await endpoint.state.set(sentKey, String(timestamp), 7 * 24 * 3600 * 1000);
+      await endpoint.revisions.written(call.key, ctx.revision);
+      ctx.log.debug({ sink: this.name, endpoint: endpoint.name, callId: call.callId, host: new URL(endpoint.url).host, webhookId: id }, 'webhook delivered');
+      return { status: 'done', refs };
+    });
+  }
+
+  private async post(endpoint: Endpoint, id: string, timestamp: number, body: string, signal: AbortSignal): Promise<void> {
     // The signature covers the exact bytes, so the serialized body is sent as-is.
     const headers = {
       'webhook-id': id,
       'webhook-timestamp': String(timestamp),
-      'webhook-signature': signWebhook(id, timestamp, body, this.secrets),
+      'webhook-signature': signWebhook(id, timestamp, body, endpoint.secrets),
     };
-    await http.request({ method: 'POST', path: '', rawBody: body, headers, signal });
+    const answer = await endpoint.http.request({ method: 'POST', path: '', rawBody: body, headers, signal, accept: DISABLING });
+    if (answer.status < 300) return;
+    const url = new URL(endpoint.url);
+    const what = `Webhook POST ${url.host}${url.pathname} (endpoint "${endpoint.name}" of sink "${this.name}")`;
+    if (answer.status === 410) {
+      const detail = stringField(answer.body, 'message') ?? stringField(answer.body, 'error');
+      throw new EndpointDisabledError(
+        `${what} answered 410 Gone${detail ? `: ${redactRemoteText(detail, 200)}` : ''}: the receiver takes no more messages there. ` +
+          'The endpoint is disabled until an operator re-enables it (resume its queue).',
+        { status: 410 },
+      );
+    }
+    throw new EndpointDisabledError(
+      `${what} answered ${answer.status} redirect to ${redirectTarget(answer.headers.get('location'), url)} (redirects are not followed). ` +
+        'The endpoint is disabled: update its URL, then re-enable it (resume its queue).',
+      { status: answer.status },
+    );
   }
 }
 
 export const webhookSinkType: SinkType<WebhookOptions> = {
   type: 'webhook',
-  options: webhookOptionsSchema,
+  options: webhookOptionsSchema as z.ZodType<WebhookOptions>,
   create: (name, options, deps) => new WebhookSink(name, options, deps),
   needsRaw: (options) => options.includeRaw,
   limit: (options) => options.rateLimit,
   env: webhookEnv,
-  check: (options, env) => ((options.secrets ?? splitList(envOf(webhookEnv, env).CRM_WEBHOOK_SECRET)).length > 0 ? [] : [NO_SECRET]),
+  check: (options, env) => {
+    const fallback = options.secrets ?? splitList(envOf(webhookEnv, env).CRM_WEBHOOK_SECRET);
+    return webhookEndpoints(options).every((e) => (e.secrets ?? fallback).length > 0) ? [] : [NO_SECRET];
+  },
+  endpoints: (options) => webhookEndpoints(options).map((e) => e.name),
+  retry: (options, global) => retryPolicy(options.retry, STANDARD_WEBHOOKS_SCHEDULE, global),
   fromEnv(env) {
     const urls = splitList(envOf(webhookEnv, env).CRM_WEBHOOK_URL);
     if (urls.length === 0) return null;

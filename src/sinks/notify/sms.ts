@@ -11,7 +11,8 @@ import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, typ
 import { envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
 import { NotificationLedger, sendOnce } from './ledger.js';
-import { renderText, truncateText } from './message.js';
+import { renderText } from './message.js';
+import { smsLength, truncateSms } from './sms-length.js';
 import type { OptOutLookup } from './opt-out.js';
 import { commonOptions, durationSchema, templateSchema } from './options.js';
 import { checkSmsRecipient, parseE164 } from './phone.js';
@@ -33,8 +34,14 @@ export const smsOptionsSchema = z.strictObject({
   to: z.union([z.literal('caller'), z.array(e164Schema).min(1)]).default('caller'),
   /** `{{field}}` template of the text (docs/notifications.md lists the fields). */
   message: templateSchema,
-  /** Longest text sent, in characters; longer texts are cut at a word with `…`. Default 459 (three concatenated GSM parts). */
-  maxLength: z.number().int().min(20).max(1600).default(459),
+  /**
+   * Most segments (billed parts) a text may take; a longer one is cut at a word with an ellipsis in
+   * its own encoding (`...` keeps a GSM-7 text GSM-7). GSM-7: 160 characters in one, 153 per segment
+   * beyond; any other character makes the text UCS-2: 70 in one, 67 per segment. Default 3.
+   */
+  maxSegments: z.int().min(1).max(10).default(3),
+  /** Longest text in characters, besides `maxSegments`. Default: no limit but the segments. */
+  maxLength: z.number().int().min(20).max(1600).optional(),
   /** At most one SMS per number and rule within this time (e.g. `12h`). Default: no cooldown. */
   cooldown: durationSchema.optional(),
   /** Numbers never texted by this rule (in addition to the shared opt-out list). */
@@ -120,7 +127,7 @@ class SmsSink implements Sink {
     if (this.o.maxAge !== undefined && now.getTime() - Date.parse(call.startedAt) > this.o.maxAge) {
       return { status: 'skipped', reason: 'call older than maxAge' };
     }
-    const message = truncateText(renderText(this.o.message, templateVars(call, { timeZone: this.o.timeZone })), this.o.maxLength);
+    const message = truncateSms(renderText(this.o.message, templateVars(call, { timeZone: this.o.timeZone })), this.o);
     if (message === '') return { status: 'skipped', reason: 'message empty for this call' };
 
     const skipped: string[] = [];
@@ -170,7 +177,8 @@ class SmsSink implements Sink {
         onDefiniteFailure: () => this.releaseCooldown(c.number, call.key),
       });
       if (result.sent) {
-        ctx.log.info({ sink: this.name, to: c.label, sendAt }, 'sms handed to the platform');
+        const { encoding, segments } = smsLength(message);
+        ctx.log.info({ sink: this.name, to: c.label, sendAt, encoding, segments }, 'sms handed to the platform');
         sent.push([c.label, result.ref ?? 'sent']);
       } else {
         skipped.push(`${c.label}: ${result.reason}`);

@@ -1,0 +1,68 @@
+// A disabled queue: paused because its remote said it takes no more messages there (a webhook
+// endpoint's 410 Gone or a redirect, src/errors.ts EndpointDisabledError), and marked with the
+// reason in a key beside the queue's own (`<prefix>:<queue>:callsync-disabled`). The runner
+// disables; the dashboard shows the reason and its resume button re-enables; `callsync resume`
+// does the same from a shell; the metrics read the marker (callsync_webhook_endpoint_disabled).
+// Jobs stay in the paused queue meanwhile: nothing is dropped.
+import type { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+
+const MARKER = 'callsync-disabled';
+
+export interface DisabledMarker {
+  reason: string;
+  /** ISO time it was disabled. */
+  at: string;
+}
+
+function parse(raw: string | null): DisabledMarker | null {
+  if (raw === null) return null;
+  try {
+    const v = JSON.parse(raw) as Partial<DisabledMarker>;
+    if (typeof v.reason === 'string' && typeof v.at === 'string') return { reason: v.reason, at: v.at };
+  } catch {
+    // not ours: fall through
+  }
+  return { reason: raw, at: '' };
+}
+
+/**
+ * Pauses the queue and marks it disabled with the reason (through `redis`, the connection of the
+ * queue's Redis: the marker is set only when absent). True when this call disabled it (the queue
+ * was running, or had no marker): the caller logs it once; false when it was disabled already.
+ */
+export async function disableQueue(queue: Queue, redis: Redis, reason: string, now: Date = new Date()): Promise<boolean> {
+  const client = redis;
+  const key = queue.toKey(MARKER);
+  const wasPaused = await queue.isPaused();
+  await queue.pause();
+  const value = JSON.stringify({ reason, at: now.toISOString() } satisfies DisabledMarker);
+  if ((await client.set(key, value, 'NX')) === 'OK') return true;
+  // A marker left from before while the queue ran: it was resumed some other way; this is news again.
+  if (!wasPaused) {
+    await client.set(key, value);
+    return true;
+  }
+  return false;
+}
+
+/** Why the queue was disabled, or null when it is not marked. */
+export async function disabledMarker(queue: Queue): Promise<DisabledMarker | null> {
+  const client = await queue.client;
+  return parse(await client.get(queue.toKey(MARKER)));
+}
+
+/** True while the queue is paused and marked disabled. */
+export async function isDisabled(queue: Queue): Promise<boolean> {
+  const [marker, paused] = await Promise.all([disabledMarker(queue), queue.isPaused()]);
+  return marker !== null && paused;
+}
+
+/** Re-enables the queue: the marker goes, the queue resumes. Answers the marker it removed, if any. */
+export async function enableQueue(queue: Queue): Promise<DisabledMarker | null> {
+  const marker = await disabledMarker(queue);
+  const client = await queue.client;
+  await client.del(queue.toKey(MARKER));
+  await queue.resume();
+  return marker;
+}

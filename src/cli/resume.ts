@@ -1,0 +1,34 @@
+// `callsync resume [--queue Q]`: paused queues — a CRM rejected the credentials, or a webhook
+// endpoint was disabled (410 Gone, a redirect: queues/disabled.ts) — listed with the reason, or
+// resumed (re-enabled) once the cause is fixed. The dashboard's resume button does the same.
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Config } from '../config/index.js';
+import { disabledMarker, enableQueue } from '../../queues/disabled.js';
+import { resolveQueues } from './dlq.js';
+import type { CliIo } from './io.js';
+
+export async function resume(config: Config, redis: Redis, queue: string | undefined, io: CliIo): Promise<number> {
+  const queues = (await resolveQueues(config, redis, queue)).names.map((name) => new Queue(name, { connection: redis, prefix: config.redis.prefix }));
+  for (const q of queues) q.on('error', () => undefined);
+  try {
+    let paused = 0;
+    for (const q of queues) {
+      if (!(await q.isPaused())) continue;
+      paused++;
+      const marker = await disabledMarker(q);
+      const why = marker ? `disabled: ${marker.reason}` : 'paused';
+      if (queue === undefined) {
+        io.out(`${q.name}  ${why}`);
+        continue;
+      }
+      await enableQueue(q);
+      io.out(`resumed ${q.name} (was ${why})`);
+    }
+    if (paused === 0) io.out(`no paused queue among ${queues.map((q) => q.name).join(', ')}`);
+    else if (queue === undefined) io.out('resume one with: callsync resume --queue NAME');
+    return 0;
+  } finally {
+    await Promise.all(queues.map((q) => q.close().catch(() => undefined)));
+  }
+}
