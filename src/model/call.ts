@@ -96,8 +96,15 @@ export interface CanonicalCall {
   /** Channel user that initiated / accepted the call (channel events). */
   owner: string | null;
   forwarding: { target: string | null; type: string | null } | null;
-  /** Extra channel object some webhook senders include; kept as sent. */
+  /** Extra channel object some webhook senders include (`call.channel`: `id`, `name`); kept as sent. */
   channel: unknown;
+  /**
+   * The call's headline (the AI-agent webhook's `assist.callHeadline`): CRM titles, the archive's
+   * text. Absent when the sender gave none (so calls without it keep their content hash).
+   */
+  title?: string;
+  /** Who produced the assist data (`assist.provider`), kept as sent; absent when not given. */
+  provider?: string;
   summary: CallSummary | null;
   scenarios: CallScenario[];
   transcript: Transcript | null;
