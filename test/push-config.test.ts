@@ -65,6 +65,22 @@ test('an open call is no call yet; anonymous numbers have no E.164; out calls ke
   assert.equal(closed.outcome, 'missed');
 });
 
+test('an answer naming its user as a [] list still names the answering user', () => {
+  const newCallEvent = parsePushEvent('event=newCall&callId=c3&user%5B%5D=A&userId%5B%5D=w0');
+  const answerEvent = parsePushEvent('event=answer&callId=c3&user%5B%5D=Bob&userId%5B%5D=w1');
+  const call = assemblePushCall(
+    'c3',
+    { newCall: { at: 0, event: newCallEvent }, answer: { at: 1000, event: answerEvent }, hangup: { at: 11_000, event: parsePushEvent('event=hangup&callId=c3&cause=normalClearing') } },
+    new Date(11_000),
+  )!;
+  assert.deepEqual(
+    call.users.map((u) => [u.userId, u.fullName]),
+    [['w1', 'Bob']],
+  );
+  assert.equal(call.durationSec, 10);
+  assert.equal(call.outcome, 'answered');
+});
+
 test('the newCall answer escapes the URL for XML', () => {
   assert.match(subscribeXml('https://x.example/a?b=1&c="2"'), /onAnswer="https:\/\/x\.example\/a\?b=1&amp;c=&quot;2&quot;"/);
 });

@@ -101,9 +101,12 @@ export function assemblePushCall(callId: string, state: PushCallState, receivedA
   let users: CallUser[];
   let owner: string | null = null;
   const a = answer?.event.fields;
-  if (a && (a.userId || a.fullUserId || a.user)) {
-    users = [user(orNull(a.userId), orNull(a.fullUserId), orNull(a.user))];
-    owner = orNull(a.userId) ?? orNull(a.fullUserId);
+  // The answering user: single fields, as the platform sends them (a `[]` list's first entry also read).
+  const al = answer?.event.lists ?? {};
+  const answering = a ? { userId: orNull(a.userId ?? al.userId?.[0]), fullUserId: orNull(a.fullUserId ?? al.fullUserId?.[0]), name: orNull(a.user ?? al.user?.[0]) } : null;
+  if (answering && (answering.userId || answering.fullUserId || answering.name)) {
+    users = [user(answering.userId, answering.fullUserId, answering.name)];
+    owner = answering.userId ?? answering.fullUserId;
   } else {
     const l = newCall?.event.lists ?? {};
     const n = Math.max(l.user?.length ?? 0, l.userId?.length ?? 0, l.fullUserId?.length ?? 0);
