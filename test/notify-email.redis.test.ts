@@ -96,6 +96,15 @@ describe('email sink: what the SMTP server receives', () => {
     assert.match(m.html ?? '', /- Caller prefers SMS confirmation/);
   });
 
+  test('the default subject leads with the call\'s headline when it has one (assist.callHeadline)', async () => {
+    const s = await summaryMail();
+    await s.deliver(call('c-title', { title: 'Customer moves the appointment' }), ctx());
+    assert.equal(smtp.messages[0]!.subject, 'Customer moves the appointment — +492116355340 → +4921155550100 (answered, 2026-04-08 12:00)');
+    const own = await sink('own-subject', { from: 'calls@example.com', to: ['team@example.com'], subject: 'Call {{callId}}' });
+    await own.deliver(call('c-title-2', { title: 'Ignored here' }), ctx());
+    assert.equal(smtp.messages[1]!.subject, 'Call c-title-2', 'a configured subject is used as written');
+  });
+
   test('an HTML template keeps its markup and escapes every value', async () => {
     const s = await sink('html-mail', {
       from: 'calls@example.com',

@@ -3,7 +3,7 @@
 // and the platform API client's (src/telephony/client.ts). README's variable table is checked
 // against this schema by test/config-docs.test.ts.
 import { z } from 'zod';
-import { envEnum, envInt, envList, envOptionalBool, envOptionalInt, envString, envStringOr, type EnvShape } from '../env-values.js';
+import { envBool, envEnum, envInt, envList, envOptionalBool, envOptionalInt, envString, envStringOr, envUrl, type EnvShape } from '../env-values.js';
 import { sinkEnv } from '../sinks/registry.js';
 import { telephonyEnv } from '../telephony/client.js';
 
@@ -52,6 +52,14 @@ const coreEnv = {
   WEBHOOK_MAX_ENTRIES: int(100_000, 1),
   /** Most values (containers included) in a whole webhook body. Default 1000000. */
   WEBHOOK_MAX_VALUES: int(1_000_000, 1),
+  /** Push API (POST /webhooks/push): the platform's public key (PEM) checking X-Sipgate-Signature. Default: the key the platform publishes. */
+  PUSH_API_PUBLIC_KEY: optionalString,
+  /** Check X-Sipgate-Signature on Push API requests. Default true; false is warned about at every start. */
+  PUSH_API_VERIFY: envBool(true),
+  /** Public base URL of the ingress as the platform reaches it; newCall subscribes to `<url>/webhooks/push`. Default: the request's own URL. */
+  PUSH_API_PUBLIC_URL: envUrl,
+  /** A Push API call whose hangup never comes is closed as outcome unknown this long after its first event. Default 6 h. */
+  PUSH_CALL_TIMEOUT_SECONDS: int(6 * 3600, 1),
   /** The same call delivered again within this many seconds is a duplicate. Default 24 h. */
   DEDUPE_WINDOW_SECONDS: int(24 * 3600, 1),
   /** How long the ingress waits for Redis before answering 503. Default 1500 ms. */

@@ -1,6 +1,7 @@
 // Configuration: the environment and the optional YAML file (CALLSYNC_CONFIG), parsed once into one
 // typed object. Every bad key is reported together, with what was expected.
 import { readFileSync } from 'node:fs';
+import { createPublicKey } from 'node:crypto';
 import { isIP } from 'node:net';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
@@ -53,6 +54,15 @@ export interface Config {
     jsonLimits?: { maxDepth?: number; maxEntries?: number; maxValues?: number };
     dedupeWindowMs: number;
     enqueueTimeoutMs: number;
+  };
+  /** The Push API source (src/sources/push.ts). */
+  push: {
+    /** PEM replacing the platform's published key (PUSH_API_PUBLIC_KEY). */
+    publicKeyPem?: string;
+    verify: boolean;
+    publicUrl?: string;
+    /** PUSH_CALL_TIMEOUT_SECONDS in ms. */
+    timeoutMs: number;
   };
   retry: RetryPolicy;
   worker: {
@@ -366,6 +376,14 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   if (!env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length > 0)
     problems.push('WEBHOOK_AUTH_HEADER: required when WEBHOOK_AUTH_TOKENS is set');
 
+  if (!env.PUSH_API_VERIFY) warnings.push('PUSH_API_VERIFY=false: Push API requests are accepted without checking their signature');
+  if (env.PUSH_API_PUBLIC_KEY !== undefined) {
+    try {
+      createPublicKey(env.PUSH_API_PUBLIC_KEY.replace(/\\n/g, '\n'));
+    } catch {
+      problems.push('PUSH_API_PUBLIC_KEY: expected a public key in PEM (-----BEGIN PUBLIC KEY----- …)');
+    }
+  }
   if (env.POLL_CHANNEL_IDS.length > 0 && !telephonyConfigured)
     problems.push('POLL_CHANNEL_IDS: polling channel events needs TELEPHONY_API_URL (and credentials)');
 
@@ -402,6 +420,12 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       jsonLimits: { maxDepth: env.WEBHOOK_MAX_DEPTH, maxEntries: env.WEBHOOK_MAX_ENTRIES, maxValues: env.WEBHOOK_MAX_VALUES },
       dedupeWindowMs: env.DEDUPE_WINDOW_SECONDS * 1000,
       enqueueTimeoutMs: env.ENQUEUE_TIMEOUT_MS,
+    },
+    push: {
+      publicKeyPem: env.PUSH_API_PUBLIC_KEY,
+      verify: env.PUSH_API_VERIFY,
+      publicUrl: env.PUSH_API_PUBLIC_URL,
+      timeoutMs: env.PUSH_CALL_TIMEOUT_SECONDS * 1000,
     },
     retry,
     worker: {

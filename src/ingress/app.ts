@@ -1,11 +1,13 @@
-// The Hono ingress: the AI-agent call-data webhook, health and readiness. Thin on purpose: check
-// the sender, parse and normalize, store in Redis, answer.
+// The Hono ingress: the sources' webhooks (src/sources: the AI-agent call data, the Push API),
+// health and readiness. Thin on purpose: check the sender, let the source parse and normalize,
+// store in Redis, answer as the source says.
 import type { IncomingMessage } from 'node:http';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { every } from 'hono/combine';
 import type { Logger } from 'pino';
 import { requestLog } from '../log.js';
-import { InvalidPayloadError, normalizeWebhook } from '../model/webhook.js';
+import { aiAgentSource } from '../sources/ai-agent.js';
+import { SourceRefusal, SourceUnavailable, type Source, type SourceAccepted, type SourceRequest } from '../sources/types.js';
 import { QueueUnavailableError, type CallAcceptor } from './accept.js';
 import { ApiError, errorBody, problemsBody, WHOLE_REQUEST, type Problem } from './errors.js';
 import { ipAllow } from './middleware/ip-allow.js';
@@ -32,6 +34,8 @@ export interface IngressDeps {
   remoteAddress?: Parameters<typeof ipAllow>[0]['remoteAddress'];
   /** Extra middleware run first on every request (e.g. request ids, metrics, shutdown gate). */
   before?: MiddlewareHandler[];
+  /** The sources mounted (src/sources/index.ts); default: the AI-agent webhook alone. */
+  sources?: Source[];
 }
 
 declare module 'hono' {
@@ -41,7 +45,6 @@ declare module 'hono' {
   }
 }
 
-const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
 const RETRY_AFTER_SECONDS = '5';
 /** Problems listed in one error body; more are summed up in a last entry. */
 const MAX_LISTED_PROBLEMS = 20;
@@ -63,6 +66,22 @@ export function logSafeDetail(detail: string): string {
     .slice(0, 300);
 }
 
+/** The body's bytes, refused with 413 beyond `maxBytes` (read as it arrives, never buffered past it). */
+async function rawBody(c: Context, maxBytes: number): Promise<Buffer> {
+  const declared = Number(c.req.header('content-length') ?? NaN);
+  if (declared > maxBytes) throw new ApiError(413, `the body is larger than ${maxBytes} bytes`);
+  const stream = c.req.raw.body;
+  if (!stream) return Buffer.alloc(0);
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) {
+    size += chunk.byteLength;
+    if (size > maxBytes) throw new ApiError(413, `the body is larger than ${maxBytes} bytes`);
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks);
+}
+
 /** The request's connection died before its body was complete (only over a real socket). */
 function bodyCutOff(c: Context): boolean {
   const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
@@ -81,52 +100,56 @@ export function createIngressApp(deps: IngressDeps): Hono {
     return c.json({ status: 'ready' });
   });
 
-  const guards: MiddlewareHandler[] = [
-    async function countReceived(_c, next) {
-      deps.events?.received?.();
-      await next();
-    },
-    ipAllow({
-      allow: deps.webhook.allowedIps,
-      trustedProxies: deps.webhook.trustedProxies,
-      trustProxyHops: deps.webhook.trustProxyHops,
-      remoteAddress: deps.remoteAddress,
-    }),
-  ];
-  if (deps.webhook.authHeader) guards.push(sharedSecret({ header: deps.webhook.authHeader, tokens: deps.webhook.authTokens }));
-  guards.push(jsonBody({ maxBytes: deps.webhook.bodyLimitBytes }), jsonLimits(deps.webhook.jsonLimits));
+  const countReceived: MiddlewareHandler = async (_c, next) => {
+    deps.events?.received?.();
+    await next();
+  };
+  const allowList = ipAllow({
+    allow: deps.webhook.allowedIps,
+    trustedProxies: deps.webhook.trustedProxies,
+    trustProxyHops: deps.webhook.trustProxyHops,
+    remoteAddress: deps.remoteAddress,
+  });
+  // JSON sources: the shared secret (when configured), then charset, size and shape limits.
+  const jsonGuards: MiddlewareHandler[] = [];
+  if (deps.webhook.authHeader) jsonGuards.push(sharedSecret({ header: deps.webhook.authHeader, tokens: deps.webhook.authTokens }));
+  jsonGuards.push(jsonBody({ maxBytes: deps.webhook.bodyLimitBytes }), jsonLimits(deps.webhook.jsonLimits));
 
-  const receive = async (c: Parameters<MiddlewareHandler>[0]) => {
-    const agentId = c.req.param('agentId') ?? null;
-    if (agentId !== null && !AGENT_ID.test(agentId)) throw new ApiError(400, 'agent id in the path is not valid', { pointer: WHOLE_REQUEST });
-    let call;
+  const receive = (source: Source) => async (c: Context) => {
+    const request: SourceRequest = { params: c.req.param() as Record<string, string>, headers: c.req.raw.headers, url: c.req.url, receivedAt: now() };
+    if (source.body === 'json') request.json = { value: c.get('jsonBody'), text: c.get('jsonText') };
+    else request.raw = await rawBody(c, source.maxBodyBytes ?? deps.webhook.bodyLimitBytes);
+    let result;
     try {
-      call = normalizeWebhook(c.get('jsonBody'), { agentId, receivedAt: now() });
+      result = await source.receive(request);
     } catch (err) {
-      if (err instanceof InvalidPayloadError) throw new ApiError(400, err.detail, { pointer: err.pointer, problems: err.problems });
+      if (err instanceof SourceRefusal)
+        throw new ApiError(err.status, err.detail, { pointer: err.pointer, problems: err.problems, logFields: { source: source.name } });
+      if (err instanceof SourceUnavailable) throw new QueueUnavailableError(err.cause);
       throw err;
     }
-    // The payload is stored as received (normalizeWebhook keeps the parsed body as `raw`).
-    const result = await deps.acceptor.accept(call, { rawJson: c.get('jsonText') });
-    deps.events?.accepted?.(result.duplicate);
-    if (result.duplicate) requestLog(deps.log, c.get('requestId')).info({ jobId: result.id, agentId }, 'duplicate webhook acknowledged');
-    else if (result.update) requestLog(deps.log, c.get('requestId')).info({ jobId: result.id, agentId }, 'changed call acknowledged as an update');
-    // `update` only on an update, `spooled` only when spooled: the plain answer stays `{id, duplicate}`.
-    const body: { id: string; duplicate: boolean; update?: true; spooled?: true } = { id: result.id, duplicate: result.duplicate };
-    if (result.update) body.update = true;
-    if (result.spooled) body.spooled = true;
-    return c.json(body, 202);
+    const accepted: SourceAccepted[] = [];
+    for (const { call, rawJson } of result.calls) {
+      const r = await deps.acceptor.accept(call, { rawJson });
+      accepted.push(r);
+      deps.events?.accepted?.(r.duplicate);
+      const fields = { jobId: r.id, source: source.name, agentId: call.agentId };
+      if (r.duplicate) requestLog(deps.log, c.get('requestId')).info(fields, 'duplicate webhook acknowledged');
+      else if (r.update) requestLog(deps.log, c.get('requestId')).info(fields, 'changed call acknowledged as an update');
+    }
+    const reply = result.reply(accepted);
+    return c.body(reply.body, reply.status, { 'content-type': reply.contentType === 'application/json' ? 'application/json' : 'application/xml; charset=utf-8' });
   };
 
-  const guarded = every(...guards);
-  app.post('/webhooks/ai-agent', guarded, receive);
-  app.post('/webhooks/ai-agent/:agentId', guarded, receive);
-  app.all('/webhooks/ai-agent', () => {
-    throw new ApiError(405, 'use POST', { headers: { allow: 'POST' } });
-  });
-  app.all('/webhooks/ai-agent/:agentId', () => {
-    throw new ApiError(405, 'use POST', { headers: { allow: 'POST' } });
-  });
+  for (const source of deps.sources ?? [aiAgentSource()]) {
+    const guarded = every(countReceived, allowList, ...(source.body === 'json' ? jsonGuards : []));
+    for (const path of source.paths) {
+      app.post(path, guarded, receive(source));
+      app.all(path, () => {
+        throw new ApiError(405, 'use POST', { headers: { allow: 'POST' } });
+      });
+    }
+  }
 
   app.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));
 

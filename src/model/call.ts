@@ -5,8 +5,8 @@ import { createHash } from 'node:crypto';
 // The closed value sets of the record, each written once: config schemas (routes, CRM maps) and the
 // normalizers take their `z.enum(...)` from these arrays, and the types are derived from them.
 
-/** `ai-agent`: the AI-agent webhook; `channel`: channel events read by the poller. */
-export const CALL_SOURCES = ['ai-agent', 'channel'] as const;
+/** `ai-agent`: the AI-agent webhook; `channel`: channel events read by the poller; `push`: the Push API's call events (src/sources/push.ts). */
+export const CALL_SOURCES = ['ai-agent', 'channel', 'push'] as const;
 export type CallSource = (typeof CALL_SOURCES)[number];
 
 export const DIRECTIONS = ['in', 'out'] as const;
@@ -96,8 +96,15 @@ export interface CanonicalCall {
   /** Channel user that initiated / accepted the call (channel events). */
   owner: string | null;
   forwarding: { target: string | null; type: string | null } | null;
-  /** Extra channel object some webhook senders include; kept as sent. */
+  /** Extra channel object some webhook senders include (`call.channel`: `id`, `name`); kept as sent. */
   channel: unknown;
+  /**
+   * The call's headline (the AI-agent webhook's `assist.callHeadline`): CRM titles, the archive's
+   * text. Absent when the sender gave none (so calls without it keep their content hash).
+   */
+  title?: string;
+  /** Who produced the assist data (`assist.provider`), kept as sent; absent when not given. */
+  provider?: string;
   summary: CallSummary | null;
   scenarios: CallScenario[];
   transcript: Transcript | null;

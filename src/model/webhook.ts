@@ -246,6 +246,8 @@ export const webhookPayloadSchema = z.looseObject({
       summary: objectOrNull(summary),
       callScenarios: z.array(scenario).nullish(),
       transcription: objectOrNull(transcription),
+      callHeadline: optionalText,
+      provider: optionalText,
     }),
   ),
   channel: z.unknown().optional(),
@@ -385,13 +387,18 @@ export function normalizeWebhook(body: unknown, ctx: NormalizeContext): Canonica
   }
 
   const channel = (p.channel ?? (c as Record<string, unknown>).channel ?? null) as unknown;
+  // `call.channel.id` is the call's channel: routes `when: { channel: … }` match webhook calls too.
+  const channelIdRaw = channel !== null && typeof channel === 'object' ? (channel as Record<string, unknown>).id : undefined;
+  const channelId = typeof channelIdRaw === 'string' && channelIdRaw.trim() !== '' ? channelIdRaw.trim() : typeof channelIdRaw === 'number' && Number.isFinite(channelIdRaw) ? String(channelIdRaw) : null;
+  const title = textOf(assist?.callHeadline)?.trim() || null;
+  const provider = textOf(assist?.provider) ?? null;
 
   return {
     key: callKey('ai-agent', agentId, callId),
     source: 'ai-agent',
     callId,
     agentId,
-    channelId: null,
+    channelId,
     eventId: null,
     direction: c.direction,
     from: toE164(c.from),
@@ -415,5 +422,7 @@ export function normalizeWebhook(body: unknown, ctx: NormalizeContext): Canonica
     payloadVersion: p.version,
     receivedAt: ctx.receivedAt.toISOString(),
     raw: body,
+    ...(title !== null ? { title } : {}),
+    ...(provider !== null ? { provider } : {}),
   };
 }

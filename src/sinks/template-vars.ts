@@ -10,7 +10,7 @@ import { templateFields } from './template.js';
 
 /** Every variable a template may use, in the order of the README table. */
 export const TEMPLATE_VARS = [
-  'callId', 'key', 'source', 'agentId', 'channelId',
+  'callId', 'key', 'source', 'agentId', 'channelId', 'title', 'provider',
   'direction', 'directionLabel', 'outcome',
   'caller', 'callee', 'remote', 'fromRaw', 'toRaw',
   'startedAt', 'endedAt', 'date', 'time', 'dateTime', 'timeZone', 'duration', 'durationSec',
@@ -118,6 +118,9 @@ export function templateVars(call: CanonicalCall, opts: TemplateVarsOptions = {}
     source: call.source,
     agentId: call.agentId ?? '',
     channelId: call.channelId ?? '',
+    // The call's headline, else the title callsync has always made of it.
+    title: call.title ?? `${call.direction === 'in' ? 'Inbound' : 'Outbound'} call ${call.direction === 'in' ? caller : callee} (${call.outcome})`,
+    provider: call.provider ?? '',
     direction: call.direction === 'in' ? 'incoming' : 'outgoing',
     directionLabel: call.direction === 'in' ? 'Inbound' : 'Outbound',
     outcome: call.outcome,

@@ -7,6 +7,7 @@ import { createIngressApp } from '../../src/ingress/app.js';
 import { InboundAcceptor, withTimeout, type CallAcceptor } from '../../src/ingress/accept.js';
 import { SpoolingAcceptor, spoolDirWritable } from '../../src/ingress/spool.js';
 import { listen } from '../../src/listen.js';
+import { createSources } from '../../src/sources/index.js';
 import { Closers, type Role, type RoleDeps } from './lifecycle.js';
 
 export interface IngressRole extends Role {
@@ -67,6 +68,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
     const app = createIngressApp({
       webhook: config.webhook,
       acceptor,
+      sources: createSources({ config, redis: redis.producer, now: options.now }),
       // Ready when events can be acknowledged durably: Redis answers, or the spool takes them.
       // (A load balancer routing on /readyz keeps sending to an ingress that spools.)
       ready: async () => {
@@ -96,6 +98,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
     });
     closers.add('stop http intake', () => http.close());
     http.server.on('drop', warnDropped(log, config.http.maxConnections));
+    if (!config.push.verify) log.warn('PUSH_API_VERIFY=false: Push API requests are accepted without checking their signature');
     if (config.webhook.allowedIps === '*') log.warn('WEBHOOK_ALLOWED_IPS=*: the webhook accepts requests from any address');
     log.info({ url: http.url, allowedIps: config.webhook.allowedIps, auth: config.webhook.authHeader ? 'shared-secret' : 'none' }, 'ingress listening');
     return { app, server: http.server, url: http.url, spool, close: () => closers.close() };

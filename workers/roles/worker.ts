@@ -10,6 +10,9 @@ import { lazyArchiveAccess } from '../../src/sinks/archive/access.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import { OptOutList } from '../../src/sinks/notify/opt-out.js';
 import { InboundLog } from '../../queues/inbound.js';
+import { InboundAcceptor } from '../../src/ingress/accept.js';
+import { pushAssembly } from '../../src/sources/index.js';
+import { startPushSweeper } from '../push-sweeper.js';
 import {
   bullmqReady,
   createRedis,
@@ -112,6 +115,11 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       events: options.fanOutEvents,
     });
     closers.add('stop fan-out', () => fanOut.close());
+
+    // Push API calls whose hangup never came are closed here (src/sources/push-assembly.ts).
+    const acceptor = new InboundAcceptor(deps.inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs });
+    const sweeper = startPushSweeper(pushAssembly({ config, redis: redis.worker, now: options.now }), acceptor, config.push.timeoutMs, log);
+    closers.add('stop push sweeper', () => sweeper.close());
 
     for (const [name, sink] of sinks) {
       const configured = config.sinks[name];

@@ -15,6 +15,7 @@ const speakerLabel: Record<Speaker, string> = { caller: 'Caller', callee: 'Calle
 export function renderTranscriptText(call: CanonicalCall): string {
   const lines: string[] = [];
   lines.push(`Call ${call.callId}`);
+  if (call.title) lines.push(`Title: ${call.title}`);
   lines.push(`Direction: ${call.direction === 'in' ? 'inbound' : 'outbound'}    From: ${call.fromRaw ?? call.from ?? 'unknown'}    To: ${call.toRaw ?? call.to ?? 'unknown'}`);
   lines.push(`Started: ${call.startedAt}${call.durationSec !== null ? `    Duration: ${formatOffset(call.durationSec * 1000)}` : ''}`);
   if (call.agentId) lines.push(`Agent: ${call.agentId}`);

@@ -17,6 +17,8 @@ import { quietHoursEnd } from './time.js';
 const addressSchema = z.string().regex(/^(?:[^<>@]*<[^<>@\s]+@[^<>@\s]+>|[^<>@\s]+@[^<>@\s]+)$/, 'expected an e-mail address');
 
 export const DEFAULT_SUBJECT = 'Call {{caller}} → {{callee}} ({{outcome}}, {{date}} {{time}})';
+/** The default subject of a call with a headline (`assist.callHeadline`): the headline first. */
+export const DEFAULT_SUBJECT_WITH_TITLE = '{{title}} — {{caller}} → {{callee}} ({{outcome}}, {{date}} {{time}})';
 export const DEFAULT_TEXT = `{{direction}} call from {{caller}} to {{callee}}
 When: {{dateTime}} ({{timeZone}}), duration {{duration}}
 Outcome: {{outcome}}
@@ -102,7 +104,7 @@ class EmailSink implements Sink {
       from: this.from,
       to: this.o.to,
       // A subject is one line.
-      subject: renderText(this.o.subject, fields).replace(/\s+/g, ' '),
+      subject: renderText(this.o.subject === DEFAULT_SUBJECT && call.title ? DEFAULT_SUBJECT_WITH_TITLE : this.o.subject, fields).replace(/\s+/g, ' '),
       text,
       html: renderHtml(this.o.html, text, fields),
       messageId: `<${callHash(call.key)}.${this.name.replace(/[^A-Za-z0-9._-]/g, '-')}@${domainOf(this.from)}>`,

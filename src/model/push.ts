@@ -1,0 +1,156 @@
+// Push API events (the platform's call events, form-urlencoded) and the canonical call assembled
+// from the events of one call. Field names and values as the platform sends them; the official
+// Node library's webhook types are the reference (github.com/sipgate-io/sipgateio-node,
+// lib/webhook/webhook.types.ts: NewCallEvent, AnswerEvent, HangUpEvent, DataEvent, HangUpCause).
+import { callKey, type CallUser, type CanonicalCall, type Outcome } from './call.js';
+import { toE164 } from './phone.js';
+import { InvalidPayloadError } from './webhook.js';
+
+export const PUSH_EVENTS = ['newCall', 'answer', 'hangup', 'dtmf'] as const;
+export type PushEventName = (typeof PUSH_EVENTS)[number];
+
+export const HANGUP_CAUSES = ['normalClearing', 'busy', 'cancel', 'noAnswer', 'congestion', 'notFound', 'forwarded'] as const;
+
+/** One event as sent: single fields as strings, the `[]` fields (`user[]`, …) as lists. */
+export interface PushEvent {
+  event: PushEventName;
+  callId: string;
+  fields: Record<string, string>;
+  lists: Record<string, string[]>;
+}
+
+const CALL_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
+
+/** Parses a form-urlencoded Push API body; a body that is not one event is refused (400). */
+export function parsePushEvent(body: string): PushEvent {
+  const params = new URLSearchParams(body);
+  const fields: Record<string, string> = {};
+  const lists: Record<string, string[]> = {};
+  for (const [name, value] of params) {
+    if (name.endsWith('[]')) (lists[name.slice(0, -2)] ??= []).push(value);
+    else fields[name] = value;
+  }
+  // Older senders name it origCallId (the library renames it too).
+  if (fields.origCallId !== undefined && fields.originalCallId === undefined) fields.originalCallId = fields.origCallId;
+  const event = fields.event;
+  if (!(PUSH_EVENTS as readonly string[]).includes(event ?? '')) throw new InvalidPayloadError('/event', `expected event ${PUSH_EVENTS.join(', ')}`);
+  const callId = fields.callId;
+  if (callId === undefined || !CALL_ID.test(callId)) throw new InvalidPayloadError('/callId', 'expected a call id (1-200 of A-Z a-z 0-9 . _ : @ -)');
+  if (event !== 'dtmf' && fields.direction !== undefined && fields.direction !== 'in' && fields.direction !== 'out')
+    throw new InvalidPayloadError('/direction', 'expected in or out');
+  return { event: event as PushEventName, callId, fields, lists };
+}
+
+/** What is known of one call: the first of each event seen, with the time it arrived (ms). */
+export interface PushCallState {
+  newCall?: { at: number; event: PushEvent };
+  answer?: { at: number; event: PushEvent };
+  hangup?: { at: number; event: PushEvent };
+  /** Set when the call was closed without a hangup (the timeout). */
+  timedOutAt?: number;
+}
+
+function causeOutcome(cause: string | undefined, answered: boolean): Outcome {
+  if (cause === 'forwarded') return 'transferred';
+  if (answered) return 'answered';
+  switch (cause) {
+    case 'normalClearing':
+      // A normal end of a call whose answer event was not (yet) seen: the platform only clears
+      // normally what was answered, and the hangup names the answering number then.
+      return 'answered';
+    case 'busy':
+      return 'busy';
+    case 'cancel':
+    case 'noAnswer':
+      return 'missed';
+    case 'congestion':
+    case 'notFound':
+      return 'failed';
+    default:
+      return 'unknown';
+  }
+}
+
+const user = (userId: string | null, fullUserId: string | null, name: string | null): CallUser => ({
+  userId,
+  accountId: null,
+  fullUserId,
+  firstName: null,
+  lastName: null,
+  fullName: name,
+});
+
+const orNull = (v: string | undefined): string | null => (v === undefined || v === '' ? null : v);
+
+/**
+ * The canonical call (source `push`) of the events seen so far; null while the call is open (no
+ * hangup, no timeout). Only what the events say goes in, so the same events give the same call
+ * however often and in whichever order they arrived.
+ */
+export function assemblePushCall(callId: string, state: PushCallState, receivedAt: Date): CanonicalCall | null {
+  const { newCall, answer, hangup } = state;
+  if (!hangup && state.timedOutAt === undefined) return null;
+  const first = [newCall, answer, hangup].filter((e) => e !== undefined).sort((a, b) => a.at - b.at);
+  const base = (newCall ?? answer ?? hangup)!.event.fields;
+  const startedMs = newCall?.at ?? first[0]?.at ?? receivedAt.getTime();
+  const endedMs = hangup ? hangup.at : null;
+  const answered = answer !== undefined || (hangup?.event.fields.cause === 'normalClearing' && !!orNull(hangup.event.fields.answeringNumber));
+  const outcome: Outcome = hangup ? causeOutcome(hangup.event.fields.cause, answered) : 'unknown';
+  const durationSec = answer && endedMs !== null && endedMs >= answer.at ? Math.round((endedMs - answer.at) / 1000) : null;
+
+  let users: CallUser[];
+  let owner: string | null = null;
+  const a = answer?.event.fields;
+  // The answering user: single fields, as the platform sends them (a `[]` list's first entry also read).
+  const al = answer?.event.lists ?? {};
+  const answering = a ? { userId: orNull(a.userId ?? al.userId?.[0]), fullUserId: orNull(a.fullUserId ?? al.fullUserId?.[0]), name: orNull(a.user ?? al.user?.[0]) } : null;
+  if (answering && (answering.userId || answering.fullUserId || answering.name)) {
+    users = [user(answering.userId, answering.fullUserId, answering.name)];
+    owner = answering.userId ?? answering.fullUserId;
+  } else {
+    const l = newCall?.event.lists ?? {};
+    const n = Math.max(l.user?.length ?? 0, l.userId?.length ?? 0, l.fullUserId?.length ?? 0);
+    users = Array.from({ length: n }, (_, i) => user(orNull(l.userId?.[i]), orNull(l.fullUserId?.[i]), orNull(l.user?.[i])));
+  }
+  const diversion = orNull(a?.diversion ?? base.diversion);
+  const direction = base.direction === 'out' ? 'out' : 'in';
+  return {
+    key: callKey('push', null, callId),
+    source: 'push',
+    callId,
+    agentId: null,
+    channelId: null,
+    eventId: null,
+    direction,
+    from: toE164(base.from),
+    to: toE164(base.to),
+    fromRaw: orNull(base.from),
+    toRaw: orNull(base.to),
+    startedAt: new Date(startedMs).toISOString(),
+    endedAt: endedMs === null ? null : new Date(endedMs).toISOString(),
+    durationSec,
+    outcome,
+    users,
+    owner,
+    forwarding: diversion ? { target: toE164(diversion) ?? diversion, type: 'diversion' } : null,
+    channel: null,
+    summary: null,
+    scenarios: [],
+    transcript: null,
+    recordings: [],
+    payloadVersion: null,
+    receivedAt: receivedAt.toISOString(),
+    raw: {
+      newCall: newCall ? { ...newCall.event.fields, ...listsRaw(newCall.event) } : null,
+      answer: answer ? answer.event.fields : null,
+      hangup: hangup ? hangup.event.fields : null,
+      ...(state.timedOutAt !== undefined && !hangup ? { closedBy: 'timeout' } : {}),
+    },
+  };
+}
+
+function listsRaw(e: PushEvent): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const [k, v] of Object.entries(e.lists)) out[`${k}[]`] = v;
+  return out;
+}

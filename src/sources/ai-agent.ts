@@ -1,0 +1,36 @@
+// Source `ai-agent`: the AI agent's call-data webhook (JSON), `POST /webhooks/ai-agent[/:agentId]`.
+// The payload's normalization lives in src/model/webhook.ts; this file is the HTTP side of it.
+import { InvalidPayloadError, normalizeWebhook } from '../model/webhook.js';
+import { SourceRefusal, type Source } from './types.js';
+
+const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
+
+export function aiAgentSource(): Source {
+  return {
+    name: 'ai-agent',
+    paths: ['/webhooks/ai-agent', '/webhooks/ai-agent/:agentId'],
+    body: 'json',
+    async receive(request) {
+      const agentId = request.params.agentId ?? null;
+      if (agentId !== null && !AGENT_ID.test(agentId)) throw new SourceRefusal(400, 'agent id in the path is not valid');
+      let call;
+      try {
+        call = normalizeWebhook(request.json?.value, { agentId, receivedAt: request.receivedAt });
+      } catch (err) {
+        if (err instanceof InvalidPayloadError) throw new SourceRefusal(400, err.detail, err.pointer, err.problems);
+        throw err;
+      }
+      return {
+        // The payload is stored as received (normalizeWebhook keeps the parsed body as `raw`).
+        calls: [{ call, rawJson: request.json?.text }],
+        reply: ([result]) => {
+          // `update` only on an update, `spooled` only when spooled: the plain answer stays `{id, duplicate}`.
+          const body: { id: string; duplicate: boolean; update?: true; spooled?: true } = { id: result!.id, duplicate: result!.duplicate };
+          if (result!.update) body.update = true;
+          if (result!.spooled) body.spooled = true;
+          return { status: 202, contentType: 'application/json', body: JSON.stringify(body) };
+        },
+      };
+    },
+  };
+}

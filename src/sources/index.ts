@@ -1,0 +1,26 @@
+// The registry of call sources mounted by the ingress: one line per source (src/sources/types.ts).
+import type { Redis } from 'ioredis';
+import type { Config } from '../config/index.js';
+import { aiAgentSource } from './ai-agent.js';
+import { PushAssembly } from './push-assembly.js';
+import { pushSource } from './push.js';
+import type { Source } from './types.js';
+
+export interface SourceDeps {
+  config: Pick<Config, 'push' | 'redis'>;
+  /** Connection for sources that keep state (the Push API's call assembly). */
+  redis: Redis;
+  now?: () => Date;
+}
+
+export function pushAssembly(deps: SourceDeps): PushAssembly {
+  return new PushAssembly(deps.redis, { prefix: deps.config.redis.prefix, timeoutMs: deps.config.push.timeoutMs, now: deps.now });
+}
+
+export function createSources(deps: SourceDeps): Source[] {
+  const { push } = deps.config;
+  return [
+    aiAgentSource(),
+    pushSource({ assembly: pushAssembly(deps), publicKeyPem: push.publicKeyPem, verify: push.verify, publicUrl: push.publicUrl }),
+  ];
+}

@@ -1,0 +1,111 @@
+// Assembling the Push API events of one call in Redis: a hash per call (`<prefix>:push:<callId>`,
+// one field per event type, the first delivery of each kept, so repeats change nothing) and a sorted
+// set of the calls still open (`<prefix>:push:open`, scored by the time they are given up on). A
+// hangup closes the call; `sweep` closes the calls whose hangup never came, as outcome `unknown`.
+import type { Redis } from 'ioredis';
+import { assemblePushCall, type PushCallState, type PushEvent } from '../model/push.js';
+import type { CanonicalCall } from '../model/call.js';
+
+// Records one event (first of its type wins), keeps the hash alive, and tracks whether the call is
+// open: a hangup takes it off the open set; any other event puts it on (unless already closed).
+const RECORD = `
+redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+if ARGV[1] == 'hangup' then
+  redis.call('ZREM', KEYS[2], ARGV[5])
+elseif redis.call('HEXISTS', KEYS[1], 'hangup') == 0 and redis.call('HEXISTS', KEYS[1], 'timedOutAt') == 0 then
+  redis.call('ZADD', KEYS[2], 'NX', ARGV[4], ARGV[5])
+end
+return redis.call('HGETALL', KEYS[1])`;
+
+// Claims one overdue call for closing: only the sweeper whose ZREM removed it gets its events.
+const CLAIM = `
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return false end
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'hangup') == 1 then return false end
+redis.call('HSETNX', KEYS[1], 'timedOutAt', ARGV[2])
+return redis.call('HGETALL', KEYS[1])`;
+
+export interface PushAssemblyOptions {
+  prefix: string;
+  /** A call without hangup is closed as `unknown` this long after its first event (PUSH_CALL_TIMEOUT_SECONDS). */
+  timeoutMs: number;
+  now?: () => Date;
+}
+
+function stateOf(flat: string[]): PushCallState {
+  const state: PushCallState = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) {
+    const [field, value] = [flat[i]!, flat[i + 1]!];
+    if (field === 'timedOutAt') state.timedOutAt = Number(value);
+    else if (field === 'newCall' || field === 'answer' || field === 'hangup') state[field] = JSON.parse(value) as { at: number; event: PushEvent };
+  }
+  return state;
+}
+
+export class PushAssembly {
+  private readonly now: () => Date;
+  constructor(
+    private readonly redis: Redis,
+    private readonly options: PushAssemblyOptions,
+  ) {
+    this.now = options.now ?? (() => new Date());
+  }
+
+  private hashKey(callId: string): string {
+    return `${this.options.prefix}:push:${callId}`;
+  }
+
+  private get openKey(): string {
+    return `${this.options.prefix}:push:open`;
+  }
+
+  /** Seconds the events of a call are kept: past the timeout, so a late hangup still finds them. */
+  private get ttlSeconds(): number {
+    return Math.ceil(this.options.timeoutMs / 1000) + 24 * 3600;
+  }
+
+  /**
+   * Records an event; returns the call when it is closed (this hangup, or any later event of a call
+   * already closed: the same record again, which the acceptor takes as a duplicate or an update).
+   */
+  async record(event: PushEvent): Promise<CanonicalCall | null> {
+    if (event.event === 'dtmf') return null;
+    const now = this.now();
+    const flat = (await this.redis.eval(
+      RECORD,
+      2,
+      this.hashKey(event.callId),
+      this.openKey,
+      event.event,
+      JSON.stringify({ at: now.getTime(), event }),
+      String(this.ttlSeconds),
+      String(now.getTime() + this.options.timeoutMs),
+      event.callId,
+    )) as string[];
+    return assemblePushCall(event.callId, stateOf(flat), now);
+  }
+
+  /**
+   * Closes up to `limit` calls whose deadline passed, handing each to `accept`; a call whose
+   * `accept` fails goes back on the open set (tried again next sweep). Returns how many closed.
+   */
+  async sweep(accept: (call: CanonicalCall) => Promise<unknown>, limit = 100): Promise<number> {
+    const now = this.now();
+    const due = await this.redis.zrangebyscore(this.openKey, '-inf', now.getTime(), 'LIMIT', 0, limit);
+    let closed = 0;
+    for (const callId of due) {
+      const flat = (await this.redis.eval(CLAIM, 2, this.hashKey(callId), this.openKey, callId, String(now.getTime()))) as string[] | null;
+      if (!flat) continue;
+      const call = assemblePushCall(callId, stateOf(flat), now);
+      if (!call) continue;
+      try {
+        await accept(call);
+        closed++;
+      } catch (err) {
+        await this.redis.zadd(this.openKey, now.getTime(), callId);
+        throw err;
+      }
+    }
+    return closed;
+  }
+}

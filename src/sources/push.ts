@@ -1,0 +1,116 @@
+// Source `push`: the Push API, the platform's call events for every call of the account,
+// `POST /webhooks/push` (form-urlencoded `newCall`, `answer`, `hangup`, `dtmf`).
+//
+// - Every request is signed: `X-Sipgate-Signature` is a base64 RSA-SHA256 signature of the raw body,
+//   checked against the platform's public key (PUSH_API_PUBLIC_KEY replaces the default below).
+// - `newCall` is answered with `<Response onAnswer="…" onHangup="…"/>` so the platform sends the
+//   call's answer and hangup events too; the events of a call are assembled in Redis
+//   (src/sources/push-assembly.ts) and the hangup yields one canonical call.
+//
+// Reference: the official Node library, github.com/sipgate-io/sipgateio-node, lib/webhook/
+// (webhook.ts: the XML response and its onAnswer/onHangup attributes; signatureVerifier.ts: the
+// signature check and the platform's public key, from which the default key below is taken).
+import { createPublicKey, createVerify, type KeyObject } from 'node:crypto';
+import { parsePushEvent } from '../model/push.js';
+import { InvalidPayloadError } from '../model/webhook.js';
+import type { PushAssembly } from './push-assembly.js';
+import { SourceRefusal, SourceUnavailable, type Source, type SourceReply } from './types.js';
+
+/** The platform's Push API signing key, as published in sipgateio-node lib/webhook/signatureVerifier.ts (commit 8060fd9). */
+export const PUSH_API_DEFAULT_PUBLIC_KEY = `-----BEGIN PUBLIC KEY-----
+MIICIjANBgkqhkiG9w0BAQEFAAOCAg8AMIICCgKCAgEAvFdlnqRfO5TmqzjtsFVC
+qPz+oW+poi3lXQFvMJJMEAtlU4MbX+yuIkgnC+Qt3AQWIK+oWSEQiybg+p39wEMl
+16PZxEzf9gONQvTg1XhyHnwqYUFQj/AoxPKGYC3jmdjZ224SrESiTN3CdxoOc3vk
+cXiQstYE7SxnksPtzfk0aIOkicim5/tAP9izNQ18/zmX3ChjK2k72gf5dDlq+qZ8
+pRiHAPZ64TySH6cLQDhaoh6Nbq8FEG3usXXPClbUMh2DZaTMPafpd+LNuTngJ/y+
+KoZasVuFfXAeBqGA6l5d4Uedfr99Z6qjwDrJ8sU4z2Do9bJrbuqP+mOXEebhSI1K
+vi8trEfrIt8hnDBGsBaB9NEO3kYxvDT2/PhC9fNYFocjEpZNd7/mUqTJDYlpa4UC
+NDQaU+ATdXG8/P5sGAegks6MQTu+qe9XTO0CV48eswDkz6g3UbLOwmrJK59SjD3J
+yAZ52sluwyDKRWw/PPTt8BTQLjvkdbiLUlc4ehJ4b1X7D7diYWHDPeFL47cAvaXh
+dXVrZDeBJYibvD1jRx4ES0KlfhwzNXBYUoM/Movg9zMM2PzyHHKS//xIjwUC/FJ6
+/6eykno0Hy2B1ev6s3hdY6VkN2zd7Wf+EK4DxRliwsg1U99szFE3ewLfexF+Uag5
+M+TfPtOUumI/NHMTvsRW9+ECAwEAAQ==
+-----END PUBLIC KEY-----`;
+
+export const PUSH_PATH = '/webhooks/push';
+/** Push API events are a few hundred bytes; anything near this is not one. */
+const MAX_BODY_BYTES = 64 * 1024;
+/** Base64 of a signature by a key of at most 16384 bits, with room. */
+const MAX_SIGNATURE_CHARS = 4096;
+
+export interface PushSourceOptions {
+  assembly: PushAssembly;
+  /** PEM (PUSH_API_PUBLIC_KEY); default: the platform's published key. */
+  publicKeyPem?: string;
+  /** false: signatures are not checked (PUSH_API_VERIFY=false; warned about at every start). */
+  verify: boolean;
+  /** Public base URL of the ingress (PUSH_API_PUBLIC_URL); unset: the URL the request came in on. */
+  publicUrl?: string;
+}
+
+/** The key from PEM text; `\n` written as two characters (one-line .env values) is read as a newline. */
+export function pushPublicKey(pem: string | undefined): KeyObject {
+  return createPublicKey((pem ?? PUSH_API_DEFAULT_PUBLIC_KEY).replace(/\\n/g, '\n'));
+}
+
+export function verifyPushSignature(key: KeyObject, body: Buffer, signature: string | null): boolean {
+  if (!signature || signature.length > MAX_SIGNATURE_CHARS || !/^[A-Za-z0-9+/]+={0,2}$/.test(signature.trim())) return false;
+  try {
+    return createVerify('RSA-SHA256').update(body).verify(key, Buffer.from(signature.trim(), 'base64'));
+  } catch {
+    return false;
+  }
+}
+
+const xmlAttr = (s: string): string => s.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+
+const XML_HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n';
+
+/** The answer to `newCall`: subscribe to the call's answer and hangup events at `url`. */
+export function subscribeXml(url: string): string {
+  return `${XML_HEAD}<Response onAnswer="${xmlAttr(url)}" onHangup="${xmlAttr(url)}"/>\n`;
+}
+
+const EMPTY_XML = `${XML_HEAD}<Response/>\n`;
+
+export function pushSource(options: PushSourceOptions): Source {
+  const key = pushPublicKey(options.publicKeyPem);
+  const callbackUrl = (requestUrl: string): string => {
+    if (options.publicUrl) return `${options.publicUrl.replace(/\/+$/, '')}${PUSH_PATH}`;
+    const u = new URL(requestUrl);
+    return `${u.origin}${PUSH_PATH}`;
+  };
+  return {
+    name: 'push',
+    paths: [PUSH_PATH],
+    body: 'raw',
+    maxBodyBytes: MAX_BODY_BYTES,
+    async receive(request) {
+      const body = request.raw ?? Buffer.alloc(0);
+      if (options.verify && !verifyPushSignature(key, body, request.headers.get('x-sipgate-signature')))
+        throw new SourceRefusal(401, 'X-Sipgate-Signature is missing or does not match the body');
+      const type = (request.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
+      if (type !== 'application/x-www-form-urlencoded') throw new SourceRefusal(415, 'expected Content-Type application/x-www-form-urlencoded');
+      let event;
+      try {
+        event = parsePushEvent(new TextDecoder('utf-8', { fatal: true }).decode(body));
+      } catch (err) {
+        if (err instanceof InvalidPayloadError) throw new SourceRefusal(400, err.detail, err.pointer);
+        if (err instanceof TypeError) throw new SourceRefusal(400, 'the body is not UTF-8');
+        throw err;
+      }
+      let call;
+      try {
+        call = await options.assembly.record(event);
+      } catch (err) {
+        throw new SourceUnavailable(err);
+      }
+      const reply: SourceReply = {
+        status: 200,
+        contentType: 'application/xml',
+        body: event.event === 'newCall' ? subscribeXml(callbackUrl(request.url)) : EMPTY_XML,
+      };
+      return { calls: call ? [{ call }] : [], reply: () => reply };
+    },
+  };
+}

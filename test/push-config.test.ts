@@ -1,0 +1,86 @@
+// The Push API's settings and the parsing of its events, without Redis: PUSH_API_VERIFY=false is
+// warned about at every start, a key that is not PEM stops the start, one-line PEM (`\n`) works;
+// form bodies with repeated `user[]` fields, `origCallId`, and what is refused.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ConfigError, loadConfig } from '../src/config/index.js';
+import { assemblePushCall, parsePushEvent } from '../src/model/push.js';
+import { InvalidPayloadError } from '../src/model/webhook.js';
+import { pushPublicKey, subscribeXml, verifyPushSignature } from '../src/sources/push.js';
+import { newCall, sign, testKeyPair } from './support/fake-push.js';
+
+const base = { ARCHIVE_DIR: '/tmp/callsync-push-config' };
+
+test('defaults: signatures checked with the platform key, 6 h timeout, no warning about verification', () => {
+  const config = loadConfig(base);
+  assert.equal(config.push.verify, true);
+  assert.equal(config.push.publicKeyPem, undefined);
+  assert.equal(config.push.timeoutMs, 6 * 3600 * 1000);
+  assert.ok(!config.warnings.some((w) => w.includes('PUSH_API_VERIFY')));
+  // The shipped key parses and is RSA.
+  assert.equal(pushPublicKey(undefined).asymmetricKeyType, 'rsa');
+});
+
+test('PUSH_API_VERIFY=false is a start warning; a PUSH_API_PUBLIC_KEY that is not PEM is a config error', () => {
+  const config = loadConfig({ ...base, PUSH_API_VERIFY: 'false' });
+  assert.equal(config.push.verify, false);
+  assert.ok(config.warnings.some((w) => /PUSH_API_VERIFY=false/.test(w)));
+  assert.throws(
+    () => loadConfig({ ...base, PUSH_API_PUBLIC_KEY: 'not a key' }),
+    (err: unknown) => err instanceof ConfigError && err.problems.some((p) => p.startsWith('PUSH_API_PUBLIC_KEY')),
+  );
+  assert.throws(() => loadConfig({ ...base, PUSH_API_PUBLIC_URL: 'callsync.example.com' }), ConfigError);
+  assert.throws(() => loadConfig({ ...base, PUSH_CALL_TIMEOUT_SECONDS: '0' }), ConfigError);
+});
+
+test('a one-line PEM (\\n escaped, as .env files hold it) verifies what its key signed', () => {
+  const keys = testKeyPair();
+  const oneLine = keys.publicKeyPem.replace(/\n/g, '\\n');
+  assert.equal(loadConfig({ ...base, PUSH_API_PUBLIC_KEY: oneLine }).push.publicKeyPem, oneLine);
+  const body = newCall('c-1');
+  assert.equal(verifyPushSignature(pushPublicKey(oneLine), Buffer.from(body), sign(keys, body)), true);
+  assert.equal(verifyPushSignature(pushPublicKey(oneLine), Buffer.from(`${body}&x=1`), sign(keys, body)), false);
+  assert.equal(verifyPushSignature(pushPublicKey(oneLine), Buffer.from(body), null), false);
+});
+
+test('form bodies: repeated [] fields become lists, origCallId is read, bad events are refused', () => {
+  const e = parsePushEvent('event=newCall&callId=c1&origCallId=c0&user%5B%5D=A&user%5B%5D=B&userId%5B%5D=w0&userId%5B%5D=w1&direction=out');
+  assert.equal(e.event, 'newCall');
+  assert.deepEqual(e.lists.user, ['A', 'B']);
+  assert.deepEqual(e.lists.userId, ['w0', 'w1']);
+  assert.equal(e.fields.originalCallId, 'c0');
+  for (const bad of ['', 'event=newCall', 'callId=c1', 'event=ring&callId=c1', 'event=newCall&callId=a%20b', 'event=newCall&callId=c1&direction=sideways'])
+    assert.throws(() => parsePushEvent(bad), InvalidPayloadError, bad);
+});
+
+test('an open call is no call yet; anonymous numbers have no E.164; out calls keep their direction', () => {
+  const ev = parsePushEvent('event=newCall&callId=c2&direction=out&from=anonymous&to=4921100000');
+  const state = { newCall: { at: 0, event: ev } };
+  assert.equal(assemblePushCall('c2', state, new Date(0)), null);
+  const closed = assemblePushCall('c2', { ...state, hangup: { at: 5000, event: parsePushEvent('event=hangup&callId=c2&cause=noAnswer') } }, new Date(5000))!;
+  assert.equal(closed.direction, 'out');
+  assert.equal(closed.from, null);
+  assert.equal(closed.fromRaw, 'anonymous');
+  assert.equal(closed.to, '+4921100000');
+  assert.equal(closed.outcome, 'missed');
+});
+
+test('an answer naming its user as a [] list still names the answering user', () => {
+  const newCallEvent = parsePushEvent('event=newCall&callId=c3&user%5B%5D=A&userId%5B%5D=w0');
+  const answerEvent = parsePushEvent('event=answer&callId=c3&user%5B%5D=Bob&userId%5B%5D=w1');
+  const call = assemblePushCall(
+    'c3',
+    { newCall: { at: 0, event: newCallEvent }, answer: { at: 1000, event: answerEvent }, hangup: { at: 11_000, event: parsePushEvent('event=hangup&callId=c3&cause=normalClearing') } },
+    new Date(11_000),
+  )!;
+  assert.deepEqual(
+    call.users.map((u) => [u.userId, u.fullName]),
+    [['w1', 'Bob']],
+  );
+  assert.equal(call.durationSec, 10);
+  assert.equal(call.outcome, 'answered');
+});
+
+test('the newCall answer escapes the URL for XML', () => {
+  assert.match(subscribeXml('https://x.example/a?b=1&c="2"'), /onAnswer="https:\/\/x\.example\/a\?b=1&amp;c=&quot;2&quot;"/);
+});
