@@ -144,7 +144,7 @@ routes:
     assert.doesNotMatch(r.out, /\r/);
     await waitFor(() => hook.records.size >= 25, { what: '25 webhooks', timeoutMs: 60_000 });
     const keys = await waitFor(async () => {
-      const k = (await s3.list('transcripts/2026/10/05/')).filter((x) => x.endsWith('.json'));
+      const k = (await s3.list('transcripts/2026/10/05/')).filter((x) => x.endsWith('.json') && !x.endsWith('.vcon.json'));
       return k.length >= 25 ? k : null;
     }, { what: '25 archived records', timeoutMs: 60_000 });
     assert.equal(keys.length, 25);
@@ -224,7 +224,7 @@ routes:
     // An AI-agent call archived the same day, and a record of the older layout (`<callId>.json`).
     const posted = await postJson(`${cs.url}/webhooks/ai-agent/agent-7`, webhookPayload('ai-oct5', (p) => (p.call.startTime = Date.parse('2026-10-05T12:00:00Z'))));
     assert.equal(posted.status, 202);
-    await waitFor(async () => (await s3.list('transcripts/2026/10/05/')).filter((k) => k.endsWith('.json')).length >= 26, { what: 'the AI call archived', timeoutMs: 60_000 });
+    await waitFor(async () => (await s3.list('transcripts/2026/10/05/')).filter((k) => k.endsWith('.json') && !k.endsWith('.vcon.json')).length >= 26, { what: 'the AI call archived', timeoutMs: 60_000 });
     const old = { schema: 'callsync.archive.v1', call: { source: 'ai-agent', callId: 'old-1', agentId: 'agent-7', startedAt: '2026-10-05T13:00:00.000Z', direction: 'in', from: null, to: null, fromRaw: null, toRaw: null, endedAt: null, durationSec: null, outcome: 'answered', users: [], summary: null, scenarios: [], transcript: null, recordings: [], channelId: null, eventId: null, owner: null, forwarding: null, channel: null, payloadVersion: 'v1', receivedAt: '2026-10-05T13:00:00.000Z' }, original: {} };
     await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: 'transcripts/2026/10/05/old-1.json', Body: JSON.stringify(old) }));
     await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: 'transcripts/2026/10/05/garbage.json', Body: '{"not":"a call"}' }));
@@ -254,6 +254,43 @@ routes:
     } finally {
       await queue.close();
     }
+  });
+
+  test('a vCon posted to the AI-agent route is accepted as a call and archived with its .vcon.json beside it', async () => {
+    const vcon = {
+      uuid: '019f15a6-a752-826f-b9a2-279e0d16bc46',
+      created_at: '2026-10-07T09:05:00Z',
+      parties: [{ tel: '+4921155550100', name: 'Alice' }, { tel: '+4915112345678', name: 'Bob' }],
+      dialog: [
+        { type: 'text', start: '2026-10-07T09:00:00Z', duration: 3, parties: [0, 1], originator: 0, mediatype: 'text/plain', encoding: 'none', body: 'I need an appointment.' },
+        { type: 'text', start: '2026-10-07T09:00:04Z', duration: 2, parties: [0, 1], originator: 1, mediatype: 'text/plain', encoding: 'none', body: 'Tuesday at ten?' },
+      ],
+      analysis: [
+        { type: 'summary', dialog: [0, 1], vendor: 'acme', encoding: 'none', body: 'Appointment on Tuesday.' },
+        { type: 'topics', dialog: [0, 1], vendor: 'acme', encoding: 'json', body: ['appointment'] },
+      ],
+      attachments: [],
+    };
+    const posted = await postJson(`${cs.url}/webhooks/ai-agent/agent-v`, vcon);
+    assert.equal(posted.status, 202, JSON.stringify(posted.body));
+    const keys = await waitFor(async () => {
+      const k = (await s3.list('transcripts/2026/10/07/')).filter((x) => x.startsWith('transcripts/2026/10/07/019f15a6'));
+      return k.length >= 3 ? k : null;
+    }, { what: 'the vCon call archived', timeoutMs: 60_000 });
+    assert.deepEqual(keys.map((k) => k.replace(/^.*-[0-9a-f]{16}/, '')).sort(), ['.json', '.txt', '.vcon.json']);
+    const record = JSON.parse((await s3.get(keys.find((k) => k.endsWith('.json') && !k.endsWith('.vcon.json'))!)).body);
+    assert.equal(record.call.callId, vcon.uuid);
+    assert.equal(record.call.agentId, 'agent-v');
+    assert.deepEqual(record.call.transcript.chunks.map((c: { speaker: string; content: string }) => [c.speaker, c.content]), [['caller', 'I need an appointment.'], ['callee', 'Tuesday at ten?']]);
+    assert.equal(record.call.summary.content, 'Appointment on Tuesday.');
+    const written = JSON.parse((await s3.get(keys.find((k) => k.endsWith('.vcon.json'))!)).body);
+    assert.equal(written.uuid, vcon.uuid);
+    assert.deepEqual(written.dialog.map((d: { body: string }) => d.body), ['I need an appointment.', 'Tuesday at ten?']);
+    assert.deepEqual(written.analysis.find((a: { type: string }) => a.type === 'topics').body, ['appointment']);
+    // A vCon that cannot be a call is a 400 with the spec's error body, never a 5xx.
+    const bad = await postJson(`${cs.url}/webhooks/ai-agent/agent-v`, { uuid: 'x', parties: [], dialog: [{ type: 'text' }] });
+    assert.equal(bad.status, 400);
+    assert.match(JSON.stringify(bad.body), /dialog\/0\/start/);
   });
 
   test('the S3 store lists every key across ListObjectsV2 pages (continuation tokens)', async () => {

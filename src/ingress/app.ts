@@ -5,6 +5,7 @@ import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { every } from 'hono/combine';
 import type { Logger } from 'pino';
 import { requestLog } from '../log.js';
+import { isVcon, normalizeVcon } from '../model/vcon.js';
 import { InvalidPayloadError, normalizeWebhook } from '../model/webhook.js';
 import { QueueUnavailableError, type CallAcceptor } from './accept.js';
 import { ApiError, errorBody, problemsBody, WHOLE_REQUEST, type Problem } from './errors.js';
@@ -101,7 +102,8 @@ export function createIngressApp(deps: IngressDeps): Hono {
     if (agentId !== null && !AGENT_ID.test(agentId)) throw new ApiError(400, 'agent id in the path is not valid', { pointer: WHOLE_REQUEST });
     let call;
     try {
-      call = normalizeWebhook(c.get('jsonBody'), { agentId, receivedAt: now() });
+      const body = c.get('jsonBody');
+      call = isVcon(body) ? normalizeVcon(body, { agentId, receivedAt: now() }) : normalizeWebhook(body, { agentId, receivedAt: now() });
     } catch (err) {
       if (err instanceof InvalidPayloadError) throw new ApiError(400, err.detail, { pointer: err.pointer, problems: err.problems });
       throw err;
