@@ -102,6 +102,7 @@ sinks:
     type: webhook
     urls: [${late.url}]
     secrets: [${late.secret}]
+    rateLimit: { max: 10, durationMs: 1000 }
 routes:
   - to: [archive, hook]
 `,
@@ -242,6 +243,10 @@ routes:
     await waitFor(() => late.records.size >= lateBefore + 50, { what: '50 replayed webhooks', timeoutMs: 90_000 });
     assert.ok(late.byCall.has('old-1'));
     assert.ok(late.byCall.has('ai-oct5'));
+    // The sink's rate limit held (10 a second): the jobs went through its queue and worker, so no 21
+    // deliveries fall within one second (without the limiter all 50 arrive within a fraction of one).
+    const times = [...late.records.values()].map((x) => x.firstAt).sort((a, b) => a - b).slice(lateBefore);
+    for (let i = 0; i + 20 < times.length; i++) assert.ok(times[i + 20]! - times[i]! >= 900, `deliveries ${i}..${i + 20} within ${times[i + 20]! - times[i]!} ms`);
 
     const again = await cli(['replay', '--from', '2026-10-04', '--to', '2026-10-06', '--sink', 'late']);
     assert.match(again.out, /0 queued to sink late, 50 replayed before/);
