@@ -50,7 +50,7 @@ describe('history entries', () => {
   });
 
   test('the canonical call: key history:<scope>:<id>, numbers in E.164, times from created and duration', () => {
-    const call = normalizeHistoryEntry(entry({ recordings: [{ url: '/recordings/r1' }] }), { receivedAt });
+    const call = normalizeHistoryEntry(entry({ recordings: [{ url: '/recordings/r1' }, { url: 'https://elsewhere.example/r2' }, { url: '//x.example/r3' }] }), { receivedAt });
     assert.equal(call.key, 'history:-:h-1');
     assert.equal(normalizeHistoryEntry(entry(), { receivedAt, scope: 'acct' }).key, 'history:acct:h-1');
     assert.equal(call.source, 'history');

@@ -73,9 +73,11 @@ export function normalizeHistoryEntry(raw: unknown, options: HistoryNormalizeOpt
   const startedAt = new Date(e.created).toISOString();
   const durationSec = e.duration ?? null;
   const recordings: Recording[] = [];
+  // Recordings the archive can fetch with the API's credentials: URLs relative to the API root
+  // only (the client refuses other origins, which would fail the archive job for good).
   for (const r of e.recordings ?? []) {
     const url = r.downloadUrl ?? r.url;
-    if (url) recordings.push({ downloadUrl: url, type: 'call_recorder' });
+    if (url && !/^[a-z][a-z0-9+.-]*:|^\/\//i.test(url)) recordings.push({ downloadUrl: url, type: 'call_recorder' });
   }
   return {
     key: callKey('history', options.scope ?? null, e.id),
