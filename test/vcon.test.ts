@@ -52,6 +52,12 @@ describe('vCon written by the archive', () => {
     assert.equal(vcon.parties[0]!.tel, undefined);
   });
 
+  test('utterance offsets out of range still give a valid vCon (the call start stands in)', () => {
+    const call = withTranscript();
+    const odd: CanonicalCall = { ...call, transcript: { content: 'x', chunks: [{ speaker: 'caller', startOffsetMs: 1e300, endOffsetMs: Infinity, content: 'x' }] } };
+    assertValid(renderVcon(odd));
+  });
+
   test('the uuid is a stable version 8 UUID per call', () => {
     const call = withTranscript();
     assert.equal(vconUuid(call), vconUuid({ ...call }));
@@ -104,6 +110,18 @@ describe('vCon posted in', () => {
       () => normalizeVcon(bad, { agentId: null, receivedAt }),
       (e: unknown) => e instanceof InvalidPayloadError && JSON.stringify(e.problems.map((p) => p.pointer)) === JSON.stringify(['/uuid', '/parties/0', '/analysis', '/dialog/0/start']),
     );
+  });
+
+  test('durations beyond reason and dates beyond range are a 400, never a crash; many dialogs are fine', () => {
+    const base = { uuid: 'u-1', parties: [{}, {}] };
+    for (const duration of [-1, 1e300, 'long', null]) {
+      assert.throws(() => normalizeVcon({ ...base, dialog: [{ type: 'text', start: '2026-10-05T09:00:00Z', duration }] }, { agentId: null, receivedAt }), (e: unknown) => e instanceof InvalidPayloadError && e.pointer === '/dialog/0/duration');
+    }
+    assert.throws(() => normalizeVcon({ ...base, dialog: [{ type: 'text', start: '+275760-09-13T00:00:00Z', duration: 600000 }] }, { agentId: null, receivedAt }), InvalidPayloadError);
+    const many = Array.from({ length: 150_000 }, (_, i) => ({ type: 'text', start: new Date(Date.parse('2026-10-05T09:00:00Z') + i).toISOString(), body: 'x', encoding: 'none' }));
+    const call = normalizeVcon({ ...base, dialog: many }, { agentId: null, receivedAt });
+    assert.equal(call.transcript?.chunks.length, 150_000);
+    assert.equal(call.startedAt, '2026-10-05T09:00:00.000Z');
   });
 
   test('base64url bodies and a transcript given only as analysis are read', () => {

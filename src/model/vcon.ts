@@ -20,6 +20,9 @@ import { InvalidPayloadError, type PayloadProblem } from './webhook.js';
 
 type Json = Record<string, unknown>;
 
+/** Longest dialog accepted: a week, in seconds. */
+const MAX_DURATION_S = 7 * 24 * 3600;
+
 const isObject = (v: unknown): v is Json => v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /**
@@ -84,14 +87,21 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
   dialogList.forEach((d, i) => {
     if (!isObject(d)) problems.push({ pointer: `/dialog/${i}`, detail: 'a dialog is an object' });
     else if (dateOf(d.start) === null) problems.push({ pointer: `/dialog/${i}/start`, detail: 'required RFC 3339 date-time missing' });
+    else if (d.duration !== undefined && !(typeof d.duration === 'number' && d.duration >= 0 && d.duration <= MAX_DURATION_S)) {
+      problems.push({ pointer: `/dialog/${i}/duration`, detail: `must be a number of seconds from 0 to ${MAX_DURATION_S}` });
+    }
   });
   if (problems.length > 0) throw InvalidPayloadError.of(problems);
 
   const dialogObjects = dialogList as Json[];
   const starts = dialogObjects.map((d) => dateOf(d.start)!);
   const ends = dialogObjects.map((d, i) => starts[i]! + (typeof d.duration === 'number' ? d.duration * 1000 : 0));
-  const startMs = starts.length > 0 ? Math.min(...starts) : (dateOf(body.created_at) ?? options.receivedAt.getTime());
-  const endMs = ends.length > 0 ? Math.max(...ends) : null;
+  // Not Math.min(...starts): a vCon may hold more dialogs than a call's arguments can.
+  const startMs = starts.length > 0 ? starts.reduce((a, b) => Math.min(a, b)) : (dateOf(body.created_at) ?? options.receivedAt.getTime());
+  const endMs = ends.length > 0 ? ends.reduce((a, b) => Math.max(a, b)) : null;
+  if (Number.isNaN(new Date(startMs).getTime()) || (endMs !== null && Number.isNaN(new Date(endMs).getTime()))) {
+    throw new InvalidPayloadError('/dialog', 'the dialogs end beyond the dates JSON can carry');
+  }
 
   const chunks: TranscriptChunk[] = [];
   dialogObjects.forEach((d, i) => {
@@ -163,6 +173,16 @@ export function vconUuid(call: Pick<CanonicalCall, 'key' | 'callId' | 'payloadVe
 
 const VENDOR = 'callsync';
 
+/** A time as RFC 3339, or `fallback` when it is beyond what a Date can hold (offsets sent out of range). */
+function isoOr(ms: number, fallback: string): string {
+  const d = new Date(ms);
+  return Number.isNaN(d.getTime()) ? fallback : d.toISOString();
+}
+
+function finiteOr(n: number, fallback: number): number {
+  return Number.isFinite(n) ? n : fallback;
+}
+
 /** The call as a vCon (an object; the archive writes it as JSON). */
 export function renderVcon(call: CanonicalCall): Json {
   // A party's `tel` only when the number is known in E.164 (an anonymous caller is a party without one).
@@ -178,8 +198,8 @@ export function renderVcon(call: CanonicalCall): Json {
     for (const chunk of call.transcript.chunks) {
       const d: Json = {
         type: 'text',
-        start: new Date(start + chunk.startOffsetMs).toISOString(),
-        duration: Math.max(0, (chunk.endOffsetMs - chunk.startOffsetMs) / 1000),
+        start: isoOr(start + chunk.startOffsetMs, call.startedAt),
+        duration: finiteOr(Math.max(0, (chunk.endOffsetMs - chunk.startOffsetMs) / 1000), 0),
         parties: [0, 1],
         mediatype: 'text/plain',
         encoding: 'none',
