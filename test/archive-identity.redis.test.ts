@@ -97,9 +97,9 @@ for (const [name, open] of [['a local folder', folder], ['S3 (s3rver)', s3]] as 
       await waitFor(async () => (await completed()) >= posts.length, { what: 'every archive job done', timeoutMs: 30_000 });
 
       const keys = await backend.list();
-      const json = keys.filter((k) => k.endsWith('.json'));
+      const json = keys.filter((k) => k.endsWith('.json') && !k.endsWith('.vcon.json'));
       assert.equal(json.length, posts.length, `one JSON object per call:\n${keys.join('\n')}`);
-      assert.equal(keys.length, posts.length * 2, 'and one text object per call');
+      assert.equal(keys.length, posts.length * 3, 'and one text object and one vCon per call');
       const archived = await Promise.all(json.map(async (k) => JSON.parse(await backend.read(k)).call as { agentId: string; callId: string }));
       assert.deepEqual(archived.map((c) => `${c.agentId} ${c.callId}`).sort(), posts.map(([a, c]) => `${a} ${c}`).sort(), 'each object holds its own call');
       // Each where the archive's layout says (the key the CRM links to and send-sample prints).

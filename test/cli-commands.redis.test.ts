@@ -36,7 +36,7 @@ describe('help', () => {
   test('the main help lists every command; every command has --help', async () => {
     const main = await cli(['--help']);
     assert.equal(main.code, 0);
-    for (const cmd of ['start', 'check-config', 'dlq', 'resume', 'send-sample', 'opt-out']) {
+    for (const cmd of ['start', 'check-config', 'dlq', 'resume', 'send-sample', 'opt-out', 'backfill', 'replay']) {
       assert.match(main.out, new RegExp(`^  ${cmd}`, 'm'));
       const r = await cli([cmd, '--help']);
       assert.equal(r.code, 0, cmd);
@@ -55,6 +55,19 @@ describe('help', () => {
     assert.equal(badOption.code, 2);
     assert.match(badOption.err, /--color/);
     assert.ok(badOption.err.includes(help.dlq));
+    for (const [argv, message] of [
+      [['backfill', '--to', '2026-10-02'], /--from is required/],
+      [['backfill', '--from', 'last tuesday', '--to', '2026-10-02'], /--from must be an ISO-8601 date/],
+      [['backfill', '--from', '2026-10-02', '--to', '2026-10-01'], /--from must be before --to/],
+      [['backfill', '--from', '2026-10-01', '--to', '2026-10-02', '--page-size', '0'], /--page-size must be a whole number from 1 to 1000/],
+      [['replay', '--from', '2026-10-01', '--to', '2026-10-02'], /--sink is required/],
+      [['replay', '--from', '2026-10-01', '--to', '2026-02-30', '--sink', 'x'], /--to must be a day YYYY-MM-DD/],
+      [['replay', '--from', '2026-10-03', '--to', '2026-10-02', '--sink', 'x'], /--from must not be after --to/],
+    ] as const) {
+      const r = await cli([...argv]);
+      assert.equal(r.code, 2, argv.join(' '));
+      assert.match(r.err, message, argv.join(' '));
+    }
     const badRole = await cli(['start', '--role', 'boss']);
     assert.equal(badRole.code, 2);
     assert.match(badRole.err, /--role must be one of ingress, worker, poller, all/);

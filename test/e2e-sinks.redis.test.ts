@@ -97,7 +97,7 @@ routes:
     }, { what: 'every sink completed', timeoutMs: 30_000 });
 
     const name = callKeySegment({ key: 'ai-agent:agent-1:e2e-1', callId: 'e2e-1' });
-    assert.deepEqual(await s3.list('transcripts/'), [`transcripts/2026/04/08/${name}.json`, `transcripts/2026/04/08/${name}.txt`]);
+    assert.deepEqual(await s3.list('transcripts/'), [`transcripts/2026/04/08/${name}.json`, `transcripts/2026/04/08/${name}.txt`, `transcripts/2026/04/08/${name}.vcon.json`]);
     assert.equal(hubspot.calls.size, 1);
     const [call] = [...hubspot.calls.values()];
     assert.equal(call!.properties.hs_call_direction, 'INBOUND');

@@ -131,12 +131,13 @@ describe('keys derived from the identity', () => {
     assertDistinct('recording', (c) => recordingKey(c, 'voicemail', 0, 'wav', undefined).toLowerCase());
   });
 
-  test('the layout: transcripts/YYYY/MM/DD/<readable>-<16 hex of sha256(call key)>.json|.txt; the hash begins the job id', () => {
+  test('the layout: transcripts/YYYY/MM/DD/<readable>-<16 hex of sha256(call key)>.json|.txt|.vcon.json; the hash begins the job id', () => {
     const call = webhookCall('agent-a', 'a/1');
     const hash = callHash(call.key);
     assert.deepEqual(archiveKeys(call, 'callsync'), {
       json: `callsync/transcripts/2026/04/08/a_1-${hash.slice(0, 16)}.json`,
       text: `callsync/transcripts/2026/04/08/a_1-${hash.slice(0, 16)}.txt`,
+      vcon: `callsync/transcripts/2026/04/08/a_1-${hash.slice(0, 16)}.vcon.json`,
     });
     assert.equal(recordingKey(call, 'in_call_feature', 1, '.MP3', undefined), `recordings/2026/04/08/a_1-${hash.slice(0, 16)}-in_call_feature-2.mp3`);
     // A type or an extension from outside cannot add separators that would make two names one.
@@ -188,9 +189,10 @@ describe('the archive sink and its users', () => {
     const sink = new ArchiveSink('archive', new LocalFolderStore(dir), 'callsync/');
     for (const [, c] of identities) await sink.deliver(c, ctx());
     const files = (await readdir(join(dir, 'callsync/transcripts'), { recursive: true })).map(String);
-    const json = files.filter((f) => f.endsWith('.json'));
+    const json = files.filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json'));
     assert.equal(json.length, identities.length, files.join('\n'));
     assert.equal(files.filter((f) => f.endsWith('.txt')).length, identities.length);
+    assert.equal(files.filter((f) => f.endsWith('.vcon.json')).length, identities.length);
     for (const [label, c] of identities) {
       const doc = JSON.parse(await readFile(join(dir, archiveKeys(c, 'callsync/').json), 'utf8'));
       assert.equal(doc.call.key, c.key, label);

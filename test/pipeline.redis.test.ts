@@ -38,12 +38,12 @@ describe('pipeline to S3', () => {
     assert.equal(res.status, 202);
     const keys = await waitFor(async () => {
       const k = await s3.list('callsync/transcripts/2026/04/08/');
-      return k.length === 2 ? k : null;
+      return k.length === 3 ? k : null;
     }, { what: 'archived objects' });
     // `<call id made safe>-<16 hex of sha256(call key)>`: the agent is part of the name (docs/reliability.md).
     const name = `pipe-1-${callHash('ai-agent:agent-1:pipe-1').slice(0, 16)}`;
     assert.equal(name, callKeySegment({ key: 'ai-agent:agent-1:pipe-1', callId: 'pipe-1' }));
-    assert.deepEqual(keys, [`callsync/transcripts/2026/04/08/${name}.json`, `callsync/transcripts/2026/04/08/${name}.txt`]);
+    assert.deepEqual(keys, [`callsync/transcripts/2026/04/08/${name}.json`, `callsync/transcripts/2026/04/08/${name}.txt`, `callsync/transcripts/2026/04/08/${name}.vcon.json`]);
 
     const json = await s3.get(keys[0]!);
     assert.match(json.contentType ?? '', /application\/json/);
@@ -124,9 +124,9 @@ describe('pipeline to S3', () => {
     await s3.start();
     const keys = await waitFor(async () => {
       const k = (await s3.list('callsync/transcripts/')).filter((key) => key.includes('/outage-'));
-      return k.length === ids.length * 2 ? k : null;
+      return k.length === ids.length * 3 ? k : null;
     }, { what: 'archive after the outage', timeoutMs: 30_000 });
-    assert.equal(keys.length, 20);
+    assert.equal(keys.length, 30);
     assert.equal(((await sinkQueue.getJobCounts('failed')).failed ?? 0), 0, 'nothing dead-lettered');
     await sinkQueue.close();
   });

@@ -69,6 +69,7 @@ describe('recordings in the archive', () => {
       `recordings/2025/03/04/${name}-voicemail-1.wav`,
       `transcripts/2025/03/04/${name}.json`,
       `transcripts/2025/03/04/${name}.txt`,
+      `transcripts/2025/03/04/${name}.vcon.json`,
     ]);
     const auth = api.requests.filter((r) => r.path.startsWith('/v2/recordings/')).map((r) => r.authorization);
     assert.ok(auth.every((a) => a?.startsWith('Basic ')), 'downloads carry the API credentials');

@@ -6,8 +6,12 @@ import type { Logger } from 'pino';
 import { printConfig } from './check-config.js';
 import { dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
 import { UsageError, type CliIo } from './io.js';
+import { backfill, isoOption } from './backfill.js';
 import { optOut } from './opt-out.js';
 import { resume } from './resume.js';
+import { progressOf } from './progress.js';
+import { replay } from './replay.js';
+import { checkSink } from './sink-queue.js';
 import { CliFailure, connectRedis } from './redis.js';
 import { sendSample } from './send-sample.js';
 
@@ -25,6 +29,10 @@ Commands:
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
   send-sample [--url URL]                    post a sample call-data webhook to a running callsync
   opt-out add|remove|list [NUMBER...]        numbers that never get an SMS
+  backfill --from ISO --to ISO [--sink NAME] [--dry-run]
+                                             accept the platform's call history of a range
+  replay --from DATE --to DATE --sink NAME [--agent ID] [--dry-run]
+                                             queue archived calls of a range to one sink
 
 Configuration comes from the environment (see docs/operations.md) and CALLSYNC_CONFIG.
 Run \`callsync <command> --help\` for a command's options.`,
@@ -92,9 +100,49 @@ stored in E.164 in Redis under <QUEUE_PREFIX>:optout.
 
 Options:
   -h, --help    show this help`,
+  backfill: `Usage: callsync backfill --from ISO --to ISO [--sink NAME] [--dry-run]
+
+Pages through the platform's call history (GET /history, type CALL, created in [from, to)) and
+accepts each entry as a call of source "history" through the inbound log, deduplicated like every
+other source and routed like them. An interrupted run continues where it stopped (a cursor per
+range in Redis under <QUEUE_PREFIX>:backfill:...); a finished range can be run again (its calls
+are then duplicates within DEDUPE_WINDOW_SECONDS). Needs the telephony API (TELEPHONY_API_URL).
+A progress bar on a terminal, a line per page otherwise.
+
+Options:
+  --from ISO      start of the range, inclusive (2026-10-01 or 2026-10-01T00:00:00Z)
+  --to ISO        end of the range, exclusive
+  --sink NAME     queue the calls to this sink only, skipping the routes
+  --dry-run       read the history and count; write nothing
+  --page-size N   entries per history request (default 100)
+  -h, --help      show this help`,
+  replay: `Usage: callsync replay --from DATE --to DATE --sink NAME [--agent ID] [--dry-run]
+
+Reads the calls archived in the range (transcripts/YYYY/MM/DD/*.json of an archive sink, in S3 or
+a folder) and queues them to the named sink, e.g. to fill a newly connected CRM with last month's
+calls. Jobs go through the sink's own queue and worker, so its rate limits and retries hold; a
+call replayed to a sink before is not queued again. A progress bar on a terminal.
+
+Options:
+  --from DATE     first day, inclusive (YYYY-MM-DD, UTC)
+  --to DATE       last day, inclusive
+  --sink NAME     the sink to queue to
+  --archive NAME  the archive sink to read (default: the only archive sink configured)
+  --agent ID      only calls of this AI agent
+  --dry-run       list and count; queue nothing
+  -h, --help      show this help`,
 } as const;
 
 type Command = keyof typeof help;
+
+/** A `YYYY-MM-DD` day option, or a usage error. */
+function dayOption(name: string, value: string | undefined): string {
+  if (value === undefined) throw new UsageError(`--${name} is required`);
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(value) || Number.isNaN(Date.parse(`${value}T00:00:00Z`)) || new Date(`${value}T00:00:00Z`).toISOString().slice(0, 10) !== value) {
+    throw new UsageError(`--${name} must be a day YYYY-MM-DD`);
+  }
+  return value;
+}
 
 /** An error's message on one line. */
 export function oneLine(err: unknown): string {
@@ -243,6 +291,50 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         return await optOut(config, redis, action, numbers, io);
       } finally {
         redis.disconnect();
+      }
+    }
+    case 'backfill': {
+      const { values, positionals } = parse(
+        args,
+        { from: { type: 'string' }, to: { type: 'string' }, sink: { type: 'string' }, 'dry-run': { type: 'boolean' }, 'page-size': { type: 'string' } },
+        command,
+      );
+      if (values.help) return (io.out(help.backfill), 0);
+      if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+      const from = isoOption('from', values.from as string | undefined);
+      const to = isoOption('to', values.to as string | undefined);
+      const pageSize = values['page-size'] === undefined ? 100 : Number(values['page-size']);
+      if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 1000) throw new UsageError('--page-size must be a whole number from 1 to 1000');
+      const config = configFrom(io.env);
+      const sink = values.sink === undefined ? undefined : checkSink(config, values.sink as string);
+      const dryRun = values['dry-run'] === true;
+      const redis = dryRun ? null : await connectRedis(config);
+      try {
+        return await backfill(config, redis, { from, to, sink, dryRun, pageSize }, io, progressOf(io));
+      } finally {
+        redis?.disconnect();
+      }
+    }
+    case 'replay': {
+      const { values, positionals } = parse(
+        args,
+        { from: { type: 'string' }, to: { type: 'string' }, sink: { type: 'string' }, archive: { type: 'string' }, agent: { type: 'string' }, 'dry-run': { type: 'boolean' } },
+        command,
+      );
+      if (values.help) return (io.out(help.replay), 0);
+      if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+      const from = dayOption('from', values.from as string | undefined);
+      const to = dayOption('to', values.to as string | undefined);
+      if (from > to) throw new UsageError('--from must not be after --to');
+      if (values.sink === undefined) throw new UsageError('--sink is required');
+      const config = configFrom(io.env);
+      const sink = checkSink(config, values.sink as string);
+      const dryRun = values['dry-run'] === true;
+      const redis = dryRun ? null : await connectRedis(config);
+      try {
+        return await replay(config, redis, { from, to, sink, archive: values.archive as string | undefined, agent: values.agent as string | undefined, dryRun }, io, progressOf(io));
+      } finally {
+        redis?.disconnect();
       }
     }
     default:

@@ -3,6 +3,8 @@ export interface CliIo {
   env: NodeJS.ProcessEnv;
   out(line: string): void;
   err(line: string): void;
+  /** Where progress goes (a bar on a terminal); default: plain lines through `out`. */
+  progress?: { isTTY?: boolean; write(text: string): void };
 }
 
 /** Wrong arguments: the message and the command's help go to stderr, exit code 2. */
@@ -17,6 +19,7 @@ export const processIo = (): CliIo => ({
   env: process.env,
   out: (line) => process.stdout.write(`${line}\n`),
   err: (line) => process.stderr.write(`${line}\n`),
+  progress: { isTTY: process.stdout.isTTY === true, write: (text) => process.stdout.write(text) },
 });
 
 /** Left-aligned columns for terminal tables. */

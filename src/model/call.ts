@@ -5,8 +5,11 @@ import { createHash } from 'node:crypto';
 // The closed value sets of the record, each written once: config schemas (routes, CRM maps) and the
 // normalizers take their `z.enum(...)` from these arrays, and the types are derived from them.
 
-/** `ai-agent`: the AI-agent webhook; `channel`: channel events read by the poller; `push`: the Push API's call events (src/sources/push.ts). */
-export const CALL_SOURCES = ['ai-agent', 'channel', 'push'] as const;
+/**
+ * `ai-agent`: the AI-agent webhook; `channel`: channel events read by the poller; `push`: the Push
+ * API's call events (src/sources/push.ts); `history`: the call history read by `callsync backfill`.
+ */
+export const CALL_SOURCES = ['ai-agent', 'channel', 'push', 'history'] as const;
 export type CallSource = (typeof CALL_SOURCES)[number];
 
 export const DIRECTIONS = ['in', 'out'] as const;

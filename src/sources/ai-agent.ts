@@ -1,5 +1,6 @@
 // Source `ai-agent`: the AI agent's call-data webhook (JSON), `POST /webhooks/ai-agent[/:agentId]`.
 // The payload's normalization lives in src/model/webhook.ts; this file is the HTTP side of it.
+import { isVcon, normalizeVcon } from '../model/vcon.js';
 import { InvalidPayloadError, normalizeWebhook } from '../model/webhook.js';
 import { SourceRefusal, type Source } from './types.js';
 
@@ -15,7 +16,9 @@ export function aiAgentSource(): Source {
       if (agentId !== null && !AGENT_ID.test(agentId)) throw new SourceRefusal(400, 'agent id in the path is not valid');
       let call;
       try {
-        call = normalizeWebhook(request.json?.value, { agentId, receivedAt: request.receivedAt });
+        // A vCon (IETF draft) on the same route becomes the same canonical call.
+        const body = request.json?.value;
+        call = isVcon(body) ? normalizeVcon(body, { agentId, receivedAt: request.receivedAt }) : normalizeWebhook(body, { agentId, receivedAt: request.receivedAt });
       } catch (err) {
         if (err instanceof InvalidPayloadError) throw new SourceRefusal(400, err.detail, err.pointer, err.problems);
         throw err;

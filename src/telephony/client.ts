@@ -17,7 +17,7 @@ import {
   telephonyErrorFromResponse,
   telephonyNetworkError,
 } from './errors.js';
-import type { ChannelInbox, Download, SendWebSmsRequest, TelephonyClient } from './types.js';
+import type { ChannelInbox, Download, HistoryPage, HistoryQuery, SendWebSmsRequest, TelephonyClient } from './types.js';
 
 export { OutcomeUnknownError, ResponseValidationError } from './errors.js';
 export type { ApiProblem, TelephonyError } from './errors.js';
@@ -25,6 +25,7 @@ export type { TelephonyAuth, IssuedTokens } from './auth.js';
 
 export const DEFAULT_CHANNEL_EVENTS_PATH = '/channels/{channelId}/events';
 export const DEFAULT_SMS_PATH = '/sessions/sms';
+export const HISTORY_PATH = '/history';
 
 export interface TelephonyClientOptions {
   /** API root including the version path, e.g. `https://api.example.com/v2` (TELEPHONY_API_URL). */
@@ -60,6 +61,11 @@ const inboxSchema = z.looseObject({
   events: z.array(z.unknown()),
   limit: z.number().int().nullish(),
   position: z.union([z.string(), z.number()]).transform(String),
+});
+
+const historySchema = z.looseObject({
+  items: z.array(z.unknown()),
+  totalCount: z.number().int().nonnegative(),
 });
 
 const MAX_ERROR_BODY = 16 * 1024;
@@ -115,6 +121,25 @@ export class TelephonyApiClient implements TelephonyClient {
     const parsed = inboxSchema.safeParse(json);
     if (!parsed.success) throw new ResponseValidationError(operation, describeZodError(`ChannelInbox of channel ${channelId}`, parsed.error));
     return { events: parsed.data.events, limit: parsed.data.limit ?? limit, position: parsed.data.position };
+  }
+
+  /**
+   * One page of the call history (spec 2.8, `GET /history`): the query parameters as the
+   * platform's library sends them (sipgateio-node lib/history/history.ts: `types`, `from`, `to`,
+   * `offset`, `limit`). A read: retried like the other reads.
+   */
+  async readHistory(query: HistoryQuery, signal?: AbortSignal): Promise<HistoryPage> {
+    const url = new URL(this.apiUrl(HISTORY_PATH));
+    for (const type of query.types) url.searchParams.append('types', type);
+    url.searchParams.set('from', query.from);
+    url.searchParams.set('to', query.to);
+    url.searchParams.set('offset', String(query.offset));
+    url.searchParams.set('limit', String(query.limit));
+    const operation = `GET ${HISTORY_PATH}`;
+    const json = await this.readJson(operation, url.toString(), signal);
+    const parsed = historySchema.safeParse(json);
+    if (!parsed.success) throw new ResponseValidationError(operation, describeZodError('HistoryResponse', parsed.error));
+    return { items: parsed.data.items, totalCount: parsed.data.totalCount };
   }
 
   async download(relativeUrl: string, signal?: AbortSignal): Promise<Download> {

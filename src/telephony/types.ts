@@ -58,3 +58,47 @@ export interface TelephonyClient {
   /** Sends an SMS (spec 2.4). Not idempotent: the caller owns the "never twice" policy. */
   sendSms(request: SendWebSmsRequest, signal?: AbortSignal): Promise<void>;
 }
+
+/**
+ * Spec 2.8 HistoryEntryResponse (type CALL), as returned by `GET /history`; the call fields
+ * `callId`, `duration` and `recordings` as in the platform's own library (sipgateio-node,
+ * lib/history/history.types.ts, CallHistoryEntry). Validated by the client only as far as
+ * callsync reads it; unknown fields are kept.
+ */
+export interface HistoryEntry {
+  id: string;
+  type?: string | null;
+  source?: string | null;
+  target?: string | null;
+  sourceAlias?: string | null;
+  targetAlias?: string | null;
+  /** INCOMING, OUTGOING, MISSED_INCOMING, MISSED_OUTGOING. */
+  direction?: string | null;
+  /** NOPICKUP, BUSY, PICKUP, FORWARD. */
+  status?: string | null;
+  created?: string | null;
+  lastModified?: string | null;
+  /** Seconds. */
+  duration?: number | null;
+  callId?: string | null;
+  recordings?: { url?: string | null; downloadUrl?: string | null; [extra: string]: unknown }[] | null;
+  [extra: string]: unknown;
+}
+
+/** Spec 2.8 HistoryResponse: one page of `GET /history`. */
+export interface HistoryPage {
+  /** Raw entries: normalized one by one so a malformed entry cannot block the page. */
+  items: unknown[];
+  totalCount: number;
+}
+
+/** The query of `GET /history` (sipgateio-node lib/history/history.ts: `types`, `from`, `to`, `offset`, `limit`). */
+export interface HistoryQuery {
+  types: string[];
+  /** ISO-8601, inclusive. */
+  from: string;
+  /** ISO-8601, exclusive. */
+  to: string;
+  offset: number;
+  limit: number;
+}

@@ -24,7 +24,7 @@ import type { AddressInfo } from 'node:net';
 import type { SendWebSmsRequest } from '../../src/telephony/types.js';
 import type { TelephonyAuth } from '../../src/telephony/auth.js';
 
-export type FaultTarget = 'events' | 'sms' | 'recording' | 'token' | 'any';
+export type FaultTarget = 'events' | 'history' | 'sms' | 'recording' | 'token' | 'any';
 
 export interface Fault {
   /** Which requests it hits. Default `any` (every request under /v2). */
@@ -147,6 +147,7 @@ export class FakeTelephony {
   tokenRefreshes = 0;
 
   private readonly channels = new Map<string, unknown[]>();
+  private history: Record<string, unknown>[] = [];
   private readonly recordings = new Map<string, StoredRecording>();
   private readonly issued = new Map<string, number>();
   private faults: (Fault & { left: number })[] = [];
@@ -206,6 +207,15 @@ export class FakeTelephony {
     const list = this.channels.get(channelId) ?? [];
     list.push(...events);
     this.channels.set(channelId, list);
+  }
+
+  /**
+   * Call history entries (spec 2.8) served by `GET /v2/history?types&from&to&offset&limit`:
+   * filtered by type and by `created` (from inclusive, to exclusive), newest first as the platform
+   * lists them, paged by offset (at most `maxPageSize` per page).
+   */
+  addHistory(entries: Record<string, unknown>[]): void {
+    this.history.push(...entries);
   }
 
   events(channelId: string): readonly unknown[] {
@@ -307,6 +317,8 @@ export class FakeTelephony {
     switch (target) {
       case 'events':
         return this.handleInbox(channelId ?? '', url.searchParams, send, record);
+      case 'history':
+        return this.handleHistory(url.searchParams, send, record);
       case 'sms':
         return this.handleSms(requestBody, send);
       case 'recording':
@@ -320,6 +332,7 @@ export class FakeTelephony {
   private targetOf(method: string, path: string): FaultTarget {
     if (method === 'POST' && path === '/oauth/token') return 'token';
     if (method === 'GET' && /^\/v2\/channels\/[^/]+\/events$/.test(path)) return 'events';
+    if (method === 'GET' && path === '/v2/history') return 'history';
     if (method === 'POST' && path === '/v2/sessions/sms') return 'sms';
     if (method === 'GET' && path.startsWith('/v2/recordings/')) return 'recording';
     return 'any';
@@ -367,6 +380,29 @@ export class FakeTelephony {
     const page = events.slice(start, start + Math.min(limit, this.maxPageSize));
     record.eventsServed = page.length;
     return send(200, { events: page, limit: Math.min(limit, this.maxPageSize), position: encodePosition(start + page.length) });
+  }
+
+  private handleHistory(query: URLSearchParams, send: Send, record: RecordedRequest): Promise<void> {
+    const offset = Number(query.get('offset') ?? '0');
+    const limit = Number(query.get('limit') ?? '20');
+    if (!Number.isInteger(offset) || offset < 0) return send(400, detailedError(400, 'Bad Request', 'offset must be a whole number >= 0', '/offset'));
+    if (!Number.isInteger(limit) || limit < 1) return send(400, detailedError(400, 'Bad Request', 'limit must be a positive integer', '/limit'));
+    const types = query.getAll('types');
+    const from = query.get('from');
+    const to = query.get('to');
+    const fromMs = from === null ? -Infinity : Date.parse(from);
+    const toMs = to === null ? Infinity : Date.parse(to);
+    if (Number.isNaN(fromMs) || Number.isNaN(toMs)) return send(400, detailedError(400, 'Bad Request', 'from and to must be ISO-8601 dates', '/from'));
+    const matching = this.history
+      .filter((e) => types.length === 0 || types.includes(String(e.type)))
+      .filter((e) => {
+        const created = Date.parse(String(e.created));
+        return created >= fromMs && created < toMs;
+      })
+      .sort((a, b) => Date.parse(String(b.created)) - Date.parse(String(a.created)));
+    const page = matching.slice(offset, offset + Math.min(limit, this.maxPageSize));
+    record.eventsServed = page.length;
+    return send(200, { items: page, totalCount: matching.length });
   }
 
   private async handleSms(text: string, send: Send): Promise<void> {

@@ -2,6 +2,7 @@
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
+import { renderVcon } from '../../model/vcon.js';
 import { envBool, envString, envStringOr, envEnum, type EnvShape } from '../../env-values.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { RevisionGuard } from '../revisions.js';
@@ -85,6 +86,8 @@ export class ArchiveSink implements Sink {
       // JSON first: the text is derived from it, so a reader finding the .txt also finds the record.
       await this.store.put(keys.json, renderArchiveJson(call), { contentType: 'application/json; charset=utf-8' });
       await this.store.put(keys.text, renderTranscriptText(call), { contentType: 'text/plain; charset=utf-8' });
+      // The same call as a vCon (IETF draft-ietf-vcon-vcon-core), for other conversation tools.
+      await this.store.put(keys.vcon, `${JSON.stringify(renderVcon(call), null, 2)}\n`, { contentType: 'application/vcon+json' });
       return { status: 'done' };
     };
     const record = this.revisions ? await this.revisions.deliver(call.key, ctx, writeRecord) : await writeRecord();
@@ -92,7 +95,7 @@ export class ArchiveSink implements Sink {
     // Recordings last, streamed beside the transcript (src/sinks/archive/recordings.ts).
     const recordings = await archiveRecordings(call, { store: this.store, telephony: this.telephony, prefix: this.prefix, log: ctx.log, signal: ctx.signal });
     ctx.log.debug({ location: this.store.location, key: keys.json }, 'archived call');
-    return { status: 'done', refs: { location: this.store.location, json: keys.json, text: keys.text, ...recordings } };
+    return { status: 'done', refs: { location: this.store.location, json: keys.json, text: keys.text, vcon: keys.vcon, ...recordings } };
   }
 }
 

@@ -27,13 +27,13 @@ function token(value: string, max: number, fallback: string): string {
 }
 
 /**
- * `<prefix>transcripts/YYYY/MM/DD/<readable>-<hash>.json` and `.txt`, dated by the call's start
+ * `<prefix>transcripts/YYYY/MM/DD/<readable>-<hash>.json`, `.txt` and `.vcon.json`, dated by the call's start
  * (UTC); `<readable>-<hash>` is the call's segment (`callKeySegment`: the call id made safe, and
  * 16 hex digits of SHA-256 of the exact call key), so distinct calls never share an object.
  */
-export function archiveKeys(call: ArchivedCall, prefix: string | undefined): { json: string; text: string } {
+export function archiveKeys(call: ArchivedCall, prefix: string | undefined): { json: string; text: string; vcon: string } {
   const base = `${normalizePrefix(prefix)}transcripts/${datePath(call.startedAt)}/${callKeySegment(call)}`;
-  return { json: `${base}.json`, text: `${base}.txt` };
+  return { json: `${base}.json`, text: `${base}.txt`, vcon: `${base}.vcon.json` };
 }
 
 /** `<prefix>recordings/YYYY/MM/DD/<readable>-<hash>-<type>-<n>.<ext>`, beside the transcript's day. */

@@ -1,7 +1,7 @@
 // The archive's S3 store (or any S3-compatible server). Imported only when a bucket is configured
 // (see createObjectStore in ./index.ts), so processes that archive nowhere never load the AWS SDK.
 import type { Readable } from 'node:stream';
-import { ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
+import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { AuthError, errorFromHttp, errorFromNetwork, type SinkError } from '../../errors.js';
 import type { ObjectStore, PutOptions } from './store.js';
@@ -15,6 +15,8 @@ export interface S3StoreOptions {
   kmsKeyId?: string;
   /** Request timeout in ms. Default 30 s. */
   timeoutMs?: number;
+  /** Keys per ListObjectsV2 page (S3's default and maximum: 1000). */
+  listPageSize?: number;
   /** Credentials; default: the AWS SDK's chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, roles...). */
   credentials?: { accessKeyId: string; secretAccessKey: string };
 }
@@ -68,7 +70,7 @@ export class S3Store implements ObjectStore {
     }
   }
 
-  async list(prefix: string, max = 1000): Promise<string[]> {
+  async keysStartingWith(prefix: string, max = 1000): Promise<string[]> {
     try {
       const page = await this.client.send(new ListObjectsV2Command({ Bucket: this.options.bucket, Prefix: prefix, MaxKeys: max }));
       return (page.Contents ?? []).flatMap((o) => (o.Key === undefined ? [] : [o.Key])).sort();
@@ -92,6 +94,31 @@ export class S3Store implements ObjectStore {
       await upload.done();
     } catch (err) {
       throw errorFromS3(`S3 upload ${key}`, err);
+    }
+  }
+
+  /** ListObjectsV2, page after page (continuation tokens), in key order. */
+  async *list(prefix: string): AsyncIterable<string> {
+    let token: string | undefined;
+    do {
+      let page;
+      try {
+        page = await this.client.send(new ListObjectsV2Command({ Bucket: this.options.bucket, Prefix: prefix, ContinuationToken: token, MaxKeys: this.options.listPageSize }));
+      } catch (err) {
+        throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err);
+      }
+      for (const object of page.Contents ?? []) if (object.Key !== undefined) yield object.Key;
+      token = page.IsTruncated ? page.NextContinuationToken : undefined;
+    } while (token !== undefined);
+  }
+
+  async get(key: string): Promise<string> {
+    try {
+      const res = await this.client.send(new GetObjectCommand({ Bucket: this.options.bucket, Key: key }));
+      if (res.Body === undefined) return '';
+      return await res.Body.transformToString('utf8');
+    } catch (err) {
+      throw errorFromS3(`S3 GetObject ${key}`, err);
     }
   }
 }

@@ -1,7 +1,7 @@
 // Object stores for the archive: the interface and a local folder. The S3 store is in ./s3-store.ts,
 // loaded only when a bucket is configured (the AWS SDK is ~20 MB of memory a process without it saves).
 import { createWriteStream } from 'node:fs';
-import { mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
@@ -19,12 +19,16 @@ export interface ObjectStore {
   /** Streams a body of unknown or large size without holding it in memory. */
   putStream(key: string, body: Readable, options: PutOptions & { contentLength?: number | null }): Promise<void>;
   /** Keys of the stored objects starting with `prefix` (at most `max`, sorted). */
-  list(prefix: string, max?: number): Promise<string[]>;
+  keysStartingWith(prefix: string, max?: number): Promise<string[]>;
   /**
    * A pre-signed GET URL of `key`, valid `expiresInSec`. Absent where the store cannot sign: the
    * local folder, and the S3 store until @aws-sdk/s3-request-presigner is a dependency.
    */
   presignGet?(key: string, expiresInSec: number): Promise<string>;
+  /** Keys under `prefix` (a folder-like prefix ending in `/`), every depth, in key order. */
+  list(prefix: string): AsyncIterable<string>;
+  /** An object's body as UTF-8 text (archived records are small JSON). */
+  get(key: string): Promise<string>;
 }
 
 /** Writes `<root>/<key>` atomically (temp file + rename), so a reader never sees half an object. */
@@ -57,7 +61,7 @@ export class LocalFolderStore implements ObjectStore {
   }
 
   /** Objects in the folder of `prefix` whose names start with its last part (one directory read; temp files left out). */
-  async list(prefix: string, max = 1000): Promise<string[]> {
+  async keysStartingWith(prefix: string, max = 1000): Promise<string[]> {
     const path = this.pathOf(prefix.endsWith('/') ? `${prefix}x` : prefix);
     const dir = dirname(path);
     const start = prefix.endsWith('/') ? '' : basename(path);
@@ -74,6 +78,27 @@ export class LocalFolderStore implements ObjectStore {
       .sort()
       .slice(0, max)
       .map((n) => keyDir + n);
+  }
+
+  async *list(prefix: string): AsyncIterable<string> {
+    const dir = prefix === '' ? this.root : this.pathOf(prefix.replace(/\/+$/, ''));
+    let entries: string[];
+    try {
+      entries = (await readdir(dir, { recursive: true, withFileTypes: true })).filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name));
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw err;
+    }
+    const keys = entries
+      // Half-written objects (temp files of put) are not objects yet.
+      .filter((path) => !path.endsWith('.tmp'))
+      .map((path) => path.slice(this.root.length + 1).split(sep).join('/'))
+      .sort();
+    yield* keys;
+  }
+
+  async get(key: string): Promise<string> {
+    return readFile(this.pathOf(key), 'utf8');
   }
 
   async putStream(key: string, body: Readable): Promise<void> {

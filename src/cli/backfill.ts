@@ -1,0 +1,106 @@
+// `callsync backfill`: pages through the platform's call history (spec 2.8, `GET /history`,
+// type CALL) and accepts each entry as a canonical call (source `history`) through the same
+// acceptor as the ingress and the poller, so it is deduplicated like every other source. A cursor
+// in Redis per range makes an interrupted run continue where it stopped.
+import type { Redis } from 'ioredis';
+import type { Config } from '../config/index.js';
+import { InboundAcceptor } from '../ingress/accept.js';
+import { HistoryEntryError, normalizeHistoryEntry } from '../model/history.js';
+import { createTelephonyClient } from '../telephony/client.js';
+import type { HistoryPage, HistoryQuery } from '../telephony/types.js';
+import { InboundLog } from '../../queues/inbound.js';
+import { UsageError, type CliIo } from './io.js';
+import { Progress, type ProgressOut } from './progress.js';
+import { CliFailure } from './redis.js';
+import { SinkQueuer } from './sink-queue.js';
+
+export interface BackfillOptions {
+  from: string;
+  to: string;
+  /** Queue to this sink only (skipping the routes) instead of accepting into the inbound log. */
+  sink?: string;
+  dryRun: boolean;
+  pageSize: number;
+}
+
+/** The history reader the command needs (the telephony client; a test may pass another). */
+export interface HistoryReader {
+  readHistory(query: HistoryQuery, signal?: AbortSignal): Promise<HistoryPage>;
+}
+
+/** Where the cursor of one range (and target) is kept. */
+export function backfillCursorKey(prefix: string, options: Pick<BackfillOptions, 'from' | 'to' | 'sink'>): string {
+  return `${prefix}:backfill:${options.from}|${options.to}|${options.sink ?? '*'}`;
+}
+
+/** A date option as ISO-8601 UTC, or a usage error. */
+export function isoOption(name: string, value: string | undefined): string {
+  if (value === undefined) throw new UsageError(`--${name} is required`);
+  const ms = Date.parse(value);
+  if (Number.isNaN(ms)) throw new UsageError(`--${name} must be an ISO-8601 date or time (e.g. 2026-10-01 or 2026-10-01T00:00:00Z)`);
+  return new Date(ms).toISOString();
+}
+
+export async function backfill(config: Config, redis: Redis | null, options: BackfillOptions, io: CliIo, progressOut: ProgressOut, reader?: HistoryReader): Promise<number> {
+  if (Date.parse(options.from) >= Date.parse(options.to)) throw new UsageError('--from must be before --to');
+  const history = reader ?? (config.telephony ? createTelephonyClient(config.telephony) : null);
+  if (history === null) throw new CliFailure('the telephony API is not configured (TELEPHONY_API_URL and its credentials): backfill reads the call history from it');
+  const cursorKey = redis === null ? null : backfillCursorKey(config.redis.prefix, options);
+  let offset = 0;
+  if (!options.dryRun && redis !== null && cursorKey !== null) {
+    const saved = await redis.hget(cursorKey, 'offset');
+    if (saved !== null && /^\d+$/.test(saved)) {
+      offset = Number(saved);
+      io.out(`resuming the backfill of ${options.from} .. ${options.to} at entry ${offset}`);
+    }
+  }
+  const acceptor = !options.dryRun && redis !== null && options.sink === undefined
+    ? new InboundAcceptor(new InboundLog(redis, config.redis.prefix), { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs })
+    : null;
+  const queuer = !options.dryRun && redis !== null && options.sink !== undefined ? new SinkQueuer(redis, config, options.sink, 'backfill') : null;
+  const counts = { read: 0, accepted: 0, duplicates: 0, updates: 0, skipped: 0 };
+  const progress = new Progress(progressOut, options.dryRun ? 'backfill (dry run)' : 'backfill');
+  const receivedAt = new Date();
+  try {
+    for (;;) {
+      const page = await history.readHistory({ types: ['CALL'], from: options.from, to: options.to, offset, limit: options.pageSize });
+      for (const item of page.items) {
+        counts.read++;
+        let call;
+        try {
+          call = normalizeHistoryEntry(item, { receivedAt });
+        } catch (err) {
+          if (!(err instanceof HistoryEntryError)) throw err;
+          counts.skipped++;
+          io.err(`skipped: ${err.message}`);
+          continue;
+        }
+        if (acceptor) {
+          const result = await acceptor.accept(call);
+          if (result.duplicate) counts.duplicates++;
+          else if (result.update) counts.updates++;
+          else counts.accepted++;
+        } else if (queuer) {
+          if (await queuer.add(call)) counts.accepted++;
+          else counts.duplicates++;
+        } else counts.accepted++;
+      }
+      offset += page.items.length;
+      if (redis !== null && cursorKey !== null && !options.dryRun) await redis.hset(cursorKey, 'offset', String(offset));
+      progress.update(offset, page.totalCount, `(${counts.accepted} new, ${counts.duplicates} duplicate)`);
+      if (page.items.length === 0 || offset >= page.totalCount) break;
+    }
+  } finally {
+    progress.finish();
+    await queuer?.close();
+  }
+  // The range is done: its cursor goes, so a later run reads it again (and finds duplicates).
+  if (redis !== null && cursorKey !== null && !options.dryRun) await redis.del(cursorKey);
+  const target = options.sink ? `queued to sink ${options.sink}` : 'accepted';
+  io.out(
+    options.dryRun
+      ? `dry run: ${counts.accepted} calls in ${options.from} .. ${options.to} would be ${target}${counts.skipped ? `, ${counts.skipped} entries skipped` : ''}; nothing written`
+      : `backfill done: ${counts.read} entries read, ${counts.accepted} ${target}, ${counts.updates} updates, ${counts.duplicates} duplicates, ${counts.skipped} skipped`,
+  );
+  return 0;
+}

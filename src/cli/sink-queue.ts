@@ -1,0 +1,57 @@
+// Queuing calls straight to one sink's queue (backfill --sink, replay): the same job shape the
+// fan-out adds (workers/fanout.ts), so the sink's worker, retries and rate limits apply as for
+// every other job. The job id is deterministic: queuing the same call again adds nothing while
+// BullMQ keeps the first job, and a marker in Redis remembers it for longer than that.
+import { Queue } from 'bullmq';
+import type { Redis } from 'ioredis';
+import type { Config } from '../config/index.js';
+import type { CanonicalCall } from '../model/call.js';
+import { defaultJobOptions, JobName, sinkJobId, sinkQueueName, type SinkDeliverJob } from '../../queues/registry.js';
+import { UsageError } from './io.js';
+
+/** How long a queued-by-command marker is kept: a second replay within this time adds nothing. */
+const MARKER_TTL_S = 180 * 24 * 3600;
+
+export class SinkQueuer {
+  private readonly queue: Queue;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly config: Config,
+    readonly sink: string,
+    /** `backfill` or `replay`: the job id's prefix (BullMQ job ids cannot hold `:`). */
+    private readonly origin: string,
+  ) {
+    this.queue = new Queue(sinkQueueName(sink), { connection: redis, prefix: config.redis.prefix, defaultJobOptions: defaultJobOptions(config.retry) });
+  }
+
+  jobId(call: CanonicalCall): string {
+    return `${this.origin}-${sinkJobId(call)}`;
+  }
+
+  private markerKey(jobId: string): string {
+    return `${this.config.redis.prefix}:${this.origin}:${this.sink}:${jobId}`;
+  }
+
+  /** True when a job was added; false when this call was queued to this sink before. */
+  async add(call: CanonicalCall): Promise<boolean> {
+    const jobId = this.jobId(call);
+    const key = this.markerKey(jobId);
+    if ((await this.redis.exists(key)) === 1) return false;
+    const data: SinkDeliverJob = { kind: JobName.sinkDeliver, sink: this.sink, call };
+    const existing = await this.queue.getJob(jobId);
+    if (!existing) await this.queue.add(JobName.sinkDeliver, data, { jobId });
+    await this.redis.set(key, '1', 'EX', MARKER_TTL_S);
+    return !existing;
+  }
+
+  async close(): Promise<void> {
+    await this.queue.close();
+  }
+}
+
+/** The sink named by `--sink`, checked against the configuration. */
+export function checkSink(config: Config, name: string): string {
+  if (!(name in config.sinks)) throw new UsageError(`--sink: no sink "${name}" in this configuration (sinks: ${Object.keys(config.sinks).join(', ') || 'none'})`);
+  return name;
+}

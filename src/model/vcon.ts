@@ -1,0 +1,243 @@
+// vCon (IETF draft-ietf-vcon-vcon-core: a JSON container of `parties`, `dialog`, `analysis` and
+// `attachments`) in and out of the canonical call:
+//  - `isVcon` / `normalizeVcon`: a vCon posted to the AI-agent route becomes the same canonical call
+//    as the platform's call-data webhook (source `ai-agent`, the call id is the vCon's `uuid`);
+//  - `renderVcon`: the vCon the archive writes beside each call (`<key>.vcon.json`): the two
+//    parties, the transcript as one `text` dialog per utterance, summary, key points and topics as
+//    `analysis`. Valid against the draft's JSON schema (vcon_json_schema.json of the working group's
+//    repository; a copy is in test/fixtures/vcon).
+//
+// Mapping, both ways: parties[0] is the caller, parties[1] the callee (a `tel` in E.164 when the
+// number is known); a text dialog's `originator` is its speaker (0 caller, 1 callee); its `start`
+// is the call's start plus the utterance's offset and `duration` its length in seconds. Analysis
+// `summary` (text), `key_points` and `topics` (JSON arrays of strings). The core vCon has no call
+// direction: a vCon read in is an inbound call (what the AI agent answers), written out the
+// caller is always party 0.
+import { createHash } from 'node:crypto';
+import { callKey, type CanonicalCall, type Speaker, type TranscriptChunk } from './call.js';
+import { toE164 } from './phone.js';
+import { InvalidPayloadError, type PayloadProblem } from './webhook.js';
+
+type Json = Record<string, unknown>;
+
+/** Longest dialog accepted: a week, in seconds. */
+const MAX_DURATION_S = 7 * 24 * 3600;
+
+const isObject = (v: unknown): v is Json => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+/**
+ * A vCon rather than the platform's call-data payload: an object with a string `uuid` and a
+ * `parties` array, and no `call` object (the webhook's payload always has one).
+ */
+export function isVcon(body: unknown): boolean {
+  return isObject(body) && typeof body.uuid === 'string' && Array.isArray(body.parties) && !('call' in body);
+}
+
+export interface VconNormalizeOptions {
+  agentId: string | null;
+  receivedAt: Date;
+}
+
+function dateOf(value: unknown): number | null {
+  if (typeof value !== 'string') return null;
+  const ms = Date.parse(value);
+  return Number.isNaN(ms) ? null : ms;
+}
+
+/** A dialog's or analysis' inline body as text (`none`, absent or `base64url` encoding). */
+function textBody(entry: Json): string | null {
+  const body = entry.body;
+  if (typeof body !== 'string') return null;
+  if (entry.encoding === 'base64url') return Buffer.from(body, 'base64url').toString('utf8');
+  return body;
+}
+
+function stringList(entry: Json): string[] {
+  let body = entry.body;
+  if (typeof body === 'string' && entry.encoding === 'json') {
+    try {
+      body = JSON.parse(body);
+    } catch {
+      return [];
+    }
+  }
+  return Array.isArray(body) ? body.filter((x): x is string => typeof x === 'string') : [];
+}
+
+function speakerOf(originator: unknown): Speaker {
+  return originator === 0 ? 'caller' : originator === 1 ? 'callee' : 'unknown';
+}
+
+/** The vCon as a canonical call; InvalidPayloadError (a 400 at the ingress) when it cannot be one. */
+export function normalizeVcon(body: unknown, options: VconNormalizeOptions): CanonicalCall {
+  const problems: PayloadProblem[] = [];
+  if (!isObject(body)) throw new InvalidPayloadError('', 'a vCon is a JSON object');
+  const uuid = body.uuid;
+  if (typeof uuid !== 'string' || uuid.trim() === '') problems.push({ pointer: '/uuid', detail: 'required string missing' });
+  if (body.created_at !== undefined && dateOf(body.created_at) === null) problems.push({ pointer: '/created_at', detail: 'not an RFC 3339 date-time' });
+  const parties = Array.isArray(body.parties) ? body.parties : [];
+  parties.forEach((p, i) => {
+    if (!isObject(p)) problems.push({ pointer: `/parties/${i}`, detail: 'a party is an object' });
+  });
+  const dialogs = body.dialog === undefined ? [] : body.dialog;
+  if (!Array.isArray(dialogs)) problems.push({ pointer: '/dialog', detail: 'must be an array' });
+  const analyses = body.analysis === undefined ? [] : body.analysis;
+  if (!Array.isArray(analyses)) problems.push({ pointer: '/analysis', detail: 'must be an array' });
+  const dialogList = Array.isArray(dialogs) ? dialogs : [];
+  dialogList.forEach((d, i) => {
+    if (!isObject(d)) problems.push({ pointer: `/dialog/${i}`, detail: 'a dialog is an object' });
+    else if (dateOf(d.start) === null) problems.push({ pointer: `/dialog/${i}/start`, detail: 'required RFC 3339 date-time missing' });
+    else if (d.duration !== undefined && !(typeof d.duration === 'number' && d.duration >= 0 && d.duration <= MAX_DURATION_S)) {
+      problems.push({ pointer: `/dialog/${i}/duration`, detail: `must be a number of seconds from 0 to ${MAX_DURATION_S}` });
+    }
+  });
+  if (problems.length > 0) throw InvalidPayloadError.of(problems);
+
+  const dialogObjects = dialogList as Json[];
+  const starts = dialogObjects.map((d) => dateOf(d.start)!);
+  const ends = dialogObjects.map((d, i) => starts[i]! + (typeof d.duration === 'number' ? d.duration * 1000 : 0));
+  // Not Math.min(...starts): a vCon may hold more dialogs than a call's arguments can.
+  const startMs = starts.length > 0 ? starts.reduce((a, b) => Math.min(a, b)) : (dateOf(body.created_at) ?? options.receivedAt.getTime());
+  const endMs = ends.length > 0 ? ends.reduce((a, b) => Math.max(a, b)) : null;
+  if (Number.isNaN(new Date(startMs).getTime()) || (endMs !== null && Number.isNaN(new Date(endMs).getTime()))) {
+    throw new InvalidPayloadError('/dialog', 'the dialogs end beyond the dates JSON can carry');
+  }
+
+  const chunks: TranscriptChunk[] = [];
+  dialogObjects.forEach((d, i) => {
+    if (d.type !== 'text') return;
+    const content = textBody(d);
+    if (content === null) return;
+    const from = starts[i]! - startMs;
+    chunks.push({ speaker: speakerOf(d.originator), startOffsetMs: from, endOffsetMs: ends[i]! - startMs, content });
+  });
+  const analysisObjects = (analyses as unknown[]).filter(isObject);
+  const byType = (type: string) => analysisObjects.find((a) => a.type === type);
+  const summaryEntry = byType('summary');
+  const summaryText = summaryEntry ? textBody(summaryEntry) : null;
+  const keyPoints = byType('key_points');
+  const topics = byType('topics');
+  const transcriptAnalysis = byType('transcript');
+  const transcriptText = chunks.length > 0 ? chunks.map((c) => c.content).join('\n') : transcriptAnalysis ? textBody(transcriptAnalysis) : null;
+
+  const party = (i: number): Json | null => (isObject(parties[i]) ? (parties[i] as Json) : null);
+  const telOf = (p: Json | null): string | null => (p && typeof p.tel === 'string' ? p.tel : null);
+  const caller = party(0);
+  const callee = party(1);
+  const fromRaw = telOf(caller);
+  const toRaw = telOf(callee);
+  const incomplete = dialogObjects.some((d) => d.type === 'incomplete');
+  const callId = (uuid as string).trim();
+  return {
+    key: callKey('ai-agent', options.agentId, callId),
+    source: 'ai-agent',
+    callId,
+    agentId: options.agentId,
+    channelId: null,
+    eventId: null,
+    direction: 'in',
+    from: toE164(fromRaw),
+    to: toE164(toRaw),
+    fromRaw,
+    toRaw,
+    startedAt: new Date(startMs).toISOString(),
+    endedAt: endMs === null ? null : new Date(endMs).toISOString(),
+    durationSec: endMs === null ? null : Math.round((endMs - startMs) / 1000),
+    outcome: incomplete ? 'missed' : 'answered',
+    users: [],
+    owner: null,
+    forwarding: null,
+    channel: null,
+    summary: summaryText === null && !keyPoints && !topics ? null : { content: summaryText ?? '', keyPoints: keyPoints ? stringList(keyPoints) : [], topics: topics ? stringList(topics) : [] },
+    scenarios: [],
+    transcript: transcriptText === null ? null : { content: transcriptText, chunks },
+    recordings: [],
+    payloadVersion: 'vcon',
+    receivedAt: options.receivedAt.toISOString(),
+    raw: body,
+  };
+}
+
+/**
+ * The vCon's `uuid` of a call: its own when the call came as a vCon, else a version 8 UUID made
+ * from the SHA-256 of the call key (the same call always gets the same one).
+ */
+export function vconUuid(call: Pick<CanonicalCall, 'key' | 'callId' | 'payloadVersion'>): string {
+  if (call.payloadVersion === 'vcon' && /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(call.callId)) return call.callId.toLowerCase();
+  const h = createHash('sha256').update(call.key).digest();
+  h[6] = (h[6]! & 0x0f) | 0x80; // version 8
+  h[8] = (h[8]! & 0x3f) | 0x80; // RFC 4122 variant
+  const hex = h.subarray(0, 16).toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20, 32)}`;
+}
+
+const VENDOR = 'callsync';
+
+/** A time as RFC 3339, or `fallback` when it is beyond what a Date can hold (offsets sent out of range). */
+function isoOr(ms: number, fallback: string): string {
+  const d = new Date(ms);
+  return Number.isNaN(d.getTime()) ? fallback : d.toISOString();
+}
+
+function finiteOr(n: number, fallback: number): number {
+  return Number.isFinite(n) ? n : fallback;
+}
+
+/** The call as a vCon (an object; the archive writes it as JSON). */
+export function renderVcon(call: CanonicalCall): Json {
+  // A party's `tel` only when the number is known in E.164 (an anonymous caller is a party without one).
+  const partyOf = (e164: string | null, name: string | null): Json => ({ ...(e164 ? { tel: e164 } : {}), ...(name ? { name } : {}) });
+  const users = call.users.map((u) => u.fullName ?? ([u.firstName, u.lastName].filter(Boolean).join(' ') || null)).filter((n): n is string => n !== null);
+  // The callee side of an inbound call is the company: its user (or the AI agent) names it.
+  const calleeName = call.direction === 'in' ? (users[0] ?? (call.agentId ? `AI agent ${call.agentId}` : null)) : null;
+  const callerName = call.direction === 'out' ? (users[0] ?? null) : null;
+  const parties = [partyOf(call.from, callerName), partyOf(call.to, calleeName)];
+  const start = Date.parse(call.startedAt);
+  const dialog: Json[] = [];
+  if (call.transcript && call.transcript.chunks.length > 0) {
+    for (const chunk of call.transcript.chunks) {
+      const d: Json = {
+        type: 'text',
+        start: isoOr(start + chunk.startOffsetMs, call.startedAt),
+        duration: finiteOr(Math.max(0, (chunk.endOffsetMs - chunk.startOffsetMs) / 1000), 0),
+        parties: [0, 1],
+        mediatype: 'text/plain',
+        encoding: 'none',
+        body: chunk.content,
+      };
+      if (chunk.speaker !== 'unknown') d.originator = chunk.speaker === 'caller' ? 0 : 1;
+      dialog.push(d);
+    }
+  } else if (call.transcript && call.transcript.content !== '') {
+    dialog.push({ type: 'text', start: call.startedAt, duration: call.durationSec ?? 0, parties: [0, 1], mediatype: 'text/plain', encoding: 'none', body: call.transcript.content });
+  } else if (call.outcome === 'missed' || call.outcome === 'busy' || call.outcome === 'rejected' || call.outcome === 'failed') {
+    const disposition = { missed: 'no-answer', busy: 'busy', rejected: 'congestion', failed: 'failed' }[call.outcome];
+    dialog.push({ type: 'incomplete', start: call.startedAt, parties: [0, 1], disposition });
+  }
+  const allDialogs = dialog.map((_, i) => i);
+  const analysis: Json[] = [];
+  const about = allDialogs.length === 1 ? allDialogs[0]! : allDialogs;
+  const analysisOf = (type: string, body: unknown, json: boolean): Json => ({
+    type,
+    ...(allDialogs.length > 0 ? { dialog: about } : {}),
+    vendor: VENDOR,
+    product: call.source,
+    mediatype: json ? 'application/json' : 'text/plain',
+    encoding: json ? 'json' : 'none',
+    body,
+  });
+  if (call.summary) {
+    if (call.summary.content !== '') analysis.push(analysisOf('summary', call.summary.content, false));
+    if (call.summary.keyPoints.length > 0) analysis.push(analysisOf('key_points', call.summary.keyPoints, true));
+    if (call.summary.topics.length > 0) analysis.push(analysisOf('topics', call.summary.topics, true));
+  }
+  return {
+    uuid: vconUuid(call),
+    created_at: call.receivedAt,
+    subject: `Call ${call.callId}`,
+    parties,
+    dialog,
+    analysis,
+    attachments: [],
+  };
+}

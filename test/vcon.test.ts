@@ -1,0 +1,147 @@
+// vCon in and out: the vCon the archive writes validates against the working group's JSON schema
+// (a copy in test/fixtures/vcon), a vCon posted in becomes the canonical call, and a call survives
+// the round trip (parties, transcript, summary, key points, topics).
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import type { CanonicalCall } from '../src/model/call.js';
+import { isVcon, normalizeVcon, renderVcon, vconUuid } from '../src/model/vcon.js';
+import { InvalidPayloadError } from '../src/model/webhook.js';
+import { sampleCall, webhookPayload } from './support/calls.js';
+
+// ajv 6 is already installed (a dependency of eslint); draft-07 is its default meta-schema.
+const Ajv = createRequire(import.meta.url)('ajv') as new (options: Record<string, unknown>) => {
+  compile(schema: unknown): ((data: unknown) => boolean) & { errors?: { dataPath: string; message?: string }[] | null };
+};
+const schema: unknown = JSON.parse(readFileSync(new URL('./fixtures/vcon/vcon_json_schema.json', import.meta.url), 'utf8'));
+const validate = new Ajv({ allErrors: true, format: 'full' }).compile(schema);
+
+function assertValid(vcon: unknown): void {
+  const ok = validate(vcon);
+  assert.ok(ok, JSON.stringify(validate.errors));
+}
+
+const receivedAt = new Date('2026-10-05T12:00:00Z');
+
+function withTranscript(): CanonicalCall {
+  const call = sampleCall('c-vcon', { agentId: 'agent-1' });
+  assert.ok(call.transcript && call.transcript.chunks.length >= 2, 'fixture has transcript chunks');
+  assert.ok(call.summary && call.summary.topics.length > 0, 'fixture has topics');
+  return call;
+}
+
+describe('vCon written by the archive', () => {
+  test('a call with transcript and summary gives a vCon valid against the schema', () => {
+    const vcon = renderVcon(withTranscript());
+    assertValid(vcon);
+    const v = vcon as { parties: { tel?: string }[]; dialog: { type: string; originator?: number }[]; analysis: { type: string; vendor: string }[] };
+    assert.equal(v.parties.length, 2);
+    assert.ok(v.dialog.length >= 2 && v.dialog.every((d) => d.type === 'text'));
+    const call = withTranscript();
+    const expected = ['summary', ...(call.summary!.keyPoints.length > 0 ? ['key_points'] : []), 'topics'];
+    assert.deepEqual(v.analysis.map((a) => a.type), expected);
+    assert.ok(v.analysis.every((a) => a.vendor === 'callsync'));
+  });
+
+  test('a missed call without transcript, and an anonymous caller, are valid vCons too', () => {
+    const call: CanonicalCall = { ...withTranscript(), transcript: null, summary: null, outcome: 'missed', from: null, fromRaw: 'anonymous' };
+    const vcon = renderVcon(call) as { dialog: { type: string; disposition?: string }[]; parties: Record<string, unknown>[] };
+    assertValid(vcon);
+    assert.deepEqual(vcon.dialog.map((d) => [d.type, d.disposition]), [['incomplete', 'no-answer']]);
+    assert.equal(vcon.parties[0]!.tel, undefined);
+  });
+
+  test('utterance offsets out of range still give a valid vCon (the call start stands in)', () => {
+    const call = withTranscript();
+    const odd: CanonicalCall = { ...call, transcript: { content: 'x', chunks: [{ speaker: 'caller', startOffsetMs: 1e300, endOffsetMs: Infinity, content: 'x' }] } };
+    assertValid(renderVcon(odd));
+  });
+
+  test('the uuid is a stable version 8 UUID per call', () => {
+    const call = withTranscript();
+    assert.equal(vconUuid(call), vconUuid({ ...call }));
+    assert.notEqual(vconUuid(call), vconUuid({ ...call, key: `${call.key}x` }));
+    assert.match(vconUuid(call), /^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+
+  test('the validator is not vacuous: broken vCons fail it', () => {
+    const good = renderVcon(withTranscript());
+    assert.equal(validate({ ...good, uuid: undefined }), false);
+    assert.equal(validate({ ...good, created_at: 'yesterday' }), false);
+    assert.equal(validate({ ...good, dialog: [{ type: 'chat', start: '2026-10-05T12:00:00Z' }] }), false);
+    assert.equal(validate({ ...good, analysis: [{ type: 'summary', body: 'x' }] }), false);
+  });
+});
+
+describe('vCon posted in', () => {
+  test('isVcon tells a vCon from the platform payload', () => {
+    assert.equal(isVcon(renderVcon(withTranscript())), true);
+    assert.equal(isVcon(webhookPayload('c-1')), false);
+    assert.equal(isVcon({ uuid: 'x' }), false);
+    assert.equal(isVcon(null), false);
+  });
+
+  test('round trip: parties, transcript, summary, key points and topics come back', () => {
+    const call = withTranscript();
+    const vcon = JSON.parse(JSON.stringify(renderVcon(call))) as Record<string, unknown>;
+    const back = normalizeVcon(vcon, { agentId: 'agent-1', receivedAt });
+    assert.equal(back.source, 'ai-agent');
+    assert.equal(back.callId, vcon.uuid);
+    assert.equal(back.key, `ai-agent:agent-1:${String(vcon.uuid)}`);
+    assert.equal(back.from, call.from);
+    assert.equal(back.to, call.to);
+    assert.equal(back.startedAt, new Date(Date.parse(call.startedAt) + call.transcript!.chunks[0]!.startOffsetMs).toISOString());
+    const shift = call.transcript!.chunks[0]!.startOffsetMs;
+    assert.deepEqual(
+      back.transcript!.chunks,
+      call.transcript!.chunks.map((c) => ({ ...c, startOffsetMs: c.startOffsetMs - shift, endOffsetMs: c.endOffsetMs - shift })),
+    );
+    assert.deepEqual(back.summary, call.summary);
+    assert.equal(back.payloadVersion, 'vcon');
+    assert.deepEqual(back.raw, vcon);
+    // Written again, the same uuid: the call is the same one.
+    assert.equal((renderVcon(back) as { uuid: string }).uuid, vcon.uuid);
+  });
+
+  test('a vCon that cannot be a call is refused with pointers to the problems', () => {
+    const bad = { uuid: '', parties: ['x'], dialog: [{ type: 'text' }], analysis: {} };
+    assert.throws(
+      () => normalizeVcon(bad, { agentId: null, receivedAt }),
+      (e: unknown) => e instanceof InvalidPayloadError && JSON.stringify(e.problems.map((p) => p.pointer)) === JSON.stringify(['/uuid', '/parties/0', '/analysis', '/dialog/0/start']),
+    );
+  });
+
+  test('durations beyond reason and dates beyond range are a 400, never a crash; many dialogs are fine', () => {
+    const base = { uuid: 'u-1', parties: [{}, {}] };
+    for (const duration of [-1, 1e300, 'long', null]) {
+      assert.throws(() => normalizeVcon({ ...base, dialog: [{ type: 'text', start: '2026-10-05T09:00:00Z', duration }] }, { agentId: null, receivedAt }), (e: unknown) => e instanceof InvalidPayloadError && e.pointer === '/dialog/0/duration');
+    }
+    assert.throws(() => normalizeVcon({ ...base, dialog: [{ type: 'text', start: '+275760-09-13T00:00:00Z', duration: 600000 }] }, { agentId: null, receivedAt }), InvalidPayloadError);
+    const many = Array.from({ length: 150_000 }, (_, i) => ({ type: 'text', start: new Date(Date.parse('2026-10-05T09:00:00Z') + i).toISOString(), body: 'x', encoding: 'none' }));
+    const call = normalizeVcon({ ...base, dialog: many }, { agentId: null, receivedAt });
+    assert.equal(call.transcript?.chunks.length, 150_000);
+    assert.equal(call.startedAt, '2026-10-05T09:00:00.000Z');
+  });
+
+  test('base64url bodies and a transcript given only as analysis are read', () => {
+    const back = normalizeVcon(
+      {
+        uuid: '019f15a6-a752-826f-b9a2-279e0d16bc46',
+        created_at: '2026-10-05T09:00:00Z',
+        parties: [{ tel: '+4921155550100' }, { tel: '+4915112345678' }],
+        dialog: [{ type: 'recording', start: '2026-10-05T09:00:00Z', duration: 42, parties: [0, 1], url: 'https://example.com/a.mp3' }],
+        analysis: [
+          { type: 'transcript', vendor: 'x', encoding: 'none', body: 'Hello there' },
+          { type: 'summary', vendor: 'x', encoding: 'base64url', body: Buffer.from('Wants a callback').toString('base64url') },
+        ],
+      },
+      { agentId: null, receivedAt },
+    );
+    assert.equal(back.transcript?.content, 'Hello there');
+    assert.deepEqual(back.transcript?.chunks, []);
+    assert.equal(back.summary?.content, 'Wants a callback');
+    assert.equal(back.durationSec, 42);
+    assert.equal(back.from, '+4921155550100');
+  });
+});
