@@ -49,7 +49,7 @@ function poisonText(callId: string, depth = 10_000): { text: string; callId: str
 async function archivedIds(dir: string): Promise<Set<string>> {
   const files = await readdir(dir, { recursive: true }).catch(() => [] as string[]);
   // Object names are `<callId>-<16 hex of the call key's hash>.json` (src/model/call.ts callKeySegment).
-  return new Set(files.filter((f) => f.endsWith('.json')).map((f) => f.split('/').pop()!.slice(0, -'.json'.length).replace(/-[0-9a-f]{16}$/, '')));
+  return new Set(files.filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json')).map((f) => f.split('/').pop()!.slice(0, -'.json'.length).replace(/-[0-9a-f]{16}$/, '')));
 }
 
 describe('isRedisUnavailable', () => {

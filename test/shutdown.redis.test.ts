@@ -58,7 +58,7 @@ async function bounded<T>(promise: Promise<T>, ms: number, what: string, child?:
 async function archivedCallIds(dir: string): Promise<string[]> {
   const files = (await readdir(dir, { recursive: true }).catch(() => [] as string[])) as string[];
   // `<call id>-<16 hex>.json` (the ids here need no making safe).
-  return files.filter((f) => f.endsWith('.json')).map((f) => f.split('/').pop()!.replace(/-[0-9a-f]{16}\.json$/, ''));
+  return files.filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json')).map((f) => f.split('/').pop()!.replace(/-[0-9a-f]{16}\.json$/, ''));
 }
 
 describe('graceful shutdown on SIGTERM', () => {

@@ -180,7 +180,7 @@ routes:
 
     // Archive: the same objects, overwritten with the summary; no revision bookkeeping in them.
     const base = `transcripts/2026/04/08/${callKeySegment({ key: callKey('ai-agent', 'agent-1', 'upd-1'), callId: 'upd-1' })}`;
-    assert.deepEqual(await s3.list('transcripts/2026/04/08/upd-1'), [`${base}.json`, `${base}.txt`]);
+    assert.deepEqual(await s3.list('transcripts/2026/04/08/upd-1'), [`${base}.json`, `${base}.txt`, `${base}.vcon.json`]);
     const doc = JSON.parse((await s3.get(`${base}.json`)).body);
     assert.equal(doc.call.summary.content, CORRECTED);
     assert.equal(doc.call.revision, undefined);
