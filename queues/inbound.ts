@@ -7,7 +7,7 @@
 // object, msgpack'd options and a large script per call. The 202 still means "stored in Redis": an
 // entry is as durable as a job (same Redis, same persistence settings), and an entry leaves the log
 // only after its sink jobs exist. See docs/reliability.md.
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connection.js';
 import type { CanonicalCall } from '../src/model/call.js';
 
 // The keys sit beside the queues (same hash slot with a `{tag}` prefix) but outside every queue's
@@ -144,12 +144,12 @@ interface InboundCommands {
   callsyncInboundPark(key: string, parkedKey: string, group: string, entryId: string, reason: string): Promise<string>;
 }
 
-function commands(redis: Redis): Redis & InboundCommands {
-  const r = redis as Redis & Partial<InboundCommands>;
+function commands(redis: RedisClient): RedisClient & InboundCommands {
+  const r = redis as RedisClient & Partial<InboundCommands>;
   if (!r.callsyncInboundAppend) redis.defineCommand('callsyncInboundAppend', { numberOfKeys: 1, lua: APPEND });
   if (!r.callsyncInboundAckDelete) redis.defineCommand('callsyncInboundAckDelete', { numberOfKeys: 1, lua: ACK_DELETE });
   if (!r.callsyncInboundPark) redis.defineCommand('callsyncInboundPark', { numberOfKeys: 2, lua: PARK });
-  return r as Redis & InboundCommands;
+  return r as RedisClient & InboundCommands;
 }
 
 /** Lua's `unpack` takes at most a few thousand values; batches stay well below. */
@@ -190,7 +190,7 @@ export class InboundLog {
   private readonly seenPrefix: string;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     readonly prefix: string,
   ) {
     this.key = inboundStreamKey(prefix);
@@ -219,7 +219,7 @@ export class InboundLog {
    * New entries for `consumer` (blocks up to `blockMs` when there are none). Pass a connection of
    * its own for blocking reads (`redis` here), so a block never delays other commands.
    */
-  async read(consumer: string, count: number, blockMs: number, redis: Redis = this.redis): Promise<InboundEntry[]> {
+  async read(consumer: string, count: number, blockMs: number, redis: RedisClient = this.redis): Promise<InboundEntry[]> {
     const res = (await redis.xreadgroup('GROUP', FANOUT_GROUP, consumer, 'COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.key, '>')) as
       | [string, RawEntry[]][]
       | null;

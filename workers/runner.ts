@@ -2,7 +2,7 @@
 // failure is dead-lettered at once, waits without spending an attempt, pauses the queue, or
 // backs off exponentially (with jitter) until attempts run out and the job lands in the dead letters.
 import { DelayedError, Queue, UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../queues/connection.js';
 import type { Logger } from 'pino';
 import { backoffDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
@@ -18,7 +18,7 @@ export interface RunnerEvents {
 }
 
 export interface RunnerOptions {
-  connection: Redis;
+  connection: RedisClient;
   prefix: string;
   retry: RetryPolicy;
   concurrency: number;

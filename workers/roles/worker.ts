@@ -1,7 +1,7 @@
 // The worker role: the sinks, one queue and worker per sink, and the fan-out that turns inbound
 // log entries into sink jobs (with the `inbound` queue and its worker for what it cannot handle).
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import { sinkTypes } from '../../src/sinks/registry.js';
 import type { Sink } from '../../src/sinks/types.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
@@ -83,7 +83,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     // The inbound log's fan-out; what it cannot handle goes to the `inbound` queue and its worker.
     const deadLetters = openQueue<CallReceivedJob>(INBOUND_QUEUE);
     workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor({ routes: config.routes, sinkQueues, withoutRaw }), runner));
-    const blocking: Redis = createRedis(config.redis.url, 'worker');
+    const blocking: RedisClient = createRedis(config.redis, 'worker');
     blocking.on('error', (err) => log.warn({ connection: 'fanout', err: { message: err.message } }, 'redis connection error'));
     closers.add('close fan-out connection', () => quitRedis(blocking));
     const fanOut = startLogFanOut({
