@@ -137,8 +137,11 @@ const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EP
  */
 const UNAVAILABLE_REPLY = /^(LOADING|OOM|READONLY|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|BUSY|MISCONF|NOAUTH|WRONGPASS|NOPERM|WRONGTYPE|MOVED|ASK|ERR max number of clients)\b/;
 
-/** Errors of ioredis and its parser that mean the connection, not the command, failed. */
-const CONNECTION_ERROR_NAMES = new Set(['MaxRetriesPerRequestError', 'AbortError', 'InterruptError', 'ParserError', 'ClusterAllFailedError', 'TimeoutError']);
+/**
+ * Errors of ioredis and its parser that mean the connection, not the command, failed; and too few
+ * replicas confirming a write (ACK_REPLICAS, queues/inbound.ts).
+ */
+const CONNECTION_ERROR_NAMES = new Set(['ReplicationError', 'MaxRetriesPerRequestError', 'AbortError', 'InterruptError', 'ParserError', 'ClusterAllFailedError', 'TimeoutError']);
 const CONNECTION_MESSAGES = /^(Connection is closed\.|Stream isn't writeable|Command timed out|Connection timed out|connect ETIMEDOUT|.* timed out after \d+ ms$)/;
 
 /**

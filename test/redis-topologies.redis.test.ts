@@ -8,6 +8,7 @@ import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../src/config/index.js';
+import { describeConfig } from '../src/cli/check-config.js';
 import { connectRedis } from '../src/cli/redis.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
@@ -60,6 +61,32 @@ describe('Redis Cluster (3 masters, 3 replicas)', () => {
     const found = await Promise.all(masters.map((port) => nodeCommand(port, ['EXISTS', `${prefix}:inbound-log`]).catch((err: Error) => err.message.split(' ')[0])));
     assert.equal(found.filter((n) => n === 1).length, 1, `the inbound log is on one master of the cluster: ${found.join(', ')}`);
     assert.equal(found.filter((n) => n === 'MOVED').length, 2, 'the other two send the client on');
+  });
+
+  test('ACK_REPLICAS=1 on a cluster: the WAIT asks the master that holds the log, so its replica hanging means 503', async () => {
+    const ackPrefix = `{${uniquePrefix('clack')}}`;
+    const ingress = await startTestCallsync({
+      REDIS_URL: NOWHERE,
+      REDIS_CLUSTER_NODES: cluster.seeds,
+      QUEUE_PREFIX: ackPrefix,
+      CALLSYNC_ROLE: 'ingress',
+      ACK_REPLICAS: '1',
+      ACK_REPLICAS_TIMEOUT_MS: '300',
+      SPOOL_ENABLED: 'false',
+      ARCHIVE_DIR: dir,
+    });
+    const { replica } = await cluster.nodesOfKey(`${ackPrefix}:inbound-log`);
+    try {
+      const first = await postJson(`${ingress.url}/webhooks/ai-agent/agent-1`, webhookPayload('clack-1'));
+      assert.equal(first.status, 202);
+      replica.pause();
+      assert.equal((await postJson(`${ingress.url}/webhooks/ai-agent/agent-1`, webhookPayload('clack-2'))).status, 503, 'its replica does not confirm');
+      replica.resume();
+      await waitFor(async () => (await postJson(`${ingress.url}/webhooks/ai-agent/agent-1`, webhookPayload('clack-2'))).status === 202, { what: '202 again', timeoutMs: 15_000, intervalMs: 200 });
+    } finally {
+      replica.resume();
+      await ingress.stop();
+    }
   });
 
   test('the CLI connects through the same factory', async () => {
@@ -138,4 +165,12 @@ describe('a Redis with a password (REDIS_PASSWORD)', () => {
       await cs.stop();
     }
   });
+});
+
+test('REDIS_URL: rediss:// is TLS; a password in it is never shown', () => {
+  assert.equal(loadConfig({ REDIS_URL: 'rediss://cache.example:6380' }).redis.tls, true);
+  assert.equal(loadConfig({ REDIS_URL: 'redis://cache.example:6380' }).redis.tls, false);
+  const lines = describeConfig(loadConfig({ REDIS_URL: 'redis://app:hunter2@cache:6379' })).join('\n');
+  assert.match(lines, /redis: +redis:\/\/app:\*\*\*@cache:6379/);
+  assert.ok(!lines.includes('hunter2'));
 });

@@ -93,7 +93,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       options,
       log,
       redis,
-      inboundLog: new InboundLog(redis.producer, config.redis.prefix),
+      inboundLog: new InboundLog(redis.producer, config.redis.prefix, config.ack),
       telephony,
       runner: runnerOptions(config, redis.worker, options),
     };

@@ -67,6 +67,14 @@ const coreEnv = {
   /** How long the ingress waits for Redis before answering 503. Default 1500 ms. */
   ENQUEUE_TIMEOUT_MS: int(1500, 1),
   /**
+   * Replicas that must have a batch of calls before any of it is acknowledged: after each append,
+   * `WAIT ACK_REPLICAS ACK_REPLICAS_TIMEOUT_MS`; fewer in time -> 503 (or the spool). Default 0
+   * (acknowledged once in the master's memory).
+   */
+  ACK_REPLICAS: int(0, 0),
+  /** How long one batch waits for its replicas (below ENQUEUE_TIMEOUT_MS). Default 500 ms. */
+  ACK_REPLICAS_TIMEOUT_MS: int(500, 1),
+  /**
    * Acknowledge webhooks into a local fsync'd spool while Redis is unreachable, drained into the
    * queue in order when it returns (docs/reliability.md). Default: on when SPOOL_DIR is writable.
    */

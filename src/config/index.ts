@@ -8,6 +8,7 @@ import { routeSchema, type ParsedRoute } from '../routing/types.js';
 import { sinkTypes } from '../sinks/registry.js';
 import type { RetryPolicy } from '../../queues/registry.js';
 import type { RedisNode, RedisSettings } from '../../queues/connection.js';
+import type { AckReplicas } from '../../queues/inbound.js';
 import { oneOf } from '../env-values.js';
 import { envSchema, PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
 import { TelephonyConfigError, telephonyOptions, type TelephonyClientOptions } from '../telephony/client.js';
@@ -36,6 +37,8 @@ export interface Config {
     maxConnections: number;
   };
   redis: RedisSettings;
+  /** ACK_REPLICAS: replicas that must confirm each appended batch before its 202s (0: none). */
+  ack: AckReplicas;
   webhook: {
     /** `'*'` allows any source (a warning is logged at start). */
     allowedIps: string[] | '*';
@@ -408,6 +411,8 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
     problems.push('POLL_CHANNEL_IDS: polling channel events needs TELEPHONY_API_URL (and credentials)');
 
   const redis = redisSettings(env, problems);
+  if (env.ACK_REPLICAS > 0 && env.ACK_REPLICAS_TIMEOUT_MS >= env.ENQUEUE_TIMEOUT_MS)
+    problems.push(`ACK_REPLICAS_TIMEOUT_MS: ${env.ACK_REPLICAS_TIMEOUT_MS} must be below ENQUEUE_TIMEOUT_MS (${env.ENQUEUE_TIMEOUT_MS}): the append and its WAIT share that time`);
 
   if (problems.length > 0) throw new ConfigError(problems);
 
@@ -422,6 +427,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       maxConnections: env.HTTP_MAX_CONNECTIONS,
     },
     redis,
+    ack: { replicas: env.ACK_REPLICAS, timeoutMs: env.ACK_REPLICAS_TIMEOUT_MS },
     webhook: {
       allowedIps,
       trustedProxies,

@@ -20,6 +20,10 @@ export interface ServerProcess {
   readonly running: boolean;
   /** SIGKILL: a crashed or lost node. */
   kill(): Promise<void>;
+  /** SIGSTOP: the process hangs (a replica that stops confirming), connections stay open. */
+  pause(): void;
+  /** SIGCONT after `pause`. */
+  resume(): void;
 }
 
 function spawnServer(args: string[], port: number): ServerProcess & { exited: Promise<void> } {
@@ -42,8 +46,15 @@ function spawnServer(args: string[], port: number): ServerProcess & { exited: Pr
     },
     async kill() {
       if (!running) return;
+      proc.kill('SIGCONT');
       proc.kill('SIGKILL');
       await exited;
+    },
+    pause() {
+      if (running) proc.kill('SIGSTOP');
+    },
+    resume() {
+      if (running) proc.kill('SIGCONT');
     },
   };
 }
@@ -82,7 +93,9 @@ export interface TestCluster {
   seeds: string;
   /** Ports of the nodes that are masters now (CLUSTER NODES, asked of a live node). */
   masters(): Promise<number[]>;
-  /** Waits until every live node says cluster_state:ok. */
+  /** The node (master, then its replica) holding `key`'s slot now. */
+  nodesOfKey(key: string): Promise<{ master: ServerProcess; replica: ServerProcess }>;
+  /** Waits until every live node says cluster_state:ok and every live replica is in sync. */
   waitHealthy(): Promise<void>;
   destroy(): Promise<void>;
 }
@@ -125,9 +138,29 @@ export async function startRedisCluster(): Promise<TestCluster> {
         })
         .map((l) => Number(/:(\d+)@/.exec(l)?.[1]));
     },
+    async nodesOfKey(key: string) {
+      const port = live()[0]!.port;
+      const slot = Number(await nodeCommand(port, ['CLUSTER', 'KEYSLOT', key]));
+      const lines = String(await nodeCommand(port, ['CLUSTER', 'NODES'])).split('\n').filter(Boolean).map((l) => l.split(' '));
+      const portOf = (fields: string[]) => Number(/:(\d+)@/.exec(fields[1]!)?.[1]);
+      const master = lines.find((f) => f[2]!.split(',').includes('master') && f.slice(8).some((r) => {
+        const [from, to] = r.split('-').map(Number);
+        return slot >= from! && slot <= (to ?? from)!;
+      }));
+      if (!master) throw new Error(`no master holds slot ${slot}`);
+      const replica = lines.find((f) => f[3] === master[0]);
+      if (!replica) throw new Error(`the master of slot ${slot} has no replica`);
+      const byPort = (p: number) => nodes.find((n) => n.port === p)!;
+      return { master: byPort(portOf(master)), replica: byPort(portOf(replica)) };
+    },
     async waitHealthy() {
       for (const node of live()) {
         await waitFor(async () => /cluster_state:ok/.test(String(await nodeCommand(node.port, ['CLUSTER', 'INFO']))), `cluster_state ok at ${node.port}`, 30_000);
+        // A replica counts for WAIT only once its first sync is done.
+        await waitFor(async () => {
+          const info = String(await nodeCommand(node.port, ['INFO', 'replication']));
+          return /role:master/.test(info) || /master_link_status:up/.test(info);
+        }, `replica ${node.port} in sync`, 30_000);
       }
     },
     async destroy() {
@@ -220,4 +253,34 @@ export async function startPasswordRedis(password: string): Promise<ServerProces
       await rm(dir, { recursive: true, force: true });
     },
   });
+}
+
+/** A master and one replica in sync (`--replicaof`), no Sentinel. */
+export async function startReplicatedRedis(): Promise<{ master: ServerProcess; replica: ServerProcess; url: string; destroy(): Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'callsync-replicated-'));
+  await run('mkdir', ['-p', join(dir, 'm'), join(dir, 'r')]);
+  const procs: ServerProcess[] = [];
+  try {
+    const masterPort = await freePort();
+    const master = spawnServer(baseArgs(masterPort, join(dir, 'm')), masterPort);
+    procs.push(master);
+    await waitFor(async () => (await nodeCommand(masterPort, ['PING'])) === 'PONG', 'master');
+    const replicaPort = await freePort();
+    const replica = spawnServer([...baseArgs(replicaPort, join(dir, 'r')), '--replicaof', '127.0.0.1', String(masterPort)], replicaPort);
+    procs.push(replica);
+    await waitFor(async () => /master_link_status:up/.test(String(await nodeCommand(replicaPort, ['INFO', 'replication']))), 'replica in sync');
+    return {
+      master,
+      replica,
+      url: `redis://127.0.0.1:${masterPort}`,
+      async destroy() {
+        for (const p of procs) await p.kill();
+        await rm(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    for (const p of procs) await p.kill();
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
 }
