@@ -100,6 +100,72 @@ describe('Redis Cluster (3 masters, 3 replicas)', () => {
   });
 });
 
+describe('Redis Cluster chaos: the master of the log killed under load, ACK_REPLICAS=1', () => {
+  let cluster: TestCluster;
+  let cs: TestCallsync;
+  let dir: string;
+  const prefix = `{${uniquePrefix('clchaos')}}`;
+
+  before(async () => {
+    cluster = await startRedisCluster();
+    dir = await mkdtemp(join(tmpdir(), 'cluster-chaos-'));
+    cs = await startTestCallsync({
+      REDIS_URL: NOWHERE,
+      REDIS_CLUSTER_NODES: cluster.seeds,
+      QUEUE_PREFIX: prefix,
+      ACK_REPLICAS: '1',
+      ACK_REPLICAS_TIMEOUT_MS: '500',
+      SPOOL_ENABLED: 'false',
+      ARCHIVE_DIR: dir,
+    });
+  });
+  after(async () => {
+    await cs?.stop();
+    await cluster?.destroy();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  test('fails over to the replica and every acknowledged call is archived', async () => {
+    const { master, replica } = await cluster.nodesOfKey(`${prefix}:inbound-log`);
+    const acknowledged = new Set<string>();
+    let refused = 0;
+    let n = 0;
+    const postOne = async () => {
+      const id = `chaos-${++n}`;
+      const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id)).catch(() => ({ status: 0 }));
+      if (res.status === 202) acknowledged.add(id);
+      else refused++;
+    };
+    // Load: 4 callers at once, before, during and after the kill.
+    const load = async (until: () => boolean) => {
+      await Promise.all([0, 1, 2, 3].map(async () => {
+        while (!until()) await postOne();
+      }));
+    };
+    await load(() => acknowledged.size >= 40);
+    let killed = false;
+    const giveUp = Date.now() + 60_000;
+    const loading = load(() => (killed && acknowledged.size >= 120) || Date.now() > giveUp);
+    await master.kill();
+    killed = true;
+    await waitFor(async () => (await cluster.masters()).includes(replica.port), { what: 'the replica promoted', timeoutMs: 30_000 });
+    // The promoted replica has no replica of its own: with ACK_REPLICAS=1 nothing is acknowledged
+    // (503) until the old master is back, rejoins as its replica and has caught up.
+    const before = acknowledged.size;
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.equal(acknowledged.size, before, 'no 202 while the new master has no replica');
+    master.restart();
+    await loading;
+    assert.ok(acknowledged.size >= 120, `calls are acknowledged again after the failover (${acknowledged.size} were, ${refused} refused)`);
+    // Every call answered 202 reaches the archive, across the failover.
+    const names = async () => (await archived(dir)).join('\n');
+    await waitFor(async () => {
+      const all = await names();
+      return [...acknowledged].every((id) => all.includes(`/${id}-`));
+    }, { what: `every acknowledged call archived (${acknowledged.size}, ${refused} refused)`, timeoutMs: 60_000, intervalMs: 500 });
+  });
+});
+
 describe('Sentinel (master, replica, one sentinel)', () => {
   let set: TestSentinel;
   let cs: TestCallsync;

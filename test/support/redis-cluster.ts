@@ -24,20 +24,31 @@ export interface ServerProcess {
   pause(): void;
   /** SIGCONT after `pause`. */
   resume(): void;
+  /** Starts the process again after `kill` (same arguments, same folder: a cluster node rejoins). */
+  restart(): void;
 }
 
 function spawnServer(args: string[], port: number): ServerProcess & { exited: Promise<void> } {
-  const proc: ChildProcess = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let running = true;
-  const exited = new Promise<void>((resolve) =>
-    proc.once('exit', () => {
-      running = false;
-      resolve();
-    }),
-  );
+  let proc: ChildProcess;
+  let running = false;
+  let exited: Promise<void> = Promise.resolve();
+  const launch = () => {
+    const child = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    proc = child;
+    running = true;
+    exited = new Promise<void>((resolve) =>
+      child.once('exit', () => {
+        if (proc === child) running = false;
+        resolve();
+      }),
+    );
+  };
+  launch();
   return {
     port,
-    exited,
+    get exited() {
+      return exited;
+    },
     get pid() {
       return proc.pid ?? NaN;
     },
@@ -49,6 +60,9 @@ function spawnServer(args: string[], port: number): ServerProcess & { exited: Pr
       proc.kill('SIGCONT');
       proc.kill('SIGKILL');
       await exited;
+    },
+    restart() {
+      if (!running) launch();
     },
     pause() {
       if (running) proc.kill('SIGSTOP');
