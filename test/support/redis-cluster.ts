@@ -36,8 +36,12 @@ function spawnServer(args: string[], port: number): ServerProcess & { exited: Pr
     const child = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
     proc = child;
     running = true;
+    // A test file that ends without its after() hooks (process.exit) still takes its servers along.
+    const orphaned = () => child.kill('SIGKILL');
+    process.once('exit', orphaned);
     exited = new Promise<void>((resolve) =>
       child.once('exit', () => {
+        process.removeListener('exit', orphaned);
         if (proc === child) running = false;
         resolve();
       }),
