@@ -1,28 +1,130 @@
 // Redis connections for BullMQ: workers block and must retry forever; producers must fail fast
 // so the ingress can answer 503 instead of hanging while Redis is away.
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 
 export type ConnectionRole = 'worker' | 'producer';
 
+/** A connection to one Redis (or one found through Sentinel), or to a Redis Cluster. */
+export type RedisClient = Redis | Cluster;
+
+export interface RedisNode {
+  host: string;
+  port: number;
+}
+
+/**
+ * Where callsync's Redis is and how to log in, parsed once by the config: one Redis at `url`
+ * (REDIS_URL), or a Redis Cluster (REDIS_CLUSTER_NODES, any of its nodes), or the master of
+ * `sentinelName` found through Sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME).
+ */
 export interface RedisSettings {
   url: string;
+  /** Seed nodes of a Redis Cluster (REDIS_CLUSTER_NODES); empty: not a cluster. */
+  clusterNodes: RedisNode[];
+  /** Sentinels (REDIS_SENTINELS); empty: no Sentinel. */
+  sentinels: RedisNode[];
+  /** The master's name at the sentinels (REDIS_SENTINEL_NAME). */
+  sentinelName?: string;
+  /** REDIS_PASSWORD: wins over a password in `url`; also the sentinels' password. */
+  password?: string;
+  /** TLS to Redis (a `rediss://` REDIS_URL, or REDIS_TLS for cluster nodes and sentinels). */
+  tls: boolean;
   /** Key prefix of every queue and state key. A `{hash-tag}` keeps them in one Redis Cluster slot. */
   prefix: string;
 }
 
-export function createRedis(url: string, role: ConnectionRole, extra: RedisOptions = {}): Redis {
+export type RedisMode = 'single' | 'cluster' | 'sentinel';
+
+export function redisMode(settings: Pick<RedisSettings, 'clusterNodes' | 'sentinels'>): RedisMode {
+  if (settings.clusterNodes.length > 0) return 'cluster';
+  if (settings.sentinels.length > 0) return 'sentinel';
+  return 'single';
+}
+
+/** Settings of one Redis at `url` (tests, tools): no cluster, no Sentinel. */
+export function singleRedis(url: string, prefix = 'callsync'): RedisSettings {
+  return { url, clusterNodes: [], sentinels: [], tls: url.startsWith('rediss://'), prefix };
+}
+
+/** Where the settings point, for logs and check-config: never a password. */
+export function describeRedis(settings: RedisSettings): string {
+  const nodes = (list: RedisNode[]) => list.map((n) => `${n.host}:${n.port}`).join(',');
+  const tls = settings.tls ? ' (TLS)' : '';
+  switch (redisMode(settings)) {
+    case 'cluster':
+      return `cluster ${nodes(settings.clusterNodes)}${tls}`;
+    case 'sentinel':
+      return `sentinel ${nodes(settings.sentinels)} master "${settings.sentinelName ?? ''}"${tls}`;
+    default: {
+      try {
+        const u = new URL(settings.url);
+        if (u.password) u.password = '***';
+        else if (u.username) u.username = '***';
+        return u.toString();
+      } catch {
+        return '(unparsable REDIS_URL)';
+      }
+    }
+  }
+}
+
+/**
+ * The one way callsync connects to Redis: queues, inbound log, state, locks, CLI, dashboard and
+ * metrics all come here. `worker` connections block and must retry forever; `producer` ones fail
+ * fast so the ingress can answer 503 instead of hanging while Redis is away. The same role
+ * settings apply to each node of a cluster and to the master found through Sentinel.
+ */
+export function createRedis(settings: RedisSettings, role: ConnectionRole, extra: RedisOptions = {}): RedisClient {
   const base: RedisOptions =
     role === 'worker'
       ? { maxRetriesPerRequest: null, enableReadyCheck: true }
       : { maxRetriesPerRequest: 1, enableOfflineQueue: false, connectTimeout: 1000, enableReadyCheck: true };
-  const redis = new Redis(url, {
+  const login: RedisOptions = {
+    ...(settings.password !== undefined ? { password: settings.password } : {}),
+    ...(settings.tls ? { tls: {} } : {}),
+  };
+  // Reconnect quickly at first, then at most every 2 s: a restarted Redis is picked up fast.
+  const retryStrategy = (times: number) => Math.min(times * 100, 2000);
+  const mode = redisMode(settings);
+  if (mode === 'cluster') {
+    const { enableOfflineQueue, ...nodeBase } = base;
+    const options: ClusterOptions = {
+      redisOptions: { ...nodeBase, ...login, ...extra },
+      clusterRetryStrategy: extra.retryStrategy ?? retryStrategy,
+      enableOfflineQueue: extra.enableOfflineQueue ?? enableOfflineQueue ?? true,
+      enableReadyCheck: true,
+      lazyConnect: extra.lazyConnect ?? false,
+      // A failover takes the cluster a few seconds: retry MOVED/CLUSTERDOWN meanwhile.
+      retryDelayOnFailover: 200,
+      retryDelayOnClusterDown: 300,
+      retryDelayOnTryAgain: 100,
+      slotsRefreshTimeout: 2000,
+    };
+    return new Cluster(settings.clusterNodes, options);
+  }
+  if (mode === 'sentinel') {
+    return new Redis({
+      ...base,
+      sentinels: settings.sentinels,
+      name: settings.sentinelName ?? 'mymaster',
+      ...login,
+      ...(settings.password !== undefined ? { sentinelPassword: settings.password } : {}),
+      ...(settings.tls ? { enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
+      retryStrategy,
+      sentinelRetryStrategy: retryStrategy,
+      // After a failover the old master answers READONLY: reconnect to the new one.
+      reconnectOnError: (err) => /^READONLY/.test(err.message),
+      lazyConnect: false,
+      ...extra,
+    });
+  }
+  return new Redis(settings.url, {
     ...base,
-    // Reconnect quickly at first, then at most every 2 s: a restarted Redis is picked up fast.
-    retryStrategy: (times) => Math.min(times * 100, 2000),
+    ...login,
+    retryStrategy,
     lazyConnect: false,
     ...extra,
   });
-  return redis;
 }
 
 /** Network failures of the connection to Redis (Node's error codes). */
@@ -35,8 +137,11 @@ const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EP
  */
 const UNAVAILABLE_REPLY = /^(LOADING|OOM|READONLY|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|BUSY|MISCONF|NOAUTH|WRONGPASS|NOPERM|WRONGTYPE|MOVED|ASK|ERR max number of clients)\b/;
 
-/** Errors of ioredis and its parser that mean the connection, not the command, failed. */
-const CONNECTION_ERROR_NAMES = new Set(['MaxRetriesPerRequestError', 'AbortError', 'InterruptError', 'ParserError', 'ClusterAllFailedError', 'TimeoutError']);
+/**
+ * Errors of ioredis and its parser that mean the connection, not the command, failed; and too few
+ * replicas confirming a write (ACK_REPLICAS, queues/inbound.ts).
+ */
+const CONNECTION_ERROR_NAMES = new Set(['ReplicationError', 'MaxRetriesPerRequestError', 'AbortError', 'InterruptError', 'ParserError', 'ClusterAllFailedError', 'TimeoutError']);
 const CONNECTION_MESSAGES = /^(Connection is closed\.|Stream isn't writeable|Command timed out|Connection timed out|connect ETIMEDOUT|.* timed out after \d+ ms$)/;
 
 /**

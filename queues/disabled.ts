@@ -5,7 +5,7 @@
 // does the same from a shell; the metrics read the marker (callsync_webhook_endpoint_disabled).
 // Jobs stay in the paused queue meanwhile: nothing is dropped.
 import type { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connection.js';
 
 const MARKER = 'callsync-disabled';
 
@@ -31,7 +31,7 @@ function parse(raw: string | null): DisabledMarker | null {
  * queue's Redis: the marker is set only when absent). True when this call disabled it (the queue
  * was running, or had no marker): the caller logs it once; false when it was disabled already.
  */
-export async function disableQueue(queue: Queue, redis: Redis, reason: string, now: Date = new Date()): Promise<boolean> {
+export async function disableQueue(queue: Queue, redis: RedisClient, reason: string, now: Date = new Date()): Promise<boolean> {
   const client = redis;
   const key = queue.toKey(MARKER);
   const wasPaused = await queue.isPaused();

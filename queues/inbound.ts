@@ -7,7 +7,7 @@
 // object, msgpack'd options and a large script per call. The 202 still means "stored in Redis": an
 // entry is as durable as a job (same Redis, same persistence settings), and an entry leaves the log
 // only after its sink jobs exist. See docs/reliability.md.
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connection.js';
 import type { CanonicalCall } from '../src/model/call.js';
 
 // The keys sit beside the queues (same hash slot with a `{tag}` prefix) but outside every queue's
@@ -76,11 +76,18 @@ export const MAX_REMEMBERED_REVISIONS = 32;
 // A key written before revisions existed (the id alone) cannot tell: the item is an update — at
 // worst a harmless no-op update, never a dropped correction. Items of one batch are handled one
 // after the other, so a repeat inside the batch behaves like one in a later batch.
+//
+// ARGV[4] = '1' (ACK_REPLICAS > 0): a batch that wrote nothing (duplicates only) still writes once —
+// it refreshes a duplicate's dedupe key with the time it has left — so that the WAIT after it
+// covers the first delivery too, whichever connection stored it (WAIT counts the replicas that
+// have this connection's last write, and the replication stream is in order).
 const APPEND = `
-local seen, ttl, keep = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local seen, ttl, keep, touch = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local out = {}
 local n = 0
-for i = 4, #ARGV, 4 do
+local wrote = false
+local dup = nil
+for i = 5, #ARGV, 4 do
   n = n + 1
   local key, id, content, call = seen .. ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local cur = redis.call('GET', key)
@@ -92,6 +99,7 @@ for i = 4, #ARGV, 4 do
       redis.call('SET', key, id .. ' ' .. content, 'PX', ttl)
       redis.call('XADD', KEYS[1], '*', 'id', id, 'call', call, 'content', content)
     end
+    wrote = true
     out[n] = ''
   else
     local sp = string.find(cur, ' ', 1, true)
@@ -99,6 +107,7 @@ for i = 4, #ARGV, 4 do
     local known = sp and string.sub(cur, sp + 1) or ''
     if content == '' or string.find(' ' .. known .. ' ', ' ' .. content .. ' ', 1, true) then
       out[n] = 'd' .. first
+      dup = key
     else
       local list = {}
       for h in string.gmatch(known, '%S+') do list[#list + 1] = h end
@@ -111,9 +120,14 @@ for i = 4, #ARGV, 4 do
         redis.call('SET', key, first .. ' ' .. table.concat(list, ' '), 'PX', ttl)
       end
       redis.call('XADD', KEYS[1], '*', 'id', id, 'call', call, 'content', content, 'update', '1')
+      wrote = true
       out[n] = 'u'
     end
   end
+end
+if touch and not wrote and dup then
+  local left = redis.call('PTTL', dup)
+  if left > 0 then redis.call('PEXPIRE', dup, left) end
 end
 return out
 `;
@@ -144,12 +158,12 @@ interface InboundCommands {
   callsyncInboundPark(key: string, parkedKey: string, group: string, entryId: string, reason: string): Promise<string>;
 }
 
-function commands(redis: Redis): Redis & InboundCommands {
-  const r = redis as Redis & Partial<InboundCommands>;
+function commands(redis: RedisClient): RedisClient & InboundCommands {
+  const r = redis as RedisClient & Partial<InboundCommands>;
   if (!r.callsyncInboundAppend) redis.defineCommand('callsyncInboundAppend', { numberOfKeys: 1, lua: APPEND });
   if (!r.callsyncInboundAckDelete) redis.defineCommand('callsyncInboundAckDelete', { numberOfKeys: 1, lua: ACK_DELETE });
   if (!r.callsyncInboundPark) redis.defineCommand('callsyncInboundPark', { numberOfKeys: 2, lua: PARK });
-  return r as Redis & InboundCommands;
+  return r as RedisClient & InboundCommands;
 }
 
 /** Lua's `unpack` takes at most a few thousand values; batches stay well below. */
@@ -185,24 +199,70 @@ function parseEntry([entryId, fields]: RawEntry): InboundEntry {
   return { entryId, id, call, text };
 }
 
+/**
+ * ACK_REPLICAS: after a batch is appended, `WAIT replicas timeoutMs` on the same connection to the
+ * node that holds the log; fewer replicas in time and the batch is refused (`ReplicationError`).
+ */
+export interface AckReplicas {
+  replicas: number;
+  timeoutMs: number;
+}
+
+/**
+ * Fewer replicas confirmed a batch than ACK_REPLICAS asks (within ACK_REPLICAS_TIMEOUT_MS). The
+ * batch is in the master's memory and will reach its sinks, but it is not acknowledged: the caller
+ * answers 503 (or spools it); a redelivery is answered only once the replicas have it.
+ */
+export class ReplicationError extends Error {
+  constructor(
+    readonly wanted: number,
+    readonly confirmed: number,
+    timeoutMs: number,
+  ) {
+    super(`NOREPLICAS ${confirmed} of ${wanted} replicas confirmed the batch within ${timeoutMs} ms`);
+    this.name = 'ReplicationError';
+  }
+}
+
 export class InboundLog {
   readonly key: string;
   private readonly seenPrefix: string;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     readonly prefix: string,
+    private readonly ack: AckReplicas = { replicas: 0, timeoutMs: 0 },
   ) {
     this.key = inboundStreamKey(prefix);
     this.seenPrefix = inboundSeenPrefix(prefix);
   }
 
-  /** Appends a batch (deduplicated per item, in order); one round trip. */
+  /**
+   * Appends a batch (deduplicated per item, in order); one round trip. With ACK_REPLICAS > 0 the
+   * same round trip carries one `WAIT` for the whole batch, pipelined behind the script on the same
+   * connection: on a cluster a pipeline goes to the node of its keys' slot, so the WAIT asks the
+   * master that holds this log. Throws `ReplicationError` when fewer replicas confirm in time.
+   */
   async append(items: readonly AppendItem[], dedupeWindowMs: number): Promise<AppendOutcome[]> {
     if (items.length === 0) return [];
-    const args: string[] = [this.seenPrefix, String(Math.max(1, Math.round(dedupeWindowMs))), String(MAX_REMEMBERED_REVISIONS)];
+    const wait = this.ack.replicas > 0;
+    const args: string[] = [this.seenPrefix, String(Math.max(1, Math.round(dedupeWindowMs))), String(MAX_REMEMBERED_REVISIONS), wait ? '1' : '0'];
     for (const item of items) args.push(item.dedupeId, item.id, item.content ?? '', item.call);
-    const out = await commands(this.redis).callsyncInboundAppend(this.key, ...args);
+    let out: string[];
+    if (!wait) {
+      out = await commands(this.redis).callsyncInboundAppend(this.key, ...args);
+    } else {
+      const pipeline = commands(this.redis).pipeline() as ReturnType<RedisClient['pipeline']> & { callsyncInboundAppend(key: string, ...args: string[]): unknown };
+      pipeline.callsyncInboundAppend(this.key, ...args);
+      pipeline.call('WAIT', String(this.ack.replicas), String(this.ack.timeoutMs));
+      const results = (await pipeline.exec()) ?? [];
+      const [appendErr, appended] = results[0] ?? [new Error('no reply to the append')];
+      if (appendErr) throw appendErr;
+      const [waitErr, confirmed] = results[1] ?? [new Error('no reply to WAIT')];
+      if (waitErr) throw waitErr;
+      if (Number(confirmed) < this.ack.replicas) throw new ReplicationError(this.ack.replicas, Number(confirmed), this.ack.timeoutMs);
+      out = appended as string[];
+    }
     return out.map((v): AppendOutcome => (v === '' ? { stored: true, update: false } : v === 'u' ? { stored: true, update: true } : { stored: false, firstId: v.slice(1) }));
   }
 
@@ -219,7 +279,7 @@ export class InboundLog {
    * New entries for `consumer` (blocks up to `blockMs` when there are none). Pass a connection of
    * its own for blocking reads (`redis` here), so a block never delays other commands.
    */
-  async read(consumer: string, count: number, blockMs: number, redis: Redis = this.redis): Promise<InboundEntry[]> {
+  async read(consumer: string, count: number, blockMs: number, redis: RedisClient = this.redis): Promise<InboundEntry[]> {
     const res = (await redis.xreadgroup('GROUP', FANOUT_GROUP, consumer, 'COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.key, '>')) as
       | [string, RawEntry[]][]
       | null;

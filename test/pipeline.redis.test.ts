@@ -2,7 +2,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../queues/connection.js';
 import { inboundSeenPrefix, InboundLog } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { callHash, callKeySegment } from '../src/model/call.js';
@@ -12,7 +12,7 @@ import { waitFor } from './support/redis.js';
 import { startS3, type TestS3 } from './support/s3.js';
 
 /** How many entries were ever appended to the inbound log (XINFO STREAM's entries-added). */
-async function entriesAdded(redis: Redis, log: InboundLog): Promise<number> {
+async function entriesAdded(redis: RedisClient, log: InboundLog): Promise<number> {
   const info = (await redis.xinfo('STREAM', log.key)) as unknown[];
   const at = info.indexOf('entries-added');
   assert.ok(at >= 0, 'XINFO STREAM reports entries-added (Redis >= 7)');

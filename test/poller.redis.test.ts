@@ -8,9 +8,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
 import {
   createRedis,
+  singleRedis,
+  type RedisClient,
   defaultRetryPolicy,
   INBOUND_QUEUE,
   POLL_DEAD_LETTER_QUEUE,
@@ -34,23 +35,23 @@ const runner = { retry: defaultRetryPolicy, concurrency: 1, stalledIntervalMs: 1
 
 /** Redis connections, the inbound log and an acceptor on one test prefix. */
 class Harness {
-  readonly producer: Redis;
+  readonly producer: RedisClient;
   readonly inbound: InboundLog;
   readonly acceptor: InboundAcceptor;
-  private readonly extra: Redis[] = [];
+  private readonly extra: RedisClient[] = [];
   private readonly pollers: RunningPoller[] = [];
   readonly logs = memoryLog('debug');
 
   constructor(readonly prefix: string) {
-    this.producer = createRedis(REDIS_URL, 'producer');
+    this.producer = createRedis(singleRedis(REDIS_URL), 'producer');
     this.inbound = new InboundLog(this.producer, prefix);
     this.acceptor = new InboundAcceptor(this.inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 });
   }
 
   /** A poller with connections and a client of its own, as a separate process would have. */
   poller(api: FakeTelephony, settings: Partial<PollerSettings> = {}, options: { events?: PollerEvents; client?: Partial<TelephonyClientOptions>; instanceId?: string } = {}): RunningPoller {
-    const redis = createRedis(REDIS_URL, 'producer');
-    const workerConnection = createRedis(REDIS_URL, 'worker');
+    const redis = createRedis(singleRedis(REDIS_URL), 'producer');
+    const workerConnection = createRedis(singleRedis(REDIS_URL), 'worker');
     this.extra.push(redis, workerConnection);
     const running = startPoller({
       settings: { channelIds: ['ch1'], intervalMs: 200, pageSize: 50, maxBackoffMs: 1000, lockTtlMs: 1000, ...settings },

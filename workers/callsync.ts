@@ -4,7 +4,7 @@
 // after a start that failed half-way, each step isolated so one failure does not skip the rest.
 import type { Server } from 'node:http';
 import type { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../queues/connection.js';
 import type { Hono } from 'hono';
 import type { Config } from '../src/config/index.js';
 import type { SpoolingAcceptor } from '../src/ingress/spool.js';
@@ -36,7 +36,7 @@ export interface Callsync {
   spool: SpoolingAcceptor | null;
   /** The inbound log's fan-out, when this process runs workers (`stalled()` feeds readiness). */
   fanOut: RunningLogFanOut | null;
-  redis: { producer: Redis; worker: Redis };
+  redis: { producer: RedisClient; worker: RedisClient };
   close(): Promise<void>;
 }
 
@@ -45,7 +45,7 @@ export const runsWorkers = (role: Config['role']) => role === 'worker' || role =
 export const runsPoller = (role: Config['role']) => role === 'poller' || role === 'all';
 
 /** The queue runner settings of every worker in this process (sink queues, dead letters). */
-export function runnerOptions(config: Config, connection: Redis, options: CallsyncOptions): RunnerOptions {
+export function runnerOptions(config: Config, connection: RedisClient, options: CallsyncOptions): RunnerOptions {
   return {
     connection,
     prefix: config.redis.prefix,
@@ -81,7 +81,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
   const log = options.log;
   const closers = new Closers(log);
   return closers.opening(async () => {
-    const redis = { producer: createRedis(config.redis.url, 'producer'), worker: createRedis(config.redis.url, 'worker') };
+    const redis = { producer: createRedis(config.redis, 'producer'), worker: createRedis(config.redis, 'worker') };
     for (const [name, conn] of Object.entries(redis)) {
       conn.on('error', (err) => log.warn({ connection: name, err: { message: err.message } }, 'redis connection error'));
     }
@@ -93,7 +93,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       options,
       log,
       redis,
-      inboundLog: new InboundLog(redis.producer, config.redis.prefix),
+      inboundLog: new InboundLog(redis.producer, config.redis.prefix, config.ack),
       telephony,
       runner: runnerOptions(config, redis.worker, options),
     };

@@ -17,7 +17,7 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Job, Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../queues/connection.js';
 import type { Logger } from 'pino';
 import type { CanonicalCall } from '../src/model/call.js';
 import { sinksFor } from '../src/routing/router.js';
@@ -134,7 +134,7 @@ export interface LogFanOutEvents {
 export interface LogFanOutOptions extends FanOutDeps {
   inbound: InboundLog;
   /** A connection of its own for the blocking reads. */
-  blocking: Redis;
+  blocking: RedisClient;
   /** Where entries go that cannot be fanned out here (the BullMQ `inbound` queue). */
   deadLetters: Queue<CallReceivedJob>;
   log: Logger;

@@ -50,7 +50,7 @@ export interface Operations {
 export function createOperations(options: OperationsOptions): Operations {
   const { config, log } = options;
   collectProcessMetrics();
-  const connection = createRedis(config.redis.url, 'producer');
+  const connection = createRedis(config.redis, 'producer');
   connection.on('error', (err) => log.warn({ connection: 'ops', err: { message: err.message } }, 'redis connection error'));
   const queues = queueNames(config).map((name) => {
     const queue = new Queue(name, { connection, prefix: config.redis.prefix });

@@ -13,7 +13,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Queue, type Job } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../queues/connection.js';
 import { backoffDelay } from '../src/backoff.js';
 import type { Logger } from '../src/log.js';
 import { maskPhone } from '../src/log.js';
@@ -88,7 +88,7 @@ export interface ChannelPollerDeps {
   acceptor: PollAcceptor;
   deadLetters: PollDeadLetters;
   /** Redis for the lock and the cursor (commands should fail fast while Redis is away). */
-  redis: Redis;
+  redis: RedisClient;
   /** QUEUE_PREFIX. */
   prefix: string;
   log: Logger;
@@ -437,9 +437,9 @@ export interface StartPollerOptions {
   /** The inbound acceptor (dedupe + enqueue), as the ingress uses it. */
   acceptor: PollAcceptor;
   /** Fail-fast connection for locks, cursors and adding dead letters. */
-  redis: Redis;
+  redis: RedisClient;
   /** Blocking connection (maxRetriesPerRequest: null) for the dead-letter worker. */
-  workerConnection: Redis;
+  workerConnection: RedisClient;
   prefix: string;
   log: Logger;
   /** Runner settings of the dead-letter worker (retry policy, stalled checks...); connection and prefix are taken from above. */

@@ -3,7 +3,7 @@
 // queue, or backs off — exponentially with jitter, or by the queue's own schedule — until attempts
 // run out and the job lands in the dead letters.
 import { DelayedError, Queue, UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../queues/connection.js';
 import type { Logger } from 'pino';
 import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
@@ -20,7 +20,7 @@ export interface RunnerEvents {
 }
 
 export interface RunnerOptions {
-  connection: Redis;
+  connection: RedisClient;
   prefix: string;
   /** This queue's retry policy (the backoff; the attempts travel with each job, see defaultJobOptions). */
   retry: RetryPolicy;

@@ -2,7 +2,7 @@
 // type CALL) and accepts each entry as a canonical call (source `history`) through the same
 // acceptor as the ingress and the poller, so it is deduplicated like every other source. A cursor
 // in Redis per range makes an interrupted run continue where it stopped.
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
 import { InboundAcceptor } from '../ingress/accept.js';
 import { HistoryEntryError, normalizeHistoryEntry } from '../model/history.js';
@@ -41,7 +41,7 @@ export function isoOption(name: string, value: string | undefined): string {
   return new Date(ms).toISOString();
 }
 
-export async function backfill(config: Config, redis: Redis | null, options: BackfillOptions, io: CliIo, progressOut: ProgressOut, reader?: HistoryReader): Promise<number> {
+export async function backfill(config: Config, redis: RedisClient | null, options: BackfillOptions, io: CliIo, progressOut: ProgressOut, reader?: HistoryReader): Promise<number> {
   if (Date.parse(options.from) >= Date.parse(options.to)) throw new UsageError('--from must be before --to');
   const history = reader ?? (config.telephony ? createTelephonyClient(config.telephony) : null);
   if (history === null) throw new CliFailure('the telephony API is not configured (TELEPHONY_API_URL and its credentials): backfill reads the call history from it');

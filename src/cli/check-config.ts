@@ -5,6 +5,7 @@ import type { Condition, ParsedRoute } from '../routing/types.js';
 import { opsPort, queueNames } from '../ops/index.js';
 import { describeSchedule } from '../sinks/retry.js';
 import { table, type CliIo } from './io.js';
+import { describeRedis, redisMode } from '../../queues/connection.js';
 
 const SECRET_KEY = /secret|token|password|passphrase|api[-_]?key|authorization|credential|signing|cookie/i;
 /** Options whose values are all sent as credentials (e.g. the signed webhook's custom headers): names kept, values hidden. */
@@ -56,7 +57,7 @@ export function describeConfig(config: Config): string[] {
   const lines: string[] = [];
   const roles = config.role === 'all' ? 'ingress, worker, poller' : config.role;
   lines.push(`role:        ${config.role} (${roles})`);
-  lines.push(`redis:       ${redactUrl(config.redis.url)}  prefix "${config.redis.prefix}"`);
+  lines.push(`redis:       ${describeRedis(config.redis)}${config.redis.password !== undefined ? ' (password set)' : ''}  prefix "${config.redis.prefix}"`);
   lines.push(`config file: ${env.CALLSYNC_CONFIG ?? '(none: sinks from environment shortcuts)'}`);
   if (config.role === 'ingress' || config.role === 'all') {
     const ips = config.webhook.allowedIps === '*' ? 'any address' : config.webhook.allowedIps.join(', ');
@@ -101,7 +102,7 @@ export function printConfig(config: Config, io: CliIo, json: boolean): void {
       JSON.stringify(
         {
           role: config.role,
-          redis: { url: redactUrl(config.redis.url), prefix: config.redis.prefix },
+          redis: { mode: redisMode(config.redis), url: redactUrl(config.redis.url), where: describeRedis(config.redis), prefix: config.redis.prefix },
           opsPort: opsPort(config),
           queues: queueNames(config),
           sinks: Object.values(config.sinks).map((s) => ({ ...s, options: redactOptions(s.options) })),

@@ -1,6 +1,6 @@
 // `callsync dlq list|retry|purge`: the dead letters of every queue are its BullMQ failed set.
 import { Queue, type Job } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
 import { sinkQueueName } from '../../queues/index.js';
 import { queueNames, sinkQueueNames } from '../ops/index.js';
@@ -25,7 +25,7 @@ function globEscape(text: string): string {
  * since removed, or one only another process runs): each queue that ever held a job has a
  * `<prefix>:<queue>:meta` hash. Found with SCAN (never KEYS, which blocks Redis), sorted.
  */
-export async function queuesInRedis(redis: Redis, prefix: string): Promise<string[]> {
+export async function queuesInRedis(redis: RedisClient, prefix: string): Promise<string[]> {
   const head = `${prefix}:`;
   const candidates = new Set<string>();
   let cursor = '0';
@@ -55,7 +55,7 @@ export interface ResolvedQueues {
  * The queues of this configuration and those found in Redis. `--queue` takes a queue name
  * (`sink-crm`, `sink-hooks.erp`) or a sink name (`crm`: all of its queues) of either.
  */
-export async function resolveQueues(config: Config, redis: Redis, queue: string | undefined): Promise<ResolvedQueues> {
+export async function resolveQueues(config: Config, redis: RedisClient, queue: string | undefined): Promise<ResolvedQueues> {
   const configured = queueNames(config);
   const found = await queuesInRedis(redis, config.redis.prefix);
   const foundOnly = new Set(found.filter((name) => !configured.includes(name)));
@@ -81,7 +81,7 @@ function firstLine(text: string | undefined): string {
   return (text ?? '').split('\n')[0]!.slice(0, 200);
 }
 
-async function withQueues<T>(config: Config, redis: Redis, names: string[], fn: (queues: Queue[]) => Promise<T>): Promise<T> {
+async function withQueues<T>(config: Config, redis: RedisClient, names: string[], fn: (queues: Queue[]) => Promise<T>): Promise<T> {
   const queues = names.map((name) => new Queue(name, { connection: redis, prefix: config.redis.prefix }));
   for (const q of queues) q.on('error', () => undefined);
   try {
@@ -103,7 +103,7 @@ async function findDeadLetter(queues: Queue[], id: string): Promise<{ queue: Que
   throw new CliFailure(`no job ${id} in ${queues.map((q) => q.name).join(', ')}`);
 }
 
-export async function dlqList(config: Config, redis: Redis, options: DlqOptions, io: CliIo): Promise<number> {
+export async function dlqList(config: Config, redis: RedisClient, options: DlqOptions, io: CliIo): Promise<number> {
   const { names } = await resolveQueues(config, redis, options.queue);
   return withQueues(config, redis, names, async (queues) => {
     const rows: { queue: string; id: string; failedAt: string; attempts: number; call: string; reason: string }[] = [];
@@ -138,7 +138,7 @@ export async function dlqList(config: Config, redis: Redis, options: DlqOptions,
   });
 }
 
-export async function dlqRetry(config: Config, redis: Redis, options: DlqOptions, io: CliIo): Promise<number> {
+export async function dlqRetry(config: Config, redis: RedisClient, options: DlqOptions, io: CliIo): Promise<number> {
   const { names, foundOnly } = await resolveQueues(config, redis, options.queue);
   return withQueues(config, redis, names, async (queues) => {
     if (options.id) {
@@ -167,7 +167,7 @@ export async function dlqRetry(config: Config, redis: Redis, options: DlqOptions
   });
 }
 
-export async function dlqPurge(config: Config, redis: Redis, options: DlqOptions, io: CliIo): Promise<number> {
+export async function dlqPurge(config: Config, redis: RedisClient, options: DlqOptions, io: CliIo): Promise<number> {
   const { names } = await resolveQueues(config, redis, options.queue);
   return withQueues(config, redis, names, async (queues) => {
     if (options.id) {

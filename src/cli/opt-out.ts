@@ -1,12 +1,12 @@
 // `callsync opt-out add|remove|list`: numbers that never get an SMS (the notification sinks' list).
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
 import { maskPhone } from '../log.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
 import { resolveRegion } from '../sinks/region.js';
 import { UsageError, type CliIo } from './io.js';
 
-export async function optOut(config: Config, redis: Redis, action: string, numbers: string[], io: CliIo): Promise<number> {
+export async function optOut(config: Config, redis: RedisClient, action: string, numbers: string[], io: CliIo): Promise<number> {
   const list = new OptOutList(redis, config.redis.prefix);
   if (action === 'list') {
     const all = await list.list();

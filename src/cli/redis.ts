@@ -1,7 +1,7 @@
 // A Redis connection for one CLI command: fails fast with a readable message when Redis is away.
-import { Redis } from 'ioredis';
+// Made by the same factory as callsync's own (one Redis, a cluster or Sentinel; password, TLS).
+import { createRedis, describeRedis, type RedisClient } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
-import { redactUrl } from './check-config.js';
 
 export class CliFailure extends Error {
   constructor(message: string) {
@@ -10,10 +10,10 @@ export class CliFailure extends Error {
   }
 }
 
-export async function connectRedis(config: Config): Promise<Redis> {
-  const redis = new Redis(config.redis.url, {
+export async function connectRedis(config: Config): Promise<RedisClient> {
+  const redis = createRedis(config.redis, 'producer', {
     lazyConnect: true,
-    maxRetriesPerRequest: 1,
+    enableOfflineQueue: true,
     connectTimeout: 3000,
     retryStrategy: (times) => (times > 3 ? null : 200 * times),
   });
@@ -22,7 +22,7 @@ export async function connectRedis(config: Config): Promise<Redis> {
     await redis.connect();
   } catch (err) {
     redis.disconnect();
-    throw new CliFailure(`cannot reach Redis at ${redactUrl(config.redis.url)}: ${(err as Error).message}`);
+    throw new CliFailure(`cannot reach Redis at ${describeRedis(config.redis)}: ${(err as Error).message}`);
   }
   return redis;
 }

@@ -2,7 +2,7 @@
 // connected CRM). It reads the archive's JSON records (`<prefix>transcripts/YYYY/MM/DD/*.json`,
 // in S3 or a folder) and adds a job per call to `sink-<NAME>` with a deterministic id, so the
 // sink's worker, retries and rate limits apply, and a second replay adds nothing.
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
 import { CALL_SOURCES, callKey, type CanonicalCall, type CallSource } from '../model/call.js';
 import { createObjectStore, type ArchiveOptions } from '../sinks/archive/index.js';
@@ -70,7 +70,7 @@ function archiveSinkOf(config: Config, name: string | undefined): { name: string
   return { name: archives[0]![0], options: archives[0]![1].options as ArchiveOptions };
 }
 
-export async function replay(config: Config, redis: Redis | null, options: ReplayOptions, io: CliIo, progressOut: ProgressOut, store?: ObjectStore): Promise<number> {
+export async function replay(config: Config, redis: RedisClient | null, options: ReplayOptions, io: CliIo, progressOut: ProgressOut, store?: ObjectStore): Promise<number> {
   const archive = archiveSinkOf(config, options.archive);
   const source = store ?? (await createObjectStore(archive.options));
   const prefix = normalizePrefix(archive.options.prefix);

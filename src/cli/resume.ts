@@ -2,13 +2,13 @@
 // endpoint was disabled (410 Gone, a redirect: queues/disabled.ts) — listed with the reason, or
 // resumed (re-enabled) once the cause is fixed. The dashboard's resume button does the same.
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
 import { disabledMarker, enableQueue } from '../../queues/disabled.js';
 import { resolveQueues } from './dlq.js';
 import type { CliIo } from './io.js';
 
-export async function resume(config: Config, redis: Redis, queue: string | undefined, io: CliIo): Promise<number> {
+export async function resume(config: Config, redis: RedisClient, queue: string | undefined, io: CliIo): Promise<number> {
   const queues = (await resolveQueues(config, redis, queue)).names.map((name) => new Queue(name, { connection: redis, prefix: config.redis.prefix }));
   for (const q of queues) q.on('error', () => undefined);
   try {

@@ -3,7 +3,7 @@
 // every other job. The job id is deterministic: queuing the same call again adds nothing while
 // BullMQ keeps the first job, and a marker in Redis remembers it for longer than that.
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
 import type { CanonicalCall } from '../model/call.js';
 import { defaultJobOptions, JobName, sinkJobId, sinkQueueName, type SinkDeliverJob } from '../../queues/registry.js';
@@ -16,7 +16,7 @@ export class SinkQueuer {
   private readonly queue: Queue;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly config: Config,
     readonly sink: string,
     /** `backfill` or `replay`: the job id's prefix (BullMQ job ids cannot hold `:`). */

@@ -23,6 +23,16 @@ const coreEnv = {
   /** Listen address. Default 0.0.0.0 (the allow list guards the webhook). */
   HOST: envStringOr('0.0.0.0'),
   REDIS_URL: envStringOr('redis://127.0.0.1:6379').refine((v) => /^rediss?:\/\//.test(v), { message: 'expected redis://host:port or rediss://… (TLS)' }),
+  /** Seed nodes of a Redis Cluster, `host:port,…` (any of its nodes; the rest are discovered). Set: REDIS_URL is not used. */
+  REDIS_CLUSTER_NODES: csv,
+  /** Sentinels, `host:port,…`, asked for the master named REDIS_SENTINEL_NAME. Set: REDIS_URL is not used. */
+  REDIS_SENTINELS: csv,
+  /** The master's name at the sentinels (needed with REDIS_SENTINELS). */
+  REDIS_SENTINEL_NAME: optionalString,
+  /** Redis password (managed Redis, ACL users' `requirepass`); wins over one in REDIS_URL, also sent to the sentinels. */
+  REDIS_PASSWORD: optionalString,
+  /** TLS to the cluster nodes and sentinels (a single Redis: `rediss://` in REDIS_URL). Default: on when REDIS_URL is `rediss://`. */
+  REDIS_TLS: optionalBool,
   /** Prefix of every Redis key. Use a `{hash-tag}` (e.g. `{callsync}`) on Redis Cluster. */
   QUEUE_PREFIX: envStringOr('callsync').refine((v) => !/\s/.test(v), 'expected a prefix without spaces'),
   CALLSYNC_CONFIG: optionalString,
@@ -64,6 +74,14 @@ const coreEnv = {
   DEDUPE_WINDOW_SECONDS: int(24 * 3600, 1),
   /** How long the ingress waits for Redis before answering 503. Default 1500 ms. */
   ENQUEUE_TIMEOUT_MS: int(1500, 1),
+  /**
+   * Replicas that must have a batch of calls before any of it is acknowledged: after each append,
+   * `WAIT ACK_REPLICAS ACK_REPLICAS_TIMEOUT_MS`; fewer in time -> 503 (or the spool). Default 0
+   * (acknowledged once in the master's memory).
+   */
+  ACK_REPLICAS: int(0, 0),
+  /** How long one batch waits for its replicas (below ENQUEUE_TIMEOUT_MS). Default 500 ms. */
+  ACK_REPLICAS_TIMEOUT_MS: int(500, 1),
   /**
    * Acknowledge webhooks into a local fsync'd spool while Redis is unreachable, drained into the
    * queue in order when it returns (docs/reliability.md). Default: on when SPOOL_DIR is writable.

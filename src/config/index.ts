@@ -8,6 +8,8 @@ import { z } from 'zod';
 import { routeSchema, type ParsedRoute } from '../routing/types.js';
 import { sinkTypes } from '../sinks/registry.js';
 import type { RetryPolicy } from '../../queues/registry.js';
+import type { RedisNode, RedisSettings } from '../../queues/connection.js';
+import type { AckReplicas } from '../../queues/inbound.js';
 import { oneOf } from '../env-values.js';
 import { envSchema, PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
 import { TelephonyConfigError, telephonyOptions, type TelephonyClientOptions } from '../telephony/client.js';
@@ -39,7 +41,9 @@ export interface Config {
     /** Connections held open at once (HTTP_MAX_CONNECTIONS). */
     maxConnections: number;
   };
-  redis: { url: string; prefix: string };
+  redis: RedisSettings;
+  /** ACK_REPLICAS: replicas that must confirm each appended batch before its 202s (0: none). */
+  ack: AckReplicas;
   webhook: {
     /** `'*'` allows any source (a warning is logged at start). */
     allowedIps: string[] | '*';
@@ -261,6 +265,48 @@ function readConfigFile(configPath: string, processEnv: NodeJS.ProcessEnv, optio
   return file;
 }
 
+/** `host:port` entries of REDIS_CLUSTER_NODES / REDIS_SENTINELS (IPv6 as `[::1]:7000`). */
+function parseNodes(variable: string, entries: string[], problems: string[]): RedisNode[] {
+  const nodes: RedisNode[] = [];
+  for (const entry of entries) {
+    const m = /^(?:\[([^\]]+)\]|([^:\s]+)):(\d{1,5})$/.exec(entry);
+    const port = m ? Number(m[3]) : NaN;
+    if (!m || port < 1 || port > 65535) problems.push(`${variable}: "${entry}" is not host:port`);
+    else nodes.push({ host: (m[1] ?? m[2])!, port });
+  }
+  return nodes;
+}
+
+/**
+ * The Redis settings: one Redis (REDIS_URL), a Redis Cluster (REDIS_CLUSTER_NODES) or Sentinel
+ * (REDIS_SENTINELS + REDIS_SENTINEL_NAME), with REDIS_PASSWORD and TLS. On a cluster every key of
+ * one BullMQ queue must be in one hash slot, so QUEUE_PREFIX must be a `{hash-tag}`.
+ */
+function redisSettings(env: Env, problems: string[]): RedisSettings {
+  const clusterNodes = parseNodes('REDIS_CLUSTER_NODES', env.REDIS_CLUSTER_NODES, problems);
+  const sentinels = parseNodes('REDIS_SENTINELS', env.REDIS_SENTINELS, problems);
+  if (env.REDIS_CLUSTER_NODES.length > 0 && env.REDIS_SENTINELS.length > 0)
+    problems.push('REDIS_CLUSTER_NODES: set together with REDIS_SENTINELS; a Redis Cluster does not use Sentinel: set one of them');
+  if (env.REDIS_SENTINELS.length > 0 && env.REDIS_SENTINEL_NAME === undefined)
+    problems.push('REDIS_SENTINEL_NAME: required with REDIS_SENTINELS (the master\'s name in the sentinels\' configuration)');
+  if (env.REDIS_SENTINEL_NAME !== undefined && env.REDIS_SENTINELS.length === 0)
+    problems.push('REDIS_SENTINEL_NAME: set without REDIS_SENTINELS');
+  if (env.REDIS_CLUSTER_NODES.length > 0 && !/^\{[^{}]+\}/.test(env.QUEUE_PREFIX))
+    problems.push(`QUEUE_PREFIX: "${env.QUEUE_PREFIX}" on a Redis Cluster must start with a {hash-tag} (e.g. {${env.QUEUE_PREFIX.replace(/[{}]/g, '')}}): BullMQ needs every key of a queue in one slot`);
+  const urlTls = env.REDIS_URL.startsWith('rediss://');
+  if (env.REDIS_TLS === false && urlTls && clusterNodes.length === 0 && sentinels.length === 0)
+    problems.push('REDIS_TLS: off, but REDIS_URL is rediss:// (TLS); use redis:// or leave REDIS_TLS unset');
+  return {
+    url: env.REDIS_URL,
+    clusterNodes,
+    sentinels,
+    ...(env.REDIS_SENTINEL_NAME !== undefined ? { sentinelName: env.REDIS_SENTINEL_NAME } : {}),
+    ...(env.REDIS_PASSWORD !== undefined ? { password: env.REDIS_PASSWORD } : {}),
+    tls: env.REDIS_TLS ?? urlTls,
+    prefix: env.QUEUE_PREFIX,
+  };
+}
+
 export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): Config {
   const problems: string[] = [];
   const warnings: string[] = [];
@@ -387,6 +433,10 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   if (env.POLL_CHANNEL_IDS.length > 0 && !telephonyConfigured)
     problems.push('POLL_CHANNEL_IDS: polling channel events needs TELEPHONY_API_URL (and credentials)');
 
+  const redis = redisSettings(env, problems);
+  if (env.ACK_REPLICAS > 0 && env.ACK_REPLICAS_TIMEOUT_MS >= env.ENQUEUE_TIMEOUT_MS)
+    problems.push(`ACK_REPLICAS_TIMEOUT_MS: ${env.ACK_REPLICAS_TIMEOUT_MS} must be below ENQUEUE_TIMEOUT_MS (${env.ENQUEUE_TIMEOUT_MS}): the append and its WAIT share that time`);
+
   if (problems.length > 0) throw new ConfigError(problems);
 
   const retry: RetryPolicy = {
@@ -409,7 +459,8 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       headersTimeoutMs: env.HTTP_HEADERS_TIMEOUT_MS,
       maxConnections: env.HTTP_MAX_CONNECTIONS,
     },
-    redis: { url: env.REDIS_URL, prefix: env.QUEUE_PREFIX },
+    redis,
+    ack: { replicas: env.ACK_REPLICAS, timeoutMs: env.ACK_REPLICAS_TIMEOUT_MS },
     webhook: {
       allowedIps,
       trustedProxies,

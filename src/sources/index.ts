@@ -1,5 +1,5 @@
 // The registry of call sources mounted by the ingress: one line per source (src/sources/types.ts).
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
 import { aiAgentSource } from './ai-agent.js';
 import { PushAssembly } from './push-assembly.js';
@@ -9,7 +9,7 @@ import type { Source } from './types.js';
 export interface SourceDeps {
   config: Pick<Config, 'push' | 'redis'>;
   /** Connection for sources that keep state (the Push API's call assembly). */
-  redis: Redis;
+  redis: RedisClient;
   now?: () => Date;
 }
 

@@ -2,7 +2,7 @@
 // one field per event type, the first delivery of each kept, so repeats change nothing) and a sorted
 // set of the calls still open (`<prefix>:push:open`, scored by the time they are given up on). A
 // hangup closes the call; `sweep` closes the calls whose hangup never came, as outcome `unknown`.
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import { assemblePushCall, type PushCallState, type PushEvent } from '../model/push.js';
 import type { CanonicalCall } from '../model/call.js';
 
@@ -45,7 +45,7 @@ function stateOf(flat: string[]): PushCallState {
 export class PushAssembly {
   private readonly now: () => Date;
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly options: PushAssemblyOptions,
   ) {
     this.now = options.now ?? (() => new Date());

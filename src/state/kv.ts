@@ -1,5 +1,5 @@
 // A small durable key/value memory in Redis, namespaced per sink (CRM record ids, "already sent" markers).
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 export interface KeyValueStore {
   get(key: string): Promise<string | null>;
@@ -18,7 +18,7 @@ const DELETE_IF_EQUALS = `if redis.call('GET', KEYS[1]) == ARGV[1] then return r
 
 export class RedisKeyValueStore implements KeyValueStore {
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: Redis | Cluster,
     /** Full key prefix, e.g. `callsync:state:hubspot:` (keeps a `{hash-tag}` of the queue prefix). */
     private readonly prefix: string,
   ) {}

@@ -1,7 +1,7 @@
 // A poller in a process of its own (for crash and takeover tests): polls one channel of the fake
 // API into the inbound log of a test prefix. Prints `lock <held>` lines; SIGTERM closes it cleanly,
 // SIGKILL is a crash. Settings come from the environment (see below).
-import { createRedis, defaultRetryPolicy } from '../../queues/index.js';
+import { createRedis, defaultRetryPolicy, singleRedis } from '../../queues/index.js';
 import { InboundLog } from '../../queues/inbound.js';
 import { InboundAcceptor } from '../../src/ingress/accept.js';
 import { createLogger } from '../../src/log.js';
@@ -11,8 +11,8 @@ import { startPoller } from '../../workers/poller.js';
 const env = process.env;
 const prefix = env.POLL_TEST_PREFIX!;
 const redisUrl = env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-const producer = createRedis(redisUrl, 'producer');
-const workerConn = createRedis(redisUrl, 'worker');
+const producer = createRedis(singleRedis(redisUrl), 'producer');
+const workerConn = createRedis(singleRedis(redisUrl), 'worker');
 const inbound = new InboundLog(producer, prefix);
 const log = createLogger({ level: env.LOG_LEVEL ?? 'warn', destination: process.stderr });
 const running = startPoller({

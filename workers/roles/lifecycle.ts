@@ -1,7 +1,7 @@
 // What every role shares: the dependencies handed in by workers/callsync.ts, and a stack of
 // closers so that whatever was opened is closed in reverse order — at shutdown and after a start
 // that failed half-way — with each step isolated (one failure does not skip the rest).
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import type { Logger } from 'pino';
 import type { Config } from '../../src/config/index.js';
 import type { InboundLog } from '../../queues/inbound.js';
@@ -33,7 +33,7 @@ export interface RoleDeps {
   options: CallsyncOptions;
   log: Logger;
   /** `producer` fails fast (ingress, poller); `worker` retries forever (BullMQ workers, state). */
-  redis: { producer: Redis; worker: Redis };
+  redis: { producer: RedisClient; worker: RedisClient };
   /** The inbound log on the producer connection (the acceptors append to it). */
   inboundLog: InboundLog;
   /** The platform's API client (SMS and recordings for workers, channel events for the poller). */
@@ -83,6 +83,6 @@ export class Closers {
 }
 
 /** QUIT needs a live connection; while Redis is away, drop the connection (and its reconnect timer). */
-export function quitRedis(conn: Redis): Promise<unknown> {
+export function quitRedis(conn: RedisClient): Promise<unknown> {
   return conn.status === 'ready' ? conn.quit().catch(() => conn.disconnect()) : Promise.resolve(conn.disconnect());
 }

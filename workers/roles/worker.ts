@@ -2,7 +2,7 @@
 // each with the sink's retry policy), and the fan-out that turns inbound log entries into sink jobs
 // (with the `inbound` queue and its worker for what it cannot handle).
 import { Queue } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '../../queues/connection.js';
 import { sinkTypes } from '../../src/sinks/registry.js';
 import type { Sink } from '../../src/sinks/types.js';
 import { ArchiveSink } from '../../src/sinks/archive/index.js';
@@ -99,7 +99,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     // The inbound log's fan-out; what it cannot handle goes to the `inbound` queue and its worker.
     const deadLetters = openQueue<CallReceivedJob>(INBOUND_QUEUE);
     workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor({ routes: config.routes, sinkQueues, endpointQueues, withoutRaw }), runner));
-    const blocking: Redis = createRedis(config.redis.url, 'worker');
+    const blocking: RedisClient = createRedis(config.redis, 'worker');
     blocking.on('error', (err) => log.warn({ connection: 'fanout', err: { message: err.message } }, 'redis connection error'));
     closers.add('close fan-out connection', () => quitRedis(blocking));
     const fanOut = startLogFanOut({

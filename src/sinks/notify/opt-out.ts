@@ -1,6 +1,6 @@
 // Numbers that must never get an SMS, kept in one Redis set (`<prefix>:optout`) that every SMS
 // sink consults and the CLI edits. The numbers are stored in E.164.
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { CountryCode } from 'libphonenumber-js';
 import { phoneLibMax } from '../libphonenumber.js';
 import { parseE164 } from './phone.js';
@@ -20,7 +20,7 @@ export class OptOutList implements OptOutLookup {
 
   /** `keyPrefix` is the queue prefix (QUEUE_PREFIX, e.g. `callsync` or `{callsync}`). */
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: Redis | Cluster,
     keyPrefix: string,
   ) {
     this.key = `${keyPrefix}:optout`;

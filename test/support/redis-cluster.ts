@@ -1,0 +1,304 @@
+// Private Redis topologies on loopback for tests, each in a temporary folder and torn down by pid
+// (the shared Redis on 6379 is never touched):
+// - a Redis Cluster of 3 masters with a replica each (`redis-server --cluster-enabled yes`,
+//   `redis-cli --cluster create --cluster-replicas 1`);
+// - a master with one replica and one sentinel (`redis-server --sentinel`);
+// - a single redis-server with a password (`--requirepass`).
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { freePort } from './redis-server.js';
+
+const run = promisify(execFile);
+
+export interface ServerProcess {
+  port: number;
+  readonly pid: number;
+  readonly running: boolean;
+  /** SIGKILL: a crashed or lost node. */
+  kill(): Promise<void>;
+  /** SIGSTOP: the process hangs (a replica that stops confirming), connections stay open. */
+  pause(): void;
+  /** SIGCONT after `pause`. */
+  resume(): void;
+  /** Starts the process again after `kill` (same arguments, same folder: a cluster node rejoins). */
+  restart(): void;
+}
+
+function spawnServer(args: string[], port: number): ServerProcess & { exited: Promise<void> } {
+  let proc: ChildProcess;
+  let running = false;
+  let exited: Promise<void> = Promise.resolve();
+  const launch = () => {
+    const child = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    proc = child;
+    running = true;
+    // A test file that ends without its after() hooks (process.exit) still takes its servers along.
+    const orphaned = () => child.kill('SIGKILL');
+    process.once('exit', orphaned);
+    exited = new Promise<void>((resolve) =>
+      child.once('exit', () => {
+        process.removeListener('exit', orphaned);
+        if (proc === child) running = false;
+        resolve();
+      }),
+    );
+  };
+  launch();
+  return {
+    port,
+    get exited() {
+      return exited;
+    },
+    get pid() {
+      return proc.pid ?? NaN;
+    },
+    get running() {
+      return running;
+    },
+    async kill() {
+      if (!running) return;
+      proc.kill('SIGCONT');
+      proc.kill('SIGKILL');
+      await exited;
+    },
+    restart() {
+      if (!running) launch();
+    },
+    pause() {
+      if (running) proc.kill('SIGSTOP');
+    },
+    resume() {
+      if (running) proc.kill('SIGCONT');
+    },
+  };
+}
+
+async function waitFor(check: () => Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      if (await check()) return;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Runs one command on one node (a short-lived connection). */
+export async function nodeCommand(port: number, args: string[], password?: string): Promise<unknown> {
+  const redis = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000, ...(password ? { password } : {}) });
+  redis.on('error', () => undefined);
+  try {
+    await redis.connect();
+    return await redis.call(args[0]!, ...args.slice(1));
+  } finally {
+    redis.disconnect();
+  }
+}
+
+const baseArgs = (port: number, dir: string) => ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', '--loglevel', 'warning', '--maxmemory-policy', 'noeviction'];
+
+export interface TestCluster {
+  nodes: ServerProcess[];
+  /** `host:port,…` of every node, as REDIS_CLUSTER_NODES. */
+  seeds: string;
+  /** Ports of the nodes that are masters now (CLUSTER NODES, asked of a live node). */
+  masters(): Promise<number[]>;
+  /** The node (master, then its replica) holding `key`'s slot now. */
+  nodesOfKey(key: string): Promise<{ master: ServerProcess; replica: ServerProcess }>;
+  /** Waits until every live node says cluster_state:ok and every live replica is in sync. */
+  waitHealthy(): Promise<void>;
+  destroy(): Promise<void>;
+}
+
+/** A Redis Cluster of 3 masters with one replica each on free loopback ports. */
+export async function startRedisCluster(): Promise<TestCluster> {
+  const dir = await mkdtemp(join(tmpdir(), 'callsync-cluster-'));
+  const nodes: (ServerProcess & { exited: Promise<void> })[] = [];
+  try {
+    for (let i = 0; i < 6; i++) {
+      const port = await freePort();
+      const nodeDir = join(dir, String(port));
+      await run('mkdir', ['-p', nodeDir]);
+      nodes.push(
+        spawnServer(
+          [...baseArgs(port, nodeDir), '--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', '2000'],
+          port,
+        ),
+      );
+    }
+    for (const node of nodes) await waitFor(async () => (await nodeCommand(node.port, ['PING'])) === 'PONG', `node ${node.port}`);
+    await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { timeout: 60_000 });
+  } catch (err) {
+    for (const node of nodes) await node.kill();
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+
+  const live = () => nodes.filter((n) => n.running);
+  const cluster: TestCluster = {
+    nodes,
+    seeds: nodes.map((n) => `127.0.0.1:${n.port}`).join(','),
+    async masters() {
+      const text = String(await nodeCommand(live()[0]!.port, ['CLUSTER', 'NODES']));
+      return text
+        .split('\n')
+        .filter((l) => {
+          const flags = l.split(' ')[2]?.split(',') ?? [];
+          return flags.includes('master') && !flags.some((f) => f.startsWith('fail'));
+        })
+        .map((l) => Number(/:(\d+)@/.exec(l)?.[1]));
+    },
+    async nodesOfKey(key: string) {
+      const port = live()[0]!.port;
+      const slot = Number(await nodeCommand(port, ['CLUSTER', 'KEYSLOT', key]));
+      const lines = String(await nodeCommand(port, ['CLUSTER', 'NODES'])).split('\n').filter(Boolean).map((l) => l.split(' '));
+      const portOf = (fields: string[]) => Number(/:(\d+)@/.exec(fields[1]!)?.[1]);
+      const master = lines.find((f) => f[2]!.split(',').includes('master') && f.slice(8).some((r) => {
+        const [from, to] = r.split('-').map(Number);
+        return slot >= from! && slot <= (to ?? from)!;
+      }));
+      if (!master) throw new Error(`no master holds slot ${slot}`);
+      const replica = lines.find((f) => f[3] === master[0]);
+      if (!replica) throw new Error(`the master of slot ${slot} has no replica`);
+      const byPort = (p: number) => nodes.find((n) => n.port === p)!;
+      return { master: byPort(portOf(master)), replica: byPort(portOf(replica)) };
+    },
+    async waitHealthy() {
+      for (const node of live()) {
+        await waitFor(async () => /cluster_state:ok/.test(String(await nodeCommand(node.port, ['CLUSTER', 'INFO']))), `cluster_state ok at ${node.port}`, 30_000);
+        // A replica counts for WAIT only once its first sync is done.
+        await waitFor(async () => {
+          const info = String(await nodeCommand(node.port, ['INFO', 'replication']));
+          return /role:master/.test(info) || /master_link_status:up/.test(info);
+        }, `replica ${node.port} in sync`, 30_000);
+      }
+    },
+    async destroy() {
+      for (const node of nodes) await node.kill();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+  await cluster.waitHealthy();
+  return cluster;
+}
+
+export interface TestSentinel {
+  master: ServerProcess;
+  replica: ServerProcess;
+  sentinel: ServerProcess;
+  /** The master's name at the sentinel. */
+  name: string;
+  /** `127.0.0.1:port` of the sentinel, as REDIS_SENTINELS. */
+  sentinels: string;
+  /** The port the sentinel names as master now. */
+  masterPort(): Promise<number>;
+  destroy(): Promise<void>;
+}
+
+/** A master, its replica and a sentinel watching them (quorum 1, fast failover), optionally with a password. */
+export async function startRedisSentinel(options: { password?: string } = {}): Promise<TestSentinel> {
+  const dir = await mkdtemp(join(tmpdir(), 'callsync-sentinel-'));
+  const name = 'callsync-test';
+  const auth = options.password ? ['--requirepass', options.password, '--masterauth', options.password] : [];
+  const procs: ServerProcess[] = [];
+  try {
+    const masterPort = await freePort();
+    await run('mkdir', ['-p', join(dir, 'm'), join(dir, 'r')]);
+    const master = spawnServer([...baseArgs(masterPort, join(dir, 'm')), ...auth], masterPort);
+    procs.push(master);
+    await waitFor(async () => (await nodeCommand(masterPort, ['PING'], options.password)) === 'PONG', 'sentinel master');
+    const replicaPort = await freePort();
+    const replica = spawnServer([...baseArgs(replicaPort, join(dir, 'r')), ...auth, '--replicaof', '127.0.0.1', String(masterPort)], replicaPort);
+    procs.push(replica);
+    await waitFor(async () => /master_link_status:up/.test(String(await nodeCommand(replicaPort, ['INFO', 'replication'], options.password))), 'replica in sync');
+    const sentinelPort = await freePort();
+    const conf = join(dir, 'sentinel.conf');
+    await writeFile(
+      conf,
+      [
+        `port ${sentinelPort}`,
+        'bind 127.0.0.1',
+        `dir ${dir}`,
+        `sentinel monitor ${name} 127.0.0.1 ${masterPort} 1`,
+        `sentinel down-after-milliseconds ${name} 1000`,
+        `sentinel failover-timeout ${name} 5000`,
+        ...(options.password ? [`sentinel auth-pass ${name} ${options.password}`] : []),
+        '',
+      ].join('\n'),
+    );
+    const sentinel = spawnServer([conf, '--sentinel'], sentinelPort);
+    procs.push(sentinel);
+    await waitFor(async () => Array.isArray(await nodeCommand(sentinelPort, ['SENTINEL', 'get-master-addr-by-name', name])), 'sentinel knows the master');
+    return {
+      master,
+      replica,
+      sentinel,
+      name,
+      sentinels: `127.0.0.1:${sentinelPort}`,
+      async masterPort() {
+        const addr = (await nodeCommand(sentinelPort, ['SENTINEL', 'get-master-addr-by-name', name])) as string[];
+        return Number(addr[1]);
+      },
+      async destroy() {
+        for (const p of procs) await p.kill();
+        await rm(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    for (const p of procs) await p.kill();
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+/** One redis-server that wants a password. */
+export async function startPasswordRedis(password: string): Promise<ServerProcess & { destroy(): Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'callsync-auth-'));
+  const port = await freePort();
+  const server = spawnServer([...baseArgs(port, dir), '--requirepass', password], port);
+  await waitFor(async () => (await nodeCommand(port, ['PING'], password)) === 'PONG', 'password redis');
+  return Object.assign(server, {
+    async destroy() {
+      await server.kill();
+      await rm(dir, { recursive: true, force: true });
+    },
+  });
+}
+
+/** A master and one replica in sync (`--replicaof`), no Sentinel. */
+export async function startReplicatedRedis(): Promise<{ master: ServerProcess; replica: ServerProcess; url: string; destroy(): Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'callsync-replicated-'));
+  await run('mkdir', ['-p', join(dir, 'm'), join(dir, 'r')]);
+  const procs: ServerProcess[] = [];
+  try {
+    const masterPort = await freePort();
+    const master = spawnServer(baseArgs(masterPort, join(dir, 'm')), masterPort);
+    procs.push(master);
+    await waitFor(async () => (await nodeCommand(masterPort, ['PING'])) === 'PONG', 'master');
+    const replicaPort = await freePort();
+    const replica = spawnServer([...baseArgs(replicaPort, join(dir, 'r')), '--replicaof', '127.0.0.1', String(masterPort)], replicaPort);
+    procs.push(replica);
+    await waitFor(async () => /master_link_status:up/.test(String(await nodeCommand(replicaPort, ['INFO', 'replication']))), 'replica in sync');
+    return {
+      master,
+      replica,
+      url: `redis://127.0.0.1:${masterPort}`,
+      async destroy() {
+        for (const p of procs) await p.kill();
+        await rm(dir, { recursive: true, force: true });
+      },
+    };
+  } catch (err) {
+    for (const p of procs) await p.kill();
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
