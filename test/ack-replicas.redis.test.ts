@@ -18,7 +18,7 @@ const post = (cs: TestCallsync, callId: string) => postJson(`${cs.url}/webhooks/
 
 async function archived(dir: string): Promise<number> {
   const files = (await readdir(join(dir, 'transcripts'), { recursive: true }).catch(() => [])).map(String);
-  return files.filter((f) => f.endsWith('.json')).length;
+  return files.filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json')).length;
 }
 
 describe('ACK_REPLICAS on a master with one replica', () => {

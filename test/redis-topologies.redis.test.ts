@@ -19,7 +19,7 @@ const NOWHERE = 'redis://127.0.0.1:1';
 
 async function archived(dir: string): Promise<string[]> {
   const files = (await readdir(join(dir, 'transcripts'), { recursive: true }).catch(() => [])).map(String);
-  return files.filter((f) => f.endsWith('.json')).sort();
+  return files.filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json')).sort();
 }
 
 async function postCalls(cs: TestCallsync, ids: string[]): Promise<void> {
