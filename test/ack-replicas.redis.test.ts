@@ -11,6 +11,7 @@ import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { nodeCommand, startReplicatedRedis } from './support/redis-cluster.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
+import { archivedRecords } from './support/s3.js';
 
 type Replicated = Awaited<ReturnType<typeof startReplicatedRedis>>;
 
@@ -18,7 +19,7 @@ const post = (cs: TestCallsync, callId: string) => postJson(`${cs.url}/webhooks/
 
 async function archived(dir: string): Promise<number> {
   const files = (await readdir(join(dir, 'transcripts'), { recursive: true }).catch(() => [])).map(String);
-  return files.filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json')).length;
+  return archivedRecords(files).length;
 }
 
 describe('ACK_REPLICAS on a master with one replica', () => {

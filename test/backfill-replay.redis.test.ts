@@ -24,7 +24,7 @@ import { postJson, startTestCallsync, testEnv, type TestCallsync } from './suppo
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { FakeTelephony } from './support/fake-telephony.js';
 import { REDIS_URL, waitFor } from './support/redis.js';
-import { startS3, type TestS3 } from './support/s3.js';
+import { startS3, type TestS3, S3_ARCHIVE_SINK_YAML } from './support/s3.js';
 
 const run = promisify(execFile);
 const DIRECTIONS = ['INCOMING', 'OUTGOING', 'MISSED_INCOMING', 'MISSED_OUTGOING'];
@@ -87,14 +87,7 @@ describe('backfill and replay', () => {
       configPath,
       `
 sinks:
-  archive:
-    type: archive
-    bucket: \${ARCHIVE_S3_BUCKET}
-    endpoint: \${S3_ENDPOINT}
-    forcePathStyle: true
-    accessKeyId: \${AWS_ACCESS_KEY_ID}
-    secretAccessKey: \${AWS_SECRET_ACCESS_KEY}
-  hook:
+${S3_ARCHIVE_SINK_YAML}  hook:
     type: webhook
     urls: [${hook.url}]
     secrets: [${hook.secret}]

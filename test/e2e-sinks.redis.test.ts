@@ -13,7 +13,7 @@ import { postJson, startTestCallsync, type TestCallsync } from './support/callsy
 import { FakeHubSpot } from './support/fake-hubspot.js';
 import { FakeTelephony } from './support/fake-telephony.js';
 import { waitFor } from './support/redis.js';
-import { startS3, type TestS3 } from './support/s3.js';
+import { startS3, type TestS3, S3_ARCHIVE_SINK_YAML } from './support/s3.js';
 import { TestSmtpServer } from './support/smtp.js';
 
 describe('all sinks from one config file', () => {
@@ -33,14 +33,7 @@ describe('all sinks from one config file', () => {
       configPath,
       `
 sinks:
-  archive:
-    type: archive
-    bucket: \${ARCHIVE_S3_BUCKET}
-    endpoint: \${S3_ENDPOINT}
-    forcePathStyle: true
-    accessKeyId: \${AWS_ACCESS_KEY_ID}
-    secretAccessKey: \${AWS_SECRET_ACCESS_KEY}
-  hubspot:
+${S3_ARCHIVE_SINK_YAML}  hubspot:
     type: hubspot
     apiUrl: ${hubspot.url}
   appointment-sms:

@@ -22,6 +22,7 @@ import { deepWebhookBody, sampleCall } from './support/calls.js';
 import { startOpsCallsync } from './support/ops.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { archivedRecords } from './support/s3.js';
 
 const silent = createLogger({ level: 'silent' });
 
@@ -49,7 +50,7 @@ function poisonText(callId: string, depth = 10_000): { text: string; callId: str
 async function archivedIds(dir: string): Promise<Set<string>> {
   const files = await readdir(dir, { recursive: true }).catch(() => [] as string[]);
   // Object names are `<callId>-<16 hex of the call key's hash>.json` (src/model/call.ts callKeySegment).
-  return new Set(files.filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json')).map((f) => f.split('/').pop()!.slice(0, -'.json'.length).replace(/-[0-9a-f]{16}$/, '')));
+  return new Set(archivedRecords(files).map((f) => f.split('/').pop()!.slice(0, -'.json'.length).replace(/-[0-9a-f]{16}$/, '')));
 }
 
 describe('isRedisUnavailable', () => {

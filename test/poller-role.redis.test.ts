@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { channelEvent, FakeTelephony } from './support/fake-telephony.js';
 import { startTestCallsync } from './support/callsync.js';
 import { waitFor } from './support/redis.js';
+import { archivedRecords } from './support/s3.js';
 
 test('channel events with recordings are polled, queued and archived with their recordings', async () => {
   const api = await FakeTelephony.start();
@@ -37,7 +38,7 @@ test('channel events with recordings are polled, queued and archived with their 
     assert.equal((await stat(path)).size, 300_000);
     // The record of the missed call with the recording is archived too; the plain call without
     // recording, transcript or summary is not (default route).
-    const records = (await readdir(join(dir, 'transcripts'), { recursive: true })).map(String).filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json'));
+    const records = archivedRecords((await readdir(join(dir, 'transcripts'), { recursive: true })).map(String));
     assert.equal(records.length, 1);
     const doc = JSON.parse(await readFile(join(dir, 'transcripts', records[0]!), 'utf8'));
     assert.equal(doc.call.source, 'channel');

@@ -30,6 +30,7 @@ import { metrics } from '../src/metrics.js';
 import { memoryLog, startTestCallsync } from './support/callsync.js';
 import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { archivedRecords } from './support/s3.js';
 
 const runner = { retry: defaultRetryPolicy, concurrency: 1, stalledIntervalMs: 1000, lockDurationMs: 2000, maxStalledCount: 1 };
 
@@ -158,7 +159,7 @@ describe('poller: 1,000 events through the whole pipeline', () => {
       } finally {
         await Promise.all([archive.close(), inbound.close()]);
       }
-      const files = (await readdir(join(dir, 'archive'), { recursive: true })).filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json'));
+      const files = archivedRecords(await readdir(join(dir, 'archive'), { recursive: true }));
       assert.equal(files.length, 1000);
       const served = api.inboxRequests('ch1').filter((r) => (r.eventsServed ?? 0) > 0);
       assert.equal(served.length, 10, 'ten pages of 100');

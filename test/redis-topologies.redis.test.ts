@@ -14,12 +14,13 @@ import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { nodeCommand, startPasswordRedis, startRedisCluster, startRedisSentinel, type TestCluster, type TestSentinel } from './support/redis-cluster.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
+import { archivedRecords } from './support/s3.js';
 
 const NOWHERE = 'redis://127.0.0.1:1';
 
 async function archived(dir: string): Promise<string[]> {
   const files = (await readdir(join(dir, 'transcripts'), { recursive: true }).catch(() => [])).map(String);
-  return files.filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json')).sort();
+  return archivedRecords(files).sort();
 }
 
 async function postCalls(cs: TestCallsync, ids: string[]): Promise<void> {

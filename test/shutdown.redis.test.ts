@@ -16,6 +16,7 @@ import { InboundLog } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { webhookPayload } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { archivedRecords } from './support/s3.js';
 
 const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
 
@@ -58,7 +59,7 @@ async function bounded<T>(promise: Promise<T>, ms: number, what: string, child?:
 async function archivedCallIds(dir: string): Promise<string[]> {
   const files = (await readdir(dir, { recursive: true }).catch(() => [] as string[])) as string[];
   // `<call id>-<16 hex>.json` (the ids here need no making safe).
-  return files.filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json')).map((f) => f.split('/').pop()!.replace(/-[0-9a-f]{16}\.json$/, ''));
+  return archivedRecords(files).map((f) => f.split('/').pop()!.replace(/-[0-9a-f]{16}\.json$/, ''));
 }
 
 describe('graceful shutdown on SIGTERM', () => {

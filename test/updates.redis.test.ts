@@ -22,7 +22,7 @@ import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { FakeTelephony } from './support/fake-telephony.js';
 import type { RecordedRequest } from './support/fake-crm-server.js';
 import { waitFor } from './support/redis.js';
-import { startS3, type TestS3 } from './support/s3.js';
+import { startS3, type TestS3, S3_ARCHIVE_SINK_YAML } from './support/s3.js';
 
 const SINKS = ['archive', 'hubspot', 'pipedrive', 'webhook', 'sms'] as const;
 const CORRECTED = 'The caller moved her dentist appointment to Friday 10:00 (corrected summary).';
@@ -78,14 +78,7 @@ describe('a corrected call, end to end', () => {
       configPath,
       `
 sinks:
-  archive:
-    type: archive
-    bucket: \${ARCHIVE_S3_BUCKET}
-    endpoint: \${S3_ENDPOINT}
-    forcePathStyle: true
-    accessKeyId: \${AWS_ACCESS_KEY_ID}
-    secretAccessKey: \${AWS_SECRET_ACCESS_KEY}
-  hubspot:
+${S3_ARCHIVE_SINK_YAML}  hubspot:
     type: hubspot
     apiUrl: ${hubspot.url}
     rateLimit: { max: 1000, durationMs: 1000 }

@@ -14,6 +14,7 @@ import { InboundLog } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { webhookPayload } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { archivedRecords } from './support/s3.js';
 
 function startWorker(env: Record<string, string>): ChildProcess {
   const child = spawn(process.execPath, ['--import', 'tsx', 'workers/main.ts'], {
@@ -87,7 +88,7 @@ test('SIGKILL a worker mid-run, restart it: every job completes, none dead-lette
     assert.deepEqual(new Set(sinkJobs.map((j) => j.id)), new Set(keys.map(callHash)));
     assert.deepEqual(sinkJobs.map((j) => j.data.call.key).sort(), [...keys].sort());
     const files = await readdir(join(dir, 'transcripts/2026/04/08'));
-    assert.equal(files.filter((f) => f.endsWith('.json') && !f.endsWith('.vcon.json')).length, total);
+    assert.equal(archivedRecords(files).length, total);
     assert.equal(files.filter((f) => f.endsWith('.txt')).length, total);
   } finally {
     if (worker && worker.exitCode === null) {

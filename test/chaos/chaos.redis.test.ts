@@ -32,7 +32,7 @@ import { normalizeWebhook } from '../../src/model/webhook.js';
 import { FakeSmsApi, FakeWebhookReceiver } from '../support/fake-sink-server.js';
 import { waitFor } from '../support/redis.js';
 import { freePort, startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
-import { startS3, type TestS3 } from '../support/s3.js';
+import { startS3, type TestS3, S3_ARCHIVE_SINK_YAML } from '../support/s3.js';
 
 const OUTAGE_MS = Number(process.env.CHAOS_OUTAGE_MS ?? 30_000);
 const BURST = Number(process.env.CHAOS_BURST ?? 2000);
@@ -214,14 +214,7 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
       configPath,
       `
 sinks:
-  archive:
-    type: archive
-    bucket: \${ARCHIVE_S3_BUCKET}
-    endpoint: \${S3_ENDPOINT}
-    forcePathStyle: true
-    accessKeyId: \${AWS_ACCESS_KEY_ID}
-    secretAccessKey: \${AWS_SECRET_ACCESS_KEY}
-  crm:
+${S3_ARCHIVE_SINK_YAML}  crm:
     type: webhook
     endpoints: [{ name: receiver, url: "${crm.url}" }]
     timeoutMs: 5000

@@ -76,3 +76,21 @@ export async function startS3(bucket = 'callsync-test'): Promise<TestS3> {
     },
   };
 }
+
+/**
+ * The config-file entry of an archive sink named `archive` writing to the test S3 server, indented
+ * under `sinks:`; its values come from the environment `startS3` hands out (`\${ARCHIVE_S3_BUCKET}`, …).
+ */
+export const S3_ARCHIVE_SINK_YAML = `  archive:
+    type: archive
+    bucket: \${ARCHIVE_S3_BUCKET}
+    endpoint: \${S3_ENDPOINT}
+    forcePathStyle: true
+    accessKeyId: \${AWS_ACCESS_KEY_ID}
+    secretAccessKey: \${AWS_SECRET_ACCESS_KEY}
+`;
+
+/** Of archive object names, the call records (`<name>.json`), not the vCon written beside each (`.vcon.json`). */
+export function archivedRecords(names: Iterable<string>): string[] {
+  return [...names].filter((n) => n.endsWith('.json') && !n.endsWith('.vcon.json'));
+}
