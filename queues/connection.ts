@@ -29,8 +29,13 @@ export interface RedisSettings {
   password?: string;
   /** TLS to Redis (a `rediss://` REDIS_URL, or REDIS_TLS for cluster nodes and sentinels). */
   tls: boolean;
-  /** Key prefix of every queue and state key. A `{hash-tag}` keeps them in one Redis Cluster slot. */
+  /**
+   * QUEUE_PREFIX: what every key starts with (queues/keys.ts). On a Redis Cluster a prefix without
+   * `{…}` spreads the keys over the masters; a `{hash-tag}` keeps them all in one slot.
+   */
   prefix: string;
+  /** INBOUND_SHARDS: streams of the inbound log. Unset: 1, or 8 when a cluster spreads the keys (queues/keys.ts). */
+  inboundShards?: number;
 }
 
 export type RedisMode = 'single' | 'cluster' | 'sentinel';
@@ -142,7 +147,10 @@ const UNAVAILABLE_REPLY = /^(LOADING|OOM|READONLY|CLUSTERDOWN|TRYAGAIN|MASTERDOW
  * replicas confirming a write (ACK_REPLICAS, queues/inbound.ts).
  */
 const CONNECTION_ERROR_NAMES = new Set(['ReplicationError', 'MaxRetriesPerRequestError', 'AbortError', 'InterruptError', 'ParserError', 'ClusterAllFailedError', 'TimeoutError']);
-const CONNECTION_MESSAGES = /^(Connection is closed\.|Stream isn't writeable|Command timed out|Connection timed out|connect ETIMEDOUT|.* timed out after \d+ ms$)/;
+// ioredis' Cluster client: a failover outlasting its redirections (MOVED/TRYAGAIN/CLUSTERDOWN retried
+// `maxRedirections` times), its nodes or the whole cluster disconnected, or not ready yet.
+const CONNECTION_MESSAGES =
+  /^(Connection is closed\.|Stream isn't writeable|Command timed out|Connection timed out|connect ETIMEDOUT|.* timed out after \d+ ms$|Too many Cluster redirections|Cluster is disconnect(ed|ing)\.|Node is disconnected|None of startup nodes is available|Cluster isn't ready and enableOfflineQueue options is false)/;
 
 /**
  * True when `err` says Redis is unavailable (connection refused, reset, closed or timed out;
@@ -161,11 +169,6 @@ export function isRedisUnavailable(err: unknown, depth = 0): boolean {
   if (CONNECTION_MESSAGES.test(e.message)) return true;
   // A failure wrapping a connection failure (e.g. the ingress' QueueUnavailableError).
   return e.cause !== undefined && isRedisUnavailable(e.cause, depth + 1);
-}
-
-/** Prefix for callsync's own keys (state, cursors, locks) next to the queues, same hash slot. */
-export function stateKeyPrefix(prefix: string): string {
-  return `${prefix}:state:`;
 }
 
 /** How long start-up waits for Redis before serving anyway (the ingress then answers 503 or spools). */

@@ -7,12 +7,16 @@
 // object, msgpack'd options and a large script per call. The 202 still means "stored in Redis": an
 // entry is as durable as a job (same Redis, same persistence settings), and an entry leaves the log
 // only after its sink jobs exist. See docs/reliability.md.
+import { Cluster } from 'ioredis';
 import type { RedisClient } from './connection.js';
+import { asKeys, type RedisKeys } from './keys.js';
 import type { CanonicalCall } from '../src/model/call.js';
 
-// The keys sit beside the queues (same hash slot with a `{tag}` prefix) but outside every queue's
-// own namespace (`<prefix>:<queue>:…`), so that cleaning or obliterating a queue — the dead-letter
-// queue `inbound` included — never touches the log.
+// The keys sit outside every queue's own namespace (`<prefix>:<queue>:…`), so that cleaning or
+// obliterating a queue — the dead-letter queue `inbound` included — never touches the log. With
+// INBOUND_SHARDS > 1 the log is that many streams (`InboundShard`), each with its dedupe keys in its
+// own slot (queues/keys.ts): a call goes to the shard of its dedupe hash, so a resend finds its
+// dedupe key in the script that appends it.
 
 /** Key of the stream. */
 export function inboundStreamKey(prefix: string): string {
@@ -224,7 +228,53 @@ export class ReplicationError extends Error {
   }
 }
 
-export class InboundLog {
+/** What appends to the log: the whole log (`InboundLog`), or one of its shards. */
+export interface InboundAppender {
+  append(items: readonly AppendItem[], dedupeWindowMs: number): Promise<AppendOutcome[]>;
+}
+
+/**
+ * Waits until the writes this client made are on `ack.replicas` replicas; throws `ReplicationError`
+ * when fewer confirm within `ack.timeoutMs`. On a cluster the `WAIT` goes to the master of each of
+ * `slotKeys` (pipelined behind a read of the key, so it travels on the connection to the node that
+ * holds the slot now: the one the writes there went over); elsewhere one `WAIT`. The fan-out calls
+ * it before it deletes log entries whose sink jobs are on other masters (spread keys): else a master
+ * lost before it replicated a job would take the job with it, while the entry's own master had
+ * already deleted the entry.
+ */
+export async function waitForReplicas(redis: RedisClient, ack: AckReplicas, slotKeys: Iterable<string> = []): Promise<void> {
+  const wait = ['WAIT', String(ack.replicas), String(ack.timeoutMs)] as const;
+  const targets: (string | null)[] = redis instanceof Cluster ? [...new Set(slotKeys)] : [null];
+  const confirmed = await Promise.all(
+    targets.map(async (key) => {
+      if (key === null) return Number(await redis.call(...wait));
+      const [read, waited] = (await redis.pipeline().exists(key).call(...wait).exec()) ?? [];
+      if (read?.[0]) {
+        refreshSlotsOnRedirect(redis, read[0]);
+        throw read[0];
+      }
+      if (!waited) throw new Error('no reply to WAIT');
+      if (waited[0]) throw waited[0];
+      return Number(waited[1]);
+    }),
+  );
+  const fewest = Math.min(ack.replicas, ...confirmed);
+  if (fewest < ack.replicas) throw new ReplicationError(ack.replicas, fewest, ack.timeoutMs);
+}
+
+/**
+ * A pipeline that carries a keyless `WAIT` is not redirected by ioredis' cluster client when its
+ * slot moved (a failover): the keyed command's `MOVED` comes back as an error, the slot cache is
+ * never refreshed, and every later pipeline goes to the old node again. So on `MOVED`/`ASK` the
+ * cache is refreshed here; the caller's retry (the ingress answers 503 or spools; the fan-out tries
+ * again) then reaches the new master.
+ */
+function refreshSlotsOnRedirect(redis: RedisClient, err: unknown): void {
+  if (redis instanceof Cluster && err instanceof Error && /^(MOVED|ASK) /.test(err.message)) redis.refreshSlotsCache();
+}
+
+/** One stream of the inbound log with its dedupe keys and parked stream (`prefix`: `RedisKeys.inboundShard`). */
+export class InboundShard {
   readonly key: string;
   private readonly seenPrefix: string;
 
@@ -235,6 +285,11 @@ export class InboundLog {
   ) {
     this.key = inboundStreamKey(prefix);
     this.seenPrefix = inboundSeenPrefix(prefix);
+  }
+
+  /** Where entries go that cannot be kept as dead letters (`inboundParkedKey`). */
+  get parkedKey(): string {
+    return inboundParkedKey(this.prefix);
   }
 
   /**
@@ -257,7 +312,10 @@ export class InboundLog {
       pipeline.call('WAIT', String(this.ack.replicas), String(this.ack.timeoutMs));
       const results = (await pipeline.exec()) ?? [];
       const [appendErr, appended] = results[0] ?? [new Error('no reply to the append')];
-      if (appendErr) throw appendErr;
+      if (appendErr) {
+        refreshSlotsOnRedirect(this.redis, appendErr);
+        throw appendErr;
+      }
       const [waitErr, confirmed] = results[1] ?? [new Error('no reply to WAIT')];
       if (waitErr) throw waitErr;
       if (Number(confirmed) < this.ack.replicas) throw new ReplicationError(this.ack.replicas, Number(confirmed), this.ack.timeoutMs);
@@ -327,7 +385,7 @@ export class InboundLog {
    * letter job. Answers the parked entry's id, or null when the entry was no longer in the log.
    */
   async park(entryId: string, reason: string): Promise<string | null> {
-    const parked = await commands(this.redis).callsyncInboundPark(this.key, inboundParkedKey(this.prefix), FANOUT_GROUP, entryId, reason);
+    const parked = await commands(this.redis).callsyncInboundPark(this.key, this.parkedKey, FANOUT_GROUP, entryId, reason);
     return parked === '' ? null : parked;
   }
 
@@ -388,3 +446,102 @@ export class InboundLog {
     return (await this.entries()).find((e) => e.id === id) ?? null;
   }
 }
+
+/**
+ * The whole inbound log: its shards (INBOUND_SHARDS streams; one unless configured). Appends go to
+ * the shard of each call's dedupe hash — one script, and with ACK_REPLICAS one `WAIT`, per shard a
+ * batch touches, the shards in parallel; the fan-out reads every shard (workers/fanout.ts).
+ */
+export class InboundLog {
+  readonly keys: RedisKeys;
+  readonly shards: readonly InboundShard[];
+
+  /** `keys`: the deployment's keys (queues/keys.ts), or a QUEUE_PREFIX for a one-stream log under it. */
+  constructor(redis: RedisClient, keys: RedisKeys | string, ack: AckReplicas = { replicas: 0, timeoutMs: 0 }) {
+    this.keys = asKeys(keys);
+    this.shards = Array.from({ length: Math.max(1, this.keys.inboundShards) }, (_, i) => new InboundShard(redis, this.keys.inboundShard(i), ack));
+  }
+
+  /** QUEUE_PREFIX. */
+  get prefix(): string {
+    return this.keys.prefix;
+  }
+
+  /** The stream of shard 0: the whole log unless INBOUND_SHARDS > 1 (tests, tools). */
+  get key(): string {
+    return this.shards[0]!.key;
+  }
+
+  /** The shard a call with this dedupe hash is appended to. */
+  shardFor(dedupeId: string): InboundShard {
+    return this.shards[this.keys.shardOf(dedupeId)]!;
+  }
+
+  /**
+   * Appends a batch: each call to its shard, the shards' parts in parallel. Answers per item, in
+   * order. When any shard's part fails the whole batch throws (the caller answers 503 or spools it;
+   * what other shards stored is found by the dedupe of the redelivery).
+   */
+  async append(items: readonly AppendItem[], dedupeWindowMs: number): Promise<AppendOutcome[]> {
+    if (this.shards.length === 1) return this.shards[0]!.append(items, dedupeWindowMs);
+    const parts = new Map<InboundShard, number[]>();
+    items.forEach((item, i) => {
+      const shard = this.shardFor(item.dedupeId);
+      const part = parts.get(shard);
+      if (part) part.push(i);
+      else parts.set(shard, [i]);
+    });
+    const out = new Array<AppendOutcome>(items.length);
+    const settled = await Promise.allSettled(
+      [...parts].map(async ([shard, indexes]) => {
+        const outcomes = await shard.append(
+          indexes.map((i) => items[i]!),
+          dedupeWindowMs,
+        );
+        indexes.forEach((i, k) => (out[i] = outcomes[k]!));
+      }),
+    );
+    const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+    if (failed) throw failed.reason;
+    return out;
+  }
+
+  /** Entries not yet fanned out, in every shard. */
+  async length(): Promise<number> {
+    return sum(await Promise.all(this.shards.map((s) => s.length())));
+  }
+
+  /** Entries delivered to a fan-out and not yet acknowledged, in every shard. */
+  async pending(): Promise<number> {
+    return sum(await Promise.all(this.shards.map((s) => s.pending())));
+  }
+
+  /** Every entry still in the log, shard after shard, oldest first in each (tests, operators). */
+  async entries(): Promise<InboundEntry[]> {
+    return (await Promise.all(this.shards.map((s) => s.entries()))).flat();
+  }
+
+  /** The entry acknowledged with `id`, while it is in the log. */
+  async find(id: string): Promise<InboundEntry | null> {
+    return (await this.entries()).find((e) => e.id === id) ?? null;
+  }
+}
+
+/**
+ * The log as the fan-out reads it: the INBOUND_SHARDS streams, and the shards a larger
+ * INBOUND_SHARDS of before still holds entries in (the count is recorded at `keys.layoutKey()`),
+ * so lowering INBOUND_SHARDS strands nothing. The record is lowered once those shards are empty.
+ */
+export async function logToFanOut(redis: RedisClient, keys: RedisKeys): Promise<{ log: InboundLog; leftoverShards: number }> {
+  const recorded = Number((await redis.get(keys.layoutKey())) ?? 0);
+  const count = keys.inboundShards;
+  if (recorded > count) {
+    const extra = new InboundLog(redis, keys.withShards(recorded)).shards.slice(count);
+    const left = await Promise.all(extra.map(async (s) => (await s.length()) + (await s.pending())));
+    if (left.some((n) => n > 0)) return { log: new InboundLog(redis, keys.withShards(recorded)), leftoverShards: recorded - count };
+  }
+  if (recorded !== count) await redis.set(keys.layoutKey(), String(count));
+  return { log: new InboundLog(redis, keys), leftoverShards: 0 };
+}
+
+const sum = (values: number[]) => values.reduce((a, b) => a + b, 0);

@@ -1,2 +1,3 @@
 export * from './registry.js';
 export * from './connection.js';
+export * from './keys.js';

@@ -12,7 +12,7 @@ import type { Sink } from '../src/sinks/types.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { InboundLog } from '../queues/inbound.js';
-import { bullmqReady, createRedis, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
+import { bullmqReady, createRedis, redisKeys, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
 import type { RunningLogFanOut } from './fanout.js';
 import type { RunnerOptions, RunningWorker } from './runner.js';
 import { startIngressRole } from './roles/ingress.js';
@@ -48,7 +48,7 @@ export const runsPoller = (role: Config['role']) => role === 'poller' || role ==
 export function runnerOptions(config: Config, connection: RedisClient, options: CallsyncOptions): RunnerOptions {
   return {
     connection,
-    prefix: config.redis.prefix,
+    prefix: redisKeys(config.redis),
     retry: config.retry,
     concurrency: config.worker.concurrency,
     stalledIntervalMs: config.worker.stalledIntervalMs,
@@ -93,7 +93,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       options,
       log,
       redis,
-      inboundLog: new InboundLog(redis.producer, config.redis.prefix, config.ack),
+      inboundLog: new InboundLog(redis.producer, redisKeys(config.redis), config.ack),
       telephony,
       runner: runnerOptions(config, redis.worker, options),
     };

@@ -24,7 +24,7 @@ import { sinksFor } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
 import { PermanentError } from '../src/errors.js';
 import { JobName, sinkJobId, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
-import { inboundParkedKey, parseStoredCall, type InboundEntry, type InboundLog } from '../queues/inbound.js';
+import { inboundStreamKey, parseStoredCall, type InboundEntry, type InboundLog, type InboundShard } from '../queues/inbound.js';
 import { isRedisUnavailable } from '../queues/connection.js';
 
 /** The queue of one endpoint of a sink with endpoints (`sink-<sink>.<endpoint>`). */
@@ -44,6 +44,14 @@ export interface FanOutDeps {
   endpointQueues?: ReadonlyMap<string, readonly EndpointQueue[]>;
   /** Sinks that do not read `call.raw`: their jobs carry the call with `raw: null`. */
   withoutRaw?: ReadonlySet<string>;
+  /**
+   * Called after jobs were added to `queues` and before what they were made of is deleted (a log
+   * entry, an `inbound` job, a job handed over): resolves once those jobs are on enough replicas of
+   * the queues' masters (ACK_REPLICAS with spread keys, where they are on other masters than their
+   * source: `waitForReplicas`); throws `ReplicationError` when too few confirm, and it is tried
+   * again. Without it nothing waits.
+   */
+  replicated?: (queues: readonly Queue[]) => Promise<void>;
 }
 
 interface PlannedJob {
@@ -81,11 +89,12 @@ function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: P
  * sink's endpoints had queues (or by a fan-out of an older version during an upgrade); it is handed
  * on as one job per endpoint, with the same job ids the fan-out gives them, and completes.
  */
-export function createHandOverProcessor(sink: string, endpoints: readonly EndpointQueue[]) {
+export function createHandOverProcessor(sink: string, endpoints: readonly EndpointQueue[], replicated?: FanOutDeps['replicated']) {
   return async function handOver(job: Job<SinkDeliverJob>): Promise<{ endpoints: string[] }> {
     const call = job.data?.call;
     if (!call || typeof call.key !== 'string') throw new PermanentError('sink job carries no canonical call record');
     await Promise.all(endpointJobs(sink, endpoints, call).map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
+    await replicated?.(endpoints.map((e) => e.queue));
     return { endpoints: endpoints.map((e) => e.endpoint) };
   };
 }
@@ -101,6 +110,7 @@ export function createFanOutProcessor(deps: FanOutDeps) {
     const { sinks, jobs } = plan(deps, call);
     try {
       await Promise.all(jobs.map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
+      await deps.replicated?.(jobs.map((j) => j.queue));
     } catch (err) {
       // The same data fails the same way on every attempt: a dead letter at once, with the reason.
       if (!isRedisUnavailable(err)) throw new PermanentError(`sink jobs of call ${call.callId} cannot be stored: ${describe(err)}`, { cause: err });
@@ -132,8 +142,12 @@ export interface LogFanOutEvents {
 }
 
 export interface LogFanOutOptions extends FanOutDeps {
+  /** The log: one loop per shard reads it. */
   inbound: InboundLog;
-  /** A connection of its own for the blocking reads. */
+  /**
+   * A connection of its own for the blocking reads (of shard 0; each further shard reads on a
+   * duplicate of it, closed with the fan-out).
+   */
   blocking: RedisClient;
   /** Where entries go that cannot be fanned out here (the BullMQ `inbound` queue). */
   deadLetters: Queue<CallReceivedJob>;
@@ -188,7 +202,6 @@ function deadLetterJobId(entry: InboundEntry): string {
  * readiness when it makes no progress.
  */
 class LogFanOut implements RunningLogFanOut {
-  readonly consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
   private readonly batch: number;
   private readonly blockMs: number;
   private readonly claimIdleMs: number;
@@ -199,6 +212,8 @@ class LogFanOut implements RunningLogFanOut {
   private closed = false;
   /** When a round last finished, or entries were last acknowledged. */
   private lastProgressAt = Date.now();
+  /** Queues jobs were added to since entries last left the log (`replicated` waits for them). */
+  private readonly touched = new Set<Queue>();
   /** Rounds failed in a row. */
   private failures = 0;
   /** What `events.stalled` was last told. */
@@ -206,13 +221,20 @@ class LogFanOut implements RunningLogFanOut {
   private readonly watch: NodeJS.Timeout;
   private readonly running: Promise<void>;
 
-  constructor(private readonly options: LogFanOutOptions) {
+  constructor(
+    private readonly options: LogFanOutOptions,
+    /** The shard this loop reads. */
+    private readonly shard: InboundShard,
+    /** Its connection for blocking reads. */
+    private readonly blocking: RedisClient,
+    readonly consumer: string,
+  ) {
     this.batch = options.batch ?? 200;
     this.blockMs = options.blockMs ?? 1000;
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
     this.maxDeliveries = options.maxDeliveries ?? 5;
     this.stallAfterMs = options.stallAfterMs ?? this.claimIdleMs;
-    this.log = options.log.child({ component: 'fanout', consumer: this.consumer });
+    this.log = options.log.child({ component: 'fanout', consumer: this.consumer, ...(shard.key !== inboundStreamKey(options.inbound.prefix) ? { shard: shard.key } : {}) });
     this.events = options.events;
     // Reports changes of `stalled()` to the hooks (a gauge): also while a round hangs on Redis.
     this.watch = setInterval(() => this.reportStall(), Math.max(50, Math.min(1000, this.stallAfterMs / 4)));
@@ -225,7 +247,17 @@ class LogFanOut implements RunningLogFanOut {
   }
 
   private addDeadLetter(data: CallReceivedJob, jobId: string) {
+    this.touched.add(this.options.deadLetters);
     return this.options.deadLetters.add(JobName.callReceived, data, { jobId });
+  }
+
+  /** Acknowledges and deletes entries whose jobs exist (on enough replicas, see `replicated`). */
+  private async done(entryIds: string[]): Promise<void> {
+    if (this.options.replicated && this.touched.size > 0) {
+      await this.options.replicated([...this.touched]);
+      this.touched.clear();
+    }
+    await this.shard.done(entryIds);
   }
 
   private reportStall(): void {
@@ -272,7 +304,7 @@ class LogFanOut implements RunningLogFanOut {
     const parkedReason = `${reason}; its text cannot be stored as a job either (${describe(failure)})`;
     let parked: string | null;
     try {
-      parked = await this.options.inbound.park(entry.entryId, parkedReason);
+      parked = await this.shard.park(entry.entryId, parkedReason);
     } catch (err) {
       if (isRedisUnavailable(err)) throw err;
       this.events?.failed?.('unstorable');
@@ -285,9 +317,9 @@ class LogFanOut implements RunningLogFanOut {
     }
     this.events?.failed?.('parked');
     this.events?.deadLettered?.(parkedReason);
-    this.log.error({ ...where, reason: parkedReason, parkedKey: inboundParkedKey(this.options.inbound.prefix), parkedId: parked, chars: entry.text.length }, 'inbound entry cannot be stored as a dead letter: moved whole to the parked stream');
+    this.log.error({ ...where, reason: parkedReason, parkedKey: this.shard.parkedKey, parkedId: parked, chars: entry.text.length }, 'inbound entry cannot be stored as a dead letter: moved whole to the parked stream');
     // The entry is safe already; the dead letter makes it show where operators look.
-    const pointer = `${parkedReason}; kept whole in ${inboundParkedKey(this.options.inbound.prefix)} as ${parked}${entry.text.length > PARKED_TEXT_HEAD_CHARS ? `, the first ${PARKED_TEXT_HEAD_CHARS} of its ${entry.text.length} characters here` : ''}`;
+    const pointer = `${parkedReason}; kept whole in ${this.shard.parkedKey} as ${parked}${entry.text.length > PARKED_TEXT_HEAD_CHARS ? `, the first ${PARKED_TEXT_HEAD_CHARS} of its ${entry.text.length} characters here` : ''}`;
     await this.addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text.slice(0, PARKED_TEXT_HEAD_CHARS), reason: pointer }, jobId).catch((err: unknown) => {
       this.log.error({ ...where, parkedId: parked, err: { message: describe(err) } }, 'dead letter pointing at a parked entry not stored: find the entry in the parked stream');
     });
@@ -322,13 +354,14 @@ class LogFanOut implements RunningLogFanOut {
         jobs++;
       }
     }
+    for (const queue of byQueue.keys()) this.touched.add(queue);
     const added = await Promise.allSettled([...byQueue].map(([queue, list]) => queue.addBulk(list)));
     const errors = added.flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []));
     // Redis away outweighs a data error: the whole batch waits for it.
     if (errors.length > 0) throw errors.find(isRedisUnavailable) ?? errors[0];
     const kept = new Set(entries.map((e) => e.entryId));
     for (const [entry, reason] of dead) if (!(await this.deadLetter(entry, reason))) kept.delete(entry.entryId);
-    await this.options.inbound.done([...kept]);
+    await this.done([...kept]);
     for (const e of entries) handled.add(e.entryId);
     this.progressed();
     this.events?.fannedOut?.(entries.length - dead.length, jobs);
@@ -344,7 +377,7 @@ class LogFanOut implements RunningLogFanOut {
       const entry = entries[0]!;
       this.events?.failed?.('entry');
       const reason = `fan-out of ${entry.call ? `call ${entry.call.callId}` : 'this entry'} failed: ${describe(err)}`;
-      if (await this.deadLetter(entry, reason)) await this.options.inbound.done([entry.entryId]);
+      if (await this.deadLetter(entry, reason)) await this.done([entry.entryId]);
       handled.add(entry.entryId);
       this.progressed();
       return;
@@ -377,14 +410,14 @@ class LogFanOut implements RunningLogFanOut {
 
   /** Entries of fan-outs that died, taken over; the ones delivered too often are dead-lettered. */
   private async takeOver(): Promise<void> {
-    await this.options.inbound.forgetIdleConsumers(FORGET_CONSUMER_AFTER_MS);
-    const stale = await this.options.inbound.claimStale(this.consumer, this.claimIdleMs, this.batch);
+    await this.shard.forgetIdleConsumers(FORGET_CONSUMER_AFTER_MS);
+    const stale = await this.shard.claimStale(this.consumer, this.claimIdleMs, this.batch);
     if (stale.length === 0) return;
     this.log.warn({ entries: stale.length }, 'taking over inbound entries a stopped fan-out left unacknowledged');
     const retry: InboundEntry[] = [];
     for (const { entry, deliveries } of stale) {
       if (deliveries > this.maxDeliveries) {
-        if (await this.deadLetter(entry, `delivered to the fan-out ${deliveries} times without being acknowledged`)) await this.options.inbound.done([entry.entryId]);
+        if (await this.deadLetter(entry, `delivered to the fan-out ${deliveries} times without being acknowledged`)) await this.done([entry.entryId]);
       } else {
         retry.push(entry);
       }
@@ -406,13 +439,13 @@ class LogFanOut implements RunningLogFanOut {
     const handled = new Set<string>();
     while (!this.closed) {
       try {
-        if (this.failures > 0 || nextTakeOver === 0) await this.options.inbound.ensureGroup();
+        if (this.failures > 0 || nextTakeOver === 0) await this.shard.ensureGroup();
         if (Date.now() >= nextTakeOver) {
           await this.takeOver();
           nextTakeOver = Date.now() + Math.max(1000, this.claimIdleMs / 2);
         }
         // Entries read but not fanned out (Redis failed mid-batch) are tried again first.
-        if (inHand.length === 0) inHand = await this.options.inbound.read(this.consumer, this.batch, this.blockMs, this.options.blocking);
+        if (inHand.length === 0) inHand = await this.shard.read(this.consumer, this.batch, this.blockMs, this.blocking);
         if (inHand.length > 0) {
           await this.fanOut(inHand, handled);
           inHand = [];
@@ -443,17 +476,46 @@ class LogFanOut implements RunningLogFanOut {
     // A read blocks at most blockMs; while Redis is away it waits for the reconnect, so give up then.
     const finished = await Promise.race([this.running.then(() => true), sleep(this.blockMs + 2000).then(() => false)]);
     if (!finished) {
-      this.options.blocking.disconnect();
+      this.blocking.disconnect();
       // Still waiting for Redis to write a batch: what is unacknowledged is taken over later.
       await Promise.race([this.running, sleep(2000)]);
     }
     // Leave the group tidy: a consumer with nothing pending can go.
-    if (finished && this.options.blocking.status === 'ready') {
-      await this.options.inbound.removeConsumerIfIdle(this.consumer).catch(() => undefined);
+    if (finished && this.blocking.status === 'ready') {
+      await this.shard.removeConsumerIfIdle(this.consumer).catch(() => undefined);
     }
   }
 }
 
+/**
+ * Starts the fan-out of this process: one loop per shard of the log, each with its own blocking
+ * connection (a blocking read holds its connection; on a cluster each shard may be on another master).
+ */
 export function startLogFanOut(options: LogFanOutOptions): RunningLogFanOut {
-  return new LogFanOut(options);
+  const consumer = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+  const duplicates: RedisClient[] = [];
+  const loops = options.inbound.shards.map((shard, i) => {
+    let blocking = options.blocking;
+    if (i > 0) {
+      blocking = options.blocking.duplicate();
+      blocking.on('error', () => undefined); // reported by the loop that uses it
+      duplicates.push(blocking);
+    }
+    return new LogFanOut(options, shard, blocking, consumer);
+  });
+  if (loops.length === 1) return loops[0]!;
+  return {
+    consumer,
+    stalled() {
+      for (const loop of loops) {
+        const reason = loop.stalled();
+        if (reason !== null) return reason;
+      }
+      return null;
+    },
+    async close() {
+      await Promise.all(loops.map((loop) => loop.close()));
+      await Promise.all(duplicates.map((c) => c.quit().catch(() => c.disconnect())));
+    },
+  };
 }

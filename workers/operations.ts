@@ -12,7 +12,7 @@ import { opsPort, queueNames } from '../src/ops/index.js';
 import { createOpsApp, opsRoutes, type OpsApp } from '../src/ops/app.js';
 import { requestContext } from '../src/ops/request-context.js';
 import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.js';
-import { bullmqReady, createRedis, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
+import { bullmqReady, createRedis, redisKeys, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
 import { combineEvents, fanOutMetrics, ingressMetrics, runnerMetrics } from './metric-events.js';
 import { quitRedis, type CallsyncOptions } from './roles/lifecycle.js';
@@ -51,16 +51,17 @@ export function createOperations(options: OperationsOptions): Operations {
   const { config, log } = options;
   collectProcessMetrics();
   const connection = createRedis(config.redis, 'producer');
+  const keys = redisKeys(config.redis);
   connection.on('error', (err) => log.warn({ connection: 'ops', err: { message: err.message } }, 'redis connection error'));
   const queues = queueNames(config).map((name) => {
-    const queue = new Queue(name, { connection, prefix: config.redis.prefix });
+    const queue = new Queue(name, { connection, prefix: keys.queuePrefix(name) });
     queue.on('error', (err) => log.error({ queue: name, err: { message: err.message } }, 'queue error'));
     return queue;
   });
   // Their connection set-up runs while callsync starts; listen() waits for it (bounded), close() too.
   const setUp = bullmqReady(queues, STARTUP_REDIS_WAIT_MS);
   const unwatchQueues = metrics.watchQueues(() => queues);
-  const unwatchLog = metrics.watchInboundLog(new InboundLog(connection, config.redis.prefix));
+  const unwatchLog = metrics.watchInboundLog(new InboundLog(connection, keys));
   const unwatch = () => {
     unwatchQueues();
     unwatchLog();

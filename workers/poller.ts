@@ -23,7 +23,7 @@ import { AuthError, PermanentError, RetryLaterError, classify } from '../src/err
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { envSchema } from '../src/config/env.js';
 import { pollerSettings, type PollerSettings } from '../src/config/index.js';
-import { JobName, POLL_DEAD_LETTER_QUEUE, stateKeyPrefix, type PollDeadLetterJob } from '../queues/index.js';
+import { asKeys, JobName, POLL_DEAD_LETTER_QUEUE, type PollDeadLetterJob, type RedisKeys } from '../queues/index.js';
 import { runWorker, type RunnerOptions, type RunningWorker } from './runner.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -45,12 +45,14 @@ export function pollerSettingsFromEnv(env: NodeJS.ProcessEnv): PollerSettings {
 // Redis keys and scripts
 
 /** Where a channel's stored position lives (delete it to re-read the inbox from the start). */
-export function cursorKey(prefix: string, channelId: string): string {
-  return `${stateKeyPrefix(prefix)}poller:cursor:${channelId}`;
+// A channel's lock and cursor share the channel's slot (the cursor moves only under the lock, in
+// one script); channels are spread over a cluster's masters (queues/keys.ts).
+export function cursorKey(keys: RedisKeys | string, channelId: string): string {
+  return `${asKeys(keys).state(`poller:${channelId}`)}poller:cursor:${channelId}`;
 }
 
-export function lockKey(prefix: string, channelId: string): string {
-  return `${stateKeyPrefix(prefix)}poller:lock:${channelId}`;
+export function lockKey(keys: RedisKeys | string, channelId: string): string {
+  return `${asKeys(keys).state(`poller:${channelId}`)}poller:lock:${channelId}`;
 }
 
 const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end`;
@@ -89,8 +91,8 @@ export interface ChannelPollerDeps {
   deadLetters: PollDeadLetters;
   /** Redis for the lock and the cursor (commands should fail fast while Redis is away). */
   redis: RedisClient;
-  /** QUEUE_PREFIX. */
-  prefix: string;
+  /** Where the keys are (queues/keys.ts; a QUEUE_PREFIX alone: one slot). */
+  prefix: RedisKeys | string;
   log: Logger;
   events?: PollerEvents;
   now?: () => Date;
@@ -440,7 +442,8 @@ export interface StartPollerOptions {
   redis: RedisClient;
   /** Blocking connection (maxRetriesPerRequest: null) for the dead-letter worker. */
   workerConnection: RedisClient;
-  prefix: string;
+  /** Where the keys are (queues/keys.ts; a QUEUE_PREFIX alone: one slot). */
+  prefix: RedisKeys | string;
   log: Logger;
   /** Runner settings of the dead-letter worker (retry policy, stalled checks...); connection and prefix are taken from above. */
   runner: Omit<RunnerOptions, 'connection' | 'prefix' | 'log'>;
@@ -461,7 +464,7 @@ export function startPoller(options: StartPollerOptions): RunningPoller {
   const log = options.log.child({ role: 'poller' });
   const deadLetterQueue = new Queue<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, {
     connection: options.redis,
-    prefix: options.prefix,
+    prefix: asKeys(options.prefix).queuePrefix(POLL_DEAD_LETTER_QUEUE),
     defaultJobOptions: { removeOnComplete: { age: 24 * 3600, count: 10_000 }, removeOnFail: { age: 14 * 24 * 3600, count: 100_000 } },
   });
   deadLetterQueue.on('error', (err) => log.error({ err: { message: err.message } }, 'poll dead-letter queue error'));

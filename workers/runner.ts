@@ -4,6 +4,7 @@
 // run out and the job lands in the dead letters.
 import { DelayedError, Queue, UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
 import type { RedisClient } from '../queues/connection.js';
+import { asKeys, type RedisKeys } from '../queues/keys.js';
 import type { Logger } from 'pino';
 import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
@@ -21,7 +22,8 @@ export interface RunnerEvents {
 
 export interface RunnerOptions {
   connection: RedisClient;
-  prefix: string;
+  /** Where the queues' keys are (queues/keys.ts; a QUEUE_PREFIX alone: one slot). */
+  prefix: RedisKeys | string;
   /** This queue's retry policy (the backoff; the attempts travel with each job, see defaultJobOptions). */
   retry: RetryPolicy;
   concurrency: number;
@@ -53,12 +55,13 @@ export interface RunningWorker {
 export function runWorker<T extends JobPayload>(queueName: string, processor: Processor<T>, options: RunnerOptions): RunningWorker {
   const log = options.log.child({ queue: queueName });
   // A queue handle of our own, to pause on auth failures.
-  const queue = new Queue(queueName, { connection: options.connection, prefix: options.prefix });
+  const prefix = asKeys(options.prefix).queuePrefix(queueName);
+  const queue = new Queue(queueName, { connection: options.connection, prefix });
   queue.on('error', (err) => log.error({ err: { message: err.message } }, 'queue error'));
 
   const workerOptions: WorkerOptions = {
     connection: options.connection,
-    prefix: options.prefix,
+    prefix,
     concurrency: options.concurrency,
     stalledInterval: options.stalledIntervalMs,
     lockDuration: options.lockDurationMs,

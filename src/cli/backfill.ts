@@ -9,6 +9,7 @@ import { HistoryEntryError, normalizeHistoryEntry } from '../model/history.js';
 import { createTelephonyClient } from '../telephony/client.js';
 import type { HistoryPage, HistoryQuery } from '../telephony/types.js';
 import { InboundLog } from '../../queues/inbound.js';
+import { asKeys, redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { UsageError, type CliIo } from './io.js';
 import { Progress, type ProgressOut } from './progress.js';
 import { CliFailure } from './redis.js';
@@ -29,8 +30,8 @@ export interface HistoryReader {
 }
 
 /** Where the cursor of one range (and target) is kept. */
-export function backfillCursorKey(prefix: string, options: Pick<BackfillOptions, 'from' | 'to' | 'sink'>): string {
-  return `${prefix}:backfill:${options.from}|${options.to}|${options.sink ?? '*'}`;
+export function backfillCursorKey(keys: RedisKeys | string, options: Pick<BackfillOptions, 'from' | 'to' | 'sink'>): string {
+  return `${asKeys(keys).area('backfill')}:backfill:${options.from}|${options.to}|${options.sink ?? '*'}`;
 }
 
 /** A date option as ISO-8601 UTC, or a usage error. */
@@ -45,7 +46,7 @@ export async function backfill(config: Config, redis: RedisClient | null, option
   if (Date.parse(options.from) >= Date.parse(options.to)) throw new UsageError('--from must be before --to');
   const history = reader ?? (config.telephony ? createTelephonyClient(config.telephony) : null);
   if (history === null) throw new CliFailure('the telephony API is not configured (TELEPHONY_API_URL and its credentials): backfill reads the call history from it');
-  const cursorKey = redis === null ? null : backfillCursorKey(config.redis.prefix, options);
+  const cursorKey = redis === null ? null : backfillCursorKey(redisKeys(config.redis), options);
   let offset = 0;
   if (!options.dryRun && redis !== null && cursorKey !== null) {
     const saved = await redis.hget(cursorKey, 'offset');
@@ -55,7 +56,7 @@ export async function backfill(config: Config, redis: RedisClient | null, option
     }
   }
   const acceptor = !options.dryRun && redis !== null && options.sink === undefined
-    ? new InboundAcceptor(new InboundLog(redis, config.redis.prefix), { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs })
+    ? new InboundAcceptor(new InboundLog(redis, redisKeys(config.redis)), { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs })
     : null;
   const queuer = !options.dryRun && redis !== null && options.sink !== undefined ? new SinkQueuer(redis, config, options.sink, 'backfill') : null;
   const counts = { read: 0, accepted: 0, duplicates: 0, updates: 0, skipped: 0 };

@@ -6,6 +6,7 @@ import { opsPort, queueNames } from '../ops/index.js';
 import { describeSchedule } from '../sinks/retry.js';
 import { table, type CliIo } from './io.js';
 import { describeRedis, redisMode } from '../../queues/connection.js';
+import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 
 const SECRET_KEY = /secret|token|password|passphrase|api[-_]?key|authorization|credential|signing|cookie/i;
 /** Options whose values are all sent as credentials (e.g. the signed webhook's custom headers): names kept, values hidden. */
@@ -52,12 +53,21 @@ export function describeRoute(route: ParsedRoute): string {
   return `${condition} -> ${route.to.join(', ')}`;
 }
 
+/** The key layout in a line: where a queue's keys, the inbound log and a channel's lock live. */
+function describeLayout(keys: RedisKeys): string {
+  const shards = `${keys.inboundShards} inbound stream${keys.inboundShards === 1 ? '' : 's'}`;
+  if (keys.layout === 'spread') return `spread over the cluster's masters: ${shards} (${keys.inboundShard(0)}…), each queue in its own slot (e.g. ${keys.queuePrefix('sink-archive')})`;
+  return `one slot under "${keys.prefix}", ${shards}`;
+}
+
 export function describeConfig(config: Config): string[] {
   const env = config.env;
   const lines: string[] = [];
   const roles = config.role === 'all' ? 'ingress, worker, poller' : config.role;
   lines.push(`role:        ${config.role} (${roles})`);
   lines.push(`redis:       ${describeRedis(config.redis)}${config.redis.password !== undefined ? ' (password set)' : ''}  prefix "${config.redis.prefix}"`);
+  const keys = redisKeys(config.redis);
+  lines.push(`keys:        ${describeLayout(keys)}`);
   lines.push(`config file: ${env.CALLSYNC_CONFIG ?? '(none: sinks from environment shortcuts)'}`);
   if (config.role === 'ingress' || config.role === 'all') {
     const ips = config.webhook.allowedIps === '*' ? 'any address' : config.webhook.allowedIps.join(', ');
@@ -102,7 +112,7 @@ export function printConfig(config: Config, io: CliIo, json: boolean): void {
       JSON.stringify(
         {
           role: config.role,
-          redis: { mode: redisMode(config.redis), url: redactUrl(config.redis.url), where: describeRedis(config.redis), prefix: config.redis.prefix },
+          redis: { mode: redisMode(config.redis), url: redactUrl(config.redis.url), where: describeRedis(config.redis), prefix: config.redis.prefix, layout: redisKeys(config.redis).layout, inboundShards: redisKeys(config.redis).inboundShards },
           opsPort: opsPort(config),
           queues: queueNames(config),
           sinks: Object.values(config.sinks).map((s) => ({ ...s, options: redactOptions(s.options) })),

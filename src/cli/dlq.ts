@@ -1,6 +1,8 @@
 // `callsync dlq list|retry|purge`: the dead letters of every queue are its BullMQ failed set.
 import { Queue, type Job } from 'bullmq';
+import { Cluster } from 'ioredis';
 import type { RedisClient } from '../../queues/connection.js';
+import { asKeys, redisKeys, type RedisKeys } from '../../queues/keys.js';
 import type { Config } from '../config/index.js';
 import { sinkQueueName } from '../../queues/index.js';
 import { queueNames, sinkQueueNames } from '../ops/index.js';
@@ -16,31 +18,46 @@ export interface DlqOptions {
 }
 
 /** `*`, `?`, `[`, `]` and `\` match literally in a SCAN pattern only when escaped. */
-function globEscape(text: string): string {
+export function globEscape(text: string): string {
   return text.replace(/[*?[\]\\]/g, '\\$&');
 }
 
+/** Every key matching `pattern`, with SCAN (never KEYS, which blocks Redis): on each master of a cluster. */
+export async function scanKeys(redis: RedisClient, pattern: string): Promise<string[]> {
+  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
+  const found: string[] = [];
+  for (const node of nodes) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      cursor = next;
+      found.push(...keys);
+    } while (cursor !== '0');
+  }
+  return found;
+}
+
 /**
- * The queues BullMQ keeps under this prefix in Redis, whatever this environment configures (a sink
+ * The queues BullMQ keeps under these keys in Redis, whatever this environment configures (a sink
  * since removed, or one only another process runs): each queue that ever held a job has a
- * `<prefix>:<queue>:meta` hash. Found with SCAN (never KEYS, which blocks Redis), sorted.
+ * `<queue prefix>:<queue>:meta` hash (queues/keys.ts: `<QUEUE_PREFIX>:<queue>:meta`, or
+ * `{<QUEUE_PREFIX>:<queue>}:<queue>:meta` when a cluster spreads the keys). Sorted.
  */
-export async function queuesInRedis(redis: RedisClient, prefix: string): Promise<string[]> {
-  const head = `${prefix}:`;
+export async function queuesInRedis(redis: RedisClient, keys: RedisKeys | string): Promise<string[]> {
+  const k = asKeys(keys);
+  const spread = k.layout === 'spread';
+  const pattern = spread ? `{${globEscape(k.prefix)}:*}:*:meta` : `${globEscape(k.prefix)}:*:meta`;
   const candidates = new Set<string>();
-  let cursor = '0';
-  do {
-    const [next, keys] = await redis.scan(cursor, 'MATCH', `${globEscape(head)}*:meta`, 'COUNT', 1000);
-    cursor = next;
-    for (const key of keys) {
-      const name = key.slice(head.length, -':meta'.length);
-      // BullMQ refuses `:` in queue names: a longer key is something else's.
-      if (key.startsWith(head) && name !== '' && !name.includes(':')) candidates.add(name);
-    }
-  } while (cursor !== '0');
+  for (const key of await scanKeys(redis, pattern)) {
+    // `{<prefix>:<queue>}:<queue>:meta`, or `<prefix>:<queue>:meta`.
+    const name = spread ? key.slice(k.prefix.length + 2, Math.max(0, key.indexOf('}'))) : key.slice(k.prefix.length + 1, -':meta'.length);
+    // BullMQ refuses `:` in queue names: a longer key is something else's.
+    if (name === '' || name.includes(':') || key !== `${k.queuePrefix(name)}:${name}:meta`) continue;
+    candidates.add(name);
+  }
   // Only BullMQ's meta hashes: they carry its settings.
   const names = [...candidates].sort();
-  const metas = await Promise.all(names.map((name) => redis.hmget(`${head}${name}:meta`, 'opts.maxLenEvents', 'version').catch(() => [null, null])));
+  const metas = await Promise.all(names.map((name) => redis.hmget(`${k.queuePrefix(name)}:${name}:meta`, 'opts.maxLenEvents', 'version').catch(() => [null, null])));
   return names.filter((_, i) => metas[i]!.some((v) => v !== null));
 }
 
@@ -57,7 +74,7 @@ export interface ResolvedQueues {
  */
 export async function resolveQueues(config: Config, redis: RedisClient, queue: string | undefined): Promise<ResolvedQueues> {
   const configured = queueNames(config);
-  const found = await queuesInRedis(redis, config.redis.prefix);
+  const found = await queuesInRedis(redis, redisKeys(config.redis));
   const foundOnly = new Set(found.filter((name) => !configured.includes(name)));
   const known = [...configured, ...foundOnly];
   if (queue === undefined) return { names: known, foundOnly };
@@ -82,7 +99,8 @@ function firstLine(text: string | undefined): string {
 }
 
 async function withQueues<T>(config: Config, redis: RedisClient, names: string[], fn: (queues: Queue[]) => Promise<T>): Promise<T> {
-  const queues = names.map((name) => new Queue(name, { connection: redis, prefix: config.redis.prefix }));
+  const keys = redisKeys(config.redis);
+  const queues = names.map((name) => new Queue(name, { connection: redis, prefix: keys.queuePrefix(name) }));
   for (const q of queues) q.on('error', () => undefined);
   try {
     return await fn(queues);

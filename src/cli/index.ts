@@ -12,7 +12,8 @@ import { resume } from './resume.js';
 import { progressOf } from './progress.js';
 import { replay } from './replay.js';
 import { checkSink } from './sink-queue.js';
-import { CliFailure, connectRedis } from './redis.js';
+import { CliFailure, connectRedis, connectRedisTo } from './redis.js';
+import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
@@ -33,6 +34,8 @@ Commands:
                                              accept the platform's call history of a range
   replay --from DATE --to DATE --sink NAME [--agent ID] [--dry-run]
                                              queue archived calls of a range to one sink
+  migrate-keys --from-url URL | --from-cluster-nodes H:P,… [--from-prefix PREFIX] [--dry-run] [--force]
+                                             copy an old deployment's state into this key layout
 
 Configuration comes from the environment (see docs/operations.md) and CALLSYNC_CONFIG.
 Run \`callsync <command> --help\` for a command's options.`,
@@ -131,6 +134,32 @@ Options:
   --agent ID      only calls of this AI agent
   --dry-run       list and count; queue nothing
   -h, --help      show this help`,
+  'migrate-keys': `Usage: callsync migrate-keys --from-url URL | --from-cluster-nodes H:P,… [--from-prefix PREFIX] [--dry-run] [--force]
+
+Copies callsync's long-lived state from an old deployment whose keys are in one slot (a single
+Redis, or a Redis Cluster with a {hash-tag} QUEUE_PREFIX) into the key layout of this environment
+(the target: REDIS_URL / REDIS_CLUSTER_NODES, QUEUE_PREFIX, INBOUND_SHARDS, as the new deployment
+will run): every sink's state, the poller cursors, the opt-out list, the backfill cursors and
+replay markers, and the dedupe keys (each into its shard, so a resend stays a duplicate), each with
+its remaining TTL. Not copied: queues (dead letters, job history), the inbound log, Push calls
+being assembled, locks. A key the target has already is kept (the opt-out list is merged), so a
+second run copies nothing twice. Prints counts only, never values.
+
+Refuses (exit 1, writing nothing) while the source still has undelivered work: calls in the inbound
+log, jobs waiting, active or delayed in a queue. Stop the ingress and pollers and let the workers
+drain first (docs/operations.md "Moving to the spread layout"). Lists the dead letters that stay
+behind.
+
+Options:
+  --from-url URL            the old single Redis (its password, else REDIS_PASSWORD; rediss:// for TLS)
+  --from-cluster-nodes H:P  nodes of the old Redis Cluster (REDIS_PASSWORD and REDIS_TLS apply);
+                            the same cluster as the target works too
+  --from-prefix PREFIX      the old QUEUE_PREFIX (default: of "{callsync}" and "callsync" — the
+                            target's QUEUE_PREFIX without braces, with and without — the one that
+                            holds callsync keys in the source)
+  --dry-run                 count what would be copied; write nothing
+  --force                   copy although the source still has undelivered work (it stays behind)
+  -h, --help                show this help`,
 } as const;
 
 type Command = keyof typeof help;
@@ -335,6 +364,29 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         return await replay(config, redis, { from, to, sink, archive: values.archive as string | undefined, agent: values.agent as string | undefined, dryRun }, io, progressOf(io));
       } finally {
         redis?.disconnect();
+      }
+    }
+    case 'migrate-keys': {
+      const { values, positionals } = parse(
+        args,
+        { 'from-url': { type: 'string' }, 'from-cluster-nodes': { type: 'string' }, 'from-prefix': { type: 'string' }, 'dry-run': { type: 'boolean' }, force: { type: 'boolean' } },
+        command,
+      );
+      if (values.help) return (io.out(help['migrate-keys']), 0);
+      if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+      const config = configFrom(io.env);
+      const fromPrefix = values['from-prefix'] as string | undefined;
+      const from = sourceSettings(config, { fromUrl: values['from-url'] as string | undefined, fromClusterNodes: values['from-cluster-nodes'] as string | undefined, fromPrefix });
+      const source = await connectRedisTo(from, 'the source Redis');
+      try {
+        const target = await connectRedis(config);
+        try {
+          return await migrateKeys(config, target, source, from, { fromPrefix, dryRun: values['dry-run'] === true, force: values.force === true }, io);
+        } finally {
+          target.disconnect();
+        }
+      } finally {
+        source.disconnect();
       }
     }
     default:

@@ -1,5 +1,6 @@
 // `callsync opt-out add|remove|list`: numbers that never get an SMS (the notification sinks' list).
 import type { RedisClient } from '../../queues/connection.js';
+import { redisKeys } from '../../queues/keys.js';
 import type { Config } from '../config/index.js';
 import { maskPhone } from '../log.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
@@ -7,7 +8,7 @@ import { resolveRegion } from '../sinks/region.js';
 import { UsageError, type CliIo } from './io.js';
 
 export async function optOut(config: Config, redis: RedisClient, action: string, numbers: string[], io: CliIo): Promise<number> {
-  const list = new OptOutList(redis, config.redis.prefix);
+  const list = new OptOutList(redis, redisKeys(config.redis).area('optout'));
   if (action === 'list') {
     const all = await list.list();
     if (all.length === 0) io.out('the opt-out list is empty');

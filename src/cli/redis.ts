@@ -1,6 +1,6 @@
 // A Redis connection for one CLI command: fails fast with a readable message when Redis is away.
 // Made by the same factory as callsync's own (one Redis, a cluster or Sentinel; password, TLS).
-import { createRedis, describeRedis, type RedisClient } from '../../queues/connection.js';
+import { createRedis, describeRedis, type RedisClient, type RedisSettings } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
 
 export class CliFailure extends Error {
@@ -11,7 +11,12 @@ export class CliFailure extends Error {
 }
 
 export async function connectRedis(config: Config): Promise<RedisClient> {
-  const redis = createRedis(config.redis, 'producer', {
+  return connectRedisTo(config.redis);
+}
+
+/** A connection to the Redis of `settings` (another deployment's, for migrate-keys); `what` names it in the error. */
+export async function connectRedisTo(settings: RedisSettings, what = 'Redis'): Promise<RedisClient> {
+  const redis = createRedis(settings, 'producer', {
     lazyConnect: true,
     enableOfflineQueue: true,
     connectTimeout: 3000,
@@ -22,7 +27,7 @@ export async function connectRedis(config: Config): Promise<RedisClient> {
     await redis.connect();
   } catch (err) {
     redis.disconnect();
-    throw new CliFailure(`cannot reach Redis at ${describeRedis(config.redis)}: ${(err as Error).message}`);
+    throw new CliFailure(`cannot reach ${what} at ${describeRedis(settings)}: ${(err as Error).message}`);
   }
   return redis;
 }

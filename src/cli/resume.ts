@@ -3,13 +3,14 @@
 // resumed (re-enabled) once the cause is fixed. The dashboard's resume button does the same.
 import { Queue } from 'bullmq';
 import type { RedisClient } from '../../queues/connection.js';
+import { redisKeys } from '../../queues/keys.js';
 import type { Config } from '../config/index.js';
 import { disabledMarker, enableQueue } from '../../queues/disabled.js';
 import { resolveQueues } from './dlq.js';
 import type { CliIo } from './io.js';
 
 export async function resume(config: Config, redis: RedisClient, queue: string | undefined, io: CliIo): Promise<number> {
-  const queues = (await resolveQueues(config, redis, queue)).names.map((name) => new Queue(name, { connection: redis, prefix: config.redis.prefix }));
+  const queues = (await resolveQueues(config, redis, queue)).names.map((name) => new Queue(name, { connection: redis, prefix: redisKeys(config.redis).queuePrefix(name) }));
   for (const q of queues) q.on('error', () => undefined);
   try {
     let paused = 0;

@@ -4,6 +4,7 @@
 // BullMQ keeps the first job, and a marker in Redis remembers it for longer than that.
 import { Queue } from 'bullmq';
 import type { RedisClient } from '../../queues/connection.js';
+import { redisKeys } from '../../queues/keys.js';
 import type { Config } from '../config/index.js';
 import type { CanonicalCall } from '../model/call.js';
 import { defaultJobOptions, JobName, sinkJobId, sinkQueueName, type SinkDeliverJob } from '../../queues/registry.js';
@@ -11,6 +12,11 @@ import { UsageError } from './io.js';
 
 /** How long a queued-by-command marker is kept: a second replay within this time adds nothing. */
 const MARKER_TTL_S = 180 * 24 * 3600;
+
+/** The marker of a call queued to `sink` by a command (`origin`: backfill, replay), kept MARKER_TTL_S. */
+export function queuedMarkerKey(prefix: string, origin: string, sink: string, jobId: string): string {
+  return `${prefix}:${origin}:${sink}:${jobId}`;
+}
 
 export class SinkQueuer {
   private readonly queue: Queue;
@@ -22,7 +28,7 @@ export class SinkQueuer {
     /** `backfill` or `replay`: the job id's prefix (BullMQ job ids cannot hold `:`). */
     private readonly origin: string,
   ) {
-    this.queue = new Queue(sinkQueueName(sink), { connection: redis, prefix: config.redis.prefix, defaultJobOptions: defaultJobOptions(config.retry) });
+    this.queue = new Queue(sinkQueueName(sink), { connection: redis, prefix: redisKeys(config.redis).queuePrefix(sinkQueueName(sink)), defaultJobOptions: defaultJobOptions(config.retry) });
   }
 
   jobId(call: CanonicalCall): string {
@@ -30,7 +36,7 @@ export class SinkQueuer {
   }
 
   private markerKey(jobId: string): string {
-    return `${this.config.redis.prefix}:${this.origin}:${this.sink}:${jobId}`;
+    return queuedMarkerKey(this.config.redis.prefix, this.origin, this.sink, jobId);
   }
 
   /** True when a job was added; false when this call was queued to this sink before. */

@@ -33,8 +33,17 @@ const coreEnv = {
   REDIS_PASSWORD: optionalString,
   /** TLS to the cluster nodes and sentinels (a single Redis: `rediss://` in REDIS_URL). Default: on when REDIS_URL is `rediss://`. */
   REDIS_TLS: optionalBool,
-  /** Prefix of every Redis key. Use a `{hash-tag}` (e.g. `{callsync}`) on Redis Cluster. */
+  /**
+   * Prefix of every Redis key. On a Redis Cluster a prefix without `{…}` spreads the keys over the
+   * masters (each queue, inbound shard and channel its own `{QUEUE_PREFIX:…}` tag); a `{hash-tag}`
+   * prefix keeps every key in one slot (the layout before spreading). Default callsync.
+   */
   QUEUE_PREFIX: envStringOr('callsync').refine((v) => !/\s/.test(v), 'expected a prefix without spaces'),
+  /**
+   * Streams the inbound log is sharded into (a call's shard by the hash of its key; the fan-out
+   * reads every shard). Default 1, or 8 on a Redis Cluster with spread keys. 1–64.
+   */
+  INBOUND_SHARDS: optionalInt(1),
   CALLSYNC_CONFIG: optionalString,
   LOG_LEVEL: envEnum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'info'),
 

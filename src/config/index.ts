@@ -10,6 +10,7 @@ import { sinkTypes } from '../sinks/registry.js';
 import type { RetryPolicy } from '../../queues/registry.js';
 import type { RedisNode, RedisSettings } from '../../queues/connection.js';
 import type { AckReplicas } from '../../queues/inbound.js';
+import { MAX_INBOUND_SHARDS } from '../../queues/keys.js';
 import { oneOf } from '../env-values.js';
 import { envSchema, PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
 import { TelephonyConfigError, telephonyOptions, type TelephonyClientOptions } from '../telephony/client.js';
@@ -122,7 +123,12 @@ export class ConfigError extends Error {
 export const NO_ARCHIVE_WARNING =
   'no route sends calls to an archive sink: calls are not archived (add a sink of type archive and a route to it, or set ARCHIVE_S3_BUCKET)';
 
-const sinkNameSchema = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i, 'sink names are letters, digits, - and _');
+// `poller`: its state (`<prefix>:state:poller:…` in the one-slot layout) would share the keys of the
+// channel poller's locks and cursors.
+const sinkNameSchema = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i, 'sink names are letters, digits, - and _')
+  .refine((name) => name !== 'poller', 'the sink name "poller" is reserved (the channel poller keeps its state under it): choose another');
 
 /** The top-level keys of the config file. */
 const FILE_KEYS = ['sinks', 'routes', 'retry'] as const;
@@ -279,10 +285,11 @@ function parseNodes(variable: string, entries: string[], problems: string[]): Re
 
 /**
  * The Redis settings: one Redis (REDIS_URL), a Redis Cluster (REDIS_CLUSTER_NODES) or Sentinel
- * (REDIS_SENTINELS + REDIS_SENTINEL_NAME), with REDIS_PASSWORD and TLS. On a cluster every key of
- * one BullMQ queue must be in one hash slot, so QUEUE_PREFIX must be a `{hash-tag}`.
+ * (REDIS_SENTINELS + REDIS_SENTINEL_NAME), with REDIS_PASSWORD and TLS, QUEUE_PREFIX and
+ * INBOUND_SHARDS. On a cluster every key of one BullMQ queue must be in one hash slot: a prefix
+ * without braces spreads the keys by area (queues/keys.ts), a `{hash-tag}` one keeps them in one slot.
  */
-function redisSettings(env: Env, problems: string[]): RedisSettings {
+function redisSettings(env: Env, problems: string[], warnings: string[]): RedisSettings {
   const clusterNodes = parseNodes('REDIS_CLUSTER_NODES', env.REDIS_CLUSTER_NODES, problems);
   const sentinels = parseNodes('REDIS_SENTINELS', env.REDIS_SENTINELS, problems);
   if (env.REDIS_CLUSTER_NODES.length > 0 && env.REDIS_SENTINELS.length > 0)
@@ -291,8 +298,19 @@ function redisSettings(env: Env, problems: string[]): RedisSettings {
     problems.push('REDIS_SENTINEL_NAME: required with REDIS_SENTINELS (the master\'s name in the sentinels\' configuration)');
   if (env.REDIS_SENTINEL_NAME !== undefined && env.REDIS_SENTINELS.length === 0)
     problems.push('REDIS_SENTINEL_NAME: set without REDIS_SENTINELS');
-  if (env.REDIS_CLUSTER_NODES.length > 0 && !/^\{[^{}]+\}/.test(env.QUEUE_PREFIX))
-    problems.push(`QUEUE_PREFIX: "${env.QUEUE_PREFIX}" on a Redis Cluster must start with a {hash-tag} (e.g. {${env.QUEUE_PREFIX.replace(/[{}]/g, '')}}): BullMQ needs every key of a queue in one slot`);
+  const cluster = env.REDIS_CLUSTER_NODES.length > 0;
+  const braces = /[{}]/.test(env.QUEUE_PREFIX);
+  const plain = env.QUEUE_PREFIX.replace(/[{}]/g, '');
+  if (cluster && braces && !hasHashTag(env.QUEUE_PREFIX)) {
+    problems.push(`QUEUE_PREFIX: "${env.QUEUE_PREFIX}" has braces but no {hash-tag} Redis Cluster would use (a "{" with a "}" after it and something between): use "${plain}" to spread the keys over the masters, or "{${plain}}" to keep them in one slot`);
+  } else if (cluster && braces) {
+    warnings.push(
+      `QUEUE_PREFIX: "${env.QUEUE_PREFIX}" is a {hash-tag}: every key is in one slot, so one master of the cluster holds them all (availability, not throughput); "${plain}" spreads them — a change of layout: drain first (docs/operations.md "Moving to the spread layout")`,
+    );
+    if ((env.INBOUND_SHARDS ?? 1) > 1) warnings.push(`INBOUND_SHARDS=${env.INBOUND_SHARDS}: with a {hash-tag} QUEUE_PREFIX every shard is in the same slot, on the same master: no gain`);
+  }
+  if (env.INBOUND_SHARDS !== undefined && env.INBOUND_SHARDS > MAX_INBOUND_SHARDS)
+    problems.push(`INBOUND_SHARDS: ${env.INBOUND_SHARDS} is more than ${MAX_INBOUND_SHARDS} (each shard is a stream, a fan-out loop and a blocking connection per worker process)`);
   const urlTls = env.REDIS_URL.startsWith('rediss://');
   if (env.REDIS_TLS === false && urlTls && clusterNodes.length === 0 && sentinels.length === 0)
     problems.push('REDIS_TLS: off, but REDIS_URL is rediss:// (TLS); use redis:// or leave REDIS_TLS unset');
@@ -304,7 +322,14 @@ function redisSettings(env: Env, problems: string[]): RedisSettings {
     ...(env.REDIS_PASSWORD !== undefined ? { password: env.REDIS_PASSWORD } : {}),
     tls: env.REDIS_TLS ?? urlTls,
     prefix: env.QUEUE_PREFIX,
+    ...(env.INBOUND_SHARDS !== undefined ? { inboundShards: env.INBOUND_SHARDS } : {}),
   };
+}
+
+/** A Redis Cluster hash tag: the first "{" with a "}" after it and at least one character between. */
+function hasHashTag(prefix: string): boolean {
+  const open = prefix.indexOf('{');
+  return open !== -1 && prefix.indexOf('}', open + 1) > open + 1;
 }
 
 export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): Config {
@@ -433,7 +458,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   if (env.POLL_CHANNEL_IDS.length > 0 && !telephonyConfigured)
     problems.push('POLL_CHANNEL_IDS: polling channel events needs TELEPHONY_API_URL (and credentials)');
 
-  const redis = redisSettings(env, problems);
+  const redis = redisSettings(env, problems, warnings);
   if (env.ACK_REPLICAS > 0 && env.ACK_REPLICAS_TIMEOUT_MS >= env.ENQUEUE_TIMEOUT_MS)
     problems.push(`ACK_REPLICAS_TIMEOUT_MS: ${env.ACK_REPLICAS_TIMEOUT_MS} must be below ENQUEUE_TIMEOUT_MS (${env.ENQUEUE_TIMEOUT_MS}): the append and its WAIT share that time`);
 

@@ -2,7 +2,7 @@
 // The ingress and the poller both accept through here, so deduplication is the same for both.
 import { randomBytes } from 'node:crypto';
 import { callHash, encodeCall, type CanonicalCall } from '../model/call.js';
-import type { AppendItem, AppendOutcome, InboundLog } from '../../queues/inbound.js';
+import type { AppendItem, AppendOutcome, InboundAppender } from '../../queues/inbound.js';
 
 export interface AcceptResult {
   /** The id the call is acknowledged with; a duplicate gets the id of the call's first delivery. */
@@ -89,7 +89,7 @@ export class InboundAcceptor implements CallAcceptor {
   private readonly maxBatchChars: number;
 
   constructor(
-    private readonly log: InboundLog,
+    private readonly log: InboundAppender,
     private readonly options: InboundAcceptorOptions,
   ) {
     this.maxBatch = options.maxBatch ?? 256;

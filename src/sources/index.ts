@@ -1,5 +1,6 @@
 // The registry of call sources mounted by the ingress: one line per source (src/sources/types.ts).
 import type { RedisClient } from '../../queues/connection.js';
+import { redisKeys } from '../../queues/keys.js';
 import type { Config } from '../config/index.js';
 import { aiAgentSource } from './ai-agent.js';
 import { PushAssembly } from './push-assembly.js';
@@ -14,7 +15,7 @@ export interface SourceDeps {
 }
 
 export function pushAssembly(deps: SourceDeps): PushAssembly {
-  return new PushAssembly(deps.redis, { prefix: deps.config.redis.prefix, timeoutMs: deps.config.push.timeoutMs, now: deps.now });
+  return new PushAssembly(deps.redis, { prefix: redisKeys(deps.config.redis).area('push'), timeoutMs: deps.config.push.timeoutMs, now: deps.now });
 }
 
 export function createSources(deps: SourceDeps): Source[] {

@@ -2,7 +2,7 @@
 // through the same dedupe + inbound log path as the webhook (no spool: the platform keeps the
 // events, so the poller waits for Redis and reads the page again).
 import { InboundAcceptor } from '../../src/ingress/accept.js';
-import { bullmqReady, SHUTDOWN_SETUP_WAIT_MS } from '../../queues/index.js';
+import { bullmqReady, redisKeys, SHUTDOWN_SETUP_WAIT_MS } from '../../queues/index.js';
 import { pollerMetrics } from '../metric-events.js';
 import { startPoller, type RunningPoller } from '../poller.js';
 import type { Role, RoleDeps } from './lifecycle.js';
@@ -22,7 +22,7 @@ export function startPollerRole({ config, options, log, redis, inboundLog, telep
     acceptor: new InboundAcceptor(inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs }),
     redis: redis.producer,
     workerConnection: redis.worker,
-    prefix: config.redis.prefix,
+    prefix: redisKeys(config.redis),
     log,
     runner: { ...runner, concurrency: 1 },
     events: pollerMetrics(),

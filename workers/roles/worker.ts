@@ -9,7 +9,7 @@ import { ArchiveSink } from '../../src/sinks/archive/index.js';
 import { lazyArchiveAccess } from '../../src/sinks/archive/access.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import { OptOutList } from '../../src/sinks/notify/opt-out.js';
-import { InboundLog } from '../../queues/inbound.js';
+import { InboundLog, logToFanOut, waitForReplicas } from '../../queues/inbound.js';
 import { InboundAcceptor } from '../../src/ingress/accept.js';
 import { pushAssembly } from '../../src/sources/index.js';
 import { startPushSweeper } from '../push-sweeper.js';
@@ -20,13 +20,15 @@ import {
   INBOUND_QUEUE,
   SHUTDOWN_SETUP_WAIT_MS,
   sinkQueueName,
-  stateKeyPrefix,
+  redisKeys,
+  STARTUP_REDIS_WAIT_MS,
+  type RedisKeys,
   type BullmqHandle,
   type CallReceivedJob,
   type SinkDeliverJob,
 } from '../../queues/index.js';
 import { createDeliverProcessor } from '../deliver.js';
-import { createFanOutProcessor, createHandOverProcessor, startLogFanOut, type EndpointQueue, type RunningLogFanOut } from '../fanout.js';
+import { createFanOutProcessor, createHandOverProcessor, startLogFanOut, type EndpointQueue, type FanOutDeps, type RunningLogFanOut } from '../fanout.js';
 import { runWorker, type RunningWorker } from '../runner.js';
 import { Closers, quitRedis, type Role, type RoleDeps } from './lifecycle.js';
 
@@ -44,38 +46,62 @@ export interface WorkerRole extends Role {
 /** The sinks of the configuration (or the test's overrides), built with their dependencies. */
 async function createSinks({ config, options, log, redis, telephony }: RoleDeps): Promise<Map<string, Sink>> {
   const now = options.now ?? (() => new Date());
-  const state = new RedisKeyValueStore(redis.worker, stateKeyPrefix(config.redis.prefix));
-  const optOut = new OptOutList(redis.worker, config.redis.prefix);
+  const keys = redisKeys(config.redis);
+  const optOut = new OptOutList(redis.worker, keys.area('optout'));
   const sinks = new Map<string, Sink>();
   // The first archive sink, for the CRMs' links to archived recordings.
   const archive = lazyArchiveAccess(() => [...sinks.values()].find((s): s is ArchiveSink => s instanceof ArchiveSink)?.access());
   for (const sink of Object.values(config.sinks)) {
     const override = options.sinks?.get(sink.name);
-    const deps = { log: log.child({ sink: sink.name }), state: state.scoped(sink.name), telephony, now, env: config.env, optOut, archive };
+    const state = new RedisKeyValueStore(redis.worker, keys.sinkState(sink.name));
+    const deps = { log: log.child({ sink: sink.name }), state, telephony, now, env: config.env, optOut, archive };
     sinks.set(sink.name, override ?? (await sinkTypes.get(sink.type)!.create(sink.name, sink.options, deps)));
   }
   return sinks;
 }
 
+/** The log the fan-out reads: the configured shards, and those a larger INBOUND_SHARDS left entries in. */
+async function inboundToRead({ redis, log }: RoleDeps, keys: RedisKeys): Promise<InboundLog> {
+  try {
+    const { log: inbound, leftoverShards } = await settle(logToFanOut(redis.worker, keys), STARTUP_REDIS_WAIT_MS);
+    if (leftoverShards > 0) log.warn({ inboundShards: keys.inboundShards, leftoverShards }, 'INBOUND_SHARDS was larger before: the fan-out also reads the shards that still hold entries');
+    return inbound;
+  } catch (err) {
+    log.warn({ err: { message: (err as Error).message } }, 'could not read the recorded inbound shard count: reading the configured shards');
+    return new InboundLog(redis.worker, keys);
+  }
+}
+
+/** The promise's value, or a rejection after `ms`. */
+function settle<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
 export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
   const { config, options, log, redis, runner } = deps;
-  const prefix = config.redis.prefix;
+  const keys = redisKeys(config.redis);
   const closers = new Closers(log);
   const queues = new Map<string, Queue>();
   const workers: RunningWorker[] = [];
   const sinks = new Map<string, Sink>();
-  const handles = () => [...queues.values(), ...workers.flatMap((w) => [w.worker, w.queue])];
+  /** The fan-out's own handles of the same queues (ACK_REPLICAS with spread keys, below). */
+  const fanOutQueues: Queue[] = [];
+  const handles = () => [...queues.values(), ...fanOutQueues, ...workers.flatMap((w) => [w.worker, w.queue])];
 
   return closers.opening(async () => {
     // Closed last: handles still setting up their connection finish that first (bullmqReady).
-    closers.add('close queues', () => Promise.all([...queues.values()].map((q) => q.close())));
+    closers.add('close queues', () => Promise.all([...queues.values(), ...fanOutQueues].map((q) => q.close())));
     closers.add('close sinks', () => Promise.all([...sinks.values()].map((s) => s.close?.())));
     closers.add('close workers', () => Promise.all(workers.map((w) => w.close())));
     for (const [name, sink] of await createSinks(deps)) sinks.set(name, sink);
 
     // The attempts travel with each job from the handle that adds it: a sink's own retry policy is its queues' default.
     const openQueue = <T>(name: string, retry = config.retry): Queue<T> => {
-      const queue = new Queue<T>(name, { connection: redis.worker, prefix, defaultJobOptions: defaultJobOptions(retry) });
+      const queue = new Queue<T>(name, { connection: redis.worker, prefix: keys.queuePrefix(name), defaultJobOptions: defaultJobOptions(retry) });
       queue.on('error', (err) => log.error({ queue: name, err: { message: err.message } }, 'queue error'));
       queues.set(name, queue as Queue);
       return queue;
@@ -96,20 +122,42 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
         .map((s) => s.name),
     );
 
+    // ACK_REPLICAS with spread keys: a call's sink jobs are on other masters than what they are made
+    // of (a log entry, an `inbound` dead letter, a job handed over to endpoint queues), so that is
+    // deleted only once the jobs are on the replicas (docs/reliability.md). They are written over a
+    // connection of their own, on which the WAIT for them blocks nobody else.
+    const replicated = keys.layout === 'spread' && config.ack.replicas > 0;
+    const writes: RedisClient = replicated ? createRedis(config.redis, 'worker') : redis.worker;
+    if (replicated) {
+      writes.on('error', (err) => log.warn({ connection: 'fanout-writes', err: { message: err.message } }, 'redis connection error'));
+      closers.add('close fan-out write connection', () => quitRedis(writes));
+    }
+    const own = <T>(queue: Queue<T>): Queue<T> => {
+      if (!replicated) return queue;
+      const copy = new Queue<T>(queue.name, { connection: writes, prefix: keys.queuePrefix(queue.name), defaultJobOptions: queue.defaultJobOptions });
+      copy.on('error', (err) => log.error({ queue: queue.name, err: { message: err.message } }, 'queue error'));
+      fanOutQueues.push(copy as Queue);
+      return copy;
+    };
+    const fanOutDeps: FanOutDeps = {
+      routes: config.routes,
+      sinkQueues: new Map([...sinkQueues].map(([name, queue]) => [name, own(queue)])),
+      endpointQueues: new Map([...endpointQueues].map(([name, list]) => [name, list.map((e) => ({ endpoint: e.endpoint, queue: own(e.queue) }))])),
+      withoutRaw,
+      ...(replicated ? { replicated: (queues: readonly Queue[]) => waitForReplicas(writes, config.ack, queues.map((q) => q.toKey('meta'))) } : {}),
+    };
+
     // The inbound log's fan-out; what it cannot handle goes to the `inbound` queue and its worker.
     const deadLetters = openQueue<CallReceivedJob>(INBOUND_QUEUE);
-    workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor({ routes: config.routes, sinkQueues, endpointQueues, withoutRaw }), runner));
+    workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor(fanOutDeps), runner));
     const blocking: RedisClient = createRedis(config.redis, 'worker');
     blocking.on('error', (err) => log.warn({ connection: 'fanout', err: { message: err.message } }, 'redis connection error'));
     closers.add('close fan-out connection', () => quitRedis(blocking));
     const fanOut = startLogFanOut({
-      inbound: new InboundLog(redis.worker, prefix),
+      ...fanOutDeps,
+      inbound: await inboundToRead(deps, keys),
       blocking,
-      deadLetters,
-      routes: config.routes,
-      sinkQueues,
-      endpointQueues,
-      withoutRaw,
+      deadLetters: own(deadLetters),
       log,
       claimIdleMs: config.worker.lockDurationMs,
       events: options.fanOutEvents,
@@ -135,7 +183,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       for (const { endpoint } of endpoints) {
         workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name, endpoint), createDeliverProcessor(sink, log, endpoint), { ...runner, retry, limit }));
       }
-      workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name), createHandOverProcessor(name, endpoints), runner));
+      workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name), createHandOverProcessor(name, fanOutDeps.endpointQueues?.get(name) ?? endpoints, fanOutDeps.replicated), runner));
     }
     // Closed first: a handle closed during its connection set-up makes BullMQ reject without a handler.
     closers.add('wait for connection set-up', () => bullmqReady(handles(), SHUTDOWN_SETUP_WAIT_MS));

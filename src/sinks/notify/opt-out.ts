@@ -18,7 +18,7 @@ function nationalToE164(number: string, region: CountryCode): string | undefined
 export class OptOutList implements OptOutLookup {
   readonly key: string;
 
-  /** `keyPrefix` is the queue prefix (QUEUE_PREFIX, e.g. `callsync` or `{callsync}`). */
+  /** `keyPrefix`: where the set lives (`RedisKeys.area("optout")`: QUEUE_PREFIX, or its own slot on a spread cluster). */
   constructor(
     private readonly redis: Redis | Cluster,
     keyPrefix: string,
