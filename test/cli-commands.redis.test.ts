@@ -36,7 +36,7 @@ describe('help', () => {
   test('the main help lists every command; every command has --help', async () => {
     const main = await cli(['--help']);
     assert.equal(main.code, 0);
-    for (const cmd of ['start', 'check-config', 'dlq', 'resume', 'send-sample', 'opt-out', 'backfill', 'replay']) {
+    for (const cmd of ['start', 'check-config', 'dlq', 'resume', 'send-sample', 'opt-out', 'backfill', 'replay', 'migrate-keys']) {
       assert.match(main.out, new RegExp(`^  ${cmd}`, 'm'));
       const r = await cli([cmd, '--help']);
       assert.equal(r.code, 0, cmd);

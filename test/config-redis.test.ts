@@ -5,6 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ConfigError, loadConfig } from '../src/config/index.js';
 import { describeConfig } from '../src/cli/check-config.js';
+import { redisKeys } from '../queues/keys.js';
 
 function problemsOf(env: Record<string, string>): string[] {
   try {
@@ -21,20 +22,50 @@ test('default: one Redis at the default URL, no password, no TLS', () => {
   assert.deepEqual(redis, { url: 'redis://127.0.0.1:6379', clusterNodes: [], sentinels: [], tls: false, prefix: 'callsync' });
 });
 
-test('a cluster: nodes parsed (IPv6 too), a {hash-tag} prefix required', () => {
-  const { redis } = loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000, [::1]:7001', QUEUE_PREFIX: '{callsync}', REDIS_TLS: 'true', REDIS_PASSWORD: 's3cret' });
+test('a cluster: nodes parsed (IPv6 too), TLS and a password never printed', () => {
+  const { redis } = loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000, [::1]:7001', REDIS_TLS: 'true', REDIS_PASSWORD: 's3cret' });
   assert.deepEqual(redis.clusterNodes, [{ host: '10.0.0.1', port: 7000 }, { host: '::1', port: 7001 }]);
   assert.equal(redis.tls, true);
   assert.equal(redis.password, 's3cret');
-  assert.match(describeConfig(loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000, [::1]:7001', QUEUE_PREFIX: '{callsync}', REDIS_TLS: 'true' })).join('\n'), /redis: +cluster 10\.0\.0\.1:7000,::1:7001 \(TLS\)/);
-  const lines = describeConfig(loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', QUEUE_PREFIX: '{callsync}', REDIS_PASSWORD: 's3cret' })).join('\n');
+  assert.match(describeConfig(loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000, [::1]:7001', REDIS_TLS: 'true' })).join('\n'), /redis: +cluster 10\.0\.0\.1:7000,::1:7001 \(TLS\)/);
+  const lines = describeConfig(loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', REDIS_PASSWORD: 's3cret' })).join('\n');
   assert.match(lines, /cluster 10\.0\.0\.1:7000 \(password set\)/);
   assert.ok(!lines.includes('s3cret'), 'check-config never prints the password');
+  assert.ok(problemsOf({ REDIS_CLUSTER_NODES: 'host-without-port' }).some((p) => p.startsWith('REDIS_CLUSTER_NODES: "host-without-port"')));
+  assert.ok(problemsOf({ REDIS_CLUSTER_NODES: 'h:70000' }).some((p) => p.startsWith('REDIS_CLUSTER_NODES:')));
+});
 
-  const problems = problemsOf({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', QUEUE_PREFIX: 'callsync' });
-  assert.ok(problems.some((p) => p.startsWith('QUEUE_PREFIX:') && p.includes('{callsync}')), problems.join('\n'));
-  assert.ok(problemsOf({ REDIS_CLUSTER_NODES: 'host-without-port', QUEUE_PREFIX: '{c}' }).some((p) => p.startsWith('REDIS_CLUSTER_NODES: "host-without-port"')));
-  assert.ok(problemsOf({ REDIS_CLUSTER_NODES: 'h:70000', QUEUE_PREFIX: '{c}' }).some((p) => p.startsWith('REDIS_CLUSTER_NODES:')));
+test('key layout: spread on a cluster with a plain QUEUE_PREFIX, one slot otherwise; the combinations check-config refuses or warns about', () => {
+  const spread = loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', QUEUE_PREFIX: 'callsync' });
+  const keys = redisKeys(spread.redis);
+  assert.equal(keys.layout, 'spread');
+  assert.equal(keys.inboundShards, 8, 'a spread cluster defaults to 8 inbound shards');
+  assert.equal(keys.queuePrefix('sink-archive'), '{callsync:sink-archive}');
+  assert.equal(keys.sinkState('archive'), '{callsync:sink-archive}:state:', "a sink's state is in its queue's slot");
+  assert.equal(keys.inboundShard(3), '{callsync:inbound-3}');
+  assert.deepEqual(spread.warnings.filter((w) => w.startsWith('QUEUE_PREFIX')), []);
+  assert.match(describeConfig(spread).join('\n'), /keys: +spread over the cluster's masters: 8 inbound streams/);
+
+  // Single node: today's keys, whatever INBOUND_SHARDS says.
+  const single = redisKeys(loadConfig({ INBOUND_SHARDS: '4' }).redis);
+  assert.equal(single.layout, 'one-slot');
+  assert.equal(single.queuePrefix('sink-archive'), 'callsync');
+  assert.equal(single.sinkState('crm'), 'callsync:state:crm:');
+  assert.equal(single.inboundShard(0), 'callsync', 'shard 0 is the log of before sharding');
+  assert.equal(single.inboundShard(2), 'callsync:inbound-2');
+  assert.equal(redisKeys(loadConfig({}).redis).inboundShards, 1);
+
+  // The {hash-tag} layout of before still runs on a cluster, with a warning that names the way out.
+  const tagged = loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', QUEUE_PREFIX: '{callsync}', INBOUND_SHARDS: '4' });
+  assert.equal(redisKeys(tagged.redis).layout, 'one-slot');
+  assert.ok(tagged.warnings.some((w) => w.startsWith('QUEUE_PREFIX: "{callsync}" is a {hash-tag}') && w.includes('"callsync" spreads them')), tagged.warnings.join('\n'));
+  assert.ok(tagged.warnings.some((w) => w.startsWith('INBOUND_SHARDS=4: with a {hash-tag} QUEUE_PREFIX')), tagged.warnings.join('\n'));
+  // Braces that make no hash tag would split a queue's keys over slots.
+  for (const prefix of ['callsync{', 'call{}sync', '}callsync{']) {
+    assert.ok(problemsOf({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', QUEUE_PREFIX: prefix }).some((p) => p.startsWith(`QUEUE_PREFIX: "${prefix}" has braces but no {hash-tag}`)), prefix);
+  }
+  assert.ok(problemsOf({ INBOUND_SHARDS: '65' }).some((p) => p.startsWith('INBOUND_SHARDS: 65 is more than 64')));
+  assert.ok(problemsOf({ INBOUND_SHARDS: '0' }).some((p) => p.startsWith('INBOUND_SHARDS')));
 });
 
 test('Sentinel: the sentinels and the master name, each needing the other; not with a cluster', () => {

@@ -128,6 +128,11 @@ test('unset ${VARS}, unknown route targets, unreadable files and bad YAML are re
   assert.match(unreadable.join('\n'), /cannot read/);
 });
 
+test('the sink name "poller" is refused: its state would share the channel poller\'s keys', () => {
+  const problems = problemsOf(() => withFile('sinks:\n  poller:\n    type: archive\n'));
+  assert.match(problems.join('\n'), /the sink name "poller" is reserved/);
+});
+
 test('shared credential settings come in pairs; "*" opens the allow list with a warning', () => {
   assert.match(problemsOf(() => loadConfig({ WEBHOOK_AUTH_HEADER: 'x-token' })).join('\n'), /WEBHOOK_AUTH_TOKENS/);
   const config = loadConfig({ WEBHOOK_AUTH_HEADER: 'X-Token', WEBHOOK_AUTH_TOKENS: 'a, b', WEBHOOK_ALLOWED_IPS: '*' });

@@ -14,7 +14,7 @@ import { runCli } from '../src/cli/index.js';
 import { InboundAcceptor, serializeCall } from '../src/ingress/accept.js';
 import { createLogger } from '../src/log.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
-import { inboundParkedKey, InboundLog } from '../queues/inbound.js';
+import { inboundParkedKey, InboundLog, InboundShard } from '../queues/inbound.js';
 import { isRedisUnavailable } from '../queues/connection.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { startLogFanOut } from '../workers/fanout.js';
@@ -73,6 +73,10 @@ describe('isRedisUnavailable', () => {
         'retries used up (Redis away)': await reject(away.get('k')),
         'offline queue off (Redis away)': await reject(failFast.get('k')),
         'a key of another type (WRONGTYPE)': await reject(redis.xadd(`${prefix}:string`, '*', 'a', 'b')),
+        // What ioredis' Cluster client rejects with while a failover outlasts its redirections, or its nodes are gone.
+        'a cluster failover outlasting the redirections': new Error('Too many Cluster redirections. Last error: ReplyError: CLUSTERDOWN The cluster is down'),
+        'a cluster node disconnected': new Error('Node is disconnected'),
+        'the cluster disconnected': new Error('Cluster is disconnected.'),
       };
       for (const [what, err] of Object.entries(unavailable)) assert.equal(isRedisUnavailable(err), true, `${what}: ${String(err)}`);
 
@@ -177,7 +181,7 @@ describe('Redis full (OOM) under the fan-out', () => {
       const calls = Array.from({ length: 4 }, (_, i) => sampleCall(`oom-${role}-${i}`));
       let cs: Awaited<ReturnType<typeof startOpsCallsync>> | undefined;
       try {
-        const inbound = new InboundLog(admin, prefix);
+        const inbound = new InboundShard(admin, prefix);
         await inbound.ensureGroup();
         const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 2000 });
         await Promise.all(calls.map((c) => acceptor.accept(c)));

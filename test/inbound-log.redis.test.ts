@@ -12,7 +12,7 @@ import { InboundAcceptor, serializeCall } from '../src/ingress/accept.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
 import { createLogger } from '../src/log.js';
 import { callHash, callKeySegment, contentHash } from '../src/model/call.js';
-import { FANOUT_GROUP, inboundSeenPrefix, InboundLog } from '../queues/inbound.js';
+import { FANOUT_GROUP, inboundSeenPrefix, InboundLog, InboundShard } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { createFanOutProcessor, startLogFanOut } from '../workers/fanout.js';
 import { deepWebhookBody, sampleCall, webhookPayload } from './support/calls.js';
@@ -229,9 +229,9 @@ describe('inbound log', () => {
 
   test('two take-overs racing for one entry: the loser leaves it pending with the winner', async () => {
     const prefix = fresh('log-race');
-    const a = new InboundLog(connect(), prefix);
+    const a = new InboundShard(connect(), prefix);
     const bConn = connect();
-    const b = new InboundLog(bConn, prefix);
+    const b = new InboundShard(bConn, prefix);
     await a.ensureGroup();
     await a.append([{ dedupeId: 'h1', id: 'race-1', call: JSON.stringify(sampleCall('race-1')) }], 60_000);
     await a.read('died', 10, 10);
@@ -365,8 +365,8 @@ describe('inbound log', () => {
       const calls = Array.from({ length: 30 }, (_, i) => sampleCall(`take-${i}`));
       await Promise.all(calls.map((c) => s.acceptor.accept(c)));
       // A fan-out that reads ten entries, adds the sink job of the first five, then dies.
-      await s.inbound.ensureGroup();
-      const taken = await s.inbound.read('dead-consumer', 10, 100);
+      await s.inbound.shards[0]!.ensureGroup();
+      const taken = await s.inbound.shards[0]!.read('dead-consumer', 10, 100);
       assert.equal(taken.length, 10);
       for (const e of taken.slice(0, 5)) await s.archive.add('sink.deliver', { kind: 'sink.deliver', sink: 'archive', call: e.call! }, { jobId: callHash(e.call!.key) });
       const fanOut = s.start();
@@ -384,12 +384,12 @@ describe('inbound log', () => {
       await s.acceptor.accept(sampleCall('ok-1'));
       await s.producer.xadd(s.inbound.key, '*', 'id', 'garbage-1', 'call', '{"not": "a call"');
       await s.acceptor.accept(sampleCall('ok-2'));
-      await s.inbound.ensureGroup();
+      await s.inbound.shards[0]!.ensureGroup();
       // A poison entry: read and abandoned three times (delivery count 3 > maxDeliveries 2).
       await s.acceptor.accept(sampleCall('poison-1'));
       const [poison] = (await s.inbound.entries()).slice(-1);
       for (let i = 0; i < 3; i++) {
-        if (i === 0) await s.inbound.read('crashing', 10, 100);
+        if (i === 0) await s.inbound.shards[0]!.read('crashing', 10, 100);
         else await s.worker.xclaim(s.inbound.key, FANOUT_GROUP, 'crashing', 0, poison!.entryId);
       }
       // The other entries were read by "crashing" once: they are taken over and fanned out.

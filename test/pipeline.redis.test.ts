@@ -1,19 +1,21 @@
-// End to end over a real port: webhook -> Redis -> fan-out -> archive sink -> S3 (s3rver).
+// End to end over a real port: webhook -> Redis -> fan-out -> archive sink -> S3 (s3rver). On the
+// shared Redis, or with TEST_REDIS_CLUSTER=1 on a Redis Cluster with spread keys (npm run test:cluster).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import type { RedisClient } from '../queues/connection.js';
 import { inboundSeenPrefix, InboundLog } from '../queues/inbound.js';
+import { redisKeys } from '../queues/keys.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { callHash, callKeySegment } from '../src/model/call.js';
 import { minimalPayload, webhookPayload } from './support/calls.js';
-import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
+import { assertSpread, postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { waitFor } from './support/redis.js';
 import { startS3, type TestS3 } from './support/s3.js';
 
-/** How many entries were ever appended to the inbound log (XINFO STREAM's entries-added). */
-async function entriesAdded(redis: RedisClient, log: InboundLog): Promise<number> {
-  const info = (await redis.xinfo('STREAM', log.key)) as unknown[];
+/** How many entries were ever appended to one stream of the inbound log (XINFO STREAM's entries-added). */
+async function entriesAdded(redis: RedisClient, stream: string): Promise<number> {
+  const info = (await redis.xinfo('STREAM', stream)) as unknown[];
   const at = info.indexOf('entries-added');
   assert.ok(at >= 0, 'XINFO STREAM reports entries-added (Redis >= 7)');
   return Number(info[at + 1]);
@@ -68,23 +70,26 @@ describe('pipeline to S3', () => {
   });
 
   test('duplicates are acknowledged and processed once', async () => {
-    const log = new InboundLog(cs.redis.worker, cs.prefix);
-    const addedBefore = await entriesAdded(cs.redis.worker, log);
+    const keys = redisKeys(cs.config.redis);
+    const log = new InboundLog(cs.redis.worker, keys);
+    const key = 'ai-agent:agent-1:dup-pipe';
+    // The call's shard of the log (the only one on a single Redis).
+    const shard = log.shardFor(callHash(key));
+    const addedBefore = await entriesAdded(cs.redis.worker, shard.key);
     const results = await Promise.all([1, 2, 3].map(() => postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('dup-pipe'))));
     assert.deepEqual(results.map((r) => r.status), [202, 202, 202]);
     assert.equal(results.filter((r) => r.body.duplicate === false).length, 1);
     assert.equal(new Set(results.map((r) => r.body.id)).size, 1);
-    const sinkQueue = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: cs.prefix });
+    const sinkQueue = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: keys.queuePrefix(sinkQueueName('archive')) });
     await waitFor(async () => ((await sinkQueue.getJobCounts('completed')).completed ?? 0) >= 2, { what: 'archive jobs' });
     // One inbound log entry: the two duplicates were answered with the first delivery's id, not stored.
-    assert.equal((await entriesAdded(cs.redis.worker, log)) - addedBefore, 1, 'one inbound log entry');
-    const key = 'ai-agent:agent-1:dup-pipe';
-    assert.equal((await cs.redis.worker.get(`${inboundSeenPrefix(cs.prefix)}${callHash(key)}`))?.split(' ')[0], results[0]!.body.id, 'the dedupe key names the stored delivery');
+    assert.equal((await entriesAdded(cs.redis.worker, shard.key)) - addedBefore, 1, 'one inbound log entry');
+    assert.equal((await cs.redis.worker.get(`${inboundSeenPrefix(shard.prefix)}${callHash(key)}`))?.split(' ')[0], results[0]!.body.id, 'the dedupe key names the stored delivery');
     await waitFor(async () => (await log.find(results[0]!.body.id)) === null, { what: 'the entry fanned out' });
     const sinkJobs = (await sinkQueue.getJobs(['completed', 'waiting', 'active', 'delayed'])).filter((j) => j.data.call.callId === 'dup-pipe');
     assert.equal(sinkJobs.length, 1, 'one archive job');
     assert.equal(sinkJobs[0]!.id, callHash(key));
-    const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: cs.prefix });
+    const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: keys.queuePrefix(INBOUND_QUEUE) });
     assert.equal(await inbound.getJob(results[0]!.body.id), undefined, 'not dead-lettered');
     await Promise.all([sinkQueue.close(), inbound.close()]);
   });
@@ -96,11 +101,12 @@ describe('pipeline to S3', () => {
     const key = 'ai-agent:-:bare-1';
     assert.ok(id.startsWith(`${callHash(key)}-`), `acknowledged with a fresh id of the call: ${id}`);
     // Fanned out: the entry left the inbound log (acknowledged and deleted) ...
-    const log = new InboundLog(cs.redis.worker, cs.prefix);
+    const keys = redisKeys(cs.config.redis);
+    const log = new InboundLog(cs.redis.worker, keys);
     await waitFor(async () => (await log.find(id)) === null, { what: 'fan-out' });
     // ... into no sink job at all, and not as a dead letter.
-    const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: cs.prefix });
-    const sinkQueues = [...cs.sinks.keys()].map((name) => new Queue<SinkDeliverJob>(sinkQueueName(name), { connection: cs.redis.worker, prefix: cs.prefix }));
+    const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: cs.redis.worker, prefix: keys.queuePrefix(INBOUND_QUEUE) });
+    const sinkQueues = [...cs.sinks.keys()].map((name) => new Queue<SinkDeliverJob>(sinkQueueName(name), { connection: cs.redis.worker, prefix: keys.queuePrefix(sinkQueueName(name)) }));
     try {
       assert.ok(sinkQueues.length > 0);
       assert.equal(await inbound.getJob(id), undefined, 'not dead-lettered');
@@ -114,7 +120,7 @@ describe('pipeline to S3', () => {
     await s3.stop();
     const ids = Array.from({ length: 10 }, (_, i) => `outage-${i}`);
     for (const id of ids) assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
-    const sinkQueue = new Queue(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: cs.prefix });
+    const sinkQueue = new Queue(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: redisKeys(cs.config.redis).queuePrefix(sinkQueueName('archive')) });
     // Wait until the failures are real: jobs retried at least once while S3 was away.
     await waitFor(async () => {
       const jobs = await sinkQueue.getJobs(['delayed', 'waiting', 'active']);
@@ -129,6 +135,8 @@ describe('pipeline to S3', () => {
     assert.equal(keys.length, 30);
     assert.equal(((await sinkQueue.getJobCounts('failed')).failed ?? 0), 0, 'nothing dead-lettered');
     await sinkQueue.close();
+    // On the cluster: every key in its area's slot, the inbound shards on more than one master.
+    await assertSpread(cs);
   });
 });
 

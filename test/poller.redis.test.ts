@@ -1,6 +1,8 @@
 // The channel poller against the loopback fake API and real Redis: pages stored in the inbound log
 // exactly once,
-// cursor resumed after a crash with no gap, one active poller per channel, failures handled.
+// cursor resumed after a crash with no gap, one active poller per channel, failures handled. On the
+// shared Redis, or with TEST_REDIS_CLUSTER=1 on a Redis Cluster with spread keys (npm run test:cluster):
+// each channel's lock and cursor in a slot of its own.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
@@ -9,9 +11,8 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Queue } from 'bullmq';
 import {
-  createRedis,
-  singleRedis,
   type RedisClient,
+  type RedisKeys,
   defaultRetryPolicy,
   INBOUND_QUEUE,
   POLL_DEAD_LETTER_QUEUE,
@@ -27,15 +28,16 @@ import { createTelephonyClient, type TelephonyClientOptions } from '../src/telep
 import { cursorKey, lockKey, startPoller, type PollerEvents, type PollerSettings, type RunningPoller } from '../workers/poller.js';
 import { combineEvents, pollerMetrics } from '../workers/metric-events.js';
 import { metrics } from '../src/metrics.js';
-import { memoryLog, startTestCallsync } from './support/callsync.js';
+import { assertSpread, memoryLog, startTestCallsync } from './support/callsync.js';
 import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
-import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { testRedis, waitFor, type TestRedis } from './support/redis.js';
 import { archivedRecords } from './support/s3.js';
 
 const runner = { retry: defaultRetryPolicy, concurrency: 1, stalledIntervalMs: 1000, lockDurationMs: 2000, maxStalledCount: 1 };
 
-/** Redis connections, the inbound log and an acceptor on one test prefix. */
+/** Redis connections, the inbound log and an acceptor on one test prefix (in the key layout of the file's Redis). */
 class Harness {
+  readonly keys: RedisKeys;
   readonly producer: RedisClient;
   readonly inbound: InboundLog;
   readonly acceptor: InboundAcceptor;
@@ -43,24 +45,34 @@ class Harness {
   private readonly pollers: RunningPoller[] = [];
   readonly logs = memoryLog('debug');
 
-  constructor(readonly prefix: string) {
-    this.producer = createRedis(singleRedis(REDIS_URL), 'producer');
-    this.inbound = new InboundLog(this.producer, prefix);
+  /** A harness on `prefix`, or on a new prefix named `name`. */
+  static async open(options: { prefix?: string; name?: string }): Promise<Harness> {
+    const target = await testRedis();
+    return new Harness(target, options.prefix ?? (await target.prefix(options.name ?? 'poll')));
+  }
+
+  private constructor(
+    readonly target: TestRedis,
+    readonly prefix: string,
+  ) {
+    this.keys = target.keys(prefix);
+    this.producer = target.connect('producer');
+    this.inbound = new InboundLog(this.producer, this.keys);
     this.acceptor = new InboundAcceptor(this.inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 });
   }
 
   /** A poller with connections and a client of its own, as a separate process would have. */
   poller(api: FakeTelephony, settings: Partial<PollerSettings> = {}, options: { events?: PollerEvents; client?: Partial<TelephonyClientOptions>; instanceId?: string } = {}): RunningPoller {
-    const redis = createRedis(singleRedis(REDIS_URL), 'producer');
-    const workerConnection = createRedis(singleRedis(REDIS_URL), 'worker');
+    const redis = this.target.connect('producer');
+    const workerConnection = this.target.connect('worker');
     this.extra.push(redis, workerConnection);
     const running = startPoller({
       settings: { channelIds: ['ch1'], intervalMs: 200, pageSize: 50, maxBackoffMs: 1000, lockTtlMs: 1000, ...settings },
       client: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, retryMinDelayMs: 20, retryMaxDelayMs: 100, ...options.client }),
-      acceptor: new InboundAcceptor(new InboundLog(redis, this.prefix), { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
+      acceptor: new InboundAcceptor(new InboundLog(redis, this.keys), { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
       redis,
       workerConnection,
-      prefix: this.prefix,
+      prefix: this.keys,
       log: this.logs.log,
       runner,
       events: options.events,
@@ -80,7 +92,7 @@ class Harness {
   async close(): Promise<void> {
     for (const p of this.pollers) await p.close();
     await Promise.all([this.producer, ...this.extra].map((r) => r.quit().catch(() => undefined)));
-    await cleanupPrefix(this.prefix);
+    await this.target.cleanup(this.prefix);
   }
 }
 
@@ -130,7 +142,7 @@ describe('poller: 1,000 events through the whole pipeline', () => {
         },
       },
     );
-    const h = new Harness(cs.prefix);
+    const h = await Harness.open({ prefix: cs.prefix });
     try {
       const started = Date.now();
       h.poller(api, { pageSize: 100, intervalMs: 5000 });
@@ -147,8 +159,8 @@ describe('poller: 1,000 events through the whole pipeline', () => {
       assert.equal(await h.inbound.pending(), 0, 'no log entry left unacknowledged');
       assert.deepEqual(fanned, { entries: 1000, jobs: 1000, deadLetters: 0 }, 'each event fanned out once');
       assert.equal(completed.get(INBOUND_QUEUE)?.length ?? 0, 0, 'no call went through the dead-letter queue');
-      const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: h.producer, prefix: h.prefix });
-      const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: h.producer, prefix: h.prefix });
+      const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: h.producer, prefix: h.keys.queuePrefix(sinkQueueName('archive')) });
+      const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: h.producer, prefix: h.keys.queuePrefix(INBOUND_QUEUE) });
       try {
         const sinkJobs = await archive.getJobs(['waiting', 'active', 'completed', 'failed', 'delayed', 'paused', 'prioritized', 'waiting-children']);
         assert.equal(sinkJobs.length, 1000, 'one archive job per event');
@@ -163,6 +175,8 @@ describe('poller: 1,000 events through the whole pipeline', () => {
       assert.equal(files.length, 1000);
       const served = api.inboxRequests('ch1').filter((r) => (r.eventsServed ?? 0) > 0);
       assert.equal(served.length, 10, 'ten pages of 100');
+      // On the cluster: the inbound shards the poller appended to are on more than one master.
+      await assertSpread(cs);
     } finally {
       await h.close();
       await cs.stop();
@@ -178,13 +192,13 @@ describe('poller: guarantees', () => {
   after(() => api.close());
 
   it('resumes from the stored position after a crash, with no gap, and takes over within the lock TTL', async () => {
-    const h = new Harness(uniquePrefix('poll-crash'));
+    const h = await Harness.open({ name: 'poll-crash' });
     const channel = 'crash';
     api.addEvents(channel, events(1000, 0, channel));
     // Slow pages, so the crash lands mid-run.
     api.inject({ on: 'events', channelId: channel, delayMs: 40, times: Infinity });
     const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/poller-process.ts'], {
-      env: { ...process.env, POLL_TEST_PREFIX: h.prefix, REDIS_URL, TELEPHONY_API_URL: api.url, POLL_CHANNEL_IDS: channel, POLL_LOCK_TTL_MS: '1000', POLL_PAGE_SIZE: '50' },
+      env: { ...process.env, ...h.target.env(), POLL_TEST_PREFIX: h.prefix, TELEPHONY_API_URL: api.url, POLL_CHANNEL_IDS: channel, POLL_LOCK_TTL_MS: '1000', POLL_PAGE_SIZE: '50' },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     try {
@@ -192,9 +206,11 @@ describe('poller: guarantees', () => {
       child.kill('SIGKILL');
       await new Promise((r) => child.once('exit', r));
       const killedAt = Date.now();
-      const stored = await h.producer.get(cursorKey(h.prefix, channel));
+      // Read where this layout keeps them: on the cluster the channel's own slot, so a child that
+      // ignored the layout would fail here.
+      const stored = await h.producer.get(cursorKey(h.keys, channel));
       assert.ok(stored, 'the child stored a position');
-      assert.ok(await h.producer.get(lockKey(h.prefix, channel)), 'the crashed child left its lock behind');
+      assert.ok(await h.producer.get(lockKey(h.keys, channel)), 'the crashed child left its lock behind');
       const requestsBefore = api.inboxRequests(channel).length;
 
       let tookOverAt = 0;
@@ -218,7 +234,7 @@ describe('poller: guarantees', () => {
   });
 
   it('two pollers at once: one polls, the other stands by and takes over on a clean stop; each event queued once', async () => {
-    const h = new Harness(uniquePrefix('poll-two'));
+    const h = await Harness.open({ name: 'poll-two' });
     const channel = 'two';
     api.addEvents(channel, events(1000, 0, channel));
     api.inject({ on: 'events', channelId: channel, delayMs: 10, times: Infinity });
@@ -265,7 +281,7 @@ describe('poller: failures', () => {
   after(() => api.close());
 
   it('waits for Retry-After, backs off over 5xx bursts, dead-letters malformed events and goes on', async () => {
-    const h = new Harness(uniquePrefix('poll-faults'));
+    const h = await Harness.open({ name: 'poll-faults' });
     const channel = 'faults';
     const list: unknown[] = events(120, 0, channel);
     list.splice(10, 0, { eventId: 'bad-1', type: 'CALL', call: { direction: 'INCOMING', startedAt: '2025-01-01T00:00:00Z' } });
@@ -285,7 +301,7 @@ describe('poller: failures', () => {
       assert.equal(status.filter((s) => s === 429).length, 1);
       assert.equal(status.filter((s) => s === 500).length, 8);
 
-      const deadLetters = new Queue<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, { connection: h.producer, prefix: h.prefix });
+      const deadLetters = new Queue<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, { connection: h.producer, prefix: h.keys.queuePrefix(POLL_DEAD_LETTER_QUEUE) });
       try {
         const failed = await waitFor(async () => {
           const jobs = await deadLetters.getFailed();
@@ -307,19 +323,21 @@ describe('poller: failures', () => {
   });
 
   it('401 stops the channel with a clear error and a metric, without hammering the API', async () => {
-    const h = new Harness(uniquePrefix('poll-401'));
+    const h = await Harness.open({ name: 'poll-401' });
     const channel = 'denied';
     api.addEvents(channel, events(5, 0, channel));
     api.inject({ on: 'events', channelId: channel, status: 401, detail: 'token revoked', times: Infinity });
     const stopped: string[] = [];
     try {
-      const first = h.poller(api, { channelIds: [channel], lockTtlMs: 600 }, { events: combineEvents<PollerEvents>(pollerMetrics(), { stopped: (_c, r) => stopped.push(r) }) });
-      const second = h.poller(api, { channelIds: [channel], lockTtlMs: 600 });
+      // Two processes: whichever takes the lock first meets the 401 and stops; the other stands by.
+      const events = () => ({ events: combineEvents<PollerEvents>(pollerMetrics(), { stopped: (_c, r) => stopped.push(r) }) });
+      const first = h.poller(api, { channelIds: [channel], lockTtlMs: 600 }, events());
+      const second = h.poller(api, { channelIds: [channel], lockTtlMs: 600 }, events());
       await waitFor(() => stopped.length > 0, { what: 'the stop' });
       await new Promise((r) => setTimeout(r, 1500));
       assert.equal(api.inboxRequests(channel).length, 1, 'one request, not a retry loop, and the other process does not take over');
-      assert.equal(first.pollers[0]!.state, 'stopped');
-      assert.equal(second.pollers[0]!.state, 'standby');
+      assert.equal(stopped.length, 1, 'one process stopped');
+      assert.deepEqual([first.pollers[0]!.state, second.pollers[0]!.state].sort(), ['standby', 'stopped']);
       assert.match(stopped[0]!, /answered 401: Unauthorized: token revoked/);
       const gauge = await metrics.pollerStopped.get();
       assert.equal(gauge.values.find((v) => v.labels.channel === channel)?.value, 1);
@@ -334,7 +352,7 @@ describe('poller: failures', () => {
   });
 
   it('an empty inbox is polled every POLL_INTERVAL_MS, and new events are picked up', async () => {
-    const h = new Harness(uniquePrefix('poll-empty'));
+    const h = await Harness.open({ name: 'poll-empty' });
     const channel = 'quiet';
     api.addEvents(channel, []);
     try {
@@ -344,7 +362,7 @@ describe('poller: failures', () => {
       const polls = await waitFor(() => (api.inboxRequests(channel).length >= 3 ? api.inboxRequests(channel) : null), { timeoutMs: 10_000, what: 'three polls' });
       const gaps = polls.slice(1).map((r, i) => r.at - polls[i]!.at);
       assert.ok(gaps.every((g) => g >= 250), `gaps between polls of an empty inbox: ${gaps.join(', ')} ms (interval 300 ms)`);
-      assert.ok(await h.producer.get(cursorKey(h.prefix, channel)), 'the position of an empty inbox is stored too');
+      assert.ok(await h.producer.get(cursorKey(h.keys, channel)), 'the position of an empty inbox is stored too');
       api.addEvents(channel, events(3, 0, channel));
       await waitFor(async () => (await h.inbound.length()) === 3, { timeoutMs: 2000, what: 'the new events' });
     } finally {

@@ -3,7 +3,8 @@
 // sink as an update of the same record — the archive overwrites, HubSpot PATCHes its call, Pipedrive
 // updates the activity of its call log, the signed webhook sends a new message — while an identical
 // resend stays a duplicate and the caller still gets one SMS. Also when the update meets the first
-// revision still in flight, or the first revision is retried after its update succeeded.
+// revision still in flight, or the first revision is retried after its update succeeded. On the
+// shared Redis, or with TEST_REDIS_CLUSTER=1 on a Redis Cluster with spread keys (npm run test:cluster).
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -11,11 +12,12 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
+import { redisKeys } from '../queues/keys.js';
 import { sinkQueueName, type SinkDeliverJob } from '../queues/registry.js';
 import { callHash, callKey, callKeySegment, contentHash } from '../src/model/call.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
 import { webhookPayload } from './support/calls.js';
-import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
+import { assertSpread, postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { FakeHubSpot } from './support/fake-hubspot.js';
 import { FakePipedrive } from './support/fake-pipedrive.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
@@ -112,7 +114,8 @@ routes:
     });
     // The signed webhook's jobs are in its endpoint's queue.
     const queueName = (name: string) => (name === 'webhook' ? sinkQueueName(name, 'receiver') : sinkQueueName(name));
-    queues = new Map(SINKS.map((name) => [name, new Queue<SinkDeliverJob>(queueName(name), { connection: cs.redis.worker, prefix: cs.prefix })]));
+    const keys = redisKeys(cs.config.redis);
+    queues = new Map(SINKS.map((name) => [name, new Queue<SinkDeliverJob>(queueName(name), { connection: cs.redis.worker, prefix: keys.queuePrefix(queueName(name)) })]));
   });
 
   after(async () => {
@@ -202,6 +205,8 @@ routes:
     assert.equal(results.get('sms')!.status, 'skipped');
     assert.match(results.get('sms')!.reason ?? '', /already sent/);
     assert.equal(api.smsAttempts.length - smsBefore, 1, 'no second SMS for the update');
+    // On the cluster: the five sink queues and the revision state beside them, spread over the masters.
+    await assertSpread(cs, { minSinkQueues: SINKS.length });
   });
 
   test('the update arrives while the first revision is still being created: one CRM record with the newest content', async () => {

@@ -10,7 +10,7 @@ import { isVcon, normalizeVcon, renderVcon, vconUuid } from '../src/model/vcon.j
 import { InvalidPayloadError } from '../src/model/webhook.js';
 import { sampleCall, webhookPayload } from './support/calls.js';
 
-// ajv 6 is already installed (a dependency of eslint); draft-07 is its default meta-schema.
+// ajv 6 (a devDependency; eslint uses the same one): draft-07 is its default meta-schema.
 const Ajv = createRequire(import.meta.url)('ajv') as new (options: Record<string, unknown>) => {
   compile(schema: unknown): ((data: unknown) => boolean) & { errors?: { dataPath: string; message?: string }[] | null };
 };

@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import { InboundAcceptor } from '../src/ingress/accept.js';
 import { callHash } from '../src/model/call.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
-import { InboundLog } from '../queues/inbound.js';
+import { InboundShard } from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { webhookPayload } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
@@ -44,7 +44,7 @@ test('SIGKILL a worker mid-run, restart it: every job completes, none dead-lette
   // The dead letters of the inbound log: nothing should ever land there in this test.
   const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: redis, prefix });
   const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: redis, prefix });
-  const log = new InboundLog(redis, prefix);
+  const log = new InboundShard(redis, prefix);
   const acceptor = new InboundAcceptor(log, { dedupeWindowMs: 60_000, timeoutMs: 5000 });
   const total = 400;
   const keys: string[] = [];

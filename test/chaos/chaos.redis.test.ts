@@ -12,6 +12,11 @@
 //    are counted apart: in the inbound dead letters with the reason, never archived;
 //  - no duplicate record anywhere: one S3 object pair per call, one CRM record per call, at most one
 //    SMS per recipient.
+// With TEST_REDIS_CLUSTER=1 (npm run test:cluster) the same processes run on a Redis Cluster of 3
+// masters with a replica each, with spread keys and ACK_REPLICAS=1, under a smaller load: instead of
+// restarting the one Redis, the master holding a part of the inbound log and a sink queue is killed
+// during a burst and its replica takes over; workers are not killed there (that is the single-node
+// run's part: an SMS a killed worker leaves in flight waits out a 2-minute grace).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -22,20 +27,26 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HeadObjectCommand } from '@aws-sdk/client-s3';
 import { Queue } from 'bullmq';
-import { Redis } from 'ioredis';
+import { createRedis, type RedisSettings } from '../../queues/connection.js';
 import { INBOUND_QUEUE, sinkQueueName } from '../../queues/registry.js';
-import { InboundLog } from '../../queues/inbound.js';
+import { InboundLog, inboundStreamKey } from '../../queues/inbound.js';
+import { redisKeys, type RedisKeys } from '../../queues/keys.js';
+import { loadConfig } from '../../src/config/index.js';
 import { callKey, callKeySegment } from '../../src/model/call.js';
 import { deepWebhookBody, webhookPayload } from '../support/calls.js';
 import { serializeCall } from '../../src/ingress/accept.js';
 import { normalizeWebhook } from '../../src/model/webhook.js';
 import { FakeSmsApi, FakeWebhookReceiver } from '../support/fake-sink-server.js';
-import { waitFor } from '../support/redis.js';
+import { assertSpread } from '../support/callsync.js';
+import { TEST_CLUSTER, testRedis, waitFor, type TestRedis } from '../support/redis.js';
 import { freePort, startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
 import { startS3, type TestS3, S3_ARCHIVE_SINK_YAML } from '../support/s3.js';
 
-const OUTAGE_MS = Number(process.env.CHAOS_OUTAGE_MS ?? 30_000);
-const BURST = Number(process.env.CHAOS_BURST ?? 2000);
+// The cluster run is the smaller one (its part is the failover; CI time).
+const OUTAGE_MS = Number(process.env.CHAOS_OUTAGE_MS ?? (TEST_CLUSTER ? 5000 : 30_000));
+const BURST = Number(process.env.CHAOS_BURST ?? (TEST_CLUSTER ? 300 : 2000));
+const REDIS_BURST = TEST_CLUSTER ? 400 : 600;
+const OUTAGE_BURST = TEST_CLUSTER ? 100 : 300;
 const SINKS = ['archive', 'crm', 'sms'] as const;
 /** The queue of each sink's jobs: the signed webhook's are in its endpoint's queue. */
 const QUEUE: Record<(typeof SINKS)[number], string> = { archive: sinkQueueName('archive'), crm: sinkQueueName('crm', 'receiver'), sms: sinkQueueName('sms') };
@@ -56,7 +67,13 @@ interface Proc {
 }
 
 describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
-  let redis: PrivateRedis;
+  let redis: PrivateRedis | undefined;
+  let target: TestRedis;
+  /** How the test reaches callsync's Redis: the processes' settings and keys. */
+  let settings: RedisSettings;
+  let keys: RedisKeys;
+  /** On the cluster: a key in the slot of the master to kill (a shard of the log and a sink queue, not the SMS queue). */
+  let victimKey = '';
   let s3: TestS3;
   let crm: FakeWebhookReceiver;
   let sms: FakeSmsApi;
@@ -64,7 +81,7 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
   let env: Record<string, string>;
   let ingressUrl: string;
   const procs = new Map<string, Proc>();
-  const prefix = `chaos-${randomBytes(3).toString('hex')}`;
+  let prefix = `chaos-${randomBytes(3).toString('hex')}`;
 
   /** callId -> number used for its caller, for every 202. */
   const acknowledged = new Map<string, number>();
@@ -177,9 +194,9 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
       p.call.from = mobileOf(900_002);
     });
     const call = normalizeWebhook(JSON.parse(body), { agentId: 'chaos-agent', receivedAt: new Date() });
-    const conn = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+    const conn = createRedis(settings, 'worker');
     try {
-      await conn.xadd(new InboundLog(conn, prefix).key, '*', 'id', DEEP_LOG_ENTRY_ID, 'call', serializeCall(call, body));
+      await conn.xadd(new InboundLog(conn, keys).key, '*', 'id', DEEP_LOG_ENTRY_ID, 'call', serializeCall(call, body));
       deep.set(DEEP_LOG, DEEP_LOG_ENTRY_ID);
     } finally {
       conn.disconnect();
@@ -187,11 +204,11 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
   };
 
   const queues = () => {
-    const conn = new Redis(redis.url, { maxRetriesPerRequest: null });
-    const map = new Map([INBOUND_QUEUE, ...SINKS.map((s) => QUEUE[s])].map((q) => [q, new Queue(q, { connection: conn, prefix })]));
+    const conn = createRedis(settings, 'worker');
+    const map = new Map([INBOUND_QUEUE, ...SINKS.map((s) => QUEUE[s])].map((q) => [q, new Queue(q, { connection: conn, prefix: keys.queuePrefix(q) })]));
     return {
       map,
-      inbound: new InboundLog(conn, prefix),
+      inbound: new InboundLog(conn, keys),
       async close() {
         await Promise.all([...map.values()].map((q) => q.close()));
         conn.disconnect();
@@ -202,8 +219,23 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-chaos-'));
     const secret = `whsec_${randomBytes(32).toString('base64')}`;
+    target = await testRedis();
+    if (TEST_CLUSTER) {
+      // A prefix whose three sink queues are not all on one master, and a master to kill that holds
+      // a shard of the log and the archive's or the CRM's queue but not the SMS queue's.
+      const queueKey = (q: string, k: RedisKeys) => `${k.queuePrefix(q)}:${q}:meta`;
+      prefix = await target.prefix('chaos', Object.values(QUEUE), (masterOf, k) => {
+        const sms = masterOf(queueKey(QUEUE.sms, k));
+        const shard = Array.from({ length: k.inboundShards }, (_, i) => inboundStreamKey(k.inboundShard(i))).find((key) => {
+          const m = masterOf(key);
+          return m !== sms && (m === masterOf(queueKey(QUEUE.archive, k)) || m === masterOf(queueKey(QUEUE.crm, k)));
+        });
+        if (shard) victimKey = shard;
+        return shard !== undefined;
+      });
+    }
     [redis, s3, crm, sms] = await Promise.all([
-      startPrivateRedis({ appendfsync: 'everysec' }),
+      TEST_CLUSTER ? undefined : startPrivateRedis({ appendfsync: 'everysec' }),
       startS3('chaos-archive'),
       new FakeWebhookReceiver(secret).start(),
       new FakeSmsApi().start(),
@@ -233,7 +265,8 @@ routes:
     ingressUrl = `http://127.0.0.1:${port}`;
     env = {
       ...s3.env,
-      REDIS_URL: redis.url,
+      // On the cluster (REDIS_CLUSTER_NODES, REDIS_URL pointing nowhere) every 202 waits for a replica.
+      ...(TEST_CLUSTER ? { ...target.env(), ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '500' } : { REDIS_URL: redis!.url }),
       QUEUE_PREFIX: prefix,
       PORT: String(port),
       HOST: '127.0.0.1',
@@ -256,23 +289,30 @@ routes:
       WORKER_MAX_STALLED_COUNT: '50',
       LOG_LEVEL: 'info',
     };
+    settings = loadConfig(env).redis;
+    keys = redisKeys(settings);
+    if (TEST_CLUSTER) assert.equal(keys.layout, 'spread');
     await Promise.all([spawnRole('ingress', 'ingress'), spawnRole('worker-1', 'worker'), spawnRole('worker-2', 'worker')]);
   });
 
   after(async () => {
     for (const name of [...procs.keys()]) await kill(name);
+    // A cluster given by TEST_REDIS_CLUSTER_NODES outlives the file: leave it clean.
+    if (TEST_CLUSTER && !target?.cluster) await target?.cleanup(prefix);
     await Promise.all([redis?.destroy(), s3?.destroy(), crm?.stop(), sms?.stop()]);
     if (process.env.CHAOS_KEEP !== '1') await rm(dir, { recursive: true, force: true });
     else console.log(`chaos logs kept in ${dir}`);
   });
 
-  test(`SIGKILL a worker three times during a burst of ${BURST} webhooks (with a poison event, and two calls too deep to serialize)`, async () => {
+  const burstTitle = TEST_CLUSTER ? `a burst of ${BURST} webhooks on the cluster` : `SIGKILL a worker three times during a burst of ${BURST} webhooks`;
+  test(`${burstTitle} (with a poison event, and two calls too deep to serialize)`, async () => {
     await send(POISON, nextCall++);
     const sending = burst(BURST, 32, 'kill');
     for (const share of [0.15, 0.45, 0.75]) {
       await waitFor(() => acknowledged.size >= BURST * share, { timeoutMs: 120_000, intervalMs: 20, what: `${share * 100}% acknowledged` });
       // Between the kills, under load: the deep calls (the fan-out must isolate them and go on).
       if (share === 0.45) await Promise.all([sendDeepWebhook(), injectDeepEntry()]);
+      if (TEST_CLUSTER) continue;
       await kill('worker-1');
       await spawnRole('worker-1', 'worker');
     }
@@ -282,26 +322,47 @@ routes:
     assert.ok(deep.has(DEEP_LOG));
   });
 
-  test('restart Redis (AOF) during a burst: the ingress spools, nothing acknowledged is lost', async () => {
+  test('restart Redis (AOF) during a burst: the ingress spools, nothing acknowledged is lost', { skip: TEST_CLUSTER && 'one Redis process to stop and restart: the cluster run kills a master instead (next test)' }, async () => {
+    const server = redis!;
     const before = acknowledged.size;
-    const sending = burst(600, 16, 'redis');
+    const sending = burst(REDIS_BURST, 16, 'redis');
     await waitFor(() => acknowledged.size >= before + 150, { timeoutMs: 60_000, intervalMs: 20, what: 'burst under way' });
-    await redis.stop();
+    await server.stop();
     await waitFor(() => acknowledged.size >= before + 300, { timeoutMs: 60_000, intervalMs: 20, what: 'acknowledged while Redis is down' });
-    await redis.start();
+    await server.start();
     await sending;
-    assert.equal(acknowledged.size, before + 600);
+    assert.equal(acknowledged.size, before + REDIS_BURST);
     assert.ok(stats.spooled > 0, 'the spool took webhooks while Redis was down');
+  });
+
+  test('kill the cluster master holding a part of the log during a burst, ACK_REPLICAS=1: its replica takes over, nothing acknowledged is lost', { skip: !TEST_CLUSTER && 'TEST_REDIS_CLUSTER=1 (npm run test:cluster)' }, async (t) => {
+    const cluster = target.cluster;
+    if (!cluster) return t.skip('a cluster given by TEST_REDIS_CLUSTER_NODES is not this test\'s to kill');
+    // The keys are where the spread layout puts them: the sink queues on more than one master.
+    await assertSpread({ config: loadConfig(env), prefix, queues: new Map([INBOUND_QUEUE, ...Object.values(QUEUE)].map((q) => [q, null as never])) }, { minSinkQueues: SINKS.length });
+    const { master, replica } = await cluster.nodesOfKey(victimKey);
+    const before = acknowledged.size;
+    const spooledBefore = stats.spooled;
+    const sending = burst(REDIS_BURST, 16, 'failover');
+    await waitFor(() => acknowledged.size >= before + REDIS_BURST / 4, { timeoutMs: 60_000, intervalMs: 20, what: 'burst under way' });
+    await master.kill();
+    await waitFor(async () => (await cluster.masters()).includes(replica.port), { timeoutMs: 30_000, intervalMs: 200, what: 'the replica promoted' });
+    // Back as the new master's replica: with ACK_REPLICAS=1 its shards confirm writes again.
+    master.restart();
+    await cluster.waitHealthy();
+    await sending;
+    assert.equal(acknowledged.size, before + REDIS_BURST, 'every webhook acknowledged');
+    assert.ok(stats.spooled > spooledBefore || stats.non202.size > 0, 'the failover was felt: webhooks spooled or refused while the master was away');
   });
 
   test(`S3, the CRM and the SMS API away for ${OUTAGE_MS / 1000} s during a burst`, async () => {
     const before = acknowledged.size;
     await Promise.all([s3.stop(), crm.stop(), sms.stop()]);
     const down = Date.now();
-    await burst(300, 8, 'outage');
+    await burst(OUTAGE_BURST, 8, 'outage');
     await new Promise((r) => setTimeout(r, Math.max(0, OUTAGE_MS - (Date.now() - down))));
     await Promise.all([s3.start(), crm.start(), sms.start()]);
-    assert.equal(acknowledged.size, before + 300);
+    assert.equal(acknowledged.size, before + OUTAGE_BURST);
   });
 
   test('the count: acknowledged = delivered to every routed sink, no duplicates, the poison dead-lettered', async () => {
@@ -310,25 +371,33 @@ routes:
       const total = acknowledged.size;
       // Settled: every sink job finished one way or the other. An SMS whose send a killed worker
       // left open waits out the in-flight grace (2 min) before it is dead-lettered.
+      // What is still awaited, for the message of a timeout.
+      let waitingFor = '';
       await waitFor(
         async () => {
           // Every accepted call left the inbound log (fanned out); only the deep calls went to its
           // dead letters (the inbound worker tries each once more: the same failure, permanent).
-          if ((await q.inbound.length()) !== 0) return false;
+          const inLog = await q.inbound.length();
+          waitingFor = `${inLog} entries in the inbound log`;
+          if (inLog !== 0) return false;
           const dead = await q.map.get(INBOUND_QUEUE)!.getJobCounts('completed', 'failed', 'waiting', 'active', 'delayed');
           if (dead.completed !== 0 || dead.failed! > deep.size) throw new Error(`unexpected calls in the inbound dead letters: ${JSON.stringify(dead)}`);
+          waitingFor = `inbound dead letters ${JSON.stringify(dead)}, expected ${deep.size} failed`;
           if (dead.failed !== deep.size || dead.waiting || dead.active || dead.delayed) return false;
           for (const [name, queue] of q.map) {
             if (name === INBOUND_QUEUE) continue;
             const c = await queue.getJobCounts('completed', 'failed', 'waiting', 'active', 'delayed', 'prioritized', 'waiting-children');
             // The deep calls' CRM and SMS jobs carry no original payload: those could be stored, and were.
             const expected = name === sinkQueueName('archive') ? total : total + deep.size;
+            waitingFor = `${name} ${JSON.stringify(c)}, expected ${expected} completed or failed`;
             if ((c.completed ?? 0) + (c.failed ?? 0) !== expected) return false;
           }
           return true;
         },
         { timeoutMs: 240_000, intervalMs: 1000, what: 'every sink job settled' },
-      );
+      ).catch((err: Error) => {
+        throw new Error(`${err.message}; still waiting for: ${waitingFor}`);
+      });
 
       // The deep calls: in the inbound dead letters as the text they were stored with, with the reason; never archived.
       const inboundDead = await q.map.get(INBOUND_QUEUE)!.getFailed(0, -1);
@@ -384,17 +453,19 @@ routes:
       const missingSms = [...acknowledged].filter(([id, n]) => !unknown.has(id) && !sms.byRecipient.has(mobileOf(n)));
       assert.deepEqual(missingSms, [], 'every acknowledged call texted (or dead-lettered as unknown)');
 
-      // The kills hit work in flight: jobs a dead worker held were found stalled and run again.
-      const conn = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+      // The kills hit work in flight: jobs a dead worker held were found stalled and run again
+      // (each queue's keys are in one slot: one pipeline per queue).
+      const conn = createRedis(settings, 'worker');
       let recovered = 0;
       for (const name of q.map.keys()) {
-        const ids = await conn.zrange(`${prefix}:${name}:completed`, 0, -1);
+        const queueKey = `${keys.queuePrefix(name)}:${name}`;
+        const ids = await conn.zrange(`${queueKey}:completed`, 0, -1);
         const pipe = conn.pipeline();
-        for (const id of ids) pipe.hget(`${prefix}:${name}:${id}`, 'stc');
+        for (const id of ids) pipe.hget(`${queueKey}:${id}`, 'stc');
         recovered += ((await pipe.exec()) ?? []).filter(([, v]) => Number(v) > 0).length;
       }
       conn.disconnect();
-      assert.ok(recovered > 0, 'some jobs were taken over from a killed worker');
+      if (!TEST_CLUSTER) assert.ok(recovered > 0, 'some jobs were taken over from a killed worker');
 
       const redeliveries = [...crm.records.values()].reduce((sum, r) => sum + r.deliveries - 1, 0);
       console.log(

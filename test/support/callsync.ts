@@ -1,9 +1,14 @@
-// Starts callsync in this process against real Redis, with a unique prefix and fast retries.
+// Starts callsync in this process against real Redis, with a unique prefix and fast retries: the
+// shared single Redis, or with TEST_REDIS_CLUSTER=1 the file's Redis Cluster with spread keys
+// (test/support/redis.ts `testRedis()`), unless the test names its own Redis.
+import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
-import { loadConfig } from '../../src/config/index.js';
+import { redisKeys } from '../../queues/keys.js';
+import { INBOUND_QUEUE, sinkQueueName } from '../../queues/registry.js';
+import { loadConfig, type Config } from '../../src/config/index.js';
 import { createLogger } from '../../src/log.js';
 import { startCallsync, type Callsync, type CallsyncOptions } from '../../workers/callsync.js';
-import { cleanupPrefix, REDIS_URL, uniquePrefix } from './redis.js';
+import { cleanupPrefix, REDIS_URL, testRedis, uniquePrefix } from './redis.js';
 
 export interface TestCallsync extends Callsync {
   prefix: string;
@@ -40,9 +45,21 @@ export function testEnv(prefix: string, env: Record<string, string> = {}): Recor
   };
 }
 
+/** The queues a config's sinks get their jobs in: each sink's, or each of its endpoints'. */
+export function deliveryQueues(config: Config): string[] {
+  return Object.entries(config.sinks).flatMap(([name, sink]) => (sink.endpoints?.length ? sink.endpoints.map((e) => sinkQueueName(name, e)) : [sinkQueueName(name)]));
+}
+
 export async function startTestCallsync(env: Record<string, string> = {}, options: Partial<CallsyncOptions> = {}): Promise<TestCallsync> {
-  const prefix = env.QUEUE_PREFIX ?? uniquePrefix('cs');
-  const config = loadConfig(testEnv(prefix, env));
+  const target = await testRedis();
+  // A test that names its own Redis (a topology of its own) keeps it; the others get the file's.
+  const own = ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'].some((name) => name in env);
+  const redisEnv = own ? {} : target.env();
+  const onCluster = target.isCluster && !own;
+  // On the cluster: a prefix whose sink queues (two or more) and inbound shards fall on more than one master.
+  const prefix = env.QUEUE_PREFIX ?? (onCluster ? await target.prefix('cs', deliveryQueues(loadConfig(testEnv('probe', { ...redisEnv, ...env })))) : uniquePrefix('cs'));
+  const config = loadConfig(testEnv(prefix, { ...redisEnv, ...env }));
+  if (onCluster) assert.equal(redisKeys(config.redis).layout, 'spread', 'TEST_REDIS_CLUSTER=1: callsync spreads its keys over the cluster');
   const { lines, log } = memoryLog(process.env.TEST_LOG_LEVEL ?? 'info');
   const app = await startCallsync(config, { log, ...options });
   return {
@@ -54,6 +71,39 @@ export async function startTestCallsync(env: Record<string, string> = {}, option
       await cleanupPrefix(prefix);
     },
   };
+}
+
+/**
+ * TEST_REDIS_CLUSTER=1 (a no-op on a single Redis): proves the callsync under test used the spread
+ * layout for real — every key of its prefix is in a `{prefix:area}` slot of its own, the sink
+ * queues holding keys (when two or more do) are on more than one master, and so are the inbound
+ * shards holding keys (when two or more do). Returns the areas found on each master.
+ */
+export async function assertSpread(cs: Pick<TestCallsync, 'config' | 'prefix' | 'queues'>, options: { minSinkQueues?: number } = {}): Promise<Map<string, string[]>> {
+  const target = await testRedis();
+  const areas = new Map<string, string[]>();
+  if (!target.isCluster) return areas;
+  assert.equal(redisKeys(cs.config.redis).layout, 'spread');
+  const head = `{${cs.prefix}:`;
+  const sinkMasters = new Map<string, string>();
+  const shardMasters = new Map<string, string>();
+  for (const [node, keys] of await target.keysByNode(cs.prefix)) {
+    const here = new Set<string>();
+    for (const key of keys) {
+      assert.ok(key.startsWith(head) && key.indexOf('}') > head.length, `a key outside the spread layout: ${key}`);
+      const area = key.slice(head.length, key.indexOf('}'));
+      here.add(area);
+      if (area !== INBOUND_QUEUE && cs.queues.has(area)) sinkMasters.set(area, node);
+      if (/^inbound-\d+$/.test(area)) shardMasters.set(area, node);
+    }
+    areas.set(node, [...here].sort());
+  }
+  const detail = JSON.stringify(Object.fromEntries(areas));
+  assert.ok(sinkMasters.size >= (options.minSinkQueues ?? 1), `sink queues holding keys: ${sinkMasters.size}; ${detail}`);
+  if (sinkMasters.size >= 2) assert.ok(new Set(sinkMasters.values()).size >= 2, `the sink queues' keys are on one master: ${detail}`);
+  if (shardMasters.size >= 2) assert.ok(new Set(shardMasters.values()).size >= 2, `the inbound shards' keys are on one master: ${detail}`);
+  assert.ok([...areas.values()].filter((a) => a.length > 0).length >= 2, `callsync's keys are on one master: ${detail}`);
+  return areas;
 }
 
 export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers }> {

@@ -1,7 +1,8 @@
 // A poller in a process of its own (for crash and takeover tests): polls one channel of the fake
 // API into the inbound log of a test prefix. Prints `lock <held>` lines; SIGTERM closes it cleanly,
-// SIGKILL is a crash. Settings come from the environment (see below).
-import { createRedis, defaultRetryPolicy, singleRedis } from '../../queues/index.js';
+// SIGKILL is a crash. Settings come from the environment (see below); with REDIS_CLUSTER_NODES it
+// polls into a Redis Cluster with the spread key layout (queues/keys.ts), as callsync would.
+import { createRedis, defaultRetryPolicy, redisKeys, singleRedis, type RedisSettings } from '../../queues/index.js';
 import { InboundLog } from '../../queues/inbound.js';
 import { InboundAcceptor } from '../../src/ingress/accept.js';
 import { createLogger } from '../../src/log.js';
@@ -11,9 +12,15 @@ import { startPoller } from '../../workers/poller.js';
 const env = process.env;
 const prefix = env.POLL_TEST_PREFIX!;
 const redisUrl = env.REDIS_URL ?? 'redis://127.0.0.1:6379';
-const producer = createRedis(singleRedis(redisUrl), 'producer');
-const workerConn = createRedis(singleRedis(redisUrl), 'worker');
-const inbound = new InboundLog(producer, prefix);
+const clusterNodes = (env.REDIS_CLUSTER_NODES ?? '')
+  .split(',')
+  .filter(Boolean)
+  .map((node) => ({ host: node.slice(0, node.lastIndexOf(':')), port: Number(node.slice(node.lastIndexOf(':') + 1)) }));
+const settings: RedisSettings = { ...singleRedis(redisUrl, prefix), clusterNodes };
+const keys = redisKeys(settings);
+const producer = createRedis(settings, 'producer');
+const workerConn = createRedis(settings, 'worker');
+const inbound = new InboundLog(producer, keys);
 const log = createLogger({ level: env.LOG_LEVEL ?? 'warn', destination: process.stderr });
 const running = startPoller({
   settings: {
@@ -32,7 +39,7 @@ const running = startPoller({
   acceptor: new InboundAcceptor(inbound, { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
   redis: producer,
   workerConnection: workerConn,
-  prefix,
+  prefix: keys,
   log,
   runner: { retry: defaultRetryPolicy, concurrency: 1, stalledIntervalMs: 1000, lockDurationMs: 2000, maxStalledCount: 1 },
   events: { lock: (_channel, held) => process.stdout.write(`lock ${held}\n`) },

@@ -1,6 +1,12 @@
-// Real Redis for tests: a unique key prefix per test, removed afterwards.
+// Real Redis for tests: a unique key prefix per test, removed afterwards; a single node or, with
+// TEST_REDIS_CLUSTER=1, a Redis Cluster (`testRedis()` below).
 import { randomBytes } from 'node:crypto';
-import { Redis } from 'ioredis';
+import { after } from 'node:test';
+import { Cluster, Redis } from 'ioredis';
+import { createRedis, singleRedis, type ConnectionRole, type RedisClient, type RedisNode, type RedisSettings } from '../../queues/connection.js';
+import { redisKeys, type RedisKeys } from '../../queues/keys.js';
+import { scanKeys } from '../../src/cli/dlq.js';
+import { nodeCommand, startRedisCluster, type TestCluster } from './redis-cluster.js';
 
 export const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
@@ -10,6 +16,7 @@ export function uniquePrefix(name = 't'): string {
 
 /** Deletes every key under `prefix` (queues, state, cursors). */
 export async function cleanupPrefix(prefix: string): Promise<void> {
+  if (TEST_CLUSTER) return (await testRedis()).cleanup(prefix);
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
   try {
     let cursor = '0';
@@ -39,4 +46,191 @@ export async function waitFor<T>(check: () => Promise<T> | T, options: { timeout
     }
     await new Promise((r) => setTimeout(r, options.intervalMs ?? 50));
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Redis the suites run against: the shared single Redis (REDIS_URL, the default), or — with
+// TEST_REDIS_CLUSTER=1 — a Redis Cluster of 3 masters with a replica each, started once per test
+// file (test/support/redis-cluster.ts) or given by TEST_REDIS_CLUSTER_NODES=host:port,…, with a
+// plain QUEUE_PREFIX: the spread key layout (queues/keys.ts). Tests reach Redis only through it:
+// settings, keys, connections and cleanup are right for either.
+
+/** TEST_REDIS_CLUSTER=1: the suites that support it run on a Redis Cluster with spread keys. */
+export const TEST_CLUSTER = process.env.TEST_REDIS_CLUSTER === '1';
+/** A REDIS_URL nothing listens on: on the cluster only REDIS_CLUSTER_NODES can make a test pass. */
+export const NOWHERE = 'redis://127.0.0.1:1';
+
+export interface TestRedis {
+  /** True on the cluster (TEST_REDIS_CLUSTER=1). */
+  readonly isCluster: boolean;
+  /** The cluster started for this file (null on a single node or a cluster given by TEST_REDIS_CLUSTER_NODES). */
+  readonly cluster: TestCluster | null;
+  /** Environment naming this Redis for a callsync (REDIS_URL; on the cluster REDIS_CLUSTER_NODES and a REDIS_URL pointing nowhere). */
+  env(): Record<string, string>;
+  /** Redis settings of a callsync with QUEUE_PREFIX `prefix` here. */
+  settings(prefix: string): RedisSettings;
+  /** The keys a callsync with QUEUE_PREFIX `prefix` uses here (spread on the cluster). */
+  keys(prefix: string): RedisKeys;
+  /** A connection made the way callsync makes them (`createRedis`). */
+  connect(role?: ConnectionRole): RedisClient;
+  /** A plain QUEUE_PREFIX; on the cluster one whose `queues` (when two or more) and inbound shards fall on more than one master. */
+  prefix(name: string, queues?: readonly string[], accept?: (masterOf: (key: string) => string, keys: RedisKeys) => boolean): Promise<string>;
+  /** `host:port` of the master holding `key`'s slot now. */
+  masterOf(key: string): Promise<string>;
+  /** Every key of `prefix`, by the master (or the single node) holding it. */
+  keysByNode(prefix: string): Promise<Map<string, string[]>>;
+  /** Deletes every key of `prefix` (both layouts), on every master. */
+  cleanup(prefix: string): Promise<void>;
+}
+
+function crc16(data: Buffer): number {
+  let crc = 0;
+  for (const byte of data) {
+    crc ^= byte << 8;
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc;
+}
+
+/** The cluster slot of `key` (CRC16 of its hash tag, or of the whole key). */
+export function keySlot(key: string): number {
+  const open = key.indexOf('{');
+  if (open >= 0) {
+    const close = key.indexOf('}', open + 1);
+    if (close > open + 1) key = key.slice(open + 1, close);
+  }
+  return crc16(Buffer.from(key)) % 16384;
+}
+
+/** The patterns a prefix's keys match in either layout (`<prefix>…`, `{<prefix>:area}…`). */
+const prefixPatterns = (prefix: string) => [`${prefix}*`, `{${prefix}:*`];
+
+async function scanNode(node: Redis, prefix: string): Promise<string[]> {
+  const found: string[] = [];
+  for (const pattern of prefixPatterns(prefix)) found.push(...(await scanKeys(node, pattern)));
+  return [...new Set(found)];
+}
+
+function singleTarget(): TestRedis {
+  return {
+    isCluster: false,
+    cluster: null,
+    env: () => ({ REDIS_URL }),
+    settings: (prefix) => singleRedis(REDIS_URL, prefix),
+    keys: (prefix) => redisKeys(singleRedis(REDIS_URL, prefix)),
+    connect: (role = 'worker') => createRedis(singleRedis(REDIS_URL), role),
+    prefix: async (name) => uniquePrefix(name),
+    masterOf: async () => new URL(REDIS_URL).host,
+    async keysByNode(prefix) {
+      const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+      try {
+        return new Map([[new URL(REDIS_URL).host, await scanNode(redis, prefix)]]);
+      } finally {
+        redis.disconnect();
+      }
+    },
+    cleanup: cleanupPrefix,
+  };
+}
+
+function clusterTarget(seeds: string, cluster: TestCluster | null): TestRedis {
+  const clusterNodes: RedisNode[] = seeds.split(',').map((s) => {
+    const at = s.lastIndexOf(':');
+    return { host: s.slice(0, at), port: Number(s.slice(at + 1)) };
+  });
+  const settings = (prefix: string): RedisSettings => ({ url: NOWHERE, clusterNodes, sentinels: [], tls: false, prefix });
+  /** slot -> `host:port` of its master now (CLUSTER SLOTS of any live node). */
+  const slotMasters = async (): Promise<string[]> => {
+    let last: unknown;
+    for (const node of clusterNodes) {
+      try {
+        const ranges = (await nodeCommand(node.port, ['CLUSTER', 'SLOTS'])) as [number, number, [string, number]][];
+        const bySlot = new Array<string>(16384);
+        for (const [from, to, [host, port]] of ranges) for (let s = from; s <= to; s++) bySlot[s] = `${host}:${port}`;
+        return bySlot;
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw new Error(`no cluster node answers CLUSTER SLOTS: ${String(last)}`);
+  };
+  const withMasters = async <T>(fn: (node: Redis, name: string) => Promise<T>): Promise<Map<string, T>> => {
+    const client = new Cluster(clusterNodes, { redisOptions: { maxRetriesPerRequest: 1 }, lazyConnect: true });
+    client.on('error', () => undefined);
+    try {
+      await client.connect();
+      const out = new Map<string, T>();
+      for (const node of client.nodes('master')) out.set(`${node.options.host}:${node.options.port}`, await fn(node, `${node.options.host}:${node.options.port}`));
+      return out;
+    } finally {
+      client.disconnect();
+    }
+  };
+  return {
+    isCluster: true,
+    cluster,
+    env: () => ({ REDIS_URL: NOWHERE, REDIS_CLUSTER_NODES: seeds }),
+    settings,
+    keys: (prefix) => redisKeys(settings(prefix)),
+    connect: (role = 'worker') => createRedis(settings('unused'), role),
+    async prefix(name, queues = [], accept) {
+      const bySlot = await slotMasters();
+      const masterOf = (key: string) => bySlot[keySlot(key)]!;
+      for (let i = 0; i < 200; i++) {
+        const prefix = uniquePrefix(name);
+        const keys = redisKeys(settings(prefix));
+        const queueMasters = new Set(queues.map((q) => masterOf(`${keys.queuePrefix(q)}:${q}:meta`)));
+        const shardMasters = new Set(Array.from({ length: keys.inboundShards }, (_, s) => masterOf(keys.inboundShard(s))));
+        if (queues.length >= 2 && queueMasters.size < 2) continue;
+        if (keys.inboundShards >= 2 && shardMasters.size < 2) continue;
+        if (accept && !accept(masterOf, keys)) continue;
+        return prefix;
+      }
+      throw new Error(`no prefix spreads ${queues.join(', ')} over the masters`);
+    },
+    async masterOf(key) {
+      return (await slotMasters())[keySlot(key)]!;
+    },
+    keysByNode: (prefix) => withMasters((node) => scanNode(node, prefix)),
+    async cleanup(prefix) {
+      await withMasters(async (node) => {
+        const keys = await scanNode(node, prefix);
+        // One key per DEL: the keys of one node are in many slots.
+        for (let i = 0; i < keys.length; i += 500) {
+          const pipe = node.pipeline();
+          for (const key of keys.slice(i, i + 500)) pipe.unlink(key);
+          await pipe.exec();
+        }
+      });
+    },
+  };
+}
+
+let target: Promise<TestRedis> | null = null;
+let started: TestCluster | null = null;
+
+/**
+ * The Redis of this test file: the shared single Redis, or with TEST_REDIS_CLUSTER=1 one cluster
+ * for the whole file (started on first use, destroyed after the file's last test), or the cluster
+ * TEST_REDIS_CLUSTER_NODES names.
+ */
+export function testRedis(): Promise<TestRedis> {
+  if (!target) {
+    if (!TEST_CLUSTER) target = Promise.resolve(singleTarget());
+    else if (process.env.TEST_REDIS_CLUSTER_NODES) target = Promise.resolve(clusterTarget(process.env.TEST_REDIS_CLUSTER_NODES, null));
+    else
+      target = startRedisCluster().then((cluster) => {
+        started = cluster;
+        return clusterTarget(cluster.seeds, cluster);
+      });
+  }
+  return target;
+}
+
+// The file's cluster goes when its tests are done (a root hook: after every suite of the file).
+if (TEST_CLUSTER && !process.env.TEST_REDIS_CLUSTER_NODES) {
+  after(async () => {
+    await target?.catch(() => undefined);
+    await started?.destroy();
+  });
 }
