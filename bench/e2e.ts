@@ -15,19 +15,38 @@
 //   BENCH_CALLSYNC_NODE_OPTIONS='--max-semi-space-size=16'   Node flags of the callsync processes
 //                      instead of the ones `npm start` uses (package.json)
 //
+// Topology comparison (`npm run bench:cluster` runs the first line):
+//   BENCH_TOPOLOGIES=single,cluster BENCH_ACK_REPLICAS=0,1 BENCH_N=3000 npm run bench:e2e
+//                      the same load (N, connections, workers, rate) once per topology × ACK_REPLICAS
+//                      value, each on fresh servers and fresh callsync processes, then one table:
+//                      single  = a redis-server with one replica (`--replicaof`), QUEUE_PREFIX=callsync
+//                      cluster = a Redis Cluster of 3 masters + 3 replicas (REDIS_CLUSTER_NODES), the
+//                                spread layout (plain QUEUE_PREFIX=callsync, INBOUND_SHARDS default 8)
+//                      Both without AOF (the test topologies' settings; the default run above has
+//                      AOF everysec), the ingress spool off (a WAIT not confirmed in time is a 503
+//                      and shows as non-2xx, never as a spooled 202). Per master it reports the
+//                      share of keys (DBSIZE when the load ends — the queues hold the backlog then —
+//                      and when every sink is done, completed jobs kept), of commands processed and
+//                      of CPU. BENCH_PREFIX changes the prefix; BENCH_TIME_CAP_S (default 900)
+//                      skips the runs left once the comparison has taken that long.
+//
 // Acknowledgement time is the call's `receivedAt` (set by the ingress just before it stores the call
 // and answers 202; carried in every sink job); "done" is the latest `finishedOn` of the call's three
-// sink jobs. Both come from Redis.
+// sink jobs. Both come from Redis. "ingress p50/p99" is the client's request -> 202 latency
+// (autocannon, or the paced client).
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
+import { createRedis, type RedisSettings } from '../queues/connection.js';
+import { inboundStreamKey } from '../queues/inbound.js';
+import { redisKeys } from '../queues/keys.js';
 import { sinkQueueName } from '../queues/registry.js';
 import { sampleCall, webhookPayload } from '../test/support/calls.js';
 import { renderArchiveJson, renderTranscriptText } from '../src/sinks/archive/render.js';
+import { nodeCommand, startRedisCluster, startReplicatedRedis } from '../test/support/redis-cluster.js';
 import { freePort, startPrivateRedis } from '../test/support/redis-server.js';
-import { callsyncNodeOptions, compiled, load, paced, machine, peakRssOfPid, percentile, printTable, round, startProcess, summariseProfiles, type BenchProcess } from './support.js';
+import { callsyncNodeOptions, compiled, cpuSecondsOfPid, load, paced, machine, peakRssOfPid, percentile, printTable, round, startProcess, summariseProfiles, type BenchProcess } from './support.js';
 
 const N = Math.min(10_000, Number(process.env.BENCH_N ?? 10_000));
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
@@ -37,17 +56,130 @@ const PROFILE = process.env.BENCH_CPU_PROF === '1';
 const RATE = process.env.BENCH_RATE ? Number(process.env.BENCH_RATE) : undefined;
 const CEILING = process.env.BENCH_CEILING === '1';
 const CEILING_N = Number(process.env.BENCH_CEILING_N ?? 2000);
+const TOPOLOGIES = process.env.BENCH_TOPOLOGIES ? process.env.BENCH_TOPOLOGIES.split(',').map((t) => t.trim()).filter(Boolean) : undefined;
+const ACK_REPLICAS = (process.env.BENCH_ACK_REPLICAS ?? '0').split(',').map((a) => Number(a.trim()));
+const TIME_CAP_MS = Number(process.env.BENCH_TIME_CAP_S ?? 900) * 1000;
 const SINKS = ['archive', 'crm', 'sms'];
 /** The queue of each sink's jobs: the signed webhook's are in its endpoint's queue. */
 const queueOf = (sink: string) => (sink === 'crm' ? sinkQueueName('crm', 'receiver') : sinkQueueName(sink));
 
-async function main(): Promise<void> {
-  const work = await mkdtemp(join(tmpdir(), 'callsync-e2e-'));
+/** A redis-server the bench watches: its port and process (for DBSIZE, INFO, CPU and RSS). */
+interface Server {
+  port: number;
+  pid: number;
+}
+
+/** Where a run's Redis is: the callsync env that points there, the settings for the bench's own client, its servers. */
+interface Target {
+  /** `default` (the private redis-server of rounds 1–3), `single` (+ one replica) or `cluster` (3 + 3). */
+  name: 'default' | 'single' | 'cluster';
+  env: Record<string, string>;
+  settings: RedisSettings;
+  /** The masters now (one on a single node). */
+  masters(): Promise<Server[]>;
+  /** Every redis-server of the topology (masters and replicas). */
+  servers: Server[];
+  /** Which master holds each area of the layout (queues, inbound shards), by port. */
+  areasByMaster(): Promise<Map<number, string[]>>;
+  destroy(): Promise<void>;
+}
+const sinkAreas = (prefix: string, settings: RedisSettings) => {
+  const keys = redisKeys({ ...settings, prefix });
+  return [
+    ...SINKS.map((s) => ({ area: queueOf(s), key: `${keys.queuePrefix(queueOf(s))}:${queueOf(s)}:meta` })),
+    ...Array.from({ length: keys.inboundShards }, (_, i) => ({ area: `inbound-${i}`, key: inboundStreamKey(keys.inboundShard(i)) })),
+  ];
+};
+
+async function startTarget(name: Target['name'], prefix: string): Promise<Target> {
+  if (name === 'cluster') {
+    const cluster = await startRedisCluster();
+    const settings: RedisSettings = {
+      url: 'redis://127.0.0.1:1',
+      clusterNodes: cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })),
+      sentinels: [],
+      tls: false,
+      prefix,
+    };
+    const serverOf = (port: number) => ({ port, pid: cluster.nodes.find((n) => n.port === port)!.pid });
+    return {
+      name,
+      // REDIS_URL at a closed port: only the cluster can serve.
+      env: { REDIS_URL: 'redis://127.0.0.1:1', REDIS_CLUSTER_NODES: cluster.seeds },
+      settings,
+      masters: async () => (await cluster.masters()).sort((a, b) => a - b).map(serverOf),
+      servers: cluster.nodes.map((n) => ({ port: n.port, pid: n.pid })),
+      async areasByMaster() {
+        const out = new Map<number, string[]>();
+        for (const { area, key } of sinkAreas(prefix, settings)) {
+          const port = (await cluster.nodesOfKey(key)).master.port;
+          out.set(port, [...(out.get(port) ?? []), area]);
+        }
+        return out;
+      },
+      destroy: () => cluster.destroy(),
+    };
+  }
+  if (name === 'single') {
+    const pair = await startReplicatedRedis();
+    const settings: RedisSettings = { url: pair.url, clusterNodes: [], sentinels: [], tls: false, prefix };
+    const master = { port: pair.master.port, pid: pair.master.pid };
+    return {
+      name,
+      env: { REDIS_URL: pair.url },
+      settings,
+      masters: async () => [master],
+      servers: [master, { port: pair.replica.port, pid: pair.replica.pid }],
+      areasByMaster: async () => new Map([[master.port, ['everything']]]),
+      destroy: () => pair.destroy(),
+    };
+  }
   const redis = await startPrivateRedis({ appendfsync: 'everysec' });
-  const build = compiled();
-  const machineBefore = machine();
+  const server = { port: redis.port, pid: redis.pid };
+  return {
+    name,
+    env: { REDIS_URL: redis.url },
+    settings: { url: redis.url, clusterNodes: [], sentinels: [], tls: false, prefix },
+    masters: async () => [server],
+    servers: [server],
+    areasByMaster: async () => new Map([[server.port, ['everything']]]),
+    destroy: () => redis.destroy(),
+  };
+}
+
+/** Keys, commands processed so far and CPU seconds of each master. */
+async function masterStats(target: Target): Promise<Map<number, { keys: number; commands: number; cpuS: number }>> {
+  const out = new Map<number, { keys: number; commands: number; cpuS: number }>();
+  for (const m of await target.masters()) {
+    const keys = Number(await nodeCommand(m.port, ['DBSIZE']));
+    const info = String(await nodeCommand(m.port, ['INFO', 'stats']));
+    const commands = Number(/total_commands_processed:(\d+)/.exec(info)?.[1] ?? NaN);
+    out.set(m.port, { keys, commands, cpuS: cpuSecondsOfPid(m.pid) });
+  }
+  return out;
+}
+
+/** `a / b / c` shares in percent, in the masters' port order. */
+const shares = (values: number[]) => {
+  const total = values.reduce((s, v) => s + v, 0);
+  return values.map((v) => (total > 0 ? `${Math.round((100 * v) / total)}%` : '–')).join(' / ');
+};
+
+interface RunResult {
+  summary: Record<string, unknown>;
+  perSink: Record<string, unknown>[];
+  rss: Record<string, number>;
+  remote: Record<string, number>;
+  perMaster: Record<string, unknown>[];
+  redisCpuS: { masters: number; replicas: number };
+  ceiling?: Record<string, unknown>;
+}
+
+/** One end-to-end run on `target` with ACK_REPLICAS=`ackReplicas`: fresh sink servers and callsync processes. */
+async function runOnce(target: Target, ackReplicas: number, build: ReturnType<typeof compiled>, comparing: boolean): Promise<RunResult> {
+  const work = await mkdtemp(join(tmpdir(), 'callsync-e2e-'));
   const procs: BenchProcess[] = [];
-  const prefix = `e2e-${randomBytes(3).toString('hex')}`;
+  const prefix = target.settings.prefix;
   try {
     const sinks = await startProcess('sink-servers', build.run('bench/sink-servers.ts'), {});
     procs.push(sinks);
@@ -66,7 +198,7 @@ routes:
     const port = await freePort();
     const env = {
       ...r.s3Env,
-      REDIS_URL: redis.url,
+      ...target.env,
       QUEUE_PREFIX: prefix,
       PORT: String(port),
       HOST: '127.0.0.1',
@@ -83,6 +215,9 @@ routes:
       LOG_LEVEL: 'info',
       // Node flags of the callsync processes (A/B, e.g. `--max-semi-space-size=16`); default: as `npm start` runs them.
       NODE_OPTIONS: callsyncNodeOptions(),
+      // The comparison: every 202 is a stored (and, with ACK_REPLICAS, replicated) call; one the
+      // replicas do not confirm in time is a 503 here, not a 202 from the spool.
+      ...(comparing ? { SPOOL_ENABLED: 'false', ACK_REPLICAS: String(ackReplicas) } : {}),
     };
     const prof = PROFILE ? work : undefined;
     const roles = [
@@ -95,17 +230,27 @@ routes:
 
     // A mobile caller (the SMS goes to the caller), a unique call id per request.
     const body = JSON.stringify(webhookPayload('[<id>]', (p) => (p.call.from = '+491701234567')));
-    console.log(`bench:e2e  N=${N} connections=${CONNECTIONS} workers=${WORKERS} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s body=${body.length} B  sinks=${SINKS.join(',')}`);
-    console.log(`machine: ${JSON.stringify(machineBefore)}`);
+    const where = comparing ? `  redis=${target.name} ACK_REPLICAS=${ackReplicas} prefix=${prefix}` : '';
+    console.log(`bench:e2e  N=${N} connections=${CONNECTIONS} workers=${WORKERS} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s body=${body.length} B  sinks=${SINKS.join(',')}${where}`);
+    if (!comparing) console.log(`machine: ${JSON.stringify(machine())}`);
 
-    const conn = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+    const conn = createRedis(target.settings, 'worker');
+    const keys = redisKeys(target.settings);
     const workerProcs = procs.filter((p) => p.name.startsWith('worker-'));
     const workerCpuBefore = workerProcs.reduce((s, p) => s + p.cpuSeconds(), 0);
+    const ingressProc = procs.find((p) => p.name === 'ingress')!;
+    const ingressCpuBefore = ingressProc.cpuSeconds();
+    const redisCpu = () => target.servers.map((s) => cpuSecondsOfPid(s.pid));
+    const redisCpuBefore = redisCpu();
+    const statsBefore = await masterStats(target);
     const started = Date.now();
     const webhookUrl = `http://127.0.0.1:${port}/webhooks/ai-agent/bench-agent`;
     const ingress = RATE ? await paced(webhookUrl, body, N, RATE, CONNECTIONS) : await load(webhookUrl, body, N, CONNECTIONS);
     const acked = Date.now();
-    const key = (queue: string, part: string) => `${prefix}:${queue}:${part}`;
+    const ingressCpuMsPerCall = round(((ingressProc.cpuSeconds() - ingressCpuBefore) * 1000) / Math.max(1, ingress.ok), 2);
+    // The moment the queues hold the most work (at full speed the workers are behind by then).
+    const statsAcked = await masterStats(target);
+    const key = (queue: string, part: string) => `${keys.queuePrefix(queue)}:${queue}:${part}`;
     const deadline = Date.now() + Math.max(120_000, N * 20);
     for (;;) {
       const counts = await Promise.all(SINKS.map((s) => conn.zcard(key(queueOf(s), 'completed'))));
@@ -116,8 +261,10 @@ routes:
       await new Promise((res) => setTimeout(res, 200));
     }
     const allDone = Date.now();
+    const statsDone = await masterStats(target);
+    const redisCpuAfter = redisCpu();
     const workerCpuMsPerCall = round(((workerProcs.reduce((s, p) => s + p.cpuSeconds(), 0) - workerCpuBefore) * 1000) / ingress.ok, 2);
-    const rss = Object.fromEntries([...procs.map((p) => [p.name, p.peakRssMb()]), ['redis-server', peakRssOfPid(redis.pid)]]);
+    const rss = Object.fromEntries([...procs.map((p) => [p.name, p.peakRssMb()]), ['redis-server', Math.max(...target.servers.map((s) => peakRssOfPid(s.pid)))]]) as Record<string, number>;
 
     // Acknowledged (the call's receivedAt, set by the ingress just before it stores the call and
     // answers 202) -> last sink finished, per call. Sink job ids are the call hash in every queue.
@@ -125,6 +272,7 @@ routes:
     const fieldOf = async (queue: string, ids: string[], field: 'data' | 'finishedOn') => {
       const out = new Map<string, string>();
       for (let i = 0; i < ids.length; i += 1000) {
+        // One queue's keys share a slot: one pipeline per queue works on a cluster too.
         const pipe = conn.pipeline();
         for (const id of ids.slice(i, i + 1000)) pipe.hget(key(queue, id), field);
         const res = await pipe.exec();
@@ -150,14 +298,35 @@ routes:
     const latencies = hashes.map((h) => doneAt.get(h)! - ackAt.get(h)!).filter(Number.isFinite).sort((a, b) => a - b);
     const firstAck = Math.min(...ackAt.values());
     const lastDone = Math.max(...doneAt.values());
-    const stats = (await (await fetch(r.statsUrl)).json()) as Record<string, number>;
+    const remote = (await (await fetch(r.statsUrl)).json()) as Record<string, number>;
     conn.disconnect();
 
-    const summary = {
+    // Per master: which areas it holds, its share of the keys and of the commands and CPU of the run.
+    const areas = await target.areasByMaster();
+    const ports = [...statsDone.keys()];
+    const perMaster = ports.map((p) => ({
+      master: p,
+      holds: (areas.get(p) ?? []).join(' '),
+      'keys when acked': statsAcked.get(p)?.keys,
+      'keys when done': statsDone.get(p)?.keys,
+      commands: (statsDone.get(p)?.commands ?? NaN) - (statsBefore.get(p)?.commands ?? NaN),
+      'CPU s': round((statsDone.get(p)?.cpuS ?? NaN) - (statsBefore.get(p)?.cpuS ?? NaN), 1),
+    }));
+    const masterPids = new Set((await target.masters()).map((m) => m.pid));
+    const cpuDelta = target.servers.map((s, i) => ({ master: masterPids.has(s.pid), s: redisCpuAfter[i]! - redisCpuBefore[i]! }));
+    const redisCpuS = {
+      masters: round(cpuDelta.filter((c) => c.master).reduce((a, c) => a + c.s, 0), 1),
+      replicas: round(cpuDelta.filter((c) => !c.master).reduce((a, c) => a + c.s, 0), 1),
+    };
+
+    const summary: Record<string, unknown> = {
+      ...(comparing ? { redis: target.name, ACK_REPLICAS: ackReplicas } : {}),
       webhooks: N,
       'offered/s': RATE ?? 'max',
       acknowledged: ingress.ok,
+      ...(comparing ? { 'non-2xx': ingress.non2xx + ingress.errors } : {}),
       'ingress accepted/s': ingress.perSecond,
+      ...(comparing ? { 'ingress p50 ms': ingress.p50Ms } : {}),
       'ingress p99 ms': ingress.p99Ms,
       'e2e events/s': Math.round((ingress.ok * 1000) / (lastDone - firstAck)),
       'ack->done p50 ms': percentile(latencies, 50),
@@ -165,25 +334,117 @@ routes:
       'ack->done max ms': latencies[latencies.length - 1],
       'all done after s': round((allDone - started) / 1000, 1),
       'worker CPU ms/call': workerCpuMsPerCall,
+      ...(comparing ? { 'ingress CPU ms/call': ingressCpuMsPerCall } : {}),
+      ...(comparing
+        ? {
+            'redis CPU s (masters+replicas)': `${redisCpuS.masters}+${redisCpuS.replicas}`,
+            'keys per master when acked': shares(ports.map((p) => statsAcked.get(p)?.keys ?? 0)),
+            'keys per master when done': shares(ports.map((p) => statsDone.get(p)?.keys ?? 0)),
+            'commands per master': shares(perMaster.map((m) => m.commands)),
+          }
+        : {}),
     };
     printTable([summary]);
     console.log('');
     printTable(perSink);
     console.log('');
     printTable([rss]);
+    if (comparing) {
+      console.log('');
+      printTable(perMaster);
+    }
     const ceiling = CEILING ? await s3Ceiling(r.s3Env, Number(CONCURRENCY), Math.min(CEILING_N, 20_000)) : undefined;
     if (ceiling) {
       console.log('');
       printTable([ceiling]);
     }
-    console.log(`\nremote side: ${JSON.stringify(stats)}  (sink jobs per sink: ${ingress.ok}; ack phase ${round((acked - started) / 1000, 1)} s)`);
-    console.log(`\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary, perSink, peakRssMb: rss, remote: stats, ceiling })}`);
+    console.log(`\nremote side: ${JSON.stringify(remote)}  (sink jobs per sink: ${ingress.ok}; ack phase ${round((acked - started) / 1000, 1)} s)`);
+    return { summary, perSink, rss, remote, perMaster, redisCpuS, ceiling };
   } finally {
     for (const p of procs.reverse()) await p.stop().catch(() => undefined);
     if (PROFILE) console.log(`\n${await summariseProfiles(work)}`);
-    await redis.destroy();
     await rm(work, { recursive: true, force: true });
   }
+}
+
+async function main(): Promise<void> {
+  const build = compiled();
+  if (!TOPOLOGIES) {
+    if (ACK_REPLICAS.some((a) => a !== 0)) throw new Error('BENCH_ACK_REPLICAS needs BENCH_TOPOLOGIES (the default redis-server has no replica)');
+    const machineBefore = machine();
+    const target = await startTarget('default', `e2e-${randomBytes(3).toString('hex')}`);
+    try {
+      const res = await runOnce(target, 0, build, false);
+      console.log(`\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary: res.summary, perSink: res.perSink, peakRssMb: res.rss, remote: res.remote, ceiling: res.ceiling })}`);
+    } finally {
+      await target.destroy();
+    }
+    return;
+  }
+
+  const unknown = TOPOLOGIES.filter((t) => t !== 'single' && t !== 'cluster');
+  if (unknown.length > 0) throw new Error(`BENCH_TOPOLOGIES: ${unknown.join(', ')}: use single and/or cluster`);
+  // Both topologies give each master one replica: more cannot confirm.
+  if (ACK_REPLICAS.some((a) => !Number.isInteger(a) || a < 0 || a > 1)) throw new Error('BENCH_ACK_REPLICAS: 0 and/or 1 (each master has one replica)');
+  const prefix = process.env.BENCH_PREFIX ?? 'callsync';
+  const machineBefore = machine();
+  console.log(`bench:e2e topologies=${TOPOLOGIES.join(',')} ACK_REPLICAS=${ACK_REPLICAS.join(',')} N=${N} connections=${CONNECTIONS} workers=${WORKERS} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s`);
+  console.log(`machine: ${JSON.stringify(machineBefore)}\n`);
+  const begun = Date.now();
+  const results: RunResult[] = [];
+  const skipped: string[] = [];
+  const failedRuns: string[] = [];
+  for (const topology of TOPOLOGIES as Target['name'][]) {
+    for (const ack of ACK_REPLICAS) {
+      if (Date.now() - begun > TIME_CAP_MS) {
+        skipped.push(`${topology}/ACK_REPLICAS=${ack}`);
+        continue;
+      }
+      // Fresh servers per run: no keys, no memory, no AOF of an earlier run.
+      try {
+        const target = await startTarget(topology, prefix);
+        try {
+          results.push(await runOnce(target, ack, build, true));
+        } finally {
+          await target.destroy();
+        }
+      } catch (err) {
+        // One failed run (a topology that did not start, sinks not done in time) does not lose the others.
+        console.log(`${topology}/ACK_REPLICAS=${ack} failed: ${err instanceof Error ? err.message : String(err)}`);
+        failedRuns.push(`${topology}/ACK_REPLICAS=${ack}`);
+      }
+      console.log('');
+    }
+  }
+  console.log('=== topologies, same load ===');
+  printTable(
+    results.map((r) => {
+      const s = r.summary;
+      return {
+        redis: s.redis,
+        ACK_REPLICAS: s.ACK_REPLICAS,
+        acknowledged: s.acknowledged,
+        'non-2xx': s['non-2xx'],
+        'ingress accepted/s': s['ingress accepted/s'],
+        'ack p50 ms': s['ingress p50 ms'],
+        'ack p99 ms': s['ingress p99 ms'],
+        'e2e calls/s': s['e2e events/s'],
+        'ack->done p50 ms': s['ack->done p50 ms'],
+        'ack->done p99 ms': s['ack->done p99 ms'],
+        'ingress CPU ms/call': s['ingress CPU ms/call'],
+        'worker CPU ms/call': s['worker CPU ms/call'],
+        'redis CPU s m+r': s['redis CPU s (masters+replicas)'],
+        'keys/master acked': s['keys per master when acked'],
+        'keys/master done': s['keys per master when done'],
+        'cmds/master': s['commands per master'],
+      };
+    }),
+  );
+  if (skipped.length > 0) console.log(`\nskipped (BENCH_TIME_CAP_S reached): ${skipped.join(', ')}`);
+  if (failedRuns.length > 0) console.log(`\nfailed: ${failedRuns.join(', ')}`);
+  console.log(
+    `\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, topologies: TOPOLOGIES, ackReplicas: ACK_REPLICAS, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, runs: results, skipped, failed: failedRuns })}`,
+  );
 }
 
 /**
