@@ -100,8 +100,10 @@ routes:
       await post('ep-400');
       await waitFor(() => received(b, 'ep-400'), { what: 'B got the call A refused' });
       const refused = await waitFor(async () => {
+        // Read the job again once it is failed: a copy read while it was still active has no
+        // failedReason even though getState() (a live read) already answers 'failed'.
         const job = await jobOf(A, 'ep-400');
-        return job && (await job.getState()) === 'failed' ? job : null;
+        return job && (await job.getState()) === 'failed' ? (await jobOf(A, 'ep-400'))! : null;
       }, { what: 'the call dead-lettered at A' });
       assert.match(refused.failedReason, /answered 400: unknown field callId/);
       assert.equal(refused.attemptsMade, 1, 'permanent: no retries');
