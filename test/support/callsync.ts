@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { redisKeys } from '../../queues/keys.js';
+import { redisMode } from '../../queues/connection.js';
 import { INBOUND_QUEUE, sinkQueueName } from '../../queues/registry.js';
 import { loadConfig, type Config } from '../../src/config/index.js';
 import { createLogger } from '../../src/log.js';
@@ -60,6 +61,7 @@ export async function startTestCallsync(env: Record<string, string> = {}, option
   const prefix = env.QUEUE_PREFIX ?? (onCluster ? await target.prefix('cs', deliveryQueues(loadConfig(testEnv('probe', { ...redisEnv, ...env })))) : uniquePrefix('cs'));
   const config = loadConfig(testEnv(prefix, { ...redisEnv, ...env }));
   if (onCluster) assert.equal(redisKeys(config.redis).layout, 'spread', 'TEST_REDIS_CLUSTER=1: callsync spreads its keys over the cluster');
+  if (target.sentinel && !own) assert.equal(redisMode(config.redis), 'sentinel', 'TEST_REDIS_SENTINEL=1: callsync finds its Redis through the sentinel');
   const { lines, log } = memoryLog(process.env.TEST_LOG_LEVEL ?? 'info');
   const app = await startCallsync(config, { log, ...options });
   return {

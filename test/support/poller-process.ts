@@ -1,7 +1,8 @@
 // A poller in a process of its own (for crash and takeover tests): polls one channel of the fake
 // API into the inbound log of a test prefix. Prints `lock <held>` lines; SIGTERM closes it cleanly,
 // SIGKILL is a crash. Settings come from the environment (see below); with REDIS_CLUSTER_NODES it
-// polls into a Redis Cluster with the spread key layout (queues/keys.ts), as callsync would.
+// polls into a Redis Cluster with the spread key layout (queues/keys.ts), with REDIS_SENTINELS and
+// REDIS_SENTINEL_NAME into the master the sentinels name, as callsync would.
 import { createRedis, defaultRetryPolicy, redisKeys, singleRedis, type RedisSettings } from '../../queues/index.js';
 import { InboundLog } from '../../queues/inbound.js';
 import { InboundAcceptor } from '../../src/ingress/accept.js';
@@ -16,7 +17,11 @@ const clusterNodes = (env.REDIS_CLUSTER_NODES ?? '')
   .split(',')
   .filter(Boolean)
   .map((node) => ({ host: node.slice(0, node.lastIndexOf(':')), port: Number(node.slice(node.lastIndexOf(':') + 1)) }));
-const settings: RedisSettings = { ...singleRedis(redisUrl, prefix), clusterNodes };
+const sentinels = (env.REDIS_SENTINELS ?? '')
+  .split(',')
+  .filter(Boolean)
+  .map((node) => ({ host: node.slice(0, node.lastIndexOf(':')), port: Number(node.slice(node.lastIndexOf(':') + 1)) }));
+const settings: RedisSettings = { ...singleRedis(redisUrl, prefix), clusterNodes, sentinels, sentinelName: env.REDIS_SENTINEL_NAME };
 const keys = redisKeys(settings);
 const producer = createRedis(settings, 'producer');
 const workerConn = createRedis(settings, 'worker');

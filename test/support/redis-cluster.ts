@@ -103,6 +103,12 @@ export async function nodeCommand(port: number, args: string[], password?: strin
   }
 }
 
+/** Kills `procs` (by pid) and removes their folder: a set-up's teardown, on success and on failure. */
+async function stopAll(procs: readonly ServerProcess[], dir: string): Promise<void> {
+  for (const p of procs) await p.kill();
+  await rm(dir, { recursive: true, force: true });
+}
+
 const baseArgs = (port: number, dir: string) => ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', '--loglevel', 'warning', '--maxmemory-policy', 'noeviction'];
 
 export interface TestCluster {
@@ -137,8 +143,7 @@ export async function startRedisCluster(): Promise<TestCluster> {
     for (const node of nodes) await waitFor(async () => (await nodeCommand(node.port, ['PING'])) === 'PONG', `node ${node.port}`);
     await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { timeout: 60_000 });
   } catch (err) {
-    for (const node of nodes) await node.kill();
-    await rm(dir, { recursive: true, force: true });
+    await stopAll(nodes, dir);
     throw err;
   }
 
@@ -181,10 +186,7 @@ export async function startRedisCluster(): Promise<TestCluster> {
         }, `replica ${node.port} in sync`, 30_000);
       }
     },
-    async destroy() {
-      for (const node of nodes) await node.kill();
-      await rm(dir, { recursive: true, force: true });
-    },
+    destroy: () => stopAll(nodes, dir),
   };
   await cluster.waitHealthy();
   return cluster;
@@ -200,6 +202,13 @@ export interface TestSentinel {
   sentinels: string;
   /** The port the sentinel names as master now. */
   masterPort(): Promise<number>;
+  /** The data nodes by their role now: the master the sentinel names, and the other one. */
+  roles(): Promise<{ master: ServerProcess; replica: ServerProcess }>;
+  /**
+   * Waits until the sentinel names a running master and the other data node is running, its
+   * replica, in sync (after a failover: the old master restarted and reconfigured by the sentinel).
+   */
+  waitHealthy(): Promise<void>;
   destroy(): Promise<void>;
 }
 
@@ -237,24 +246,32 @@ export async function startRedisSentinel(options: { password?: string } = {}): P
     const sentinel = spawnServer([conf, '--sentinel'], sentinelPort);
     procs.push(sentinel);
     await waitFor(async () => Array.isArray(await nodeCommand(sentinelPort, ['SENTINEL', 'get-master-addr-by-name', name])), 'sentinel knows the master');
+    const masterNow = async () => Number(((await nodeCommand(sentinelPort, ['SENTINEL', 'get-master-addr-by-name', name])) as string[])[1]);
+    const roles = async () => {
+      const port = await masterNow();
+      return port === master.port ? { master, replica } : { master: replica, replica: master };
+    };
     return {
       master,
       replica,
       sentinel,
       name,
       sentinels: `127.0.0.1:${sentinelPort}`,
-      async masterPort() {
-        const addr = (await nodeCommand(sentinelPort, ['SENTINEL', 'get-master-addr-by-name', name])) as string[];
-        return Number(addr[1]);
+      masterPort: masterNow,
+      roles,
+      async waitHealthy() {
+        const { master: now, replica: other } = await roles();
+        await waitFor(async () => now.running && (await nodeCommand(now.port, ['PING'], options.password)) === 'PONG', `master ${now.port} up`, 30_000);
+        // The sentinel turns a restarted old master into the new master's replica (it starts as a master).
+        await waitFor(async () => {
+          const info = String(await nodeCommand(other.port, ['INFO', 'replication'], options.password));
+          return other.running && /role:slave/.test(info) && new RegExp(`master_port:${now.port}\\b`).test(info) && /master_link_status:up/.test(info);
+        }, `replica ${other.port} of ${now.port} in sync`, 60_000);
       },
-      async destroy() {
-        for (const p of procs) await p.kill();
-        await rm(dir, { recursive: true, force: true });
-      },
+      destroy: () => stopAll(procs, dir),
     };
   } catch (err) {
-    for (const p of procs) await p.kill();
-    await rm(dir, { recursive: true, force: true });
+    await stopAll(procs, dir);
     throw err;
   }
 }
@@ -291,14 +308,10 @@ export async function startReplicatedRedis(): Promise<{ master: ServerProcess; r
       master,
       replica,
       url: `redis://127.0.0.1:${masterPort}`,
-      async destroy() {
-        for (const p of procs) await p.kill();
-        await rm(dir, { recursive: true, force: true });
-      },
+      destroy: () => stopAll(procs, dir),
     };
   } catch (err) {
-    for (const p of procs) await p.kill();
-    await rm(dir, { recursive: true, force: true });
+    await stopAll(procs, dir);
     throw err;
   }
 }

@@ -1,12 +1,13 @@
 // Real Redis for tests: a unique key prefix per test, removed afterwards; a single node or, with
-// TEST_REDIS_CLUSTER=1, a Redis Cluster (`testRedis()` below).
+// TEST_REDIS_CLUSTER=1, a Redis Cluster, or with TEST_REDIS_SENTINEL=1 a master with a replica
+// found through Sentinel (`testRedis()` below).
 import { randomBytes } from 'node:crypto';
 import { after } from 'node:test';
 import { Cluster, Redis } from 'ioredis';
 import { createRedis, singleRedis, type ConnectionRole, type RedisClient, type RedisNode, type RedisSettings } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { scanKeys } from '../../src/cli/dlq.js';
-import { nodeCommand, startRedisCluster, type TestCluster } from './redis-cluster.js';
+import { nodeCommand, startRedisCluster, startRedisSentinel, type TestCluster, type TestSentinel } from './redis-cluster.js';
 
 export const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
@@ -16,7 +17,7 @@ export function uniquePrefix(name = 't'): string {
 
 /** Deletes every key under `prefix` (queues, state, cursors). */
 export async function cleanupPrefix(prefix: string): Promise<void> {
-  if (TEST_CLUSTER) return (await testRedis()).cleanup(prefix);
+  if (TEST_CLUSTER || TEST_SENTINEL) return (await testRedis()).cleanup(prefix);
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
   try {
     let cursor = '0';
@@ -52,11 +53,17 @@ export async function waitFor<T>(check: () => Promise<T> | T, options: { timeout
 // The Redis the suites run against: the shared single Redis (REDIS_URL, the default), or — with
 // TEST_REDIS_CLUSTER=1 — a Redis Cluster of 3 masters with a replica each, started once per test
 // file (test/support/redis-cluster.ts) or given by TEST_REDIS_CLUSTER_NODES=host:port,…, with a
-// plain QUEUE_PREFIX: the spread key layout (queues/keys.ts). Tests reach Redis only through it:
-// settings, keys, connections and cleanup are right for either.
+// plain QUEUE_PREFIX: the spread key layout (queues/keys.ts); or — with TEST_REDIS_SENTINEL=1 —
+// a master, its replica and a sentinel started once per test file, callsync finding the master
+// through the sentinel (REDIS_SENTINELS, REDIS_SENTINEL_NAME; the one-slot layout). Tests reach
+// Redis only through it: settings, keys, connections and cleanup are right for each.
 
 /** TEST_REDIS_CLUSTER=1: the suites that support it run on a Redis Cluster with spread keys. */
 export const TEST_CLUSTER = process.env.TEST_REDIS_CLUSTER === '1';
+/** TEST_REDIS_SENTINEL=1: the suites that support it run on a master with a replica, found through Sentinel. */
+export const TEST_SENTINEL = process.env.TEST_REDIS_SENTINEL === '1' && !TEST_CLUSTER;
+/** The topology the suites run on: 'single' unless one of the two above is set. */
+export const TEST_TOPOLOGY: 'single' | 'cluster' | 'sentinel' = TEST_CLUSTER ? 'cluster' : TEST_SENTINEL ? 'sentinel' : 'single';
 /** A REDIS_URL nothing listens on: on the cluster only REDIS_CLUSTER_NODES can make a test pass. */
 export const NOWHERE = 'redis://127.0.0.1:1';
 
@@ -65,7 +72,12 @@ export interface TestRedis {
   readonly isCluster: boolean;
   /** The cluster started for this file (null on a single node or a cluster given by TEST_REDIS_CLUSTER_NODES). */
   readonly cluster: TestCluster | null;
-  /** Environment naming this Redis for a callsync (REDIS_URL; on the cluster REDIS_CLUSTER_NODES and a REDIS_URL pointing nowhere). */
+  /** The Sentinel set-up started for this file (TEST_REDIS_SENTINEL=1; null otherwise). */
+  readonly sentinel: TestSentinel | null;
+  /**
+   * Environment naming this Redis for a callsync (REDIS_URL; on the cluster REDIS_CLUSTER_NODES, with
+   * Sentinel REDIS_SENTINELS and REDIS_SENTINEL_NAME — each with a REDIS_URL pointing nowhere).
+   */
   env(): Record<string, string>;
   /** Redis settings of a callsync with QUEUE_PREFIX `prefix` here. */
   settings(prefix: string): RedisSettings;
@@ -115,6 +127,7 @@ function singleTarget(): TestRedis {
   return {
     isCluster: false,
     cluster: null,
+    sentinel: null,
     env: () => ({ REDIS_URL }),
     settings: (prefix) => singleRedis(REDIS_URL, prefix),
     keys: (prefix) => redisKeys(singleRedis(REDIS_URL, prefix)),
@@ -169,6 +182,7 @@ function clusterTarget(seeds: string, cluster: TestCluster | null): TestRedis {
   return {
     isCluster: true,
     cluster,
+    sentinel: null,
     env: () => ({ REDIS_URL: NOWHERE, REDIS_CLUSTER_NODES: seeds }),
     settings,
     keys: (prefix) => redisKeys(settings(prefix)),
@@ -206,17 +220,61 @@ function clusterTarget(seeds: string, cluster: TestCluster | null): TestRedis {
   };
 }
 
+/**
+ * A master with a replica behind a sentinel: callsync and the tests connect through the sentinel
+ * (`createRedis` in Sentinel mode), so after a failover they follow the promoted replica. Keys,
+ * scans and cleanup go to whichever node the sentinel names master now.
+ */
+function sentinelTarget(sentinel: TestSentinel): TestRedis {
+  const sentinels: RedisNode[] = sentinel.sentinels.split(',').map((s) => ({ host: s.slice(0, s.lastIndexOf(':')), port: Number(s.slice(s.lastIndexOf(':') + 1)) }));
+  const settings = (prefix: string): RedisSettings => ({ url: NOWHERE, clusterNodes: [], sentinels, sentinelName: sentinel.name, tls: false, prefix });
+  const master = async () => new Redis({ host: '127.0.0.1', port: await sentinel.masterPort(), maxRetriesPerRequest: 1 });
+  return {
+    isCluster: false,
+    cluster: null,
+    sentinel,
+    env: () => ({ REDIS_URL: NOWHERE, REDIS_SENTINELS: sentinel.sentinels, REDIS_SENTINEL_NAME: sentinel.name }),
+    settings,
+    keys: (prefix) => redisKeys(settings(prefix)),
+    connect: (role = 'worker') => createRedis(settings('unused'), role),
+    prefix: async (name) => uniquePrefix(name),
+    masterOf: async () => `127.0.0.1:${await sentinel.masterPort()}`,
+    async keysByNode(prefix) {
+      const redis = await master();
+      try {
+        return new Map([[`127.0.0.1:${redis.options.port}`, await scanNode(redis, prefix)]]);
+      } finally {
+        redis.disconnect();
+      }
+    },
+    async cleanup(prefix) {
+      const redis = await master();
+      try {
+        const keys = await scanNode(redis, prefix);
+        for (let i = 0; i < keys.length; i += 500) await redis.unlink(...keys.slice(i, i + 500));
+      } finally {
+        redis.disconnect();
+      }
+    },
+  };
+}
+
 let target: Promise<TestRedis> | null = null;
-let started: TestCluster | null = null;
+let started: TestCluster | TestSentinel | null = null;
 
 /**
  * The Redis of this test file: the shared single Redis, or with TEST_REDIS_CLUSTER=1 one cluster
  * for the whole file (started on first use, destroyed after the file's last test), or the cluster
- * TEST_REDIS_CLUSTER_NODES names.
+ * TEST_REDIS_CLUSTER_NODES names, or with TEST_REDIS_SENTINEL=1 one Sentinel set-up for the file.
  */
 export function testRedis(): Promise<TestRedis> {
   if (!target) {
-    if (!TEST_CLUSTER) target = Promise.resolve(singleTarget());
+    if (TEST_SENTINEL)
+      target = startRedisSentinel().then((sentinel) => {
+        started = sentinel;
+        return sentinelTarget(sentinel);
+      });
+    else if (!TEST_CLUSTER) target = Promise.resolve(singleTarget());
     else if (process.env.TEST_REDIS_CLUSTER_NODES) target = Promise.resolve(clusterTarget(process.env.TEST_REDIS_CLUSTER_NODES, null));
     else
       target = startRedisCluster().then((cluster) => {
@@ -227,8 +285,8 @@ export function testRedis(): Promise<TestRedis> {
   return target;
 }
 
-// The file's cluster goes when its tests are done (a root hook: after every suite of the file).
-if (TEST_CLUSTER && !process.env.TEST_REDIS_CLUSTER_NODES) {
+// The file's cluster or Sentinel set-up goes when its tests are done (a root hook: after every suite of the file).
+if ((TEST_CLUSTER && !process.env.TEST_REDIS_CLUSTER_NODES) || TEST_SENTINEL) {
   after(async () => {
     await target?.catch(() => undefined);
     await started?.destroy();
