@@ -9,6 +9,12 @@ import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { InboundLog } from '../queues/inbound.js';
+import { singleRedis } from '../queues/connection.js';
+import { redisKeys } from '../queues/keys.js';
+import { InboundAcceptor } from '../src/ingress/accept.js';
+import { sampleCall } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
 
 const CHILD = fileURLToPath(new URL('./support/failed-start-process.ts', import.meta.url));
@@ -102,27 +108,56 @@ describe('callsync start exits when it cannot start', () => {
     assertOneLine(r.stderr, /^callsync start: invalid configuration \(2 problems\): .*sinks\.texts \(sms\): needs the platform API to send: set TELEPHONY_API_URL.*; routes\[0\]\.when\.direction: "inbound" — use in or out/);
   });
 
-  test('workers running, the ops port taken: exit 1 after closing the workers', async () => {
+  /**
+   * A call waiting in the inbound log, as an earlier ingress left it; `left()` tells whether it is
+   * still there, untouched: no fan-out read it (its delivery count stays 0).
+   */
+  async function waitingCall(callId: string): Promise<{ left(): Promise<boolean>; close(): void }> {
+    const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+    const keys = redisKeys(singleRedis(REDIS_URL, prefix));
+    const inbound = new InboundLog(redis, keys);
+    await new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 2000 }).accept(sampleCall(callId));
+    const before = await inbound.length();
+    return {
+      async left() {
+        const pending = await inbound.pending().catch(() => 0);
+        return (await inbound.length()) === before && pending === 0;
+      },
+      close: () => redis.disconnect(),
+    };
+  }
+
+  // A start that fails on a taken port fails before any worker takes a job: a job taken and then
+  // dropped by the failed start would wait out its lock, and an SMS in flight would be dead-lettered
+  // as "outcome unknown" (before, the workers ran — and fanned out — until the ops server failed).
+  test('the ops port of a worker taken: exit 1 before any worker starts; a call waiting in the log stays for the next start', async () => {
     const blocker = createServer();
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    const call = await waitingCall('startfail-ops-port');
     try {
       const r = await start({ CALLSYNC_ROLE: 'worker', OPS_PORT: String((blocker.address() as AddressInfo).port), LOG_LEVEL: 'info' });
       assert.equal(r.code, 1, `exit code; stderr:\n${r.stderr}`);
       assertOneLine(r.stderr, /^callsync start: start failed: .*EADDRINUSE/);
-      assert.match(r.stdout, /workers started/, 'the workers had started before the ops server failed');
+      assert.doesNotMatch(r.stdout, /workers started/, 'no worker started');
+      assert.ok(await call.left(), 'the waiting call was not read by a fan-out');
     } finally {
+      call.close();
       blocker.close();
     }
   });
 
-  test('every role, the ingress port taken: exit 1', async () => {
+  test('every role, the ingress port taken: exit 1 before any worker starts', async () => {
     const blocker = createServer();
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+    const call = await waitingCall('startfail-ingress-port');
     try {
-      const r = await start({ PORT: String((blocker.address() as AddressInfo).port) });
+      const r = await start({ PORT: String((blocker.address() as AddressInfo).port), LOG_LEVEL: 'info' });
       assert.equal(r.code, 1, `exit code; stderr:\n${r.stderr}`);
       assertOneLine(r.stderr, /^callsync start: start failed: .*EADDRINUSE/);
+      assert.doesNotMatch(r.stdout, /workers started/, 'no worker started');
+      assert.ok(await call.left(), 'the waiting call was not read by a fan-out');
     } finally {
+      call.close();
       blocker.close();
     }
   });

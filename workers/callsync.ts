@@ -18,7 +18,7 @@ import type { RunnerOptions, RunningWorker } from './runner.js';
 import { startIngressRole } from './roles/ingress.js';
 import { Closers, quitRedis, type CallsyncOptions, type RoleDeps } from './roles/lifecycle.js';
 import { startPollerRole } from './roles/poller.js';
-import { startWorkerRole } from './roles/worker.js';
+import { startWorkerRole, type WorkerRole } from './roles/worker.js';
 
 export type { CallsyncOptions } from './roles/lifecycle.js';
 
@@ -98,26 +98,31 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       runner: runnerOptions(config, redis.worker, options),
     };
 
-    const worker = runsWorkers(config.role) ? await startWorkerRole(deps) : null;
-    if (worker) closers.add('stop worker role', () => worker.close());
-    await waitForRedis(deps, worker?.handles() ?? []);
+    // The ingress first: its port taken fails the start before any worker takes a job or the
+    // poller a channel (what they took would be abandoned half-done by the failed start). Until
+    // the worker role runs, the ingress stores calls for it (the fan-out picks them up).
+    let worker: WorkerRole | null = null;
+    const ingress = runsIngress(config.role) ? await startIngressRole(deps, { fanOutStalled: () => worker?.fanOut.stalled() ?? null }) : null;
+    if (ingress) closers.add('stop ingress role', () => ingress.close());
+    worker = runsWorkers(config.role) ? await startWorkerRole(deps) : null;
+    const workerRole = worker;
+    if (workerRole) closers.add('stop worker role', () => workerRole.close());
+    await waitForRedis(deps, workerRole?.handles() ?? []);
     if (runsPoller(config.role)) {
       const poller = startPollerRole(deps);
       closers.add('stop poller role', () => poller.close());
     }
-    const ingress = runsIngress(config.role) ? await startIngressRole(deps, { fanOutStalled: () => worker?.fanOut.stalled() ?? null }) : null;
-    if (ingress) closers.add('stop ingress role', () => ingress.close());
 
     return {
       config,
       app: ingress?.app ?? null,
       server: ingress?.server ?? null,
       url: ingress?.url ?? null,
-      sinks: worker?.sinks ?? new Map(),
-      workers: worker?.workers ?? [],
-      queues: worker?.queues ?? new Map(),
+      sinks: workerRole?.sinks ?? new Map(),
+      workers: workerRole?.workers ?? [],
+      queues: workerRole?.queues ?? new Map(),
       spool: ingress?.spool ?? null,
-      fanOut: worker?.fanOut ?? null,
+      fanOut: workerRole?.fanOut ?? null,
       redis,
       close: () => closers.close(),
     };

@@ -34,11 +34,12 @@ export interface Operations {
   queues: Queue[];
   /** `http://host:port` of the ops server, when one runs. */
   url: string | null;
-  /** Starts the ops server, when this process has one (call once callsync runs). */
+  /** Starts the ops server, when this process has one (before the roles: a taken port fails the start early). */
   listen(): Promise<void>;
   /**
-   * /readyz of the ops server also answers 503 while Redis answers but `stalled` names a reason
-   * (the fan-out of this process makes no progress, workers/fanout.ts).
+   * The roles run: /readyz of the ops server answers 503 "starting" until this is called, and then
+   * also while Redis answers but `stalled` names a reason (the fan-out of this process makes no
+   * progress, workers/fanout.ts).
    */
   watchFanOut(stalled: () => string | null): void;
   /** New requests get 503 from now on, and /readyz fails. */
@@ -76,7 +77,7 @@ export function createOperations(options: OperationsOptions): Operations {
     },
   });
   const env = config.env;
-  let fanOutStalled: () => string | null = () => null;
+  let fanOutStalled: (() => string | null) | null = null;
   const ops = createOpsApp({
     log,
     queues,
@@ -84,8 +85,10 @@ export function createOperations(options: OperationsOptions): Operations {
     origins: env.ADMIN_ORIGIN,
     metricsToken: env.METRICS_TOKEN,
     ready: async () => {
+      if (!fanOutStalled) return 'starting';
+      const stalled = fanOutStalled;
       const redisUp = await withTimeout(connection.ping(), 1000, 'redis ping').then((r) => r === 'PONG');
-      return redisUp && (fanOutStalled() ?? true);
+      return redisUp && (stalled() ?? true);
     },
     stopping: () => gate.closed,
   });

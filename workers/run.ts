@@ -24,6 +24,11 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
   const operations = createOperations({ config, log, runnerEvents, ingressEvents });
   let started: Callsync | undefined;
   try {
+    // The ops port first: a port that is taken fails the start before any worker takes a job (a
+    // job taken and then abandoned by the failed start would wait for its lock to expire, and an
+    // SMS in flight would be dead-lettered as "outcome unknown"). /readyz says "starting" until
+    // the roles run.
+    await operations.listen();
     started = await startCallsync(config, {
       ...rest,
       log,
@@ -32,7 +37,6 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
     });
     const running = started;
     operations.watchFanOut(() => running.fanOut?.stalled() ?? null);
-    await operations.listen();
   } catch (err) {
     // A failed start closes everything it opened (a failing startCallsync closes its own part), so
     // the process ends instead of running workers without the ops server it was asked for.

@@ -96,11 +96,18 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
   let deepWebhookStatus = 0;
   let nextCall = 0;
 
+  /** How often `name`'s log (every incarnation's, appended) says it started. */
+  const starts = async (name: string) => (await readFile(join(dir, `${name}.log`), 'utf8').catch(() => '')).split('"msg":"callsync started"').length - 1;
+
   const spawnRole = async (name: string, role: 'ingress' | 'worker'): Promise<Proc> => {
+    const startedBefore = await starts(name);
     const log = createWriteStream(join(dir, `${name}.log`), { flags: 'a' });
     const child = spawn(process.execPath, ['--import', 'tsx', 'workers/main.ts'], {
       cwd: ROOT,
-      env: { ...process.env, ...env, CALLSYNC_ROLE: role },
+      // Each worker an ops server on a free port of its own: with the default (9464) only one of
+      // the two workers — and none beside another run's — could start (they did not: each start
+      // of worker-1 failed on the taken port, and beside the cluster run both workers did).
+      env: { ...process.env, ...env, CALLSYNC_ROLE: role, ...(role === 'worker' ? { OPS_PORT: '0' } : {}) },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     // Both streams share one file: neither may end it (a killed worker's stderr can still flush
@@ -111,13 +118,18 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
     const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
     const proc = { name, child, exited };
     procs.set(name, proc);
-    // Up when it says so in its log.
-    const marker = role === 'ingress' ? 'ingress listening' : 'workers started';
-    await waitFor(async () => (await readFile(join(dir, `${name}.log`), 'utf8').catch(() => '')).includes(marker), {
-      timeoutMs: 30_000,
-      intervalMs: 100,
-      what: `${name} to start`,
-    });
+    // Up when this incarnation says so in the log (the last line of a start that worked); a
+    // process that ends first failed to start, and the run would test less than it says.
+    let exitCode: number | null | undefined;
+    void exited.then((code) => (exitCode = code));
+    const deadline = Date.now() + 30_000;
+    while ((await starts(name)) <= startedBefore) {
+      if (exitCode !== undefined || Date.now() > deadline) {
+        const lines = (await readFile(join(dir, `${name}.log`), 'utf8').catch(() => '')).trimEnd().split('\n');
+        throw new Error(`${name} ${exitCode !== undefined ? `exited (${exitCode})` : 'did not start within 30 s'}; its log ends:\n${lines.slice(-10).join('\n')}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
     return proc;
   };
 
