@@ -22,6 +22,7 @@ import { FakeHubSpot } from './support/fake-hubspot.js';
 import { FakePipedrive } from './support/fake-pipedrive.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { FakeTelephony } from './support/fake-telephony.js';
+import { jobIn } from './support/jobs.js';
 import type { RecordedRequest } from './support/fake-crm-server.js';
 import { waitFor } from './support/redis.js';
 import { startS3, type TestS3, S3_ARCHIVE_SINK_YAML } from './support/s3.js';
@@ -138,8 +139,8 @@ routes:
     return waitFor(async () => {
       const out = new Map<string, { status: string; reason?: string }>();
       for (const name of sinks) {
-        const job = await queues.get(name)!.getJob(jobId);
-        if (!job || (await job.getState()) !== 'completed') return null;
+        const job = await jobIn(queues.get(name)!, jobId, 'completed');
+        if (!job) return null;
         out.set(name, job.returnvalue as { status: string; reason?: string });
       }
       return out;

@@ -18,6 +18,7 @@ import { sinkJobId } from '../workers/fanout.js';
 import { postJson } from './support/callsync.js';
 import { webhookPayload } from './support/calls.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
+import { jobIn } from './support/jobs.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { REDIS_URL, waitFor } from './support/redis.js';
 
@@ -100,10 +101,8 @@ routes:
       await post('ep-400');
       await waitFor(() => received(b, 'ep-400'), { what: 'B got the call A refused' });
       const refused = await waitFor(async () => {
-        // Read the job again once it is failed: a copy read while it was still active has no
-        // failedReason even though getState() (a live read) already answers 'failed'.
         const job = await jobOf(A, 'ep-400');
-        return job && (await job.getState()) === 'failed' ? (await jobOf(A, 'ep-400'))! : null;
+        return job ? jobIn(queues.get(A)!, job.id!, 'failed') : null;
       }, { what: 'the call dead-lettered at A' });
       assert.match(refused.failedReason, /answered 400: unknown field callId/);
       assert.equal(refused.attemptsMade, 1, 'permanent: no retries');
@@ -220,10 +219,7 @@ routes:
     const jobId = sinkJobId(call);
     await legacy.add(JobName.sinkDeliver, { kind: JobName.sinkDeliver, sink: 'hooks', call }, { jobId });
     await waitFor(() => received(a, 'ep-old') && received(b, 'ep-old'), { what: 'both endpoints got the older job' });
-    const handedOn = await waitFor(async () => {
-      const j = await legacy.getJob(jobId);
-      return j && (await j.getState()) === 'completed' ? j : null;
-    }, { what: 'the older job completed' });
+    const handedOn = await waitFor(() => jobIn(legacy, jobId, 'completed'), { what: 'the older job completed' });
     assert.deepEqual(handedOn.returnvalue, { endpoints: ['a', 'b'] });
     for (const q of [A, B]) assert.equal((await queues.get(q)!.getJob(jobId))?.data.endpoint, q.slice(-1));
     // The same call fanned out again (a redelivery) adds nothing: the endpoint jobs have the same ids.
