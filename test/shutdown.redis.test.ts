@@ -4,11 +4,9 @@
 // archived exactly once and no job was ever started twice.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { callHash } from '../src/model/call.js';
@@ -17,44 +15,7 @@ import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob
 import { webhookPayload } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 import { archivedRecords } from './support/s3.js';
-
-const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
-
-interface Child {
-  proc: ChildProcess;
-  lines: Record<string, unknown>[];
-  stderr: string[];
-  exit: Promise<number | null>;
-  url: Promise<string>;
-}
-
-function startChild(env: NodeJS.ProcessEnv): Child {
-  const proc = spawn(process.execPath, [BIN, 'start'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const lines: Record<string, unknown>[] = [];
-  const stderr: string[] = [];
-  let resolveUrl!: (u: string) => void;
-  const url = new Promise<string>((resolve) => (resolveUrl = resolve));
-  createInterface({ input: proc.stdout! }).on('line', (line) => {
-    try {
-      const parsed = JSON.parse(line) as Record<string, unknown>;
-      lines.push(parsed);
-      if (parsed.msg === 'ingress listening') resolveUrl(String(parsed.url));
-    } catch {
-      stderr.push(line);
-    }
-  });
-  createInterface({ input: proc.stderr! }).on('line', (line) => stderr.push(line));
-  const exit = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
-  return { proc, lines, stderr, exit, url };
-}
-
-async function bounded<T>(promise: Promise<T>, ms: number, what: string, child?: Child): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}; stderr: ${child?.stderr.join('\n').slice(-2000) ?? ''}`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
+import { bounded, startCallsyncProcess as startChild, type CallsyncProcess as Child } from './support/callsync-process.js';
 
 async function archivedCallIds(dir: string): Promise<string[]> {
   const files = (await readdir(dir, { recursive: true }).catch(() => [] as string[])) as string[];

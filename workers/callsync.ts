@@ -60,19 +60,19 @@ export function runnerOptions(config: Config, connection: RedisClient, options: 
 }
 
 /**
- * Before taking work, wait (bounded) until Redis answers and every handle has set up its
- * connection: the producer fails fast while it is still connecting (a webhook right after start
- * would get 503), and a handle closed during its set-up makes BullMQ reject without a handler.
- * Redis away: start anyway; the ingress answers 503 or spools, workers and poller retry.
+ * Waits, at most STARTUP_REDIS_WAIT_MS, until the producer connection is ready (a TLS handshake, a
+ * Sentinel asked for the master, a cluster's slots): it fails fast while still connecting, so the
+ * ingress would answer its first webhooks 503 (or spool them). Redis away: start anyway, with a
+ * warning; the ingress answers 503 or spools, workers and poller retry.
  */
-async function waitForRedis(deps: RoleDeps, handles: Parameters<typeof bullmqReady>[0]): Promise<void> {
+async function waitForRedis(deps: RoleDeps): Promise<void> {
   const { producer } = deps.redis;
   const producerReady = new Promise<void>((resolve, reject) => {
     if (producer.status === 'ready') resolve();
     producer.once('ready', resolve);
     producer.once('end', reject);
   });
-  if (!(await settledWithin([producerReady, bullmqReady(handles, STARTUP_REDIS_WAIT_MS)], STARTUP_REDIS_WAIT_MS))) {
+  if (!(await settledWithin([producerReady], STARTUP_REDIS_WAIT_MS))) {
     deps.log.warn({ waitedMs: STARTUP_REDIS_WAIT_MS }, 'Redis not ready at start: starting anyway (the ingress answers 503 or spools until it is)');
   }
 }
@@ -98,16 +98,20 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       runner: runnerOptions(config, redis.worker, options),
     };
 
-    // The ingress first: its port taken fails the start before any worker takes a job or the
-    // poller a channel (what they took would be abandoned half-done by the failed start). Until
-    // the worker role runs, the ingress stores calls for it (the fan-out picks them up).
+    await waitForRedis(deps);
+    // The ingress before the workers: its port taken fails the start before any worker takes a
+    // job or the poller a channel (what they took would be abandoned half-done by the failed
+    // start). Until the worker role runs, the ingress stores calls for it (the fan-out picks them up).
     let worker: WorkerRole | null = null;
     const ingress = runsIngress(config.role) ? await startIngressRole(deps, { fanOutStalled: () => worker?.fanOut.stalled() ?? null }) : null;
     if (ingress) closers.add('stop ingress role', () => ingress.close());
     worker = runsWorkers(config.role) ? await startWorkerRole(deps) : null;
     const workerRole = worker;
     if (workerRole) closers.add('stop worker role', () => workerRole.close());
-    await waitForRedis(deps, workerRole?.handles() ?? []);
+    // The workers' connection set-up, bounded like the wait above. Also when Redis was not ready:
+    // a set-up that fails after a close (a wrong password, a quick stop) would be an unhandled
+    // rejection in BullMQ (queues/connection.ts bullmqReady).
+    if (workerRole) await bullmqReady(workerRole.handles(), STARTUP_REDIS_WAIT_MS);
     if (runsPoller(config.role)) {
       const poller = startPollerRole(deps);
       closers.add('stop poller role', () => poller.close());

@@ -3,9 +3,11 @@
 // - a Redis Cluster of 3 masters with a replica each (`redis-server --cluster-enabled yes`,
 //   `redis-cli --cluster create --cluster-replicas 1`);
 // - a master with one replica and one sentinel (`redis-server --sentinel`);
-// - a single redis-server with a password (`--requirepass`).
+// - a single redis-server with a password (`--requirepass`);
+// - TLS: a test CA and a server certificate for 127.0.0.1 (openssl), a TLS-only redis-server, and
+//   the cluster above over TLS only (`--tls-port`, `--tls-cluster`, `--tls-replication`).
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -91,9 +93,40 @@ async function waitFor(check: () => Promise<boolean>, what: string, timeoutMs = 
   }
 }
 
-/** Runs one command on one node (a short-lived connection). */
-export async function nodeCommand(port: number, args: string[], password?: string): Promise<unknown> {
-  const redis = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000, ...(password ? { password } : {}) });
+/** A test CA and a certificate for 127.0.0.1 / localhost signed by it (PEM files in a folder). */
+export interface TlsFiles {
+  /** The CA certificate: what a client must trust (NODE_EXTRA_CA_CERTS, `--cacert`). */
+  ca: string;
+  cert: string;
+  key: string;
+}
+
+/** Makes a CA and a server certificate with openssl in `dir` (valid two days). */
+export async function makeTlsFiles(dir: string): Promise<TlsFiles> {
+  const f = (name: string) => join(dir, name);
+  const openssl = (args: string[]) => run('openssl', args, { timeout: 30_000 });
+  await openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '2', '-subj', '/CN=callsync test CA']);
+  await openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('server.key'), '-out', f('server.csr'), '-subj', '/CN=127.0.0.1']);
+  await writeFile(f('server.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  await openssl(['x509', '-req', '-in', f('server.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('server.crt'), '-days', '2', '-extfile', f('server.ext')]);
+  return { ca: f('ca.crt'), cert: f('server.crt'), key: f('server.key') };
+}
+
+/** redis-server arguments for TLS only on `port` (the plain port off); clients need no certificate. */
+const tlsArgs = (port: number, tls: TlsFiles) => ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.cert, '--tls-key-file', tls.key, '--tls-ca-cert-file', tls.ca, '--tls-auth-clients', 'no'];
+
+/** Runs one command on one node (a short-lived connection; over TLS trusting `tls.ca` when given). */
+export async function nodeCommand(port: number, args: string[], password?: string, tls?: TlsFiles): Promise<unknown> {
+  const redis = new Redis({
+    host: '127.0.0.1',
+    port,
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: 1000,
+    ...(password ? { password } : {}),
+    ...(tls ? { tls: { ca: await readFile(tls.ca) } } : {}),
+  });
   redis.on('error', () => undefined);
   try {
     await redis.connect();
@@ -124,24 +157,31 @@ export interface TestCluster {
   destroy(): Promise<void>;
 }
 
-/** A Redis Cluster of 3 masters with one replica each on free loopback ports. */
-export async function startRedisCluster(): Promise<TestCluster> {
+/**
+ * A Redis Cluster of 3 masters with one replica each on free loopback ports; with `options.tls`
+ * every node speaks TLS only, to clients, to each other (cluster bus) and to its replica.
+ */
+export async function startRedisCluster(options: { tls?: TlsFiles } = {}): Promise<TestCluster> {
   const dir = await mkdtemp(join(tmpdir(), 'callsync-cluster-'));
   const nodes: (ServerProcess & { exited: Promise<void> })[] = [];
+  const tls = options.tls;
+  const command = (port: number, args: string[]) => nodeCommand(port, args, undefined, tls);
   try {
     for (let i = 0; i < 6; i++) {
       const port = await freePort();
       const nodeDir = join(dir, String(port));
       await run('mkdir', ['-p', nodeDir]);
+      const transport = tls ? [...tlsArgs(port, tls), '--tls-cluster', 'yes', '--tls-replication', 'yes'] : [];
       nodes.push(
         spawnServer(
-          [...baseArgs(port, nodeDir), '--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', '2000'],
+          [...baseArgs(port, nodeDir), ...transport, '--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', '2000'],
           port,
         ),
       );
     }
-    for (const node of nodes) await waitFor(async () => (await nodeCommand(node.port, ['PING'])) === 'PONG', `node ${node.port}`);
-    await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { timeout: 60_000 });
+    for (const node of nodes) await waitFor(async () => (await command(node.port, ['PING'])) === 'PONG', `node ${node.port}`);
+    const cliTls = tls ? ['--tls', '--cacert', tls.ca] : [];
+    await run('redis-cli', [...cliTls, '--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { timeout: 60_000 });
   } catch (err) {
     await stopAll(nodes, dir);
     throw err;
@@ -152,7 +192,7 @@ export async function startRedisCluster(): Promise<TestCluster> {
     nodes,
     seeds: nodes.map((n) => `127.0.0.1:${n.port}`).join(','),
     async masters() {
-      const text = String(await nodeCommand(live()[0]!.port, ['CLUSTER', 'NODES']));
+      const text = String(await command(live()[0]!.port, ['CLUSTER', 'NODES']));
       return text
         .split('\n')
         .filter((l) => {
@@ -163,8 +203,8 @@ export async function startRedisCluster(): Promise<TestCluster> {
     },
     async nodesOfKey(key: string) {
       const port = live()[0]!.port;
-      const slot = Number(await nodeCommand(port, ['CLUSTER', 'KEYSLOT', key]));
-      const lines = String(await nodeCommand(port, ['CLUSTER', 'NODES'])).split('\n').filter(Boolean).map((l) => l.split(' '));
+      const slot = Number(await command(port, ['CLUSTER', 'KEYSLOT', key]));
+      const lines = String(await command(port, ['CLUSTER', 'NODES'])).split('\n').filter(Boolean).map((l) => l.split(' '));
       const portOf = (fields: string[]) => Number(/:(\d+)@/.exec(fields[1]!)?.[1]);
       const master = lines.find((f) => f[2]!.split(',').includes('master') && f.slice(8).some((r) => {
         const [from, to] = r.split('-').map(Number);
@@ -178,10 +218,10 @@ export async function startRedisCluster(): Promise<TestCluster> {
     },
     async waitHealthy() {
       for (const node of live()) {
-        await waitFor(async () => /cluster_state:ok/.test(String(await nodeCommand(node.port, ['CLUSTER', 'INFO']))), `cluster_state ok at ${node.port}`, 30_000);
+        await waitFor(async () => /cluster_state:ok/.test(String(await command(node.port, ['CLUSTER', 'INFO']))), `cluster_state ok at ${node.port}`, 30_000);
         // A replica counts for WAIT only once its first sync is done.
         await waitFor(async () => {
-          const info = String(await nodeCommand(node.port, ['INFO', 'replication']));
+          const info = String(await command(node.port, ['INFO', 'replication']));
           return /role:master/.test(info) || /master_link_status:up/.test(info);
         }, `replica ${node.port} in sync`, 30_000);
       }
@@ -314,4 +354,18 @@ export async function startReplicatedRedis(): Promise<{ master: ServerProcess; r
     await stopAll(procs, dir);
     throw err;
   }
+}
+
+/** One redis-server speaking TLS only (its certificate signed by `tls.ca`): `rediss://127.0.0.1:<port>`. */
+export async function startTlsRedis(tls: TlsFiles): Promise<ServerProcess & { url: string; destroy(): Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'callsync-tls-'));
+  const port = await freePort();
+  const server = spawnServer([...baseArgs(port, dir), ...tlsArgs(port, tls)], port);
+  try {
+    await waitFor(async () => (await nodeCommand(port, ['PING'], undefined, tls)) === 'PONG', 'TLS redis');
+  } catch (err) {
+    await stopAll([server], dir);
+    throw err;
+  }
+  return Object.assign(server, { url: `rediss://127.0.0.1:${port}`, destroy: () => stopAll([server], dir) });
 }
