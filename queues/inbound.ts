@@ -9,7 +9,7 @@
 // only after its sink jobs exist. See docs/reliability.md.
 import { Cluster } from 'ioredis';
 import type { RedisClient } from './connection.js';
-import { asKeys, type RedisKeys } from './keys.js';
+import { asKeys, keySlot, type RedisKeys } from './keys.js';
 import type { CanonicalCall } from '../src/model/call.js';
 
 // The keys sit outside every queue's own namespace (`<prefix>:<queue>:…`), so that cleaning or
@@ -273,6 +273,42 @@ function refreshSlotsOnRedirect(redis: RedisClient, err: unknown): void {
   if (redis instanceof Cluster && err instanceof Error && /^(MOVED|ASK) /.test(err.message)) redis.refreshSlotsCache();
 }
 
+/** The append script's answer per item: '' stored, 'u' stored as an update, '=<first id>' a duplicate. */
+function parseAppended(out: readonly string[]): AppendOutcome[] {
+  return out.map((v): AppendOutcome => (v === '' ? { stored: true, update: false } : v === 'u' ? { stored: true, update: true } : { stored: false, firstId: v.slice(1) }));
+}
+
+/**
+ * Appends the parts of a batch to their shards — which must all be on one Redis node (a single
+ * Redis, or shards whose slots one cluster master serves) — and `WAIT`s once for all of them: one
+ * pipeline, the append scripts and then one `WAIT` on the same connection, so the WAIT counts
+ * every write before it. Answers per part, in order. Throws when an append fails (a `MOVED`
+ * refreshes the slot cache first), or `ReplicationError` when fewer replicas confirm in time.
+ */
+async function appendAndWait(
+  redis: RedisClient,
+  ack: AckReplicas,
+  parts: readonly { shard: InboundShard; items: readonly AppendItem[] }[],
+  dedupeWindowMs: number,
+): Promise<AppendOutcome[][]> {
+  const pipeline = commands(redis).pipeline() as ReturnType<RedisClient['pipeline']> & { callsyncInboundAppend(key: string, ...args: string[]): unknown };
+  for (const { shard, items } of parts) pipeline.callsyncInboundAppend(shard.key, ...shard.appendArgs(items, dedupeWindowMs));
+  pipeline.call('WAIT', String(ack.replicas), String(ack.timeoutMs));
+  const results = (await pipeline.exec()) ?? [];
+  const appended = parts.map((_, i) => {
+    const [appendErr, out] = results[i] ?? [new Error('no reply to the append')];
+    if (appendErr) {
+      refreshSlotsOnRedirect(redis, appendErr);
+      throw appendErr;
+    }
+    return parseAppended(out as string[]);
+  });
+  const [waitErr, confirmed] = results[parts.length] ?? [new Error('no reply to WAIT')];
+  if (waitErr) throw waitErr;
+  if (Number(confirmed) < ack.replicas) throw new ReplicationError(ack.replicas, Number(confirmed), ack.timeoutMs);
+  return appended;
+}
+
 /** One stream of the inbound log with its dedupe keys and parked stream (`prefix`: `RedisKeys.inboundShard`). */
 export class InboundShard {
   readonly key: string;
@@ -300,28 +336,15 @@ export class InboundShard {
    */
   async append(items: readonly AppendItem[], dedupeWindowMs: number): Promise<AppendOutcome[]> {
     if (items.length === 0) return [];
-    const wait = this.ack.replicas > 0;
-    const args: string[] = [this.seenPrefix, String(Math.max(1, Math.round(dedupeWindowMs))), String(MAX_REMEMBERED_REVISIONS), wait ? '1' : '0'];
+    if (this.ack.replicas === 0) return parseAppended(await commands(this.redis).callsyncInboundAppend(this.key, ...this.appendArgs(items, dedupeWindowMs)));
+    return (await appendAndWait(this.redis, this.ack, [{ shard: this, items }], dedupeWindowMs))[0]!;
+  }
+
+  /** The append script's arguments after its key (the script: see `appendAndWait`). */
+  appendArgs(items: readonly AppendItem[], dedupeWindowMs: number): string[] {
+    const args: string[] = [this.seenPrefix, String(Math.max(1, Math.round(dedupeWindowMs))), String(MAX_REMEMBERED_REVISIONS), this.ack.replicas > 0 ? '1' : '0'];
     for (const item of items) args.push(item.dedupeId, item.id, item.content ?? '', item.call);
-    let out: string[];
-    if (!wait) {
-      out = await commands(this.redis).callsyncInboundAppend(this.key, ...args);
-    } else {
-      const pipeline = commands(this.redis).pipeline() as ReturnType<RedisClient['pipeline']> & { callsyncInboundAppend(key: string, ...args: string[]): unknown };
-      pipeline.callsyncInboundAppend(this.key, ...args);
-      pipeline.call('WAIT', String(this.ack.replicas), String(this.ack.timeoutMs));
-      const results = (await pipeline.exec()) ?? [];
-      const [appendErr, appended] = results[0] ?? [new Error('no reply to the append')];
-      if (appendErr) {
-        refreshSlotsOnRedirect(this.redis, appendErr);
-        throw appendErr;
-      }
-      const [waitErr, confirmed] = results[1] ?? [new Error('no reply to WAIT')];
-      if (waitErr) throw waitErr;
-      if (Number(confirmed) < this.ack.replicas) throw new ReplicationError(this.ack.replicas, Number(confirmed), this.ack.timeoutMs);
-      out = appended as string[];
-    }
-    return out.map((v): AppendOutcome => (v === '' ? { stored: true, update: false } : v === 'u' ? { stored: true, update: true } : { stored: false, firstId: v.slice(1) }));
+    return args;
   }
 
   /** Creates the fan-out's consumer group (and the stream) if missing; from the start of the log. */
@@ -457,7 +480,11 @@ export class InboundLog {
   readonly shards: readonly InboundShard[];
 
   /** `keys`: the deployment's keys (queues/keys.ts), or a QUEUE_PREFIX for a one-stream log under it. */
-  constructor(redis: RedisClient, keys: RedisKeys | string, ack: AckReplicas = { replicas: 0, timeoutMs: 0 }) {
+  constructor(
+    private readonly redis: RedisClient,
+    keys: RedisKeys | string,
+    private readonly ack: AckReplicas = { replicas: 0, timeoutMs: 0 },
+  ) {
     this.keys = asKeys(keys);
     this.shards = Array.from({ length: Math.max(1, this.keys.inboundShards) }, (_, i) => new InboundShard(redis, this.keys.inboundShard(i), ack));
   }
@@ -480,7 +507,9 @@ export class InboundLog {
   /**
    * Appends a batch: each call to its shard, the shards' parts in parallel. Answers per item, in
    * order. When any shard's part fails the whole batch throws (the caller answers 503 or spools it;
-   * what other shards stored is found by the dedupe of the redelivery).
+   * what other shards stored is found by the dedupe of the redelivery). With ACK_REPLICAS the parts
+   * whose shards one cluster master serves go in one pipeline with one `WAIT` (WAIT is per node:
+   * one per master the batch touches is the fewest there can be).
    */
   async append(items: readonly AppendItem[], dedupeWindowMs: number): Promise<AppendOutcome[]> {
     if (this.shards.length === 1) return this.shards[0]!.append(items, dedupeWindowMs);
@@ -493,17 +522,37 @@ export class InboundLog {
     });
     const out = new Array<AppendOutcome>(items.length);
     const settled = await Promise.allSettled(
-      [...parts].map(async ([shard, indexes]) => {
-        const outcomes = await shard.append(
-          indexes.map((i) => items[i]!),
-          dedupeWindowMs,
-        );
-        indexes.forEach((i, k) => (out[i] = outcomes[k]!));
+      this.byNode([...parts.keys()]).map(async (shards) => {
+        const answers =
+          shards.length === 1 && this.ack.replicas === 0
+            ? [await shards[0]!.append(parts.get(shards[0]!)!.map((i) => items[i]!), dedupeWindowMs)]
+            : await appendAndWait(this.redis, this.ack, shards.map((shard) => ({ shard, items: parts.get(shard)!.map((i) => items[i]!) })), dedupeWindowMs);
+        shards.forEach((shard, s) => parts.get(shard)!.forEach((i, k) => (out[i] = answers[s]![k]!)));
       }),
     );
     const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
     if (failed) throw failed.reason;
     return out;
+  }
+
+  /**
+   * `shards` grouped by the node that serves them, for one `WAIT` per node: with ACK_REPLICAS on a
+   * cluster by the master the client's slot map names (a stale map is put right by the `MOVED` of
+   * the append and the caller's retry), on one Redis all together; without ACK_REPLICAS each
+   * shard alone (no WAIT to share: the shards' scripts run in parallel).
+   */
+  private byNode(shards: InboundShard[]): InboundShard[][] {
+    if (this.ack.replicas === 0) return shards.map((s) => [s]);
+    if (!(this.redis instanceof Cluster)) return [shards];
+    const slots = this.redis.slots;
+    const groups = new Map<string, InboundShard[]>();
+    for (const shard of shards) {
+      const node = slots[keySlot(shard.key)]?.[0] ?? `unknown:${shard.key}`;
+      const group = groups.get(node);
+      if (group) group.push(shard);
+      else groups.set(node, [shard]);
+    }
+    return [...groups.values()];
   }
 
   /** Entries not yet fanned out, in every shard. */

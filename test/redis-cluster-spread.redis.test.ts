@@ -15,7 +15,8 @@ import { callHash } from '../src/model/call.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
 import { defaultJobOptions, defaultRetryPolicy, INBOUND_QUEUE, JobName, sinkQueueName, type CallReceivedJob } from '../queues/registry.js';
 import { Queue } from 'bullmq';
-import { webhookPayload } from './support/calls.js';
+import { sampleCall, webhookPayload } from './support/calls.js';
+import { InboundAcceptor } from '../src/ingress/accept.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { nodeCommand, startRedisCluster, type TestCluster } from './support/redis-cluster.js';
 import { waitFor } from './support/redis.js';
@@ -97,6 +98,30 @@ describe('Redis Cluster, spread keys (plain QUEUE_PREFIX)', () => {
     } finally {
       redis.disconnect();
     }
+  });
+
+  test('ACK_REPLICAS=1: a batch that touches every inbound shard sends one WAIT per master, not one per shard', async () => {
+    const keys = redisKeys({ ...cs.config.redis, prefix: 'waitcount' });
+    assert.equal(keys.inboundShards, 8);
+    const acceptor = new InboundAcceptor(new InboundLog(cs.redis.producer, keys, { replicas: 1, timeoutMs: 2000 }), { dedupeWindowMs: 60_000, timeoutMs: 5000 });
+    const calls = Array.from({ length: 64 }, (_, i) => sampleCall(`waitcount-${i}`));
+    const shards = new Set(calls.map((c) => keys.shardOf(callHash(c.key))));
+    const masters = new Set(await Promise.all([...shards].map(async (s) => (await cluster.nodesOfKey(inboundStreamKey(keys.inboundShard(s)))).master.port)));
+    assert.equal(shards.size, 8, 'the batch touches every shard');
+    assert.ok(masters.size >= 2, 'on more than one master');
+    const waits = async () => {
+      let total = 0;
+      for (const port of await cluster.masters()) total += Number(/cmdstat_wait:calls=(\d+)/.exec(String(await nodeCommand(port, ['INFO', 'commandstats'])))?.[1] ?? 0);
+      return total;
+    };
+    const before = await waits();
+    // Accepted in one event-loop turn: one batch.
+    const answers = await Promise.all(calls.map((c) => acceptor.accept(c)));
+    assert.ok(answers.every((a) => !a.duplicate));
+    assert.equal((await waits()) - before, masters.size, `one WAIT for each of the ${masters.size} masters the ${shards.size} shards are on`);
+    assert.equal(await new InboundLog(cs.redis.producer, keys).length(), 64, 'every call stored');
+    const redis = cs.redis.producer;
+    for (let s = 0; s < keys.inboundShards; s++) await redis.del(inboundStreamKey(keys.inboundShard(s)));
   });
 
   test('ACK_REPLICAS=1: the fan-out deletes a log entry only once the sink jobs made of it are on a replica of their own master', async () => {

@@ -5,7 +5,9 @@ import { randomBytes } from 'node:crypto';
 import { after } from 'node:test';
 import { Cluster, Redis } from 'ioredis';
 import { createRedis, singleRedis, type ConnectionRole, type RedisClient, type RedisNode, type RedisSettings } from '../../queues/connection.js';
-import { redisKeys, type RedisKeys } from '../../queues/keys.js';
+import { keySlot, redisKeys, type RedisKeys } from '../../queues/keys.js';
+
+export { keySlot };
 import { scanKeys } from '../../src/cli/dlq.js';
 import { nodeCommand, startRedisCluster, startRedisSentinel, type TestCluster, type TestSentinel } from './redis-cluster.js';
 
@@ -93,25 +95,6 @@ export interface TestRedis {
   keysByNode(prefix: string): Promise<Map<string, string[]>>;
   /** Deletes every key of `prefix` (both layouts), on every master. */
   cleanup(prefix: string): Promise<void>;
-}
-
-function crc16(data: Buffer): number {
-  let crc = 0;
-  for (const byte of data) {
-    crc ^= byte << 8;
-    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-  }
-  return crc;
-}
-
-/** The cluster slot of `key` (CRC16 of its hash tag, or of the whole key). */
-export function keySlot(key: string): number {
-  const open = key.indexOf('{');
-  if (open >= 0) {
-    const close = key.indexOf('}', open + 1);
-    if (close > open + 1) key = key.slice(open + 1, close);
-  }
-  return crc16(Buffer.from(key)) % 16384;
 }
 
 /** The patterns a prefix's keys match in either layout (`<prefix>…`, `{<prefix>:area}…`). */
