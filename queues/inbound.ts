@@ -235,16 +235,16 @@ export interface InboundAppender {
 
 /**
  * Waits until the writes this client made are on `ack.replicas` replicas; throws `ReplicationError`
- * when fewer confirm within `ack.timeoutMs`. On a cluster the `WAIT` goes to the master of each of
- * `slotKeys` (pipelined behind a read of the key, so it travels on the connection to the node that
- * holds the slot now: the one the writes there went over); elsewhere one `WAIT`. The fan-out calls
+ * when fewer confirm within `ack.timeoutMs`. On a cluster one `WAIT` goes to each master holding
+ * one of `slotKeys` (pipelined behind a read of one of its keys, so it travels on the connection to
+ * the node that holds the slot now: the one the writes there went over); elsewhere one `WAIT`. The fan-out calls
  * it before it deletes log entries whose sink jobs are on other masters (spread keys): else a master
  * lost before it replicated a job would take the job with it, while the entry's own master had
  * already deleted the entry.
  */
 export async function waitForReplicas(redis: RedisClient, ack: AckReplicas, slotKeys: Iterable<string> = []): Promise<void> {
   const wait = ['WAIT', String(ack.replicas), String(ack.timeoutMs)] as const;
-  const targets: (string | null)[] = redis instanceof Cluster ? [...new Set(slotKeys)] : [null];
+  const targets: (string | null)[] = redis instanceof Cluster ? [...groupByNode(redis, slotKeys, (key) => key).values()].map(([key]) => key!) : [null];
   const confirmed = await Promise.all(
     targets.map(async (key) => {
       if (key === null) return Number(await redis.call(...wait));
@@ -260,6 +260,23 @@ export async function waitForReplicas(redis: RedisClient, ack: AckReplicas, slot
   );
   const fewest = Math.min(ack.replicas, ...confirmed);
   if (fewest < ack.replicas) throw new ReplicationError(ack.replicas, fewest, ack.timeoutMs);
+}
+
+/**
+ * `items` by the cluster node serving their key's slot, as the client's slot map has it now (a slot
+ * it does not know yet: an item alone). A stale map is put right by the `MOVED` of the command
+ * that uses it (`refreshSlotsOnRedirect`) and the caller's retry.
+ */
+function groupByNode<T>(cluster: Cluster, items: Iterable<T>, keyOf: (item: T) => string): Map<string, T[]> {
+  const groups = new Map<string, T[]>();
+  for (const item of items) {
+    const key = keyOf(item);
+    const node = cluster.slots[keySlot(key)]?.[0] ?? `unknown:${key}`;
+    const group = groups.get(node);
+    if (group) group.push(item);
+    else groups.set(node, [item]);
+  }
+  return groups;
 }
 
 /**
@@ -544,15 +561,7 @@ export class InboundLog {
   private byNode(shards: InboundShard[]): InboundShard[][] {
     if (this.ack.replicas === 0) return shards.map((s) => [s]);
     if (!(this.redis instanceof Cluster)) return [shards];
-    const slots = this.redis.slots;
-    const groups = new Map<string, InboundShard[]>();
-    for (const shard of shards) {
-      const node = slots[keySlot(shard.key)]?.[0] ?? `unknown:${shard.key}`;
-      const group = groups.get(node);
-      if (group) group.push(shard);
-      else groups.set(node, [shard]);
-    }
-    return [...groups.values()];
+    return [...groupByNode(this.redis, shards, (shard) => shard.key).values()];
   }
 
   /** Entries not yet fanned out, in every shard. */
