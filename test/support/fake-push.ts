@@ -30,15 +30,20 @@ export function pushBody(fields: Record<string, string | string[]>): string {
   return params.toString();
 }
 
+/** The fields every call event of the fake carries (an inbound call to the test number). */
+const callFields = (event: string, callId: string) => ({
+  event,
+  direction: 'in',
+  from: '492111234567',
+  to: '4915799912345',
+  callId,
+  originalCallId: callId,
+  xcid: `x-${callId}`,
+});
+
 export const newCall = (callId: string, over: Record<string, string | string[]> = {}) =>
   pushBody({
-    event: 'newCall',
-    direction: 'in',
-    from: '492111234567',
-    to: '4915799912345',
-    callId,
-    originalCallId: callId,
-    xcid: `x-${callId}`,
+    ...callFields('newCall', callId),
     user: ['Alice Example', 'Bob Example'],
     userId: ['w0', 'w1'],
     fullUserId: ['1234567w0', '1234567w1'],
@@ -47,13 +52,7 @@ export const newCall = (callId: string, over: Record<string, string | string[]> 
 
 export const answer = (callId: string, over: Record<string, string | string[]> = {}) =>
   pushBody({
-    event: 'answer',
-    direction: 'in',
-    from: '492111234567',
-    to: '4915799912345',
-    callId,
-    originalCallId: callId,
-    xcid: `x-${callId}`,
+    ...callFields('answer', callId),
     user: 'Bob Example',
     userId: 'w1',
     fullUserId: '1234567w1',
@@ -63,13 +62,7 @@ export const answer = (callId: string, over: Record<string, string | string[]> =
 
 export const hangup = (callId: string, cause = 'normalClearing', over: Record<string, string | string[]> = {}) =>
   pushBody({
-    event: 'hangup',
-    direction: 'in',
-    from: '492111234567',
-    to: '4915799912345',
-    callId,
-    originalCallId: callId,
-    xcid: `x-${callId}`,
+    ...callFields('hangup', callId),
     cause,
     answeringNumber: cause === 'normalClearing' ? '4921100000001' : '',
     ...over,

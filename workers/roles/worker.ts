@@ -10,7 +10,7 @@ import { lazyArchiveAccess } from '../../src/sinks/archive/access.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import { OptOutList } from '../../src/sinks/notify/opt-out.js';
 import { InboundLog, logToFanOut, waitForReplicas } from '../../queues/inbound.js';
-import { InboundAcceptor } from '../../src/ingress/accept.js';
+import { InboundAcceptor, withTimeout } from '../../src/ingress/accept.js';
 import { pushAssembly } from '../../src/sources/index.js';
 import { startPushSweeper } from '../push-sweeper.js';
 import {
@@ -63,22 +63,13 @@ async function createSinks({ config, options, log, redis, telephony }: RoleDeps)
 /** The log the fan-out reads: the configured shards, and those a larger INBOUND_SHARDS left entries in. */
 async function inboundToRead({ redis, log }: RoleDeps, keys: RedisKeys): Promise<InboundLog> {
   try {
-    const { log: inbound, leftoverShards } = await settle(logToFanOut(redis.worker, keys), STARTUP_REDIS_WAIT_MS);
+    const { log: inbound, leftoverShards } = await withTimeout(logToFanOut(redis.worker, keys), STARTUP_REDIS_WAIT_MS, 'reading the recorded shard count');
     if (leftoverShards > 0) log.warn({ inboundShards: keys.inboundShards, leftoverShards }, 'INBOUND_SHARDS was larger before: the fan-out also reads the shards that still hold entries');
     return inbound;
   } catch (err) {
     log.warn({ err: { message: (err as Error).message } }, 'could not read the recorded inbound shard count: reading the configured shards');
     return new InboundLog(redis.worker, keys);
   }
-}
-
-/** The promise's value, or a rejection after `ms`. */
-function settle<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
