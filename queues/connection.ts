@@ -1,6 +1,36 @@
 // Redis connections for BullMQ: workers block and must retry forever; producers must fail fast
 // so the ingress can answer 503 instead of hanging while Redis is away.
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+// ioredis' own connectors (exported from its connectors module; the package index has only the Sentinel one).
+import { SentinelConnector, StandaloneConnector } from 'ioredis/built/connectors/index.js';
+
+type NetStream = Awaited<ReturnType<StandaloneConnector['connect']>>;
+const laterSocketError = (): void => undefined;
+
+/**
+ * ioredis listens for a socket's 'error' with `once` (redis/ioredis#961, #1183, both unfixed): a
+ * socket that fails twice — over TLS a certificate refused, then the server's alert arriving — has
+ * no listener for the second error, which Node throws as an unhandled 'error' event: the process
+ * dies (seen in CI with an untrusted Redis certificate). Every socket callsync's connections open
+ * keeps a listener of its own; ioredis still handles the first error as always (reconnect, its
+ * 'error' event). test/redis-tls.redis.test.ts.
+ */
+class GuardedStandaloneConnector extends StandaloneConnector {
+  override async connect(emitter: Parameters<StandaloneConnector['connect']>[0]): Promise<NetStream> {
+    const stream = await super.connect(emitter);
+    stream.on('error', laterSocketError);
+    return stream;
+  }
+}
+
+/** The same for the master found through Sentinel (its sentinel clients are ioredis' own). */
+class GuardedSentinelConnector extends SentinelConnector {
+  override async connect(emitter: Parameters<SentinelConnector['connect']>[0]): Promise<NetStream> {
+    const stream = await super.connect(emitter);
+    stream.on('error', laterSocketError);
+    return stream;
+  }
+}
 
 export type ConnectionRole = 'worker' | 'producer';
 
@@ -88,13 +118,15 @@ export function createRedis(settings: RedisSettings, role: ConnectionRole, extra
     ...(settings.password !== undefined ? { password: settings.password } : {}),
     ...(settings.tls ? { tls: {} } : {}),
   };
+  const mode = redisMode(settings);
+  // ioredis types the constructor's argument as unknown; it passes the connection's options, as to its own.
+  const Connector = (mode === 'sentinel' ? GuardedSentinelConnector : GuardedStandaloneConnector) as unknown as RedisOptions['Connector'];
   // Reconnect quickly at first, then at most every 2 s: a restarted Redis is picked up fast.
   const retryStrategy = (times: number) => Math.min(times * 100, 2000);
-  const mode = redisMode(settings);
   if (mode === 'cluster') {
     const { enableOfflineQueue, ...nodeBase } = base;
     const options: ClusterOptions = {
-      redisOptions: { ...nodeBase, ...login, ...extra },
+      redisOptions: { ...nodeBase, ...login, Connector, ...extra },
       clusterRetryStrategy: extra.retryStrategy ?? retryStrategy,
       enableOfflineQueue: extra.enableOfflineQueue ?? enableOfflineQueue ?? true,
       enableReadyCheck: true,
@@ -120,6 +152,7 @@ export function createRedis(settings: RedisSettings, role: ConnectionRole, extra
       // After a failover the old master answers READONLY: reconnect to the new one.
       reconnectOnError: (err) => /^READONLY/.test(err.message),
       lazyConnect: false,
+      Connector,
       ...extra,
     });
   }
@@ -128,6 +161,7 @@ export function createRedis(settings: RedisSettings, role: ConnectionRole, extra
     ...login,
     retryStrategy,
     lazyConnect: false,
+    Connector,
     ...extra,
   });
 }

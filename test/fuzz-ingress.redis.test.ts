@@ -195,7 +195,9 @@ function placeHostile(payload: Record<string, any>, spot: string, value: string,
     case 'call.id': payload.call.id = mark; break;
     case 'key': payload[odd] = mark; break;
   }
-  return JSON.stringify(payload).replace(JSON.stringify(mark), value);
+  // A function, not the string: a value holding `$&` or `$'` would be read as a replacement pattern
+  // and break the JSON (a generated "$&" did, once, in CI).
+  return JSON.stringify(payload).replace(JSON.stringify(mark), () => value);
 }
 
 /** How the body goes on the wire: its bytes and content type; latin1 only for text it can hold. */

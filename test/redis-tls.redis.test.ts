@@ -10,10 +10,12 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import type { Cluster, Redis } from 'ioredis';
+import { createRedis, singleRedis } from '../queues/connection.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson } from './support/callsync.js';
 import { bounded, startCallsyncProcess, type CallsyncProcess } from './support/callsync-process.js';
@@ -104,8 +106,40 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
     }
   });
 
+  // ioredis listens for a socket's errors with `once`: over TLS a refused certificate can be
+  // followed by the server's alert, a second 'error' event that nobody handled — the process died
+  // (CI, the test above). callsync's connections keep a listener on every socket (queues/connection.ts).
+  test('a socket that fails twice does not end the process (single Redis and cluster nodes, over TLS)', async () => {
+    const ca = await readFile(tls.ca);
+    const secondErrorIsHandled = (stream: { emit(event: string, err: Error): boolean }) =>
+      assert.doesNotThrow(() => {
+        stream.emit('error', new Error('first failure of the socket (test)'));
+        stream.emit('error', new Error('second failure of the same socket (test)'));
+      });
+    const single = createRedis(singleRedis(server.url), 'worker', { tls: { ca } }) as Redis;
+    single.on('error', () => undefined);
+    try {
+      assert.equal(await single.ping(), 'PONG');
+      secondErrorIsHandled(single.stream);
+    } finally {
+      single.disconnect();
+    }
+    cluster ??= await startRedisCluster({ tls });
+    const nodes = cluster.seeds.split(',').map((s) => ({ host: '127.0.0.1', port: Number(s.split(':')[1]) }));
+    const clustered = createRedis({ url: 'redis://127.0.0.1:1', clusterNodes: nodes, sentinels: [], tls: true, prefix: 'x' }, 'worker', { tls: { ca } }) as Cluster;
+    clustered.on('error', () => undefined);
+    try {
+      assert.equal(await clustered.ping(), 'PONG');
+      const node = clustered.nodes('master')[0]!;
+      await node.ping();
+      secondErrorIsHandled(node.stream);
+    } finally {
+      clustered.disconnect();
+    }
+  });
+
   test('a Redis Cluster over TLS only (REDIS_CLUSTER_NODES, REDIS_TLS=true), ACK_REPLICAS=1: a webhook is acknowledged and archived', async () => {
-    cluster = await startRedisCluster({ tls });
+    cluster ??= await startRedisCluster({ tls });
     const { child, url, archive } = await start('cluster', {
       REDIS_URL: 'redis://127.0.0.1:1',
       REDIS_CLUSTER_NODES: cluster.seeds,
