@@ -5,8 +5,10 @@
 // from Node's NODE_EXTRA_CA_CERTS, read at process start (docs/operations.md "Which Redis").
 //  - a single Redis at `rediss://`: a webhook acknowledged and archived, the CLI reads the queues;
 //  - a certificate callsync does not trust: 503, never a 202, and the log names the reason;
-//  - a Redis Cluster over TLS only (`REDIS_CLUSTER_NODES` + `REDIS_TLS=true`, the nodes' bus and
-//    replication over TLS too): a webhook acknowledged with ACK_REPLICAS=1 and archived.
+//  - Sentinel over TLS only (`REDIS_SENTINELS` + `REDIS_TLS=true`: the sentinel, the master and
+//    its replica speak TLS only) and a Redis Cluster over TLS only (`REDIS_CLUSTER_NODES` +
+//    `REDIS_TLS=true`, the nodes' bus and replication over TLS too): webhooks acknowledged with
+//    ACK_REPLICAS=1 and archived.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -19,7 +21,7 @@ import { createRedis, singleRedis } from '../queues/connection.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson } from './support/callsync.js';
 import { bounded, startCallsyncProcess, type CallsyncProcess } from './support/callsync-process.js';
-import { makeTlsFiles, startRedisCluster, startTlsRedis, type TestCluster, type TlsFiles } from './support/redis-cluster.js';
+import { makeTlsFiles, startRedisCluster, startRedisSentinel, startTlsRedis, type TestCluster, type TlsFiles } from './support/redis-cluster.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
 import { archivedRecords } from './support/s3.js';
 
@@ -135,6 +137,29 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
       secondErrorIsHandled(node.stream);
     } finally {
       clustered.disconnect();
+    }
+  });
+
+  test('Sentinel over TLS only (REDIS_SENTINELS, REDIS_TLS=true; the sentinel and both data nodes TLS only): a webhook is acknowledged and archived', async () => {
+    const sentinel = await startRedisSentinel({ tls });
+    try {
+      const { child, url, archive } = await start('sentinel', {
+        REDIS_URL: 'redis://127.0.0.1:1',
+        REDIS_SENTINELS: sentinel.sentinels,
+        REDIS_SENTINEL_NAME: sentinel.name,
+        REDIS_TLS: 'true',
+        NODE_EXTRA_CA_CERTS: tls.ca,
+        ACK_REPLICAS: '1',
+      });
+      try {
+        const r = await postJson(`${url}/webhooks/ai-agent/agent-1`, webhookPayload('tls-sentinel-1'));
+        assert.equal(r.status, 202, JSON.stringify(r.body));
+        await waitFor(async () => (await archived(archive)).length === 1, { timeoutMs: 30_000, what: 'the call archived' });
+      } finally {
+        await stop(child);
+      }
+    } finally {
+      await sentinel.destroy();
     }
   });
 

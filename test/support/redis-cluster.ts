@@ -117,6 +117,10 @@ const tlsArgs = (port: number, tls: TlsFiles) => ['--port', '0', '--tls-port', S
 
 /** Runs one command on one node (a short-lived connection; over TLS trusting `tls.ca` when given). */
 export async function nodeCommand(port: number, args: string[], password?: string, tls?: TlsFiles): Promise<unknown> {
+  return nodeCommandAt(port, args, password, tls);
+}
+
+async function nodeCommandAt(port: number, args: string[], password?: string, tls?: TlsFiles): Promise<unknown> {
   const redis = new Redis({
     host: '127.0.0.1',
     port,
@@ -252,28 +256,37 @@ export interface TestSentinel {
   destroy(): Promise<void>;
 }
 
-/** A master, its replica and a sentinel watching them (quorum 1, fast failover), optionally with a password. */
-export async function startRedisSentinel(options: { password?: string } = {}): Promise<TestSentinel> {
+/**
+ * A master, its replica and a sentinel watching them (quorum 1, fast failover), optionally with a
+ * password, and optionally TLS only everywhere (clients, replication, the sentinel's own port and
+ * its links to the data nodes).
+ */
+export async function startRedisSentinel(options: { password?: string; tls?: TlsFiles } = {}): Promise<TestSentinel> {
   const dir = await mkdtemp(join(tmpdir(), 'callsync-sentinel-'));
   const name = 'callsync-test';
-  const auth = options.password ? ['--requirepass', options.password, '--masterauth', options.password] : [];
+  const { tls, password } = options;
+  const auth = password ? ['--requirepass', password, '--masterauth', password] : [];
+  const transport = (port: number) => (tls ? [...tlsArgs(port, tls), '--tls-replication', 'yes'] : []);
+  const nodeCommand = (port: number, args: string[], pw?: string) => nodeCommandAt(port, args, pw, tls);
   const procs: ServerProcess[] = [];
   try {
     const masterPort = await freePort();
     await run('mkdir', ['-p', join(dir, 'm'), join(dir, 'r')]);
-    const master = spawnServer([...baseArgs(masterPort, join(dir, 'm')), ...auth], masterPort);
+    const master = spawnServer([...baseArgs(masterPort, join(dir, 'm')), ...transport(masterPort), ...auth], masterPort);
     procs.push(master);
-    await waitFor(async () => (await nodeCommand(masterPort, ['PING'], options.password)) === 'PONG', 'sentinel master');
+    await waitFor(async () => (await nodeCommand(masterPort, ['PING'], password)) === 'PONG', 'sentinel master');
     const replicaPort = await freePort();
-    const replica = spawnServer([...baseArgs(replicaPort, join(dir, 'r')), ...auth, '--replicaof', '127.0.0.1', String(masterPort)], replicaPort);
+    const replica = spawnServer([...baseArgs(replicaPort, join(dir, 'r')), ...transport(replicaPort), ...auth, '--replicaof', '127.0.0.1', String(masterPort)], replicaPort);
     procs.push(replica);
-    await waitFor(async () => /master_link_status:up/.test(String(await nodeCommand(replicaPort, ['INFO', 'replication'], options.password))), 'replica in sync');
+    await waitFor(async () => /master_link_status:up/.test(String(await nodeCommand(replicaPort, ['INFO', 'replication'], password))), 'replica in sync');
     const sentinelPort = await freePort();
     const conf = join(dir, 'sentinel.conf');
     await writeFile(
       conf,
       [
-        `port ${sentinelPort}`,
+        ...(tls
+          ? ['port 0', `tls-port ${sentinelPort}`, `tls-cert-file ${tls.cert}`, `tls-key-file ${tls.key}`, `tls-ca-cert-file ${tls.ca}`, 'tls-auth-clients no', 'tls-replication yes']
+          : [`port ${sentinelPort}`]),
         'bind 127.0.0.1',
         `dir ${dir}`,
         `sentinel monitor ${name} 127.0.0.1 ${masterPort} 1`,
@@ -322,12 +335,7 @@ export async function startPasswordRedis(password: string): Promise<ServerProces
   const port = await freePort();
   const server = spawnServer([...baseArgs(port, dir), '--requirepass', password], port);
   await waitFor(async () => (await nodeCommand(port, ['PING'], password)) === 'PONG', 'password redis');
-  return Object.assign(server, {
-    async destroy() {
-      await server.kill();
-      await rm(dir, { recursive: true, force: true });
-    },
-  });
+  return Object.assign(server, { destroy: () => stopAll([server], dir) });
 }
 
 /** A master and one replica in sync (`--replicaof`), no Sentinel. */
