@@ -15,7 +15,9 @@ import { singleRedis } from '../queues/connection.js';
 import { redisKeys } from '../queues/keys.js';
 import { InboundAcceptor } from '../src/ingress/accept.js';
 import { sampleCall } from './support/calls.js';
-import { cleanupPrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
+import { bounded, startCallsyncProcess } from './support/callsync-process.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { freePort } from './support/redis-server.js';
 
 const CHILD = fileURLToPath(new URL('./support/failed-start-process.ts', import.meta.url));
 
@@ -161,4 +163,41 @@ describe('callsync start exits when it cannot start', () => {
       blocker.close();
     }
   });
+});
+
+// The ops port is bound before the roles start (a taken port fails the start early): until they
+// run, its /readyz must not say ready — a load balancer or an orchestrator would route to, or
+// count on, a worker that is not there yet.
+test('the ops server answers /readyz 503 "starting" until the roles run', async () => {
+  const opsPort = await freePort();
+  const child = startCallsyncProcess({
+    CALLSYNC_FROM_SOURCE: '1',
+    CALLSYNC_ROLE: 'worker',
+    OPS_PORT: String(opsPort),
+    HOST: '127.0.0.1',
+    // Nothing listens here: the start waits its bounded time for Redis, which keeps it "starting" a while.
+    REDIS_URL: 'redis://127.0.0.1:1',
+    QUEUE_PREFIX: uniquePrefix('starting'),
+    ARCHIVE_DIR: join(tmpdir(), 'callsync-starting-archive'),
+    LOG_LEVEL: 'info',
+  });
+  try {
+    const readyz = async () => {
+      const res = await fetch(`http://127.0.0.1:${opsPort}/readyz`).catch(() => null);
+      return res ? { status: res.status, body: (await res.json()) as { errors?: { detail: string }[] } } : null;
+    };
+    const starting = await waitFor(async () => {
+      const r = await readyz();
+      return r && !child.lines.some((l) => l.msg === 'callsync started') ? r : null;
+    }, { timeoutMs: 30_000, intervalMs: 20, what: '/readyz while callsync starts' });
+    assert.equal(starting.status, 503);
+    assert.equal(starting.body.errors?.[0]?.detail, 'starting');
+    await waitFor(() => child.lines.some((l) => l.msg === 'callsync started'), { timeoutMs: 30_000, what: 'callsync started' });
+    const after = await readyz();
+    assert.equal(after?.status, 503, 'Redis is still away');
+    assert.notEqual(after?.body.errors?.[0]?.detail, 'starting');
+  } finally {
+    child.proc.kill('SIGTERM');
+    await bounded(child.exit, 60_000, 'the process to exit', child);
+  }
 });
