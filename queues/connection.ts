@@ -136,6 +136,11 @@ export function createRedis(settings: RedisSettings, role: ConnectionRole, extra
       retryDelayOnClusterDown: 300,
       retryDelayOnTryAgain: 100,
       slotsRefreshTimeout: 2000,
+      // Over TLS the nodes are connected by the names they are known by (REDIS_CLUSTER_NODES, then
+      // the names the cluster announces), not by the address a name resolves to first: a managed
+      // cluster's certificate names its hosts, never their addresses (ioredis' README on
+      // ElastiCache with TLS). Plain connections keep ioredis' own lookup.
+      ...(settings.tls ? { dnsLookup: (address: string, callback: (err: null, address: string) => void) => callback(null, address) } : {}),
     };
     return new Cluster(settings.clusterNodes, options);
   }

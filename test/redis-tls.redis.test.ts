@@ -12,7 +12,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -180,6 +180,34 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
       await waitFor(async () => (await archived(archive)).length === 3, { timeoutMs: 30_000, what: 'the calls archived' });
     } finally {
       await stop(child);
+    }
+  });
+
+  // Managed clusters (ElastiCache with in-transit encryption) announce their nodes by name, and
+  // their certificates name hosts, never addresses. ioredis resolves a cluster node's name to an
+  // address before it connects, and then checks the certificate against the address (its README:
+  // "dnsLookup … useful when AWS ElastiCache used with TLS enabled"): callsync keeps the names.
+  test('a TLS cluster whose nodes are known by name and whose certificate names no address (as ElastiCache): a webhook is archived', async () => {
+    const named = join(dir, 'name-only');
+    await mkdir(named, { recursive: true });
+    const nameOnly = await makeTlsFiles(named, { nameOnly: true });
+    const byName = await startRedisCluster({ tls: nameOnly, hostname: 'localhost' });
+    try {
+      const { child, url, archive } = await start('cluster-by-name', {
+        REDIS_URL: 'redis://127.0.0.1:1',
+        REDIS_CLUSTER_NODES: byName.nodes.map((n) => `localhost:${n.port}`).join(','),
+        REDIS_TLS: 'true',
+        NODE_EXTRA_CA_CERTS: nameOnly.ca,
+      });
+      try {
+        const r = await postJson(`${url}/webhooks/ai-agent/agent-1`, webhookPayload('tls-by-name-1'));
+        assert.equal(r.status, 202, JSON.stringify(r.body));
+        await waitFor(async () => (await archived(archive)).length === 1, { timeoutMs: 30_000, what: 'the call archived' });
+      } finally {
+        await stop(child);
+      }
+    } finally {
+      await byName.destroy();
     }
   });
 });

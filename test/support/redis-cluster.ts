@@ -101,13 +101,17 @@ export interface TlsFiles {
   key: string;
 }
 
-/** Makes a CA and a server certificate with openssl in `dir` (valid two days). */
-export async function makeTlsFiles(dir: string): Promise<TlsFiles> {
+/**
+ * Makes a CA and a server certificate with openssl in `dir` (valid two days), for `localhost` and
+ * 127.0.0.1 — or, with `nameOnly`, for the name `localhost` alone (as managed Redis certificates
+ * name hosts, never addresses).
+ */
+export async function makeTlsFiles(dir: string, options: { nameOnly?: boolean } = {}): Promise<TlsFiles> {
   const f = (name: string) => join(dir, name);
   const openssl = (args: string[]) => run('openssl', args, { timeout: 30_000 });
   await openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '2', '-subj', '/CN=callsync test CA']);
   await openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('server.key'), '-out', f('server.csr'), '-subj', '/CN=127.0.0.1']);
-  await writeFile(f('server.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  await writeFile(f('server.ext'), options.nameOnly ? 'subjectAltName=DNS:localhost\n' : 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
   await openssl(['x509', '-req', '-in', f('server.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('server.crt'), '-days', '2', '-extfile', f('server.ext')]);
   return { ca: f('ca.crt'), cert: f('server.crt'), key: f('server.key') };
 }
@@ -129,7 +133,8 @@ async function nodeCommandAt(port: number, args: string[], password?: string, tl
     retryStrategy: () => null,
     connectTimeout: 1000,
     ...(password ? { password } : {}),
-    ...(tls ? { tls: { ca: await readFile(tls.ca) } } : {}),
+    // By name: every test certificate names localhost (some name nothing else).
+    ...(tls ? { tls: { ca: await readFile(tls.ca), servername: 'localhost' } } : {}),
   });
   redis.on('error', () => undefined);
   try {
@@ -163,9 +168,12 @@ export interface TestCluster {
 
 /**
  * A Redis Cluster of 3 masters with one replica each on free loopback ports; with `options.tls`
- * every node speaks TLS only, to clients, to each other (cluster bus) and to its replica.
+ * every node speaks TLS only, to clients, to each other (cluster bus) and to its replica; with
+ * `options.hostname` the nodes announce themselves by that name (`cluster-announce-hostname`,
+ * endpoint type hostname: what clients get in CLUSTER SLOTS and MOVED, as on ElastiCache) and
+ * listen on IPv4 and IPv6 loopback (the name may resolve to either).
  */
-export async function startRedisCluster(options: { tls?: TlsFiles } = {}): Promise<TestCluster> {
+export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: string } = {}): Promise<TestCluster> {
   const dir = await mkdtemp(join(tmpdir(), 'callsync-cluster-'));
   const nodes: (ServerProcess & { exited: Promise<void> })[] = [];
   const tls = options.tls;
@@ -176,15 +184,16 @@ export async function startRedisCluster(options: { tls?: TlsFiles } = {}): Promi
       const nodeDir = join(dir, String(port));
       await run('mkdir', ['-p', nodeDir]);
       const transport = tls ? [...tlsArgs(port, tls), '--tls-cluster', 'yes', '--tls-replication', 'yes'] : [];
+      const named = options.hostname ? ['--bind', '127.0.0.1', '::1', '--cluster-announce-hostname', options.hostname, '--cluster-preferred-endpoint-type', 'hostname'] : [];
       nodes.push(
         spawnServer(
-          [...baseArgs(port, nodeDir), ...transport, '--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', '2000'],
+          [...baseArgs(port, nodeDir), ...transport, ...named, '--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', '2000'],
           port,
         ),
       );
     }
     for (const node of nodes) await waitFor(async () => (await command(node.port, ['PING'])) === 'PONG', `node ${node.port}`);
-    const cliTls = tls ? ['--tls', '--cacert', tls.ca] : [];
+    const cliTls = tls ? ['--tls', '--cacert', tls.ca, '--sni', 'localhost'] : [];
     await run('redis-cli', [...cliTls, '--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { timeout: 60_000 });
   } catch (err) {
     await stopAll(nodes, dir);
