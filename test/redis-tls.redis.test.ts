@@ -79,6 +79,20 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
     assert.equal(await bounded(child.exit, 60_000, 'a clean exit', child), 0, child.stderr.join('\n'));
   }
 
+  /** Starts callsync with `env`, posts the webhooks `ids` (each 202), waits until all are archived, stops it cleanly. */
+  async function deliver(name: string, env: NodeJS.ProcessEnv, ids: string[]): Promise<void> {
+    const { child, url, archive } = await start(name, env);
+    try {
+      for (const id of ids) {
+        const r = await postJson(`${url}/webhooks/ai-agent/agent-1`, webhookPayload(id));
+        assert.equal(r.status, 202, JSON.stringify(r.body));
+      }
+      await waitFor(async () => (await archived(archive)).length === ids.length, { timeoutMs: 30_000, what: `${ids.length} call(s) archived` });
+    } finally {
+      await stop(child);
+    }
+  }
+
   test('rediss:// with the CA in NODE_EXTRA_CA_CERTS: a webhook is acknowledged and archived; the CLI reads the queues over TLS', async () => {
     const { child, url, archive, env } = await start('single', { REDIS_URL: server.url, NODE_EXTRA_CA_CERTS: tls.ca });
     try {
@@ -143,21 +157,8 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
   test('Sentinel over TLS only (REDIS_SENTINELS, REDIS_TLS=true; the sentinel and both data nodes TLS only): a webhook is acknowledged and archived', async () => {
     const sentinel = await startRedisSentinel({ tls });
     try {
-      const { child, url, archive } = await start('sentinel', {
-        REDIS_URL: 'redis://127.0.0.1:1',
-        REDIS_SENTINELS: sentinel.sentinels,
-        REDIS_SENTINEL_NAME: sentinel.name,
-        REDIS_TLS: 'true',
-        NODE_EXTRA_CA_CERTS: tls.ca,
-        ACK_REPLICAS: '1',
-      });
-      try {
-        const r = await postJson(`${url}/webhooks/ai-agent/agent-1`, webhookPayload('tls-sentinel-1'));
-        assert.equal(r.status, 202, JSON.stringify(r.body));
-        await waitFor(async () => (await archived(archive)).length === 1, { timeoutMs: 30_000, what: 'the call archived' });
-      } finally {
-        await stop(child);
-      }
+      const env = { REDIS_URL: 'redis://127.0.0.1:1', REDIS_SENTINELS: sentinel.sentinels, REDIS_SENTINEL_NAME: sentinel.name, REDIS_TLS: 'true', NODE_EXTRA_CA_CERTS: tls.ca, ACK_REPLICAS: '1' };
+      await deliver('sentinel', env, ['tls-sentinel-1']);
     } finally {
       await sentinel.destroy();
     }
@@ -165,22 +166,8 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
 
   test('a Redis Cluster over TLS only (REDIS_CLUSTER_NODES, REDIS_TLS=true), ACK_REPLICAS=1: a webhook is acknowledged and archived', async () => {
     cluster ??= await startRedisCluster({ tls });
-    const { child, url, archive } = await start('cluster', {
-      REDIS_URL: 'redis://127.0.0.1:1',
-      REDIS_CLUSTER_NODES: cluster.seeds,
-      REDIS_TLS: 'true',
-      NODE_EXTRA_CA_CERTS: tls.ca,
-      ACK_REPLICAS: '1',
-    });
-    try {
-      for (const id of ['tls-cluster-1', 'tls-cluster-2', 'tls-cluster-3']) {
-        const r = await postJson(`${url}/webhooks/ai-agent/agent-1`, webhookPayload(id));
-        assert.equal(r.status, 202, JSON.stringify(r.body));
-      }
-      await waitFor(async () => (await archived(archive)).length === 3, { timeoutMs: 30_000, what: 'the calls archived' });
-    } finally {
-      await stop(child);
-    }
+    const env = { REDIS_URL: 'redis://127.0.0.1:1', REDIS_CLUSTER_NODES: cluster.seeds, REDIS_TLS: 'true', NODE_EXTRA_CA_CERTS: tls.ca, ACK_REPLICAS: '1' };
+    await deliver('cluster', env, ['tls-cluster-1', 'tls-cluster-2', 'tls-cluster-3']);
   });
 
   // Managed clusters (ElastiCache with in-transit encryption) announce their nodes by name, and
@@ -193,19 +180,8 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
     const nameOnly = await makeTlsFiles(named, { nameOnly: true });
     const byName = await startRedisCluster({ tls: nameOnly, hostname: 'localhost' });
     try {
-      const { child, url, archive } = await start('cluster-by-name', {
-        REDIS_URL: 'redis://127.0.0.1:1',
-        REDIS_CLUSTER_NODES: byName.nodes.map((n) => `localhost:${n.port}`).join(','),
-        REDIS_TLS: 'true',
-        NODE_EXTRA_CA_CERTS: nameOnly.ca,
-      });
-      try {
-        const r = await postJson(`${url}/webhooks/ai-agent/agent-1`, webhookPayload('tls-by-name-1'));
-        assert.equal(r.status, 202, JSON.stringify(r.body));
-        await waitFor(async () => (await archived(archive)).length === 1, { timeoutMs: 30_000, what: 'the call archived' });
-      } finally {
-        await stop(child);
-      }
+      const seeds = byName.nodes.map((n) => `localhost:${n.port}`).join(',');
+      await deliver('cluster-by-name', { REDIS_URL: 'redis://127.0.0.1:1', REDIS_CLUSTER_NODES: seeds, REDIS_TLS: 'true', NODE_EXTRA_CA_CERTS: nameOnly.ca }, ['tls-by-name-1']);
     } finally {
       await byName.destroy();
     }
