@@ -36,9 +36,18 @@ export async function startS3(bucket = 'callsync-test'): Promise<TestS3> {
   const endpoint = `http://127.0.0.1:${port}`;
   const client = new S3Client({ region: 'us-east-1', endpoint, forcePathStyle: true, credentials: TEST_CREDENTIALS });
   await client.send(new CreateBucketCommand({ Bucket: bucket })).catch(() => undefined);
+  /**
+   * An outage: the port refuses new connections and the connections kept alive end now. (A server's
+   * close alone waits for them, and workers that keep using them kept "S3" up for minutes: a chaos
+   * run's 30 s outage lasted 205 s, long enough to use up the archive's retries.)
+   */
   const stop = async () => {
-    if (server) await server.close();
+    const running = server;
+    if (!running) return;
     server = null;
+    const closed = running.close();
+    running.httpServer?.closeAllConnections();
+    await closed;
   };
   return {
     endpoint,
