@@ -540,10 +540,8 @@ export class InboundLog {
     const out = new Array<AppendOutcome>(items.length);
     const settled = await Promise.allSettled(
       this.byNode([...parts.keys()]).map(async (shards) => {
-        const answers =
-          shards.length === 1 && this.ack.replicas === 0
-            ? [await shards[0]!.append(parts.get(shards[0]!)!.map((i) => items[i]!), dedupeWindowMs)]
-            : await appendAndWait(this.redis, this.ack, shards.map((shard) => ({ shard, items: parts.get(shard)!.map((i) => items[i]!) })), dedupeWindowMs);
+        const itemsOf = (shard: InboundShard) => parts.get(shard)!.map((i) => items[i]!);
+        const answers = shards.length === 1 ? [await shards[0]!.append(itemsOf(shards[0]!), dedupeWindowMs)] : await appendAndWait(this.redis, this.ack, shards.map((shard) => ({ shard, items: itemsOf(shard) })), dedupeWindowMs);
         shards.forEach((shard, s) => parts.get(shard)!.forEach((i, k) => (out[i] = answers[s]![k]!)));
       }),
     );

@@ -10,7 +10,7 @@ import { loadConfig } from '../src/config/index.js';
 import { connectRedis } from '../src/cli/redis.js';
 import { queuesInRedis } from '../src/cli/dlq.js';
 import { redisKeys } from '../queues/keys.js';
-import { InboundLog, inboundStreamKey } from '../queues/inbound.js';
+import { InboundLog, inboundStreamKey, waitForReplicas } from '../queues/inbound.js';
 import { callHash } from '../src/model/call.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
 import { defaultJobOptions, defaultRetryPolicy, INBOUND_QUEUE, JobName, sinkQueueName, type CallReceivedJob } from '../queues/registry.js';
@@ -52,6 +52,13 @@ describe('Redis Cluster, spread keys (plain QUEUE_PREFIX)', () => {
     await cluster?.destroy();
     if (dir) await rm(dir, { recursive: true, force: true });
   });
+
+  /** WAIT commands run so far, summed over the masters (INFO commandstats). */
+  const waits = async () => {
+    let total = 0;
+    for (const port of await cluster.masters()) total += Number(/cmdstat_wait:calls=(\d+)/.exec(String(await nodeCommand(port, ['INFO', 'commandstats'])))?.[1] ?? 0);
+    return total;
+  };
 
   test('calls are acknowledged, deduplicated in their shard and archived; shards and queues sit on more than one master', async () => {
     const ids = Array.from({ length: 40 }, (_, i) => `spread-${i}`);
@@ -109,11 +116,6 @@ describe('Redis Cluster, spread keys (plain QUEUE_PREFIX)', () => {
     const masters = new Set(await Promise.all([...shards].map(async (s) => (await cluster.nodesOfKey(inboundStreamKey(keys.inboundShard(s)))).master.port)));
     assert.equal(shards.size, 8, 'the batch touches every shard');
     assert.ok(masters.size >= 2, 'on more than one master');
-    const waits = async () => {
-      let total = 0;
-      for (const port of await cluster.masters()) total += Number(/cmdstat_wait:calls=(\d+)/.exec(String(await nodeCommand(port, ['INFO', 'commandstats'])))?.[1] ?? 0);
-      return total;
-    };
     const before = await waits();
     // Accepted in one event-loop turn: one batch.
     const answers = await Promise.all(calls.map((c) => acceptor.accept(c)));
@@ -122,6 +124,17 @@ describe('Redis Cluster, spread keys (plain QUEUE_PREFIX)', () => {
     assert.equal(await new InboundLog(cs.redis.producer, keys).length(), 64, 'every call stored');
     const redis = cs.redis.producer;
     for (let s = 0; s < keys.inboundShards; s++) await redis.del(inboundStreamKey(keys.inboundShard(s)));
+  });
+
+  test('ACK_REPLICAS=1: the fan-out\'s wait for replicas sends one WAIT per master holding a queue it wrote, not one per queue', async () => {
+    const keys = redisKeys(cs.config.redis);
+    // Queue keys of twelve sink queues: more queues than masters, so some share one.
+    const queueKeys = Array.from({ length: 12 }, (_, i) => `${keys.queuePrefix(`sink-q${i}`)}:sink-q${i}:meta`);
+    const masters = new Set(await Promise.all(queueKeys.map(async (k) => (await cluster.nodesOfKey(k)).master.port)));
+    assert.ok(masters.size < queueKeys.length);
+    const before = await waits();
+    await waitForReplicas(cs.redis.worker, { replicas: 1, timeoutMs: 2000 }, queueKeys);
+    assert.equal((await waits()) - before, masters.size, `one WAIT for each of the ${masters.size} masters the ${queueKeys.length} queues are on`);
   });
 
   test('ACK_REPLICAS=1: the fan-out deletes a log entry only once the sink jobs made of it are on a replica of their own master', async () => {
