@@ -54,6 +54,11 @@ export const metrics = {
   webhooksAccepted: counter('callsync_webhooks_accepted_total', 'Webhooks stored in the inbound log and acknowledged with 202 (duplicates included)'),
   webhooksDuplicate: counter('callsync_webhooks_duplicate_total', 'Acknowledged webhooks that repeated a call already accepted within the dedupe window'),
   webhooksRejected: counter('callsync_webhooks_rejected_total', 'Webhooks answered with an error, by status and reason', ['status', 'reason'] as const),
+  webhookFieldsUnread: counter(
+    'callsync_webhook_fields_unread_total',
+    'Accepted webhooks with a value callsync could not read in an optional field (read as absent, kept in the archived original), by field: its JSON pointer with array indexes as *',
+    ['field'] as const,
+  ),
 
   jobsCompleted: counter('callsync_jobs_completed_total', 'Jobs processed successfully, by queue and sink', ['queue', 'sink'] as const),
   jobsFailed: counter('callsync_jobs_failed_total', 'Failed job attempts (retried or dead-lettered), by queue and sink', ['queue', 'sink'] as const),

@@ -28,10 +28,12 @@ test('call.channel {id, name} becomes the channel id; a channel route matches th
   assert.deepEqual(sinksFor([route], call), ['crm']);
   const other = routeSchema.parse({ when: { channel: 'support-line' }, to: ['crm'] });
   assert.deepEqual(sinksFor([other], call), []);
-  // Top-level channel too, and numbers as text; anything without an id stays without a channel.
+  // Top-level channel too, and numbers as text; a plain string is the channel id (issue 20: both
+  // shapes); anything without an id stays without a channel.
   assert.equal(normalize(webhookPayload('ch-2', (p) => (p.channel = { id: 42, name: 'x' }))).channelId, '42');
   assert.equal(normalize(webhookPayload('ch-3', (p) => (p.call.channel = { name: 'no id' }))).channelId, null);
-  assert.equal(normalize(webhookPayload('ch-4', (p) => (p.call.channel = 'sales-line'))).channelId, null);
+  assert.equal(normalize(webhookPayload('ch-4', (p) => (p.call.channel = 'sales-line'))).channelId, 'sales-line');
+  assert.equal(normalize(webhookPayload('ch-4b', (p) => (p.call.channel = true))).channelId, null);
   assert.equal(normalize(webhookPayload('ch-5')).channelId, null);
 });
 

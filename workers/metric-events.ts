@@ -48,6 +48,7 @@ export function ingressMetrics(): IngressEvents {
       const named = reason === String(status) ? (REJECT_REASONS[status] ?? 'other') : reason;
       metrics.webhooksRejected.inc({ status: String(status), reason: named });
     },
+    unreadField: (field) => metrics.webhookFieldsUnread.inc({ field }),
   };
 }
 

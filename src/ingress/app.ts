@@ -20,6 +20,8 @@ export interface IngressEvents {
   received?(): void;
   accepted?(duplicate: boolean): void;
   rejected?(status: number, reason: string): void;
+  /** An accepted webhook had a value of this optional field callsync could not read (once per webhook and field). */
+  unreadField?(field: string): void;
 }
 
 export interface IngressDeps {
@@ -65,6 +67,9 @@ export function logSafeDetail(detail: string): string {
     .replace(/'[^']*'/g, "'…'")
     .slice(0, 300);
 }
+
+/** Unread fields already logged by this process: each is logged once (the metric counts every one). */
+const unreadLogged = new Set<string>();
 
 /** The body's bytes, refused with 413 beyond `maxBytes` (read as it arrives, never buffered past it). */
 async function rawBody(c: Context, maxBytes: number): Promise<Buffer> {
@@ -136,6 +141,16 @@ export function createIngressApp(deps: IngressDeps): Hono {
       const fields = { jobId: r.id, source: source.name, agentId: call.agentId };
       if (r.duplicate) requestLog(deps.log, c.get('requestId')).info(fields, 'duplicate webhook acknowledged');
       else if (r.update) requestLog(deps.log, c.get('requestId')).info(fields, 'changed call acknowledged as an update');
+    }
+    for (const { field, detail } of result.unread ?? []) {
+      deps.events?.unreadField?.(field);
+      if (unreadLogged.has(field)) continue;
+      unreadLogged.add(field);
+      // The field and the JSON type that came, never the value; logged once per field and process.
+      requestLog(deps.log, c.get('requestId')).warn(
+        { source: source.name, field, detail },
+        'webhook field not read: accepted without it (kept in the archived original; counted in callsync_webhook_fields_unread_total, logged once per field)',
+      );
     }
     const reply = result.reply(accepted);
     return c.body(reply.body, reply.status, { 'content-type': reply.contentType === 'application/json' ? 'application/json' : 'application/xml; charset=utf-8' });

@@ -1,9 +1,21 @@
-// The AI-agent call-data webhook (spec 6.1), parsed liberally with zod and normalized into the
-// canonical call record. Senders in production deviate from the spec (numbers without `+`, ISO
-// strings for epoch ms, durations in ms, upper-case enums, offsets for chunk times, nulls for
-// absent parts, extra objects); all of that is normalized. Only what cannot be understood is rejected.
+// The AI-agent call-data webhook (spec 6.1), parsed liberally and normalized into the canonical
+// call record. Senders in production deviate from the spec (numbers without `+`, ISO strings for
+// epoch ms, durations in ms, upper-case enums, offsets for chunk times, nulls for absent parts,
+// objects where the spec has text, extra objects); all of that is normalized.
+//
+// Two kinds of field:
+//  - the required ones (README "Required fields": version, call.id, call.from, call.to,
+//    call.startTime, call.endTime or call.duration, call.direction) are checked with zod; they
+//    alone can refuse a call (a 400 with one pointer per problem);
+//  - every optional field callsync reads (assist.*, users, agent id, channel) is read by hand:
+//    a value of a shape callsync cannot read is read as absent and reported as an `UnreadField`
+//    (the ingress counts and logs it); the original keeps it verbatim. It never refuses a call.
+//
+// The legacy "AI Assistant Webhook" (src/model/legacy-webhook.ts) is recognised by its shape and
+// read through the same code.
 import { z } from 'zod';
-import { callKey, joinedName, type CallScenario, type CallUser, type CanonicalCall, type Direction, type Speaker, type TranscriptChunk } from './call.js';
+import { callKey, joinedName, type CallScenario, type CallSummary, type CallUser, type CanonicalCall, type Direction, type Speaker, type TranscriptChunk } from './call.js';
+import { isLegacyWebhook, legacyAsCurrent, legacyPointer } from './legacy-webhook.js';
 import { toE164 } from './phone.js';
 
 /** One field that cannot be understood, with a JSON pointer to it. */
@@ -38,21 +50,50 @@ export function jsonPointer(path: readonly PropertyKey[]): string {
   return path.map((p) => `/${String(p).replace(/~/g, '~0').replace(/\//g, '~1')}`).join('');
 }
 
-// ---- liberal scalars -------------------------------------------------------------------------
+/**
+ * An optional field callsync reads whose value it could not read: read as absent (or from the
+ * part it could read), kept verbatim in the original. `field` is the field's pointer with array
+ * indexes as `*` (`/assist/transcription/chunks/*\/content`): a closed set, written in this file,
+ * fit for a metric label. `pointer` is the first such value's own pointer; `detail` says what was
+ * expected and what came (JSON types only, never the value).
+ */
+export interface UnreadField {
+  field: string;
+  pointer: string;
+  detail: string;
+}
+
+/** A path in the payload: strings are keys, numbers array indexes. */
+type Path = readonly (string | number)[];
+
+/** Collects the unread fields of one payload, once per field. */
+class Unread {
+  readonly fields: UnreadField[] = [];
+  private readonly seen = new Set<string>();
+  constructor(private readonly remap: (pointer: string) => string) {}
+
+  add(path: Path, detail: string): void {
+    const field = this.remap(path.map((p) => `/${typeof p === 'number' ? '*' : p}`).join(''));
+    if (this.seen.has(field)) return;
+    this.seen.add(field);
+    this.fields.push({ field, pointer: this.remap(jsonPointer(path)), detail });
+  }
+}
+
+/** The JSON type of a value, for details that never echo the value. */
+function jsonType(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  if (typeof v === 'object') return 'an object';
+  return `a ${typeof v}`;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+// ---- required fields: liberal scalars checked by zod -------------------------------------------
 
 /** A string; numbers are taken as their decimal text. */
 const text = z.union([z.string(), z.number().transform(String)], { error: 'expected a string' });
-
-// The many optional text fields are only *checked* by zod (string, number, null or absent) and
-// converted by the normalizer below: a zod transform per field allocates its own result and
-// context objects, which made zod ~5x slower and the payload's parse allocate ~27 KB
-// (docs/performance.md).
-type TextLike = string | number | null | undefined;
-const optionalText = z
-  .custom<TextLike>((v) => v === null || v === undefined || typeof v === 'string' || typeof v === 'number', { error: 'expected a string' })
-  .optional();
-/** An optional text field's value: numbers as their decimal text, absent as null. */
-const textOf = (v: TextLike): string | null => (v === null || v === undefined ? null : typeof v === 'number' ? String(v) : v);
 
 /** A value quoted for an error detail: at most 60 characters of it (a detail never echoes a whole transcript). */
 const quoted = (v: string): string => `"${v.length > 60 ? `${v.slice(0, 60)}…` : v}"`;
@@ -64,9 +105,10 @@ const LONE_SURROGATE_ID = 'the id is not valid Unicode text (it holds a lone sur
 
 /**
  * An identifier that becomes part of the call key (call id, agent id): a string, or a whole number
- * its decimal text spells exactly. Refused: numbers beyond 2^53 (12345678901234567890 arrives as
+ * its decimal text spells exactly. Not an id: numbers beyond 2^53 (12345678901234567890 arrives as
  * 12345678901234567000, so two calls would share a key and one be answered as the other's duplicate)
- * and lone surrogates (they hash as U+FFFD in UTF-8, with the same effect).
+ * and lone surrogates (they hash as U+FFFD in UTF-8, with the same effect). A call id that is not
+ * one is refused; an agent id that is not one is read as absent.
  */
 function idProblem(v: unknown): string | null {
   if (typeof v === 'number') return Number.isSafeInteger(v) ? null : UNSAFE_NUMBER_ID;
@@ -82,12 +124,6 @@ const idText = z.union([z.string(), z.number()], { error: 'expected a string' })
   }
   return String(v);
 });
-
-const optionalIdText = z
-  .custom<TextLike>((v) => (v === null || v === undefined || typeof v === 'string' || typeof v === 'number') && idProblem(v) === null, {
-    error: (issue) => idProblem(issue.input) ?? 'expected a string',
-  })
-  .optional();
 
 const EPOCH_MS_MIN = 1e11; // below this a number is taken as epoch seconds (1973 in ms)
 const MAX_DATE_MS = 8.64e15;
@@ -111,31 +147,10 @@ const instant = z.union([z.number(), z.string()], { error: 'expected epoch milli
 
 const NUMERIC = /^\s*-?\d+(\.\d+)?\s*$/;
 
-type ChunkTime = { kind: 'absolute' | 'offset'; ms: number };
-/** A chunk time: epoch ms / ISO (absolute) or a plain small number (offset from the call's start). */
-function chunkTimeOf(v: string | number | null | undefined): ChunkTime | null {
-  if (v === null || v === undefined) return null;
-  if (typeof v === 'number' || NUMERIC.test(v)) {
-    const n = Number(v);
-    return n >= EPOCH_MS_MIN ? { kind: 'absolute', ms: n } : { kind: 'offset', ms: n };
-  }
-  return { kind: 'absolute', ms: Date.parse(v) };
-}
-// Checked here, converted by chunkTimeOf (no zod transform: see optionalText).
-const chunkTime = z
-  .custom<string | number | null | undefined>(
-    (v) =>
-      v === null ||
-      v === undefined ||
-      (typeof v === 'number' && Number.isFinite(v)) ||
-      (typeof v === 'string' && (NUMERIC.test(v) ? Number.isFinite(Number(v)) : !Number.isNaN(Date.parse(v)))),
-    { error: (issue) => (typeof issue.input === 'string' ? `${quoted(issue.input)} is not a time` : 'expected a time') },
-  )
-  .optional();
-
-const number = z.union([z.number(), z.string().regex(/^\s*\d+(\.\d+)?\s*$/).transform(Number).pipe(z.number())], {
-  error: 'expected a number',
-});
+/** A duration: a number or numeric string, never negative (a call cannot last less than nothing). */
+const duration = z
+  .union([z.number(), z.string().regex(NUMERIC).transform(Number).pipe(z.number())], { error: 'expected a number' })
+  .refine((n) => n >= 0, 'a duration cannot be negative');
 
 const direction = text.transform((v, ctx): Direction => {
   const s = v.trim().toLowerCase();
@@ -154,75 +169,10 @@ const version = text.transform((v, ctx) => {
   return /^\d+$/.test(s) ? `v${s}` : s;
 });
 
-const stringList = z.array(z.unknown()).nullish();
-/** A list of strings: nulls dropped, other values as their JSON. */
-const stringsOf = (v: unknown[] | null | undefined): string[] =>
-  (v ?? []).filter((x) => x !== null && x !== undefined).map((x) => (typeof x === 'string' ? x : JSON.stringify(x)));
-
-// ---- structure ------------------------------------------------------------------------------
-
-const USER_FIELDS = ['userId', 'accountId', 'fullUserId', 'firstName', 'lastName', 'fullName'] as const;
-const isTextLike = (v: unknown): v is TextLike => v === null || v === undefined || typeof v === 'string' || typeof v === 'number';
-
-/** The readable users of the list: objects whose name and id fields are text (or absent); others are dropped. */
-function usersOf(list: unknown[] | null | undefined): CallUser[] {
-  const users: CallUser[] = [];
-  for (const u of list ?? []) {
-    if (u === null || typeof u !== 'object' || Array.isArray(u)) continue;
-    const r = u as Record<string, unknown>;
-    if (!USER_FIELDS.every((f) => isTextLike(r[f]))) continue;
-    const firstName = textOf(r.firstName as TextLike);
-    const lastName = textOf(r.lastName as TextLike);
-    users.push({
-      userId: textOf(r.userId as TextLike),
-      accountId: textOf(r.accountId as TextLike),
-      fullUserId: textOf(r.fullUserId as TextLike),
-      firstName,
-      lastName,
-      fullName: textOf(r.fullName as TextLike) ?? joinedName(firstName, lastName),
-    });
-  }
-  return users;
-}
-
-const summary = z.looseObject({
-  content: optionalText,
-  keyPoints: stringList,
-  topics: stringList,
-});
-
-const smartAnswerItem = z.looseObject({
-  question: optionalText,
-  answer: optionalText,
-  title: optionalText,
-});
-
-const scenario = z.looseObject({
-  name: optionalText,
-  smartAnswers: z
-    .array(
-      z.looseObject({
-        setName: optionalText,
-        setItems: z.array(smartAnswerItem).nullish(),
-      }),
-    )
-    .nullish(),
-});
-
-const chunk = z.looseObject({
-  speaker: optionalText,
-  startTime: chunkTime,
-  endTime: chunkTime,
-  content: optionalText,
-});
-
-const transcription = z.looseObject({
-  content: optionalText,
-  chunks: z.array(chunk).nullish(),
-});
-
-const objectOrNull = <T extends z.ZodType>(schema: T) => schema.nullish();
-
+/**
+ * The fields that identify a call: README "Required fields", the only ones that can refuse a
+ * webhook. Everything else is read by the readers below.
+ */
 export const webhookPayloadSchema = z.looseObject({
   version,
   call: z.looseObject(
@@ -232,30 +182,187 @@ export const webhookPayloadSchema = z.looseObject({
       to: text,
       startTime: instant,
       endTime: instant.nullish(),
-      duration: number.nullish(),
+      duration: duration.nullish(),
       direction,
-      // Entries that are not readable users are dropped, not rejected (usersOf).
-      users: z.array(z.unknown()).nullish(),
-      agentId: optionalIdText,
     },
     { error: (issue) => (issue.input === undefined ? 'required' : 'expected an object') },
   ),
-  agentId: optionalIdText,
-  assist: objectOrNull(
-    z.looseObject({
-      summary: objectOrNull(summary),
-      callScenarios: z.array(scenario).nullish(),
-      transcription: objectOrNull(transcription),
-      callHeadline: optionalText,
-      provider: optionalText,
-    }),
-  ),
-  channel: z.unknown().optional(),
 });
 
 export type WebhookPayload = z.infer<typeof webhookPayloadSchema>;
 
-// ---- normalization --------------------------------------------------------------------------
+// ---- optional fields: read by hand, never refused -----------------------------------------------
+
+/** An optional text: a string, or a number as its decimal text; null/absent -> null; other shapes unread. */
+function readText(v: unknown, path: Path, unread: Unread): string | null {
+  if (v === null || v === undefined) return null;
+  if (typeof v === 'string') return v;
+  if (typeof v === 'number') return String(v);
+  unread.add(path, `expected text, got ${jsonType(v)}`);
+  return null;
+}
+
+/** An optional list of strings: nulls dropped, other values as their JSON; not a list -> unread, empty. */
+function readStrings(v: unknown, path: Path, unread: Unread): string[] {
+  if (v === null || v === undefined) return [];
+  if (!Array.isArray(v)) {
+    unread.add(path, `expected a list, got ${jsonType(v)}`);
+    return [];
+  }
+  return v.filter((x) => x !== null && x !== undefined).map((x) => (typeof x === 'string' ? x : JSON.stringify(x)));
+}
+
+/** An optional list: its elements, or (not a list) unread and empty. */
+function readList(v: unknown, path: Path, unread: Unread): unknown[] {
+  if (v === null || v === undefined) return [];
+  if (!Array.isArray(v)) {
+    unread.add(path, `expected a list, got ${jsonType(v)}`);
+    return [];
+  }
+  return v;
+}
+
+/** An optional object: itself, or (another shape) unread and null. */
+function readObject(v: unknown, path: Path, unread: Unread): Record<string, unknown> | null {
+  if (v === null || v === undefined) return null;
+  if (!isObject(v)) {
+    unread.add(path, `expected an object, got ${jsonType(v)}`);
+    return null;
+  }
+  return v;
+}
+
+/** An agent id: text that can be part of the call key; otherwise unread (the call gets none from here). */
+function readAgentId(v: unknown, path: Path, unread: Unread): string | null {
+  if (v === null || v === undefined) return null;
+  if (typeof v !== 'string' && typeof v !== 'number') {
+    unread.add(path, `expected text, got ${jsonType(v)}`);
+    return null;
+  }
+  const problem = idProblem(v);
+  if (problem) {
+    unread.add(path, problem);
+    return null;
+  }
+  return String(v);
+}
+
+/** `assist.callHeadline`: text, or `{content}` (the platform's current payload). */
+function readHeadline(v: unknown, path: Path, unread: Unread): string | null {
+  if (isObject(v) && 'content' in v) return readText(v.content, [...path, 'content'], unread);
+  if (isObject(v)) {
+    unread.add(path, 'expected text or an object with content, got an object without content');
+    return null;
+  }
+  return readText(v, path, unread);
+}
+
+/**
+ * `assist.provider`: text, or an object of texts (`{"llm": "AZURE"}`, the platform's current
+ * payload). An object with one text value is that value (`AZURE`); with several, `key: value`
+ * pairs in the sender's order, joined by `, ` (`llm: AZURE, stt: DEEPGRAM`); values that are not
+ * text are left out; an object without any text value is unread.
+ */
+function readProvider(v: unknown, path: Path, unread: Unread): string | null {
+  if (!isObject(v)) return readText(v, path, unread);
+  const entries = Object.entries(v).filter((e): e is [string, string | number] => typeof e[1] === 'string' || typeof e[1] === 'number');
+  if (entries.length === 0) {
+    unread.add(path, 'expected text or an object of texts, got an object without text');
+    return null;
+  }
+  if (entries.length === 1) return String(entries[0]![1]);
+  return entries.map(([k, val]) => `${k}: ${String(val)}`).join(', ');
+}
+
+/** `assist.summary`: the spec's object, or plain text (its content). */
+function readSummary(v: unknown, path: Path, unread: Unread): CallSummary | null {
+  if (v === null || v === undefined) return null;
+  if (typeof v === 'string' || typeof v === 'number') return { content: String(v), keyPoints: [], topics: [] };
+  if (!isObject(v)) {
+    unread.add(path, `expected an object or text, got ${jsonType(v)}`);
+    return null;
+  }
+  return {
+    content: readText(v.content, [...path, 'content'], unread) ?? '',
+    keyPoints: readStrings(v.keyPoints, [...path, 'keyPoints'], unread),
+    topics: readStrings(v.topics, [...path, 'topics'], unread),
+  };
+}
+
+function readScenarios(v: unknown, path: Path, unread: Unread): CallScenario[] {
+  const scenarios: CallScenario[] = [];
+  readList(v, path, unread).forEach((s, i) => {
+    const scenario = readObject(s, [...path, i], unread);
+    if (!scenario) return;
+    const answersPath = [...path, i, 'smartAnswers'];
+    const smartAnswers: CallScenario['smartAnswers'] = [];
+    readList(scenario.smartAnswers, answersPath, unread).forEach((a, j) => {
+      const set = readObject(a, [...answersPath, j], unread);
+      if (!set) return;
+      const itemsPath = [...answersPath, j, 'setItems'];
+      const setItems = readList(set.setItems, itemsPath, unread).flatMap((it, k) => {
+        const item = readObject(it, [...itemsPath, k], unread);
+        if (!item) return [];
+        return [
+          {
+            question: readText(item.question, [...itemsPath, k, 'question'], unread) ?? '',
+            answer: readText(item.answer, [...itemsPath, k, 'answer'], unread) ?? '',
+            title: readText(item.title, [...itemsPath, k, 'title'], unread),
+          },
+        ];
+      });
+      smartAnswers.push({ setName: readText(set.setName, [...answersPath, j, 'setName'], unread) ?? '', setItems });
+    });
+    scenarios.push({ name: readText(scenario.name, [...path, i, 'name'], unread) ?? '', smartAnswers });
+  });
+  return scenarios;
+}
+
+const USER_FIELDS = ['userId', 'accountId', 'fullUserId', 'firstName', 'lastName', 'fullName'] as const;
+
+/** The readable users of the list: objects whose name and id fields are text (or absent); others are dropped (unread). */
+function readUsers(v: unknown, path: Path, unread: Unread): CallUser[] {
+  const users: CallUser[] = [];
+  readList(v, path, unread).forEach((u, i) => {
+    if (u === null || u === undefined) return;
+    if (!isObject(u)) {
+      unread.add([...path, i], `expected a user object, got ${jsonType(u)}`);
+      return;
+    }
+    const bad = USER_FIELDS.find((f) => u[f] !== null && u[f] !== undefined && typeof u[f] !== 'string' && typeof u[f] !== 'number');
+    if (bad) {
+      unread.add([...path, i, bad], `expected text, got ${jsonType(u[bad])} (the user is left out)`);
+      return;
+    }
+    const t = (f: (typeof USER_FIELDS)[number]) => (u[f] === null || u[f] === undefined ? null : String(u[f]));
+    const firstName = t('firstName');
+    const lastName = t('lastName');
+    users.push({
+      userId: t('userId'),
+      accountId: t('accountId'),
+      fullUserId: t('fullUserId'),
+      firstName,
+      lastName,
+      fullName: t('fullName') ?? joinedName(firstName, lastName),
+    });
+  });
+  return users;
+}
+
+/** The channel object or id as sent (`{id, name}` or a string id), and the channel id read from it. */
+function readChannel(v: unknown, path: Path, unread: Unread): { channel: unknown; channelId: string | null } {
+  if (v === null || v === undefined) return { channel: null, channelId: null };
+  const idOf = (raw: unknown, at: Path): string | null => {
+    if (typeof raw === 'string') return raw.trim() === '' ? null : raw.trim();
+    if (typeof raw === 'number') return String(raw);
+    if (raw !== null && raw !== undefined) unread.add(at, `expected text, got ${jsonType(raw)}`);
+    return null;
+  };
+  if (isObject(v)) return { channel: v, channelId: idOf(v.id, [...path, 'id']) };
+  if (typeof v === 'string' || typeof v === 'number') return { channel: v, channelId: idOf(v, path) };
+  unread.add(path, `expected an object {id, name} or an id, got ${jsonType(v)}`);
+  return { channel: null, channelId: null };
+}
 
 function speakerOf(raw: string | null, dir: Direction): Speaker {
   const s = (raw ?? '').trim().toLowerCase();
@@ -284,35 +391,113 @@ export function durationSeconds(duration: number | null | undefined, startMs: nu
   return Math.round(duration);
 }
 
-function chunkOffsets(
-  chunks: z.infer<typeof chunk>[],
-  startMs: number,
-  durationSec: number | null,
-): { start: number; end: number }[] {
+type ChunkTime = { kind: 'absolute' | 'offset'; ms: number };
+
+/** A chunk time: epoch ms / ISO (absolute) or a plain small number (offset from the call's start); other shapes unread. */
+function readChunkTime(v: unknown, path: Path, unread: Unread): ChunkTime | null {
+  if (v === null || v === undefined) return null;
+  if (typeof v === 'number' || (typeof v === 'string' && NUMERIC.test(v))) {
+    const n = Number(v);
+    return n >= EPOCH_MS_MIN ? { kind: 'absolute', ms: n } : { kind: 'offset', ms: n };
+  }
+  if (typeof v === 'string') {
+    const ms = Date.parse(v);
+    if (!Number.isNaN(ms)) return { kind: 'absolute', ms };
+    unread.add(path, 'expected epoch milliseconds, an offset or an ISO-8601 time, got text that is none of them');
+    return null;
+  }
+  unread.add(path, `expected a time, got ${jsonType(v)}`);
+  return null;
+}
+
+/**
+ * How far a chunk time may lie before the call's start or after its end: one minute (the two
+ * clocks, the rounding of the duration). A time beyond that cannot be in the call: it is read as
+ * absent (README "Bad times").
+ */
+export const CHUNK_TIME_SLACK_MS = 60_000;
+
+interface RawChunk {
+  speaker: string | null;
+  content: string | null;
+  start: ChunkTime | null;
+  end: ChunkTime | null;
+  index: number;
+}
+
+function chunkOffsets(chunks: RawChunk[], startMs: number, durationSec: number | null, path: Path, unread: Unread): { start: number; end: number }[] {
+  const lengthMs = durationSec === null ? Infinity : durationSec * 1000;
+  const latest = lengthMs + CHUNK_TIME_SLACK_MS;
   // Relative times are milliseconds, unless every one of them fits within the call's length in
-  // seconds (then the sender used seconds).
-  const times = chunks.map((c) => [chunkTimeOf(c.startTime), chunkTimeOf(c.endTime)] as const);
-  const relative = times.flat().filter((t): t is ChunkTime => t !== null && t.kind === 'offset');
+  // seconds (then the sender used seconds). Times that fit in neither unit are left out of that
+  // decision (and read as absent below).
+  const relative = chunks.flatMap((c) => [c.start, c.end]).filter((t): t is ChunkTime => t !== null && t.kind === 'offset' && t.ms <= latest);
   const maxRelative = relative.reduce((m, t) => Math.max(m, t.ms), 0);
   const relativeInSeconds = relative.length > 0 && durationSec !== null && durationSec >= 1 && maxRelative <= durationSec + 1;
-  const toOffset = (t: ChunkTime | null): number | null => {
+  const toOffset = (t: ChunkTime | null, at: Path): number | null => {
     if (!t) return null;
-    if (t.kind === 'absolute') return Math.max(0, Math.round(t.ms - startMs));
-    return Math.max(0, Math.round(relativeInSeconds ? t.ms * 1000 : t.ms));
+    const offset = t.kind === 'absolute' ? t.ms - startMs : relativeInSeconds ? t.ms * 1000 : t.ms;
+    if (!Number.isFinite(offset) || offset < -CHUNK_TIME_SLACK_MS || offset > latest) {
+      unread.add(at, `a time outside the call (more than ${CHUNK_TIME_SLACK_MS / 1000} s before its start or after its end)`);
+      return null;
+    }
+    return Math.max(0, Math.round(offset));
   };
   let previous = 0;
-  return times.map(([startTime, endTime]) => {
-    const start = toOffset(startTime) ?? previous;
-    const end = toOffset(endTime) ?? start;
+  return chunks.map((c) => {
+    const start = toOffset(c.start, [...path, c.index, 'startTime']) ?? previous;
+    const end = toOffset(c.end, [...path, c.index, 'endTime']) ?? start;
     previous = end;
     return { start, end: Math.max(start, end) };
   });
 }
 
+/** `assist.transcription`: the spec's object `{content, chunks}`, or plain text (its content). */
+function readTranscript(v: unknown, path: Path, unread: Unread, dir: Direction, startMs: number, durationSec: number | null): CanonicalCall['transcript'] {
+  if (v === null || v === undefined) return null;
+  if (typeof v === 'string' || typeof v === 'number') return { content: String(v), chunks: [] };
+  if (!isObject(v)) {
+    unread.add(path, `expected an object or text, got ${jsonType(v)}`);
+    return null;
+  }
+  const chunksPath = [...path, 'chunks'];
+  const raw: RawChunk[] = [];
+  readList(v.chunks, chunksPath, unread).forEach((ch, i) => {
+    const c = readObject(ch, [...chunksPath, i], unread);
+    if (!c) return;
+    raw.push({
+      index: i,
+      speaker: readText(c.speaker, [...chunksPath, i, 'speaker'], unread),
+      content: readText(c.content, [...chunksPath, i, 'content'], unread),
+      start: readChunkTime(c.startTime, [...chunksPath, i, 'startTime'], unread),
+      end: readChunkTime(c.endTime, [...chunksPath, i, 'endTime'], unread),
+    });
+  });
+  const offsets = chunkOffsets(raw, startMs, durationSec, chunksPath, unread);
+  const chunks: TranscriptChunk[] = raw.map((ch, i) => ({
+    speaker: speakerOf(ch.speaker, dir),
+    startOffsetMs: offsets[i]!.start,
+    endOffsetMs: offsets[i]!.end,
+    content: ch.content ?? '',
+  }));
+  const content = readText(v.content, [...path, 'content'], unread) ?? chunks.map((ch) => ch.content).join('\n');
+  return { content, chunks };
+}
+
+// ---- normalization --------------------------------------------------------------------------
+
 export interface NormalizeContext {
   /** Agent id from the URL path (`/webhooks/ai-agent/:agentId`), which wins over the payload's. */
   agentId?: string | null;
   receivedAt: Date;
+}
+
+/** A webhook read: the canonical call, and the optional fields whose values could not be read. */
+export interface ReadWebhook {
+  call: CanonicalCall;
+  unread: UnreadField[];
+  /** `current` (spec v1/v2, the platform's AI-agent / CI webhook) or `legacy` (the AI Assistant Webhook). */
+  dialect: 'current' | 'legacy';
 }
 
 function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
@@ -329,71 +514,68 @@ const endTimeUnknown = (endTime: unknown, duration: unknown) => (endTime === nul
 
 /** Parses and normalizes a webhook body; throws InvalidPayloadError for what cannot be understood. */
 export function normalizeWebhook(body: unknown, ctx: NormalizeContext): CanonicalCall {
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-    throw new InvalidPayloadError('', 'the body must be a JSON object');
-  }
-  const parsed = webhookPayloadSchema.safeParse(body);
+  return readWebhook(body, ctx).call;
+}
+
+/**
+ * Parses and normalizes a webhook body (the current payload, or the legacy one by its shape);
+ * throws InvalidPayloadError when a required field cannot be understood, and reports the optional
+ * fields it could not read.
+ */
+export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
+  if (!isObject(body)) throw new InvalidPayloadError('', 'the body must be a JSON object');
+  const legacy = isLegacyWebhook(body);
+  const remap = legacy ? legacyPointer : (p: string) => p;
+  const fields = legacy ? legacyAsCurrent(body) : body;
+  const unread = new Unread(remap);
+  const refuse = (problems: PayloadProblem[]): never => {
+    throw InvalidPayloadError.of(problems.map((p) => ({ ...p, pointer: remap(p.pointer) })));
+  };
+
+  const parsed = webhookPayloadSchema.safeParse(fields);
   if (!parsed.success) {
     // Every problem at once, not one per round trip.
     const problems: PayloadProblem[] = [];
     const seen = new Set<string>();
     for (const issue of parsed.error.issues) {
-      const problem = { pointer: jsonPointer(issue.path), detail: valueAt(body, issue.path) === undefined ? 'required field is missing' : issue.message };
+      const problem = { pointer: jsonPointer(issue.path), detail: valueAt(fields, issue.path) === undefined ? 'required field is missing' : issue.message };
       const key = `${problem.pointer}\n${problem.detail}`;
       if (!seen.has(key)) problems.push(problem);
       seen.add(key);
     }
-    const call = valueAt(body, ['call']);
-    if (call !== null && typeof call === 'object' && !Array.isArray(call) && endTimeUnknown(valueAt(call, ['endTime']), valueAt(call, ['duration']))) {
-      problems.push(NO_END_TIME);
-    }
-    throw InvalidPayloadError.of(problems);
+    const call = fields.call;
+    if (isObject(call) && endTimeUnknown(call.endTime, call.duration)) problems.push(NO_END_TIME);
+    return refuse(problems);
   }
   const p = parsed.data;
   const c = p.call;
+  const rawCall = fields.call as Record<string, unknown>;
   const startMs = c.startTime;
   const endMs = c.endTime ?? null;
-  if (endTimeUnknown(endMs, c.duration)) throw InvalidPayloadError.of([NO_END_TIME]);
+  if (endTimeUnknown(endMs, c.duration)) refuse([NO_END_TIME]);
+  // Bad times (README): a call cannot end before it starts.
+  if (endMs !== null && endMs < startMs) refuse([{ pointer: '/call/endTime', detail: 'the call ends before it starts (endTime is earlier than startTime)' }]);
   const durationSec = durationSeconds(c.duration, startMs, endMs);
   const endedMs = endMs ?? (durationSec !== null ? startMs + durationSec * 1000 : null);
-  if (endedMs !== null && Math.abs(endedMs) > MAX_DATE_MS) throw new InvalidPayloadError('/call/duration', 'the call would end past the last representable time');
+  if (endedMs !== null && Math.abs(endedMs) > MAX_DATE_MS) refuse([{ pointer: '/call/duration', detail: 'the call would end past the last representable time' }]);
 
-  const agentId = ctx.agentId ?? textOf(c.agentId) ?? textOf(p.agentId);
+  const agentId = ctx.agentId ?? readAgentId(rawCall.agentId, ['call', 'agentId'], unread) ?? readAgentId(fields.agentId, ['agentId'], unread);
   const callId = c.id.trim();
-  const users = usersOf(c.users);
+  const users = readUsers(rawCall.users, ['call', 'users'], unread);
 
-  const assist = p.assist;
-  const scenarios: CallScenario[] = (assist?.callScenarios ?? []).map((s) => ({
-    name: textOf(s.name) ?? '',
-    smartAnswers: (s.smartAnswers ?? []).map((set) => ({
-      setName: textOf(set.setName) ?? '',
-      setItems: (set.setItems ?? []).map((i) => ({ question: textOf(i.question) ?? '', answer: textOf(i.answer) ?? '', title: textOf(i.title) })),
-    })),
-  }));
+  const assist = readObject(fields.assist, ['assist'], unread);
+  const scenarios = assist ? readScenarios(assist.callScenarios, ['assist', 'callScenarios'], unread) : [];
+  const transcript = assist ? readTranscript(assist.transcription, ['assist', 'transcription'], unread, c.direction, startMs, durationSec) : null;
+  const summary = assist ? readSummary(assist.summary, ['assist', 'summary'], unread) : null;
+  const title = (assist ? readHeadline(assist.callHeadline, ['assist', 'callHeadline'], unread) : null)?.trim() || null;
+  const provider = assist ? readProvider(assist.provider, ['assist', 'provider'], unread) : null;
 
-  let transcript: CanonicalCall['transcript'] = null;
-  if (assist?.transcription) {
-    const t = assist.transcription;
-    const rawChunks = t.chunks ?? [];
-    const offsets = chunkOffsets(rawChunks, startMs, durationSec);
-    const chunks: TranscriptChunk[] = rawChunks.map((ch, i) => ({
-      speaker: speakerOf(textOf(ch.speaker), c.direction),
-      startOffsetMs: offsets[i]!.start,
-      endOffsetMs: offsets[i]!.end,
-      content: textOf(ch.content) ?? '',
-    }));
-    const content = textOf(t.content) ?? chunks.map((ch) => ch.content).join('\n');
-    transcript = { content, chunks };
-  }
+  // `channel` at the top or `call.channel` (the platform's current payload): the call's channel,
+  // so routes `when: { channel: … }` match webhook calls too.
+  const { channel, channelId } =
+    fields.channel !== null && fields.channel !== undefined ? readChannel(fields.channel, ['channel'], unread) : readChannel(rawCall.channel, ['call', 'channel'], unread);
 
-  const channel = (p.channel ?? (c as Record<string, unknown>).channel ?? null) as unknown;
-  // `call.channel.id` is the call's channel: routes `when: { channel: … }` match webhook calls too.
-  const channelIdRaw = channel !== null && typeof channel === 'object' ? (channel as Record<string, unknown>).id : undefined;
-  const channelId = typeof channelIdRaw === 'string' && channelIdRaw.trim() !== '' ? channelIdRaw.trim() : typeof channelIdRaw === 'number' && Number.isFinite(channelIdRaw) ? String(channelIdRaw) : null;
-  const title = textOf(assist?.callHeadline)?.trim() || null;
-  const provider = textOf(assist?.provider) ?? null;
-
-  return {
+  const call: CanonicalCall = {
     key: callKey('ai-agent', agentId, callId),
     source: 'ai-agent',
     callId,
@@ -413,16 +595,15 @@ export function normalizeWebhook(body: unknown, ctx: NormalizeContext): Canonica
     owner: null,
     forwarding: null,
     channel,
-    summary: assist?.summary
-      ? { content: textOf(assist.summary.content) ?? '', keyPoints: stringsOf(assist.summary.keyPoints), topics: stringsOf(assist.summary.topics) }
-      : null,
+    summary,
     scenarios,
     transcript,
     recordings: [],
-    payloadVersion: p.version,
+    payloadVersion: legacy ? 'legacy' : p.version,
     receivedAt: ctx.receivedAt.toISOString(),
     raw: body,
     ...(title !== null ? { title } : {}),
     ...(provider !== null ? { provider } : {}),
   };
+  return { call, unread: unread.fields, dialect: legacy ? 'legacy' : 'current' };
 }

@@ -1,7 +1,7 @@
 // Source `ai-agent`: the AI agent's call-data webhook (JSON), `POST /webhooks/ai-agent[/:agentId]`.
 // The payload's normalization lives in src/model/webhook.ts; this file is the HTTP side of it.
 import { isVcon, normalizeVcon } from '../model/vcon.js';
-import { InvalidPayloadError, normalizeWebhook } from '../model/webhook.js';
+import { InvalidPayloadError, readWebhook, type UnreadField } from '../model/webhook.js';
 import { SourceRefusal, type Source } from './types.js';
 
 const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
@@ -15,10 +15,13 @@ export function aiAgentSource(): Source {
       const agentId = request.params.agentId ?? null;
       if (agentId !== null && !AGENT_ID.test(agentId)) throw new SourceRefusal(400, 'agent id in the path is not valid');
       let call;
+      let unread: UnreadField[] = [];
       try {
-        // A vCon (IETF draft) on the same route becomes the same canonical call.
+        // A vCon (IETF draft) on the same route becomes the same canonical call; so does the legacy
+        // AI Assistant Webhook, recognised by its shape inside readWebhook.
         const body = request.json?.value;
-        call = isVcon(body) ? normalizeVcon(body, { agentId, receivedAt: request.receivedAt }) : normalizeWebhook(body, { agentId, receivedAt: request.receivedAt });
+        if (isVcon(body)) call = normalizeVcon(body, { agentId, receivedAt: request.receivedAt });
+        else ({ call, unread } = readWebhook(body, { agentId, receivedAt: request.receivedAt }));
       } catch (err) {
         if (err instanceof InvalidPayloadError) throw new SourceRefusal(400, err.detail, err.pointer, err.problems);
         throw err;
@@ -26,6 +29,7 @@ export function aiAgentSource(): Source {
       return {
         // The payload is stored as received (normalizeWebhook keeps the parsed body as `raw`).
         calls: [{ call, rawJson: request.json?.text }],
+        unread,
         reply: ([result]) => {
           // `update` only on an update, `spooled` only when spooled: the plain answer stays `{id, duplicate}`.
           const body: { id: string; duplicate: boolean; update?: true; spooled?: true } = { id: result!.id, duplicate: result!.duplicate };

@@ -40,6 +40,12 @@ export interface SourceReply {
 
 export interface SourceResult {
   calls: SourceCall[];
+  /**
+   * Optional fields whose values the source could not read (read as absent, kept in the original):
+   * the ingress counts them (`callsync_webhook_fields_unread_total{field}`) and logs each field
+   * once per process. `field` is a closed set of pointers (array indexes as `*`).
+   */
+  unread?: { field: string; pointer: string; detail: string }[];
   /** The answer to the sender, once the calls are accepted (in order). */
   reply(accepted: SourceAccepted[]): SourceReply;
 }
