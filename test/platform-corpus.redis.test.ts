@@ -1,7 +1,8 @@
 // The contract corpus (test/fixtures/platform/: the platform's documented example payloads and the
 // spec's shapes) through the real ingress over a real port, as `callsync start` runs it: every
-// payload gets a 202, its original is archived unchanged (JSON-identical: the archive writes the
-// original re-indented inside its document) and its canonical fields are what the payload says —
+// payload gets a 202, its original is stored byte for byte in the inbound log and archived
+// unchanged (JSON-identical: the archive writes the original re-indented inside its document), and
+// its canonical fields are what the payload says —
 // posted with a Content-Length and, as the platform's documentation says it sends them, with
 // `Transfer-Encoding: chunked`. Also: an optional field of a shape callsync cannot read is
 // accepted, archived, counted and logged once.
@@ -12,10 +13,16 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { InboundLog } from '../queues/inbound.js';
+import type { Config } from '../src/config/index.js';
+import { InboundAcceptor } from '../src/ingress/accept.js';
+import { createIngressApp } from '../src/ingress/app.js';
+import { createLogger } from '../src/log.js';
 import { callKey, type CanonicalCall } from '../src/model/call.js';
 import { archiveKeys } from '../src/sinks/archive/keys.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
-import { waitFor } from './support/redis.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 import { webhookPayload } from './support/calls.js';
 
 const CORPUS = new URL('./fixtures/platform/', import.meta.url);
@@ -130,6 +137,40 @@ async function postText(url: string, body: string): Promise<{ status: number; bo
   return { status: res.status, body: await res.text() };
 }
 
+describe('the platform corpus: the original is stored byte for byte', () => {
+  // The inbound log keeps the body's text as received (the archive later writes the same JSON
+  // value re-indented inside its document: checked JSON-identical below).
+  const prefix = uniquePrefix('corpus');
+  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
+  const inbound = new InboundLog(redis, prefix);
+  const webhook: Config['webhook'] = {
+    allowedIps: '*',
+    trustProxyHops: 0,
+    authHeader: undefined,
+    authTokens: [],
+    bodyLimitBytes: 1024 * 1024,
+    dedupeWindowMs: 60_000,
+    enqueueTimeoutMs: 1500,
+  };
+  const app = createIngressApp({ webhook, acceptor: new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 1500 }), ready: async () => true, log: createLogger({ level: 'silent' }) });
+
+  before(() => waitFor(() => redis.status === 'ready', { what: 'Redis connection' }));
+  after(async () => {
+    redis.disconnect();
+    await cleanupPrefix(prefix);
+  });
+
+  for (const file of files) {
+    test(`${file}: stored as sent`, async () => {
+      const text = readFileSync(new URL(file, CORPUS), 'utf8');
+      const res = await app.request('/webhooks/ai-agent/bytes', { method: 'POST', headers: { 'content-type': 'application/json' }, body: text });
+      assert.equal(res.status, 202, await res.clone().text());
+      const entry = await inbound.find(((await res.json()) as { id: string }).id);
+      assert.ok(entry?.text.endsWith(`"raw":${text}}`), 'the stored original is the body, byte for byte');
+    });
+  }
+});
+
 describe('the platform corpus through the real ingress', () => {
   let cs: OpsCallsync;
   let dir: string;
@@ -200,6 +241,44 @@ describe('the platform corpus through the real ingress', () => {
     assert.equal((JSON.parse(res.body) as { errors: { source: { pointer: string } }[] }).errors[0]?.source.pointer, '/');
   });
 
+  // The property test (test/webhook-shapes.test.ts) tries every JSON type in every optional field of
+  // the parser; here, through the ingress, one webhook per type with that type in every optional leaf.
+  const LEAVES: (string | number)[][] = [
+    ['agentId'],
+    ['call', 'agentId'],
+    ['call', 'users', 0, 'firstName'],
+    ['call', 'channel'],
+    ['assist', 'summary', 'content'],
+    ['assist', 'summary', 'keyPoints'],
+    ['assist', 'callScenarios', 0, 'name'],
+    ['assist', 'callScenarios', 0, 'smartAnswers', 0, 'setItems'],
+    ['assist', 'transcription', 'content'],
+    ['assist', 'transcription', 'chunks', 0, 'speaker'],
+    ['assist', 'transcription', 'chunks', 0, 'startTime'],
+    ['assist', 'transcription', 'chunks', 1, 'endTime'],
+    ['assist', 'transcription', 'chunks', 2, 'content'],
+    ['assist', 'callHeadline'],
+    ['assist', 'provider'],
+  ];
+  const VALUES: Record<string, unknown> = { string: 'text', number: 1e300, boolean: true, null: null, object: { any: ['thing'] }, array: [1, 'two', null] };
+  for (const [type, value] of Object.entries(VALUES)) {
+    test(`every optional field as ${type}: 202 and archived as sent`, async () => {
+      const id = `corpus-type-${type}`;
+      const body = webhookPayload(id, (p) => {
+        for (const path of LEAVES) {
+          let at: any = p;
+          for (const key of path.slice(0, -1)) at = at[key];
+          at[path.at(-1)!] = structuredClone(value);
+        }
+      });
+      const res = await postText(`${cs.url}/webhooks/ai-agent/corpus`, JSON.stringify(body));
+      assert.equal(res.status, 202, res.body);
+      const doc = await archived('corpus', id, '2026-04-08T10:00:00.000Z');
+      assert.deepEqual(doc.original, body);
+      assert.equal(doc.call.callId, id);
+    });
+  }
+
   test('an optional field callsync cannot read: 202, archived as sent, counted per field, logged once without its value', async () => {
     const secret = 'do-not-log-this-text';
     const post = async (id: string) => {
@@ -216,16 +295,24 @@ describe('the platform corpus through the real ingress', () => {
       assert.equal(doc.call.transcript?.chunks[0]?.content, '');
       assert.equal(doc.call.transcript?.chunks[2]?.content, 'Friday morning, please.');
     };
+    const count = async (field: string) => {
+      const text = await (await fetch(`${cs.url}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith(`callsync_webhook_fields_unread_total{field="${field}"} `));
+      return Number(line?.split(' ')[1] ?? 0);
+    };
+    const fields = ['/assist/callHeadline', '/assist/transcription/chunks/*/content'];
+    const before = await Promise.all(fields.map(count));
     await post('corpus-unread-1');
     await post('corpus-unread-2');
-
-    const metrics = await (await fetch(`${cs.url}/metrics`)).text();
     // One per webhook and field, however many chunks had it.
-    assert.match(metrics, /^callsync_webhook_fields_unread_total\{field="\/assist\/callHeadline"\} 2$/m);
-    assert.match(metrics, /^callsync_webhook_fields_unread_total\{field="\/assist\/transcription\/chunks\/\*\/content"\} 2$/m);
+    assert.deepEqual(await Promise.all(fields.map(count)), before.map((n) => n + 2));
 
-    const lines = cs.logs.filter((l) => l.msg?.toString().startsWith('webhook field not read'));
-    assert.deepEqual(lines.map((l) => l.field).sort(), ['/assist/callHeadline', '/assist/transcription/chunks/*/content'], 'each field logged once');
+    // Logged once per field and process, whichever webhook of this process had it first.
+    for (const field of fields) {
+      const lines = cs.logs.filter((l) => l.field === field && String(l.msg).startsWith('webhook field not read'));
+      assert.equal(lines.length, 1, field);
+      assert.match(String(lines[0]!.detail), /^expected text/);
+    }
     assert.ok(!JSON.stringify(cs.logs).includes(secret), 'no value reaches the log');
   });
 });
