@@ -4,6 +4,7 @@
 // Webhook becomes the same canonical call; bad times are refused or repaired by the README's rule.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { encodeCall } from '../src/model/call.js';
 import { CHUNK_TIME_SLACK_MS, InvalidPayloadError, normalizeWebhook, readWebhook } from '../src/model/webhook.js';
@@ -44,6 +45,16 @@ function assertSaneTimes(text: string): void {
     if (line.startsWith('Started:')) assert.match(line, /^Started: \d{4}-\d\d-\d\dT[\d:.]+Z( {4}Duration: \d{2}:\d{2}(:\d{2})?)?$/);
   }
 }
+
+test('the documented payloads (test/fixtures/platform) are read whole: no field unread', () => {
+  const corpus = new URL('./fixtures/platform/', import.meta.url);
+  const files = readdirSync(corpus).filter((f) => f.endsWith('.json'));
+  assert.ok(files.length >= 4);
+  for (const file of files) {
+    const { unread } = read(JSON.parse(readFileSync(new URL(file, corpus), 'utf8')));
+    assert.deepEqual(unread, [], file);
+  }
+});
 
 // ---- both shapes ------------------------------------------------------------------------------
 
