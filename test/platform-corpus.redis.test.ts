@@ -312,6 +312,7 @@ describe('the platform corpus through the real ingress', () => {
       const lines = cs.logs.filter((l) => l.field === field && String(l.msg).startsWith('webhook field not read'));
       assert.equal(lines.length, 1, field);
       assert.match(String(lines[0]!.detail), /^expected text/);
+      assert.match(String(lines[0]!.pointer), /^\/assist\/(callHeadline|transcription\/chunks\/\d+\/content)$/);
     }
     assert.ok(!JSON.stringify(cs.logs).includes(secret), 'no value reaches the log');
   });

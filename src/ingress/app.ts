@@ -142,13 +142,13 @@ export function createIngressApp(deps: IngressDeps): Hono {
       if (r.duplicate) requestLog(deps.log, c.get('requestId')).info(fields, 'duplicate webhook acknowledged');
       else if (r.update) requestLog(deps.log, c.get('requestId')).info(fields, 'changed call acknowledged as an update');
     }
-    for (const { field, detail } of result.unread ?? []) {
+    for (const { field, pointer, detail } of result.unread ?? []) {
       deps.events?.unreadField?.(field);
       if (unreadLogged.has(field)) continue;
       unreadLogged.add(field);
-      // The field and the JSON type that came, never the value; logged once per field and process.
+      // The field, where this webhook had it, and the JSON type that came — never the value.
       requestLog(deps.log, c.get('requestId')).warn(
-        { source: source.name, field, detail },
+        { source: source.name, field, pointer, detail },
         'webhook field not read: accepted without it (kept in the archived original; counted in callsync_webhook_fields_unread_total, logged once per field)',
       );
     }
