@@ -318,7 +318,7 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
     assert.ok(text.endsWith(`"raw":${huge}}`), 'stored as sent, digits and all');
   });
 
-  test('call ids that would collide are refused: numbers beyond 2^53, lone surrogates; such an agent id is read as absent', async () => {
+  test('call and agent ids that would collide are refused: numbers beyond 2^53, lone surrogates', async () => {
     // Both arrive as 12345678901234567000 (and both "a\ud800" and "a\udbff" hash as "a\uFFFD"):
     // the second call would be answered as a duplicate of the first and never delivered.
     for (const id of ['12345678901234567890', '12345678901234567891', '"a\\ud800"', '"a\\udbff"', '1.5']) {
@@ -327,14 +327,11 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
       assert.equal(err.source.pointer, '/call/id', id);
     }
     const agent = JSON.stringify({ ...minimalPayload('agent-surrogate'), agentId: 'PLACEHOLDER' }).replace('"PLACEHOLDER"', '"x\\udc00"');
-    // The payload's agent id is optional (issue 20: only the required fields refuse): one that
-    // cannot be part of the call key is read as absent, and kept in the original.
+    // The payload's agent id is part of the call key when it names the call: one that cannot be an
+    // id is refused like a call id (read as absent, two agents' calls could share a key).
     const res = await app.request('/webhooks/ai-agent', { method: 'POST', headers: { 'content-type': 'application/json' }, body: agent });
-    assert.equal(res.status, 202);
-    const stored = await inbound.find(((await res.json()) as { id: string }).id);
-    assert.equal(stored?.call?.agentId, null);
-    assert.equal(stored?.call?.key, 'ai-agent:-:agent-surrogate');
-    assert.ok(stored?.text.endsWith(`"raw":${agent}}`));
+    assert.equal(res.status, 400);
+    assert.equal(((await res.json()) as ErrorBody).errors[0]!.source.pointer, '/agentId');
     // A numeric id within 2^53 and a surrogate pair are fine.
     const safe = await accepted(JSON.stringify(minimalPayload('ID')).replace('"ID"', '9007199254740991'));
     assert.equal(safe.call.callId, '9007199254740991');

@@ -244,8 +244,6 @@ describe('the platform corpus through the real ingress', () => {
   // The property test (test/webhook-shapes.test.ts) tries every JSON type in every optional field of
   // the parser; here, through the ingress, one webhook per type with that type in every optional leaf.
   const LEAVES: (string | number)[][] = [
-    ['agentId'],
-    ['call', 'agentId'],
     ['call', 'users', 0, 'firstName'],
     ['call', 'channel'],
     ['assist', 'summary', 'content'],

@@ -255,7 +255,6 @@ test('optional fields of a shape callsync cannot read are read as absent and rep
     [(p) => (p.assist.summary = ['just', 'a list']), '/assist/summary', '/assist/summary', (c) => assert.equal(c.summary, null)],
     [(p) => (p.assist = 'not an object'), '/assist', '/assist', (c) => assert.equal(c.transcript, null)],
     [(p) => (p.call.users = { userId: 'w0' }), '/call/users', '/call/users', (c) => assert.deepEqual(c.users, [])],
-    [(p) => (p.agentId = JSON.parse('12345678901234567890') as number), '/agentId', '/agentId', (c) => assert.equal(c.agentId, null)],
   ];
   for (const [patch, field, pointer, check] of cases) {
     const body = webhookPayload('x', patch);
@@ -295,4 +294,26 @@ test('every problem is reported at once; pointer and detail are the first', () =
   );
   // One problem: a list of one.
   assert.throws(() => normalize(webhookPayload('x', (p) => delete p.call.from)), (err: unknown) => err instanceof InvalidPayloadError && err.problems.length === 1);
+});
+
+test('an agent id that names the call must be readable as an id: refused, never read as absent (it is part of the key)', () => {
+  const bad: [value: unknown, detail: RegExp][] = [
+    [JSON.parse('12345678901234567890'), /2\^53/],
+    [{ id: 'a' }, /expected text, got an object/],
+    [true, /expected text, got a boolean/],
+    [['a'], /expected text, got an array/],
+  ];
+  for (const [value, detail] of bad) {
+    for (const [patch, pointer] of [
+      [(p: Record<string, any>) => (p.agentId = value), '/agentId'],
+      [(p: Record<string, any>) => (p.call.agentId = value), '/call/agentId'],
+    ] as const) {
+      const body = webhookPayload('x', patch);
+      assert.throws(() => normalize(body, null), (err: InvalidPayloadError) => err.pointer === pointer && detail.test(err.detail), `${pointer} ${JSON.stringify(value)}`);
+      // The URL path's agent id names the call: the payload's then identifies nothing and is not read.
+      assert.equal(normalize(body, 'path-agent').agentId, 'path-agent');
+    }
+  }
+  // call.agentId wins over agentId: a bad top-level one beside a good call.agentId is not read.
+  assert.equal(normalize(webhookPayload('x', (p) => ((p.call.agentId = 'call-agent'), (p.agentId = { no: 1 }))), null).agentId, 'call-agent');
 });

@@ -194,8 +194,6 @@ test('bad times: chunk times outside the call are read as absent (the chunk foll
 
 /** Every optional field the parser reads (the leaves and the objects and lists that hold them). */
 const OPTIONAL_PATHS: (string | number)[][] = [
-  ['agentId'],
-  ['call', 'agentId'],
   ['call', 'users'],
   ['call', 'users', 0],
   ...['userId', 'accountId', 'fullUserId', 'firstName', 'lastName', 'fullName'].map((f) => ['call', 'users', 0, f]),

@@ -232,20 +232,19 @@ function readObject(v: unknown, path: Path, unread: Unread): Record<string, unkn
   return v;
 }
 
-/** An agent id: text that can be part of the call key; otherwise unread (the call gets none from here). */
-function readAgentId(v: unknown, path: Path, unread: Unread): string | null {
+/**
+ * An agent id, when present, is part of the call's identity (its key): one that cannot be read as
+ * an id is a refusal, never "absent" — read as absent, calls of two agents would share a key and
+ * one be answered as the other's duplicate.
+ */
+function agentIdProblem(v: unknown, path: Path): PayloadProblem | null {
   if (v === null || v === undefined) return null;
-  if (typeof v !== 'string' && typeof v !== 'number') {
-    unread.add(path, `expected text, got ${jsonType(v)}`);
-    return null;
-  }
-  const problem = idProblem(v);
-  if (problem) {
-    unread.add(path, problem);
-    return null;
-  }
-  return String(v);
+  const problem = typeof v === 'string' || typeof v === 'number' ? idProblem(v) : `expected text, got ${jsonType(v)}`;
+  return problem === null ? null : { pointer: jsonPointer(path), detail: problem };
 }
+
+/** A checked agent id's text (numbers as their decimal text), or null when absent. */
+const textOrNull = (v: unknown): string | null => (typeof v === 'string' ? v : typeof v === 'number' ? String(v) : null);
 
 /** `assist.callHeadline`: text, or `{content}` (the platform's current payload). */
 function readHeadline(v: unknown, path: Path, unread: Unread): string | null {
@@ -559,7 +558,13 @@ export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
   const endedMs = endMs ?? (durationSec !== null ? startMs + durationSec * 1000 : null);
   if (endedMs !== null && Math.abs(endedMs) > MAX_DATE_MS) refuse([{ pointer: '/call/duration', detail: 'the call would end past the last representable time' }]);
 
-  const agentId = ctx.agentId ?? readAgentId(rawCall.agentId, ['call', 'agentId'], unread) ?? readAgentId(fields.agentId, ['agentId'], unread);
+  // The agent id that names the call: the URL path's, else the payload's first present one; only
+  // that one is checked (one the path overrides identifies nothing).
+  const agentPath: Path | null = ctx.agentId != null ? null : rawCall.agentId != null ? ['call', 'agentId'] : fields.agentId != null ? ['agentId'] : null;
+  const agentValue = agentPath === null ? undefined : agentPath.length === 2 ? rawCall.agentId : fields.agentId;
+  const agentProblem = agentPath === null ? null : agentIdProblem(agentValue, agentPath);
+  if (agentProblem) refuse([agentProblem]);
+  const agentId = ctx.agentId ?? textOrNull(agentValue);
   const callId = c.id.trim();
   const users = readUsers(rawCall.users, ['call', 'users'], unread);
 
