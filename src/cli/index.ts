@@ -26,7 +26,8 @@ Usage: callsync <command> [options]
 Commands:
   start [--role ingress|worker|poller|all]   run callsync until SIGTERM / SIGINT
   check-config [--json]                      validate the environment and config file, print the routes
-  dlq list|retry|purge [--queue Q] [--id ID] inspect and act on the dead letters (failed jobs)
+  dlq list|retry|purge [--queue Q] [--id ID] [--call CALL]
+                                             inspect and act on the dead letters (failed jobs)
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
   send-sample [--url URL]                    post a sample call-data webhook to a running callsync
   opt-out add|remove|list [NUMBER...]        numbers that never get an SMS
@@ -56,7 +57,7 @@ configuration is invalid.
 Options:
   --json        print the effective sinks and routes as JSON
   -h, --help    show this help`,
-  dlq: `Usage: callsync dlq list|retry|purge [--queue NAME] [--id ID]
+  dlq: `Usage: callsync dlq list|retry|purge [--queue NAME] [--id ID] [--call CALL]
 
 The dead letters of a queue are its failed jobs: permanent errors, or all attempts used up.
 
@@ -69,6 +70,7 @@ Options:
                 of this configuration and every queue found in Redis under QUEUE_PREFIX; retry
                 without --queue leaves the queues no sink here works)
   --id ID       one job
+  --call CALL   list: the dead letters of this call id (the CALL column), in every queue or --queue
   --limit N     list at most N per queue (default 50)
   --json        list as JSON
   --yes         confirm purging more than one job
@@ -264,7 +266,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
     case 'dlq': {
       const { values, positionals } = parse(
         args,
-        { queue: { type: 'string' }, id: { type: 'string' }, limit: { type: 'string' }, json: { type: 'boolean' }, yes: { type: 'boolean' } },
+        { queue: { type: 'string' }, id: { type: 'string' }, call: { type: 'string' }, limit: { type: 'string' }, json: { type: 'boolean' }, yes: { type: 'boolean' } },
         command,
       );
       if (values.help) return (io.out(help.dlq), 0);
@@ -273,9 +275,14 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
       const limit = values.limit === undefined ? 50 : Number(values.limit);
       if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit must be a whole number >= 1');
+      const call = values.call as string | undefined;
+      if (call !== undefined && action !== 'list') throw new UsageError(`--call is for dlq list; ${action} takes --id (the job ids dlq list --call shows) or --queue`);
+      if (call !== undefined && values.id !== undefined) throw new UsageError('give --id or --call, not both');
+      if (call !== undefined && call.trim() === '') throw new UsageError('--call needs a call id');
       const options: DlqOptions = {
         queue: values.queue as string | undefined,
         id: values.id as string | undefined,
+        ...(call !== undefined ? { call } : {}),
         limit,
         json: values.json === true,
         yes: values.yes === true,
