@@ -469,6 +469,21 @@ describe('opt-out', () => {
     assert.match(bad.err, /not a valid phone number: "12345"/);
   });
 
+  test('a number may come as several words, as the shell splits the help\'s unquoted `0151 12345678`', async () => {
+    const env = { QUEUE_PREFIX: `${prefix}-words` };
+    assert.match(help['opt-out'], /0151 12345678/);
+    const add = await cli(['opt-out', 'add', '0151', '12345678', '+49', '30', '901820', '0171', '2345', '6789'], env);
+    assert.equal(add.code, 0, add.err);
+    assert.match(add.out, /added 3 number\(s\)/);
+    assert.deepEqual((await cli(['opt-out', 'list'], env)).out.split('\n'), ['+4915112345678', '+4917123456789', '+4930901820']);
+    const rm1 = await cli(['opt-out', 'remove', '0151', '12345678'], env);
+    assert.match(rm1.out, /removed 1 number\(s\)/);
+    const bad = await cli(['opt-out', 'add', '0151', '12345678', '99'], env);
+    assert.equal(bad.code, 2);
+    assert.match(bad.err, /not a valid phone number: "99"/);
+    await cleanupPrefix(`${prefix}-words`);
+  });
+
   test('national numbers are read in PHONE_DEFAULT_REGION (default DE)', async () => {
     const env = { QUEUE_PREFIX: prefix };
     const de = await cli(['opt-out', 'add', '0151 2345 6789'], env);

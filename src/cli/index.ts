@@ -100,8 +100,11 @@ Options:
   'opt-out': `Usage: callsync opt-out add|remove|list [NUMBER...]
 
 Numbers on the opt-out list never get an SMS from a notification sink. Numbers are E.164
-(+4915112345678) or national (0151 12345678, read in PHONE_DEFAULT_REGION, default DE); they are
-stored in E.164 in Redis under <QUEUE_PREFIX>:optout.
+(+4915112345678) or national (0151 12345678, read in PHONE_DEFAULT_REGION, default DE), quoted or
+not: the words of one number are joined (a word with + or a leading 0 begins the next number).
+They are stored in E.164 in Redis under <QUEUE_PREFIX>:optout.
+
+Example: callsync opt-out add 0151 12345678 +49 30 901820
 
 Options:
   -h, --help    show this help`,
