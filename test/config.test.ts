@@ -368,7 +368,7 @@ test('an archive sink of the config file reads S3_ENDPOINT, S3_FORCE_PATH_STYLE,
   const env = { S3_ENDPOINT: 'http://127.0.0.1:9000', S3_FORCE_PATH_STYLE: 'true', AWS_REGION: 'eu-central-1', AWS_ACCESS_KEY_ID: 'AKIAEXAMPLE', AWS_SECRET_ACCESS_KEY: 'env-secret' };
   const config = withFile('sinks:\n  store: { type: archive, bucket: calls }\n  half: { type: archive, bucket: other, accessKeyId: AKIAFILE }\nroutes:\n  - to: [store, half]\n', env);
   assert.deepEqual(config.sinks.store?.options, { bucket: 'calls', region: 'eu-central-1', endpoint: 'http://127.0.0.1:9000', forcePathStyle: true, dir: './data/archive' });
-  // Neither key in the file: the AWS SDK's chain reads AWS_* (and AWS_SESSION_TOKEN) itself; one key: the other from the environment.
+  // Neither key in the file: the AWS SDK's chain reads AWS_* (with a session token) itself; one key: the other from the environment.
   assert.deepEqual(config.sinks.half?.options, { bucket: 'other', region: 'eu-central-1', endpoint: 'http://127.0.0.1:9000', forcePathStyle: true, accessKeyId: 'AKIAFILE', secretAccessKey: 'env-secret', dir: './data/archive' });
   const shown = describeConfig(config).join('\n');
   assert.match(shown, /"region":"eu-central-1","endpoint":"http:\/\/127\.0\.0\.1:9000","forcePathStyle":true/);
