@@ -11,6 +11,7 @@ import type { SpoolingAcceptor } from '../src/ingress/spool.js';
 import type { Sink } from '../src/sinks/types.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
+import { withRefreshTokenStore } from '../src/state/refresh-token.js';
 import { InboundLog } from '../queues/inbound.js';
 import { bullmqReady, createRedis, redisKeys, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
 import type { RunningLogFanOut } from './fanout.js';
@@ -87,7 +88,12 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     }
     closers.add('close redis', () => Promise.all([quitRedis(redis.producer), quitRedis(redis.worker)]));
     const telephony: TelephonyClient | null =
-      options.telephony !== undefined ? options.telephony : config.telephony ? createTelephonyClient(config.telephony) : null;
+      options.telephony !== undefined
+        ? options.telephony
+        : config.telephony
+          ? // A rotated OAuth refresh token is kept in Redis: a restart refreshes with it, not the environment's.
+            createTelephonyClient({ ...withRefreshTokenStore(config.telephony, redis.worker, redisKeys(config.redis).telephonyOAuthKey()), log: log.child({ component: 'telephony' }) })
+          : null;
     const deps: RoleDeps = {
       config,
       options,
