@@ -3,7 +3,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, loadConfig, type Config } from '../config/index.js';
 import { createLogger } from '../log.js';
 import type { Logger } from 'pino';
-import { printConfig } from './check-config.js';
+import { liveProcesses, printConfig } from './check-config.js';
 import { dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
 import { UsageError, type CliIo } from './io.js';
 import { backfill, isoOption } from './backfill.js';
@@ -263,7 +263,9 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const { values, positionals } = parse(args, { json: { type: 'boolean' } }, command);
       if (values.help) return (io.out(help['check-config']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-      printConfig(configFrom(io.env), io, values.json === true);
+      const config = configFrom(io.env);
+      // The worker processes live on this prefix and their routing fingerprints (Redis away: said, not an error).
+      printConfig(config, io, values.json === true, await liveProcesses(config, () => connectRedis(config)));
       return 0;
     }
     case 'dlq': {
