@@ -15,6 +15,7 @@ import { checkSink } from './sink-queue.js';
 import { CliFailure, connectRedis, connectRedisTo } from './redis.js';
 import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
+import { sampleOptions } from './sample.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
@@ -29,7 +30,8 @@ Commands:
   dlq list|retry|purge [--queue Q] [--id ID] [--call CALL]
                                              inspect and act on the dead letters (failed jobs)
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
-  send-sample [--url URL]                    post a sample call-data webhook to a running callsync
+  send-sample [--url URL] [--from N] [--to N] [--direction in|out] [--outcome O]
+                                             post a sample call to a running callsync
   opt-out add|remove|list [NUMBER...]        numbers that never get an SMS
   backfill --from ISO --to ISO [--sink NAME] [--dry-run]
                                              accept the platform's call history of a range
@@ -86,7 +88,7 @@ Without --queue: lists the paused queues and why. With it: resumes them once the
 Options:
   --queue NAME  a queue (sink-<name>, sink-<name>.<endpoint>) or a sink name (all its queues)
   -h, --help    show this help`,
-  'send-sample': `Usage: callsync send-sample [--url URL]
+  'send-sample': `Usage: callsync send-sample [--url URL] [--from NUMBER] [--to NUMBER] [--direction in|out] [--outcome OUTCOME]
 
 Posts a sample call-data webhook (synthetic data, with summary and transcript) to a running
 callsync, so you can watch it travel through the queues to the sinks. Prints the job id the
@@ -94,9 +96,23 @@ dashboard (/admin/queues) shows in each sink queue, says when the ingress only s
 local disk (Redis unavailable), and where each archive sink writes it (run it with the server's
 environment and config file).
 
+The sample's caller is a landline (+4930901820) calling +4940809010, answered: to try rules on the
+number, direction or outcome (an SMS to a mobile caller after a missed call), choose them:
+
+  callsync send-sample --from +4915112345678 --outcome missed
+
 Options:
-  --url URL     webhook URL (default http://127.0.0.1:$PORT/webhooks/ai-agent/sample-agent)
-  -h, --help    show this help`,
+  --url URL           webhook URL (default http://127.0.0.1:$PORT/webhooks/ai-agent/sample-agent)
+  --from NUMBER       the caller, as the ingress reads numbers: +4915112345678, +49 151 1234 5678,
+                      004915112345678 or 4915112345678 (with the country code), or anonymous
+  --to NUMBER         the number called, likewise
+  --direction DIR     in (default) or out (inbound, outbound too); for out, --from is your number
+  --outcome OUTCOME   answered (default), missed, busy, transferred, failed or unknown. A webhook
+                      call is always answered; the others are sent as the Push API's events of
+                      such a call (newCall, hangup with its cause) to /webhooks/push, which takes
+                      them only from an instance started with PUSH_API_VERIFY=false (they carry no
+                      platform signature)
+  -h, --help          show this help`,
   'opt-out': `Usage: callsync opt-out add|remove|list [NUMBER...]
 
 Numbers on the opt-out list never get an SMS from a notification sink. Numbers are E.164
@@ -315,10 +331,15 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       }
     }
     case 'send-sample': {
-      const { values, positionals } = parse(args, { url: { type: 'string' } }, command);
+      const { values, positionals } = parse(
+        args,
+        { url: { type: 'string' }, from: { type: 'string' }, to: { type: 'string' }, direction: { type: 'string' }, outcome: { type: 'string' } },
+        command,
+      );
       if (values.help) return (io.out(help['send-sample']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-      return sendSample(configFrom(io.env), values.url as string | undefined, io);
+      const sample = sampleOptions(values as { from?: string; to?: string; direction?: string; outcome?: string });
+      return sendSample(configFrom(io.env), values.url as string | undefined, io, sample);
     }
     case 'opt-out': {
       const { values, positionals } = parse(args, {}, command);
