@@ -59,6 +59,7 @@ export class FingerprintHeartbeat {
   private readonly ttlMs: number;
   private readonly now: () => number;
   private timer: NodeJS.Timeout | null = null;
+  private beating = false;
   private differing: FingerprintEntry[] = [];
   /** Other fingerprints already logged (logged again once they went away and came back). */
   private logged = new Set<string>();
@@ -74,13 +75,30 @@ export class FingerprintHeartbeat {
     this.now = options.now ?? Date.now;
   }
 
-  /** Writes the entry and compares at once, then every intervalMs. */
+  /**
+   * Writes the entry and compares at once (waiting at most a second for it: a start while Redis is
+   * away goes on, the beat finishes when Redis is back), then every intervalMs.
+   */
   async start(): Promise<void> {
-    await this.beat().catch((err: unknown) => this.options.log.warn({ err: { message: (err as Error).message } }, 'configuration fingerprint not written (retried)'));
-    this.timer = setInterval(() => {
-      this.beat().catch(() => undefined);
-    }, this.intervalMs);
+    const first = this.beatOnce();
+    this.timer = setInterval(() => void this.beatOnce(), this.intervalMs);
     this.timer.unref();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([first, new Promise<void>((resolve) => (timer = setTimeout(resolve, 1000)))]);
+    clearTimeout(timer);
+  }
+
+  /** A beat, unless one is still waiting for Redis; failures are retried by the next. */
+  private async beatOnce(): Promise<void> {
+    if (this.beating) return;
+    this.beating = true;
+    try {
+      await this.beat();
+    } catch {
+      // Redis away or refusing: the next beat tries again; the entry goes stale meanwhile.
+    } finally {
+      this.beating = false;
+    }
   }
 
   async beat(): Promise<void> {
@@ -112,10 +130,13 @@ export class FingerprintHeartbeat {
     );
   }
 
-  /** Stops the heartbeat and removes the entry. */
+  /** Stops the heartbeat and removes the entry (waiting at most a second: Redis may be away, the entry then goes stale). */
   async close(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    await this.redis.hdel(this.key, this.id).catch(() => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    const gaveUp = new Promise<void>((resolve) => (timer = setTimeout(resolve, 1000)));
+    await Promise.race([this.redis.hdel(this.key, this.id).catch(() => undefined), gaveUp]);
+    clearTimeout(timer);
   }
 }

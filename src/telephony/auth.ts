@@ -85,6 +85,17 @@ const tokenResponseSchema = z.looseObject({
   refresh_token: z.string().min(1).nullish(),
 });
 
+/** How long a refresh waits for the token store (Redis away: it goes on with the token in memory). */
+const STORE_WAIT_MS = 2000;
+
+function bounded<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
 const tokenErrorSchema = z.looseObject({ error: z.string(), error_description: z.string().nullish() });
 
 /**
@@ -136,7 +147,7 @@ class OAuthRefresher implements AuthProvider {
   private async storedToken(): Promise<string | null> {
     if (!this.options.tokenStore) return null;
     try {
-      return await this.options.tokenStore.load();
+      return await bounded(this.options.tokenStore.load(), STORE_WAIT_MS);
     } catch (err) {
       this.options.log?.warn({ err: { message: (err as Error).message } }, 'stored OAuth refresh token could not be read: using the one in memory');
       return null;
@@ -232,7 +243,7 @@ class OAuthRefresher implements AuthProvider {
     this.refreshToken = rotated ?? refreshToken;
     if (rotated !== null && this.options.tokenStore) {
       try {
-        await this.options.tokenStore.save(rotated);
+        await bounded(this.options.tokenStore.save(rotated), STORE_WAIT_MS);
       } catch (err) {
         this.options.log?.warn(
           { err: { message: (err as Error).message } },
