@@ -75,8 +75,11 @@ describe('OAuth refresh token kept in Redis', () => {
     const page = await client.readChannelEvents('ch1', undefined, 5);
     assert.equal(page.events.length, 1);
     assert.equal(await new RedisRefreshTokenStore(redis, key, { tokenUrl: api.tokenUrl, ...CLIENT, refreshToken: 'env-refresh-1' }).load(), null, 'the old environment\'s token is no longer offered');
-    // A stored token sealed with another client secret is not used (and not readable).
-    assert.equal(await new RedisRefreshTokenStore(redis, key, { tokenUrl: api.tokenUrl, clientId: CLIENT.clientId, clientSecret: 'other-secret', refreshToken: 'env-refresh-2' }).load(), null);
+    // A rotated client secret keeps the chain: the seal comes from the environment's refresh token.
+    assert.equal(await new RedisRefreshTokenStore(redis, key, { tokenUrl: api.tokenUrl, clientId: CLIENT.clientId, clientSecret: 'rotated-secret', refreshToken: 'env-refresh-2' }).load(), api.currentRefreshToken);
+    // A value that does not open with these settings is not used.
+    await redis.hset(key, 'token', Buffer.from('x'.repeat(40)).toString('base64'));
+    assert.equal(await new RedisRefreshTokenStore(redis, key, { tokenUrl: api.tokenUrl, ...CLIENT, refreshToken: 'env-refresh-2' }).load(), null);
   });
 
   it('callsync itself: the poller polls on after a restart, its log names no token', async () => {

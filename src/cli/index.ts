@@ -161,8 +161,8 @@ Copies callsync's long-lived state from an old deployment whose keys are in one 
 Redis, or a Redis Cluster with a {hash-tag} QUEUE_PREFIX) into the key layout of this environment
 (the target: REDIS_URL / REDIS_CLUSTER_NODES, QUEUE_PREFIX, INBOUND_SHARDS, as the new deployment
 will run): every sink's state, the poller cursors, the opt-out list, the backfill cursors and
-replay markers, and the dedupe keys (each into its shard, so a resend stays a duplicate), each with
-its remaining TTL. Not copied: queues (dead letters, job history), the inbound log, Push calls
+replay markers, the telephony API's stored OAuth refresh token, and the dedupe keys (each into its
+shard, so a resend stays a duplicate), each with its remaining TTL. Not copied: queues (dead letters, job history), the inbound log, Push calls
 being assembled, locks. A key the target has already is kept (the opt-out list is merged), so a
 second run copies nothing twice. Prints counts only, never values.
 

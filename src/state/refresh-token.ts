@@ -2,7 +2,9 @@
 // process) refreshes with it rather than with the environment's token, which an identity server that
 // rotates refresh tokens has revoked by then. Stored beside the hash of the environment's token it
 // descends from: when the operator puts a new token into the environment, that one wins. The token
-// is stored encrypted (AES-256-GCM, a key derived from the OAuth client secret) and never logged.
+// is stored encrypted (AES-256-GCM under a key derived from the environment's refresh token, which
+// a Redis dump alone does not hold; not from the client secret, so rotating that keeps the chain)
+// and never logged.
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 
@@ -28,7 +30,7 @@ export class RedisRefreshTokenStore {
     origin: RefreshTokenOrigin,
   ) {
     this.origin = sha256(`callsync oauth origin\n${origin.tokenUrl}\n${origin.clientId}\n${origin.refreshToken}`).toString('hex');
-    this.key = sha256(`callsync oauth refresh token\n${origin.clientId}\n${origin.clientSecret}`);
+    this.key = sha256(`callsync oauth refresh token\n${origin.clientId}\n${origin.refreshToken}`);
   }
 
   /** The token saved last from the environment's current token; null when none or the environment's token changed. */
@@ -41,7 +43,7 @@ export class RedisRefreshTokenStore {
       decipher.setAuthTag(raw.subarray(12, 28));
       return Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()]).toString('utf8');
     } catch {
-      // Sealed with another client secret: the environment's token is the one to use.
+      // Not sealed by these settings (altered, or another writer): the environment's token is the one to use.
       return null;
     }
   }
