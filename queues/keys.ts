@@ -87,6 +87,16 @@ export class RedisKeys {
   layoutKey(): string {
     return `${this.area('layout')}:layout`;
   }
+
+  /** The telephony API's newest OAuth refresh token (a hash; src/state/refresh-token.ts). */
+  telephonyOAuthKey(): string {
+    return `${this.area('telephony')}:telephony:oauth-refresh`;
+  }
+
+  /** The routing-configuration fingerprints of the live processes (a hash; src/state/config-fingerprint.ts). */
+  configFingerprintsKey(): string {
+    return `${this.area('fingerprints')}:config-fingerprints`;
+  }
 }
 
 /** Keys given as a QUEUE_PREFIX alone stand for the one-slot layout with one inbound stream (tests, tools). */

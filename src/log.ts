@@ -44,6 +44,73 @@ export interface LoggerOptions {
   destination?: NodeJS.WritableStream;
 }
 
+/** The index after the JSON string that starts at `i` (a `"`). */
+function stringEnd(text: string, i: number): number {
+  for (let j = i + 1; j < text.length; j++) {
+    const c = text.charCodeAt(j);
+    if (c === 92) j++; // backslash: skip the escaped character
+    else if (c === 34) return j + 1;
+  }
+  return -1;
+}
+
+/** The index after the JSON value that starts at `i` (pino's compact output: no white space). */
+function valueEnd(text: string, i: number): number {
+  const first = text.charCodeAt(i);
+  if (first === 34) return stringEnd(text, i);
+  let depth = 0;
+  for (let j = i; j < text.length; j++) {
+    const c = text.charCodeAt(j);
+    if (c === 34) {
+      j = stringEnd(text, j) - 1;
+      if (j < 0) return -1;
+    } else if (c === 123 || c === 91) depth++;
+    else if (c === 125 || c === 93) {
+      if (depth === 0) return j;
+      depth--;
+      if (depth === 0) return j + 1;
+    } else if (c === 44 && depth === 0) return j;
+  }
+  return -1;
+}
+
+/**
+ * A line as strict JSON: each key once. pino appends a child's bindings to its parent's and the
+ * logged object's keys after both, so a key bound twice (the worker binds `sink`, the sink binds it
+ * again) or logged again is written twice — JSON.parse keeps the last, strict consumers reject the
+ * line. Here each top-level key keeps its first place and its last (innermost) value, the one pino
+ * means to win; values are moved as written (a large number keeps its digits). Nested objects come
+ * from JSON.stringify and cannot repeat a key. A line without a repeated key is returned as it is.
+ */
+export function strictLine(line: string): string {
+  const end = line.endsWith('\n') ? line.length - 1 : line.length;
+  if (line.charCodeAt(0) !== 123 || line.charCodeAt(end - 1) !== 125) return line;
+  const members: { key: string; value: string }[] = [];
+  const index = new Map<string, number>();
+  let repeated = false;
+  for (let i = 1; i < end - 1; ) {
+    if (line.charCodeAt(i) !== 34) return line;
+    const keyEnd = stringEnd(line, i);
+    if (keyEnd < 0 || line.charCodeAt(keyEnd) !== 58) return line;
+    const stop = valueEnd(line, keyEnd + 1);
+    if (stop < 0) return line;
+    const key = line.slice(i, keyEnd);
+    const value = line.slice(keyEnd + 1, stop);
+    const at = index.get(key);
+    if (at === undefined) {
+      index.set(key, members.length);
+      members.push({ key, value });
+    } else {
+      repeated = true;
+      members[at]!.value = value;
+    }
+    i = line.charCodeAt(stop) === 44 ? stop + 1 : stop;
+    if (stop === end - 1) break;
+  }
+  if (!repeated) return line;
+  return `{${members.map((m) => `${m.key}:${m.value}`).join(',')}}${line.slice(end)}`;
+}
+
 export function createLogger(options: LoggerOptions = {}): Logger {
   return pino(
     {
@@ -51,6 +118,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       base: { service: 'callsync' },
       redact: { paths: redactPaths, censor: '[redacted]' },
       timestamp: pino.stdTimeFunctions.isoTime,
+      hooks: { streamWrite: strictLine },
     },
     options.destination ?? process.stdout,
   );

@@ -213,6 +213,24 @@ describe('dlq and send-sample against a running callsync', () => {
     assert.match(bogus.err, /unknown queue "nope" \(known: inbound, sink-archive, poll-dead-letters\)/);
   });
 
+  test('list --call shows the dead letters of one call; an unknown call is exit 1, --call with retry or --id is a usage error', async () => {
+    const r = await cli(['dlq', 'list', '--call', 'gate-cli-2'], env);
+    assert.equal(r.code, 0, r.err);
+    const lines = r.out.split('\n');
+    assert.match(lines[0]!, /^QUEUE\s+ID\s+FAILED AT\s+TRIES\s+CALL\s+REASON$/);
+    assert.equal(lines.length, 2, r.out);
+    assert.match(lines[1]!, /^sink-archive\s.*\sgate-cli-2\s+remote rejected the record/);
+    const json = JSON.parse((await cli(['dlq', 'list', '--call', 'gate-cli-3', '--queue', 'archive', '--json'], env)).out) as { call: string; queue: string }[];
+    assert.deepEqual(json.map((row) => [row.queue, row.call]), [['sink-archive', 'gate-cli-3']]);
+    const none = await cli(['dlq', 'list', '--call', 'no-such-call'], env);
+    assert.equal(none.code, 1);
+    assert.match(none.err, /no dead letter of call no-such-call in inbound, sink-archive, poll-dead-letters/);
+    const retry = await cli(['dlq', 'retry', '--call', 'gate-cli-2'], env);
+    assert.equal(retry.code, 2);
+    assert.match(retry.err, /--call is for dlq list/);
+    assert.equal((await cli(['dlq', 'list', '--call', 'gate-cli-2', '--id', '1'], env)).code, 2);
+  });
+
   test('retry --id puts one job back; it completes once the remote is fixed', async () => {
     const rows = JSON.parse((await cli(['dlq', 'list', '--json'], env)).out) as { id: string; call: string }[];
     const target = rows.find((r) => r.call === 'gate-cli-1')!;
@@ -449,6 +467,21 @@ describe('opt-out', () => {
     const bad = await cli(['opt-out', 'add', '12345'], env);
     assert.equal(bad.code, 2);
     assert.match(bad.err, /not a valid phone number: "12345"/);
+  });
+
+  test('a number may come as several words, as the shell splits the help\'s unquoted `0151 12345678`', async () => {
+    const env = { QUEUE_PREFIX: `${prefix}-words` };
+    assert.match(help['opt-out'], /0151 12345678/);
+    const add = await cli(['opt-out', 'add', '0151', '12345678', '+49', '30', '901820', '0171', '2345', '6789'], env);
+    assert.equal(add.code, 0, add.err);
+    assert.match(add.out, /added 3 number\(s\)/);
+    assert.deepEqual((await cli(['opt-out', 'list'], env)).out.split('\n'), ['+4915112345678', '+4917123456789', '+4930901820']);
+    const rm1 = await cli(['opt-out', 'remove', '0151', '12345678'], env);
+    assert.match(rm1.out, /removed 1 number\(s\)/);
+    const bad = await cli(['opt-out', 'add', '0151', '12345678', '99'], env);
+    assert.equal(bad.code, 2);
+    assert.match(bad.err, /not a valid phone number: "99"/);
+    await cleanupPrefix(`${prefix}-words`);
   });
 
   test('national numbers are read in PHONE_DEFAULT_REGION (default DE)', async () => {

@@ -8,6 +8,7 @@ import { sinkTypes } from '../src/sinks/registry.js';
 import { CALL_SOURCES, DIRECTIONS, OUTCOMES } from '../src/model/call.js';
 import { sinksFor } from '../src/routing/router.js';
 import { sampleCall } from './support/calls.js';
+import { describeConfig } from '../src/cli/check-config.js';
 
 const withFile = (yaml: string, env: Record<string, string> = {}) =>
   loadConfig({ CALLSYNC_CONFIG: '/etc/callsync.yaml', ...env }, { readFile: () => yaml });
@@ -361,4 +362,45 @@ test('with a config file the file lists every sink: no implicit archive, and a w
   assert.deepEqual(Object.keys(bucket.sinks).sort(), ['archive', 'crm']);
   assert.ok(!bucket.warnings.includes(NO_ARCHIVE_WARNING));
   assert.ok(!loadConfig({}).warnings.includes(NO_ARCHIVE_WARNING));
+});
+
+test('an archive sink of the config file reads S3_ENDPOINT, S3_FORCE_PATH_STYLE, AWS_REGION and completes a credential pair from AWS_*', () => {
+  const env = { S3_ENDPOINT: 'http://127.0.0.1:9000', S3_FORCE_PATH_STYLE: 'true', AWS_REGION: 'eu-central-1', AWS_ACCESS_KEY_ID: 'AKIAEXAMPLE', AWS_SECRET_ACCESS_KEY: 'env-secret' };
+  const config = withFile('sinks:\n  store: { type: archive, bucket: calls }\n  half: { type: archive, bucket: other, accessKeyId: AKIAFILE }\nroutes:\n  - to: [store, half]\n', env);
+  assert.deepEqual(config.sinks.store?.options, { bucket: 'calls', region: 'eu-central-1', endpoint: 'http://127.0.0.1:9000', forcePathStyle: true, dir: './data/archive' });
+  // Neither key in the file: the AWS SDK's chain reads AWS_* (with a session token) itself; one key: the other from the environment.
+  assert.deepEqual(config.sinks.half?.options, { bucket: 'other', region: 'eu-central-1', endpoint: 'http://127.0.0.1:9000', forcePathStyle: true, accessKeyId: 'AKIAFILE', secretAccessKey: 'env-secret', dir: './data/archive' });
+  const shown = describeConfig(config).join('\n');
+  assert.match(shown, /"region":"eu-central-1","endpoint":"http:\/\/127\.0\.0\.1:9000","forcePathStyle":true/);
+  assert.doesNotMatch(shown, /env-secret|us-east-1/);
+  // What the file says wins over the environment.
+  const own = withFile('sinks:\n  store: { type: archive, bucket: calls, region: us-west-2, endpoint: "https://s3.example.com", forcePathStyle: false }\nroutes:\n  - to: [store]\n', env);
+  assert.deepEqual(own.sinks.store?.options, { bucket: 'calls', region: 'us-west-2', endpoint: 'https://s3.example.com', forcePathStyle: false, dir: './data/archive' });
+  // A folder archive takes no S3 settings.
+  const folder = withFile('sinks:\n  store: { type: archive, dir: /tmp/a }\nroutes:\n  - to: [store]\n', env);
+  assert.deepEqual(folder.sinks.store?.options, { region: 'us-east-1', forcePathStyle: false, dir: '/tmp/a' });
+});
+
+test('one pass: a route that is wrong names its unknown sinks too; a sink with several problems shows them all', () => {
+  const problems = problemsOf(() =>
+    withFile(`
+sinks:
+  archive: { type: archive }
+  crm: { type: hubspot, colour: blue }
+  store: { type: archive, bucket: b, sse: AES128, accessKeyId: AKIAONLY }
+routes:
+  - when: { direction: sideways }
+    to: [archive, nowhere]
+  - to: [archive, elsewhere]
+`),
+  );
+  const text = problems.join('\n');
+  assert.match(text, /^routes\[0\]\.when\.direction: "sideways" — use in or out$/m);
+  assert.match(text, /^routes\[0\]\.to: no sink named "nowhere" — use archive, crm or store$/m);
+  assert.match(text, /^routes\[1\]\.to: no sink named "elsewhere" — use archive, crm or store$/m);
+  assert.match(text, /^sinks\.crm\.colour: unknown key$/m);
+  assert.match(text, /^sinks\.crm \(hubspot\): no access token/m);
+  assert.match(text, /^sinks\.store\.sse: "AES128"/m);
+  assert.match(text, /^sinks\.store \(archive\): accessKeyId and secretAccessKey .* go together/m);
+  assert.equal(problems.length, 7, text);
 });

@@ -13,6 +13,7 @@ import { memoryLog, postJson } from './support/callsync.js';
 import { FlakySink } from './support/flaky-sink.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { waitFor } from './support/redis.js';
+import { parseStrictJson } from './support/strict-json.js';
 
 const HOOK_TOKEN = 'hook-token-5ecret-a1';
 const ADMIN_PASSWORD = 'admin-pa55word-b2';
@@ -120,6 +121,9 @@ describe('logging of a full run', () => {
     for (const l of jobLines) assert.ok(typeof l.jobId === 'string' && l.jobId.length > 0, `job id on "${l.msg}"`);
     assert.ok(logs.some((l) => l.msg === 'archived call' && l.level === 20), 'sink debug lines are in the run');
     for (const l of logs) assert.equal(typeof l.time, 'string');
+    // Strict JSON: no key twice on a line (the sink's name was bound by the worker and again by the sink).
+    assert.equal(cs.rawLogs.length, logs.length);
+    for (const line of cs.rawLogs) assert.doesNotThrow(() => parseStrictJson(line), line);
   });
 });
 
@@ -137,6 +141,21 @@ describe('log redaction and masking', () => {
     );
     const line = JSON.stringify(lines[0]);
     for (const value of ['Bearer abc', 'sid=1', 'k-123', 't-1', 'p-1', 'a-1', 'c-1', 'words']) assert.ok(!line.includes(value), `"${value}" in ${line}`);
+  });
+
+  test('a key bound twice (worker and sink both bind the sink; a line repeats a bound key) is written once, the innermost value', () => {
+    const { raw, log } = memoryLog('info');
+    const worker = log.child({ queue: 'sink-hubspot' }).child({ sink: 'hubspot', jobId: 'j-1' });
+    const sink = worker.child({ sink: 'hubspot', callId: 'c-1' });
+    sink.info('contact found');
+    sink.info({ sink: 'hubspot', jobId: 'j-2', service: 'other' }, 'note created');
+    log.child({ level2: 1 }).child({ level2: 2 }).warn('warned');
+    assert.equal(raw.length, 3);
+    const [first, second, third] = raw.map((l) => parseStrictJson(l) as Record<string, unknown>);
+    assert.deepEqual([first?.sink, first?.jobId, first?.callId, first?.queue, first?.msg], ['hubspot', 'j-1', 'c-1', 'sink-hubspot', 'contact found']);
+    assert.deepEqual([second?.jobId, second?.service, second?.msg], ['j-2', 'other', 'note created']);
+    assert.equal(third?.level2, 2);
+    assert.equal(third?.level, 40);
   });
 
   test('phone numbers are masked as +49211****400', () => {

@@ -65,6 +65,32 @@ function assertTtl(actual: number, expected: number): void {
   assert.ok(actual > expected - 15_000 && actual <= expected, `PTTL ${actual}, expected about ${expected}`);
 }
 
+describe('migrate-keys: the OAuth refresh token goes along, the live fingerprints stay', () => {
+  const redis = new Redis(REDIS_URL);
+  const plain = uniquePrefix('mig-oauth');
+  const from = `{${plain}}`;
+  const env = { REDIS_URL, QUEUE_PREFIX: plain };
+  after(async () => {
+    await cleanupPrefix(from);
+    await cleanupPrefix(plain);
+    redis.disconnect();
+  });
+
+  test('copied to where this layout keeps it; the fingerprints are named as not copied', async () => {
+    await redis.hset(`${from}:telephony:oauth-refresh`, { origin: 'o'.repeat(64), token: 'sealed-token-value', savedAt: '2026-11-26T10:00:00.000Z' });
+    await redis.hset(`${from}:config-fingerprints`, 'host:1:abc', JSON.stringify({ fingerprint: 'f'.repeat(64), until: Date.now() + 30_000 }));
+    const run = await cli(['migrate-keys', '--from-url', REDIS_URL], env);
+    assert.equal(run.code, 0, run.all);
+    assert.match(run.out, /^OAuth refresh token\s+1\s+1\s+0/m);
+    assert.match(run.out, /not copied: .*the live processes' configuration fingerprints/);
+    assert.doesNotMatch(run.all, /sealed-token-value|other key/);
+    const target = redisKeys(loadConfig(env).redis).telephonyOAuthKey();
+    assert.equal(target, `${plain}:telephony:oauth-refresh`);
+    assert.equal(await redis.hget(target, 'token'), 'sealed-token-value');
+    assert.equal(await redis.exists(`${plain}:config-fingerprints`), 0);
+  });
+});
+
 describe('migrate-keys, single Redis to single Redis under another prefix', () => {
   const redis = new Redis(REDIS_URL);
   const plain = uniquePrefix('mig');

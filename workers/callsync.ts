@@ -11,6 +11,9 @@ import type { SpoolingAcceptor } from '../src/ingress/spool.js';
 import type { Sink } from '../src/sinks/types.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
+import { withRefreshTokenStore } from '../src/state/refresh-token.js';
+import { FingerprintHeartbeat } from '../src/state/config-fingerprint.js';
+import { routingFingerprint } from '../src/config/fingerprint.js';
 import { InboundLog } from '../queues/inbound.js';
 import { bullmqReady, createRedis, redisKeys, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
 import type { RunningLogFanOut } from './fanout.js';
@@ -36,6 +39,8 @@ export interface Callsync {
   spool: SpoolingAcceptor | null;
   /** The inbound log's fan-out, when this process runs workers (`stalled()` feeds readiness). */
   fanOut: RunningLogFanOut | null;
+  /** This worker process's routing-configuration fingerprint in Redis, compared with the other live ones' (`warnings()` feeds /readyz). */
+  fingerprint: FingerprintHeartbeat | null;
   redis: { producer: RedisClient; worker: RedisClient };
   close(): Promise<void>;
 }
@@ -87,7 +92,12 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     }
     closers.add('close redis', () => Promise.all([quitRedis(redis.producer), quitRedis(redis.worker)]));
     const telephony: TelephonyClient | null =
-      options.telephony !== undefined ? options.telephony : config.telephony ? createTelephonyClient(config.telephony) : null;
+      options.telephony !== undefined
+        ? options.telephony
+        : config.telephony
+          ? // A rotated OAuth refresh token is kept in Redis: a restart refreshes with it, not the environment's.
+            createTelephonyClient({ ...withRefreshTokenStore(config.telephony, redis.worker, redisKeys(config.redis).telephonyOAuthKey()), log: log.child({ component: 'telephony' }) })
+          : null;
     const deps: RoleDeps = {
       config,
       options,
@@ -112,6 +122,14 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     // a set-up that fails after a close (a wrong password, a quick stop) would be an unhandled
     // rejection in BullMQ (queues/connection.ts bullmqReady).
     if (workerRole) await bullmqReady(workerRole.handles(), STARTUP_REDIS_WAIT_MS);
+    // The fan-out routes calls: processes that run it on one prefix should run one configuration.
+    const fingerprint = workerRole
+      ? new FingerprintHeartbeat(redis.worker, redisKeys(config.redis).configFingerprintsKey(), { fingerprint: routingFingerprint(config), role: config.role, log })
+      : null;
+    if (fingerprint) {
+      await fingerprint.start();
+      closers.add('remove configuration fingerprint', () => fingerprint.close());
+    }
     if (runsPoller(config.role)) {
       const poller = startPollerRole(deps);
       closers.add('stop poller role', () => poller.close());
@@ -127,6 +145,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       queues: workerRole?.queues ?? new Map(),
       spool: ingress?.spool ?? null,
       fanOut: workerRole?.fanOut ?? null,
+      fingerprint,
       redis,
       close: () => closers.close(),
     };

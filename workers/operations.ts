@@ -9,7 +9,7 @@ import { withTimeout } from '../src/ingress/accept.js';
 import { listen, type Listening } from '../src/listen.js';
 import { collectProcessMetrics, metrics } from '../src/metrics.js';
 import { opsPort, queueNames } from '../src/ops/index.js';
-import { createOpsApp, opsRoutes, type OpsApp } from '../src/ops/app.js';
+import { createOpsApp, opsRoutes, readyzWarnings, type OpsApp } from '../src/ops/app.js';
 import { requestContext } from '../src/ops/request-context.js';
 import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.js';
 import { bullmqReady, createRedis, redisKeys, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
@@ -42,6 +42,8 @@ export interface Operations {
    * progress, workers/fanout.ts).
    */
   watchFanOut(stalled: () => string | null): void;
+  /** What a ready /readyz adds as `warnings` (another live process routing with another configuration). */
+  watchWarnings(warnings: () => string[]): void;
   /** New requests get 503 from now on, and /readyz fails. */
   beginShutdown(): void;
   /** Closes the ops server, the queue handles and their Redis connection. */
@@ -78,6 +80,8 @@ export function createOperations(options: OperationsOptions): Operations {
   });
   const env = config.env;
   let fanOutStalled: (() => string | null) | null = null;
+  let warnings: () => string[] = () => [];
+  const readyzDetail = readyzWarnings(() => warnings());
   const ops = createOpsApp({
     log,
     queues,
@@ -106,7 +110,7 @@ export function createOperations(options: OperationsOptions): Operations {
       runnerEvents: combineEvents(runnerMetrics(), options.runnerEvents),
       ingressEvents: combineEvents(ingressMetrics(), options.ingressEvents),
       fanOutEvents: fanOutMetrics(),
-      ingressBefore: [requestContext({ log }), gate.middleware, opsRoutes(ops)],
+      ingressBefore: [requestContext({ log }), gate.middleware, readyzDetail, opsRoutes(ops)],
     },
     ops,
     gate,
@@ -120,13 +124,16 @@ export function createOperations(options: OperationsOptions): Operations {
       if (port === null) return;
       const host = env.OPS_HOST ?? config.http.host;
       const root = new Hono();
-      root.use('*', requestContext({ log }), gate.middleware);
+      root.use('*', requestContext({ log }), gate.middleware, readyzDetail);
       root.route('/', ops.app);
       http = await listen(root.fetch, { port, host });
       log.info({ url: http.url }, 'ops server listening (/healthz, /readyz, /metrics, /admin/queues)');
     },
     watchFanOut(stalled) {
       fanOutStalled = stalled;
+    },
+    watchWarnings(source) {
+      warnings = source;
     },
     beginShutdown() {
       gate.close();

@@ -7,6 +7,7 @@ import type { Config } from '../config/index.js';
 import { InboundAcceptor } from '../ingress/accept.js';
 import { HistoryEntryError, normalizeHistoryEntry } from '../model/history.js';
 import { createTelephonyClient } from '../telephony/client.js';
+import { withRefreshTokenStore } from '../state/refresh-token.js';
 import type { HistoryPage, HistoryQuery } from '../telephony/types.js';
 import { InboundLog } from '../../queues/inbound.js';
 import { asKeys, redisKeys, type RedisKeys } from '../../queues/keys.js';
@@ -44,7 +45,9 @@ export function isoOption(name: string, value: string | undefined): string {
 
 export async function backfill(config: Config, redis: RedisClient | null, options: BackfillOptions, io: CliIo, progressOut: ProgressOut, reader?: HistoryReader): Promise<number> {
   if (Date.parse(options.from) >= Date.parse(options.to)) throw new UsageError('--from must be before --to');
-  const history = reader ?? (config.telephony ? createTelephonyClient(config.telephony) : null);
+  // With Redis, an OAuth refresh token rotated here is stored for the service (and one it rotated is used here).
+  const telephony = config.telephony && redis !== null ? withRefreshTokenStore(config.telephony, redis, redisKeys(config.redis).telephonyOAuthKey()) : config.telephony;
+  const history = reader ?? (telephony ? createTelephonyClient(telephony) : null);
   if (history === null) throw new CliFailure('the telephony API is not configured (TELEPHONY_API_URL and its credentials): backfill reads the call history from it');
   const cursorKey = redis === null ? null : backfillCursorKey(redisKeys(config.redis), options);
   let offset = 0;

@@ -7,40 +7,12 @@ import { describeSchedule } from '../sinks/retry.js';
 import { table, type CliIo } from './io.js';
 import { describeRedis, redisMode } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
+import { redactOptions, redactUrl } from '../config/redact.js';
+import { routingFingerprint } from '../config/fingerprint.js';
+import { liveFingerprints, shortFingerprint, type FingerprintEntry } from '../state/config-fingerprint.js';
+import type { RedisClient } from '../../queues/connection.js';
 
-const SECRET_KEY = /secret|token|password|passphrase|api[-_]?key|authorization|credential|signing|cookie/i;
-/** Options whose values are all sent as credentials (e.g. the signed webhook's custom headers): names kept, values hidden. */
-const SECRET_MAPS = new Set(['headers']);
-/** Values that are secrets whatever their key: signing secrets, tokens with a known prefix, `Bearer …`. */
-const SECRET_VALUE = /^(whsec_|pat-|sk_|xox[abp]-|ghp_|glpat-)|^bearer\s/i;
-
-/** A sink's options with anything secret-looking replaced: secret keys, header values, secret values, URL passwords. */
-export function redactOptions(value: unknown, key = ''): unknown {
-  if (key && SECRET_KEY.test(key)) return '[redacted]';
-  if (typeof value === 'string') {
-    if (SECRET_VALUE.test(value.trim())) return '[redacted]';
-    return /^[a-z][a-z0-9+.-]*:\/\/[^/\s]*@/i.test(value) ? redactUrl(value) : value;
-  }
-  if (Array.isArray(value)) return value.map((v) => redactOptions(v));
-  if (value !== null && typeof value === 'object') {
-    if (SECRET_MAPS.has(key)) return Object.fromEntries(Object.keys(value).map((k) => [k, '[redacted]']));
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, redactOptions(v, k)]));
-  }
-  return value;
-}
-
-/** `redis://user:secret@host` -> `redis://user:***@host`. */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    // A credential without a user name (`https://token@host`) is the user part.
-    else if (u.username) u.username = '***';
-    return u.toString();
-  } catch {
-    return url;
-  }
-}
+export { redactOptions, redactUrl };
 
 function describeCondition(c: Condition): string {
   const parts = Object.entries(c).map(([k, v]) => `${k}=${Array.isArray(v) ? v.join('|') : String(v)}`);
@@ -60,7 +32,51 @@ function describeLayout(keys: RedisKeys): string {
   return `one slot under "${keys.prefix}", ${shards}`;
 }
 
-export function describeConfig(config: Config): string[] {
+/** The worker processes live on this prefix (their routing fingerprints), or why they could not be read. */
+export type LiveProcesses = { entries: FingerprintEntry[] } | { unavailable: string };
+
+export async function liveProcesses(config: Config, connect: () => Promise<RedisClient>): Promise<LiveProcesses> {
+  let redis: RedisClient;
+  try {
+    redis = await connect();
+  } catch (err) {
+    return { unavailable: (err as Error).message };
+  }
+  try {
+    return { entries: await liveFingerprints(redis, redisKeys(config.redis).configFingerprintsKey()) };
+  } catch (err) {
+    return { unavailable: (err as Error).message };
+  } finally {
+    redis.disconnect();
+  }
+}
+
+/** The fingerprint line, and how the live processes on the prefix compare (a warning when one differs). */
+function describeFingerprint(config: Config, live: LiveProcesses | undefined): { lines: string[]; warnings: string[] } {
+  const own = routingFingerprint(config);
+  const lines = [`fingerprint: ${shortFingerprint(own)} (of the sinks and routes, without secrets)`];
+  const warnings: string[] = [];
+  if (live === undefined) return { lines, warnings };
+  if ('unavailable' in live) {
+    lines.push(`             live worker processes not checked: ${live.unavailable}`);
+    return { lines, warnings };
+  }
+  const same = live.entries.filter((e) => e.fingerprint === own);
+  const other = live.entries.filter((e) => e.fingerprint !== own);
+  lines.push(`             live worker processes on this prefix: ${same.length} with this configuration, ${other.length} with another`);
+  for (const e of other) {
+    lines.push(`             ${e.id} (${e.role}, since ${e.startedAt}): ${shortFingerprint(e.fingerprint)}`);
+  }
+  if (other.length > 0) {
+    const fingerprints = [...new Set(other.map((e) => shortFingerprint(e.fingerprint)))];
+    warnings.push(
+      `${other.length} live worker process${other.length === 1 ? '' : 'es'} on this QUEUE_PREFIX route${other.length === 1 ? 's' : ''} with another configuration (${fingerprints.join(', ')}): the same calls would go to different sinks depending on which process fans them out`,
+    );
+  }
+  return { lines, warnings };
+}
+
+export function describeConfig(config: Config, live?: LiveProcesses): string[] {
   const env = config.env;
   const lines: string[] = [];
   const roles = config.role === 'all' ? 'ingress, worker, poller' : config.role;
@@ -86,6 +102,8 @@ export function describeConfig(config: Config): string[] {
     if (sink.retry?.schedule) lines.push(`             sink ${sink.name}: ${sink.retry.attempts} attempts, after ${describeSchedule(sink.retry.schedule)}`);
   }
   lines.push(`queues:      ${queueNames(config).join(', ')}`);
+  const fingerprint = describeFingerprint(config, live);
+  lines.push(...fingerprint.lines);
   lines.push('');
   const sinks = Object.values(config.sinks);
   lines.push(`sinks (${sinks.length}):`);
@@ -98,16 +116,18 @@ export function describeConfig(config: Config): string[] {
   for (const name of Object.keys(config.sinks)) {
     if (!config.routes.some((r) => r.to.includes(name))) lines.push(`  note: no route sends calls to sink "${name}"`);
   }
-  if (config.warnings.length > 0) {
+  const warnings = [...config.warnings, ...fingerprint.warnings];
+  if (warnings.length > 0) {
     lines.push('');
     lines.push('warnings:');
-    for (const w of config.warnings) lines.push(`  - ${w}`);
+    for (const w of warnings) lines.push(`  - ${w}`);
   }
   return lines;
 }
 
-export function printConfig(config: Config, io: CliIo, json: boolean): void {
+export function printConfig(config: Config, io: CliIo, json: boolean, live?: LiveProcesses): void {
   if (json) {
+    const fingerprint = describeFingerprint(config, live);
     io.out(
       JSON.stringify(
         {
@@ -117,7 +137,9 @@ export function printConfig(config: Config, io: CliIo, json: boolean): void {
           queues: queueNames(config),
           sinks: Object.values(config.sinks).map((s) => ({ ...s, options: redactOptions(s.options) })),
           routes: config.routes,
-          warnings: config.warnings,
+          fingerprint: routingFingerprint(config),
+          ...(live === undefined ? {} : { liveProcesses: 'unavailable' in live ? { unavailable: live.unavailable } : live.entries.map((e) => ({ id: e.id, role: e.role, fingerprint: e.fingerprint, startedAt: e.startedAt })) }),
+          warnings: [...config.warnings, ...fingerprint.warnings],
         },
         null,
         2,
@@ -127,5 +149,5 @@ export function printConfig(config: Config, io: CliIo, json: boolean): void {
   }
   io.out('configuration OK');
   io.out('');
-  for (const line of describeConfig(config)) io.out(line);
+  for (const line of describeConfig(config, live)) io.out(line);
 }

@@ -12,6 +12,8 @@ import { CliFailure } from './redis.js';
 export interface DlqOptions {
   queue?: string;
   id?: string;
+  /** Only the dead letters of this call (`dlq list --call`). */
+  call?: string;
   limit: number;
   json: boolean;
   yes: boolean;
@@ -121,14 +123,30 @@ async function findDeadLetter(queues: Queue[], id: string): Promise<{ queue: Que
   throw new CliFailure(`no job ${id} in ${queues.map((q) => q.name).join(', ')}`);
 }
 
+/** The dead letters of one call in a queue, newest first: the failed set read page by page (it holds at most 100 000). */
+async function deadLettersOfCall(queue: Queue, callId: string): Promise<Job[]> {
+  const page = 500;
+  const found: Job[] = [];
+  for (let start = 0; ; start += page) {
+    const jobs = await queue.getFailed(start, start + page - 1);
+    found.push(...jobs.filter((job) => callIdOf(job) === callId));
+    if (jobs.length < page) return found;
+  }
+}
+
 export async function dlqList(config: Config, redis: RedisClient, options: DlqOptions, io: CliIo): Promise<number> {
   const { names } = await resolveQueues(config, redis, options.queue);
   return withQueues(config, redis, names, async (queues) => {
     const rows: { queue: string; id: string; failedAt: string; attempts: number; call: string; reason: string }[] = [];
     let total = 0;
     for (const queue of queues) {
-      const jobs = options.id ? [(await findDeadLetter([queue], options.id).catch(() => null))?.job].filter((j): j is Job => !!j) : await queue.getFailed(0, options.limit - 1);
-      total += options.id ? jobs.length : await queue.getFailedCount();
+      const jobs = options.id
+        ? [(await findDeadLetter([queue], options.id).catch(() => null))?.job].filter((j): j is Job => !!j)
+        : options.call !== undefined
+          ? await deadLettersOfCall(queue, options.call)
+          : await queue.getFailed(0, options.limit - 1);
+      total += options.id || options.call !== undefined ? jobs.length : await queue.getFailedCount();
+      if (options.call !== undefined) jobs.splice(options.limit);
       for (const job of jobs) {
         rows.push({
           queue: queue.name,
@@ -141,6 +159,7 @@ export async function dlqList(config: Config, redis: RedisClient, options: DlqOp
       }
     }
     if (options.id && rows.length === 0) throw new CliFailure(`no dead letter ${options.id} in ${queues.map((q) => q.name).join(', ')}`);
+    if (options.call !== undefined && rows.length === 0) throw new CliFailure(`no dead letter of call ${options.call} in ${queues.map((q) => q.name).join(', ')}`);
     if (options.json) {
       io.out(JSON.stringify(rows, null, 2));
       return 0;

@@ -3,7 +3,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, loadConfig, type Config } from '../config/index.js';
 import { createLogger } from '../log.js';
 import type { Logger } from 'pino';
-import { printConfig } from './check-config.js';
+import { liveProcesses, printConfig } from './check-config.js';
 import { dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
 import { UsageError, type CliIo } from './io.js';
 import { backfill, isoOption } from './backfill.js';
@@ -15,6 +15,7 @@ import { checkSink } from './sink-queue.js';
 import { CliFailure, connectRedis, connectRedisTo } from './redis.js';
 import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
+import { sampleOptions } from './sample.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
@@ -26,9 +27,11 @@ Usage: callsync <command> [options]
 Commands:
   start [--role ingress|worker|poller|all]   run callsync until SIGTERM / SIGINT
   check-config [--json]                      validate the environment and config file, print the routes
-  dlq list|retry|purge [--queue Q] [--id ID] inspect and act on the dead letters (failed jobs)
+  dlq list|retry|purge [--queue Q] [--id ID] [--call CALL]
+                                             inspect and act on the dead letters (failed jobs)
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
-  send-sample [--url URL]                    post a sample call-data webhook to a running callsync
+  send-sample [--url URL] [--from N] [--to N] [--direction in|out] [--outcome O]
+                                             post a sample call to a running callsync
   opt-out add|remove|list [NUMBER...]        numbers that never get an SMS
   backfill --from ISO --to ISO [--sink NAME] [--dry-run]
                                              accept the platform's call history of a range
@@ -56,7 +59,7 @@ configuration is invalid.
 Options:
   --json        print the effective sinks and routes as JSON
   -h, --help    show this help`,
-  dlq: `Usage: callsync dlq list|retry|purge [--queue NAME] [--id ID]
+  dlq: `Usage: callsync dlq list|retry|purge [--queue NAME] [--id ID] [--call CALL]
 
 The dead letters of a queue are its failed jobs: permanent errors, or all attempts used up.
 
@@ -69,6 +72,7 @@ Options:
                 of this configuration and every queue found in Redis under QUEUE_PREFIX; retry
                 without --queue leaves the queues no sink here works)
   --id ID       one job
+  --call CALL   list: the dead letters of this call id (the CALL column), in every queue or --queue
   --limit N     list at most N per queue (default 50)
   --json        list as JSON
   --yes         confirm purging more than one job
@@ -84,7 +88,7 @@ Without --queue: lists the paused queues and why. With it: resumes them once the
 Options:
   --queue NAME  a queue (sink-<name>, sink-<name>.<endpoint>) or a sink name (all its queues)
   -h, --help    show this help`,
-  'send-sample': `Usage: callsync send-sample [--url URL]
+  'send-sample': `Usage: callsync send-sample [--url URL] [--from NUMBER] [--to NUMBER] [--direction in|out] [--outcome OUTCOME]
 
 Posts a sample call-data webhook (synthetic data, with summary and transcript) to a running
 callsync, so you can watch it travel through the queues to the sinks. Prints the job id the
@@ -92,14 +96,31 @@ dashboard (/admin/queues) shows in each sink queue, says when the ingress only s
 local disk (Redis unavailable), and where each archive sink writes it (run it with the server's
 environment and config file).
 
+The sample's caller is a landline (+4930901820) calling +4940809010, answered: to try rules on the
+number, direction or outcome (an SMS to a mobile caller after a missed call), choose them:
+
+  callsync send-sample --from +4915112345678 --outcome missed
+
 Options:
-  --url URL     webhook URL (default http://127.0.0.1:$PORT/webhooks/ai-agent/sample-agent)
-  -h, --help    show this help`,
+  --url URL           webhook URL (default http://127.0.0.1:$PORT/webhooks/ai-agent/sample-agent)
+  --from NUMBER       the caller, as the ingress reads numbers: +4915112345678, +49 151 1234 5678,
+                      004915112345678 or 4915112345678 (with the country code), or anonymous
+  --to NUMBER         the number called, likewise
+  --direction DIR     in (default) or out (inbound, outbound too); for out, --from is your number
+  --outcome OUTCOME   answered (default), missed, busy, transferred, failed or unknown. A webhook
+                      call is always answered; the others are sent as the Push API's events of
+                      such a call (newCall, hangup with its cause) to /webhooks/push, which takes
+                      them only from an instance started with PUSH_API_VERIFY=false (they carry no
+                      platform signature)
+  -h, --help          show this help`,
   'opt-out': `Usage: callsync opt-out add|remove|list [NUMBER...]
 
 Numbers on the opt-out list never get an SMS from a notification sink. Numbers are E.164
-(+4915112345678) or national (0151 12345678, read in PHONE_DEFAULT_REGION, default DE); they are
-stored in E.164 in Redis under <QUEUE_PREFIX>:optout.
+(+4915112345678) or national (0151 12345678, read in PHONE_DEFAULT_REGION, default DE), quoted or
+not: the words of one number are joined (a word with + or a leading 0 begins the next number).
+They are stored in E.164 in Redis under <QUEUE_PREFIX>:optout.
+
+Example: callsync opt-out add 0151 12345678 +49 30 901820
 
 Options:
   -h, --help    show this help`,
@@ -140,8 +161,8 @@ Copies callsync's long-lived state from an old deployment whose keys are in one 
 Redis, or a Redis Cluster with a {hash-tag} QUEUE_PREFIX) into the key layout of this environment
 (the target: REDIS_URL / REDIS_CLUSTER_NODES, QUEUE_PREFIX, INBOUND_SHARDS, as the new deployment
 will run): every sink's state, the poller cursors, the opt-out list, the backfill cursors and
-replay markers, and the dedupe keys (each into its shard, so a resend stays a duplicate), each with
-its remaining TTL. Not copied: queues (dead letters, job history), the inbound log, Push calls
+replay markers, the telephony API's stored OAuth refresh token, and the dedupe keys (each into its
+shard, so a resend stays a duplicate), each with its remaining TTL. Not copied: queues (dead letters, job history), the inbound log, Push calls
 being assembled, locks. A key the target has already is kept (the opt-out list is merged), so a
 second run copies nothing twice. Prints counts only, never values.
 
@@ -258,13 +279,15 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const { values, positionals } = parse(args, { json: { type: 'boolean' } }, command);
       if (values.help) return (io.out(help['check-config']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-      printConfig(configFrom(io.env), io, values.json === true);
+      const config = configFrom(io.env);
+      // The worker processes live on this prefix and their routing fingerprints (Redis away: said, not an error).
+      printConfig(config, io, values.json === true, await liveProcesses(config, () => connectRedis(config)));
       return 0;
     }
     case 'dlq': {
       const { values, positionals } = parse(
         args,
-        { queue: { type: 'string' }, id: { type: 'string' }, limit: { type: 'string' }, json: { type: 'boolean' }, yes: { type: 'boolean' } },
+        { queue: { type: 'string' }, id: { type: 'string' }, call: { type: 'string' }, limit: { type: 'string' }, json: { type: 'boolean' }, yes: { type: 'boolean' } },
         command,
       );
       if (values.help) return (io.out(help.dlq), 0);
@@ -273,9 +296,14 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
       const limit = values.limit === undefined ? 50 : Number(values.limit);
       if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit must be a whole number >= 1');
+      const call = values.call as string | undefined;
+      if (call !== undefined && action !== 'list') throw new UsageError(`--call is for dlq list; ${action} takes --id (the job ids dlq list --call shows) or --queue`);
+      if (call !== undefined && values.id !== undefined) throw new UsageError('give --id or --call, not both');
+      if (call !== undefined && call.trim() === '') throw new UsageError('--call needs a call id');
       const options: DlqOptions = {
         queue: values.queue as string | undefined,
         id: values.id as string | undefined,
+        ...(call !== undefined ? { call } : {}),
         limit,
         json: values.json === true,
         yes: values.yes === true,
@@ -303,10 +331,15 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       }
     }
     case 'send-sample': {
-      const { values, positionals } = parse(args, { url: { type: 'string' } }, command);
+      const { values, positionals } = parse(
+        args,
+        { url: { type: 'string' }, from: { type: 'string' }, to: { type: 'string' }, direction: { type: 'string' }, outcome: { type: 'string' } },
+        command,
+      );
       if (values.help) return (io.out(help['send-sample']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-      return sendSample(configFrom(io.env), values.url as string | undefined, io);
+      const sample = sampleOptions(values as { from?: string; to?: string; direction?: string; outcome?: string });
+      return sendSample(configFrom(io.env), values.url as string | undefined, io, sample);
     }
     case 'opt-out': {
       const { values, positionals } = parse(args, {}, command);

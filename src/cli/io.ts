@@ -15,12 +15,41 @@ export class UsageError extends Error {
   }
 }
 
-export const processIo = (): CliIo => ({
-  env: process.env,
-  out: (line) => process.stdout.write(`${line}\n`),
-  err: (line) => process.stderr.write(`${line}\n`),
-  progress: { isTTY: process.stdout.isTTY === true, write: (text) => process.stdout.write(text) },
-});
+const guarded = new WeakSet<NodeJS.WriteStream>();
+const closedStreams = new WeakSet<NodeJS.WriteStream>();
+
+/**
+ * Writes to `stream` that end quietly once its reader is gone (`callsync dlq list | head -1`: EPIPE).
+ * What follows is dropped and the command finishes its work with its own exit code, as `head`
+ * expects of a writer; before, the unhandled 'error' event killed the process with a stack trace
+ * and exit 1. The same listener keeps pino's lines (`start` logs to stdout) from crashing the process.
+ */
+function quietOnClosedPipe(stream: NodeJS.WriteStream): (text: string) => void {
+  if (!guarded.has(stream)) {
+    guarded.add(stream);
+    stream.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EPIPE' || err.code === 'ERR_STREAM_DESTROYED') {
+        closedStreams.add(stream);
+        return;
+      }
+      throw err;
+    });
+  }
+  return (text) => {
+    if (!closedStreams.has(stream) && !stream.destroyed) stream.write(text);
+  };
+}
+
+export const processIo = (): CliIo => {
+  const stdout = quietOnClosedPipe(process.stdout);
+  const stderr = quietOnClosedPipe(process.stderr);
+  return {
+    env: process.env,
+    out: (line) => stdout(`${line}\n`),
+    err: (line) => stderr(`${line}\n`),
+    progress: { isTTY: process.stdout.isTTY === true, write: stdout },
+  };
+};
 
 /** Left-aligned columns for terminal tables. */
 export function table(rows: string[][]): string[] {

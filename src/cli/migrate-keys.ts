@@ -121,7 +121,7 @@ interface CopyKey {
   target: string;
 }
 
-type LeftKind = 'lock' | 'queue' | 'inbound-log' | 'parked' | 'push' | 'layout' | 'other';
+type LeftKind = 'lock' | 'queue' | 'inbound-log' | 'parked' | 'push' | 'layout' | 'fingerprints' | 'other';
 
 interface LeftKey {
   kind: LeftKind;
@@ -134,6 +134,7 @@ export const AREA = {
   backfill: 'backfill cursors',
   markers: 'replay/backfill markers',
   dedupe: 'inbound dedupe keys',
+  oauth: 'OAuth refresh token',
   sink: (name: string) => `sink ${name}`,
 } as const;
 
@@ -167,6 +168,10 @@ export function classify(key: string, from: string, queues: ReadonlySet<string>,
   if (/^(?:inbound-\d+:)?inbound-parked$/.test(rest)) return left('parked');
   if (rest.startsWith('push:')) return left('push');
   if (rest === 'layout') return left('layout');
+  // The telephony API's rotated refresh token (src/state/refresh-token.ts): without it the new deployment starts from the environment's, maybe revoked.
+  if (rest === 'telephony:oauth-refresh') return copy(AREA.oauth, target.telephonyOAuthKey());
+  // Which configuration the live processes run: theirs, not the new deployment's.
+  if (rest === 'config-fingerprints') return left('fingerprints');
   const colon = rest.indexOf(':');
   if (colon > 0 && queues.has(rest.slice(0, colon))) return left('queue');
   return left('other');
@@ -303,7 +308,7 @@ function describeKeys(keys: RedisKeys): string {
 /** True when some key under `prefix` is one of callsync's (its opt-out list, state, dedupe keys, inbound log or a queue). */
 async function holdsCallsync(source: RedisClient, prefix: string): Promise<boolean> {
   const nodes = source instanceof Cluster ? source.nodes('master') : [source];
-  const marker = /^(optout$|layout$|state:|inbound-seen:|inbound-log$|inbound-\d+:|backfill:|[^:]+:meta$)/;
+  const marker = /^(optout$|layout$|state:|inbound-seen:|inbound-log$|inbound-\d+:|backfill:|telephony:oauth-refresh$|[^:]+:meta$)/;
   for (const node of nodes) {
     let cursor = '0';
     do {
@@ -421,6 +426,7 @@ export async function migrateKeys(config: Config, target: RedisClient, source: R
     byKind('parked') > 0 ? 'the parked entries' : '',
     byKind('push') > 0 ? `${byKind('push')} Push assembly key(s)` : '',
     byKind('lock') > 0 ? `${byKind('lock')} lock(s)` : '',
+    byKind('fingerprints') > 0 ? 'the live processes\' configuration fingerprints' : '',
     byKind('other') > 0 ? `${byKind('other')} other key(s) under "${prefix}:" callsync does not know` : '',
   ].filter(Boolean);
   if (notCopied.length > 0) io.out(`not copied: ${notCopied.join(', ')}`);

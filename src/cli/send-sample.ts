@@ -7,7 +7,8 @@ import { archiveObjectAddress, type ArchiveOptions } from '../sinks/archive/inde
 import { archiveKeys } from '../sinks/archive/keys.js';
 import { sinkJobId, sinkQueueName } from '../../queues/registry.js';
 import type { CliIo } from './io.js';
-import { samplePayload } from './sample.js';
+import { samplePayload, type SampleOptions } from './sample.js';
+import { sendPushSample } from './sample-push.js';
 
 export function defaultSampleUrl(config: Config): string {
   const host = config.http.host === '0.0.0.0' || config.http.host === '::' ? '127.0.0.1' : config.http.host;
@@ -52,9 +53,11 @@ const hints: Record<number, string> = {
   503: 'callsync could not store the event (is Redis up?) or is shutting down; try again',
 };
 
-export async function sendSample(config: Config, url: string | undefined, io: CliIo): Promise<number> {
+export async function sendSample(config: Config, url: string | undefined, io: CliIo, sample: SampleOptions = {}): Promise<number> {
   const target = url ?? defaultSampleUrl(config);
-  const payload = samplePayload();
+  const payload = samplePayload(new Date(), sample);
+  // A webhook call is answered (an agent took it): other outcomes come as the Push API's events.
+  if (sample.outcome !== undefined && sample.outcome !== 'answered') return sendPushSample(config, target, (payload.call as { id: string }).id, { ...sample, outcome: sample.outcome }, io);
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   const token = config.webhook.authTokens[0];
   if (config.webhook.authHeader && token) headers[config.webhook.authHeader] = token;

@@ -14,6 +14,8 @@ import { MAX_INBOUND_SHARDS } from '../../queues/keys.js';
 import { oneOf } from '../env-values.js';
 import { envSchema, PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
 import { TelephonyConfigError, telephonyOptions, type TelephonyClientOptions } from '../telephony/client.js';
+import { archiveEnv } from '../sinks/archive/index.js';
+import { envOf } from '../sinks/types.js';
 
 export type Role = Env['CALLSYNC_ROLE'];
 
@@ -271,6 +273,25 @@ function readConfigFile(configPath: string, processEnv: NodeJS.ProcessEnv, optio
   return file;
 }
 
+/**
+ * An archive sink of the config file reads the variables its environment shortcut reads (README's
+ * "archive" rows) for what the file leaves out: S3_ENDPOINT, S3_FORCE_PATH_STYLE, AWS_REGION, and
+ * the other half of a credential pair. Credentials the file names neither of are left to the AWS
+ * SDK's default chain, which reads AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY itself (and
+ * AWS_SESSION_TOKEN, which a static pair would drop). Only with a bucket: a folder needs none.
+ */
+function withArchiveEnv(options: Record<string, unknown>, parsedEnv: Env): Record<string, unknown> {
+  if (options.bucket === undefined) return options;
+  const env = envOf(archiveEnv, parsedEnv);
+  const out = { ...options };
+  if (out.region === undefined && env.AWS_REGION) out.region = env.AWS_REGION;
+  if (out.endpoint === undefined && env.S3_ENDPOINT) out.endpoint = env.S3_ENDPOINT;
+  if (out.forcePathStyle === undefined && env.S3_FORCE_PATH_STYLE) out.forcePathStyle = true;
+  if (out.accessKeyId !== undefined && out.secretAccessKey === undefined && env.AWS_SECRET_ACCESS_KEY) out.secretAccessKey = env.AWS_SECRET_ACCESS_KEY;
+  if (out.secretAccessKey !== undefined && out.accessKeyId === undefined && env.AWS_ACCESS_KEY_ID) out.accessKeyId = env.AWS_ACCESS_KEY_ID;
+  return out;
+}
+
 /** `host:port` entries of REDIS_CLUSTER_NODES / REDIS_SENTINELS (IPv6 as `[::1]:7000`). */
 function parseNodes(variable: string, entries: string[], problems: string[]): RedisNode[] {
   const nodes: RedisNode[] = [];
@@ -379,10 +400,15 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
       problems.push(`${where}.type: unknown sink type "${raw.type}" — use ${known}`);
       return;
     }
-    const { type: _type, ...rest } = raw;
+    const { type: _type, ...given } = raw;
+    const rest = origin === 'file' && raw.type === 'archive' ? withArchiveEnv(given, env) : given;
     const parsed = type.options.safeParse(rest, { reportInput: true });
     if (!parsed.success) {
       problems.push(...describeIssues(parsed.error.issues, [where]));
+      // The sink's other problems too (its credentials, …): checked with the bad options left out.
+      const bad = new Set(parsed.error.issues.flatMap((i) => (i.path.length > 0 ? [String(i.path[0])] : i.code === 'unrecognized_keys' ? i.keys : [])));
+      const partial = type.options.safeParse(Object.fromEntries(Object.entries(rest).filter(([k]) => !bad.has(k))));
+      if (partial.success) for (const problem of type.check?.(partial.data, env, { telephony: telephonyConfigured }) ?? []) problems.push(`${where} (${raw.type}): ${problem}`);
       return;
     }
     for (const problem of type.check?.(parsed.data, env, { telephony: telephonyConfigured }) ?? []) problems.push(`${where} (${raw.type}): ${problem}`);
@@ -393,7 +419,13 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   const fileRoutes: { i: number; to: string[] }[] = [];
   file.routes.forEach((raw, i) => {
     const parsed = routeSchema.safeParse(raw, { reportInput: true });
-    if (!parsed.success) return problems.push(...describeIssues(parsed.error.issues, [`routes[${i}]`]));
+    if (!parsed.success) {
+      problems.push(...describeIssues(parsed.error.issues, [`routes[${i}]`]));
+      // Its targets are checked all the same: an unknown sink shows in this pass, not the next.
+      const to = isMapping(raw) ? [raw.to].flat().filter((n): n is string => typeof n === 'string' && n !== '') : [];
+      if (to.length > 0) fileRoutes.push({ i, to });
+      return;
+    }
     routes.push(parsed.data);
     fileRoutes.push({ i, to: parsed.data.to });
   });

@@ -117,6 +117,25 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
 }
 
 /** Ingress middleware answering /metrics and /admin/queues from the ops app; everything else passes on. */
+/**
+ * Adds what is worth knowing but does not make a process unready — e.g. another live process on the
+ * prefix routing with a different configuration — to a ready answer of /readyz, whichever server
+ * gives it (the ingress's or the ops server's): `{"status":"ready","warnings":["…"]}`.
+ */
+export function readyzWarnings(warnings: () => string[]): MiddlewareHandler {
+  return async function readyzWarningsMiddleware(c, next) {
+    await next();
+    if (c.req.path !== '/readyz' || c.res.status !== 200) return;
+    const list = warnings();
+    if (list.length === 0) return;
+    const body = (await c.res.clone().json().catch(() => null)) as Record<string, unknown> | null;
+    if (body === null || typeof body !== 'object' || Array.isArray(body)) return;
+    const headers = new Headers(c.res.headers);
+    headers.delete('content-length');
+    c.res = new Response(JSON.stringify({ ...body, warnings: list }), { status: 200, headers });
+  };
+}
+
 export function opsRoutes(ops: OpsApp): MiddlewareHandler {
   return async function opsRoutesMiddleware(c, next) {
     if (!ops.owns(c.req.path)) return next();

@@ -3,6 +3,7 @@
 // The spec (section 5) does not show the scheme; docs/polling.md records the decision.
 import { z } from 'zod';
 import { AuthError, redactRemoteText, TransientError } from '../errors.js';
+import type { Logger } from '../log.js';
 import { networkReason } from './errors.js';
 
 export type TelephonyAuth =
@@ -40,11 +41,26 @@ export interface IssuedTokens {
   refreshToken: string | null;
 }
 
+/**
+ * Where the newest refresh token outlives the process (src/state/refresh-token.ts keeps it in
+ * Redis), so a restart does not start again from the environment's token, which the identity
+ * server may have rotated away since.
+ */
+export interface RefreshTokenStore {
+  /** The refresh token saved last for these credentials; null when none (or the environment's token changed since). */
+  load(): Promise<string | null>;
+  save(refreshToken: string): Promise<void>;
+}
+
 export interface AuthProviderOptions {
   timeoutMs: number;
   now: () => number;
   /** Called after every successful refresh (e.g. to persist a rotated refresh token). */
   onTokens?: (tokens: IssuedTokens) => void;
+  /** Keeps a rotated refresh token across restarts and shares it between processes. */
+  tokenStore?: RefreshTokenStore;
+  /** For the store's failures (never a token). */
+  log?: Logger;
 }
 
 export function createAuthProvider(auth: TelephonyAuth, options: AuthProviderOptions): AuthProvider {
@@ -68,6 +84,17 @@ const tokenResponseSchema = z.looseObject({
   expires_in: z.union([z.number(), z.string().regex(/^\d+$/)]).nullish(),
   refresh_token: z.string().min(1).nullish(),
 });
+
+/** How long a refresh waits for the token store (Redis away: it goes on with the token in memory). */
+const STORE_WAIT_MS = 2000;
+
+function bounded<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
 
 const tokenErrorSchema = z.looseObject({ error: z.string(), error_description: z.string().nullish() });
 
@@ -116,8 +143,45 @@ class OAuthRefresher implements AuthProvider {
     return this.inflight;
   }
 
+  /** The stored refresh token; null without a store or when it cannot be read (logged). */
+  private async storedToken(): Promise<string | null> {
+    if (!this.options.tokenStore) return null;
+    try {
+      return await bounded(this.options.tokenStore.load(), STORE_WAIT_MS);
+    } catch (err) {
+      this.options.log?.warn({ err: { message: (err as Error).message } }, 'stored OAuth refresh token could not be read: using the one in memory');
+      return null;
+    }
+  }
+
+  /**
+   * Refreshes with the newest refresh token known: the stored one (another process, or this one
+   * before a restart, rotated it) before the one in memory (the environment's at start). When the
+   * server rejects one as invalid (400: rotated away, revoked), the other is tried, and the store
+   * read once more (another process may have rotated it meanwhile) before the rejection is final.
+   */
   private async doRefresh(signal?: AbortSignal): Promise<string> {
-    const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: this.refreshToken });
+    const tried = new Set<string>();
+    let rejection: unknown = null;
+    for (let round = 0; round < 2; round++) {
+      const stored = await this.storedToken();
+      for (const token of [stored, this.refreshToken]) {
+        if (token === null || token === '' || tried.has(token)) continue;
+        tried.add(token);
+        try {
+          return await this.exchange(token, signal);
+        } catch (err) {
+          if (!(err instanceof AuthError) || err.status !== 400) throw err;
+          rejection = err;
+        }
+      }
+      if (!this.options.tokenStore) break;
+    }
+    throw rejection ?? new AuthError('OAuth token refresh: no refresh token');
+  }
+
+  private async exchange(refreshToken: string, signal?: AbortSignal): Promise<string> {
+    const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: refreshToken });
     const headers: Record<string, string> = {
       'content-type': 'application/x-www-form-urlencoded',
       accept: 'application/json',
@@ -175,7 +239,18 @@ class OAuthRefresher implements AuthProvider {
     this.accessToken = parsed.data.access_token;
     this.expiresAt = expiresIn === null ? null : now + expiresIn * 1000;
     this.margin = expiresIn === null ? 60_000 : Math.min(60_000, (expiresIn * 1000) / 5);
-    if (parsed.data.refresh_token) this.refreshToken = parsed.data.refresh_token;
+    const rotated = parsed.data.refresh_token ?? null;
+    this.refreshToken = rotated ?? refreshToken;
+    if (rotated !== null && this.options.tokenStore) {
+      try {
+        await bounded(this.options.tokenStore.save(rotated), STORE_WAIT_MS);
+      } catch (err) {
+        this.options.log?.warn(
+          { err: { message: (err as Error).message } },
+          'rotated OAuth refresh token could not be stored: this process keeps it in memory; a restart before the next refresh starts from the environment\'s token',
+        );
+      }
+    }
     this.options.onTokens?.({
       accessToken: this.accessToken,
       expiresAt: this.expiresAt,

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import type { Logger } from '../log.js';
 import { envEnum, envOptionalInt, envString, envUrl, type EnvOf, type EnvShape } from '../env-values.js';
 import { PermanentError, RetryLaterError, SinkError, TransientError, classify } from '../errors.js';
-import { createAuthProvider, type AuthProvider, type IssuedTokens, type TelephonyAuth } from './auth.js';
+import { createAuthProvider, type AuthProvider, type IssuedTokens, type RefreshTokenStore, type TelephonyAuth } from './auth.js';
 import {
   OutcomeUnknownError,
   ResponseValidationError,
@@ -21,7 +21,7 @@ import type { ChannelInbox, Download, HistoryPage, HistoryQuery, SendWebSmsReque
 
 export { OutcomeUnknownError, ResponseValidationError } from './errors.js';
 export type { ApiProblem, TelephonyError } from './errors.js';
-export type { TelephonyAuth, IssuedTokens } from './auth.js';
+export type { TelephonyAuth, IssuedTokens, RefreshTokenStore } from './auth.js';
 
 export const DEFAULT_CHANNEL_EVENTS_PATH = '/channels/{channelId}/events';
 export const DEFAULT_SMS_PATH = '/sessions/sms';
@@ -55,6 +55,8 @@ export interface TelephonyClientOptions {
   now?: () => number;
   /** Called after an OAuth refresh (e.g. to persist a rotated refresh token). */
   onTokens?: (tokens: IssuedTokens) => void;
+  /** OAuth: keeps the rotated refresh token across restarts (src/state/refresh-token.ts). */
+  refreshTokenStore?: RefreshTokenStore;
 }
 
 const inboxSchema = z.looseObject({
@@ -108,6 +110,8 @@ export class TelephonyApiClient implements TelephonyClient {
       timeoutMs: this.timeoutMs,
       now: options.now ?? Date.now,
       onTokens: options.onTokens,
+      tokenStore: options.refreshTokenStore,
+      log: options.log,
     });
   }
 

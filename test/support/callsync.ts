@@ -21,13 +21,19 @@ export interface TestCallsync extends Callsync {
 /** Collects log lines in memory (and proves what was, or was not, logged). */
 export function memoryLog(level = 'info') {
   const lines: Record<string, unknown>[] = [];
+  /** The lines as written, for checks JSON.parse cannot make (a key twice: test/support/strict-json.ts). */
+  const raw: string[] = [];
   const destination = new Writable({
     write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) lines.push(JSON.parse(line) as Record<string, unknown>);
+      for (const line of chunk.toString('utf8').split('\n')) {
+        if (!line.trim()) continue;
+        raw.push(line);
+        lines.push(JSON.parse(line) as Record<string, unknown>);
+      }
       done();
     },
   });
-  return { lines, log: createLogger({ level, destination }) };
+  return { lines, raw, log: createLogger({ level, destination }) };
 }
 
 /** Environment for a test instance: real Redis, a free port on loopback, fast retries and takeovers. */

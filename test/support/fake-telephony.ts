@@ -247,6 +247,16 @@ export class FakeTelephony {
     this.faults = [];
   }
 
+  /** The refresh token the token endpoint accepts now (each rotation revokes the one before). */
+  get currentRefreshToken(): string | null {
+    return this.refreshToken;
+  }
+
+  /** A new refresh token, as when an operator authorises the client again: every earlier one is revoked. */
+  reauthorize(refreshToken: string): void {
+    this.refreshToken = refreshToken;
+  }
+
   /** Makes every issued OAuth access token invalid (the next use answers 401). */
   revokeAccessTokens(): void {
     this.issued.clear();

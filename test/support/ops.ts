@@ -8,6 +8,8 @@ import { cleanupPrefix, uniquePrefix } from './redis.js';
 export interface OpsCallsync extends RunningCallsync {
   prefix: string;
   logs: Record<string, unknown>[];
+  /** The log lines as written. */
+  rawLogs: string[];
   /** The ingress URL (or the ops server's when there is no ingress). */
   url: string;
   stop(): Promise<void>;
@@ -16,13 +18,14 @@ export interface OpsCallsync extends RunningCallsync {
 export async function startOpsCallsync(env: Record<string, string> = {}, options: Partial<StartOptions> = {}, logLevel = 'info'): Promise<OpsCallsync> {
   const prefix = env.QUEUE_PREFIX ?? uniquePrefix('ops');
   const config = loadConfig(testEnv(prefix, { SHUTDOWN_GRACE_MS: '10000', ...env }));
-  const { lines, log } = memoryLog(logLevel);
+  const { lines, raw, log } = memoryLog(logLevel);
   const running = await startWithOperations({ config, log, ...options });
   let stopped = false;
   return {
     ...running,
     prefix,
     logs: lines,
+    rawLogs: raw,
     url: running.callsync.url ?? running.operations.url ?? '',
     async stop() {
       if (stopped) return;

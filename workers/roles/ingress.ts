@@ -98,8 +98,6 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
     });
     closers.add('stop http intake', () => http.close());
     http.server.on('drop', warnDropped(log, config.http.maxConnections));
-    if (!config.push.verify) log.warn('PUSH_API_VERIFY=false: Push API requests are accepted without checking their signature');
-    if (config.webhook.allowedIps === '*') log.warn('WEBHOOK_ALLOWED_IPS=*: the webhook accepts requests from any address');
     log.info({ url: http.url, allowedIps: config.webhook.allowedIps, auth: config.webhook.authHeader ? 'shared-secret' : 'none' }, 'ingress listening');
     return { app, server: http.server, url: http.url, spool, close: () => closers.close() };
   });

@@ -1,0 +1,36 @@
+// Secrets out of what is shown or compared: a sink's options as check-config prints them, and as
+// the routing fingerprint hashes them (src/config/fingerprint.ts).
+
+const SECRET_KEY = /secret|token|password|passphrase|api[-_]?key|authorization|credential|signing|cookie/i;
+/** Options whose values are all sent as credentials (e.g. the signed webhook's custom headers): names kept, values hidden. */
+const SECRET_MAPS = new Set(['headers']);
+/** Values that are secrets whatever their key: signing secrets, tokens with a known prefix, `Bearer …`. */
+const SECRET_VALUE = /^(whsec_|pat-|sk_|xox[abp]-|ghp_|glpat-)|^bearer\s/i;
+
+/** A sink's options with anything secret-looking replaced: secret keys, header values, secret values, URL passwords. */
+export function redactOptions(value: unknown, key = ''): unknown {
+  if (key && SECRET_KEY.test(key)) return '[redacted]';
+  if (typeof value === 'string') {
+    if (SECRET_VALUE.test(value.trim())) return '[redacted]';
+    return /^[a-z][a-z0-9+.-]*:\/\/[^/\s]*@/i.test(value) ? redactUrl(value) : value;
+  }
+  if (Array.isArray(value)) return value.map((v) => redactOptions(v));
+  if (value !== null && typeof value === 'object') {
+    if (SECRET_MAPS.has(key)) return Object.fromEntries(Object.keys(value).map((k) => [k, '[redacted]']));
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, redactOptions(v, k)]));
+  }
+  return value;
+}
+
+/** `redis://user:secret@host` -> `redis://user:***@host`. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    // A credential without a user name (`https://token@host`) is the user part.
+    else if (u.username) u.username = '***';
+    return u.toString();
+  } catch {
+    return url;
+  }
+}
