@@ -104,9 +104,15 @@ describe('check-config', () => {
         '    to: [vault]',
       ].join('\n'),
     );
-    const r = await cli(['check-config'], { CALLSYNC_CONFIG: file, VAULT_SECRET: 'super-secret-value-1', REDIS_URL: 'redis://:redis-pass@127.0.0.1:6379' });
+    const r = await cli(['check-config'], { CALLSYNC_CONFIG: file, VAULT_SECRET: 'super-secret-value-1' });
     assert.equal(r.code, 0, r.err);
     assert.match(r.out, /^configuration OK/);
+    assert.match(r.out, /redis in use: configured, redis:\/\/127\.0\.0\.1:6379\/?: answers/);
+    // A configured Redis nobody answers at: check-config connects, so it is a problem, and the password is never printed.
+    const wrong = await cli(['check-config'], { CALLSYNC_CONFIG: file, VAULT_SECRET: 'super-secret-value-1', REDIS_URL: 'redis://:redis-pass@127.0.0.1:1' });
+    assert.equal(wrong.code, 2);
+    assert.match(wrong.out, /^problem: Redis unreachable \(configured, redis:\/\/:\*\*\*@127\.0\.0\.1:1/);
+    assert.doesNotMatch(wrong.out + wrong.err, /redis-pass/);
     assert.match(r.out, /vault\s+archive\s+from file/);
     assert.match(r.out, /summaries: direction=in and hasSummary=true -> vault/);
     assert.match(r.out, /#2: \(agent=a1\|a2\) or \(outcome=missed\) -> vault/);

@@ -64,6 +64,8 @@ async function variablesCallsyncReads(): Promise<Set<string>> {
   for (const file of ['src', 'workers', 'queues', 'bin'].flatMap(files)) {
     for (const m of read(file).matchAll(/\benv\??\.([A-Z][A-Z0-9_]+)\b|\benv\[['"]([A-Z][A-Z0-9_]+)['"]\]/g)) names.add((m[1] ?? m[2])!);
   }
+  // The operating system's own (the private Redis looks for redis-server on PATH): not callsync settings.
+  names.delete('PATH');
   return names;
 }
 

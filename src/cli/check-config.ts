@@ -5,6 +5,7 @@ import type { Condition, ParsedRoute } from '../routing/types.js';
 import { opsPort, queueNames } from '../ops/index.js';
 import { describeSchedule } from '../sinks/retry.js';
 import { table, type CliIo } from './io.js';
+import type { RedisReach } from './redis.js';
 import { describeRedis, redisMode } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 
@@ -106,13 +107,13 @@ export function describeConfig(config: Config): string[] {
   return lines;
 }
 
-export function printConfig(config: Config, io: CliIo, json: boolean): void {
+export function printConfig(config: Config, io: CliIo, json: boolean, reach?: RedisReach): void {
   if (json) {
     io.out(
       JSON.stringify(
         {
           role: config.role,
-          redis: { mode: redisMode(config.redis), url: redactUrl(config.redis.url), where: describeRedis(config.redis), prefix: config.redis.prefix, layout: redisKeys(config.redis).layout, inboundShards: redisKeys(config.redis).inboundShards },
+          redis: { mode: redisMode(config.redis), url: redactUrl(config.redis.url), where: describeRedis(config.redis), prefix: config.redis.prefix, layout: redisKeys(config.redis).layout, inboundShards: redisKeys(config.redis).inboundShards, ...(reach ? { reached: reach } : {}) },
           opsPort: opsPort(config),
           queues: queueNames(config),
           sinks: Object.values(config.sinks).map((s) => ({ ...s, options: redactOptions(s.options) })),
@@ -125,7 +126,8 @@ export function printConfig(config: Config, io: CliIo, json: boolean): void {
     );
     return;
   }
-  io.out('configuration OK');
+  io.out(reach?.problem ? `problem: ${reach.problem}` : 'configuration OK');
   io.out('');
   for (const line of describeConfig(config)) io.out(line);
+  if (reach) io.out(`redis in use: ${reach.where}`);
 }

@@ -12,9 +12,10 @@ import { resume } from './resume.js';
 import { progressOf } from './progress.js';
 import { replay } from './replay.js';
 import { checkSink } from './sink-queue.js';
-import { CliFailure, connectRedis, connectRedisTo } from './redis.js';
+import { CliFailure, connectRedis, connectRedisTo, reachRedis } from './redis.js';
 import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
+import { NoRedisError } from '../../queues/private-redis.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
@@ -226,6 +227,11 @@ export async function runCli(argv: string[], io: CliIo, runners: CliRunners = {}
       io.err(command === 'start' ? `callsync start: ${err.oneLine}` : err.message);
       return 2;
     }
+    if (err instanceof NoRedisError) {
+      // Nothing to connect to and nothing to start: a set-up problem, exit 2 in one line.
+      io.err(`callsync ${command}: ${err.message}`);
+      return 2;
+    }
     if (err instanceof CliFailure) {
       io.err(`callsync ${command}: ${err.message}`);
       return 1;
@@ -258,8 +264,11 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const { values, positionals } = parse(args, { json: { type: 'boolean' } }, command);
       if (values.help) return (io.out(help['check-config']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-      printConfig(configFrom(io.env), io, values.json === true);
-      return 0;
+      const config = configFrom(io.env);
+      // The Redis it would use, connected to (configured, local, or the private one; never started here).
+      const reach = await reachRedis(config);
+      printConfig(config, io, values.json === true, reach);
+      return reach.problem ? 2 : 0;
     }
     case 'dlq': {
       const { values, positionals } = parse(
