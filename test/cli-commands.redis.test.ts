@@ -369,6 +369,9 @@ describe('send-sample while Redis is away', () => {
       assert.match(r.out, /^spooled to local disk \(Redis unavailable\); it reaches the queues when Redis is back$/m);
       const inboundId = /\(inbound log id (\S+)\)/.exec(r.out)?.[1];
       assert.match(r.out, /^job [0-9a-f]{32} in sink-archive \(once Redis is back\): watch it on \/admin\/queues$/m);
+      // No archive path that does not exist yet: only spooled, nothing is archived.
+      assert.match(r.out, /^archive archive: spooled — not archived yet/m);
+      assert.doesNotMatch(r.out, /transcripts\//);
       await redis.start();
       // Drained into the inbound log under the id it was acknowledged with.
       const reader = new Redis(redis.url, { maxRetriesPerRequest: 1 });
