@@ -114,6 +114,7 @@ describe('check-config', () => {
     assert.match(wrong.out, /^problem: Redis unreachable \(configured, redis:\/\/:\*\*\*@127\.0\.0\.1:1/);
     assert.doesNotMatch(wrong.out + wrong.err, /redis-pass/);
     assert.match(r.out, /vault\s+archive\s+from file/);
+    assert.match(r.out, /^sinks \(1\): from the config file: vault; from environment shortcuts: none$/m);
     assert.match(r.out, /summaries: direction=in and hasSummary=true -> vault/);
     assert.match(r.out, /#2: \(agent=a1\|a2\) or \(outcome=missed\) -> vault/);
     assert.match(r.out, /queues:\s+inbound, sink-vault, poll-dead-letters/);

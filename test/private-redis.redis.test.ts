@@ -179,6 +179,8 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
     const check = await cli(['check-config']);
     assert.match(check.stdout, /^configuration OK/);
     assert.match(check.stdout, /redis in use: private, not running \(`callsync start` starts it in /);
+    // Where each sink comes from: here the local archive, an environment shortcut (ARCHIVE_DIR).
+    assert.match(check.stdout, /^sinks \(1\): from the config file: none; from environment shortcuts: archive$/m);
   });
 });
 

@@ -89,7 +89,8 @@ export function describeConfig(config: Config): string[] {
   lines.push(`queues:      ${queueNames(config).join(', ')}`);
   lines.push('');
   const sinks = Object.values(config.sinks);
-  lines.push(`sinks (${sinks.length}):`);
+  const named = (origin: string) => sinks.filter((x) => x.origin === origin).map((x) => x.name).join(', ') || 'none';
+  lines.push(`sinks (${sinks.length}): from the config file: ${named('file')}; from environment shortcuts: ${named('env')}`);
   if (sinks.length === 0) lines.push('  (none: calls are accepted and fanned out to nothing)');
   lines.push(...table(sinks.map((s) => [s.name, s.type, `from ${s.origin}`, JSON.stringify(redactOptions(s.options))])).map((l) => `  ${l}`));
   lines.push('');
