@@ -81,13 +81,14 @@ export async function redisAnswers(node: RedisNode, timeoutMs = 500): Promise<bo
   });
 }
 
-/** The redis-server to start: REDIS_SERVER_BIN, else the first `redis-server` on PATH; null when there is none. */
+/** The redis-server to start: REDIS_SERVER_BIN (a path, or a name on PATH), else the first `redis-server` on PATH; null when there is none. */
 export async function findRedisServer(serverBin: string | undefined, path = process.env.PATH ?? ''): Promise<string | null> {
   const executable = async (file: string) => access(file, constants.X_OK).then(() => true, () => false);
-  if (serverBin !== undefined) return (await executable(serverBin)) ? serverBin : null;
+  // A path is taken as it is; a bare name (REDIS_SERVER_BIN=redis-server-7) is looked up on PATH.
+  if (serverBin !== undefined && serverBin.includes('/')) return (await executable(serverBin)) ? serverBin : null;
   for (const dir of path.split(delimiter)) {
     if (!dir) continue;
-    const file = join(dir, 'redis-server');
+    const file = join(dir, serverBin ?? 'redis-server');
     if (await executable(file)) return file;
   }
   return null;
