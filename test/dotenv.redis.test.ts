@@ -23,7 +23,7 @@ after(async () => {
 });
 
 test('./.env applies; a variable already in the environment wins over it', async () => {
-  const env = { ...process.env, HOST: '127.0.0.1' };
+  const env: NodeJS.ProcessEnv = { ...process.env, HOST: '127.0.0.1' };
   delete env.PORT;
   delete env.WEBHOOK_ALLOWED_IPS;
   const { stdout } = await run(process.execPath, [BIN, 'check-config'], { cwd: dir, env, timeout: 30_000 });

@@ -83,3 +83,24 @@ test('/readyz is 503 until Redis was first reached, ready during a later outage 
   child.proc.kill('SIGTERM');
   assert.equal(await bounded(child.exit, 30_000, 'callsync to stop', child), 0);
 });
+
+test('a worker\'s ops server says the same: /readyz 503 "Redis not reached since start" while its Redis was never reached', async () => {
+  const nowhere = await startPrivateRedis();
+  const url = nowhere.url;
+  await nowhere.destroy();
+  const worker = startCallsyncProcess({ REDIS_URL: url, QUEUE_PREFIX: uniquePrefix('truth-worker'), CALLSYNC_ROLE: 'worker', OPS_PORT: '0', LOG_LEVEL: 'info' });
+  try {
+    const ops = await bounded(
+      waitFor(() => worker.lines.find((l) => l.msg === 'callsync started')?.opsUrl as string | undefined, { timeoutMs: 30_000, what: 'the worker to start' }),
+      35_000,
+      'the worker to start',
+      worker,
+    );
+    const res = await readyz(ops);
+    assert.equal(res.status, 503);
+    assert.match(res.body, /Redis not reached since start \(redis:\/\/127\.0\.0\.1:\d+\/?\)/);
+  } finally {
+    worker.proc.kill('SIGTERM');
+    await bounded(worker.exit, 30_000, 'the worker to stop', worker).catch(() => worker.proc.kill('SIGKILL'));
+  }
+});
