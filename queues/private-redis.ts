@@ -291,18 +291,29 @@ export async function resolveRedis(settings: RedisSettings, options: ResolveOpti
   }
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const password = await passwordOf(dir);
-  const connectTo = (server: ServerFile, started: boolean): ResolvedRedis => ({
-    settings: { ...rest, url: `redis://127.0.0.1:${server.port}`, password, tls: false },
-    origin: 'private',
-    where: `private ${dir} (127.0.0.1:${server.port}, pid ${server.pid})`,
-    started,
-    release: async () => undefined,
-  });
+  // A user before anything runs or is found: a process stopping meanwhile sees this one and leaves the server up.
+  const userFile = await addUser(dir);
+  try {
+    const { server, started } = await runOrStart(dir, password, bin, probed, options);
+    return {
+      settings: { ...rest, url: `redis://127.0.0.1:${server.port}`, password, tls: false },
+      origin: 'private',
+      where: `private ${dir} (127.0.0.1:${server.port}, pid ${server.pid})`,
+      started,
+      release: releaser(dir, password, userFile, server),
+    };
+  } catch (err) {
+    await unlink(userFile).catch(() => undefined);
+    throw err;
+  }
+}
 
+/** The private Redis running in `dir`, else one this process starts (one process at a time, under the start lock). */
+async function runOrStart(dir: string, password: string, bin: string | null, probed: string, options: ResolveOptions): Promise<{ server: ServerFile; started: boolean }> {
   const deadline = Date.now() + START_TIMEOUT_MS + 5000;
   for (;;) {
     const running = await runningServer(dir, password);
-    if (running) return withUser(dir, password, connectTo(running, false), running);
+    if (running) return { server: running, started: false };
     if (options.start === false) throw new NoRedisError(`no Redis running: ${probed} and no private Redis runs in ${dir} (\`callsync start\` starts one)`);
     if (bin === null) throw new NoRedisError(`no Redis: REDIS_URL is unset, ${probed}, the private Redis in ${dir} is not running and redis-server is not on PATH; ${INSTALL_HINT}`);
     const unlock = await lockStart(dir);
@@ -310,9 +321,8 @@ export async function resolveRedis(settings: RedisSettings, options: ResolveOpti
       try {
         // Another process may have started it between the look above and the lock.
         const again = await runningServer(dir, password);
-        if (again) return withUser(dir, password, connectTo(again, false), again);
-        const started = await startServer(bin, dir, password, options.log);
-        return withUser(dir, password, connectTo(started, true), started);
+        if (again) return { server: again, started: false };
+        return { server: await startServer(bin, dir, password, options.log), started: true };
       } finally {
         await unlock();
       }
@@ -322,21 +332,18 @@ export async function resolveRedis(settings: RedisSettings, options: ResolveOpti
   }
 }
 
-async function withUser(dir: string, password: string, resolved: ResolvedRedis, server: ServerFile): Promise<ResolvedRedis> {
-  const file = await addUser(dir);
+/** This process stops using the private Redis: its user file goes; the last user shuts the server down. */
+function releaser(dir: string, password: string, userFile: string, server: ServerFile): () => Promise<void> {
   let releasing: Promise<void> | undefined;
-  return {
-    ...resolved,
-    release() {
-      releasing ??= (async () => {
-        await unlink(file).catch(() => undefined);
-        if ((await otherUsers(dir)).length > 0) return;
-        // The server in the file may have been replaced (it died and another process started one): stop that one.
-        const current = (await readJson<ServerFile>(join(dir, SERVER_FILE))) ?? server;
-        if (alive(current.pid)) await shutdownServer(dir, current, password);
-        else await rm(join(dir, SERVER_FILE), { force: true });
-      })();
-      return releasing;
-    },
+  return () => {
+    releasing ??= (async () => {
+      await unlink(userFile).catch(() => undefined);
+      if ((await otherUsers(dir)).length > 0) return;
+      // The server in the file may have been replaced (it died and another process started one): stop that one.
+      const current = (await readJson<ServerFile>(join(dir, SERVER_FILE))) ?? server;
+      if (alive(current.pid)) await shutdownServer(dir, current, password);
+      else await rm(join(dir, SERVER_FILE), { force: true });
+    })();
+    return releasing;
   };
 }

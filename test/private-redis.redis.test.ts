@@ -57,6 +57,11 @@ async function rawReply(port: number, command: string): Promise<string> {
   });
 }
 
+/** Until the process logged `callsync started` (its signal handlers are set from then on). */
+async function started(child: CallsyncProcess): Promise<void> {
+  await waitFor(() => child.lines.find((l) => l.msg === 'callsync started') ?? null, { timeoutMs: 30_000, what: 'callsync started' });
+}
+
 async function stop(child: CallsyncProcess): Promise<number | null> {
   if (child.proc.exitCode !== null) return child.proc.exitCode;
   child.proc.kill('SIGTERM');
@@ -66,7 +71,7 @@ async function stop(child: CallsyncProcess): Promise<number | null> {
 describe('no Redis configured, none on the probe address, redis-server on PATH', () => {
   let dir: string;
   let env: NodeJS.ProcessEnv;
-  const started: CallsyncProcess[] = [];
+  const children: CallsyncProcess[] = [];
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-private-redis-'));
@@ -86,7 +91,7 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
   });
 
   after(async () => {
-    for (const child of started) if (child.proc.exitCode === null) child.proc.kill('SIGKILL');
+    for (const child of children) if (child.proc.exitCode === null) child.proc.kill('SIGKILL');
     // A server left by a failed assertion: stopped by its pid (this test started it).
     const server = await readFile(join(dir, 'data', 'redis', 'server.json'), 'utf8').then((t) => JSON.parse(t) as { pid: number }, () => null);
     if (server && alive(server.pid)) process.kill(server.pid, 'SIGKILL');
@@ -95,7 +100,7 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
 
   const start = (extra: NodeJS.ProcessEnv = {}) => {
     const child = startCallsyncProcess({ ...env, ...extra });
-    started.push(child);
+    children.push(child);
     return child;
   };
   const cli = (args: string[]) => run(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, timeout: 30_000 });
@@ -104,6 +109,7 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
     const redisDir = join(dir, 'data', 'redis');
     const first = start();
     const url = await bounded(first.url, 30_000, 'the first process to listen', first);
+    await started(first);
     const startedLine = first.lines.find((l) => String(l.msg).startsWith('no Redis configured or answering locally: started a private Redis'));
     assert.ok(startedLine, 'one line says a private Redis was started');
     assert.ok(!JSON.stringify(first.lines).includes(await readFile(join(redisDir, 'password'), 'utf8').then((p) => p.trim())), 'the password is never logged');
@@ -136,7 +142,7 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
 
     // A second process (a worker) shares it: no second server, same pid and port.
     const second = start({ CALLSYNC_ROLE: 'worker', PORT: '0' });
-    await waitFor(() => second.lines.find((l) => l.msg === 'callsync started') ?? null, { timeoutMs: 30_000, what: 'the second process to start' });
+    await started(second);
     assert.ok(second.lines.some((l) => String(l.msg).includes('sharing the private Redis another callsync process started')), 'the second process says it shares');
     assert.ok(!second.lines.some((l) => String(l.msg).includes('started a private Redis')));
     assert.deepEqual(JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')), server);
@@ -158,6 +164,7 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
     // Started again: a new server on the same folder has the data (AOF).
     const third = start();
     const url3 = await bounded(third.url, 30_000, 'the restarted process to listen', third);
+    await started(third);
     const again = JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number; port: number };
     assert.notEqual(again.pid, server.pid);
     const reader = new Redis({ host: '127.0.0.1', port: again.port, password, maxRetriesPerRequest: 1 });
