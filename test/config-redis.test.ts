@@ -37,8 +37,8 @@ test('default: one Redis at the default URL, no password, no TLS; being unconfig
   assert.equal(loadConfig({ REDIS_LOCAL_PROBE: '127.0.0.1:7777' }).redis.url, 'redis://127.0.0.1:7777');
   assert.equal(loadConfig({ REDIS_LOCAL_PROBE: 'off' }).redis.local?.probe, null);
   assert.ok(problemsOf({ REDIS_LOCAL_PROBE: 'nowhere' }).some((p) => p.startsWith('REDIS_LOCAL_PROBE: "nowhere" is not host:port')));
-  // Anything configured: no local part, used as it is.
-  for (const env of [{ REDIS_URL: 'redis://10.0.0.5:6379' }, { REDIS_CLUSTER_NODES: '10.0.0.1:7000' }, { REDIS_SENTINELS: '10.0.0.1:26379', REDIS_SENTINEL_NAME: 'm' }]) {
+  // A cluster or Sentinel configured: no local part, used as it is (a configured URL: test/cli-commands.redis.test.ts, check-config).
+  for (const env of [{ REDIS_CLUSTER_NODES: '10.0.0.1:7000' }, { REDIS_SENTINELS: '10.0.0.1:26379', REDIS_SENTINEL_NAME: 'm' }]) {
     assert.equal(loadConfig(env).redis.local, undefined, JSON.stringify(env));
   }
 });
