@@ -51,8 +51,10 @@ Options:
   'check-config': `Usage: callsync check-config [--json]
 
 Validates the environment and the config file (CALLSYNC_CONFIG) and prints the effective setup:
-roles, endpoints, sinks (secrets redacted) and routes. Exits 2 and lists every problem when the
-configuration is invalid.
+roles, endpoints, sinks (secrets redacted, each with where it comes from) and routes, and connects
+to the Redis callsync would use, saying which (configured, local 127.0.0.1:6379, or the private
+one; never starting it). Exits 2 and lists every problem when the configuration is invalid or that
+Redis does not answer.
 
 Options:
   --json        print the effective sinks and routes as JSON
