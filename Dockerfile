@@ -25,16 +25,18 @@ ENV NODE_ENV=production \
     HOST=0.0.0.0 \
     PORT=3000 \
     ARCHIVE_DIR=/app/data/archive \
-    SPOOL_DIR=/app/data/spool
+    SPOOL_DIR=/app/data/spool \
+    DATA_DIR=/app/data
 WORKDIR /app
 COPY --from=deps --chown=node:node /app/node_modules ./node_modules
 COPY --from=build --chown=node:node /app/dist ./dist
 COPY --chown=node:node package.json ./
 COPY --chown=node:node bin ./bin
-# The local archive and the ingress spool live here; mount a volume to keep them.
-RUN mkdir -p /app/data && chown node:node /app/data
+# The local archive and the ingress spool live here. No VOLUME: an anonymous volume per container
+# would keep what nobody can find again; mount named volumes (docker-compose.yml: `archive`,
+# `ingress-spool`). A named volume mounted on an empty one of these folders takes its owner (node).
+RUN mkdir -p /app/data/archive /app/data/spool && chown -R node:node /app/data
 USER node
-VOLUME ["/app/data"]
 # 3000: ingress (webhook, /metrics, /admin/queues); 9464: ops server of worker and poller.
 EXPOSE 3000 9464
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 CMD ["node", "bin/healthcheck.js"]

@@ -42,6 +42,16 @@ export interface RedisNode {
   port: number;
 }
 
+/** How callsync finds or starts a Redis when none is configured (config: REDIS_LOCAL_PROBE, DATA_DIR, REDIS_SERVER_BIN). */
+export interface LocalRedisSettings {
+  /** The address used when a Redis answers there (REDIS_LOCAL_PROBE, default 127.0.0.1:6379); null: never probe. */
+  probe: RedisNode | null;
+  /** The private Redis' folder: DATA_DIR/redis. */
+  dir: string;
+  /** REDIS_SERVER_BIN: the redis-server to start; unset: `redis-server` on PATH. */
+  serverBin?: string;
+}
+
 /**
  * Where callsync's Redis is and how to log in, parsed once by the config: one Redis at `url`
  * (REDIS_URL), or a Redis Cluster (REDIS_CLUSTER_NODES, any of its nodes), or the master of
@@ -66,6 +76,12 @@ export interface RedisSettings {
   prefix: string;
   /** INBOUND_SHARDS: streams of the inbound log. Unset: 1, or 8 when a cluster spreads the keys (queues/keys.ts). */
   inboundShards?: number;
+  /**
+   * Set when no Redis is configured (REDIS_URL, REDIS_CLUSTER_NODES, REDIS_SENTINELS unset): `url`
+   * is then only the probe address, and queues/private-redis.ts `resolveRedis` decides (the probe
+   * address when a Redis answers there, else a private one) before anything connects.
+   */
+  local?: LocalRedisSettings;
 }
 
 export type RedisMode = 'single' | 'cluster' | 'sentinel';
@@ -169,6 +185,22 @@ export function createRedis(settings: RedisSettings, role: ConnectionRole, extra
     Connector,
     ...extra,
   });
+}
+
+/**
+ * Whether `client` has been ready at least once since it was made. Readiness tells a Redis that was
+ * never reached (a wrong address, nothing started: not ready) from an outage after it was (the
+ * ingress spool's case).
+ */
+export function readyOnce(client: RedisClient): () => boolean {
+  let reached = client.status === 'ready';
+  if (!reached) client.once('ready', () => (reached = true));
+  return () => reached;
+}
+
+/** The reason /readyz gives while Redis was never reached since start. */
+export function neverReachedReason(settings: RedisSettings): string {
+  return `Redis not reached since start (${describeRedis(settings)})`;
 }
 
 /** Network failures of the connection to Redis (Node's error codes). */

@@ -123,3 +123,41 @@ export function createLogger(options: LoggerOptions = {}): Logger {
     options.destination ?? process.stdout,
   );
 }
+
+/** The shortest time between two lines of one kind of repeated error (a Redis outage, a refused connection). */
+export const REPEAT_LOG_INTERVAL_MS = 10_000;
+
+interface RepeatState {
+  quietUntil: number;
+  /** Occurrences since the last line. */
+  count: number;
+  /** Where they happened since the last line (connection or queue names). */
+  where: Set<string>;
+}
+
+const repeats = new Map<string, RepeatState>();
+
+/**
+ * Logs an error that repeats while something is away (every connection and queue reports each
+ * failed reconnect): the first of a kind at once, then at most one line per
+ * REPEAT_LOG_INTERVAL_MS with how many there were (`repeated`) and where. The kind is the message
+ * and the error's text, so a different error still shows at once. Returns whether it logged.
+ */
+export function logRepeated(log: Logger, level: 'warn' | 'error', msg: string, where: string, err: { message: string }, fields: object = {}, now = Date.now()): boolean {
+  const kind = `${msg}\u0000${err.message}`;
+  let state = repeats.get(kind);
+  if (!state) {
+    // Bounded: kinds are few (messages × error texts); forget them all should a flood of distinct texts come.
+    if (repeats.size > 1000) repeats.clear();
+    state = { quietUntil: 0, count: 0, where: new Set() };
+    repeats.set(kind, state);
+  }
+  state.count++;
+  if (state.where.size < 20) state.where.add(where);
+  if (now < state.quietUntil) return false;
+  log[level]({ ...fields, where: [...state.where].join(','), repeated: state.count, err: { message: err.message } }, msg);
+  state.count = 0;
+  state.where.clear();
+  state.quietUntil = now + REPEAT_LOG_INTERVAL_MS;
+  return true;
+}

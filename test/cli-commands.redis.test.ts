@@ -104,10 +104,17 @@ describe('check-config', () => {
         '    to: [vault]',
       ].join('\n'),
     );
-    const r = await cli(['check-config'], { CALLSYNC_CONFIG: file, VAULT_SECRET: 'super-secret-value-1', REDIS_URL: 'redis://:redis-pass@127.0.0.1:6379' });
+    const r = await cli(['check-config'], { CALLSYNC_CONFIG: file, VAULT_SECRET: 'super-secret-value-1' });
     assert.equal(r.code, 0, r.err);
     assert.match(r.out, /^configuration OK/);
+    assert.match(r.out, /redis in use: configured, redis:\/\/127\.0\.0\.1:6379\/?: answers/);
+    // A configured Redis nobody answers at: check-config connects, so it is a problem, and the password is never printed.
+    const wrong = await cli(['check-config'], { CALLSYNC_CONFIG: file, VAULT_SECRET: 'super-secret-value-1', REDIS_URL: 'redis://:redis-pass@127.0.0.1:1' });
+    assert.equal(wrong.code, 2);
+    assert.match(wrong.out, /^problem: Redis unreachable \(configured, redis:\/\/:\*\*\*@127\.0\.0\.1:1/);
+    assert.doesNotMatch(wrong.out + wrong.err, /redis-pass/);
     assert.match(r.out, /vault\s+archive\s+from file/);
+    assert.match(r.out, /^sinks \(1\): from the config file: vault; from environment shortcuts: none$/m);
     assert.match(r.out, /summaries: direction=in and hasSummary=true -> vault/);
     assert.match(r.out, /#2: \(agent=a1\|a2\) or \(outcome=missed\) -> vault/);
     assert.match(r.out, /queues:\s+inbound, sink-vault, poll-dead-letters/);
@@ -381,6 +388,9 @@ describe('send-sample while Redis is away', () => {
       assert.match(r.out, /^spooled to local disk \(Redis unavailable\); it reaches the queues when Redis is back$/m);
       const inboundId = /\(inbound log id (\S+)\)/.exec(r.out)?.[1];
       assert.match(r.out, /^job [0-9a-f]{32} in sink-archive \(once Redis is back\): watch it on \/admin\/queues$/m);
+      // No archive path that does not exist yet: only spooled, nothing is archived.
+      assert.match(r.out, /^archive archive: spooled — not archived yet/m);
+      assert.doesNotMatch(r.out, /transcripts\//);
       await redis.start();
       // Drained into the inbound log under the id it was acknowledged with.
       const reader = new Redis(redis.url, { maxRetriesPerRequest: 1 });

@@ -1,6 +1,7 @@
 // The Redis settings of the configuration: one Redis by default (today's behaviour), a cluster or
 // Sentinel, a password and TLS, and the combinations refused at start (and by check-config).
 // (The Redis URL itself — rediss://, a password in it — is tested in test/redis-topologies.redis.test.ts.)
+import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ConfigError, loadConfig } from '../src/config/index.js';
@@ -17,9 +18,29 @@ function problemsOf(env: Record<string, string>): string[] {
   assert.fail('expected a ConfigError');
 }
 
-test('default: one Redis at the default URL, no password, no TLS', () => {
+test('default: one Redis at the default URL, no password, no TLS; being unconfigured, it may be the local one or a private one', () => {
   const { redis } = loadConfig({});
-  assert.deepEqual(redis, { url: 'redis://127.0.0.1:6379', clusterNodes: [], sentinels: [], tls: false, prefix: 'callsync' });
+  assert.deepEqual(redis, {
+    url: 'redis://127.0.0.1:6379',
+    clusterNodes: [],
+    sentinels: [],
+    tls: false,
+    prefix: 'callsync',
+    local: { probe: { host: '127.0.0.1', port: 6379 }, dir: join('data', 'redis') },
+  });
+  // REDIS_LOCAL_PROBE moves the probe (and the URL used when it answers); off: never probe. DATA_DIR and REDIS_SERVER_BIN are where the private one lives and what starts it.
+  assert.deepEqual(loadConfig({ REDIS_LOCAL_PROBE: '127.0.0.1:7777', DATA_DIR: '/var/lib/callsync', REDIS_SERVER_BIN: '/opt/redis/bin/redis-server' }).redis.local, {
+    probe: { host: '127.0.0.1', port: 7777 },
+    dir: '/var/lib/callsync/redis',
+    serverBin: '/opt/redis/bin/redis-server',
+  });
+  assert.equal(loadConfig({ REDIS_LOCAL_PROBE: '127.0.0.1:7777' }).redis.url, 'redis://127.0.0.1:7777');
+  assert.equal(loadConfig({ REDIS_LOCAL_PROBE: 'off' }).redis.local?.probe, null);
+  assert.ok(problemsOf({ REDIS_LOCAL_PROBE: 'nowhere' }).some((p) => p.startsWith('REDIS_LOCAL_PROBE: "nowhere" is not host:port')));
+  // A cluster or Sentinel configured: no local part, used as it is (a configured URL: test/cli-commands.redis.test.ts, check-config).
+  for (const env of [{ REDIS_CLUSTER_NODES: '10.0.0.1:7000' }, { REDIS_SENTINELS: '10.0.0.1:26379', REDIS_SENTINEL_NAME: 'm' }]) {
+    assert.equal(loadConfig(env).redis.local, undefined, JSON.stringify(env));
+  }
 });
 
 test('a cluster: nodes parsed (IPv6 too), TLS and a password never printed', () => {

@@ -7,7 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -64,6 +64,8 @@ async function variablesCallsyncReads(): Promise<Set<string>> {
   for (const file of ['src', 'workers', 'queues', 'bin'].flatMap(files)) {
     for (const m of read(file).matchAll(/\benv\??\.([A-Z][A-Z0-9_]+)\b|\benv\[['"]([A-Z][A-Z0-9_]+)['"]\]/g)) names.add((m[1] ?? m[2])!);
   }
+  // The operating system's own (the private Redis looks for redis-server on PATH): not callsync settings.
+  names.delete('PATH');
   return names;
 }
 
@@ -87,31 +89,73 @@ describe('docker-compose.yml', () => {
   const compose = parse(read('docker-compose.yml'), { merge: true }) as { services: Record<string, any>; volumes: Record<string, unknown> };
   const s = compose.services;
 
-  test('has Redis with AOF and noeviction, MinIO with its bucket, Mailpit, and one service per role', () => {
-    assert.deepEqual(Object.keys(s).sort(), ['ingress', 'mailpit', 'minio', 'minio-init', 'poller', 'redis', 'worker']);
+  test('has Redis with AOF and noeviction and one service per role; the S3 server with its bucket and Mailpit only in their profiles', () => {
+    assert.deepEqual(Object.keys(s).sort(), ['ingress', 'mailpit', 'poller', 'redis', 's3', 's3-init', 'worker']);
     const redis = s.redis.command.join(' ');
     assert.match(redis, /--appendonly yes/);
     assert.match(redis, /--maxmemory-policy noeviction/);
     assert.ok(s.redis.volumes.some((v: string) => v.endsWith(':/data')), 'AOF on a volume');
-    // Resolved as Compose does with an empty .env.
-    const env = (svc: string, name: string) => interpolate(String(s[svc].environment[name] ?? ''), {});
-    const bucket = env('ingress', 'ARCHIVE_S3_BUCKET');
-    assert.equal(bucket, 'callsync-archive');
-    assert.equal(env('minio-init', 'ARCHIVE_S3_BUCKET'), bucket, 'the init job creates the bucket the archive writes to');
-    assert.match(s['minio-init'].command.join(' '), /mc mb --ignore-existing "local\/\$\$ARCHIVE_S3_BUCKET"/);
-    assert.equal(env('ingress', 'S3_ENDPOINT'), 'http://minio:9000');
-    assert.equal(env('worker', 'AWS_ACCESS_KEY_ID'), interpolate(s.minio.environment.MINIO_ROOT_USER, {}), 'the archive logs in to MinIO');
-    assert.equal(env('worker', 'AWS_SECRET_ACCESS_KEY'), interpolate(s.minio.environment.MINIO_ROOT_PASSWORD, {}));
-    assert.equal(env('worker', 'AWS_ACCESS_KEY_ID'), 'callsync');
-    assert.equal(interpolate(s.worker.environment.AWS_ACCESS_KEY_ID, { AWS_ACCESS_KEY_ID: 'AKIA-from-env' }), 'AKIA-from-env', '.env wins');
-    assert.match(env('worker', 'SMTP_URL'), /^smtp:\/\/mailpit:1025$/);
+    assert.deepEqual(s.s3.profiles, ['s3']);
+    assert.deepEqual(s['s3-init'].profiles, ['s3']);
+    assert.deepEqual(s.mailpit.profiles, ['mail']);
+    // The S3 server's root credentials are the archive's keys; the init job creates the bucket ARCHIVE_S3_BUCKET names.
+    const vars = { AWS_ACCESS_KEY_ID: 'AKIA-from-env', AWS_SECRET_ACCESS_KEY: 'secret-from-env', ARCHIVE_S3_BUCKET: 'calls-from-env' };
+    assert.equal(interpolate(s.s3.environment.RUSTFS_ACCESS_KEY, vars), 'AKIA-from-env');
+    assert.equal(interpolate(s.s3.environment.RUSTFS_SECRET_KEY, vars), 'secret-from-env');
+    assert.equal(interpolate(s['s3-init'].environment.AWS_ACCESS_KEY_ID, vars), 'AKIA-from-env');
+    assert.equal(interpolate(s['s3-init'].environment.ARCHIVE_S3_BUCKET, vars), 'calls-from-env');
+    assert.match(s['s3-init'].command.join(' '), /create-bucket --bucket "\$\$ARCHIVE_S3_BUCKET"/);
+    assert.ok(s.s3.volumes.includes('s3-data:/data'));
     for (const [role, svc] of [['ingress', s.ingress], ['worker', s.worker], ['poller', s.poller]] as const) {
       assert.equal(svc.environment.CALLSYNC_ROLE, role);
       assert.equal(interpolate(svc.environment.REDIS_URL, {}), 'redis://redis:6379');
       assert.equal(svc.environment.QUEUE_PREFIX, '{callsync}', 'a hash-tag prefix');
       assert.equal(svc.build, '.');
       assert.equal(svc.depends_on.redis.condition, 'service_healthy');
+      // Nothing the callsync services need is in a profile that may be off.
+      assert.deepEqual(Object.keys(svc.depends_on), ['redis'], role);
     }
+  });
+
+  test('adds no sink the user did not ask for: no sink variable set, so with an empty .env the sinks are the ones a config file names', async () => {
+    const { loadConfig } = await import('../src/config/index.js');
+    const { sinkEnv } = await import('../src/sinks/registry.js');
+    const sinkVariables = new Set(Object.keys(sinkEnv));
+    for (const role of ['ingress', 'worker', 'poller']) {
+      const set = Object.keys(s[role].environment).filter((name) => sinkVariables.has(name));
+      assert.deepEqual(set, [], `${role} sets sink variables`);
+    }
+    // The worker's environment as Compose hands it over with an empty .env, beside a config file
+    // with one CRM hook: only that sink (before, the defaults added an S3 archive and an e-mail sink).
+    const dir = await mkdtemp(join(tmpdir(), 'callsync-compose-sinks-'));
+    try {
+      const file = join(dir, 'callsync.yml');
+      await writeFile(file, 'sinks:\n  crm-hook: { type: webhook, urls: ["https://crm.example.com/h"], secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"] }\nroutes:\n  - to: crm-hook\n');
+      const env = Object.fromEntries(Object.entries(s.worker.environment as Record<string, string>).map(([k, v]) => [k, interpolate(String(v), {})]));
+      const config = loadConfig({ ...env, CALLSYNC_CONFIG: file });
+      assert.deepEqual(Object.keys(config.sinks), ['crm-hook']);
+      // Without a config file: the local archive, which the image writes to /app/data/archive — a named volume.
+      const plain = loadConfig({ ...env, ARCHIVE_DIR: '/app/data/archive' });
+      assert.deepEqual(Object.values(plain.sinks).map((x) => [x.name, x.type, x.origin]), [['archive', 'archive', 'env']]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    assert.match(read('Dockerfile'), /ARCHIVE_DIR=\/app\/data\/archive/);
+    for (const role of ['ingress', 'worker', 'poller']) assert.ok(s[role].volumes.includes('archive:/app/data/archive'), `${role}: the archive on the named volume`);
+    assert.ok('archive' in compose.volumes, 'a named volume');
+    assert.doesNotMatch(read('Dockerfile'), /^VOLUME/m, 'no anonymous volume per container');
+  });
+
+  test('publishes nothing on all interfaces by default: the ingress (webhook, /metrics) and the UIs on 127.0.0.1, ops ports not at all', () => {
+    for (const [name, svc] of Object.entries(s)) {
+      for (const port of (svc.ports ?? []) as string[]) {
+        const published = interpolate(port, {});
+        assert.match(published, /^127\.0\.0\.1:\d+:\d+$/, `${name}: ${published}`);
+      }
+    }
+    assert.equal(interpolate(s.ingress.ports[0], { INGRESS_BIND_ADDRESS: '0.0.0.0' }), '0.0.0.0:3000:3000', 'the webhook can be opened on purpose');
+    assert.equal(s.worker.ports, undefined);
+    assert.equal(s.poller.ports, undefined);
   });
 
   test('workers scale: no fixed container name, no host port', () => {
@@ -152,7 +196,9 @@ describe('docker-compose.yml', () => {
       const tag = /^[^:]+:(.+)$/.exec(image)?.[1];
       assert.ok(tag, `${name}: image ${image} has a tag`);
       assert.notEqual(tag, 'latest', `${name}: pinned, not latest`);
-      assert.match(tag, /\d+\.\d+|RELEASE\.\d{4}-\d{2}-\d{2}/, `${name}: ${tag} names a version`);
+      assert.match(tag, /\d+\.\d+/, `${name}: ${tag} names a version`);
+      // MinIO's images are no longer published (source-only since October 2025): never pinned again.
+      assert.doesNotMatch(image, /^(minio\/|quay\.io\/minio\/)/, `${name}: ${image}`);
     }
     for (const role of ['ingress', 'worker', 'poller']) assert.equal(s[role].image, `callsync:${version}`);
     assert.match(read('Dockerfile'), /^ARG NODE_IMAGE=node:\d+\.\d+\.\d+-/m, 'the Node base image is pinned to a release');
@@ -207,7 +253,7 @@ describe('.env.example', () => {
     const composeVars = new Set([...read('docker-compose.yml').matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]!));
     const unknown = [...commented.keys()].filter((name) => !reads.has(name) && !composeVars.has(name));
     assert.deepEqual(unknown, [], 'variables nobody reads');
-    assert.ok(['MINIO_ROOT_USER', 'MINIO_ROOT_PASSWORD'].every((n) => commented.has(n) && composeVars.has(n)));
+    assert.ok(commented.has('INGRESS_BIND_ADDRESS') && composeVars.has('INGRESS_BIND_ADDRESS'), "Compose's own variable is listed too");
   });
 
   test('shows the default of each variable of the env schema', async () => {

@@ -2,6 +2,7 @@
 // Redis connections first, then worker → poller → ingress, each `start…(deps) → { close }`.
 // Closing runs in reverse — stop HTTP intake, stop polling, let workers finish, close Redis — also
 // after a start that failed half-way, each step isolated so one failure does not skip the rest.
+import { logRepeated } from '../src/log.js';
 import type { Server } from 'node:http';
 import type { Queue } from 'bullmq';
 import type { RedisClient } from '../queues/connection.js';
@@ -15,7 +16,7 @@ import { withRefreshTokenStore } from '../src/state/refresh-token.js';
 import { FingerprintHeartbeat } from '../src/state/config-fingerprint.js';
 import { routingFingerprint } from '../src/config/fingerprint.js';
 import { InboundLog } from '../queues/inbound.js';
-import { bullmqReady, createRedis, redisKeys, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
+import { bullmqReady, createRedis, readyOnce, redisKeys, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
 import type { RunningLogFanOut } from './fanout.js';
 import type { RunnerOptions, RunningWorker } from './runner.js';
 import { startIngressRole } from './roles/ingress.js';
@@ -88,7 +89,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
   return closers.opening(async () => {
     const redis = { producer: createRedis(config.redis, 'producer'), worker: createRedis(config.redis, 'worker') };
     for (const [name, conn] of Object.entries(redis)) {
-      conn.on('error', (err) => log.warn({ connection: name, err: { message: err.message } }, 'redis connection error'));
+      conn.on('error', (err) => logRepeated(log, 'warn', 'redis connection error', name, err));
     }
     closers.add('close redis', () => Promise.all([quitRedis(redis.producer), quitRedis(redis.worker)]));
     const telephony: TelephonyClient | null =
@@ -103,6 +104,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       options,
       log,
       redis,
+      redisReached: readyOnce(redis.producer),
       inboundLog: new InboundLog(redis.producer, redisKeys(config.redis), config.ack),
       telephony,
       runner: runnerOptions(config, redis.worker, options),

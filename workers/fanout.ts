@@ -19,6 +19,7 @@ import { randomBytes } from 'node:crypto';
 import type { Job, Queue } from 'bullmq';
 import type { RedisClient } from '../queues/connection.js';
 import type { Logger } from 'pino';
+import { logRepeated } from '../src/log.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import { sinksFor } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
@@ -462,7 +463,8 @@ class LogFanOut implements RunningLogFanOut {
         this.events?.failed?.(redis ? 'redis' : 'unexpected');
         const delay = Math.min(2000, 100 * 2 ** Math.min(this.failures, 5));
         const fields = { err: { message: describe(err) }, retryInMs: delay, inHand: inHand.length, failures: this.failures };
-        if (redis) this.log.warn(fields, 'fan-out could not read or write Redis: retrying');
+        // Every round fails while Redis is away: one line per REPEAT_LOG_INTERVAL_MS, with the count.
+        if (redis) logRepeated(this.log, 'warn', 'fan-out could not read or write Redis: retrying', this.shard.key, { message: describe(err) }, { inHand: inHand.length, failures: this.failures });
         else this.log.error(fields, 'fan-out round failed: retrying');
         await sleep(delay);
       }

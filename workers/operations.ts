@@ -1,6 +1,7 @@
 // Everything the person on call needs around the pipeline, wired into one process: metrics hooks,
 // request ids, the shutdown gate, the dashboard and /metrics on the ingress, and a small ops HTTP
 // server for processes without an ingress (workers, poller).
+import { logRepeated } from '../src/log.js';
 import { Queue } from 'bullmq';
 import { Hono } from 'hono';
 import type { Logger } from 'pino';
@@ -12,7 +13,7 @@ import { opsPort, queueNames } from '../src/ops/index.js';
 import { createOpsApp, opsRoutes, readyzWarnings, type OpsApp } from '../src/ops/app.js';
 import { requestContext } from '../src/ops/request-context.js';
 import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.js';
-import { bullmqReady, createRedis, redisKeys, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
+import { bullmqReady, createRedis, neverReachedReason, readyOnce, redisKeys, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
 import { combineEvents, fanOutMetrics, ingressMetrics, runnerMetrics } from './metric-events.js';
 import { quitRedis, type CallsyncOptions } from './roles/lifecycle.js';
@@ -55,10 +56,11 @@ export function createOperations(options: OperationsOptions): Operations {
   collectProcessMetrics();
   const connection = createRedis(config.redis, 'producer');
   const keys = redisKeys(config.redis);
-  connection.on('error', (err) => log.warn({ connection: 'ops', err: { message: err.message } }, 'redis connection error'));
+  const reached = readyOnce(connection);
+  connection.on('error', (err) => logRepeated(log, 'warn', 'redis connection error', 'ops', err));
   const queues = queueNames(config).map((name) => {
     const queue = new Queue(name, { connection, prefix: keys.queuePrefix(name) });
-    queue.on('error', (err) => log.error({ queue: name, err: { message: err.message } }, 'queue error'));
+    queue.on('error', (err) => logRepeated(log, 'error', 'queue error', name, err));
     return queue;
   });
   // Their connection set-up runs while callsync starts; listen() waits for it (bounded), close() too.
@@ -91,8 +93,9 @@ export function createOperations(options: OperationsOptions): Operations {
     ready: async () => {
       if (!fanOutStalled) return 'starting';
       const stalled = fanOutStalled;
-      const redisUp = await withTimeout(connection.ping(), 1000, 'redis ping').then((r) => r === 'PONG');
-      return redisUp && (stalled() ?? true);
+      const redisUp = await withTimeout(connection.ping(), 1000, 'redis ping').then((r) => r === 'PONG', () => false);
+      if (!redisUp) return reached() ? false : neverReachedReason(config.redis);
+      return stalled() ?? true;
     },
     stopping: () => gate.closed,
   });

@@ -16,7 +16,7 @@ import { Queue, type Job } from 'bullmq';
 import type { RedisClient } from '../queues/connection.js';
 import { backoffDelay } from '../src/backoff.js';
 import type { Logger } from '../src/log.js';
-import { maskPhone } from '../src/log.js';
+import { logRepeated, maskPhone } from '../src/log.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { ChannelEventError, parseChannelEvent, toCanonical } from '../src/model/channel-event.js';
 import { AuthError, PermanentError, RetryLaterError, classify } from '../src/errors.js';
@@ -467,7 +467,7 @@ export function startPoller(options: StartPollerOptions): RunningPoller {
     prefix: asKeys(options.prefix).queuePrefix(POLL_DEAD_LETTER_QUEUE),
     defaultJobOptions: { removeOnComplete: { age: 24 * 3600, count: 10_000 }, removeOnFail: { age: 14 * 24 * 3600, count: 100_000 } },
   });
-  deadLetterQueue.on('error', (err) => log.error({ err: { message: err.message } }, 'poll dead-letter queue error'));
+  deadLetterQueue.on('error', (err) => logRepeated(log, 'error', 'queue error', 'poll-dead-letters', err));
   const deadLetterWorker = runWorker<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, createPollDeadLetterProcessor(options.acceptor, options.now), {
     ...options.runner,
     concurrency: 1,

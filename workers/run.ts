@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { startCallsync, type Callsync, type CallsyncOptions } from './callsync.js';
 import { createOperations, type Operations } from './operations.js';
+import { resolveRedis } from '../queues/private-redis.js';
 
 export interface RunningCallsync {
   callsync: Callsync;
@@ -75,11 +76,26 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
   return { callsync, operations, shutdown };
 }
 
-/** `callsync start`: runs until SIGTERM / SIGINT, then exits with the shutdown's code. */
-export async function runUntilSignalled(config: Config, log: Logger): Promise<void> {
-  for (const warning of config.warnings) log.warn(warning);
-  const running = await startWithOperations({ config, log });
-  log.info({ role: config.role, url: running.callsync.url, opsUrl: running.operations.url }, 'callsync started');
+/**
+ * `callsync start`: finds its Redis (the configured one; else the one answering at
+ * REDIS_LOCAL_PROBE; else a private one it starts or shares, queues/private-redis.ts), runs until
+ * SIGTERM / SIGINT, then exits with the shutdown's code. No Redis and no redis-server to start:
+ * NoRedisError (exit 2, one line).
+ */
+export async function runUntilSignalled(configured: Config, log: Logger): Promise<void> {
+  for (const warning of configured.warnings) log.warn(warning);
+  const redis = await resolveRedis(configured.redis, { log });
+  if (redis.origin === 'local') log.info({ redis: redis.where }, 'no Redis configured (REDIS_URL unset): using the one answering locally');
+  if (redis.origin === 'private' && !redis.started) log.info({ redis: redis.where }, 'no Redis configured (REDIS_URL unset): sharing the private Redis another callsync process started');
+  const config: Config = { ...configured, redis: redis.settings };
+  let running: RunningCallsync;
+  try {
+    running = await startWithOperations({ config, log });
+  } catch (err) {
+    await redis.release().catch(() => undefined);
+    throw err;
+  }
+  log.info({ role: config.role, url: running.callsync.url, opsUrl: running.operations.url, redis: redis.origin }, 'callsync started');
   let signalled = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (signalled) {
@@ -87,7 +103,14 @@ export async function runUntilSignalled(config: Config, log: Logger): Promise<vo
       process.exit(1);
     }
     signalled = true;
-    void running.shutdown(signal).then((code) => process.exit(code));
+    void running
+      .shutdown(signal)
+      // The last process using a private Redis stops it (after its own connections closed).
+      .then(async (code) => {
+        await redis.release().catch((err: unknown) => log.error({ err: { message: (err as Error).message } }, 'stopping the private Redis failed'));
+        return code;
+      })
+      .then((code) => process.exit(code));
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);

@@ -2,6 +2,7 @@
 // failure is dead-lettered at once, waits without spending an attempt, pauses (or disables) the
 // queue, or backs off — exponentially with jitter, or by the queue's own schedule — until attempts
 // run out and the job lands in the dead letters.
+import { logRepeated } from '../src/log.js';
 import { DelayedError, Queue, UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
 import type { RedisClient } from '../queues/connection.js';
 import { asKeys, type RedisKeys } from '../queues/keys.js';
@@ -57,7 +58,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
   // A queue handle of our own, to pause on auth failures.
   const prefix = asKeys(options.prefix).queuePrefix(queueName);
   const queue = new Queue(queueName, { connection: options.connection, prefix });
-  queue.on('error', (err) => log.error({ err: { message: err.message } }, 'queue error'));
+  queue.on('error', (err) => logRepeated(log, 'error', 'queue error', queueName, err));
 
   const workerOptions: WorkerOptions = {
     connection: options.connection,
@@ -147,7 +148,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
     options.events?.failed?.(queueName, job, err, final);
     if (final) log.error({ jobId: job?.id, reason: err.message }, 'job dead-lettered');
   });
-  worker.on('error', (err) => log.error({ err: { message: err.message } }, 'worker error'));
+  worker.on('error', (err) => logRepeated(log, 'error', 'worker error', queueName, err));
 
   let closing: Promise<void> | undefined;
   return {

@@ -5,6 +5,7 @@ import type { Condition, ParsedRoute } from '../routing/types.js';
 import { opsPort, queueNames } from '../ops/index.js';
 import { describeSchedule } from '../sinks/retry.js';
 import { table, type CliIo } from './io.js';
+import type { RedisReach } from './redis.js';
 import { describeRedis, redisMode } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { redactOptions, redactUrl } from '../config/redact.js';
@@ -106,7 +107,8 @@ export function describeConfig(config: Config, live?: LiveProcesses): string[] {
   lines.push(...fingerprint.lines);
   lines.push('');
   const sinks = Object.values(config.sinks);
-  lines.push(`sinks (${sinks.length}):`);
+  const named = (origin: string) => sinks.filter((x) => x.origin === origin).map((x) => x.name).join(', ') || 'none';
+  lines.push(`sinks (${sinks.length}): from the config file: ${named('file')}; from environment shortcuts: ${named('env')}`);
   if (sinks.length === 0) lines.push('  (none: calls are accepted and fanned out to nothing)');
   lines.push(...table(sinks.map((s) => [s.name, s.type, `from ${s.origin}`, JSON.stringify(redactOptions(s.options))])).map((l) => `  ${l}`));
   lines.push('');
@@ -125,14 +127,14 @@ export function describeConfig(config: Config, live?: LiveProcesses): string[] {
   return lines;
 }
 
-export function printConfig(config: Config, io: CliIo, json: boolean, live?: LiveProcesses): void {
+export function printConfig(config: Config, io: CliIo, json: boolean, live?: LiveProcesses, reach?: RedisReach): void {
   if (json) {
     const fingerprint = describeFingerprint(config, live);
     io.out(
       JSON.stringify(
         {
           role: config.role,
-          redis: { mode: redisMode(config.redis), url: redactUrl(config.redis.url), where: describeRedis(config.redis), prefix: config.redis.prefix, layout: redisKeys(config.redis).layout, inboundShards: redisKeys(config.redis).inboundShards },
+          redis: { mode: redisMode(config.redis), url: redactUrl(config.redis.url), where: describeRedis(config.redis), prefix: config.redis.prefix, layout: redisKeys(config.redis).layout, inboundShards: redisKeys(config.redis).inboundShards, ...(reach ? { reached: reach } : {}) },
           opsPort: opsPort(config),
           queues: queueNames(config),
           sinks: Object.values(config.sinks).map((s) => ({ ...s, options: redactOptions(s.options) })),
@@ -147,7 +149,8 @@ export function printConfig(config: Config, io: CliIo, json: boolean, live?: Liv
     );
     return;
   }
-  io.out('configuration OK');
+  io.out(reach?.problem ? `problem: ${reach.problem}` : 'configuration OK');
   io.out('');
   for (const line of describeConfig(config, live)) io.out(line);
+  if (reach) io.out(`redis in use: ${reach.where}`);
 }

@@ -12,10 +12,11 @@ import { resume } from './resume.js';
 import { progressOf } from './progress.js';
 import { replay } from './replay.js';
 import { checkSink } from './sink-queue.js';
-import { CliFailure, connectRedis, connectRedisTo } from './redis.js';
+import { CliFailure, connectRedis, connectRedisTo, reachRedis } from './redis.js';
 import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
 import { sampleOptions } from './sample.js';
+import { NoRedisError } from '../../queues/private-redis.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
@@ -53,8 +54,10 @@ Options:
   'check-config': `Usage: callsync check-config [--json]
 
 Validates the environment and the config file (CALLSYNC_CONFIG) and prints the effective setup:
-roles, endpoints, sinks (secrets redacted) and routes. Exits 2 and lists every problem when the
-configuration is invalid.
+roles, endpoints, sinks (secrets redacted, each with where it comes from) and routes, and connects
+to the Redis callsync would use, saying which (configured, local 127.0.0.1:6379, or the private
+one; never starting it). Exits 2 and lists every problem when the configuration is invalid or that
+Redis does not answer.
 
 Options:
   --json        print the effective sinks and routes as JSON
@@ -247,6 +250,11 @@ export async function runCli(argv: string[], io: CliIo, runners: CliRunners = {}
       io.err(command === 'start' ? `callsync start: ${err.oneLine}` : err.message);
       return 2;
     }
+    if (err instanceof NoRedisError) {
+      // Nothing to connect to and nothing to start: a set-up problem, exit 2 in one line.
+      io.err(`callsync ${command}: ${err.message}`);
+      return 2;
+    }
     if (err instanceof CliFailure) {
       io.err(`callsync ${command}: ${err.message}`);
       return 1;
@@ -280,9 +288,12 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (values.help) return (io.out(help['check-config']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const config = configFrom(io.env);
-      // The worker processes live on this prefix and their routing fingerprints (Redis away: said, not an error).
-      printConfig(config, io, values.json === true, await liveProcesses(config, () => connectRedis(config)));
-      return 0;
+      // The Redis it would use, connected to (configured, local, or the private one; never started
+      // here), and the worker processes live on this prefix with their routing fingerprints.
+      const reach = await reachRedis(config);
+      const live = reach.problem ? { unavailable: reach.problem } : await liveProcesses(config, () => connectRedis(config));
+      printConfig(config, io, values.json === true, live, reach);
+      return reach.problem ? 2 : 0;
     }
     case 'dlq': {
       const { values, positionals } = parse(

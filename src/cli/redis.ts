@@ -2,6 +2,7 @@
 // Made by the same factory as callsync's own (one Redis, a cluster or Sentinel; password, TLS).
 import { createRedis, describeRedis, type RedisClient, type RedisSettings } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
+import { findRedisServer, NoRedisError, resolveRedis, type RedisOrigin } from '../../queues/private-redis.js';
 
 export class CliFailure extends Error {
   constructor(message: string) {
@@ -10,9 +11,24 @@ export class CliFailure extends Error {
   }
 }
 
+/**
+ * A connection to callsync's Redis: the configured one, else the one answering at
+ * REDIS_LOCAL_PROBE, else the private Redis a running `callsync start` shares (a command never
+ * starts one; it counts as a user of it until the connection ends, so it is not stopped under it).
+ */
 export async function connectRedis(config: Config): Promise<RedisClient> {
-  return connectRedisTo(config.redis);
+  const resolved = await resolveRedis(config.redis, { log: quiet, start: false });
+  try {
+    const redis = await connectRedisTo(resolved.settings);
+    redis.once('end', () => void resolved.release());
+    return redis;
+  } catch (err) {
+    await resolved.release();
+    throw err;
+  }
 }
+
+const quiet = { info: () => undefined, warn: () => undefined };
 
 /** A connection to the Redis of `settings` (another deployment's, for migrate-keys); `what` names it in the error. */
 export async function connectRedisTo(settings: RedisSettings, what = 'Redis'): Promise<RedisClient> {
@@ -30,4 +46,45 @@ export async function connectRedisTo(settings: RedisSettings, what = 'Redis'): P
     throw new CliFailure(`cannot reach ${what} at ${describeRedis(settings)}: ${(err as Error).message}`);
   }
   return redis;
+}
+
+/** What check-config found: which Redis (configured, local, private) and whether it answered. */
+export interface RedisReach {
+  origin: RedisOrigin | null;
+  /** Where, never a password. */
+  where: string;
+  /** Why callsync could not use it, or null. */
+  problem: string | null;
+}
+
+/**
+ * Connects to the Redis callsync would use (never starting one) and says which it is. A private
+ * Redis that is not running is no problem when redis-server is there to start it.
+ */
+export async function reachRedis(config: Config): Promise<RedisReach> {
+  let resolved;
+  try {
+    resolved = await resolveRedis(config.redis, { log: quiet, start: false });
+  } catch (err) {
+    if (!(err instanceof NoRedisError)) throw err;
+    const local = config.redis.local;
+    if (local && (await findRedisServer(local.serverBin)) !== null) {
+      return { origin: 'private', where: `private, not running (\`callsync start\` starts it in ${local.dir})`, problem: null };
+    }
+    return { origin: null, where: 'none', problem: err.message };
+  }
+  const where = resolved.origin === 'configured' ? `configured, ${describeRedis(resolved.settings)}` : resolved.where;
+  try {
+    const redis = await connectRedisTo(resolved.settings);
+    try {
+      await redis.ping();
+    } finally {
+      redis.disconnect();
+    }
+    return { origin: resolved.origin, where: `${where}: answers`, problem: null };
+  } catch (err) {
+    return { origin: resolved.origin, where, problem: `Redis unreachable (${where}): ${(err as Error).message}` };
+  } finally {
+    await resolved.release();
+  }
 }

@@ -87,7 +87,10 @@ export async function sendSample(config: Config, url: string | undefined, io: Cl
     // The dashboard lists jobs per sink queue under the sink job id, the same in each queue.
     else io.out(`job ${sinkJobId(call)} in ${queues.join(', ')}${body.spooled ? ' (once Redis is back)' : ''}: watch it on /admin/queues`);
     const archives = sampleArchiveAddresses(config, call);
-    for (const a of archives) io.out(`archive ${a.sink}: ${a.address} (and .txt beside it)`);
+    for (const a of archives) {
+      // Only spooled: nothing is archived until Redis is back, so no path that does not exist yet.
+      io.out(body.spooled ? `archive ${a.sink}: spooled — not archived yet (it is written once Redis is back)` : `archive ${a.sink}: ${a.address} (and .txt beside it)`);
+    }
     return 0;
   }
   io.err(`${target} answered ${res.status}: ${text.slice(0, 500)}`);

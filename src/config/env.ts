@@ -22,7 +22,17 @@ const coreEnv = {
   PORT: int(3000, 0, 65535),
   /** Listen address. Default 0.0.0.0 (the allow list guards the webhook). */
   HOST: envStringOr('0.0.0.0'),
-  REDIS_URL: envStringOr('redis://127.0.0.1:6379').refine((v) => /^rediss?:\/\//.test(v), { message: 'expected redis://host:port or rediss://… (TLS)' }),
+  /**
+   * The Redis, `redis://[user:password@]host:port` or `rediss://…` (TLS). Unset (and no cluster or
+   * Sentinel): the Redis answering at REDIS_LOCAL_PROBE, else a private one in DATA_DIR/redis.
+   */
+  REDIS_URL: optionalString.refine((v) => v === undefined || /^rediss?:\/\//.test(v), { message: 'expected redis://host:port or rediss://… (TLS)' }),
+  /** Where callsync looks for a local Redis when none is configured, `host:port` or `off`. Default 127.0.0.1:6379. */
+  REDIS_LOCAL_PROBE: envStringOr('127.0.0.1:6379'),
+  /** The redis-server callsync starts as its private Redis when none is configured or answering. Default: `redis-server` on PATH. */
+  REDIS_SERVER_BIN: optionalString,
+  /** Folder of callsync's local state; the private Redis keeps its data, password and pid/port file in DATA_DIR/redis. Default ./data. */
+  DATA_DIR: envStringOr('./data'),
   /** Seed nodes of a Redis Cluster, `host:port,…` (any of its nodes; the rest are discovered). Set: REDIS_URL is not used. */
   REDIS_CLUSTER_NODES: csv,
   /** Sentinels, `host:port,…`, asked for the master named REDIS_SENTINEL_NAME. Set: REDIS_URL is not used. */

@@ -1,6 +1,7 @@
 // Configuration: the environment and the optional YAML file (CALLSYNC_CONFIG), parsed once into one
 // typed object. Every bad key is reported together, with what was expected.
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { createPublicKey } from 'node:crypto';
 import { isIP } from 'node:net';
 import { parse as parseYaml } from 'yaml';
@@ -8,7 +9,7 @@ import { z } from 'zod';
 import { routeSchema, type ParsedRoute } from '../routing/types.js';
 import { sinkTypes } from '../sinks/registry.js';
 import type { RetryPolicy } from '../../queues/registry.js';
-import type { RedisNode, RedisSettings } from '../../queues/connection.js';
+import type { LocalRedisSettings, RedisNode, RedisSettings } from '../../queues/connection.js';
 import type { AckReplicas } from '../../queues/inbound.js';
 import { MAX_INBOUND_SHARDS } from '../../queues/keys.js';
 import { oneOf } from '../env-values.js';
@@ -292,6 +293,9 @@ function withArchiveEnv(options: Record<string, unknown>, parsedEnv: Env): Recor
   return out;
 }
 
+/** Where a Redis is looked for when none is configured (REDIS_LOCAL_PROBE's default). */
+const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
+
 /** `host:port` entries of REDIS_CLUSTER_NODES / REDIS_SENTINELS (IPv6 as `[::1]:7000`). */
 function parseNodes(variable: string, entries: string[], problems: string[]): RedisNode[] {
   const nodes: RedisNode[] = [];
@@ -332,11 +336,17 @@ function redisSettings(env: Env, problems: string[], warnings: string[]): RedisS
   }
   if (env.INBOUND_SHARDS !== undefined && env.INBOUND_SHARDS > MAX_INBOUND_SHARDS)
     problems.push(`INBOUND_SHARDS: ${env.INBOUND_SHARDS} is more than ${MAX_INBOUND_SHARDS} (each shard is a stream, a fan-out loop and a blocking connection per worker process)`);
-  const urlTls = env.REDIS_URL.startsWith('rediss://');
+  const url = env.REDIS_URL ?? DEFAULT_REDIS_URL;
+  const urlTls = url.startsWith('rediss://');
   if (env.REDIS_TLS === false && urlTls && clusterNodes.length === 0 && sentinels.length === 0)
     problems.push('REDIS_TLS: off, but REDIS_URL is rediss:// (TLS); use redis:// or leave REDIS_TLS unset');
+  const configured = env.REDIS_URL !== undefined || env.REDIS_CLUSTER_NODES.length > 0 || env.REDIS_SENTINELS.length > 0;
+  let probe: RedisNode | null = null;
+  if (env.REDIS_LOCAL_PROBE !== 'off') probe = parseNodes('REDIS_LOCAL_PROBE', [env.REDIS_LOCAL_PROBE], problems)[0] ?? null;
+  const local: LocalRedisSettings | undefined = configured ? undefined : { probe, dir: join(env.DATA_DIR, 'redis'), ...(env.REDIS_SERVER_BIN !== undefined ? { serverBin: env.REDIS_SERVER_BIN } : {}) };
   return {
-    url: env.REDIS_URL,
+    url: probe && !configured ? `redis://${probe.host.includes(':') ? `[${probe.host}]` : probe.host}:${probe.port}` : url,
+    ...(local ? { local } : {}),
     clusterNodes,
     sentinels,
     ...(env.REDIS_SENTINEL_NAME !== undefined ? { sentinelName: env.REDIS_SENTINEL_NAME } : {}),

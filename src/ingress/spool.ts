@@ -17,6 +17,7 @@ import { access, mkdir, open, readdir, readFile, rm, stat, statfs, unlink, type 
 import { randomBytes } from 'node:crypto';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
+import { logRepeated } from '../log.js';
 import { callHash, type CanonicalCall } from '../model/call.js';
 import { QueueUnavailableError, type AcceptOptions, type AcceptResult, type CallAcceptor } from './accept.js';
 import { SpooledRevisions } from './spool-revisions.js';
@@ -263,7 +264,7 @@ export class SpoolingAcceptor implements CallAcceptor {
         return await this.inner.accept(call, options);
       } catch (err) {
         if (!(err instanceof QueueUnavailableError) || this.closed || !this.opened) throw err;
-        this.log.warn({ err: { message: err.message } }, 'queue unavailable: spooling the event to local disk');
+        logRepeated(this.log, 'warn', 'queue unavailable: spooling events to local disk', 'ingress', err);
       }
     }
     return this.spool(call);

@@ -7,6 +7,7 @@ import { createIngressApp } from '../../src/ingress/app.js';
 import { InboundAcceptor, withTimeout, type CallAcceptor } from '../../src/ingress/accept.js';
 import { SpoolingAcceptor, spoolDirWritable } from '../../src/ingress/spool.js';
 import { listen } from '../../src/listen.js';
+import { neverReachedReason } from '../../queues/connection.js';
 import { createSources } from '../../src/sources/index.js';
 import { Closers, type Role, type RoleDeps } from './lifecycle.js';
 
@@ -58,11 +59,14 @@ export interface IngressRoleOptions {
 }
 
 export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleOptions = {}): Promise<IngressRole> {
-  const { config, options, log, redis, inboundLog } = deps;
+  const { config, options, log, redis, inboundLog, redisReached } = deps;
   const closers = new Closers(log);
   return closers.opening(async () => {
     const inbound = new InboundAcceptor(inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs });
     const spool = await openSpool(deps, inbound);
+    // A spool holding events of an earlier run: this process was restarted during an outage (the
+    // one before reached Redis), so it keeps serving it before its own first connection.
+    const restartedInOutage = (spool?.pending ?? 0) > 0;
     if (spool) closers.add('close spool', () => spool.close());
     const acceptor = options.wrapAcceptor ? options.wrapAcceptor(spool ?? inbound) : (spool ?? inbound);
     const app = createIngressApp({
@@ -70,9 +74,12 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
       acceptor,
       sources: createSources({ config, redis: redis.producer, now: options.now }),
       // Ready when events can be acknowledged durably: Redis answers, or the spool takes them.
-      // (A load balancer routing on /readyz keeps sending to an ingress that spools.)
+      // (A load balancer routing on /readyz keeps sending to an ingress that spools.) The spool
+      // serves outages only: a Redis never reached since start (a wrong address, nothing running)
+      // is not ready, unless the spool held events of an earlier run (restarted during an outage).
       ready: async () => {
         const redisUp = await withTimeout(redis.producer.ping(), 1000, 'redis ping').then((r) => r === 'PONG', () => false);
+        if (!redisUp && !redisReached() && !restartedInOutage) return neverReachedReason(config.redis);
         // Redis answers and still the fan-out makes no progress: not ready (an outage is the spool's case).
         const stalled = redisUp ? (roleOptions.fanOutStalled?.() ?? null) : null;
         if (stalled) return stalled;

@@ -34,6 +34,8 @@ export interface RoleDeps {
   log: Logger;
   /** `producer` fails fast (ingress, poller); `worker` retries forever (BullMQ workers, state). */
   redis: { producer: RedisClient; worker: RedisClient };
+  /** True once the producer connection was ready (readiness: never reached is not an outage). */
+  redisReached: () => boolean;
   /** The inbound log on the producer connection (the acceptors append to it). */
   inboundLog: InboundLog;
   /** The platform's API client (SMS and recordings for workers, channel events for the poller). */

@@ -1,6 +1,7 @@
 // The worker role: the sinks, one queue and worker per sink (per endpoint of a sink with endpoints,
 // each with the sink's retry policy), and the fan-out that turns inbound log entries into sink jobs
 // (with the `inbound` queue and its worker for what it cannot handle).
+import { logRepeated } from '../../src/log.js';
 import { Queue } from 'bullmq';
 import type { RedisClient } from '../../queues/connection.js';
 import { sinkTypes } from '../../src/sinks/registry.js';
@@ -93,7 +94,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     // The attempts travel with each job from the handle that adds it: a sink's own retry policy is its queues' default.
     const openQueue = <T>(name: string, retry = config.retry): Queue<T> => {
       const queue = new Queue<T>(name, { connection: redis.worker, prefix: keys.queuePrefix(name), defaultJobOptions: defaultJobOptions(retry) });
-      queue.on('error', (err) => log.error({ queue: name, err: { message: err.message } }, 'queue error'));
+      queue.on('error', (err) => logRepeated(log, 'error', 'queue error', name, err));
       queues.set(name, queue as Queue);
       return queue;
     };
@@ -120,13 +121,13 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     const replicated = keys.layout === 'spread' && config.ack.replicas > 0;
     const writes: RedisClient = replicated ? createRedis(config.redis, 'worker') : redis.worker;
     if (replicated) {
-      writes.on('error', (err) => log.warn({ connection: 'fanout-writes', err: { message: err.message } }, 'redis connection error'));
+      writes.on('error', (err) => logRepeated(log, 'warn', 'redis connection error', 'fanout-writes', err));
       closers.add('close fan-out write connection', () => quitRedis(writes));
     }
     const own = <T>(queue: Queue<T>): Queue<T> => {
       if (!replicated) return queue;
       const copy = new Queue<T>(queue.name, { connection: writes, prefix: keys.queuePrefix(queue.name), defaultJobOptions: queue.defaultJobOptions });
-      copy.on('error', (err) => log.error({ queue: queue.name, err: { message: err.message } }, 'queue error'));
+      copy.on('error', (err) => logRepeated(log, 'error', 'queue error', queue.name, err));
       fanOutQueues.push(copy as Queue);
       return copy;
     };
@@ -142,7 +143,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     const deadLetters = openQueue<CallReceivedJob>(INBOUND_QUEUE);
     workers.push(runWorker<CallReceivedJob>(INBOUND_QUEUE, createFanOutProcessor(fanOutDeps), runner));
     const blocking: RedisClient = createRedis(config.redis, 'worker');
-    blocking.on('error', (err) => log.warn({ connection: 'fanout', err: { message: err.message } }, 'redis connection error'));
+    blocking.on('error', (err) => logRepeated(log, 'warn', 'redis connection error', 'fanout', err));
     closers.add('close fan-out connection', () => quitRedis(blocking));
     const fanOut = startLogFanOut({
       ...fanOutDeps,

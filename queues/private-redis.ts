@@ -1,0 +1,349 @@
+// The Redis callsync uses when none is configured (REDIS_URL, REDIS_CLUSTER_NODES, REDIS_SENTINELS
+// unset): the one answering at the local probe address (127.0.0.1:6379) if any, else a private
+// redis-server this module starts in DATA_DIR/redis — loopback only, a generated password, AOF
+// everysec, noeviction — and shares with every other callsync process of that folder.
+//
+// Lifetime: every process using the private Redis leaves a file named by its pid in `users/`; the
+// last one to stop (its own file removed, no other user alive) shuts the server down. A process
+// that dies without stopping (SIGKILL) leaves the server running; the next callsync process finds
+// it through `server.json` and uses it (docs/operations.md "Redis on one machine").
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { constants, existsSync } from 'node:fs';
+import { access, mkdir, open, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { createServer, Socket } from 'node:net';
+import { delimiter, join, resolve } from 'node:path';
+import { Redis } from 'ioredis';
+import type { RedisNode, RedisSettings } from './connection.js';
+
+/** Where the Redis in use came from: REDIS_URL & co., the probe address, or a private redis-server. */
+export type RedisOrigin = 'configured' | 'local' | 'private';
+
+export interface ResolvedRedis {
+  /** Settings to connect with (no `local` part any more). */
+  settings: RedisSettings;
+  origin: RedisOrigin;
+  /** One line for logs and check-config, never the password. */
+  where: string;
+  /** True when this process started the private Redis. */
+  started: boolean;
+  /** This process stops using it; the last user of a private Redis shuts it down. Idempotent. */
+  release(): Promise<void>;
+}
+
+/** No Redis configured, none answering locally, and no redis-server to start: callsync exits 2 with this one line. */
+export class NoRedisError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'NoRedisError';
+  }
+}
+
+/** How to get a Redis, in the one line callsync prints when it has none. */
+export const INSTALL_HINT =
+  'install redis-server (`apt install redis-server`, `brew install redis`) so callsync starts its own, run one (`docker run -d -p 127.0.0.1:6379:6379 redis:7`), or set REDIS_URL to yours';
+
+interface LogLike {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+}
+
+const SERVER_FILE = 'server.json';
+const PASSWORD_FILE = 'password';
+const CONF_FILE = 'redis.conf';
+const LOCK_FILE = 'start.lock';
+const USERS_DIR = 'users';
+/** A start lock older than this was left by a process that died while starting: taken over. */
+const STALE_LOCK_MS = 15_000;
+const START_TIMEOUT_MS = 10_000;
+
+interface ServerFile {
+  pid: number;
+  port: number;
+}
+
+/** True when something at `node` accepts a connection and replies to PING (PONG or an error such as NOAUTH) within `timeoutMs`. */
+export async function redisAnswers(node: RedisNode, timeoutMs = 500): Promise<boolean> {
+  return new Promise((resolveAnswer) => {
+    const socket = new Socket();
+    let done = false;
+    const finish = (answer: boolean) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      socket.destroy();
+      resolveAnswer(answer);
+    };
+    const timer = setTimeout(() => finish(false), timeoutMs);
+    socket.once('error', () => finish(false));
+    socket.once('data', (data) => finish(/^[+-]/.test(data.toString('latin1'))));
+    socket.connect(node.port, node.host, () => socket.write('PING\r\n'));
+  });
+}
+
+/** The redis-server to start: REDIS_SERVER_BIN (a path, or a name on PATH), else the first `redis-server` on PATH; null when there is none. */
+export async function findRedisServer(serverBin: string | undefined, path = process.env.PATH ?? ''): Promise<string | null> {
+  const executable = async (file: string) => access(file, constants.X_OK).then(() => true, () => false);
+  // A path is taken as it is; a bare name (REDIS_SERVER_BIN=redis-server-7) is looked up on PATH.
+  if (serverBin !== undefined && serverBin.includes('/')) return (await executable(serverBin)) ? serverBin : null;
+  for (const dir of path.split(delimiter)) {
+    if (!dir) continue;
+    const file = join(dir, serverBin ?? 'redis-server');
+    if (await executable(file)) return file;
+  }
+  return null;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+async function readJson<T>(file: string): Promise<T | null> {
+  try {
+    return JSON.parse(await readFile(file, 'utf8')) as T;
+  } catch {
+    return null;
+  }
+}
+
+async function freeLoopbackPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((ok, fail) => {
+    server.once('error', fail);
+    server.listen(0, '127.0.0.1', ok);
+  });
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  await new Promise<void>((ok) => server.close(() => ok()));
+  return port;
+}
+
+/** PONG from the private Redis with its password. */
+async function pingPrivate(port: number, password: string, timeoutMs = 1000): Promise<boolean> {
+  const redis = new Redis({ host: '127.0.0.1', port, password, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: timeoutMs, enableOfflineQueue: false });
+  redis.on('error', () => undefined);
+  try {
+    await redis.connect();
+    return (await redis.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    redis.disconnect();
+  }
+}
+
+async function passwordOf(dir: string): Promise<string> {
+  const file = join(dir, PASSWORD_FILE);
+  try {
+    const existing = (await readFile(file, 'utf8')).trim();
+    if (existing) return existing;
+  } catch {
+    // none yet
+  }
+  const password = randomBytes(24).toString('hex');
+  await writeFile(file, `${password}\n`, { mode: 0o600 });
+  return password;
+}
+
+/** The private Redis of `dir` when it runs and answers: its port. */
+async function runningServer(dir: string, password: string): Promise<ServerFile | null> {
+  const server = await readJson<ServerFile>(join(dir, SERVER_FILE));
+  if (!server || !alive(server.pid)) return null;
+  return (await pingPrivate(server.port, password)) ? server : null;
+}
+
+/** Takes the start lock of `dir` (one process starts the server, the others wait for it); returns its release. */
+async function lockStart(dir: string): Promise<(() => Promise<void>) | null> {
+  const file = join(dir, LOCK_FILE);
+  try {
+    const handle = await open(file, 'wx');
+    await handle.writeFile(String(process.pid));
+    await handle.close();
+    return () => unlink(file).catch(() => undefined);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    const age = await stat(file).then((s) => Date.now() - s.mtimeMs, () => 0);
+    const holder = Number((await readFile(file, 'utf8').catch(() => '')).trim());
+    if (age > STALE_LOCK_MS || (holder > 0 && !alive(holder))) await unlink(file).catch(() => undefined);
+    return null;
+  }
+}
+
+async function startServer(bin: string, dir: string, password: string, log: LogLike): Promise<ServerFile> {
+  const port = await freeLoopbackPort();
+  // The password goes in a file only this user reads, never on a command line (`ps` shows those).
+  const conf = [
+    'bind 127.0.0.1 -::1',
+    'protected-mode yes',
+    `port ${port}`,
+    `dir "${dir}"`,
+    'appendonly yes',
+    'appendfsync everysec',
+    'save ""',
+    'maxmemory-policy noeviction',
+    `requirepass "${password}"`,
+    'daemonize no',
+    'loglevel warning',
+    `logfile "${join(dir, 'redis.log')}"`,
+    '',
+  ].join('\n');
+  const confFile = join(dir, CONF_FILE);
+  await writeFile(confFile, conf, { mode: 0o600 });
+  // Its own process group: a Ctrl-C on the terminal reaches callsync, which stops it when it is the last user.
+  const child = spawn(bin, [confFile], { detached: true, stdio: 'ignore' });
+  const exited = new Promise<number | null>((ok) => {
+    child.once('exit', (code) => ok(code ?? null));
+    child.once('error', () => ok(-1));
+  });
+  child.unref();
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  let gone = false;
+  void exited.then(() => (gone = true));
+  while (Date.now() < deadline && !gone) {
+    if (await pingPrivate(port, password, 300)) {
+      const server = { pid: child.pid!, port };
+      await writeFile(join(dir, SERVER_FILE), `${JSON.stringify(server)}\n`);
+      log.info({ dir, port, pid: child.pid }, 'no Redis configured or answering locally: started a private Redis (loopback only, AOF; stopped when the last callsync process using it stops)');
+      return server;
+    }
+    await new Promise((ok) => setTimeout(ok, 50));
+  }
+  if (!gone) child.kill('SIGKILL');
+  const tail = (await readFile(join(dir, 'redis.log'), 'utf8').catch(() => '')).trim().split('\n').slice(-2).join(' ').slice(0, 300);
+  throw new Error(`the private Redis (${bin}) did not start in ${dir}${tail ? `: ${tail}` : ''}`);
+}
+
+async function addUser(dir: string): Promise<string> {
+  await mkdir(join(dir, USERS_DIR), { recursive: true });
+  const file = join(dir, USERS_DIR, String(process.pid));
+  await writeFile(file, '');
+  return file;
+}
+
+/** The users of the private Redis still alive, other than this process (files of dead ones are removed). */
+async function otherUsers(dir: string): Promise<number[]> {
+  const names = await readdir(join(dir, USERS_DIR)).catch(() => [] as string[]);
+  const others: number[] = [];
+  for (const name of names) {
+    const pid = Number(name);
+    if (pid === process.pid) continue;
+    if (Number.isInteger(pid) && pid > 0 && alive(pid)) others.push(pid);
+    else await unlink(join(dir, USERS_DIR, name)).catch(() => undefined);
+  }
+  return others;
+}
+
+async function shutdownServer(dir: string, server: ServerFile, password: string): Promise<void> {
+  const redis = new Redis({ host: '127.0.0.1', port: server.port, password, maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
+  redis.on('error', () => undefined);
+  try {
+    await redis.connect();
+    // SHUTDOWN flushes the append-only file; it closes the connection instead of answering.
+    await redis.call('SHUTDOWN').catch(() => undefined);
+  } catch {
+    // already gone
+  } finally {
+    redis.disconnect();
+  }
+  const deadline = Date.now() + 5000;
+  while (alive(server.pid) && Date.now() < deadline) await new Promise((ok) => setTimeout(ok, 20));
+  if (alive(server.pid)) process.kill(server.pid, 'SIGKILL');
+  await rm(join(dir, SERVER_FILE), { force: true });
+}
+
+export interface ResolveOptions {
+  log: LogLike;
+  /** Whether this process may start a private Redis (check-config only looks for one). Default true. */
+  start?: boolean;
+}
+
+const unchanged = (settings: RedisSettings, origin: RedisOrigin, where: string): ResolvedRedis => ({
+  settings,
+  origin,
+  where,
+  started: false,
+  release: async () => undefined,
+});
+
+/**
+ * The Redis this process uses: the configured one; else the one answering at the probe address;
+ * else the private Redis of `local.dir`, started when none runs there (and `start` allows). Throws
+ * NoRedisError when there is none and no redis-server to start.
+ */
+export async function resolveRedis(settings: RedisSettings, options: ResolveOptions): Promise<ResolvedRedis> {
+  const { local, ...rest } = settings;
+  if (!local) return unchanged(rest, 'configured', 'configured');
+  if (local.probe && (await redisAnswers(local.probe))) {
+    const url = `redis://${local.probe.host.includes(':') ? `[${local.probe.host}]` : local.probe.host}:${local.probe.port}`;
+    return unchanged({ ...rest, url }, 'local', `local ${local.probe.host}:${local.probe.port}`);
+  }
+  const dir = resolve(local.dir);
+  const probed = local.probe ? `nothing answers at ${local.probe.host}:${local.probe.port}` : 'REDIS_LOCAL_PROBE=off';
+  const bin = await findRedisServer(local.serverBin);
+  if (bin === null && !existsSync(join(dir, SERVER_FILE))) {
+    const what = local.serverBin !== undefined ? `REDIS_SERVER_BIN (${local.serverBin}) is not an executable` : 'redis-server is not on PATH';
+    throw new NoRedisError(`no Redis: REDIS_URL is unset, ${probed} and ${what}; ${INSTALL_HINT}`);
+  }
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const password = await passwordOf(dir);
+  // A user before anything runs or is found: a process stopping meanwhile sees this one and leaves the server up.
+  const userFile = await addUser(dir);
+  try {
+    const { server, started } = await runOrStart(dir, password, bin, probed, options);
+    return {
+      settings: { ...rest, url: `redis://127.0.0.1:${server.port}`, password, tls: false },
+      origin: 'private',
+      where: `private ${dir} (127.0.0.1:${server.port}, pid ${server.pid})`,
+      started,
+      release: releaser(dir, password, userFile, server),
+    };
+  } catch (err) {
+    await unlink(userFile).catch(() => undefined);
+    throw err;
+  }
+}
+
+/** The private Redis running in `dir`, else one this process starts (one process at a time, under the start lock). */
+async function runOrStart(dir: string, password: string, bin: string | null, probed: string, options: ResolveOptions): Promise<{ server: ServerFile; started: boolean }> {
+  const deadline = Date.now() + START_TIMEOUT_MS + 5000;
+  for (;;) {
+    const running = await runningServer(dir, password);
+    if (running) return { server: running, started: false };
+    if (options.start === false) throw new NoRedisError(`no Redis running: ${probed} and no private Redis runs in ${dir} (\`callsync start\` starts one)`);
+    if (bin === null) throw new NoRedisError(`no Redis: REDIS_URL is unset, ${probed}, the private Redis in ${dir} is not running and redis-server is not on PATH; ${INSTALL_HINT}`);
+    const unlock = await lockStart(dir);
+    if (unlock) {
+      try {
+        // Another process may have started it between the look above and the lock.
+        const again = await runningServer(dir, password);
+        if (again) return { server: again, started: false };
+        return { server: await startServer(bin, dir, password, options.log), started: true };
+      } finally {
+        await unlock();
+      }
+    }
+    if (Date.now() > deadline) throw new Error(`the private Redis in ${dir} did not come up: another process holds ${join(dir, LOCK_FILE)}`);
+    await new Promise((ok) => setTimeout(ok, 100));
+  }
+}
+
+/** This process stops using the private Redis: its user file goes; the last user shuts the server down. */
+function releaser(dir: string, password: string, userFile: string, server: ServerFile): () => Promise<void> {
+  let releasing: Promise<void> | undefined;
+  return () => {
+    releasing ??= (async () => {
+      await unlink(userFile).catch(() => undefined);
+      if ((await otherUsers(dir)).length > 0) return;
+      // The server in the file may have been replaced (it died and another process started one): stop that one.
+      const current = (await readJson<ServerFile>(join(dir, SERVER_FILE))) ?? server;
+      if (alive(current.pid)) await shutdownServer(dir, current, password);
+      else await rm(join(dir, SERVER_FILE), { force: true });
+    })();
+    return releasing;
+  };
+}

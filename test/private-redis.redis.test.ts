@@ -1,0 +1,227 @@
+// A fresh machine: no Redis configured and none answering at the local probe address. With
+// redis-server on PATH, `callsync start` starts a private Redis (DATA_DIR/redis), archives a
+// webhook through it, a second process and the CLI share it, the last process to stop stops it,
+// and its data survives a restart (AOF). Without redis-server: exit 2 in one line naming how to
+// get one. check-config says which Redis it would use. "Nothing answers at 127.0.0.1:6379" is made
+// true with REDIS_LOCAL_PROBE (a real setting: where callsync looks for a running Redis) pointed at
+// a free port: the shared test Redis on 6379 keeps running beside.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readdir, readFile, rm, symlink } from 'node:fs/promises';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { webhookPayload } from './support/calls.js';
+import { bounded, startCallsyncProcess, type CallsyncProcess } from './support/callsync-process.js';
+import { freePort } from './support/redis-server.js';
+import { uniquePrefix, waitFor } from './support/redis.js';
+
+const run = promisify(execFile);
+const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function archivedJson(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  const walk = async (d: string): Promise<void> => {
+    for (const e of await readdir(d, { withFileTypes: true }).catch(() => [])) {
+      if (e.isDirectory()) await walk(join(d, e.name));
+      else if (e.name.endsWith('.json')) out.push(join(d, e.name));
+    }
+  };
+  await walk(dir);
+  return out;
+}
+
+/** The first reply line of one inline command on a raw connection (no client library, no AUTH). */
+async function rawReply(port: number, command: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(`${command}\r\n`));
+    socket.setTimeout(3000, () => socket.destroy(new Error('no reply')));
+    socket.once('data', (data) => {
+      socket.destroy();
+      resolve(data.toString('latin1').split('\r\n')[0]!);
+    });
+    socket.once('error', reject);
+  });
+}
+
+/** Until the process logged `callsync started` (its signal handlers are set from then on). */
+async function started(child: CallsyncProcess): Promise<void> {
+  await waitFor(() => child.lines.find((l) => l.msg === 'callsync started') ?? null, { timeoutMs: 30_000, what: 'callsync started' });
+}
+
+async function stop(child: CallsyncProcess): Promise<number | null> {
+  if (child.proc.exitCode !== null) return child.proc.exitCode;
+  child.proc.kill('SIGTERM');
+  return bounded(child.exit, 30_000, 'callsync to stop', child);
+}
+
+describe('no Redis configured, none on the probe address, redis-server on PATH', () => {
+  let dir: string;
+  let env: NodeJS.ProcessEnv;
+  const children: CallsyncProcess[] = [];
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-private-redis-'));
+    env = {
+      // Unset (blank): nothing configured. The probe address: a free port nothing listens on.
+      REDIS_URL: '',
+      REDIS_LOCAL_PROBE: `127.0.0.1:${await freePort()}`,
+      DATA_DIR: join(dir, 'data'),
+      ARCHIVE_DIR: join(dir, 'archive'),
+      SPOOL_DIR: join(dir, 'spool'),
+      QUEUE_PREFIX: uniquePrefix('private'),
+      PORT: '0',
+      OPS_PORT: 'off',
+      WEBHOOK_ALLOWED_IPS: '127.0.0.1,::1',
+      LOG_LEVEL: 'info',
+    };
+  });
+
+  after(async () => {
+    for (const child of children) if (child.proc.exitCode === null) child.proc.kill('SIGKILL');
+    // A server left by a failed assertion: stopped by its pid (this test started it).
+    const server = await readFile(join(dir, 'data', 'redis', 'server.json'), 'utf8').then((t) => JSON.parse(t) as { pid: number }, () => null);
+    if (server && alive(server.pid)) process.kill(server.pid, 'SIGKILL');
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const start = (extra: NodeJS.ProcessEnv = {}) => {
+    const child = startCallsyncProcess({ ...env, ...extra });
+    children.push(child);
+    return child;
+  };
+  const cli = (args: string[]) => run(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, timeout: 30_000 });
+
+  test('starts a private Redis, archives a webhook; a second process and the CLI share it; the last to stop stops it; data survives a restart', async () => {
+    const redisDir = join(dir, 'data', 'redis');
+    const first = start();
+    const url = await bounded(first.url, 30_000, 'the first process to listen', first);
+    await started(first);
+    const startedLine = first.lines.find((l) => String(l.msg).startsWith('no Redis configured or answering locally: started a private Redis'));
+    assert.ok(startedLine, 'one line says a private Redis was started');
+    assert.ok(!JSON.stringify(first.lines).includes(await readFile(join(redisDir, 'password'), 'utf8').then((p) => p.trim())), 'the password is never logged');
+    const server = JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number; port: number };
+    assert.ok(alive(server.pid));
+    const password = (await readFile(join(redisDir, 'password'), 'utf8')).trim();
+    assert.match(password, /^[0-9a-f]{48}$/);
+
+    // Loopback only, with a password, AOF everysec, noeviction.
+    const admin = new Redis({ host: '127.0.0.1', port: server.port, password, maxRetriesPerRequest: 1 });
+    try {
+      const pairs = (await admin.call('CONFIG', 'GET', 'bind', 'appendonly', 'appendfsync', 'maxmemory-policy', 'dir')) as string[];
+      const conf: Record<string, string> = {};
+      for (let i = 0; i + 1 < pairs.length; i += 2) conf[pairs[i]!] = pairs[i + 1]!;
+      assert.match(conf.bind!, /^127\.0\.0\.1\b/);
+      assert.equal(conf.appendonly, 'yes');
+      assert.equal(conf.appendfsync, 'everysec');
+      assert.equal(conf['maxmemory-policy'], 'noeviction');
+      assert.equal(conf.dir, redisDir);
+    } finally {
+      admin.disconnect();
+    }
+    assert.match(await rawReply(server.port, 'GET x'), /^-NOAUTH/, 'nothing without the password');
+
+    // A webhook is archived through it.
+    const res = await fetch(`${url}/webhooks/ai-agent/agent-1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(webhookPayload('private-1')) });
+    assert.equal(res.status, 202, await res.text());
+    const files = await waitFor(async () => ((await archivedJson(join(dir, 'archive'))).length > 0 ? archivedJson(join(dir, 'archive')) : null), { timeoutMs: 20_000, what: 'the archived call' });
+    assert.match(files[0]!, /private-1/);
+
+    // A second process (a worker) shares it: no second server, same pid and port.
+    const second = start({ CALLSYNC_ROLE: 'worker', PORT: '0' });
+    await started(second);
+    assert.ok(second.lines.some((l) => String(l.msg).includes('sharing the private Redis another callsync process started')), 'the second process says it shares');
+    assert.ok(!second.lines.some((l) => String(l.msg).includes('started a private Redis')));
+    assert.deepEqual(JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')), server);
+
+    // The CLI shares it too, and check-config says which Redis it is.
+    const check = await cli(['check-config']);
+    assert.match(check.stdout, new RegExp(`redis in use: private ${redisDir.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} \\(127\\.0\\.0\\.1:${server.port}, pid ${server.pid}\\): answers`));
+    const dlq = await cli(['dlq', 'list']);
+    assert.doesNotMatch(dlq.stderr, /cannot reach|no Redis/);
+
+    // The starter stops while the worker still uses it: the server keeps running.
+    assert.equal(await stop(first), 0);
+    assert.ok(alive(server.pid), 'still used by the second process: not stopped');
+    // The last user stops: the server stops with it.
+    assert.equal(await stop(second), 0);
+    await waitFor(() => !alive(server.pid) || null, { timeoutMs: 10_000, what: 'the private Redis to stop' });
+    assert.ok(!existsSync(join(redisDir, 'server.json')), 'its pid/port file is removed');
+
+    // Started again: a new server on the same folder has the data (AOF).
+    const third = start();
+    const url3 = await bounded(third.url, 30_000, 'the restarted process to listen', third);
+    await started(third);
+    const again = JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number; port: number };
+    assert.notEqual(again.pid, server.pid);
+    const reader = new Redis({ host: '127.0.0.1', port: again.port, password, maxRetriesPerRequest: 1 });
+    try {
+      const keys = await reader.keys(`${env.QUEUE_PREFIX}*`);
+      assert.ok(keys.length > 0, 'the keys written before the restart are there');
+    } finally {
+      reader.disconnect();
+    }
+    // The same call again is a duplicate: the dedupe key survived.
+    const dup = await fetch(`${url3}/webhooks/ai-agent/agent-1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(webhookPayload('private-1')) });
+    assert.equal(dup.status, 202);
+    assert.equal(((await dup.json()) as { duplicate: boolean }).duplicate, true);
+    assert.equal(await stop(third), 0);
+    await waitFor(() => !alive(again.pid) || null, { timeoutMs: 10_000, what: 'the private Redis to stop again' });
+  });
+
+  test('check-config without a running Redis: the private one is named (not running, started by `callsync start`)', async () => {
+    const check = await cli(['check-config']);
+    assert.match(check.stdout, /^configuration OK/);
+    assert.match(check.stdout, /redis in use: private, not running \(`callsync start` starts it in /);
+    // Where each sink comes from: here the local archive, an environment shortcut (ARCHIVE_DIR).
+    assert.match(check.stdout, /^sinks \(1\): from the config file: none; from environment shortcuts: archive$/m);
+  });
+});
+
+describe('no Redis configured, none answering, no redis-server', () => {
+  let dir: string;
+  let env: NodeJS.ProcessEnv;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-no-redis-'));
+    // A PATH with node only: redis-server is not on it.
+    await symlink(process.execPath, join(dir, 'node'));
+    env = { ...process.env, PATH: dir, REDIS_URL: '', REDIS_LOCAL_PROBE: `127.0.0.1:${await freePort()}`, DATA_DIR: join(dir, 'data'), SPOOL_DIR: join(dir, 'spool'), ARCHIVE_DIR: join(dir, 'archive') };
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('`callsync start` exits 2 within 5 s with one line naming how to get Redis', async () => {
+    const child = startCallsyncProcess(env);
+    const code = await bounded(child.exit, 5000, 'callsync to exit', child).finally(() => {
+      if (child.proc.exitCode === null) child.proc.kill('SIGKILL');
+    });
+    assert.equal(code, 2);
+    const lines = child.stderr.filter((l) => l.trim() !== '');
+    assert.equal(lines.length, 1, lines.join('\n'));
+    assert.match(lines[0]!, /^callsync start: no Redis: REDIS_URL is unset, nothing answers at 127\.0\.0\.1:\d+ and redis-server is not on PATH; /);
+    for (const way of ['apt install redis-server', 'brew install redis', 'docker run', 'redis:7', 'REDIS_URL']) assert.ok(lines[0]!.includes(way), way);
+  });
+
+  test('check-config reports it as a problem (exit 2)', async () => {
+    await assert.rejects(run(process.execPath, [BIN, 'check-config'], { env, timeout: 30_000 }), (err: { code: number; stdout: string }) => {
+      assert.equal(err.code, 2);
+      assert.match(err.stdout, /^problem: no Redis: .*apt install redis-server/);
+      assert.doesNotMatch(err.stdout, /configuration OK/);
+      return true;
+    });
+  });
+});
