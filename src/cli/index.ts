@@ -15,6 +15,7 @@ import { checkSink } from './sink-queue.js';
 import { CliFailure, connectRedis, connectRedisTo } from './redis.js';
 import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
+import { forgetCommand, forgetHelp } from './forget.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
@@ -36,6 +37,8 @@ Commands:
                                              queue archived calls of a range to one sink
   migrate-keys --from-url URL | --from-cluster-nodes H:P,… [--from-prefix PREFIX] [--dry-run] [--force]
                                              copy an old deployment's state into this key layout
+  forget <+number | callId> [--dry-run] [--crm] [--json]
+                                             erase one caller or one call from every store
 
 Configuration comes from the environment (see docs/operations.md) and CALLSYNC_CONFIG.
 Run \`callsync <command> --help\` for a command's options.`,
@@ -160,6 +163,7 @@ Options:
   --dry-run                 count what would be copied; write nothing
   --force                   copy although the source still has undelivered work (it stays behind)
   -h, --help                show this help`,
+  forget: forgetHelp,
 } as const;
 
 type Command = keyof typeof help;
@@ -389,6 +393,8 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         source.disconnect();
       }
     }
+    case 'forget':
+      return forgetCommand(args, io, () => configFrom(io.env));
     default:
       throw new UsageError(`unknown command "${String(command)}"`);
   }

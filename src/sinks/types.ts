@@ -52,6 +52,12 @@ export interface Sink {
   readonly type: string;
   /** Delivers one call. Throw the errors of ./errors.ts; never swallow a failure. */
   deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult>;
+  /**
+   * `callsync forget --crm`: deletes the records this sink created in its remote for the call
+   * (through the remote's documented delete operations) and answers how many it deleted; with
+   * `dryRun`, how many it would delete. Absent: the sink keeps nothing in a remote it could delete.
+   */
+  eraseCall?(callKey: string, options: { dryRun: boolean; signal: AbortSignal }): Promise<number>;
   close?(): Promise<void>;
 }
 

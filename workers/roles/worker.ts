@@ -9,6 +9,7 @@ import { ArchiveSink } from '../../src/sinks/archive/index.js';
 import { lazyArchiveAccess } from '../../src/sinks/archive/access.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import { OptOutList } from '../../src/sinks/notify/opt-out.js';
+import { privacySecret } from '../../src/sinks/notify/ledger.js';
 import { InboundLog, logToFanOut, waitForReplicas } from '../../queues/inbound.js';
 import { InboundAcceptor, withTimeout } from '../../src/ingress/accept.js';
 import { pushAssembly } from '../../src/sources/index.js';
@@ -47,7 +48,7 @@ export interface WorkerRole extends Role {
 async function createSinks({ config, options, log, redis, telephony }: RoleDeps): Promise<Map<string, Sink>> {
   const now = options.now ?? (() => new Date());
   const keys = redisKeys(config.redis);
-  const optOut = new OptOutList(redis.worker, keys.area('optout'));
+  const optOut = new OptOutList(redis.worker, keys.area('optout'), privacySecret(config.env));
   const sinks = new Map<string, Sink>();
   // The first archive sink, for the CRMs' links to archived recordings.
   const archive = lazyArchiveAccess(() => [...sinks.values()].find((s): s is ArchiveSink => s instanceof ArchiveSink)?.access());

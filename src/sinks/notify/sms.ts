@@ -10,7 +10,7 @@ import { RetryLaterError, SinkError } from '../../errors.js';
 import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SyncSinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
-import { NotificationLedger, sendOnce } from './ledger.js';
+import { NotificationLedger, privacySecret, sendOnce } from './ledger.js';
 import { renderText } from './message.js';
 import { smsLength, truncateSms } from './sms-length.js';
 import type { OptOutLookup } from './opt-out.js';
@@ -113,7 +113,7 @@ class SmsSink implements Sink {
     private readonly telephony: TelephonyClient,
     private readonly deps: NotifySinkDeps,
   ) {
-    this.ledger = new NotificationLedger(deps.state);
+    this.ledger = new NotificationLedger(deps.state, undefined, privacySecret(deps.env));
     this.optOut = new Set(o.optOut);
   }
 
