@@ -16,6 +16,7 @@ import { CliFailure, connectRedis, connectRedisTo } from './redis.js';
 import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
 import { forgetCommand, forgetHelp } from './forget.js';
+import { retentionCheckLines, retentionCommand, retentionHelp } from './retention.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
@@ -39,6 +40,7 @@ Commands:
                                              copy an old deployment's state into this key layout
   forget <+number | callId> [--dry-run] [--crm] [--json]
                                              erase one caller or one call from every store
+  retention apply|sweep [--json]             S3 lifecycle rule for ARCHIVE_RETENTION_DAYS; one retention sweep now
 
 Configuration comes from the environment (see docs/operations.md) and CALLSYNC_CONFIG.
 Run \`callsync <command> --help\` for a command's options.`,
@@ -164,6 +166,7 @@ Options:
   --force                   copy although the source still has undelivered work (it stays behind)
   -h, --help                show this help`,
   forget: forgetHelp,
+  retention: retentionHelp,
 } as const;
 
 type Command = keyof typeof help;
@@ -262,7 +265,9 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const { values, positionals } = parse(args, { json: { type: 'boolean' } }, command);
       if (values.help) return (io.out(help['check-config']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-      printConfig(configFrom(io.env), io, values.json === true);
+      const config = configFrom(io.env);
+      printConfig(config, io, values.json === true);
+      if (values.json !== true) for (const line of await retentionCheckLines(config)) io.out(line);
       return 0;
     }
     case 'dlq': {
@@ -395,6 +400,8 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
     }
     case 'forget':
       return forgetCommand(args, io, () => configFrom(io.env));
+    case 'retention':
+      return retentionCommand(args, io, () => configFrom(io.env));
     default:
       throw new UsageError(`unknown command "${String(command)}"`);
   }

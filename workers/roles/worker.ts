@@ -14,6 +14,7 @@ import { InboundLog, logToFanOut, waitForReplicas } from '../../queues/inbound.j
 import { InboundAcceptor, withTimeout } from '../../src/ingress/accept.js';
 import { pushAssembly } from '../../src/sources/index.js';
 import { startPushSweeper } from '../push-sweeper.js';
+import { startRetentionSweeper } from '../retention-sweeper.js';
 import {
   bullmqReady,
   createRedis,
@@ -160,6 +161,8 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     const acceptor = new InboundAcceptor(deps.inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs });
     const sweeper = startPushSweeper(pushAssembly({ config, redis: redis.worker, now: options.now }), acceptor, config.push.timeoutMs, log);
     closers.add('stop push sweeper', () => sweeper.close());
+    const retention = startRetentionSweeper(config, redis.worker, log);
+    if (retention) closers.add('stop retention sweeper', () => retention.close());
 
     for (const [name, sink] of sinks) {
       const configured = config.sinks[name];
