@@ -131,6 +131,11 @@ export interface SinkType<O = unknown> {
    * of this sink's jobs (less to store and parse per job). Absent: true.
    */
   needsRaw?(options: O): boolean;
+  /**
+   * Whether the sink reads the transcript's text. When false, the fan-out leaves the text out of
+   * this sink's jobs (`Transcript.omitted`: whether there is one is still known). Absent: true.
+   */
+  needsTranscript?(options: O): boolean;
   /** Steady rate limit for the sink's queue (each endpoint's queue), if the remote has one. */
   limit?(options: O): QueueLimit | undefined;
   /**

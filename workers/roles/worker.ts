@@ -114,6 +114,11 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
         .filter((s) => sinkTypes.get(s.type)?.needsRaw?.(s.options) === false)
         .map((s) => s.name),
     );
+    const withoutTranscript = new Set(
+      Object.values(config.sinks)
+        .filter((s) => sinkTypes.get(s.type)?.needsTranscript?.(s.options) === false)
+        .map((s) => s.name),
+    );
 
     // ACK_REPLICAS with spread keys: a call's sink jobs are on other masters than what they are made
     // of (a log entry, an `inbound` dead letter, a job handed over to endpoint queues), so that is
@@ -137,6 +142,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       sinkQueues: new Map([...sinkQueues].map(([name, queue]) => [name, own(queue)])),
       endpointQueues: new Map([...endpointQueues].map(([name, list]) => [name, list.map((e) => ({ endpoint: e.endpoint, queue: own(e.queue) }))])),
       withoutRaw,
+      withoutTranscript,
       ...(replicated ? { replicated: (queues: readonly Queue[]) => waitForReplicas(writes, config.ack, queues.map((q) => q.toKey('meta'))) } : {}),
     };
 

@@ -658,6 +658,7 @@ export const hubspotSinkType: SinkType<HubSpotOptions> = {
   options: hubspotOptionsSchema,
   create: (name, options, deps) => new HubSpotSink(name, options, deps),
   needsRaw: () => false,
+  needsTranscript: () => false,
   limit: (options) => options.rateLimit,
   env: hubspotEnv,
   check: (options, env) => (options.accessToken ?? envOf(hubspotEnv, env).HUBSPOT_ACCESS_TOKEN ? [] : [NO_TOKEN]),

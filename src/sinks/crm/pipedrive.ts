@@ -679,6 +679,7 @@ export const pipedriveSinkType: SinkType<PipedriveOptions> = {
   options: pipedriveOptionsSchema,
   create: (name, options, deps) => new PipedriveSink(name, options, deps),
   needsRaw: () => false,
+  needsTranscript: () => false,
   limit: (options) => options.rateLimit,
   env: pipedriveEnv,
   check: (options, env) => (options.apiToken ?? envOf(pipedriveEnv, env).PIPEDRIVE_API_TOKEN ? [] : [NO_TOKEN]),

@@ -140,6 +140,7 @@ export function createEmailSinkType(
     type: 'email',
     options: emailOptionsSchema as z.ZodType<EmailOptions>,
     needsRaw: () => false,
+    needsTranscript: () => false,
     env: emailEnv,
     check(options, parsed) {
       const env = envOf(emailEnv, parsed);

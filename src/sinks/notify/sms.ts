@@ -230,6 +230,7 @@ export const smsSinkType: SyncSinkType<SmsOptions> = {
   type: 'sms',
   options: smsOptionsSchema as z.ZodType<SmsOptions>,
   needsRaw: () => false,
+  needsTranscript: () => false,
   env: smsEnv,
   check(options, env, { telephony }) {
     const problems: string[] = [];
