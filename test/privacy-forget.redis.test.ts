@@ -292,6 +292,16 @@ routes:
       assert.equal(await runCli(['opt-out', 'add', A], io), 0);
       assert.ok((await conn.smembers(`${prefix}:optout`)).includes(A));
 
+      // A dry run counts and changes nothing.
+      cliOutput.length = 0;
+      assert.equal(await runCli(['forget', A, '--dry-run', '--crm', '--json'], io), 0);
+      const dry = JSON.parse(cliOutput.find((l) => l.startsWith('{"target"'))!) as { calls: number; dryRun: boolean; stores: Record<string, number> };
+      assert.equal(dry.dryRun, true);
+      assert.equal(dry.calls, 5);
+      assert.ok((dry.stores['crm records (hubspot)'] ?? 0) > 0 && (dry.stores['archive objects (S3)'] ?? 0) > 0, JSON.stringify(dry.stores));
+      assert.equal((await everyRedisValue(conn)).map((v) => v.text).join('\n').includes(A_SENTENCE), true, 'the dry run erased nothing');
+      assert.equal(hubspot.calls.size, all.length);
+
       // 4. Forget A, with the command line, given in national format.
       cliOutput.length = 0;
       const code = await runCli(['forget', '0170 1234567', '--crm', '--json'], io);
@@ -353,6 +363,23 @@ routes:
       assert.equal(await runCli(['forget', A, '--json'], io), 0);
       const again = JSON.parse(cliOutput.find((l) => l.startsWith('{"target"'))!) as { calls: number; stores: Record<string, number> };
       assert.deepEqual({ calls: again.calls, stores: again.stores }, { calls: 0, stores: {} });
+
+      // One call by its call id: fb-2 goes, fb-1 (the same number) stays.
+      cliOutput.length = 0;
+      assert.equal(await runCli(['forget', 'fb-2', '--crm', '--json'], io), 0, cliOutput.join('\n'));
+      const byId = JSON.parse(cliOutput.find((l) => l.startsWith('{"target"'))!) as { target: string; calls: number };
+      assert.deepEqual([byId.target, byId.calls], ['call', 1]);
+      const archiveNow = await everyArchiveObject();
+      assert.equal(archiveNow.filter((o) => o.key.includes('/fb-2-')).length, 0, 'no archive object of fb-2');
+      assert.equal(archiveNow.filter((o) => o.key.includes('/fb-1-')).length, 6, 'fb-1 stays in both archives');
+      const hooks = new Queue(sinkQueueName('hooks', 'ok'), { connection: conn, prefix });
+      try {
+        assert.equal(await hooks.getJob(callHash(callKey('ai-agent', AGENT, 'fb-2'))), undefined);
+        assert.ok(await hooks.getJob(callHash(callKey('ai-agent', AGENT, 'fb-1'))));
+      } finally {
+        await hooks.close();
+      }
+      assert.equal(hubspot.calls.size, B_CALLS.length + C_CALLS.length - 1, "fb-2's HubSpot call deleted");
 
       // 8. "Never twice" survives as a keyed hash: the platform resending A's call does not text A again.
       const smsToA = api.sms.filter((s) => s.recipient === A).length;

@@ -244,10 +244,10 @@ export class Forgetter {
     return call.from === t.e164 || call.to === t.e164 || this.matches(JSON.stringify(call));
   }
 
-  /** Text that belongs to the target: it mentions the number / call id, or the hash of a call found. */
+  /** Text that belongs to the target: it mentions the number / call id, or the hash or key of a call found. */
   private related(text: string): boolean {
     if (this.matches(text)) return true;
-    for (const hash of this.calls.keys()) if (text.includes(hash)) return true;
+    for (const [hash, call] of this.calls) if (text.includes(hash) || text.includes(call.key)) return true;
     return false;
   }
 
