@@ -115,7 +115,10 @@ export async function sweepRetention(config: Config, redis: RedisClient, log: Lo
   // Parked log entries (beside each inbound shard), rewritten without the old ones; the log's age.
   oldest('parked', null);
   oldest('inbound_log', null);
-  const streams = await scanAll(redis, keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:inbound-*` : `${globEscape(keys.prefix)}*:inbound-*`);
+  const streams = (await scanAll(redis, keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:inbound-*` : `${globEscape(keys.prefix)}:*inbound-*`)).filter(
+    // Only this deployment's (another QUEUE_PREFIX may start with this one).
+    (key) => key.startsWith(`${keys.prefix}:`) || key.startsWith(`{${keys.prefix}:`),
+  );
   for (const key of streams) {
     if (key.endsWith(':inbound-parked')) {
       const cut = now - settings.failedMs;
