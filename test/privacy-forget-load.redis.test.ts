@@ -8,26 +8,29 @@ import assert from 'node:assert/strict';
 import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import { Queue } from 'bullmq';
 import pino from 'pino';
 import { sinkQueueName } from '../queues/registry.js';
 import { InboundLog } from '../queues/inbound.js';
+import type { RedisClient } from '../queues/connection.js';
 import { loadConfig } from '../src/config/index.js';
 import { forget, parseTarget } from '../src/privacy/forget.js';
 import { eraseStreamEntries } from '../src/privacy/stream-erase.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
-import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { cleanupPrefix, testRedis, uniquePrefix, waitFor, type TestRedis } from './support/redis.js';
 
 const A = '+491701234567';
 const LOAD = 1000;
 const A_AMONG = 20;
 
+// On the shared Redis, or with TEST_REDIS_CLUSTER=1 on a Redis Cluster with spread keys.
 describe('forget while calls flow', () => {
-  let conn: Redis;
-  before(() => {
-    conn = new Redis(REDIS_URL);
+  let target: TestRedis;
+  let conn: RedisClient;
+  before(async () => {
+    target = await testRedis();
+    conn = target.connect();
   });
   after(() => conn.disconnect());
 
@@ -74,7 +77,7 @@ describe('forget while calls flow', () => {
       dir = await mkdtemp(join(tmpdir(), 'forget-load-'));
       const configPath = join(dir, 'callsync.yaml');
       await writeFile(configPath, `sinks:\n  local:\n    type: archive\n    dir: ${join(dir, 'archive')}\nroutes:\n  - to: [local]\n`);
-      env = testEnv(prefix, { CALLSYNC_CONFIG: configPath, SPOOL_ENABLED: 'false', PRIVACY_HMAC_SECRET: 'load-secret', SPOOL_DIR: join(dir, 'spool') });
+      env = testEnv(prefix, { ...target.env(), CALLSYNC_CONFIG: configPath, SPOOL_ENABLED: 'false', PRIVACY_HMAC_SECRET: 'load-secret', SPOOL_DIR: join(dir, 'spool') });
       cs = await startTestCallsync({ ...env, CALLSYNC_ROLE: 'ingress' });
       worker = await startTestCallsync({ ...env, CALLSYNC_ROLE: 'worker' });
     });
@@ -93,12 +96,12 @@ describe('forget while calls flow', () => {
         );
       // A's calls before the load.
       for (let i = 0; i < 5; i++) assert.equal((await post(`a-${i}`, A)).status, 202);
-      const queue = new Queue(sinkQueueName('local'), { connection: conn, prefix });
+      const queue = new Queue(sinkQueueName('local'), { connection: conn, prefix: target.keys(prefix).queuePrefix(sinkQueueName('local')) });
       try {
         await waitFor(async () => (await queue.getJobCounts('completed')).completed === 5, { what: "A's calls archived", timeoutMs: 30_000 });
         const config = loadConfig(env);
         const log = pino({ level: 'silent' });
-        const target = parseTarget(A, 'DE');
+        const who = parseTarget(A, "DE");
 
         // The load: other numbers (A's calls among them), 20 requests at a time, while forget runs.
         const others: string[] = [];
@@ -122,7 +125,7 @@ describe('forget while calls flow', () => {
         await waitFor(() => next > 400 || null, { what: 'calls waiting in the log', timeoutMs: 60_000 });
         // Forget runs while the ingress keeps taking the load; then workers start again.
         const atStart = next;
-        const during = await forget(config, conn, log, { target, dryRun: false, crm: false });
+        const during = await forget(config, conn, log, { target: who, dryRun: false, crm: false });
         const atEnd = next;
         assert.ok(atStart < ids.length, 'forget started before the load ended');
         assert.ok((during.stores['inbound log'] ?? 0) > 0, `forget erased A's calls from the inbound log: ${JSON.stringify(during.stores)}`);
@@ -144,15 +147,12 @@ describe('forget while calls flow', () => {
         assert.equal(others.length, LOAD);
 
         // After the load, once more: nothing of A is left in Redis or the archive.
-        await waitFor(async () => (await new InboundLog(conn, prefix).length()) === 0 || null, { what: 'the log drained' });
-        await forget(config, conn, log, { target, dryRun: false, crm: false });
+        await waitFor(async () => (await new InboundLog(conn, target.keys(prefix)).length()) === 0 || null, { what: 'the log drained' });
+        await forget(config, conn, log, { target: who, dryRun: false, crm: false });
         const left: string[] = [];
-        let cursor = '0';
-        do {
-          const [n, keys] = await conn.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-          cursor = n;
+        for (const keys of (await target.keysByNode(prefix)).values()) {
           for (const key of keys) if ((await conn.dumpBuffer(key))?.toString('latin1').includes(A.slice(1))) left.push(key);
-        } while (cursor !== '0');
+        }
         assert.deepEqual(left, [], 'no key holds A');
         const files = (await readdir(join(dir, 'archive'), { recursive: true })).filter((n) => n.includes('/a-'));
         assert.deepEqual(files, [], "no archive object of A's calls");
