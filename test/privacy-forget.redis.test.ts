@@ -302,6 +302,13 @@ routes:
       assert.equal((await everyRedisValue(conn)).map((v) => v.text).join('\n').includes(A_SENTENCE), true, 'the dry run erased nothing');
       assert.equal(hubspot.calls.size, all.length);
 
+      // A CRM that refuses the deletion stops forget before anything is erased (exit 1, which sink).
+      cliOutput.length = 0;
+      assert.equal(await runCli(['forget', A, '--crm'], { ...io, env: { ...env, HUBSPOT_ACCESS_TOKEN: 'wrong-token' } }), 1);
+      assert.match(cliOutput.join('\n'), /--crm: sink "hubspot" could not delete a call record/);
+      assert.ok((await spoolFiles()).some((f) => f.text.includes(A_SENTENCE)) && (await everyArchiveObject()).some((o) => o.text.includes(A_SENTENCE)), 'nothing erased');
+      assert.equal(hubspot.calls.size, all.length);
+
       // 4. Forget A, with the command line, given in national format.
       cliOutput.length = 0;
       const code = await runCli(['forget', '0170 1234567', '--crm', '--json'], io);

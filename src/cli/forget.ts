@@ -77,7 +77,8 @@ export async function forgetCommand(args: string[], io: CliIo, config: () => Con
       throw new CliFailure(err.message);
     }
     if (err instanceof SpoolBusyError) throw new CliFailure(err.message);
-    throw err;
+    // An archive or Redis failure midway: what is erased stays erased; a second run finds the rest.
+    throw new CliFailure(`stopped before it finished (${err instanceof Error ? `${err.name}: ${err.message.split('\n')[0]!.slice(0, 300)}` : String(err)}); run forget again once that is fixed`);
   } finally {
     redis.disconnect();
   }

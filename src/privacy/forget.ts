@@ -269,40 +269,52 @@ export class Forgetter {
 
   async run(): Promise<ForgetReceipt> {
     const dryRun = this.options.dryRun;
-    // 1. The spool: a running ingress drains it into the log (erased below); else its files are rewritten.
-    const spool = await eraseFromSpool(spoolFolder(this.config), (line) => this.spoolLineMatches(line), { dryRun, waitMs: this.options.spoolWaitMs ?? 30_000 });
-    this.count('spool lines', spool.removed);
-
-    // 2. What the archive holds of the target: found before Redis, so their calls' keys are known there too.
-    const archives = await this.archiveStores();
-    const archived = new Map<ObjectStore, Set<string>>();
-    for (const { store, prefix } of archives) archived.set(store, await this.findInArchive(store, prefix));
-
-    // 3. Redis, pass after pass (a call being fanned out meanwhile shows up in the next); the CRM
-    // records before the record memory goes.
-    let passes = 0;
+    const spoolDir = spoolFolder(this.config);
+    const spoolMatches = (line: string) => this.spoolLineMatches(line);
     const crmDone = new Set<string>();
+    let passes: number;
     try {
-      while (passes < (dryRun ? 1 : MAX_PASSES)) {
-        passes++;
-        const work = await this.collectRedis();
-        if (this.options.crm) await this.eraseCrm(crmDone);
-        if (dryRun) {
-          this.countRedis(work);
-          break;
+      // 1. Find the calls everywhere first, erasing nothing: the spool, the archives, Redis. Then the
+      // CRM records (--crm), so a CRM that refuses stops forget before anything else is gone.
+      const spoolFound = await eraseFromSpool(spoolDir, spoolMatches, { dryRun: true, waitMs: 0 });
+      const archives = await this.archiveStores();
+      const archived = new Map<ObjectStore, Set<string>>();
+      for (const { store, prefix } of archives) archived.set(store, await this.findInArchive(store, prefix));
+      let work = await this.collectRedis();
+      passes = 1;
+      if (this.options.crm) await this.eraseCrm(crmDone);
+
+      if (dryRun) {
+        this.count('spool lines', spoolFound.removed);
+        this.countRedis(work);
+      } else {
+        // 2. The spool: a running ingress drains it into the log (found in Redis next); else its files are rewritten.
+        const spool = await eraseFromSpool(spoolDir, spoolMatches, { dryRun: false, waitMs: this.options.spoolWaitMs ?? 30_000 });
+        this.count('spool lines', spool.removed);
+        if (spool.drained > 0) {
+          work = await this.collectRedis();
+          if (this.options.crm) await this.eraseCrm(crmDone);
         }
-        if (work.total === 0) break;
-        await this.eraseRedis(work);
+        // 3. Redis, pass after pass (a call being fanned out meanwhile shows up in the next).
+        for (;;) {
+          if (work.total === 0) break;
+          await this.eraseRedis(work);
+          if (passes >= MAX_PASSES) break;
+          passes++;
+          work = await this.collectRedis();
+          if (this.options.crm) await this.eraseCrm(crmDone);
+        }
+      }
+
+      // 4. The archives: what was found there, and the objects of the calls found elsewhere.
+      for (const { store, prefix } of archives) {
+        const objects = archived.get(store)!;
+        for (const call of this.calls.values()) for (const key of await this.objectsOfCall(store, prefix, call)) objects.add(key);
+        if (!dryRun) for (const key of objects) await store.delete(key);
+        this.count(store instanceof LocalFolderStore ? 'archive objects (folder)' : 'archive objects (S3)', objects.size);
       }
     } finally {
       await Promise.all([...this.queues.values()].map((q) => q.close()));
-    }
-
-    for (const { store, prefix } of archives) {
-      const objects = archived.get(store)!;
-      for (const call of this.calls.values()) for (const key of await this.objectsOfCall(store, prefix, call)) objects.add(key);
-      if (!dryRun) for (const key of objects) await store.delete(key);
-      this.count(store instanceof LocalFolderStore ? 'archive objects (folder)' : 'archive objects (S3)', objects.size);
     }
 
     const receipt: ForgetReceipt = { target: this.options.target.kind, dryRun, calls: this.calls.size, stores: { ...this.counts }, passes };
@@ -555,7 +567,13 @@ export class Forgetter {
     for (const [hash, call] of this.calls) {
       if (done.has(hash)) continue;
       for (const sink of sinks) {
-        const n = await sink.eraseCall!(call.key, { dryRun: this.options.dryRun, signal: controller.signal });
+        let n: number;
+        try {
+          n = await sink.eraseCall!(call.key, { dryRun: this.options.dryRun, signal: controller.signal });
+        } catch (err) {
+          // Before Redis: the record memory stays, so running forget again deletes what is left.
+          throw new ForgetIncompleteError(`--crm: sink "${sink.name}" could not delete a call record (${oneLine(err)}); fix that and run forget again`, this.receipt());
+        }
         this.count(`crm records (${sink.name})`, n);
       }
       done.add(hash);
@@ -572,9 +590,14 @@ export class Forgetter {
       if (sink.type !== 'hubspot' && sink.type !== 'pipedrive') continue;
       const given = this.options.sinks?.get(sink.name);
       const state = new RedisKeyValueStore(this.redis, this.keys.sinkState(sink.name));
-      const built =
-        given ??
-        (await sinkTypes.get(sink.type)!.create(sink.name, sink.options as never, { log: this.log.child({ sink: sink.name }), state, telephony: null, now: () => new Date(), env: this.config.env }));
+      let built: Sink;
+      try {
+        built =
+          given ??
+          (await sinkTypes.get(sink.type)!.create(sink.name, sink.options as never, { log: this.log.child({ sink: sink.name }), state, telephony: null, now: () => new Date(), env: this.config.env }));
+      } catch (err) {
+        throw new ForgetIncompleteError(`--crm: sink "${sink.name}" cannot be set up (${oneLine(err)})`, this.receipt());
+      }
       if (built.eraseCall) out.push(built);
     }
     this.crm = out;
@@ -668,6 +691,10 @@ function storeOfKey(key: string): string {
   if (/:(rev|lock):[0-9a-f]{32}/.test(key)) return 'revision keys';
   if (/:(rec|pending):[0-9a-f]{32}/.test(key)) return 'crm record memory';
   return 'other keys';
+}
+
+function oneLine(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 300);
 }
 
 /** Forgets `options.target` (see above); the receipt counts what was erased per store. */
