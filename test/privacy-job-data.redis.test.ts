@@ -1,7 +1,8 @@
 // No personal data where it is not needed (issue 25, item 3): the jobs of sinks that do not read the
 // transcript (SMS, e-mail, HubSpot, Pipedrive) carry no transcript text — only that there is one, so
 // the CRM note still links the archived transcript — while the archive and the signed webhook, which
-// send it on, get it whole. None of them but the webhook with `includeRaw` gets the raw payload.
+// send it on, get it whole. None of them but the webhook with `includeRaw` gets the raw payload. With
+// PRIVACY_HMAC_SECRET the SMS sink's ledger marker and cooldown name the number by its keyed hash.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -44,7 +45,7 @@ sinks:
   hubspot: { type: hubspot, apiUrl: "${hubspot.url}" }
   pipedrive: { type: pipedrive, apiUrl: "${pipedrive.url}" }
   hooks: { type: webhook, endpoints: [{ name: r, url: "${receiver.url}" }] }
-  sms: { type: sms, smsId: s0, to: caller, message: "Thanks: {{summary}}" }
+  sms: { type: sms, smsId: s0, to: caller, message: "Thanks: {{summary}}", cooldown: 1h }
   mail: { type: email, from: calls@example.com, to: [team@example.com], subject: "Call from {{caller}}" }
 routes:
   - to: [archive, hubspot, pipedrive, hooks, sms, mail]
@@ -60,6 +61,7 @@ routes:
       TELEPHONY_TOKEN: 'token-secret',
       SMTP_URL: smtp.url,
       SPOOL_ENABLED: 'false',
+      PRIVACY_HMAC_SECRET: 'job-data-secret',
     });
   });
   after(async () => {
@@ -96,6 +98,11 @@ routes:
       assert.match(data.get(sink)!, /"transcript":\{"content":"","chunks":\[\],"omitted":true\}/, `${sink}'s job says there is one`);
       assert.match(data.get(sink)!, /"raw":null/, `${sink}'s job carries no raw payload`);
     }
+    // With PRIVACY_HMAC_SECRET no key names the number: the "never twice" marker and the cooldown hold its keyed hash.
+    assert.ok(api.sms.some((m) => m.recipient === '+491701234567'), 'the SMS went out');
+    const keys = await cs.redis.worker.keys(`${cs.prefix}*`);
+    assert.ok(keys.some((k) => /:sent:[0-9a-f]{32}:h1\./.test(k)) && keys.some((k) => /:cooldown:h1\./.test(k)), keys.join('\n'));
+    assert.deepEqual(keys.filter((k) => k.includes('491701234567')), []);
     // The CRM note still links the archived transcript.
     const [record] = [...hubspot.calls.values()];
     assert.match(String(record!.properties.hs_call_body), /Transcript: transcripts\/2026\/04\/08\/jd-1-/);
