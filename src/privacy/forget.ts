@@ -263,6 +263,8 @@ export class Forgetter {
       // HubSpot's contact memory and Pipedrive's person memory name the number by its SHA-256 (`callHash`).
       const numberHash = callHash(this.options.target.e164);
       if (segmentsOf(key).includes(numberHash)) return true;
+      // The SMS cooldown with PRIVACY_HMAC_SECRET names it by its keyed hash (the ledger's markers are kept: see keyAction).
+      if (this.secret !== undefined && segmentsOf(key).includes(recipientHash(this.secret, this.options.target.e164))) return true;
     }
     return false;
   }
