@@ -425,10 +425,12 @@ export class Forgetter {
   /** What to do with a key that is neither a queue's nor a stream: null when it has nothing of the target. */
   private async keyAction(key: string, type: string): Promise<KeyAction | null> {
     const ledger = /:sent:([0-9a-f]{32}):(.+)$/.exec(key);
-    if (ledger && type === 'string' && (this.calls.has(ledger[1]!) || this.matches(ledger[2]!))) {
-      const recipient = ledger[2]!;
-      if (recipient === 'mail' || recipient.startsWith('h1.')) return (await this.redis.get(key))?.match(/"(ref|reason)"/) ? 'ledger' : null;
-      return 'ledger';
+    if (ledger && type === 'string') {
+      const [, hash, recipient] = ledger as unknown as [string, string, string];
+      // A marker naming its recipient by a keyed hash (or `mail`) is what "never twice" keeps: never
+      // deleted; a forgotten call's is only trimmed to state and time.
+      if (recipient === 'mail' || recipient.startsWith('h1.')) return this.calls.has(hash) && /"(ref|reason)"/.test((await this.redis.get(key)) ?? '') ? 'ledger' : null;
+      if (this.calls.has(hash) || this.matches(recipient)) return 'ledger';
     }
     if (key === `${this.keys.area('optout')}:optout`) {
       if (this.options.target.kind !== 'number') return null;
