@@ -202,3 +202,8 @@ export function collectProcessMetrics(): void {
 export async function renderMetrics(): Promise<{ body: string; contentType: string }> {
   return { body: await registry.metrics(), contentType: registry.contentType };
 }
+
+/** Age of the oldest item per store, as the last retention sweep found it (src/privacy/retention.ts). */
+export const retentionOldest = gauge('callsync_retention_oldest_seconds', 'Age in seconds of the oldest item per store at the last retention sweep (0: the store is empty)', ['store'] as const);
+/** Items the retention sweeper removed, per store. */
+export const retentionRemoved = counter('callsync_retention_removed_total', 'Items removed by the retention sweeper, per store', ['store'] as const);

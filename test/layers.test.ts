@@ -30,6 +30,7 @@ export const LAYERS: Record<string, number> = {
   'src/sources': 4.5,
   'src/ingress': 5,
   'src/ops': 6,
+  'src/privacy': 6.5,
   'src/cli': 7,
   workers: 8,
 };

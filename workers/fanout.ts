@@ -45,6 +45,8 @@ export interface FanOutDeps {
   endpointQueues?: ReadonlyMap<string, readonly EndpointQueue[]>;
   /** Sinks that do not read `call.raw`: their jobs carry the call with `raw: null`. */
   withoutRaw?: ReadonlySet<string>;
+  /** Sinks that do not read the transcript's text: their jobs carry it as `{ content: '', chunks: [], omitted: true }`. */
+  withoutTranscript?: ReadonlySet<string>;
   /**
    * Called after jobs were added to `queues` and before what they were made of is deleted (a log
    * entry, an `inbound` job, a job handed over): resolves once those jobs are on enough replicas of
@@ -74,7 +76,10 @@ function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: P
   const sinks = sinksFor(deps.routes, call);
   const jobId = sinkJobId(call);
   const jobs = sinks.flatMap((sink): PlannedJob[] => {
-    const sinkCall = deps.withoutRaw?.has(sink) ? { ...call, raw: null } : call;
+    let sinkCall = deps.withoutRaw?.has(sink) ? { ...call, raw: null } : call;
+    if (deps.withoutTranscript?.has(sink) && sinkCall.transcript !== null && sinkCall.transcript !== undefined) {
+      sinkCall = { ...sinkCall, transcript: { content: '', chunks: [], omitted: true } };
+    }
     const endpoints = deps.endpointQueues?.get(sink);
     if (endpoints) return endpointJobs(sink, endpoints, sinkCall);
     const queue = deps.sinkQueues.get(sink);

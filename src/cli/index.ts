@@ -17,6 +17,8 @@ import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
 import { sampleOptions } from './sample.js';
 import { NoRedisError } from '../../queues/private-redis.js';
+import { forgetCommand, forgetHelp } from './forget.js';
+import { retentionCheckLines, retentionCommand, retentionHelp } from './retention.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
@@ -40,6 +42,9 @@ Commands:
                                              queue archived calls of a range to one sink
   migrate-keys --from-url URL | --from-cluster-nodes H:P,… [--from-prefix PREFIX] [--dry-run] [--force]
                                              copy an old deployment's state into this key layout
+  forget <+number | callId> [--dry-run] [--crm] [--json]
+                                             erase one caller or one call from every store
+  retention apply|sweep [--json]             S3 lifecycle rule for ARCHIVE_RETENTION_DAYS; one retention sweep now
 
 Configuration comes from the environment (see docs/operations.md) and CALLSYNC_CONFIG.
 Run \`callsync <command> --help\` for a command's options.`,
@@ -184,6 +189,8 @@ Options:
   --dry-run                 count what would be copied; write nothing
   --force                   copy although the source still has undelivered work (it stays behind)
   -h, --help                show this help`,
+  forget: forgetHelp,
+  retention: retentionHelp,
 } as const;
 
 type Command = keyof typeof help;
@@ -293,6 +300,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const reach = await reachRedis(config);
       const live = reach.problem ? { unavailable: reach.problem } : await liveProcesses(config, () => connectRedis(config));
       printConfig(config, io, values.json === true, live, reach);
+      if (values.json !== true && !reach.problem) for (const line of await retentionCheckLines(config)) io.out(line);
       return reach.problem ? 2 : 0;
     }
     case 'dlq': {
@@ -433,6 +441,10 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         source.disconnect();
       }
     }
+    case 'forget':
+      return forgetCommand(args, io, () => configFrom(io.env));
+    case 'retention':
+      return retentionCommand(args, io, () => configFrom(io.env));
     default:
       throw new UsageError(`unknown command "${String(command)}"`);
   }

@@ -114,6 +114,14 @@ const coreEnv = {
   SPOOL_MIN_FREE_BYTES: int(16 * 1024 * 1024),
 
   JOB_ATTEMPTS: int(12, 1),
+  /** Archive objects older than this many days are deleted (folder: the retention sweeper; S3: `callsync retention apply`). Unset: kept. */
+  ARCHIVE_RETENTION_DAYS: optionalInt(1),
+  /** Completed jobs (with their call data) older than this are removed by the retention sweeper. Default 1 day. */
+  COMPLETED_JOB_RETENTION_SECONDS: int(24 * 3600, 1),
+  /** Dead letters (failed jobs) and parked log entries older than this are removed by the retention sweeper. Default 14 days. */
+  FAILED_JOB_RETENTION_SECONDS: int(14 * 24 * 3600, 1),
+  /** How often the worker role's retention sweeper runs (one process per interval). 0: never. Default 1 h. */
+  RETENTION_SWEEP_INTERVAL_SECONDS: int(3600, 0),
   JOB_BACKOFF_MS: int(1000, 1),
   JOB_MAX_BACKOFF_MS: int(15 * 60_000, 1),
   WORKER_CONCURRENCY: int(8, 1),

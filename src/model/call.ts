@@ -64,6 +64,12 @@ export interface TranscriptChunk {
 export interface Transcript {
   content: string;
   chunks: TranscriptChunk[];
+  /**
+   * True in the job of a sink that does not read the transcript's text (its type's
+   * `needsTranscript` is false): the call has a transcript, left out of that job (content and
+   * chunks empty), so callsync stores it only where it is needed (docs/privacy.md).
+   */
+  omitted?: true;
 }
 
 export interface Recording {
@@ -229,7 +235,7 @@ export function contentHash(call: CanonicalCall): string {
 }
 
 export function hasTranscript(call: CanonicalCall): boolean {
-  return call.transcript !== null && (call.transcript.content.length > 0 || call.transcript.chunks.length > 0);
+  return call.transcript !== null && (call.transcript.omitted === true || call.transcript.content.length > 0 || call.transcript.chunks.length > 0);
 }
 
 export function hasSummary(call: CanonicalCall): boolean {

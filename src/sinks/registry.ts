@@ -6,6 +6,7 @@ import { archiveSinkType } from './archive/index.js';
 import { crmSinkTypes } from './crm/index.js';
 import { notifySinkTypes } from './notify/index.js';
 import { regionEnv } from './region.js';
+import { privacyEnv } from './notify/ledger.js';
 
 const all: SinkType<never>[] = [archiveSinkType as SinkType<never>, ...(crmSinkTypes as SinkType<never>[]), ...(notifySinkTypes as SinkType<never>[])];
 
@@ -13,6 +14,7 @@ export const sinkTypes: ReadonlyMap<string, SinkType<unknown>> = new Map(all.map
 
 /**
  * Every variable a sink type reads (a variable several types read is declared once, by the file
- * that owns it), plus PHONE_DEFAULT_REGION, which `callsync opt-out` reads too.
+ * that owns it), plus PHONE_DEFAULT_REGION, which `callsync opt-out` reads too, and PRIVACY_HMAC_SECRET
+ * (the notification sinks and `callsync forget`).
  */
-export const sinkEnv: EnvShape = mergeEnvShapes([regionEnv, ...all.map((t) => t.env ?? {})]);
+export const sinkEnv: EnvShape = mergeEnvShapes([regionEnv, privacyEnv, ...all.map((t) => t.env ?? {})]);

@@ -52,6 +52,12 @@ export interface Sink {
   readonly type: string;
   /** Delivers one call. Throw the errors of ./errors.ts; never swallow a failure. */
   deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult>;
+  /**
+   * `callsync forget --crm`: deletes the records this sink created in its remote for the call
+   * (through the remote's documented delete operations) and answers how many it deleted; with
+   * `dryRun`, how many it would delete. Absent: the sink keeps nothing in a remote it could delete.
+   */
+  eraseCall?(callKey: string, options: { dryRun: boolean; signal: AbortSignal }): Promise<number>;
   close?(): Promise<void>;
 }
 
@@ -125,6 +131,11 @@ export interface SinkType<O = unknown> {
    * of this sink's jobs (less to store and parse per job). Absent: true.
    */
   needsRaw?(options: O): boolean;
+  /**
+   * Whether the sink reads the transcript's text. When false, the fan-out leaves the text out of
+   * this sink's jobs (`Transcript.omitted`: whether there is one is still known). Absent: true.
+   */
+  needsTranscript?(options: O): boolean;
   /** Steady rate limit for the sink's queue (each endpoint's queue), if the remote has one. */
   limit?(options: O): QueueLimit | undefined;
   /**

@@ -10,6 +10,8 @@
 //   POST  /crm/objects/{v}/contacts         { properties } -> 201
 //   POST  /crm/objects/{v}/calls            { properties, associations:[{ to:{id}, types:[{associationCategory, associationTypeId}] }] } -> 201
 //   PATCH /crm/objects/{v}/calls/{id}       { properties } -> 200, 404 when unknown
+//   DELETE /crm/objects/{v}/calls/{id}     -> 204 (HubSpot moves it to the recycle bin), 404 when unknown
+//     https://developers.hubspot.com/docs/api-reference/latest/crm/activities/calls/guide ("Delete calls")
 //   POST  /crm/objects/{v}/calls/search     same shape as the contact search
 //   POST  /crm/objects/{v}/calls/batch/upsert  { inputs:[{ idProperty, id, properties }] } -> 200
 //         { status, results:[{ id, properties, createdAt, updatedAt, archived, new }], startedAt, completedAt };
@@ -218,8 +220,14 @@ export class FakeHubSpot extends FakeCrmServer {
     if (req.method === 'POST' && rest === 'calls') return this.createCall(req.body);
     if (req.method === 'POST' && rest === 'calls/batch/upsert') return this.upsertCalls(req.body);
     if (req.method === 'PATCH' && (m = /^calls\/([^/]+)$/.exec(rest))) return this.patchCall(m[1]!, req.body);
+    if (req.method === 'DELETE' && (m = /^calls\/([^/]+)$/.exec(rest))) return this.deleteCall(decodeURIComponent(m[1]!));
     if (req.method === 'PUT' && (m = /^calls\/([^/]+)\/associations\/contacts\/([^/]+)$/.exec(rest))) return this.associate(m[1]!, m[2]!, req.body);
     return error(404, 'OBJECT_NOT_FOUND', `Unable to route ${req.method} ${p}`);
+  }
+
+  private deleteCall(id: string): Reply {
+    if (!this.calls.delete(id)) return error(404, 'OBJECT_NOT_FOUND', `Object not found. objectId are usually numeric.`);
+    return { status: 204, body: undefined };
   }
 
   private details(): Reply {

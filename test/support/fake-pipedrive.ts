@@ -26,6 +26,9 @@
 //         Every call log is a `call` activity owned by user_id (default the token's user).
 //   GET   /v1/callLogs?start&limit (limit <= 50): the call logs of the TOKEN's user only.
 //   GET   /v1/callLogs/{id}
+//   DELETE /v1/callLogs/{id}   -> { success: true } (its recording too; "the related activity will not be removed"), 404 when unknown
+//   DELETE /api/v2/activities/{id}   -> { success: true, data: { id } }, 404 when unknown
+//     https://developers.pipedrive.com/docs/api/v1/CallLogs#deleteCallLog, …/v2/Activities#deleteActivity
 //   POST  /v1/callLogs/{id}/recordings   multipart/form-data, one part `file` ("audio file supported by the
 //         HTML5 specification") -> { success:true }; documented error answers 404, 409, 500.
 //
@@ -372,6 +375,8 @@ export class FakePipedrive extends FakeCrmServer {
     if (req.method === 'POST' && path === '/v1/callLogs') return this.addCallLog(req.body);
     if (req.method === 'GET' && path === '/v1/callLogs') return this.listCallLogs(req.query);
     if (req.method === 'GET' && (m = /^\/v1\/callLogs\/([^/]+)$/.exec(path))) return this.getCallLog(decodeURIComponent(m[1]!));
+    if (req.method === 'DELETE' && (m = /^\/v1\/callLogs\/([^/]+)$/.exec(path))) return this.deleteCallLog(decodeURIComponent(m[1]!));
+    if (req.method === 'DELETE' && (m = /^\/api\/v2\/activities\/(\d+)$/.exec(path))) return this.deleteActivity(Number(m[1]));
     if (req.method === 'POST' && (m = /^\/v1\/callLogs\/([^/]+)\/recordings$/.exec(path))) return this.addRecording(decodeURIComponent(m[1]!), req);
     return v1Error(404, `Unknown method ${req.method} ${req.path}`);
   }
@@ -658,6 +663,19 @@ export class FakePipedrive extends FakeCrmServer {
       status: 200,
       body: { success: true, data: page, additional_data: { pagination: { start, limit, more_items_in_collection: more, ...(more ? { next_start: start + limit } : {}) } } },
     };
+  }
+
+  private deleteCallLog(id: string): Reply {
+    const i = this.callLogs.findIndex((l) => l.id === id);
+    if (i === -1) return v1Error(404, 'Call log not found');
+    this.callLogs.splice(i, 1);
+    this.recordings.delete(id);
+    return { status: 200, body: { success: true } };
+  }
+
+  private deleteActivity(id: number): Reply {
+    if (!this.activities.delete(id)) throw new Invalid('Activity not found', 404);
+    return { status: 200, body: { success: true, data: { id } } };
   }
 
   private getCallLog(id: string): Reply {

@@ -10,10 +10,12 @@ import { ArchiveSink } from '../../src/sinks/archive/index.js';
 import { lazyArchiveAccess } from '../../src/sinks/archive/access.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import { OptOutList } from '../../src/sinks/notify/opt-out.js';
+import { privacySecret } from '../../src/sinks/notify/ledger.js';
 import { InboundLog, logToFanOut, waitForReplicas } from '../../queues/inbound.js';
 import { InboundAcceptor, withTimeout } from '../../src/ingress/accept.js';
 import { pushAssembly } from '../../src/sources/index.js';
 import { startPushSweeper } from '../push-sweeper.js';
+import { startRetentionSweeper } from '../retention-sweeper.js';
 import {
   bullmqReady,
   createRedis,
@@ -48,7 +50,7 @@ export interface WorkerRole extends Role {
 async function createSinks({ config, options, log, redis, telephony }: RoleDeps): Promise<Map<string, Sink>> {
   const now = options.now ?? (() => new Date());
   const keys = redisKeys(config.redis);
-  const optOut = new OptOutList(redis.worker, keys.area('optout'));
+  const optOut = new OptOutList(redis.worker, keys.area('optout'), privacySecret(config.env));
   const sinks = new Map<string, Sink>();
   // The first archive sink, for the CRMs' links to archived recordings.
   const archive = lazyArchiveAccess(() => [...sinks.values()].find((s): s is ArchiveSink => s instanceof ArchiveSink)?.access());
@@ -113,6 +115,11 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
         .filter((s) => sinkTypes.get(s.type)?.needsRaw?.(s.options) === false)
         .map((s) => s.name),
     );
+    const withoutTranscript = new Set(
+      Object.values(config.sinks)
+        .filter((s) => sinkTypes.get(s.type)?.needsTranscript?.(s.options) === false)
+        .map((s) => s.name),
+    );
 
     // ACK_REPLICAS with spread keys: a call's sink jobs are on other masters than what they are made
     // of (a log entry, an `inbound` dead letter, a job handed over to endpoint queues), so that is
@@ -136,6 +143,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       sinkQueues: new Map([...sinkQueues].map(([name, queue]) => [name, own(queue)])),
       endpointQueues: new Map([...endpointQueues].map(([name, list]) => [name, list.map((e) => ({ endpoint: e.endpoint, queue: own(e.queue) }))])),
       withoutRaw,
+      withoutTranscript,
       ...(replicated ? { replicated: (queues: readonly Queue[]) => waitForReplicas(writes, config.ack, queues.map((q) => q.toKey('meta'))) } : {}),
     };
 
@@ -160,6 +168,8 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     const acceptor = new InboundAcceptor(deps.inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs });
     const sweeper = startPushSweeper(pushAssembly({ config, redis: redis.worker, now: options.now }), acceptor, config.push.timeoutMs, log);
     closers.add('stop push sweeper', () => sweeper.close());
+    const retention = startRetentionSweeper(config, redis.worker, log);
+    if (retention) closers.add('stop retention sweeper', () => retention.close());
 
     for (const [name, sink] of sinks) {
       const configured = config.sinks[name];

@@ -1,7 +1,7 @@
 // Object stores for the archive: the interface and a local folder. The S3 store is in ./s3-store.ts,
 // loaded only when a bucket is configured (the AWS SDK is ~20 MB of memory a process without it saves).
 import { createWriteStream } from 'node:fs';
-import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rename, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
@@ -29,6 +29,8 @@ export interface ObjectStore {
   list(prefix: string): AsyncIterable<string>;
   /** An object's body as UTF-8 text (archived records are small JSON). */
   get(key: string): Promise<string>;
+  /** Deletes the object (`callsync forget`, the retention sweep); true when it existed (S3: always true, its DELETE does not tell). */
+  delete(key: string): Promise<boolean>;
 }
 
 /** Writes `<root>/<key>` atomically (temp file + rename), so a reader never sees half an object. */
@@ -99,6 +101,43 @@ export class LocalFolderStore implements ObjectStore {
 
   async get(key: string): Promise<string> {
     return readFile(this.pathOf(key), 'utf8');
+  }
+
+  async delete(key: string): Promise<boolean> {
+    try {
+      await unlink(this.pathOf(key));
+      return true;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+      throw err;
+    }
+  }
+
+  /**
+   * Half-written objects (`<key>.<uuid>.tmp`, left by a crash during a write) under `prefix`, as
+   * paths relative to the folder: list() leaves them out, erasure and retention do not.
+   */
+  async temporaryFiles(prefix: string): Promise<string[]> {
+    const dir = prefix === '' ? this.root : this.pathOf(prefix.replace(/\/+$/, ''));
+    try {
+      return (await readdir(dir, { recursive: true, withFileTypes: true }))
+        .filter((e) => e.isFile() && e.name.endsWith('.tmp'))
+        .map((e) => join(e.parentPath, e.name).slice(this.root.length + 1).split(sep).join('/'))
+        .sort();
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw err;
+    }
+  }
+
+  /** When the file of `key` was last written (ms since the epoch), or null when it does not exist. */
+  async modifiedAt(key: string): Promise<number | null> {
+    try {
+      return (await stat(this.pathOf(key))).mtimeMs;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw err;
+    }
   }
 
   async putStream(key: string, body: Readable): Promise<void> {

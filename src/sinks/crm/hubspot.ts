@@ -264,6 +264,20 @@ export class HubSpotSink implements Sink {
     });
   }
 
+  /**
+   * The call object callsync created for this call (its record memory), deleted through HubSpot's
+   * DELETE /crm/objects/<v>/calls/{id} (HubSpot keeps it in its recycle bin for 90 days: see
+   * docs/privacy.md). A record already deleted (404) counts as none.
+   */
+  async eraseCall(callKey: string, options: { dryRun: boolean; signal: AbortSignal }): Promise<number> {
+    const record = await this.memory.get(callKey);
+    if (record === null) return 0;
+    if (options.dryRun) return 1;
+    const answer = await this.http.request({ method: 'DELETE', path: this.objects(`calls/${encodeURIComponent(record.id)}`), accept: [404], signal: options.signal });
+    await this.memory.forget(callKey);
+    return answer.status === 404 ? 0 : 1;
+  }
+
   /** `/crm/objects/<apiVersion>/<rest>`. */
   private objects(rest: string): string {
     return `/crm/objects/${this.options.apiVersion}/${rest}`;
@@ -644,6 +658,7 @@ export const hubspotSinkType: SinkType<HubSpotOptions> = {
   options: hubspotOptionsSchema,
   create: (name, options, deps) => new HubSpotSink(name, options, deps),
   needsRaw: () => false,
+  needsTranscript: () => false,
   limit: (options) => options.rateLimit,
   env: hubspotEnv,
   check: (options, env) => (options.accessToken ?? envOf(hubspotEnv, env).HUBSPOT_ACCESS_TOKEN ? [] : [NO_TOKEN]),

@@ -287,6 +287,29 @@ export class PipedriveSink implements Sink {
     };
   }
 
+  /**
+   * The call log callsync created for this call (DELETE /v1/callLogs/{id}, which deletes its
+   * recording too) and the activity Pipedrive made for it (DELETE /api/v2/activities/{id}: deleting
+   * a call log leaves its activity). Answers the records deleted; one already gone (404/410) counts as none.
+   */
+  async eraseCall(callKey: string, options: { dryRun: boolean; signal: AbortSignal }): Promise<number> {
+    const record = await this.memory.get(callKey);
+    if (record === null) return 0;
+    const callLogId = callLogIdOf(record);
+    const targets = [
+      ...(callLogId === null ? [] : [`/v1/callLogs/${encodeURIComponent(callLogId)}`]),
+      ...(record.activityId ? [`/api/v2/activities/${encodeURIComponent(record.activityId)}`] : []),
+    ];
+    if (options.dryRun) return targets.length;
+    let deleted = 0;
+    for (const path of targets) {
+      const answer = await this.request({ method: 'DELETE', path, accept: [404, 410], signal: options.signal });
+      if (answer.status !== 404 && answer.status !== 410) deleted++;
+    }
+    await this.memory.forget(callKey);
+    return deleted;
+  }
+
   private async create(callKey: string, callLog: PipedriveCallLog, person: number | null, signal: AbortSignal): Promise<CrmRecord> {
     const answer = await this.memory.creating(callKey, () => this.request({ method: 'POST', path: '/v1/callLogs', body: callLog, signal }));
     const data = field(answer.body, 'data');
@@ -656,6 +679,7 @@ export const pipedriveSinkType: SinkType<PipedriveOptions> = {
   options: pipedriveOptionsSchema,
   create: (name, options, deps) => new PipedriveSink(name, options, deps),
   needsRaw: () => false,
+  needsTranscript: () => false,
   limit: (options) => options.rateLimit,
   env: pipedriveEnv,
   check: (options, env) => (options.apiToken ?? envOf(pipedriveEnv, env).PIPEDRIVE_API_TOKEN ? [] : [NO_TOKEN]),

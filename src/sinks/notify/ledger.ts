@@ -7,9 +7,27 @@
 //    that died mid-send) -> marker `unknown`, NOT resent: this attempt goes to the dead letters
 //    with the reason; later deliveries of the same call are skipped. An operator who has checked
 //    that nothing arrived clears the marker (NotificationLedger.forget) and replays the job.
+import { createHmac } from 'node:crypto';
 import { callHash } from '../../model/call.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { PermanentError, RetryLaterError } from '../../errors.js';
+import { envString, type EnvShape } from '../../env-values.js';
+import type { SinkEnv } from '../types.js';
+
+/** The variable of the keyed hash (docs/privacy.md); read by the notification sinks and `callsync forget`. */
+export const privacyEnv = {
+  /**
+   * Key of the HMAC that names a recipient in the notification ledger and an erased number in the
+   * opt-out list (`recipientHash`). Keep it stable: a new secret forgets which calls were texted.
+   */
+  PRIVACY_HMAC_SECRET: envString,
+} satisfies EnvShape;
+
+/** PRIVACY_HMAC_SECRET, or undefined when not set. */
+export function privacySecret(env: SinkEnv): string | undefined {
+  const value = env.PRIVACY_HMAC_SECRET;
+  return typeof value === 'string' && value !== '' ? value : undefined;
+}
 
 export type LedgerState = 'sending' | 'sent' | 'unknown';
 
@@ -28,29 +46,63 @@ export const LEDGER_TTL_MS = 90 * 24 * 3600_000;
 /** A `sending` marker younger than this belongs to an attempt that may still be running. */
 export const IN_FLIGHT_GRACE_MS = 2 * 60_000;
 
+/**
+ * A recipient (an E.164 number) as kept where it must be remembered without being readable: the
+ * notification ledger and the opt-out list after `callsync forget`. `h1.` and 32 characters of the
+ * base64url HMAC-SHA-256 keyed with PRIVACY_HMAC_SECRET: without the secret it cannot be tested
+ * against a list of numbers (unlike a plain hash of the number).
+ */
+export function recipientHash(secret: string, recipient: string): string {
+  return `h1.${createHmac('sha256', secret).update(recipient).digest('base64url').slice(0, 32)}`;
+}
+
+/** The ledger key of a call's marker for `recipient` (in clear, or a `recipientHash`): `sent:<call hash>:<recipient>`. */
+export function ledgerKey(callKey: string, recipient: string): string {
+  return `sent:${callHash(callKey)}:${recipient}`;
+}
+
+function parseEntry(raw: string): LedgerEntry {
+  try {
+    return JSON.parse(raw) as LedgerEntry;
+  } catch {
+    return { state: 'unknown', at: new Date(0).toISOString(), reason: 'unreadable marker' };
+  }
+}
+
 export class NotificationLedger {
   constructor(
     /** The sink's own state store (already scoped per sink, i.e. per rule). */
     private readonly store: KeyValueStore,
     private readonly ttlMs: number = LEDGER_TTL_MS,
+    /**
+     * PRIVACY_HMAC_SECRET: with it, markers name the recipient by its `recipientHash`, never in
+     * clear (a marker written in clear before, or without the secret, is still honoured).
+     */
+    private readonly secret?: string,
   ) {}
 
   private key(callKey: string, recipient: string): string {
-    return `sent:${callHash(callKey)}:${recipient}`;
+    return ledgerKey(callKey, this.secret ? recipientHash(this.secret, recipient) : recipient);
+  }
+
+  /** The marker in clear of before the secret was set (none without a secret: `key` is that one). */
+  private legacyKey(callKey: string, recipient: string): string | null {
+    return this.secret ? ledgerKey(callKey, recipient) : null;
   }
 
   async read(callKey: string, recipient: string): Promise<LedgerEntry | null> {
     const raw = await this.store.get(this.key(callKey, recipient));
-    if (raw === null) return null;
-    try {
-      return JSON.parse(raw) as LedgerEntry;
-    } catch {
-      return { state: 'unknown', at: new Date(0).toISOString(), reason: 'unreadable marker' };
-    }
+    if (raw !== null) return parseEntry(raw);
+    const legacy = this.legacyKey(callKey, recipient);
+    const old = legacy === null ? null : await this.store.get(legacy);
+    return old === null ? null : parseEntry(old);
   }
 
   /** Takes the marker for a send; returns null when taken, or the entry that was already there. */
   async claim(callKey: string, recipient: string, now: Date): Promise<LedgerEntry | null> {
+    const legacy = this.legacyKey(callKey, recipient);
+    const old = legacy === null ? null : await this.store.get(legacy);
+    if (old !== null) return parseEntry(old);
     const entry: LedgerEntry = { state: 'sending', at: now.toISOString() };
     if (await this.store.setIfAbsent(this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs)) return null;
     return (await this.read(callKey, recipient)) ?? { state: 'unknown', at: now.toISOString(), reason: 'marker vanished' };
@@ -63,6 +115,8 @@ export class NotificationLedger {
   /** Removes the marker: after a definite failure, or by an operator to allow a resend. */
   async forget(callKey: string, recipient: string): Promise<void> {
     await this.store.delete(this.key(callKey, recipient));
+    const legacy = this.legacyKey(callKey, recipient);
+    if (legacy !== null) await this.store.delete(legacy);
   }
 }
 

@@ -3,6 +3,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { CountryCode } from 'libphonenumber-js';
 import { phoneLibMax } from '../libphonenumber.js';
+import { recipientHash } from './ledger.js';
 import { parseE164 } from './phone.js';
 
 /** What an SMS sink needs of the opt-out list. */
@@ -22,6 +23,8 @@ export class OptOutList implements OptOutLookup {
   constructor(
     private readonly redis: Redis | Cluster,
     keyPrefix: string,
+    /** PRIVACY_HMAC_SECRET: a number `callsync forget` erased is on the list as its `recipientHash` only. */
+    private readonly secret?: string,
   ) {
     this.key = `${keyPrefix}:optout`;
   }
@@ -58,6 +61,20 @@ export class OptOutList implements OptOutLookup {
 
   async has(number: string): Promise<boolean> {
     const e164 = parseE164(number);
-    return e164 !== undefined && (await this.redis.sismember(this.key, e164)) === 1;
+    if (e164 === undefined) return false;
+    if ((await this.redis.sismember(this.key, e164)) === 1) return true;
+    return this.secret !== undefined && (await this.redis.sismember(this.key, recipientHash(this.secret, e164))) === 1;
+  }
+
+  /**
+   * `callsync forget`: the number stays opted out, as its `recipientHash` only (needs the secret).
+   * True when it was on the list in clear.
+   */
+  async keepHashedOnly(e164: string): Promise<boolean> {
+    if (this.secret === undefined) throw new Error('PRIVACY_HMAC_SECRET is not set');
+    if ((await this.redis.sismember(this.key, e164)) !== 1) return false;
+    await this.redis.sadd(this.key, recipientHash(this.secret, e164));
+    await this.redis.srem(this.key, e164);
+    return true;
   }
 }

@@ -10,7 +10,7 @@ import { RetryLaterError, SinkError } from '../../errors.js';
 import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SyncSinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
-import { NotificationLedger, sendOnce } from './ledger.js';
+import { NotificationLedger, privacySecret, recipientHash, sendOnce } from './ledger.js';
 import { renderText } from './message.js';
 import { smsLength, truncateSms } from './sms-length.js';
 import type { OptOutLookup } from './opt-out.js';
@@ -104,6 +104,8 @@ interface Candidate {
 class SmsSink implements Sink {
   readonly type = 'sms';
   private readonly ledger: NotificationLedger;
+  /** PRIVACY_HMAC_SECRET: the cooldown key names the number by its keyed hash. */
+  private readonly secret: string | undefined;
   private readonly optOut: Set<string>;
 
   constructor(
@@ -113,7 +115,8 @@ class SmsSink implements Sink {
     private readonly telephony: TelephonyClient,
     private readonly deps: NotifySinkDeps,
   ) {
-    this.ledger = new NotificationLedger(deps.state);
+    this.secret = privacySecret(deps.env);
+    this.ledger = new NotificationLedger(deps.state, undefined, this.secret);
     this.optOut = new Set(o.optOut);
   }
 
@@ -202,7 +205,7 @@ class SmsSink implements Sink {
    */
   private async takeCooldown(number: string, callKey: string, extraMs: number): Promise<boolean> {
     if (this.o.cooldown === undefined) return true;
-    const key = `cooldown:${number}`;
+    const key = this.cooldownKey(number);
     const now = this.deps.now().getTime();
     const ttl = this.o.cooldown + Math.max(0, extraMs);
     const mine = JSON.stringify({ callKey, until: now + ttl });
@@ -213,9 +216,14 @@ class SmsSink implements Sink {
     return true;
   }
 
+  /** `cooldown:<number>`, or `cooldown:<recipientHash>` with PRIVACY_HMAC_SECRET (no number in clear). */
+  private cooldownKey(number: string): string {
+    return `cooldown:${this.secret ? recipientHash(this.secret, number) : number}`;
+  }
+
   private async releaseCooldown(number: string, callKey: string): Promise<void> {
     if (this.o.cooldown === undefined) return;
-    const key = `cooldown:${number}`;
+    const key = this.cooldownKey(number);
     if (parseCooldown(await this.deps.state.get(key))?.callKey === callKey) await this.deps.state.delete(key);
   }
 
@@ -230,6 +238,7 @@ export const smsSinkType: SyncSinkType<SmsOptions> = {
   type: 'sms',
   options: smsOptionsSchema as z.ZodType<SmsOptions>,
   needsRaw: () => false,
+  needsTranscript: () => false,
   env: smsEnv,
   check(options, env, { telephony }) {
     const problems: string[] = [];

@@ -1,0 +1,85 @@
+// `callsync forget <+number | callId> [--dry-run] [--crm] [--json]`: erases one caller or one call
+// from every store (src/privacy/forget.ts, docs/privacy.md). Prints a receipt of counts per store;
+// the audit line (stderr, JSON) names neither the number nor the call.
+import { Writable } from 'node:stream';
+import { parseArgs } from 'node:util';
+import type { Config } from '../config/index.js';
+import { createLogger } from '../log.js';
+import { forget, ForgetIncompleteError, ForgetInputError, forgetRegion, parseTarget, type ForgetReceipt } from '../privacy/forget.js';
+import { SpoolBusyError } from '../ingress/spool-forget.js';
+import { table, UsageError, type CliIo } from './io.js';
+import { CliFailure, connectRedis } from './redis.js';
+
+export const forgetHelp = `Usage: callsync forget <+number | callId> [--dry-run] [--crm] [--json]
+
+Erases every trace callsync holds of one caller — the number in every format (E.164, national,
+digits only, with or without spaces) — or of one call (its call id): archive objects (both key
+layouts, recordings too; S3 and folders), jobs of every queue in every state (an active one is
+waited for), dead letters, the inbound log, the spool, dedupe, revision and state keys, Push
+assemblies, and every other key under QUEUE_PREFIX that names the call. The notification ledger
+and the opt-out list keep only a keyed hash (PRIVACY_HMAC_SECRET) of what "never twice" and the
+opt-out need. Idempotent; safe while other calls flow. See docs/privacy.md.
+
+A number starts with + (or 00), or is a valid national number in PHONE_DEFAULT_REGION; anything
+else is a call id.
+
+Options:
+  --dry-run     count what would be erased; change nothing
+  --crm         also delete the call records callsync created in HubSpot and Pipedrive
+  --json        print the receipt as JSON
+  -h, --help    show this help`;
+
+/** The receipt as lines: counts per store, nothing personal. */
+export function receiptLines(receipt: ForgetReceipt): string[] {
+  const rows = Object.entries(receipt.stores)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([store, n]) => [store, String(n)]);
+  const head = `${receipt.dryRun ? 'would erase' : 'erased'}: ${receipt.calls} call(s) of this ${receipt.target === 'number' ? 'number' : 'call id'}`;
+  return [head, ...(rows.length === 0 ? ['nothing found'] : table([['store', 'items'], ...rows]))];
+}
+
+export async function forgetCommand(args: string[], io: CliIo, config: () => Config): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({ args, options: { 'dry-run': { type: 'boolean' }, crm: { type: 'boolean' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const { values, positionals } = parsed;
+  if (values.help) return (io.out(forgetHelp), 0);
+  if (positionals.length !== 1) throw new UsageError(positionals.length === 0 ? 'expected a phone number or a call id' : `unexpected argument "${positionals[1]}"`);
+  const cfg = config();
+  let target;
+  try {
+    target = parseTarget(positionals[0]!, forgetRegion(cfg));
+  } catch (err) {
+    if (err instanceof ForgetInputError) throw new UsageError(err.message);
+    throw err;
+  }
+  // The audit line goes to stderr, so --json's stdout stays one document.
+  const audit = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) io.err(line);
+      done();
+    },
+  });
+  const log = createLogger({ level: cfg.env.LOG_LEVEL, destination: audit });
+  const redis = await connectRedis(cfg);
+  try {
+    const receipt = await forget(cfg, redis, log, { target, dryRun: values['dry-run'] === true, crm: values.crm === true });
+    if (values.json) io.out(JSON.stringify(receipt));
+    else for (const line of receiptLines(receipt)) io.out(line);
+    return 0;
+  } catch (err) {
+    if (err instanceof ForgetIncompleteError) {
+      if (values.json) io.out(JSON.stringify({ ...err.receipt, incomplete: err.message }));
+      else for (const line of receiptLines(err.receipt)) io.out(line);
+      throw new CliFailure(err.message);
+    }
+    if (err instanceof SpoolBusyError) throw new CliFailure(err.message);
+    // An archive or Redis failure midway: what is erased stays erased; a second run finds the rest.
+    throw new CliFailure(`stopped before it finished (${err instanceof Error ? `${err.name}: ${err.message.split('\n')[0]!.slice(0, 300)}` : String(err)}); run forget again once that is fixed`);
+  } finally {
+    redis.disconnect();
+  }
+}

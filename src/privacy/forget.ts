@@ -1,0 +1,712 @@
+// `callsync forget`: erases every trace of one caller (a phone number, in every format) or one call
+// (a call id) that callsync holds — docs/privacy.md has the map of the stores. Runs beside a live
+// deployment: calls of other numbers are untouched, and a call of this number arriving afterwards is
+// a new call (its dedupe keys are gone).
+//
+// How: the calls are found first — in the spool, in every Redis key under QUEUE_PREFIX (SCAN on
+// every master: the inbound log's streams of every shard, the parked entries, every queue's jobs in
+// every state, the Push assemblies, anything else) and in every archive sink's records (both key
+// layouts) — as their call keys. Then, per store: the CRM records (with --crm, before the record
+// memory is deleted), the jobs (an active one is waited for, then removed), the stream entries, the
+// queues' event entries, the archive objects (json, txt, vCon, recordings, half-written temp files),
+// and every other key whose name holds one of the calls' hashes or the number, or whose value
+// mentions them — so keys added later under a call's hash (a per-call timeline) are covered too.
+// The notification ledger keeps its "never twice" markers with the recipient as a keyed hash
+// (PRIVACY_HMAC_SECRET), and the opt-out list keeps the number as that hash. The Redis part runs
+// again until a pass finds nothing (a call being fanned out meanwhile), at most MAX_PASSES times.
+import { join } from 'node:path';
+import { Cluster } from 'ioredis';
+import { Queue, type Job, type JobType } from 'bullmq';
+import type { Logger } from 'pino';
+import type { CountryCode } from 'libphonenumber-js';
+import type { RedisClient } from '../../queues/connection.js';
+import { redisKeys, type RedisKeys } from '../../queues/keys.js';
+import { callHash, callKeySegment, type CanonicalCall } from '../model/call.js';
+import type { Config } from '../config/index.js';
+import { phoneLibMax } from '../sinks/libphonenumber.js';
+import { resolveRegion } from '../sinks/region.js';
+import { sinkTypes } from '../sinks/registry.js';
+import type { Sink } from '../sinks/types.js';
+import { RedisKeyValueStore } from '../state/kv.js';
+import { archiveOptionsSchema, createObjectStore } from '../sinks/archive/index.js';
+import { normalizePrefix, archiveKeys } from '../sinks/archive/keys.js';
+import { LocalFolderStore, type ObjectStore } from '../sinks/archive/store.js';
+import { privacySecret, recipientHash } from '../sinks/notify/ledger.js';
+import { OptOutList } from '../sinks/notify/opt-out.js';
+import { eraseFromSpool } from '../ingress/spool-forget.js';
+import { eraseStreamEntries } from './stream-erase.js';
+
+/** Who or what to forget. */
+export type ForgetTarget = { kind: 'number'; e164: string } | { kind: 'call'; callId: string };
+
+export class ForgetInputError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ForgetInputError';
+  }
+}
+
+/** Forgetting needs something that is not there (the HMAC secret, an active job that does not finish). */
+export class ForgetIncompleteError extends Error {
+  constructor(
+    message: string,
+    readonly receipt: ForgetReceipt,
+  ) {
+    super(message);
+    this.name = 'ForgetIncompleteError';
+  }
+}
+
+/**
+ * The argument of `callsync forget`: a number when it starts with `+` (E.164, any spacing) or,
+ * made of digits and separators only, reads as a valid national number in `region`
+ * (PHONE_DEFAULT_REGION) or as an international one without `+`/`00`; anything else is a call id.
+ */
+export function parseTarget(input: string, region: CountryCode): ForgetTarget {
+  const text = input.trim();
+  if (text === '') throw new ForgetInputError('expected a phone number (+4915112345678) or a call id');
+  const lib = phoneLibMax();
+  if (text.startsWith('+') || text.startsWith('00')) {
+    const parsed = lib.parsePhoneNumberFromString(text.startsWith('00') ? `+${text.slice(2)}` : text);
+    if (!parsed?.isValid()) throw new ForgetInputError(`not a valid phone number: expected E.164 such as +4915112345678`);
+    return { kind: 'number', e164: parsed.number };
+  }
+  if (/^[\d\s()./-]+$/.test(text)) {
+    const national = lib.parsePhoneNumberFromString(text, region);
+    if (national?.isValid()) return { kind: 'number', e164: national.number };
+    const international = lib.parsePhoneNumberFromString(`+${text.replace(/\D/g, '')}`);
+    if (international?.isValid()) return { kind: 'number', e164: international.number };
+  }
+  return { kind: 'call', callId: text };
+}
+
+const SEP = '[\\s\\-().\\/]{0,3}';
+const spaced = (digits: string) => digits.split('').join(SEP);
+
+/**
+ * What finds the target in text: the number in every format (E.164, with `00`, digits only, national,
+ * with spaces, dashes, dots or brackets between the digits), or the call id as a JSON string.
+ */
+export function targetMatcher(target: ForgetTarget): (text: string) => boolean {
+  if (target.kind === 'call') {
+    const quoted = JSON.stringify(target.callId);
+    return (text) => text.includes(quoted);
+  }
+  const parsed = phoneLibMax().parsePhoneNumberFromString(target.e164)!;
+  const international = `${parsed.countryCallingCode}${parsed.nationalNumber}`;
+  const national = parsed.formatNational().replace(/\D/g, '');
+  const re = new RegExp(`(?<!\\d)(?:(?:\\+|00)${SEP}?${spaced(international)}|${spaced(international)}|${spaced(national)})(?!\\d)`);
+  return (text) => re.test(text);
+}
+
+/** Every form of a number callsync or a sender may have written (for tests and the docs' examples). */
+export function numberForms(e164: string): string[] {
+  const parsed = phoneLibMax().parsePhoneNumberFromString(e164)!;
+  const international = `${parsed.countryCallingCode}${parsed.nationalNumber}`;
+  return [...new Set([parsed.number, `00${international}`, international, parsed.formatNational(), parsed.formatNational().replace(/\D/g, ''), parsed.formatInternational()])];
+}
+
+export interface ForgetOptions {
+  target: ForgetTarget;
+  dryRun: boolean;
+  /** Delete the call records callsync created in HubSpot and Pipedrive too. */
+  crm: boolean;
+  /** How long an active job of the target may run before forget gives up on it. Default 60 s. */
+  activeWaitMs?: number;
+  /** How long a running ingress may take to drain the target's spooled calls. Default 30 s. */
+  spoolWaitMs?: number;
+  /** Sinks to use instead of building them from the config (tests). */
+  sinks?: ReadonlyMap<string, Sink>;
+}
+
+/** What `forget` did: counts per store, nothing personal. */
+export interface ForgetReceipt {
+  target: 'number' | 'call';
+  dryRun: boolean;
+  /** Calls of the target found (by their call key). */
+  calls: number;
+  /** Items removed (with dryRun: found) per store. */
+  stores: Record<string, number>;
+  /** Redis passes run (a pass repeats while it still finds something). */
+  passes: number;
+}
+
+const MAX_PASSES = 4;
+const JOB_STATES: JobType[] = ['waiting', 'paused', 'prioritized', 'delayed', 'waiting-children', 'active', 'completed', 'failed'];
+const PAGE = 500;
+const CALL_HASH = /^[0-9a-f]{32}$/;
+
+interface FoundCall {
+  key: string;
+  callId: string;
+  startedAt: string;
+}
+
+/** The spool folder of the ingress of this configuration (workers/roles/ingress.ts). */
+export function spoolFolder(config: Config): string {
+  return join(config.env.SPOOL_DIR, config.redis.prefix.replace(/[^A-Za-z0-9._{}-]/g, '_'));
+}
+
+async function scanAll(redis: RedisClient, pattern: string): Promise<string[]> {
+  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
+  const found: string[] = [];
+  for (const node of nodes) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      cursor = next;
+      found.push(...keys);
+    } while (cursor !== '0');
+  }
+  return [...new Set(found)];
+}
+
+const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
+
+/** Every key of this deployment: `<QUEUE_PREFIX>:…` and, on a spread cluster, `{<QUEUE_PREFIX>:…}…`. */
+export async function deploymentKeys(redis: RedisClient, prefix: string): Promise<string[]> {
+  const [plain, tagged] = await Promise.all([scanAll(redis, `${globEscape(prefix)}:*`), scanAll(redis, `{${globEscape(prefix)}:*`)]);
+  return [...new Set([...plain, ...tagged])].filter((k) => k.startsWith(`${prefix}:`) || k.startsWith(`{${prefix}:`));
+}
+
+/** The queues among `keys` (a BullMQ `meta` hash each), with the prefix of their keys. */
+function queuesAmong(keys: readonly string[], k: RedisKeys): string[] {
+  const names = new Set<string>();
+  for (const key of keys) {
+    if (!key.endsWith(':meta')) continue;
+    const body = key.slice(0, -':meta'.length);
+    const name = body.slice(body.lastIndexOf(':') + 1);
+    if (name !== '' && body === `${k.queuePrefix(name)}:${name}`) names.add(name);
+  }
+  return [...names].sort();
+}
+
+function parseCallText(text: string): CanonicalCall | null {
+  try {
+    const parsed = JSON.parse(text) as unknown;
+    const c = (parsed && typeof parsed === 'object' && 'call' in parsed ? (parsed as { call: unknown }).call : parsed) as CanonicalCall | null;
+    return c && typeof c === 'object' && typeof c.key === 'string' && typeof c.callId === 'string' ? c : null;
+  } catch {
+    return null;
+  }
+}
+
+function fieldsText(fields: readonly string[]): string {
+  return fields.join('\n');
+}
+
+/** The segments of a key name (between `:`, `{` and `}`). */
+const segmentsOf = (key: string) => key.split(/[:{}]/).filter(Boolean);
+
+export class Forgetter {
+  private readonly keys: RedisKeys;
+  private readonly matches: (text: string) => boolean;
+  private readonly calls = new Map<string, FoundCall>();
+  private readonly counts: Record<string, number> = {};
+  private readonly secret: string | undefined;
+  private readonly activeWaitMs: number;
+  private readonly queues = new Map<string, Queue>();
+
+  constructor(
+    private readonly config: Config,
+    private readonly redis: RedisClient,
+    private readonly log: Logger,
+    private readonly options: ForgetOptions,
+  ) {
+    this.keys = redisKeys(config.redis);
+    this.matches = targetMatcher(options.target);
+    this.secret = privacySecret(config.env);
+    this.activeWaitMs = options.activeWaitMs ?? 60_000;
+  }
+
+  private queue(name: string): Queue {
+    let queue = this.queues.get(name);
+    if (!queue) {
+      queue = new Queue(name, { connection: this.redis, prefix: this.keys.queuePrefix(name) });
+      this.queues.set(name, queue);
+    }
+    return queue;
+  }
+
+  private count(store: string, n = 1): void {
+    if (n > 0) this.counts[store] = (this.counts[store] ?? 0) + n;
+  }
+
+  /** A call found somewhere: remembered by its key (its hash names its keys and jobs). */
+  private found(call: Pick<CanonicalCall, 'key' | 'callId' | 'startedAt'> | null): void {
+    if (call && typeof call.key === 'string' && !this.calls.has(callHash(call.key))) this.calls.set(callHash(call.key), { key: call.key, callId: call.callId, startedAt: call.startedAt });
+  }
+
+  private callMatches(call: CanonicalCall | null): boolean {
+    if (call === null) return false;
+    const t = this.options.target;
+    if (t.kind === 'call') return call.callId === t.callId;
+    return call.from === t.e164 || call.to === t.e164 || this.matches(JSON.stringify(call));
+  }
+
+  /** Text that belongs to the target: it mentions the number / call id, or the hash or key of a call found. */
+  private related(text: string): boolean {
+    if (this.matches(text)) return true;
+    for (const [hash, call] of this.calls) if (text.includes(hash) || text.includes(call.key)) return true;
+    return false;
+  }
+
+  /** A key name that belongs to the target: a segment is a found call's hash (or a job id of it), the call id, or the number. */
+  private keyRelated(key: string): boolean {
+    for (const segment of segmentsOf(key)) {
+      const head = segment.slice(0, 32);
+      if (CALL_HASH.test(head) && this.calls.has(head) && (segment.length === 32 || segment[32] === '-')) return true;
+      if (this.options.target.kind === 'call' && segment === this.options.target.callId) return true;
+    }
+    if (this.options.target.kind === 'number') {
+      if (this.matches(key)) return true;
+      // HubSpot's contact memory and Pipedrive's person memory name the number by its SHA-256 (`callHash`).
+      const numberHash = callHash(this.options.target.e164);
+      if (segmentsOf(key).includes(numberHash)) return true;
+      // The SMS cooldown with PRIVACY_HMAC_SECRET names it by its keyed hash (the ledger's markers are kept: see keyAction).
+      if (this.secret !== undefined && segmentsOf(key).includes(recipientHash(this.secret, this.options.target.e164))) return true;
+    }
+    return false;
+  }
+
+  async run(): Promise<ForgetReceipt> {
+    const dryRun = this.options.dryRun;
+    const spoolDir = spoolFolder(this.config);
+    const spoolMatches = (line: string) => this.spoolLineMatches(line);
+    const crmDone = new Set<string>();
+    let passes: number;
+    try {
+      // 1. Find the calls everywhere first, erasing nothing: the spool, the archives, Redis. Then the
+      // CRM records (--crm), so a CRM that refuses stops forget before anything else is gone.
+      const spoolFound = await eraseFromSpool(spoolDir, spoolMatches, { dryRun: true, waitMs: 0 });
+      const archives = await this.archiveStores();
+      const archived = new Map<ObjectStore, Set<string>>();
+      for (const { store, prefix } of archives) archived.set(store, await this.findInArchive(store, prefix));
+      let work = await this.collectRedis();
+      passes = 1;
+      if (this.options.crm) await this.eraseCrm(crmDone);
+
+      if (dryRun) {
+        this.count('spool lines', spoolFound.removed);
+        this.countRedis(work);
+      } else {
+        // 2. The spool: a running ingress drains it into the log (found in Redis next); else its files are rewritten.
+        const spool = await eraseFromSpool(spoolDir, spoolMatches, { dryRun: false, waitMs: this.options.spoolWaitMs ?? 30_000 });
+        this.count('spool lines', spool.removed);
+        if (spool.drained > 0) {
+          work = await this.collectRedis();
+          if (this.options.crm) await this.eraseCrm(crmDone);
+        }
+        // 3. Redis, pass after pass (a call being fanned out meanwhile shows up in the next).
+        for (;;) {
+          if (work.total === 0) break;
+          await this.eraseRedis(work);
+          if (passes >= MAX_PASSES) break;
+          passes++;
+          work = await this.collectRedis();
+          if (this.options.crm) await this.eraseCrm(crmDone);
+        }
+      }
+
+      // 4. The archives: what was found there, and the objects of the calls found elsewhere.
+      for (const { store, prefix } of archives) {
+        const objects = archived.get(store)!;
+        for (const call of this.calls.values()) for (const key of await this.objectsOfCall(store, prefix, call)) objects.add(key);
+        if (!dryRun) for (const key of objects) await store.delete(key);
+        this.count(store instanceof LocalFolderStore ? 'archive objects (folder)' : 'archive objects (S3)', objects.size);
+      }
+    } finally {
+      await Promise.all([...this.queues.values()].map((q) => q.close()));
+    }
+
+    const receipt: ForgetReceipt = { target: this.options.target.kind, dryRun, calls: this.calls.size, stores: { ...this.counts }, passes };
+    this.log.info({ audit: 'forget', target: receipt.target, dryRun, crm: this.options.crm, calls: receipt.calls, stores: receipt.stores, passes }, dryRun ? 'forget: dry run' : 'forget: erased');
+    return receipt;
+  }
+
+  private spoolLineMatches(line: string): boolean {
+    try {
+      const entry = JSON.parse(line) as { call?: CanonicalCall };
+      if (entry.call && this.callMatches(entry.call)) {
+        this.found(entry.call);
+        return true;
+      }
+    } catch {
+      // a torn line: matched as text below
+    }
+    return this.matches(line);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Redis
+
+  private async collectRedis(): Promise<RedisWork> {
+    const all = await deploymentKeys(this.redis, this.keys.prefix);
+    const queues = queuesAmong(all, this.keys);
+    const queueHeads = queues.map((q) => `${this.keys.queuePrefix(q)}:${q}:`);
+    const work: RedisWork = { jobs: [], streamEntries: [], eventEntries: [], keys: [], total: 0 };
+
+    // Jobs of every queue, every state.
+    for (const name of queues) {
+      const queue = this.queue(name);
+      {
+        for (const state of JOB_STATES) {
+          for (let start = 0; ; start += PAGE) {
+            const jobs = (await queue.getJobs([state], start, start + PAGE - 1, true)).filter((j): j is Job => j !== undefined && j !== null);
+            for (const job of jobs) {
+              const data = job.data as { call?: CanonicalCall | null; text?: string } | undefined;
+              const call = data?.call ?? (typeof data?.text === 'string' ? parseCallText(data.text) : null);
+              const text = `${JSON.stringify(job.data ?? null)}\n${JSON.stringify(job.returnvalue ?? null)}\n${job.failedReason ?? ''}\n${(job.stacktrace ?? []).join('\n')}`;
+              const byHash = job.id !== undefined && this.calls.has(job.id.slice(0, 32));
+              if (this.callMatches(call ?? null) || this.matches(text) || byHash) {
+                if (call && (this.callMatches(call) || byHash)) this.found(call);
+                work.jobs.push({ queue: name, id: job.id!, state });
+              }
+            }
+            if (jobs.length < PAGE) break;
+          }
+        }
+      }
+    }
+
+    // Every other key, by type.
+    const others = all.filter((key) => !queueHeads.some((head) => key.startsWith(head)));
+    const types = await this.typesOf(others);
+    for (const [key, type] of types) {
+      if (type === 'stream') {
+        const entries = (await this.redis.xrange(key, '-', '+')) as [string, string[]][];
+        const ids: string[] = [];
+        for (const [id, fields] of entries) {
+          const text = fieldsText(fields);
+          const callField = fields.indexOf('call');
+          const call = callField >= 0 ? parseCallText(fields[callField + 1] ?? '') : null;
+          if (this.callMatches(call) || this.matches(text)) {
+            if (call) this.found(call);
+            ids.push(id);
+          }
+        }
+        if (ids.length > 0) work.streamEntries.push({ key, ids });
+        continue;
+      }
+      if (type === 'hash' && /:push:[^:]+$/.test(key)) {
+        // A Push call being assembled: its events name the numbers.
+        const text = Object.values(await this.redis.hgetall(key)).join('\n');
+        if (this.keyRelated(key) || this.matches(text)) work.keys.push({ key, type, action: 'push' });
+        continue;
+      }
+    }
+    // With the calls known, the keys that name them or whose values mention them.
+    for (const [key, type] of types) {
+      if (type === 'stream' || (type === 'hash' && /:push:[^:]+$/.test(key))) continue;
+      const action = await this.keyAction(key, type);
+      if (action !== null) work.keys.push({ key, type, action });
+    }
+    // The queues' event streams (job ids, return values, failure reasons of recent jobs).
+    for (const name of queues) {
+      const key = `${this.keys.queuePrefix(name)}:${name}:events`;
+      const entries = (await this.redis.xrange(key, '-', '+')) as [string, string[]][];
+      const ids = entries.filter(([, fields]) => this.related(fieldsText(fields))).map(([id]) => id);
+      if (ids.length > 0) work.eventEntries.push({ key, ids });
+    }
+    work.total = work.jobs.length + work.streamEntries.length + work.eventEntries.length + work.keys.length;
+    return work;
+  }
+
+  private async typesOf(keys: readonly string[]): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    for (let i = 0; i < keys.length; i += 500) {
+      const slice = keys.slice(i, i + 500);
+      const types = await Promise.all(slice.map((k) => this.redis.type(k)));
+      slice.forEach((k, j) => out.set(k, types[j]!));
+    }
+    return out;
+  }
+
+  /** What to do with a key that is neither a queue's nor a stream: null when it has nothing of the target. */
+  private async keyAction(key: string, type: string): Promise<KeyAction | null> {
+    const ledger = /:sent:([0-9a-f]{32}):(.+)$/.exec(key);
+    if (ledger && type === 'string') {
+      const [, hash, recipient] = ledger as unknown as [string, string, string];
+      // A marker naming its recipient by a keyed hash (or `mail`) is what "never twice" keeps: never
+      // deleted; a forgotten call's is only trimmed to state and time.
+      if (recipient === 'mail' || recipient.startsWith('h1.')) return this.calls.has(hash) && /"(ref|reason)"/.test((await this.redis.get(key)) ?? '') ? 'ledger' : null;
+      if (this.calls.has(hash) || this.matches(recipient)) return 'ledger';
+    }
+    if (key === `${this.keys.area('optout')}:optout`) {
+      if (this.options.target.kind !== 'number') return null;
+      return (await this.redis.sismember(key, this.options.target.e164)) === 1 ? 'optout' : null;
+    }
+    if (this.keyRelated(key)) return 'delete';
+    switch (type) {
+      case 'string': {
+        const value = await this.redis.get(key);
+        return value !== null && this.related(value) ? 'delete' : null;
+      }
+      case 'hash': {
+        const values = await this.redis.hgetall(key);
+        return this.related(Object.entries(values).flat().join('\n')) ? 'delete' : null;
+      }
+      case 'set': {
+        const members = await this.redis.smembers(key);
+        return members.some((m) => this.related(m)) ? 'members' : null;
+      }
+      case 'zset': {
+        const members = await this.redis.zrange(key, 0, -1);
+        return members.some((m) => this.related(m) || (this.options.target.kind === 'call' && m === this.options.target.callId)) ? 'members' : null;
+      }
+      case 'list': {
+        const items = await this.redis.lrange(key, 0, -1);
+        return items.some((m) => this.related(m)) ? 'members' : null;
+      }
+      default:
+        return null;
+    }
+  }
+
+  private countRedis(work: RedisWork): void {
+    for (const job of work.jobs) this.count(job.state === 'failed' ? 'dead letters' : `jobs (${job.state})`);
+    for (const s of work.streamEntries) this.count(streamStore(s.key), s.ids.length);
+    for (const e of work.eventEntries) this.count('queue events', e.ids.length);
+    for (const k of work.keys) this.count(k.action === 'ledger' ? 'notification ledger (kept as keyed hash)' : k.action === 'optout' ? 'opt-out list (kept as keyed hash)' : k.action === 'push' ? 'push assemblies' : 'other keys');
+  }
+
+  private async eraseRedis(work: RedisWork): Promise<void> {
+    const needsSecret = work.keys.some((k) => (k.action === 'ledger' && !/:h1\.[^:]+$/.test(k.key) && !k.key.endsWith(':mail')) || k.action === 'optout');
+    if (needsSecret && this.secret === undefined) {
+      throw new ForgetIncompleteError(
+        'PRIVACY_HMAC_SECRET is not set: the notification ledger and the opt-out list keep what "never twice" and the opt-out need only as a keyed hash. Set it (the same value for every callsync process) and run forget again',
+        this.receipt(),
+      );
+    }
+    // Jobs: an active one finishes first (its worker holds a lock), then goes like the others.
+    for (const ref of work.jobs) {
+      if (await this.removeJob(this.queue(ref.queue), ref.id)) this.count(ref.state === 'failed' ? 'dead letters' : `jobs (${ref.state})`);
+    }
+    // Rewritten, not XDEL'd: XDEL leaves the fields in the stream's memory (./stream-erase.ts).
+    for (const { key, ids } of work.streamEntries) this.count(streamStore(key), await eraseStreamEntries(this.redis, key, ids));
+    for (const { key, ids } of work.eventEntries) this.count('queue events', await eraseStreamEntries(this.redis, key, ids));
+    for (const { key, type, action } of work.keys) {
+      if (action === 'ledger') {
+        await this.hashLedgerMarker(key);
+        this.count('notification ledger (kept as keyed hash)');
+      } else if (action === 'optout') {
+        const list = new OptOutList(this.redis, this.keys.area('optout'), this.secret);
+        if (this.options.target.kind === 'number' && (await list.keepHashedOnly(this.options.target.e164))) this.count('opt-out list (kept as keyed hash)');
+      } else if (action === 'push') {
+        const callId = key.slice(key.lastIndexOf(':push:') + ':push:'.length);
+        await this.redis.zrem(`${key.slice(0, key.lastIndexOf(':push:'))}:push:open`, callId);
+        this.count('push assemblies', await this.redis.del(key));
+      } else if (action === 'members') {
+        this.count('other keys', await this.removeMembers(key, type));
+      } else {
+        this.count(storeOfKey(key), await this.redis.del(key));
+      }
+    }
+  }
+
+  private async removeJob(queue: Queue, id: string): Promise<boolean> {
+    const deadline = Date.now() + this.activeWaitMs;
+    for (;;) {
+      const job = await queue.getJob(id);
+      if (!job) return false;
+      try {
+        await job.remove();
+        // BullMQ keeps a job's log list beside it.
+        return true;
+      } catch (err) {
+        if (!/locked/.test((err as Error).message)) throw err;
+        if (Date.now() >= deadline) {
+          throw new ForgetIncompleteError(`a job of the target in queue ${queue.name} is still active after ${Math.round(this.activeWaitMs / 1000)} s; run forget again once it finished`, this.receipt());
+        }
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  }
+
+  /** A marker of a forgotten call: the recipient as its keyed hash, the state and time only, the TTL kept. */
+  private async hashLedgerMarker(key: string): Promise<void> {
+    const m = /^(.*:sent:[0-9a-f]{32}:)(.+)$/.exec(key)!;
+    const recipient = m[2]!;
+    const [raw, ttl] = await Promise.all([this.redis.get(key), this.redis.pttl(key)]);
+    if (raw === null) return;
+    let entry: { state?: string; at?: string };
+    try {
+      entry = JSON.parse(raw) as { state?: string; at?: string };
+    } catch {
+      entry = { state: 'unknown' };
+    }
+    const kept = JSON.stringify({ state: entry.state ?? 'unknown', at: entry.at ?? new Date(0).toISOString() });
+    const target = recipient === 'mail' || recipient.startsWith('h1.') ? key : `${m[1]}${recipientHash(this.secret!, recipient)}`;
+    if (ttl > 0) await this.redis.set(target, kept, 'PX', ttl);
+    else await this.redis.set(target, kept);
+    if (target !== key) await this.redis.del(key);
+  }
+
+  private async removeMembers(key: string, type: string): Promise<number> {
+    const hit = (m: string) => this.related(m) || (this.options.target.kind === 'call' && m === this.options.target.callId);
+    if (type === 'set') {
+      const members = (await this.redis.smembers(key)).filter(hit);
+      return members.length === 0 ? 0 : this.redis.srem(key, ...members);
+    }
+    if (type === 'zset') {
+      const members = (await this.redis.zrange(key, 0, -1)).filter(hit);
+      return members.length === 0 ? 0 : this.redis.zrem(key, ...members);
+    }
+    const items = (await this.redis.lrange(key, 0, -1)).filter(hit);
+    let n = 0;
+    for (const item of new Set(items)) n += await this.redis.lrem(key, 0, item);
+    return n;
+  }
+
+  private receipt(): ForgetReceipt {
+    return { target: this.options.target.kind, dryRun: this.options.dryRun, calls: this.calls.size, stores: { ...this.counts }, passes: 0 };
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // CRM
+
+  private async eraseCrm(done: Set<string>): Promise<Set<string>> {
+    const sinks = await this.crmSinks();
+    const controller = new AbortController();
+    for (const [hash, call] of this.calls) {
+      if (done.has(hash)) continue;
+      for (const sink of sinks) {
+        let n: number;
+        try {
+          n = await sink.eraseCall!(call.key, { dryRun: this.options.dryRun, signal: controller.signal });
+        } catch (err) {
+          // Before Redis: the record memory stays, so running forget again deletes what is left.
+          throw new ForgetIncompleteError(`--crm: sink "${sink.name}" could not delete a call record (${oneLine(err)}); fix that and run forget again`, this.receipt());
+        }
+        this.count(`crm records (${sink.name})`, n);
+      }
+      done.add(hash);
+    }
+    return done;
+  }
+
+  private crm: Sink[] | null = null;
+
+  private async crmSinks(): Promise<Sink[]> {
+    if (this.crm !== null) return this.crm;
+    const out: Sink[] = [];
+    for (const sink of Object.values(this.config.sinks)) {
+      if (sink.type !== 'hubspot' && sink.type !== 'pipedrive') continue;
+      const given = this.options.sinks?.get(sink.name);
+      const state = new RedisKeyValueStore(this.redis, this.keys.sinkState(sink.name));
+      let built: Sink;
+      try {
+        built =
+          given ??
+          (await sinkTypes.get(sink.type)!.create(sink.name, sink.options as never, { log: this.log.child({ sink: sink.name }), state, telephony: null, now: () => new Date(), env: this.config.env }));
+      } catch (err) {
+        throw new ForgetIncompleteError(`--crm: sink "${sink.name}" cannot be set up (${oneLine(err)})`, this.receipt());
+      }
+      if (built.eraseCall) out.push(built);
+    }
+    this.crm = out;
+    return out;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Archive
+
+  private async archiveStores(): Promise<{ store: ObjectStore; prefix: string }[]> {
+    const out: { store: ObjectStore; prefix: string }[] = [];
+    for (const sink of Object.values(this.config.sinks)) {
+      if (sink.type !== 'archive') continue;
+      const options = archiveOptionsSchema.parse(sink.options);
+      out.push({ store: await createObjectStore(options), prefix: normalizePrefix(options.prefix) });
+    }
+    return out;
+  }
+
+  /**
+   * The archive's objects of the target: every record (`transcripts/…/*.json`, both layouts) is read
+   * — for a call id only those whose name starts with it — and a matching one names its siblings.
+   */
+  private async findInArchive(store: ObjectStore, prefix: string): Promise<Set<string>> {
+    const objects = new Set<string>();
+    const all: string[] = [];
+    for await (const key of store.list(`${prefix}transcripts/`)) all.push(key);
+    const records = all.filter((k) => k.endsWith('.json') && !k.endsWith('.vcon.json'));
+    const readable = this.options.target.kind === 'call' ? this.options.target.callId.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_') : null;
+    for (const key of records) {
+      const name = key.slice(key.lastIndexOf('/') + 1);
+      if (readable !== null && !name.startsWith(readable)) continue;
+      let text: string;
+      try {
+        text = await store.get(key);
+      } catch {
+        continue;
+      }
+      const call = parseCallText(text);
+      if (!(this.callMatches(call) || this.matches(text))) continue;
+      if (call) this.found(call);
+      const base = key.slice(0, -'.json'.length);
+      for (const sibling of [`${base}.json`, `${base}.txt`, `${base}.vcon.json`]) if (all.includes(sibling)) objects.add(sibling);
+      const day = base.slice(`${prefix}transcripts/`.length, base.lastIndexOf('/'));
+      for (const r of await this.recordingsOf(store, `${prefix}recordings/${day}/${base.slice(base.lastIndexOf('/') + 1)}`)) objects.add(r);
+      if (store instanceof LocalFolderStore) for (const t of await store.temporaryFiles(`${prefix}`)) if (t.startsWith(`${base}.`)) objects.add(t);
+    }
+    return objects;
+  }
+
+  /** The objects a call found in Redis has in the archive (current layout): record, text, vCon, recordings. */
+  private async objectsOfCall(store: ObjectStore, prefix: string, call: FoundCall): Promise<string[]> {
+    const keys = archiveKeys(call, prefix);
+    const out: string[] = [];
+    for (const key of [keys.json, keys.text, keys.vcon]) if ((await store.keysStartingWith(key, 1)).includes(key)) out.push(key);
+    const day = keys.json.slice(`${prefix}transcripts/`.length, keys.json.lastIndexOf('/'));
+    out.push(...(await this.recordingsOf(store, `${prefix}recordings/${day}/${callKeySegment(call)}`)));
+    if (store instanceof LocalFolderStore) {
+      const base = keys.json.slice(0, -'.json'.length);
+      const recordingBase = `${prefix}recordings/${day}/${callKeySegment(call)}-`;
+      for (const t of await store.temporaryFiles(prefix)) if (t.startsWith(`${base}.`) || t.startsWith(recordingBase)) out.push(t);
+    }
+    return out;
+  }
+
+  /** Recordings `<stem>-<type>-<n>.<ext>` of the call named `stem`. */
+  private async recordingsOf(store: ObjectStore, stem: string): Promise<string[]> {
+    const keys = await store.keysStartingWith(`${stem}-`, 1000);
+    return keys.filter((k) => /^[A-Za-z0-9_]+-\d+\.[A-Za-z0-9_]+$/.test(k.slice(stem.length + 1)));
+  }
+}
+
+type KeyAction = 'delete' | 'ledger' | 'optout' | 'push' | 'members';
+
+interface RedisWork {
+  jobs: { queue: string; id: string; state: JobType }[];
+  streamEntries: { key: string; ids: string[] }[];
+  eventEntries: { key: string; ids: string[] }[];
+  keys: { key: string; type: string; action: KeyAction }[];
+  total: number;
+}
+
+function streamStore(key: string): string {
+  if (key.endsWith(':inbound-log')) return 'inbound log';
+  if (key.endsWith(':inbound-parked')) return 'parked entries';
+  return 'other streams';
+}
+
+function storeOfKey(key: string): string {
+  if (key.includes(':inbound-seen:')) return 'dedupe keys';
+  if (/:(rev|lock):[0-9a-f]{32}/.test(key)) return 'revision keys';
+  if (/:(rec|pending):[0-9a-f]{32}/.test(key)) return 'crm record memory';
+  return 'other keys';
+}
+
+function oneLine(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).split('\n')[0]!.slice(0, 300);
+}
+
+/** Forgets `options.target` (see above); the receipt counts what was erased per store. */
+export async function forget(config: Config, redis: RedisClient, log: Logger, options: ForgetOptions): Promise<ForgetReceipt> {
+  return new Forgetter(config, redis, log, options).run();
+}
+
+/** PHONE_DEFAULT_REGION of this configuration (national numbers of `callsync forget`). */
+export function forgetRegion(config: Config): CountryCode {
+  return resolveRegion(undefined, config.env);
+}

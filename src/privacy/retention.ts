@@ -1,0 +1,163 @@
+// Retention per store (docs/privacy.md "Retention"): what the worker role's sweeper removes once it
+// is older than configured, and the age of the oldest item per store (metrics).
+//   - completed jobs: COMPLETED_JOB_RETENTION_SECONDS (BullMQ's own age limit runs only while a
+//     queue is active; a queue that went quiet kept its jobs for ever);
+//   - dead letters (failed jobs) and parked log entries: FAILED_JOB_RETENTION_SECONDS;
+//   - archive sinks in a folder: ARCHIVE_RETENTION_DAYS by the object's write time (an S3 archive
+//     gets a lifecycle rule instead, `callsync retention apply`, ./lifecycle.ts).
+// The age of the oldest item per store is measured on each sweep: `callsync_retention_oldest_seconds`.
+import { Cluster } from 'ioredis';
+import { Queue } from 'bullmq';
+import type { Logger } from 'pino';
+import type { RedisClient } from '../../queues/connection.js';
+import { redisKeys, type RedisKeys } from '../../queues/keys.js';
+import type { Config } from '../config/index.js';
+import { retentionOldest, retentionRemoved } from '../metrics.js';
+import { archiveOptionsSchema, createObjectStore } from '../sinks/archive/index.js';
+import { normalizePrefix } from '../sinks/archive/keys.js';
+import { LocalFolderStore } from '../sinks/archive/store.js';
+import { eraseStreamEntries } from './stream-erase.js';
+
+const DAY_MS = 24 * 3600_000;
+
+export interface RetentionSettings {
+  /** ARCHIVE_RETENTION_DAYS in ms, or null: archives are kept. */
+  archiveMs: number | null;
+  completedMs: number;
+  failedMs: number;
+}
+
+export function retentionSettings(config: Config): RetentionSettings {
+  const days = config.env.ARCHIVE_RETENTION_DAYS;
+  return {
+    archiveMs: days === undefined ? null : days * DAY_MS,
+    completedMs: config.env.COMPLETED_JOB_RETENTION_SECONDS * 1000,
+    failedMs: config.env.FAILED_JOB_RETENTION_SECONDS * 1000,
+  };
+}
+
+export type RetentionStore = 'completed_jobs' | 'dead_letters' | 'parked' | 'inbound_log' | 'archive';
+
+export interface SweepResult {
+  /** Items removed per store. */
+  removed: Partial<Record<RetentionStore, number>>;
+  /** Age in seconds of the oldest item left per store (0: empty; archive: folders only). */
+  oldestSeconds: Partial<Record<RetentionStore, number>>;
+}
+
+async function scanAll(redis: RedisClient, pattern: string): Promise<string[]> {
+  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
+  const found = new Set<string>();
+  for (const node of nodes) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      cursor = next;
+      for (const k of keys) found.add(k);
+    } while (cursor !== '0');
+  }
+  return [...found];
+}
+
+const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
+
+/** The queues BullMQ keeps under these keys (a `meta` hash each), whatever this configuration runs. */
+export async function queuesOf(redis: RedisClient, keys: RedisKeys): Promise<string[]> {
+  const pattern = keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:*:meta` : `${globEscape(keys.prefix)}:*:meta`;
+  const names = new Set<string>();
+  for (const key of await scanAll(redis, pattern)) {
+    const body = key.slice(0, -':meta'.length);
+    const name = body.slice(body.lastIndexOf(':') + 1);
+    if (name !== '' && body === `${keys.queuePrefix(name)}:${name}`) names.add(name);
+  }
+  return [...names].sort();
+}
+
+/** The ms part of a stream entry id. */
+const idMs = (id: string) => Number(id.slice(0, id.indexOf('-')));
+
+/**
+ * One sweep: removes what is older than the settings allow and measures the oldest item left per
+ * store. `now` is the time the ages are measured against (tests pass one).
+ */
+export async function sweepRetention(config: Config, redis: RedisClient, log: Logger, now = Date.now()): Promise<SweepResult> {
+  const settings = retentionSettings(config);
+  const keys = redisKeys(config.redis);
+  const result: SweepResult = { removed: {}, oldestSeconds: {} };
+  const add = (store: RetentionStore, n: number) => {
+    if (n > 0) result.removed[store] = (result.removed[store] ?? 0) + n;
+  };
+  const oldest = (store: RetentionStore, atMs: number | null) => {
+    const age = atMs === null ? 0 : Math.max(0, Math.round((now - atMs) / 1000));
+    result.oldestSeconds[store] = Math.max(result.oldestSeconds[store] ?? 0, age);
+  };
+  oldest('completed_jobs', null);
+  oldest('dead_letters', null);
+
+  // Jobs: BullMQ's clean measures from its own clock; the grace is set so the cut is `now - retention`.
+  for (const name of await queuesOf(redis, keys)) {
+    const queue = new Queue(name, { connection: redis, prefix: keys.queuePrefix(name) });
+    try {
+      for (const [state, store, ms] of [
+        ['completed', 'completed_jobs', settings.completedMs],
+        ['failed', 'dead_letters', settings.failedMs],
+      ] as const) {
+        const grace = Math.max(0, ms - (now - Date.now()));
+        add(store, (await queue.clean(grace, 0, state)).length);
+        const [first] = await queue.getJobs([state], 0, 0, true);
+        oldest(store, first?.finishedOn ?? null);
+      }
+    } finally {
+      await queue.close();
+    }
+  }
+
+  // Parked log entries (beside each inbound shard), rewritten without the old ones; the log's age.
+  oldest('parked', null);
+  oldest('inbound_log', null);
+  const streams = (await scanAll(redis, keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:inbound-*` : `${globEscape(keys.prefix)}:*inbound-*`)).filter(
+    // Only this deployment's (another QUEUE_PREFIX may start with this one).
+    (key) => key.startsWith(`${keys.prefix}:`) || key.startsWith(`{${keys.prefix}:`),
+  );
+  for (const key of streams) {
+    if (key.endsWith(':inbound-parked')) {
+      const cut = now - settings.failedMs;
+      const old = ((await redis.xrange(key, '-', String(Math.max(0, cut - 1)))) as [string, string[]][]).map(([id]) => id);
+      add('parked', await eraseStreamEntries(redis, key, old));
+      const [first] = (await redis.xrange(key, '-', '+', 'COUNT', 1)) as [string, string[]][];
+      oldest('parked', first ? idMs(first[0]) : null);
+    } else if (key.endsWith(':inbound-log')) {
+      const [first] = (await redis.xrange(key, '-', '+', 'COUNT', 1)) as [string, string[]][];
+      oldest('inbound_log', first ? idMs(first[0]) : null);
+    }
+  }
+
+  // Archives in a folder: by the time each object was written.
+  for (const sink of Object.values(config.sinks)) {
+    if (sink.type !== 'archive') continue;
+    const options = archiveOptionsSchema.parse(sink.options);
+    if (options.bucket) continue;
+    const store = await createObjectStore(options);
+    if (!(store instanceof LocalFolderStore)) continue;
+    const prefix = normalizePrefix(options.prefix);
+    const objects: string[] = [];
+    for (const top of ['transcripts/', 'recordings/']) for await (const key of store.list(`${prefix}${top}`)) objects.push(key);
+    objects.push(...(await store.temporaryFiles(prefix)));
+    let oldestAt: number | null = null;
+    for (const key of objects) {
+      const at = await store.modifiedAt(key);
+      if (at === null) continue;
+      if (settings.archiveMs !== null && at < now - settings.archiveMs) {
+        if (await store.delete(key)) add('archive', 1);
+      } else if (oldestAt === null || at < oldestAt) {
+        oldestAt = at;
+      }
+    }
+    oldest('archive', oldestAt);
+  }
+
+  for (const [store, n] of Object.entries(result.removed)) retentionRemoved.inc({ store }, n);
+  for (const [store, age] of Object.entries(result.oldestSeconds)) retentionOldest.set({ store }, age);
+  if (Object.keys(result.removed).length > 0) log.info({ removed: result.removed }, 'retention sweep removed old items');
+  return result;
+}
