@@ -12,6 +12,7 @@ import type { Sink } from '../src/sinks/types.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { InboundLog } from '../queues/inbound.js';
+import { CallTimeline } from '../queues/timeline.js';
 import { bullmqReady, createRedis, redisKeys, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
 import type { RunningLogFanOut } from './fanout.js';
 import type { RunnerOptions, RunningWorker } from './runner.js';
@@ -88,6 +89,9 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     closers.add('close redis', () => Promise.all([quitRedis(redis.producer), quitRedis(redis.worker)]));
     const telephony: TelephonyClient | null =
       options.telephony !== undefined ? options.telephony : config.telephony ? createTelephonyClient(config.telephony) : null;
+    const timeline = (conn: RedisClient) =>
+      new CallTimeline(conn, redisKeys(config.redis), { ttlDays: config.env.CALL_TIMELINE_TTL_DAYS, indexSecret: config.env.CALL_INDEX_SECRET, log });
+    const timelines = { producer: timeline(redis.producer), worker: timeline(redis.worker) };
     const deps: RoleDeps = {
       config,
       options,
@@ -95,7 +99,8 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       redis,
       inboundLog: new InboundLog(redis.producer, redisKeys(config.redis), config.ack),
       telephony,
-      runner: runnerOptions(config, redis.worker, options),
+      runner: { ...runnerOptions(config, redis.worker, options), timeline: timelines.worker },
+      timelines,
     };
 
     await waitForRedis(deps);

@@ -20,12 +20,13 @@ import type { Job, Queue } from 'bullmq';
 import type { RedisClient } from '../queues/connection.js';
 import type { Logger } from 'pino';
 import type { CanonicalCall } from '../src/model/call.js';
-import { sinksFor } from '../src/routing/router.js';
+import { routeMatches, sinksFor } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
 import { PermanentError } from '../src/errors.js';
 import { JobName, sinkJobId, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { inboundStreamKey, parseStoredCall, type InboundEntry, type InboundLog, type InboundShard } from '../queues/inbound.js';
 import { isRedisUnavailable } from '../queues/connection.js';
+import type { CallTimeline } from '../queues/timeline.js';
 
 /** The queue of one endpoint of a sink with endpoints (`sink-<sink>.<endpoint>`). */
 export interface EndpointQueue {
@@ -52,6 +53,8 @@ export interface FanOutDeps {
    * again. Without it nothing waits.
    */
   replicated?: (queues: readonly Queue[]) => Promise<void>;
+  /** Where each call's `fanned-out` event is written (queues/timeline.ts); absent: nowhere. */
+  timeline?: CallTimeline;
 }
 
 interface PlannedJob {
@@ -99,6 +102,13 @@ export function createHandOverProcessor(sink: string, endpoints: readonly Endpoi
   };
 }
 
+/** The call's `fanned-out` event: the routes that matched (by name, else `#<n>`) and their sinks. Never rejects. */
+function noteFannedOut(deps: FanOutDeps, call: CanonicalCall, sinks: string[]): Promise<void> {
+  if (!deps.timeline) return Promise.resolve();
+  const routes = deps.routes.flatMap((route, i) => (routeMatches(route, call) ? [route.name ?? `#${i + 1}`] : []));
+  return deps.timeline.fannedOut(call, { jobId: sinkJobId(call), routes, sinks });
+}
+
 /** Fan-out of one BullMQ `inbound` job: the dead letters of the log (see above), retried by operators. */
 export function createFanOutProcessor(deps: FanOutDeps) {
   return async function fanOut(job: Job<CallReceivedJob>): Promise<{ sinks: string[] }> {
@@ -111,6 +121,7 @@ export function createFanOutProcessor(deps: FanOutDeps) {
     try {
       await Promise.all(jobs.map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
       await deps.replicated?.(jobs.map((j) => j.queue));
+      await noteFannedOut(deps, call, sinks);
     } catch (err) {
       // The same data fails the same way on every attempt: a dead letter at once, with the reason.
       if (!isRedisUnavailable(err)) throw new PermanentError(`sink jobs of call ${call.callId} cannot be stored: ${describe(err)}`, { cause: err });
@@ -335,6 +346,7 @@ class LogFanOut implements RunningLogFanOut {
     const byQueue = new Map<Queue<SinkDeliverJob>, PlannedJob['job'][]>();
     const dead: [InboundEntry, string][] = [];
     let jobs = 0;
+    const fanned: [CanonicalCall, string[]][] = [];
     for (const entry of entries) {
       if (!entry.call) {
         dead.push([entry, 'inbound entry is not a readable call record']);
@@ -342,7 +354,9 @@ class LogFanOut implements RunningLogFanOut {
       }
       let planned: PlannedJob[];
       try {
-        planned = plan(this.options, entry.call).jobs;
+        const p = plan(this.options, entry.call);
+        planned = p.jobs;
+        if (this.options.timeline) fanned.push([entry.call, p.sinks]);
       } catch (err) {
         dead.push([entry, (err as Error).message]);
         continue;
@@ -359,6 +373,8 @@ class LogFanOut implements RunningLogFanOut {
     const errors = added.flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []));
     // Redis away outweighs a data error: the whole batch waits for it.
     if (errors.length > 0) throw errors.find(isRedisUnavailable) ?? errors[0];
+    // Before the entries leave the log: a crash here fans them out (and notes them) again.
+    if (fanned.length > 0) await Promise.all(fanned.map(([call, sinks]) => noteFannedOut(this.options, call, sinks)));
     const kept = new Set(entries.map((e) => e.entryId));
     for (const [entry, reason] of dead) if (!(await this.deadLetter(entry, reason))) kept.delete(entry.entryId);
     await this.done([...kept]);

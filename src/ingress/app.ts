@@ -130,7 +130,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
     }
     const accepted: SourceAccepted[] = [];
     for (const { call, rawJson } of result.calls) {
-      const r = await deps.acceptor.accept(call, { rawJson });
+      const r = await deps.acceptor.accept(call, { rawJson, requestId: c.get('requestId') });
       accepted.push(r);
       deps.events?.accepted?.(r.duplicate);
       const fields = { jobId: r.id, source: source.name, agentId: call.agentId };

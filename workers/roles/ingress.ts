@@ -61,7 +61,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
   const { config, options, log, redis, inboundLog } = deps;
   const closers = new Closers(log);
   return closers.opening(async () => {
-    const inbound = new InboundAcceptor(inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs });
+    const inbound = new InboundAcceptor(inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs, timeline: deps.timelines.producer });
     const spool = await openSpool(deps, inbound);
     if (spool) closers.add('close spool', () => spool.close());
     const acceptor = options.wrapAcceptor ? options.wrapAcceptor(spool ?? inbound) : (spool ?? inbound);

@@ -1,0 +1,417 @@
+// The timeline of one call ("Where is my call?", docs/operations.md): what happened to it, written
+// where the work happens — received (and how), fanned out (routes, sinks), every sink attempt with
+// its outcome — as one Redis list per call under the call's own hash tag (queues/keys.ts
+// `callTimeline`), capped per call and expiring CALL_TIMELINE_TTL_DAYS after its last event.
+//
+// Each event is one command (a small script: RPUSH, LTRIM, PEXPIRE). Beside the timelines, lookups
+// for the CLI and the API: the calls by time (`calls:recent`), by call id, and by phone number — the
+// number only as an HMAC (CALL_INDEX_SECRET, else a key generated once and kept in Redis).
+//
+// No phone number or transcript text is written in clear: numbers are masked as in logs
+// (maskPhone), reasons are the redacted error texts with the call's own numbers masked once more.
+// A timeline write never fails the work it describes: an error is logged (at most once a minute).
+import { createHmac, randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { RedisClient } from './connection.js';
+import type { RedisKeys } from './keys.js';
+import { callHash, type CanonicalCall } from '../src/model/call.js';
+import { maskDigitRuns, scrubEchoes } from '../src/errors.js';
+import { maskPhone } from '../src/log.js';
+
+export const TIMELINE_EVENTS = ['received', 'fanned-out', 'attempt', 'done', 'skipped', 'retry', 'dead-lettered'] as const;
+export type TimelineEvent = (typeof TIMELINE_EVENTS)[number];
+
+/** How a delivery of the call was taken: its first, the same content again, or changed content. */
+export type Revision = 'new' | 'duplicate' | 'update';
+
+/** One event of a call's timeline. Which fields are set depends on `event`. */
+export interface TimelineEntry {
+  /** Epoch milliseconds. */
+  at: number;
+  event: TimelineEvent;
+  /** received: the source (`ai-agent`, `push`, `channel`, `history`) and the platform's call id. */
+  source?: string;
+  callId?: string;
+  /** received: new, duplicate or update. */
+  revision?: Revision;
+  /** received: the HTTP request's id (X-Request-Id), when it came over HTTP. */
+  requestId?: string;
+  /** received: it was acknowledged into the local spool while Redis was away, and drained since. */
+  spooled?: true;
+  /** received: direction, numbers masked (`+49151****678`), the call's start. */
+  direction?: string;
+  from?: string | null;
+  to?: string | null;
+  startedAt?: string;
+  /** received: the acknowledgement id; fan-out and sink events: the sink job id. */
+  jobId?: string;
+  /** fanned-out: the routes that matched (their names, else `#<index>`) and the sinks they name. */
+  routes?: string[];
+  sinks?: string[];
+  /** Sink events: the sink, and the endpoint of a sink with endpoints. */
+  sink?: string;
+  endpoint?: string;
+  /** Sink events: the attempt (1 on the first try; a run cut short by a crash repeats its number). */
+  attempt?: number;
+  /** done/skipped/retry/dead-lettered: how long the attempt took. */
+  durationMs?: number;
+  /** done: what was written (object keys, CRM record ids, message ids). */
+  refs?: Record<string, string>;
+  /** skipped: why; done: a note; retry/dead-lettered: the redacted error. */
+  reason?: string;
+  /** skipped: the reason as one of SKIP_REASONS. */
+  skip?: SkipReason;
+  /** retry/dead-lettered: the error kind (src/errors.ts: transient, retry-later, auth, disable, permanent). */
+  kind?: string;
+  /** retry: when the next attempt is due (epoch ms); absent while the queue is paused. */
+  nextAt?: number;
+  /** retry: the sink's queue was paused (credentials rejected) or disabled: it waits for an operator. */
+  paused?: true;
+}
+
+/** The skip reasons, bounded (a metric label): what a sink's free-text reason is sorted into. */
+export const SKIP_REASONS = [
+  'quiet-hours',
+  'opt-out',
+  'cooldown',
+  'landline',
+  'max-age',
+  'no-route',
+  'already-sent',
+  'anonymous',
+  'invalid-number',
+  'newer-revision',
+  'empty-message',
+  'other',
+] as const;
+export type SkipReason = (typeof SKIP_REASONS)[number];
+
+const SKIP_PATTERNS: [RegExp, SkipReason][] = [
+  [/quiet hours/i, 'quiet-hours'],
+  [/opted out|opt-out/i, 'opt-out'],
+  [/cooldown/i, 'cooldown'],
+  [/landline|not a mobile/i, 'landline'],
+  [/maxAge|older than/i, 'max-age'],
+  [/no route|no recipient|no endpoint/i, 'no-route'],
+  [/already (sent|had)|outcome is unknown/i, 'already-sent'],
+  [/anonymous/i, 'anonymous'],
+  [/unusable|not a valid/i, 'invalid-number'],
+  [/newer revision/i, 'newer-revision'],
+  [/empty/i, 'empty-message'],
+];
+
+/** A skip's free-text reason as one of SKIP_REASONS (the first that fits; `other` else). */
+export function skipReason(reason: string | undefined): SkipReason {
+  if (reason) for (const [pattern, name] of SKIP_PATTERNS) if (pattern.test(reason)) return name;
+  return 'other';
+}
+
+/** Most events kept per call: the newest. A call with a few sinks and retries needs ~30. */
+export const MAX_TIMELINE_ENTRIES = 200;
+/** Characters kept of a reason. */
+const MAX_REASON = 300;
+
+const APPEND_AND_INDEX = `
+local lists = tonumber(ARGV[1])
+local ttl = ARGV[4]
+if lists == 1 then
+  redis.call('RPUSH', KEYS[1], ARGV[2])
+  redis.call('LTRIM', KEYS[1], -tonumber(ARGV[3]), -1)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+for i = lists + 1, #KEYS do
+  redis.call('ZADD', KEYS[i], ARGV[5], ARGV[6])
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[7])
+  redis.call('PEXPIRE', KEYS[i], ttl)
+end
+return 1
+`;
+
+type WithScript = RedisClient & {
+  callsyncTimeline?(numKeys: number, ...args: (string | number)[]): Promise<number>;
+};
+
+function scripted(redis: RedisClient): Required<Pick<WithScript, 'callsyncTimeline'>> {
+  const r = redis as WithScript;
+  if (!r.callsyncTimeline) redis.defineCommand('callsyncTimeline', { lua: APPEND_AND_INDEX });
+  return r as Required<Pick<WithScript, 'callsyncTimeline'>>;
+}
+
+export interface CallTimelineOptions {
+  /** CALL_TIMELINE_TTL_DAYS. */
+  ttlDays: number;
+  /** CALL_INDEX_SECRET; absent: a key generated once and kept in Redis. */
+  indexSecret?: string;
+  /** Errors of timeline writes are logged here (at most once a minute). */
+  log?: Logger;
+  /** Events kept per call. Default MAX_TIMELINE_ENTRIES. */
+  maxEntries?: number;
+  now?: () => number;
+}
+
+/** The call hash a timeline is kept under: from the call key. */
+export const timelineId = (call: Pick<CanonicalCall, 'key'>): string => callHash(call.key);
+
+/** Numbers of `call` masked in a text (a remote may echo them; redaction masked most already). */
+function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
+  const numbers = call ? [call.from, call.to, call.fromRaw, call.toRaw].filter((n): n is string => typeof n === 'string' && n !== '') : [];
+  const scrubbed = numbers.length > 0 ? scrubEchoes(text, { numbers }) : text;
+  return maskDigitRuns(scrubbed.replace(/\s+/g, ' ').trim()).slice(0, MAX_REASON);
+}
+
+function hmac(key: Buffer, number: string): string {
+  return createHmac('sha256', key).update(number).digest('hex').slice(0, 40);
+}
+
+/** A normalized phone number for the index: `+` and digits. */
+export function indexNumber(number: string): string {
+  return number.replace(/[^\d+]/g, '');
+}
+
+export class CallTimeline {
+  private readonly ttlMs: number;
+  private readonly maxEntries: number;
+  private readonly now: () => number;
+  private secret: Promise<Buffer> | undefined;
+  /** The index key once known. */
+  private secretValue: Buffer | undefined;
+  private quietUntil = 0;
+
+  constructor(
+    private readonly redis: RedisClient,
+    readonly keys: RedisKeys,
+    private readonly options: CallTimelineOptions,
+  ) {
+    this.ttlMs = Math.round(options.ttlDays * 24 * 3600_000);
+    this.maxEntries = options.maxEntries ?? MAX_TIMELINE_ENTRIES;
+    this.now = options.now ?? Date.now;
+  }
+
+  key(id: string): string {
+    return this.keys.callTimeline(id);
+  }
+
+  /** The sorted set of every call by its last receipt (epoch ms), member the call hash. */
+  recentKey(): string {
+    return `${this.keys.area('calls')}:calls:recent`;
+  }
+
+  idKey(callId: string): string {
+    return `${this.keys.area('calls')}:calls:id:${callId.slice(0, 200)}`;
+  }
+
+  numberKey(hmac: string): string {
+    return `${this.keys.area('calls')}:calls:number:${hmac}`;
+  }
+
+  private secretKey(): string {
+    return `${this.keys.area('calls')}:calls:index-secret`;
+  }
+
+  /** The HMAC key: CALL_INDEX_SECRET, else the one kept in Redis (generated by whoever needs it first). */
+  private indexKey(): Promise<Buffer> {
+    if (this.options.indexSecret) {
+      this.secretValue ??= Buffer.from(this.options.indexSecret);
+      return Promise.resolve(this.secretValue);
+    }
+    this.secret ??= (async () => {
+      const key = this.secretKey();
+      await this.redis.set(key, randomBytes(32).toString('base64'), 'NX');
+      const stored = await this.redis.get(key);
+      if (!stored) throw new Error('the call index key vanished from Redis');
+      this.secretValue = Buffer.from(stored, 'base64');
+      return this.secretValue;
+    })().catch((err: unknown) => {
+      this.secret = undefined;
+      throw err;
+    });
+    return this.secret;
+  }
+
+  /** The index name of a phone number: HMAC-SHA256 with the index key, hex (never the number). */
+  async numberHmac(number: string): Promise<string> {
+    return hmac(await this.indexKey(), indexNumber(number));
+  }
+
+  private failed(err: unknown): void {
+    const now = Date.now();
+    if (now < this.quietUntil) return;
+    this.quietUntil = now + 60_000;
+    this.options.log?.warn({ err: { message: err instanceof Error ? err.message : String(err) } }, 'call timeline not written (the work itself went on)');
+  }
+
+  /** Appends one entry to a call's timeline: one command. Never rejects. */
+  append(id: string, entry: Omit<TimelineEntry, 'at'> & { at?: number }): Promise<void> {
+    const full = { at: entry.at ?? this.now(), ...entry };
+    try {
+      return scripted(this.redis)
+        .callsyncTimeline(1, this.key(id), 1, JSON.stringify(full), this.maxEntries, this.ttlMs)
+        .then(
+          () => undefined,
+          (err: unknown) => this.failed(err),
+        );
+    } catch (err) {
+      this.failed(err);
+      return Promise.resolve();
+    }
+  }
+
+  /**
+   * A delivery of the call was acknowledged (or drained from the spool): its `received` entry, and
+   * for a new call or an update the lookups by time, call id and numbers. One command on the
+   * one-slot layout; two on a spread cluster (the lookups are in their own slot). Never rejects.
+   */
+  async received(call: CanonicalCall, info: { jobId: string; revision: Revision; requestId?: string; spooled?: boolean }): Promise<void> {
+    const id = timelineId(call);
+    const entry: TimelineEntry = {
+      at: this.now(),
+      event: 'received',
+      source: call.source,
+      callId: call.callId,
+      revision: info.revision,
+      jobId: info.jobId,
+      ...(info.requestId ? { requestId: info.requestId } : {}),
+      ...(info.spooled ? { spooled: true as const } : {}),
+      direction: call.direction,
+      from: maskPhone(call.from),
+      to: maskPhone(call.to),
+      startedAt: call.startedAt,
+    };
+    if (info.revision === 'duplicate') return this.append(id, entry);
+    try {
+      const numbers = [...new Set([call.from, call.to].filter((n): n is string => typeof n === 'string' && indexNumber(n).length >= 3).map(indexNumber))];
+      const lookups = (key: Buffer) => [this.recentKey(), this.idKey(call.callId), ...numbers.map((n) => this.numberKey(hmac(key, n)))];
+      const args = [JSON.stringify(entry), this.maxEntries, this.ttlMs, entry.at, id, entry.at - this.ttlMs] as const;
+      const script = scripted(this.redis);
+      // The entry is sent at once (before the caller is answered); with the index key known and one
+      // slot for all, the lookups go with it in the same command.
+      if (this.secretValue && this.keys.layout === 'one-slot') {
+        const index = lookups(this.secretValue);
+        await script.callsyncTimeline(1 + index.length, this.key(id), ...index, 1, ...args);
+        return;
+      }
+      const appended = script.callsyncTimeline(1, this.key(id), 1, ...args);
+      const index = lookups(await this.indexKey());
+      await Promise.all([appended, script.callsyncTimeline(index.length, ...index, 0, ...args)]);
+    } catch (err) {
+      this.failed(err);
+    }
+  }
+
+  /** The call was fanned out: the routes that matched and the sinks they name. Never rejects. */
+  fannedOut(call: Pick<CanonicalCall, 'key'>, info: { jobId: string; routes: string[]; sinks: string[] }): Promise<void> {
+    return this.append(timelineId(call), { event: 'fanned-out', jobId: info.jobId, routes: info.routes, sinks: info.sinks });
+  }
+
+  /** A sink event; `reason` is made safe here (redacted, the call's numbers masked). Never rejects. */
+  sinkEvent(call: CanonicalCall, entry: Omit<TimelineEntry, 'at'>): Promise<void> {
+    const safe: Omit<TimelineEntry, 'at'> = { ...entry };
+    if (safe.reason !== undefined) safe.reason = safeText(safe.reason, call);
+    if (safe.refs) safe.refs = Object.fromEntries(Object.entries(safe.refs).map(([k, v]) => [k, scrubNumbers(String(v), call)]));
+    return this.append(timelineId(call), safe);
+  }
+
+  /** The entries of a call's timeline, oldest first (an empty list: none, or expired). */
+  async read(id: string): Promise<TimelineEntry[]> {
+    const raw = await this.redis.lrange(this.key(id), 0, -1);
+    return raw.flatMap((text) => {
+      try {
+        return [JSON.parse(text) as TimelineEntry];
+      } catch {
+        return [];
+      }
+    });
+  }
+
+  /** Call hashes received between `from` and `to` (epoch ms), newest first, at most `limit`. */
+  async recent(from: number, to: number, limit: number): Promise<{ id: string; at: number }[]> {
+    const flat = await this.redis.zrevrangebyscore(this.recentKey(), to, from, 'WITHSCORES', 'LIMIT', 0, limit);
+    const out: { id: string; at: number }[] = [];
+    for (let i = 0; i + 1 < flat.length; i += 2) out.push({ id: flat[i]!, at: Number(flat[i + 1]) });
+    return out;
+  }
+
+  /** Call hashes with this phone number as caller or callee, newest first. */
+  async byNumber(number: string, limit = 1000): Promise<string[]> {
+    return this.redis.zrevrange(this.numberKey(await this.numberHmac(number)), 0, limit - 1);
+  }
+
+  /** Call hashes of a platform call id (one per source that delivered it), newest first. */
+  async byCallId(callId: string): Promise<string[]> {
+    return this.redis.zrevrange(this.idKey(callId), 0, -1);
+  }
+
+  /**
+   * The calls a reference names: a call hash, an acknowledgement or sink job id (they begin with
+   * the call hash), a phone number (`+49…`), or a platform call id.
+   */
+  async resolve(ref: string): Promise<string[]> {
+    const trimmed = ref.trim();
+    const hash = /^([0-9a-f]{32})(?:-[0-9a-z]+)?$/.exec(trimmed);
+    if (hash) return [hash[1]!];
+    if (/^\+\d[\d\s\-()./]{4,}$/.test(trimmed)) return this.byNumber(trimmed);
+    return this.byCallId(trimmed);
+  }
+}
+
+/** The call's own numbers masked in a value (a reference such as a label). */
+function scrubNumbers(text: string, call: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
+  const numbers = [call.from, call.to, call.fromRaw, call.toRaw].filter((n): n is string => typeof n === 'string' && n.replace(/\D/g, '').length >= 3);
+  return numbers.length > 0 ? scrubEchoes(text, { numbers }) : text;
+}
+
+/** What became of a call at one sink (or endpoint), from its timeline. */
+export type SinkStatus = 'pending' | 'retrying' | 'done' | 'skipped' | 'failed';
+
+export interface CallSummary {
+  id: string;
+  callId: string | null;
+  source: string | null;
+  /** When it was first received (epoch ms), and last. */
+  receivedAt: number | null;
+  lastAt: number | null;
+  direction: string | null;
+  from: string | null;
+  to: string | null;
+  /** Per sink (`sink` or `sink.endpoint`): the outcome of its latest attempt. */
+  sinks: Record<string, SinkStatus>;
+  /** The reason of each sink's last skip or failure. */
+  reasons: Record<string, string>;
+}
+
+export const sinkLabel = (e: Pick<TimelineEntry, 'sink' | 'endpoint'>): string => (e.endpoint ? `${e.sink}.${e.endpoint}` : (e.sink ?? ''));
+
+/** The state of a call from its timeline: where it came from, and each sink's latest outcome. */
+export function summarize(id: string, entries: readonly TimelineEntry[]): CallSummary {
+  const summary: CallSummary = { id, callId: null, source: null, receivedAt: null, lastAt: null, direction: null, from: null, to: null, sinks: {}, reasons: {} };
+  for (const e of entries) {
+    summary.lastAt = e.at;
+    if (e.event === 'received') {
+      summary.receivedAt ??= e.at;
+      summary.callId = e.callId ?? summary.callId;
+      summary.source = e.source ?? summary.source;
+      summary.direction = e.direction ?? summary.direction;
+      summary.from = e.from ?? summary.from;
+      summary.to = e.to ?? summary.to;
+      continue;
+    }
+    if (e.event === 'fanned-out') {
+      // An endpoint sink's endpoints show as they are attempted; the sink stands for them until then.
+      for (const sink of e.sinks ?? []) if (!Object.keys(summary.sinks).some((s) => s === sink || s.startsWith(`${sink}.`))) summary.sinks[sink] = 'pending';
+      continue;
+    }
+    if (!e.sink) continue;
+    const label = sinkLabel(e);
+    if (e.endpoint && summary.sinks[e.sink] === 'pending') delete summary.sinks[e.sink];
+    const status: SinkStatus | undefined =
+      e.event === 'attempt' ? (summary.sinks[label] === 'retrying' ? 'retrying' : 'pending')
+      : e.event === 'done' ? 'done'
+      : e.event === 'skipped' ? 'skipped'
+      : e.event === 'retry' ? 'retrying'
+      : e.event === 'dead-lettered' ? 'failed'
+      : undefined;
+    if (status) summary.sinks[label] = status;
+    if (e.reason && (e.event === 'skipped' || e.event === 'dead-lettered' || e.event === 'retry')) summary.reasons[label] = e.reason;
+  }
+  return summary;
+}
