@@ -13,6 +13,8 @@ import type { CanonicalCall } from '../src/model/call.js';
 import type { Sink, SinkContext, SinkResult } from '../src/sinks/types.js';
 import { CallTimeline, summarize, type TimelineEntry } from '../queues/timeline.js';
 import { redisKeys } from '../queues/keys.js';
+import { renderMetrics } from '../src/metrics.js';
+import { runnerMetrics } from '../workers/metric-events.js';
 import { webhookPayload } from './support/calls.js';
 import { memoryLog, postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { waitFor } from './support/redis.js';
@@ -41,7 +43,7 @@ describe('the timeline of a call', () => {
     dir = await mkdtemp(join(tmpdir(), 'timeline-'));
     cs = await startTestCallsync(
       { ARCHIVE_DIR: dir, JOB_ATTEMPTS: '3' },
-      { sinks: new Map([['archive', new ScriptedSink()]]), ingressBefore: [requestContext({ log: memoryLog().log })] },
+      { sinks: new Map([['archive', new ScriptedSink()]]), ingressBefore: [requestContext({ log: memoryLog().log })], runnerEvents: runnerMetrics() },
     );
     timeline = new CallTimeline(cs.redis.worker, redisKeys(cs.config.redis), { ttlDays: 30 });
   });
@@ -117,6 +119,13 @@ describe('the timeline of a call', () => {
     assert.equal(skip.at(-1)!.skip, 'opt-out');
     assert.match(skip.at(-1)!.reason ?? '', /opted out/);
     assert.equal(summarize('x', skip).sinks.archive, 'skipped');
+
+    // Skips counted apart from deliveries, by reason; the dead letter as failed.
+    const text = (await renderMetrics()).body;
+    const count = (labels: string) => Number(new RegExp(`^callsync_sink_jobs_total\\{${labels}\\} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
+    assert.ok(count('sink="archive",outcome="done",reason=""') >= 1, text);
+    assert.equal(count('sink="archive",outcome="skipped",reason="opt-out"'), 1);
+    assert.equal(count('sink="archive",outcome="failed",reason=""'), 1);
 
     const stored = JSON.stringify([flaky, perm, skip]);
     for (const digits of [CALLER, CALLER.slice(1), '2116355340']) assert.ok(!stored.includes(digits), `the number (${digits}) is nowhere in clear`);

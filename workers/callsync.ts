@@ -12,6 +12,7 @@ import type { Sink } from '../src/sinks/types.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { InboundLog } from '../queues/inbound.js';
+import { pausedQueues } from '../queues/disabled.js';
 import { CallTimeline } from '../queues/timeline.js';
 import { bullmqReady, createRedis, redisKeys, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
 import type { RunningLogFanOut } from './fanout.js';
@@ -108,7 +109,13 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     // job or the poller a channel (what they took would be abandoned half-done by the failed
     // start). Until the worker role runs, the ingress stores calls for it (the fan-out picks them up).
     let worker: WorkerRole | null = null;
-    const ingress = runsIngress(config.role) ? await startIngressRole(deps, { fanOutStalled: () => worker?.fanOut.stalled() ?? null }) : null;
+    const ingress = runsIngress(config.role) ? await startIngressRole(deps, {
+          fanOutStalled: () => worker?.fanOut.stalled() ?? null,
+          readyDetail: async () => {
+            const paused = worker ? await pausedQueues(worker.queues.values()) : [];
+            return paused.length > 0 ? { paused } : {};
+          },
+        }) : null;
     if (ingress) closers.add('stop ingress role', () => ingress.close());
     worker = runsWorkers(config.role) ? await startWorkerRole(deps) : null;
     const workerRole = worker;

@@ -10,13 +10,14 @@ import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
 import type { QueueLimit } from '../src/sinks/types.js';
 import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
-import { disableQueue } from '../queues/disabled.js';
+import { disableQueue, pauseQueue } from '../queues/disabled.js';
 import type { CallTimeline } from '../queues/timeline.js';
 import { PlannedRetries, recordAttempts } from './attempts.js';
 
 /** Hooks for metrics and tests; every one optional. */
 export interface RunnerEvents {
-  completed?(queue: string, job: Job, durationMs: number): void;
+  /** `result`: what the processor returned (a sink's `{ status, reason, refs }`). */
+  completed?(queue: string, job: Job, durationMs: number, result?: unknown): void;
   failed?(queue: string, job: Job | undefined, err: Error, final: boolean): void;
   deferred?(queue: string, job: Job, delayMs: number, scope: 'job' | 'queue'): void;
   paused?(queue: string, reason: string): void;
@@ -97,7 +98,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
       const jobLog = () => log.child({ jobId: job.id, attempt: job.attemptsMade + 1 });
       try {
         const result = await run(job, signal ?? new AbortController().signal);
-        options.events?.completed?.(queueName, job, Date.now() - started);
+        options.events?.completed?.(queueName, job, Date.now() - started, result);
         return result;
       } catch (err) {
         const kind = classify(err);
@@ -122,7 +123,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           const reason = describe(err);
           jobLog().error({ reason }, 'credentials rejected: pausing the queue until an operator resumes it');
           options.events?.paused?.(queueName, reason);
-          await queue.pause();
+          await pauseQueue(queue, options.connection, reason);
           await job.moveToDelayed(Date.now() + 1000, token);
           throw new DelayedError();
         }

@@ -30,6 +30,8 @@ export interface IngressDeps {
   log: Logger;
   now?: () => Date;
   events?: IngressEvents;
+  /** Details /readyz adds when ready (the paused queues of a process running workers too). */
+  readyDetail?: () => Promise<Record<string, unknown>>;
   /** Overrides how the peer address is read (tests without a socket). */
   remoteAddress?: Parameters<typeof ipAllow>[0]['remoteAddress'];
   /** Extra middleware run first on every request (e.g. request ids, metrics, shutdown gate). */
@@ -97,7 +99,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
   app.get('/readyz', async (c) => {
     const ok = await deps.ready().catch(() => false);
     if (ok !== true) return c.json(errorBody(503, ok || 'Redis is not reachable'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
-    return c.json({ status: 'ready' });
+    return c.json({ status: 'ready', ...(await deps.readyDetail?.().catch(() => ({}))) });
   });
 
   const countReceived: MiddlewareHandler = async (_c, next) => {

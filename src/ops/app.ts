@@ -6,6 +6,7 @@ import { Hono, type MiddlewareHandler } from 'hono';
 import type { Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import { errorBody } from '../ingress/errors.js';
+import { pausedQueues } from '../../queues/disabled.js';
 import { requestLog } from '../log.js';
 import { renderMetrics } from '../metrics.js';
 import { authConfigured, operatorAuth, type OperatorAuthOptions } from './auth.js';
@@ -73,7 +74,9 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     if (options.stopping?.()) return c.json(errorBody(503, 'shutting down'), 503);
     const ok = await options.ready().catch(() => false);
     if (ok !== true) return c.json(errorBody(503, ok || 'Redis is not reachable'), 503, { 'retry-after': '5' });
-    return c.json({ status: 'ready' });
+    // Ready, and a paused queue says why (its sink waits for an operator; the process is fine).
+    const paused = await pausedQueues(options.queues);
+    return c.json(paused.length > 0 ? { status: 'ready', paused } : { status: 'ready' });
   });
 
   if (options.metricsToken) app.use('/metrics', operatorAuth({ token: options.metricsToken, realm: 'metrics' }));

@@ -55,6 +55,8 @@ function warnDropped(log: RoleDeps['log'], maxConnections: number): () => void {
 export interface IngressRoleOptions {
   /** Why this process' fan-out makes no progress, or null (role all: readiness reports it). */
   fanOutStalled?: () => string | null;
+  /** What /readyz adds when ready (role all: the paused sink queues, with why). */
+  readyDetail?: () => Promise<Record<string, unknown>>;
 }
 
 export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleOptions = {}): Promise<IngressRole> {
@@ -79,6 +81,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
         return redisUp || ((await spool?.checkAccepting()) ?? false);
       },
       log,
+      readyDetail: roleOptions.readyDetail,
       events: options.ingressEvents,
       before: options.ingressBefore,
     });
