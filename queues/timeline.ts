@@ -415,3 +415,95 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
   }
   return summary;
 }
+
+/** What `findCalls` filters on. */
+export interface CallQuery {
+  /** Received from (epoch ms, inclusive) … until (default now). */
+  since: number;
+  until?: number;
+  /** Only calls routed to this sink (its name; a sink with endpoints: any of them). */
+  sink?: string;
+  /** Only calls with a sink (the `sink` one, when given) in this state; `pending` includes retrying. */
+  status?: 'done' | 'skipped' | 'failed' | 'pending';
+  /** Only calls with this number as caller or callee (looked up by its HMAC). */
+  number?: string;
+  /** At most this many calls (newest first). Default 50. */
+  limit?: number;
+}
+
+/** Calls looked at per query at most (the newest of the range): bounds the work of one query. */
+export const MAX_SCANNED_CALLS = 5000;
+
+function sinkStates(summary: CallSummary, sink: string | undefined): [string, SinkStatus][] {
+  return Object.entries(summary.sinks).filter(([label]) => sink === undefined || label === sink || label.startsWith(`${sink}.`));
+}
+
+/** The calls of a query, newest first, each summed up; reads the timelines in batches. */
+export async function findCalls(timeline: CallTimeline, query: CallQuery): Promise<{ calls: CallSummary[]; scanned: number; truncated: boolean }> {
+  const until = query.until ?? Date.now();
+  const limit = query.limit ?? 50;
+  let candidates: string[];
+  if (query.number !== undefined) candidates = await timeline.byNumber(query.number, MAX_SCANNED_CALLS);
+  else candidates = (await timeline.recent(query.since, until, MAX_SCANNED_CALLS)).map((r) => r.id);
+  const calls: CallSummary[] = [];
+  let scanned = 0;
+  for (let i = 0; i < candidates.length && calls.length < limit; i += 100) {
+    const ids = candidates.slice(i, i + 100);
+    const timelines = await Promise.all(ids.map((id) => timeline.read(id)));
+    for (const [j, entries] of timelines.entries()) {
+      scanned++;
+      if (entries.length === 0) continue;
+      const summary = summarize(ids[j]!, entries);
+      const at = summary.lastAt ?? 0;
+      if (at < query.since || (summary.receivedAt ?? at) > until) continue;
+      const states = sinkStates(summary, query.sink);
+      if (query.sink !== undefined && states.length === 0) continue;
+      if (query.status !== undefined) {
+        const wanted = query.status === 'pending' ? ['pending', 'retrying'] : [query.status];
+        if (!states.some(([, state]) => wanted.includes(state))) continue;
+      }
+      calls.push(summary);
+      if (calls.length >= limit) break;
+    }
+  }
+  return { calls, scanned, truncated: candidates.length >= MAX_SCANNED_CALLS };
+}
+
+/** A duration like `2h`, `30m`, `90s`, `7d` in ms; null when it is none. */
+export function parseDuration(text: string): number | null {
+  const m = /^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$/.exec(text.trim());
+  if (!m) return null;
+  const unit = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 }[m[2] as 's' | 'm' | 'h' | 'd' | 'w'];
+  return Math.round(Number(m[1]) * unit);
+}
+
+/** `--since` / `since=`: a duration back from `now` (`2h`) or a time (ISO 8601); null when it is neither. */
+export function parseSince(text: string, now: number = Date.now()): number | null {
+  const duration = parseDuration(text);
+  if (duration !== null) return now - duration;
+  const at = Date.parse(text);
+  return Number.isNaN(at) ? null : at;
+}
+
+/** One line of detail for an entry (tables: the CLI, the dashboard). */
+export function describeEntry(e: TimelineEntry): string {
+  const iso = (ms: number) => new Date(ms).toISOString();
+  switch (e.event) {
+    case 'received':
+      return [`${e.revision ?? 'new'} from ${e.source ?? '?'}`, e.requestId ? `request ${e.requestId}` : '', e.spooled ? 'spooled, drained' : '', `ack ${e.jobId ?? ''}`].filter(Boolean).join(', ');
+    case 'fanned-out':
+      return `routes ${(e.routes ?? []).join(', ') || '(none)'} → sinks ${(e.sinks ?? []).join(', ') || '(none)'}`;
+    case 'attempt':
+      return `attempt ${e.attempt ?? '?'} started`;
+    case 'done':
+      return [Object.entries(e.refs ?? {}).map(([k, v]) => `${k}=${v}`).join(' '), e.reason ?? ''].filter(Boolean).join('; ') || 'done';
+    case 'skipped':
+      return `${e.skip ?? 'other'}: ${e.reason ?? ''}`;
+    case 'retry':
+      return `${e.kind ?? 'error'}: ${e.reason ?? ''}${e.paused ? ' (queue paused: waits for an operator)' : e.nextAt ? ` (next attempt ${iso(e.nextAt)})` : ''}`;
+    case 'dead-lettered':
+      return `${e.kind ?? 'error'}: ${e.reason ?? ''}`;
+    default:
+      return '';
+  }
+}

@@ -17,7 +17,8 @@ import { renderMetrics } from '../src/metrics.js';
 import { runnerMetrics } from '../workers/metric-events.js';
 import { webhookPayload } from './support/calls.js';
 import { memoryLog, postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
-import { waitFor } from './support/redis.js';
+import { REDIS_URL, waitFor } from './support/redis.js';
+import { runCli } from '../src/cli/index.js';
 
 const CALLER = '+492116355340';
 
@@ -144,5 +145,48 @@ describe('the timeline of a call', () => {
     assert.ok(!keys.some((k) => k.includes('6355340')), 'no key holds the number');
     const ttl = await cs.redis.worker.pttl(timeline.key(id!));
     assert.ok(ttl > 29 * 24 * 3600_000 && ttl <= 30 * 24 * 3600_000, `expires after CALL_TIMELINE_TTL_DAYS (pttl ${ttl})`);
+  });
+
+  async function cli(argv: string[]): Promise<{ code: number | 'running'; out: string; err: string }> {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await runCli(argv, { env: { REDIS_URL, QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir }, out: (l) => out.push(l), err: (l) => err.push(l) });
+    return { code, out: out.join('\n'), err: err.join('\n') };
+  }
+
+  test('callsync call prints a timeline (by call id, job id or number); callsync calls lists calls by time, sink state and number', async () => {
+    const ackId = await post('cli-1');
+    await settled(ackId, 'done');
+    for (const ref of ['cli-1', ackId]) {
+      const shown = await cli(['call', ref]);
+      assert.equal(shown.code, 0, shown.err);
+      assert.match(shown.out, /^call cli-1 \(ai-agent, in, \+49211\*\*\*\*340 → /m);
+      assert.match(shown.out, /^sinks: archive:done$/m);
+      for (const event of ['received', 'fanned-out', 'attempt', 'done']) assert.match(shown.out, new RegExp(`^\\S+Z +${event} `, 'm'));
+      assert.match(shown.out, /objectKey=calls\/cli-1\.json/);
+      assert.ok(!shown.out.includes('6355340'), 'no number in clear');
+    }
+    const byNumber = await cli(['call', CALLER, '--json']);
+    assert.equal(byNumber.code, 0);
+    const found = JSON.parse(byNumber.out) as { calls: { callId: string; entries: TimelineEntry[] }[] };
+    assert.ok(found.calls.some((c) => c.callId === 'cli-1' && c.entries.length === 4));
+
+    const failed = JSON.parse((await cli(['calls', '--since', '1h', '--status', 'failed', '--json'])).out) as { calls: { callId: string; sinks: Record<string, string> }[] };
+    assert.deepEqual(failed.calls.map((c) => c.callId), ['perm-1']);
+    const skipped = await cli(['calls', '--since', '1h', '--status', 'skipped', '--sink', 'archive']);
+    assert.match(skipped.out, /^\S+Z +skip-1 +ai-agent +\+49211\*\*\*\*340 → \S+ +archive:skipped$/m);
+    assert.doesNotMatch(skipped.out, /ok-1|perm-1/);
+    const all = JSON.parse((await cli(['calls', '--since', '1h', '--number', CALLER, '--json'])).out) as { calls: { callId: string }[] };
+    assert.ok(['ok-1', 'flaky-1', 'perm-1', 'skip-1', 'cli-1'].every((id) => all.calls.some((c) => c.callId === id)));
+    assert.equal(JSON.parse((await cli(['calls', '--since', '1h', '--number', '+4915199999999', '--json'])).out).calls.length, 0);
+    assert.equal(JSON.parse((await cli(['calls', '--since', '1h', '--sink', 'nowhere', '--json'])).out).calls.length, 0);
+
+    const missing = await cli(['call', 'no-such-call']);
+    assert.equal(missing.code, 1);
+    assert.match(missing.err, /no call found for "no-such-call"/);
+    const bad = await cli(['calls', '--since', 'yesterday-ish']);
+    assert.equal(bad.code, 2);
+    assert.match(bad.err, /--since must be a duration/);
+    assert.equal((await cli(['calls', '--since', '2h', '--status', 'lost'])).code, 2);
   });
 });

@@ -15,6 +15,7 @@ import { checkSink } from './sink-queue.js';
 import { CliFailure, connectRedis, connectRedisTo } from './redis.js';
 import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
+import { callCommand, callsCommand, callsHelp } from './calls.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
@@ -28,6 +29,9 @@ Commands:
   check-config [--json]                      validate the environment and config file, print the routes
   dlq list|retry|purge [--queue Q] [--id ID] inspect and act on the dead letters (failed jobs)
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
+  call <callId|jobId|+number> [--json]       what happened to a call: its timeline, every sink attempt
+  calls --since 2h [--sink S] [--status failed|skipped|pending|done] [--number +49…]
+                                             list the calls of a time range with each sink's state
   send-sample [--url URL]                    post a sample call-data webhook to a running callsync
   opt-out add|remove|list [NUMBER...]        numbers that never get an SMS
   backfill --from ISO --to ISO [--sink NAME] [--dry-run]
@@ -160,6 +164,7 @@ Options:
   --dry-run                 count what would be copied; write nothing
   --force                   copy although the source still has undelivered work (it stays behind)
   -h, --help                show this help`,
+  ...callsHelp,
 } as const;
 
 type Command = keyof typeof help;
@@ -387,6 +392,17 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         }
       } finally {
         source.disconnect();
+      }
+    }
+    case 'call':
+    case 'calls': {
+      if (args.includes('-h') || args.includes('--help')) return (io.out(help[command]), 0);
+      const config = configFrom(io.env);
+      const redis = await connectRedis(config);
+      try {
+        return await (command === 'call' ? callCommand : callsCommand)(config, redis, args, io);
+      } finally {
+        redis.disconnect();
       }
     }
     default:
