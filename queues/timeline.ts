@@ -507,3 +507,44 @@ export function describeEntry(e: TimelineEntry): string {
       return '';
   }
 }
+
+const STATUSES = ['failed', 'skipped', 'pending', 'done'] as const;
+
+/** A bad query parameter; the message starts with the parameter's name. */
+export class CallQueryError extends Error {
+  constructor(
+    readonly param: string,
+    message: string,
+  ) {
+    super(`${param} ${message}`);
+    this.name = 'CallQueryError';
+  }
+}
+
+/** A call query from named values (`since`, `until`, `sink`, `status`, `number`, `limit`); throws CallQueryError. */
+export function parseCallQuery(values: Record<string, string | boolean | undefined>, now: number = Date.now()): CallQuery {
+  const text = (name: string) => (typeof values[name] === 'string' ? (values[name] as string) : undefined);
+  const sinceText = text('since');
+  if (sinceText === undefined) throw new CallQueryError('since', 'is required (e.g. 2h, 7d, or an ISO time)');
+  const since = parseSince(sinceText, now);
+  if (since === null) throw new CallQueryError('since', `must be a duration (30m, 2h, 7d) or an ISO time, got "${sinceText}"`);
+  const untilText = text('until');
+  const until = untilText === undefined ? now : parseSince(untilText, now);
+  if (until === null) throw new CallQueryError('until', `must be an ISO time or a duration ago, got "${untilText}"`);
+  const status = text('status');
+  if (status !== undefined && !(STATUSES as readonly string[]).includes(status)) throw new CallQueryError('status', `must be one of ${STATUSES.join(', ')}, got "${status}"`);
+  const limitText = text('limit');
+  const limit = limitText === undefined ? 50 : Number(limitText);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new CallQueryError('limit', `must be a whole number from 1 to 1000, got "${limitText}"`);
+  const number = text('number');
+  if (number !== undefined && !/^\+\d[\d\s\-()./]{4,}$/.test(number.trim())) throw new CallQueryError('number', 'must be a phone number in E.164 (+4915112345678)');
+  const sink = text('sink');
+  return { since, until, limit, ...(sink ? { sink } : {}), ...(status ? { status: status as CallQuery['status'] } : {}), ...(number ? { number } : {}) };
+}
+
+/** The calls a reference names (see `CallTimeline.resolve`), newest first, at most `max`, each with its timeline. */
+export async function callsNamed(timeline: CallTimeline, ref: string, max = 20): Promise<(CallSummary & { entries: TimelineEntry[] })[]> {
+  const ids = (await timeline.resolve(ref)).slice(0, max);
+  const found = await Promise.all(ids.map(async (id) => ({ id, entries: await timeline.read(id) })));
+  return found.filter((c) => c.entries.length > 0).map((c) => ({ ...summarize(c.id, c.entries), entries: c.entries }));
+}

@@ -3,7 +3,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys } from '../../queues/keys.js';
-import { CallTimeline, describeEntry, findCalls, parseSince, sinkLabel, summarize, type CallQuery, type CallSummary } from '../../queues/timeline.js';
+import { callsNamed, CallQueryError, CallTimeline, describeEntry, findCalls, parseCallQuery, sinkLabel, type CallQuery, type CallSummary } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { table, UsageError, type CliIo } from './io.js';
 
@@ -36,8 +36,6 @@ Options:
   -h, --help    show this help`,
 } as const;
 
-const STATUSES = ['failed', 'skipped', 'pending', 'done'] as const;
-
 const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
 
 function timelineOf(config: Config, redis: RedisClient): CallTimeline {
@@ -63,24 +61,21 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
   if (values.help) return (io.out(callsHelp.call), 0);
   if (positionals.length !== 1) throw new UsageError('expected one call id, job id or +number');
   const ref = positionals[0]!;
-  const timeline = timelineOf(config, redis);
-  const ids = (await timeline.resolve(ref)).slice(0, 20);
-  const found = (await Promise.all(ids.map(async (id) => ({ id, entries: await timeline.read(id) })))).filter((c) => c.entries.length > 0);
+  const found = await callsNamed(timelineOf(config, redis), ref);
   if (values.json) {
-    io.out(JSON.stringify({ calls: found.map((c) => ({ ...summarize(c.id, c.entries), entries: c.entries })) }, null, 2));
+    io.out(JSON.stringify({ calls: found }, null, 2));
     return found.length > 0 ? 0 : 1;
   }
   if (found.length === 0) {
     io.err(`no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.env.CALL_TIMELINE_TTL_DAYS} days)`);
     return 1;
   }
-  for (const [n, c] of found.entries()) {
-    const s = summarize(c.id, c.entries);
+  for (const [n, s] of found.entries()) {
     if (n > 0) io.out('');
-    io.out(`call ${s.callId ?? '?'} (${s.source ?? '?'}, ${s.direction ?? '?'}, ${s.from ?? 'anonymous'} → ${s.to ?? '?'})  id ${c.id}`);
+    io.out(`call ${s.callId ?? '?'} (${s.source ?? '?'}, ${s.direction ?? '?'}, ${s.from ?? 'anonymous'} → ${s.to ?? '?'})  id ${s.id}`);
     io.out(`sinks: ${sinkColumn(s)}`);
     const rows = [['time', 'event', 'sink', 'try', 'detail']];
-    for (const e of c.entries) rows.push([iso(e.at), e.event, e.sink ? sinkLabel(e) : '', e.attempt === undefined ? '' : String(e.attempt), describeEntry(e)]);
+    for (const e of s.entries) rows.push([iso(e.at), e.event, e.sink ? sinkLabel(e) : '', e.attempt === undefined ? '' : String(e.attempt), describeEntry(e)]);
     for (const line of table(rows)) io.out(line);
   }
   return 0;
@@ -115,23 +110,12 @@ export async function callsCommand(config: Config, redis: RedisClient, args: str
   return 0;
 }
 
-/** The query of `calls` options (the same names as the JSON API's parameters); UsageError when one is bad. */
+/** The query of `calls` options (the JSON API's parameters have the same names); UsageError when one is bad. */
 export function callQuery(values: Record<string, string | boolean | undefined>, now: number = Date.now()): CallQuery {
-  const text = (name: string) => (typeof values[name] === 'string' ? (values[name] as string) : undefined);
-  const sinceText = text('since');
-  if (sinceText === undefined) throw new UsageError('--since is required (e.g. 2h, 7d, or an ISO time)');
-  const since = parseSince(sinceText, now);
-  if (since === null) throw new UsageError(`--since must be a duration (30m, 2h, 7d) or an ISO time, got "${sinceText}"`);
-  const untilText = text('until');
-  const until = untilText === undefined ? now : parseSince(untilText, now);
-  if (until === null) throw new UsageError(`--until must be an ISO time or a duration ago, got "${untilText}"`);
-  const status = text('status');
-  if (status !== undefined && !(STATUSES as readonly string[]).includes(status)) throw new UsageError(`--status must be one of ${STATUSES.join(', ')}, got "${status}"`);
-  const limitText = text('limit');
-  const limit = limitText === undefined ? 50 : Number(limitText);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new UsageError(`--limit must be a whole number from 1 to 1000, got "${limitText}"`);
-  const number = text('number');
-  if (number !== undefined && !/^\+\d[\d\s\-()./]{4,}$/.test(number.trim())) throw new UsageError('--number must be a phone number (+4915112345678)');
-  const sink = text('sink');
-  return { since, until, limit, ...(sink ? { sink } : {}), ...(status ? { status: status as CallQuery['status'] } : {}), ...(number ? { number } : {}) };
+  try {
+    return parseCallQuery(values, now);
+  } catch (err) {
+    if (err instanceof CallQueryError) throw new UsageError(`--${err.message}`);
+    throw err;
+  }
 }

@@ -7,6 +7,8 @@ import type { Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import { errorBody } from '../ingress/errors.js';
 import { pausedQueues } from '../../queues/disabled.js';
+import type { CallTimeline } from '../../queues/timeline.js';
+import { CALLS_API_PATH, callsApi } from './calls-api.js';
 import { requestLog } from '../log.js';
 import { renderMetrics } from '../metrics.js';
 import { authConfigured, operatorAuth, type OperatorAuthOptions } from './auth.js';
@@ -38,6 +40,8 @@ export interface OpsAppOptions {
   metricsToken?: string;
   /** For /readyz: true when ready; false when Redis does not answer; a text: not ready, for that reason. */
   ready: () => Promise<boolean | string>;
+  /** The calls' timelines: with the dashboard on, served as JSON at /api/calls behind its credentials. */
+  calls?: CallTimeline;
   /** True once shutdown started: /readyz answers 503 so load balancers stop sending. */
   stopping?: () => boolean;
 }
@@ -106,6 +110,13 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     app.all(`${DASHBOARD_PATH}/*`, serveBoard);
   }
 
+  const calls = dashboard ? options.calls : undefined;
+  if (calls) {
+    app.use(CALLS_API_PATH, operatorAuth(auth));
+    app.use(`${CALLS_API_PATH}/*`, operatorAuth(auth));
+    app.route('/', callsApi(calls));
+  }
+
   app.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));
   app.onError((err, c) => {
     requestLog(options.log, c.get('requestId')).error({ err }, 'unexpected error in ops endpoint');
@@ -115,6 +126,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   const owns = (path: string) =>
     path === '/metrics' ||
     (dashboard && (path === DASHBOARD_PATH || path.startsWith(`${DASHBOARD_PATH}/`))) ||
+    (calls !== undefined && (path === CALLS_API_PATH || path.startsWith(`${CALLS_API_PATH}/`))) ||
     (login !== null && (path === LOGIN_PATH || path === LOGOUT_PATH));
   return { app, dashboard, owns };
 }
