@@ -9,6 +9,7 @@ import { errorBody } from '../ingress/errors.js';
 import { pausedQueues } from '../../queues/disabled.js';
 import type { CallTimeline } from '../../queues/timeline.js';
 import { CALLS_API_PATH, callsApi } from './calls-api.js';
+import { callsPage } from './calls-page.js';
 import { requestLog } from '../log.js';
 import { renderMetrics } from '../metrics.js';
 import { authConfigured, operatorAuth, type OperatorAuthOptions } from './auth.js';
@@ -20,6 +21,8 @@ import { createSessions } from './session.js';
 export const DASHBOARD_PATH = '/admin/queues';
 /** The login page (with a password configured) and the logout; the session cookie's path is /admin. */
 export const LOGIN_PATH = '/admin/login';
+/** The dashboard's Calls page: a call's timeline, by call id, job id or number. */
+export const CALLS_PAGE_PATH = `${DASHBOARD_PATH}/calls`;
 export const LOGOUT_PATH = '/admin/logout';
 const ADMIN_PATH = '/admin';
 
@@ -92,10 +95,13 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   if (login) {
     app.route('/', loginRoutes({ ...login, loginPath: LOGIN_PATH, logoutPath: LOGOUT_PATH, dashboardPath: DASHBOARD_PATH, cookiePath: ADMIN_PATH }));
   }
+  const calls = dashboard ? options.calls : undefined;
   if (dashboard) {
     app.use(`${DASHBOARD_PATH}/*`, operatorAuth(auth));
     app.use(DASHBOARD_PATH, operatorAuth(auth));
     app.get(`${DASHBOARD_PATH}/`, (c) => c.redirect(DASHBOARD_PATH));
+    // The Calls page (./calls-page.ts), before Bull Board takes the rest of the path.
+    if (calls) app.route('/', callsPage({ timeline: calls, queues: options.queues, path: CALLS_PAGE_PATH, dashboardPath: DASHBOARD_PATH }));
     // Bull Board (and ejs) is imported only when the dashboard is on: ~25 MB a process without it
     // saves. The import starts now, so the first page does not wait for it (and a failure shows early).
     const board = import('./dashboard.js').then(({ createDashboard }) => {
@@ -110,7 +116,6 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     app.all(`${DASHBOARD_PATH}/*`, serveBoard);
   }
 
-  const calls = dashboard ? options.calls : undefined;
   if (calls) {
     app.use(CALLS_API_PATH, operatorAuth(auth));
     app.use(`${CALLS_API_PATH}/*`, operatorAuth(auth));
