@@ -127,15 +127,31 @@ end
 return 1
 `;
 
-type WithScript = RedisClient & {
-  callsyncTimeline?(numKeys: number, ...args: (string | number)[]): Promise<number>;
-};
+/** One entry appended to each of several timelines (KEYS[i] gets ARGV[i + 2]): a batch in one command. */
+const APPEND_MANY = `
+local max = -tonumber(ARGV[1])
+for i = 1, #KEYS do
+  redis.call('RPUSH', KEYS[i], ARGV[i + 2])
+  redis.call('LTRIM', KEYS[i], max, -1)
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+return #KEYS
+`;
 
-function scripted(redis: RedisClient): Required<Pick<WithScript, 'callsyncTimeline'>> {
-  const r = redis as WithScript;
-  if (!r.callsyncTimeline) redis.defineCommand('callsyncTimeline', { lua: APPEND_AND_INDEX });
-  return r as Required<Pick<WithScript, 'callsyncTimeline'>>;
+interface TimelineScripts {
+  callsyncTimeline(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  callsyncTimelineMany(numKeys: number, ...args: (string | number)[]): Promise<number>;
 }
+
+function scripted(redis: RedisClient): TimelineScripts {
+  const r = redis as RedisClient & Partial<TimelineScripts>;
+  if (!r.callsyncTimeline) redis.defineCommand('callsyncTimeline', { lua: APPEND_AND_INDEX });
+  if (!r.callsyncTimelineMany) redis.defineCommand('callsyncTimelineMany', { lua: APPEND_MANY });
+  return r as RedisClient & TimelineScripts;
+}
+
+/** Timelines appended to by one command at most (a fan-out batch). */
+const MAX_BATCH = 200;
 
 export interface CallTimelineOptions {
   /** CALL_TIMELINE_TTL_DAYS. */
@@ -159,8 +175,20 @@ function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'from
   return maskDigitRuns(scrubbed.replace(/\s+/g, ' ').trim()).slice(0, MAX_REASON);
 }
 
+/** HMACs of recent numbers (the own numbers of a deployment recur on most calls), by key. */
+const hmacs = new WeakMap<Buffer, Map<string, string>>();
+const MAX_CACHED_HMACS = 1000;
+
 function hmac(key: Buffer, number: string): string {
-  return createHmac('sha256', key).update(number).digest('hex').slice(0, 40);
+  let cache = hmacs.get(key);
+  if (!cache) hmacs.set(key, (cache = new Map()));
+  let value = cache.get(number);
+  if (value === undefined) {
+    value = createHmac('sha256', key).update(number).digest('hex').slice(0, 40);
+    if (cache.size >= MAX_CACHED_HMACS) cache.clear();
+    cache.set(number, value);
+  }
+  return value;
 }
 
 /** A normalized phone number for the index: `+` and digits. */
@@ -300,27 +328,57 @@ export class CallTimeline {
 
   /** The call was fanned out: the routes that matched and the sinks they name. Never rejects. */
   fannedOut(call: Pick<CanonicalCall, 'key'>, info: { jobId: string; routes: string[]; sinks: string[] }): Promise<void> {
-    return this.append(timelineId(call), { event: 'fanned-out', jobId: info.jobId, routes: info.routes, sinks: info.sinks });
+    return this.fannedOutMany([{ call, ...info }]);
   }
 
-  /** A sink event; `reason` is made safe here (redacted, the call's numbers masked). Never rejects. */
-  sinkEvent(call: CanonicalCall, entry: Omit<TimelineEntry, 'at'>): Promise<void> {
+  /** A batch fanned out: one command per MAX_BATCH calls on the one-slot layout, one per call when spread. Never rejects. */
+  async fannedOutMany(list: readonly { call: Pick<CanonicalCall, 'key'>; jobId: string; routes: string[]; sinks: string[] }[]): Promise<void> {
+    const at = this.now();
+    const items = list.map(({ call, jobId, routes, sinks }) => ({ id: timelineId(call), entry: { at, event: 'fanned-out' as const, jobId, routes, sinks } }));
+    if (this.keys.layout !== 'one-slot' || items.length === 1) {
+      await Promise.all(items.map((i) => this.append(i.id, i.entry)));
+      return;
+    }
+    try {
+      const script = scripted(this.redis);
+      const sends: Promise<number>[] = [];
+      for (let i = 0; i < items.length; i += MAX_BATCH) {
+        const part = items.slice(i, i + MAX_BATCH);
+        sends.push(script.callsyncTimelineMany(part.length, ...part.map((p) => this.key(p.id)), this.maxEntries, this.ttlMs, ...part.map((p) => JSON.stringify(p.entry))));
+      }
+      await Promise.all(sends);
+    } catch (err) {
+      this.failed(err);
+    }
+  }
+
+  /**
+   * A sink event; `reason` is made safe here (redacted, the call's numbers masked). `id`: the call
+   * hash when known (a sink job id begins with it). Never rejects.
+   */
+  sinkEvent(call: CanonicalCall, entry: Omit<TimelineEntry, 'at'>, id?: string): Promise<void> {
     const safe: Omit<TimelineEntry, 'at'> = { ...entry };
     if (safe.reason !== undefined) safe.reason = safeText(safe.reason, call);
     if (safe.refs) safe.refs = Object.fromEntries(Object.entries(safe.refs).map(([k, v]) => [k, scrubNumbers(String(v), call)]));
-    return this.append(timelineId(call), safe);
+    return this.append(id ?? timelineId(call), safe);
   }
 
-  /** The entries of a call's timeline, oldest first (an empty list: none, or expired). */
+  /**
+   * The entries of a call's timeline, oldest first (an empty list: none, or expired). The ingress
+   * and the workers write over different connections (on a cluster a first write to a node may
+   * wait for its connection): by time, a receipt before what happened at the same millisecond.
+   */
   async read(id: string): Promise<TimelineEntry[]> {
     const raw = await this.redis.lrange(this.key(id), 0, -1);
-    return raw.flatMap((text) => {
+    const entries = raw.flatMap((text) => {
       try {
         return [JSON.parse(text) as TimelineEntry];
       } catch {
         return [];
       }
     });
+    const rank = (e: TimelineEntry) => (e.event === 'received' ? 0 : 1);
+    return entries.sort((a, b) => a.at - b.at || rank(a) - rank(b));
   }
 
   /** Call hashes received between `from` and `to` (epoch ms), newest first, at most `limit`. */

@@ -17,7 +17,7 @@ import { renderMetrics } from '../src/metrics.js';
 import { runnerMetrics } from '../workers/metric-events.js';
 import { webhookPayload } from './support/calls.js';
 import { memoryLog, postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
-import { REDIS_URL, waitFor } from './support/redis.js';
+import { REDIS_URL, testRedis, waitFor } from './support/redis.js';
 import { runCli } from '../src/cli/index.js';
 
 const CALLER = '+492116355340';
@@ -65,7 +65,8 @@ describe('the timeline of a call', () => {
     assert.ok(id, `${ackId} names a call`);
     return waitFor(async () => {
       const entries = await timeline.read(id);
-      return entries.at(-1)?.event === last ? entries : null;
+      // The receipt comes over the ingress' connection, the rest over the worker's: both written.
+      return entries.at(-1)?.event === last && entries.some((e) => e.event === 'received') ? entries : null;
     }, { timeoutMs: 20_000, what: `${ackId} ending in ${last}` }).catch(async (err: unknown) => {
       throw new Error(`${(err as Error).message}; the timeline: ${JSON.stringify(await timeline.read(id))}`);
     });
@@ -150,7 +151,8 @@ describe('the timeline of a call', () => {
   async function cli(argv: string[]): Promise<{ code: number | 'running'; out: string; err: string }> {
     const out: string[] = [];
     const err: string[] = [];
-    const code = await runCli(argv, { env: { REDIS_URL, QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir }, out: (l) => out.push(l), err: (l) => err.push(l) });
+    const redisEnv = { REDIS_URL, ...(await testRedis()).env() };
+    const code = await runCli(argv, { env: { ...redisEnv, QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir }, out: (l) => out.push(l), err: (l) => err.push(l) });
     return { code, out: out.join('\n'), err: err.join('\n') };
   }
 

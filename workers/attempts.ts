@@ -8,7 +8,7 @@
 import type { Job } from 'bullmq';
 import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
-import { skipReason, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
+import { skipReason, timelineId, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
 import { endpointFromQueue, JobName, sinkNameFromQueue, type JobPayload, type RetryPolicy, type SinkDeliverJob } from '../queues/registry.js';
 
 /** Backoff delays drawn when a failure was recorded, by job id, until the runner's strategy takes them. */
@@ -54,9 +54,13 @@ export function recordAttempts<T extends JobPayload>(queueName: string, processo
     const call = data?.kind === JobName.sinkDeliver ? data.call : undefined;
     if (!call || typeof call.key !== 'string') return processor(job, signal);
     const base = { sink, ...(endpoint ? { endpoint } : {}), jobId: job.id ?? '', attempt: job.attemptsMade + 1 };
+    // A sink job's id begins with the call hash (queues/registry.ts sinkJobId): no hashing per event.
+    const id = /^[0-9a-f]{32}/.exec(base.jobId)?.[0] ?? timelineId(call);
     const started = Date.now();
-    // Sent at once, awaited with the outcome: a crash mid-attempt finds the start written.
-    const start = timeline.sinkEvent(call, { event: 'attempt', ...base });
+    // Each event is written to the socket when it happens (ioredis sends at once on a ready
+    // connection), before the queue hears of the outcome: a crash later finds it sent. Not awaited:
+    // a job waits for no timeline round trip (the timeline never fails the work, see sinkEvent).
+    void timeline.sinkEvent(call, { event: 'attempt', ...base }, id);
     let entry: Omit<TimelineEntry, 'at'>;
     try {
       const result = (await processor(job, signal)) as { status?: string; reason?: string; refs?: Record<string, string> } | undefined;
@@ -66,10 +70,10 @@ export function recordAttempts<T extends JobPayload>(queueName: string, processo
       } else {
         entry = { event: 'done', ...base, durationMs, ...(result?.refs ? { refs: result.refs } : {}), ...(result?.reason ? { reason: result.reason } : {}) };
       }
-      await Promise.all([start, timeline.sinkEvent(call, entry)]);
+      void timeline.sinkEvent(call, entry, id);
       return result;
     } catch (err) {
-      await Promise.all([start, timeline.sinkEvent(call, failureEntry(job, err, base, Date.now() - started, retries, maxDeferrals))]);
+      void timeline.sinkEvent(call, failureEntry(job, err, base, Date.now() - started, retries, maxDeferrals), id);
       throw err;
     }
   };

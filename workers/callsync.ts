@@ -92,7 +92,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       options.telephony !== undefined ? options.telephony : config.telephony ? createTelephonyClient(config.telephony) : null;
     const timeline = (conn: RedisClient) =>
       new CallTimeline(conn, redisKeys(config.redis), { ttlDays: config.env.CALL_TIMELINE_TTL_DAYS, indexSecret: config.env.CALL_INDEX_SECRET, log });
-    const timelines = { producer: timeline(redis.producer), worker: timeline(redis.worker) };
+    const timelines = options.timelines === false ? {} : { producer: timeline(redis.producer), worker: timeline(redis.worker) };
     const deps: RoleDeps = {
       config,
       options,

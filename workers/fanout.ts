@@ -102,11 +102,15 @@ export function createHandOverProcessor(sink: string, endpoints: readonly Endpoi
   };
 }
 
-/** The call's `fanned-out` event: the routes that matched (by name, else `#<n>`) and their sinks. Never rejects. */
-function noteFannedOut(deps: FanOutDeps, call: CanonicalCall, sinks: string[]): Promise<void> {
-  if (!deps.timeline) return Promise.resolve();
+/** What the call's `fanned-out` event says: the routes that matched (by name, else `#<n>`) and their sinks. */
+function fannedOutInfo(deps: FanOutDeps, call: CanonicalCall, sinks: string[]) {
   const routes = deps.routes.flatMap((route, i) => (routeMatches(route, call) ? [route.name ?? `#${i + 1}`] : []));
-  return deps.timeline.fannedOut(call, { jobId: sinkJobId(call), routes, sinks });
+  return { call, jobId: sinkJobId(call), routes, sinks };
+}
+
+/** The call's `fanned-out` event. Never rejects. */
+function noteFannedOut(deps: FanOutDeps, call: CanonicalCall, sinks: string[]): Promise<void> {
+  return deps.timeline ? deps.timeline.fannedOut(call, fannedOutInfo(deps, call, sinks)) : Promise.resolve();
 }
 
 /** Fan-out of one BullMQ `inbound` job: the dead letters of the log (see above), retried by operators. */
@@ -374,7 +378,7 @@ class LogFanOut implements RunningLogFanOut {
     // Redis away outweighs a data error: the whole batch waits for it.
     if (errors.length > 0) throw errors.find(isRedisUnavailable) ?? errors[0];
     // Before the entries leave the log: a crash here fans them out (and notes them) again.
-    if (fanned.length > 0) await Promise.all(fanned.map(([call, sinks]) => noteFannedOut(this.options, call, sinks)));
+    if (fanned.length > 0 && this.options.timeline) await this.options.timeline.fannedOutMany(fanned.map(([call, sinks]) => fannedOutInfo(this.options, call, sinks)));
     const kept = new Set(entries.map((e) => e.entryId));
     for (const [entry, reason] of dead) if (!(await this.deadLetter(entry, reason))) kept.delete(entry.entryId);
     await this.done([...kept]);

@@ -25,6 +25,8 @@ export interface CallsyncOptions {
   /** Extra middleware for the ingress (request ids, metrics, shutdown gate). */
   ingressBefore?: IngressDeps['before'];
   fanOutEvents?: LogFanOutEvents;
+  /** false: no call timelines are written (bench/timeline.ts measures their cost). Default true. */
+  timelines?: boolean;
   /** Wraps the acceptor (e.g. with a local spool). */
   wrapAcceptor?: (acceptor: CallAcceptor) => CallAcceptor;
 }
@@ -42,7 +44,7 @@ export interface RoleDeps {
   /** Queue runner settings shared by every worker of this process. */
   runner: RunnerOptions;
   /** The calls' timelines (queues/timeline.ts), written over the producer or the worker connection. */
-  timelines: { producer: CallTimeline; worker: CallTimeline };
+  timelines: { producer?: CallTimeline; worker?: CallTimeline };
 }
 
 export interface Role {
