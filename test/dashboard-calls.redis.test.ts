@@ -60,6 +60,23 @@ describe('dashboard: the Calls page', () => {
       body: JSON.stringify({ sink: 'archive' }),
     });
     assert.equal(notFailed.status, 409);
+
+    // Replay to one sink: a new job of its queue with the call; the timeline shows the new attempt.
+    const replay = await fetch(`${cs.url}/admin/queues/calls/${callHash('ai-agent:agent-1:ok-page-1')}/replay`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ sink: 'archive' }),
+    });
+    assert.equal(replay.status, 200, await replay.clone().text());
+    const { replayed } = (await replay.json()) as { replayed: { jobId: string } };
+    assert.match(replayed.jobId, /^[0-9a-f]{32}-replay-/);
+    await waitFor(() => sink.delivered.filter((id) => id === 'ok-page-1').length === 2, { what: 'the replay delivered' });
+    const unrouted = await fetch(`${cs.url}/admin/queues/calls/${callHash('ai-agent:agent-1:ok-page-1')}/replay`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ sink: 'hubspot' }),
+    });
+    assert.equal(unrouted.status, 404);
   });
 
   test('in a browser: search → call page → retry → the chip turns to done', async (t) => {

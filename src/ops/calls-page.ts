@@ -1,6 +1,6 @@
 // The dashboard's "Calls" page (/admin/queues/calls): search calls (call id, job id, number, time
 // range, sink state), a list with one status chip per sink, and a call's page with its timeline
-// (queues/timeline.ts) and the retry of a failed sink. Behind the dashboard's login and CSRF rules
+// (queues/timeline.ts), the retry of a failed sink and a replay to one sink. Behind the dashboard's login and CSRF rules
 // (./app.ts: operatorAuth on /admin/queues/*, sameOriginOnly: the retry is a same-origin JSON POST).
 import { randomBytes } from 'node:crypto';
 import { Hono, type Context } from 'hono';
@@ -98,11 +98,13 @@ ${calls.map((s) => html`<tr><td>${iso(s.receivedAt)}</td><td><a href="${path}/${
       return page(c, 'callsync: call not found', html`<h1>Call not found</h1><p>No timeline for ${id} (kept CALL_TIMELINE_TTL_DAYS).</p>`);
     }
     const failed = Object.entries(call.sinks).filter(([, state]) => state === 'failed').map(([sink]) => sink);
+    const settled = Object.entries(call.sinks).filter(([, state]) => state === 'done' || state === 'skipped').map(([sink]) => sink);
     const waiting = Object.values(call.sinks).some((state) => state === 'pending' || state === 'retrying');
     const body = html`<h1>Call ${call.callId ?? call.id}</h1>
 <p>${call.source ?? '?'}, ${call.direction ?? '?'}, ${call.from ?? 'anonymous'} → ${call.to ?? '?'}, received ${iso(call.receivedAt)}; job id <code>${call.id}</code></p>
 <p id="sinks">${chips(call)}</p>
-${failed.map((sink) => html`<p><button type="button" data-retry="${sink}">Retry ${sink}</button> <span class="err">${call.reasons[sink] ?? ''}</span></p>`)}
+${failed.map((sink) => html`<p><button type="button" data-action="retry" data-sink="${sink}">Retry ${sink}</button> <span class="err">${call.reasons[sink] ?? ''}</span></p>`)}
+<p>${settled.map((sink) => html`<button type="button" data-action="replay" data-sink="${sink}">Replay to ${sink}</button> `)}</p>
 <p id="message" role="status"></p>
 <table><thead><tr><th>time</th><th>event</th><th>sink</th><th>try</th><th>detail</th></tr></thead><tbody>
 ${call.entries.map((e) => html`<tr><td>${iso(e.at)}</td><td>${e.event}</td><td>${e.sink ? sinkLabel(e) : ''}</td><td>${e.attempt ?? ''}</td><td>${detail(e)}</td></tr>`)}
@@ -110,11 +112,11 @@ ${call.entries.map((e) => html`<tr><td>${iso(e.at)}</td><td>${e.event}</td><td>$
     // Retry: a same-origin JSON POST (the CSRF rule of the ops endpoints); the page then refreshes
     // while a sink is pending, so a retried chip turns to its outcome.
     const script = `
-for (const b of document.querySelectorAll('button[data-retry]')) b.addEventListener('click', async () => {
+for (const b of document.querySelectorAll('button[data-action]')) b.addEventListener('click', async () => {
   b.disabled = true;
-  const res = await fetch(location.pathname + '/retry', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sink: b.dataset.retry }) });
+  const res = await fetch(location.pathname + '/' + b.dataset.action, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sink: b.dataset.sink }) });
   const out = await res.json().catch(() => ({}));
-  document.getElementById('message').textContent = res.ok ? 'retried ' + b.dataset.retry : ((out.errors && out.errors[0] && out.errors[0].detail) || 'retry failed');
+  document.getElementById('message').textContent = res.ok ? b.dataset.action + ': ' + b.dataset.sink : ((out.errors && out.errors[0] && out.errors[0].detail) || b.dataset.action + ' failed');
   if (res.ok) setTimeout(() => location.reload(), 700); else b.disabled = false;
 });
 ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
@@ -137,6 +139,25 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
     if (!(await job.isFailed())) return c.json(errorBody(409, `the job of "${sink}" is not in the dead letters (it is ${await job.getState()})`), 409);
     await job.retry('failed');
     return c.json({ retried: { sink, queue: queue.name, jobId: job.id } });
+  });
+
+  // Replays the call to one sink: its latest job's data as a new job of that sink's queue (sinks
+  // are idempotent: one that has it already may answer done or skipped without writing again).
+  app.post(`${path}/:id/replay`, async (c) => {
+    const id = c.req.param('id');
+    const body = (await c.req.json().catch(() => null)) as { sink?: unknown } | null;
+    const sink = typeof body?.sink === 'string' ? body.sink : null;
+    if (!sink) return c.json(errorBody(400, 'expected {"sink": "<sink or sink.endpoint>"}', '/sink'), 400);
+    const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
+    if (!call) return c.json(errorBody(404, `no call ${id}`), 404);
+    const last = call.entries.filter((e) => e.sink && e.jobId && sinkLabel(e) === sink).at(-1);
+    if (!last) return c.json(errorBody(404, `the call was never routed to "${sink}"`, '/sink'), 404);
+    const queue = queues.get(sinkQueueName(last.sink!, last.endpoint));
+    const job = queue ? await queue.getJob(last.jobId!) : undefined;
+    if (!queue || !job) return c.json(errorBody(404, `the job of "${sink}" is gone (done jobs are kept a day): replay from the archive with \`callsync replay\``), 404);
+    const replayId = `${last.jobId!.slice(0, 32)}-replay-${Date.now().toString(36)}`;
+    await queue.add(job.name, job.data, { jobId: replayId });
+    return c.json({ replayed: { sink, queue: queue.name, jobId: replayId } });
   });
 
   return app;
