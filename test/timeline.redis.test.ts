@@ -15,10 +15,13 @@ import { CallTimeline, summarize, type TimelineEntry } from '../queues/timeline.
 import { redisKeys } from '../queues/keys.js';
 import { renderMetrics } from '../src/metrics.js';
 import { runnerMetrics } from '../workers/metric-events.js';
-import { webhookPayload } from './support/calls.js';
+import { sampleCall, webhookPayload } from './support/calls.js';
 import { memoryLog, postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { REDIS_URL, testRedis, waitFor } from './support/redis.js';
 import { runCli } from '../src/cli/index.js';
+import { InboundAcceptor } from '../src/ingress/accept.js';
+import { callHash } from '../src/model/call.js';
+import { InboundLog } from '../queues/inbound.js';
 
 const CALLER = '+492116355340';
 
@@ -146,6 +149,21 @@ describe('the timeline of a call', () => {
     assert.ok(!keys.some((k) => k.includes('6355340')), 'no key holds the number');
     const ttl = await cs.redis.worker.pttl(timeline.key(id!));
     assert.ok(ttl > 29 * 24 * 3600_000 && ttl <= 30 * 24 * 3600_000, `expires after CALL_TIMELINE_TTL_DAYS (pttl ${ttl})`);
+  });
+
+  test('a call drained from the spool (acknowledged while Redis was away) says so', async () => {
+    // The spool's drainer accepts with the id it acknowledged with (src/ingress/spool.ts).
+    const acceptor = new InboundAcceptor(new InboundLog(cs.redis.producer, redisKeys(cs.config.redis)), { dedupeWindowMs: 60_000, timeoutMs: 5000, timeline });
+    const call = sampleCall('spooled-1');
+    const ackId = `${callHash(call.key)}-spooled1`;
+    const result = await acceptor.accept(call, { jobId: ackId });
+    assert.equal(result.id, ackId);
+    const entries = await settled(ackId, 'done');
+    assert.equal(entries[0]!.event, 'received');
+    assert.equal(entries[0]!.spooled, true);
+    assert.equal(entries[0]!.jobId, ackId);
+    const fresh = await post('not-spooled-1');
+    assert.equal((await settled(fresh, 'done'))[0]!.spooled, undefined);
   });
 
   async function cli(argv: string[]): Promise<{ code: number | 'running'; out: string; err: string }> {
