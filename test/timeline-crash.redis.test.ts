@@ -76,7 +76,8 @@ test('SIGKILL mid-delivery, restart: each timeline shows the attempt cut short a
     worker = startWorker(env);
     const timelines = await waitFor(async () => {
       const all = await Promise.all(ids.map((id) => timeline.read(id)));
-      return all.every((entries) => entries.some((e) => e.event === 'done' && e.sink === 'webhook')) ? all : null;
+      const ended = (entries: { event: string; sink?: string }[], sink: string) => entries.some((e) => e.event === 'done' && e.sink === sink);
+      return all.every((entries) => ended(entries, 'webhook') && ended(entries, 'archive')) ? all : null;
     }, { timeoutMs: 90_000, what: 'every call delivered to the webhook' });
     for (const entries of timelines) {
       const events = entries.map((e) => e.event);
@@ -85,6 +86,13 @@ test('SIGKILL mid-delivery, restart: each timeline shows the attempt cut short a
       const attempts = entries.filter((e) => e.event === 'attempt' && e.sink === 'webhook');
       assert.equal(attempts.length, 2, `both attempts shown: ${JSON.stringify(entries)}`);
       assert.equal(entries.filter((e) => e.sink === 'webhook').at(-1)?.event, 'done', 'the webhook attempts end in done');
+      // Complete: every sink the fan-out names ends in an outcome (done, skipped or dead-lettered).
+      const routed = entries.find((e) => e.event === 'fanned-out')!.sinks!;
+      assert.deepEqual([...routed].sort(), ['archive', 'webhook']);
+      for (const sink of routed) {
+        const last = entries.filter((e) => e.sink === sink).at(-1)?.event;
+        assert.ok(last === 'done' || last === 'skipped' || last === 'dead-lettered', `${sink} ends in an outcome, not ${last}`);
+      }
     }
   } finally {
     if (worker && worker.exitCode === null) {
