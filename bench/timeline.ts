@@ -7,6 +7,8 @@
 //
 //   BENCH_N=2000 BENCH_ROUNDS=2 npm run bench:timeline
 //   BENCH_SINK=archive   the real archive sink (a local folder: JSON, text and vCon per call) instead
+//   BENCH_OTEL=1         compare OpenTelemetry traces on and off instead (the timeline on in both),
+//                        exported to a local OTLP/HTTP receiver that accepts and drops them
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,11 +26,15 @@ import { CallTimeline } from '../queues/timeline.js';
 import { startCallsync } from '../workers/callsync.js';
 import { sampleCall } from '../test/support/calls.js';
 import { startPrivateRedis } from '../test/support/redis-server.js';
+import { startTracing, stopTracing } from '../src/telemetry.js';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 
 const N = Math.min(20_000, Number(process.env.BENCH_N ?? 2000));
 const ROUNDS = Math.min(5, Number(process.env.BENCH_ROUNDS ?? 2));
 /** `noop`: a sink that does nothing (the timeline's largest share); `archive`: the real archive sink into a local folder. */
 const SINK = process.env.BENCH_SINK === 'archive' ? 'archive' : 'noop';
+const OTEL = process.env.BENCH_OTEL === '1';
 
 class NoopSink implements Sink {
   readonly type = 'archive';
@@ -44,7 +50,18 @@ interface Result {
   cpuMsPerCall: number;
 }
 
-async function round(url: string, dir: string, timeline: boolean, index: number): Promise<Result> {
+/** One round with the feature under comparison on or off: the timeline, or (BENCH_OTEL=1) traces. */
+async function round(url: string, dir: string, on: boolean, index: number): Promise<Result> {
+  if (!OTEL) return timelineRound(url, dir, on, index);
+  if (on) await startTracing(process.env);
+  try {
+    return { ...(await timelineRound(url, dir, true, index)), timeline: on };
+  } finally {
+    if (on) await stopTracing();
+  }
+}
+
+async function timelineRound(url: string, dir: string, timeline: boolean, index: number): Promise<Result> {
   const prefix = `bench-tl-${index}`;
   const env = { REDIS_URL: url, QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'worker', OPS_PORT: 'off', ARCHIVE_DIR: dir, LOG_LEVEL: 'warn', WORKER_CONCURRENCY: '32' };
   const config = loadConfig(env);
@@ -80,6 +97,12 @@ async function round(url: string, dir: string, timeline: boolean, index: number)
 }
 
 const server = await startPrivateRedis();
+// BENCH_OTEL=1: a receiver that takes the exported spans and drops them.
+const collector = createServer((req, res) => req.resume().on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}')));
+if (OTEL) {
+  await new Promise<void>((r) => collector.listen(0, '127.0.0.1', r));
+  process.env.OTEL_EXPORTER_OTLP_ENDPOINT = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`;
+}
 const dir = await mkdtemp(join(tmpdir(), 'bench-timeline-'));
 try {
   const results: Result[] = [];
@@ -93,12 +116,14 @@ try {
     const of = results.filter((x) => x.timeline === on);
     return of.reduce((a, x) => a + x[key], 0) / of.length;
   };
+  const what = OTEL ? 'traces' : 'timeline';
   console.log(`calls per round: ${N}, rounds per mode: ${ROUNDS}, sink: ${SINK}`);
-  console.log('timeline  calls/s  CPU ms/call');
+  console.log(`${what.padEnd(8)}  calls/s  CPU ms/call`);
   for (const on of [false, true]) console.log(`${on ? 'on ' : 'off'}       ${mean(on, 'callsPerSecond').toFixed(0).padStart(7)}  ${mean(on, 'cpuMsPerCall').toFixed(3).padStart(11)}`);
   const overhead = (mean(true, 'cpuMsPerCall') / mean(false, 'cpuMsPerCall') - 1) * 100;
-  console.log(`timeline CPU overhead per call: ${overhead.toFixed(1)} % (budget: 10 %)`);
+  console.log(`${what} CPU overhead per call: ${overhead.toFixed(1)} % (budget: 10 %)`);
 } finally {
+  if (OTEL) collector.close();
   await server.stop();
   await rm(dir, { recursive: true, force: true });
 }

@@ -9,6 +9,7 @@ import type { Job } from 'bullmq';
 import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
 import { skipReason, timelineId, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
+import { traceAttempt } from '../src/telemetry.js';
 import { endpointFromQueue, JobName, sinkNameFromQueue, type JobPayload, type RetryPolicy, type SinkDeliverJob } from '../queues/registry.js';
 
 /** Backoff delays drawn when a failure was recorded, by job id, until the runner's strategy takes them. */
@@ -63,7 +64,13 @@ export function recordAttempts<T extends JobPayload>(queueName: string, processo
     void timeline.sinkEvent(call, { event: 'attempt', ...base }, id);
     let entry: Omit<TimelineEntry, 'at'>;
     try {
-      const result = (await processor(job, signal)) as { status?: string; reason?: string; refs?: Record<string, string> } | undefined;
+      type Result = { status?: string; reason?: string; refs?: Record<string, string> } | undefined;
+      const result = (await traceAttempt(
+        id,
+        base,
+        () => processor(job, signal) as Promise<Result>,
+        (r) => (r?.status === 'skipped' ? { outcome: 'skipped', skip: skipReason(r.reason) } : { outcome: 'done' }),
+      )) as Result;
       const durationMs = Date.now() - started;
       if (result?.status === 'skipped') {
         entry = { event: 'skipped', ...base, durationMs, reason: result.reason ?? 'skipped', skip: skipReason(result.reason) };

@@ -27,6 +27,7 @@ import { JobName, sinkJobId, type CallReceivedJob, type SinkDeliverJob } from '.
 import { inboundStreamKey, parseStoredCall, type InboundEntry, type InboundLog, type InboundShard } from '../queues/inbound.js';
 import { isRedisUnavailable } from '../queues/connection.js';
 import type { CallTimeline } from '../queues/timeline.js';
+import { traceFannedOut, tracingOn } from '../src/telemetry.js';
 
 /** The queue of one endpoint of a sink with endpoints (`sink-<sink>.<endpoint>`). */
 export interface EndpointQueue {
@@ -126,6 +127,7 @@ export function createFanOutProcessor(deps: FanOutDeps) {
       await Promise.all(jobs.map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
       await deps.replicated?.(jobs.map((j) => j.queue));
       await noteFannedOut(deps, call, sinks);
+      if (tracingOn()) traceFannedOut(sinkJobId(call).slice(0, 32), fannedOutInfo(deps, call, sinks), Date.now());
     } catch (err) {
       // The same data fails the same way on every attempt: a dead letter at once, with the reason.
       if (!isRedisUnavailable(err)) throw new PermanentError(`sink jobs of call ${call.callId} cannot be stored: ${describe(err)}`, { cause: err });
@@ -347,6 +349,7 @@ class LogFanOut implements RunningLogFanOut {
    * Throws when that fails (nothing of it acknowledged; sink jobs already added are harmless again).
    */
   private async together(entries: InboundEntry[], handled: Set<string>): Promise<void> {
+    const startedAt = Date.now();
     const byQueue = new Map<Queue<SinkDeliverJob>, PlannedJob['job'][]>();
     const dead: [InboundEntry, string][] = [];
     let jobs = 0;
@@ -360,7 +363,7 @@ class LogFanOut implements RunningLogFanOut {
       try {
         const p = plan(this.options, entry.call);
         planned = p.jobs;
-        if (this.options.timeline) fanned.push([entry.call, p.sinks]);
+        if (this.options.timeline || tracingOn()) fanned.push([entry.call, p.sinks]);
       } catch (err) {
         dead.push([entry, (err as Error).message]);
         continue;
@@ -378,7 +381,11 @@ class LogFanOut implements RunningLogFanOut {
     // Redis away outweighs a data error: the whole batch waits for it.
     if (errors.length > 0) throw errors.find(isRedisUnavailable) ?? errors[0];
     // Before the entries leave the log: a crash here fans them out (and notes them) again.
-    if (fanned.length > 0 && this.options.timeline) await this.options.timeline.fannedOutMany(fanned.map(([call, sinks]) => fannedOutInfo(this.options, call, sinks)));
+    if (fanned.length > 0) {
+      const infos = fanned.map(([call, sinks]) => fannedOutInfo(this.options, call, sinks));
+      if (tracingOn()) for (const info of infos) traceFannedOut(info.jobId.slice(0, 32), info, startedAt);
+      if (this.options.timeline) await this.options.timeline.fannedOutMany(infos);
+    }
     const kept = new Set(entries.map((e) => e.entryId));
     for (const [entry, reason] of dead) if (!(await this.deadLetter(entry, reason))) kept.delete(entry.entryId);
     await this.done([...kept]);

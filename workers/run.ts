@@ -1,6 +1,7 @@
 // Runs callsync as a process: start the roles, serve the ops endpoints, and on SIGTERM / SIGINT
 // shut down gracefully: refuse new requests (503), finish the ones inside, stop polling, let
 // workers finish their active jobs within SHUTDOWN_GRACE_MS, close queues and Redis, exit 0.
+import { startTracing, stopTracing } from '../src/telemetry.js';
 import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { startCallsync, type Callsync, type CallsyncOptions } from './callsync.js';
@@ -65,6 +66,7 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
         log.error({ graceMs }, 'shutdown grace period over: jobs still active will be retried once their lock expires');
         return 1;
       }
+      await stopTracing();
       log.info('stopped');
       return 0;
     })();
@@ -77,6 +79,8 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
 /** `callsync start`: runs until SIGTERM / SIGINT, then exits with the shutdown's code. */
 export async function runUntilSignalled(config: Config, log: Logger): Promise<void> {
   for (const warning of config.warnings) log.warn(warning);
+  // OTEL_EXPORTER_OTLP_ENDPOINT set: one trace per call (src/telemetry.ts); else nothing is loaded.
+  if (await startTracing(process.env)) log.info('OpenTelemetry traces on (OTEL_EXPORTER_OTLP_ENDPOINT)');
   const running = await startWithOperations({ config, log });
   log.info({ role: config.role, url: running.callsync.url, opsUrl: running.operations.url }, 'callsync started');
   let signalled = false;

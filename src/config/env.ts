@@ -179,6 +179,11 @@ const coreEnv = {
    * stored in clear. Default: a random key generated once and kept in Redis.
    */
   CALL_INDEX_SECRET: optionalString,
+  /**
+   * OTLP/HTTP endpoint for traces (`http://collector:4318`): set, callsync exports one trace per
+   * call (src/telemetry.ts). Read by the OpenTelemetry SDK, with the other standard OTEL_* variables.
+   */
+  OTEL_EXPORTER_OTLP_ENDPOINT: optionalString,
   /** Read by bin/callsync.js only: `1` runs the TypeScript source even when dist/ exists. */
   CALLSYNC_FROM_SOURCE: envEnum(['0', '1']),
 } satisfies EnvShape;

@@ -6,6 +6,8 @@ import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { every } from 'hono/combine';
 import type { Logger } from 'pino';
 import { requestLog } from '../log.js';
+import { callHash } from '../model/call.js';
+import { traceAccepted, tracingOn } from '../telemetry.js';
 import { aiAgentSource } from '../sources/ai-agent.js';
 import { SourceRefusal, SourceUnavailable, type Source, type SourceAccepted, type SourceRequest } from '../sources/types.js';
 import { QueueUnavailableError, type CallAcceptor } from './accept.js';
@@ -134,6 +136,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
     for (const { call, rawJson } of result.calls) {
       const r = await deps.acceptor.accept(call, { rawJson, requestId: c.get('requestId') });
       accepted.push(r);
+      if (tracingOn()) traceAccepted(callHash(call.key), { source: call.source, jobId: r.id, revision: r.duplicate ? 'duplicate' : r.update ? 'update' : 'new', spooled: r.spooled }, request.receivedAt.getTime());
       deps.events?.accepted?.(r.duplicate);
       const fields = { jobId: r.id, source: source.name, agentId: call.agentId };
       if (r.duplicate) requestLog(deps.log, c.get('requestId')).info(fields, 'duplicate webhook acknowledged');
