@@ -58,11 +58,58 @@ export async function isDisabled(queue: Queue): Promise<boolean> {
   return marker !== null && paused;
 }
 
-/** Re-enables the queue: the marker goes, the queue resumes. Answers the marker it removed, if any. */
+/** Re-enables the queue: the markers go (disabled, paused), the queue resumes. Answers the disabled marker it removed, if any. */
 export async function enableQueue(queue: Queue): Promise<DisabledMarker | null> {
   const marker = await disabledMarker(queue);
   const client = await queue.client;
-  await client.del(queue.toKey(MARKER));
+  await client.del(queue.toKey(MARKER), queue.toKey(PAUSE_MARKER));
   await queue.resume();
   return marker;
+}
+
+// A paused queue says why: the runner pauses a sink's queue when its remote rejects the credentials
+// (src/errors.ts AuthError) and keeps the reason and time beside it (`…:callsync-paused`), which
+// `callsync resume`, the dashboard and /readyz show. Resuming removes it.
+const PAUSE_MARKER = 'callsync-paused';
+
+/** Pauses the queue, keeping why (the redacted error, e.g. `HubSpot … answered 401: …`) and when. */
+export async function pauseQueue(queue: Queue, redis: RedisClient, reason: string, now: Date = new Date()): Promise<void> {
+  await redis.set(queue.toKey(PAUSE_MARKER), JSON.stringify({ reason, at: now.toISOString() } satisfies DisabledMarker));
+  await queue.pause();
+}
+
+export interface PauseState {
+  /** `disabled`: an endpoint that takes no more messages; `paused`: paused for `reason`, or by hand (no reason). */
+  state: 'disabled' | 'paused';
+  reason: string | null;
+  /** ISO time, when known. */
+  at: string | null;
+}
+
+/** Why a paused queue is paused (disabled, or paused with its stored reason, or by hand: no reason); null while it runs. */
+export async function pauseState(queue: Queue): Promise<PauseState | null> {
+  if (!(await queue.isPaused())) return null;
+  const disabled = await disabledMarker(queue);
+  if (disabled) return { state: 'disabled', reason: disabled.reason, at: disabled.at || null };
+  const client = await queue.client;
+  const paused = parse(await client.get(queue.toKey(PAUSE_MARKER)));
+  return { state: 'paused', reason: paused?.reason ?? null, at: paused?.at || null };
+}
+
+/** The paused queues among `queues`, each with why; a queue that does not answer within `timeoutMs` is left out. */
+export async function pausedQueues(queues: Iterable<Queue>, timeoutMs = 1000): Promise<({ queue: string } & PauseState)[]> {
+  const states = await Promise.all(
+    [...queues].map(async (queue) => {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), timeoutMs)));
+      const state = await Promise.race([pauseState(queue).catch(() => null), late]).finally(() => clearTimeout(timer));
+      return state ? { queue: queue.name, ...state } : null;
+    }),
+  );
+  return states.filter((s) => s !== null);
+}
+
+/** A pause state as one line: `paused: HubSpot … answered 401: … (since 2026-…)`, or `paused` (by hand). */
+export function describePause(p: PauseState): string {
+  return p.reason === null ? p.state : `${p.state}: ${p.reason}${p.at ? ` (since ${p.at})` : ''}`;
 }

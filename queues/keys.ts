@@ -83,6 +83,14 @@ export class RedisKeys {
     return new RedisKeys(this.prefix, this.layout, inboundShards);
   }
 
+  /**
+   * The timeline of one call (queues/timeline.ts), by its call hash: under the call's own hash tag
+   * `{QUEUE_PREFIX:call:<hash>}` on a spread cluster, so calls spread over the masters.
+   */
+  callTimeline(callHash: string): string {
+    return this.layout === 'spread' ? `{${this.prefix}:call:${callHash}}:timeline` : `${this.prefix}:call:${callHash}:timeline`;
+  }
+
   /** Where the layout of the inbound log (the shard count last used) is recorded. */
   layoutKey(): string {
     return `${this.area('layout')}:layout`;

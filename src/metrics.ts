@@ -61,6 +61,11 @@ export const metrics = {
   ),
 
   jobsCompleted: counter('callsync_jobs_completed_total', 'Jobs processed successfully, by queue and sink', ['queue', 'sink'] as const),
+  sinkJobs: counter(
+    'callsync_sink_jobs_total',
+    'Sink jobs by how they ended: done, skipped (a deliberate no-op, by reason: quiet-hours, opt-out, cooldown, landline, max-age, no-route, …) or failed (dead-lettered)',
+    ['sink', 'outcome', 'reason'] as const,
+  ),
   jobsFailed: counter('callsync_jobs_failed_total', 'Failed job attempts (retried or dead-lettered), by queue and sink', ['queue', 'sink'] as const),
   jobsRetried: counter('callsync_jobs_retried_total', 'Failed attempts that will be retried with backoff', ['queue', 'sink'] as const),
   jobsDeadLettered: counter('callsync_jobs_dead_lettered_total', 'Jobs moved to the dead letters (the failed set): permanent errors or attempts used up', ['queue', 'sink'] as const),

@@ -19,6 +19,7 @@ export const LAYERS: Record<string, number> = {
   'src/backoff': 0,
   'src/listen': 0,
   'src/env-values': 0,
+  'src/telemetry': 0,
   'src/model': 1,
   queues: 2,
   'src/routing': 2,

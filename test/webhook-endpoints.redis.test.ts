@@ -130,12 +130,21 @@ routes:
       assert.match(metrics, new RegExp(`callsync_queue_paused\\{queue="${A}",sink="hooks"\\} 1`));
       assert.match(metrics, new RegExp(`callsync_queue_paused\\{queue="${B}",sink="hooks"\\} 0`));
       assert.match(metrics, /callsync_webhook_endpoint_disabled\{sink="hooks",endpoint="a"\} 0/, 'paused for credentials, not disabled');
+      // The pause says why, wherever an operator looks: `callsync resume`, the dashboard, /readyz.
+      const listed = await cli(['resume']);
+      assert.match(listed.out, new RegExp(`^${A.replace('.', '\\.')}  paused: .*answered 401: bad api key.* \\(since \\d{4}-`, 'm'));
+      assert.match((await dashboardQueue(A)).description ?? '', /^Paused since \d{4}-.*answered 401: bad api key.*Resume the queue once the cause is fixed/);
+      const ready = (await (await fetch(`${cs.url}/readyz`)).json()) as { status: string; paused?: { queue: string; state: string; reason: string }[] };
+      assert.equal(ready.status, 'ready');
+      assert.deepEqual(ready.paused?.map((p) => [p.queue, p.state]), [[A, 'paused']]);
+      assert.match(ready.paused![0]!.reason, /answered 401: bad api key/);
     } finally {
       a.answer = null;
     }
     const resumed = await cli(['resume', '--queue', A]);
     assert.equal(resumed.code, 0);
-    assert.match(resumed.out, new RegExp(`resumed ${A.replace('.', '\\.')} \\(was paused\\)`));
+    assert.match(resumed.out, new RegExp(`resumed ${A.replace('.', '\\.')} \\(was paused: .*answered 401: bad api key`));
+    assert.equal(((await (await fetch(`${cs.url}/readyz`)).json()) as { paused?: unknown }).paused, undefined, 'resumed: no pause left to tell');
     await waitFor(() => received(a, 'ep-401-1') && received(a, 'ep-401-2'), { what: 'A got both calls after the resume' });
     for (const id of ['ep-401-1', 'ep-401-2']) assert.equal(b.records.get([...b.byCall.get(id)!][0]!)!.deliveries, 1, `B got ${id} once`);
   });

@@ -16,6 +16,8 @@ import { withRefreshTokenStore } from '../src/state/refresh-token.js';
 import { FingerprintHeartbeat } from '../src/state/config-fingerprint.js';
 import { routingFingerprint } from '../src/config/fingerprint.js';
 import { InboundLog } from '../queues/inbound.js';
+import { pausedQueues } from '../queues/disabled.js';
+import { CallTimeline } from '../queues/timeline.js';
 import { bullmqReady, createRedis, readyOnce, redisKeys, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
 import type { RunningLogFanOut } from './fanout.js';
 import type { RunnerOptions, RunningWorker } from './runner.js';
@@ -99,6 +101,9 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
           ? // A rotated OAuth refresh token is kept in Redis: a restart refreshes with it, not the environment's.
             createTelephonyClient({ ...withRefreshTokenStore(config.telephony, redis.worker, redisKeys(config.redis).telephonyOAuthKey()), log: log.child({ component: 'telephony' }) })
           : null;
+    const timeline = (conn: RedisClient) =>
+      new CallTimeline(conn, redisKeys(config.redis), { ttlDays: config.env.CALL_TIMELINE_TTL_DAYS, indexSecret: config.env.CALL_INDEX_SECRET, log });
+    const timelines = options.timelines === false ? {} : { producer: timeline(redis.producer), worker: timeline(redis.worker) };
     const deps: RoleDeps = {
       config,
       options,
@@ -107,7 +112,8 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       redisReached: readyOnce(redis.producer),
       inboundLog: new InboundLog(redis.producer, redisKeys(config.redis), config.ack),
       telephony,
-      runner: runnerOptions(config, redis.worker, options),
+      runner: { ...runnerOptions(config, redis.worker, options), timeline: timelines.worker },
+      timelines,
     };
 
     await waitForRedis(deps);
@@ -115,7 +121,13 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     // job or the poller a channel (what they took would be abandoned half-done by the failed
     // start). Until the worker role runs, the ingress stores calls for it (the fan-out picks them up).
     let worker: WorkerRole | null = null;
-    const ingress = runsIngress(config.role) ? await startIngressRole(deps, { fanOutStalled: () => worker?.fanOut.stalled() ?? null }) : null;
+    const ingress = runsIngress(config.role) ? await startIngressRole(deps, {
+          fanOutStalled: () => worker?.fanOut.stalled() ?? null,
+          readyDetail: async () => {
+            const paused = worker ? await pausedQueues(worker.queues.values()) : [];
+            return paused.length > 0 ? { paused } : {};
+          },
+        }) : null;
     if (ingress) closers.add('stop ingress role', () => ingress.close());
     worker = runsWorkers(config.role) ? await startWorkerRole(deps) : null;
     const workerRole = worker;

@@ -21,12 +21,14 @@ import type { RedisClient } from '../queues/connection.js';
 import type { Logger } from 'pino';
 import { logRepeated } from '../src/log.js';
 import type { CanonicalCall } from '../src/model/call.js';
-import { sinksFor } from '../src/routing/router.js';
+import { routeMatches, sinksFor } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
 import { PermanentError } from '../src/errors.js';
 import { JobName, sinkJobId, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { inboundStreamKey, parseStoredCall, type InboundEntry, type InboundLog, type InboundShard } from '../queues/inbound.js';
 import { isRedisUnavailable } from '../queues/connection.js';
+import type { CallTimeline } from '../queues/timeline.js';
+import { traceFannedOut, tracingOn } from '../src/telemetry.js';
 
 /** The queue of one endpoint of a sink with endpoints (`sink-<sink>.<endpoint>`). */
 export interface EndpointQueue {
@@ -55,6 +57,8 @@ export interface FanOutDeps {
    * again. Without it nothing waits.
    */
   replicated?: (queues: readonly Queue[]) => Promise<void>;
+  /** Where each call's `fanned-out` event is written (queues/timeline.ts); absent: nowhere. */
+  timeline?: CallTimeline;
 }
 
 interface PlannedJob {
@@ -105,6 +109,17 @@ export function createHandOverProcessor(sink: string, endpoints: readonly Endpoi
   };
 }
 
+/** What the call's `fanned-out` event says: the routes that matched (by name, else `#<n>`) and their sinks. */
+function fannedOutInfo(deps: FanOutDeps, call: CanonicalCall, sinks: string[]) {
+  const routes = deps.routes.flatMap((route, i) => (routeMatches(route, call) ? [route.name ?? `#${i + 1}`] : []));
+  return { call, jobId: sinkJobId(call), routes, sinks };
+}
+
+/** The call's `fanned-out` event. Never rejects. */
+function noteFannedOut(deps: FanOutDeps, call: CanonicalCall, sinks: string[]): Promise<void> {
+  return deps.timeline ? deps.timeline.fannedOut(call, fannedOutInfo(deps, call, sinks)) : Promise.resolve();
+}
+
 /** Fan-out of one BullMQ `inbound` job: the dead letters of the log (see above), retried by operators. */
 export function createFanOutProcessor(deps: FanOutDeps) {
   return async function fanOut(job: Job<CallReceivedJob>): Promise<{ sinks: string[] }> {
@@ -117,6 +132,8 @@ export function createFanOutProcessor(deps: FanOutDeps) {
     try {
       await Promise.all(jobs.map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
       await deps.replicated?.(jobs.map((j) => j.queue));
+      await noteFannedOut(deps, call, sinks);
+      if (tracingOn()) traceFannedOut(sinkJobId(call).slice(0, 32), fannedOutInfo(deps, call, sinks), Date.now());
     } catch (err) {
       // The same data fails the same way on every attempt: a dead letter at once, with the reason.
       if (!isRedisUnavailable(err)) throw new PermanentError(`sink jobs of call ${call.callId} cannot be stored: ${describe(err)}`, { cause: err });
@@ -338,9 +355,11 @@ class LogFanOut implements RunningLogFanOut {
    * Throws when that fails (nothing of it acknowledged; sink jobs already added are harmless again).
    */
   private async together(entries: InboundEntry[], handled: Set<string>): Promise<void> {
+    const startedAt = Date.now();
     const byQueue = new Map<Queue<SinkDeliverJob>, PlannedJob['job'][]>();
     const dead: [InboundEntry, string][] = [];
     let jobs = 0;
+    const fanned: [CanonicalCall, string[]][] = [];
     for (const entry of entries) {
       if (!entry.call) {
         dead.push([entry, 'inbound entry is not a readable call record']);
@@ -348,7 +367,9 @@ class LogFanOut implements RunningLogFanOut {
       }
       let planned: PlannedJob[];
       try {
-        planned = plan(this.options, entry.call).jobs;
+        const p = plan(this.options, entry.call);
+        planned = p.jobs;
+        if (this.options.timeline || tracingOn()) fanned.push([entry.call, p.sinks]);
       } catch (err) {
         dead.push([entry, (err as Error).message]);
         continue;
@@ -365,6 +386,12 @@ class LogFanOut implements RunningLogFanOut {
     const errors = added.flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []));
     // Redis away outweighs a data error: the whole batch waits for it.
     if (errors.length > 0) throw errors.find(isRedisUnavailable) ?? errors[0];
+    // Before the entries leave the log: a crash here fans them out (and notes them) again.
+    if (fanned.length > 0) {
+      const infos = fanned.map(([call, sinks]) => fannedOutInfo(this.options, call, sinks));
+      if (tracingOn()) for (const info of infos) traceFannedOut(info.jobId.slice(0, 32), info, startedAt);
+      if (this.options.timeline) await this.options.timeline.fannedOutMany(infos);
+    }
     const kept = new Set(entries.map((e) => e.entryId));
     for (const [entry, reason] of dead) if (!(await this.deadLetter(entry, reason))) kept.delete(entry.entryId);
     await this.done([...kept]);

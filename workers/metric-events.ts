@@ -6,6 +6,7 @@ import { sinkNameFromQueue } from '../queues/registry.js';
 import type { FanOutErrorKind, LogFanOutEvents } from './fanout.js';
 import type { PollerEvents } from './poller.js';
 import type { RunnerEvents } from './runner.js';
+import { skipReason } from '../queues/timeline.js';
 
 type Hooks = { [name: string]: ((...args: never[]) => void) | undefined };
 
@@ -72,14 +73,21 @@ export function fanOutMetrics(): LogFanOutEvents {
 /** Queue runner hooks recording the job counters and durations. */
 export function runnerMetrics(): RunnerEvents {
   return {
-    completed(queue, _job, durationMs) {
+    completed(queue, _job, durationMs, result) {
       const labels = { queue, sink: sinkOf(queue) };
       metrics.jobsCompleted.inc(labels);
       metrics.jobDuration.observe(labels, durationMs / 1000);
+      // A sink's delivery says done or skipped (a hand-over to endpoint queues says neither).
+      const status = (result as { status?: unknown } | undefined)?.status;
+      if (labels.sink && (status === 'done' || status === 'skipped')) {
+        const reason = status === 'skipped' ? skipReason((result as { reason?: string }).reason) : '';
+        metrics.sinkJobs.inc({ sink: labels.sink, outcome: status, reason });
+      }
     },
     failed(queue, _job, _err, final) {
       const labels = { queue, sink: sinkOf(queue) };
       metrics.jobsFailed.inc(labels);
+      if (final && labels.sink) metrics.sinkJobs.inc({ sink: labels.sink, outcome: 'failed', reason: '' });
       if (final) metrics.jobsDeadLettered.inc(labels);
       else metrics.jobsRetried.inc(labels);
     },

@@ -15,6 +15,7 @@ import { requestContext } from '../src/ops/request-context.js';
 import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.js';
 import { bullmqReady, createRedis, neverReachedReason, readyOnce, redisKeys, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
+import { CallTimeline } from '../queues/timeline.js';
 import { combineEvents, fanOutMetrics, ingressMetrics, runnerMetrics } from './metric-events.js';
 import { quitRedis, type CallsyncOptions } from './roles/lifecycle.js';
 
@@ -90,6 +91,7 @@ export function createOperations(options: OperationsOptions): Operations {
     auth: { username: env.ADMIN_USERNAME, password: env.ADMIN_PASSWORD, token: env.ADMIN_TOKEN },
     origins: env.ADMIN_ORIGIN,
     metricsToken: env.METRICS_TOKEN,
+    calls: new CallTimeline(connection, keys, { ttlDays: env.CALL_TIMELINE_TTL_DAYS, indexSecret: env.CALL_INDEX_SECRET, log }),
     ready: async () => {
       if (!fanOutStalled) return 'starting';
       const stalled = fanOutStalled;

@@ -1,6 +1,7 @@
 // Runs callsync as a process: start the roles, serve the ops endpoints, and on SIGTERM / SIGINT
 // shut down gracefully: refuse new requests (503), finish the ones inside, stop polling, let
 // workers finish their active jobs within SHUTDOWN_GRACE_MS, close queues and Redis, exit 0.
+import { startTracing, stopTracing } from '../src/telemetry.js';
 import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { startCallsync, type Callsync, type CallsyncOptions } from './callsync.js';
@@ -67,6 +68,7 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
         log.error({ graceMs }, 'shutdown grace period over: jobs still active will be retried once their lock expires');
         return 1;
       }
+      await stopTracing();
       log.info('stopped');
       return 0;
     })();
@@ -88,6 +90,8 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
   if (redis.origin === 'local') log.info({ redis: redis.where }, 'no Redis configured (REDIS_URL unset): using the one answering locally');
   if (redis.origin === 'private' && !redis.started) log.info({ redis: redis.where }, 'no Redis configured (REDIS_URL unset): sharing the private Redis another callsync process started');
   const config: Config = { ...configured, redis: redis.settings };
+  // OTEL_EXPORTER_OTLP_ENDPOINT set: one trace per call (src/telemetry.ts); else nothing is loaded.
+  if (await startTracing(process.env)) log.info('OpenTelemetry traces on (OTEL_EXPORTER_OTLP_ENDPOINT)');
   let running: RunningCallsync;
   try {
     running = await startWithOperations({ config, log });

@@ -11,11 +11,14 @@ import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
 import type { QueueLimit } from '../src/sinks/types.js';
 import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
-import { disableQueue } from '../queues/disabled.js';
+import { disableQueue, pauseQueue } from '../queues/disabled.js';
+import type { CallTimeline } from '../queues/timeline.js';
+import { PlannedRetries, recordAttempts } from './attempts.js';
 
 /** Hooks for metrics and tests; every one optional. */
 export interface RunnerEvents {
-  completed?(queue: string, job: Job, durationMs: number): void;
+  /** `result`: what the processor returned (a sink's `{ status, reason, refs }`). */
+  completed?(queue: string, job: Job, durationMs: number, result?: unknown): void;
   failed?(queue: string, job: Job | undefined, err: Error, final: boolean): void;
   deferred?(queue: string, job: Job, delayMs: number, scope: 'job' | 'queue'): void;
   paused?(queue: string, reason: string): void;
@@ -35,6 +38,8 @@ export interface RunnerOptions {
   events?: RunnerEvents;
   /** Steady rate limit of the whole queue (e.g. a CRM's requests per 10 s). */
   limit?: QueueLimit;
+  /** Each attempt of a sink job is written to its call's timeline (workers/attempts.ts); absent: not recorded. */
+  timeline?: CallTimeline;
 }
 
 export type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal) => Promise<unknown>;
@@ -60,6 +65,9 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
   const queue = new Queue(queueName, { connection: options.connection, prefix });
   queue.on('error', (err) => logRepeated(log, 'error', 'queue error', queueName, err));
 
+  // The backoff of a failure the timeline recorded was drawn there, with its next attempt's time.
+  const retries = new PlannedRetries(options.retry);
+  const run = options.timeline ? recordAttempts(queueName, processor, options.timeline, retries, MAX_DEFERRALS) : processor;
   const workerOptions: WorkerOptions = {
     connection: options.connection,
     prefix,
@@ -69,8 +77,10 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
     maxStalledCount: options.maxStalledCount,
     autorun: true,
     settings: {
-      backoffStrategy: (attemptsMade: number, type?: string) => {
+      backoffStrategy: (attemptsMade: number, type?: string, _err?: Error, job?: { id?: string }) => {
         if (type !== BACKOFF_STRATEGY) return 0;
+        const planned = retries.take(job);
+        if (planned !== undefined) return planned;
         const { schedule, backoffMs, maxBackoffMs } = options.retry;
         return schedule ? scheduleDelay(attemptsMade, schedule) : backoffDelay(attemptsMade, backoffMs, maxBackoffMs);
       },
@@ -88,8 +98,8 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
       // Built only when a failure is logged: a pino child per job costs more than the job's bookkeeping.
       const jobLog = () => log.child({ jobId: job.id, attempt: job.attemptsMade + 1 });
       try {
-        const result = await processor(job, signal ?? new AbortController().signal);
-        options.events?.completed?.(queueName, job, Date.now() - started);
+        const result = await run(job, signal ?? new AbortController().signal);
+        options.events?.completed?.(queueName, job, Date.now() - started, result);
         return result;
       } catch (err) {
         const kind = classify(err);
@@ -114,7 +124,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           const reason = describe(err);
           jobLog().error({ reason }, 'credentials rejected: pausing the queue until an operator resumes it');
           options.events?.paused?.(queueName, reason);
-          await queue.pause();
+          await pauseQueue(queue, options.connection, reason);
           await job.moveToDelayed(Date.now() + 1000, token);
           throw new DelayedError();
         }

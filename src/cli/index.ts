@@ -19,6 +19,7 @@ import { sampleOptions } from './sample.js';
 import { NoRedisError } from '../../queues/private-redis.js';
 import { forgetCommand, forgetHelp } from './forget.js';
 import { retentionCheckLines, retentionCommand, retentionHelp } from './retention.js';
+import { callCommand, callsCommand, callsHelp } from './calls.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
@@ -33,6 +34,9 @@ Commands:
   dlq list|retry|purge [--queue Q] [--id ID] [--call CALL]
                                              inspect and act on the dead letters (failed jobs)
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
+  call <callId|jobId|+number> [--json]       what happened to a call: its timeline, every sink attempt
+  calls --since 2h [--sink S] [--status failed|skipped|pending|done] [--number +49…]
+                                             list the calls of a time range with each sink's state
   send-sample [--url URL] [--from N] [--to N] [--direction in|out] [--outcome O]
                                              post a sample call to a running callsync
   opt-out add|remove|list [NUMBER...]        numbers that never get an SMS
@@ -191,6 +195,7 @@ Options:
   -h, --help                show this help`,
   forget: forgetHelp,
   retention: retentionHelp,
+  ...callsHelp,
 } as const;
 
 type Command = keyof typeof help;
@@ -445,6 +450,17 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       return forgetCommand(args, io, () => configFrom(io.env));
     case 'retention':
       return retentionCommand(args, io, () => configFrom(io.env));
+    case 'call':
+    case 'calls': {
+      if (args.includes('-h') || args.includes('--help')) return (io.out(help[command]), 0);
+      const config = configFrom(io.env);
+      const redis = await connectRedis(config);
+      try {
+        return await (command === 'call' ? callCommand : callsCommand)(config, redis, args, io);
+      } finally {
+        redis.disconnect();
+      }
+    }
     default:
       throw new UsageError(`unknown command "${String(command)}"`);
   }

@@ -5,7 +5,7 @@ import { Queue } from 'bullmq';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys } from '../../queues/keys.js';
 import type { Config } from '../config/index.js';
-import { disabledMarker, enableQueue } from '../../queues/disabled.js';
+import { describePause, enableQueue, pauseState } from '../../queues/disabled.js';
 import { resolveQueues } from './dlq.js';
 import type { CliIo } from './io.js';
 
@@ -15,10 +15,10 @@ export async function resume(config: Config, redis: RedisClient, queue: string |
   try {
     let paused = 0;
     for (const q of queues) {
-      if (!(await q.isPaused())) continue;
+      const state = await pauseState(q);
+      if (!state) continue;
       paused++;
-      const marker = await disabledMarker(q);
-      const why = marker ? `disabled: ${marker.reason}` : 'paused';
+      const why = describePause(state);
       if (queue === undefined) {
         io.out(`${q.name}  ${why}`);
         continue;

@@ -190,6 +190,18 @@ const coreEnv = {
   }),
   /** Bearer token required by /metrics. Default: none (Prometheus scrapes without credentials). */
   METRICS_TOKEN: optionalString,
+  /** Days a call's timeline (and its lookup entries) is kept after its last event ("Where is my call?"). Default 30. */
+  CALL_TIMELINE_TTL_DAYS: int(30, 1),
+  /**
+   * Key of the HMAC that indexes calls by phone number (`callsync calls --number`), so no number is
+   * stored in clear. Default: a random key generated once and kept in Redis.
+   */
+  CALL_INDEX_SECRET: optionalString,
+  /**
+   * OTLP/HTTP endpoint for traces (`http://collector:4318`): set, callsync exports one trace per
+   * call (src/telemetry.ts). Read by the OpenTelemetry SDK, with the other standard OTEL_* variables.
+   */
+  OTEL_EXPORTER_OTLP_ENDPOINT: optionalString,
   /** Read by bin/callsync.js only: `1` runs the TypeScript source even when dist/ exists. */
   CALLSYNC_FROM_SOURCE: envEnum(['0', '1']),
 } satisfies EnvShape;

@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { callHash, encodeCall, type CanonicalCall } from '../model/call.js';
 import type { AppendItem, AppendOutcome, InboundAppender } from '../../queues/inbound.js';
+import type { CallTimeline } from '../../queues/timeline.js';
 
 export interface AcceptResult {
   /** The id the call is acknowledged with; a duplicate gets the id of the call's first delivery. */
@@ -25,6 +26,8 @@ export interface AcceptOptions {
    * serializing the parsed payload again (the same JSON value, one copy of work less).
    */
   rawJson?: string;
+  /** The HTTP request's id, for the call's timeline. */
+  requestId?: string;
 }
 
 /** The call as JSON; with `rawJson`, its `raw` is that text verbatim. */
@@ -53,6 +56,8 @@ export interface InboundAcceptorOptions {
   maxBatch?: number;
   /** A batch is sent as soon as its records reach this many characters. Default 4 Mi. */
   maxBatchChars?: number;
+  /** Where each accepted call's `received` event is written (queues/timeline.ts); absent: nowhere. */
+  timeline?: CallTimeline;
 }
 
 export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
@@ -73,6 +78,8 @@ let sequence = 0;
 
 interface Waiting {
   item: AppendItem;
+  call: CanonicalCall;
+  options: AcceptOptions | undefined;
   resolve(result: AcceptResult): void;
   reject(err: unknown): void;
 }
@@ -103,7 +110,7 @@ export class InboundAcceptor implements CallAcceptor {
     return new Promise<AcceptResult>((resolve, reject) => {
       const encoded = encodeCall(call, options?.rawJson);
       const item: AppendItem = { dedupeId, id, call: encoded.json, content: encoded.contentHash };
-      this.batch.push({ item, resolve, reject });
+      this.batch.push({ item, call, options, resolve, reject });
       this.batchChars += item.call.length;
       if (this.batch.length >= this.maxBatch || this.batchChars >= this.maxBatchChars) this.flush();
       else if (this.batch.length === 1) setImmediate(() => this.flush());
@@ -129,6 +136,8 @@ export class InboundAcceptor implements CallAcceptor {
           for (const w of batch) w.reject(failure);
           return;
         }
+        // Written before anyone is answered (not awaited: a write never holds up the acknowledgement).
+        if (this.options.timeline) noteReceived(this.options.timeline, batch, outcomes);
         batch.forEach((w, i) => {
           const outcome = outcomes[i]!;
           if (!outcome.stored) w.resolve({ id: outcome.firstId, duplicate: true });
@@ -141,4 +150,14 @@ export class InboundAcceptor implements CallAcceptor {
       },
     );
   }
+}
+
+/** The `received` events of a stored batch; a job id handed in is the spool drainer's (acknowledged from the spool). */
+function noteReceived(timeline: CallTimeline, batch: Waiting[], outcomes: AppendOutcome[]): void {
+  batch.forEach((w, i) => {
+    const outcome = outcomes[i]!;
+    const revision = !outcome.stored ? 'duplicate' : outcome.update ? 'update' : 'new';
+    const jobId = outcome.stored ? w.item.id : outcome.firstId;
+    void timeline.received(w.call, { jobId, revision, requestId: w.options?.requestId, spooled: w.options?.jobId !== undefined });
+  });
 }

@@ -6,6 +6,8 @@ import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import { every } from 'hono/combine';
 import type { Logger } from 'pino';
 import { requestLog } from '../log.js';
+import { callHash } from '../model/call.js';
+import { traceAccepted, tracingOn } from '../telemetry.js';
 import { aiAgentSource } from '../sources/ai-agent.js';
 import { SourceRefusal, SourceUnavailable, type Source, type SourceAccepted, type SourceRequest } from '../sources/types.js';
 import { QueueUnavailableError, type CallAcceptor } from './accept.js';
@@ -32,6 +34,8 @@ export interface IngressDeps {
   log: Logger;
   now?: () => Date;
   events?: IngressEvents;
+  /** Details /readyz adds when ready (the paused queues of a process running workers too). */
+  readyDetail?: () => Promise<Record<string, unknown>>;
   /** Overrides how the peer address is read (tests without a socket). */
   remoteAddress?: Parameters<typeof ipAllow>[0]['remoteAddress'];
   /** Extra middleware run first on every request (e.g. request ids, metrics, shutdown gate). */
@@ -102,7 +106,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
   app.get('/readyz', async (c) => {
     const ok = await deps.ready().catch(() => false);
     if (ok !== true) return c.json(errorBody(503, ok || 'Redis is not reachable'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
-    return c.json({ status: 'ready' });
+    return c.json({ status: 'ready', ...(await deps.readyDetail?.().catch(() => ({}))) });
   });
 
   const countReceived: MiddlewareHandler = async (_c, next) => {
@@ -135,8 +139,9 @@ export function createIngressApp(deps: IngressDeps): Hono {
     }
     const accepted: SourceAccepted[] = [];
     for (const { call, rawJson } of result.calls) {
-      const r = await deps.acceptor.accept(call, { rawJson });
+      const r = await deps.acceptor.accept(call, { rawJson, requestId: c.get('requestId') });
       accepted.push(r);
+      if (tracingOn()) traceAccepted(callHash(call.key), { source: call.source, jobId: r.id, revision: r.duplicate ? 'duplicate' : r.update ? 'update' : 'new', spooled: r.spooled }, request.receivedAt.getTime());
       deps.events?.accepted?.(r.duplicate);
       const fields = { jobId: r.id, source: source.name, agentId: call.agentId };
       if (r.duplicate) requestLog(deps.log, c.get('requestId')).info(fields, 'duplicate webhook acknowledged');

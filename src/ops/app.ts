@@ -6,6 +6,10 @@ import { Hono, type MiddlewareHandler } from 'hono';
 import type { Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import { errorBody } from '../ingress/errors.js';
+import { pausedQueues } from '../../queues/disabled.js';
+import type { CallTimeline } from '../../queues/timeline.js';
+import { CALLS_API_PATH, callsApi } from './calls-api.js';
+import { callsPage } from './calls-page.js';
 import { requestLog } from '../log.js';
 import { renderMetrics } from '../metrics.js';
 import { authConfigured, operatorAuth, type OperatorAuthOptions } from './auth.js';
@@ -17,6 +21,8 @@ import { createSessions } from './session.js';
 export const DASHBOARD_PATH = '/admin/queues';
 /** The login page (with a password configured) and the logout; the session cookie's path is /admin. */
 export const LOGIN_PATH = '/admin/login';
+/** The dashboard's Calls page: a call's timeline, by call id, job id or number. */
+export const CALLS_PAGE_PATH = `${DASHBOARD_PATH}/calls`;
 export const LOGOUT_PATH = '/admin/logout';
 const ADMIN_PATH = '/admin';
 
@@ -37,6 +43,8 @@ export interface OpsAppOptions {
   metricsToken?: string;
   /** For /readyz: true when ready; false when Redis does not answer; a text: not ready, for that reason. */
   ready: () => Promise<boolean | string>;
+  /** The calls' timelines: with the dashboard on, served as JSON at /api/calls behind its credentials. */
+  calls?: CallTimeline;
   /** True once shutdown started: /readyz answers 503 so load balancers stop sending. */
   stopping?: () => boolean;
 }
@@ -73,7 +81,9 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     if (options.stopping?.()) return c.json(errorBody(503, 'shutting down'), 503);
     const ok = await options.ready().catch(() => false);
     if (ok !== true) return c.json(errorBody(503, ok || 'Redis is not reachable'), 503, { 'retry-after': '5' });
-    return c.json({ status: 'ready' });
+    // Ready, and a paused queue says why (its sink waits for an operator; the process is fine).
+    const paused = await pausedQueues(options.queues);
+    return c.json(paused.length > 0 ? { status: 'ready', paused } : { status: 'ready' });
   });
 
   if (options.metricsToken) app.use('/metrics', operatorAuth({ token: options.metricsToken, realm: 'metrics' }));
@@ -85,10 +95,13 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   if (login) {
     app.route('/', loginRoutes({ ...login, loginPath: LOGIN_PATH, logoutPath: LOGOUT_PATH, dashboardPath: DASHBOARD_PATH, cookiePath: ADMIN_PATH }));
   }
+  const calls = dashboard ? options.calls : undefined;
   if (dashboard) {
     app.use(`${DASHBOARD_PATH}/*`, operatorAuth(auth));
     app.use(DASHBOARD_PATH, operatorAuth(auth));
     app.get(`${DASHBOARD_PATH}/`, (c) => c.redirect(DASHBOARD_PATH));
+    // The Calls page (./calls-page.ts), before Bull Board takes the rest of the path.
+    if (calls) app.route('/', callsPage({ timeline: calls, queues: options.queues, path: CALLS_PAGE_PATH, dashboardPath: DASHBOARD_PATH }));
     // Bull Board (and ejs) is imported only when the dashboard is on: ~25 MB a process without it
     // saves. The import starts now, so the first page does not wait for it (and a failure shows early).
     const board = import('./dashboard.js').then(({ createDashboard }) => {
@@ -103,6 +116,12 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     app.all(`${DASHBOARD_PATH}/*`, serveBoard);
   }
 
+  if (calls) {
+    app.use(CALLS_API_PATH, operatorAuth(auth));
+    app.use(`${CALLS_API_PATH}/*`, operatorAuth(auth));
+    app.route('/', callsApi(calls));
+  }
+
   app.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));
   app.onError((err, c) => {
     requestLog(options.log, c.get('requestId')).error({ err }, 'unexpected error in ops endpoint');
@@ -112,6 +131,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   const owns = (path: string) =>
     path === '/metrics' ||
     (dashboard && (path === DASHBOARD_PATH || path.startsWith(`${DASHBOARD_PATH}/`))) ||
+    (calls !== undefined && (path === CALLS_API_PATH || path.startsWith(`${CALLS_API_PATH}/`))) ||
     (login !== null && (path === LOGIN_PATH || path === LOGOUT_PATH));
   return { app, dashboard, owns };
 }

@@ -1,6 +1,7 @@
 // Bull Board on Hono: every queue, its counts, failed jobs with their error, retry and remove.
 // Mounted under /admin/queues behind operatorAuth (see ./app.ts). A disabled queue (a webhook
-// endpoint that answered 410 Gone or a redirect, queues/disabled.ts) shows why as its description,
+// endpoint that answered 410 Gone or a redirect, queues/disabled.ts) or a queue paused because its
+// remote rejected the credentials shows why as its description,
 // and its resume button re-enables it.
 import { createBullBoard } from '@bull-board/api';
 import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
@@ -8,7 +9,7 @@ import { HonoAdapter } from '@bull-board/hono';
 import { serveStatic } from '@hono/node-server/serve-static';
 import type { Queue } from 'bullmq';
 import type { Hono } from 'hono';
-import { disabledMarker, enableQueue } from '../../queues/disabled.js';
+import { enableQueue, pauseState } from '../../queues/disabled.js';
 
 /** Bull Board's adapter of a BullMQ queue, plus the disabled state. */
 class CallsyncQueueAdapter extends BullMQAdapter {
@@ -20,8 +21,10 @@ class CallsyncQueueAdapter extends BullMQAdapter {
 
   // Bull Board reads isPaused() before getDescription() for every queue it lists: the marker comes along.
   override async isPaused(): Promise<boolean> {
-    const [paused, marker] = await Promise.all([super.isPaused(), disabledMarker(this.target).catch(() => null)]);
-    this.note = paused && marker ? `Disabled${marker.at ? ` since ${marker.at}` : ''}: ${marker.reason} Resume the queue to re-enable the endpoint.` : '';
+    const [paused, state] = await Promise.all([super.isPaused(), pauseState(this.target).catch(() => null)]);
+    this.note = '';
+    if (paused && state?.state === 'disabled') this.note = `Disabled${state.at ? ` since ${state.at}` : ''}: ${state.reason} Resume the queue to re-enable the endpoint.`;
+    else if (paused && state?.reason) this.note = `Paused${state.at ? ` since ${state.at}` : ''}: ${state.reason} Resume the queue once the cause is fixed.`;
     return paused;
   }
 

@@ -56,13 +56,15 @@ function warnDropped(log: RoleDeps['log'], maxConnections: number): () => void {
 export interface IngressRoleOptions {
   /** Why this process' fan-out makes no progress, or null (role all: readiness reports it). */
   fanOutStalled?: () => string | null;
+  /** What /readyz adds when ready (role all: the paused sink queues, with why). */
+  readyDetail?: () => Promise<Record<string, unknown>>;
 }
 
 export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleOptions = {}): Promise<IngressRole> {
   const { config, options, log, redis, inboundLog, redisReached } = deps;
   const closers = new Closers(log);
   return closers.opening(async () => {
-    const inbound = new InboundAcceptor(inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs });
+    const inbound = new InboundAcceptor(inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs, timeline: deps.timelines.producer });
     const spool = await openSpool(deps, inbound);
     // A spool holding events of an earlier run: this process was restarted during an outage (the
     // one before reached Redis), so it keeps serving it before its own first connection.
@@ -86,6 +88,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
         return redisUp || ((await spool?.checkAccepting()) ?? false);
       },
       log,
+      readyDetail: roleOptions.readyDetail,
       events: options.ingressEvents,
       before: options.ingressBefore,
     });

@@ -5,6 +5,7 @@ import type { RedisClient } from '../../queues/connection.js';
 import type { Logger } from 'pino';
 import type { Config } from '../../src/config/index.js';
 import type { InboundLog } from '../../queues/inbound.js';
+import type { CallTimeline } from '../../queues/timeline.js';
 import type { IngressDeps } from '../../src/ingress/app.js';
 import type { CallAcceptor } from '../../src/ingress/accept.js';
 import type { Sink } from '../../src/sinks/types.js';
@@ -24,6 +25,8 @@ export interface CallsyncOptions {
   /** Extra middleware for the ingress (request ids, metrics, shutdown gate). */
   ingressBefore?: IngressDeps['before'];
   fanOutEvents?: LogFanOutEvents;
+  /** false: no call timelines are written (bench/timeline.ts measures their cost). Default true. */
+  timelines?: boolean;
   /** Wraps the acceptor (e.g. with a local spool). */
   wrapAcceptor?: (acceptor: CallAcceptor) => CallAcceptor;
 }
@@ -42,6 +45,8 @@ export interface RoleDeps {
   telephony: TelephonyClient | null;
   /** Queue runner settings shared by every worker of this process. */
   runner: RunnerOptions;
+  /** The calls' timelines (queues/timeline.ts), written over the producer or the worker connection. */
+  timelines: { producer?: CallTimeline; worker?: CallTimeline };
 }
 
 export interface Role {

@@ -144,6 +144,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       endpointQueues: new Map([...endpointQueues].map(([name, list]) => [name, list.map((e) => ({ endpoint: e.endpoint, queue: own(e.queue) }))])),
       withoutRaw,
       withoutTranscript,
+      timeline: deps.timelines.worker,
       ...(replicated ? { replicated: (queues: readonly Queue[]) => waitForReplicas(writes, config.ack, queues.map((q) => q.toKey('meta'))) } : {}),
     };
 
@@ -165,7 +166,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     closers.add('stop fan-out', () => fanOut.close());
 
     // Push API calls whose hangup never came are closed here (src/sources/push-assembly.ts).
-    const acceptor = new InboundAcceptor(deps.inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs });
+    const acceptor = new InboundAcceptor(deps.inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs, timeline: deps.timelines.worker });
     const sweeper = startPushSweeper(pushAssembly({ config, redis: redis.worker, now: options.now }), acceptor, config.push.timeoutMs, log);
     closers.add('stop push sweeper', () => sweeper.close());
     const retention = startRetentionSweeper(config, redis.worker, log);

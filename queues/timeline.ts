@@ -1,0 +1,608 @@
+// The timeline of one call ("Where is my call?", docs/operations.md): what happened to it, written
+// where the work happens — received (and how), fanned out (routes, sinks), every sink attempt with
+// its outcome — as one Redis list per call under the call's own hash tag (queues/keys.ts
+// `callTimeline`), capped per call and expiring CALL_TIMELINE_TTL_DAYS after its last event.
+//
+// Each event is one command (a small script: RPUSH, LTRIM, PEXPIRE). Beside the timelines, lookups
+// for the CLI and the API: the calls by time (`calls:recent`), by call id, and by phone number — the
+// number only as an HMAC (CALL_INDEX_SECRET, else a key generated once and kept in Redis).
+//
+// No phone number or transcript text is written in clear: numbers are masked as in logs
+// (maskPhone), reasons are the redacted error texts with the call's own numbers masked once more.
+// A timeline write never fails the work it describes: an error is logged (at most once a minute).
+import { createHmac, randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { RedisClient } from './connection.js';
+import type { RedisKeys } from './keys.js';
+import { callHash, type CanonicalCall } from '../src/model/call.js';
+import { maskDigitRuns, scrubEchoes } from '../src/errors.js';
+import { maskPhone } from '../src/log.js';
+
+export const TIMELINE_EVENTS = ['received', 'fanned-out', 'attempt', 'done', 'skipped', 'retry', 'dead-lettered'] as const;
+export type TimelineEvent = (typeof TIMELINE_EVENTS)[number];
+
+/** How a delivery of the call was taken: its first, the same content again, or changed content. */
+export type Revision = 'new' | 'duplicate' | 'update';
+
+/** One event of a call's timeline. Which fields are set depends on `event`. */
+export interface TimelineEntry {
+  /** Epoch milliseconds. */
+  at: number;
+  event: TimelineEvent;
+  /** received: the source (`ai-agent`, `push`, `channel`, `history`) and the platform's call id. */
+  source?: string;
+  callId?: string;
+  /** received: new, duplicate or update. */
+  revision?: Revision;
+  /** received: the HTTP request's id (X-Request-Id), when it came over HTTP. */
+  requestId?: string;
+  /** received: it was acknowledged into the local spool while Redis was away, and drained since. */
+  spooled?: true;
+  /** received: direction, numbers masked (`+49151****678`), the call's start. */
+  direction?: string;
+  from?: string | null;
+  to?: string | null;
+  startedAt?: string;
+  /** received: the acknowledgement id; fan-out and sink events: the sink job id. */
+  jobId?: string;
+  /** fanned-out: the routes that matched (their names, else `#<index>`) and the sinks they name. */
+  routes?: string[];
+  sinks?: string[];
+  /** Sink events: the sink, and the endpoint of a sink with endpoints. */
+  sink?: string;
+  endpoint?: string;
+  /** Sink events: the attempt (1 on the first try; a run cut short by a crash repeats its number). */
+  attempt?: number;
+  /** done/skipped/retry/dead-lettered: how long the attempt took. */
+  durationMs?: number;
+  /** done: what was written (object keys, CRM record ids, message ids). */
+  refs?: Record<string, string>;
+  /** skipped: why; done: a note; retry/dead-lettered: the redacted error. */
+  reason?: string;
+  /** skipped: the reason as one of SKIP_REASONS. */
+  skip?: SkipReason;
+  /** retry/dead-lettered: the error kind (src/errors.ts: transient, retry-later, auth, disable, permanent). */
+  kind?: string;
+  /** retry: when the next attempt is due (epoch ms); absent while the queue is paused. */
+  nextAt?: number;
+  /** retry: the sink's queue was paused (credentials rejected) or disabled: it waits for an operator. */
+  paused?: true;
+}
+
+/** The skip reasons, bounded (a metric label): what a sink's free-text reason is sorted into. */
+export const SKIP_REASONS = [
+  'quiet-hours',
+  'opt-out',
+  'cooldown',
+  'landline',
+  'max-age',
+  'no-route',
+  'already-sent',
+  'anonymous',
+  'invalid-number',
+  'newer-revision',
+  'empty-message',
+  'other',
+] as const;
+export type SkipReason = (typeof SKIP_REASONS)[number];
+
+const SKIP_PATTERNS: [RegExp, SkipReason][] = [
+  [/quiet hours/i, 'quiet-hours'],
+  [/opted out|opt-out/i, 'opt-out'],
+  [/cooldown/i, 'cooldown'],
+  [/landline|not a mobile/i, 'landline'],
+  [/maxAge|older than/i, 'max-age'],
+  [/no route|no recipient|no endpoint/i, 'no-route'],
+  [/already (sent|had)|outcome is unknown/i, 'already-sent'],
+  [/anonymous/i, 'anonymous'],
+  [/unusable|not a valid/i, 'invalid-number'],
+  [/newer revision/i, 'newer-revision'],
+  [/empty/i, 'empty-message'],
+];
+
+/** A skip's free-text reason as one of SKIP_REASONS (the first that fits; `other` else). */
+export function skipReason(reason: string | undefined): SkipReason {
+  if (reason) for (const [pattern, name] of SKIP_PATTERNS) if (pattern.test(reason)) return name;
+  return 'other';
+}
+
+/** Most events kept per call: the newest. A call with a few sinks and retries needs ~30. */
+export const MAX_TIMELINE_ENTRIES = 200;
+/** Characters kept of a reason. */
+const MAX_REASON = 300;
+
+const APPEND_AND_INDEX = `
+local lists = tonumber(ARGV[1])
+local ttl = ARGV[4]
+if lists == 1 then
+  redis.call('RPUSH', KEYS[1], ARGV[2])
+  redis.call('LTRIM', KEYS[1], -tonumber(ARGV[3]), -1)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+for i = lists + 1, #KEYS do
+  redis.call('ZADD', KEYS[i], ARGV[5], ARGV[6])
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. ARGV[7])
+  redis.call('PEXPIRE', KEYS[i], ttl)
+end
+return 1
+`;
+
+/** One entry appended to each of several timelines (KEYS[i] gets ARGV[i + 2]): a batch in one command. */
+const APPEND_MANY = `
+local max = -tonumber(ARGV[1])
+for i = 1, #KEYS do
+  redis.call('RPUSH', KEYS[i], ARGV[i + 2])
+  redis.call('LTRIM', KEYS[i], max, -1)
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+end
+return #KEYS
+`;
+
+interface TimelineScripts {
+  callsyncTimeline(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  callsyncTimelineMany(numKeys: number, ...args: (string | number)[]): Promise<number>;
+}
+
+function scripted(redis: RedisClient): TimelineScripts {
+  const r = redis as RedisClient & Partial<TimelineScripts>;
+  if (!r.callsyncTimeline) redis.defineCommand('callsyncTimeline', { lua: APPEND_AND_INDEX });
+  if (!r.callsyncTimelineMany) redis.defineCommand('callsyncTimelineMany', { lua: APPEND_MANY });
+  return r as RedisClient & TimelineScripts;
+}
+
+/** Timelines appended to by one command at most (a fan-out batch). */
+const MAX_BATCH = 200;
+
+export interface CallTimelineOptions {
+  /** CALL_TIMELINE_TTL_DAYS. */
+  ttlDays: number;
+  /** CALL_INDEX_SECRET; absent: a key generated once and kept in Redis. */
+  indexSecret?: string;
+  /** Errors of timeline writes are logged here (at most once a minute). */
+  log?: Logger;
+  /** Events kept per call. Default MAX_TIMELINE_ENTRIES. */
+  maxEntries?: number;
+  now?: () => number;
+}
+
+/** The call hash a timeline is kept under: from the call key. */
+export const timelineId = (call: Pick<CanonicalCall, 'key'>): string => callHash(call.key);
+
+/** Numbers of `call` masked in a text (a remote may echo them; redaction masked most already). */
+function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
+  const numbers = call ? [call.from, call.to, call.fromRaw, call.toRaw].filter((n): n is string => typeof n === 'string' && n !== '') : [];
+  const scrubbed = numbers.length > 0 ? scrubEchoes(text, { numbers }) : text;
+  return maskDigitRuns(scrubbed.replace(/\s+/g, ' ').trim()).slice(0, MAX_REASON);
+}
+
+/** HMACs of recent numbers (the own numbers of a deployment recur on most calls), by key. */
+const hmacs = new WeakMap<Buffer, Map<string, string>>();
+const MAX_CACHED_HMACS = 1000;
+
+function hmac(key: Buffer, number: string): string {
+  let cache = hmacs.get(key);
+  if (!cache) hmacs.set(key, (cache = new Map()));
+  let value = cache.get(number);
+  if (value === undefined) {
+    value = createHmac('sha256', key).update(number).digest('hex').slice(0, 40);
+    if (cache.size >= MAX_CACHED_HMACS) cache.clear();
+    cache.set(number, value);
+  }
+  return value;
+}
+
+/** A normalized phone number for the index: `+` and digits. */
+export function indexNumber(number: string): string {
+  return number.replace(/[^\d+]/g, '');
+}
+
+export class CallTimeline {
+  private readonly ttlMs: number;
+  private readonly maxEntries: number;
+  private readonly now: () => number;
+  private secret: Promise<Buffer> | undefined;
+  /** The index key once known. */
+  private secretValue: Buffer | undefined;
+  private quietUntil = 0;
+
+  constructor(
+    private readonly redis: RedisClient,
+    readonly keys: RedisKeys,
+    private readonly options: CallTimelineOptions,
+  ) {
+    this.ttlMs = Math.round(options.ttlDays * 24 * 3600_000);
+    this.maxEntries = options.maxEntries ?? MAX_TIMELINE_ENTRIES;
+    this.now = options.now ?? Date.now;
+  }
+
+  key(id: string): string {
+    return this.keys.callTimeline(id);
+  }
+
+  /** The sorted set of every call by its last receipt (epoch ms), member the call hash. */
+  recentKey(): string {
+    return `${this.keys.area('calls')}:calls:recent`;
+  }
+
+  idKey(callId: string): string {
+    return `${this.keys.area('calls')}:calls:id:${callId.slice(0, 200)}`;
+  }
+
+  numberKey(hmac: string): string {
+    return `${this.keys.area('calls')}:calls:number:${hmac}`;
+  }
+
+  private secretKey(): string {
+    return `${this.keys.area('calls')}:calls:index-secret`;
+  }
+
+  /** The HMAC key: CALL_INDEX_SECRET, else the one kept in Redis (generated by whoever needs it first). */
+  private indexKey(): Promise<Buffer> {
+    if (this.options.indexSecret) {
+      this.secretValue ??= Buffer.from(this.options.indexSecret);
+      return Promise.resolve(this.secretValue);
+    }
+    this.secret ??= (async () => {
+      const key = this.secretKey();
+      await this.redis.set(key, randomBytes(32).toString('base64'), 'NX');
+      const stored = await this.redis.get(key);
+      if (!stored) throw new Error('the call index key vanished from Redis');
+      this.secretValue = Buffer.from(stored, 'base64');
+      return this.secretValue;
+    })().catch((err: unknown) => {
+      this.secret = undefined;
+      throw err;
+    });
+    return this.secret;
+  }
+
+  /** The index name of a phone number: HMAC-SHA256 with the index key, hex (never the number). */
+  async numberHmac(number: string): Promise<string> {
+    return hmac(await this.indexKey(), indexNumber(number));
+  }
+
+  private failed(err: unknown): void {
+    const now = Date.now();
+    if (now < this.quietUntil) return;
+    this.quietUntil = now + 60_000;
+    this.options.log?.warn({ err: { message: err instanceof Error ? err.message : String(err) } }, 'call timeline not written (the work itself went on)');
+  }
+
+  /** Appends one entry to a call's timeline: one command. Never rejects. */
+  append(id: string, entry: Omit<TimelineEntry, 'at'> & { at?: number }): Promise<void> {
+    const full = { at: entry.at ?? this.now(), ...entry };
+    try {
+      return scripted(this.redis)
+        .callsyncTimeline(1, this.key(id), 1, JSON.stringify(full), this.maxEntries, this.ttlMs)
+        .then(
+          () => undefined,
+          (err: unknown) => this.failed(err),
+        );
+    } catch (err) {
+      this.failed(err);
+      return Promise.resolve();
+    }
+  }
+
+  /**
+   * A delivery of the call was acknowledged (or drained from the spool): its `received` entry, and
+   * for a new call or an update the lookups by time, call id and numbers. One command on the
+   * one-slot layout; two on a spread cluster (the lookups are in their own slot). Never rejects.
+   */
+  async received(call: CanonicalCall, info: { jobId: string; revision: Revision; requestId?: string; spooled?: boolean }): Promise<void> {
+    const id = timelineId(call);
+    const entry: TimelineEntry = {
+      at: this.now(),
+      event: 'received',
+      source: call.source,
+      callId: call.callId,
+      revision: info.revision,
+      jobId: info.jobId,
+      ...(info.requestId ? { requestId: info.requestId } : {}),
+      ...(info.spooled ? { spooled: true as const } : {}),
+      direction: call.direction,
+      from: maskPhone(call.from),
+      to: maskPhone(call.to),
+      startedAt: call.startedAt,
+    };
+    if (info.revision === 'duplicate') return this.append(id, entry);
+    try {
+      const numbers = [...new Set([call.from, call.to].filter((n): n is string => typeof n === 'string' && indexNumber(n).length >= 3).map(indexNumber))];
+      const lookups = (key: Buffer) => [this.recentKey(), this.idKey(call.callId), ...numbers.map((n) => this.numberKey(hmac(key, n)))];
+      const args = [JSON.stringify(entry), this.maxEntries, this.ttlMs, entry.at, id, entry.at - this.ttlMs] as const;
+      const script = scripted(this.redis);
+      // The entry is sent at once (before the caller is answered); with the index key known and one
+      // slot for all, the lookups go with it in the same command.
+      if (this.secretValue && this.keys.layout === 'one-slot') {
+        const index = lookups(this.secretValue);
+        await script.callsyncTimeline(1 + index.length, this.key(id), ...index, 1, ...args);
+        return;
+      }
+      const appended = script.callsyncTimeline(1, this.key(id), 1, ...args);
+      const index = lookups(await this.indexKey());
+      await Promise.all([appended, script.callsyncTimeline(index.length, ...index, 0, ...args)]);
+    } catch (err) {
+      this.failed(err);
+    }
+  }
+
+  /** The call was fanned out: the routes that matched and the sinks they name. Never rejects. */
+  fannedOut(call: Pick<CanonicalCall, 'key'>, info: { jobId: string; routes: string[]; sinks: string[] }): Promise<void> {
+    return this.fannedOutMany([{ call, ...info }]);
+  }
+
+  /** A batch fanned out: one command per MAX_BATCH calls on the one-slot layout, one per call when spread. Never rejects. */
+  async fannedOutMany(list: readonly { call: Pick<CanonicalCall, 'key'>; jobId: string; routes: string[]; sinks: string[] }[]): Promise<void> {
+    const at = this.now();
+    const items = list.map(({ call, jobId, routes, sinks }) => ({ id: timelineId(call), entry: { at, event: 'fanned-out' as const, jobId, routes, sinks } }));
+    if (this.keys.layout !== 'one-slot' || items.length === 1) {
+      await Promise.all(items.map((i) => this.append(i.id, i.entry)));
+      return;
+    }
+    try {
+      const script = scripted(this.redis);
+      const sends: Promise<number>[] = [];
+      for (let i = 0; i < items.length; i += MAX_BATCH) {
+        const part = items.slice(i, i + MAX_BATCH);
+        sends.push(script.callsyncTimelineMany(part.length, ...part.map((p) => this.key(p.id)), this.maxEntries, this.ttlMs, ...part.map((p) => JSON.stringify(p.entry))));
+      }
+      await Promise.all(sends);
+    } catch (err) {
+      this.failed(err);
+    }
+  }
+
+  /**
+   * A sink event; `reason` is made safe here (redacted, the call's numbers masked). `id`: the call
+   * hash when known (a sink job id begins with it). Never rejects.
+   */
+  sinkEvent(call: CanonicalCall, entry: Omit<TimelineEntry, 'at'>, id?: string): Promise<void> {
+    const safe: Omit<TimelineEntry, 'at'> = { ...entry };
+    if (safe.reason !== undefined) safe.reason = safeText(safe.reason, call);
+    if (safe.refs) safe.refs = Object.fromEntries(Object.entries(safe.refs).map(([k, v]) => [k, scrubNumbers(String(v), call)]));
+    return this.append(id ?? timelineId(call), safe);
+  }
+
+  /**
+   * The entries of a call's timeline, oldest first (an empty list: none, or expired). The ingress
+   * and the workers write over different connections (on a cluster a first write to a node may
+   * wait for its connection): by time, a receipt before what happened at the same millisecond.
+   */
+  async read(id: string): Promise<TimelineEntry[]> {
+    const raw = await this.redis.lrange(this.key(id), 0, -1);
+    const entries = raw.flatMap((text) => {
+      try {
+        return [JSON.parse(text) as TimelineEntry];
+      } catch {
+        return [];
+      }
+    });
+    const rank = (e: TimelineEntry) => (e.event === 'received' ? 0 : 1);
+    return entries.sort((a, b) => a.at - b.at || rank(a) - rank(b));
+  }
+
+  /** Call hashes received between `from` and `to` (epoch ms), newest first, at most `limit`. */
+  async recent(from: number, to: number, limit: number): Promise<{ id: string; at: number }[]> {
+    const flat = await this.redis.zrevrangebyscore(this.recentKey(), to, from, 'WITHSCORES', 'LIMIT', 0, limit);
+    const out: { id: string; at: number }[] = [];
+    for (let i = 0; i + 1 < flat.length; i += 2) out.push({ id: flat[i]!, at: Number(flat[i + 1]) });
+    return out;
+  }
+
+  /** Call hashes with this phone number as caller or callee, newest first. */
+  async byNumber(number: string, limit = 1000): Promise<string[]> {
+    return this.redis.zrevrange(this.numberKey(await this.numberHmac(number)), 0, limit - 1);
+  }
+
+  /** Call hashes of a platform call id (one per source that delivered it), newest first. */
+  async byCallId(callId: string): Promise<string[]> {
+    return this.redis.zrevrange(this.idKey(callId), 0, -1);
+  }
+
+  /**
+   * The calls a reference names: a call hash, an acknowledgement or sink job id (they begin with
+   * the call hash), a phone number (`+49…`), or a platform call id.
+   */
+  async resolve(ref: string): Promise<string[]> {
+    const trimmed = ref.trim();
+    const hash = /^([0-9a-f]{32})(?:-[0-9a-z]+)?$/.exec(trimmed);
+    if (hash) return [hash[1]!];
+    if (/^\+\d[\d\s\-()./]{4,}$/.test(trimmed)) return this.byNumber(trimmed);
+    return this.byCallId(trimmed);
+  }
+}
+
+/** The call's own numbers masked in a value (a reference such as a label). */
+function scrubNumbers(text: string, call: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
+  const numbers = [call.from, call.to, call.fromRaw, call.toRaw].filter((n): n is string => typeof n === 'string' && n.replace(/\D/g, '').length >= 3);
+  return numbers.length > 0 ? scrubEchoes(text, { numbers }) : text;
+}
+
+/** What became of a call at one sink (or endpoint), from its timeline. */
+export type SinkStatus = 'pending' | 'retrying' | 'done' | 'skipped' | 'failed';
+
+export interface CallSummary {
+  id: string;
+  callId: string | null;
+  source: string | null;
+  /** When it was first received (epoch ms), and last. */
+  receivedAt: number | null;
+  lastAt: number | null;
+  direction: string | null;
+  from: string | null;
+  to: string | null;
+  /** Per sink (`sink` or `sink.endpoint`): the outcome of its latest attempt. */
+  sinks: Record<string, SinkStatus>;
+  /** The reason of each sink's last skip or failure. */
+  reasons: Record<string, string>;
+}
+
+export const sinkLabel = (e: Pick<TimelineEntry, 'sink' | 'endpoint'>): string => (e.endpoint ? `${e.sink}.${e.endpoint}` : (e.sink ?? ''));
+
+/** The state of a call from its timeline: where it came from, and each sink's latest outcome. */
+export function summarize(id: string, entries: readonly TimelineEntry[]): CallSummary {
+  const summary: CallSummary = { id, callId: null, source: null, receivedAt: null, lastAt: null, direction: null, from: null, to: null, sinks: {}, reasons: {} };
+  for (const e of entries) {
+    summary.lastAt = e.at;
+    if (e.event === 'received') {
+      summary.receivedAt ??= e.at;
+      summary.callId = e.callId ?? summary.callId;
+      summary.source = e.source ?? summary.source;
+      summary.direction = e.direction ?? summary.direction;
+      summary.from = e.from ?? summary.from;
+      summary.to = e.to ?? summary.to;
+      continue;
+    }
+    if (e.event === 'fanned-out') {
+      // An endpoint sink's endpoints show as they are attempted; the sink stands for them until then.
+      for (const sink of e.sinks ?? []) if (!Object.keys(summary.sinks).some((s) => s === sink || s.startsWith(`${sink}.`))) summary.sinks[sink] = 'pending';
+      continue;
+    }
+    if (!e.sink) continue;
+    const label = sinkLabel(e);
+    if (e.endpoint && summary.sinks[e.sink] === 'pending') delete summary.sinks[e.sink];
+    const status: SinkStatus | undefined =
+      e.event === 'attempt' ? (summary.sinks[label] === 'retrying' ? 'retrying' : 'pending')
+      : e.event === 'done' ? 'done'
+      : e.event === 'skipped' ? 'skipped'
+      : e.event === 'retry' ? 'retrying'
+      : e.event === 'dead-lettered' ? 'failed'
+      : undefined;
+    if (status) summary.sinks[label] = status;
+    if (e.reason && (e.event === 'skipped' || e.event === 'dead-lettered' || e.event === 'retry')) summary.reasons[label] = e.reason;
+  }
+  return summary;
+}
+
+/** What `findCalls` filters on. */
+export interface CallQuery {
+  /** Received from (epoch ms, inclusive) … until (default now). */
+  since: number;
+  until?: number;
+  /** Only calls routed to this sink (its name; a sink with endpoints: any of them). */
+  sink?: string;
+  /** Only calls with a sink (the `sink` one, when given) in this state; `pending` includes retrying. */
+  status?: 'done' | 'skipped' | 'failed' | 'pending';
+  /** Only calls with this number as caller or callee (looked up by its HMAC). */
+  number?: string;
+  /** At most this many calls (newest first). Default 50. */
+  limit?: number;
+}
+
+/** Calls looked at per query at most (the newest of the range): bounds the work of one query. */
+export const MAX_SCANNED_CALLS = 5000;
+
+function sinkStates(summary: CallSummary, sink: string | undefined): [string, SinkStatus][] {
+  return Object.entries(summary.sinks).filter(([label]) => sink === undefined || label === sink || label.startsWith(`${sink}.`));
+}
+
+/** The calls of a query, newest first, each summed up; reads the timelines in batches. */
+export async function findCalls(timeline: CallTimeline, query: CallQuery): Promise<{ calls: CallSummary[]; scanned: number; truncated: boolean }> {
+  const until = query.until ?? Date.now();
+  const limit = query.limit ?? 50;
+  let candidates: string[];
+  if (query.number !== undefined) candidates = await timeline.byNumber(query.number, MAX_SCANNED_CALLS);
+  else candidates = (await timeline.recent(query.since, until, MAX_SCANNED_CALLS)).map((r) => r.id);
+  const calls: CallSummary[] = [];
+  let scanned = 0;
+  for (let i = 0; i < candidates.length && calls.length < limit; i += 100) {
+    const ids = candidates.slice(i, i + 100);
+    const timelines = await Promise.all(ids.map((id) => timeline.read(id)));
+    for (const [j, entries] of timelines.entries()) {
+      scanned++;
+      if (entries.length === 0) continue;
+      const summary = summarize(ids[j]!, entries);
+      const at = summary.lastAt ?? 0;
+      if (at < query.since || (summary.receivedAt ?? at) > until) continue;
+      const states = sinkStates(summary, query.sink);
+      if (query.sink !== undefined && states.length === 0) continue;
+      if (query.status !== undefined) {
+        const wanted = query.status === 'pending' ? ['pending', 'retrying'] : [query.status];
+        if (!states.some(([, state]) => wanted.includes(state))) continue;
+      }
+      calls.push(summary);
+      if (calls.length >= limit) break;
+    }
+  }
+  return { calls, scanned, truncated: candidates.length >= MAX_SCANNED_CALLS };
+}
+
+/** A duration like `2h`, `30m`, `90s`, `7d` in ms; null when it is none. */
+export function parseDuration(text: string): number | null {
+  const m = /^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$/.exec(text.trim());
+  if (!m) return null;
+  const unit = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 }[m[2] as 's' | 'm' | 'h' | 'd' | 'w'];
+  return Math.round(Number(m[1]) * unit);
+}
+
+/** `--since` / `since=`: a duration back from `now` (`2h`) or a time (ISO 8601); null when it is neither. */
+export function parseSince(text: string, now: number = Date.now()): number | null {
+  const duration = parseDuration(text);
+  if (duration !== null) return now - duration;
+  const at = Date.parse(text);
+  return Number.isNaN(at) ? null : at;
+}
+
+/** One line of detail for an entry (tables: the CLI, the dashboard). */
+export function describeEntry(e: TimelineEntry): string {
+  const iso = (ms: number) => new Date(ms).toISOString();
+  switch (e.event) {
+    case 'received':
+      return [`${e.revision ?? 'new'} from ${e.source ?? '?'}`, e.requestId ? `request ${e.requestId}` : '', e.spooled ? 'spooled, drained' : '', `ack ${e.jobId ?? ''}`].filter(Boolean).join(', ');
+    case 'fanned-out':
+      return `routes ${(e.routes ?? []).join(', ') || '(none)'} → sinks ${(e.sinks ?? []).join(', ') || '(none)'}`;
+    case 'attempt':
+      return `attempt ${e.attempt ?? '?'} started`;
+    case 'done':
+      return [Object.entries(e.refs ?? {}).map(([k, v]) => `${k}=${v}`).join(' '), e.reason ?? ''].filter(Boolean).join('; ') || 'done';
+    case 'skipped':
+      return `${e.skip ?? 'other'}: ${e.reason ?? ''}`;
+    case 'retry':
+      return `${e.kind ?? 'error'}: ${e.reason ?? ''}${e.paused ? ' (queue paused: waits for an operator)' : e.nextAt ? ` (next attempt ${iso(e.nextAt)})` : ''}`;
+    case 'dead-lettered':
+      return `${e.kind ?? 'error'}: ${e.reason ?? ''}`;
+    default:
+      return '';
+  }
+}
+
+const STATUSES = ['failed', 'skipped', 'pending', 'done'] as const;
+
+/** A bad query parameter; the message starts with the parameter's name. */
+export class CallQueryError extends Error {
+  constructor(
+    readonly param: string,
+    message: string,
+  ) {
+    super(`${param} ${message}`);
+    this.name = 'CallQueryError';
+  }
+}
+
+/** A call query from named values (`since`, `until`, `sink`, `status`, `number`, `limit`); throws CallQueryError. */
+export function parseCallQuery(values: Record<string, string | boolean | undefined>, now: number = Date.now()): CallQuery {
+  const text = (name: string) => (typeof values[name] === 'string' ? (values[name] as string) : undefined);
+  const sinceText = text('since');
+  if (sinceText === undefined) throw new CallQueryError('since', 'is required (e.g. 2h, 7d, or an ISO time)');
+  const since = parseSince(sinceText, now);
+  if (since === null) throw new CallQueryError('since', `must be a duration (30m, 2h, 7d) or an ISO time, got "${sinceText}"`);
+  const untilText = text('until');
+  const until = untilText === undefined ? now : parseSince(untilText, now);
+  if (until === null) throw new CallQueryError('until', `must be an ISO time or a duration ago, got "${untilText}"`);
+  const status = text('status');
+  if (status !== undefined && !(STATUSES as readonly string[]).includes(status)) throw new CallQueryError('status', `must be one of ${STATUSES.join(', ')}, got "${status}"`);
+  const limitText = text('limit');
+  const limit = limitText === undefined ? 50 : Number(limitText);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new CallQueryError('limit', `must be a whole number from 1 to 1000, got "${limitText}"`);
+  const number = text('number');
+  if (number !== undefined && !/^\+\d[\d\s\-()./]{4,}$/.test(number.trim())) throw new CallQueryError('number', 'must be a phone number in E.164 (+4915112345678)');
+  const sink = text('sink');
+  return { since, until, limit, ...(sink ? { sink } : {}), ...(status ? { status: status as CallQuery['status'] } : {}), ...(number ? { number } : {}) };
+}
+
+/** The calls a reference names (see `CallTimeline.resolve`), newest first, at most `max`, each with its timeline. */
+export async function callsNamed(timeline: CallTimeline, ref: string, max = 20): Promise<(CallSummary & { entries: TimelineEntry[] })[]> {
+  const ids = (await timeline.resolve(ref)).slice(0, max);
+  const found = await Promise.all(ids.map(async (id) => ({ id, entries: await timeline.read(id) })));
+  return found.filter((c) => c.entries.length > 0).map((c) => ({ ...summarize(c.id, c.entries), entries: c.entries }));
+}

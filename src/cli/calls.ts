@@ -1,0 +1,121 @@
+// `callsync call <callId | jobId | +number>` and `callsync calls --since 2h …`: what happened to a
+// call, from its timeline (queues/timeline.ts) — "Where is my call?" in docs/operations.md.
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import type { RedisClient } from '../../queues/connection.js';
+import { redisKeys } from '../../queues/keys.js';
+import { callsNamed, CallQueryError, CallTimeline, describeEntry, findCalls, parseCallQuery, sinkLabel, type CallQuery, type CallSummary } from '../../queues/timeline.js';
+import type { Config } from '../config/index.js';
+import { table, UsageError, type CliIo } from './io.js';
+
+export const callsHelp = {
+  call: `Usage: callsync call <callId | jobId | +number> [--json]
+
+Prints what happened to a call, from its timeline: received (source, request id, new / duplicate /
+update, spooled), fanned out (routes, sinks), and each sink attempt with its outcome — done with
+what was written, skipped with the reason, retry with the error and the next attempt's time,
+dead-lettered with the reason. Numbers are masked. A call is named by its platform call id, by a
+job id (the 202's id, or a sink job id from the dashboard), or by a phone number (+49…: every call
+with it, newest first). Timelines are kept CALL_TIMELINE_TTL_DAYS (default 30). Exit 1: none found.
+
+Options:
+  --json        print the calls and their timelines as JSON
+  -h, --help    show this help`,
+  calls: `Usage: callsync calls --since 2h [--until TIME] [--sink NAME] [--status failed|skipped|pending|done] [--number +49…] [--limit N] [--json]
+
+Lists the calls received in a time range, newest first, with each sink's state: pending (waiting
+or retrying), done, skipped, failed (dead-lettered).
+
+Options:
+  --since D     from this long ago (30m, 2h, 7d) or this time (ISO 8601); required
+  --until TIME  up to this time (ISO 8601, or a duration ago); default now
+  --sink NAME   only calls routed to this sink
+  --status S    only calls with a sink (the --sink one) in state S
+  --number N    only calls from or to this number (looked up by its keyed hash, never stored in clear)
+  --limit N     at most N calls (default 50)
+  --json        print as JSON
+  -h, --help    show this help`,
+} as const;
+
+const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
+
+function timelineOf(config: Config, redis: RedisClient): CallTimeline {
+  return new CallTimeline(redis, redisKeys(config.redis), { ttlDays: config.env.CALL_TIMELINE_TTL_DAYS, indexSecret: config.env.CALL_INDEX_SECRET });
+}
+
+function options(args: string[], spec: ParseArgsConfig['options']) {
+  try {
+    const { values, positionals } = parseArgs({ args, options: { ...spec, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+    return { values: values as Record<string, string | boolean | undefined>, positionals };
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+function sinkColumn(summary: CallSummary): string {
+  return Object.entries(summary.sinks).map(([sink, state]) => `${sink}:${state}`).join(' ') || '-';
+}
+
+/** `callsync call …`. */
+export async function callCommand(config: Config, redis: RedisClient, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = options(args, { json: { type: 'boolean' } });
+  if (values.help) return (io.out(callsHelp.call), 0);
+  if (positionals.length !== 1) throw new UsageError('expected one call id, job id or +number');
+  const ref = positionals[0]!;
+  const found = await callsNamed(timelineOf(config, redis), ref);
+  if (values.json) {
+    io.out(JSON.stringify({ calls: found }, null, 2));
+    return found.length > 0 ? 0 : 1;
+  }
+  if (found.length === 0) {
+    io.err(`no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.env.CALL_TIMELINE_TTL_DAYS} days)`);
+    return 1;
+  }
+  for (const [n, s] of found.entries()) {
+    if (n > 0) io.out('');
+    io.out(`call ${s.callId ?? '?'} (${s.source ?? '?'}, ${s.direction ?? '?'}, ${s.from ?? 'anonymous'} → ${s.to ?? '?'})  id ${s.id}`);
+    io.out(`sinks: ${sinkColumn(s)}`);
+    const rows = [['time', 'event', 'sink', 'try', 'detail']];
+    for (const e of s.entries) rows.push([iso(e.at), e.event, e.sink ? sinkLabel(e) : '', e.attempt === undefined ? '' : String(e.attempt), describeEntry(e)]);
+    for (const line of table(rows)) io.out(line);
+  }
+  return 0;
+}
+
+/** `callsync calls …`. */
+export async function callsCommand(config: Config, redis: RedisClient, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = options(args, {
+    since: { type: 'string' },
+    until: { type: 'string' },
+    sink: { type: 'string' },
+    status: { type: 'string' },
+    number: { type: 'string' },
+    limit: { type: 'string' },
+    json: { type: 'boolean' },
+  });
+  if (values.help) return (io.out(callsHelp.calls), 0);
+  if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+  const query = callQuery(values);
+  const result = await findCalls(timelineOf(config, redis), query);
+  if (values.json) {
+    io.out(JSON.stringify(result, null, 2));
+    return 0;
+  }
+  if (result.calls.length === 0) io.out('no calls match');
+  else {
+    const rows = [['received', 'call', 'source', 'from → to', 'sinks']];
+    for (const s of result.calls) rows.push([iso(s.receivedAt), s.callId ?? s.id, s.source ?? '?', `${s.from ?? 'anonymous'} → ${s.to ?? '?'}`, sinkColumn(s)]);
+    for (const line of table(rows)) io.out(line);
+  }
+  if (result.truncated) io.out(`(only the newest ${result.scanned} calls of the range were looked at: narrow --since/--until)`);
+  return 0;
+}
+
+/** The query of `calls` options (the JSON API's parameters have the same names); UsageError when one is bad. */
+export function callQuery(values: Record<string, string | boolean | undefined>, now: number = Date.now()): CallQuery {
+  try {
+    return parseCallQuery(values, now);
+  } catch (err) {
+    if (err instanceof CallQueryError) throw new UsageError(`--${err.message}`);
+    throw err;
+  }
+}

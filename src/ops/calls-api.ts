@@ -1,0 +1,30 @@
+// The calls' timelines as JSON for other tools ("Where is my call?", docs/operations.md), on the ops
+// endpoints behind the dashboard's credentials (./app.ts):
+//   GET /api/calls?since=2h[&until=…][&sink=…][&status=failed|skipped|pending|done][&number=+49…][&limit=N]
+//   GET /api/calls/:ref   (a platform call id, a job id, or a number: every call with it)
+import { Hono } from 'hono';
+import { callsNamed, CallQueryError, findCalls, parseCallQuery, type CallTimeline } from '../../queues/timeline.js';
+import { errorBody } from '../ingress/errors.js';
+
+export const CALLS_API_PATH = '/api/calls';
+
+export function callsApi(timeline: CallTimeline): Hono {
+  const app = new Hono();
+  app.get(CALLS_API_PATH, async (c) => {
+    let query;
+    try {
+      query = parseCallQuery(c.req.query());
+    } catch (err) {
+      if (err instanceof CallQueryError) return c.json(errorBody(400, err.message, `/query/${err.param}`), 400);
+      throw err;
+    }
+    return c.json(await findCalls(timeline, query));
+  });
+  app.get(`${CALLS_API_PATH}/:ref`, async (c) => {
+    const ref = c.req.param('ref');
+    const calls = await callsNamed(timeline, ref);
+    if (calls.length === 0) return c.json(errorBody(404, `no call found for ${ref.startsWith('+') ? 'that number' : `"${ref.slice(0, 200)}"`}`), 404);
+    return c.json({ calls });
+  });
+  return app;
+}

@@ -1,0 +1,168 @@
+// The dashboard's "Calls" page (/admin/queues/calls): search calls (call id, job id, number, time
+// range, sink state), a list with one status chip per sink, and a call's page with its timeline
+// (queues/timeline.ts), the retry of a failed sink and a replay to one sink. Behind the dashboard's login and CSRF rules
+// (./app.ts: operatorAuth on /admin/queues/*, sameOriginOnly: the retry is a same-origin JSON POST).
+import { randomBytes } from 'node:crypto';
+import { Hono, type Context } from 'hono';
+import { html, raw } from 'hono/html';
+import type { Queue } from 'bullmq';
+import { sinkQueueName } from '../../queues/registry.js';
+import { callsNamed, CallQueryError, describeEntry, findCalls, parseCallQuery, sinkLabel, type CallSummary, type CallTimeline, type TimelineEntry } from '../../queues/timeline.js';
+import { errorBody } from '../ingress/errors.js';
+
+export interface CallsPageOptions {
+  timeline: CallTimeline;
+  /** The queues of this deployment, by name (the retry finds the sink's job there). */
+  queues: readonly Queue[];
+  /** Where the page is, e.g. /admin/queues/calls. */
+  path: string;
+  /** The dashboard (Bull Board), for links to a queue. */
+  dashboardPath: string;
+}
+
+const STYLE = `body{font-family:system-ui,sans-serif;margin:1.5rem;background:#f4f5f7;color:#222}
+a{color:#2251c9}table{border-collapse:collapse;width:100%;background:#fff}td,th{padding:.35rem .6rem;border-bottom:1px solid #e3e5e8;text-align:left;vertical-align:top;font-size:.9rem}
+form.search{display:flex;gap:.5rem;flex-wrap:wrap;margin:1rem 0}input,select,button{font:inherit;padding:.35rem .5rem}
+.chip{display:inline-block;border-radius:1rem;padding:.1rem .6rem;margin:0 .25rem .25rem 0;font-size:.8rem;color:#fff;background:#777}
+.chip.done{background:#23863a}.chip.skipped{background:#6b6f76}.chip.failed{background:#c62828}.chip.pending,.chip.retrying{background:#b26a00}
+.err{color:#c62828}nav{margin-bottom:1rem}`;
+
+const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? '–' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
+
+function chips(summary: CallSummary) {
+  const sinks = Object.entries(summary.sinks);
+  if (sinks.length === 0) return html`<span class="chip">no sink</span>`;
+  return sinks.map(([sink, state]) => html`<span class="chip ${state}" data-sink="${sink}" title="${summary.reasons[sink] ?? state}">${sink}: ${state}</span>`);
+}
+
+/** A ref's value as a link when it is an http(s) URL (a CRM record, a pre-signed object), else text. */
+function refValue(value: string) {
+  return /^https?:\/\//.test(value) ? html`<a href="${value}" rel="noreferrer noopener" target="_blank">${value}</a>` : html`<code>${value}</code>`;
+}
+
+function detail(e: TimelineEntry) {
+  if (e.event === 'done' && e.refs) return html`${Object.entries(e.refs).map(([k, v]) => html`${k} ${refValue(v)} `)}${e.reason ? ` ${e.reason}` : ''}`;
+  return describeEntry(e);
+}
+
+export function callsPage(options: CallsPageOptions): Hono {
+  const app = new Hono();
+  const { path, timeline } = options;
+  const queues = new Map(options.queues.map((q) => [q.name, q]));
+
+  const page = (c: Context, title: string, body: unknown, script = '') => {
+    const nonce = randomBytes(16).toString('base64');
+    c.header('cache-control', 'no-store');
+    c.header('content-security-policy', `default-src 'none'; style-src 'unsafe-inline'; script-src 'nonce-${nonce}'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`);
+    return c.html(html`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width"><title>${title}</title><style>${raw(STYLE)}</style></head>
+<body><nav><a href="${path}">Calls</a> · <a href="${options.dashboardPath}">Queues</a></nav>${body}${script ? html`<script nonce="${nonce}">${raw(script)}</script>` : ''}</body></html>`);
+  };
+
+  // The list: a reference (call id, job id, +number) or a query (time range, sink, state).
+  app.get(path, async (c) => {
+    const q = (c.req.query('q') ?? '').trim();
+    const values: Record<string, string> = { since: c.req.query('since') || '24h', ...pick(c.req.query(), ['until', 'sink', 'status', 'limit']) };
+    let calls: CallSummary[] = [];
+    let error: string | null = null;
+    try {
+      if (q.startsWith('+')) calls = (await findCalls(timeline, { ...parseCallQuery(values), number: q })).calls;
+      else if (q !== '') calls = await callsNamed(timeline, q);
+      else calls = (await findCalls(timeline, parseCallQuery(values))).calls;
+    } catch (err) {
+      if (!(err instanceof CallQueryError)) throw err;
+      error = err.message;
+    }
+    const status = c.req.query('status') ?? '';
+    const body = html`<h1>Calls</h1>
+<form class="search" method="get" action="${path}" role="search">
+<label>Call id, job id or number <input name="q" value="${q}" placeholder="+4915112345678"></label>
+<label>Since <input name="since" value="${values.since}" size="6"></label>
+<label>Sink <input name="sink" value="${values.sink ?? ''}" size="10"></label>
+<label>Status <select name="status">${['', 'failed', 'skipped', 'pending', 'done'].map((s) => html`<option value="${s}"${s === status ? raw(' selected') : ''}>${s || 'any'}</option>`)}</select></label>
+<button type="submit">Search</button></form>
+${error ? html`<p class="err" role="alert">${error}</p>` : ''}
+<table><thead><tr><th>received</th><th>call</th><th>source</th><th>from → to</th><th>sinks</th></tr></thead><tbody>
+${calls.length === 0 ? html`<tr><td colspan="5">no calls match</td></tr>` : ''}
+${calls.map((s) => html`<tr><td>${iso(s.receivedAt)}</td><td><a href="${path}/${s.id}">${s.callId ?? s.id}</a></td><td>${s.source ?? '?'}</td><td>${s.from ?? 'anonymous'} → ${s.to ?? '?'}</td><td>${chips(s)}</td></tr>`)}
+</tbody></table>`;
+    return page(c, 'callsync: calls', body);
+  });
+
+  // One call: its sinks and timeline; a failed sink can be retried.
+  app.get(`${path}/:id`, async (c) => {
+    const id = c.req.param('id');
+    const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
+    if (!call) {
+      c.status(404);
+      return page(c, 'callsync: call not found', html`<h1>Call not found</h1><p>No timeline for ${id} (kept CALL_TIMELINE_TTL_DAYS).</p>`);
+    }
+    const failed = Object.entries(call.sinks).filter(([, state]) => state === 'failed').map(([sink]) => sink);
+    const settled = Object.entries(call.sinks).filter(([, state]) => state === 'done' || state === 'skipped').map(([sink]) => sink);
+    const waiting = Object.values(call.sinks).some((state) => state === 'pending' || state === 'retrying');
+    const body = html`<h1>Call ${call.callId ?? call.id}</h1>
+<p>${call.source ?? '?'}, ${call.direction ?? '?'}, ${call.from ?? 'anonymous'} → ${call.to ?? '?'}, received ${iso(call.receivedAt)}; job id <code>${call.id}</code></p>
+<p id="sinks">${chips(call)}</p>
+${failed.map((sink) => html`<p><button type="button" data-action="retry" data-sink="${sink}">Retry ${sink}</button> <span class="err">${call.reasons[sink] ?? ''}</span></p>`)}
+<p>${settled.map((sink) => html`<button type="button" data-action="replay" data-sink="${sink}">Replay to ${sink}</button> `)}</p>
+<p id="message" role="status"></p>
+<table><thead><tr><th>time</th><th>event</th><th>sink</th><th>try</th><th>detail</th></tr></thead><tbody>
+${call.entries.map((e) => html`<tr><td>${iso(e.at)}</td><td>${e.event}</td><td>${e.sink ? sinkLabel(e) : ''}</td><td>${e.attempt ?? ''}</td><td>${detail(e)}</td></tr>`)}
+</tbody></table>`;
+    // Retry: a same-origin JSON POST (the CSRF rule of the ops endpoints); the page then refreshes
+    // while a sink is pending, so a retried chip turns to its outcome.
+    const script = `
+for (const b of document.querySelectorAll('button[data-action]')) b.addEventListener('click', async () => {
+  b.disabled = true;
+  const res = await fetch(location.pathname + '/' + b.dataset.action, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ sink: b.dataset.sink }) });
+  const out = await res.json().catch(() => ({}));
+  document.getElementById('message').textContent = res.ok ? b.dataset.action + ': ' + b.dataset.sink : ((out.errors && out.errors[0] && out.errors[0].detail) || b.dataset.action + ' failed');
+  if (res.ok) setTimeout(() => location.reload(), 700); else b.disabled = false;
+});
+${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
+    return page(c, `callsync: call ${call.callId ?? call.id}`, body, script);
+  });
+
+  // Retries the dead letter of one sink of the call: the job its timeline names, in its queue.
+  app.post(`${path}/:id/retry`, async (c) => {
+    const id = c.req.param('id');
+    const body = (await c.req.json().catch(() => null)) as { sink?: unknown } | null;
+    const sink = typeof body?.sink === 'string' ? body.sink : null;
+    if (!sink) return c.json(errorBody(400, 'expected {"sink": "<sink or sink.endpoint>"}', '/sink'), 400);
+    const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
+    if (!call) return c.json(errorBody(404, `no call ${id}`), 404);
+    const dead = call.entries.filter((e) => e.event === 'dead-lettered' && e.sink && sinkLabel(e) === sink).at(-1);
+    if (!dead?.jobId || call.sinks[sink] !== 'failed') return c.json(errorBody(409, `sink "${sink}" of this call is not failed`, '/sink'), 409);
+    const queue = queues.get(sinkQueueName(dead.sink!, dead.endpoint));
+    const job = queue ? await queue.getJob(dead.jobId) : undefined;
+    if (!queue || !job) return c.json(errorBody(404, `the dead letter of "${sink}" is gone (dead letters are kept 14 days)`), 404);
+    if (!(await job.isFailed())) return c.json(errorBody(409, `the job of "${sink}" is not in the dead letters (it is ${await job.getState()})`), 409);
+    await job.retry('failed');
+    return c.json({ retried: { sink, queue: queue.name, jobId: job.id } });
+  });
+
+  // Replays the call to one sink: its latest job's data as a new job of that sink's queue (sinks
+  // are idempotent: one that has it already may answer done or skipped without writing again).
+  app.post(`${path}/:id/replay`, async (c) => {
+    const id = c.req.param('id');
+    const body = (await c.req.json().catch(() => null)) as { sink?: unknown } | null;
+    const sink = typeof body?.sink === 'string' ? body.sink : null;
+    if (!sink) return c.json(errorBody(400, 'expected {"sink": "<sink or sink.endpoint>"}', '/sink'), 400);
+    const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
+    if (!call) return c.json(errorBody(404, `no call ${id}`), 404);
+    const last = call.entries.filter((e) => e.sink && e.jobId && sinkLabel(e) === sink).at(-1);
+    if (!last) return c.json(errorBody(404, `the call was never routed to "${sink}"`, '/sink'), 404);
+    const queue = queues.get(sinkQueueName(last.sink!, last.endpoint));
+    const job = queue ? await queue.getJob(last.jobId!) : undefined;
+    if (!queue || !job) return c.json(errorBody(404, `the job of "${sink}" is gone (done jobs are kept a day): replay from the archive with \`callsync replay\``), 404);
+    const replayId = `${last.jobId!.slice(0, 32)}-replay-${Date.now().toString(36)}`;
+    await queue.add(job.name, job.data, { jobId: replayId });
+    return c.json({ replayed: { sink, queue: queue.name, jobId: replayId } });
+  });
+
+  return app;
+}
+
+function pick(values: Record<string, string>, names: string[]): Record<string, string> {
+  return Object.fromEntries(names.filter((n) => values[n] !== undefined && values[n] !== '').map((n) => [n, values[n]!]));
+}

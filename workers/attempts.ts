@@ -1,0 +1,102 @@
+// Every attempt of a sink job in its call's timeline (queues/timeline.ts): the start before the
+// sink runs (so an attempt cut short by a crash still shows), then its end — done with what was
+// written, skipped with the reason, retry with the error kind and the next attempt's time, or
+// dead-lettered with the redacted reason — written before the queue hears of it.
+//
+// The next attempt's time of a transient failure is the backoff the runner then uses: the delay is
+// drawn here (jitter included) and kept for the job until the runner's backoff strategy takes it.
+import type { Job } from 'bullmq';
+import { backoffDelay, scheduleDelay } from '../src/backoff.js';
+import { classify, RetryLaterError, SinkError } from '../src/errors.js';
+import { skipReason, timelineId, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
+import { traceAttempt } from '../src/telemetry.js';
+import { endpointFromQueue, JobName, sinkNameFromQueue, type JobPayload, type RetryPolicy, type SinkDeliverJob } from '../queues/registry.js';
+
+/** Backoff delays drawn when a failure was recorded, by job id, until the runner's strategy takes them. */
+export class PlannedRetries {
+  private readonly planned = new Map<string, number>();
+
+  constructor(private readonly retry: RetryPolicy) {}
+
+  /** Draws the backoff before retry `attemptsMade` (as the runner would) and keeps it for the job. */
+  plan(job: Job, attemptsMade: number): number {
+    const { schedule, backoffMs, maxBackoffMs } = this.retry;
+    const delay = schedule ? scheduleDelay(attemptsMade, schedule) : backoffDelay(attemptsMade, backoffMs, maxBackoffMs);
+    if (job.id !== undefined) this.planned.set(job.id, delay);
+    return delay;
+  }
+
+  /** The delay drawn for the job, once (then forgotten); undefined when none was drawn. */
+  take(job: { id?: string } | undefined): number | undefined {
+    if (job?.id === undefined) return undefined;
+    const delay = this.planned.get(job.id);
+    this.planned.delete(job.id);
+    return delay;
+  }
+}
+
+type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal) => Promise<unknown>;
+
+function describe(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * Wraps a sink queue's processor so each attempt of a `sink.deliver` job lands in the call's
+ * timeline. `maxDeferrals`: how often a job-scoped "retry later" waits before it counts as an
+ * ordinary failure (the runner's rule, repeated here to tell the two apart).
+ */
+export function recordAttempts<T extends JobPayload>(queueName: string, processor: Processor<T>, timeline: CallTimeline, retries: PlannedRetries, maxDeferrals: number): Processor<T> {
+  const sink = sinkNameFromQueue(queueName);
+  if (sink === null) return processor;
+  const endpoint = endpointFromQueue(queueName) ?? undefined;
+  return async function recorded(job: Job<T>, signal: AbortSignal): Promise<unknown> {
+    const data = job.data as SinkDeliverJob | undefined;
+    const call = data?.kind === JobName.sinkDeliver ? data.call : undefined;
+    if (!call || typeof call.key !== 'string') return processor(job, signal);
+    const base = { sink, ...(endpoint ? { endpoint } : {}), jobId: job.id ?? '', attempt: job.attemptsMade + 1 };
+    // A sink job's id begins with the call hash (queues/registry.ts sinkJobId): no hashing per event.
+    const id = /^[0-9a-f]{32}/.exec(base.jobId)?.[0] ?? timelineId(call);
+    const started = Date.now();
+    // Each event is written to the socket when it happens (ioredis sends at once on a ready
+    // connection), before the queue hears of the outcome: a crash later finds it sent. Not awaited:
+    // a job waits for no timeline round trip (the timeline never fails the work, see sinkEvent).
+    void timeline.sinkEvent(call, { event: 'attempt', ...base }, id);
+    let entry: Omit<TimelineEntry, 'at'>;
+    try {
+      type Result = { status?: string; reason?: string; refs?: Record<string, string> } | undefined;
+      const result = (await traceAttempt(
+        id,
+        base,
+        () => processor(job, signal) as Promise<Result>,
+        (r) => (r?.status === 'skipped' ? { outcome: 'skipped', skip: skipReason(r.reason) } : { outcome: 'done' }),
+      )) as Result;
+      const durationMs = Date.now() - started;
+      if (result?.status === 'skipped') {
+        entry = { event: 'skipped', ...base, durationMs, reason: result.reason ?? 'skipped', skip: skipReason(result.reason) };
+      } else {
+        entry = { event: 'done', ...base, durationMs, ...(result?.refs ? { refs: result.refs } : {}), ...(result?.reason ? { reason: result.reason } : {}) };
+      }
+      void timeline.sinkEvent(call, entry, id);
+      return result;
+    } catch (err) {
+      void timeline.sinkEvent(call, failureEntry(job, err, base, Date.now() - started, retries, maxDeferrals), id);
+      throw err;
+    }
+  };
+}
+
+/** How the runner will treat the failure (workers/runner.ts), as a timeline entry. */
+function failureEntry(job: Job, err: unknown, base: Omit<TimelineEntry, 'at' | 'event'>, durationMs: number, retries: PlannedRetries, maxDeferrals: number): Omit<TimelineEntry, 'at'> {
+  const kind = classify(err);
+  const reason = describe(err);
+  const status = err instanceof SinkError && err.status !== undefined ? ` (status ${err.status})` : '';
+  const common = { ...base, durationMs, kind, reason: `${reason}${status && !reason.includes(String((err as SinkError).status)) ? status : ''}` };
+  if (kind === 'permanent') return { event: 'dead-lettered', ...common };
+  if (kind === 'retry-later' && err instanceof RetryLaterError && job.attemptsStarted - job.attemptsMade <= maxDeferrals) {
+    return { event: 'retry', ...common, nextAt: Date.now() + err.delayMs };
+  }
+  if (kind === 'auth' || kind === 'disable') return { event: 'retry', ...common, paused: true };
+  if (job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) return { event: 'dead-lettered', ...common };
+  return { event: 'retry', ...common, nextAt: Date.now() + retries.plan(job, job.attemptsMade + 1) };
+}
