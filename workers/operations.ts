@@ -84,6 +84,8 @@ export function createOperations(options: OperationsOptions): Operations {
     auth: { username: env.ADMIN_USERNAME, password: env.ADMIN_PASSWORD, token: env.ADMIN_TOKEN },
     origins: env.ADMIN_ORIGIN,
     metricsToken: env.METRICS_TOKEN,
+    trustedProxies: config.webhook.trustedProxies,
+    trustProxyHops: config.webhook.trustProxyHops,
     ready: async () => {
       if (!fanOutStalled) return 'starting';
       const stalled = fanOutStalled;

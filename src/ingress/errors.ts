@@ -21,6 +21,7 @@ const titles: Record<number, string> = {
   408: 'Request Timeout',
   413: 'Payload Too Large',
   415: 'Unsupported Media Type',
+  429: 'Too Many Requests',
   500: 'Internal Server Error',
   503: 'Service Unavailable',
 };
