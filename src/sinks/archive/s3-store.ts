@@ -1,7 +1,7 @@
 // The archive's S3 store (or any S3-compatible server). Imported only when a bucket is configured
 // (see createObjectStore in ./index.ts), so processes that archive nowhere never load the AWS SDK.
 import type { Readable } from 'node:stream';
-import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { AuthError, errorFromHttp, errorFromNetwork, type SinkError } from '../../errors.js';
 import type { ObjectStore, PutOptions } from './store.js';
@@ -119,6 +119,15 @@ export class S3Store implements ObjectStore {
       return await res.Body.transformToString('utf8');
     } catch (err) {
       throw errorFromS3(`S3 GetObject ${key}`, err);
+    }
+  }
+
+  /** DeleteObject (needs `s3:DeleteObject`); S3 answers success for a key that is not there. */
+  async delete(key: string): Promise<void> {
+    try {
+      await this.client.send(new DeleteObjectCommand({ Bucket: this.options.bucket, Key: key }));
+    } catch (err) {
+      throw errorFromS3(`S3 DeleteObject ${key}`, err);
     }
   }
 }

@@ -29,6 +29,8 @@ export interface ObjectStore {
   list(prefix: string): AsyncIterable<string>;
   /** An object's body as UTF-8 text (archived records are small JSON). */
   get(key: string): Promise<string>;
+  /** Removes the object; nothing happens when there is none. */
+  delete(key: string): Promise<void>;
 }
 
 /** Writes `<root>/<key>` atomically (temp file + rename), so a reader never sees half an object. */
@@ -99,6 +101,10 @@ export class LocalFolderStore implements ObjectStore {
 
   async get(key: string): Promise<string> {
     return readFile(this.pathOf(key), 'utf8');
+  }
+
+  async delete(key: string): Promise<void> {
+    await rm(this.pathOf(key), { force: true });
   }
 
   async putStream(key: string, body: Readable): Promise<void> {
