@@ -19,6 +19,7 @@ const titles: Record<number, string> = {
   404: 'Not Found',
   405: 'Method Not Allowed',
   408: 'Request Timeout',
+  409: 'Conflict',
   413: 'Payload Too Large',
   415: 'Unsupported Media Type',
   429: 'Too Many Requests',
