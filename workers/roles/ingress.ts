@@ -52,6 +52,20 @@ function warnDropped(log: RoleDeps['log'], maxConnections: number): () => void {
   };
 }
 
+/** One line a minute at most about connections refused for their peer, with the counts by reason. */
+function warnUnlisted(log: RoleDeps['log']): (peer: string, reason: string) => void {
+  let counts: Record<string, number> = {};
+  let quietUntil = 0;
+  return (peer, reason) => {
+    counts[reason] = (counts[reason] ?? 0) + 1;
+    const now = Date.now();
+    if (now < quietUntil) return;
+    log.warn({ peer, refused: counts }, 'connection refused: its peer is not on WEBHOOK_ALLOWED_IPS and holds its share, or was slow to send headers');
+    counts = {};
+    quietUntil = now + 60_000;
+  };
+}
+
 export interface IngressRoleOptions {
   /** Why this process' fan-out makes no progress, or null (role all: readiness reports it). */
   fanOutStalled?: () => string | null;
@@ -94,6 +108,8 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
         // Keep-alive longer than typical load balancers' idle timeout, so they close first.
         keepAliveTimeoutMs: 65_000,
         maxConnections: config.http.maxConnections,
+        // Peers that can never pass the allow list hold only a small share of the cap (src/listen.ts).
+        admission: { allow: config.webhook.allowedIps, trustedProxies: config.webhook.trustedProxies, onRefused: warnUnlisted(log) },
       },
     });
     closers.add('stop http intake', () => http.close());
