@@ -3,7 +3,6 @@
 import type { AddressInfo, Socket } from 'node:net';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { serve } from '@hono/node-server';
-import { buildBlockList, canonicalIp } from './ingress/middleware/ip-allow.js';
 
 export interface Listening {
   server: Server;
@@ -39,10 +38,11 @@ export interface ServerLimits {
  * timeout, when shorter), not the full headers timeout.
  */
 export interface Admission {
-  /** The webhook allow list (WEBHOOK_ALLOWED_IPS): IPs and CIDRs, or `*` (then every peer is listed). */
-  allow: string[] | '*';
-  /** TRUSTED_PROXIES: listed peers too. */
-  trustedProxies?: string[];
+  /**
+   * Whether a peer (its address, an IPv4-mapped IPv6 one as IPv4) is listed: on the webhook allow
+   * list (WEBHOOK_ALLOWED_IPS; `*`: every peer) or a trusted proxy (TRUSTED_PROXIES).
+   */
+  listed(peer: string): boolean;
   /** Told about every connection refused for its peer (not about those over the whole cap: Node's `drop`). */
   onRefused?(peer: string, reason: 'unlisted-share' | 'unlisted-per-peer' | 'headers-timeout'): void;
 }
@@ -56,12 +56,23 @@ export const UNKNOWN_HEADERS_TIMEOUT_MS = 3000;
 /** Known-good peers remembered (the oldest forgotten first). */
 const MAX_KNOWN_GOOD = 10_000;
 
+/** `::ffff:10.0.0.1` -> `10.0.0.1`; other addresses as they are. */
+function peerOf(socket: Socket): string {
+  const address = socket.remoteAddress ?? '';
+  return address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
+}
+
 /** Counts connections by peer class and refuses the unlisted beyond their share. Attached to `server`. */
 function admit(server: Server, admission: Admission, limits: ServerLimits): void {
-  const allowList = admission.allow === '*' ? null : buildBlockList(admission.allow);
-  const proxies = admission.trustedProxies?.length ? buildBlockList(admission.trustedProxies) : null;
-  const family = (ip: string) => (ip.includes(':') ? 'ipv6' : 'ipv4');
-  const listed = (ip: string) => allowList === null || allowList.check(ip, family(ip)) || (proxies !== null && proxies.check(ip, family(ip)));
+  const known = new Map<string, boolean>();
+  const listed = (ip: string): boolean => {
+    let decided = known.get(ip);
+    if (decided === undefined) {
+      decided = admission.listed(ip);
+      if (known.size < MAX_KNOWN_GOOD) known.set(ip, decided);
+    }
+    return decided;
+  };
   const cap = limits.maxConnections ?? Number.POSITIVE_INFINITY;
   const unlistedCap = Math.max(1, Math.floor(cap * UNLISTED_SHARE));
   const headersMs = Math.min(UNKNOWN_HEADERS_TIMEOUT_MS, limits.headersTimeoutMs ?? 60_000, limits.requestTimeoutMs ?? 300_000);
@@ -71,7 +82,7 @@ function admit(server: Server, admission: Admission, limits: ServerLimits): void
   const firstRequest = new WeakMap<Socket, NodeJS.Timeout>();
 
   server.on('connection', (socket: Socket) => {
-    const peer = canonicalIp(socket.remoteAddress ?? '');
+    const peer = peerOf(socket);
     if (!listed(peer)) {
       const held = perPeer.get(peer) ?? 0;
       const reason = unlisted >= unlistedCap ? 'unlisted-share' : held >= UNLISTED_PER_PEER ? 'unlisted-per-peer' : null;
@@ -108,7 +119,7 @@ function admit(server: Server, admission: Admission, limits: ServerLimits): void
       firstRequest.delete(req.socket);
     }
     res.once('finish', () => {
-      const peer = canonicalIp(req.socket.remoteAddress ?? '');
+      const peer = peerOf(req.socket);
       if (res.statusCode < 400 && listed(peer) && !good.has(peer)) {
         good.set(peer, true);
         if (good.size > MAX_KNOWN_GOOD) good.delete(good.keys().next().value!);

@@ -2,7 +2,6 @@
 // classes, told apart with instanceof — what the queue runner, the poller and the SMS channel rely on.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ReplyError } from 'ioredis';
 import { AuthError, PermanentError, RetryLaterError, SinkError, TransientError, classify, errorFromHttp, errorFromNetwork, isRedisCondition, parseRetryAfter } from '../src/errors.js';
 
 test('HTTP answers become the class of their behaviour', () => {
@@ -59,6 +58,14 @@ test('Retry-After: seconds, HTTP dates, and nonsense', () => {
   assert.equal(parseRetryAfter('', now), undefined);
   assert.equal(parseRetryAfter(null, now), undefined);
 });
+
+/** What ioredis throws for an error reply (its ReplyError: the name and Redis' text). */
+class ReplyError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ReplyError';
+  }
+}
 
 test('Redis failing under a job is its own kind (no attempt spent); a remote network error stays transient', () => {
   for (const reply of ["OOM command not allowed when used memory > 'maxmemory'.", "READONLY You can't write against a read only replica.", 'LOADING Redis is loading the dataset in memory', 'MASTERDOWN Link with MASTER is down']) {
