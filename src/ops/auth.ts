@@ -58,7 +58,7 @@ export function clientAddressOf(trustedProxies: string[] = [], trustProxyHops?: 
 }
 
 /** The account a try names, as logged: the configured user by name, anything else as `(other)` (it may be a password typed in the wrong field). */
-export function loggedAccount(tried: string, configured: string | undefined): string {
+function loggedAccount(tried: string, configured: string | undefined): string {
   return configured !== undefined && tried === configured ? configured : '(other)';
 }
 
@@ -68,14 +68,18 @@ export function throttled(c: Context, waitMs: number): Response {
   return c.json(errorBody(429, `too many failed logins: try again in ${seconds} s`), 429, { 'retry-after': seconds, 'cache-control': 'no-store' });
 }
 
-/** Checks a try against the throttle, or counts its failure; shared by the login page and Basic auth. */
-export interface Attempt {
+/** A try at a credential, as the throttle sees it. */
+interface Attempt {
   /** Milliseconds to wait before this try may be checked (0: check it). */
   waitMs: number;
   /** Call with the result of the check. */
   done(ok: boolean): void;
 }
 
+/**
+ * Checks a try against the throttle (`waitMs` > 0: refuse it unchecked, 429), then counts its
+ * result with `done`; shared by the login page, Basic auth and bearer tokens.
+ */
 export function attempt(c: Context, options: Pick<OperatorAuthOptions, 'throttle' | 'clientAddress' | 'log' | 'username'>, account: string, via: 'login' | 'basic' | 'bearer'): Attempt {
   const throttle = options.throttle;
   if (!throttle) return { waitMs: 0, done: () => undefined };
