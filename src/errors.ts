@@ -9,8 +9,11 @@
 //   auth        -> pause the sink's whole queue until an operator resumes it
 //   disable     -> the same, and the queue is marked disabled with the reason (a webhook endpoint
 //                  answered 410 Gone or a redirect: it takes no more messages as configured)
+//   redis       -> Redis itself could not serve the job's own reads and writes (out of memory,
+//                  read-only, loading, connection lost — see isRedisCondition): the job waits and
+//                  runs again later without spending an attempt, as the fan-out waits for Redis
 //   transient   -> anything else: exponential backoff with jitter, then dead letters
-export type SinkErrorKind = 'permanent' | 'retry-later' | 'auth' | 'disable' | 'transient';
+export type SinkErrorKind = 'permanent' | 'retry-later' | 'auth' | 'disable' | 'redis' | 'transient';
 
 export abstract class SinkError extends Error {
   abstract readonly kind: SinkErrorKind;
@@ -252,7 +255,35 @@ export function errorFromNetwork(what: string, cause: unknown): TransientError {
   return new TransientError(`${what} failed: ${reason}`, { cause });
 }
 
-/** The kind of any thrown value: typed sink errors keep theirs, everything unknown is transient. */
+/**
+ * Redis replies about Redis, never about the command: full (`maxmemory`), a replica or read-only,
+ * loading its data, a cluster or failover in progress, a script blocking it, persistence failing,
+ * no more clients, credentials or ACLs refused. The same command succeeds once Redis is well again.
+ */
+const REDIS_CONDITION_REPLY = /^(OOM|READONLY|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|BUSY|MISCONF|NOAUTH|WRONGPASS|NOPERM|ERR max number of clients)\b/;
+/** ioredis' own errors for a connection that is gone or gave up (not a remote's network error). */
+const REDIS_CONNECTION_ERROR_NAMES = new Set(['MaxRetriesPerRequestError', 'ClusterAllFailedError']);
+const REDIS_CONNECTION_MESSAGES = /^(Connection is closed\.|Stream isn't writeable and enableOfflineQueue options is false|Command timed out|Too many Cluster redirections|Cluster is disconnect(ed|ing)\.|None of startup nodes is available|Cluster isn't ready and enableOfflineQueue options is false)/;
+
+/**
+ * True when `err` (or what it wraps) is Redis failing callsync's own read or write: a `ReplyError`
+ * about Redis' state (REDIS_CONDITION_REPLY) or ioredis giving up on its connection. Deliberately
+ * narrower than the ingress' and fan-out's `isRedisUnavailable` (queues/connection.ts): a network
+ * code such as ECONNRESET may be a remote's (a CRM, S3, an SMTP server) and stays transient here.
+ */
+export function isRedisCondition(err: unknown, depth = 0): boolean {
+  if (!(err instanceof Error) || depth > 5) return false;
+  if (err.name === 'ReplyError') return REDIS_CONDITION_REPLY.test(err.message);
+  if (REDIS_CONNECTION_ERROR_NAMES.has(err.name)) return true;
+  if (!(err instanceof SinkError) && REDIS_CONNECTION_MESSAGES.test(err.message)) return true;
+  return err.cause !== undefined && isRedisCondition(err.cause, depth + 1);
+}
+
+/**
+ * The kind of any thrown value: typed sink errors keep theirs (a transient one that wraps a Redis
+ * condition is `redis`), Redis failing under the job is `redis`, everything else unknown is transient.
+ */
 export function classify(err: unknown): SinkErrorKind {
-  return err instanceof SinkError ? err.kind : 'transient';
+  if (err instanceof SinkError && err.kind !== 'transient') return err.kind;
+  return isRedisCondition(err) ? 'redis' : 'transient';
 }

@@ -1,6 +1,7 @@
-// Serves a Hono app on a port: one place for listening, the URL a log line shows, and closing.
-import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
+// Serves a Hono app on a port: one place for listening, the URL a log line shows, and closing; and
+// the admission of connections by who opens them (see `Admission`).
+import type { AddressInfo, Socket } from 'node:net';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { serve } from '@hono/node-server';
 
 export interface Listening {
@@ -21,6 +22,110 @@ export interface ServerLimits {
   keepAliveTimeoutMs?: number;
   /** Connections beyond this many are closed at once (Node's default: no limit). */
   maxConnections?: number;
+  /** Who may hold how many of them (default: anyone, up to maxConnections). */
+  admission?: Admission;
+}
+
+/**
+ * Admission by peer, so that addresses that can never post a webhook cannot fill the connection cap.
+ * A peer is *listed* when it is on the allow list or is a trusted proxy (its clients are checked per
+ * request, from X-Forwarded-For); any other peer is *unlisted*: it can never pass the allow list,
+ * and may only reach the endpoints that do not ask for it (/healthz, /readyz, /metrics, the
+ * dashboard). Unlisted peers get a small share of the cap — UNLISTED_SHARE of it in all, at most
+ * UNLISTED_PER_PEER connections per address — and are refused at accept time beyond it, so the rest
+ * stays for listed peers. A peer not yet known good (no answer below 400 yet; unlisted peers never
+ * are) must send its first request's headers within UNKNOWN_HEADERS_TIMEOUT_MS (or the headers
+ * timeout, when shorter), not the full headers timeout.
+ */
+export interface Admission {
+  /**
+   * Whether a peer (its address, an IPv4-mapped IPv6 one as IPv4) is listed: on the webhook allow
+   * list (WEBHOOK_ALLOWED_IPS; `*`: every peer) or a trusted proxy (TRUSTED_PROXIES).
+   */
+  listed(peer: string): boolean;
+  /** Told about every connection refused for its peer (not about those over the whole cap: Node's `drop`). */
+  onRefused?(peer: string, reason: 'unlisted-share' | 'unlisted-per-peer' | 'headers-timeout'): void;
+}
+
+/** Part of the connection cap unlisted peers may hold together (at least 1). */
+export const UNLISTED_SHARE = 0.1;
+/** Connections one unlisted address may hold. */
+export const UNLISTED_PER_PEER = 4;
+/** Time a peer not yet known good has for its first request's headers. */
+export const UNKNOWN_HEADERS_TIMEOUT_MS = 3000;
+/** Known-good peers remembered (the oldest forgotten first). */
+const MAX_KNOWN_GOOD = 10_000;
+
+/** `::ffff:10.0.0.1` -> `10.0.0.1`; other addresses as they are. */
+function peerOf(socket: Socket): string {
+  const address = socket.remoteAddress ?? '';
+  return address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
+}
+
+/** Counts connections by peer class and refuses the unlisted beyond their share. Attached to `server`. */
+function admit(server: Server, admission: Admission, limits: ServerLimits): void {
+  const known = new Map<string, boolean>();
+  const listed = (ip: string): boolean => {
+    let decided = known.get(ip);
+    if (decided === undefined) {
+      decided = admission.listed(ip);
+      if (known.size < MAX_KNOWN_GOOD) known.set(ip, decided);
+    }
+    return decided;
+  };
+  const cap = limits.maxConnections ?? Number.POSITIVE_INFINITY;
+  const unlistedCap = Math.max(1, Math.floor(cap * UNLISTED_SHARE));
+  const headersMs = Math.min(UNKNOWN_HEADERS_TIMEOUT_MS, limits.headersTimeoutMs ?? 60_000, limits.requestTimeoutMs ?? 300_000);
+  const perPeer = new Map<string, number>();
+  let unlisted = 0;
+  const good = new Map<string, true>();
+  const firstRequest = new WeakMap<Socket, NodeJS.Timeout>();
+
+  server.on('connection', (socket: Socket) => {
+    const peer = peerOf(socket);
+    if (!listed(peer)) {
+      const held = perPeer.get(peer) ?? 0;
+      const reason = unlisted >= unlistedCap ? 'unlisted-share' : held >= UNLISTED_PER_PEER ? 'unlisted-per-peer' : null;
+      if (reason !== null) {
+        socket.destroy();
+        admission.onRefused?.(peer, reason);
+        return;
+      }
+      unlisted++;
+      perPeer.set(peer, held + 1);
+      socket.once('close', () => {
+        unlisted--;
+        const left = (perPeer.get(peer) ?? 1) - 1;
+        if (left > 0) perPeer.set(peer, left);
+        else perPeer.delete(peer);
+      });
+    }
+    if (!good.has(peer)) {
+      const timer = setTimeout(() => {
+        if (socket.destroyed) return;
+        admission.onRefused?.(peer, 'headers-timeout');
+        socket.end('HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+        socket.destroySoon();
+      }, headersMs);
+      timer.unref();
+      firstRequest.set(socket, timer);
+      socket.once('close', () => clearTimeout(timer));
+    }
+  });
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    const timer = firstRequest.get(req.socket);
+    if (timer !== undefined) {
+      clearTimeout(timer);
+      firstRequest.delete(req.socket);
+    }
+    res.once('finish', () => {
+      const peer = peerOf(req.socket);
+      if (res.statusCode < 400 && listed(peer) && !good.has(peer)) {
+        good.set(peer, true);
+        if (good.size > MAX_KNOWN_GOOD) good.delete(good.keys().next().value!);
+      }
+    });
+  });
 }
 
 export async function listen(fetch: Parameters<typeof serve>[0]['fetch'], at: { port: number; host: string; limits?: ServerLimits }): Promise<Listening> {
@@ -40,6 +145,7 @@ export async function listen(fetch: Parameters<typeof serve>[0]['fetch'], at: { 
   });
   if (limits.keepAliveTimeoutMs !== undefined) server.keepAliveTimeout = limits.keepAliveTimeoutMs;
   if (limits.maxConnections !== undefined) server.maxConnections = limits.maxConnections;
+  if (limits.admission) admit(server, limits.admission, limits);
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${address.port}`;

@@ -2,7 +2,7 @@
 // classes, told apart with instanceof — what the queue runner, the poller and the SMS channel rely on.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AuthError, PermanentError, RetryLaterError, SinkError, TransientError, classify, errorFromHttp, errorFromNetwork, parseRetryAfter } from '../src/errors.js';
+import { AuthError, PermanentError, RetryLaterError, SinkError, TransientError, classify, errorFromHttp, errorFromNetwork, isRedisCondition, parseRetryAfter } from '../src/errors.js';
 
 test('HTTP answers become the class of their behaviour', () => {
   const cases: [number, string | null, new (...args: never[]) => SinkError][] = [
@@ -57,4 +57,30 @@ test('Retry-After: seconds, HTTP dates, and nonsense', () => {
   assert.equal(parseRetryAfter('soon', now), undefined);
   assert.equal(parseRetryAfter('', now), undefined);
   assert.equal(parseRetryAfter(null, now), undefined);
+});
+
+/** What ioredis throws for an error reply (its ReplyError: the name and Redis' text). */
+class ReplyError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ReplyError';
+  }
+}
+
+test('Redis failing under a job is its own kind (no attempt spent); a remote network error stays transient', () => {
+  for (const reply of ["OOM command not allowed when used memory > 'maxmemory'.", "READONLY You can't write against a read only replica.", 'LOADING Redis is loading the dataset in memory', 'MASTERDOWN Link with MASTER is down']) {
+    assert.equal(classify(new ReplyError(reply)), 'redis', reply);
+  }
+  assert.equal(classify(new Error('Connection is closed.')), 'redis');
+  assert.equal(classify(Object.assign(new Error('Reached the max retries per request limit (which is 1).'), { name: 'MaxRetriesPerRequestError' })), 'redis');
+  // Wrapped by a sink as transient: still Redis.
+  assert.equal(classify(new TransientError('lock failed', { cause: new ReplyError('OOM command not allowed') })), 'redis');
+  // A reply about the data sent, and network codes (a CRM's or S3's reset as much as Redis'): transient.
+  assert.equal(classify(new ReplyError('ERR value is not an integer or out of range')), 'transient');
+  assert.equal(classify(new ReplyError('WRONGTYPE Operation against a key holding the wrong kind of value')), 'transient');
+  assert.equal(classify(errorFromNetwork('HubSpot POST /crm/v3/objects/calls', Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }))), 'transient');
+  assert.equal(classify(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:443'), { code: 'ECONNREFUSED' })), 'transient');
+  // Typed kinds other than transient keep theirs, whatever they wrap.
+  assert.equal(classify(new PermanentError('bad', { cause: new ReplyError('OOM command not allowed') })), 'permanent');
+  assert.equal(isRedisCondition('OOM'), false);
 });

@@ -201,6 +201,52 @@ describe('Push API source', () => {
     assert.ok(second.every((c) => c.key === 'push:-:ooo-2' && c.outcome === 'missed'));
   });
 
+  test('out of order: a newCall after the hangup never puts the start after the end; the start is the first event', async () => {
+    at('2026-11-20T12:20:00Z');
+    await post(hangup('ooo-3', 'normalClearing', { answeringNumber: '4921155550100' }));
+    at('2026-11-20T12:20:02Z');
+    await post(answer('ooo-3'));
+    at('2026-11-20T12:20:05Z');
+    await post(newCall('ooo-3'));
+    const calls = await callsOf('ooo-3');
+    assert.ok(calls.length >= 1);
+    for (const c of calls) {
+      assert.equal(c.startedAt, '2026-11-20T12:20:00.000Z', 'started when its first event (the hangup) arrived');
+      assert.ok(c.endedAt !== null && Date.parse(c.startedAt) <= Date.parse(c.endedAt), `start ${c.startedAt} after end ${c.endedAt}`);
+      assert.equal(c.durationSec, null, 'an answer after the hangup gives no duration');
+    }
+  });
+
+  test('an event replayed after the call\'s events expired is refused (409 with the error body), not delivered as a degraded record', async () => {
+    at('2026-11-20T12:30:00Z');
+    await post(newCall('replay-1'));
+    at('2026-11-20T12:30:02Z');
+    await post(answer('replay-1'));
+    at('2026-11-20T12:31:00Z');
+    const hangupBody = hangup('replay-1');
+    assert.equal((await post(hangupBody)).status, 200);
+    const before = await callsOf('replay-1');
+    assert.equal(before.length, 1);
+    assert.equal(before[0]!.outcome, 'answered');
+    assert.equal(before[0]!.durationSec, 58);
+
+    // The call's events expire (their TTL, PUSH_CALL_TIMEOUT_SECONDS + 24 h, passed) …
+    await redis.del(`${prefix}:push:replay-1`);
+    // … and the signed hangup is sent again, or a newCall: neither makes a record of its own.
+    at('2026-11-22T12:31:00Z');
+    for (const body of [hangupBody, newCall('replay-1')]) {
+      const res = await post(body);
+      assert.equal(res.status, 409);
+      const problem = ((await res.json()) as { errors: { status: number; detail: string; source: { pointer: string } }[] }).errors[0]!;
+      assert.equal(problem.status, 409);
+      assert.equal(problem.source.pointer, '/callId');
+      assert.match(problem.detail, /closed and its events have expired/);
+    }
+    const after = await callsOf('replay-1');
+    assert.equal(after.length, 1, 'no degraded update of the call in the inbound log');
+    assert.equal(await redis.exists(`${prefix}:push:replay-1`), 0, 'nothing assembled anew');
+  });
+
   test('causes: cancel and noAnswer are missed, busy is busy, forwarded is transferred, congestion failed', async () => {
     const cases: [string, string][] = [
       ['cancel', 'missed'],

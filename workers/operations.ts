@@ -92,6 +92,8 @@ export function createOperations(options: OperationsOptions): Operations {
     origins: env.ADMIN_ORIGIN,
     metricsToken: env.METRICS_TOKEN,
     calls: new CallTimeline(connection, keys, { ttlDays: env.CALL_TIMELINE_TTL_DAYS, indexSecret: env.CALL_INDEX_SECRET, log }),
+    trustedProxies: config.webhook.trustedProxies,
+    trustProxyHops: config.webhook.trustProxyHops,
     ready: async () => {
       if (!fanOutStalled) return 'starting';
       const stalled = fanOutStalled;

@@ -1,14 +1,16 @@
 // Runs a processor on a queue with callsync's error policy: typed sink errors decide whether a
 // failure is dead-lettered at once, waits without spending an attempt, pauses (or disables) the
 // queue, or backs off — exponentially with jitter, or by the queue's own schedule — until attempts
-// run out and the job lands in the dead letters.
+// run out and the job lands in the dead letters. Redis failing under a job (out of memory,
+// read-only, loading, connection lost) is no failure of the sink: the job waits for Redis, as the
+// fan-out does, and spends no attempt.
 import { logRepeated } from '../src/log.js';
 import { DelayedError, Queue, UnrecoverableError, Worker, type Job, type WorkerOptions } from 'bullmq';
 import type { RedisClient } from '../queues/connection.js';
 import { asKeys, type RedisKeys } from '../queues/keys.js';
 import type { Logger } from 'pino';
 import { backoffDelay, scheduleDelay } from '../src/backoff.js';
-import { classify, RetryLaterError, SinkError } from '../src/errors.js';
+import { classify, isRedisCondition, RetryLaterError, SinkError } from '../src/errors.js';
 import type { QueueLimit } from '../src/sinks/types.js';
 import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
 import { disableQueue, pauseQueue } from '../queues/disabled.js';
@@ -44,8 +46,23 @@ export interface RunnerOptions {
 
 export type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal) => Promise<unknown>;
 
-/** A job-scoped "retry later" may repeat this often before it counts as an ordinary failure. */
+/**
+ * A job-scoped "retry later" may repeat this often before it counts as an ordinary failure. Waits
+ * for Redis count among these deferrals (BullMQ keeps one counter) but are never limited themselves.
+ */
 const MAX_DEFERRALS = 200;
+
+/** First and longest wait of a job for Redis (doubling in between, with jitter: half to all of it). */
+export const REDIS_WAIT_MIN_MS = 250;
+export const REDIS_WAIT_MAX_MS = 5000;
+
+/** The wait before a job runs again after Redis failed under it for the `waits`-th time in a row. */
+export function redisWaitMs(waits: number, random: () => number = Math.random): number {
+  const full = Math.min(REDIS_WAIT_MAX_MS, REDIS_WAIT_MIN_MS * 2 ** Math.min(Math.max(0, waits), 10));
+  return Math.round(full / 2 + (full / 2) * random());
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 function describe(err: unknown): string {
   if (err instanceof Error) return err.message;
@@ -103,6 +120,29 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
         return result;
       } catch (err) {
         const kind = classify(err);
+        if (kind === 'redis') {
+          // Moving the job back to the delayed set works while Redis is full (BullMQ's script
+          // deletes the job's lock first, and a script that has written may go on); while the
+          // connection is away it waits for the reconnect. Should the move itself fail for Redis'
+          // sake, it is tried again while the job's lock lasts; only then does the error go to BullMQ.
+          // Deferrals before this run (the run under way counts as started).
+          const waits = Math.max(0, job.attemptsStarted - job.attemptsMade - 1);
+          const delayMs = redisWaitMs(waits);
+          options.events?.deferred?.(queueName, job, delayMs, 'job');
+          if (waits === 0 || waits % 20 === 0) {
+            jobLog().warn({ reason: describe(err), delayMs, waits }, 'Redis failed under the job: waiting for Redis, no attempt spent');
+          }
+          const giveUpAt = Date.now() + options.lockDurationMs;
+          for (let tries = 0; ; tries++) {
+            try {
+              await job.moveToDelayed(Date.now() + delayMs, token);
+              throw new DelayedError();
+            } catch (moveErr) {
+              if (moveErr instanceof DelayedError || !isRedisCondition(moveErr) || Date.now() >= giveUpAt || worker.closing) throw moveErr instanceof DelayedError ? moveErr : err;
+              await sleep(Math.min(1000, 100 * 2 ** tries));
+            }
+          }
+        }
         if (kind === 'permanent') {
           jobLog().warn({ reason: describe(err) }, 'permanent failure: dead-lettered');
           throw new UnrecoverableError(describe(err));

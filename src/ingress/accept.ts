@@ -37,6 +37,12 @@ export function serializeCall(call: CanonicalCall, rawJson?: string): string {
 
 export interface CallAcceptor {
   accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult>;
+  /**
+   * Resolves once every write started so far has settled in Redis — also those whose callers were
+   * already answered "timed out" (a timeout does not cancel a write). The spool's drainer waits for
+   * it before sending a batch again, so copies of large events never pile up behind each other.
+   */
+  settled?(): Promise<void>;
 }
 
 /** Redis did not take the event in time: nothing was acknowledged, the sender should retry. */
@@ -58,7 +64,20 @@ export interface InboundAcceptorOptions {
   maxBatchChars?: number;
   /** Where each accepted call's `received` event is written (queues/timeline.ts); absent: nowhere. */
   timeline?: CallTimeline;
+  /**
+   * Characters of records on their way to Redis at most (sent and not yet settled, timed out or
+   * not); a call that would go beyond is refused at once (QueueUnavailableError: the spool or 503)
+   * unless nothing is in flight. Bounds the ingress' memory whatever the bodies. Default 64 Mi.
+   */
+  maxInFlightChars?: number;
 }
+
+/**
+ * Characters per millisecond added to `timeoutMs` for a batch's size: a batch of N characters may
+ * take timeoutMs + N / ENQUEUE_CHARS_PER_MS (8 MB/s: 1.25 s more for a 10 MB call), so a large call
+ * is not cut off by a limit sized for small ones while Redis is still taking it.
+ */
+export const ENQUEUE_CHARS_PER_MS = 8_000;
 
 export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
@@ -94,6 +113,11 @@ export class InboundAcceptor implements CallAcceptor {
   private batchChars = 0;
   private readonly maxBatch: number;
   private readonly maxBatchChars: number;
+  private readonly maxInFlightChars: number;
+  /** Characters batched or sent and not yet settled in Redis. */
+  private inFlightChars = 0;
+  /** Writes sent and not yet settled (answered or not). */
+  private readonly writes = new Set<Promise<unknown>>();
 
   constructor(
     private readonly log: InboundAppender,
@@ -101,6 +125,16 @@ export class InboundAcceptor implements CallAcceptor {
   ) {
     this.maxBatch = options.maxBatch ?? 256;
     this.maxBatchChars = options.maxBatchChars ?? 4 * 1024 * 1024;
+    this.maxInFlightChars = options.maxInFlightChars ?? 64 * 1024 * 1024;
+  }
+
+  /** Characters of records on their way to Redis (for tests and metrics). */
+  get inFlight(): number {
+    return this.inFlightChars;
+  }
+
+  async settled(): Promise<void> {
+    while (this.writes.size > 0) await Promise.allSettled([...this.writes]);
   }
 
   accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult> {
@@ -110,6 +144,11 @@ export class InboundAcceptor implements CallAcceptor {
     return new Promise<AcceptResult>((resolve, reject) => {
       const encoded = encodeCall(call, options?.rawJson);
       const item: AppendItem = { dedupeId, id, call: encoded.json, content: encoded.contentHash };
+      if (this.inFlightChars > 0 && this.inFlightChars + item.call.length > this.maxInFlightChars) {
+        reject(new QueueUnavailableError(new Error(`${this.inFlightChars} characters already on their way to Redis (at most ${this.maxInFlightChars})`)));
+        return;
+      }
+      this.inFlightChars += item.call.length;
       this.batch.push({ item, call, options, resolve, reject });
       this.batchChars += item.call.length;
       if (this.batch.length >= this.maxBatch || this.batchChars >= this.maxBatchChars) this.flush();
@@ -120,16 +159,29 @@ export class InboundAcceptor implements CallAcceptor {
   private flush(): void {
     const batch = this.batch;
     if (batch.length === 0) return;
+    const chars = this.batchChars;
     this.batch = [];
     this.batchChars = 0;
-    withTimeout(
-      this.log.append(
+    let write: Promise<AppendOutcome[]>;
+    try {
+      write = this.log.append(
         batch.map((w) => w.item),
         this.options.dedupeWindowMs,
-      ),
-      this.options.timeoutMs,
-      'enqueue',
-    ).then(
+      );
+    } catch (err) {
+      write = Promise.reject(err);
+    }
+    // Counted until Redis has answered, even after the callers were told "timed out".
+    const tracked = write.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.writes.add(tracked);
+    void tracked.then(() => {
+      this.writes.delete(tracked);
+      this.inFlightChars -= chars;
+    });
+    withTimeout(write, this.options.timeoutMs + Math.ceil(chars / ENQUEUE_CHARS_PER_MS), 'enqueue').then(
       (outcomes: AppendOutcome[]) => {
         if (outcomes.length !== batch.length) {
           const failure = new QueueUnavailableError(new Error(`store answered ${outcomes.length} outcomes for ${batch.length} calls`));

@@ -12,6 +12,7 @@ import { aiAgentSource } from '../sources/ai-agent.js';
 import { SourceRefusal, SourceUnavailable, type Source, type SourceAccepted, type SourceRequest } from '../sources/types.js';
 import { QueueUnavailableError, type CallAcceptor } from './accept.js';
 import { ApiError, errorBody, problemsBody, WHOLE_REQUEST, type Problem } from './errors.js';
+import { BODY_BUDGET_BYTES, bodyBudget } from './middleware/body-budget.js';
 import { ipAllow } from './middleware/ip-allow.js';
 import { jsonBody } from './middleware/json-body.js';
 import { jsonLimits } from './middleware/json-limits.js';
@@ -42,6 +43,8 @@ export interface IngressDeps {
   before?: MiddlewareHandler[];
   /** The sources mounted (src/sources/index.ts); default: the AI-agent webhook alone. */
   sources?: Source[];
+  /** Bytes of request bodies held at once (./middleware/body-budget.ts). Default BODY_BUDGET_BYTES (32 MiB). */
+  bodyBudgetBytes?: number;
 }
 
 declare module 'hono' {
@@ -119,6 +122,8 @@ export function createIngressApp(deps: IngressDeps): Hono {
     trustProxyHops: deps.webhook.trustProxyHops,
     remoteAddress: deps.remoteAddress,
   });
+  // Bodies held at once, by bytes (./middleware/body-budget.ts): beyond, 503 before reading.
+  const budget = bodyBudget({ maxBytes: deps.bodyBudgetBytes ?? BODY_BUDGET_BYTES, bodyLimitBytes: deps.webhook.bodyLimitBytes, retryAfterSeconds: RETRY_AFTER_SECONDS });
   // JSON sources: the shared secret (when configured), then charset, size and shape limits.
   const jsonGuards: MiddlewareHandler[] = [];
   if (deps.webhook.authHeader) jsonGuards.push(sharedSecret({ header: deps.webhook.authHeader, tokens: deps.webhook.authTokens }));
@@ -162,7 +167,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
   };
 
   for (const source of deps.sources ?? [aiAgentSource()]) {
-    const guarded = every(countReceived, allowList, ...(source.body === 'json' ? jsonGuards : []));
+    const guarded = every(countReceived, allowList, budget, ...(source.body === 'json' ? jsonGuards : []));
     for (const path of source.paths) {
       app.post(path, guarded, receive(source));
       app.all(path, () => {

@@ -17,6 +17,11 @@ export class SpooledRevisions {
     return { duplicate: false, update: revisions !== undefined, contentHash: content };
   }
 
+  /** Whether any revision of `call` waits in the spool (then a new one must queue behind it). */
+  waits(call: Pick<CanonicalCall, 'key'>): boolean {
+    return this.byCall.has(callHash(call.key));
+  }
+
   add(call: CanonicalCall, id: string, content: string = contentHash(call)): void {
     const hash = callHash(call.key);
     let revisions = this.byCall.get(hash);

@@ -8,12 +8,19 @@
 // order. Only the newest segment is written to; the drainer seals it (starts a new one) before
 // reading, and deletes a segment only after every event in it is in Redis.
 //
+// Large events: segments are read as streams, one line at a time (never a whole segment in memory),
+// and drained oldest first in batches bounded by count and by bytes (a large event goes alone); a
+// batch is sent again only once its earlier attempt has settled in Redis (`settled`), so copies never
+// pile up. Per-call order: once the drainer has stored a batch (Redis is back), a new event goes to
+// Redis directly unless a revision of the same call still waits in the spool — that one queues
+// behind it, so a call's update never overtakes its first revision; other calls are not held up.
+//
 // A full disk: a batch whose write comes up short or fails is cut off again (ftruncate + fdatasync)
 // before any of it is answered, so a segment only ever holds whole, acknowledged lines, and the
 // whole batch gets 503. Events are refused before that happens when the filesystem's free space
 // (statfs, at most a second old) would drop below `minFreeBytes`.
 import { closeSync, constants, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
-import { access, mkdir, open, readdir, readFile, rm, stat, statfs, unlink, type FileHandle } from 'node:fs/promises';
+import { access, mkdir, open, readdir, rm, stat, statfs, unlink, type FileHandle } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
@@ -39,6 +46,8 @@ export interface SpoolOptions {
   retryIntervalMs?: number;
   /** Events handed to Redis at once while draining (pipelined on one connection, so in order). Default 200. */
   drainBatch?: number;
+  /** Bytes of spooled lines handed to Redis at once while draining; a larger event goes alone. Default 4 MiB. */
+  drainBatchBytes?: number;
   /** Told about each drained batch and each spooled event (metrics, tests). */
   events?: SpoolEvents;
 }
@@ -70,6 +79,8 @@ interface SpoolEntry {
 }
 
 const SEGMENT = /^(\d{16})\.jsonl$/;
+/** Bytes read from a segment at a time. */
+const READ_CHUNK = 1024 * 1024;
 /** How long a free-space figure (statfs) is used before it is measured again. */
 export const FREE_SPACE_TTL_MS = 1000;
 /** Errors that say the disk (or a file size limit) is full: they clear once a check finds room again. */
@@ -128,6 +139,9 @@ export class SpoolingAcceptor implements CallAcceptor {
   private readonly minFreeBytes: number;
   private readonly retryIntervalMs: number;
   private readonly drainBatch: number;
+  private readonly drainBatchBytes: number;
+  /** The drainer's last batch reached Redis (and nothing failed since): new events may go there directly. */
+  private redisBack = false;
 
   /** Events acknowledged from the spool and not yet confirmed in Redis (including ones being written). */
   private pendingCount = 0;
@@ -172,6 +186,7 @@ export class SpoolingAcceptor implements CallAcceptor {
     this.minFreeBytes = options.minFreeBytes ?? 16 * 1024 * 1024;
     this.retryIntervalMs = options.retryIntervalMs ?? 500;
     this.drainBatch = options.drainBatch ?? 200;
+    this.drainBatchBytes = options.drainBatchBytes ?? 4 * 1024 * 1024;
   }
 
   /** Events acknowledged but not yet in Redis. */
@@ -247,10 +262,12 @@ export class SpoolingAcceptor implements CallAcceptor {
     const segments = await this.segments();
     this.nextSeq = segments.length > 0 ? segments[segments.length - 1]! + 1 : 1;
     for (const seq of segments) {
-      const { entries, bytes } = await this.readSegment(seq);
-      this.bytesOnDisk += bytes;
-      this.pendingCount += entries.length;
-      for (const e of entries) this.waiting.add(e.call, e.id);
+      // One line at a time: a segment of large events never has to fit in memory.
+      for await (const { entry } of this.readSegment(seq)) {
+        this.pendingCount++;
+        this.waiting.add(entry.call, entry.id);
+      }
+      this.bytesOnDisk += await this.segmentBytes(seq);
     }
     if (this.pendingCount > 0) {
       this.log.warn({ pending: this.pendingCount, segments: segments.length, dir: this.dir }, 'spool holds events from an earlier run: draining');
@@ -259,11 +276,14 @@ export class SpoolingAcceptor implements CallAcceptor {
   }
 
   async accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult> {
-    if (this.pendingCount === 0 || this.closed) {
+    // Straight to Redis when nothing waits, or when Redis is back and no revision of this call
+    // waits in the spool (per-call order; see the top of this file).
+    if (this.pendingCount === 0 || this.closed || (this.redisBack && !this.waiting.waits(call))) {
       try {
         return await this.inner.accept(call, options);
       } catch (err) {
         if (!(err instanceof QueueUnavailableError) || this.closed || !this.opened) throw err;
+        this.redisBack = false;
         logRepeated(this.log, 'warn', 'queue unavailable: spooling events to local disk', 'ingress', err);
       }
     }
@@ -413,28 +433,59 @@ export class SpoolingAcceptor implements CallAcceptor {
       .sort((a, b) => a - b);
   }
 
-  private async readSegment(seq: number): Promise<{ entries: SpoolEntry[]; bytes: number }> {
-    const path = this.segmentPath(seq);
+  /** Bytes of the segment's acknowledged lines (its length, or up to where a failed batch was refused). */
+  private async segmentBytes(seq: number): Promise<number> {
+    const size = (await stat(this.segmentPath(seq)).catch(() => ({ size: 0 }))).size;
     const limit = this.cutShort.get(seq);
-    const content = await readFile(path);
+    return limit === undefined ? size : Math.min(size, limit);
+  }
+
+  /**
+   * The segment's entries in order, read as a stream: one line in memory at a time (a large event's
+   * line whole, never the segment). A torn last line (a write that never reached fsync, so was never
+   * acknowledged) is ignored; an unreadable line elsewhere is logged and skipped.
+   */
+  private async *readSegment(seq: number): AsyncGenerator<{ entry: SpoolEntry; bytes: number }> {
+    const path = this.segmentPath(seq);
     // A segment that could not be cut back after a failed write: what follows `limit` was refused.
-    const text = (limit === undefined ? content : content.subarray(0, limit)).toString('utf8');
-    const lines = text.split('\n');
-    const entries: SpoolEntry[] = [];
-    lines.forEach((line, i) => {
-      if (line.trim() === '') return;
-      try {
-        const entry = JSON.parse(line) as SpoolEntry;
-        if (entry.v !== 1 || typeof entry.id !== 'string' || typeof entry.call?.key !== 'string') throw new Error('not a spool entry');
-        entries.push(entry);
-      } catch (err) {
-        // A torn last line is a write that never reached fsync, so it was never acknowledged.
-        const torn = i === lines.length - 1;
-        if (torn) this.log.warn({ segment: path }, 'spool segment ends in an incomplete line (never acknowledged): ignored');
-        else this.log.error({ segment: path, line: i + 1, err: { message: (err as Error).message } }, 'unreadable spool line skipped');
+    const limit = this.cutShort.get(seq) ?? Number.POSITIVE_INFINITY;
+    const handle = await open(path, 'r');
+    try {
+      const chunk = Buffer.alloc(READ_CHUNK);
+      let parts: Buffer[] = [];
+      let position = 0;
+      let lineNo = 0;
+      while (position < limit) {
+        const { bytesRead } = await handle.read(chunk, 0, Math.min(chunk.length, limit - position), position);
+        if (bytesRead === 0) break;
+        position += bytesRead;
+        let start = 0;
+        for (;;) {
+          const nl = chunk.indexOf(10, start);
+          if (nl < 0 || nl >= bytesRead) {
+            if (start < bytesRead) parts.push(Buffer.from(chunk.subarray(start, bytesRead)));
+            break;
+          }
+          parts.push(chunk.subarray(start, nl));
+          const raw = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+          parts = [];
+          start = nl + 1;
+          lineNo++;
+          const line = raw.toString('utf8');
+          if (line.trim() === '') continue;
+          try {
+            const entry = JSON.parse(line) as SpoolEntry;
+            if (entry.v !== 1 || typeof entry.id !== 'string' || typeof entry.call?.key !== 'string') throw new Error('not a spool entry');
+            yield { entry, bytes: raw.length + 1 };
+          } catch (err) {
+            this.log.error({ segment: path, line: lineNo, err: { message: (err as Error).message } }, 'unreadable spool line skipped');
+          }
+        }
       }
-    });
-    return { entries, bytes: Buffer.byteLength(text) };
+      if (parts.some((p) => p.length > 0)) this.log.warn({ segment: path }, 'spool segment ends in an incomplete line (never acknowledged): ignored');
+    } finally {
+      await handle.close();
+    }
   }
 
   /** Starts the drainer, or wakes it from its pause. */
@@ -477,33 +528,51 @@ export class SpoolingAcceptor implements CallAcceptor {
       }
       for (const seq of sealed) {
         if (this.closed) return;
-        const { entries, bytes } = await this.readSegment(seq);
-        let next = 0;
-        while (next < entries.length) {
-          if (this.closed) return;
-          const batch = entries.slice(next, next + this.drainBatch);
-          try {
-            // One connection keeps commands in order, so a batch sent at once lands in order.
-            await Promise.all(batch.map((e) => this.inner.accept(e.call, { jobId: e.id })));
-          } catch (err) {
-            if (!announced) {
-              this.log.warn({ pending: this.pendingCount, err: { message: (err as Error).message } }, 'spool waits for Redis');
-              announced = true;
+        const bytes = await this.segmentBytes(seq);
+        let drained = 0;
+        // Oldest first, in batches of at most drainBatch events and drainBatchBytes (a larger event alone).
+        let batch: SpoolEntry[] = [];
+        let batchBytes = 0;
+        const send = async (): Promise<boolean> => {
+          while (!this.closed) {
+            try {
+              // One connection keeps commands in order, so a batch sent at once lands in order.
+              await Promise.all(batch.map((e) => this.inner.accept(e.call, { jobId: e.id })));
+              break;
+            } catch (err) {
+              this.redisBack = false;
+              if (!announced) {
+                this.log.warn({ pending: this.pendingCount, err: { message: (err as Error).message } }, 'spool waits for Redis');
+                announced = true;
+              }
+              // A timed-out write may still be under way: never send the batch again beside it.
+              await this.inner.settled?.();
+              await this.pause(this.retryIntervalMs);
             }
-            await this.pause(this.retryIntervalMs);
-            continue;
           }
-          next += batch.length;
+          if (this.closed) return false;
+          this.redisBack = true;
+          for (const e of batch) this.waiting.remove(e.call, e.id);
+          this.pendingCount = Math.max(0, this.pendingCount - batch.length);
+          drained += batch.length;
           this.options.events?.drained?.(batch.length);
+          batch = [];
+          batchBytes = 0;
+          return true;
+        };
+        for await (const { entry, bytes: lineBytes } of this.readSegment(seq)) {
+          if (batch.length > 0 && (batch.length >= this.drainBatch || batchBytes + lineBytes > this.drainBatchBytes)) {
+            if (!(await send())) return;
+          }
+          batch.push(entry);
+          batchBytes += lineBytes;
         }
+        if (batch.length > 0 && !(await send())) return;
         await unlink(this.segmentPath(seq));
         this.cutShort.delete(seq);
         await fsyncDir(this.dir);
-        for (const e of entries) this.waiting.remove(e.call, e.id);
-        this.pendingCount -= entries.length;
         this.bytesOnDisk -= bytes;
-        if (this.pendingCount < 0) this.pendingCount = 0;
-        this.log.info({ drained: entries.length, pending: this.pendingCount }, 'spool segment drained into the inbound log');
+        this.log.info({ drained, pending: this.pendingCount }, 'spool segment drained into the inbound log');
       }
     }
     if (this.pendingCount === 0) this.bytesOnDisk = 0;

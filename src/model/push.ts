@@ -92,7 +92,10 @@ export function assemblePushCall(callId: string, state: PushCallState, receivedA
   if (!hangup && state.timedOutAt === undefined) return null;
   const first = [newCall, answer, hangup].filter((e) => e !== undefined).sort((a, b) => a.at - b.at);
   const base = (newCall ?? answer ?? hangup)!.event.fields;
-  const startedMs = newCall?.at ?? first[0]?.at ?? receivedAt.getTime();
+  // Events carry no time of their own: the call started when its first event arrived, whichever
+  // it was (a newCall delivered after the hangup must not put the start after the end), and ended
+  // when the hangup arrived — never before the start, since the hangup is one of those events.
+  const startedMs = first[0]?.at ?? receivedAt.getTime();
   const endedMs = hangup ? hangup.at : null;
   const answered = answer !== undefined || (hangup?.event.fields.cause === 'normalClearing' && !!orNull(hangup.event.fields.answeringNumber));
   const outcome: Outcome = hangup ? causeOutcome(hangup.event.fields.cause, answered) : 'unknown';

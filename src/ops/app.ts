@@ -12,10 +12,11 @@ import { CALLS_API_PATH, callsApi } from './calls-api.js';
 import { callsPage } from './calls-page.js';
 import { requestLog } from '../log.js';
 import { renderMetrics } from '../metrics.js';
-import { authConfigured, operatorAuth, type OperatorAuthOptions } from './auth.js';
+import { authConfigured, clientAddressOf, operatorAuth, type OperatorAuthOptions } from './auth.js';
 import { loginRoutes } from './login.js';
 import { sameOriginOnly } from './same-origin.js';
 import { createSessions } from './session.js';
+import { LoginThrottle } from './throttle.js';
 
 /** Where the dashboard is mounted (./dashboard.ts builds it). */
 export const DASHBOARD_PATH = '/admin/queues';
@@ -47,6 +48,12 @@ export interface OpsAppOptions {
   calls?: CallTimeline;
   /** True once shutdown started: /readyz answers 503 so load balancers stop sending. */
   stopping?: () => boolean;
+  /**
+   * Proxies whose X-Forwarded-For names the client whose failed logins are throttled
+   * (TRUSTED_PROXIES, TRUST_PROXY_HOPS). Default none: the socket's peer.
+   */
+  trustedProxies?: string[];
+  trustProxyHops?: number;
 }
 
 export interface OpsApp {
@@ -61,7 +68,9 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   const dashboard = authConfigured(options.auth);
   const { username, password } = options.auth;
   const login = dashboard && username && password ? { username, password, sessions: createSessions({ username, password, ttlMs: options.sessionTtlMs }) } : null;
-  const auth: OperatorAuthOptions = login ? { ...options.auth, sessions: login.sessions, loginPath: LOGIN_PATH } : options.auth;
+  // One throttle for the login page, Basic auth and the tokens: a guess counts wherever it is made.
+  const guarded = { throttle: new LoginThrottle(), clientAddress: clientAddressOf(options.trustedProxies, options.trustProxyHops), log: options.log };
+  const auth: OperatorAuthOptions = { ...options.auth, ...guarded, ...(login ? { sessions: login.sessions, loginPath: LOGIN_PATH } : {}) };
 
   // Before anything else, so a forged request is refused before it reaches a credential check. The
   // login and logout forms are the only bodies that are not JSON.
@@ -86,14 +95,14 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     return c.json(paused.length > 0 ? { status: 'ready', paused } : { status: 'ready' });
   });
 
-  if (options.metricsToken) app.use('/metrics', operatorAuth({ token: options.metricsToken, realm: 'metrics' }));
+  if (options.metricsToken) app.use('/metrics', operatorAuth({ token: options.metricsToken, realm: 'metrics', ...guarded }));
   app.get('/metrics', async (c) => {
     const { body, contentType } = await renderMetrics();
     return c.body(body, 200, { 'content-type': contentType });
   });
 
   if (login) {
-    app.route('/', loginRoutes({ ...login, loginPath: LOGIN_PATH, logoutPath: LOGOUT_PATH, dashboardPath: DASHBOARD_PATH, cookiePath: ADMIN_PATH }));
+    app.route('/', loginRoutes({ ...login, ...guarded, loginPath: LOGIN_PATH, logoutPath: LOGOUT_PATH, dashboardPath: DASHBOARD_PATH, cookiePath: ADMIN_PATH }));
   }
   const calls = dashboard ? options.calls : undefined;
   if (dashboard) {

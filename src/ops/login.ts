@@ -6,7 +6,9 @@ import { bodyLimit } from 'hono/body-limit';
 import { deleteCookie, getCookie, setCookie } from 'hono/cookie';
 import { html } from 'hono/html';
 import { errorBody } from '../ingress/errors.js';
-import { basicCredentialsMatch } from './auth.js';
+import type { Logger } from 'pino';
+import { attempt, basicCredentialsMatch, throttled } from './auth.js';
+import { retryAfterSeconds, type LoginThrottle } from './throttle.js';
 import { requestOrigin } from './same-origin.js';
 import { SESSION_COOKIE, type Sessions } from './session.js';
 
@@ -24,6 +26,12 @@ export interface LoginOptions {
   cookiePath: string;
   /** Shown in the page's title. Default `callsync`. */
   title?: string;
+  /** Throttles wrong passwords per peer and account (./throttle.ts). Default none. */
+  throttle?: LoginThrottle;
+  /** Who tries (see clientAddressOf in ./auth.ts). Default the socket's peer. */
+  clientAddress?: (c: Context) => string;
+  /** Where wrong passwords and throttling are logged (never the password). */
+  log?: Logger;
 }
 
 const PAGE_HEADERS = {
@@ -47,7 +55,7 @@ export function loginRoutes(options: LoginOptions): Hono {
       ? next
       : dashboardPath;
 
-  const page = (c: Context, status: 200 | 400 | 401, next: string, message: string | null) => {
+  const page = (c: Context, status: 200 | 400 | 401 | 429, next: string, message: string | null) => {
     c.status(status);
     for (const [name, value] of Object.entries(PAGE_HEADERS)) c.header(name, value);
     return c.html(html`<!doctype html>
@@ -92,7 +100,15 @@ ${message ? html`<p role="alert">${message}</p>` : ''}
       if (typeof username !== 'string' || typeof password !== 'string' || username === '' || password === '') {
         return refuse(c, 400, next, 'enter the user and the password', typeof username === 'string' && username !== '' ? '/password' : '/username');
       }
-      if (!basicCredentialsMatch(options, username, password)) return refuse(c, 401, next, 'wrong user or password');
+      const tried = attempt(c, options, username, 'login');
+      if (tried.waitMs > 0) {
+        if (!wantsHtml(c)) return throttled(c, tried.waitMs);
+        c.header('retry-after', retryAfterSeconds(tried.waitMs));
+        return page(c, 429, next, `too many failed logins: try again in ${retryAfterSeconds(tried.waitMs)} s`);
+      }
+      const ok = basicCredentialsMatch(options, username, password);
+      tried.done(ok);
+      if (!ok) return refuse(c, 401, next, 'wrong user or password');
       // Secure whenever the browser speaks https to us (Origin names what it sees, also behind a proxy).
       const secure = (c.req.header('origin') ?? requestOrigin(c) ?? '').startsWith('https:');
       setCookie(c, SESSION_COOKIE, sessions.issue(username), {

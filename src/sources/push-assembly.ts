@@ -2,15 +2,25 @@
 // one field per event type, the first delivery of each kept, so repeats change nothing) and a sorted
 // set of the calls still open (`<prefix>:push:open`, scored by the time they are given up on). A
 // hangup closes the call; `sweep` closes the calls whose hangup never came, as outcome `unknown`.
+// Beside each hash, a marker that the call was seen (`<prefix>:push-seen:<callId>`, the call id
+// alone, kept SEEN_MEMORY_MS longer than the hash): an event arriving once the call's events have
+// expired is late — a replay, or a delivery days late — and is refused rather than assembled alone
+// into a degraded record that would overwrite the call at the sinks.
 import type { RedisClient } from '../../queues/connection.js';
 import { assemblePushCall, type PushCallState, type PushEvent } from '../model/push.js';
 import type { CanonicalCall } from '../model/call.js';
 
+/** How much longer than the call's events the marker that it was seen is kept. */
+export const SEEN_MEMORY_MS = 30 * 24 * 3600_000;
+
 // Records one event (first of its type wins), keeps the hash alive, and tracks whether the call is
 // open: a hangup takes it off the open set; any other event puts it on (unless already closed).
+// Returns false, recording nothing, for an event of a call whose events expired (seen, no hash).
 const RECORD = `
+if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then return false end
 redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+redis.call('SET', KEYS[3], '1', 'EX', tonumber(ARGV[6]))
 if ARGV[1] == 'hangup' then
   redis.call('ZREM', KEYS[2], ARGV[5])
 elseif redis.call('HEXISTS', KEYS[1], 'hangup') == 0 and redis.call('HEXISTS', KEYS[1], 'timedOutAt') == 0 then
@@ -55,6 +65,10 @@ export class PushAssembly {
     return `${this.options.prefix}:push:${callId}`;
   }
 
+  private seenKey(callId: string): string {
+    return `${this.options.prefix}:push-seen:${callId}`;
+  }
+
   private get openKey(): string {
     return `${this.options.prefix}:push:open`;
   }
@@ -67,22 +81,31 @@ export class PushAssembly {
   /**
    * Records an event; returns the call when it is closed (this hangup, or any later event of a call
    * already closed: the same record again, which the acceptor takes as a duplicate or an update).
+   * `late`: the call's events expired before this one came (see above); nothing was recorded.
    */
-  async record(event: PushEvent): Promise<CanonicalCall | null> {
-    if (event.event === 'dtmf') return null;
+  async recordEvent(event: PushEvent): Promise<{ call: CanonicalCall | null; late: boolean }> {
+    if (event.event === 'dtmf') return { call: null, late: false };
     const now = this.now();
     const flat = (await this.redis.eval(
       RECORD,
-      2,
+      3,
       this.hashKey(event.callId),
       this.openKey,
+      this.seenKey(event.callId),
       event.event,
       JSON.stringify({ at: now.getTime(), event }),
       String(this.ttlSeconds),
       String(now.getTime() + this.options.timeoutMs),
       event.callId,
-    )) as string[];
-    return assemblePushCall(event.callId, stateOf(flat), now);
+      String(this.ttlSeconds + Math.ceil(SEEN_MEMORY_MS / 1000)),
+    )) as string[] | null;
+    if (flat === null) return { call: null, late: true };
+    return { call: assemblePushCall(event.callId, stateOf(flat), now), late: false };
+  }
+
+  /** `recordEvent` without the difference between an open call and a late event (both: null). */
+  async record(event: PushEvent): Promise<CanonicalCall | null> {
+    return (await this.recordEvent(event)).call;
   }
 
   /**

@@ -99,12 +99,16 @@ export function pushSource(options: PushSourceOptions): Source {
         if (err instanceof TypeError) throw new SourceRefusal(400, 'the body is not UTF-8');
         throw err;
       }
-      let call;
+      let recorded;
       try {
-        call = await options.assembly.record(event);
+        recorded = await options.assembly.recordEvent(event);
       } catch (err) {
         throw new SourceUnavailable(err);
       }
+      if (recorded.late) {
+        throw new SourceRefusal(409, `call ${event.callId} was closed and its events have expired: a ${event.event} event this late (a replay?) cannot change it`, '/callId');
+      }
+      const call = recorded.call;
       const reply: SourceReply = {
         status: 200,
         contentType: 'application/xml',

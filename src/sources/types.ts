@@ -68,7 +68,7 @@ export interface Source {
 /** Input a source will never accept: answered with this status and the spec's error body. */
 export class SourceRefusal extends Error {
   constructor(
-    readonly status: 400 | 401 | 403 | 413 | 415,
+    readonly status: 400 | 401 | 403 | 409 | 413 | 415,
     readonly detail: string,
     readonly pointer = '/',
     readonly problems?: { detail: string; pointer: string }[],

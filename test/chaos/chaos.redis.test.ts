@@ -1,7 +1,8 @@
 // Chaos: callsync as real processes (one ingress, two workers) on a private redis-server with AOF,
 // an S3 server, a signed-webhook CRM and the platform's SMS API on loopback — and then things
 // break: a worker is SIGKILLed three times during a burst of 2,000 webhooks, Redis restarts during
-// a burst, the S3 server, the CRM and the SMS API go away for 30 s (CHAOS_OUTAGE_MS), and a poison
+// a burst (and 6 webhooks of 4 MB arrive while it is down), the S3 server, the CRM and the SMS API
+// go away for 30 s (CHAOS_OUTAGE_MS), and a poison
 // event that the CRM rejects for good is fed in. In the middle of the first burst two calls too deep
 // to serialize as a job arrive: one as a webhook (the edge may refuse it with 400; if it answers 202
 // it must end in the inbound dead letters) and one written straight into the inbound log. The run
@@ -52,6 +53,9 @@ const OUTAGE_MS = Number(process.env.CHAOS_OUTAGE_MS ?? (REPLICATED ? 5000 : 30_
 const BURST = Number(process.env.CHAOS_BURST ?? (REPLICATED ? 300 : 2000));
 const REDIS_BURST = REPLICATED ? 400 : 600;
 const OUTAGE_BURST = REPLICATED ? 100 : 300;
+/** Large webhooks sent while Redis is down (issue 23): their transcripts' size. */
+const LARGE_BURST = 6;
+const LARGE_BODY_BYTES = 4 * 1024 * 1024;
 const SINKS = ['archive', 'crm', 'sms'] as const;
 /** The queue of each sink's jobs: the signed webhook's are in its endpoint's queue. */
 const QUEUE: Record<(typeof SINKS)[number], string> = { archive: sinkQueueName('archive'), crm: sinkQueueName('crm', 'receiver'), sms: sinkQueueName('sms') };
@@ -144,9 +148,10 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
   };
 
   /** Sends one webhook like the platform does: retried on anything but a 2xx, a few times. */
-  const send = async (callId: string, n: number) => {
+  const send = async (callId: string, n: number, transcriptBytes = 0) => {
     const payload = webhookPayload(callId, (p) => {
       p.call.from = mobileOf(n);
+      if (transcriptBytes > 0) p.assist.transcription.content = 'A long call, word after word. '.repeat(Math.ceil(transcriptBytes / 30));
     });
     for (let attempt = 0; attempt < 20; attempt++) {
       if (attempt > 0) {
@@ -349,10 +354,17 @@ routes:
     const sending = burst(REDIS_BURST, 16, 'redis');
     await waitFor(() => acknowledged.size >= before + 150, { timeoutMs: 60_000, intervalMs: 20, what: 'burst under way' });
     await server.stop();
+    // Large bodies too while Redis is down: spooled (or 503 and sent again), and drained after.
+    const large = Promise.all(
+      Array.from({ length: LARGE_BURST }, () => {
+        const n = nextCall++;
+        return send(`chaos-large-${n}`, n, LARGE_BODY_BYTES);
+      }),
+    );
     await waitFor(() => acknowledged.size >= before + 300, { timeoutMs: 60_000, intervalMs: 20, what: 'acknowledged while Redis is down' });
     await server.start();
-    await sending;
-    assert.equal(acknowledged.size, before + REDIS_BURST);
+    await Promise.all([sending, large]);
+    assert.equal(acknowledged.size, before + REDIS_BURST + LARGE_BURST);
     assert.ok(stats.spooled > 0, 'the spool took webhooks while Redis was down');
   });
 
@@ -520,6 +532,7 @@ routes:
             senderRetries: stats.retried,
             non202: Object.fromEntries(stats.non202),
             spooled: stats.spooled,
+            largeBodies: REPLICATED ? 0 : LARGE_BURST,
             jobsRecoveredFromKilledWorkers: recovered,
             archivedCalls: archived.size,
             crmRecords: crm.records.size,

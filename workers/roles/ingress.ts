@@ -1,10 +1,12 @@
 // The ingress role: the webhook app behind the acceptor (the inbound log, with the local spool in
 // front while Redis is away), served on HTTP.
 import type { Server } from 'node:http';
+import { isIPv4, isIPv6 } from 'node:net';
 import { join } from 'node:path';
 import type { Hono } from 'hono';
 import { createIngressApp } from '../../src/ingress/app.js';
 import { InboundAcceptor, withTimeout, type CallAcceptor } from '../../src/ingress/accept.js';
+import { buildBlockList } from '../../src/ingress/middleware/ip-allow.js';
 import { SpoolingAcceptor, spoolDirWritable } from '../../src/ingress/spool.js';
 import { listen } from '../../src/listen.js';
 import { neverReachedReason } from '../../queues/connection.js';
@@ -49,6 +51,27 @@ function warnDropped(log: RoleDeps['log'], maxConnections: number): () => void {
     if (now < quietUntil) return;
     log.warn({ dropped, maxConnections }, 'connection refused: HTTP_MAX_CONNECTIONS reached');
     dropped = 0;
+    quietUntil = now + 60_000;
+  };
+}
+
+/** Whether a peer is on the webhook allow list or a trusted proxy (src/listen.ts, `Admission`). */
+function listedPeer(webhook: RoleDeps['config']['webhook']): (peer: string) => boolean {
+  if (webhook.allowedIps === '*') return () => true;
+  const list = buildBlockList([...webhook.allowedIps, ...(webhook.trustedProxies ?? [])]);
+  return (peer) => (isIPv4(peer) && list.check(peer, 'ipv4')) || (isIPv6(peer) && list.check(peer, 'ipv6'));
+}
+
+/** One line a minute at most about connections refused for their peer, with the counts by reason. */
+function warnUnlisted(log: RoleDeps['log']): (peer: string, reason: string) => void {
+  let counts: Record<string, number> = {};
+  let quietUntil = 0;
+  return (peer, reason) => {
+    counts[reason] = (counts[reason] ?? 0) + 1;
+    const now = Date.now();
+    if (now < quietUntil) return;
+    log.warn({ peer, refused: counts }, 'connection refused: its peer is not on WEBHOOK_ALLOWED_IPS and holds its share, or was slow to send headers');
+    counts = {};
     quietUntil = now + 60_000;
   };
 }
@@ -104,6 +127,8 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
         // Keep-alive longer than typical load balancers' idle timeout, so they close first.
         keepAliveTimeoutMs: 65_000,
         maxConnections: config.http.maxConnections,
+        // Peers that can never pass the allow list hold only a small share of the cap (src/listen.ts).
+        admission: { listed: listedPeer(config.webhook), onRefused: warnUnlisted(log) },
       },
     });
     closers.add('stop http intake', () => http.close());

@@ -5,11 +5,12 @@ import type { CanonicalCall } from '../../model/call.js';
 import { renderVcon } from '../../model/vcon.js';
 import { envBool, envString, envStringOr, envEnum, type EnvShape } from '../../env-values.js';
 import type { KeyValueStore } from '../../state/kv.js';
-import { RevisionGuard } from '../revisions.js';
+import { REVISION_MEMORY_TTL_MS, RevisionGuard } from '../revisions.js';
 import { envOf, type ArchiveAccess, type Sink, type SinkContext, type SinkResult, type SinkType } from '../types.js';
 import type { TelephonyClient } from '../../telephony/types.js';
 import { archiveAccess } from './access.js';
-import { archiveKeys } from './keys.js';
+import { callHash } from '../../model/call.js';
+import { archiveDay, archiveKeys, archiveKeysOn, recordingKeysPrefixOn } from './keys.js';
 import { archiveRecordings } from './recordings.js';
 import { renderArchiveJson, renderTranscriptText } from './render.js';
 import { LocalFolderStore, type ObjectStore } from './store.js';
@@ -59,6 +60,7 @@ export const archiveEnv = {
 export class ArchiveSink implements Sink {
   readonly type = 'archive';
   private readonly revisions: RevisionGuard | null;
+  private readonly state: KeyValueStore | null;
   constructor(
     readonly name: string,
     readonly store: ObjectStore,
@@ -72,6 +74,7 @@ export class ArchiveSink implements Sink {
     state: KeyValueStore | null = null,
   ) {
     this.revisions = state === null ? null : new RevisionGuard(state, { what: 'the archive', lockTtlMs: 120_000 });
+    this.state = state;
   }
 
   /** What other sinks may read of this archive (recording keys and links; ./access.ts). */
@@ -81,19 +84,35 @@ export class ArchiveSink implements Sink {
 
   async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
     const keys = archiveKeys(call, this.prefix);
+    const day = archiveDay(call);
+    // The day the call's objects were last filed under: an update that moves its start to another
+    // day moves its objects (one call, one place; `callsync replay` of the old day finds nothing).
+    const dayKey = `day:${callHash(call.key)}`;
+    let movedFrom: string | null = null;
     // An update of a call overwrites the same objects: the newest revision wins, whatever the order the jobs ran in.
     const writeRecord = async (): Promise<SinkResult> => {
+      const filed = this.state ? await this.state.get(dayKey) : null;
       // JSON first: the text is derived from it, so a reader finding the .txt also finds the record.
       await this.store.put(keys.json, renderArchiveJson(call), { contentType: 'application/json; charset=utf-8' });
       await this.store.put(keys.text, renderTranscriptText(call), { contentType: 'text/plain; charset=utf-8' });
       // The same call as a vCon (IETF draft-ietf-vcon-vcon-core), for other conversation tools.
       await this.store.put(keys.vcon, `${JSON.stringify(renderVcon(call), null, 2)}\n`, { contentType: 'application/vcon+json' });
+      // The old day's objects go only once the new ones are written; the day is remembered only once
+      // they are gone, so a crash in between leaves the deletion to the job's next attempt.
+      if (filed !== null && filed !== day) {
+        for (const key of Object.values(archiveKeysOn(call, filed, this.prefix))) await this.store.delete(key);
+        // Its recordings are archived anew beside the new day below (archiveRecordings).
+        for (const key of await this.store.keysStartingWith(recordingKeysPrefixOn(call, filed, this.prefix))) await this.store.delete(key);
+        movedFrom = filed;
+      }
+      if (this.state && filed !== day) await this.state.set(dayKey, day, REVISION_MEMORY_TTL_MS);
       return { status: 'done' };
     };
     const record = this.revisions ? await this.revisions.deliver(call.key, ctx, writeRecord) : await writeRecord();
     if (record.status === 'skipped') return record;
     // Recordings last, streamed beside the transcript (src/sinks/archive/recordings.ts).
     const recordings = await archiveRecordings(call, { store: this.store, telephony: this.telephony, prefix: this.prefix, log: ctx.log, signal: ctx.signal });
+    if (movedFrom !== null) ctx.log.info({ from: movedFrom, to: day, key: keys.json }, 'archived call moved to its new start day');
     ctx.log.debug({ location: this.store.location, key: keys.json }, 'archived call');
     return { status: 'done', refs: { location: this.store.location, json: keys.json, text: keys.text, vcon: keys.vcon, ...recordings } };
   }

@@ -6,6 +6,11 @@ import { callKeySegment, type CanonicalCall } from '../../model/call.js';
 /** What the layout reads of a call. */
 export type ArchivedCall = Pick<CanonicalCall, 'key' | 'callId' | 'startedAt'>;
 
+/** The day a call's objects are filed under (`YYYY/MM/DD`, UTC, of its start; 1970/01/01 when unreadable). */
+export function archiveDay(call: Pick<ArchivedCall, 'startedAt'>): string {
+  return datePath(call.startedAt);
+}
+
 function datePath(iso: string): string {
   const d = new Date(iso);
   const valid = !Number.isNaN(d.getTime());
@@ -32,8 +37,18 @@ function token(value: string, max: number, fallback: string): string {
  * 16 hex digits of SHA-256 of the exact call key), so distinct calls never share an object.
  */
 export function archiveKeys(call: ArchivedCall, prefix: string | undefined): { json: string; text: string; vcon: string } {
-  const base = `${normalizePrefix(prefix)}transcripts/${datePath(call.startedAt)}/${callKeySegment(call)}`;
+  return archiveKeysOn(call, datePath(call.startedAt), prefix);
+}
+
+/** The keys `archiveKeys` gives the call when its start falls on `day` (`YYYY/MM/DD`). */
+export function archiveKeysOn(call: Pick<ArchivedCall, 'key' | 'callId'>, day: string, prefix: string | undefined): { json: string; text: string; vcon: string } {
+  const base = `${normalizePrefix(prefix)}transcripts/${day}/${callKeySegment(call)}`;
   return { json: `${base}.json`, text: `${base}.txt`, vcon: `${base}.vcon.json` };
+}
+
+/** What every recording key of the call starts with when its start falls on `day` (no other call's does). */
+export function recordingKeysPrefixOn(call: Pick<ArchivedCall, 'key' | 'callId'>, day: string, prefix: string | undefined): string {
+  return `${normalizePrefix(prefix)}recordings/${day}/${callKeySegment(call)}-`;
 }
 
 /** `<prefix>recordings/YYYY/MM/DD/<readable>-<hash>-<type>-<n>.<ext>`, beside the transcript's day. */

@@ -122,6 +122,7 @@ export class S3Store implements ObjectStore {
     }
   }
 
+  /** DeleteObject (needs `s3:DeleteObject`); S3 answers success for a key that is not there, so this is always true. */
   async delete(key: string): Promise<boolean> {
     try {
       await this.client.send(new DeleteObjectCommand({ Bucket: this.options.bucket, Key: key }));
