@@ -48,7 +48,7 @@ export async function disableQueue(queue: Queue, redis: RedisClient, reason: str
 
 /** Why the queue was disabled, or null when it is not marked. */
 export async function disabledMarker(queue: Queue): Promise<DisabledMarker | null> {
-  const client = await queue.client;
+  const client = await queue.getBackend().client;
   return parse(await client.get(queue.toKey(MARKER)));
 }
 
@@ -61,7 +61,7 @@ export async function isDisabled(queue: Queue): Promise<boolean> {
 /** Re-enables the queue: the marker goes, the queue resumes. Answers the marker it removed, if any. */
 export async function enableQueue(queue: Queue): Promise<DisabledMarker | null> {
   const marker = await disabledMarker(queue);
-  const client = await queue.client;
+  const client = await queue.getBackend().client;
   await client.del(queue.toKey(MARKER));
   await queue.resume();
   return marker;
