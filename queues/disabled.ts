@@ -48,7 +48,7 @@ export async function disableQueue(queue: Queue, redis: RedisClient, reason: str
 
 /** Why the queue was disabled, or null when it is not marked. */
 export async function disabledMarker(queue: Queue): Promise<DisabledMarker | null> {
-  const client = await queue.client;
+  const client = await queue.getBackend().client;
   return parse(await client.get(queue.toKey(MARKER)));
 }
 
@@ -61,7 +61,7 @@ export async function isDisabled(queue: Queue): Promise<boolean> {
 /** Re-enables the queue: the markers go (disabled, paused), the queue resumes. Answers the disabled marker it removed, if any. */
 export async function enableQueue(queue: Queue): Promise<DisabledMarker | null> {
   const marker = await disabledMarker(queue);
-  const client = await queue.client;
+  const client = await queue.getBackend().client;
   await client.del(queue.toKey(MARKER), queue.toKey(PAUSE_MARKER));
   await queue.resume();
   return marker;
@@ -91,7 +91,7 @@ export async function pauseState(queue: Queue): Promise<PauseState | null> {
   if (!(await queue.isPaused())) return null;
   const disabled = await disabledMarker(queue);
   if (disabled) return { state: 'disabled', reason: disabled.reason, at: disabled.at || null };
-  const client = await queue.client;
+  const client = await queue.getBackend().client;
   const paused = parse(await client.get(queue.toKey(PAUSE_MARKER)));
   return { state: 'paused', reason: paused?.reason ?? null, at: paused?.at || null };
 }

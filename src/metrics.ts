@@ -18,7 +18,7 @@ const counter = <L extends string>(name: string, help: string, labelNames: reado
 const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
   metric(name, () => new client.Gauge<L>({ name, help, labelNames }));
 
-const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed', 'paused', 'prioritized', 'waiting-children'] as const;
+const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed', 'prioritized', 'waiting-children'] as const;
 
 /** Queues whose counts are read on every scrape; each process registers the handles it has. */
 const watched = new Set<() => Iterable<Queue>>();

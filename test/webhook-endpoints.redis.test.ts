@@ -73,7 +73,7 @@ routes:
   };
   const received = (r: FakeWebhookReceiver, callId: string) => r.byCall.has(callId);
   const jobOf = async (queue: string, callId: string) => {
-    const jobs = await queues.get(queue)!.getJobs(['completed', 'failed', 'waiting', 'paused', 'delayed', 'active']);
+    const jobs = await queues.get(queue)!.getJobs(['completed', 'failed', 'waiting', 'delayed', 'active']);
     return jobs.find((j) => (j.data as SinkDeliverJob).call.callId === callId);
   };
   const cli = async (argv: string[]) => {

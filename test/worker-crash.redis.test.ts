@@ -83,7 +83,7 @@ test('SIGKILL a worker mid-run, restart it: every job completes, none dead-lette
     const deadLetters = await inbound.getJobCounts();
     assert.equal(Object.values(deadLetters).reduce((a, b) => a + b, 0), 0, `no call went to the inbound dead letters: ${JSON.stringify(deadLetters)}`);
     // One archive job per call, with the call's deterministic job id.
-    const sinkJobs = await archive.getJobs(['waiting', 'active', 'completed', 'failed', 'delayed', 'paused', 'prioritized', 'waiting-children']);
+    const sinkJobs = await archive.getJobs(['waiting', 'active', 'completed', 'failed', 'delayed', 'prioritized', 'waiting-children']);
     assert.equal(sinkJobs.length, total);
     assert.deepEqual(new Set(sinkJobs.map((j) => j.id)), new Set(keys.map(callHash)));
     assert.deepEqual(sinkJobs.map((j) => j.data.call.key).sort(), [...keys].sort());

@@ -189,7 +189,7 @@ interface SourceWork {
   history: number;
 }
 
-const UNDELIVERED_STATES = ['wait', 'paused', 'active', 'delayed', 'prioritized', 'waiting-children'] as const;
+const UNDELIVERED_STATES = ['wait', 'active', 'delayed', 'prioritized', 'waiting-children'] as const;
 
 async function sourceWork(source: RedisClient, from: string, queues: string[], left: LeftKey[]): Promise<SourceWork> {
   const work: SourceWork = { undelivered: [], behind: [], history: 0 };

@@ -132,7 +132,7 @@ export interface ForgetReceipt {
 }
 
 const MAX_PASSES = 4;
-const JOB_STATES: JobType[] = ['waiting', 'paused', 'prioritized', 'delayed', 'waiting-children', 'active', 'completed', 'failed'];
+const JOB_STATES: JobType[] = ['waiting', 'prioritized', 'delayed', 'waiting-children', 'active', 'completed', 'failed'];
 const PAGE = 500;
 const CALL_HASH = /^[0-9a-f]{32}$/;
 
