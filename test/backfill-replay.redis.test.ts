@@ -216,7 +216,7 @@ routes:
 
   test('replay queues the archived calls of a range to one sink, old-layout names too; a second replay adds nothing', async () => {
     // An AI-agent call archived the same day, and a record of the older layout (`<callId>.json`).
-    const posted = await postJson(`${cs.url}/webhooks/ai-agent/agent-7`, webhookPayload('ai-oct5', (p) => (p.call.startTime = Date.parse('2026-10-05T12:00:00Z'))));
+    const posted = await postJson(`${cs.url}/webhooks/ai-agent/agent-7`, webhookPayload('ai-oct5', (p) => ((p.call.startTime = Date.parse('2026-10-05T12:00:00Z')), (p.call.endTime = Date.parse('2026-10-05T12:01:00Z')))));
     assert.equal(posted.status, 202);
     await waitFor(async () => (await s3.list('transcripts/2026/10/05/')).filter((k) => k.endsWith('.json') && !k.endsWith('.vcon.json')).length >= 26, { what: 'the AI call archived', timeoutMs: 60_000 });
     const old = { schema: 'callsync.archive.v1', call: { source: 'ai-agent', callId: 'old-1', agentId: 'agent-7', startedAt: '2026-10-05T13:00:00.000Z', direction: 'in', from: null, to: null, fromRaw: null, toRaw: null, endedAt: null, durationSec: null, outcome: 'answered', users: [], summary: null, scenarios: [], transcript: null, recordings: [], channelId: null, eventId: null, owner: null, forwarding: null, channel: null, payloadVersion: 'v1', receivedAt: '2026-10-05T13:00:00.000Z' }, original: {} };

@@ -308,7 +308,7 @@ describe('hubspot sink', () => {
   it('a 429 storm loses no call, makes no duplicate and never spends an attempt', async () => {
     const s = sink();
     fake.enqueue({ match: (r) => !r.path.endsWith('/search'), status: 429, times: 5, headers: { 'retry-after': '1' }, body: { status: 'error', message: 'You have reached your ten_secondly_rolling limit.', policyName: 'TEN_SECONDLY_ROLLING' } });
-    const calls = ['s-1', 's-2', 's-3'].map((id, i) => sampleCall(id, { patch: (p) => (p.call.startTime += i * 60_000) }));
+    const calls = ['s-1', 's-2', 's-3'].map((id, i) => sampleCall(id, { patch: (p) => ((p.call.startTime += i * 60_000), (p.call.endTime += i * 60_000)) }));
     const done = new Set<string>();
     for (let round = 0; round < 20 && done.size < calls.length; round++) {
       for (const c of calls) {
@@ -534,7 +534,7 @@ describe('hubspot sink', () => {
       };
       const waitUntil = (at: number) => new Promise<void>((resolve) => (waiters.push({ at, resolve }), tick()));
       const s = sink({}, { waitUntil });
-      const calls = Array.from({ length: n }, (_, i) => sampleCall(`srch-${i}`, { patch: (p) => (p.call.startTime += i * 60_000) }));
+      const calls = Array.from({ length: n }, (_, i) => sampleCall(`srch-${i}`, { patch: (p) => ((p.call.startTime += i * 60_000), (p.call.endTime += i * 60_000)) }));
       const results = await Promise.all(calls.map((c) => s.deliver(c, deps.ctx()).finally(() => (finished++, tick()))));
       assert.equal(results.filter((r) => r.status === 'done').length, 12);
       assert.equal(fake.calls.size, 12);

@@ -72,7 +72,7 @@ describe('hubspot sink behind the queue runner', () => {
   }
 
   async function add(callId: string, startOffsetMin = 0) {
-    const call = sampleCall(callId, { patch: (p) => (p.call.startTime += startOffsetMin * 60_000) });
+    const call = sampleCall(callId, { patch: (p) => ((p.call.startTime += startOffsetMin * 60_000), (p.call.endTime += startOffsetMin * 60_000)) });
     // One attempt only: a rate-limit pause that spent an attempt would dead-letter the job.
     return queue.add(JobName.sinkDeliver, { kind: JobName.sinkDeliver, sink: 'hubspot', call }, { jobId: `hubspot-${callId}`, attempts: 1, backoff: { type: BACKOFF_STRATEGY } });
   }

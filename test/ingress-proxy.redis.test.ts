@@ -241,12 +241,13 @@ describe('refusal log lines', () => {
 
   test('many problems: the body lists twenty, the last says how many more', async () => {
     const { post } = setup();
-    const chunks = Array.from({ length: 50 }, (_, i) => ({ speaker: 'caller', startTime: { at: i }, content: 'x' }));
-    const res = await post({ ...minimalPayload('many'), assist: { transcription: { content: 'x', chunks } } });
+    // A call-data webhook can no longer have that many (only its required fields refuse it); a vCon
+    // whose 50 parties are not objects can.
+    const res = await post({ vcon: '0.0.1', uuid: 'many', parties: Array.from({ length: 50 }, (_, i) => i) });
     assert.equal(res.status, 400);
     const body = (await res.json()) as any;
     assert.equal(body.errors.length, 20);
-    assert.equal(body.errors[0].source.pointer, '/assist/transcription/chunks/0/startTime');
+    assert.equal(body.errors[0].source.pointer, '/parties/0');
     assert.equal(body.errors[19].detail, '31 more problems not listed');
   });
 

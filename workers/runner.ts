@@ -58,8 +58,7 @@ export const REDIS_WAIT_MAX_MS = 5000;
 
 /** The wait before a job runs again after Redis failed under it for the `waits`-th time in a row. */
 export function redisWaitMs(waits: number, random: () => number = Math.random): number {
-  const full = Math.min(REDIS_WAIT_MAX_MS, REDIS_WAIT_MIN_MS * 2 ** Math.min(Math.max(0, waits), 10));
-  return Math.round(full / 2 + (full / 2) * random());
+  return backoffDelay(Math.max(0, waits) + 1, REDIS_WAIT_MIN_MS, REDIS_WAIT_MAX_MS, random);
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -139,7 +138,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
               throw new DelayedError();
             } catch (moveErr) {
               if (moveErr instanceof DelayedError || !isRedisCondition(moveErr) || Date.now() >= giveUpAt || worker.closing) throw moveErr instanceof DelayedError ? moveErr : err;
-              await sleep(Math.min(1000, 100 * 2 ** tries));
+              await sleep(backoffDelay(tries + 1, 100, 1000));
             }
           }
         }
