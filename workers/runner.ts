@@ -106,11 +106,14 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
 
   /** A disabling of the queue under way (see the 'disable' kind below). */
   let disabling: Promise<boolean> | null = null;
+  /** Processor calls under way (see close). */
+  let inFlight = 0;
 
   const worker: Worker<T> = new Worker<T>(
     queueName,
     async (job: Job<T>, token: string | undefined, signal?: AbortSignal) => {
       const started = Date.now();
+      inFlight++;
       // Built only when a failure is logged: a pino child per job costs more than the job's bookkeeping.
       const jobLog = () => log.child({ jobId: job.id, attempt: job.attemptsMade + 1 });
       try {
@@ -186,6 +189,8 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
         }
         jobLog().warn({ reason: describe(err), status: err instanceof SinkError ? err.status : undefined }, 'transient failure: will retry');
         throw err;
+      } finally {
+        inFlight--;
       }
     },
     workerOptions,
@@ -205,7 +210,13 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
     queue,
     close() {
       closing ??= (async () => {
-        await worker.close().catch((err: unknown) => log.error({ err }, 'closing worker failed'));
+        // BullMQ 6's close waits for its blocking connection to end, and one that never got through
+        // (Redis away since the start, an untrusted certificate) never ends: the close would hang
+        // (taskforcesh/bullmq#4656). Without Redis, then: let the processors under way finish
+        // (the shutdown's grace bounds it), and close without waiting for the connection.
+        const redisAway = options.connection.status !== 'ready';
+        while (redisAway && inFlight > 0) await sleep(50);
+        await worker.close(redisAway).catch((err: unknown) => log.error({ err }, 'closing worker failed'));
         await queue.close().catch((err: unknown) => log.error({ err }, 'closing queue failed'));
       })();
       return closing;
