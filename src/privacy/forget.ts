@@ -13,8 +13,9 @@
 // mentions them — so keys added later under a call's hash (a per-call timeline) are covered too.
 // The notification ledger keeps its "never twice" markers with the recipient as a keyed hash (the
 // privacy key, queues/privacy-key.ts: PRIVACY_HMAC_SECRET, else the key kept in Redis), markers an
-// earlier version wrote in clear included, and the opt-out list keeps the number as that hash. The Redis part runs
-// again until a pass finds nothing (a call being fanned out meanwhile), at most MAX_PASSES times.
+// earlier version wrote in clear included, and the opt-out list keeps the number as that hash. The
+// Redis part runs again until a pass finds nothing (a call being fanned out meanwhile), at most
+// MAX_PASSES times.
 import { join } from 'node:path';
 import { Cluster } from 'ioredis';
 import { Queue, type Job, type JobType } from 'bullmq';

@@ -94,7 +94,7 @@ export class NotificationLedger {
      */
     secret?: string | HmacKeySource,
   ) {
-    this.secret = typeof secret === 'string' ? configuredKey(secret) : secret;
+    this.secret = typeof secret === 'string' ? (secret === '' ? undefined : configuredKey(secret)) : secret;
   }
 
   private async key(callKey: string, recipient: string): Promise<string> {

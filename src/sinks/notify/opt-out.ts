@@ -29,7 +29,7 @@ export class OptOutList implements OptOutLookup {
     secret?: string | HmacKeySource,
   ) {
     this.key = `${keyPrefix}:optout`;
-    this.secret = typeof secret === 'string' ? configuredKey(secret) : secret;
+    this.secret = typeof secret === 'string' ? (secret === '' ? undefined : configuredKey(secret)) : secret;
   }
 
   /**
