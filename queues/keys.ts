@@ -101,6 +101,14 @@ export class RedisKeys {
     return `${this.area('telephony')}:telephony:oauth-refresh`;
   }
 
+  /**
+   * The generated key of the keyed hashes that name phone numbers (queues/privacy-key.ts; used
+   * when PRIVACY_HMAC_SECRET is not set): one key, in its own slot on a spread cluster.
+   */
+  privacyKey(): string {
+    return `${this.area('privacy')}:privacy-key`;
+  }
+
   /** The routing-configuration fingerprints of the live processes (a hash; src/state/config-fingerprint.ts). */
   configFingerprintsKey(): string {
     return `${this.area('fingerprints')}:config-fingerprints`;

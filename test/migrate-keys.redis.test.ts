@@ -8,6 +8,8 @@ import { Queue, UnrecoverableError, Worker } from 'bullmq';
 import { Cluster, Redis } from 'ioredis';
 import { InboundLog, inboundSeenPrefix } from '../queues/inbound.js';
 import { redisKeys } from '../queues/keys.js';
+import { storedPrivacyKey } from '../queues/privacy-key.js';
+import { randomBytes } from 'node:crypto';
 import { loadConfig } from '../src/config/index.js';
 import { help, runCli } from '../src/cli/index.js';
 import type { CliIo } from '../src/cli/io.js';
@@ -88,6 +90,32 @@ describe('migrate-keys: the OAuth refresh token goes along, the live fingerprint
     assert.equal(target, `${plain}:telephony:oauth-refresh`);
     assert.equal(await redis.hget(target, 'token'), 'sealed-token-value');
     assert.equal(await redis.exists(`${plain}:config-fingerprints`), 0);
+  });
+});
+
+describe('migrate-keys: the generated privacy HMAC key goes along', () => {
+  const redis = new Redis(REDIS_URL);
+  const plain = uniquePrefix('mig-pkey');
+  const from = `{${plain}}`;
+  const env = { REDIS_URL, QUEUE_PREFIX: plain };
+  after(async () => {
+    await cleanupPrefix(from);
+    await cleanupPrefix(plain);
+    redis.disconnect();
+  });
+
+  test('copied where this layout keeps it, so the copied markers still match; its value is not printed', async () => {
+    const value = randomBytes(32).toString('base64');
+    await redis.set(`${from}:privacy-key`, value);
+    const run = await cli(['migrate-keys', '--from-url', REDIS_URL], env);
+    assert.equal(run.code, 0, run.all);
+    assert.match(run.out, /^privacy HMAC key\s+1\s+1\s+0/m);
+    assert.ok(!run.all.includes(value), 'the key is printed');
+    const keys = redisKeys(loadConfig(env).redis);
+    assert.equal(keys.privacyKey(), `${plain}:privacy-key`);
+    assert.equal(await redis.get(keys.privacyKey()), value);
+    // What every process of the new deployment uses: the copied key, not a new one.
+    assert.deepEqual(await storedPrivacyKey(redis, keys), Buffer.from(value, 'base64'));
   });
 });
 

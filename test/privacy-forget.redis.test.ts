@@ -6,6 +6,9 @@
 // archive object (name and body), the spool folder and the captured logs of every process are
 // searched for that number in every format and for a sentence of its transcript: nothing is found,
 // while every other number's data is all still there. On a private Redis, so SCAN sees every key.
+// Nothing sets PRIVACY_HMAC_SECRET: the keyed hashes use the key kept in Redis, and forget needs no
+// configuration. "Never twice" markers an earlier version wrote in clear are seeded: forget rewrites
+// A's to the keyed hash and leaves B's.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
@@ -19,6 +22,8 @@ import { sinkQueueName } from '../queues/registry.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { runCli } from '../src/cli/index.js';
 import { OptOutList } from '../src/sinks/notify/opt-out.js';
+import { recipientHash } from '../src/sinks/notify/ledger.js';
+import { PrivacyKey, storedPrivacyKey } from '../queues/privacy-key.js';
 import { parsePhoneNumberFromString } from 'libphonenumber-js/max';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
@@ -160,11 +165,9 @@ routes:
       SPOOL_DIR: join(dir, 'spool'),
       LOG_LEVEL: 'debug',
     });
-    // This instance's ingress does not spool: the spool folder is the other ingress's (below). It runs
-    // without PRIVACY_HMAC_SECRET, so its notification ledger names recipients in clear (as before
-    // the secret existed); the instance that runs from the forget on has it.
+    // This instance's ingress does not spool: the spool folder is the other ingress's (below). No
+    // process is given PRIVACY_HMAC_SECRET: the keyed hashes use the key kept in Redis.
     cs = await startTestCallsync({ ...env, SPOOL_ENABLED: 'false' });
-    env.PRIVACY_HMAC_SECRET = 'test-privacy-secret-0123456789';
   });
 
   after(async () => {
@@ -271,7 +274,17 @@ routes:
       parking.disconnect();
     }
 
-    // The ledger markers are in clear (no secret yet); from here on the secret is set everywhere.
+    // The "never twice" markers of fa-1 and fb-1 as an earlier version wrote them: the number in clear.
+    const seeding = new Redis(redis.url);
+    try {
+      const key = await storedPrivacyKey(seeding, prefix);
+      for (const [id, number] of [['fa-1', A], ['fb-1', B]] as const) {
+        const marker = `${prefix}:state:sms:sent:${callHash(callKey('ai-agent', AGENT, id))}:`;
+        assert.equal(await seeding.rename(`${marker}${recipientHash(key, number)}`, `${marker}${number}`), 'OK', `the hashed marker of ${id}`);
+      }
+    } finally {
+      seeding.disconnect();
+    }
     earlierLogs.push(...cs.logs);
     await cs.close();
     cs = await startTestCallsync({ ...env, SPOOL_ENABLED: 'false' });
@@ -330,7 +343,10 @@ routes:
       // The receipt: counts per store.
       const receipt = JSON.parse(cliOutput.find((l) => l.startsWith('{"target"'))!) as { calls: number; stores: Record<string, number> };
       assert.equal(receipt.calls, 5, 'three calls in Redis and the archives, one in the spool, one parked');
-      assert.ok(await new OptOutList(conn, prefix, env.PRIVACY_HMAC_SECRET).has(A), 'A is still opted out (as a keyed hash)');
+      assert.ok(await new OptOutList(conn, prefix, new PrivacyKey(conn, prefix)).has(A), 'A is still opted out (as a keyed hash)');
+      const generated = await storedPrivacyKey(conn, prefix);
+      const faMarker = `${prefix}:state:sms:sent:${callHash(callKey('ai-agent', AGENT, 'fa-1'))}:${recipientHash(generated, A)}`;
+      assert.equal(JSON.parse((await conn.get(faMarker)) ?? '{}').state, 'sent', "fa-1's marker in clear is now its keyed hash (never twice still holds)");
       for (const store of ['opt-out list (kept as keyed hash)', 'spool lines', 'dead letters', 'archive objects (S3)', 'archive objects (folder)', 'crm records (hubspot)', 'crm records (pipedrive)', 'dedupe keys', 'notification ledger (kept as keyed hash)']) {
         assert.ok((receipt.stores[store] ?? 0) > 0, `receipt counts ${store}: ${JSON.stringify(receipt.stores)}`);
       }

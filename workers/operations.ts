@@ -16,6 +16,7 @@ import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.
 import { bullmqReady, createRedis, neverReachedReason, readyOnce, redisKeys, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
 import { CallTimeline } from '../queues/timeline.js';
+import { privacySecret } from '../src/sinks/notify/ledger.js';
 import { combineEvents, fanOutMetrics, ingressMetrics, runnerMetrics } from './metric-events.js';
 import { quitRedis, type CallsyncOptions } from './roles/lifecycle.js';
 
@@ -91,7 +92,7 @@ export function createOperations(options: OperationsOptions): Operations {
     auth: { username: env.ADMIN_USERNAME, password: env.ADMIN_PASSWORD, token: env.ADMIN_TOKEN },
     origins: env.ADMIN_ORIGIN,
     metricsToken: env.METRICS_TOKEN,
-    calls: new CallTimeline(connection, keys, { ttlDays: env.CALL_TIMELINE_TTL_DAYS, indexSecret: env.CALL_INDEX_SECRET, log }),
+    calls: new CallTimeline(connection, keys, { ttlDays: env.CALL_TIMELINE_TTL_DAYS, privacySecret: privacySecret(env), log }),
     trustedProxies: config.webhook.trustedProxies,
     trustProxyHops: config.webhook.trustProxyHops,
     ready: async () => {

@@ -6,6 +6,7 @@ import { redisKeys } from '../../queues/keys.js';
 import { callsNamed, CallQueryError, CallTimeline, describeEntry, findCalls, parseCallQuery, sinkLabel, type CallQuery, type CallSummary } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { table, UsageError, type CliIo } from './io.js';
+import { privacySecret } from '../sinks/notify/ledger.js';
 
 export const callsHelp = {
   call: `Usage: callsync call <callId | jobId | +number> [--json]
@@ -39,7 +40,7 @@ Options:
 const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
 
 function timelineOf(config: Config, redis: RedisClient): CallTimeline {
-  return new CallTimeline(redis, redisKeys(config.redis), { ttlDays: config.env.CALL_TIMELINE_TTL_DAYS, indexSecret: config.env.CALL_INDEX_SECRET });
+  return new CallTimeline(redis, redisKeys(config.redis), { ttlDays: config.env.CALL_TIMELINE_TTL_DAYS, privacySecret: privacySecret(config.env) });
 }
 
 function options(args: string[], spec: ParseArgsConfig['options']) {

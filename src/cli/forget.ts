@@ -17,8 +17,8 @@ digits only, with or without spaces) — or of one call (its call id): archive o
 layouts, recordings too; S3 and folders), jobs of every queue in every state (an active one is
 waited for), dead letters, the inbound log, the spool, dedupe, revision and state keys, Push
 assemblies, and every other key under QUEUE_PREFIX that names the call. The notification ledger
-and the opt-out list keep only a keyed hash (PRIVACY_HMAC_SECRET) of what "never twice" and the
-opt-out need. Idempotent; safe while other calls flow. See docs/privacy.md.
+and the opt-out list keep only a keyed hash (keyed with PRIVACY_HMAC_SECRET, else with the key
+kept in Redis) of what "never twice" and the opt-out need. Idempotent; safe while other calls flow. See docs/privacy.md.
 
 A number starts with + (or 00), or is a valid national number in PHONE_DEFAULT_REGION; anything
 else is a call id.

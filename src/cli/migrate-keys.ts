@@ -4,8 +4,9 @@
 // a plain QUEUE_PREFIX. docs/operations.md, "Moving to the spread layout".
 //
 // Copied: every sink's state, the poller cursors, the opt-out list, the backfill cursors and the
-// replay/backfill markers, the inbound dedupe keys (each into the shard its hash has in the target,
-// so a resend within the window is still a duplicate); each with its remaining TTL and its type.
+// replay/backfill markers, the OAuth refresh token, the generated privacy HMAC key, the inbound
+// dedupe keys (each into the shard its hash has in the target, so a resend within the window is
+// still a duplicate); each with its remaining TTL and its type.
 // Not copied: queues (work, dead letters, job history), the inbound log, Push assemblies in
 // progress, locks, the recorded shard count. The source is only read. Calls not yet delivered (in
 // the inbound log, or jobs waiting, active or delayed) make it refuse unless --force.
@@ -135,6 +136,7 @@ export const AREA = {
   markers: 'replay/backfill markers',
   dedupe: 'inbound dedupe keys',
   oauth: 'OAuth refresh token',
+  privacyKey: 'privacy HMAC key',
   sink: (name: string) => `sink ${name}`,
 } as const;
 
@@ -170,6 +172,9 @@ export function classify(key: string, from: string, queues: ReadonlySet<string>,
   if (rest === 'layout') return left('layout');
   // The telephony API's rotated refresh token (src/state/refresh-token.ts): without it the new deployment starts from the environment's, maybe revoked.
   if (rest === 'telephony:oauth-refresh') return copy(AREA.oauth, target.telephonyOAuthKey());
+  // The generated key of the keyed hashes (queues/privacy-key.ts): without it the copied "never twice"
+  // markers and SMS cooldowns no longer match their numbers, and forget cannot find them.
+  if (rest === 'privacy-key') return copy(AREA.privacyKey, target.privacyKey());
   // Which configuration the live processes run: theirs, not the new deployment's.
   if (rest === 'config-fingerprints') return left('fingerprints');
   const colon = rest.indexOf(':');
@@ -308,7 +313,7 @@ function describeKeys(keys: RedisKeys): string {
 /** True when some key under `prefix` is one of callsync's (its opt-out list, state, dedupe keys, inbound log or a queue). */
 async function holdsCallsync(source: RedisClient, prefix: string): Promise<boolean> {
   const nodes = source instanceof Cluster ? source.nodes('master') : [source];
-  const marker = /^(optout$|layout$|state:|inbound-seen:|inbound-log$|inbound-\d+:|backfill:|telephony:oauth-refresh$|[^:]+:meta$)/;
+  const marker = /^(optout$|layout$|state:|inbound-seen:|inbound-log$|inbound-\d+:|backfill:|telephony:oauth-refresh$|privacy-key$|[^:]+:meta$)/;
   for (const node of nodes) {
     let cursor = '0';
     do {

@@ -192,11 +192,9 @@ const coreEnv = {
   METRICS_TOKEN: optionalString,
   /** Days a call's timeline (and its lookup entries) is kept after its last event ("Where is my call?"). Default 30. */
   CALL_TIMELINE_TTL_DAYS: int(30, 1),
-  /**
-   * Key of the HMAC that indexes calls by phone number (`callsync calls --number`), so no number is
-   * stored in clear. Default: a random key generated once and kept in Redis.
-   */
-  CALL_INDEX_SECRET: optionalString,
+  // The timeline's number index (`callsync calls --number`) is keyed with PRIVACY_HMAC_SECRET, the
+  // one key of every keyed hash of a phone number (declared with the notification sinks,
+  // src/sinks/notify/ledger.ts; unset: a key generated once and kept in Redis, queues/privacy-key.ts).
   /**
    * OTLP/HTTP endpoint for traces (`http://collector:4318`): set, callsync exports one trace per
    * call (src/telemetry.ts). Read by the OpenTelemetry SDK, with the other standard OTEL_* variables.

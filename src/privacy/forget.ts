@@ -11,9 +11,11 @@
 // queues' event entries, the archive objects (json, txt, vCon, recordings, half-written temp files),
 // and every other key whose name holds one of the calls' hashes or the number, or whose value
 // mentions them — so keys added later under a call's hash (a per-call timeline) are covered too.
-// The notification ledger keeps its "never twice" markers with the recipient as a keyed hash
-// (PRIVACY_HMAC_SECRET), and the opt-out list keeps the number as that hash. The Redis part runs
-// again until a pass finds nothing (a call being fanned out meanwhile), at most MAX_PASSES times.
+// The notification ledger keeps its "never twice" markers with the recipient as a keyed hash (the
+// privacy key, queues/privacy-key.ts: PRIVACY_HMAC_SECRET, else the key kept in Redis), markers an
+// earlier version wrote in clear included, and the opt-out list keeps the number as that hash. The
+// Redis part runs again until a pass finds nothing (a call being fanned out meanwhile), at most
+// MAX_PASSES times.
 import { join } from 'node:path';
 import { Cluster } from 'ioredis';
 import { Queue, type Job, type JobType } from 'bullmq';
@@ -32,6 +34,7 @@ import { archiveOptionsSchema, createObjectStore } from '../sinks/archive/index.
 import { normalizePrefix, archiveKeys } from '../sinks/archive/keys.js';
 import { LocalFolderStore, type ObjectStore } from '../sinks/archive/store.js';
 import { privacySecret, recipientHash } from '../sinks/notify/ledger.js';
+import { PrivacyKey } from '../../queues/privacy-key.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
 import { eraseFromSpool } from '../ingress/spool-forget.js';
 import { eraseStreamEntries } from './stream-erase.js';
@@ -46,7 +49,7 @@ export class ForgetInputError extends Error {
   }
 }
 
-/** Forgetting needs something that is not there (the HMAC secret, an active job that does not finish). */
+/** Forgetting needs something that is not there (an active job that does not finish, a CRM that refuses). */
 export class ForgetIncompleteError extends Error {
   constructor(
     message: string,
@@ -203,7 +206,10 @@ export class Forgetter {
   private readonly matches: (text: string) => boolean;
   private readonly calls = new Map<string, FoundCall>();
   private readonly counts: Record<string, number> = {};
-  private readonly secret: string | undefined;
+  /** The privacy key: PRIVACY_HMAC_SECRET, else the key kept in Redis (created if no process has yet). */
+  private readonly privacyKey: PrivacyKey;
+  /** The key, once `run` has read it. */
+  private secret: Buffer | undefined;
   private readonly activeWaitMs: number;
   private readonly queues = new Map<string, Queue>();
 
@@ -215,7 +221,7 @@ export class Forgetter {
   ) {
     this.keys = redisKeys(config.redis);
     this.matches = targetMatcher(options.target);
-    this.secret = privacySecret(config.env);
+    this.privacyKey = new PrivacyKey(redis, this.keys, privacySecret(config.env));
     this.activeWaitMs = options.activeWaitMs ?? 60_000;
   }
 
@@ -263,7 +269,7 @@ export class Forgetter {
       // HubSpot's contact memory and Pipedrive's person memory name the number by its SHA-256 (`callHash`).
       const numberHash = callHash(this.options.target.e164);
       if (segmentsOf(key).includes(numberHash)) return true;
-      // The SMS cooldown with PRIVACY_HMAC_SECRET names it by its keyed hash (the ledger's markers are kept: see keyAction).
+      // The SMS cooldown names it by its keyed hash (the ledger's markers are kept: see keyAction).
       if (this.secret !== undefined && segmentsOf(key).includes(recipientHash(this.secret, this.options.target.e164))) return true;
     }
     return false;
@@ -278,6 +284,8 @@ export class Forgetter {
     try {
       // 1. Find the calls everywhere first, erasing nothing: the spool, the archives, Redis. Then the
       // CRM records (--crm), so a CRM that refuses stops forget before anything else is gone.
+      // The privacy key first: the SMS cooldowns name the number by its keyed hash.
+      this.secret = await this.privacyKey.get();
       const spoolFound = await eraseFromSpool(spoolDir, spoolMatches, { dryRun: true, waitMs: 0 });
       const archives = await this.archiveStores();
       const archived = new Map<ObjectStore, Set<string>>();
@@ -471,13 +479,6 @@ export class Forgetter {
   }
 
   private async eraseRedis(work: RedisWork): Promise<void> {
-    const needsSecret = work.keys.some((k) => (k.action === 'ledger' && !/:h1\.[^:]+$/.test(k.key) && !k.key.endsWith(':mail')) || k.action === 'optout');
-    if (needsSecret && this.secret === undefined) {
-      throw new ForgetIncompleteError(
-        'PRIVACY_HMAC_SECRET is not set: the notification ledger and the opt-out list keep what "never twice" and the opt-out need only as a keyed hash. Set it (the same value for every callsync process) and run forget again',
-        this.receipt(),
-      );
-    }
     // Jobs: an active one finishes first (its worker holds a lock), then goes like the others.
     for (const ref of work.jobs) {
       if (await this.removeJob(this.queue(ref.queue), ref.id)) this.count(ref.state === 'failed' ? 'dead letters' : `jobs (${ref.state})`);
@@ -490,7 +491,7 @@ export class Forgetter {
         await this.hashLedgerMarker(key);
         this.count('notification ledger (kept as keyed hash)');
       } else if (action === 'optout') {
-        const list = new OptOutList(this.redis, this.keys.area('optout'), this.secret);
+        const list = new OptOutList(this.redis, this.keys.area('optout'), this.privacyKey);
         if (this.options.target.kind === 'number' && (await list.keepHashedOnly(this.options.target.e164))) this.count('opt-out list (kept as keyed hash)');
       } else if (action === 'push') {
         const callId = key.slice(key.lastIndexOf(':push:') + ':push:'.length);

@@ -15,6 +15,6 @@ export const sinkTypes: ReadonlyMap<string, SinkType<unknown>> = new Map(all.map
 /**
  * Every variable a sink type reads (a variable several types read is declared once, by the file
  * that owns it), plus PHONE_DEFAULT_REGION, which `callsync opt-out` reads too, and PRIVACY_HMAC_SECRET
- * (the notification sinks and `callsync forget`).
+ * (the privacy key: the notification sinks, the timeline's number index, `callsync forget`).
  */
 export const sinkEnv: EnvShape = mergeEnvShapes([regionEnv, privacyEnv, ...all.map((t) => t.env ?? {})]);

@@ -7,6 +7,7 @@ import type { TelephonyClient } from '../telephony/types.js';
 import type { Route } from '../routing/types.js';
 import type { RetryPolicy } from '../../queues/registry.js';
 import type { EnvOf, EnvShape } from '../env-values.js';
+import type { HmacKeySource } from '../../queues/privacy-key.js';
 
 /**
  * The parsed environment (the one schema of src/config/env.ts), by variable name. A sink type reads
@@ -72,6 +73,12 @@ export interface SinkDeps {
   now: () => Date;
   /** The parsed environment (secrets are read from here, never copied into options). */
   env: SinkEnv;
+  /**
+   * The key of the keyed hashes that name phone numbers (queues/privacy-key.ts: PRIVACY_HMAC_SECRET,
+   * else the key kept in Redis). The worker always gives it; without it (tools, tests without Redis)
+   * the notification sinks fall back to PRIVACY_HMAC_SECRET, else name numbers in clear.
+   */
+  privacyKey?: HmacKeySource;
   /** Numbers that must never be texted (the Redis set the CLI manages), when available. */
   optOut?: { has(number: string): Promise<boolean> };
   /** Read access to the archive sink's objects, when one is configured (CRM links to recordings). */

@@ -11,6 +11,7 @@ import { lazyArchiveAccess } from '../../src/sinks/archive/access.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import { OptOutList } from '../../src/sinks/notify/opt-out.js';
 import { privacySecret } from '../../src/sinks/notify/ledger.js';
+import { PrivacyKey } from '../../queues/privacy-key.js';
 import { InboundLog, logToFanOut, waitForReplicas } from '../../queues/inbound.js';
 import { InboundAcceptor, withTimeout } from '../../src/ingress/accept.js';
 import { pushAssembly } from '../../src/sources/index.js';
@@ -50,14 +51,16 @@ export interface WorkerRole extends Role {
 async function createSinks({ config, options, log, redis, telephony }: RoleDeps): Promise<Map<string, Sink>> {
   const now = options.now ?? (() => new Date());
   const keys = redisKeys(config.redis);
-  const optOut = new OptOutList(redis.worker, keys.area('optout'), privacySecret(config.env));
+  // One privacy key for every sink: PRIVACY_HMAC_SECRET, else the one kept in Redis (read once).
+  const privacyKey = new PrivacyKey(redis.worker, keys, privacySecret(config.env));
+  const optOut = new OptOutList(redis.worker, keys.area('optout'), privacyKey);
   const sinks = new Map<string, Sink>();
   // The first archive sink, for the CRMs' links to archived recordings.
   const archive = lazyArchiveAccess(() => [...sinks.values()].find((s): s is ArchiveSink => s instanceof ArchiveSink)?.access());
   for (const sink of Object.values(config.sinks)) {
     const override = options.sinks?.get(sink.name);
     const state = new RedisKeyValueStore(redis.worker, keys.sinkState(sink.name));
-    const deps = { log: log.child({ sink: sink.name }), state, telephony, now, env: config.env, optOut, archive };
+    const deps = { log: log.child({ sink: sink.name }), state, telephony, now, env: config.env, optOut, archive, privacyKey };
     sinks.set(sink.name, override ?? (await sinkTypes.get(sink.type)!.create(sink.name, sink.options, deps)));
   }
   return sinks;

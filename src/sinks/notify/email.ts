@@ -7,7 +7,7 @@ import { RetryLaterError } from '../../errors.js';
 import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SinkType } from '../types.js';
 import { envList, envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
-import { NotificationLedger, privacySecret, sendOnce } from './ledger.js';
+import { NotificationLedger, privacyKeyOf, sendOnce } from './ledger.js';
 import { smtpOutcomeUnknown, type Mailer } from './mailer.js';
 import { renderHtml, renderText } from './message.js';
 import { commonOptions, templateSchema, timeZoneSchema } from './options.js';
@@ -80,7 +80,7 @@ class EmailSink implements Sink {
     private readonly mailer: Mailer,
     private readonly deps: SinkDeps,
   ) {
-    this.ledger = new NotificationLedger(deps.state, undefined, privacySecret(deps.env));
+    this.ledger = new NotificationLedger(deps.state, undefined, privacyKeyOf(deps));
   }
 
   async deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {

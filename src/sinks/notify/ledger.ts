@@ -13,20 +13,31 @@ import type { KeyValueStore } from '../../state/kv.js';
 import { PermanentError, RetryLaterError } from '../../errors.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import type { SinkEnv } from '../types.js';
+import { configuredKey, type HmacKeySource } from '../../../queues/privacy-key.js';
 
 /** The variable of the keyed hash (docs/privacy.md); read by the notification sinks and `callsync forget`. */
 export const privacyEnv = {
   /**
-   * Key of the HMAC that names a recipient in the notification ledger and an erased number in the
-   * opt-out list (`recipientHash`). Keep it stable: a new secret forgets which calls were texted.
+   * Key of the HMAC that names a phone number wherever it is kept without being readable: a
+   * recipient in the notification ledger and the SMS cooldown, an erased number in the opt-out list
+   * (`recipientHash`), the timeline's number index. Unset: a key generated once and kept in Redis
+   * (queues/privacy-key.ts). Keep it stable and the same in every process: a new key forgets which
+   * calls were texted and which calls a number had.
    */
   PRIVACY_HMAC_SECRET: envString,
 } satisfies EnvShape;
 
-/** PRIVACY_HMAC_SECRET, or undefined when not set. */
+/** PRIVACY_HMAC_SECRET, or undefined when not set (then the key kept in Redis is used: queues/privacy-key.ts). */
 export function privacySecret(env: SinkEnv): string | undefined {
   const value = env.PRIVACY_HMAC_SECRET;
   return typeof value === 'string' && value !== '' ? value : undefined;
+}
+
+/** The privacy key a notification sink names numbers with: the worker's (`SinkDeps.privacyKey`), else PRIVACY_HMAC_SECRET. */
+export function privacyKeyOf(deps: { env: SinkEnv; privacyKey?: HmacKeySource }): HmacKeySource | undefined {
+  if (deps.privacyKey) return deps.privacyKey;
+  const secret = privacySecret(deps.env);
+  return secret === undefined ? undefined : configuredKey(secret);
 }
 
 export type LedgerState = 'sending' | 'sent' | 'unknown';
@@ -49,10 +60,10 @@ export const IN_FLIGHT_GRACE_MS = 2 * 60_000;
 /**
  * A recipient (an E.164 number) as kept where it must be remembered without being readable: the
  * notification ledger and the opt-out list after `callsync forget`. `h1.` and 32 characters of the
- * base64url HMAC-SHA-256 keyed with PRIVACY_HMAC_SECRET: without the secret it cannot be tested
- * against a list of numbers (unlike a plain hash of the number).
+ * base64url HMAC-SHA-256 keyed with the privacy key (PRIVACY_HMAC_SECRET, else the one kept in
+ * Redis): without the key it cannot be tested against a list of numbers (unlike a plain hash).
  */
-export function recipientHash(secret: string, recipient: string): string {
+export function recipientHash(secret: string | Buffer, recipient: string): string {
   return `h1.${createHmac('sha256', secret).update(recipient).digest('base64url').slice(0, 32)}`;
 }
 
@@ -70,28 +81,33 @@ function parseEntry(raw: string): LedgerEntry {
 }
 
 export class NotificationLedger {
+  private readonly secret: HmacKeySource | undefined;
+
   constructor(
     /** The sink's own state store (already scoped per sink, i.e. per rule). */
     private readonly store: KeyValueStore,
     private readonly ttlMs: number = LEDGER_TTL_MS,
     /**
-     * PRIVACY_HMAC_SECRET: with it, markers name the recipient by its `recipientHash`, never in
-     * clear (a marker written in clear before, or without the secret, is still honoured).
+     * The privacy key (queues/privacy-key.ts; the sinks get it from the worker, or PRIVACY_HMAC_SECRET):
+     * markers name the recipient by its `recipientHash`, never in clear (a marker written in clear
+     * by an earlier version is still honoured). Absent (tools and tests without Redis only): in clear.
      */
-    private readonly secret?: string,
-  ) {}
-
-  private key(callKey: string, recipient: string): string {
-    return ledgerKey(callKey, this.secret ? recipientHash(this.secret, recipient) : recipient);
+    secret?: string | HmacKeySource,
+  ) {
+    this.secret = typeof secret === 'string' ? (secret === '' ? undefined : configuredKey(secret)) : secret;
   }
 
-  /** The marker in clear of before the secret was set (none without a secret: `key` is that one). */
+  private async key(callKey: string, recipient: string): Promise<string> {
+    return ledgerKey(callKey, this.secret ? recipientHash(await this.secret.get(), recipient) : recipient);
+  }
+
+  /** The marker in clear an earlier version wrote (none without a key: `key` is that one). */
   private legacyKey(callKey: string, recipient: string): string | null {
     return this.secret ? ledgerKey(callKey, recipient) : null;
   }
 
   async read(callKey: string, recipient: string): Promise<LedgerEntry | null> {
-    const raw = await this.store.get(this.key(callKey, recipient));
+    const raw = await this.store.get(await this.key(callKey, recipient));
     if (raw !== null) return parseEntry(raw);
     const legacy = this.legacyKey(callKey, recipient);
     const old = legacy === null ? null : await this.store.get(legacy);
@@ -104,17 +120,17 @@ export class NotificationLedger {
     const old = legacy === null ? null : await this.store.get(legacy);
     if (old !== null) return parseEntry(old);
     const entry: LedgerEntry = { state: 'sending', at: now.toISOString() };
-    if (await this.store.setIfAbsent(this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs)) return null;
+    if (await this.store.setIfAbsent(await this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs)) return null;
     return (await this.read(callKey, recipient)) ?? { state: 'unknown', at: now.toISOString(), reason: 'marker vanished' };
   }
 
   async write(callKey: string, recipient: string, entry: LedgerEntry): Promise<void> {
-    await this.store.set(this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs);
+    await this.store.set(await this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs);
   }
 
   /** Removes the marker: after a definite failure, or by an operator to allow a resend. */
   async forget(callKey: string, recipient: string): Promise<void> {
-    await this.store.delete(this.key(callKey, recipient));
+    await this.store.delete(await this.key(callKey, recipient));
     const legacy = this.legacyKey(callKey, recipient);
     if (legacy !== null) await this.store.delete(legacy);
   }

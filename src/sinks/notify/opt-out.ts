@@ -4,6 +4,7 @@ import type { Cluster, Redis } from 'ioredis';
 import type { CountryCode } from 'libphonenumber-js';
 import { phoneLibMax } from '../libphonenumber.js';
 import { recipientHash } from './ledger.js';
+import { configuredKey, type HmacKeySource } from '../../../queues/privacy-key.js';
 import { parseE164 } from './phone.js';
 
 /** What an SMS sink needs of the opt-out list. */
@@ -18,15 +19,17 @@ function nationalToE164(number: string, region: CountryCode): string | undefined
 
 export class OptOutList implements OptOutLookup {
   readonly key: string;
+  private readonly secret: HmacKeySource | undefined;
 
   /** `keyPrefix`: where the set lives (`RedisKeys.area("optout")`: QUEUE_PREFIX, or its own slot on a spread cluster). */
   constructor(
     private readonly redis: Redis | Cluster,
     keyPrefix: string,
-    /** PRIVACY_HMAC_SECRET: a number `callsync forget` erased is on the list as its `recipientHash` only. */
-    private readonly secret?: string,
+    /** The privacy key (queues/privacy-key.ts): a number `callsync forget` erased is on the list as its `recipientHash` only. */
+    secret?: string | HmacKeySource,
   ) {
     this.key = `${keyPrefix}:optout`;
+    this.secret = typeof secret === 'string' ? (secret === '' ? undefined : configuredKey(secret)) : secret;
   }
 
   /**
@@ -63,17 +66,17 @@ export class OptOutList implements OptOutLookup {
     const e164 = parseE164(number);
     if (e164 === undefined) return false;
     if ((await this.redis.sismember(this.key, e164)) === 1) return true;
-    return this.secret !== undefined && (await this.redis.sismember(this.key, recipientHash(this.secret, e164))) === 1;
+    return this.secret !== undefined && (await this.redis.sismember(this.key, recipientHash(await this.secret.get(), e164))) === 1;
   }
 
   /**
-   * `callsync forget`: the number stays opted out, as its `recipientHash` only (needs the secret).
+   * `callsync forget`: the number stays opted out, as its `recipientHash` only (needs the privacy key).
    * True when it was on the list in clear.
    */
   async keepHashedOnly(e164: string): Promise<boolean> {
-    if (this.secret === undefined) throw new Error('PRIVACY_HMAC_SECRET is not set');
+    if (this.secret === undefined) throw new Error('no privacy key given');
     if ((await this.redis.sismember(this.key, e164)) !== 1) return false;
-    await this.redis.sadd(this.key, recipientHash(this.secret, e164));
+    await this.redis.sadd(this.key, recipientHash(await this.secret.get(), e164));
     await this.redis.srem(this.key, e164);
     return true;
   }

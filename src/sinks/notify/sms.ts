@@ -10,7 +10,8 @@ import { RetryLaterError, SinkError } from '../../errors.js';
 import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SyncSinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
-import { NotificationLedger, privacySecret, recipientHash, sendOnce } from './ledger.js';
+import { NotificationLedger, privacyKeyOf, recipientHash, sendOnce } from './ledger.js';
+import type { HmacKeySource } from '../../../queues/privacy-key.js';
 import { renderText } from './message.js';
 import { smsLength, truncateSms } from './sms-length.js';
 import type { OptOutLookup } from './opt-out.js';
@@ -104,8 +105,8 @@ interface Candidate {
 class SmsSink implements Sink {
   readonly type = 'sms';
   private readonly ledger: NotificationLedger;
-  /** PRIVACY_HMAC_SECRET: the cooldown key names the number by its keyed hash. */
-  private readonly secret: string | undefined;
+  /** The privacy key: the cooldown key names the number by its keyed hash. */
+  private readonly secret: HmacKeySource | undefined;
   private readonly optOut: Set<string>;
 
   constructor(
@@ -115,7 +116,7 @@ class SmsSink implements Sink {
     private readonly telephony: TelephonyClient,
     private readonly deps: NotifySinkDeps,
   ) {
-    this.secret = privacySecret(deps.env);
+    this.secret = privacyKeyOf(deps);
     this.ledger = new NotificationLedger(deps.state, undefined, this.secret);
     this.optOut = new Set(o.optOut);
   }
@@ -205,7 +206,7 @@ class SmsSink implements Sink {
    */
   private async takeCooldown(number: string, callKey: string, extraMs: number): Promise<boolean> {
     if (this.o.cooldown === undefined) return true;
-    const key = this.cooldownKey(number);
+    const key = await this.cooldownKey(number);
     const now = this.deps.now().getTime();
     const ttl = this.o.cooldown + Math.max(0, extraMs);
     const mine = JSON.stringify({ callKey, until: now + ttl });
@@ -216,14 +217,14 @@ class SmsSink implements Sink {
     return true;
   }
 
-  /** `cooldown:<number>`, or `cooldown:<recipientHash>` with PRIVACY_HMAC_SECRET (no number in clear). */
-  private cooldownKey(number: string): string {
-    return `cooldown:${this.secret ? recipientHash(this.secret, number) : number}`;
+  /** `cooldown:<recipientHash>` (no number in clear); `cooldown:<number>` only without a privacy key (tests). */
+  private async cooldownKey(number: string): Promise<string> {
+    return `cooldown:${this.secret ? recipientHash(await this.secret.get(), number) : number}`;
   }
 
   private async releaseCooldown(number: string, callKey: string): Promise<void> {
     if (this.o.cooldown === undefined) return;
-    const key = this.cooldownKey(number);
+    const key = await this.cooldownKey(number);
     if (parseCooldown(await this.deps.state.get(key))?.callKey === callKey) await this.deps.state.delete(key);
   }
 
