@@ -139,7 +139,7 @@ describe('Redis Cluster, spread keys (plain QUEUE_PREFIX)', () => {
 
   test('ACK_REPLICAS=1: the fan-out deletes a log entry only once the sink jobs made of it are on a replica of their own master', async () => {
     const prefix = 'ackfan';
-    const cs2 = await startTestCallsync({ REDIS_URL: NOWHERE, REDIS_CLUSTER_NODES: cluster.seeds, QUEUE_PREFIX: prefix, ARCHIVE_DIR: dir, ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '300', SPOOL_ENABLED: 'false' });
+    const cs2 = await startTestCallsync({ REDIS_URL: NOWHERE, REDIS_CLUSTER_NODES: cluster.seeds, QUEUE_PREFIX: prefix, ARCHIVE_DIR: dir, ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '1000', SPOOL_ENABLED: 'false' });
     const keys = redisKeys(cs2.config.redis);
     const archive = await cluster.nodesOfKey(`${keys.queuePrefix(sinkQueueName('archive'))}:${sinkQueueName('archive')}:meta`);
     const log = new InboundLog(cs2.redis.worker, keys);
