@@ -15,7 +15,7 @@ import type { Logger } from 'pino';
 import type { RedisClient } from './connection.js';
 import type { RedisKeys } from './keys.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
-import { maskDigitRuns, scrubEchoes } from '../src/errors.js';
+import { maskDigitRuns, scrubEchoes } from '../src/redact.js';
 import { maskPhone } from '../src/log.js';
 
 export const TIMELINE_EVENTS = ['received', 'fanned-out', 'attempt', 'done', 'skipped', 'retry', 'dead-lettered'] as const;

@@ -4,7 +4,8 @@
 // logs it and BullMQ keeps it as the dead letter's reason.
 import type { Job } from 'bullmq';
 import type { Logger } from 'pino';
-import { PermanentError, scrubEchoes, type EchoValues } from '../src/errors.js';
+import { PermanentError } from '../src/errors.js';
+import { scrubEchoes, type EchoValues } from '../src/redact.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import type { Sink, SinkResult } from '../src/sinks/types.js';
 import type { SinkDeliverJob } from '../queues/registry.js';

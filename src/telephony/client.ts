@@ -7,13 +7,11 @@ import pRetry from 'p-retry';
 import { z } from 'zod';
 import type { Logger } from '../log.js';
 import { envEnum, envOptionalInt, envString, envUrl, type EnvOf, type EnvShape } from '../env-values.js';
-import { PermanentError, RetryLaterError, SinkError, TransientError, classify } from '../errors.js';
+import { PermanentError, RetryLaterError, SinkError, TransientError, classify, networkReason, requestCertainlyNotSent } from '../errors.js';
 import { createAuthProvider, type AuthProvider, type IssuedTokens, type RefreshTokenStore, type TelephonyAuth } from './auth.js';
 import {
   OutcomeUnknownError,
   ResponseValidationError,
-  networkReason,
-  requestCertainlyNotSent,
   telephonyErrorFromResponse,
   telephonyNetworkError,
 } from './errors.js';

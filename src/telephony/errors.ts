@@ -10,10 +10,11 @@ import {
   RetryLaterError,
   TransientError,
   errorFromHttp,
+  networkReason,
   parseRetryAfter,
-  redactRemoteText,
   type SinkError,
 } from '../errors.js';
+import { redactRemoteText } from '../redact.js';
 
 /** One entry of the spec's error body `{ errors: [ { status, title, detail, source: { pointer } } ] }`. */
 export interface ApiProblem {
@@ -140,29 +141,6 @@ export class ResponseValidationError extends PermanentError {
 export function telephonyNetworkError(operation: string, cause: unknown): TelephonyError {
   const reason = cause instanceof Error ? (cause.name === 'TimeoutError' ? 'timed out' : networkReason(cause)) : String(cause);
   return attach(new TransientError(`Telephony API ${operation} failed: ${reason}`, { cause }), operation, []);
-}
-
-/** `fetch failed` hides the useful part in `cause`. */
-export function networkReason(err: Error): string {
-  const cause = (err as { cause?: unknown }).cause;
-  if (cause instanceof Error) {
-    const code = (cause as { code?: unknown }).code;
-    return typeof code === 'string' ? `${err.message} (${code})` : `${err.message} (${cause.message})`;
-  }
-  return err.message;
-}
-
-/** Codes for which the request certainly never reached the server (so even a POST may be resent). */
-const NOT_SENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'ERR_INVALID_URL']);
-
-export function requestCertainlyNotSent(err: unknown): boolean {
-  let current: unknown = err;
-  for (let depth = 0; depth < 4 && current instanceof Error; depth++) {
-    const code = (current as { code?: unknown }).code;
-    if (typeof code === 'string' && NOT_SENT_CODES.has(code)) return true;
-    current = (current as { cause?: unknown }).cause;
-  }
-  return false;
 }
 
 export { AuthError, PermanentError, RetryLaterError, TransientError, parseRetryAfter };

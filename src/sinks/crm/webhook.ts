@@ -22,7 +22,8 @@
 // one call are sent one at a time (src/sinks/revisions.ts).
 import { createHash, createHmac } from 'node:crypto';
 import { z } from 'zod';
-import { EndpointDisabledError, redactRemoteText } from '../../errors.js';
+import { EndpointDisabledError } from '../../errors.js';
+import { redactRemoteText } from '../../redact.js';
 import type { CanonicalCall } from '../../model/call.js';
 import { retryOptionsSchema, retryPolicy, STANDARD_WEBHOOKS_SCHEDULE } from '../retry.js';
 import { RevisionGuard } from '../revisions.js';

@@ -4,9 +4,9 @@
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
-import { OutcomeUnknownError, requestCertainlyNotSent } from '../../telephony/errors.js';
+import { OutcomeUnknownError } from '../../telephony/errors.js';
 import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.js';
-import { RetryLaterError, SinkError } from '../../errors.js';
+import { requestCertainlyNotSent, RetryLaterError, SinkError } from '../../errors.js';
 import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SyncSinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
