@@ -64,7 +64,8 @@ export function redisWaitMs(waits: number, random: () => number = Math.random): 
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-function describe(err: unknown): string {
+/** An error's whole message (a dead letter's reason, a log line's); unlike the fan-out's, no name, not cut. */
+function errorMessage(err: unknown): string {
   if (err instanceof Error) return err.message;
   return String(err);
 }
@@ -130,7 +131,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           const delayMs = redisWaitMs(waits);
           options.events?.deferred?.(queueName, job, delayMs, 'job');
           if (waits === 0 || waits % 20 === 0) {
-            jobLog().warn({ reason: describe(err), delayMs, waits }, 'Redis failed under the job: waiting for Redis, no attempt spent');
+            jobLog().warn({ reason: errorMessage(err), delayMs, waits }, 'Redis failed under the job: waiting for Redis, no attempt spent');
           }
           const giveUpAt = Date.now() + options.lockDurationMs;
           for (let tries = 0; ; tries++) {
@@ -144,8 +145,8 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           }
         }
         if (kind === 'permanent') {
-          jobLog().warn({ reason: describe(err) }, 'permanent failure: dead-lettered');
-          throw new UnrecoverableError(describe(err));
+          jobLog().warn({ reason: errorMessage(err) }, 'permanent failure: dead-lettered');
+          throw new UnrecoverableError(errorMessage(err));
         }
         if (kind === 'retry-later' && err instanceof RetryLaterError) {
           const deferrals = job.attemptsStarted - job.attemptsMade;
@@ -161,7 +162,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           }
         }
         if (kind === 'auth') {
-          const reason = describe(err);
+          const reason = errorMessage(err);
           jobLog().error({ reason }, 'credentials rejected: pausing the queue until an operator resumes it');
           options.events?.paused?.(queueName, reason);
           await pauseQueue(queue, options.connection, reason);
@@ -169,7 +170,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           throw new DelayedError();
         }
         if (kind === 'disable') {
-          const reason = describe(err);
+          const reason = errorMessage(err);
           // Jobs running at the same time get the same answer: the first to disable tells (one
           // disabling at a time in this process; later ones find the queue paused and marked).
           let first = false;
@@ -185,7 +186,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           await job.moveToDelayed(Date.now() + 1000, token);
           throw new DelayedError();
         }
-        jobLog().warn({ reason: describe(err), status: err instanceof SinkError ? err.status : undefined }, 'transient failure: will retry');
+        jobLog().warn({ reason: errorMessage(err), status: err instanceof SinkError ? err.status : undefined }, 'transient failure: will retry');
         throw err;
       }
     },

@@ -78,7 +78,7 @@ export class ArchiveSink implements Sink {
   }
 
   /** What other sinks may read of this archive (recording keys and links; ./access.ts). */
-  access(): ArchiveAccess {
+  archiveAccess(): ArchiveAccess {
     return archiveAccess(this.store, this.prefix);
   }
 
