@@ -68,6 +68,20 @@ export class RetryLaterError extends SinkError {
   }
 }
 
+/**
+ * A job that can never be processed as it is, raised by code that runs jobs but is not a sink: the
+ * fan-out (a job without a call record, a route to a sink without a queue, sink jobs that cannot be
+ * stored), the delivery wrapper (a sink job without a call record), the poller's dead letters (a
+ * channel event that still cannot be read). Not a SinkError; the runner treats it as `permanent`.
+ */
+export class UnprocessableJobError extends Error {
+  readonly kind = 'permanent' as const;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+  }
+}
+
 /** Parses a Retry-After header (seconds or HTTP date) into milliseconds; undefined when absent or unusable. */
 export function parseRetryAfter(value: string | null | undefined, now: number = Date.now()): number | undefined {
   if (value === null || value === undefined || value.trim() === '') return undefined;
@@ -156,15 +170,17 @@ export function isRedisCondition(err: unknown, depth = 0): boolean {
   if (!(err instanceof Error) || depth > 5) return false;
   if (err.name === 'ReplyError') return REDIS_CONDITION_REPLY.test(err.message);
   if (REDIS_CONNECTION_ERROR_NAMES.has(err.name)) return true;
-  if (!(err instanceof SinkError) && REDIS_CONNECTION_MESSAGES.test(err.message)) return true;
+  if (!(err instanceof SinkError) && !(err instanceof UnprocessableJobError) && REDIS_CONNECTION_MESSAGES.test(err.message)) return true;
   return err.cause !== undefined && isRedisCondition(err.cause, depth + 1);
 }
 
 /**
  * The kind of any thrown value: typed sink errors keep theirs (a transient one that wraps a Redis
- * condition is `redis`), Redis failing under the job is `redis`, everything else unknown is transient.
+ * condition is `redis`), an UnprocessableJobError is `permanent`, Redis failing under the job is
+ * `redis`, everything else unknown is transient.
  */
 export function classify(err: unknown): SinkErrorKind {
+  if (err instanceof UnprocessableJobError) return err.kind;
   if (err instanceof SinkError && err.kind !== 'transient') return err.kind;
   return isRedisCondition(err) ? 'redis' : 'transient';
 }

@@ -4,7 +4,7 @@
 // logs it and BullMQ keeps it as the dead letter's reason.
 import type { Job } from 'bullmq';
 import type { Logger } from 'pino';
-import { PermanentError } from '../src/errors.js';
+import { UnprocessableJobError } from '../src/errors.js';
 import { scrubEchoes, type EchoValues } from '../src/redact.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import type { Sink, SinkResult } from '../src/sinks/types.js';
@@ -38,7 +38,7 @@ export function scrubCallEchoes(err: unknown, call: Omit<CanonicalCall, 'revisio
 export function createDeliverProcessor(sink: Sink, log: Logger, endpoint?: string) {
   return async function deliver(job: Job<SinkDeliverJob>, signal: AbortSignal): Promise<SinkResult> {
     const data = job.data?.call;
-    if (!data || typeof data.key !== 'string') throw new PermanentError('sink job carries no canonical call record');
+    if (!data || typeof data.key !== 'string') throw new UnprocessableJobError('sink job carries no canonical call record');
     // The revision is delivery metadata, not content: sinks get it beside the call, never inside what they write.
     const { revision, ...call } = data;
     let jobLog: Logger | undefined;

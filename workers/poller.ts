@@ -19,7 +19,7 @@ import type { Logger } from '../src/log.js';
 import { logRepeated, maskPhone } from '../src/log.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { ChannelEventError, parseChannelEvent, toCanonical } from '../src/model/channel-event.js';
-import { AuthError, PermanentError, RetryLaterError, classify } from '../src/errors.js';
+import { AuthError, RetryLaterError, UnprocessableJobError, classify } from '../src/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { envSchema } from '../src/config/env.js';
 import { pollerSettings, type PollerSettings } from '../src/config/index.js';
@@ -424,7 +424,7 @@ export function createPollDeadLetterProcessor(acceptor: PollAcceptor, now: () =>
       const result = await acceptor.accept(call);
       return { status: result.duplicate ? 'duplicate' : 'queued', id: result.id };
     } catch (err) {
-      if (err instanceof ChannelEventError) throw new PermanentError(`channel ${channelId}: ${err.message}`);
+      if (err instanceof ChannelEventError) throw new UnprocessableJobError(`channel ${channelId}: ${err.message}`);
       throw err;
     }
   };
