@@ -71,7 +71,7 @@ export interface InboundEntry {
 }
 
 /** Content hashes a dedupe key remembers at most (the oldest are forgotten first). */
-export const MAX_REMEMBERED_REVISIONS = 32;
+const MAX_REMEMBERED_REVISIONS = 32;
 
 // Per item, in order: no earlier delivery within the window -> the item is remembered for the
 // window and appended. An earlier one whose remembered revisions include this content -> a
@@ -217,7 +217,7 @@ export interface AckReplicas {
  * batch is in the master's memory and will reach its sinks, but it is not acknowledged: the caller
  * answers 503 (or spools it); a redelivery is answered only once the replicas have it.
  */
-export class ReplicationError extends Error {
+class ReplicationError extends Error {
   constructor(
     readonly wanted: number,
     readonly confirmed: number,

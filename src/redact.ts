@@ -20,7 +20,7 @@ const MIN_PHONE_DIGITS = 7;
  * maskPhone (src/log.ts, numbers callsync knows are numbers) it keeps no leading digits: in free
  * text a digit run may be anything, and its head plus tail could be all of it.
  */
-export function maskDigitRun(run: string): string {
+function maskDigitRun(run: string): string {
   const digits = run.replace(/\D/g, '');
   const plus = run.trimStart().startsWith('+') ? '+' : '';
   return `${plus}****${digits.slice(digits.length >= 9 ? -3 : -2)}`;

@@ -11,7 +11,7 @@ import type { Sink, SinkResult } from '../src/sinks/types.js';
 import type { SinkDeliverJob } from '../queues/registry.js';
 
 /** The personal texts of a call that a remote's error text may echo. */
-export function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues {
+function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues {
   const texts: string[] = [];
   if (call.summary) texts.push(call.summary.content, ...call.summary.keyPoints, ...call.summary.topics);
   if (call.transcript) texts.push(call.transcript.content, ...call.transcript.chunks.map((c) => c.content));

@@ -64,12 +64,12 @@ const STORE_CURSOR = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('
 // Dependencies and hooks
 
 /** What the poller needs from the spine: the same acceptor as the ingress (dedupe + enqueue). */
-export interface PollAcceptor {
+interface PollAcceptor {
   accept(call: CanonicalCall): Promise<{ id: string; duplicate: boolean }>;
 }
 
 /** Keeps an event that cannot be parsed, with the reason, where operators find dead letters. */
-export interface PollDeadLetters {
+interface PollDeadLetters {
   add(channelId: string, event: unknown, reason: string): Promise<void>;
 }
 
@@ -85,7 +85,7 @@ export interface PollerEvents {
   lock?(channelId: string, held: boolean): void;
 }
 
-export interface ChannelPollerDeps {
+interface ChannelPollerDeps {
   client: TelephonyClient;
   acceptor: PollAcceptor;
   deadLetters: PollDeadLetters;
@@ -101,12 +101,12 @@ export interface ChannelPollerDeps {
   random?: () => number;
 }
 
-export type ChannelPollerState = 'idle' | 'standby' | 'polling' | 'stopped' | 'closed';
+type ChannelPollerState = 'idle' | 'standby' | 'polling' | 'stopped' | 'closed';
 
 // ---------------------------------------------------------------------------------------------
 // One channel
 
-export class ChannelPoller {
+class ChannelPoller {
   readonly instanceId: string;
   private stateValue: ChannelPollerState = 'idle';
   private stopReason: string | null = null;
@@ -388,7 +388,7 @@ class LeaseLostError extends Error {
 // Dead letters: the poll-dead-letters queue's failed set
 
 /** A dead-letter job id per channel and event (the same bad event read twice is one dead letter). */
-export function deadLetterJobId(channelId: string, event: unknown): string {
+function deadLetterJobId(channelId: string, event: unknown): string {
   const eventId = typeof event === 'object' && event !== null ? (event as Record<string, unknown>).eventId : undefined;
   const identity = typeof eventId === 'string' && eventId !== '' ? eventId : createHash('sha256').update(JSON.stringify(event) ?? 'undefined').digest('hex');
   return `dl-${callHash(`poll:${channelId}:${identity}`)}`;
@@ -399,7 +399,7 @@ export function deadLetterJobId(channelId: string, event: unknown): string {
  * tries the event again and, while it still cannot be read, fails it at once: the event then sits
  * in the queue's failed set (the dead letters) with the reason, and "retry" after a fix queues it.
  */
-export class QueuePollDeadLetters implements PollDeadLetters {
+class QueuePollDeadLetters implements PollDeadLetters {
   constructor(private readonly queue: Queue<PollDeadLetterJob>) {}
 
   async add(channelId: string, event: unknown, reason: string): Promise<void> {
@@ -413,7 +413,7 @@ export class QueuePollDeadLetters implements PollDeadLetters {
 }
 
 /** Processor of the poll-dead-letters queue: queue the event if it can now be read, else dead-letter it with the reason. */
-export function createPollDeadLetterProcessor(acceptor: PollAcceptor, now: () => Date = () => new Date()) {
+function createPollDeadLetterProcessor(acceptor: PollAcceptor, now: () => Date = () => new Date()) {
   return async function reprocessChannelEvent(job: Job<PollDeadLetterJob>): Promise<{ status: string; id?: string }> {
     const { channelId, event } = job.data;
     let parsed;

@@ -53,11 +53,11 @@ export type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal)
 const MAX_DEFERRALS = 200;
 
 /** First and longest wait of a job for Redis (doubling in between, with jitter: half to all of it). */
-export const REDIS_WAIT_MIN_MS = 250;
-export const REDIS_WAIT_MAX_MS = 5000;
+const REDIS_WAIT_MIN_MS = 250;
+const REDIS_WAIT_MAX_MS = 5000;
 
 /** The wait before a job runs again after Redis failed under it for the `waits`-th time in a row. */
-export function redisWaitMs(waits: number, random: () => number = Math.random): number {
+function redisWaitMs(waits: number, random: () => number = Math.random): number {
   const full = Math.min(REDIS_WAIT_MAX_MS, REDIS_WAIT_MIN_MS * 2 ** Math.min(Math.max(0, waits), 10));
   return Math.round(full / 2 + (full / 2) * random());
 }

@@ -52,7 +52,7 @@ export interface SpoolOptions {
   events?: SpoolEvents;
 }
 
-export interface SpoolEvents {
+interface SpoolEvents {
   spooled?(): void;
   drained?(count: number): void;
 }

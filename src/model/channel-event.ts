@@ -13,12 +13,12 @@ const timestamp = z
   .refine((v) => !Number.isNaN(Date.parse(v)), { message: 'expected an ISO-8601 timestamp' })
   .nullish();
 
-export const channelRecordingSchema = z.looseObject({
+const channelRecordingSchema = z.looseObject({
   downloadUrl: z.string().min(1, 'expected a non-empty relative URL'),
   type: z.enum(RECORDING_TYPES),
 });
 
-export const channelCallSchema = z.looseObject({
+const channelCallSchema = z.looseObject({
   callSid: z.string().min(1, 'expected a non-empty call id'),
   channelId: nullableString,
   direction: z.enum(['INCOMING', 'OUTGOING']),
@@ -34,7 +34,7 @@ export const channelCallSchema = z.looseObject({
   to: nullableString,
 });
 
-export const channelEventSchema = z.looseObject({
+const channelEventSchema = z.looseObject({
   eventId: z.string().min(1, 'expected a non-empty event id'),
   /** Only CALL is documented; other types are recognised and skipped (see parseChannelEvent). */
   type: z.string().min(1),

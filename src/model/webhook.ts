@@ -173,7 +173,7 @@ const version = text.transform((v, ctx) => {
  * The fields that identify a call: README "Required fields", the only ones that can refuse a
  * webhook. Everything else is read by the readers below.
  */
-export const webhookPayloadSchema = z.looseObject({
+const webhookPayloadSchema = z.looseObject({
   version,
   call: z.looseObject(
     {
@@ -188,8 +188,6 @@ export const webhookPayloadSchema = z.looseObject({
     { error: (issue) => (issue.input === undefined ? 'required' : 'expected an object') },
   ),
 });
-
-export type WebhookPayload = z.infer<typeof webhookPayloadSchema>;
 
 // ---- optional fields: read by hand, never refused -----------------------------------------------
 

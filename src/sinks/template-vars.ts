@@ -35,14 +35,14 @@ export const TEMPLATE_ALIASES = {
   agent: 'agentId',
   channel: 'channelId',
 } as const satisfies Record<string, TemplateVar>;
-export type TemplateAlias = keyof typeof TEMPLATE_ALIASES;
+type TemplateAlias = keyof typeof TEMPLATE_ALIASES;
 
 export type TemplateVars = Record<TemplateVar | TemplateAlias, unknown>;
 
 const KNOWN = new Set<string>([...TEMPLATE_VARS, ...Object.keys(TEMPLATE_ALIASES)]);
 
 /** Names a template uses that are neither variables nor aliases (empty when it is fine). Dots reach into a variable (`answers.0.answer`). */
-export function unknownTemplateFields(template: string): string[] {
+function unknownTemplateFields(template: string): string[] {
   return templateFields(template).filter((f) => !KNOWN.has(f.split('.')[0] as string));
 }
 

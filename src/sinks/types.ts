@@ -96,7 +96,7 @@ export interface ArchiveAccess {
 }
 
 /** What `SinkType.check` may know besides options and environment. */
-export interface SinkCheckContext {
+interface SinkCheckContext {
   /** Whether the platform's REST API is configured (TELEPHONY_API_URL with credentials). */
   telephony: boolean;
 }

@@ -17,7 +17,7 @@ import type { PushAssembly } from './push-assembly.js';
 import { SourceRefusal, SourceUnavailable, type Source, type SourceReply } from './types.js';
 
 /** The platform's Push API signing key, as published in sipgateio-node lib/webhook/signatureVerifier.ts (commit 8060fd9). */
-export const PUSH_API_DEFAULT_PUBLIC_KEY = `-----BEGIN PUBLIC KEY-----
+const PUSH_API_DEFAULT_PUBLIC_KEY = `-----BEGIN PUBLIC KEY-----
 MIICIjANBgkqhkiG9w0BAQEFAAOCAg8AMIICCgKCAgEAvFdlnqRfO5TmqzjtsFVC
 qPz+oW+poi3lXQFvMJJMEAtlU4MbX+yuIkgnC+Qt3AQWIK+oWSEQiybg+p39wEMl
 16PZxEzf9gONQvTg1XhyHnwqYUFQj/AoxPKGYC3jmdjZ224SrESiTN3CdxoOc3vk

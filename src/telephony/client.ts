@@ -18,12 +18,11 @@ import {
 import type { ChannelInbox, Download, HistoryPage, HistoryQuery, SendWebSmsRequest, TelephonyClient } from './types.js';
 
 export { OutcomeUnknownError, ResponseValidationError } from './errors.js';
-export type { ApiProblem, TelephonyError } from './errors.js';
-export type { TelephonyAuth, IssuedTokens, RefreshTokenStore } from './auth.js';
+export type { TelephonyError } from './errors.js';
 
-export const DEFAULT_CHANNEL_EVENTS_PATH = '/channels/{channelId}/events';
-export const DEFAULT_SMS_PATH = '/sessions/sms';
-export const HISTORY_PATH = '/history';
+const DEFAULT_CHANNEL_EVENTS_PATH = '/channels/{channelId}/events';
+const DEFAULT_SMS_PATH = '/sessions/sms';
+const HISTORY_PATH = '/history';
 
 export interface TelephonyClientOptions {
   /** API root including the version path, e.g. `https://api.example.com/v2` (TELEPHONY_API_URL). */
@@ -72,7 +71,7 @@ const MAX_ERROR_BODY = 16 * 1024;
 const MAX_RATE_LIMIT_WAITS = 3;
 
 /** Names the fields a zod failure is about: `ChannelInbox: position: expected string, received undefined`. */
-export function describeZodError(record: string, error: z.ZodError): string {
+function describeZodError(record: string, error: z.ZodError): string {
   const parts = error.issues.slice(0, 5).map((i) => `${i.path.length > 0 ? i.path.join('.') : '(record)'}: ${i.message}`);
   return `${record}: ${parts.join('; ')}`;
 }

@@ -5,13 +5,10 @@
 // recipient or text.
 import { z } from 'zod';
 import {
-  AuthError,
   PermanentError,
-  RetryLaterError,
   TransientError,
   errorFromHttp,
   networkReason,
-  parseRetryAfter,
   type SinkError,
 } from '../errors.js';
 import { redactRemoteText } from '../redact.js';
@@ -46,7 +43,7 @@ function redacted(text: string | null | undefined): string | null {
 }
 
 /** Parses an error body (titles and details redacted); an unknown shape yields no problems (the status alone then speaks). */
-export function parseProblems(body: string): ApiProblem[] {
+function parseProblems(body: string): ApiProblem[] {
   let json: unknown;
   try {
     json = JSON.parse(body);
@@ -71,7 +68,7 @@ export function parseProblems(body: string): ApiProblem[] {
 }
 
 /** `Unauthorized: token expired (at /data/token)`; several problems are joined with `; `. */
-export function describeProblems(problems: ApiProblem[]): string {
+function describeProblems(problems: ApiProblem[]): string {
   return problems
     .map((p) => {
       const text = [p.title, p.detail].filter((s): s is string => s !== null && s !== '').join(': ');
@@ -143,4 +140,3 @@ export function telephonyNetworkError(operation: string, cause: unknown): Teleph
   return attach(new TransientError(`Telephony API ${operation} failed: ${reason}`, { cause }), operation, []);
 }
 
-export { AuthError, PermanentError, RetryLaterError, TransientError, parseRetryAfter };

@@ -41,7 +41,7 @@ export function forwardedAddress(entry: string): string | undefined {
  * An IPv4-mapped IPv6 entry (`::ffff:10.0.0.0/104`) as its IPv4 form (`10.0.0.0/8`); other entries
  * as they are. Prefixes shorter than 96 bits reach beyond the mapped range and stay IPv6.
  */
-export function canonicalCidr(entry: string): { address: string; bits: number | undefined; family: 'ipv4' | 'ipv6' } {
+function canonicalCidr(entry: string): { address: string; bits: number | undefined; family: 'ipv4' | 'ipv6' } {
   const [addrRaw = '', bitsRaw] = entry.trim().split('/');
   const raw = addrRaw.replace(/^\[|\]$/g, '');
   const address = canonicalIp(raw);

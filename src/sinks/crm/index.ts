@@ -4,8 +4,5 @@ import { hubspotSinkType } from './hubspot.js';
 import { pipedriveSinkType } from './pipedrive.js';
 import { webhookSinkType } from './webhook.js';
 
-export { hubspotSinkType, HubSpotSink, hubspotOptionsSchema, type HubSpotOptions } from './hubspot.js';
-export { pipedriveSinkType, PipedriveSink, pipedriveOptionsSchema, type PipedriveOptions } from './pipedrive.js';
-export { webhookSinkType, WebhookSink, webhookOptionsSchema, signWebhook, type WebhookOptions } from './webhook.js';
 
 export const crmSinkTypes: SinkType[] = [defineSinkType(hubspotSinkType), defineSinkType(pipedriveSinkType), defineSinkType(webhookSinkType)];

@@ -42,12 +42,12 @@ import { WindowLimiter } from './limiter.js';
 import { DailyBudget } from './pipedrive-limits.js';
 import { callVars, defaultBodyTemplate, defaultTitleTemplate, renderHtmlBody, renderTitle } from './vars.js';
 
-export const PIPEDRIVE_DEFAULT_URL = 'https://api.pipedrive.com';
+const PIPEDRIVE_DEFAULT_URL = 'https://api.pipedrive.com';
 
-export const pipedriveOutcomes = ['connected', 'no_answer', 'left_message', 'left_voicemail', 'wrong_number', 'busy'] as const;
-export type PipedriveOutcome = (typeof pipedriveOutcomes)[number];
+const pipedriveOutcomes = ['connected', 'no_answer', 'left_message', 'left_voicemail', 'wrong_number', 'busy'] as const;
+type PipedriveOutcome = (typeof pipedriveOutcomes)[number];
 
-export const defaultPipedriveOutcome: Record<Outcome, PipedriveOutcome> = {
+const defaultPipedriveOutcome: Record<Outcome, PipedriveOutcome> = {
   answered: 'connected',
   transferred: 'connected',
   missed: 'no_answer',
@@ -93,7 +93,7 @@ export const pipedriveOptionsSchema = z.strictObject({
 export type PipedriveOptions = z.infer<typeof pipedriveOptionsSchema>;
 
 /** The environment variables the Pipedrive sink type reads. */
-export const pipedriveEnv = {
+const pipedriveEnv = {
   /** Personal API token (the sink's `apiToken` default); alone it adds the sink `pipedrive`. */
   PIPEDRIVE_API_TOKEN: envString,
   PIPEDRIVE_API_URL: envUrl,

@@ -134,7 +134,7 @@ export function webhookEndpoints(options: Pick<WebhookOptions, 'urls' | 'endpoin
 }
 
 /** The HMAC key of a `whsec_` secret, or null when it is not one. */
-export function secretKey(secret: string): Buffer | null {
+function secretKey(secret: string): Buffer | null {
   const m = /^whsec_([A-Za-z0-9+/]+={0,2})$/.exec(secret.trim());
   if (!m) return null;
   const key = Buffer.from(m[1] as string, 'base64');
@@ -142,7 +142,7 @@ export function secretKey(secret: string): Buffer | null {
 }
 
 /** The `webhook-signature` header value for one message, one `v1,` signature per secret. */
-export function signWebhook(id: string, timestampSec: number, body: string, secrets: string[]): string {
+function signWebhook(id: string, timestampSec: number, body: string, secrets: string[]): string {
   return secrets
     .map((s) => {
       const key = secretKey(s);
@@ -157,7 +157,7 @@ function splitList(value: string | undefined): string[] {
 }
 
 /** The environment variables the signed-webhook sink type reads. */
-export const webhookEnv = {
+const webhookEnv = {
   /** URLs of the shortcut sink `webhook`, separated by commas or spaces. */
   CRM_WEBHOOK_URL: envString.refine((v) => splitList(v).every((u) => /^https?:$/.test(URL.canParse(u) ? new URL(u).protocol : '')), {
     message: 'expected http(s) URLs separated by commas',

@@ -5,7 +5,3 @@ import { smsSinkType } from './sms.js';
 
 export const notifySinkTypes: SinkType[] = [defineSinkType(smsSinkType), defineSinkType(emailSinkType)];
 
-export { emailSinkType, createEmailSinkType, emailOptionsSchema, type EmailOptions } from './email.js';
-export { smsSinkType, smsOptionsSchema, type SmsOptions, type NotifySinkDeps } from './sms.js';
-export { OptOutList, type OptOutLookup } from './opt-out.js';
-export { NotificationLedger } from './ledger.js';

@@ -3,7 +3,7 @@
 import { AuthError, PermanentError, requestCertainlyNotSent, TransientError, type SinkError } from '../../errors.js';
 import { redactRemoteText } from '../../redact.js';
 
-export interface MailMessage {
+interface MailMessage {
   from: string;
   to: string[];
   subject: string;

@@ -13,7 +13,7 @@ const GSM7_BASIC = new Set(
 /** The extension table: escape + character, two septets each. */
 const GSM7_EXTENSION = new Set('\f^{}\\[~]|€');
 
-export type SmsEncoding = 'gsm7' | 'ucs2';
+type SmsEncoding = 'gsm7' | 'ucs2';
 
 export interface SmsLength {
   encoding: SmsEncoding;

@@ -57,7 +57,7 @@ export const smsOptionsSchema = z.strictObject({
 export type SmsOptions = z.infer<typeof smsOptionsSchema>;
 
 /** The environment variables the SMS sink type reads (the platform API itself: TELEPHONY_*, src/telephony/client.ts). */
-export const smsEnv = {
+const smsEnv = {
   /** SMS extension id (e.g. `s0`): the sinks' `smsId` default. */
   TELEPHONY_SMS_ID: envString,
 } satisfies EnvShape;
@@ -75,7 +75,7 @@ export interface NotifySinkDeps extends SinkDeps {
  * when the request left but no answer came back; an HTTP answer or a request that provably never
  * left is definite; anything else unexplained is treated as unknown (the safe side).
  */
-export function smsOutcomeUnknown(err: unknown): boolean {
+function smsOutcomeUnknown(err: unknown): boolean {
   if (err instanceof OutcomeUnknownError) return true;
   if (err instanceof SinkError && (err.status !== undefined || err.kind !== 'transient')) return false;
   return !requestCertainlyNotSent(err);
