@@ -26,6 +26,7 @@ export function inboundStreamKey(prefix: string): string {
 /**
  * Key of the stream of parked entries: entries the fan-out could keep neither as sink jobs nor as a
  * dead letter (see workers/fanout.ts), moved here whole, inside Redis, with the reason.
+ * @internal Exported for its tests only (test/fanout-isolation.redis.test.ts).
  */
 export function inboundParkedKey(prefix: string): string {
   return `${prefix}:inbound-parked`;
@@ -40,7 +41,10 @@ export function inboundSeenPrefix(prefix: string): string {
   return `${prefix}:inbound-seen:`;
 }
 
-/** The consumer group of the fan-out. */
+/**
+ * The consumer group of the fan-out.
+ * @internal Exported for its tests only (test/inbound-log.redis.test.ts).
+ */
 export const FANOUT_GROUP = 'fanout';
 
 /** One call to append: its dedupe hash, the id it is acknowledged with, the record as JSON. */

@@ -436,7 +436,10 @@ export interface CallSummary {
 
 export const sinkLabel = (e: Pick<TimelineEntry, 'sink' | 'endpoint'>): string => (e.endpoint ? `${e.sink}.${e.endpoint}` : (e.sink ?? ''));
 
-/** The state of a call from its timeline: where it came from, and each sink's latest outcome. */
+/**
+ * The state of a call from its timeline: where it came from, and each sink's latest outcome.
+ * @internal Exported for its tests only (test/timeline.redis.test.ts).
+ */
 export function summarize(id: string, entries: readonly TimelineEntry[]): CallSummary {
   const summary: CallSummary = { id, callId: null, source: null, receivedAt: null, lastAt: null, direction: null, from: null, to: null, sinks: {}, reasons: {} };
   for (const e of entries) {

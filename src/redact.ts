@@ -8,6 +8,7 @@
 /**
  * Characters of a remote's text kept in a message: the first 239 and the last 60 beyond that. Room
  * for the vendor's code after an echo of our data, which the delivery removes afterwards.
+ * @internal Exported for its tests only (test/redaction.redis.test.ts).
  */
 export const MAX_REMOTE_TEXT = 300;
 const REMOTE_TEXT_TAIL = 60;
@@ -54,7 +55,10 @@ export function maskDigitRuns(text: string): string {
   });
 }
 
-/** Cuts a text to `max` characters: its beginning and its end (where vendors put a code or category). */
+/**
+ * Cuts a text to `max` characters: its beginning and its end (where vendors put a code or category).
+ * @internal Exported for its tests only (test/layers.test.ts, test/redaction.redis.test.ts).
+ */
 export function clipText(text: string, max: number = MAX_REMOTE_TEXT): string {
   if (text.length <= max) return text;
   const tail = Math.min(REMOTE_TEXT_TAIL, Math.max(0, max - 1));

@@ -24,7 +24,10 @@ function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues {
   return { texts: present(texts), names: present(names), numbers: present(numbers) };
 }
 
-/** Removes the call's own texts from an error's message (and its stack, which BullMQ keeps too). */
+/**
+ * Removes the call's own texts from an error's message (and its stack, which BullMQ keeps too).
+ * @internal Exported for its tests only (test/redaction.redis.test.ts).
+ */
 export function scrubCallEchoes(err: unknown, call: Omit<CanonicalCall, 'revision'>): unknown {
   if (!(err instanceof Error)) return err;
   const message = scrubEchoes(err.message, echoValuesOf(call));

@@ -66,9 +66,6 @@ interface PlannedJob {
   job: { name: typeof JobName.sinkDeliver; data: SinkDeliverJob; opts: { jobId: string } };
 }
 
-// The sink job ids live in the job registry (queues/registry.ts), where `callsync send-sample` finds them too.
-export { sinkJobId };
-
 /** One job per endpoint queue of a sink with endpoints. */
 function endpointJobs(sink: string, endpoints: readonly EndpointQueue[], call: CanonicalCall): PlannedJob[] {
   const jobId = sinkJobId(call);

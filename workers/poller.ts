@@ -29,9 +29,11 @@ import { runWorker, type RunnerOptions, type RunningWorker } from './runner.js';
 // ---------------------------------------------------------------------------------------------
 // Settings: POLL_* variables are part of the one environment schema (src/config/env.ts).
 
-export type { PollerSettings } from '../src/config/index.js';
 
-/** The poller's settings alone, from the environment; throws listing every bad POLL_* variable. */
+/**
+ * The poller's settings alone, from the environment; throws listing every bad POLL_* variable.
+ * @internal Exported for its tests only (test/poller.redis.test.ts).
+ */
 export function pollerSettingsFromEnv(env: NodeJS.ProcessEnv): PollerSettings {
   const parsed = envSchema.pick({ POLL_CHANNEL_IDS: true, POLL_INTERVAL_MS: true, POLL_PAGE_SIZE: true, POLL_MAX_BACKOFF_MS: true, POLL_LOCK_TTL_MS: true }).safeParse(env);
   if (!parsed.success) {
@@ -47,10 +49,12 @@ export function pollerSettingsFromEnv(env: NodeJS.ProcessEnv): PollerSettings {
 /** Where a channel's stored position lives (delete it to re-read the inbox from the start). */
 // A channel's lock and cursor share the channel's slot (the cursor moves only under the lock, in
 // one script); channels are spread over a cluster's masters (queues/keys.ts).
+/** @internal Exported for its tests only (test/migrate-keys.redis.test.ts, test/poller.redis.test.ts). */
 export function cursorKey(keys: RedisKeys | string, channelId: string): string {
   return `${asKeys(keys).state(`poller:${channelId}`)}poller:cursor:${channelId}`;
 }
 
+/** @internal Exported for its tests only (test/poller.redis.test.ts). */
 export function lockKey(keys: RedisKeys | string, channelId: string): string {
   return `${asKeys(keys).state(`poller:${channelId}`)}poller:lock:${channelId}`;
 }

@@ -76,6 +76,7 @@ function describeFingerprint(config: Config, live: LiveProcesses | undefined): {
   return { lines, warnings };
 }
 
+/** @internal Exported for its tests only (test/config-redis.test.ts, test/config.test.ts …). */
 export function describeConfig(config: Config, live?: LiveProcesses): string[] {
   const env = config.env;
   const lines: string[] = [];

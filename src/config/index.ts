@@ -123,6 +123,7 @@ export class ConfigError extends Error {
   }
 }
 
+/** @internal Exported for its tests only (test/config.test.ts). */
 export const NO_ARCHIVE_WARNING =
   'no route sends calls to an archive sink: calls are not archived (add a sink of type archive and a route to it, or set ARCHIVE_S3_BUCKET)';
 

@@ -30,7 +30,10 @@ export interface AcceptOptions {
   requestId?: string;
 }
 
-/** The call as JSON; with `rawJson`, its `raw` is that text verbatim. */
+/**
+ * The call as JSON; with `rawJson`, its `raw` is that text verbatim.
+ * @internal Exported for its tests only (test/chaos/chaos.redis.test.ts, test/fanout-isolation.redis.test.ts …).
+ */
 export function serializeCall(call: CanonicalCall, rawJson?: string): string {
   return encodeCall(call, rawJson).json;
 }

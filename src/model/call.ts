@@ -246,7 +246,10 @@ export function joinedName(firstName: string | null, lastName: string | null): s
   return [firstName, lastName].filter(Boolean).join(' ') || null;
 }
 
-/** The name a user is shown by: `fullName`, else first and last name, else the user id; '' when none is known. */
+/**
+ * The name a user is shown by: `fullName`, else first and last name, else the user id; '' when none is known.
+ * @internal Exported for its tests only (test/display-name.test.ts).
+ */
 export function userDisplayName(user: Pick<CallUser, 'fullName' | 'firstName' | 'lastName' | 'userId'>): string {
   return user.fullName ?? joinedName(user.firstName, user.lastName) ?? user.userId ?? '';
 }

@@ -48,11 +48,15 @@ export interface PushSourceOptions {
   publicUrl?: string;
 }
 
-/** The key from PEM text; `\n` written as two characters (one-line .env values) is read as a newline. */
+/**
+ * The key from PEM text; `\n` written as two characters (one-line .env values) is read as a newline.
+ * @internal Exported for its tests only (test/push-config.test.ts).
+ */
 export function pushPublicKey(pem: string | undefined): KeyObject {
   return createPublicKey((pem ?? PUSH_API_DEFAULT_PUBLIC_KEY).replace(/\\n/g, '\n'));
 }
 
+/** @internal Exported for its tests only (test/push-config.test.ts). */
 export function verifyPushSignature(key: KeyObject, body: Buffer, signature: string | null): boolean {
   if (!signature || signature.length > MAX_SIGNATURE_CHARS || !/^[A-Za-z0-9+/]+={0,2}$/.test(signature.trim())) return false;
   try {
@@ -66,7 +70,10 @@ const xmlAttr = (s: string): string => s.replace(/&/g, '&amp;').replace(/"/g, '&
 
 const XML_HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n';
 
-/** The answer to `newCall`: subscribe to the call's answer and hangup events at `url`. */
+/**
+ * The answer to `newCall`: subscribe to the call's answer and hangup events at `url`.
+ * @internal Exported for its tests only (test/push-config.test.ts).
+ */
 export function subscribeXml(url: string): string {
   return `${XML_HEAD}<Response onAnswer="${xmlAttr(url)}" onHangup="${xmlAttr(url)}"/>\n`;
 }

@@ -17,8 +17,6 @@ import {
 } from './errors.js';
 import type { ChannelInbox, Download, HistoryPage, HistoryQuery, SendWebSmsRequest, TelephonyClient } from './types.js';
 
-export { OutcomeUnknownError, ResponseValidationError } from './errors.js';
-export type { TelephonyError } from './errors.js';
 
 const DEFAULT_CHANNEL_EVENTS_PATH = '/channels/{channelId}/events';
 const DEFAULT_SMS_PATH = '/sessions/sms';
@@ -501,6 +499,7 @@ export function telephonyOptions(env: TelephonyEnv): TelephonyClientOptions | nu
  * Client options from raw environment strings (for tools outside the configuration): each variable
  * is read through telephonyEnv, then combined by telephonyOptions. Throws TelephonyConfigError
  * listing every problem.
+ * @internal Exported for its tests only (test/telephony-client.test.ts).
  */
 export function telephonyOptionsFromEnv(env: NodeJS.ProcessEnv): TelephonyClientOptions | null {
   const schema = z.object(telephonyEnv);

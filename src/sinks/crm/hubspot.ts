@@ -83,6 +83,7 @@ const TIME_ZONE_RETRY_MS = 10 * 60_000;
 const RECORDING_POLL_MIN_MS = 1000;
 const RECORDING_POLL_MAX_MS = 30_000;
 
+/** @internal Exported for its tests only (test/crm-hubspot-recordings.redis.test.ts, test/crm-hubspot.redis.test.ts …). */
 export const hubspotOptionsSchema = z.strictObject({
   /** Service key or private-app access token; default HUBSPOT_ACCESS_TOKEN (keep it out of the config file). */
   accessToken: z.string().min(1).optional(),
@@ -154,7 +155,10 @@ const hubspotEnv = {
   ARCHIVE_S3_PREFIX: archiveEnv.ARCHIVE_S3_PREFIX,
 } satisfies EnvShape;
 
-/** Test seams: how the search limiter waits for its slot. */
+/**
+ * Test seams: how the search limiter waits for its slot.
+ * @internal Exported for its tests only (test/crm-hubspot.redis.test.ts).
+ */
 export interface HubSpotSinkHooks {
   waitUntil?: (at: number) => Promise<void>;
 }
@@ -215,6 +219,7 @@ function checkedToken(token: string, sink: string): string {
   return token;
 }
 
+/** @internal Exported for its tests only (test/crm-hubspot-recordings.redis.test.ts, test/crm-hubspot.redis.test.ts …). */
 export class HubSpotSink implements Sink {
   readonly type = 'hubspot';
   private readonly http: CrmHttp;

@@ -57,6 +57,7 @@ const defaultPipedriveOutcome: Record<Outcome, PipedriveOutcome> = {
   unknown: 'no_answer',
 };
 
+/** @internal Exported for its tests only (test/crm-pipedrive.redis.test.ts, test/revisions.redis.test.ts …). */
 export const pipedriveOptionsSchema = z.strictObject({
   /** API token; default PIPEDRIVE_API_TOKEN (keep it out of the config file). */
   apiToken: z.string().min(1).optional(),
@@ -103,7 +104,10 @@ const pipedriveEnv = {
 
 const NO_TOKEN = 'no API token: set PIPEDRIVE_API_TOKEN or the sink\'s apiToken';
 
-/** The POST /v1/callLogs body (https://developers.pipedrive.com/docs/api/v1/CallLogs#addCallLog). */
+/**
+ * The POST /v1/callLogs body (https://developers.pipedrive.com/docs/api/v1/CallLogs#addCallLog).
+ * @internal Part of a signature only tests use (exported with it).
+ */
 export interface PipedriveCallLog {
   outcome: PipedriveOutcome;
   to_phone_number: string;
@@ -165,6 +169,7 @@ function callLogIdOf(record: CrmRecord): string | null {
   return record.id.startsWith(ACTIVITY_ONLY) ? null : record.id;
 }
 
+/** @internal Exported for its tests only (test/crm-pipedrive.redis.test.ts, test/revisions.redis.test.ts). */
 export class PipedriveSink implements Sink {
   readonly type = 'pipedrive';
   /** Every request but searches: the token's burst window and the daily budget. */

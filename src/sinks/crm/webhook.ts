@@ -59,6 +59,7 @@ const endpointSchema = z.strictObject({
   headers: headersSchema.optional(),
 });
 
+/** @internal Exported for its tests only (test/crm-webhook.redis.test.ts, test/revisions.redis.test.ts). */
 export const webhookOptionsSchema = z
   .strictObject({
     /** Endpoints by URL alone (names from their hosts, the sink's secrets and headers). */
@@ -97,7 +98,10 @@ export const webhookOptionsSchema = z
 
 export type WebhookOptions = z.infer<typeof webhookOptionsSchema>;
 
-/** One endpoint as the sink uses it: its name, URL, own secrets (if any) and headers (the sink's merged in). */
+/**
+ * One endpoint as the sink uses it: its name, URL, own secrets (if any) and headers (the sink's merged in).
+ * @internal Part of a signature only tests use (exported with it).
+ */
 export interface WebhookEndpoint {
   name: string;
   url: string;
@@ -117,6 +121,7 @@ const lowerKeys = (h: Record<string, string>) => Object.fromEntries(Object.entri
  * The endpoints of the options, `urls` first, then `endpoints`. An endpoint without a name is named
  * after its URL's host (`-2`, `-3` … when several share one): give names to keep an endpoint's queue
  * when its URL changes, or when several endpoints share a host and their order may change.
+ * @internal Exported for its tests only (test/crm-webhook.redis.test.ts).
  */
 export function webhookEndpoints(options: Pick<WebhookOptions, 'urls' | 'endpoints' | 'headers'>): WebhookEndpoint[] {
   const listed: z.infer<typeof endpointSchema>[] = [...(options.urls ?? []).map((url) => ({ url })), ...(options.endpoints ?? [])];
@@ -181,6 +186,7 @@ interface Endpoint extends WebhookEndpoint {
   state: SinkDeps['state'];
 }
 
+/** @internal Exported for its tests only (test/crm-webhook.redis.test.ts, test/revisions.redis.test.ts). */
 export class WebhookSink implements Sink {
   readonly type = 'webhook';
   private readonly endpoints = new Map<string, Endpoint>();

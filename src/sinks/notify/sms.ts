@@ -27,6 +27,7 @@ const e164Schema = z.string().transform((v, ctx) => {
   return e164;
 });
 
+/** @internal Exported for its tests only (test/template-vars.test.ts). */
 export const smsOptionsSchema = z.strictObject({
   /** SMS extension id (e.g. `s0`). Default: TELEPHONY_SMS_ID. */
   smsId: z.string().min(1).optional(),
@@ -65,7 +66,10 @@ const smsEnv = {
 const NO_TELEPHONY = 'needs the platform API to send: set TELEPHONY_API_URL and TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN (or TELEPHONY_ACCESS_TOKEN)';
 const NO_SMS_ID = 'needs an SMS extension id: set TELEPHONY_SMS_ID or the sink\'s smsId';
 
-/** Sink dependencies plus the shared opt-out list (Redis set), when the process provides it. */
+/**
+ * Sink dependencies plus the shared opt-out list (Redis set), when the process provides it.
+ * @internal Exported for its tests only (test/notify-queue.redis.test.ts, test/notify-sms.redis.test.ts …).
+ */
 export interface NotifySinkDeps extends SinkDeps {
   optOut?: OptOutLookup;
 }
