@@ -13,7 +13,7 @@ import { normalizeChannelEvent } from '../src/model/channel-event.js';
 import { lazyArchiveAccess } from '../src/sinks/archive/access.js';
 import { ArchiveSink, createObjectStore } from '../src/sinks/archive/index.js';
 import { LocalFolderStore } from '../src/sinks/archive/store.js';
-import { HubSpotSink, hubspotOptionsSchema } from '../src/sinks/crm/hubspot.js';
+import { HubSpotSink, hubspotSinkType } from '../src/sinks/crm/hubspot.js';
 import type { ArchiveAccess } from '../src/sinks/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { startTestCallsync } from './support/callsync.js';
@@ -55,7 +55,7 @@ describe('hubspot: link to the archived recording', () => {
     return normalizeChannelEvent(channelEvent({ eventId, channelId: 'ch-1', recordings }), new Date(deps.clock.now), { channelId: 'ch-1' });
   }
   function hubspot(options: Record<string, unknown> = {}): HubSpotSink {
-    return new HubSpotSink('hubspot', hubspotOptionsSchema.parse(options), deps);
+    return new HubSpotSink('hubspot', hubspotSinkType.options.parse(options), deps);
   }
   const stored = () => [...fake.calls.values()].map((c) => c.properties.hs_call_recording_url);
 
@@ -134,7 +134,7 @@ describe('hubspot: link to the archived recording', () => {
     assert.match(signed[0]![0], /recordings\/2025\/01\/01\/call-hr-4-[0-9a-f]{16}-call_recorder-1\.wav$/);
     assert.deepEqual(stored(), [`https://bucket.s3.example.com/${signed[0]![0]}?X-Amz-Expires=3600&X-Amz-Signature=abc`]);
     assert.doesNotMatch(JSON.stringify(deps.logs), /X-Amz-Signature/, 'signed URLs stay out of the logs');
-    assert.throws(() => hubspotOptionsSchema.parse({ recordingUrl: { expiresInSec: 604_801 } }), 'S3 signs for 7 days at most');
+    assert.throws(() => hubspotSinkType.options.parse({ recordingUrl: { expiresInSec: 604_801 } }), 'S3 signs for 7 days at most');
   });
 
   it('the door reads the archive as stored: S3 (ListObjectsV2 on s3rver) and a folder (temp files left out); in the call\'s order, up to the first missing', async () => {

@@ -83,8 +83,7 @@ const TIME_ZONE_RETRY_MS = 10 * 60_000;
 const RECORDING_POLL_MIN_MS = 1000;
 const RECORDING_POLL_MAX_MS = 30_000;
 
-/** @internal Exported for its tests only (test/crm-hubspot-recordings.redis.test.ts, test/crm-hubspot.redis.test.ts …). */
-export const hubspotOptionsSchema = z.strictObject({
+const hubspotOptionsSchema = z.strictObject({
   /** Service key or private-app access token; default HUBSPOT_ACCESS_TOKEN (keep it out of the config file). */
   accessToken: z.string().min(1).optional(),
   /** API base URL; default HUBSPOT_API_URL, else https://api.hubapi.com. */

@@ -57,8 +57,7 @@ const defaultPipedriveOutcome: Record<Outcome, PipedriveOutcome> = {
   unknown: 'no_answer',
 };
 
-/** @internal Exported for its tests only (test/crm-pipedrive.redis.test.ts, test/revisions.redis.test.ts …). */
-export const pipedriveOptionsSchema = z.strictObject({
+const pipedriveOptionsSchema = z.strictObject({
   /** API token; default PIPEDRIVE_API_TOKEN (keep it out of the config file). */
   apiToken: z.string().min(1).optional(),
   /** API base URL (a trailing `/v1` or `/api` is ignored); default PIPEDRIVE_API_URL, else https://api.pipedrive.com. */

@@ -59,8 +59,7 @@ const endpointSchema = z.strictObject({
   headers: headersSchema.optional(),
 });
 
-/** @internal Exported for its tests only (test/crm-webhook.redis.test.ts, test/revisions.redis.test.ts). */
-export const webhookOptionsSchema = z
+const webhookOptionsSchema = z
   .strictObject({
     /** Endpoints by URL alone (names from their hosts, the sink's secrets and headers). */
     urls: z.array(urlSchema).min(1).optional(),

@@ -32,8 +32,7 @@ Key points:
 
 Topics: {{topics}}`;
 
-/** @internal Exported for its tests only (test/template-vars.test.ts). */
-export const emailOptionsSchema = z.strictObject({
+const emailOptionsSchema = z.strictObject({
   /** Sender. Default: SMTP_FROM. */
   from: addressSchema.optional(),
   /** Recipients (one address or a list). */

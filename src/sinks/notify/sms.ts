@@ -27,8 +27,7 @@ const e164Schema = z.string().transform((v, ctx) => {
   return e164;
 });
 
-/** @internal Exported for its tests only (test/template-vars.test.ts). */
-export const smsOptionsSchema = z.strictObject({
+const smsOptionsSchema = z.strictObject({
   /** SMS extension id (e.g. `s0`). Default: TELEPHONY_SMS_ID. */
   smsId: z.string().min(1).optional(),
   /** `caller` (the call's other party: the caller of an incoming call, the callee of an outgoing one) or fixed E.164 numbers. Default `caller`. */
