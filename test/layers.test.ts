@@ -142,6 +142,17 @@ test('the rooms at the root: redaction imports nothing, the error classes only r
   assert.deepEqual(['redactRemoteText', 'scrubEchoes', 'maskDigitRuns', 'clipText'].filter((n) => new RegExp(`function ${n}\\b`).test(errorsText)), []);
 });
 
+/** Where sink errors may be made: the sinks, the telephony client they (and the poller) call, errors.ts itself. */
+const SINK_ERROR_MAKERS = /^(src\/sinks\/|src\/telephony\/|src\/errors\.ts$)/;
+const MAKES_SINK_ERROR = /\bnew (PermanentError|TransientError|AuthError|RetryLaterError|EndpointDisabledError)\(|\berrorFrom(Http|Network)\(/;
+
+test('sink errors are made by sink code only; the mailer needs nothing of the telephony client', () => {
+  const wrong = files.map((f) => relative(ROOT, f)).filter((f) => !SINK_ERROR_MAKERS.test(f) && MAKES_SINK_ERROR.test(readFileSync(join(ROOT, f), 'utf8')));
+  assert.deepEqual(wrong, [], 'throw UnprocessableJobError (or an error of your own) outside sink code');
+  assert.ok(MAKES_SINK_ERROR.test("if (!queue) throw new PermanentError(`route names sink`);"), 'the check sees a sink error being made');
+  assert.deepEqual((graph.get(join(ROOT, 'src', 'sinks', 'notify', 'mailer.ts')) ?? []).map((d) => relative(ROOT, d)).filter((d) => d.startsWith('src/telephony/')), []);
+});
+
 test('tests named without .redis need no Redis: they import no Redis client, queue or Redis-backed test support', () => {
   const testDir = join(ROOT, 'test');
   // What a test uses to reach Redis or start servers: a Redis client or queue, the Redis-backed helpers.
