@@ -92,7 +92,10 @@ export function redisMode(settings: Pick<RedisSettings, 'clusterNodes' | 'sentin
   return 'single';
 }
 
-/** Settings of one Redis at `url` (tests, tools): no cluster, no Sentinel. */
+/**
+ * Settings of one Redis at `url` (tests, tools): no cluster, no Sentinel.
+ * @internal Exported for its tests only (test/redis-tls.redis.test.ts, test/startup-failure.redis.test.ts …).
+ */
 export function singleRedis(url: string, prefix = 'callsync'): RedisSettings {
   return { url, clusterNodes: [], sentinels: [], tls: url.startsWith('rediss://'), prefix };
 }

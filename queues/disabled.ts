@@ -47,7 +47,7 @@ export async function disableQueue(queue: Queue, redis: RedisClient, reason: str
 }
 
 /** Why the queue was disabled, or null when it is not marked. */
-export async function disabledMarker(queue: Queue): Promise<DisabledMarker | null> {
+async function disabledMarker(queue: Queue): Promise<DisabledMarker | null> {
   const client = await queue.getBackend().client;
   return parse(await client.get(queue.toKey(MARKER)));
 }

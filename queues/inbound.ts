@@ -26,6 +26,7 @@ export function inboundStreamKey(prefix: string): string {
 /**
  * Key of the stream of parked entries: entries the fan-out could keep neither as sink jobs nor as a
  * dead letter (see workers/fanout.ts), moved here whole, inside Redis, with the reason.
+ * @internal Exported for its tests only (test/fanout-isolation.redis.test.ts).
  */
 export function inboundParkedKey(prefix: string): string {
   return `${prefix}:inbound-parked`;
@@ -40,7 +41,10 @@ export function inboundSeenPrefix(prefix: string): string {
   return `${prefix}:inbound-seen:`;
 }
 
-/** The consumer group of the fan-out. */
+/**
+ * The consumer group of the fan-out.
+ * @internal Exported for its tests only (test/inbound-log.redis.test.ts).
+ */
 export const FANOUT_GROUP = 'fanout';
 
 /** One call to append: its dedupe hash, the id it is acknowledged with, the record as JSON. */
@@ -71,7 +75,7 @@ export interface InboundEntry {
 }
 
 /** Content hashes a dedupe key remembers at most (the oldest are forgotten first). */
-export const MAX_REMEMBERED_REVISIONS = 32;
+const MAX_REMEMBERED_REVISIONS = 32;
 
 // Per item, in order: no earlier delivery within the window -> the item is remembered for the
 // window and appended. An earlier one whose remembered revisions include this content -> a
@@ -217,7 +221,7 @@ export interface AckReplicas {
  * batch is in the master's memory and will reach its sinks, but it is not acknowledged: the caller
  * answers 503 (or spools it); a redelivery is answered only once the replicas have it.
  */
-export class ReplicationError extends Error {
+class ReplicationError extends Error {
   constructor(
     readonly wanted: number,
     readonly confirmed: number,

@@ -16,12 +16,12 @@ import { sinkQueueName } from './registry.js';
 export type KeyLayout = 'one-slot' | 'spread';
 
 /** The layout these settings give: spread on a Redis Cluster whose QUEUE_PREFIX has no `{hash-tag}`. */
-export function keyLayout(settings: Pick<RedisSettings, 'clusterNodes' | 'prefix'>): KeyLayout {
+function keyLayout(settings: Pick<RedisSettings, 'clusterNodes' | 'prefix'>): KeyLayout {
   return settings.clusterNodes.length > 0 && !/[{}]/.test(settings.prefix) ? 'spread' : 'one-slot';
 }
 
 /** INBOUND_SHARDS when it is not set: 1 (one stream) on a single Redis, 8 on a spread cluster. */
-export function defaultInboundShards(layout: KeyLayout): number {
+function defaultInboundShards(layout: KeyLayout): number {
   return layout === 'spread' ? 8 : 1;
 }
 

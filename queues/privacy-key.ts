@@ -12,6 +12,7 @@ import type { RedisClient } from './connection.js';
 import { asKeys, type RedisKeys } from './keys.js';
 
 /** Length of a generated key, in bytes. */
+/** @internal Exported for its tests only (test/privacy-key.redis.test.ts). */
 export const PRIVACY_KEY_BYTES = 32;
 
 /** Where the HMAC key comes from: resolved once per source, then known. */
@@ -28,7 +29,9 @@ export function configuredKey(secret: string): HmacKeySource {
   return { get: () => Promise.resolve(key), known: key };
 }
 
-/** The key kept in Redis, created if it is not there yet (SET NX, then read back: every process ends with the same one). */
+/** The key kept in Redis, created if it is not there yet (SET NX, then read back: every process ends with the same one).  *
+ * @internal Exported for its tests only (test/privacy-key.redis.test.ts, test/privacy-forget.redis.test.ts).
+ */
 export async function storedPrivacyKey(redis: RedisClient, keys: RedisKeys | string): Promise<Buffer> {
   const name = asKeys(keys).privacyKey();
   await redis.set(name, randomBytes(PRIVACY_KEY_BYTES).toString('base64'), 'NX');

@@ -40,7 +40,7 @@ export class NoRedisError extends Error {
 }
 
 /** How to get a Redis, in the one line callsync prints when it has none. */
-export const INSTALL_HINT =
+const INSTALL_HINT =
   'install redis-server (`apt install redis-server`, `brew install redis`) so callsync starts its own, run one (`docker run -d -p 127.0.0.1:6379:6379 redis:7`), or set REDIS_URL to yours';
 
 interface LogLike {
@@ -63,7 +63,7 @@ interface ServerFile {
 }
 
 /** True when something at `node` accepts a connection and replies to PING (PONG or an error such as NOAUTH) within `timeoutMs`. */
-export async function redisAnswers(node: RedisNode, timeoutMs = 500): Promise<boolean> {
+async function redisAnswers(node: RedisNode, timeoutMs = 500): Promise<boolean> {
   return new Promise((resolveAnswer) => {
     const socket = new Socket();
     let done = false;

@@ -99,6 +99,7 @@ export interface RetryPolicy {
   schedule?: readonly number[];
 }
 
+/** @internal Exported for its tests only (test/crm-webhook.redis.test.ts, test/poller.redis.test.ts …). */
 export const defaultRetryPolicy: RetryPolicy = { attempts: 12, backoffMs: 1000, maxBackoffMs: 15 * 60_000 };
 
 /** Name of the custom backoff strategy registered on every worker (see workers/runner.ts). */

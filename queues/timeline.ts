@@ -17,11 +17,10 @@ import type { RedisClient } from './connection.js';
 import type { RedisKeys } from './keys.js';
 import { PrivacyKey } from './privacy-key.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
-import { maskDigitRuns, scrubEchoes } from '../src/errors.js';
+import { maskDigitRuns, scrubEchoes } from '../src/redact.js';
 import { maskPhone } from '../src/log.js';
 
-export const TIMELINE_EVENTS = ['received', 'fanned-out', 'attempt', 'done', 'skipped', 'retry', 'dead-lettered'] as const;
-export type TimelineEvent = (typeof TIMELINE_EVENTS)[number];
+type TimelineEvent = 'received' | 'fanned-out' | 'attempt' | 'done' | 'skipped' | 'retry' | 'dead-lettered';
 
 /** How a delivery of the call was taken: its first, the same content again, or changed content. */
 export type Revision = 'new' | 'duplicate' | 'update';
@@ -72,21 +71,19 @@ export interface TimelineEntry {
 }
 
 /** The skip reasons, bounded (a metric label): what a sink's free-text reason is sorted into. */
-export const SKIP_REASONS = [
-  'quiet-hours',
-  'opt-out',
-  'cooldown',
-  'landline',
-  'max-age',
-  'no-route',
-  'already-sent',
-  'anonymous',
-  'invalid-number',
-  'newer-revision',
-  'empty-message',
-  'other',
-] as const;
-export type SkipReason = (typeof SKIP_REASONS)[number];
+export type SkipReason =
+  | 'quiet-hours'
+  | 'opt-out'
+  | 'cooldown'
+  | 'landline'
+  | 'max-age'
+  | 'no-route'
+  | 'already-sent'
+  | 'anonymous'
+  | 'invalid-number'
+  | 'newer-revision'
+  | 'empty-message'
+  | 'other';
 
 const SKIP_PATTERNS: [RegExp, SkipReason][] = [
   [/quiet hours/i, 'quiet-hours'],
@@ -109,7 +106,7 @@ export function skipReason(reason: string | undefined): SkipReason {
 }
 
 /** Most events kept per call: the newest. A call with a few sinks and retries needs ~30. */
-export const MAX_TIMELINE_ENTRIES = 200;
+const MAX_TIMELINE_ENTRIES = 200;
 /** Characters kept of a reason. */
 const MAX_REASON = 300;
 
@@ -194,7 +191,7 @@ function hmac(key: Buffer, number: string): string {
 }
 
 /** A normalized phone number for the index: `+` and digits. */
-export function indexNumber(number: string): string {
+function indexNumber(number: string): string {
   return number.replace(/[^\d+]/g, '');
 }
 
@@ -403,7 +400,7 @@ function scrubNumbers(text: string, call: Pick<CanonicalCall, 'from' | 'to' | 'f
 }
 
 /** What became of a call at one sink (or endpoint), from its timeline. */
-export type SinkStatus = 'pending' | 'retrying' | 'done' | 'skipped' | 'failed';
+type SinkStatus = 'pending' | 'retrying' | 'done' | 'skipped' | 'failed';
 
 export interface CallSummary {
   id: string;
@@ -423,7 +420,10 @@ export interface CallSummary {
 
 export const sinkLabel = (e: Pick<TimelineEntry, 'sink' | 'endpoint'>): string => (e.endpoint ? `${e.sink}.${e.endpoint}` : (e.sink ?? ''));
 
-/** The state of a call from its timeline: where it came from, and each sink's latest outcome. */
+/**
+ * The state of a call from its timeline: where it came from, and each sink's latest outcome.
+ * @internal Exported for its tests only (test/timeline.redis.test.ts).
+ */
 export function summarize(id: string, entries: readonly TimelineEntry[]): CallSummary {
   const summary: CallSummary = { id, callId: null, source: null, receivedAt: null, lastAt: null, direction: null, from: null, to: null, sinks: {}, reasons: {} };
   for (const e of entries) {
@@ -474,7 +474,7 @@ export interface CallQuery {
 }
 
 /** Calls looked at per query at most (the newest of the range): bounds the work of one query. */
-export const MAX_SCANNED_CALLS = 5000;
+const MAX_SCANNED_CALLS = 5000;
 
 function sinkStates(summary: CallSummary, sink: string | undefined): [string, SinkStatus][] {
   return Object.entries(summary.sinks).filter(([label]) => sink === undefined || label === sink || label.startsWith(`${sink}.`));
@@ -512,7 +512,7 @@ export async function findCalls(timeline: CallTimeline, query: CallQuery): Promi
 }
 
 /** A duration like `2h`, `30m`, `90s`, `7d` in ms; null when it is none. */
-export function parseDuration(text: string): number | null {
+function parseDuration(text: string): number | null {
   const m = /^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$/.exec(text.trim());
   if (!m) return null;
   const unit = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 }[m[2] as 's' | 'm' | 'h' | 'd' | 'w'];
@@ -520,7 +520,7 @@ export function parseDuration(text: string): number | null {
 }
 
 /** `--since` / `since=`: a duration back from `now` (`2h`) or a time (ISO 8601); null when it is neither. */
-export function parseSince(text: string, now: number = Date.now()): number | null {
+function parseSince(text: string, now: number = Date.now()): number | null {
   const duration = parseDuration(text);
   if (duration !== null) return now - duration;
   const at = Date.parse(text);

@@ -37,7 +37,7 @@ export interface ServerLimits {
  * are) must send its first request's headers within UNKNOWN_HEADERS_TIMEOUT_MS (or the headers
  * timeout, when shorter), not the full headers timeout.
  */
-export interface Admission {
+interface Admission {
   /**
    * Whether a peer (its address, an IPv4-mapped IPv6 one as IPv4) is listed: on the webhook allow
    * list (WEBHOOK_ALLOWED_IPS; `*`: every peer) or a trusted proxy (TRUSTED_PROXIES).
@@ -48,11 +48,11 @@ export interface Admission {
 }
 
 /** Part of the connection cap unlisted peers may hold together (at least 1). */
-export const UNLISTED_SHARE = 0.1;
+const UNLISTED_SHARE = 0.1;
 /** Connections one unlisted address may hold. */
-export const UNLISTED_PER_PEER = 4;
+const UNLISTED_PER_PEER = 4;
 /** Time a peer not yet known good has for its first request's headers. */
-export const UNKNOWN_HEADERS_TIMEOUT_MS = 3000;
+const UNKNOWN_HEADERS_TIMEOUT_MS = 3000;
 /** Known-good peers remembered (the oldest forgotten first). */
 const MAX_KNOWN_GOOD = 10_000;
 

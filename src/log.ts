@@ -14,7 +14,7 @@ export function requestLog(log: Logger, requestId: string | undefined): Logger {
 }
 
 /** Paths never written to logs, whatever object they appear in. */
-export const redactPaths = [
+const redactPaths = [
   'password', '*.password', 'token', '*.token', 'accessToken', '*.accessToken', 'secret', '*.secret',
   'authorization', '*.authorization', 'headers.authorization', 'headers.cookie', '*.headers.authorization',
   'apiKey', '*.apiKey', 'api_token', '*.api_token', 'refreshToken', '*.refreshToken', 'clientSecret', '*.clientSecret',
@@ -82,7 +82,7 @@ function valueEnd(text: string, i: number): number {
  * means to win; values are moved as written (a large number keeps its digits). Nested objects come
  * from JSON.stringify and cannot repeat a key. A line without a repeated key is returned as it is.
  */
-export function strictLine(line: string): string {
+function strictLine(line: string): string {
   const end = line.endsWith('\n') ? line.length - 1 : line.length;
   if (line.charCodeAt(0) !== 123 || line.charCodeAt(end - 1) !== 125) return line;
   const members: { key: string; value: string }[] = [];
@@ -125,7 +125,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
 }
 
 /** The shortest time between two lines of one kind of repeated error (a Redis outage, a refused connection). */
-export const REPEAT_LOG_INTERVAL_MS = 10_000;
+const REPEAT_LOG_INTERVAL_MS = 10_000;
 
 interface RepeatState {
   quietUntil: number;

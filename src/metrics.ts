@@ -7,6 +7,7 @@ import type { Queue } from 'bullmq';
 import { endpointFromQueue, sinkNameFromQueue } from '../queues/registry.js';
 import { isDisabled } from '../queues/disabled.js';
 
+/** @internal Exported for its tests only (bench/e2e.ts, bench/timeline.ts …). */
 export const registry = client.register;
 
 function metric<M extends client.Metric>(name: string, make: () => M): M {

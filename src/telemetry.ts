@@ -24,7 +24,10 @@ export function tracingOn(): boolean {
   return tracingEnabled;
 }
 
-/** Whether the environment asks for traces: an OTLP endpoint set and the SDK not disabled. */
+/**
+ * Whether the environment asks for traces: an OTLP endpoint set and the SDK not disabled.
+ * @internal Exported for its tests only (test/telemetry.redis.test.ts).
+ */
 export function tracingWanted(env: NodeJS.ProcessEnv): boolean {
   if ((env.OTEL_SDK_DISABLED ?? '').toLowerCase() === 'true') return false;
   if ((env.OTEL_TRACES_EXPORTER ?? 'otlp').toLowerCase() === 'none') return false;
@@ -80,7 +83,10 @@ export async function startTracing(env: NodeJS.ProcessEnv = process.env): Promis
   return true;
 }
 
-/** `?api_token=abc&term=+49…` -> `?api_token=…&term=…`: the names stay, no value. */
+/**
+ * `?api_token=abc&term=+49…` -> `?api_token=…&term=…`: the names stay, no value.
+ * @internal Exported for its tests only (test/telemetry.redis.test.ts).
+ */
 export function redactQuery(search: string): string {
   return search.replace(/([?&][^=&]*=)[^&]*/g, '$1…');
 }

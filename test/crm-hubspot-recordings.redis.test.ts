@@ -13,7 +13,7 @@ import { normalizeChannelEvent } from '../src/model/channel-event.js';
 import { lazyArchiveAccess } from '../src/sinks/archive/access.js';
 import { ArchiveSink, createObjectStore } from '../src/sinks/archive/index.js';
 import { LocalFolderStore } from '../src/sinks/archive/store.js';
-import { HubSpotSink, hubspotOptionsSchema } from '../src/sinks/crm/hubspot.js';
+import { HubSpotSink, hubspotSinkType } from '../src/sinks/crm/hubspot.js';
 import type { ArchiveAccess } from '../src/sinks/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { startTestCallsync } from './support/callsync.js';
@@ -55,7 +55,7 @@ describe('hubspot: link to the archived recording', () => {
     return normalizeChannelEvent(channelEvent({ eventId, channelId: 'ch-1', recordings }), new Date(deps.clock.now), { channelId: 'ch-1' });
   }
   function hubspot(options: Record<string, unknown> = {}): HubSpotSink {
-    return new HubSpotSink('hubspot', hubspotOptionsSchema.parse(options), deps);
+    return new HubSpotSink('hubspot', hubspotSinkType.options.parse(options), deps);
   }
   const stored = () => [...fake.calls.values()].map((c) => c.properties.hs_call_recording_url);
 
@@ -63,7 +63,7 @@ describe('hubspot: link to the archived recording', () => {
     const rec = api.addRecording('hr-1', { size: 20_000, contentType: 'audio/mpeg' });
     const call = channelCall('hr-1', [{ downloadUrl: rec, type: 'call_recorder' }]);
     const archive = new ArchiveSink('archive', new LocalFolderStore(dir), 'callsync/', telephony());
-    deps.archive = archive.access();
+    deps.archive = archive.archiveAccess();
     const sink = hubspot({ archive: { baseUrl: BASE } });
 
     const early = await sink.deliver(call, deps.ctx()).catch((e: unknown) => e);
@@ -83,7 +83,7 @@ describe('hubspot: link to the archived recording', () => {
   it('gives up after recordingUrl.waitForArchiveMs: the call is written without the link, with a warning', async () => {
     const rec = api.addRecording('hr-2', { size: 1000, contentType: 'audio/wav' });
     const call = channelCall('hr-2', [{ downloadUrl: rec, type: 'voicemail' }]);
-    deps.archive = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, telephony()).access();
+    deps.archive = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, telephony()).archiveAccess();
     const sink = hubspot({ archive: { baseUrl: BASE }, recordingUrl: { waitForArchiveMs: 60_000 } });
     deps.clock.advance(20_000);
     const wait = await sink.deliver(call, deps.ctx()).catch((e: unknown) => e);
@@ -99,7 +99,7 @@ describe('hubspot: link to the archived recording', () => {
     const rec = api.addRecording('hr-3', { size: 1000, contentType: 'audio/wav' });
     const call = channelCall('hr-3', [{ downloadUrl: rec, type: 'voicemail' }]);
     const archive = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, telephony());
-    deps.archive = archive.access();
+    deps.archive = archive.archiveAccess();
     await hubspot().deliver(call, deps.ctx()); // not archived, yet no wait: nothing could link it
     await archive.deliver(call, deps.ctx());
     await hubspot({ archive: { baseUrl: 'http://files.internal/archive/' } }).deliver(call, deps.ctx());
@@ -121,7 +121,7 @@ describe('hubspot: link to the archived recording', () => {
     await archive.deliver(call, deps.ctx());
     const signed: [string, number][] = [];
     const access: ArchiveAccess = {
-      recordingKeys: (c) => archive.access().recordingKeys(c),
+      recordingKeys: (c) => archive.archiveAccess().recordingKeys(c),
       presignGet: async (key, expiresInSec) => {
         signed.push([key, expiresInSec]);
         return `https://bucket.s3.example.com/${key}?X-Amz-Expires=${expiresInSec}&X-Amz-Signature=abc`;
@@ -134,7 +134,7 @@ describe('hubspot: link to the archived recording', () => {
     assert.match(signed[0]![0], /recordings\/2025\/01\/01\/call-hr-4-[0-9a-f]{16}-call_recorder-1\.wav$/);
     assert.deepEqual(stored(), [`https://bucket.s3.example.com/${signed[0]![0]}?X-Amz-Expires=3600&X-Amz-Signature=abc`]);
     assert.doesNotMatch(JSON.stringify(deps.logs), /X-Amz-Signature/, 'signed URLs stay out of the logs');
-    assert.throws(() => hubspotOptionsSchema.parse({ recordingUrl: { expiresInSec: 604_801 } }), 'S3 signs for 7 days at most');
+    assert.throws(() => hubspotSinkType.options.parse({ recordingUrl: { expiresInSec: 604_801 } }), 'S3 signs for 7 days at most');
   });
 
   it('the door reads the archive as stored: S3 (ListObjectsV2 on s3rver) and a folder (temp files left out); in the call\'s order, up to the first missing', async () => {
@@ -143,18 +143,18 @@ describe('hubspot: link to the archived recording', () => {
     const call = channelCall('hr-5', [{ downloadUrl: first, type: 'voicemail' }, { downloadUrl: second, type: 'call_recorder' }]);
     const store = await createObjectStore({ bucket: s3.bucket, endpoint: s3.endpoint, forcePathStyle: true, region: 'us-east-1', dir: '', ...TEST_CREDENTIALS });
     const archive = new ArchiveSink('archive', store, 'cs/', telephony());
-    assert.deepEqual(await archive.access().recordingKeys(call), []);
+    assert.deepEqual(await archive.archiveAccess().recordingKeys(call), []);
     const refs = (await archive.deliver(call, deps.ctx())).refs!;
-    assert.deepEqual(await archive.access().recordingKeys(call), [refs.recording1, refs.recording2]);
+    assert.deepEqual(await archive.archiveAccess().recordingKeys(call), [refs.recording1, refs.recording2]);
     assert.match(refs.recording1!, /\.ogg$/);
 
     const onDisk = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, telephony());
     const localRefs = (await onDisk.deliver(call, deps.ctx())).refs!;
     await writeFile(join(dir, `${localRefs.recording1}.5c0ffee0.tmp`), 'half');
-    assert.deepEqual(await onDisk.access().recordingKeys(call), [localRefs.recording1, localRefs.recording2]);
+    assert.deepEqual(await onDisk.archiveAccess().recordingKeys(call), [localRefs.recording1, localRefs.recording2]);
     // A recording still being written (only its temp file) does not count, nor do the ones after it.
     await rm(join(dir, localRefs.recording1!));
-    assert.deepEqual(await onDisk.access().recordingKeys(call), []);
+    assert.deepEqual(await onDisk.archiveAccess().recordingKeys(call), []);
     assert.deepEqual(await lazyArchiveAccess(() => undefined).recordingKeys(call), [], 'no archive configured: no recordings');
   });
 });

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, afterEach, describe, it } from 'node:test';
 import client from 'prom-client';
 import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
-import { HubSpotSink, hubspotOptionsSchema, hubspotSinkType, type HubSpotOptions, type HubSpotSinkHooks } from '../src/sinks/crm/hubspot.js';
+import { HubSpotSink, hubspotSinkType, type HubSpotOptions, type HubSpotSinkHooks } from '../src/sinks/crm/hubspot.js';
 import type { Outcome } from '../src/model/call.js';
 import { untilMidnightIn } from '../src/sinks/crm/common.js';
 import { sampleCall } from './support/calls.js';
@@ -53,7 +53,7 @@ describe('hubspot sink', () => {
   });
 
   function sink(options: Record<string, unknown> = {}, hooks: HubSpotSinkHooks = {}): HubSpotSink {
-    return new HubSpotSink('hubspot', hubspotOptionsSchema.parse(options) as HubSpotOptions, deps, hooks);
+    return new HubSpotSink('hubspot', hubspotSinkType.options.parse(options) as HubSpotOptions, deps, hooks);
   }
   const paths = () => fake.requests.map((r) => `${r.method} ${r.path}`);
 
@@ -294,7 +294,7 @@ describe('hubspot sink', () => {
     assert.ok(err instanceof RetryLaterError);
     assert.equal(err.delayMs, 19 * 3600_000, '12:00 UTC is 05:00 PDT');
     assert.equal(fake.requestsTo('GET', DETAILS).length, 0);
-    assert.throws(() => hubspotOptionsSchema.parse({ accountTimeZone: 'Mars/Olympus' }), /IANA time zone/);
+    assert.throws(() => hubspotSinkType.options.parse({ accountTimeZone: 'Mars/Olympus' }), /IANA time zone/);
 
     deps.clock.advance(err.delayMs);
     fake.enqueue({ match: (r) => r.path === DETAILS, status: 403, body: { status: 'error', message: 'This app hasn\'t been granted all required scopes', category: 'MISSING_SCOPES' } });
@@ -385,12 +385,12 @@ describe('hubspot sink', () => {
   });
 
   it('rejects a template with an unknown field and an unknown status when the config is parsed', () => {
-    assert.throws(() => hubspotOptionsSchema.parse({ bodyTemplate: '{{sumary}}' }), /unknown field\(s\) \{\{sumary\}\}; known: callId, /);
-    assert.throws(() => hubspotOptionsSchema.parse({ statusMap: { missed: 'LOST' } }));
-    assert.throws(() => hubspotOptionsSchema.parse({ dispositionMap: { voicemail: 'Left voicemail' } }));
-    assert.throws(() => hubspotOptionsSchema.parse({ dispositionMap: { missed: '  ' } }));
-    assert.throws(() => hubspotOptionsSchema.parse({ apiVersion: 'v3' }), /2026-09/);
-    assert.equal(hubspotOptionsSchema.parse({}).apiVersion, '2026-09');
+    assert.throws(() => hubspotSinkType.options.parse({ bodyTemplate: '{{sumary}}' }), /unknown field\(s\) \{\{sumary\}\}; known: callId, /);
+    assert.throws(() => hubspotSinkType.options.parse({ statusMap: { missed: 'LOST' } }));
+    assert.throws(() => hubspotSinkType.options.parse({ dispositionMap: { voicemail: 'Left voicemail' } }));
+    assert.throws(() => hubspotSinkType.options.parse({ dispositionMap: { missed: '  ' } }));
+    assert.throws(() => hubspotSinkType.options.parse({ apiVersion: 'v3' }), /2026-09/);
+    assert.equal(hubspotSinkType.options.parse({}).apiVersion, '2026-09');
   });
 
   it('never logs the token or the transcript, and masks phone numbers', async () => {
@@ -410,7 +410,7 @@ describe('hubspot sink', () => {
       sinks: { hubspot: { type: 'hubspot', apiUrl: 'http://127.0.0.1:1' } },
       routes: [{ name: 'hubspot (env)', when: {}, to: ['hubspot'] }],
     });
-    assert.deepEqual(hubspotSinkType.limit?.(hubspotOptionsSchema.parse({})), { max: 25, durationMs: 10_000 });
+    assert.deepEqual(hubspotSinkType.limit?.(hubspotSinkType.options.parse({})), { max: 25, durationMs: 10_000 });
   });
   it('every request uses the date-versioned paths of apiVersion; the fake refuses the numbered v3/v4 paths as retired', async () => {
     const contactId = fake.addContact({ phone: '+492116355340' });

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { callKeySegment, type CanonicalCall } from '../src/model/call.js';
-import { PipedriveSink, pipedriveOptionsSchema, pipedriveSinkType, type PipedriveOptions } from '../src/sinks/crm/pipedrive.js';
+import { PipedriveSink, pipedriveSinkType, type PipedriveOptions } from '../src/sinks/crm/pipedrive.js';
 import type { SinkResult } from '../src/sinks/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { sampleCall } from './support/calls.js';
@@ -39,7 +39,7 @@ describe('pipedrive sink', () => {
   });
 
   function sink(options: Partial<PipedriveOptions> = {}): PipedriveSink {
-    return new PipedriveSink('pipedrive', pipedriveOptionsSchema.parse(options), deps);
+    return new PipedriveSink('pipedrive', pipedriveSinkType.options.parse(options), deps);
   }
 
   const lines = () => fake.requests.map((r) => `${r.method} ${r.path}`);
@@ -622,7 +622,7 @@ describe('pipedrive sink', () => {
       sinks: { pipedrive: { type: 'pipedrive' } },
       routes: [{ name: 'pipedrive (env)', when: {}, to: ['pipedrive'] }],
     });
-    const options = pipedriveOptionsSchema.parse({});
+    const options = pipedriveSinkType.options.parse({});
     assert.deepEqual(pipedriveSinkType.limit?.(options), { max: 5, durationMs: 2000 });
     assert.deepEqual(options.searchRateLimit, { max: 10, durationMs: 2000 });
     assert.equal(options.linkDeal, 'open');

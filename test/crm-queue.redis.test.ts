@@ -6,7 +6,7 @@ import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { BACKOFF_STRATEGY, JobName, type SinkDeliverJob } from '../queues/registry.js';
-import { HubSpotSink, hubspotOptionsSchema, hubspotSinkType } from '../src/sinks/crm/hubspot.js';
+import { HubSpotSink, hubspotSinkType } from '../src/sinks/crm/hubspot.js';
 import { createDeliverProcessor } from '../workers/deliver.js';
 import { runWorker, type RunningWorker } from '../workers/runner.js';
 import { sampleCall } from './support/calls.js';
@@ -51,7 +51,7 @@ describe('hubspot sink behind the queue runner', () => {
   });
 
   function start(): void {
-    const options = hubspotOptionsSchema.parse({});
+    const options = hubspotSinkType.options.parse({});
     const sink = new HubSpotSink('hubspot', options, deps);
     running = runWorker<SinkDeliverJob>('sink-hubspot', createDeliverProcessor(sink, deps.log), {
       connection,

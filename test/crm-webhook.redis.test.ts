@@ -10,7 +10,7 @@ import { describeConfig } from '../src/cli/check-config.js';
 import { loadConfig } from '../src/config/index.js';
 import { AuthError, EndpointDisabledError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { CrmHttp } from '../src/sinks/crm/http.js';
-import { WebhookSink, webhookEndpoints, webhookOptionsSchema, webhookSinkType, type WebhookOptions } from '../src/sinks/crm/webhook.js';
+import { WebhookSink, webhookEndpoints, webhookSinkType, type WebhookOptions } from '../src/sinks/crm/webhook.js';
 import { STANDARD_WEBHOOKS_SCHEDULE } from '../src/sinks/retry.js';
 import { defaultRetryPolicy } from '../queues/registry.js';
 import { sampleCall } from './support/calls.js';
@@ -58,7 +58,7 @@ describe('webhook sink', () => {
   });
 
   function sink(options: Partial<WebhookOptions> = {}): WebhookSink {
-    return new WebhookSink('webhook', webhookOptionsSchema.parse({ urls: [`${a.url}/hooks/calls`], ...options }), deps);
+    return new WebhookSink('webhook', webhookSinkType.options.parse({ urls: [`${a.url}/hooks/calls`], ...options }), deps);
   }
 
   it('POSTs the canonical call to every URL with custom headers, signed so standardwebhooks verifies it', async () => {
@@ -148,10 +148,10 @@ describe('webhook sink', () => {
   });
 
   it('validates options: whsec_ secrets, URLs, reserved headers; env shortcut', () => {
-    assert.throws(() => webhookOptionsSchema.parse({ urls: ['http://x'], secrets: ['plain-secret'] }), /whsec_/);
-    assert.throws(() => webhookOptionsSchema.parse({ urls: ['ftp://x'] }));
-    assert.throws(() => webhookOptionsSchema.parse({ urls: ['http://x'], headers: { 'Webhook-Signature': 'x' } }), /set by callsync/);
-    assert.throws(() => new WebhookSink('w', webhookOptionsSchema.parse({ urls: ['http://x'] }), { ...deps, env: {} }), /CRM_WEBHOOK_SECRET/);
+    assert.throws(() => webhookSinkType.options.parse({ urls: ['http://x'], secrets: ['plain-secret'] }), /whsec_/);
+    assert.throws(() => webhookSinkType.options.parse({ urls: ['ftp://x'] }));
+    assert.throws(() => webhookSinkType.options.parse({ urls: ['http://x'], headers: { 'Webhook-Signature': 'x' } }), /set by callsync/);
+    assert.throws(() => new WebhookSink('w', webhookSinkType.options.parse({ urls: ['http://x'] }), { ...deps, env: {} }), /CRM_WEBHOOK_SECRET/);
     assert.equal(webhookSinkType.fromEnv?.({}, { configFile: false }), null);
     assert.deepEqual(webhookSinkType.fromEnv?.({ CRM_WEBHOOK_URL: 'https://a.example/h, https://b.example/h' }, { configFile: false }), {
       sinks: { webhook: { type: 'webhook', urls: ['https://a.example/h', 'https://b.example/h'] } },
@@ -217,7 +217,7 @@ describe('webhook sink', () => {
   it('a 429 of one endpoint holds that endpoint only', async () => {
     a.enqueue({ status: 429, headers: { 'retry-after': '60' } });
     const s = sink({ urls: [a.url, b.url] });
-    const [nameA, nameB] = webhookEndpoints(webhookOptionsSchema.parse({ urls: [a.url, b.url] })).map((e) => e.name);
+    const [nameA, nameB] = webhookEndpoints(webhookSinkType.options.parse({ urls: [a.url, b.url] })).map((e) => e.name);
     const held = await s.deliver(sampleCall('c-14'), { ...deps.ctx(), endpoint: nameA }).catch((e: unknown) => e);
     assert.ok(held instanceof RetryLaterError && held.scope === 'queue' && held.delayMs === 60_000);
     await s.deliver(sampleCall('c-14'), { ...deps.ctx(), endpoint: nameB });
@@ -228,7 +228,7 @@ describe('webhook sink', () => {
   });
 
   it('endpoint names: from the host (numbered when shared), or given; each endpoint\'s headers over the sink\'s', () => {
-    const parsed = webhookOptionsSchema.parse({
+    const parsed = webhookSinkType.options.parse({
       urls: ['https://hooks.example.com/a', 'https://hooks.example.com/b', 'http://127.0.0.1:8080/x'],
       endpoints: [{ name: 'erp', url: 'https://erp.example/in', headers: { 'x-api-key': 'erp-key' } }],
       headers: { 'X-Api-Key': 'shared', 'X-Tenant': '7' },
@@ -239,19 +239,19 @@ describe('webhook sink', () => {
     assert.deepEqual(endpoints[0]!.headers, { 'x-api-key': 'shared', 'x-tenant': '7' });
     assert.deepEqual(webhookSinkType.endpoints?.(parsed), ['hooks-example-com', 'hooks-example-com-2', '127-0-0-1-8080', 'erp']);
     // A given name is never taken by a derived one.
-    assert.deepEqual(webhookEndpoints(webhookOptionsSchema.parse({ urls: ['https://a.example/'], endpoints: [{ name: 'a-example', url: 'https://b.example/' }] })).map((e) => e.name), ['a-example-2', 'a-example']);
+    assert.deepEqual(webhookEndpoints(webhookSinkType.options.parse({ urls: ['https://a.example/'], endpoints: [{ name: 'a-example', url: 'https://b.example/' }] })).map((e) => e.name), ['a-example-2', 'a-example']);
 
-    assert.throws(() => webhookOptionsSchema.parse({}), /give the receivers as `urls` or `endpoints`/);
-    assert.throws(() => webhookOptionsSchema.parse({ endpoints: [{ name: 'x', url: 'https://a/' }, { name: 'X', url: 'https://b/' }] }), /endpoint name \\"X\\" is used twice/);
-    assert.throws(() => webhookOptionsSchema.parse({ endpoints: [{ name: 'a.b', url: 'https://a/' }] }), /endpoint names are letters, digits/);
-    assert.throws(() => webhookOptionsSchema.parse({ endpoints: [{ url: 'https://a/', secrets: ['nope'] }] }), /whsec_/);
-    assert.throws(() => webhookOptionsSchema.parse({ endpoints: [{ url: 'https://a/', headers: { 'webhook-id': 'x' } }] }), /set by callsync/);
-    const noSecret = webhookOptionsSchema.parse({ endpoints: [{ name: 'own', url: 'https://a/', secrets: [newSecret()] }, { name: 'bare', url: 'https://b/' }] });
+    assert.throws(() => webhookSinkType.options.parse({}), /give the receivers as `urls` or `endpoints`/);
+    assert.throws(() => webhookSinkType.options.parse({ endpoints: [{ name: 'x', url: 'https://a/' }, { name: 'X', url: 'https://b/' }] }), /endpoint name \\"X\\" is used twice/);
+    assert.throws(() => webhookSinkType.options.parse({ endpoints: [{ name: 'a.b', url: 'https://a/' }] }), /endpoint names are letters, digits/);
+    assert.throws(() => webhookSinkType.options.parse({ endpoints: [{ url: 'https://a/', secrets: ['nope'] }] }), /whsec_/);
+    assert.throws(() => webhookSinkType.options.parse({ endpoints: [{ url: 'https://a/', headers: { 'webhook-id': 'x' } }] }), /set by callsync/);
+    const noSecret = webhookSinkType.options.parse({ endpoints: [{ name: 'own', url: 'https://a/', secrets: [newSecret()] }, { name: 'bare', url: 'https://b/' }] });
     assert.throws(() => new WebhookSink('w', noSecret, { ...deps, env: {} }), /endpoint "bare" has no signing secret/);
   });
 
   it('retry: the Standard Webhooks schedule by default (ten attempts over three days); a schedule and attempts of its own', () => {
-    const policy = (retry?: unknown) => webhookSinkType.retry?.(webhookOptionsSchema.parse({ urls: ['https://a/'], ...(retry ? { retry } : {}) }), defaultRetryPolicy);
+    const policy = (retry?: unknown) => webhookSinkType.retry?.(webhookSinkType.options.parse({ urls: ['https://a/'], ...(retry ? { retry } : {}) }), defaultRetryPolicy);
     assert.deepEqual(policy(), { ...defaultRetryPolicy, attempts: 10, schedule: STANDARD_WEBHOOKS_SCHEDULE });
     assert.deepEqual(STANDARD_WEBHOOKS_SCHEDULE, [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000]);
     assert.deepEqual(policy({ schedule: ['5s', '1h', 90] }), { ...defaultRetryPolicy, attempts: 4, schedule: [5000, 3_600_000, 90_000] });

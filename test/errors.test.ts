@@ -2,7 +2,19 @@
 // classes, told apart with instanceof — what the queue runner, the poller and the SMS channel rely on.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { AuthError, PermanentError, RetryLaterError, SinkError, TransientError, classify, errorFromHttp, errorFromNetwork, isRedisCondition, parseRetryAfter } from '../src/errors.js';
+import {
+  AuthError,
+  PermanentError,
+  RetryLaterError,
+  SinkError,
+  TransientError,
+  UnprocessableJobError,
+  classify,
+  errorFromHttp,
+  errorFromNetwork,
+  isRedisCondition,
+  parseRetryAfter,
+} from '../src/errors.js';
 
 test('HTTP answers become the class of their behaviour', () => {
   const cases: [number, string | null, new (...args: never[]) => SinkError][] = [
@@ -46,6 +58,17 @@ test('network failures are transient and keep their cause; unknown throwables cl
   assert.equal(classify(new Error('plain')), 'transient');
   assert.equal(classify('a string'), 'transient');
   assert.equal(classify(new AuthError('no')), 'auth');
+});
+
+test('a job nothing can process (fan-out, delivery wrapper, poller) is permanent without being a sink error', () => {
+  const redisFull = Object.assign(new Error("OOM command not allowed when used memory > 'maxmemory'."), { name: 'ReplyError' });
+  const err = new UnprocessableJobError('sink jobs of call c1 cannot be stored: RangeError: Invalid string length', { cause: redisFull });
+  assert.ok(!(err instanceof SinkError));
+  assert.equal(err.name, 'UnprocessableJobError');
+  assert.equal(err.cause, redisFull);
+  // Permanent even when what it wraps is Redis' (as the PermanentError it replaces was).
+  assert.equal(classify(err), 'permanent');
+  assert.equal(classify(new UnprocessableJobError('Connection is closed.')), 'permanent');
 });
 
 test('Retry-After: seconds, HTTP dates, and nonsense', () => {

@@ -7,8 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Progress } from '../src/cli/progress.js';
 import { archivedCall, daysOf } from '../src/cli/replay.js';
-import { CALL_SOURCES } from '../src/model/call.js';
 import { HistoryEntryError, normalizeHistoryEntry } from '../src/model/history.js';
+import { sinksFor } from '../src/routing/router.js';
+import { routeSchema } from '../src/routing/types.js';
 import { renderArchiveJson } from '../src/sinks/archive/render.js';
 import { LocalFolderStore } from '../src/sinks/archive/store.js';
 import { sampleCall } from './support/calls.js';
@@ -28,8 +29,13 @@ const entry = (patch: Record<string, unknown> = {}) => ({
 });
 
 describe('history entries', () => {
-  test('history is a call source', () => {
-    assert.ok((CALL_SOURCES as readonly string[]).includes('history'));
+  test('a history call is a call source like the others: archived, it is read back for replay, and routes can name it', () => {
+    const call = normalizeHistoryEntry(entry(), { receivedAt });
+    const back = archivedCall(renderArchiveJson(call));
+    assert.equal(back?.source, 'history');
+    assert.equal(back?.key, 'history:-:h-1');
+    const routes = [routeSchema.parse({ when: { source: 'history' }, to: 'archive' }), routeSchema.parse({ when: { source: 'channel' }, to: 'crm' })];
+    assert.deepEqual(sinksFor(routes, back!), ['archive']);
   });
 
   test('direction and status map to the canonical direction and outcome', () => {

@@ -14,7 +14,8 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
  * step with the table in docs/architecture.md.
  */
 export const LAYERS: Record<string, number> = {
-  'src/errors': 0,
+  'src/redact': 0,
+  'src/errors': 0.5,
   'src/log': 0,
   'src/backoff': 0,
   'src/listen': 0,
@@ -68,40 +69,88 @@ test('every area is in the layer table', () => {
   assert.deepEqual(unknown, [], 'add new areas to LAYERS here and to docs/architecture.md');
 });
 
-test('imports go down the layers only', () => {
+/** Imports that go up or sideways in LAYERS, as `file imports dep (from → to)`. */
+function wrongImports(g: Map<string, string[]>): string[] {
   const wrong: string[] = [];
-  for (const [file, deps] of graph) {
+  for (const [file, deps] of g) {
     const from = areaOf(file);
     for (const dep of deps) {
       const to = areaOf(dep);
       if (to !== from && !(LAYERS[to]! < LAYERS[from]!)) wrong.push(`${relative(ROOT, file)} imports ${relative(ROOT, dep)} (${from} → ${to})`);
     }
   }
-  assert.deepEqual(wrong, []);
-});
+  return wrong;
+}
 
-test('no import cycles between files', () => {
+/** Import cycles between the files of `g`, each as `a → b → a`. */
+function cyclesOf(g: Map<string, string[]>): string[] {
   const cycles: string[] = [];
   const state = new Map<string, 'open' | 'done'>();
   const stack: string[] = [];
   const visit = (file: string) => {
     state.set(file, 'open');
     stack.push(file);
-    for (const dep of graph.get(file) ?? []) {
-      if (!graph.has(dep)) continue;
+    for (const dep of g.get(file) ?? []) {
+      if (!g.has(dep)) continue;
       if (state.get(dep) === 'open') cycles.push([...stack.slice(stack.indexOf(dep)), dep].map((f) => relative(ROOT, f)).join(' → '));
       else if (!state.has(dep)) visit(dep);
     }
     stack.pop();
     state.set(file, 'done');
   };
-  for (const file of graph.keys()) if (!state.has(file)) visit(file);
-  assert.deepEqual(cycles, []);
+  for (const file of g.keys()) if (!state.has(file)) visit(file);
+  return cycles;
+}
+
+test('imports go down the layers only', () => {
+  assert.deepEqual(wrongImports(graph), []);
 });
 
-test('the layer check sees a wrong import (it can fail)', () => {
-  assert.ok(LAYERS.workers! > LAYERS['src/sinks']!, 'a sink importing workers/ would be refused');
+test('no import cycles between files', () => {
+  assert.deepEqual(cyclesOf(graph), []);
+});
+
+test('the layer check sees a wrong import and a cycle (it can fail)', () => {
+  // The real graph with one wrong line added: a sink importing the worker role, errors.ts a sink.
+  const sink = join(ROOT, 'src', 'sinks', 'archive', 'index.ts');
+  const role = join(ROOT, 'workers', 'roles', 'worker.ts');
+  const errors = join(ROOT, 'src', 'errors.ts');
+  assert.ok(graph.has(sink) && graph.has(role) && graph.has(errors), 'the files of this check exist');
+  const broken = new Map(graph);
+  broken.set(sink, [...graph.get(sink)!, role]);
+  broken.set(errors, [...graph.get(errors)!, sink]);
+  assert.deepEqual(wrongImports(broken).sort(), [
+    'src/errors.ts imports src/sinks/archive/index.ts (src/errors → src/sinks)',
+    'src/sinks/archive/index.ts imports workers/roles/worker.ts (src/sinks → workers)',
+  ]);
+  assert.deepEqual(cyclesOf(graph).length, 0);
+  const redact = join(ROOT, 'src', 'redact.ts');
+  const cyclic = new Map(graph);
+  cyclic.set(redact, [errors]);
+  const found = cyclesOf(cyclic);
+  assert.equal(found.length, 1, 'the cycle errors.ts ⇄ redact.ts is seen');
+  assert.match(found[0]!, /^src\/(errors|redact)\.ts → src\/(redact|errors)\.ts → src\/(errors|redact)\.ts$/);
   assert.ok(importsOf(join(ROOT, 'workers', 'callsync.ts')).some((d) => areaOf(d) === 'queues'), 'import lines are read');
+});
+
+test('the rooms at the root: redaction imports nothing, the error classes only redaction', () => {
+  const local = (file: string) => (graph.get(join(ROOT, file)) ?? []).map((d) => relative(ROOT, d));
+  assert.deepEqual(local('src/redact.ts'), []);
+  assert.deepEqual(local('src/errors.ts'), ['src/redact.ts']);
+  // The redaction code lives in src/redact.ts only, not again in src/errors.ts.
+  const errorsText = readFileSync(join(ROOT, 'src', 'errors.ts'), 'utf8');
+  assert.deepEqual(['redactRemoteText', 'scrubEchoes', 'maskDigitRuns', 'clipText'].filter((n) => new RegExp(`function ${n}\\b`).test(errorsText)), []);
+});
+
+/** Where sink errors may be made: the sinks, the telephony client they (and the poller) call, errors.ts itself. */
+const SINK_ERROR_MAKERS = /^(src\/sinks\/|src\/telephony\/|src\/errors\.ts$)/;
+const MAKES_SINK_ERROR = /\bnew (PermanentError|TransientError|AuthError|RetryLaterError|EndpointDisabledError)\(|\berrorFrom(Http|Network)\(/;
+
+test('sink errors are made by sink code only; the mailer needs nothing of the telephony client', () => {
+  const wrong = files.map((f) => relative(ROOT, f)).filter((f) => !SINK_ERROR_MAKERS.test(f) && MAKES_SINK_ERROR.test(readFileSync(join(ROOT, f), 'utf8')));
+  assert.deepEqual(wrong, [], 'throw UnprocessableJobError (or an error of your own) outside sink code');
+  assert.ok(MAKES_SINK_ERROR.test("if (!queue) throw new PermanentError(`route names sink`);"), 'the check sees a sink error being made');
+  assert.deepEqual((graph.get(join(ROOT, 'src', 'sinks', 'notify', 'mailer.ts')) ?? []).map((d) => relative(ROOT, d)).filter((d) => d.startsWith('src/telephony/')), []);
 });
 
 test('tests named without .redis need no Redis: they import no Redis client, queue or Redis-backed test support', () => {

@@ -11,9 +11,9 @@ import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { callHash, callKeySegment, contentHash, type CallRevision, type CanonicalCall } from '../src/model/call.js';
 import { ArchiveSink } from '../src/sinks/archive/index.js';
 import { LocalFolderStore } from '../src/sinks/archive/store.js';
-import { HubSpotSink, hubspotOptionsSchema } from '../src/sinks/crm/hubspot.js';
-import { PipedriveSink, pipedriveOptionsSchema } from '../src/sinks/crm/pipedrive.js';
-import { WebhookSink, webhookOptionsSchema } from '../src/sinks/crm/webhook.js';
+import { HubSpotSink, hubspotSinkType } from '../src/sinks/crm/hubspot.js';
+import { PipedriveSink, pipedriveSinkType } from '../src/sinks/crm/pipedrive.js';
+import { WebhookSink, webhookSinkType } from '../src/sinks/crm/webhook.js';
 import { RetryLaterError } from '../src/errors.js';
 import type { Sink, SinkContext, SinkResult } from '../src/sinks/types.js';
 import { sampleCall } from './support/calls.js';
@@ -84,7 +84,7 @@ describe('revisions at HubSpot', () => {
     deps = crmTestDeps({ HUBSPOT_ACCESS_TOKEN: fake.token, HUBSPOT_API_URL: fake.url });
   });
   afterEach(async () => deps.close());
-  const sink = () => new HubSpotSink('hubspot', hubspotOptionsSchema.parse({}), deps);
+  const sink = () => new HubSpotSink('hubspot', hubspotSinkType.options.parse({}), deps);
 
   it('an update arriving while the first revision is being created: one call, PATCHed with the newest content', async () => {
     const { first, update, r1, r2 } = revisions('race-hs');
@@ -147,7 +147,7 @@ describe('revisions at Pipedrive', () => {
     deps = crmTestDeps({ PIPEDRIVE_API_TOKEN: fake.token, PIPEDRIVE_API_URL: fake.url });
   });
   afterEach(async () => deps.close());
-  const sink = () => new PipedriveSink('pipedrive', pipedriveOptionsSchema.parse({}), deps);
+  const sink = () => new PipedriveSink('pipedrive', pipedriveSinkType.options.parse({}), deps);
 
   it('an update arriving while the call log is being created: one call log, its activity updated to the newest note', async () => {
     const { first, update, r1, r2 } = revisions('race-pd');
@@ -195,7 +195,7 @@ describe('revisions at the signed webhook', () => {
     deps.clock.now = Date.now(); // the receiver checks the signature's timestamp against the real clock
   });
   afterEach(async () => deps.close());
-  const sink = () => new WebhookSink('webhook', webhookOptionsSchema.parse({ urls: [receiver.url] }), deps);
+  const sink = () => new WebhookSink('webhook', webhookSinkType.options.parse({ urls: [receiver.url] }), deps);
 
   it('an update is a new message with a new webhook-id; a redelivery of either revision sends nothing', async () => {
     const { first, update, r1, r2 } = revisions('wh-update');
@@ -224,7 +224,7 @@ describe('revisions at the signed webhook', () => {
     const { first, update, r1, r2 } = revisions('wh-endpoints');
     const other = await new FakeWebhookReceiver(secret).start();
     try {
-      const s = new WebhookSink('webhook', webhookOptionsSchema.parse({ endpoints: [{ name: 'a', url: receiver.url }, { name: 'b', url: other.url }] }), deps);
+      const s = new WebhookSink('webhook', webhookSinkType.options.parse({ endpoints: [{ name: 'a', url: receiver.url }, { name: 'b', url: other.url }] }), deps);
       const at = (endpoint: string, jobId: string, r: typeof r1) => ({ ...ctxOf(deps, jobId, r), endpoint });
       // Endpoint a gets the update first (b is behind, e.g. it was paused); the original then reaches both.
       await s.deliver(update, at('a', 'job-update', r2));
@@ -242,7 +242,7 @@ describe('revisions at the signed webhook', () => {
     const { first, update, r1, r2 } = revisions('wh-race');
     const slow = await new SlowReceiver().start();
     try {
-      const s = new WebhookSink('webhook', webhookOptionsSchema.parse({ urls: [`${slow.url}/hooks`] }), deps);
+      const s = new WebhookSink('webhook', webhookSinkType.options.parse({ urls: [`${slow.url}/hooks`] }), deps);
       const held = gate();
       slow.enqueue({ hold: held.promise });
       const original = deliverUntilDone(s, first, ctxOf(deps, 'job-first', r1));

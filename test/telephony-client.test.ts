@@ -5,15 +5,8 @@ import { createHash } from 'node:crypto';
 import { createServer } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
-import {
-  OutcomeUnknownError,
-  ResponseValidationError,
-  TelephonyConfigError,
-  createTelephonyClient,
-  telephonyOptionsFromEnv,
-  type TelephonyClientOptions,
-  type TelephonyError,
-} from '../src/telephony/client.js';
+import { TelephonyConfigError, createTelephonyClient, telephonyOptionsFromEnv, type TelephonyClientOptions } from '../src/telephony/client.js';
+import { OutcomeUnknownError, ResponseValidationError, type TelephonyError } from '../src/telephony/errors.js';
 import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
 
 const fast = { retryMinDelayMs: 10, retryMaxDelayMs: 50, timeoutMs: 2000 } satisfies Partial<TelephonyClientOptions>;

@@ -5,12 +5,12 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import type { z } from 'zod';
-import { hubspotOptionsSchema } from '../src/sinks/crm/hubspot.js';
-import { pipedriveOptionsSchema } from '../src/sinks/crm/pipedrive.js';
+import { hubspotSinkType } from '../src/sinks/crm/hubspot.js';
+import { pipedriveSinkType } from '../src/sinks/crm/pipedrive.js';
 import { callVars, renderHtmlBody, renderTitle } from '../src/sinks/crm/vars.js';
-import { emailOptionsSchema } from '../src/sinks/notify/email.js';
+import { emailSinkType } from '../src/sinks/notify/email.js';
 import { renderHtml, renderText } from '../src/sinks/notify/message.js';
-import { smsOptionsSchema } from '../src/sinks/notify/sms.js';
+import { smsSinkType } from '../src/sinks/notify/sms.js';
 import { renderTemplate } from '../src/sinks/template.js';
 import { formatDuration, TEMPLATE_ALIASES, TEMPLATE_VARS, templateVars } from '../src/sinks/template-vars.js';
 import { sampleCall } from './support/calls.js';
@@ -20,14 +20,14 @@ const notify = (call = sampleCall('tv-1')) => templateVars(call, { timeZone: 'Eu
 
 /** Every template option of every sink type, as the config file would give it. */
 const templateOptions: { sink: string; parse: (template: string) => unknown }[] = [
-  { sink: 'hubspot titleTemplate', parse: (t) => hubspotOptionsSchema.parse({ titleTemplate: t }) },
-  { sink: 'hubspot bodyTemplate', parse: (t) => hubspotOptionsSchema.parse({ bodyTemplate: t }) },
-  { sink: 'pipedrive subjectTemplate', parse: (t) => pipedriveOptionsSchema.parse({ subjectTemplate: t }) },
-  { sink: 'pipedrive noteTemplate', parse: (t) => pipedriveOptionsSchema.parse({ noteTemplate: t }) },
-  { sink: 'sms message', parse: (t) => smsOptionsSchema.parse({ smsId: 's0', message: t }) },
-  { sink: 'email subject', parse: (t) => emailOptionsSchema.parse({ to: 'team@example.com', subject: t }) },
-  { sink: 'email text', parse: (t) => emailOptionsSchema.parse({ to: 'team@example.com', text: t }) },
-  { sink: 'email html', parse: (t) => emailOptionsSchema.parse({ to: 'team@example.com', html: t }) },
+  { sink: 'hubspot titleTemplate', parse: (t) => hubspotSinkType.options.parse({ titleTemplate: t }) },
+  { sink: 'hubspot bodyTemplate', parse: (t) => hubspotSinkType.options.parse({ bodyTemplate: t }) },
+  { sink: 'pipedrive subjectTemplate', parse: (t) => pipedriveSinkType.options.parse({ subjectTemplate: t }) },
+  { sink: 'pipedrive noteTemplate', parse: (t) => pipedriveSinkType.options.parse({ noteTemplate: t }) },
+  { sink: 'sms message', parse: (t) => smsSinkType.options.parse({ smsId: 's0', message: t }) },
+  { sink: 'email subject', parse: (t) => emailSinkType.options.parse({ to: 'team@example.com', subject: t }) },
+  { sink: 'email text', parse: (t) => emailSinkType.options.parse({ to: 'team@example.com', text: t }) },
+  { sink: 'email html', parse: (t) => emailSinkType.options.parse({ to: 'team@example.com', html: t }) },
 ];
 
 const every = (names: readonly string[]) => names.map((n) => `{{${n}}}`).join(' ');

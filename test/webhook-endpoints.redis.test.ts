@@ -14,7 +14,7 @@ import { JobName, sinkQueueName, type SinkDeliverJob } from '../queues/registry.
 import { runCli } from '../src/cli/index.js';
 import type { CliIo } from '../src/cli/io.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
-import { sinkJobId } from '../workers/fanout.js';
+import { sinkJobId } from '../queues/registry.js';
 import { postJson } from './support/callsync.js';
 import { webhookPayload } from './support/calls.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';

@@ -49,12 +49,12 @@ export interface Callsync {
   close(): Promise<void>;
 }
 
-export const runsIngress = (role: Config['role']) => role === 'ingress' || role === 'all';
-export const runsWorkers = (role: Config['role']) => role === 'worker' || role === 'all';
-export const runsPoller = (role: Config['role']) => role === 'poller' || role === 'all';
+const runsIngress = (role: Config['role']) => role === 'ingress' || role === 'all';
+const runsWorkers = (role: Config['role']) => role === 'worker' || role === 'all';
+const runsPoller = (role: Config['role']) => role === 'poller' || role === 'all';
 
 /** The queue runner settings of every worker in this process (sink queues, dead letters). */
-export function runnerOptions(config: Config, connection: RedisClient, options: CallsyncOptions): RunnerOptions {
+function runnerOptions(config: Config, connection: RedisClient, options: CallsyncOptions): RunnerOptions {
   return {
     connection,
     prefix: redisKeys(config.redis),

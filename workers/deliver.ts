@@ -4,13 +4,14 @@
 // logs it and BullMQ keeps it as the dead letter's reason.
 import type { Job } from 'bullmq';
 import type { Logger } from 'pino';
-import { PermanentError, scrubEchoes, type EchoValues } from '../src/errors.js';
+import { UnprocessableJobError } from '../src/errors.js';
+import { scrubEchoes, type EchoValues } from '../src/redact.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import type { Sink, SinkResult } from '../src/sinks/types.js';
 import type { SinkDeliverJob } from '../queues/registry.js';
 
 /** The personal texts of a call that a remote's error text may echo. */
-export function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues {
+function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues {
   const texts: string[] = [];
   if (call.summary) texts.push(call.summary.content, ...call.summary.keyPoints, ...call.summary.topics);
   if (call.transcript) texts.push(call.transcript.content, ...call.transcript.chunks.map((c) => c.content));
@@ -23,7 +24,10 @@ export function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues 
   return { texts: present(texts), names: present(names), numbers: present(numbers) };
 }
 
-/** Removes the call's own texts from an error's message (and its stack, which BullMQ keeps too). */
+/**
+ * Removes the call's own texts from an error's message (and its stack, which BullMQ keeps too).
+ * @internal Exported for its tests only (test/redaction.redis.test.ts).
+ */
 export function scrubCallEchoes(err: unknown, call: Omit<CanonicalCall, 'revision'>): unknown {
   if (!(err instanceof Error)) return err;
   const message = scrubEchoes(err.message, echoValuesOf(call));
@@ -37,7 +41,7 @@ export function scrubCallEchoes(err: unknown, call: Omit<CanonicalCall, 'revisio
 export function createDeliverProcessor(sink: Sink, log: Logger, endpoint?: string) {
   return async function deliver(job: Job<SinkDeliverJob>, signal: AbortSignal): Promise<SinkResult> {
     const data = job.data?.call;
-    if (!data || typeof data.key !== 'string') throw new PermanentError('sink job carries no canonical call record');
+    if (!data || typeof data.key !== 'string') throw new UnprocessableJobError('sink job carries no canonical call record');
     // The revision is delivery metadata, not content: sinks get it beside the call, never inside what they write.
     const { revision, ...call } = data;
     let jobLog: Logger | undefined;

@@ -7,7 +7,7 @@ import { processIo } from '../src/cli/io.js';
 import { runUntilSignalled } from './run.js';
 
 /** How long a finished command may take to end by itself before it is ended (something kept it alive). */
-export const EXIT_GRACE_MS = 5000;
+const EXIT_GRACE_MS = 5000;
 
 function finish(code: number): void {
   process.exitCode = code;

@@ -23,7 +23,7 @@ import { logRepeated } from '../src/log.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import { routeMatches, sinksFor } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
-import { PermanentError } from '../src/errors.js';
+import { UnprocessableJobError } from '../src/errors.js';
 import { JobName, sinkJobId, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { inboundStreamKey, parseStoredCall, type InboundEntry, type InboundLog, type InboundShard } from '../queues/inbound.js';
 import { isRedisUnavailable } from '../queues/connection.js';
@@ -66,16 +66,13 @@ interface PlannedJob {
   job: { name: typeof JobName.sinkDeliver; data: SinkDeliverJob; opts: { jobId: string } };
 }
 
-// The sink job ids live in the job registry (queues/registry.ts), where `callsync send-sample` finds them too.
-export { sinkJobId };
-
 /** One job per endpoint queue of a sink with endpoints. */
 function endpointJobs(sink: string, endpoints: readonly EndpointQueue[], call: CanonicalCall): PlannedJob[] {
   const jobId = sinkJobId(call);
   return endpoints.map(({ endpoint, queue }) => ({ queue, job: { name: JobName.sinkDeliver, data: { kind: JobName.sinkDeliver, sink, endpoint, call }, opts: { jobId } } }));
 }
 
-/** The sink jobs of one call; throws PermanentError when a route names a sink without a queue. */
+/** The sink jobs of one call; throws UnprocessableJobError when a route names a sink without a queue. */
 function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: PlannedJob[] } {
   const sinks = sinksFor(deps.routes, call);
   const jobId = sinkJobId(call);
@@ -87,7 +84,7 @@ function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: P
     const endpoints = deps.endpointQueues?.get(sink);
     if (endpoints) return endpointJobs(sink, endpoints, sinkCall);
     const queue = deps.sinkQueues.get(sink);
-    if (!queue) throw new PermanentError(`route names sink "${sink}", which has no queue`);
+    if (!queue) throw new UnprocessableJobError(`route names sink "${sink}", which has no queue`);
     const data: SinkDeliverJob = { kind: JobName.sinkDeliver, sink, call: sinkCall };
     return [{ queue, job: { name: JobName.sinkDeliver, data, opts: { jobId } } }];
   });
@@ -102,7 +99,7 @@ function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: P
 export function createHandOverProcessor(sink: string, endpoints: readonly EndpointQueue[], replicated?: FanOutDeps['replicated']) {
   return async function handOver(job: Job<SinkDeliverJob>): Promise<{ endpoints: string[] }> {
     const call = job.data?.call;
-    if (!call || typeof call.key !== 'string') throw new PermanentError('sink job carries no canonical call record');
+    if (!call || typeof call.key !== 'string') throw new UnprocessableJobError('sink job carries no canonical call record');
     await Promise.all(endpointJobs(sink, endpoints, call).map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
     await replicated?.(endpoints.map((e) => e.queue));
     return { endpoints: endpoints.map((e) => e.endpoint) };
@@ -126,7 +123,7 @@ export function createFanOutProcessor(deps: FanOutDeps) {
     // A dead letter kept as its stored text is read again: the cause may have been fixed since.
     const call = job.data?.call ?? (typeof job.data?.text === 'string' ? parseStoredCall(job.data.text) : null);
     if (!call || typeof call.key !== 'string' || typeof call.callId !== 'string') {
-      throw new PermanentError(job.data?.reason ?? 'inbound job carries no canonical call record');
+      throw new UnprocessableJobError(job.data?.reason ?? 'inbound job carries no canonical call record');
     }
     const { sinks, jobs } = plan(deps, call);
     try {
@@ -136,7 +133,7 @@ export function createFanOutProcessor(deps: FanOutDeps) {
       if (tracingOn()) traceFannedOut(sinkJobId(call).slice(0, 32), fannedOutInfo(deps, call, sinks), Date.now());
     } catch (err) {
       // The same data fails the same way on every attempt: a dead letter at once, with the reason.
-      if (!isRedisUnavailable(err)) throw new PermanentError(`sink jobs of call ${call.callId} cannot be stored: ${describe(err)}`, { cause: err });
+      if (!isRedisUnavailable(err)) throw new UnprocessableJobError(`sink jobs of call ${call.callId} cannot be stored: ${errorNameAndFirstLine(err)}`, { cause: err });
       throw err;
     }
     return { sinks };
@@ -207,7 +204,7 @@ const PARKED_TEXT_HEAD_CHARS = 64 * 1024;
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
 /** An error for a reason or a log line: its name and first line, bounded (no payload data in it). */
-function describe(err: unknown): string {
+function errorNameAndFirstLine(err: unknown): string {
   const text = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
   return text.split('\n')[0]!.slice(0, 300);
 }
@@ -275,7 +272,7 @@ class LogFanOut implements RunningLogFanOut {
   }
 
   /** Acknowledges and deletes entries whose jobs exist (on enough replicas, see `replicated`). */
-  private async done(entryIds: string[]): Promise<void> {
+  private async acknowledge(entryIds: string[]): Promise<void> {
     if (this.options.replicated && this.touched.size > 0) {
       await this.options.replicated([...this.touched]);
       this.touched.clear();
@@ -311,7 +308,7 @@ class LogFanOut implements RunningLogFanOut {
         return true;
       } catch (err) {
         if (isRedisUnavailable(err)) throw err;
-        reason = `${reason}; the call record cannot be stored as a job (${describe(err)}): kept as the text it was stored with`;
+        reason = `${reason}; the call record cannot be stored as a job (${errorNameAndFirstLine(err)}): kept as the text it was stored with`;
       }
     }
     let failure: unknown;
@@ -324,14 +321,14 @@ class LogFanOut implements RunningLogFanOut {
       if (isRedisUnavailable(err)) throw err;
       failure = err;
     }
-    const parkedReason = `${reason}; its text cannot be stored as a job either (${describe(failure)})`;
+    const parkedReason = `${reason}; its text cannot be stored as a job either (${errorNameAndFirstLine(failure)})`;
     let parked: string | null;
     try {
       parked = await this.shard.park(entry.entryId, parkedReason);
     } catch (err) {
       if (isRedisUnavailable(err)) throw err;
       this.events?.failed?.('unstorable');
-      this.log.error({ ...where, reason: parkedReason, parkError: describe(err), chars: entry.text.length }, 'inbound entry can be kept nowhere: left unacknowledged in the log, tried again after the take-over interval');
+      this.log.error({ ...where, reason: parkedReason, parkError: errorNameAndFirstLine(err), chars: entry.text.length }, 'inbound entry can be kept nowhere: left unacknowledged in the log, tried again after the take-over interval');
       return false;
     }
     if (parked === null) {
@@ -344,7 +341,7 @@ class LogFanOut implements RunningLogFanOut {
     // The entry is safe already; the dead letter makes it show where operators look.
     const pointer = `${parkedReason}; kept whole in ${this.shard.parkedKey} as ${parked}${entry.text.length > PARKED_TEXT_HEAD_CHARS ? `, the first ${PARKED_TEXT_HEAD_CHARS} of its ${entry.text.length} characters here` : ''}`;
     await this.addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text.slice(0, PARKED_TEXT_HEAD_CHARS), reason: pointer }, jobId).catch((err: unknown) => {
-      this.log.error({ ...where, parkedId: parked, err: { message: describe(err) } }, 'dead letter pointing at a parked entry not stored: find the entry in the parked stream');
+      this.log.error({ ...where, parkedId: parked, err: { message: errorNameAndFirstLine(err) } }, 'dead letter pointing at a parked entry not stored: find the entry in the parked stream');
     });
     return true;
   }
@@ -354,7 +351,7 @@ class LogFanOut implements RunningLogFanOut {
    * out to the dead letters, then acknowledges them; each handled entry's id goes to `handled`.
    * Throws when that fails (nothing of it acknowledged; sink jobs already added are harmless again).
    */
-  private async together(entries: InboundEntry[], handled: Set<string>): Promise<void> {
+  private async fanOutAsOneBatch(entries: InboundEntry[], handled: Set<string>): Promise<void> {
     const startedAt = Date.now();
     const byQueue = new Map<Queue<SinkDeliverJob>, PlannedJob['job'][]>();
     const dead: [InboundEntry, string][] = [];
@@ -394,7 +391,7 @@ class LogFanOut implements RunningLogFanOut {
     }
     const kept = new Set(entries.map((e) => e.entryId));
     for (const [entry, reason] of dead) if (!(await this.deadLetter(entry, reason))) kept.delete(entry.entryId);
-    await this.done([...kept]);
+    await this.acknowledge([...kept]);
     for (const e of entries) handled.add(e.entryId);
     this.progressed();
     this.events?.fannedOut?.(entries.length - dead.length, jobs);
@@ -405,12 +402,12 @@ class LogFanOut implements RunningLogFanOut {
    * again halved while they fail, down to the single entries that fail alone; those go to the dead
    * letters with their error. The rest is fanned out in log order. Throws only when Redis is unavailable.
    */
-  private async isolate(entries: InboundEntry[], err: unknown, handled: Set<string>): Promise<void> {
+  private async bisectToFailingEntries(entries: InboundEntry[], err: unknown, handled: Set<string>): Promise<void> {
     if (entries.length === 1) {
       const entry = entries[0]!;
       this.events?.failed?.('entry');
-      const reason = `fan-out of ${entry.call ? `call ${entry.call.callId}` : 'this entry'} failed: ${describe(err)}`;
-      if (await this.deadLetter(entry, reason)) await this.done([entry.entryId]);
+      const reason = `fan-out of ${entry.call ? `call ${entry.call.callId}` : 'this entry'} failed: ${errorNameAndFirstLine(err)}`;
+      if (await this.deadLetter(entry, reason)) await this.acknowledge([entry.entryId]);
       handled.add(entry.entryId);
       this.progressed();
       return;
@@ -418,10 +415,10 @@ class LogFanOut implements RunningLogFanOut {
     const middle = Math.ceil(entries.length / 2);
     for (const part of [entries.slice(0, middle), entries.slice(middle)]) {
       try {
-        await this.together(part, handled);
+        await this.fanOutAsOneBatch(part, handled);
       } catch (partErr) {
         if (isRedisUnavailable(partErr)) throw partErr;
-        await this.isolate(part, partErr, handled);
+        await this.bisectToFailingEntries(part, partErr, handled);
       }
     }
   }
@@ -433,11 +430,11 @@ class LogFanOut implements RunningLogFanOut {
    */
   private async fanOut(entries: InboundEntry[], handled: Set<string>): Promise<void> {
     try {
-      await this.together(entries, handled);
+      await this.fanOutAsOneBatch(entries, handled);
     } catch (err) {
       if (isRedisUnavailable(err)) throw err;
-      this.log.warn({ entries: entries.length, err: { message: describe(err) } }, 'fan-out of a batch failed with an error that is not Redis\': isolating the entries that cause it');
-      await this.isolate(entries, err, handled);
+      this.log.warn({ entries: entries.length, err: { message: errorNameAndFirstLine(err) } }, 'fan-out of a batch failed with an error that is not Redis\': isolating the entries that cause it');
+      await this.bisectToFailingEntries(entries, err, handled);
     }
   }
 
@@ -450,7 +447,7 @@ class LogFanOut implements RunningLogFanOut {
     const retry: InboundEntry[] = [];
     for (const { entry, deliveries } of stale) {
       if (deliveries > this.maxDeliveries) {
-        if (await this.deadLetter(entry, `delivered to the fan-out ${deliveries} times without being acknowledged`)) await this.done([entry.entryId]);
+        if (await this.deadLetter(entry, `delivered to the fan-out ${deliveries} times without being acknowledged`)) await this.acknowledge([entry.entryId]);
       } else {
         retry.push(entry);
       }
@@ -494,9 +491,9 @@ class LogFanOut implements RunningLogFanOut {
         const redis = isRedisUnavailable(err);
         this.events?.failed?.(redis ? 'redis' : 'unexpected');
         const delay = Math.min(2000, 100 * 2 ** Math.min(this.failures, 5));
-        const fields = { err: { message: describe(err) }, retryInMs: delay, inHand: inHand.length, failures: this.failures };
+        const fields = { err: { message: errorNameAndFirstLine(err) }, retryInMs: delay, inHand: inHand.length, failures: this.failures };
         // Every round fails while Redis is away: one line per REPEAT_LOG_INTERVAL_MS, with the count.
-        if (redis) logRepeated(this.log, 'warn', 'fan-out could not read or write Redis: retrying', this.shard.key, { message: describe(err) }, { inHand: inHand.length, failures: this.failures });
+        if (redis) logRepeated(this.log, 'warn', 'fan-out could not read or write Redis: retrying', this.shard.key, { message: errorNameAndFirstLine(err) }, { inHand: inHand.length, failures: this.failures });
         else this.log.error(fields, 'fan-out round failed: retrying');
         await sleep(delay);
       }

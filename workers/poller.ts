@@ -19,7 +19,7 @@ import type { Logger } from '../src/log.js';
 import { logRepeated, maskPhone } from '../src/log.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { ChannelEventError, parseChannelEvent, toCanonical } from '../src/model/channel-event.js';
-import { AuthError, PermanentError, RetryLaterError, classify } from '../src/errors.js';
+import { AuthError, RetryLaterError, UnprocessableJobError, classify } from '../src/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import { envSchema } from '../src/config/env.js';
 import { pollerSettings, type PollerSettings } from '../src/config/index.js';
@@ -29,9 +29,11 @@ import { runWorker, type RunnerOptions, type RunningWorker } from './runner.js';
 // ---------------------------------------------------------------------------------------------
 // Settings: POLL_* variables are part of the one environment schema (src/config/env.ts).
 
-export type { PollerSettings } from '../src/config/index.js';
 
-/** The poller's settings alone, from the environment; throws listing every bad POLL_* variable. */
+/**
+ * The poller's settings alone, from the environment; throws listing every bad POLL_* variable.
+ * @internal Exported for its tests only (test/poller.redis.test.ts).
+ */
 export function pollerSettingsFromEnv(env: NodeJS.ProcessEnv): PollerSettings {
   const parsed = envSchema.pick({ POLL_CHANNEL_IDS: true, POLL_INTERVAL_MS: true, POLL_PAGE_SIZE: true, POLL_MAX_BACKOFF_MS: true, POLL_LOCK_TTL_MS: true }).safeParse(env);
   if (!parsed.success) {
@@ -47,10 +49,12 @@ export function pollerSettingsFromEnv(env: NodeJS.ProcessEnv): PollerSettings {
 /** Where a channel's stored position lives (delete it to re-read the inbox from the start). */
 // A channel's lock and cursor share the channel's slot (the cursor moves only under the lock, in
 // one script); channels are spread over a cluster's masters (queues/keys.ts).
+/** @internal Exported for its tests only (test/migrate-keys.redis.test.ts, test/poller.redis.test.ts). */
 export function cursorKey(keys: RedisKeys | string, channelId: string): string {
   return `${asKeys(keys).state(`poller:${channelId}`)}poller:cursor:${channelId}`;
 }
 
+/** @internal Exported for its tests only (test/poller.redis.test.ts). */
 export function lockKey(keys: RedisKeys | string, channelId: string): string {
   return `${asKeys(keys).state(`poller:${channelId}`)}poller:lock:${channelId}`;
 }
@@ -64,12 +68,12 @@ const STORE_CURSOR = `if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('
 // Dependencies and hooks
 
 /** What the poller needs from the spine: the same acceptor as the ingress (dedupe + enqueue). */
-export interface PollAcceptor {
+interface PollAcceptor {
   accept(call: CanonicalCall): Promise<{ id: string; duplicate: boolean }>;
 }
 
 /** Keeps an event that cannot be parsed, with the reason, where operators find dead letters. */
-export interface PollDeadLetters {
+interface PollDeadLetters {
   add(channelId: string, event: unknown, reason: string): Promise<void>;
 }
 
@@ -85,7 +89,7 @@ export interface PollerEvents {
   lock?(channelId: string, held: boolean): void;
 }
 
-export interface ChannelPollerDeps {
+interface ChannelPollerDeps {
   client: TelephonyClient;
   acceptor: PollAcceptor;
   deadLetters: PollDeadLetters;
@@ -101,12 +105,12 @@ export interface ChannelPollerDeps {
   random?: () => number;
 }
 
-export type ChannelPollerState = 'idle' | 'standby' | 'polling' | 'stopped' | 'closed';
+type ChannelPollerState = 'idle' | 'standby' | 'polling' | 'stopped' | 'closed';
 
 // ---------------------------------------------------------------------------------------------
 // One channel
 
-export class ChannelPoller {
+class ChannelPoller {
   readonly instanceId: string;
   private stateValue: ChannelPollerState = 'idle';
   private stopReason: string | null = null;
@@ -388,7 +392,7 @@ class LeaseLostError extends Error {
 // Dead letters: the poll-dead-letters queue's failed set
 
 /** A dead-letter job id per channel and event (the same bad event read twice is one dead letter). */
-export function deadLetterJobId(channelId: string, event: unknown): string {
+function deadLetterJobId(channelId: string, event: unknown): string {
   const eventId = typeof event === 'object' && event !== null ? (event as Record<string, unknown>).eventId : undefined;
   const identity = typeof eventId === 'string' && eventId !== '' ? eventId : createHash('sha256').update(JSON.stringify(event) ?? 'undefined').digest('hex');
   return `dl-${callHash(`poll:${channelId}:${identity}`)}`;
@@ -399,7 +403,7 @@ export function deadLetterJobId(channelId: string, event: unknown): string {
  * tries the event again and, while it still cannot be read, fails it at once: the event then sits
  * in the queue's failed set (the dead letters) with the reason, and "retry" after a fix queues it.
  */
-export class QueuePollDeadLetters implements PollDeadLetters {
+class QueuePollDeadLetters implements PollDeadLetters {
   constructor(private readonly queue: Queue<PollDeadLetterJob>) {}
 
   async add(channelId: string, event: unknown, reason: string): Promise<void> {
@@ -413,7 +417,7 @@ export class QueuePollDeadLetters implements PollDeadLetters {
 }
 
 /** Processor of the poll-dead-letters queue: queue the event if it can now be read, else dead-letter it with the reason. */
-export function createPollDeadLetterProcessor(acceptor: PollAcceptor, now: () => Date = () => new Date()) {
+function createPollDeadLetterProcessor(acceptor: PollAcceptor, now: () => Date = () => new Date()) {
   return async function reprocessChannelEvent(job: Job<PollDeadLetterJob>): Promise<{ status: string; id?: string }> {
     const { channelId, event } = job.data;
     let parsed;
@@ -424,7 +428,7 @@ export function createPollDeadLetterProcessor(acceptor: PollAcceptor, now: () =>
       const result = await acceptor.accept(call);
       return { status: result.duplicate ? 'duplicate' : 'queued', id: result.id };
     } catch (err) {
-      if (err instanceof ChannelEventError) throw new PermanentError(`channel ${channelId}: ${err.message}`);
+      if (err instanceof ChannelEventError) throw new UnprocessableJobError(`channel ${channelId}: ${err.message}`);
       throw err;
     }
   };

@@ -13,7 +13,7 @@ export interface RetentionSweeper {
 }
 
 /** The marker one process takes per interval (`<area retention>:retention:sweep`). */
-export function sweepMarkerKey(config: Config): string {
+function sweepMarkerKey(config: Config): string {
   return `${redisKeys(config.redis).area('retention')}:retention:sweep`;
 }
 

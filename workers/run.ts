@@ -8,6 +8,7 @@ import { startCallsync, type Callsync, type CallsyncOptions } from './callsync.j
 import { createOperations, type Operations } from './operations.js';
 import { resolveRedis } from '../queues/private-redis.js';
 
+/** @internal Exported for its tests only (test/support/ops.ts). */
 export interface RunningCallsync {
   callsync: Callsync;
   operations: Operations;
@@ -15,12 +16,16 @@ export interface RunningCallsync {
   shutdown(reason: string): Promise<number>;
 }
 
+/** @internal Exported for its tests only (test/support/ops.ts). */
 export interface StartOptions extends Partial<CallsyncOptions> {
   config: Config;
   log: Logger;
 }
 
-/** Starts the configured roles with metrics, request ids, the dashboard and the shutdown gate. */
+/**
+ * Starts the configured roles with metrics, request ids, the dashboard and the shutdown gate.
+ * @internal Exported for its tests only (bench/server.ts, test/support/ops.ts).
+ */
 export async function startWithOperations(options: StartOptions): Promise<RunningCallsync> {
   const { config, log, runnerEvents, ingressEvents, ingressBefore, ...rest } = options;
   const operations = createOperations({ config, log, runnerEvents, ingressEvents });

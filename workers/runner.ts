@@ -53,17 +53,18 @@ export type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal)
 const MAX_DEFERRALS = 200;
 
 /** First and longest wait of a job for Redis (doubling in between, with jitter: half to all of it). */
-export const REDIS_WAIT_MIN_MS = 250;
-export const REDIS_WAIT_MAX_MS = 5000;
+const REDIS_WAIT_MIN_MS = 250;
+const REDIS_WAIT_MAX_MS = 5000;
 
 /** The wait before a job runs again after Redis failed under it for the `waits`-th time in a row. */
-export function redisWaitMs(waits: number, random: () => number = Math.random): number {
+function redisWaitMs(waits: number, random: () => number = Math.random): number {
   return backoffDelay(Math.max(0, waits) + 1, REDIS_WAIT_MIN_MS, REDIS_WAIT_MAX_MS, random);
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-function describe(err: unknown): string {
+/** An error's whole message (a dead letter's reason, a log line's); unlike the fan-out's, no name, not cut. */
+function errorMessage(err: unknown): string {
   if (err instanceof Error) return err.message;
   return String(err);
 }
@@ -132,7 +133,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           const delayMs = redisWaitMs(waits);
           options.events?.deferred?.(queueName, job, delayMs, 'job');
           if (waits === 0 || waits % 20 === 0) {
-            jobLog().warn({ reason: describe(err), delayMs, waits }, 'Redis failed under the job: waiting for Redis, no attempt spent');
+            jobLog().warn({ reason: errorMessage(err), delayMs, waits }, 'Redis failed under the job: waiting for Redis, no attempt spent');
           }
           const giveUpAt = Date.now() + options.lockDurationMs;
           for (let tries = 0; ; tries++) {
@@ -146,8 +147,8 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           }
         }
         if (kind === 'permanent') {
-          jobLog().warn({ reason: describe(err) }, 'permanent failure: dead-lettered');
-          throw new UnrecoverableError(describe(err));
+          jobLog().warn({ reason: errorMessage(err) }, 'permanent failure: dead-lettered');
+          throw new UnrecoverableError(errorMessage(err));
         }
         if (kind === 'retry-later' && err instanceof RetryLaterError) {
           const deferrals = job.attemptsStarted - job.attemptsMade;
@@ -163,7 +164,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           }
         }
         if (kind === 'auth') {
-          const reason = describe(err);
+          const reason = errorMessage(err);
           jobLog().error({ reason }, 'credentials rejected: pausing the queue until an operator resumes it');
           options.events?.paused?.(queueName, reason);
           await pauseQueue(queue, options.connection, reason);
@@ -171,7 +172,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           throw new DelayedError();
         }
         if (kind === 'disable') {
-          const reason = describe(err);
+          const reason = errorMessage(err);
           // Jobs running at the same time get the same answer: the first to disable tells (one
           // disabling at a time in this process; later ones find the queue paused and marked).
           let first = false;
@@ -187,7 +188,7 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           await job.moveToDelayed(Date.now() + 1000, token);
           throw new DelayedError();
         }
-        jobLog().warn({ reason: describe(err), status: err instanceof SinkError ? err.status : undefined }, 'transient failure: will retry');
+        jobLog().warn({ reason: errorMessage(err), status: err instanceof SinkError ? err.status : undefined }, 'transient failure: will retry');
         throw err;
       } finally {
         inFlight--;

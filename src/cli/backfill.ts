@@ -30,7 +30,10 @@ export interface HistoryReader {
   readHistory(query: HistoryQuery, signal?: AbortSignal): Promise<HistoryPage>;
 }
 
-/** Where the cursor of one range (and target) is kept. */
+/**
+ * Where the cursor of one range (and target) is kept.
+ * @internal Exported for its tests only (test/backfill-replay.redis.test.ts).
+ */
 export function backfillCursorKey(keys: RedisKeys | string, options: Pick<BackfillOptions, 'from' | 'to' | 'sink'>): string {
   return `${asKeys(keys).area('backfill')}:backfill:${options.from}|${options.to}|${options.sink ?? '*'}`;
 }

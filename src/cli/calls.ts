@@ -112,7 +112,7 @@ export async function callsCommand(config: Config, redis: RedisClient, args: str
 }
 
 /** The query of `calls` options (the JSON API's parameters have the same names); UsageError when one is bad. */
-export function callQuery(values: Record<string, string | boolean | undefined>, now: number = Date.now()): CallQuery {
+function callQuery(values: Record<string, string | boolean | undefined>, now: number = Date.now()): CallQuery {
   try {
     return parseCallQuery(values, now);
   } catch (err) {

@@ -13,14 +13,13 @@ import { routingFingerprint } from '../config/fingerprint.js';
 import { liveFingerprints, shortFingerprint, type FingerprintEntry } from '../state/config-fingerprint.js';
 import type { RedisClient } from '../../queues/connection.js';
 
-export { redactOptions, redactUrl };
 
 function describeCondition(c: Condition): string {
   const parts = Object.entries(c).map(([k, v]) => `${k}=${Array.isArray(v) ? v.join('|') : String(v)}`);
   return parts.length === 0 ? 'every call' : parts.join(' and ');
 }
 
-export function describeRoute(route: ParsedRoute): string {
+function describeRoute(route: ParsedRoute): string {
   const when = route.when.map(describeCondition);
   const condition = when.length === 1 ? when[0] : when.map((w) => `(${w})`).join(' or ');
   return `${condition} -> ${route.to.join(', ')}`;
@@ -77,6 +76,7 @@ function describeFingerprint(config: Config, live: LiveProcesses | undefined): {
   return { lines, warnings };
 }
 
+/** @internal Exported for its tests only (test/config-redis.test.ts, test/config.test.ts …). */
 export function describeConfig(config: Config, live?: LiveProcesses): string[] {
   const env = config.env;
   const lines: string[] = [];

@@ -30,7 +30,7 @@ Options:
   -h, --help    show this help`;
 
 /** The receipt as lines: counts per store, nothing personal. */
-export function receiptLines(receipt: ForgetReceipt): string[] {
+function receiptLines(receipt: ForgetReceipt): string[] {
   const rows = Object.entries(receipt.stores)
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([store, n]) => [store, String(n)]);

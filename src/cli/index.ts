@@ -23,6 +23,7 @@ import { callCommand, callsCommand, callsHelp } from './calls.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
+/** @internal Exported for its tests only (test/cli-commands.redis.test.ts, test/cli-process.redis.test.ts …). */
 export const help = {
   main: `callsync: telephony call data in, CRM / archive / notifications out.
 

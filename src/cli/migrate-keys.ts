@@ -100,7 +100,7 @@ export function sourceSettings(config: Config, options: MigrateSourceOptions): R
 }
 
 /** The prefixes an old deployment of this target most likely used: `{P}` (the compose file's) and `P`, P the target's prefix without braces. */
-export function sourceCandidates(target: RedisKeys, source: RedisSettings, sameRedis: boolean): string[] {
+function sourceCandidates(target: RedisKeys, source: RedisSettings, sameRedis: boolean): string[] {
   const plain = target.prefix.replace(/[{}]/g, '');
   const candidates = [`{${plain}}`, plain].filter((p, i, all) => all.indexOf(p) === i);
   return candidates.filter((p) => {
@@ -129,7 +129,7 @@ interface LeftKey {
   source: string;
 }
 
-export const AREA = {
+const AREA = {
   optOut: 'opt-out list',
   poller: 'poller cursors',
   backfill: 'backfill cursors',
@@ -146,7 +146,7 @@ function isLock(subKey: string): boolean {
 }
 
 /** Where `key` of the one-slot source under `from` goes in `target`, or why it stays. */
-export function classify(key: string, from: string, queues: ReadonlySet<string>, target: RedisKeys): CopyKey | LeftKey {
+function classify(key: string, from: string, queues: ReadonlySet<string>, target: RedisKeys): CopyKey | LeftKey {
   const rest = key.slice(from.length + 1);
   const copy = (area: string, to: string): CopyKey => ({ kind: 'copy', area, source: key, target: to });
   const left = (kind: LeftKind): LeftKey => ({ kind, source: key });

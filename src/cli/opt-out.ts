@@ -33,7 +33,7 @@ function longestNumber(words: string[], region: CountryCode): { number: string; 
  * other words of digits continue it. Of such a group the longest run of words that reads as one
  * valid number is taken, then the next (`212 555 1234 415 555 1234` in the US: two).
  */
-export function numbersOfWords(words: string[], region: CountryCode): string[] {
+function numbersOfWords(words: string[], region: CountryCode): string[] {
   const groups: string[][] = [];
   for (const word of words) {
     const group = groups.at(-1);

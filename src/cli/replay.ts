@@ -24,7 +24,10 @@ export interface ReplayOptions {
   dryRun: boolean;
 }
 
-/** The days from..to (inclusive) as `YYYY/MM/DD`. */
+/**
+ * The days from..to (inclusive) as `YYYY/MM/DD`.
+ * @internal Exported for its tests only (test/history-replay.test.ts).
+ */
 export function daysOf(from: string, to: string): string[] {
   const days: string[] = [];
   for (let t = Date.parse(`${from}T00:00:00Z`); t <= Date.parse(`${to}T00:00:00Z`); t += 86_400_000) {
@@ -38,6 +41,7 @@ export function daysOf(from: string, to: string): string[] {
  * it (render.ts), whatever its object's name (`<readable>-<hash>.json`, or `<callId>.json` of the
  * older layout). A record without a call key (written before keys existed) gets the key its source
  * gives it. Null when the text is not such a record.
+ * @internal Exported for its tests only (test/history-replay.test.ts, test/ingress-edge.redis.test.ts).
  */
 export function archivedCall(text: string): CanonicalCall | null {
   let doc: unknown;

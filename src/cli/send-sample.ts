@@ -10,7 +10,7 @@ import type { CliIo } from './io.js';
 import { samplePayload, type SampleOptions } from './sample.js';
 import { sendPushSample } from './sample-push.js';
 
-export function defaultSampleUrl(config: Config): string {
+function defaultSampleUrl(config: Config): string {
   const host = config.http.host === '0.0.0.0' || config.http.host === '::' ? '127.0.0.1' : config.http.host;
   return `http://${host.includes(':') ? `[${host}]` : host}:${config.http.port}/webhooks/ai-agent/sample-agent`;
 }

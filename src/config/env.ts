@@ -210,5 +210,8 @@ export const envSchema = z.object({ ...sinkEnv, ...telephonyEnv, ...coreEnv });
 /** The parsed environment: the core settings and the API client's typed; the sink types' by name. */
 export type Env = z.output<z.ZodObject<typeof coreEnv & typeof telephonyEnv>> & Readonly<Record<string, unknown>>;
 
-/** Every variable name the schema declares. */
+/**
+ * Every variable name the schema declares.
+ * @internal Exported for its tests only (test/config-docs.test.ts).
+ */
 export const envVariables = (): string[] => Object.keys(envSchema.shape).sort();

@@ -21,7 +21,7 @@ function canonical(value: unknown): unknown {
 }
 
 /** What the fingerprint is made of (shown by nothing; hashed). */
-export function routingConfiguration(config: Pick<Config, 'sinks' | 'routes'>): unknown {
+function routingConfiguration(config: Pick<Config, 'sinks' | 'routes'>): unknown {
   const sinks = Object.values(config.sinks)
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
     .map((s) => ({ name: s.name, type: s.type, options: redactOptions(s.options), endpoints: s.endpoints ?? [] }));

@@ -18,7 +18,7 @@ import { TelephonyConfigError, telephonyOptions, type TelephonyClientOptions } f
 import { archiveEnv } from '../sinks/archive/index.js';
 import { envOf } from '../sinks/types.js';
 
-export type Role = Env['CALLSYNC_ROLE'];
+type Role = Env['CALLSYNC_ROLE'];
 
 export interface SinkConfig {
   name: string;
@@ -123,6 +123,7 @@ export class ConfigError extends Error {
   }
 }
 
+/** @internal Exported for its tests only (test/config.test.ts). */
 export const NO_ARCHIVE_WARNING =
   'no route sends calls to an archive sink: calls are not archived (add a sink of type archive and a route to it, or set ARCHIVE_S3_BUCKET)';
 
@@ -149,7 +150,7 @@ interface ConfigFile {
 }
 
 /** Replaces `${NAME}` and `${NAME:-default}` in every string value; unknown names are reported. */
-export function interpolate(value: unknown, env: NodeJS.ProcessEnv, path: string, problems: string[]): unknown {
+function interpolate(value: unknown, env: NodeJS.ProcessEnv, path: string, problems: string[]): unknown {
   if (typeof value === 'string') {
     return value.replace(/\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (match, name: string | undefined, def: string | undefined) => {
       if (match === '$$') return '$';
@@ -170,7 +171,7 @@ export function interpolate(value: unknown, env: NodeJS.ProcessEnv, path: string
 type Segment = PropertyKey;
 
 /** `['routes', 0, 'when', 'direction']` → `routes[0].when.direction`. */
-export function formatPath(path: readonly Segment[]): string {
+function formatPath(path: readonly Segment[]): string {
   let out = '';
   for (const seg of path) {
     if (typeof seg === 'number') out += `[${seg}]`;
@@ -192,7 +193,7 @@ function wrongKind(issues: readonly z.core.$ZodIssue[]): boolean {
  * given (for values from a fixed set) and what is expected (`"inbound" — use in or out`). Values that
  * could be secrets are never echoed: only enum values and the kind of a value of the wrong type.
  */
-export function describeIssues(issues: readonly z.core.$ZodIssue[], base: readonly Segment[] = []): string[] {
+function describeIssues(issues: readonly z.core.$ZodIssue[], base: readonly Segment[] = []): string[] {
   return issues.flatMap((issue) => {
     const path = [...base, ...issue.path];
     switch (issue.code) {

@@ -30,7 +30,10 @@ export interface AcceptOptions {
   requestId?: string;
 }
 
-/** The call as JSON; with `rawJson`, its `raw` is that text verbatim. */
+/**
+ * The call as JSON; with `rawJson`, its `raw` is that text verbatim.
+ * @internal Exported for its tests only (test/chaos/chaos.redis.test.ts, test/fanout-isolation.redis.test.ts …).
+ */
 export function serializeCall(call: CanonicalCall, rawJson?: string): string {
   return encodeCall(call, rawJson).json;
 }
@@ -77,7 +80,7 @@ export interface InboundAcceptorOptions {
  * take timeoutMs + N / ENQUEUE_CHARS_PER_MS (8 MB/s: 1.25 s more for a 10 MB call), so a large call
  * is not cut off by a limit sized for small ones while Redis is still taking it.
  */
-export const ENQUEUE_CHARS_PER_MS = 8_000;
+const ENQUEUE_CHARS_PER_MS = 8_000;
 
 export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;

@@ -68,7 +68,7 @@ function listed(problems: Problem[]): Problem[] {
  * A refusal's detail fit for the logs: quoted text (values from the payload, JSON.parse's snippet
  * of the body) becomes "…", so no payload text or phone number reaches a log line.
  */
-export function logSafeDetail(detail: string): string {
+function logSafeDetail(detail: string): string {
   return detail
     .replace(/"[^]*"/g, '"…"')
     .replace(/'[^']*'/g, "'…'")

@@ -46,6 +46,7 @@ const PARAM = /;\s*([^\s;=]+)\s*(?:=\s*(?:"((?:[^"\\]|\\.)*)"|([^;]*)))?/g;
 /**
  * The `charset` parameter of a media type (`application/json; charset="UTF-8"` -> `UTF-8`), or null
  * when there is none. Names are case-insensitive; the value may be quoted (RFC 9110 5.6.6).
+ * @internal Exported for its tests only (test/ingress-edge.redis.test.ts).
  */
 export function charsetParameter(contentType: string): string | null {
   if (!contentType.includes(';')) return null;
@@ -110,7 +111,10 @@ export function decodeBody(bytes: Uint8Array, encoding: string): string {
   }
 }
 
-/** Offset of the first byte that does not belong to a well-formed UTF-8 sequence (RFC 3629), or -1. */
+/**
+ * Offset of the first byte that does not belong to a well-formed UTF-8 sequence (RFC 3629), or -1.
+ * @internal Exported for its tests only (test/ingress-edge.redis.test.ts).
+ */
 export function firstInvalidUtf8(bytes: Uint8Array): number {
   let i = bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf ? 3 : 0;
   while (i < bytes.length) {

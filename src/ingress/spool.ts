@@ -52,7 +52,7 @@ export interface SpoolOptions {
   events?: SpoolEvents;
 }
 
-export interface SpoolEvents {
+interface SpoolEvents {
   spooled?(): void;
   drained?(count: number): void;
 }
@@ -81,7 +81,10 @@ interface SpoolEntry {
 const SEGMENT = /^(\d{16})\.jsonl$/;
 /** Bytes read from a segment at a time. */
 const READ_CHUNK = 1024 * 1024;
-/** How long a free-space figure (statfs) is used before it is measured again. */
+/**
+ * How long a free-space figure (statfs) is used before it is measured again.
+ * @internal Exported for its tests only (test/spool-disk-full.redis.test.ts).
+ */
 export const FREE_SPACE_TTL_MS = 1000;
 /** Errors that say the disk (or a file size limit) is full: they clear once a check finds room again. */
 const SPACE_ERRORS = new Set(['ENOSPC', 'EDQUOT', 'EFBIG']);
@@ -91,6 +94,7 @@ const segmentName = (seq: number) => `${String(seq).padStart(16, '0')}.jsonl`;
 /** Folders locked by this process (a second spool on the same folder in one process is refused too). */
 const heldHere = new Set<string>();
 
+/** @internal Exported for its tests only (test/spool.redis.test.ts). */
 export class SpoolLockedError extends Error {
   constructor(dir: string, pid: number) {
     super(`spool folder ${dir} is in use by process ${pid}`);

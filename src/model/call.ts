@@ -20,12 +20,11 @@ export const OUTCOMES = ['answered', 'missed', 'rejected', 'busy', 'transferred'
 export type Outcome = (typeof OUTCOMES)[number];
 
 /** `unknown` when the sender named a speaker callsync cannot place. */
-export const SPEAKERS = ['caller', 'callee', 'unknown'] as const;
-export type Speaker = (typeof SPEAKERS)[number];
+export type Speaker = 'caller' | 'callee' | 'unknown';
 
 /** Recording types of channel events (spec 2.7). */
 export const RECORDING_TYPES = ['voicemail', 'in_call_feature', 'call_recorder'] as const;
-export type RecordingType = (typeof RECORDING_TYPES)[number];
+type RecordingType = (typeof RECORDING_TYPES)[number];
 
 export interface CallUser {
   userId: string | null;
@@ -42,7 +41,7 @@ export interface CallSummary {
   topics: string[];
 }
 
-export interface SmartAnswerItem {
+interface SmartAnswerItem {
   question: string;
   answer: string;
   title: string | null;
@@ -61,7 +60,7 @@ export interface TranscriptChunk {
   content: string;
 }
 
-export interface Transcript {
+interface Transcript {
   content: string;
   chunks: TranscriptChunk[];
   /**
@@ -247,7 +246,10 @@ export function joinedName(firstName: string | null, lastName: string | null): s
   return [firstName, lastName].filter(Boolean).join(' ') || null;
 }
 
-/** The name a user is shown by: `fullName`, else first and last name, else the user id; '' when none is known. */
+/**
+ * The name a user is shown by: `fullName`, else first and last name, else the user id; '' when none is known.
+ * @internal Exported for its tests only (test/display-name.test.ts).
+ */
 export function userDisplayName(user: Pick<CallUser, 'fullName' | 'firstName' | 'lastName' | 'userId'>): string {
   return user.fullName ?? joinedName(user.firstName, user.lastName) ?? user.userId ?? '';
 }

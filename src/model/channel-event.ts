@@ -13,12 +13,12 @@ const timestamp = z
   .refine((v) => !Number.isNaN(Date.parse(v)), { message: 'expected an ISO-8601 timestamp' })
   .nullish();
 
-export const channelRecordingSchema = z.looseObject({
+const channelRecordingSchema = z.looseObject({
   downloadUrl: z.string().min(1, 'expected a non-empty relative URL'),
   type: z.enum(RECORDING_TYPES),
 });
 
-export const channelCallSchema = z.looseObject({
+const channelCallSchema = z.looseObject({
   callSid: z.string().min(1, 'expected a non-empty call id'),
   channelId: nullableString,
   direction: z.enum(['INCOMING', 'OUTGOING']),
@@ -34,7 +34,7 @@ export const channelCallSchema = z.looseObject({
   to: nullableString,
 });
 
-export const channelEventSchema = z.looseObject({
+const channelEventSchema = z.looseObject({
   eventId: z.string().min(1, 'expected a non-empty event id'),
   /** Only CALL is documented; other types are recognised and skipped (see parseChannelEvent). */
   type: z.string().min(1),
@@ -110,6 +110,7 @@ export interface NormalizeOptions {
  * re-read of the same event (at-least-once polling) dedupes on it. `callId` is the call's
  * `callSid`, shared by all events of one call. Throws ChannelEventError for an unusable event,
  * including one of a type other than CALL.
+ * @internal Exported for its tests only (test/channel-event.test.ts, test/crm-hubspot-recordings.redis.test.ts …).
  */
 export function normalizeChannelEvent(raw: unknown, receivedAt: Date | string, options: NormalizeOptions = {}): CanonicalCall {
   const parsed = parseChannelEvent(raw);
@@ -188,6 +189,7 @@ function durationSec(call: ParsedChannelCall, endedAt: string | null): number | 
  * ChannelCall.state -> outcome. FINISHED means answered only when the call was established (or has
  * an accepting owner on an incoming call); otherwise nobody picked up. In-progress states map to
  * what is known so far (RINGING: unknown, ESTABLISHED: answered, TRANSFERRING: transferred).
+ * @internal Exported for its tests only (test/channel-event.test.ts).
  */
 export function outcomeOf(call: Pick<ParsedChannelCall, 'state' | 'establishedAt' | 'owner' | 'direction'>): Outcome {
   const answered = Boolean(call.establishedAt) || (call.direction === 'INCOMING' && Boolean(call.owner));

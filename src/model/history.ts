@@ -31,7 +31,7 @@ const entrySchema = z.looseObject({
 });
 
 /** INCOMING / MISSED_INCOMING are incoming calls; OUTGOING / MISSED_OUTGOING outgoing. */
-export function historyDirection(direction: (typeof HISTORY_DIRECTIONS)[number]): Direction {
+function historyDirection(direction: (typeof HISTORY_DIRECTIONS)[number]): Direction {
   return direction === 'INCOMING' || direction === 'MISSED_INCOMING' ? 'in' : 'out';
 }
 
@@ -39,7 +39,7 @@ export function historyDirection(direction: (typeof HISTORY_DIRECTIONS)[number])
  * HistoryEntry.status -> outcome: PICKUP answered, NOPICKUP missed, BUSY busy, FORWARD
  * transferred. Without a status a MISSED_* direction is missed; anything else unknown.
  */
-export function historyOutcome(status: string | null | undefined, direction: string): Outcome {
+function historyOutcome(status: string | null | undefined, direction: string): Outcome {
   switch (status) {
     case 'PICKUP':
       return 'answered';

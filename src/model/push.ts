@@ -6,10 +6,8 @@ import { callKey, type CallUser, type CanonicalCall, type Outcome } from './call
 import { toE164 } from './phone.js';
 import { InvalidPayloadError } from './webhook.js';
 
-export const PUSH_EVENTS = ['newCall', 'answer', 'hangup', 'dtmf'] as const;
-export type PushEventName = (typeof PUSH_EVENTS)[number];
-
-export const HANGUP_CAUSES = ['normalClearing', 'busy', 'cancel', 'noAnswer', 'congestion', 'notFound', 'forwarded'] as const;
+const PUSH_EVENTS = ['newCall', 'answer', 'hangup', 'dtmf'] as const;
+type PushEventName = (typeof PUSH_EVENTS)[number];
 
 /** One event as sent: single fields as strings, the `[]` fields (`user[]`, …) as lists. */
 export interface PushEvent {

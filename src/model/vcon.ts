@@ -161,6 +161,7 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
 /**
  * The vCon's `uuid` of a call: its own when the call came as a vCon, else a version 8 UUID made
  * from the SHA-256 of the call key (the same call always gets the same one).
+ * @internal Exported for its tests only (test/vcon.test.ts).
  */
 export function vconUuid(call: Pick<CanonicalCall, 'key' | 'callId' | 'payloadVersion'>): string {
   if (call.payloadVersion === 'vcon' && /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(call.callId)) return call.callId.toLowerCase();

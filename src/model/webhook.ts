@@ -173,7 +173,7 @@ const version = text.transform((v, ctx) => {
  * The fields that identify a call: README "Required fields", the only ones that can refuse a
  * webhook. Everything else is read by the readers below.
  */
-export const webhookPayloadSchema = z.looseObject({
+const webhookPayloadSchema = z.looseObject({
   version,
   call: z.looseObject(
     {
@@ -188,8 +188,6 @@ export const webhookPayloadSchema = z.looseObject({
     { error: (issue) => (issue.input === undefined ? 'required' : 'expected an object') },
   ),
 });
-
-export type WebhookPayload = z.infer<typeof webhookPayloadSchema>;
 
 // ---- optional fields: read by hand, never refused -----------------------------------------------
 
@@ -378,6 +376,7 @@ function speakerOf(raw: string | null, dir: Direction): Speaker {
 /**
  * Seconds, unless the value only makes sense as milliseconds: with start and end known, the unit
  * whose value is closer to the measured span wins; without them a value is taken as seconds (spec).
+ * @internal Exported for its tests only (test/webhook-normalize.test.ts).
  */
 export function durationSeconds(duration: number | null | undefined, startMs: number, endMs: number | null): number | null {
   const spanSec = endMs !== null && endMs >= startMs ? (endMs - startMs) / 1000 : null;
@@ -413,6 +412,7 @@ function readChunkTime(v: unknown, path: Path, unread: Unread): ChunkTime | null
  * How far a chunk time may lie before the call's start or after its end: one minute (the two
  * clocks, the rounding of the duration). A time beyond that cannot be in the call: it is read as
  * absent (README "Bad times").
+ * @internal Exported for its tests only (test/webhook-shapes.test.ts).
  */
 export const CHUNK_TIME_SLACK_MS = 60_000;
 

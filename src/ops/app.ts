@@ -19,12 +19,12 @@ import { createSessions } from './session.js';
 import { LoginThrottle } from './throttle.js';
 
 /** Where the dashboard is mounted (./dashboard.ts builds it). */
-export const DASHBOARD_PATH = '/admin/queues';
+const DASHBOARD_PATH = '/admin/queues';
 /** The login page (with a password configured) and the logout; the session cookie's path is /admin. */
-export const LOGIN_PATH = '/admin/login';
+const LOGIN_PATH = '/admin/login';
 /** The dashboard's Calls page: a call's timeline, by call id, job id or number. */
-export const CALLS_PAGE_PATH = `${DASHBOARD_PATH}/calls`;
-export const LOGOUT_PATH = '/admin/logout';
+const CALLS_PAGE_PATH = `${DASHBOARD_PATH}/calls`;
+const LOGOUT_PATH = '/admin/logout';
 const ADMIN_PATH = '/admin';
 
 export interface OpsAppOptions {

@@ -106,7 +106,7 @@ export function attempt(c: Context, options: Pick<OperatorAuthOptions, 'throttle
   };
 }
 
-export function same(a: string, b: string): boolean {
+function same(a: string, b: string): boolean {
   // Hashing first makes the comparison constant-time whatever the lengths.
   const ha = createHash('sha256').update(a).digest();
   const hb = createHash('sha256').update(b).digest();

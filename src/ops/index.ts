@@ -4,7 +4,7 @@ import type { Config, SinkConfig } from '../config/index.js';
 import { INBOUND_QUEUE, POLL_DEAD_LETTER_QUEUE, sinkQueueName } from '../../queues/index.js';
 
 /** Port of the ops server of worker and poller processes unless OPS_PORT says otherwise. */
-export const DEFAULT_OPS_PORT = 9464;
+const DEFAULT_OPS_PORT = 9464;
 
 /**
  * The queues of one sink: its own, and one per endpoint when it has endpoints (its own queue then

@@ -7,7 +7,7 @@ import { createHmac, randomBytes, scryptSync, timingSafeEqual } from 'node:crypt
 export const SESSION_COOKIE = 'callsync_session';
 
 /** Default lifetime of a session: a working day. */
-export const DEFAULT_SESSION_TTL_MS = 8 * 3600_000;
+const DEFAULT_SESSION_TTL_MS = 8 * 3600_000;
 
 export interface SessionOptions {
   /** The dashboard's Basic auth user and password: the key is derived from them. */

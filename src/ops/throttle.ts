@@ -11,13 +11,13 @@
 // A success from a peer clears its failures. The state is in memory, per process, bounded.
 
 /** Failures counted together: a peer or account quiet this long starts afresh. */
-export const THROTTLE_WINDOW_MS = 15 * 60_000;
-export const PEER_FREE_FAILURES = 5;
-export const ACCOUNT_FREE_FAILURES = 20;
-export const FIRST_WAIT_MS = 1000;
-export const MAX_WAIT_MS = 15 * 60_000;
+const THROTTLE_WINDOW_MS = 15 * 60_000;
+const PEER_FREE_FAILURES = 5;
+const ACCOUNT_FREE_FAILURES = 20;
+const FIRST_WAIT_MS = 1000;
+const MAX_WAIT_MS = 15 * 60_000;
 /** A peer that logged in this recently is not held back by the account's backoff. */
-export const KNOWN_GOOD_MS = 30 * 24 * 3600_000;
+const KNOWN_GOOD_MS = 30 * 24 * 3600_000;
 /** At most this many peers (and accounts) are remembered; the oldest are forgotten first. */
 const MAX_ENTRIES = 10_000;
 

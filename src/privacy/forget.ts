@@ -90,7 +90,7 @@ const spaced = (digits: string) => digits.split('').join(SEP);
  * What finds the target in text: the number in every format (E.164, with `00`, digits only, national,
  * with spaces, dashes, dots or brackets between the digits), or the call id as a JSON string.
  */
-export function targetMatcher(target: ForgetTarget): (text: string) => boolean {
+function targetMatcher(target: ForgetTarget): (text: string) => boolean {
   if (target.kind === 'call') {
     const quoted = JSON.stringify(target.callId);
     return (text) => text.includes(quoted);
@@ -100,13 +100,6 @@ export function targetMatcher(target: ForgetTarget): (text: string) => boolean {
   const national = parsed.formatNational().replace(/\D/g, '');
   const re = new RegExp(`(?<!\\d)(?:(?:\\+|00)${SEP}?${spaced(international)}|${spaced(international)}|${spaced(national)})(?!\\d)`);
   return (text) => re.test(text);
-}
-
-/** Every form of a number callsync or a sender may have written (for tests and the docs' examples). */
-export function numberForms(e164: string): string[] {
-  const parsed = phoneLibMax().parsePhoneNumberFromString(e164)!;
-  const international = `${parsed.countryCallingCode}${parsed.nationalNumber}`;
-  return [...new Set([parsed.number, `00${international}`, international, parsed.formatNational(), parsed.formatNational().replace(/\D/g, ''), parsed.formatInternational()])];
 }
 
 export interface ForgetOptions {
@@ -146,7 +139,7 @@ interface FoundCall {
 }
 
 /** The spool folder of the ingress of this configuration (workers/roles/ingress.ts). */
-export function spoolFolder(config: Config): string {
+function spoolFolder(config: Config): string {
   return join(config.env.SPOOL_DIR, config.redis.prefix.replace(/[^A-Za-z0-9._{}-]/g, '_'));
 }
 
@@ -167,7 +160,7 @@ async function scanAll(redis: RedisClient, pattern: string): Promise<string[]> {
 const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
 
 /** Every key of this deployment: `<QUEUE_PREFIX>:…` and, on a spread cluster, `{<QUEUE_PREFIX>:…}…`. */
-export async function deploymentKeys(redis: RedisClient, prefix: string): Promise<string[]> {
+async function deploymentKeys(redis: RedisClient, prefix: string): Promise<string[]> {
   const [plain, tagged] = await Promise.all([scanAll(redis, `${globEscape(prefix)}:*`), scanAll(redis, `{${globEscape(prefix)}:*`)]);
   return [...new Set([...plain, ...tagged])].filter((k) => k.startsWith(`${prefix}:`) || k.startsWith(`{${prefix}:`));
 }
@@ -201,7 +194,7 @@ function fieldsText(fields: readonly string[]): string {
 /** The segments of a key name (between `:`, `{` and `}`). */
 const segmentsOf = (key: string) => key.split(/[:{}]/).filter(Boolean);
 
-export class Forgetter {
+class Forgetter {
   private readonly keys: RedisKeys;
   private readonly matches: (text: string) => boolean;
   private readonly calls = new Map<string, FoundCall>();

@@ -25,7 +25,7 @@ export interface ArchiveBucket {
 }
 
 /** The archive sinks that write to S3. */
-export async function archiveBuckets(config: Config): Promise<ArchiveBucket[]> {
+async function archiveBuckets(config: Config): Promise<ArchiveBucket[]> {
   const out: ArchiveBucket[] = [];
   for (const sink of Object.values(config.sinks)) {
     if (sink.type !== 'archive') continue;
@@ -38,7 +38,7 @@ export async function archiveBuckets(config: Config): Promise<ArchiveBucket[]> {
 }
 
 /** callsync's rule for `prefix` and `days`. */
-export function retentionRule(prefix: string, days: number): LifecycleRule {
+function retentionRule(prefix: string, days: number): LifecycleRule {
   return {
     ID: LIFECYCLE_RULE_ID,
     Status: 'Enabled',
@@ -50,7 +50,7 @@ export function retentionRule(prefix: string, days: number): LifecycleRule {
 }
 
 /** The bucket's rules with callsync's rule put in (replacing an earlier one of callsync), the others kept. */
-export function withRetentionRule(existing: readonly LifecycleRule[], prefix: string, days: number): LifecycleRule[] {
+function withRetentionRule(existing: readonly LifecycleRule[], prefix: string, days: number): LifecycleRule[] {
   return [...existing.filter((r) => r.ID !== LIFECYCLE_RULE_ID), retentionRule(prefix, days)];
 }
 
@@ -72,7 +72,7 @@ export type LifecycleState =
   | { state: 'unreadable'; error: string };
 
 /** Whether callsync's rule is in place on the archive's prefix with ARCHIVE_RETENTION_DAYS. */
-export async function lifecycleState(b: ArchiveBucket, days: number | undefined): Promise<LifecycleState> {
+async function lifecycleState(b: ArchiveBucket, days: number | undefined): Promise<LifecycleState> {
   let rules: LifecycleRule[];
   try {
     rules = await rulesOf(b);

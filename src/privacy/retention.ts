@@ -20,14 +20,14 @@ import { eraseStreamEntries } from './stream-erase.js';
 
 const DAY_MS = 24 * 3600_000;
 
-export interface RetentionSettings {
+interface RetentionSettings {
   /** ARCHIVE_RETENTION_DAYS in ms, or null: archives are kept. */
   archiveMs: number | null;
   completedMs: number;
   failedMs: number;
 }
 
-export function retentionSettings(config: Config): RetentionSettings {
+function retentionSettings(config: Config): RetentionSettings {
   const days = config.env.ARCHIVE_RETENTION_DAYS;
   return {
     archiveMs: days === undefined ? null : days * DAY_MS,
@@ -36,7 +36,7 @@ export function retentionSettings(config: Config): RetentionSettings {
   };
 }
 
-export type RetentionStore = 'completed_jobs' | 'dead_letters' | 'parked' | 'inbound_log' | 'archive';
+type RetentionStore = 'completed_jobs' | 'dead_letters' | 'parked' | 'inbound_log' | 'archive';
 
 export interface SweepResult {
   /** Items removed per store. */
@@ -62,7 +62,7 @@ async function scanAll(redis: RedisClient, pattern: string): Promise<string[]> {
 const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
 
 /** The queues BullMQ keeps under these keys (a `meta` hash each), whatever this configuration runs. */
-export async function queuesOf(redis: RedisClient, keys: RedisKeys): Promise<string[]> {
+async function queuesOf(redis: RedisClient, keys: RedisKeys): Promise<string[]> {
   const pattern = keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:*:meta` : `${globEscape(keys.prefix)}:*:meta`;
   const names = new Set<string>();
   for (const key of await scanAll(redis, pattern)) {

@@ -5,7 +5,7 @@ import { CALL_SOURCES, DIRECTIONS, OUTCOMES } from '../model/call.js';
 const oneOrMany = <T extends z.ZodType>(item: T) =>
   z.union([item, z.array(item).min(1)]).transform((v) => (Array.isArray(v) ? v : [v]) as z.infer<T>[]);
 
-export const conditionSchema = z.strictObject({
+const conditionSchema = z.strictObject({
     /** `ai-agent` (webhook) or `channel` (poller). */
     source: oneOrMany(z.enum(CALL_SOURCES)).optional(),
     /** AI agent ids (from the webhook path). */
@@ -22,7 +22,7 @@ export const conditionSchema = z.strictObject({
 });
 
 /** One condition object (all keys must hold), or a list of them (any one must hold). Absent: every call. */
-export const whenSchema = z
+const whenSchema = z
   .union([conditionSchema, z.array(conditionSchema).min(1)])
   .default({})
   .transform((v) => (Array.isArray(v) ? v : [v]));
@@ -34,6 +34,5 @@ export const routeSchema = z.strictObject({
 });
 
 export type Condition = z.infer<typeof conditionSchema>;
-export type When = z.input<typeof whenSchema>;
 export type Route = z.input<typeof routeSchema>;
 export type ParsedRoute = z.infer<typeof routeSchema>;

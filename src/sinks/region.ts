@@ -5,7 +5,7 @@ import type { CountryCode } from 'libphonenumber-js';
 import type { EnvShape } from '../env-values.js';
 import { phoneLib } from './libphonenumber.js';
 
-export const DEFAULT_REGION: CountryCode = 'DE';
+const DEFAULT_REGION: CountryCode = 'DE';
 
 const REGION_HINT = 'an ISO 3166 country code libphonenumber knows, e.g. DE';
 

@@ -8,7 +8,10 @@ import { isAnonymous } from '../model/phone.js';
 import { localDateTime } from './notify/time.js';
 import { templateFields } from './template.js';
 
-/** Every variable a template may use, in the order of the README table. */
+/**
+ * Every variable a template may use, in the order of the README table.
+ * @internal Exported for its tests only (test/template-vars.test.ts).
+ */
 export const TEMPLATE_VARS = [
   'callId', 'key', 'source', 'agentId', 'channelId', 'title', 'provider',
   'direction', 'directionLabel', 'outcome',
@@ -20,12 +23,14 @@ export const TEMPLATE_VARS = [
   'recordingCount', 'hasTranscript',
   'transcriptKey', 'transcriptJsonKey', 'transcriptUrl', 'transcriptLine',
 ] as const;
+/** @internal Part of a signature only tests use (exported with it). */
 export type TemplateVar = (typeof TEMPLATE_VARS)[number];
 
 /**
  * Older names -> the variable they now stand for. The CRM templates said `from`, `to`,
  * `counterpart`, `durationText`; the notification templates `agent`, `channel`. Config files
  * written with them keep working.
+ * @internal Exported for its tests only (test/template-vars.test.ts).
  */
 export const TEMPLATE_ALIASES = {
   from: 'caller',
@@ -35,14 +40,14 @@ export const TEMPLATE_ALIASES = {
   agent: 'agentId',
   channel: 'channelId',
 } as const satisfies Record<string, TemplateVar>;
-export type TemplateAlias = keyof typeof TEMPLATE_ALIASES;
+type TemplateAlias = keyof typeof TEMPLATE_ALIASES;
 
 export type TemplateVars = Record<TemplateVar | TemplateAlias, unknown>;
 
 const KNOWN = new Set<string>([...TEMPLATE_VARS, ...Object.keys(TEMPLATE_ALIASES)]);
 
 /** Names a template uses that are neither variables nor aliases (empty when it is fine). Dots reach into a variable (`answers.0.answer`). */
-export function unknownTemplateFields(template: string): string[] {
+function unknownTemplateFields(template: string): string[] {
   return templateFields(template).filter((f) => !KNOWN.has(f.split('.')[0] as string));
 }
 
@@ -60,7 +65,10 @@ export const templateSchema = z
     }
   });
 
-/** The one duration format of templates: `1 h 5 min`, `2 min 5 s`, `2 min`, `45 s`; '' when unknown. */
+/**
+ * The one duration format of templates: `1 h 5 min`, `2 min 5 s`, `2 min`, `45 s`; '' when unknown.
+ * @internal Exported for its tests only (test/template-vars.test.ts).
+ */
 export function formatDuration(seconds: number | null): string {
   if (seconds === null || !Number.isFinite(seconds) || seconds < 0) return '';
   const s = Math.round(seconds);

@@ -60,6 +60,12 @@ export interface Sink {
    */
   eraseCall?(callKey: string, options: { dryRun: boolean; signal: AbortSignal }): Promise<number>;
   close?(): Promise<void>;
+  /**
+   * The capability of a sink that archives calls: read access to its objects (recording keys and
+   * links), which the worker role hands to the other sinks (SinkDeps.archive; the first such sink).
+   * Absent: the sink archives nothing others may link to.
+   */
+  archiveAccess?(): ArchiveAccess;
 }
 
 /** What every sink factory may use. Everything external comes through here, so tests hand in real local servers. */
@@ -97,7 +103,7 @@ export interface ArchiveAccess {
 }
 
 /** What `SinkType.check` may know besides options and environment. */
-export interface SinkCheckContext {
+interface SinkCheckContext {
   /** Whether the platform's REST API is configured (TELEPHONY_API_URL with credentials). */
   telephony: boolean;
 }
@@ -157,4 +163,13 @@ export interface SinkType<O = unknown> {
    * the config file does not define a sink of the same name. `configFile` tells whether one was given.
    */
   fromEnv?(env: SinkEnv, context: { configFile: boolean }): { sinks: Record<string, { type: string } & Record<string, unknown>>; routes: Route[] } | null;
+}
+
+/**
+ * A sink type as the registry holds it: its options typed for its own file, `unknown` for the
+ * registry. Sound because every method is called only with options its own `options` schema parsed
+ * (src/config/index.ts); the one place that forgets O, instead of a cast at each registry line.
+ */
+export function defineSinkType<O>(type: SinkType<O>): SinkType {
+  return type as unknown as SinkType;
 }

@@ -11,7 +11,7 @@ import { assemblePushCall, type PushCallState, type PushEvent } from '../model/p
 import type { CanonicalCall } from '../model/call.js';
 
 /** How much longer than the call's events the marker that it was seen is kept. */
-export const SEEN_MEMORY_MS = 30 * 24 * 3600_000;
+const SEEN_MEMORY_MS = 30 * 24 * 3600_000;
 
 // Records one event (first of its type wins), keeps the hash alive, and tracks whether the call is
 // open: a hangup takes it off the open set; any other event puts it on (unless already closed).

@@ -17,7 +17,7 @@ import type { PushAssembly } from './push-assembly.js';
 import { SourceRefusal, SourceUnavailable, type Source, type SourceReply } from './types.js';
 
 /** The platform's Push API signing key, as published in sipgateio-node lib/webhook/signatureVerifier.ts (commit 8060fd9). */
-export const PUSH_API_DEFAULT_PUBLIC_KEY = `-----BEGIN PUBLIC KEY-----
+const PUSH_API_DEFAULT_PUBLIC_KEY = `-----BEGIN PUBLIC KEY-----
 MIICIjANBgkqhkiG9w0BAQEFAAOCAg8AMIICCgKCAgEAvFdlnqRfO5TmqzjtsFVC
 qPz+oW+poi3lXQFvMJJMEAtlU4MbX+yuIkgnC+Qt3AQWIK+oWSEQiybg+p39wEMl
 16PZxEzf9gONQvTg1XhyHnwqYUFQj/AoxPKGYC3jmdjZ224SrESiTN3CdxoOc3vk
@@ -48,11 +48,15 @@ export interface PushSourceOptions {
   publicUrl?: string;
 }
 
-/** The key from PEM text; `\n` written as two characters (one-line .env values) is read as a newline. */
+/**
+ * The key from PEM text; `\n` written as two characters (one-line .env values) is read as a newline.
+ * @internal Exported for its tests only (test/push-config.test.ts).
+ */
 export function pushPublicKey(pem: string | undefined): KeyObject {
   return createPublicKey((pem ?? PUSH_API_DEFAULT_PUBLIC_KEY).replace(/\\n/g, '\n'));
 }
 
+/** @internal Exported for its tests only (test/push-config.test.ts). */
 export function verifyPushSignature(key: KeyObject, body: Buffer, signature: string | null): boolean {
   if (!signature || signature.length > MAX_SIGNATURE_CHARS || !/^[A-Za-z0-9+/]+={0,2}$/.test(signature.trim())) return false;
   try {
@@ -66,7 +70,10 @@ const xmlAttr = (s: string): string => s.replace(/&/g, '&amp;').replace(/"/g, '&
 
 const XML_HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n';
 
-/** The answer to `newCall`: subscribe to the call's answer and hangup events at `url`. */
+/**
+ * The answer to `newCall`: subscribe to the call's answer and hangup events at `url`.
+ * @internal Exported for its tests only (test/push-config.test.ts).
+ */
 export function subscribeXml(url: string): string {
   return `${XML_HEAD}<Response onAnswer="${xmlAttr(url)}" onHangup="${xmlAttr(url)}"/>\n`;
 }

@@ -19,7 +19,7 @@ export interface SourceRequest {
 }
 
 /** One call to accept; `rawJson` is the body text `call.raw` was parsed from, stored verbatim. */
-export interface SourceCall {
+interface SourceCall {
   call: CanonicalCall;
   rawJson?: string;
 }
@@ -38,7 +38,7 @@ export interface SourceReply {
   body: string;
 }
 
-export interface SourceResult {
+interface SourceResult {
   calls: SourceCall[];
   /**
    * Optional fields whose values the source could not read (read as absent, kept in the original):

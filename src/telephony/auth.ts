@@ -2,9 +2,9 @@
 // bearer token, or an OAuth 2.0 refresh-token grant that keeps a short-lived access token fresh.
 // The spec (section 5) does not show the scheme; docs/polling.md records the decision.
 import { z } from 'zod';
-import { AuthError, redactRemoteText, TransientError } from '../errors.js';
+import { AuthError, networkReason, TransientError } from '../errors.js';
+import { redactRemoteText } from '../redact.js';
 import type { Logger } from '../log.js';
-import { networkReason } from './errors.js';
 
 export type TelephonyAuth =
   | { kind: 'basic'; tokenId: string; token: string }

@@ -7,25 +7,20 @@ import pRetry from 'p-retry';
 import { z } from 'zod';
 import type { Logger } from '../log.js';
 import { envEnum, envOptionalInt, envString, envUrl, type EnvOf, type EnvShape } from '../env-values.js';
-import { PermanentError, RetryLaterError, SinkError, TransientError, classify } from '../errors.js';
+import { PermanentError, RetryLaterError, SinkError, TransientError, classify, networkReason, requestCertainlyNotSent } from '../errors.js';
 import { createAuthProvider, type AuthProvider, type IssuedTokens, type RefreshTokenStore, type TelephonyAuth } from './auth.js';
 import {
   OutcomeUnknownError,
   ResponseValidationError,
-  networkReason,
-  requestCertainlyNotSent,
   telephonyErrorFromResponse,
   telephonyNetworkError,
 } from './errors.js';
 import type { ChannelInbox, Download, HistoryPage, HistoryQuery, SendWebSmsRequest, TelephonyClient } from './types.js';
 
-export { OutcomeUnknownError, ResponseValidationError } from './errors.js';
-export type { ApiProblem, TelephonyError } from './errors.js';
-export type { TelephonyAuth, IssuedTokens, RefreshTokenStore } from './auth.js';
 
-export const DEFAULT_CHANNEL_EVENTS_PATH = '/channels/{channelId}/events';
-export const DEFAULT_SMS_PATH = '/sessions/sms';
-export const HISTORY_PATH = '/history';
+const DEFAULT_CHANNEL_EVENTS_PATH = '/channels/{channelId}/events';
+const DEFAULT_SMS_PATH = '/sessions/sms';
+const HISTORY_PATH = '/history';
 
 export interface TelephonyClientOptions {
   /** API root including the version path, e.g. `https://api.example.com/v2` (TELEPHONY_API_URL). */
@@ -74,7 +69,7 @@ const MAX_ERROR_BODY = 16 * 1024;
 const MAX_RATE_LIMIT_WAITS = 3;
 
 /** Names the fields a zod failure is about: `ChannelInbox: position: expected string, received undefined`. */
-export function describeZodError(record: string, error: z.ZodError): string {
+function describeZodError(record: string, error: z.ZodError): string {
   const parts = error.issues.slice(0, 5).map((i) => `${i.path.length > 0 ? i.path.join('.') : '(record)'}: ${i.message}`);
   return `${record}: ${parts.join('; ')}`;
 }
@@ -504,6 +499,7 @@ export function telephonyOptions(env: TelephonyEnv): TelephonyClientOptions | nu
  * Client options from raw environment strings (for tools outside the configuration): each variable
  * is read through telephonyEnv, then combined by telephonyOptions. Throws TelephonyConfigError
  * listing every problem.
+ * @internal Exported for its tests only (test/telephony-client.test.ts).
  */
 export function telephonyOptionsFromEnv(env: NodeJS.ProcessEnv): TelephonyClientOptions | null {
   const schema = z.object(telephonyEnv);

@@ -5,15 +5,13 @@
 // recipient or text.
 import { z } from 'zod';
 import {
-  AuthError,
   PermanentError,
-  RetryLaterError,
   TransientError,
   errorFromHttp,
-  parseRetryAfter,
-  redactRemoteText,
+  networkReason,
   type SinkError,
 } from '../errors.js';
+import { redactRemoteText } from '../redact.js';
 
 /** One entry of the spec's error body `{ errors: [ { status, title, detail, source: { pointer } } ] }`. */
 export interface ApiProblem {
@@ -45,7 +43,7 @@ function redacted(text: string | null | undefined): string | null {
 }
 
 /** Parses an error body (titles and details redacted); an unknown shape yields no problems (the status alone then speaks). */
-export function parseProblems(body: string): ApiProblem[] {
+function parseProblems(body: string): ApiProblem[] {
   let json: unknown;
   try {
     json = JSON.parse(body);
@@ -70,7 +68,7 @@ export function parseProblems(body: string): ApiProblem[] {
 }
 
 /** `Unauthorized: token expired (at /data/token)`; several problems are joined with `; `. */
-export function describeProblems(problems: ApiProblem[]): string {
+function describeProblems(problems: ApiProblem[]): string {
   return problems
     .map((p) => {
       const text = [p.title, p.detail].filter((s): s is string => s !== null && s !== '').join(': ');
@@ -142,27 +140,3 @@ export function telephonyNetworkError(operation: string, cause: unknown): Teleph
   return attach(new TransientError(`Telephony API ${operation} failed: ${reason}`, { cause }), operation, []);
 }
 
-/** `fetch failed` hides the useful part in `cause`. */
-export function networkReason(err: Error): string {
-  const cause = (err as { cause?: unknown }).cause;
-  if (cause instanceof Error) {
-    const code = (cause as { code?: unknown }).code;
-    return typeof code === 'string' ? `${err.message} (${code})` : `${err.message} (${cause.message})`;
-  }
-  return err.message;
-}
-
-/** Codes for which the request certainly never reached the server (so even a POST may be resent). */
-const NOT_SENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'ERR_INVALID_URL']);
-
-export function requestCertainlyNotSent(err: unknown): boolean {
-  let current: unknown = err;
-  for (let depth = 0; depth < 4 && current instanceof Error; depth++) {
-    const code = (current as { code?: unknown }).code;
-    if (typeof code === 'string' && NOT_SENT_CODES.has(code)) return true;
-    current = (current as { cause?: unknown }).cause;
-  }
-  return false;
-}
-
-export { AuthError, PermanentError, RetryLaterError, TransientError, parseRetryAfter };

@@ -11,32 +11,6 @@ export interface SendWebSmsRequest {
   sendAt?: number;
 }
 
-/** Spec 2.7 records, as returned by the API (validated by the client). */
-export interface ChannelCall {
-  callSid: string;
-  channelId?: string | null;
-  direction: 'INCOMING' | 'OUTGOING' | string;
-  establishedAt?: string | null;
-  forwarding?: { target?: string | null; type?: string | null } | null;
-  from?: string | null;
-  owner?: string | null;
-  startedAt?: string | null;
-  state?: string | null;
-  terminatedAt?: string | null;
-  terminatedReason?: string | null;
-  to?: string | null;
-  [extra: string]: unknown;
-}
-
-export interface ChannelEvent {
-  eventId: string;
-  type: string;
-  createdAt?: string | null;
-  call?: ChannelCall | null;
-  recordings?: { downloadUrl: string; type: string }[] | null;
-  [extra: string]: unknown;
-}
-
 export interface ChannelInbox {
   /** Raw event objects: parsed one by one so a malformed event cannot block the page. */
   events: unknown[];
@@ -59,31 +33,6 @@ export interface TelephonyClient {
   sendSms(request: SendWebSmsRequest, signal?: AbortSignal): Promise<void>;
 }
 
-/**
- * Spec 2.8 HistoryEntryResponse (type CALL), as returned by `GET /history`; the call fields
- * `callId`, `duration` and `recordings` as in the platform's own library (sipgateio-node,
- * lib/history/history.types.ts, CallHistoryEntry). Validated by the client only as far as
- * callsync reads it; unknown fields are kept.
- */
-export interface HistoryEntry {
-  id: string;
-  type?: string | null;
-  source?: string | null;
-  target?: string | null;
-  sourceAlias?: string | null;
-  targetAlias?: string | null;
-  /** INCOMING, OUTGOING, MISSED_INCOMING, MISSED_OUTGOING. */
-  direction?: string | null;
-  /** NOPICKUP, BUSY, PICKUP, FORWARD. */
-  status?: string | null;
-  created?: string | null;
-  lastModified?: string | null;
-  /** Seconds. */
-  duration?: number | null;
-  callId?: string | null;
-  recordings?: { url?: string | null; downloadUrl?: string | null; [extra: string]: unknown }[] | null;
-  [extra: string]: unknown;
-}
 
 /** Spec 2.8 HistoryResponse: one page of `GET /history`. */
 export interface HistoryPage {

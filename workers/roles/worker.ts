@@ -6,7 +6,6 @@ import { Queue } from 'bullmq';
 import type { RedisClient } from '../../queues/connection.js';
 import { sinkTypes } from '../../src/sinks/registry.js';
 import type { Sink } from '../../src/sinks/types.js';
-import { ArchiveSink } from '../../src/sinks/archive/index.js';
 import { lazyArchiveAccess } from '../../src/sinks/archive/access.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import { OptOutList } from '../../src/sinks/notify/opt-out.js';
@@ -55,8 +54,8 @@ async function createSinks({ config, options, log, redis, telephony }: RoleDeps)
   const privacyKey = new PrivacyKey(redis.worker, keys, privacySecret(config.env));
   const optOut = new OptOutList(redis.worker, keys.area('optout'), privacyKey);
   const sinks = new Map<string, Sink>();
-  // The first archive sink, for the CRMs' links to archived recordings.
-  const archive = lazyArchiveAccess(() => [...sinks.values()].find((s): s is ArchiveSink => s instanceof ArchiveSink)?.access());
+  // The first sink that archives calls (Sink.archiveAccess), for the CRMs' links to archived recordings.
+  const archive = lazyArchiveAccess(() => [...sinks.values()].find((s) => s.archiveAccess !== undefined)?.archiveAccess?.());
   for (const sink of Object.values(config.sinks)) {
     const override = options.sinks?.get(sink.name);
     const state = new RedisKeyValueStore(redis.worker, keys.sinkState(sink.name));
@@ -129,26 +128,27 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     // deleted only once the jobs are on the replicas (docs/reliability.md). They are written over a
     // connection of their own, on which the WAIT for them blocks nobody else.
     const replicated = keys.layout === 'spread' && config.ack.replicas > 0;
-    const writes: RedisClient = replicated ? createRedis(config.redis, 'worker') : redis.worker;
+    const fanOutWrites: RedisClient = replicated ? createRedis(config.redis, 'worker') : redis.worker;
     if (replicated) {
-      writes.on('error', (err) => logRepeated(log, 'warn', 'redis connection error', 'fanout-writes', err));
-      closers.add('close fan-out write connection', () => quitRedis(writes));
+      fanOutWrites.on('error', (err) => logRepeated(log, 'warn', 'redis connection error', 'fanout-writes', err));
+      closers.add('close fan-out write connection', () => quitRedis(fanOutWrites));
     }
-    const own = <T>(queue: Queue<T>): Queue<T> => {
+    /** The queue as the fan-out writes it: on the fan-out's own write connection when replicated. */
+    const onFanOutWrites = <T>(queue: Queue<T>): Queue<T> => {
       if (!replicated) return queue;
-      const copy = new Queue<T>(queue.name, { connection: writes, prefix: keys.queuePrefix(queue.name), defaultJobOptions: queue.defaultJobOptions });
+      const copy = new Queue<T>(queue.name, { connection: fanOutWrites, prefix: keys.queuePrefix(queue.name), defaultJobOptions: queue.defaultJobOptions });
       copy.on('error', (err) => logRepeated(log, 'error', 'queue error', queue.name, err));
       fanOutQueues.push(copy as Queue);
       return copy;
     };
     const fanOutDeps: FanOutDeps = {
       routes: config.routes,
-      sinkQueues: new Map([...sinkQueues].map(([name, queue]) => [name, own(queue)])),
-      endpointQueues: new Map([...endpointQueues].map(([name, list]) => [name, list.map((e) => ({ endpoint: e.endpoint, queue: own(e.queue) }))])),
+      sinkQueues: new Map([...sinkQueues].map(([name, queue]) => [name, onFanOutWrites(queue)])),
+      endpointQueues: new Map([...endpointQueues].map(([name, list]) => [name, list.map((e) => ({ endpoint: e.endpoint, queue: onFanOutWrites(e.queue) }))])),
       withoutRaw,
       withoutTranscript,
       timeline: deps.timelines.worker,
-      ...(replicated ? { replicated: (queues: readonly Queue[]) => waitForReplicas(writes, config.ack, queues.map((q) => q.toKey('meta'))) } : {}),
+      ...(replicated ? { replicated: (queues: readonly Queue[]) => waitForReplicas(fanOutWrites, config.ack, queues.map((q) => q.toKey('meta'))) } : {}),
     };
 
     // The inbound log's fan-out; what it cannot handle goes to the `inbound` queue and its worker.
@@ -161,7 +161,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       ...fanOutDeps,
       inbound: await inboundToRead(deps, keys),
       blocking,
-      deadLetters: own(deadLetters),
+      deadLetters: onFanOutWrites(deadLetters),
       log,
       claimIdleMs: config.worker.lockDurationMs,
       events: options.fanOutEvents,

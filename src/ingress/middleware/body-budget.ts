@@ -25,7 +25,7 @@ export interface BodyBudgetOptions {
  */
 export const BODY_BUDGET_BYTES = 32 * 1024 * 1024;
 /** What a chunked body (no Content-Length) reserves. */
-export const CHUNKED_RESERVE = 1024 * 1024;
+const CHUNKED_RESERVE = 1024 * 1024;
 
 export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
   let held = 0;

@@ -27,7 +27,10 @@ export function canonicalIp(ip: string): string {
   return mapped ? mapped[1]! : s;
 }
 
-/** One X-Forwarded-For entry as an address (`1.2.3.4`, `1.2.3.4:5678`, `[2001:db8::1]:443`, ...), or undefined when it is none. */
+/**
+ * One X-Forwarded-For entry as an address (`1.2.3.4`, `1.2.3.4:5678`, `[2001:db8::1]:443`, ...), or undefined when it is none.
+ * @internal Exported for its tests only (test/ingress-proxy.redis.test.ts).
+ */
 export function forwardedAddress(entry: string): string | undefined {
   let s = entry.trim();
   const bracketed = /^\[([^\]]+)\](?::\d{1,5})?$/.exec(s);
@@ -41,7 +44,7 @@ export function forwardedAddress(entry: string): string | undefined {
  * An IPv4-mapped IPv6 entry (`::ffff:10.0.0.0/104`) as its IPv4 form (`10.0.0.0/8`); other entries
  * as they are. Prefixes shorter than 96 bits reach beyond the mapped range and stay IPv6.
  */
-export function canonicalCidr(entry: string): { address: string; bits: number | undefined; family: 'ipv4' | 'ipv6' } {
+function canonicalCidr(entry: string): { address: string; bits: number | undefined; family: 'ipv4' | 'ipv6' } {
   const [addrRaw = '', bitsRaw] = entry.trim().split('/');
   const raw = addrRaw.replace(/^\[|\]$/g, '');
   const address = canonicalIp(raw);
@@ -118,7 +121,10 @@ export function resolveClient(
   return { client, peer: peerIp, hops, malformed: false };
 }
 
-/** The client address (see resolveClient); kept for callers that need only the address. */
+/**
+ * The client address (see resolveClient); kept for callers that need only the address.
+ * @internal Exported for its tests only (test/ingress.redis.test.ts).
+ */
 export function clientIp(remote: string | undefined, forwardedFor: string | undefined, trustedProxies: string[], maxHops?: number): string | undefined {
   return resolveClient(remote, forwardedFor, membership(trustedProxies), maxHops).client;
 }

@@ -21,15 +21,18 @@ export interface JsonLimits {
  * its longest list is a transcript's chunks: about 2,500 for a two-hour call, 5 values each. These
  * defaults are far beyond that (100,000 chunks are ~11 hours of word-by-word chunks), and far below
  * what overflows a stack (a few thousand levels) or makes one job's JSON a gigabyte of heap.
+ * @internal Exported for its tests only (test/ingress-edge.redis.test.ts).
  */
 export const DEFAULT_JSON_LIMITS: JsonLimits = { maxDepth: 64, maxEntries: 100_000, maxValues: 1_000_000 };
 
 /**
  * A pointer longer than this is cut to its first whole segments (still a pointer, to an ancestor of
  * the spot), so a refusal never echoes megabytes of keys back.
+ * @internal Exported for its tests only (test/ingress-edge.redis.test.ts).
  */
 export const MAX_POINTER_CHARS = 1024;
 
+/** @internal Part of a signature only tests use (exported with it). */
 export interface LimitViolation {
   /** RFC 6901 pointer to the value where the limit was hit, possibly cut (see MAX_POINTER_CHARS). */
   pointer: string;
@@ -40,6 +43,7 @@ export interface LimitViolation {
  * Walks `root` without recursion (an explicit stack of containers, each with its keys and position)
  * and returns the first limit it breaks, or null. Time is bounded by `maxValues`: it stops as soon as
  * a limit is hit, and an array or object over `maxEntries` is refused before its entries are visited.
+ * @internal Exported for its tests only (test/ingress-edge.redis.test.ts).
  */
 export function findLimitViolation(root: unknown, limits: JsonLimits = DEFAULT_JSON_LIMITS): LimitViolation | null {
   if (typeof root === 'number') return Number.isFinite(root) ? null : cut([], NON_FINITE);

@@ -57,6 +57,7 @@ export const archiveEnv = {
   ARCHIVE_DIR: envStringOr('./data/archive'),
 } satisfies EnvShape;
 
+/** @internal Exported for its tests only (test/crm-hubspot-recordings.redis.test.ts, test/identity-keys.test.ts …). */
 export class ArchiveSink implements Sink {
   readonly type = 'archive';
   private readonly revisions: RevisionGuard | null;
@@ -78,7 +79,7 @@ export class ArchiveSink implements Sink {
   }
 
   /** What other sinks may read of this archive (recording keys and links; ./access.ts). */
-  access(): ArchiveAccess {
+  archiveAccess(): ArchiveAccess {
     return archiveAccess(this.store, this.prefix);
   }
 

@@ -1,7 +1,7 @@
 // The human-readable transcript: a header, the summary on top, then `[mm:ss] Caller: ...` lines.
 import { userDisplayNames, type CanonicalCall, type Speaker } from '../../model/call.js';
 
-export function formatOffset(ms: number): string {
+function formatOffset(ms: number): string {
   const total = Math.max(0, Math.floor(ms / 1000));
   const h = Math.floor(total / 3600);
   const m = Math.floor((total % 3600) / 60);

@@ -22,7 +22,7 @@ export interface S3StoreOptions {
 }
 
 /** Sorts an S3 SDK failure into the sink error kinds (errorFromHttp redacts the server's text). */
-export function errorFromS3(what: string, err: unknown): SinkError {
+function errorFromS3(what: string, err: unknown): SinkError {
   if (err instanceof S3ServiceException) {
     const status = err.$metadata.httpStatusCode ?? 500;
     return errorFromHttp({ status, what, detail: `${err.name}: ${err.message}` });

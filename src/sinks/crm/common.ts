@@ -4,7 +4,7 @@ import { callHash } from '../../model/call.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { SinkError } from '../../errors.js';
 
-export { DEFAULT_REGION, regionSchema, resolveRegion } from '../region.js';
+export { regionSchema, resolveRegion } from '../region.js';
 
 /** A `{{variable}}` template (the one variable set; a typo is a config error, not an empty note). */
 export { templateSchema } from '../template-vars.js';

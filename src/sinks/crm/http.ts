@@ -13,11 +13,11 @@ import {
   errorFromHttp,
   errorFromNetwork,
   parseRetryAfter,
-  redactRemoteText,
   PermanentError,
   RetryLaterError,
   TransientError,
 } from '../../errors.js';
+import { redactRemoteText } from '../../redact.js';
 import { crmAuthFailures, crmRateLimited, crmRequests } from './metrics.js';
 
 export interface CrmAnswer {

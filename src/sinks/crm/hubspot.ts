@@ -34,20 +34,20 @@ import { WindowLimiter } from './limiter.js';
 import { counterpartNumber, displayNumber, phoneForms, samePhone, type CountryCode } from './phone.js';
 import { callVars, defaultBodyTemplate, defaultTitleTemplate, renderHtmlBody, renderTitle } from './vars.js';
 
-export const HUBSPOT_DEFAULT_URL = 'https://api.hubapi.com';
+const HUBSPOT_DEFAULT_URL = 'https://api.hubapi.com';
 /** The date-versioned API release used by default: the newest (September 2026) at the time of writing. */
-export const HUBSPOT_API_VERSION = '2026-09';
+const HUBSPOT_API_VERSION = '2026-09';
 /** HubSpot-defined association type "call to contact". */
-export const CALL_TO_CONTACT = 194;
+const CALL_TO_CONTACT = 194;
 /** The account's call outcomes (GET /calling/v1/dispositions): only the v1 path exists, no date-versioned one. */
-export const DISPOSITIONS_PATH = '/calling/v1/dispositions';
+const DISPOSITIONS_PATH = '/calling/v1/dispositions';
 
-export const hubspotCallStatuses = [
+const hubspotCallStatuses = [
   'BUSY', 'CALLING_CRM_USER', 'CANCELED', 'COMPLETED', 'CONNECTING', 'FAILED', 'IN_PROGRESS', 'NO_ANSWER', 'QUEUED', 'RINGING',
 ] as const;
-export type HubSpotCallStatus = (typeof hubspotCallStatuses)[number];
+type HubSpotCallStatus = (typeof hubspotCallStatuses)[number];
 
-export const defaultHubSpotStatus: Record<Outcome, HubSpotCallStatus> = {
+const defaultHubSpotStatus: Record<Outcome, HubSpotCallStatus> = {
   answered: 'COMPLETED',
   transferred: 'COMPLETED',
   missed: 'NO_ANSWER',
@@ -61,7 +61,7 @@ export const defaultHubSpotStatus: Record<Outcome, HubSpotCallStatus> = {
  * Outcome -> the label of a call outcome (`hs_call_disposition`) among HubSpot's defaults (Busy,
  * Connected, Left live message, Left voicemail, No answer, Wrong number). null: leave it empty.
  */
-export const defaultDispositionLabels: Record<Outcome, string | null> = {
+const defaultDispositionLabels: Record<Outcome, string | null> = {
   answered: 'Connected',
   transferred: 'Connected',
   missed: 'No answer',
@@ -83,7 +83,7 @@ const TIME_ZONE_RETRY_MS = 10 * 60_000;
 const RECORDING_POLL_MIN_MS = 1000;
 const RECORDING_POLL_MAX_MS = 30_000;
 
-export const hubspotOptionsSchema = z.strictObject({
+const hubspotOptionsSchema = z.strictObject({
   /** Service key or private-app access token; default HUBSPOT_ACCESS_TOKEN (keep it out of the config file). */
   accessToken: z.string().min(1).optional(),
   /** API base URL; default HUBSPOT_API_URL, else https://api.hubapi.com. */
@@ -144,7 +144,7 @@ export const hubspotOptionsSchema = z.strictObject({
 export type HubSpotOptions = z.infer<typeof hubspotOptionsSchema>;
 
 /** The environment variables the HubSpot sink type reads. */
-export const hubspotEnv = {
+const hubspotEnv = {
   /** Private-app access token (the sink's `accessToken` default); alone it adds the sink `hubspot`. */
   HUBSPOT_ACCESS_TOKEN: envString,
   HUBSPOT_API_URL: envUrl,
@@ -154,7 +154,10 @@ export const hubspotEnv = {
   ARCHIVE_S3_PREFIX: archiveEnv.ARCHIVE_S3_PREFIX,
 } satisfies EnvShape;
 
-/** Test seams: how the search limiter waits for its slot. */
+/**
+ * Test seams: how the search limiter waits for its slot.
+ * @internal Exported for its tests only (test/crm-hubspot.redis.test.ts).
+ */
 export interface HubSpotSinkHooks {
   waitUntil?: (at: number) => Promise<void>;
 }
@@ -215,6 +218,7 @@ function checkedToken(token: string, sink: string): string {
   return token;
 }
 
+/** @internal Exported for its tests only (test/crm-hubspot-recordings.redis.test.ts, test/crm-hubspot.redis.test.ts …). */
 export class HubSpotSink implements Sink {
   readonly type = 'hubspot';
   private readonly http: CrmHttp;

@@ -1,11 +1,8 @@
 // The CRM sink types (registered by src/sinks/registry.ts).
-import type { SinkType } from '../types.js';
+import { defineSinkType, type SinkType } from '../types.js';
 import { hubspotSinkType } from './hubspot.js';
 import { pipedriveSinkType } from './pipedrive.js';
 import { webhookSinkType } from './webhook.js';
 
-export { hubspotSinkType, HubSpotSink, hubspotOptionsSchema, type HubSpotOptions } from './hubspot.js';
-export { pipedriveSinkType, PipedriveSink, pipedriveOptionsSchema, type PipedriveOptions } from './pipedrive.js';
-export { webhookSinkType, WebhookSink, webhookOptionsSchema, signWebhook, type WebhookOptions } from './webhook.js';
 
-export const crmSinkTypes: SinkType[] = [hubspotSinkType as SinkType, pipedriveSinkType as SinkType, webhookSinkType as SinkType];
+export const crmSinkTypes: SinkType[] = [defineSinkType(hubspotSinkType), defineSinkType(pipedriveSinkType), defineSinkType(webhookSinkType)];

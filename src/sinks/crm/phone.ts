@@ -9,7 +9,7 @@ import { isAnonymous } from '../../model/phone.js';
 export type { CountryCode };
 
 /** E.164 of any written form of a number, or null when it is anonymous or not a phone number. */
-export function normalizePhone(raw: string | null | undefined, defaultRegion: CountryCode): string | null {
+function normalizePhone(raw: string | null | undefined, defaultRegion: CountryCode): string | null {
   if (raw === null || raw === undefined || isAnonymous(raw)) return null;
   const trimmed = raw.trim().replace(/^tel:/i, '');
   // `0049 ...` is the international prefix of most of Europe; libphonenumber only knows it per region.

@@ -42,12 +42,12 @@ import { WindowLimiter } from './limiter.js';
 import { DailyBudget } from './pipedrive-limits.js';
 import { callVars, defaultBodyTemplate, defaultTitleTemplate, renderHtmlBody, renderTitle } from './vars.js';
 
-export const PIPEDRIVE_DEFAULT_URL = 'https://api.pipedrive.com';
+const PIPEDRIVE_DEFAULT_URL = 'https://api.pipedrive.com';
 
-export const pipedriveOutcomes = ['connected', 'no_answer', 'left_message', 'left_voicemail', 'wrong_number', 'busy'] as const;
-export type PipedriveOutcome = (typeof pipedriveOutcomes)[number];
+const pipedriveOutcomes = ['connected', 'no_answer', 'left_message', 'left_voicemail', 'wrong_number', 'busy'] as const;
+type PipedriveOutcome = (typeof pipedriveOutcomes)[number];
 
-export const defaultPipedriveOutcome: Record<Outcome, PipedriveOutcome> = {
+const defaultPipedriveOutcome: Record<Outcome, PipedriveOutcome> = {
   answered: 'connected',
   transferred: 'connected',
   missed: 'no_answer',
@@ -57,7 +57,7 @@ export const defaultPipedriveOutcome: Record<Outcome, PipedriveOutcome> = {
   unknown: 'no_answer',
 };
 
-export const pipedriveOptionsSchema = z.strictObject({
+const pipedriveOptionsSchema = z.strictObject({
   /** API token; default PIPEDRIVE_API_TOKEN (keep it out of the config file). */
   apiToken: z.string().min(1).optional(),
   /** API base URL (a trailing `/v1` or `/api` is ignored); default PIPEDRIVE_API_URL, else https://api.pipedrive.com. */
@@ -93,7 +93,7 @@ export const pipedriveOptionsSchema = z.strictObject({
 export type PipedriveOptions = z.infer<typeof pipedriveOptionsSchema>;
 
 /** The environment variables the Pipedrive sink type reads. */
-export const pipedriveEnv = {
+const pipedriveEnv = {
   /** Personal API token (the sink's `apiToken` default); alone it adds the sink `pipedrive`. */
   PIPEDRIVE_API_TOKEN: envString,
   PIPEDRIVE_API_URL: envUrl,
@@ -103,7 +103,10 @@ export const pipedriveEnv = {
 
 const NO_TOKEN = 'no API token: set PIPEDRIVE_API_TOKEN or the sink\'s apiToken';
 
-/** The POST /v1/callLogs body (https://developers.pipedrive.com/docs/api/v1/CallLogs#addCallLog). */
+/**
+ * The POST /v1/callLogs body (https://developers.pipedrive.com/docs/api/v1/CallLogs#addCallLog).
+ * @internal Part of a signature only tests use (exported with it).
+ */
 export interface PipedriveCallLog {
   outcome: PipedriveOutcome;
   to_phone_number: string;
@@ -165,6 +168,7 @@ function callLogIdOf(record: CrmRecord): string | null {
   return record.id.startsWith(ACTIVITY_ONLY) ? null : record.id;
 }
 
+/** @internal Exported for its tests only (test/crm-pipedrive.redis.test.ts, test/revisions.redis.test.ts). */
 export class PipedriveSink implements Sink {
   readonly type = 'pipedrive';
   /** Every request but searches: the token's burst window and the daily budget. */

@@ -7,7 +7,7 @@ import { escapeHtml, renderTemplate } from '../template.js';
 import { templateVars, type TemplateVars } from '../template-vars.js';
 import { displayNumber, type CountryCode } from './phone.js';
 
-export interface ArchiveLinkOptions {
+interface ArchiveLinkOptions {
   /** Whether the body mentions the archived transcript (the archive sink's object key). */
   enabled: boolean;
   /** The archive sink's key prefix (same as its `prefix`). */

@@ -22,7 +22,8 @@
 // one call are sent one at a time (src/sinks/revisions.ts).
 import { createHash, createHmac } from 'node:crypto';
 import { z } from 'zod';
-import { EndpointDisabledError, redactRemoteText } from '../../errors.js';
+import { EndpointDisabledError } from '../../errors.js';
+import { redactRemoteText } from '../../redact.js';
 import type { CanonicalCall } from '../../model/call.js';
 import { retryOptionsSchema, retryPolicy, STANDARD_WEBHOOKS_SCHEDULE } from '../retry.js';
 import { RevisionGuard } from '../revisions.js';
@@ -58,7 +59,7 @@ const endpointSchema = z.strictObject({
   headers: headersSchema.optional(),
 });
 
-export const webhookOptionsSchema = z
+const webhookOptionsSchema = z
   .strictObject({
     /** Endpoints by URL alone (names from their hosts, the sink's secrets and headers). */
     urls: z.array(urlSchema).min(1).optional(),
@@ -96,7 +97,10 @@ export const webhookOptionsSchema = z
 
 export type WebhookOptions = z.infer<typeof webhookOptionsSchema>;
 
-/** One endpoint as the sink uses it: its name, URL, own secrets (if any) and headers (the sink's merged in). */
+/**
+ * One endpoint as the sink uses it: its name, URL, own secrets (if any) and headers (the sink's merged in).
+ * @internal Part of a signature only tests use (exported with it).
+ */
 export interface WebhookEndpoint {
   name: string;
   url: string;
@@ -116,6 +120,7 @@ const lowerKeys = (h: Record<string, string>) => Object.fromEntries(Object.entri
  * The endpoints of the options, `urls` first, then `endpoints`. An endpoint without a name is named
  * after its URL's host (`-2`, `-3` … when several share one): give names to keep an endpoint's queue
  * when its URL changes, or when several endpoints share a host and their order may change.
+ * @internal Exported for its tests only (test/crm-webhook.redis.test.ts).
  */
 export function webhookEndpoints(options: Pick<WebhookOptions, 'urls' | 'endpoints' | 'headers'>): WebhookEndpoint[] {
   const listed: z.infer<typeof endpointSchema>[] = [...(options.urls ?? []).map((url) => ({ url })), ...(options.endpoints ?? [])];
@@ -133,7 +138,7 @@ export function webhookEndpoints(options: Pick<WebhookOptions, 'urls' | 'endpoin
 }
 
 /** The HMAC key of a `whsec_` secret, or null when it is not one. */
-export function secretKey(secret: string): Buffer | null {
+function secretKey(secret: string): Buffer | null {
   const m = /^whsec_([A-Za-z0-9+/]+={0,2})$/.exec(secret.trim());
   if (!m) return null;
   const key = Buffer.from(m[1] as string, 'base64');
@@ -141,7 +146,7 @@ export function secretKey(secret: string): Buffer | null {
 }
 
 /** The `webhook-signature` header value for one message, one `v1,` signature per secret. */
-export function signWebhook(id: string, timestampSec: number, body: string, secrets: string[]): string {
+function signWebhook(id: string, timestampSec: number, body: string, secrets: string[]): string {
   return secrets
     .map((s) => {
       const key = secretKey(s);
@@ -156,7 +161,7 @@ function splitList(value: string | undefined): string[] {
 }
 
 /** The environment variables the signed-webhook sink type reads. */
-export const webhookEnv = {
+const webhookEnv = {
   /** URLs of the shortcut sink `webhook`, separated by commas or spaces. */
   CRM_WEBHOOK_URL: envString.refine((v) => splitList(v).every((u) => /^https?:$/.test(URL.canParse(u) ? new URL(u).protocol : '')), {
     message: 'expected http(s) URLs separated by commas',
@@ -180,6 +185,7 @@ interface Endpoint extends WebhookEndpoint {
   state: SinkDeps['state'];
 }
 
+/** @internal Exported for its tests only (test/crm-webhook.redis.test.ts, test/revisions.redis.test.ts). */
 export class WebhookSink implements Sink {
   readonly type = 'webhook';
   private readonly endpoints = new Map<string, Endpoint>();

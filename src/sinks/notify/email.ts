@@ -16,10 +16,10 @@ import { quietHoursEnd } from './time.js';
 /** `someone@example.com` or `Some One <someone@example.com>`. */
 const addressSchema = z.string().regex(/^(?:[^<>@]*<[^<>@\s]+@[^<>@\s]+>|[^<>@\s]+@[^<>@\s]+)$/, 'expected an e-mail address');
 
-export const DEFAULT_SUBJECT = 'Call {{caller}} → {{callee}} ({{outcome}}, {{date}} {{time}})';
+const DEFAULT_SUBJECT = 'Call {{caller}} → {{callee}} ({{outcome}}, {{date}} {{time}})';
 /** The default subject of a call with a headline (`assist.callHeadline`): the headline first. */
-export const DEFAULT_SUBJECT_WITH_TITLE = '{{title}} — {{caller}} → {{callee}} ({{outcome}}, {{date}} {{time}})';
-export const DEFAULT_TEXT = `{{direction}} call from {{caller}} to {{callee}}
+const DEFAULT_SUBJECT_WITH_TITLE = '{{title}} — {{caller}} → {{callee}} ({{outcome}}, {{date}} {{time}})';
+const DEFAULT_TEXT = `{{direction}} call from {{caller}} to {{callee}}
 When: {{dateTime}} ({{timeZone}}), duration {{duration}}
 Outcome: {{outcome}}
 Agent: {{agentId}}
@@ -32,7 +32,7 @@ Key points:
 
 Topics: {{topics}}`;
 
-export const emailOptionsSchema = z.strictObject({
+const emailOptionsSchema = z.strictObject({
   /** Sender. Default: SMTP_FROM. */
   from: addressSchema.optional(),
   /** Recipients (one address or a list). */
@@ -49,7 +49,7 @@ export const emailOptionsSchema = z.strictObject({
 export type EmailOptions = z.infer<typeof emailOptionsSchema>;
 
 /** The environment variables the e-mail sink type reads. */
-export const emailEnv = {
+const emailEnv = {
   /** `smtp://user:pass@host:587` (STARTTLS when offered) or `smtps://…:465`: every e-mail sink's server. */
   SMTP_URL: envString.refine((v) => v === undefined || (URL.canParse(v) && /^smtps?:$/.test(new URL(v).protocol)), {
     message: 'expected smtp://user:pass@host:587 or smtps://user:pass@host:465',
@@ -132,7 +132,7 @@ class EmailSink implements Sink {
 }
 
 /** The e-mail sink type; `createMailer` is the door tests and other transports come through. */
-export function createEmailSinkType(
+function createEmailSinkType(
   // nodemailer is imported when the first e-mail sink is built, not when the config is read.
   createMailer: (url: string) => Mailer | Promise<Mailer> = async (url) => (await import('./smtp.js')).createSmtpMailer(url),
 ): SinkType<EmailOptions> {

@@ -1,11 +1,7 @@
 // Notification sinks: each rule is a sink of type `sms` or `email`; routes choose the calls.
-import type { SinkType } from '../types.js';
+import { defineSinkType, type SinkType } from '../types.js';
 import { emailSinkType } from './email.js';
 import { smsSinkType } from './sms.js';
 
-export const notifySinkTypes: SinkType[] = [smsSinkType as SinkType, emailSinkType as SinkType];
+export const notifySinkTypes: SinkType[] = [defineSinkType(smsSinkType), defineSinkType(emailSinkType)];
 
-export { emailSinkType, createEmailSinkType, emailOptionsSchema, type EmailOptions } from './email.js';
-export { smsSinkType, smsOptionsSchema, type SmsOptions, type NotifySinkDeps } from './sms.js';
-export { OptOutList, type OptOutLookup } from './opt-out.js';
-export { NotificationLedger } from './ledger.js';

@@ -40,7 +40,7 @@ export function privacyKeyOf(deps: { env: SinkEnv; privacyKey?: HmacKeySource })
   return secret === undefined ? undefined : configuredKey(secret);
 }
 
-export type LedgerState = 'sending' | 'sent' | 'unknown';
+type LedgerState = 'sending' | 'sent' | 'unknown';
 
 export interface LedgerEntry {
   state: LedgerState;
@@ -53,9 +53,9 @@ export interface LedgerEntry {
 }
 
 /** How long markers are kept: longer than any redelivery (webhook retries, poller replays, dead-letter replays). */
-export const LEDGER_TTL_MS = 90 * 24 * 3600_000;
+const LEDGER_TTL_MS = 90 * 24 * 3600_000;
 /** A `sending` marker younger than this belongs to an attempt that may still be running. */
-export const IN_FLIGHT_GRACE_MS = 2 * 60_000;
+const IN_FLIGHT_GRACE_MS = 2 * 60_000;
 
 /**
  * A recipient (an E.164 number) as kept where it must be remembered without being readable: the
@@ -68,7 +68,7 @@ export function recipientHash(secret: string | Buffer, recipient: string): strin
 }
 
 /** The ledger key of a call's marker for `recipient` (in clear, or a `recipientHash`): `sent:<call hash>:<recipient>`. */
-export function ledgerKey(callKey: string, recipient: string): string {
+function ledgerKey(callKey: string, recipient: string): string {
   return `sent:${callHash(callKey)}:${recipient}`;
 }
 
@@ -153,7 +153,7 @@ export interface SendOnceOptions {
 }
 
 /** This attempt may or may not have reached the remote; it is not resent (dead letters, with the reason). */
-export class OutcomeUnknownPermanentError extends PermanentError {}
+class OutcomeUnknownPermanentError extends PermanentError {}
 
 export type SendOnceResult = { sent: true; ref: string | undefined } | { sent: false; reason: string };
 

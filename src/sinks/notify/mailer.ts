@@ -1,9 +1,9 @@
 // E-mail delivery behind a small interface, and how SMTP failures are sorted. The one
 // implementation (./smtp.ts, nodemailer) is imported only by a process that runs an e-mail sink.
-import { requestCertainlyNotSent } from '../../telephony/errors.js';
-import { AuthError, PermanentError, redactRemoteText, TransientError, type SinkError } from '../../errors.js';
+import { AuthError, PermanentError, requestCertainlyNotSent, TransientError, type SinkError } from '../../errors.js';
+import { redactRemoteText } from '../../redact.js';
 
-export interface MailMessage {
+interface MailMessage {
   from: string;
   to: string[];
   subject: string;

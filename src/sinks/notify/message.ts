@@ -4,7 +4,7 @@
 import { escapeHtml, renderTemplate } from '../template.js';
 
 /** HTML escaping for multi-line values: newlines become line breaks. */
-export function escapeHtmlMultiline(value: string): string {
+function escapeHtmlMultiline(value: string): string {
   return escapeHtml(value).replace(/\r?\n/g, '<br>\n');
 }
 

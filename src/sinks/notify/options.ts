@@ -24,7 +24,7 @@ export const durationSchema = z.union([z.number().positive(), z.string()]).trans
 const clock = z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'expected HH:MM (24 h)');
 
 /** Local hours in which nothing is sent; `start` after `end` spans midnight (21:00 -> 08:00). */
-export const quietHoursSchema = z
+const quietHoursSchema = z
   .strictObject({
     start: clock,
     end: clock,

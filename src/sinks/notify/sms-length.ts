@@ -13,7 +13,7 @@ const GSM7_BASIC = new Set(
 /** The extension table: escape + character, two septets each. */
 const GSM7_EXTENSION = new Set('\f^{}\\[~]|€');
 
-export type SmsEncoding = 'gsm7' | 'ucs2';
+type SmsEncoding = 'gsm7' | 'ucs2';
 
 export interface SmsLength {
   encoding: SmsEncoding;
@@ -22,7 +22,10 @@ export interface SmsLength {
   segments: number;
 }
 
-/** True when every character of the text is in the GSM 03.38 alphabet (with its extension table). */
+/**
+ * True when every character of the text is in the GSM 03.38 alphabet (with its extension table).
+ * @internal Exported for its tests only (test/notify-text.test.ts).
+ */
 export function isGsm7(text: string): boolean {
   for (const ch of text) if (!GSM7_BASIC.has(ch) && !GSM7_EXTENSION.has(ch)) return false;
   return true;
@@ -59,7 +62,10 @@ const segmenter = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
 /** Printable ASCII, tab and line feed: one grapheme per code unit (only CR LF would join two). */
 const ONE_UNIT_GRAPHEMES = /^[\x20-\x7e\t\n]*$/;
 
-/** Length in user-perceived characters (an emoji or an accented letter counts once). */
+/**
+ * Length in user-perceived characters (an emoji or an accented letter counts once).
+ * @internal Exported for its tests only (test/notify-text.test.ts).
+ */
 export function textLength(text: string): number {
   if (ONE_UNIT_GRAPHEMES.test(text)) return text.length;
   let n = 0;

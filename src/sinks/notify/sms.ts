@@ -4,9 +4,9 @@
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
-import { OutcomeUnknownError, requestCertainlyNotSent } from '../../telephony/errors.js';
+import { OutcomeUnknownError } from '../../telephony/errors.js';
 import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.js';
-import { RetryLaterError, SinkError } from '../../errors.js';
+import { requestCertainlyNotSent, RetryLaterError, SinkError } from '../../errors.js';
 import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SyncSinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
@@ -28,7 +28,7 @@ const e164Schema = z.string().transform((v, ctx) => {
   return e164;
 });
 
-export const smsOptionsSchema = z.strictObject({
+const smsOptionsSchema = z.strictObject({
   /** SMS extension id (e.g. `s0`). Default: TELEPHONY_SMS_ID. */
   smsId: z.string().min(1).optional(),
   /** `caller` (the call's other party: the caller of an incoming call, the callee of an outgoing one) or fixed E.164 numbers. Default `caller`. */
@@ -58,7 +58,7 @@ export const smsOptionsSchema = z.strictObject({
 export type SmsOptions = z.infer<typeof smsOptionsSchema>;
 
 /** The environment variables the SMS sink type reads (the platform API itself: TELEPHONY_*, src/telephony/client.ts). */
-export const smsEnv = {
+const smsEnv = {
   /** SMS extension id (e.g. `s0`): the sinks' `smsId` default. */
   TELEPHONY_SMS_ID: envString,
 } satisfies EnvShape;
@@ -66,7 +66,10 @@ export const smsEnv = {
 const NO_TELEPHONY = 'needs the platform API to send: set TELEPHONY_API_URL and TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN (or TELEPHONY_ACCESS_TOKEN)';
 const NO_SMS_ID = 'needs an SMS extension id: set TELEPHONY_SMS_ID or the sink\'s smsId';
 
-/** Sink dependencies plus the shared opt-out list (Redis set), when the process provides it. */
+/**
+ * Sink dependencies plus the shared opt-out list (Redis set), when the process provides it.
+ * @internal Exported for its tests only (test/notify-queue.redis.test.ts, test/notify-sms.redis.test.ts …).
+ */
 export interface NotifySinkDeps extends SinkDeps {
   optOut?: OptOutLookup;
 }
@@ -76,7 +79,7 @@ export interface NotifySinkDeps extends SinkDeps {
  * when the request left but no answer came back; an HTTP answer or a request that provably never
  * left is definite; anything else unexplained is treated as unknown (the safe side).
  */
-export function smsOutcomeUnknown(err: unknown): boolean {
+function smsOutcomeUnknown(err: unknown): boolean {
   if (err instanceof OutcomeUnknownError) return true;
   if (err instanceof SinkError && (err.status !== undefined || err.kind !== 'transient')) return false;
   return !requestCertainlyNotSent(err);

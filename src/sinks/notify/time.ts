@@ -1,6 +1,7 @@
 // Wall-clock time in a named time zone (Intl only, no tz database of our own): local date/time
 // for message texts, and the end of a rule's quiet hours as a UTC instant.
 
+/** @internal Part of a signature only tests use (exported with it). */
 export interface ZonedParts {
   year: number;
   month: number;
@@ -39,6 +40,7 @@ export function isValidTimeZone(timeZone: string): boolean {
   }
 }
 
+/** @internal Exported for its tests only (test/notify-sms.redis.test.ts). */
 export function zonedParts(date: Date, timeZone: string): ZonedParts {
   const parts: Record<string, number> = {};
   for (const p of formatter(timeZone).formatToParts(date)) {
@@ -61,7 +63,10 @@ function offsetMs(timeZone: string, t: number): number {
   return asUtc - Math.floor(t / 1000) * 1000;
 }
 
-/** The instant at which the zone's clocks show this wall time (a time skipped by DST lands just after the gap). */
+/**
+ * The instant at which the zone's clocks show this wall time (a time skipped by DST lands just after the gap).
+ * @internal Exported for its tests only (test/notify-sms.redis.test.ts).
+ */
 export function zonedTimeToUtc(wall: Omit<ZonedParts, 'second'>, timeZone: string): Date {
   const guess = Date.UTC(wall.year, wall.month - 1, wall.day, wall.hour, wall.minute);
   const first = guess - offsetMs(timeZone, guess);

@@ -1,0 +1,147 @@
+// Remote error text. A CRM, the telephony API, an SMTP server or S3 often echoes what we sent it
+// (numbers, names, summary sentences) in its error answer, and that text becomes an error message,
+// then a log line and a dead letter's reason. Every remote text passes `redactRemoteText` where it
+// enters (errorFromHttp in src/errors.ts, the CRM client, the telephony and OAuth errors, the SMTP and
+// S3 errors); the delivery of a call then also removes that call's own texts (`scrubEchoes`,
+// workers/deliver.ts). Imports nothing.
+
+/**
+ * Characters of a remote's text kept in a message: the first 239 and the last 60 beyond that. Room
+ * for the vendor's code after an echo of our data, which the delivery removes afterwards.
+ * @internal Exported for its tests only (test/redaction.redis.test.ts).
+ */
+export const MAX_REMOTE_TEXT = 300;
+const REMOTE_TEXT_TAIL = 60;
+
+/** A digit run needs this many digits to count as a possible phone number. */
+const MIN_PHONE_DIGITS = 7;
+
+/**
+ * `+4915112345678` -> `+****678`; shorter runs keep 2 digits (`6355340` -> `****40`). Unlike
+ * maskPhone (src/log.ts, numbers callsync knows are numbers) it keeps no leading digits: in free
+ * text a digit run may be anything, and its head plus tail could be all of it.
+ */
+function maskDigitRun(run: string): string {
+  const digits = run.replace(/\D/g, '');
+  const plus = run.trimStart().startsWith('+') ? '+' : '';
+  return `${plus}****${digits.slice(digits.length >= 9 ? -3 : -2)}`;
+}
+
+/**
+ * Kept as they are: ISO dates and times, IPv4 addresses (with a port), and numbers followed by a
+ * unit (`86400000 ms`, `1048576 bytes`). Everything else with 7 or more digits in one run (spaces,
+ * `-`, `.`, `/`, parentheses between them) is masked, whether it is a phone number or a record id.
+ */
+const DIGIT_RUN = new RegExp(
+  [
+    String.raw`(\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?)`,
+    String.raw`(\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b)`,
+    String.raw`(\d+\s?(?:ms|s|sec|seconds|bytes|B|KB|KiB|MB|MiB|GB|chars|characters)\b)`,
+    // Not inside a word or an id (`a1b2-1234-5678`), not before `-x` / `.x` (`12345678-abcd-…`).
+    String.raw`(?<![\w\-.])(\+?\(?\d[\d ()\-./]*\d)(?!\w|[\-.]\w)`,
+  ].join('|'),
+  'g',
+);
+
+const EMAIL = /[\w.%+-]+@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)/g;
+const QUERY_VALUE = /([?&][\w.\-[\]]+=)[^&\s"'<>#]+/g;
+const CREDENTIAL = /\b(Bearer|Basic|Token)\s+[\w\-.~+/=]{16,}/gi;
+
+/** Masks the digit runs that may be phone numbers (see DIGIT_RUN), keeps the rest of the text. */
+export function maskDigitRuns(text: string): string {
+  return text.replace(DIGIT_RUN, (match, date?: string, ip?: string, quantity?: string, run?: string) => {
+    if (date !== undefined || ip !== undefined || quantity !== undefined || run === undefined) return match;
+    return run.replace(/\D/g, '').length >= MIN_PHONE_DIGITS ? maskDigitRun(run) : match;
+  });
+}
+
+/**
+ * Cuts a text to `max` characters: its beginning and its end (where vendors put a code or category).
+ * @internal Exported for its tests only (test/layers.test.ts, test/redaction.redis.test.ts).
+ */
+export function clipText(text: string, max: number = MAX_REMOTE_TEXT): string {
+  if (text.length <= max) return text;
+  const tail = Math.min(REMOTE_TEXT_TAIL, Math.max(0, max - 1));
+  const head = max - 1 - tail;
+  return `${text.slice(0, head)}…${tail > 0 ? text.slice(-tail) : ''}`;
+}
+
+/**
+ * A remote's error text made fit for logs and dead letters: on one line, phone-number-like digit
+ * runs masked (`+****678`), e-mail addresses masked (`***@example.com`), query-string values and
+ * bearer-like credentials replaced by `…`, cut to MAX_REMOTE_TEXT (300) characters. What an operator
+ * needs stays: the vendor's words, error codes and categories, field names, dates. Idempotent.
+ */
+export function redactRemoteText(text: string, max: number = MAX_REMOTE_TEXT): string {
+  const oneLine = text.replace(/\s+/g, ' ').trim();
+  const masked = maskDigitRuns(
+    oneLine
+      .replace(EMAIL, (_m, domain: string) => `***@${domain}`)
+      .replace(QUERY_VALUE, '$1…')
+      .replace(CREDENTIAL, '$1 …'),
+  );
+  return clipText(masked, max);
+}
+
+/** What a call itself holds that must not come back in an error text (see workers/deliver.ts). */
+export interface EchoValues {
+  /** Free texts (summary, key points, transcript): any run of 4 of their words in a row is removed. */
+  texts?: Iterable<string>;
+  /** Names: each of their words is removed wherever it stands. */
+  names?: Iterable<string>;
+  /** Phone numbers as the call holds them: masked like any digit run. */
+  numbers?: Iterable<string>;
+}
+
+const WORD = /[\p{L}\p{N}]+(?:['’][\p{L}\p{N}]+)*/gu;
+/** Words in a row that count as an echo of a text; shorter texts count only whole. */
+const ECHO_WORDS = 4;
+
+function wordsOf(text: string): string[] {
+  return (text.match(WORD) ?? []).map((w) => w.toLowerCase());
+}
+
+/**
+ * Removes from `text` what it echoes of the given values: runs of 4 words of a free text (or a
+ * shorter text whole), every word of a name, the numbers. Each removed stretch becomes `…`.
+ */
+export function scrubEchoes(text: string, values: EchoValues): string {
+  let out = text;
+  for (const n of values.numbers ?? []) {
+    const number = n.trim();
+    if (number.replace(/\D/g, '').length >= 3) out = out.split(number).join(maskDigitRun(number));
+  }
+  const phrases = new Set<string>();
+  const lengths = new Set<number>();
+  for (const t of values.texts ?? []) {
+    const words = wordsOf(t);
+    if (words.length === 0 || words.join(' ').length < 3) continue;
+    const n = Math.min(ECHO_WORDS, words.length);
+    lengths.add(n);
+    for (let i = 0; i + n <= words.length; i++) phrases.add(words.slice(i, i + n).join(' '));
+  }
+  const nameWords = new Set<string>();
+  for (const name of values.names ?? []) for (const w of wordsOf(name)) if (w.length >= 2) nameWords.add(w);
+  if (phrases.size === 0 && nameWords.size === 0) return out;
+
+  const spans = [...out.matchAll(WORD)].map((m) => ({ start: m.index, end: m.index + m[0].length, word: m[0].toLowerCase() }));
+  const hit = spans.map((s) => nameWords.has(s.word));
+  for (const n of lengths) {
+    for (let i = 0; i + n <= spans.length; i++) {
+      if (!phrases.has(spans.slice(i, i + n).map((s) => s.word).join(' '))) continue;
+      for (let j = i; j < i + n; j++) hit[j] = true;
+    }
+  }
+  let result = '';
+  let at = 0;
+  for (let i = 0; i < spans.length; i++) {
+    if (!hit[i]) continue;
+    let j = i;
+    // One `…` for a stretch of removed words and what stands between them.
+    while (j + 1 < spans.length && hit[j + 1]) j++;
+    result += `${out.slice(at, spans[i]!.start)}…`;
+    at = spans[j]!.end;
+    i = j;
+  }
+  return result + out.slice(at);
+}
