@@ -102,7 +102,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
             createTelephonyClient({ ...withRefreshTokenStore(config.telephony, redis.worker, redisKeys(config.redis).telephonyOAuthKey()), log: log.child({ component: 'telephony' }) })
           : null;
     const timeline = (conn: RedisClient) =>
-      new CallTimeline(conn, redisKeys(config.redis), { ttlDays: config.env.CALL_TIMELINE_TTL_DAYS, indexSecret: config.env.CALL_INDEX_SECRET, log });
+      new CallTimeline(conn, redisKeys(config.redis), { ...config.timeline, log });
     const timelines = options.timelines === false ? {} : { producer: timeline(redis.producer), worker: timeline(redis.worker) };
     const deps: RoleDeps = {
       config,

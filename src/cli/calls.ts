@@ -39,7 +39,7 @@ Options:
 const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
 
 function timelineOf(config: Config, redis: RedisClient): CallTimeline {
-  return new CallTimeline(redis, redisKeys(config.redis), { ttlDays: config.env.CALL_TIMELINE_TTL_DAYS, indexSecret: config.env.CALL_INDEX_SECRET });
+  return new CallTimeline(redis, redisKeys(config.redis), config.timeline);
 }
 
 function options(args: string[], spec: ParseArgsConfig['options']) {
@@ -67,7 +67,7 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
     return found.length > 0 ? 0 : 1;
   }
   if (found.length === 0) {
-    io.err(`no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.env.CALL_TIMELINE_TTL_DAYS} days)`);
+    io.err(`no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.timeline.ttlDays} days)`);
     return 1;
   }
   for (const [n, s] of found.entries()) {

@@ -14,7 +14,6 @@
 // The notification ledger keeps its "never twice" markers with the recipient as a keyed hash
 // (PRIVACY_HMAC_SECRET), and the opt-out list keeps the number as that hash. The Redis part runs
 // again until a pass finds nothing (a call being fanned out meanwhile), at most MAX_PASSES times.
-import { join } from 'node:path';
 import { Cluster } from 'ioredis';
 import { Queue, type Job, type JobType } from 'bullmq';
 import type { Logger } from 'pino';
@@ -144,7 +143,7 @@ interface FoundCall {
 
 /** The spool folder of the ingress of this configuration (workers/roles/ingress.ts). */
 export function spoolFolder(config: Config): string {
-  return join(config.env.SPOOL_DIR, config.redis.prefix.replace(/[^A-Za-z0-9._{}-]/g, '_'));
+  return config.spool.dir;
 }
 
 async function scanAll(redis: RedisClient, pattern: string): Promise<string[]> {

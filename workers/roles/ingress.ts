@@ -2,7 +2,6 @@
 // front while Redis is away), served on HTTP.
 import type { Server } from 'node:http';
 import { isIPv4, isIPv6 } from 'node:net';
-import { join } from 'node:path';
 import type { Hono } from 'hono';
 import { createIngressApp } from '../../src/ingress/app.js';
 import { InboundAcceptor, withTimeout, type CallAcceptor } from '../../src/ingress/accept.js';
@@ -25,17 +24,17 @@ export interface IngressRole extends Role {
 /** The spool for this prefix when it is enabled (or, by default, when its folder is writable). */
 async function openSpool({ config, log }: RoleDeps, inner: CallAcceptor): Promise<SpoolingAcceptor | null> {
   // One spool folder per queue prefix: what is spooled belongs to that prefix's queues.
-  const dir = join(config.env.SPOOL_DIR, config.redis.prefix.replace(/[^A-Za-z0-9._{}-]/g, '_'));
-  if (!(config.env.SPOOL_ENABLED ?? (await spoolDirWritable(dir)))) {
+  const { dir, enabled, maxBytes, minFreeBytes } = config.spool;
+  if (!(enabled ?? (await spoolDirWritable(dir)))) {
     log.warn({ dir }, 'spool off: without Redis the ingress answers 503');
     return null;
   }
-  const spool = new SpoolingAcceptor(inner, { dir, log, maxBytes: config.env.SPOOL_MAX_BYTES, minFreeBytes: config.env.SPOOL_MIN_FREE_BYTES });
+  const spool = new SpoolingAcceptor(inner, { dir, log, maxBytes, minFreeBytes });
   try {
     await spool.open();
     return spool;
   } catch (err) {
-    if (config.env.SPOOL_ENABLED) throw err;
+    if (enabled) throw err;
     log.warn({ err: { message: (err as Error).message } }, 'spool unavailable: without Redis the ingress answers 503');
     return null;
   }
