@@ -11,17 +11,17 @@ import type { AckReplicas } from '../../queues/inbound.js';
 import type { LocalRedisSettings, RedisNode, RedisSettings } from '../../queues/connection.js';
 import { MAX_INBOUND_SHARDS } from '../../queues/keys.js';
 import { oneOf } from '../env-values.js';
-import { envSchema, type Env } from './env.js';
+import { currentEnvSchema, type Env } from './env.js';
 import type { TelephonyClientOptions } from '../telephony/client.js';
 import {
-  ingressSection, opsSection, pollSection, pushSection, retentionSection, retrySection, spoolSection, telephonySection, timelineSection, workerSection,
-  type HttpSection, type OpsSection, type PollerSettings, type PushSection, type RetentionSection, type Role, type SectionReport, type SpoolSection, type TimelineSection,
+  ingressSection, opsSection, pollSection, privacySection, retentionSection, sourcesSection, retrySection, spoolSection, telephonySection, timelineSection, workerSection,
+  type HttpSection, type OpsSection, type PollerSettings, type PrivacySection, type RetentionSection, type Role, type SectionReport, type SpoolSection, type TimelineSection,
   type WebhookSection, type WorkerSection,
 } from './sections.js';
 import { archiveEnv } from '../sinks/archive/index.js';
 import { envOf } from '../sinks/types.js';
 
-export type { OpsSection, PollerSettings, PushSection, RetentionSection, Role, SpoolSection, TimelineSection } from './sections.js';
+export type { OpsSection, PollerSettings, PrivacySection, RetentionSection, Role, SpoolSection, TimelineSection } from './sections.js';
 
 export interface SinkConfig {
   name: string;
@@ -53,8 +53,9 @@ export interface Config {
   spool: SpoolSection;
   retention: RetentionSection;
   timeline: TimelineSection;
-  /** The Push API source (src/sources/push.ts). */
-  push: PushSection;
+  privacy: PrivacySection;
+  /** Each source type's settings, by its name (src/sources/registry.ts; `push`: src/sources/push.ts `PushSettings`). */
+  sources: Readonly<Record<string, unknown>>;
   retry: RetryPolicy;
   worker: WorkerSection;
   /** The platform's REST API client settings (TELEPHONY_*), null when TELEPHONY_API_URL is unset. */
@@ -412,6 +413,7 @@ function sinksSection(env: Env, file: ConfigFile, telephonyConfigured: boolean, 
 
 /** The environment through the one schema; bad variables are reported and left at their defaults. */
 function parseEnv(processEnv: NodeJS.ProcessEnv, problems: string[]): { env: Env; badKeys: Set<string> } {
+  const envSchema = currentEnvSchema();
   const parsed = envSchema.safeParse(processEnv, { reportInput: true });
   if (parsed.success) return { env: parsed.data, badKeys: new Set() };
   problems.push(...describeIssues(parsed.error.issues));
@@ -430,7 +432,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   const file = configPath ? readConfigFile(configPath, processEnv, options, report.problems) : { sinks: {}, routes: [] as unknown[] };
   const { sinks, routes } = sinksSection(env, file, telephonyConfigured, report);
   const ingress = ingressSection(env, report);
-  const push = pushSection(env, report);
+  const sources = sourcesSection(env, report);
   const poll = pollSection(env, telephonyConfigured, report);
   const redis = redisSettings(env, report.problems, report.warnings);
   if (report.problems.length > 0) throw new ConfigError(report.problems);
@@ -451,7 +453,8 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
     spool: spoolSection(env),
     retention: retentionSection(env),
     timeline: timelineSection(env),
-    push,
+    privacy: privacySection(env),
+    sources,
     retry,
     worker: workerSection(env),
     telephony,

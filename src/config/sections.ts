@@ -6,12 +6,13 @@
 // `envOf` in its own hooks (its section). Outside src/config, only bin/ (which runs before any
 // configuration), src/log.ts's LOG_LEVEL fallback for loggers made before the configuration, and
 // src/telemetry.ts (the OpenTelemetry SDK's own OTEL_* variables) read process.env.
-import { createPublicKey } from 'node:crypto';
 import { join } from 'node:path';
 import { isIP } from 'node:net';
 import { PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
 import type { AckReplicas } from '../../queues/inbound.js';
 import type { RetryPolicy } from '../../queues/registry.js';
+import { privacySecret } from '../sinks/notify/ledger.js';
+import { sourceTypes } from '../sources/registry.js';
 import { TelephonyConfigError, telephonyOptions, type TelephonyClientOptions } from '../telephony/client.js';
 
 /** What a section builder reports into: problems fail the start, warnings are logged at start. */
@@ -268,29 +269,15 @@ export function pollSection(env: Env, telephonyConfigured: boolean, { problems }
   };
 }
 
-/** The Push API source (src/sources/push.ts). */
-export interface PushSection {
-  /** PEM replacing the platform's published key (PUSH_API_PUBLIC_KEY). */
-  publicKeyPem?: string;
-  verify: boolean;
-  publicUrl?: string;
-  /** PUSH_CALL_TIMEOUT_SECONDS in ms. */
-  timeoutMs: number;
+/** Each source type's settings by its name (src/sources/registry.ts), checked by the type. */
+export function sourcesSection(env: Env, report: SectionReport): Record<string, unknown> {
+  return Object.fromEntries([...sourceTypes.values()].map((type) => [type.name, type.options(env, report)]));
 }
 
-export function pushSection(env: Env, { problems, warnings }: SectionReport): PushSection {
-  if (!env.PUSH_API_VERIFY) warnings.push('PUSH_API_VERIFY=false: Push API requests are accepted without checking their signature');
-  if (env.PUSH_API_PUBLIC_KEY !== undefined) {
-    try {
-      createPublicKey(env.PUSH_API_PUBLIC_KEY.replace(/\\n/g, '\n'));
-    } catch {
-      problems.push('PUSH_API_PUBLIC_KEY: expected a public key in PEM (-----BEGIN PUBLIC KEY----- …)');
-    }
-  }
-  return {
-    publicKeyPem: env.PUSH_API_PUBLIC_KEY,
-    verify: env.PUSH_API_VERIFY,
-    publicUrl: env.PUSH_API_PUBLIC_URL,
-    timeoutMs: env.PUSH_CALL_TIMEOUT_SECONDS * 1000,
-  };
+/** What names numbers without storing them: the key of the HMAC (PRIVACY_HMAC_SECRET, declared by the notification ledger). */
+export interface PrivacySection {
+  /** Undefined: not set (a random key kept in Redis). */
+  hmacSecret: string | undefined;
 }
+
+export const privacySection = (env: Env): PrivacySection => ({ hmacSecret: privacySecret(env) });

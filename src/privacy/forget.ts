@@ -30,7 +30,7 @@ import { RedisKeyValueStore } from '../state/kv.js';
 import { archiveOptionsSchema, createObjectStore } from '../sinks/archive/index.js';
 import { normalizePrefix, archiveKeys } from '../sinks/archive/keys.js';
 import { LocalFolderStore, type ObjectStore } from '../sinks/archive/store.js';
-import { privacySecret, recipientHash } from '../sinks/notify/ledger.js';
+import { recipientHash } from '../sinks/notify/ledger.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
 import { eraseFromSpool } from '../ingress/spool-forget.js';
 import { eraseStreamEntries } from './stream-erase.js';
@@ -214,7 +214,7 @@ export class Forgetter {
   ) {
     this.keys = redisKeys(config.redis);
     this.matches = targetMatcher(options.target);
-    this.secret = privacySecret(config.env);
+    this.secret = config.privacy.hmacSecret;
     this.activeWaitMs = options.activeWaitMs ?? 60_000;
   }
 

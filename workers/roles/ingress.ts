@@ -9,6 +9,7 @@ import { buildBlockList } from '../../src/ingress/middleware/ip-allow.js';
 import { SpoolingAcceptor, spoolDirWritable } from '../../src/ingress/spool.js';
 import { listen } from '../../src/listen.js';
 import { neverReachedReason } from '../../queues/connection.js';
+import { redisKeys } from '../../queues/keys.js';
 import { createSources } from '../../src/sources/index.js';
 import { Closers, type Role, type RoleDeps } from './lifecycle.js';
 
@@ -96,7 +97,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
     const app = createIngressApp({
       webhook: config.webhook,
       acceptor,
-      sources: createSources({ config, redis: redis.producer, now: options.now }),
+      sources: createSources(config.sources, { redis: redis.producer, keys: redisKeys(config.redis), now: options.now }),
       // Ready when events can be acknowledged durably: Redis answers, or the spool takes them.
       // (A load balancer routing on /readyz keeps sending to an ingress that spools.) The spool
       // serves outages only: a Redis never reached since start (a wrong address, nothing running)

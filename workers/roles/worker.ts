@@ -10,11 +10,9 @@ import { ArchiveSink } from '../../src/sinks/archive/index.js';
 import { lazyArchiveAccess } from '../../src/sinks/archive/access.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import { OptOutList } from '../../src/sinks/notify/opt-out.js';
-import { privacySecret } from '../../src/sinks/notify/ledger.js';
 import { InboundLog, logToFanOut, waitForReplicas } from '../../queues/inbound.js';
 import { InboundAcceptor, withTimeout } from '../../src/ingress/accept.js';
-import { pushAssembly } from '../../src/sources/index.js';
-import { startPushSweeper } from '../push-sweeper.js';
+import { startSourceTasks } from '../../src/sources/index.js';
 import { startRetentionSweeper } from '../retention-sweeper.js';
 import {
   bullmqReady,
@@ -50,7 +48,7 @@ export interface WorkerRole extends Role {
 async function createSinks({ config, options, log, redis, telephony }: RoleDeps): Promise<Map<string, Sink>> {
   const now = options.now ?? (() => new Date());
   const keys = redisKeys(config.redis);
-  const optOut = new OptOutList(redis.worker, keys.area('optout'), privacySecret(config.env));
+  const optOut = new OptOutList(redis.worker, keys.area('optout'), config.privacy.hmacSecret);
   const sinks = new Map<string, Sink>();
   // The first archive sink, for the CRMs' links to archived recordings.
   const archive = lazyArchiveAccess(() => [...sinks.values()].find((s): s is ArchiveSink => s instanceof ArchiveSink)?.access());
@@ -165,10 +163,11 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     });
     closers.add('stop fan-out', () => fanOut.close());
 
-    // Push API calls whose hangup never came are closed here (src/sources/push-assembly.ts).
+    // The sources' background tasks (the Push API's sweeper closes calls whose hangup never came).
     const acceptor = new InboundAcceptor(deps.inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs, timeline: deps.timelines.worker });
-    const sweeper = startPushSweeper(pushAssembly({ config, redis: redis.worker, now: options.now }), acceptor, config.push.timeoutMs, log);
-    closers.add('stop push sweeper', () => sweeper.close());
+    for (const task of startSourceTasks(config.sources, { redis: redis.worker, keys, now: options.now, accept: (call) => acceptor.accept(call), log })) {
+      closers.add(`stop ${task.what}`, () => task.close());
+    }
     const retention = startRetentionSweeper(config, redis.worker, log);
     if (retention) closers.add('stop retention sweeper', () => retention.close());
 
