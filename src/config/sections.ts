@@ -11,7 +11,9 @@ import { isIP } from 'node:net';
 import { PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
 import type { AckReplicas } from '../../queues/inbound.js';
 import type { RetryPolicy } from '../../queues/registry.js';
+import type { CountryCode } from 'libphonenumber-js';
 import { privacySecret } from '../sinks/notify/ledger.js';
+import { resolveRegion } from '../sinks/region.js';
 import { sourceTypes } from '../sources/registry.js';
 import { TelephonyConfigError, telephonyOptions, type TelephonyClientOptions } from '../telephony/client.js';
 
@@ -274,10 +276,15 @@ export function sourcesSection(env: Env, report: SectionReport): Record<string, 
   return Object.fromEntries([...sourceTypes.values()].map((type) => [type.name, type.options(env, report)]));
 }
 
-/** What names numbers without storing them: the key of the HMAC (PRIVACY_HMAC_SECRET, declared by the notification ledger). */
+/**
+ * How numbers are named and read: the key of the HMAC (PRIVACY_HMAC_SECRET, declared by the
+ * notification ledger) and the region of national numbers (PHONE_DEFAULT_REGION, src/sinks/region.ts).
+ */
 export interface PrivacySection {
   /** Undefined: not set (a random key kept in Redis). */
   hmacSecret: string | undefined;
+  /** PHONE_DEFAULT_REGION, else DE: how `callsync opt-out` and `callsync forget` read 0151 … */
+  defaultRegion: CountryCode;
 }
 
-export const privacySection = (env: Env): PrivacySection => ({ hmacSecret: privacySecret(env) });
+export const privacySection = (env: Env): PrivacySection => ({ hmacSecret: privacySecret(env), defaultRegion: resolveRegion(undefined, env) });

@@ -23,7 +23,6 @@ import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { callHash, callKeySegment, type CanonicalCall } from '../model/call.js';
 import type { Config } from '../config/index.js';
 import { phoneLibMax } from '../sinks/libphonenumber.js';
-import { resolveRegion } from '../sinks/region.js';
 import { sinkTypes } from '../sinks/registry.js';
 import type { Sink } from '../sinks/types.js';
 import { RedisKeyValueStore } from '../state/kv.js';
@@ -707,5 +706,5 @@ export async function forget(config: Config, redis: RedisClient, log: Logger, op
 
 /** PHONE_DEFAULT_REGION of this configuration (national numbers of `callsync forget`). */
 export function forgetRegion(config: Config): CountryCode {
-  return resolveRegion(undefined, config.env);
+  return config.privacy.defaultRegion;
 }
