@@ -29,7 +29,7 @@ export const LAYERS: Record<string, number> = {
   'src/metrics': 3,
   'src/sinks': 3,
   'src/config': 4,
-  'src/sources': 4.5,
+  'src/sources': 3.5,
   'src/ingress': 5,
   'src/ops': 6,
   'src/privacy': 6.5,

@@ -373,9 +373,10 @@ describe('poller: failures', () => {
 });
 
 describe('poller settings', () => {
-  it('reads POLL_* with defaults and reports bad values', async () => {
-    const { pollerSettingsFromEnv } = await import('../workers/poller.js');
-    assert.deepEqual(pollerSettingsFromEnv({ POLL_CHANNEL_IDS: ' a, b ,,a' }), { channelIds: ['a', 'b'], intervalMs: 5000, pageSize: 100, maxBackoffMs: 300_000, lockTtlMs: 30_000 });
-    assert.throws(() => pollerSettingsFromEnv({ POLL_INTERVAL_MS: 'soon', POLL_PAGE_SIZE: '0' }), /POLL_INTERVAL_MS: expected a whole number >= 10[\s\S]*POLL_PAGE_SIZE/);
+  it('reads POLL_* with defaults and reports bad values, as a section of the one configuration', async () => {
+    const { loadConfig } = await import('../src/config/index.js');
+    const base = { ARCHIVE_DIR: '/tmp/callsync-poll-config', TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_ACCESS_TOKEN: 'at' };
+    assert.deepEqual(loadConfig({ ...base, POLL_CHANNEL_IDS: ' a, b ,,a' }).poll, { channelIds: ['a', 'b'], intervalMs: 5000, pageSize: 100, maxBackoffMs: 300_000, lockTtlMs: 30_000 });
+    assert.throws(() => loadConfig({ ...base, POLL_INTERVAL_MS: 'soon', POLL_PAGE_SIZE: '0' }), /Invalid configuration:[\s\S]*POLL_INTERVAL_MS: expected a whole number >= 10[\s\S]*POLL_PAGE_SIZE/);
   });
 });

@@ -3,19 +3,21 @@
 // form bodies with repeated `user[]` fields, `origCallId`, and what is refused.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, loadConfig } from '../src/config/index.js';
+import { ConfigError, loadConfig, type Config } from '../src/config/index.js';
 import { assemblePushCall, parsePushEvent } from '../src/model/push.js';
 import { InvalidPayloadError } from '../src/model/webhook.js';
-import { pushPublicKey, subscribeXml, verifyPushSignature } from '../src/sources/push.js';
+import { pushPublicKey, subscribeXml, verifyPushSignature, type PushSettings } from '../src/sources/push.js';
 import { newCall, sign, testKeyPair } from './support/fake-push.js';
 
 const base = { ARCHIVE_DIR: '/tmp/callsync-push-config' };
+/** The Push API source's settings: a section of the configuration built by its source type. */
+const push = (config: Config) => config.sources.push as PushSettings;
 
 test('defaults: signatures checked with the platform key, 6 h timeout, no warning about verification', () => {
   const config = loadConfig(base);
-  assert.equal(config.push.verify, true);
-  assert.equal(config.push.publicKeyPem, undefined);
-  assert.equal(config.push.timeoutMs, 6 * 3600 * 1000);
+  assert.equal(push(config).verify, true);
+  assert.equal(push(config).publicKeyPem, undefined);
+  assert.equal(push(config).timeoutMs, 6 * 3600 * 1000);
   assert.ok(!config.warnings.some((w) => w.includes('PUSH_API_VERIFY')));
   // The shipped key parses and is RSA.
   assert.equal(pushPublicKey(undefined).asymmetricKeyType, 'rsa');
@@ -23,7 +25,7 @@ test('defaults: signatures checked with the platform key, 6 h timeout, no warnin
 
 test('PUSH_API_VERIFY=false is a start warning; a PUSH_API_PUBLIC_KEY that is not PEM is a config error', () => {
   const config = loadConfig({ ...base, PUSH_API_VERIFY: 'false' });
-  assert.equal(config.push.verify, false);
+  assert.equal(push(config).verify, false);
   assert.ok(config.warnings.some((w) => /PUSH_API_VERIFY=false/.test(w)));
   assert.throws(
     () => loadConfig({ ...base, PUSH_API_PUBLIC_KEY: 'not a key' }),
@@ -36,7 +38,7 @@ test('PUSH_API_VERIFY=false is a start warning; a PUSH_API_PUBLIC_KEY that is no
 test('a one-line PEM (\\n escaped, as .env files hold it) verifies what its key signed', () => {
   const keys = testKeyPair();
   const oneLine = keys.publicKeyPem.replace(/\n/g, '\\n');
-  assert.equal(loadConfig({ ...base, PUSH_API_PUBLIC_KEY: oneLine }).push.publicKeyPem, oneLine);
+  assert.equal(push(loadConfig({ ...base, PUSH_API_PUBLIC_KEY: oneLine })).publicKeyPem, oneLine);
   const body = newCall('c-1');
   assert.equal(verifyPushSignature(pushPublicKey(oneLine), Buffer.from(body), sign(keys, body)), true);
   assert.equal(verifyPushSignature(pushPublicKey(oneLine), Buffer.from(`${body}&x=1`), sign(keys, body)), false);

@@ -5,7 +5,8 @@ import { createHash } from 'node:crypto';
 import { createServer } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
-import { TelephonyConfigError, createTelephonyClient, telephonyOptionsFromEnv, type TelephonyClientOptions } from '../src/telephony/client.js';
+import { ConfigError, loadConfig } from '../src/config/index.js';
+import { createTelephonyClient, type TelephonyClientOptions } from '../src/telephony/client.js';
 import { OutcomeUnknownError, ResponseValidationError, type TelephonyError } from '../src/telephony/errors.js';
 import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
 
@@ -396,19 +397,23 @@ describe('telephony client: download', () => {
   });
 });
 
-describe('telephonyOptionsFromEnv', () => {
+// The API client's settings are a section of the one configuration (src/config/sections.ts):
+// read and reported by loadConfig, with every other configuration problem.
+const telephonyOf = (env: Record<string, string>) => loadConfig({ ARCHIVE_DIR: '/tmp/callsync-telephony-config', ...env }).telephony;
+
+describe('the telephony section of the configuration', () => {
   it('is null without TELEPHONY_API_URL', () => {
-    assert.equal(telephonyOptionsFromEnv({}), null);
-    assert.equal(telephonyOptionsFromEnv({ TELEPHONY_API_URL: ' ' }), null);
+    assert.equal(telephonyOf({}), null);
+    assert.equal(telephonyOf({ TELEPHONY_API_URL: ' ' }), null);
   });
 
   it('reads a personal access token, a bearer token, or OAuth refresh settings', () => {
-    const basic = telephonyOptionsFromEnv({ TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_TOKEN_ID: 'id', TELEPHONY_TOKEN: 'tok', TELEPHONY_TIMEOUT_MS: '5000' });
+    const basic = telephonyOf({ TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_TOKEN_ID: 'id', TELEPHONY_TOKEN: 'tok', TELEPHONY_TIMEOUT_MS: '5000' });
     assert.deepEqual(basic?.auth, { kind: 'basic', tokenId: 'id', token: 'tok' });
     assert.equal(basic?.timeoutMs, 5000);
-    const bearer = telephonyOptionsFromEnv({ TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_ACCESS_TOKEN: 'at' });
+    const bearer = telephonyOf({ TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_ACCESS_TOKEN: 'at' });
     assert.deepEqual(bearer?.auth, { kind: 'bearer', accessToken: 'at' });
-    const oauth = telephonyOptionsFromEnv({
+    const oauth = telephonyOf({
       TELEPHONY_API_URL: 'https://api.example.com/v2',
       TELEPHONY_OAUTH_TOKEN_URL: 'https://login.example.com/token',
       TELEPHONY_OAUTH_CLIENT_ID: 'c',
@@ -421,10 +426,10 @@ describe('telephonyOptionsFromEnv', () => {
     assert.equal(oauth?.channelEventsPath, '/channels/{channelId}/inbox');
   });
 
-  it('lists every problem', () => {
+  it('lists every problem, in the format of every other configuration problem', () => {
     assert.throws(
       () =>
-        telephonyOptionsFromEnv({
+        telephonyOf({
           TELEPHONY_API_URL: 'https://api.example.com/v2',
           TELEPHONY_OAUTH_CLIENT_ID: 'c',
           TELEPHONY_TOKEN_ID: 'id',
@@ -432,15 +437,16 @@ describe('telephonyOptionsFromEnv', () => {
           TELEPHONY_CHANNEL_EVENTS_PATH: '/events',
         }),
       (err: unknown) => {
-        assert.ok(err instanceof TelephonyConfigError);
+        assert.ok(err instanceof ConfigError);
         assert.equal(err.problems.length, 4, err.message);
+        assert.match(err.message, /^Invalid configuration:/);
         assert.match(err.message, /TELEPHONY_OAUTH_TOKEN_URL, TELEPHONY_OAUTH_CLIENT_SECRET, TELEPHONY_OAUTH_REFRESH_TOKEN/);
         assert.match(err.message, /TELEPHONY_RETRIES/);
         assert.match(err.message, /\{channelId\}/);
         return true;
       },
     );
-    assert.throws(() => telephonyOptionsFromEnv({ TELEPHONY_API_URL: 'https://api.example.com/v2' }), /no credentials/);
+    assert.throws(() => telephonyOf({ TELEPHONY_API_URL: 'https://api.example.com/v2' }), /no credentials/);
   });
 });
 

@@ -25,7 +25,6 @@ import { startIngressRole } from './roles/ingress.js';
 import { Closers, quitRedis, type CallsyncOptions, type RoleDeps } from './roles/lifecycle.js';
 import { startPollerRole } from './roles/poller.js';
 import { startWorkerRole, type WorkerRole } from './roles/worker.js';
-import { privacySecret } from '../src/sinks/notify/ledger.js';
 
 export type { CallsyncOptions } from './roles/lifecycle.js';
 
@@ -103,7 +102,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
             createTelephonyClient({ ...withRefreshTokenStore(config.telephony, redis.worker, redisKeys(config.redis).telephonyOAuthKey()), log: log.child({ component: 'telephony' }) })
           : null;
     const timeline = (conn: RedisClient) =>
-      new CallTimeline(conn, redisKeys(config.redis), { ttlDays: config.env.CALL_TIMELINE_TTL_DAYS, privacySecret: privacySecret(config.env), log });
+      new CallTimeline(conn, redisKeys(config.redis), { ...config.timeline, log });
     const timelines = options.timelines === false ? {} : { producer: timeline(redis.producer), worker: timeline(redis.worker) };
     const deps: RoleDeps = {
       config,

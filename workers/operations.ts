@@ -16,7 +16,6 @@ import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.
 import { bullmqReady, createRedis, neverReachedReason, readyOnce, redisKeys, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
 import { CallTimeline } from '../queues/timeline.js';
-import { privacySecret } from '../src/sinks/notify/ledger.js';
 import { combineEvents, fanOutMetrics, ingressMetrics, runnerMetrics } from './metric-events.js';
 import { quitRedis, type CallsyncOptions } from './roles/lifecycle.js';
 
@@ -82,17 +81,17 @@ export function createOperations(options: OperationsOptions): Operations {
       }
     },
   });
-  const env = config.env;
+  const { admin } = config.ops;
   let fanOutStalled: (() => string | null) | null = null;
   let warnings: () => string[] = () => [];
   const readyzDetail = readyzWarnings(() => warnings());
   const ops = createOpsApp({
     log,
     queues,
-    auth: { username: env.ADMIN_USERNAME, password: env.ADMIN_PASSWORD, token: env.ADMIN_TOKEN },
-    origins: env.ADMIN_ORIGIN,
-    metricsToken: env.METRICS_TOKEN,
-    calls: new CallTimeline(connection, keys, { ttlDays: env.CALL_TIMELINE_TTL_DAYS, privacySecret: privacySecret(env), log }),
+    auth: { username: admin.username, password: admin.password, token: admin.token },
+    origins: admin.origins,
+    metricsToken: config.ops.metricsToken,
+    calls: new CallTimeline(connection, keys, { ...config.timeline, log }),
     trustedProxies: config.webhook.trustedProxies,
     trustProxyHops: config.webhook.trustProxyHops,
     ready: async () => {
@@ -105,9 +104,9 @@ export function createOperations(options: OperationsOptions): Operations {
     stopping: () => gate.closed,
   });
   if (ops.dashboard) {
-    if (env.ADMIN_PASSWORD && env.ADMIN_PASSWORD.length < 12) log.warn('ADMIN_PASSWORD is shorter than 12 characters');
-    const auth = [env.ADMIN_PASSWORD ? 'login' : null, env.ADMIN_PASSWORD ? 'basic' : null, env.ADMIN_TOKEN ? 'bearer' : null].filter(Boolean);
-    log.info({ path: '/admin/queues', auth, origins: env.ADMIN_ORIGIN.length > 0 ? env.ADMIN_ORIGIN : 'same as requested' }, 'dashboard enabled');
+    if (admin.password && admin.password.length < 12) log.warn('ADMIN_PASSWORD is shorter than 12 characters');
+    const auth = [admin.password ? 'login' : null, admin.password ? 'basic' : null, admin.token ? 'bearer' : null].filter(Boolean);
+    log.info({ path: '/admin/queues', auth, origins: admin.origins.length > 0 ? admin.origins : 'same as requested' }, 'dashboard enabled');
   } else {
     log.warn('dashboard off: set ADMIN_PASSWORD (basic auth) or ADMIN_TOKEN (bearer) to serve it at /admin/queues');
   }
@@ -130,7 +129,7 @@ export function createOperations(options: OperationsOptions): Operations {
       if (!(await setUp)) log.warn({ waitedMs: STARTUP_REDIS_WAIT_MS }, 'Redis not ready at start for the dashboard and queue metrics: starting anyway');
       const port = opsPort(config);
       if (port === null) return;
-      const host = env.OPS_HOST ?? config.http.host;
+      const host = config.ops.host;
       const root = new Hono();
       root.use('*', requestContext({ log }), gate.middleware, readyzDetail);
       root.route('/', ops.app);

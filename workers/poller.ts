@@ -21,27 +21,13 @@ import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { ChannelEventError, parseChannelEvent, toCanonical } from '../src/model/channel-event.js';
 import { AuthError, RetryLaterError, UnprocessableJobError, classify } from '../src/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
-import { envSchema } from '../src/config/env.js';
-import { pollerSettings, type PollerSettings } from '../src/config/index.js';
+import type { PollerSettings } from '../src/config/index.js';
 import { asKeys, JobName, POLL_DEAD_LETTER_QUEUE, type PollDeadLetterJob, type RedisKeys } from '../queues/index.js';
 import { runWorker, type RunnerOptions, type RunningWorker } from './runner.js';
 
 // ---------------------------------------------------------------------------------------------
 // Settings: POLL_* variables are part of the one environment schema (src/config/env.ts).
 
-
-/**
- * The poller's settings alone, from the environment; throws listing every bad POLL_* variable.
- * @internal Exported for its tests only (test/poller.redis.test.ts).
- */
-export function pollerSettingsFromEnv(env: NodeJS.ProcessEnv): PollerSettings {
-  const parsed = envSchema.pick({ POLL_CHANNEL_IDS: true, POLL_INTERVAL_MS: true, POLL_PAGE_SIZE: true, POLL_MAX_BACKOFF_MS: true, POLL_LOCK_TTL_MS: true }).safeParse(env);
-  if (!parsed.success) {
-    const problems = parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`);
-    throw new Error(`Invalid poller configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
-  }
-  return pollerSettings(parsed.data);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Redis keys and scripts

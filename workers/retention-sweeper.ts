@@ -18,7 +18,7 @@ function sweepMarkerKey(config: Config): string {
 }
 
 export function startRetentionSweeper(config: Config, redis: RedisClient, log: Logger, firstDelayMs = 60_000): RetentionSweeper | null {
-  const everyMs = config.env.RETENTION_SWEEP_INTERVAL_SECONDS * 1000;
+  const everyMs = config.retention.sweepIntervalMs;
   if (everyMs === 0) return null;
   let running: Promise<void> | null = null;
   let stopped = false;

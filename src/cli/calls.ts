@@ -6,7 +6,6 @@ import { redisKeys } from '../../queues/keys.js';
 import { callsNamed, CallQueryError, CallTimeline, describeEntry, findCalls, parseCallQuery, sinkLabel, type CallQuery, type CallSummary } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { table, UsageError, type CliIo } from './io.js';
-import { privacySecret } from '../sinks/notify/ledger.js';
 
 export const callsHelp = {
   call: `Usage: callsync call <callId | jobId | +number> [--json]
@@ -40,7 +39,7 @@ Options:
 const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
 
 function timelineOf(config: Config, redis: RedisClient): CallTimeline {
-  return new CallTimeline(redis, redisKeys(config.redis), { ttlDays: config.env.CALL_TIMELINE_TTL_DAYS, privacySecret: privacySecret(config.env) });
+  return new CallTimeline(redis, redisKeys(config.redis), config.timeline);
 }
 
 function options(args: string[], spec: ParseArgsConfig['options']) {
@@ -68,7 +67,7 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
     return found.length > 0 ? 0 : 1;
   }
   if (found.length === 0) {
-    io.err(`no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.env.CALL_TIMELINE_TTL_DAYS} days)`);
+    io.err(`no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.timeline.ttlDays} days)`);
     return 1;
   }
   for (const [n, s] of found.entries()) {

@@ -78,14 +78,14 @@ function describeFingerprint(config: Config, live: LiveProcesses | undefined): {
 
 /** @internal Exported for its tests only (test/config-redis.test.ts, test/config.test.ts …). */
 export function describeConfig(config: Config, live?: LiveProcesses): string[] {
-  const env = config.env;
+  const { admin } = config.ops;
   const lines: string[] = [];
   const roles = config.role === 'all' ? 'ingress, worker, poller' : config.role;
   lines.push(`role:        ${config.role} (${roles})`);
   lines.push(`redis:       ${describeRedis(config.redis)}${config.redis.password !== undefined ? ' (password set)' : ''}  prefix "${config.redis.prefix}"`);
   const keys = redisKeys(config.redis);
   lines.push(`keys:        ${describeLayout(keys)}`);
-  lines.push(`config file: ${env.CALLSYNC_CONFIG ?? '(none: sinks from environment shortcuts)'}`);
+  lines.push(`config file: ${config.configFile ?? '(none: sinks from environment shortcuts)'}`);
   if (config.role === 'ingress' || config.role === 'all') {
     const ips = config.webhook.allowedIps === '*' ? 'any address' : config.webhook.allowedIps.join(', ');
     lines.push(`ingress:     http://${config.http.host}:${config.http.port}/webhooks/ai-agent  (from ${ips}; auth ${config.webhook.authHeader ? `header ${config.webhook.authHeader}` : 'none'})`);
@@ -94,10 +94,10 @@ export function describeConfig(config: Config, live?: LiveProcesses): string[] {
     lines.push(`proxies:     ${proxies.length === 0 ? 'none trusted (X-Forwarded-For ignored)' : `X-Forwarded-For read from ${proxies.join(', ')}${hops === undefined ? '' : ` (at most ${hops} hop${hops === 1 ? '' : 's'})`}`}`);
   }
   const port = opsPort(config);
-  lines.push(`ops server:  ${port === null ? 'none (the ingress port serves /metrics and /admin/queues)' : `http://${env.OPS_HOST ?? config.http.host}:${port}`}`);
-  const dashboard = env.ADMIN_PASSWORD || env.ADMIN_TOKEN;
-  lines.push(`dashboard:   ${dashboard ? `/admin/queues (${[env.ADMIN_PASSWORD ? `basic auth as ${env.ADMIN_USERNAME}` : '', env.ADMIN_TOKEN ? 'bearer token' : ''].filter(Boolean).join(', ')})` : 'off (set ADMIN_PASSWORD or ADMIN_TOKEN)'}`);
-  lines.push(`metrics:     /metrics (${env.METRICS_TOKEN ? 'bearer token' : 'no credentials'})`);
+  lines.push(`ops server:  ${port === null ? 'none (the ingress port serves /metrics and /admin/queues)' : `http://${config.ops.host}:${port}`}`);
+  const dashboard = admin.password || admin.token;
+  lines.push(`dashboard:   ${dashboard ? `/admin/queues (${[admin.password ? `basic auth as ${admin.username}` : '', admin.token ? 'bearer token' : ''].filter(Boolean).join(', ')})` : 'off (set ADMIN_PASSWORD or ADMIN_TOKEN)'}`);
+  lines.push(`metrics:     /metrics (${config.ops.metricsToken ? 'bearer token' : 'no credentials'})`);
   lines.push(`retries:     ${config.retry.attempts} attempts, backoff ${config.retry.backoffMs} ms doubling up to ${config.retry.maxBackoffMs} ms`);
   for (const sink of Object.values(config.sinks)) {
     if (sink.retry?.schedule) lines.push(`             sink ${sink.name}: ${sink.retry.attempts} attempts, after ${describeSchedule(sink.retry.schedule)}`);

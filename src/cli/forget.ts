@@ -63,7 +63,7 @@ export async function forgetCommand(args: string[], io: CliIo, config: () => Con
       done();
     },
   });
-  const log = createLogger({ level: cfg.env.LOG_LEVEL, destination: audit });
+  const log = createLogger({ level: cfg.logLevel, destination: audit });
   const redis = await connectRedis(cfg);
   try {
     const receipt = await forget(cfg, redis, log, { target, dryRun: values['dry-run'] === true, crm: values.crm === true });

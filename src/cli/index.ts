@@ -292,7 +292,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (role !== undefined && !(ROLES as readonly string[]).includes(role)) throw new UsageError(`--role must be one of ${ROLES.join(', ')}`);
       const config = configFrom(io.env, role ? { CALLSYNC_ROLE: role } : {});
       if (!runners.start) throw new CliFailure('this entry point cannot start callsync (run bin/callsync.js)');
-      const log = createLogger({ level: config.env.LOG_LEVEL });
+      const log = createLogger({ level: config.logLevel });
       await runners.start(config, log);
       return 'running';
     }

@@ -24,6 +24,7 @@ import type { Config } from '../config/index.js';
 import { globEscape, queuesInRedis, scanKeys } from './dlq.js';
 import { table, UsageError, type CliIo } from './io.js';
 import { queuedMarkerKey } from './sink-queue.js';
+import { sourceTypes } from '../sources/registry.js';
 
 export interface MigrateSourceOptions {
   /** --from-url: the old deployment's single Redis (or its current master). */
@@ -122,11 +123,13 @@ interface CopyKey {
   target: string;
 }
 
-type LeftKind = 'lock' | 'queue' | 'inbound-log' | 'parked' | 'push' | 'layout' | 'fingerprints' | 'other';
+type LeftKind = 'lock' | 'queue' | 'inbound-log' | 'parked' | 'source' | 'layout' | 'fingerprints' | 'other';
 
 interface LeftKey {
   kind: LeftKind;
   source: string;
+  /** The source type whose state it is (kind `source`). */
+  sourceType?: string;
 }
 
 const AREA = {
@@ -168,7 +171,8 @@ function classify(key: string, from: string, queues: ReadonlySet<string>, target
   if (m) return copy(AREA.dedupe, `${inboundSeenPrefix(target.inboundShard(target.shardOf(m[1]!)))}${m[1]}`);
   if (/^(?:inbound-\d+:)?inbound-log$/.test(rest)) return left('inbound-log');
   if (/^(?:inbound-\d+:)?inbound-parked$/.test(rest)) return left('parked');
-  if (rest.startsWith('push:')) return left('push');
+  // A source's state (the Push API's call assembly), `<prefix>:<source name>:…`: not copied.
+  for (const type of sourceTypes.values()) if (type.stateLabel && rest.startsWith(`${type.name}:`)) return { ...left('source'), sourceType: type.name };
   if (rest === 'layout') return left('layout');
   // The telephony API's rotated refresh token (src/state/refresh-token.ts): without it the new deployment starts from the environment's, maybe revoked.
   if (rest === 'telephony:oauth-refresh') return copy(AREA.oauth, target.telephonyOAuthKey());
@@ -220,8 +224,10 @@ async function sourceWork(source: RedisClient, from: string, queues: string[], l
   }
   // Not a refusal: with the ingress stopped their hangup can only reach the new deployment, so
   // waiting would mean PUSH_CALL_TIMEOUT_SECONDS (6 h by default) of workers closing them as unknown.
-  const open = await source.zcard(`${from}:push:open`);
-  if (open > 0) work.behind.push(`push: ${open} call(s) being assembled from Push API events (their events so far stay here; the new deployment sees only the later ones)`);
+  for (const type of sourceTypes.values()) {
+    const line = await type.leftBehind?.(source, from);
+    if (line) work.behind.push(line);
+  }
   if (parked > 0) work.behind.push(`inbound-parked: ${parked} parked entr${parked === 1 ? 'y' : 'ies'} (docs/operations.md, runbook)`);
   return work;
 }
@@ -429,7 +435,10 @@ export async function migrateKeys(config: Config, target: RedisClient, source: R
     queues.length > 0 ? `${queues.length} queue(s) (${byKind('queue')} keys: jobs, dead letters, ${work.history} completed job(s) of history)` : '',
     byKind('inbound-log') > 0 ? 'the inbound log' : '',
     byKind('parked') > 0 ? 'the parked entries' : '',
-    byKind('push') > 0 ? `${byKind('push')} Push assembly key(s)` : '',
+    ...[...sourceTypes.values()].map((t) => {
+      const n = left.filter((k) => k.kind === 'source' && k.sourceType === t.name).length;
+      return n > 0 ? `${n} ${t.stateLabel} key(s)` : '';
+    }),
     byKind('lock') > 0 ? `${byKind('lock')} lock(s)` : '',
     byKind('fingerprints') > 0 ? 'the live processes\' configuration fingerprints' : '',
     byKind('other') > 0 ? `${byKind('other')} other key(s) under "${prefix}:" callsync does not know` : '',

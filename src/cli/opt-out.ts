@@ -4,7 +4,6 @@ import { redisKeys } from '../../queues/keys.js';
 import type { Config } from '../config/index.js';
 import { maskPhone } from '../log.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
-import { resolveRegion } from '../sinks/region.js';
 import { UsageError, type CliIo } from './io.js';
 import type { CountryCode } from 'libphonenumber-js';
 
@@ -71,7 +70,7 @@ export async function optOut(config: Config, redis: RedisClient, action: string,
   }
   if (numbers.length === 0) throw new UsageError(`opt-out ${action} needs at least one NUMBER (E.164, e.g. +4915112345678)`);
   // National numbers (0151 …) are read in PHONE_DEFAULT_REGION (default DE), like the CRM sinks read them.
-  const region = resolveRegion(undefined, config.env);
+  const region = config.privacy.defaultRegion;
   const normalized = numbersOfWords(numbers, region);
   if (action === 'add') {
     const added = await list.add(...normalized);

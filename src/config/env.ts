@@ -1,10 +1,12 @@
 // The environment, parsed once through one zod schema: every variable callsync reads is declared
-// here or, composed in, by the part that reads it — each sink type's `env` (src/sinks/registry.ts)
+// here or, composed in, by the part that reads it — each sink type's `env` (src/sinks/registry.ts),
+// each source type's (src/sources/registry.ts)
 // and the platform API client's (src/telephony/client.ts). README's variable table is checked
 // against this schema by test/config-docs.test.ts.
 import { z } from 'zod';
-import { envBool, envEnum, envInt, envList, envOptionalBool, envOptionalInt, envString, envStringOr, envUrl, type EnvShape } from '../env-values.js';
+import { envEnum, envInt, envList, envOptionalBool, envOptionalInt, envString, envStringOr, type EnvShape } from '../env-values.js';
 import { sinkEnv } from '../sinks/registry.js';
+import { sourceEnv } from '../sources/registry.js';
 import { telephonyEnv } from '../telephony/client.js';
 
 const csv = envList;
@@ -81,14 +83,6 @@ const coreEnv = {
   WEBHOOK_MAX_ENTRIES: int(100_000, 1),
   /** Most values (containers included) in a whole webhook body. Default 1000000. */
   WEBHOOK_MAX_VALUES: int(1_000_000, 1),
-  /** Push API (POST /webhooks/push): the platform's public key (PEM) checking X-Sipgate-Signature. Default: the key the platform publishes. */
-  PUSH_API_PUBLIC_KEY: optionalString,
-  /** Check X-Sipgate-Signature on Push API requests. Default true; false is warned about at every start. */
-  PUSH_API_VERIFY: envBool(true),
-  /** Public base URL of the ingress as the platform reaches it; newCall subscribes to `<url>/webhooks/push`. Default: the request's own URL. */
-  PUSH_API_PUBLIC_URL: envUrl,
-  /** A Push API call whose hangup never comes is closed as outcome unknown this long after its first event. Default 6 h. */
-  PUSH_CALL_TIMEOUT_SECONDS: int(6 * 3600, 1),
   /** The same call delivered again within this many seconds is a duplicate. Default 24 h. */
   DEDUPE_WINDOW_SECONDS: int(24 * 3600, 1),
   /** How long the ingress waits for Redis before answering 503. Default 1500 ms. */
@@ -204,8 +198,14 @@ const coreEnv = {
   CALLSYNC_FROM_SOURCE: envEnum(['0', '1']),
 } satisfies EnvShape;
 
-/** The one environment schema: callsync's own settings, the platform API client's, every sink type's. */
-export const envSchema = z.object({ ...sinkEnv, ...telephonyEnv, ...coreEnv });
+/** The one environment schema: callsync's own settings, the platform API client's, every sink and source type's. */
+export const envSchema = z.object({ ...sinkEnv, ...sourceEnv(), ...telephonyEnv, ...coreEnv });
+
+/** The schema with the source types registered since (src/sources/registry.ts `registerSourceType`), as loadConfig reads it. */
+export function currentEnvSchema(): typeof envSchema {
+  const sources = sourceEnv();
+  return Object.keys(sources).every((name) => name in envSchema.shape) ? envSchema : z.object({ ...sinkEnv, ...sources, ...telephonyEnv, ...coreEnv });
+}
 
 /** The parsed environment: the core settings and the API client's typed; the sink types' by name. */
 export type Env = z.output<z.ZodObject<typeof coreEnv & typeof telephonyEnv>> & Readonly<Record<string, unknown>>;
@@ -214,4 +214,4 @@ export type Env = z.output<z.ZodObject<typeof coreEnv & typeof telephonyEnv>> & 
  * Every variable name the schema declares.
  * @internal Exported for its tests only (test/config-docs.test.ts).
  */
-export const envVariables = (): string[] => Object.keys(envSchema.shape).sort();
+export const envVariables = (): string[] => Object.keys(currentEnvSchema().shape).sort();

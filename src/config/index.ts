@@ -2,23 +2,26 @@
 // typed object. Every bad key is reported together, with what was expected.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createPublicKey } from 'node:crypto';
-import { isIP } from 'node:net';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { routeSchema, type ParsedRoute } from '../routing/types.js';
 import { sinkTypes } from '../sinks/registry.js';
 import type { RetryPolicy } from '../../queues/registry.js';
-import type { LocalRedisSettings, RedisNode, RedisSettings } from '../../queues/connection.js';
 import type { AckReplicas } from '../../queues/inbound.js';
+import type { LocalRedisSettings, RedisNode, RedisSettings } from '../../queues/connection.js';
 import { MAX_INBOUND_SHARDS } from '../../queues/keys.js';
 import { oneOf } from '../env-values.js';
-import { envSchema, PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
-import { TelephonyConfigError, telephonyOptions, type TelephonyClientOptions } from '../telephony/client.js';
+import { currentEnvSchema, type Env } from './env.js';
+import type { TelephonyClientOptions } from '../telephony/client.js';
+import {
+  ingressSection, opsSection, pollSection, privacySection, retentionSection, sourcesSection, retrySection, spoolSection, telephonySection, timelineSection, workerSection,
+  type HttpSection, type OpsSection, type PollerSettings, type PrivacySection, type RetentionSection, type Role, type SectionReport, type SpoolSection, type TimelineSection,
+  type WebhookSection, type WorkerSection,
+} from './sections.js';
 import { archiveEnv } from '../sinks/archive/index.js';
 import { envOf } from '../sinks/types.js';
 
-type Role = Env['CALLSYNC_ROLE'];
+export type { PollerSettings } from './sections.js';
 
 export interface SinkConfig {
   name: string;
@@ -32,82 +35,35 @@ export interface SinkConfig {
   retry?: RetryPolicy;
 }
 
+/** The configuration: one typed section per part, each built by one function (./sections.ts). */
 export interface Config {
+  /** The parsed environment: sink types read the variables they declare from it (SinkDeps.env); nothing else does. */
   env: Env;
   role: Role;
-  http: {
-    port: number;
-    host: string;
-    /** Longest time to receive a whole request (WEBHOOK_REQUEST_TIMEOUT_MS). */
-    requestTimeoutMs: number;
-    /** Longest time to receive a request's headers (HTTP_HEADERS_TIMEOUT_MS). */
-    headersTimeoutMs: number;
-    /** Connections held open at once (HTTP_MAX_CONNECTIONS). */
-    maxConnections: number;
-  };
+  /** CALLSYNC_CONFIG: the config file, if one was given. */
+  configFile: string | undefined;
+  /** LOG_LEVEL. */
+  logLevel: Env['LOG_LEVEL'];
+  http: HttpSection;
   redis: RedisSettings;
   /** ACK_REPLICAS: replicas that must confirm each appended batch before its 202s (0: none). */
   ack: AckReplicas;
-  webhook: {
-    /** `'*'` allows any source (a warning is logged at start). */
-    allowedIps: string[] | '*';
-    /** Proxies whose X-Forwarded-For is read (TRUSTED_PROXIES); none: the header is ignored. */
-    trustedProxies?: string[];
-    /** At most this many trusted proxies are stepped through; undefined: all of them. */
-    trustProxyHops?: number;
-    authHeader: string | undefined;
-    authTokens: string[];
-    bodyLimitBytes: number;
-    /** Shape limits of a webhook body (src/ingress/middleware/json-limits.ts); defaults there. */
-    jsonLimits?: { maxDepth?: number; maxEntries?: number; maxValues?: number };
-    dedupeWindowMs: number;
-    enqueueTimeoutMs: number;
-  };
-  /** The Push API source (src/sources/push.ts). */
-  push: {
-    /** PEM replacing the platform's published key (PUSH_API_PUBLIC_KEY). */
-    publicKeyPem?: string;
-    verify: boolean;
-    publicUrl?: string;
-    /** PUSH_CALL_TIMEOUT_SECONDS in ms. */
-    timeoutMs: number;
-  };
+  webhook: WebhookSection;
+  ops: OpsSection;
+  spool: SpoolSection;
+  retention: RetentionSection;
+  timeline: TimelineSection;
+  privacy: PrivacySection;
+  /** Each source type's settings, by its name (src/sources/registry.ts; `push`: src/sources/push.ts `PushSettings`). */
+  sources: Readonly<Record<string, unknown>>;
   retry: RetryPolicy;
-  worker: {
-    concurrency: number;
-    stalledIntervalMs: number;
-    lockDurationMs: number;
-    maxStalledCount: number;
-    shutdownGraceMs: number;
-  };
+  worker: WorkerSection;
   /** The platform's REST API client settings (TELEPHONY_*), null when TELEPHONY_API_URL is unset. */
   telephony: TelephonyClientOptions | null;
   poll: PollerSettings;
   sinks: Record<string, SinkConfig>;
   routes: ParsedRoute[];
   warnings: string[];
-}
-
-export interface PollerSettings {
-  channelIds: string[];
-  /** Default 5000 ms. */
-  intervalMs: number;
-  /** Default 100. */
-  pageSize: number;
-  /** Default 300 000 ms. */
-  maxBackoffMs: number;
-  /** Default 30 000 ms. Renewed every third; takeover after at most TTL + a third. */
-  lockTtlMs: number;
-}
-
-export function pollerSettings(env: Pick<Env, 'POLL_CHANNEL_IDS' | 'POLL_INTERVAL_MS' | 'POLL_PAGE_SIZE' | 'POLL_MAX_BACKOFF_MS' | 'POLL_LOCK_TTL_MS'>): PollerSettings {
-  return {
-    channelIds: env.POLL_CHANNEL_IDS,
-    intervalMs: env.POLL_INTERVAL_MS,
-    pageSize: env.POLL_PAGE_SIZE,
-    maxBackoffMs: env.POLL_MAX_BACKOFF_MS,
-    lockTtlMs: env.POLL_LOCK_TTL_MS,
-  };
 }
 
 export class ConfigError extends Error {
@@ -214,18 +170,6 @@ function describeIssues(issues: readonly z.core.$ZodIssue[], base: readonly Segm
     }
   });
 }
-
-function validateIpList(variable: string, list: string[], problems: string[]): void {
-  for (const entry of list) {
-    const [addr, bits, ...rest] = entry.split('/');
-    const family = isIP(addr ?? '');
-    const maxBits = family === 6 ? 128 : 32;
-    const bitsOk = bits === undefined || (/^\d+$/.test(bits) && Number(bits) <= maxBits);
-    if (family === 0 || !bitsOk || rest.length > 0) problems.push(`${variable}: "${entry}" is not an IP address or CIDR`);
-  }
-}
-
-const ipList = (value: string | undefined) => (value ?? '').split(',').map((s) => s.trim()).filter(Boolean);
 
 export interface LoadOptions {
   /** Reads the config file; tests may hand in contents directly. */
@@ -364,200 +308,160 @@ function hasHashTag(prefix: string): boolean {
   return open !== -1 && prefix.indexOf('}', open + 1) > open + 1;
 }
 
-export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): Config {
-  const problems: string[] = [];
-  const warnings: string[] = [];
-  const parsedEnv = envSchema.safeParse(processEnv, { reportInput: true });
-  if (!parsedEnv.success) problems.push(...describeIssues(parsedEnv.error.issues));
-  // Keep checking the rest (the config file too) with the bad variables left at their defaults.
-  const badKeys = new Set(parsedEnv.success ? [] : parsedEnv.error.issues.map((i) => String(i.path[0])));
-  const env: Env = parsedEnv.success
-    ? parsedEnv.data
-    : envSchema.parse(Object.fromEntries(Object.entries(processEnv).filter(([k]) => !badKeys.has(k))));
+interface SinksAndRoutes {
+  sinks: Record<string, SinkConfig>;
+  routes: ParsedRoute[];
+}
 
-  // The platform API client: each variable was checked above, how they combine here.
-  let telephony: TelephonyClientOptions | null = null;
-  try {
-    telephony = telephonyOptions(env);
-  } catch (err) {
-    if (err instanceof TelephonyConfigError) problems.push(...err.problems);
-    else throw err;
+interface SinkContext {
+  env: Env;
+  telephonyConfigured: boolean;
+  problems: string[];
+  out: SinksAndRoutes;
+  declared: Set<string>;
+}
+
+/** One sink: its name, its type, its options checked by its type, then what it needs to start. */
+function addSink(ctx: SinkContext, name: string, raw: unknown, origin: SinkConfig['origin'], where: string): void {
+  const { problems, env } = ctx;
+  ctx.declared.add(name);
+  const nameOk = sinkNameSchema.safeParse(name);
+  if (!nameOk.success) problems.push(`${where}: ${nameOk.error.issues[0]?.message}`);
+  if (!isMapping(raw)) {
+    problems.push(`${where}: expected the sink's options (type: …), got ${kindOf(raw)}`);
+    return;
   }
-  const telephonyConfigured = env.TELEPHONY_API_URL !== undefined || badKeys.has('TELEPHONY_API_URL');
-
-  const configPath = env.CALLSYNC_CONFIG;
-  const file = configPath ? readConfigFile(configPath, processEnv, options, problems) : { sinks: {}, routes: [] as unknown[] };
-
-  // Sinks from the file, then environment shortcuts for names the file does not define. Each sink's
-  // options are checked by its type, and then what it needs to start (credentials, the platform API).
-  const sinks: Record<string, SinkConfig> = {};
-  const declared = new Set<string>();
-  const routes: ParsedRoute[] = [];
-  const addSink = (name: string, raw: unknown, origin: SinkConfig['origin'], where: string) => {
-    declared.add(name);
-    const nameOk = sinkNameSchema.safeParse(name);
-    if (!nameOk.success) problems.push(`${where}: ${nameOk.error.issues[0]?.message}`);
-    if (!isMapping(raw)) {
-      problems.push(`${where}: expected the sink's options (type: …), got ${kindOf(raw)}`);
-      return;
-    }
-    const known = oneOf([...sinkTypes.keys()]);
-    if (typeof raw.type !== 'string') {
-      problems.push(`${where}.type: missing — use ${known}`);
-      return;
-    }
-    const type = sinkTypes.get(raw.type);
-    if (!type) {
-      problems.push(`${where}.type: unknown sink type "${raw.type}" — use ${known}`);
-      return;
-    }
-    const { type: _type, ...given } = raw;
-    const rest = origin === 'file' && raw.type === 'archive' ? withArchiveEnv(given, env) : given;
-    const parsed = type.options.safeParse(rest, { reportInput: true });
-    if (!parsed.success) {
-      problems.push(...describeIssues(parsed.error.issues, [where]));
-      // The sink's other problems too (its credentials, …): checked with the bad options left out.
-      const bad = new Set(parsed.error.issues.flatMap((i) => (i.path.length > 0 ? [String(i.path[0])] : i.code === 'unrecognized_keys' ? i.keys : [])));
-      const partial = type.options.safeParse(Object.fromEntries(Object.entries(rest).filter(([k]) => !bad.has(k))));
-      if (partial.success) for (const problem of type.check?.(partial.data, env, { telephony: telephonyConfigured }) ?? []) problems.push(`${where} (${raw.type}): ${problem}`);
-      return;
-    }
-    for (const problem of type.check?.(parsed.data, env, { telephony: telephonyConfigured }) ?? []) problems.push(`${where} (${raw.type}): ${problem}`);
-    const endpoints = type.endpoints?.(parsed.data);
-    sinks[name] = { name, type: raw.type, options: parsed.data, origin, ...(endpoints ? { endpoints } : {}) };
+  const known = oneOf([...sinkTypes.keys()]);
+  if (typeof raw.type !== 'string') {
+    problems.push(`${where}.type: missing — use ${known}`);
+    return;
+  }
+  const type = sinkTypes.get(raw.type);
+  if (!type) {
+    problems.push(`${where}.type: unknown sink type "${raw.type}" — use ${known}`);
+    return;
+  }
+  const { type: _type, ...given } = raw;
+  const rest = origin === 'file' && raw.type === 'archive' ? withArchiveEnv(given, env) : given;
+  const check = (options: unknown) => {
+    for (const problem of type.check?.(options, env, { telephony: ctx.telephonyConfigured }) ?? []) problems.push(`${where} (${raw.type}): ${problem}`);
   };
-  for (const [name, raw] of Object.entries(file.sinks)) addSink(name, raw, 'file', `sinks.${name}`);
-  const fileRoutes: { i: number; to: string[] }[] = [];
+  const parsed = type.options.safeParse(rest, { reportInput: true });
+  if (!parsed.success) {
+    problems.push(...describeIssues(parsed.error.issues, [where]));
+    // The sink's other problems too (its credentials, …): checked with the bad options left out.
+    const bad = new Set(parsed.error.issues.flatMap((i) => (i.path.length > 0 ? [String(i.path[0])] : i.code === 'unrecognized_keys' ? i.keys : [])));
+    const partial = type.options.safeParse(Object.fromEntries(Object.entries(rest).filter(([k]) => !bad.has(k))));
+    if (partial.success) check(partial.data);
+    return;
+  }
+  check(parsed.data);
+  const endpoints = type.endpoints?.(parsed.data);
+  ctx.out.sinks[name] = { name, type: raw.type, options: parsed.data, origin, ...(endpoints ? { endpoints } : {}) };
+}
+
+/** The config file's routes; each route's targets, to be checked once every sink is known. */
+function fileRoutes(file: ConfigFile, out: SinksAndRoutes, problems: string[]): { i: number; to: string[] }[] {
+  const targets: { i: number; to: string[] }[] = [];
   file.routes.forEach((raw, i) => {
     const parsed = routeSchema.safeParse(raw, { reportInput: true });
     if (!parsed.success) {
       problems.push(...describeIssues(parsed.error.issues, [`routes[${i}]`]));
       // Its targets are checked all the same: an unknown sink shows in this pass, not the next.
       const to = isMapping(raw) ? [raw.to].flat().filter((n): n is string => typeof n === 'string' && n !== '') : [];
-      if (to.length > 0) fileRoutes.push({ i, to });
+      if (to.length > 0) targets.push({ i, to });
       return;
     }
-    routes.push(parsed.data);
-    fileRoutes.push({ i, to: parsed.data.to });
+    out.routes.push(parsed.data);
+    targets.push({ i, to: parsed.data.to });
   });
+  return targets;
+}
 
-  // A shortcut is left out when the file defines a sink of its name or of its type: that sink reads
-  // the same variables (e.g. its token), and a second sink would write every call twice.
+/**
+ * Sinks and routes: the file's, then environment shortcuts for names the file does not define. A
+ * shortcut is left out when the file defines a sink of its name or of its type: that sink reads the
+ * same variables (e.g. its token), and a second sink would write every call twice.
+ */
+function sinksSection(env: Env, file: ConfigFile, telephonyConfigured: boolean, report: SectionReport): SinksAndRoutes {
+  const ctx: SinkContext = { env, telephonyConfigured, problems: report.problems, out: { sinks: {}, routes: [] }, declared: new Set() };
+  for (const [name, raw] of Object.entries(file.sinks)) addSink(ctx, name, raw, 'file', `sinks.${name}`);
+  const targets = fileRoutes(file, ctx.out, report.problems);
   const fileTypes = new Set(Object.values(file.sinks).map((raw) => (isMapping(raw) ? raw.type : undefined)));
   for (const type of sinkTypes.values()) {
     if (fileTypes.has(type.type)) continue;
-    const shortcut = type.fromEnv?.(env, { configFile: configPath !== undefined });
+    const shortcut = type.fromEnv?.(env, { configFile: env.CALLSYNC_CONFIG !== undefined });
     if (!shortcut) continue;
     for (const [name, raw] of Object.entries(shortcut.sinks)) {
       if (file.sinks[name] !== undefined) continue;
-      addSink(name, raw, 'env', `environment shortcut for sink "${name}"`);
+      addSink(ctx, name, raw, 'env', `environment shortcut for sink "${name}"`);
       for (const route of shortcut.routes) {
         const parsed = routeSchema.safeParse(route);
-        if (parsed.success && parsed.data.to.includes(name)) routes.push(parsed.data);
+        if (parsed.success && parsed.data.to.includes(name)) ctx.out.routes.push(parsed.data);
       }
     }
   }
-  for (const { i, to } of fileRoutes) {
-    for (const name of to) if (!declared.has(name)) problems.push(`routes[${i}].to: no sink named "${name}"${declared.size > 0 ? ` — use ${oneOf([...declared])}` : ''}`);
+  const { declared } = ctx;
+  for (const { i, to } of targets) {
+    for (const name of to) if (!declared.has(name)) report.problems.push(`routes[${i}].to: no sink named "${name}"${declared.size > 0 ? ` — use ${oneOf([...declared])}` : ''}`);
   }
-
   // With a config file the file lists every sink: no implicit local archive (transcripts are personal
   // data; they go nowhere the file does not name). Say so when nothing archives calls.
-  const archives = new Set(Object.values(sinks).filter((s) => s.type === 'archive').map((s) => s.name));
-  if (!routes.some((r) => r.to.some((name) => archives.has(name)))) warnings.push(NO_ARCHIVE_WARNING);
+  const archives = new Set(Object.values(ctx.out.sinks).filter((s) => s.type === 'archive').map((s) => s.name));
+  if (!ctx.out.routes.some((r) => r.to.some((name) => archives.has(name)))) report.warnings.push(NO_ARCHIVE_WARNING);
+  return ctx.out;
+}
 
-  let allowedIps: string[] | '*' = PLATFORM_WEBHOOK_IPS;
-  if (env.WEBHOOK_ALLOWED_IPS !== undefined) {
-    const list = ipList(env.WEBHOOK_ALLOWED_IPS);
-    if (list.includes('*')) {
-      allowedIps = '*';
-      warnings.push('WEBHOOK_ALLOWED_IPS=*: the webhook accepts requests from any address');
-    } else {
-      validateIpList('WEBHOOK_ALLOWED_IPS', list, problems);
-      allowedIps = list;
-    }
-  }
-  const trustedProxies = ipList(env.TRUSTED_PROXIES);
-  if (trustedProxies.includes('*')) problems.push('TRUSTED_PROXIES: "*" would believe X-Forwarded-For from anyone; list the proxies\' IPs or CIDRs');
-  else validateIpList('TRUSTED_PROXIES', trustedProxies, problems);
-  // Hops alone once meant "believe the header from whoever connects": a forged header got in.
-  if ((env.TRUST_PROXY_HOPS ?? 0) > 0 && trustedProxies.length === 0)
-    problems.push('TRUST_PROXY_HOPS: set without TRUSTED_PROXIES; X-Forwarded-For is read only from trusted proxies: set TRUSTED_PROXIES to the proxies\' IPs or CIDRs');
-  if (env.HTTP_HEADERS_TIMEOUT_MS > env.WEBHOOK_REQUEST_TIMEOUT_MS && !badKeys.has('HTTP_HEADERS_TIMEOUT_MS') && !badKeys.has('WEBHOOK_REQUEST_TIMEOUT_MS'))
-    problems.push(`HTTP_HEADERS_TIMEOUT_MS: ${env.HTTP_HEADERS_TIMEOUT_MS} is longer than WEBHOOK_REQUEST_TIMEOUT_MS (${env.WEBHOOK_REQUEST_TIMEOUT_MS}); the headers are part of the request`);
-  if (env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length === 0)
-    problems.push('WEBHOOK_AUTH_TOKENS: required when WEBHOOK_AUTH_HEADER is set');
-  if (!env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length > 0)
-    problems.push('WEBHOOK_AUTH_HEADER: required when WEBHOOK_AUTH_TOKENS is set');
+/** The environment through the one schema; bad variables are reported and left at their defaults. */
+function parseEnv(processEnv: NodeJS.ProcessEnv, problems: string[]): { env: Env; badKeys: Set<string> } {
+  const envSchema = currentEnvSchema();
+  const parsed = envSchema.safeParse(processEnv, { reportInput: true });
+  if (parsed.success) return { env: parsed.data, badKeys: new Set() };
+  problems.push(...describeIssues(parsed.error.issues));
+  // Keep checking the rest (the config file too) with the bad variables left at their defaults.
+  const badKeys = new Set(parsed.error.issues.map((i) => String(i.path[0])));
+  return { env: envSchema.parse(Object.fromEntries(Object.entries(processEnv).filter(([k]) => !badKeys.has(k)))), badKeys };
+}
 
-  if (!env.PUSH_API_VERIFY) warnings.push('PUSH_API_VERIFY=false: Push API requests are accepted without checking their signature');
-  if (env.PUSH_API_PUBLIC_KEY !== undefined) {
-    try {
-      createPublicKey(env.PUSH_API_PUBLIC_KEY.replace(/\\n/g, '\n'));
-    } catch {
-      problems.push('PUSH_API_PUBLIC_KEY: expected a public key in PEM (-----BEGIN PUBLIC KEY----- …)');
-    }
-  }
-  if (env.POLL_CHANNEL_IDS.length > 0 && !telephonyConfigured)
-    problems.push('POLL_CHANNEL_IDS: polling channel events needs TELEPHONY_API_URL (and credentials)');
+export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): Config {
+  const report: SectionReport = { problems: [], warnings: [], badKeys: new Set() };
+  const { env, badKeys } = parseEnv(processEnv, report.problems);
+  report.badKeys = badKeys;
+  const telephony = telephonySection(env, report);
+  const telephonyConfigured = env.TELEPHONY_API_URL !== undefined || badKeys.has('TELEPHONY_API_URL');
+  const configPath = env.CALLSYNC_CONFIG;
+  const file = configPath ? readConfigFile(configPath, processEnv, options, report.problems) : { sinks: {}, routes: [] as unknown[] };
+  const { sinks, routes } = sinksSection(env, file, telephonyConfigured, report);
+  const ingress = ingressSection(env, report);
+  const sources = sourcesSection(env, report);
+  const poll = pollSection(env, telephonyConfigured, report);
+  const redis = redisSettings(env, report.problems, report.warnings);
+  if (report.problems.length > 0) throw new ConfigError(report.problems);
 
-  const redis = redisSettings(env, problems, warnings);
-  if (env.ACK_REPLICAS > 0 && env.ACK_REPLICAS_TIMEOUT_MS >= env.ENQUEUE_TIMEOUT_MS)
-    problems.push(`ACK_REPLICAS_TIMEOUT_MS: ${env.ACK_REPLICAS_TIMEOUT_MS} must be below ENQUEUE_TIMEOUT_MS (${env.ENQUEUE_TIMEOUT_MS}): the append and its WAIT share that time`);
-
-  if (problems.length > 0) throw new ConfigError(problems);
-
-  const retry: RetryPolicy = {
-    attempts: file.retry?.attempts ?? env.JOB_ATTEMPTS,
-    backoffMs: file.retry?.backoffMs ?? env.JOB_BACKOFF_MS,
-    maxBackoffMs: file.retry?.maxBackoffMs ?? env.JOB_MAX_BACKOFF_MS,
-  };
+  const retry = retrySection(env, file.retry);
   for (const sink of Object.values(sinks)) {
     const own = sinkTypes.get(sink.type)?.retry?.(sink.options, retry);
     if (own) sink.retry = own;
   }
-
   return {
     env,
     role: env.CALLSYNC_ROLE,
-    http: {
-      port: env.PORT,
-      host: env.HOST,
-      requestTimeoutMs: env.WEBHOOK_REQUEST_TIMEOUT_MS,
-      headersTimeoutMs: env.HTTP_HEADERS_TIMEOUT_MS,
-      maxConnections: env.HTTP_MAX_CONNECTIONS,
-    },
+    configFile: configPath,
+    logLevel: env.LOG_LEVEL,
+    ...ingress,
     redis,
-    ack: { replicas: env.ACK_REPLICAS, timeoutMs: env.ACK_REPLICAS_TIMEOUT_MS },
-    webhook: {
-      allowedIps,
-      trustedProxies,
-      trustProxyHops: env.TRUST_PROXY_HOPS,
-      authHeader: env.WEBHOOK_AUTH_HEADER?.toLowerCase(),
-      authTokens: env.WEBHOOK_AUTH_TOKENS,
-      bodyLimitBytes: env.WEBHOOK_BODY_LIMIT,
-      jsonLimits: { maxDepth: env.WEBHOOK_MAX_DEPTH, maxEntries: env.WEBHOOK_MAX_ENTRIES, maxValues: env.WEBHOOK_MAX_VALUES },
-      dedupeWindowMs: env.DEDUPE_WINDOW_SECONDS * 1000,
-      enqueueTimeoutMs: env.ENQUEUE_TIMEOUT_MS,
-    },
-    push: {
-      publicKeyPem: env.PUSH_API_PUBLIC_KEY,
-      verify: env.PUSH_API_VERIFY,
-      publicUrl: env.PUSH_API_PUBLIC_URL,
-      timeoutMs: env.PUSH_CALL_TIMEOUT_SECONDS * 1000,
-    },
+    ops: opsSection(env),
+    spool: spoolSection(env),
+    retention: retentionSection(env),
+    timeline: timelineSection(env),
+    privacy: privacySection(env),
+    sources,
     retry,
-    worker: {
-      concurrency: env.WORKER_CONCURRENCY,
-      stalledIntervalMs: env.WORKER_STALLED_INTERVAL_MS,
-      lockDurationMs: env.WORKER_LOCK_DURATION_MS,
-      maxStalledCount: env.WORKER_MAX_STALLED_COUNT,
-      shutdownGraceMs: env.SHUTDOWN_GRACE_MS,
-    },
+    worker: workerSection(env),
     telephony,
-    poll: pollerSettings(env),
+    poll,
     sinks,
     routes,
-    warnings,
+    warnings: report.warnings,
   };
 }

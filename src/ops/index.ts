@@ -3,8 +3,6 @@
 import type { Config, SinkConfig } from '../config/index.js';
 import { INBOUND_QUEUE, POLL_DEAD_LETTER_QUEUE, sinkQueueName } from '../../queues/index.js';
 
-/** Port of the ops server of worker and poller processes unless OPS_PORT says otherwise. */
-const DEFAULT_OPS_PORT = 9464;
 
 /**
  * The queues of one sink: its own, and one per endpoint when it has endpoints (its own queue then
@@ -21,8 +19,5 @@ export function queueNames(config: Config): string[] {
 
 /** Where the ops server listens, or null when this process has none. */
 export function opsPort(config: Config): number | null {
-  const port = config.env.OPS_PORT;
-  if (port === 'off') return null;
-  if (port !== undefined) return port;
-  return config.role === 'worker' || config.role === 'poller' ? DEFAULT_OPS_PORT : null;
+  return config.ops.port;
 }

@@ -16,7 +16,6 @@
 // earlier version wrote in clear included, and the opt-out list keeps the number as that hash. The
 // Redis part runs again until a pass finds nothing (a call being fanned out meanwhile), at most
 // MAX_PASSES times.
-import { join } from 'node:path';
 import { Cluster } from 'ioredis';
 import { Queue, type Job, type JobType } from 'bullmq';
 import type { Logger } from 'pino';
@@ -26,14 +25,13 @@ import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { callHash, callKeySegment, type CanonicalCall } from '../model/call.js';
 import type { Config } from '../config/index.js';
 import { phoneLibMax } from '../sinks/libphonenumber.js';
-import { resolveRegion } from '../sinks/region.js';
 import { sinkTypes } from '../sinks/registry.js';
 import type { Sink } from '../sinks/types.js';
 import { RedisKeyValueStore } from '../state/kv.js';
 import { archiveOptionsSchema, createObjectStore } from '../sinks/archive/index.js';
 import { normalizePrefix, archiveKeys } from '../sinks/archive/keys.js';
 import { LocalFolderStore, type ObjectStore } from '../sinks/archive/store.js';
-import { privacySecret, recipientHash } from '../sinks/notify/ledger.js';
+import { recipientHash } from '../sinks/notify/ledger.js';
 import { PrivacyKey } from '../../queues/privacy-key.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
 import { eraseFromSpool } from '../ingress/spool-forget.js';
@@ -140,7 +138,7 @@ interface FoundCall {
 
 /** The spool folder of the ingress of this configuration (workers/roles/ingress.ts). */
 function spoolFolder(config: Config): string {
-  return join(config.env.SPOOL_DIR, config.redis.prefix.replace(/[^A-Za-z0-9._{}-]/g, '_'));
+  return config.spool.dir;
 }
 
 async function scanAll(redis: RedisClient, pattern: string): Promise<string[]> {
@@ -214,7 +212,7 @@ class Forgetter {
   ) {
     this.keys = redisKeys(config.redis);
     this.matches = targetMatcher(options.target);
-    this.privacyKey = new PrivacyKey(redis, this.keys, privacySecret(config.env));
+    this.privacyKey = new PrivacyKey(redis, this.keys, config.privacy.hmacSecret);
     this.activeWaitMs = options.activeWaitMs ?? 60_000;
   }
 
@@ -702,5 +700,5 @@ export async function forget(config: Config, redis: RedisClient, log: Logger, op
 
 /** PHONE_DEFAULT_REGION of this configuration (national numbers of `callsync forget`). */
 export function forgetRegion(config: Config): CountryCode {
-  return resolveRegion(undefined, config.env);
+  return config.privacy.defaultRegion;
 }

@@ -87,7 +87,7 @@ async function lifecycleState(b: ArchiveBucket, days: number | undefined): Promi
 
 /** Sets callsync's rule on every S3 archive; answers what each bucket had before. */
 export async function applyLifecycle(config: Config): Promise<{ bucket: ArchiveBucket; before: LifecycleState }[]> {
-  const days = config.env.ARCHIVE_RETENTION_DAYS;
+  const days = config.retention.archiveDays;
   if (days === undefined) throw new Error('ARCHIVE_RETENTION_DAYS is not set: nothing to apply');
   const out: { bucket: ArchiveBucket; before: LifecycleState }[] = [];
   for (const b of await archiveBuckets(config)) {
@@ -112,7 +112,7 @@ function describe(err: unknown): string {
 
 /** One line per S3 archive for check-config: whether the rule is in place. */
 export async function lifecycleLines(config: Config): Promise<string[]> {
-  const days = config.env.ARCHIVE_RETENTION_DAYS;
+  const days = config.retention.archiveDays;
   const lines: string[] = [];
   for (const b of await archiveBuckets(config)) {
     const where = `archive "${b.sink}" (s3://${b.bucket}/${b.prefix})`;

@@ -28,11 +28,11 @@ interface RetentionSettings {
 }
 
 function retentionSettings(config: Config): RetentionSettings {
-  const days = config.env.ARCHIVE_RETENTION_DAYS;
+  const { archiveDays: days, completedMs, failedMs } = config.retention;
   return {
     archiveMs: days === undefined ? null : days * DAY_MS,
-    completedMs: config.env.COMPLETED_JOB_RETENTION_SECONDS * 1000,
-    failedMs: config.env.FAILED_JOB_RETENTION_SECONDS * 1000,
+    completedMs,
+    failedMs,
   };
 }
 

@@ -2,7 +2,7 @@
 // The payload's normalization lives in src/model/webhook.ts; this file is the HTTP side of it.
 import { isVcon, normalizeVcon } from '../model/vcon.js';
 import { InvalidPayloadError, readWebhook, type UnreadField } from '../model/webhook.js';
-import { SourceRefusal, type Source } from './types.js';
+import { defineSourceType, SourceRefusal, type Source } from './types.js';
 
 const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
 
@@ -41,3 +41,10 @@ export function aiAgentSource(): Source {
     },
   };
 }
+
+/** The AI agent's webhook: no variables of its own (the ingress' shared secret guards it), no state. */
+export const aiAgentSourceType = defineSourceType<null>({
+  name: 'ai-agent',
+  options: () => null,
+  routes: () => aiAgentSource(),
+});

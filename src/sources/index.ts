@@ -1,27 +1,17 @@
-// The registry of call sources mounted by the ingress: one line per source (src/sources/types.ts).
-import type { RedisClient } from '../../queues/connection.js';
-import { redisKeys } from '../../queues/keys.js';
-import type { Config } from '../config/index.js';
-import { aiAgentSource } from './ai-agent.js';
-import { PushAssembly } from './push-assembly.js';
-import { pushSource } from './push.js';
-import type { Source } from './types.js';
+// The sources mounted by the ingress and the background tasks the worker role runs for them,
+// each from its type in the registry (src/sources/registry.ts) and its settings in the configuration.
+import { sourceTypes } from './registry.js';
+import type { BackgroundTask, Source, SourceDeps, SourceTaskDeps } from './types.js';
 
-export interface SourceDeps {
-  config: Pick<Config, 'push' | 'redis'>;
-  /** Connection for sources that keep state (the Push API's call assembly). */
-  redis: RedisClient;
-  now?: () => Date;
+export type { SourceDeps, SourceTaskDeps } from './types.js';
+
+/** `config.sources`: each source type's settings, by its name. */
+export type SourcesConfig = Readonly<Record<string, unknown>>;
+
+export function createSources(settings: SourcesConfig, deps: SourceDeps): Source[] {
+  return [...sourceTypes.values()].filter((t) => t.name in settings).map((t) => t.routes(settings[t.name], deps));
 }
 
-export function pushAssembly(deps: SourceDeps): PushAssembly {
-  return new PushAssembly(deps.redis, { prefix: redisKeys(deps.config.redis).area('push'), timeoutMs: deps.config.push.timeoutMs, now: deps.now });
-}
-
-export function createSources(deps: SourceDeps): Source[] {
-  const { push } = deps.config;
-  return [
-    aiAgentSource(),
-    pushSource({ assembly: pushAssembly(deps), publicKeyPem: push.publicKeyPem, verify: push.verify, publicUrl: push.publicUrl }),
-  ];
+export function startSourceTasks(settings: SourcesConfig, deps: SourceTaskDeps): BackgroundTask[] {
+  return [...sourceTypes.values()].filter((t) => t.name in settings).flatMap((t) => t.background?.(settings[t.name], deps) ?? []);
 }

@@ -13,8 +13,9 @@
 import { createPublicKey, createVerify, type KeyObject } from 'node:crypto';
 import { parsePushEvent } from '../model/push.js';
 import { InvalidPayloadError } from '../model/webhook.js';
-import type { PushAssembly } from './push-assembly.js';
-import { SourceRefusal, SourceUnavailable, type Source, type SourceReply } from './types.js';
+import { envBool, envInt, envString, envUrl, type EnvShape } from '../env-values.js';
+import { PushAssembly } from './push-assembly.js';
+import { defineSourceType, every, sourceEnvOf, SourceRefusal, SourceUnavailable, type BackgroundTask, type Source, type SourceDeps, type SourceReply, type SourceTaskDeps } from './types.js';
 
 /** The platform's Push API signing key, as published in sipgateio-node lib/webhook/signatureVerifier.ts (commit 8060fd9). */
 const PUSH_API_DEFAULT_PUBLIC_KEY = `-----BEGIN PUBLIC KEY-----
@@ -38,6 +39,7 @@ const MAX_BODY_BYTES = 64 * 1024;
 /** Base64 of a signature by a key of at most 16384 bits, with room. */
 const MAX_SIGNATURE_CHARS = 4096;
 
+/** @internal Exported for its tests only (test/push.redis.test.ts). */
 export interface PushSourceOptions {
   assembly: PushAssembly;
   /** PEM (PUSH_API_PUBLIC_KEY); default: the platform's published key. */
@@ -80,6 +82,7 @@ export function subscribeXml(url: string): string {
 
 const EMPTY_XML = `${XML_HEAD}<Response/>\n`;
 
+/** @internal Exported for its tests only (test/push.redis.test.ts). */
 export function pushSource(options: PushSourceOptions): Source {
   const key = pushPublicKey(options.publicKeyPem);
   const callbackUrl = (requestUrl: string): string => {
@@ -125,3 +128,71 @@ export function pushSource(options: PushSourceOptions): Source {
     },
   };
 }
+
+/** The Push API's environment variables (composed into the one schema by src/config/env.ts). */
+const pushEnv = {
+  /** Push API (POST /webhooks/push): the platform's public key (PEM) checking X-Sipgate-Signature. Default: the key the platform publishes. */
+  PUSH_API_PUBLIC_KEY: envString,
+  /** Check X-Sipgate-Signature on Push API requests. Default true; false is warned about at every start. */
+  PUSH_API_VERIFY: envBool(true),
+  /** Public base URL of the ingress as the platform reaches it; newCall subscribes to `<url>/webhooks/push`. Default: the request's own URL. */
+  PUSH_API_PUBLIC_URL: envUrl,
+  /** A Push API call whose hangup never comes is closed as outcome unknown this long after its first event. Default 6 h. */
+  PUSH_CALL_TIMEOUT_SECONDS: envInt(6 * 3600, 1),
+} satisfies EnvShape;
+
+/** The Push API source's settings (`config.sources.push`). */
+export interface PushSettings {
+  /** PEM replacing the platform's published key (PUSH_API_PUBLIC_KEY). */
+  publicKeyPem?: string;
+  verify: boolean;
+  publicUrl?: string;
+  /** PUSH_CALL_TIMEOUT_SECONDS in ms. */
+  timeoutMs: number;
+}
+
+function pushAssembly(settings: PushSettings, deps: SourceDeps): PushAssembly {
+  return new PushAssembly(deps.redis, { prefix: deps.keys.area('push'), timeoutMs: settings.timeoutMs, now: deps.now });
+}
+
+/**
+ * Closes Push API calls whose hangup never came (outcome `unknown`): every quarter of
+ * PUSH_CALL_TIMEOUT_SECONDS (between 250 ms and a minute) the open calls past their deadline are
+ * claimed (one sweeper wins each, ./push-assembly.ts) and accepted into the inbound log.
+ */
+function pushSweeper(settings: PushSettings, deps: SourceTaskDeps): BackgroundTask {
+  const assembly = pushAssembly(settings, deps);
+  const everyMs = Math.min(60_000, Math.max(250, Math.floor(settings.timeoutMs / 4)));
+  return every('push sweeper', everyMs, () =>
+    assembly.sweep((call) => deps.accept(call)).then(
+      (closed) => {
+        if (closed > 0) deps.log.info({ closed }, 'push calls without hangup closed as unknown');
+      },
+      (err: unknown) => deps.log.warn({ err: { message: (err as Error).message } }, 'push call sweep failed; retried next time'),
+    ),
+  );
+}
+
+export const pushSourceType = defineSourceType<PushSettings>({
+  name: 'push',
+  env: pushEnv,
+  options(raw, { problems, warnings }) {
+    const env = sourceEnvOf(pushEnv, raw);
+    if (!env.PUSH_API_VERIFY) warnings.push('PUSH_API_VERIFY=false: Push API requests are accepted without checking their signature');
+    if (env.PUSH_API_PUBLIC_KEY !== undefined) {
+      try {
+        pushPublicKey(env.PUSH_API_PUBLIC_KEY);
+      } catch {
+        problems.push('PUSH_API_PUBLIC_KEY: expected a public key in PEM (-----BEGIN PUBLIC KEY----- …)');
+      }
+    }
+    return { publicKeyPem: env.PUSH_API_PUBLIC_KEY, verify: env.PUSH_API_VERIFY, publicUrl: env.PUSH_API_PUBLIC_URL, timeoutMs: env.PUSH_CALL_TIMEOUT_SECONDS * 1000 };
+  },
+  routes: (settings, deps) => pushSource({ ...settings, assembly: pushAssembly(settings, deps) }),
+  background: (settings, deps) => [pushSweeper(settings, deps)],
+  stateLabel: 'Push assembly',
+  async leftBehind(redis, areaPrefix) {
+    const open = await redis.zcard(`${areaPrefix}:push:open`);
+    return open > 0 ? `push: ${open} call(s) being assembled from Push API events (their events so far stay here; the new deployment sees only the later ones)` : null;
+  },
+});

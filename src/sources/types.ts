@@ -1,8 +1,14 @@
 // The seam every source of calls goes through: how one HTTP request becomes canonical calls (and
 // what the sender is answered). The ingress app mounts each source's paths behind the allow list,
-// accepts the calls it returns through the normal acceptor and sends its reply; adding a source
-// touches its file, one line in src/sources/index.ts, its tests and its docs.
+// accepts the calls it returns through the normal acceptor and sends its reply. A `SourceType` adds
+// its environment variables, its settings, and its background tasks: adding a source touches its
+// file, one line in src/sources/registry.ts, its tests and its docs.
 import type { CanonicalCall } from '../model/call.js';
+import type { z } from 'zod';
+import type { EnvShape } from '../env-values.js';
+import type { Logger } from '../log.js';
+import type { RedisClient } from '../../queues/connection.js';
+import type { RedisKeys } from '../../queues/keys.js';
 
 /** A request as a source sees it. */
 export interface SourceRequest {
@@ -84,4 +90,101 @@ export class SourceUnavailable extends Error {
     super(`source state unavailable: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
     this.name = 'SourceUnavailable';
   }
+}
+
+/** The parsed environment, by variable name: a source type reads the variables its `env` declares. */
+export type SourceEnv = Readonly<Record<string, unknown>>;
+
+/** A source's variables as parsed by the one schema (its `env` is part of it, so each has its value or default). */
+export type ParsedEnv<S extends EnvShape> = { readonly [K in keyof S]: z.output<S[K]> };
+
+/** A source type's typed view of the parsed environment: the variables its shape declares. */
+export function sourceEnvOf<S extends EnvShape>(_shape: S, env: SourceEnv): ParsedEnv<S> {
+  return env as ParsedEnv<S>;
+}
+
+/** Where a source type's configuration check reports: problems fail the start, warnings are logged. */
+interface SourceCheckReport {
+  problems: string[];
+  warnings: string[];
+}
+
+/** What a source's routes and tasks may use; everything external comes through here. */
+export interface SourceDeps {
+  /** Connection for sources that keep state (the Push API's call assembly). */
+  redis: RedisClient;
+  /** The key layout of this configuration: a source keeps its state under `keys.area(<its name>)`. */
+  keys: RedisKeys;
+  now?: () => Date;
+}
+
+/** What a source's background tasks may use besides SourceDeps (run by the worker role). */
+export interface SourceTaskDeps extends SourceDeps {
+  /** Accepts a call into the inbound log like the ingress does (deduplicated, in the timeline). */
+  accept(call: CanonicalCall): Promise<unknown>;
+  log: Logger;
+}
+
+/** A task a source runs in the background of the worker role (a sweeper); stopped at shutdown. */
+export interface BackgroundTask {
+  /** What it is, in the shutdown log (`stop <what>`). */
+  readonly what: string;
+  close(): Promise<void>;
+}
+
+/**
+ * A kind of source: its environment variables, its settings (checked with the rest of the
+ * configuration), the routes it mounts on the ingress and its background tasks. Adding a source is
+ * its file and one line in src/sources/registry.ts.
+ */
+export interface SourceType<O = unknown> {
+  /** Also its `Source.name` and the Redis area its state is kept in (`keys.area(name)`). */
+  readonly name: string;
+  /**
+   * The environment variables it reads, each with the schema of its value; src/config/env.ts
+   * composes them into the one environment schema, so a bad value is reported with every other.
+   */
+  readonly env?: EnvShape;
+  /** Its settings from the parsed environment; what does not fit together goes into `report`. */
+  options(env: SourceEnv, report: SourceCheckReport): O;
+  /** The HTTP side: the paths it mounts on the ingress and how a request becomes calls. */
+  routes(options: O, deps: SourceDeps): Source;
+  /** Tasks the worker role runs for it (e.g. closing calls whose last event never came). */
+  background?(options: O, deps: SourceTaskDeps): BackgroundTask[];
+  /**
+   * What `callsync migrate-keys` leaves behind of its state (it is not copied): a line naming
+   * what is left under `areaPrefix`, or null when nothing is.
+   */
+  leftBehind?(redis: RedisClient, areaPrefix: string): Promise<string | null>;
+  /** What its keys (`<prefix>:<name>:…`) are, in migrate-keys' summary of what it did not copy ("Push assembly"). */
+  readonly stateLabel?: string;
+}
+
+/** A source type with its options' type checked where it is written, listed beside the others. */
+export function defineSourceType<O>(type: SourceType<O>): SourceType {
+  return type as unknown as SourceType;
+}
+
+/**
+ * A task that runs `tick` every `everyMs` (never two at once; unref'd timer); `close` stops it and
+ * waits for a tick under way.
+ */
+export function every(what: string, everyMs: number, tick: () => Promise<void>): BackgroundTask {
+  let running: Promise<void> | null = null;
+  let stopped = false;
+  const timer = setInterval(() => {
+    if (running || stopped) return;
+    running = tick().finally(() => {
+      running = null;
+    });
+  }, everyMs);
+  timer.unref();
+  return {
+    what,
+    async close() {
+      stopped = true;
+      clearInterval(timer);
+      await running;
+    },
+  };
 }

@@ -495,24 +495,3 @@ export function telephonyOptions(env: TelephonyEnv): TelephonyClientOptions | nu
   return options;
 }
 
-/**
- * Client options from raw environment strings (for tools outside the configuration): each variable
- * is read through telephonyEnv, then combined by telephonyOptions. Throws TelephonyConfigError
- * listing every problem.
- * @internal Exported for its tests only (test/telephony-client.test.ts).
- */
-export function telephonyOptionsFromEnv(env: NodeJS.ProcessEnv): TelephonyClientOptions | null {
-  const schema = z.object(telephonyEnv);
-  const parsed = schema.safeParse(env);
-  if (parsed.success) return telephonyOptions(parsed.data);
-  // Every problem at once: the bad variables' own, then how the others combine.
-  const problems = parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`);
-  const bad = new Set(parsed.error.issues.map((i) => String(i.path[0])));
-  try {
-    telephonyOptions(schema.parse(Object.fromEntries(Object.entries(env).filter(([k]) => !bad.has(k)))));
-  } catch (err) {
-    if (err instanceof TelephonyConfigError) problems.push(...err.problems);
-    else throw err;
-  }
-  throw new TelephonyConfigError(problems);
-}

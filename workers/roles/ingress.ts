@@ -2,7 +2,6 @@
 // front while Redis is away), served on HTTP.
 import type { Server } from 'node:http';
 import { isIPv4, isIPv6 } from 'node:net';
-import { join } from 'node:path';
 import type { Hono } from 'hono';
 import { createIngressApp } from '../../src/ingress/app.js';
 import { InboundAcceptor, withTimeout, type CallAcceptor } from '../../src/ingress/accept.js';
@@ -10,6 +9,7 @@ import { buildBlockList } from '../../src/ingress/middleware/ip-allow.js';
 import { SpoolingAcceptor, spoolDirWritable } from '../../src/ingress/spool.js';
 import { listen } from '../../src/listen.js';
 import { neverReachedReason } from '../../queues/connection.js';
+import { redisKeys } from '../../queues/keys.js';
 import { createSources } from '../../src/sources/index.js';
 import { Closers, type Role, type RoleDeps } from './lifecycle.js';
 
@@ -25,17 +25,17 @@ export interface IngressRole extends Role {
 /** The spool for this prefix when it is enabled (or, by default, when its folder is writable). */
 async function openSpool({ config, log }: RoleDeps, inner: CallAcceptor): Promise<SpoolingAcceptor | null> {
   // One spool folder per queue prefix: what is spooled belongs to that prefix's queues.
-  const dir = join(config.env.SPOOL_DIR, config.redis.prefix.replace(/[^A-Za-z0-9._{}-]/g, '_'));
-  if (!(config.env.SPOOL_ENABLED ?? (await spoolDirWritable(dir)))) {
+  const { dir, enabled, maxBytes, minFreeBytes } = config.spool;
+  if (!(enabled ?? (await spoolDirWritable(dir)))) {
     log.warn({ dir }, 'spool off: without Redis the ingress answers 503');
     return null;
   }
-  const spool = new SpoolingAcceptor(inner, { dir, log, maxBytes: config.env.SPOOL_MAX_BYTES, minFreeBytes: config.env.SPOOL_MIN_FREE_BYTES });
+  const spool = new SpoolingAcceptor(inner, { dir, log, maxBytes, minFreeBytes });
   try {
     await spool.open();
     return spool;
   } catch (err) {
-    if (config.env.SPOOL_ENABLED) throw err;
+    if (enabled) throw err;
     log.warn({ err: { message: (err as Error).message } }, 'spool unavailable: without Redis the ingress answers 503');
     return null;
   }
@@ -97,7 +97,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
     const app = createIngressApp({
       webhook: config.webhook,
       acceptor,
-      sources: createSources({ config, redis: redis.producer, now: options.now }),
+      sources: createSources(config.sources, { redis: redis.producer, keys: redisKeys(config.redis), now: options.now }),
       // Ready when events can be acknowledged durably: Redis answers, or the spool takes them.
       // (A load balancer routing on /readyz keeps sending to an ingress that spools.) The spool
       // serves outages only: a Redis never reached since start (a wrong address, nothing running)

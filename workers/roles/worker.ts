@@ -9,12 +9,10 @@ import type { Sink } from '../../src/sinks/types.js';
 import { lazyArchiveAccess } from '../../src/sinks/archive/access.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import { OptOutList } from '../../src/sinks/notify/opt-out.js';
-import { privacySecret } from '../../src/sinks/notify/ledger.js';
 import { PrivacyKey } from '../../queues/privacy-key.js';
 import { InboundLog, logToFanOut, waitForReplicas } from '../../queues/inbound.js';
 import { InboundAcceptor, withTimeout } from '../../src/ingress/accept.js';
-import { pushAssembly } from '../../src/sources/index.js';
-import { startPushSweeper } from '../push-sweeper.js';
+import { startSourceTasks } from '../../src/sources/index.js';
 import { startRetentionSweeper } from '../retention-sweeper.js';
 import {
   bullmqReady,
@@ -51,7 +49,7 @@ async function createSinks({ config, options, log, redis, telephony }: RoleDeps)
   const now = options.now ?? (() => new Date());
   const keys = redisKeys(config.redis);
   // One privacy key for every sink: PRIVACY_HMAC_SECRET, else the one kept in Redis (read once).
-  const privacyKey = new PrivacyKey(redis.worker, keys, privacySecret(config.env));
+  const privacyKey = new PrivacyKey(redis.worker, keys, config.privacy.hmacSecret);
   const optOut = new OptOutList(redis.worker, keys.area('optout'), privacyKey);
   const sinks = new Map<string, Sink>();
   // The first sink that archives calls (Sink.archiveAccess), for the CRMs' links to archived recordings.
@@ -168,10 +166,11 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     });
     closers.add('stop fan-out', () => fanOut.close());
 
-    // Push API calls whose hangup never came are closed here (src/sources/push-assembly.ts).
+    // The sources' background tasks (the Push API's sweeper closes calls whose hangup never came).
     const acceptor = new InboundAcceptor(deps.inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs, timeline: deps.timelines.worker });
-    const sweeper = startPushSweeper(pushAssembly({ config, redis: redis.worker, now: options.now }), acceptor, config.push.timeoutMs, log);
-    closers.add('stop push sweeper', () => sweeper.close());
+    for (const task of startSourceTasks(config.sources, { redis: redis.worker, keys, now: options.now, accept: (call) => acceptor.accept(call), log })) {
+      closers.add(`stop ${task.what}`, () => task.close());
+    }
     const retention = startRetentionSweeper(config, redis.worker, log);
     if (retention) closers.add('stop retention sweeper', () => retention.close());
 
