@@ -12,6 +12,11 @@
 //                      BENCH_CONCURRENCY at once, BENCH_CEILING_N calls (default 2000) — what the
 //                      archive sink could reach on this machine
 //   BENCH_CPU_PROF=1   profile the ingress and the workers and print where their time goes
+//   BENCH_COUNT_COMMANDS=1   (default topology only) watch Redis with MONITOR while the run lasts and
+//                      print per call: the commands callsync's clients sent (each an upper bound of
+//                      a round trip: MONITOR does not show pipelining), those run inside scripts
+//                      (MONITOR's `lua` source), INFO commandstats' total, and the sent ones by name.
+//                      MONITOR slows Redis: use it with a small BENCH_N, not for the rates.
 //   BENCH_CALLSYNC_NODE_OPTIONS='--max-semi-space-size=16'   Node flags of the callsync processes
 //                      instead of the ones `npm start` uses (package.json)
 //
@@ -58,6 +63,7 @@ const CEILING = process.env.BENCH_CEILING === '1';
 const CEILING_N = Number(process.env.BENCH_CEILING_N ?? 2000);
 const TOPOLOGIES = process.env.BENCH_TOPOLOGIES ? process.env.BENCH_TOPOLOGIES.split(',').map((t) => t.trim()).filter(Boolean) : undefined;
 const ACK_REPLICAS = (process.env.BENCH_ACK_REPLICAS ?? '0').split(',').map((a) => Number(a.trim()));
+const COUNT_COMMANDS = process.env.BENCH_COUNT_COMMANDS === '1';
 const TIME_CAP_MS = Number(process.env.BENCH_TIME_CAP_S ?? 900) * 1000;
 const SINKS = ['archive', 'crm', 'sms'];
 /** The queue of each sink's jobs: the signed webhook's are in its endpoint's queue. */
@@ -243,6 +249,7 @@ routes:
     const redisCpu = () => target.servers.map((s) => cpuSecondsOfPid(s.pid));
     const redisCpuBefore = redisCpu();
     const statsBefore = await masterStats(target);
+    const counter = COUNT_COMMANDS && !comparing ? await countCommands(target.settings, conn) : undefined;
     const started = Date.now();
     const webhookUrl = `http://127.0.0.1:${port}/webhooks/ai-agent/bench-agent`;
     const ingress = RATE ? await paced(webhookUrl, body, N, RATE, CONNECTIONS) : await load(webhookUrl, body, N, CONNECTIONS);
@@ -261,6 +268,7 @@ routes:
       await new Promise((res) => setTimeout(res, 200));
     }
     const allDone = Date.now();
+    const counted = counter ? await counter.stop() : undefined;
     const statsDone = await masterStats(target);
     const redisCpuAfter = redisCpu();
     const workerCpuMsPerCall = round(((workerProcs.reduce((s, p) => s + p.cpuSeconds(), 0) - workerCpuBefore) * 1000) / ingress.ok, 2);
@@ -352,6 +360,20 @@ routes:
     if (comparing) {
       console.log('');
       printTable(perMaster);
+    }
+    if (counted) {
+      const per = (n: number) => round(n / Math.max(1, ingress.ok), 1);
+      const commandsPerCall = {
+        'sent per call (≥ round trips)': per(counted.sent),
+        'inside scripts per call': per(counted.inScripts),
+        'all per call (commandstats)': per(counted.commandstats),
+        'EVAL (script text resent)': per(counted.byName.get('eval') ?? 0),
+      };
+      console.log('');
+      printTable([commandsPerCall]);
+      const byName = [...counted.byName].sort((a, b) => b[1] - a[1]).map(([name, n]) => `${name} ${per(n)}`);
+      console.log(`sent per call by name: ${byName.join(', ')}`);
+      summary.commands = commandsPerCall;
     }
     const ceiling = CEILING ? await s3Ceiling(r.s3Env, Number(CONCURRENCY), Math.min(CEILING_N, 20_000)) : undefined;
     if (ceiling) {
@@ -445,6 +467,49 @@ async function main(): Promise<void> {
   console.log(
     `\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, topologies: TOPOLOGIES, ackReplicas: ACK_REPLICAS, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, runs: results, skipped, failed: failedRuns })}`,
   );
+}
+
+/** Commands counted while the run lasts: MONITOR (without the bench's own client) and INFO commandstats. */
+async function countCommands(settings: RedisSettings, own: ReturnType<typeof createRedis>) {
+  const statsClient = createRedis(settings, 'worker');
+  const commandstats = async () => {
+    const info = String(await statsClient.info('commandstats'));
+    return [...info.matchAll(/^cmdstat_[^:]+:calls=(\d+)/gm)].reduce((s, m) => s + Number(m[1]), 0);
+  };
+  // The bench's own polling client, by its local port; the stats client's INFO too.
+  const ownSources = new Set<string>();
+  for (const c of [own, statsClient] as unknown as { stream?: { localPort?: number } }[]) {
+    if (c.stream?.localPort) ownSources.add(`127.0.0.1:${c.stream.localPort}`);
+  }
+  const before = await commandstats();
+  const monitorClient = createRedis(settings, 'worker');
+  const monitor = (await (monitorClient as unknown as { monitor(): Promise<unknown> }).monitor()) as {
+    on(event: 'monitor', fn: (time: string, args: string[], source: string) => void): void;
+    disconnect(): void;
+  };
+  let sent = 0;
+  let inScripts = 0;
+  const byName = new Map<string, number>();
+  monitor.on('monitor', (_time, args, source) => {
+    if (ownSources.has(source)) return;
+    if (source === 'lua') {
+      inScripts++;
+      return;
+    }
+    sent++;
+    const name = String(args[0] ?? '').toLowerCase();
+    byName.set(name, (byName.get(name) ?? 0) + 1);
+  });
+  return {
+    async stop() {
+      monitor.disconnect();
+      monitorClient.disconnect();
+      // MONITOR and INFO themselves are not counted by commandstats' callers' share: one INFO each side.
+      const all = (await commandstats()) - before - 1;
+      statsClient.disconnect();
+      return { sent, inScripts, commandstats: all, byName };
+    },
+  };
 }
 
 /**
