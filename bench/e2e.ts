@@ -367,7 +367,7 @@ routes:
         'sent per call (≥ round trips)': per(counted.sent),
         'inside scripts per call': per(counted.inScripts),
         'all per call (commandstats)': per(counted.commandstats),
-        'EVAL (script text resent)': per(counted.byName.get('eval') ?? 0),
+        'EVAL (script text resent)': per([...counted.byName].filter(([n]) => n.startsWith('eval(')).reduce((a, [, v]) => a + v, 0)),
       };
       console.log('');
       printTable([commandsPerCall]);
@@ -497,7 +497,9 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
       return;
     }
     sent++;
-    const name = String(args[0] ?? '').toLowerCase();
+    let name = String(args[0] ?? '').toLowerCase();
+    // A script by its first key's kind (call hashes and job ids left out): which script it is.
+    if (name === 'evalsha' || name === 'eval') name += `(${String(args[3] ?? '').split(':').slice(-2).map((p) => p.replace(/[0-9a-f]{16,}[^:]*/g, '*')).join(':')})`;
     byName.set(name, (byName.get(name) ?? 0) + 1);
   });
   return {

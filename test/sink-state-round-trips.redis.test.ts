@@ -3,11 +3,21 @@
 // by script SHA (EVALSHA), the script text sent only when the server does not know it yet. Watched
 // with MONITOR on a private redis-server: every command the store's client sends is counted.
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { RetryLaterError } from '../src/errors.js';
 import { callHash } from '../src/model/call.js';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ArchiveSink } from '../src/sinks/archive/index.js';
+import { LocalFolderStore } from '../src/sinks/archive/store.js';
+import { WebhookSink, webhookOptionsSchema } from '../src/sinks/crm/webhook.js';
 import { RevisionGuard } from '../src/sinks/revisions.js';
+import { sampleCall } from './support/calls.js';
+import { crmTestDeps } from './support/crm-deps.js';
+import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { RedisKeyValueStore } from '../src/state/kv.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
 
@@ -107,5 +117,38 @@ describe('sink state round trips', () => {
     );
     assert.equal(await redis.get(`rt:{q}:sink:rev:${callHash('call-3')}`), null);
     assert.equal(await redis.get(`rt:{q}:sink:lock:${callHash('call-3')}`), null);
+  });
+
+  it('the archive and the signed webhook: two round trips of sink state per job, a redelivery too', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'callsync-rt-'));
+    const secret = `whsec_${randomBytes(32).toString('base64')}`;
+    const deps = crmTestDeps({ CRM_WEBHOOK_SECRET: secret });
+    deps.clock.now = Date.now(); // the receiver checks the signature's timestamp against the real clock
+    const receiver = await new FakeWebhookReceiver(secret).start();
+    try {
+      const state = new RedisKeyValueStore(redis, 'rt:{q}:');
+      const call = sampleCall('rt-call');
+      const revision = { stamp: '1775642600000-0', update: false, content: 'a' };
+      const ctx = { ...deps.ctx(), jobId: 'job-a', revision };
+      const archive = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, null, state.scoped('archive'));
+      const webhook = new WebhookSink('webhook', webhookOptionsSchema.parse({ urls: [receiver.url] }), { ...deps, state: state.scoped('webhook') });
+      await archive.deliver(sampleCall('rt-warm-up'), ctx);
+
+      assert.deepEqual(await sentDuring(() => archive.deliver(call, ctx)), ['evalsha', 'evalsha']);
+      assert.equal(await redis.get(`rt:{q}:archive:day:${callHash(call.key)}`), '2026/04/08', 'the day the call was filed under is remembered');
+      assert.deepEqual(await sentDuring(() => archive.deliver(call, ctx)), ['evalsha', 'evalsha']);
+
+      assert.deepEqual(await sentDuring(() => webhook.deliver(call, ctx)), ['evalsha', 'evalsha']);
+      const again = await sentDuring(async () => {
+        const result = await webhook.deliver(call, ctx);
+        assert.match(result.reason ?? '', /already had this message/);
+      });
+      assert.deepEqual(again, ['evalsha', 'evalsha']);
+      assert.equal(receiver.requests, 1, 'a redelivery sends nothing');
+    } finally {
+      await receiver.stop();
+      await deps.close();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -48,12 +48,13 @@ export class RevisionGuard {
   /**
    * Writes this revision of the call (`write`) unless a newer one was written already, holding the
    * call's lock meanwhile. An older revision is answered `skipped` and its job completes. Two round
-   * trips to Redis: one takes the lock and reads the stamp, one writes the stamp and releases it.
+   * trips to Redis: one takes the lock and reads the stamp (and `reads`, for `write`), one writes
+   * the stamp (and what `write` set) and releases the lock.
    */
-  async deliver(callKey: string, ctx: Pick<SinkContext, 'jobId' | 'revision'>, write: () => Promise<SinkResult>): Promise<SinkResult> {
-    return this.hold(callKey, ctx, [], async (held) => {
+  async deliver(callKey: string, ctx: Pick<SinkContext, 'jobId' | 'revision'>, write: (held: Held) => Promise<SinkResult>, reads: string[] = []): Promise<SinkResult> {
+    return this.hold(callKey, ctx, reads, async (held) => {
       if (held.superseded) return this.skipped();
-      const result = await write();
+      const result = await write(held);
       held.written();
       return result;
     });
