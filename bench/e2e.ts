@@ -12,6 +12,11 @@
 //                      BENCH_CONCURRENCY at once, BENCH_CEILING_N calls (default 2000) — what the
 //                      archive sink could reach on this machine
 //   BENCH_CPU_PROF=1   profile the ingress and the workers and print where their time goes
+//   BENCH_COUNT_COMMANDS=1   (default topology only) watch Redis with MONITOR while the run lasts and
+//                      print per call: the commands callsync's clients sent (each an upper bound of
+//                      a round trip: MONITOR does not show pipelining), those run inside scripts
+//                      (MONITOR's `lua` source), INFO commandstats' total, and the sent ones by name.
+//                      MONITOR slows Redis: use it with a small BENCH_N, not for the rates.
 //   BENCH_CALLSYNC_NODE_OPTIONS='--max-semi-space-size=16'   Node flags of the callsync processes
 //                      instead of the ones `npm start` uses (package.json)
 //
@@ -50,7 +55,9 @@ import { callsyncNodeOptions, compiled, cpuSecondsOfPid, load, paced, machine, p
 
 const N = Math.min(10_000, Number(process.env.BENCH_N ?? 10_000));
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
-const WORKERS = Number(process.env.BENCH_WORKERS ?? 1);
+/** Worker processes; with BENCH_TOPOLOGIES a list (`1,2`): each topology runs once per count. */
+const WORKER_COUNTS = (process.env.BENCH_WORKERS ?? '1').split(',').map((w) => Number(w.trim()));
+const WORKERS = WORKER_COUNTS[0]!;
 const CONCURRENCY = process.env.BENCH_CONCURRENCY ?? '32';
 const PROFILE = process.env.BENCH_CPU_PROF === '1';
 const RATE = process.env.BENCH_RATE ? Number(process.env.BENCH_RATE) : undefined;
@@ -58,6 +65,7 @@ const CEILING = process.env.BENCH_CEILING === '1';
 const CEILING_N = Number(process.env.BENCH_CEILING_N ?? 2000);
 const TOPOLOGIES = process.env.BENCH_TOPOLOGIES ? process.env.BENCH_TOPOLOGIES.split(',').map((t) => t.trim()).filter(Boolean) : undefined;
 const ACK_REPLICAS = (process.env.BENCH_ACK_REPLICAS ?? '0').split(',').map((a) => Number(a.trim()));
+const COUNT_COMMANDS = process.env.BENCH_COUNT_COMMANDS === '1';
 const TIME_CAP_MS = Number(process.env.BENCH_TIME_CAP_S ?? 900) * 1000;
 const SINKS = ['archive', 'crm', 'sms'];
 /** The queue of each sink's jobs: the signed webhook's are in its endpoint's queue. */
@@ -176,7 +184,7 @@ interface RunResult {
 }
 
 /** One end-to-end run on `target` with ACK_REPLICAS=`ackReplicas`: fresh sink servers and callsync processes. */
-async function runOnce(target: Target, ackReplicas: number, build: ReturnType<typeof compiled>, comparing: boolean): Promise<RunResult> {
+async function runOnce(target: Target, ackReplicas: number, build: ReturnType<typeof compiled>, comparing: boolean, workers = WORKERS): Promise<RunResult> {
   const work = await mkdtemp(join(tmpdir(), 'callsync-e2e-'));
   const procs: BenchProcess[] = [];
   const prefix = target.settings.prefix;
@@ -222,7 +230,7 @@ routes:
     const prof = PROFILE ? work : undefined;
     const roles = [
       startProcess('ingress', build.run('workers/main.ts'), { ...env, CALLSYNC_ROLE: 'ingress' }, { readyMarker: /"msg":"ingress listening"/, cpuProfDir: prof }),
-      ...Array.from({ length: WORKERS }, (_, i) =>
+      ...Array.from({ length: workers }, (_, i) =>
         startProcess(`worker-${i + 1}`, build.run('workers/main.ts'), { ...env, CALLSYNC_ROLE: 'worker' }, { readyMarker: /"msg":"workers started"/, cpuProfDir: prof }),
       ),
     ];
@@ -231,7 +239,7 @@ routes:
     // A mobile caller (the SMS goes to the caller), a unique call id per request.
     const body = JSON.stringify(webhookPayload('[<id>]', (p) => (p.call.from = '+491701234567')));
     const where = comparing ? `  redis=${target.name} ACK_REPLICAS=${ackReplicas} prefix=${prefix}` : '';
-    console.log(`bench:e2e  N=${N} connections=${CONNECTIONS} workers=${WORKERS} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s body=${body.length} B  sinks=${SINKS.join(',')}${where}`);
+    console.log(`bench:e2e  N=${N} connections=${CONNECTIONS} workers=${workers} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s body=${body.length} B  sinks=${SINKS.join(',')}${where}`);
     if (!comparing) console.log(`machine: ${JSON.stringify(machine())}`);
 
     const conn = createRedis(target.settings, 'worker');
@@ -243,6 +251,7 @@ routes:
     const redisCpu = () => target.servers.map((s) => cpuSecondsOfPid(s.pid));
     const redisCpuBefore = redisCpu();
     const statsBefore = await masterStats(target);
+    const counter = COUNT_COMMANDS && !comparing ? await countCommands(target.settings, conn) : undefined;
     const started = Date.now();
     const webhookUrl = `http://127.0.0.1:${port}/webhooks/ai-agent/bench-agent`;
     const ingress = RATE ? await paced(webhookUrl, body, N, RATE, CONNECTIONS) : await load(webhookUrl, body, N, CONNECTIONS);
@@ -261,6 +270,7 @@ routes:
       await new Promise((res) => setTimeout(res, 200));
     }
     const allDone = Date.now();
+    const counted = counter ? await counter.stop() : undefined;
     const statsDone = await masterStats(target);
     const redisCpuAfter = redisCpu();
     const workerCpuMsPerCall = round(((workerProcs.reduce((s, p) => s + p.cpuSeconds(), 0) - workerCpuBefore) * 1000) / ingress.ok, 2);
@@ -320,7 +330,7 @@ routes:
     };
 
     const summary: Record<string, unknown> = {
-      ...(comparing ? { redis: target.name, ACK_REPLICAS: ackReplicas } : {}),
+      ...(comparing ? { redis: target.name, ACK_REPLICAS: ackReplicas, workers } : {}),
       webhooks: N,
       'offered/s': RATE ?? 'max',
       acknowledged: ingress.ok,
@@ -353,6 +363,20 @@ routes:
       console.log('');
       printTable(perMaster);
     }
+    if (counted) {
+      const per = (n: number) => round(n / Math.max(1, ingress.ok), 1);
+      const commandsPerCall = {
+        'sent per call (≥ round trips)': per(counted.sent),
+        'inside scripts per call': per(counted.inScripts),
+        'all per call (commandstats)': per(counted.commandstats),
+        'EVAL (script text resent)': per([...counted.byName].filter(([n]) => n.startsWith('eval(')).reduce((a, [, v]) => a + v, 0)),
+      };
+      console.log('');
+      printTable([commandsPerCall]);
+      const byName = [...counted.byName].sort((a, b) => b[1] - a[1]).map(([name, n]) => `${name} ${per(n)}`);
+      console.log(`sent per call by name: ${byName.join(', ')}`);
+      summary.commands = commandsPerCall;
+    }
     const ceiling = CEILING ? await s3Ceiling(r.s3Env, Number(CONCURRENCY), Math.min(CEILING_N, 20_000)) : undefined;
     if (ceiling) {
       console.log('');
@@ -371,6 +395,7 @@ async function main(): Promise<void> {
   const build = compiled();
   if (!TOPOLOGIES) {
     if (ACK_REPLICAS.some((a) => a !== 0)) throw new Error('BENCH_ACK_REPLICAS needs BENCH_TOPOLOGIES (the default redis-server has no replica)');
+    if (WORKER_COUNTS.length !== 1 || !Number.isInteger(WORKERS) || WORKERS < 1) throw new Error('BENCH_WORKERS: one worker count of 1 or more (a list needs BENCH_TOPOLOGIES)');
     const machineBefore = machine();
     const target = await startTarget('default', `e2e-${randomBytes(3).toString('hex')}`);
     try {
@@ -382,13 +407,14 @@ async function main(): Promise<void> {
     return;
   }
 
+  if (WORKER_COUNTS.some((w) => !Number.isInteger(w) || w < 1)) throw new Error('BENCH_WORKERS: worker counts of 1 or more, e.g. 1,2');
   const unknown = TOPOLOGIES.filter((t) => t !== 'single' && t !== 'cluster');
   if (unknown.length > 0) throw new Error(`BENCH_TOPOLOGIES: ${unknown.join(', ')}: use single and/or cluster`);
   // Both topologies give each master one replica: more cannot confirm.
   if (ACK_REPLICAS.some((a) => !Number.isInteger(a) || a < 0 || a > 1)) throw new Error('BENCH_ACK_REPLICAS: 0 and/or 1 (each master has one replica)');
   const prefix = process.env.BENCH_PREFIX ?? 'callsync';
   const machineBefore = machine();
-  console.log(`bench:e2e topologies=${TOPOLOGIES.join(',')} ACK_REPLICAS=${ACK_REPLICAS.join(',')} N=${N} connections=${CONNECTIONS} workers=${WORKERS} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s`);
+  console.log(`bench:e2e topologies=${TOPOLOGIES.join(',')} ACK_REPLICAS=${ACK_REPLICAS.join(',')} N=${N} connections=${CONNECTIONS} workers=${WORKER_COUNTS.join(',')} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s`);
   console.log(`machine: ${JSON.stringify(machineBefore)}\n`);
   const begun = Date.now();
   const results: RunResult[] = [];
@@ -396,24 +422,27 @@ async function main(): Promise<void> {
   const failedRuns: string[] = [];
   for (const topology of TOPOLOGIES as Target['name'][]) {
     for (const ack of ACK_REPLICAS) {
-      if (Date.now() - begun > TIME_CAP_MS) {
-        skipped.push(`${topology}/ACK_REPLICAS=${ack}`);
-        continue;
-      }
-      // Fresh servers per run: no keys, no memory, no AOF of an earlier run.
-      try {
-        const target = await startTarget(topology, prefix);
-        try {
-          results.push(await runOnce(target, ack, build, true));
-        } finally {
-          await target.destroy();
+      for (const workers of WORKER_COUNTS) {
+        const run = `${topology}/ACK_REPLICAS=${ack}/workers=${workers}`;
+        if (Date.now() - begun > TIME_CAP_MS) {
+          skipped.push(run);
+          continue;
         }
-      } catch (err) {
-        // One failed run (a topology that did not start, sinks not done in time) does not lose the others.
-        console.log(`${topology}/ACK_REPLICAS=${ack} failed: ${err instanceof Error ? err.message : String(err)}`);
-        failedRuns.push(`${topology}/ACK_REPLICAS=${ack}`);
+        // Fresh servers per run: no keys, no memory, no AOF of an earlier run.
+        try {
+          const target = await startTarget(topology, prefix);
+          try {
+            results.push(await runOnce(target, ack, build, true, workers));
+          } finally {
+            await target.destroy();
+          }
+        } catch (err) {
+          // One failed run (a topology that did not start, sinks not done in time) does not lose the others.
+          console.log(`${run} failed: ${err instanceof Error ? err.message : String(err)}`);
+          failedRuns.push(run);
+        }
+        console.log('');
       }
-      console.log('');
     }
   }
   console.log('=== topologies, same load ===');
@@ -423,12 +452,18 @@ async function main(): Promise<void> {
       return {
         redis: s.redis,
         ACK_REPLICAS: s.ACK_REPLICAS,
+        workers: s.workers,
         acknowledged: s.acknowledged,
         'non-2xx': s['non-2xx'],
         'ingress accepted/s': s['ingress accepted/s'],
         'ack p50 ms': s['ingress p50 ms'],
         'ack p99 ms': s['ingress p99 ms'],
         'e2e calls/s': s['e2e events/s'],
+        // Against the first worker count's run on the same topology and ACK_REPLICAS.
+        '× first': (() => {
+          const first = results.find((o) => o.summary.redis === s.redis && o.summary.ACK_REPLICAS === s.ACK_REPLICAS && o.summary.workers === WORKER_COUNTS[0]);
+          return first ? round(Number(s['e2e events/s']) / Number(first.summary['e2e events/s']), 2) : '–';
+        })(),
         'ack->done p50 ms': s['ack->done p50 ms'],
         'ack->done p99 ms': s['ack->done p99 ms'],
         'ingress CPU ms/call': s['ingress CPU ms/call'],
@@ -443,8 +478,53 @@ async function main(): Promise<void> {
   if (skipped.length > 0) console.log(`\nskipped (BENCH_TIME_CAP_S reached): ${skipped.join(', ')}`);
   if (failedRuns.length > 0) console.log(`\nfailed: ${failedRuns.join(', ')}`);
   console.log(
-    `\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, topologies: TOPOLOGIES, ackReplicas: ACK_REPLICAS, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, runs: results, skipped, failed: failedRuns })}`,
+    `\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKER_COUNTS, concurrency: CONCURRENCY, rate: RATE ?? null, topologies: TOPOLOGIES, ackReplicas: ACK_REPLICAS, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, runs: results, skipped, failed: failedRuns })}`,
   );
+}
+
+/** Commands counted while the run lasts: MONITOR (without the bench's own client) and INFO commandstats. */
+async function countCommands(settings: RedisSettings, own: ReturnType<typeof createRedis>) {
+  const statsClient = createRedis(settings, 'worker');
+  const commandstats = async () => {
+    const info = String(await statsClient.info('commandstats'));
+    return [...info.matchAll(/^cmdstat_[^:]+:calls=(\d+)/gm)].reduce((s, m) => s + Number(m[1]), 0);
+  };
+  // The bench's own polling client, by its local port; the stats client's INFO too.
+  const ownSources = new Set<string>();
+  for (const c of [own, statsClient] as unknown as { stream?: { localPort?: number } }[]) {
+    if (c.stream?.localPort) ownSources.add(`127.0.0.1:${c.stream.localPort}`);
+  }
+  const before = await commandstats();
+  const monitorClient = createRedis(settings, 'worker');
+  const monitor = (await (monitorClient as unknown as { monitor(): Promise<unknown> }).monitor()) as {
+    on(event: 'monitor', fn: (time: string, args: string[], source: string) => void): void;
+    disconnect(): void;
+  };
+  let sent = 0;
+  let inScripts = 0;
+  const byName = new Map<string, number>();
+  monitor.on('monitor', (_time, args, source) => {
+    if (ownSources.has(source)) return;
+    if (source === 'lua') {
+      inScripts++;
+      return;
+    }
+    sent++;
+    let name = String(args[0] ?? '').toLowerCase();
+    // A script by its first key's kind (call hashes and job ids left out): which script it is.
+    if (name === 'evalsha' || name === 'eval') name += `(${String(args[3] ?? '').split(':').slice(-2).map((p) => p.replace(/[0-9a-f]{16,}[^:]*/g, '*')).join(':')})`;
+    byName.set(name, (byName.get(name) ?? 0) + 1);
+  });
+  return {
+    async stop() {
+      monitor.disconnect();
+      monitorClient.disconnect();
+      // MONITOR and INFO themselves are not counted by commandstats' callers' share: one INFO each side.
+      const all = (await commandstats()) - before - 1;
+      statsClient.disconnect();
+      return { sent, inScripts, commandstats: all, byName };
+    },
+  };
 }
 
 /**

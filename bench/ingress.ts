@@ -9,8 +9,11 @@
 //   BENCH_TARGETS=bare,ingress                which targets (bench/server.ts): bare, ingress (as `callsync
 //                                             start` runs it), ingress-core (without request ids, access log, metrics),
 //                                             and parts of the ingress: parse, normalize, app-no-redis;
+//                                             handwritten: bare Hono + BullMQ Queue.add, no validation
+//                                             (`CPU × handwritten`: the ingress' CPU per request against it)
 //                                             `ingress+LOG_LEVEL=warn+X=1` adds environment variables to one target (A/B in one run)
 //   BENCH_LOG_LEVEL=info                      the ingress' LOG_LEVEL (default info, as in production)
+//   BENCH_TRANSCRIPT_BYTES=3000               the fixture's transcript text grown to this many characters
 //   BENCH_CALLSYNC_NODE_OPTIONS=...           Node flags of every target (default: those of `npm start`)
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -36,7 +39,13 @@ async function main(): Promise<void> {
   const redisUrl = process.env.BENCH_REDIS_URL ?? (privateRedis = await startPrivateRedis({ appendfsync: 'everysec' })).url;
   const prefix = `bench-${randomBytes(3).toString('hex')}`;
   // The v2 fixture (summary, scenarios, transcript: ~2 KB), a unique call id per request.
-  const body = JSON.stringify(webhookPayload('[<id>]'));
+  const transcriptBytes = Number(process.env.BENCH_TRANSCRIPT_BYTES ?? 0);
+  const body = JSON.stringify(
+    webhookPayload('[<id>]', (p) => {
+      const t = p.assist.transcription as { content: string };
+      while (t.content.length < transcriptBytes) t.content += `\nCaller: ${t.content.slice(0, 60)}`;
+    }),
+  );
   const build = compiled();
   const machineBefore = machine();
   console.log(`bench:ingress  N=${N} connections=${CONNECTIONS} rounds=${ROUNDS} body=${body.length} B  targets=${TARGETS.join(',')} LOG_LEVEL=${LOG_LEVEL}  redis=${privateRedis ? 'private redis-server (AOF everysec)' : redisUrl}`);
@@ -101,6 +110,7 @@ async function main(): Promise<void> {
         'p50 ms': median(results[target]!.map((r) => r.p50Ms)),
         'p99 ms': median(results[target]!.map((r) => r.p99Ms)),
         'CPU µs/req': median(cpu[target]!),
+        ...(cpu.handwritten ? { 'CPU × handwritten': round(median(cpu[target]!) / median(cpu.handwritten), 2) } : {}),
       };
     });
     console.log('');

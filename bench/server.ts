@@ -2,7 +2,8 @@
 // the body and answers 202 (the ceiling); BENCH_TARGET=ingress is callsync's ingress as `callsync
 // start` runs it (CALLSYNC_ROLE=ingress, config from the environment, with request ids, the access
 // log, metrics and the shutdown gate); BENCH_TARGET=ingress-core is the ingress without those
-// (startCallsync alone); parse, normalize and app-no-redis are parts of the ingress (see below).
+// (startCallsync alone); parse, normalize and app-no-redis are parts of the ingress (see below);
+// BENCH_TARGET=handwritten is a hand-written receiver: bare Hono + BullMQ Queue.add, no validation.
 // Prints `READY {"url": ...}` when listening.
 import { serve } from '@hono/node-server';
 import { Hono } from 'hono';
@@ -36,6 +37,25 @@ async function main(): Promise<void> {
       console.log(`READY ${JSON.stringify({ url: `http://127.0.0.1:${info.port}` })}`);
     });
     process.on('SIGTERM', () => server.close(() => process.exit(0)));
+    return;
+  }
+  if (target === 'handwritten') {
+    // What one would write by hand: bare Hono, the body parsed, one BullMQ Queue.add — no
+    // validation, no deduplication, no inbound log. The ingress' CPU per webhook is held against it.
+    const { Queue } = await import('bullmq');
+    const { Redis } = await import('ioredis');
+    const connection = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: null });
+    const queue = new Queue('handwritten', { connection, prefix: `${process.env.QUEUE_PREFIX ?? 'bench'}-handwritten` });
+    const app = new Hono();
+    app.post('/webhooks/ai-agent/:agentId?', async (c) => {
+      const body: unknown = JSON.parse(await c.req.text());
+      const job = await queue.add('call', body, { removeOnComplete: true });
+      return c.json({ id: job.id, duplicate: false }, 202);
+    });
+    const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) => {
+      console.log(`READY ${JSON.stringify({ url: `http://127.0.0.1:${info.port}` })}`);
+    });
+    process.on('SIGTERM', () => server.close(() => void queue.close().then(() => (connection.disconnect(), process.exit(0)))));
     return;
   }
   if (target === 'bare') {

@@ -18,7 +18,7 @@ import { LocalFolderStore, type ObjectStore } from '../src/sinks/archive/store.j
 import { RecordMemory } from '../src/sinks/crm/common.js';
 import { callVars } from '../src/sinks/crm/vars.js';
 import { NotificationLedger } from '../src/sinks/notify/ledger.js';
-import type { KeyValueStore } from '../src/state/kv.js';
+import type { KeyValueStore, LockRequest, TimedWrite } from '../src/state/kv.js';
 import { memoryLog } from './support/callsync.js';
 import { webhookPayload } from './support/calls.js';
 import { channelEvent } from './support/fake-telephony.js';
@@ -46,6 +46,17 @@ class MemoryKeyValueStore implements KeyValueStore {
   async deleteIfEquals(key: string, value: string) {
     if (this.data.get(this.prefix + key) !== value) return false;
     return this.data.delete(this.prefix + key);
+  }
+  async acquire(lockKey: string, lock: LockRequest, reads: string[]) {
+    const holder = this.data.get(this.prefix + lockKey);
+    const tookOver = holder !== undefined && lock.jobId !== '' && holder.slice(0, holder.lastIndexOf(' ')) === lock.jobId;
+    const acquired = holder === undefined || tookOver;
+    if (acquired) this.data.set(this.prefix + lockKey, lock.token);
+    return { acquired, tookOver, values: reads.map((k) => this.data.get(this.prefix + k) ?? null) };
+  }
+  async release(lockKey: string, token: string, writes: TimedWrite[]) {
+    for (const w of writes) this.data.set(this.prefix + w.key, w.value);
+    return this.deleteIfEquals(lockKey, token);
   }
   scoped(namespace: string): KeyValueStore {
     return new MemoryKeyValueStore(this.data, `${this.prefix}${namespace}:`);

@@ -10,7 +10,7 @@
 //     repeat of the same one is written again (redeliveries stay harmless as before).
 import { randomBytes } from 'node:crypto';
 import { callHash, compareStamps, type CallRevision } from '../model/call.js';
-import type { KeyValueStore } from '../state/kv.js';
+import type { KeyValueStore, TimedWrite } from '../state/kv.js';
 import { RetryLaterError } from '../errors.js';
 import type { SinkContext, SinkResult } from './types.js';
 
@@ -27,6 +27,18 @@ export interface RevisionGuardOptions {
   what: string;
 }
 
+/** What a holder of the call's lock (RevisionGuard.hold) reads and writes with the lock's round trips. */
+export interface Held {
+  /** True when a newer revision than this job's was written already. */
+  readonly superseded: boolean;
+  /** The values of the `reads` asked for, in order (null: absent). */
+  readonly values: (string | null)[];
+  /** Sets a key (of the guard's store) when the lock is released, if the holder succeeds. */
+  set(key: string, value: string, ttlMs: number): void;
+  /** Remembers this job's revision as the one last written, when the lock is released. */
+  written(): void;
+}
+
 export class RevisionGuard {
   constructor(
     private readonly kv: KeyValueStore,
@@ -35,13 +47,15 @@ export class RevisionGuard {
 
   /**
    * Writes this revision of the call (`write`) unless a newer one was written already, holding the
-   * call's lock meanwhile. An older revision is answered `skipped` and its job completes.
+   * call's lock meanwhile. An older revision is answered `skipped` and its job completes. Two round
+   * trips to Redis: one takes the lock and reads the stamp (and `reads`, for `write`), one writes
+   * the stamp (and what `write` set) and releases the lock.
    */
-  async deliver(callKey: string, ctx: Pick<SinkContext, 'jobId' | 'revision'>, write: () => Promise<SinkResult>): Promise<SinkResult> {
-    return this.exclusive(callKey, ctx, async () => {
-      if (await this.superseded(callKey, ctx.revision)) return this.skipped();
-      const result = await write();
-      await this.written(callKey, ctx.revision);
+  async deliver(callKey: string, ctx: Pick<SinkContext, 'jobId' | 'revision'>, write: (held: Held) => Promise<SinkResult>, reads: string[] = []): Promise<SinkResult> {
+    return this.hold(callKey, ctx, reads, async (held) => {
+      if (held.superseded) return this.skipped();
+      const result = await write(held);
+      held.written();
       return result;
     });
   }
@@ -53,26 +67,48 @@ export class RevisionGuard {
 
   /** Runs `fn` holding the call's lock; throws RetryLaterError (job scope) while another job holds it. */
   async exclusive<T>(callKey: string, ctx: Pick<SinkContext, 'jobId'>, fn: () => Promise<T>): Promise<T> {
+    return this.hold(callKey, ctx, [], () => fn());
+  }
+
+  /**
+   * Runs `fn` holding the call's lock (RetryLaterError, job scope, while another job holds it), with
+   * `reads` (keys of this store) read in the same round trip as the lock is taken, and whether this
+   * revision is superseded. What `fn` sets with `held.set` or `held.written` is written in the
+   * round trip that releases the lock, and only when `fn` succeeds.
+   */
+  async hold<T>(callKey: string, ctx: Pick<SinkContext, 'jobId' | 'revision'>, reads: string[], fn: (held: Held) => Promise<T>): Promise<T> {
     const key = `lock:${callHash(callKey)}`;
     const token = `${ctx.jobId} ${randomBytes(6).toString('hex')}`;
-    if (!(await this.kv.setIfAbsent(key, token, this.options.lockTtlMs))) {
-      const holder = await this.kv.get(key);
-      const holderJob = holder === null ? null : holder.slice(0, holder.lastIndexOf(' '));
-      // Held by an earlier attempt of this very job: BullMQ runs a job again only once that attempt
-      // lost its lock (its worker died or stalled), so the lock is taken over instead of waited out.
-      const takeOver = holder !== null && ctx.jobId !== '' && holderJob === ctx.jobId;
-      if (takeOver) await this.kv.set(key, token, this.options.lockTtlMs);
-      else if (holder !== null || !(await this.kv.setIfAbsent(key, token, this.options.lockTtlMs))) {
-        const delayMs = 500 + Math.round(Math.random() * 1000);
-        throw new RetryLaterError(`${this.options.what}: another revision of this call is being written`, delayMs, { scope: 'job' });
-      }
+    const stampKey = this.stampKey(callKey, undefined);
+    // Held by an earlier attempt of this very job: BullMQ runs a job again only once that attempt
+    // lost its lock (its worker died or stalled), so the lock is taken over instead of waited out.
+    const got = await this.kv.acquire(key, { token, jobId: ctx.jobId, ttlMs: this.options.lockTtlMs }, [stampKey, ...reads]);
+    if (!got.acquired) {
+      const delayMs = 500 + Math.round(Math.random() * 1000);
+      throw new RetryLaterError(`${this.options.what}: another revision of this call is being written`, delayMs, { scope: 'job' });
     }
+    const latest = got.values[0] ?? null;
+    const writes: TimedWrite[] = [];
+    const held: Held = {
+      superseded: latest !== null && compareStamps(ctx.revision?.stamp, latest) < 0,
+      values: got.values.slice(1),
+      set: (k, value, ttlMs) => void writes.push({ key: k, value, ttlMs }),
+      written: () => {
+        if (ctx.revision?.stamp) writes.push({ key: stampKey, value: ctx.revision.stamp, ttlMs: REVISION_MEMORY_TTL_MS });
+      },
+    };
+    let result: T;
     try {
-      return await fn();
-    } finally {
+      result = await fn(held);
+    } catch (err) {
       // A failed release leaves the lock to expire; the next attempt of this job takes it over anyway.
-      await this.kv.deleteIfEquals(key, token).catch(() => false);
+      await this.kv.release(key, token, []).catch(() => false);
+      throw err;
     }
+    // With writes, their failure is the job's (the stamp must not be lost: Redis' trouble waits for Redis).
+    if (writes.length > 0) await this.kv.release(key, token, writes);
+    else await this.kv.release(key, token, []).catch(() => false);
+    return result;
   }
 
   /** True when a newer revision than `revision` was written (under `scope`, e.g. one URL of several). */

@@ -10,11 +10,86 @@ export interface KeyValueStore {
   delete(key: string): Promise<void>;
   /** Deletes the key only while it holds `value` (releasing a lock that may have passed to another holder); true when deleted. */
   deleteIfEquals(key: string, value: string): Promise<boolean>;
+  /**
+   * One round trip: takes the lock `lockKey` for `lock.token` (or takes it over while an earlier
+   * attempt of the same job, `lock.jobId`, holds it) and reads `reads` — whether the lock was taken
+   * or not. The holder is returned when another one keeps it.
+   */
+  acquire(lockKey: string, lock: LockRequest, reads: string[]): Promise<Acquired>;
+  /**
+   * One round trip: sets `writes` (each with its TTL), then deletes `lockKey` while it still holds
+   * `token`; true when the lock was released.
+   */
+  release(lockKey: string, token: string, writes: TimedWrite[]): Promise<boolean>;
   /** A store whose keys live under `namespace` inside this one. */
   scoped(namespace: string): KeyValueStore;
 }
 
+export interface LockRequest {
+  /** `<job id> <random>`: the job id before the last space names the holder's job. */
+  token: string;
+  /** The job taking the lock; '' never takes over. */
+  jobId: string;
+  ttlMs: number;
+}
+
+export interface Acquired {
+  /** True when the lock is now `token`'s (taken or taken over). */
+  acquired: boolean;
+  /** Whether an earlier attempt of the same job held it (and it was taken over). */
+  tookOver: boolean;
+  /** The values of `reads`, in order (null: absent). */
+  values: (string | null)[];
+}
+
+export interface TimedWrite {
+  key: string;
+  value: string;
+  ttlMs: number;
+}
+
 const DELETE_IF_EQUALS = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+
+// KEYS[1]: the lock, KEYS[2..]: keys to read. ARGV: token, TTL ms, job id. Returns {taken, tookOver, values...}.
+const ACQUIRE = `
+local taken, over = 1, 0
+if not redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then
+  local holder = redis.call('GET', KEYS[1])
+  local job = holder and string.match(holder, '^(.*) [^ ]*$')
+  if ARGV[3] ~= '' and job == ARGV[3] then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    over = 1
+  else
+    taken = 0
+  end
+end
+local out = {taken, over}
+for i = 2, #KEYS do out[i + 1] = redis.call('GET', KEYS[i]) end
+return out`;
+
+// KEYS[1]: the lock, KEYS[2..]: keys to set. ARGV: token, then value and TTL ms per key to set.
+const RELEASE = `
+for i = 2, #KEYS do redis.call('SET', KEYS[i], ARGV[2 * i - 2], 'PX', ARGV[2 * i - 1]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`;
+
+/** The scripts as commands of the client: EVALSHA, falling back to EVAL once on NOSCRIPT (ioredis defineCommand). */
+interface StateCommands {
+  callsyncStateAcquire(numKeys: number, ...args: (string | number)[]): Promise<(number | string | null)[]>;
+  callsyncStateRelease(numKeys: number, ...args: (string | number)[]): Promise<number>;
+}
+
+const defined = new WeakSet<object>();
+function commands(redis: Redis | Cluster): StateCommands {
+  if (!defined.has(redis)) {
+    redis.defineCommand('callsyncStateAcquire', { lua: ACQUIRE });
+    redis.defineCommand('callsyncStateRelease', { lua: RELEASE });
+    defined.add(redis);
+  }
+  return redis as unknown as StateCommands;
+}
+
+const ttl = (ms: number) => Math.max(1, Math.round(ms));
 
 export class RedisKeyValueStore implements KeyValueStore {
   constructor(
@@ -47,6 +122,19 @@ export class RedisKeyValueStore implements KeyValueStore {
   async deleteIfEquals(key: string, value: string): Promise<boolean> {
     const deleted = await this.redis.eval(DELETE_IF_EQUALS, 1, this.prefix + key, value);
     return Number(deleted) === 1;
+  }
+
+  async acquire(lockKey: string, lock: LockRequest, reads: string[]): Promise<Acquired> {
+    const keys = [this.prefix + lockKey, ...reads.map((k) => this.prefix + k)];
+    const reply = await commands(this.redis).callsyncStateAcquire(keys.length, ...keys, lock.token, ttl(lock.ttlMs), lock.jobId);
+    // An absent key reads as false in Lua, a nil reply here.
+    return { acquired: Number(reply[0]) === 1, tookOver: Number(reply[1]) === 1, values: reads.map((_, i) => (reply[i + 2] ?? null) as string | null) };
+  }
+
+  async release(lockKey: string, token: string, writes: TimedWrite[]): Promise<boolean> {
+    const keys = [this.prefix + lockKey, ...writes.map((w) => this.prefix + w.key)];
+    const args = writes.flatMap((w) => [w.value, ttl(w.ttlMs)]);
+    return Number(await commands(this.redis).callsyncStateRelease(keys.length, ...keys, token, ...args)) === 1;
   }
 
   scoped(namespace: string): KeyValueStore {

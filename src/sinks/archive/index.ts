@@ -5,7 +5,7 @@ import type { CanonicalCall } from '../../model/call.js';
 import { renderVcon } from '../../model/vcon.js';
 import { envBool, envString, envStringOr, envEnum, type EnvShape } from '../../env-values.js';
 import type { KeyValueStore } from '../../state/kv.js';
-import { REVISION_MEMORY_TTL_MS, RevisionGuard } from '../revisions.js';
+import { REVISION_MEMORY_TTL_MS, RevisionGuard, type Held } from '../revisions.js';
 import { envOf, type ArchiveAccess, type Sink, type SinkContext, type SinkResult, type SinkType } from '../types.js';
 import type { TelephonyClient } from '../../telephony/types.js';
 import { archiveAccess } from './access.js';
@@ -91,8 +91,9 @@ export class ArchiveSink implements Sink {
     const dayKey = `day:${callHash(call.key)}`;
     let movedFrom: string | null = null;
     // An update of a call overwrites the same objects: the newest revision wins, whatever the order the jobs ran in.
-    const writeRecord = async (): Promise<SinkResult> => {
-      const filed = this.state ? await this.state.get(dayKey) : null;
+    // With state, the day is read as the call's lock is taken, and written as it is released.
+    const writeRecord = async (held?: Held): Promise<SinkResult> => {
+      const filed = held ? (held.values[0] ?? null) : null;
       // JSON first: the text is derived from it, so a reader finding the .txt also finds the record.
       await this.store.put(keys.json, renderArchiveJson(call), { contentType: 'application/json; charset=utf-8' });
       await this.store.put(keys.text, renderTranscriptText(call), { contentType: 'text/plain; charset=utf-8' });
@@ -106,10 +107,10 @@ export class ArchiveSink implements Sink {
         for (const key of await this.store.keysStartingWith(recordingKeysPrefixOn(call, filed, this.prefix))) await this.store.delete(key);
         movedFrom = filed;
       }
-      if (this.state && filed !== day) await this.state.set(dayKey, day, REVISION_MEMORY_TTL_MS);
+      if (held && filed !== day) held.set(dayKey, day, REVISION_MEMORY_TTL_MS);
       return { status: 'done' };
     };
-    const record = this.revisions ? await this.revisions.deliver(call.key, ctx, writeRecord) : await writeRecord();
+    const record = this.revisions ? await this.revisions.deliver(call.key, ctx, writeRecord, [dayKey]) : await writeRecord();
     if (record.status === 'skipped') return record;
     // Recordings last, streamed beside the transcript (src/sinks/archive/recordings.ts).
     const recordings = await archiveRecordings(call, { store: this.store, telephony: this.telephony, prefix: this.prefix, log: ctx.log, signal: ctx.signal });

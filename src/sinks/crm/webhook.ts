@@ -258,16 +258,18 @@ export class WebhookSink implements Sink {
   }
 
   private sendTo(endpoint: Endpoint, call: CanonicalCall, message: { id: string; body: string }, ctx: SinkContext): Promise<SinkResult> {
-    return endpoint.revisions.exclusive(call.key, ctx, async () => {
-      const { id, body } = message;
+    const { id, body } = message;
+    const sentKey = `sent:${id}`;
+    // Two round trips: the lock taken with the revision stamp and the "sent" marker read; the marker
+    // and the stamp written as the lock is released.
+    return endpoint.revisions.hold(call.key, ctx, [sentKey], async (held) => {
       const refs = { webhookId: id };
-      if (await endpoint.revisions.superseded(call.key, ctx.revision)) return endpoint.revisions.skipped();
-      const sentKey = `sent:${id}`;
-      if ((await endpoint.state.get(sentKey)) !== null) return { status: 'done', refs, reason: `endpoint "${endpoint.name}" already had this message` };
+      if (held.superseded) return endpoint.revisions.skipped();
+      if (held.values[0] !== null) return { status: 'done', refs, reason: `endpoint "${endpoint.name}" already had this message` };
       const timestamp = Math.floor(this.deps.now().getTime() / 1000);
       await this.post(endpoint, id, timestamp, body, ctx.signal);
-      await endpoint.state.set(sentKey, String(timestamp), 7 * 24 * 3600 * 1000);
-      await endpoint.revisions.written(call.key, ctx.revision);
+      held.set(sentKey, String(timestamp), 7 * 24 * 3600 * 1000);
+      held.written();
       ctx.log.debug({ sink: this.name, endpoint: endpoint.name, callId: call.callId, host: new URL(endpoint.url).host, webhookId: id }, 'webhook delivered');
       return { status: 'done', refs };
     });

@@ -1,0 +1,154 @@
+// Sink state per job in two round trips (issue 26): the call's lock taken together with what the
+// job reads (the revision stamp, a "sent" marker), and what it writes set as the lock is released —
+// by script SHA (EVALSHA), the script text sent only when the server does not know it yet. Watched
+// with MONITOR on a private redis-server: every command the store's client sends is counted.
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import { Redis } from 'ioredis';
+import { RetryLaterError } from '../src/errors.js';
+import { callHash } from '../src/model/call.js';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ArchiveSink } from '../src/sinks/archive/index.js';
+import { LocalFolderStore } from '../src/sinks/archive/store.js';
+import { WebhookSink, webhookOptionsSchema } from '../src/sinks/crm/webhook.js';
+import { RevisionGuard } from '../src/sinks/revisions.js';
+import { sampleCall } from './support/calls.js';
+import { crmTestDeps } from './support/crm-deps.js';
+import { FakeWebhookReceiver } from './support/fake-sink-server.js';
+import { RedisKeyValueStore } from '../src/state/kv.js';
+import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
+
+interface Sent {
+  name: string;
+  lua: boolean;
+}
+
+describe('sink state round trips', () => {
+  let server: PrivateRedis;
+  let redis: Redis;
+  let watcher: Redis;
+  let monitor: { on(e: 'monitor', fn: (time: string, args: string[], source: string) => void): void; disconnect(): void };
+  const seen: Sent[] = [];
+
+  before(async () => {
+    server = await startPrivateRedis({ appendonly: false });
+    redis = new Redis(server.url, { maxRetriesPerRequest: 1 });
+    await redis.ping();
+    watcher = new Redis(server.url, { maxRetriesPerRequest: 1 });
+    monitor = (await watcher.monitor()) as unknown as typeof monitor;
+    monitor.on('monitor', (_time, args, source) => seen.push({ name: String(args[0]).toLowerCase(), lua: source === 'lua' }));
+  });
+
+  after(async () => {
+    monitor.disconnect();
+    watcher.disconnect();
+    redis.disconnect();
+    await server.destroy();
+  });
+
+  /** The commands the client sent while `fn` ran (MONITOR's lines arrive just after: waited for with a PING marker). */
+  async function sentDuring(fn: () => Promise<unknown>): Promise<string[]> {
+    await settle();
+    seen.length = 0;
+    await fn().catch((err: unknown) => err);
+    await settle();
+    return seen.filter((c) => !c.lua && c.name !== 'ping').map((c) => c.name);
+  }
+  async function settle(): Promise<void> {
+    const before = seen.filter((c) => c.name === 'ping').length;
+    await redis.ping();
+    for (let i = 0; i < 200 && seen.filter((c) => c.name === 'ping').length === before; i++) await new Promise((r) => setTimeout(r, 10));
+  }
+
+  const guard = () => new RevisionGuard(new RedisKeyValueStore(redis, 'rt:{q}:').scoped('sink'), { what: 'the test sink', lockTtlMs: 60_000 });
+  const r1 = { stamp: '1775642600000-0', update: false, content: 'a' };
+  const r2 = { stamp: '1775642600000-1', update: true, content: 'b' };
+
+  it('a delivery: one script takes the lock and reads, one writes the stamp and releases; never the script text again', async () => {
+    // The first ever run may send each script's text once (NOSCRIPT, then EVAL): not counted.
+    await guard().deliver('warm-up', { jobId: 'w', revision: r1 }, async () => ({ status: 'done' }));
+
+    const written = await sentDuring(() => guard().deliver('call-1', { jobId: 'job-2', revision: r2 }, async () => ({ status: 'done' })));
+    assert.deepEqual(written, ['evalsha', 'evalsha']);
+    assert.equal(await redis.get(`rt:{q}:sink:lock:${callHash('call-1')}`), null, 'the lock is released');
+
+    let ran = false;
+    const older = await sentDuring(async () => {
+      const result = await guard().deliver('call-1', { jobId: 'job-1', revision: r1 }, async () => {
+        ran = true;
+        return { status: 'done' };
+      });
+      assert.equal(result.status, 'skipped');
+    });
+    assert.equal(ran, false, 'an older revision is not written');
+    assert.deepEqual(older, ['evalsha', 'evalsha']);
+  });
+
+  it('a lock held by another job: one round trip, then a wait; an earlier attempt of the same job is taken over', async () => {
+    const lockKey = `rt:{q}:sink:lock:${callHash('call-2')}`;
+    await redis.set(lockKey, 'other-job 0a0b0c', 'PX', 60_000);
+    let thrown: unknown;
+    const waited = await sentDuring(async () => {
+      thrown = await guard()
+        .deliver('call-2', { jobId: 'job-9', revision: r1 }, async () => ({ status: 'done' }))
+        .catch((err: unknown) => err);
+    });
+    assert.ok(thrown instanceof RetryLaterError, 'another job holds the lock: wait');
+    assert.deepEqual(waited, ['evalsha']);
+    assert.equal(await redis.get(lockKey), 'other-job 0a0b0c', 'the other job keeps its lock');
+
+    // A job id with spaces in it is compared up to the token's last space.
+    await redis.set(lockKey, 'job 9 0d0e0f', 'PX', 60_000);
+    const tookOver = await sentDuring(() => guard().deliver('call-2', { jobId: 'job 9', revision: r1 }, async () => ({ status: 'done' })));
+    assert.deepEqual(tookOver, ['evalsha', 'evalsha']);
+    assert.equal(await redis.get(lockKey), null);
+    assert.equal(await redis.get(`rt:{q}:sink:rev:${callHash('call-2')}`), r1.stamp);
+  });
+
+  it('a failed write keeps nothing of the job: no stamp, the lock released', async () => {
+    await assert.rejects(
+      guard().deliver('call-3', { jobId: 'job-3', revision: r2 }, async () => {
+        throw new Error('remote down');
+      }),
+      /remote down/,
+    );
+    assert.equal(await redis.get(`rt:{q}:sink:rev:${callHash('call-3')}`), null);
+    assert.equal(await redis.get(`rt:{q}:sink:lock:${callHash('call-3')}`), null);
+  });
+
+  it('the archive and the signed webhook: two round trips of sink state per job, a redelivery too', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'callsync-rt-'));
+    const secret = `whsec_${randomBytes(32).toString('base64')}`;
+    const deps = crmTestDeps({ CRM_WEBHOOK_SECRET: secret });
+    deps.clock.now = Date.now(); // the receiver checks the signature's timestamp against the real clock
+    const receiver = await new FakeWebhookReceiver(secret).start();
+    try {
+      const state = new RedisKeyValueStore(redis, 'rt:{q}:');
+      const call = sampleCall('rt-call');
+      const revision = { stamp: '1775642600000-0', update: false, content: 'a' };
+      const ctx = { ...deps.ctx(), jobId: 'job-a', revision };
+      const archive = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, null, state.scoped('archive'));
+      const webhook = new WebhookSink('webhook', webhookOptionsSchema.parse({ urls: [receiver.url] }), { ...deps, state: state.scoped('webhook') });
+      await archive.deliver(sampleCall('rt-warm-up'), ctx);
+
+      assert.deepEqual(await sentDuring(() => archive.deliver(call, ctx)), ['evalsha', 'evalsha']);
+      assert.equal(await redis.get(`rt:{q}:archive:day:${callHash(call.key)}`), '2026/04/08', 'the day the call was filed under is remembered');
+      assert.deepEqual(await sentDuring(() => archive.deliver(call, ctx)), ['evalsha', 'evalsha']);
+
+      assert.deepEqual(await sentDuring(() => webhook.deliver(call, ctx)), ['evalsha', 'evalsha']);
+      const again = await sentDuring(async () => {
+        const result = await webhook.deliver(call, ctx);
+        assert.match(result.reason ?? '', /already had this message/);
+      });
+      assert.deepEqual(again, ['evalsha', 'evalsha']);
+      assert.equal(receiver.requests, 1, 'a redelivery sends nothing');
+    } finally {
+      await receiver.stop();
+      await deps.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
