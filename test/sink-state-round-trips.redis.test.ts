@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ArchiveSink } from '../src/sinks/archive/index.js';
 import { LocalFolderStore } from '../src/sinks/archive/store.js';
-import { WebhookSink, webhookOptionsSchema } from '../src/sinks/crm/webhook.js';
+import { WebhookSink, webhookSinkType } from '../src/sinks/crm/webhook.js';
 import { RevisionGuard } from '../src/sinks/revisions.js';
 import { sampleCall } from './support/calls.js';
 import { crmTestDeps } from './support/crm-deps.js';
@@ -131,7 +131,7 @@ describe('sink state round trips', () => {
       const revision = { stamp: '1775642600000-0', update: false, content: 'a' };
       const ctx = { ...deps.ctx(), jobId: 'job-a', revision };
       const archive = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, null, state.scoped('archive'));
-      const webhook = new WebhookSink('webhook', webhookOptionsSchema.parse({ urls: [receiver.url] }), { ...deps, state: state.scoped('webhook') });
+      const webhook = new WebhookSink('webhook', webhookSinkType.options.parse({ urls: [receiver.url] }), { ...deps, state: state.scoped('webhook') });
       await archive.deliver(sampleCall('rt-warm-up'), ctx);
 
       assert.deepEqual(await sentDuring(() => archive.deliver(call, ctx)), ['evalsha', 'evalsha']);
