@@ -17,6 +17,8 @@ import { bullmqReady, createRedis, neverReachedReason, readyOnce, redisKeys, SHU
 import { InboundLog } from '../queues/inbound.js';
 import { CallTimeline } from '../queues/timeline.js';
 import { privacySecret } from '../src/sinks/notify/ledger.js';
+import { archiveOptionsSchema, createObjectStore } from '../src/sinks/archive/index.js';
+import type { ObjectStore } from '../src/sinks/archive/store.js';
 import { combineEvents, fanOutMetrics, ingressMetrics, runnerMetrics } from './metric-events.js';
 import { quitRedis, type CallsyncOptions } from './roles/lifecycle.js';
 
@@ -86,6 +88,17 @@ export function createOperations(options: OperationsOptions): Operations {
   let fanOutStalled: (() => string | null) | null = null;
   let warnings: () => string[] = () => [];
   const readyzDetail = readyzWarnings(() => warnings());
+  // The archive sinks' stores, opened when the Calls page first serves one of their objects.
+  const archives = new Map<string, () => Promise<ObjectStore>>();
+  for (const sink of Object.values(config.sinks)) {
+    if (sink.type !== 'archive') continue;
+    let store: Promise<ObjectStore> | null = null;
+    archives.set(sink.name, () =>
+      (store ??= createObjectStore(archiveOptionsSchema.parse(sink.options)).catch((err: unknown) => {
+        store = null;
+        throw err;
+      })));
+  }
   const ops = createOpsApp({
     log,
     queues,
@@ -93,6 +106,8 @@ export function createOperations(options: OperationsOptions): Operations {
     origins: env.ADMIN_ORIGIN,
     metricsToken: env.METRICS_TOKEN,
     calls: new CallTimeline(connection, keys, { ttlDays: env.CALL_TIMELINE_TTL_DAYS, privacySecret: privacySecret(env), log }),
+    archives,
+    crmLinks: { hubspotPortalId: env.HUBSPOT_PORTAL_ID, pipedriveCompanyDomain: env.PIPEDRIVE_COMPANY_DOMAIN },
     trustedProxies: config.webhook.trustedProxies,
     trustProxyHops: config.webhook.trustProxyHops,
     ready: async () => {
