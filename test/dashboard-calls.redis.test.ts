@@ -17,6 +17,7 @@ import { webhookPayload } from './support/calls.js';
 import { FlakySink } from './support/flaky-sink.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { REDIS_URL, waitFor } from './support/redis.js';
+import { startS3, type TestS3 } from './support/s3.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = new URL('../test-artifacts/', import.meta.url);
@@ -226,5 +227,42 @@ describe('dashboard: a call page opens the archived objects and the CRM records'
     } finally {
       await browser.close();
     }
+  });
+});
+
+describe('dashboard: a call page opens the archived objects in S3 (s3rver)', () => {
+  let cs: OpsCallsync;
+  let server: TestS3;
+  const callId = callHash('ai-agent:agent-1:links-s3-1');
+  const auth = { authorization: `Bearer ${TOKEN}` };
+
+  before(async () => {
+    server = await startS3('calls-page-links');
+    cs = await startOpsCallsync({ ...server.env, ADMIN_TOKEN: TOKEN });
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('links-s3-1'))).status, 202);
+    const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
+    await waitFor(async () => (await archive.getCompleted()).length === 1, { timeoutMs: 20_000, what: 'the call archived' });
+  });
+  after(async () => {
+    await cs?.stop();
+    await server?.destroy();
+  });
+
+  test("the record opens from the bucket; once deleted it is 404", async () => {
+    let links: { href: string; key: string }[] = [];
+    await waitFor(async () => {
+      const text = await (await fetch(`${cs.url}/admin/queues/calls/${callId}`, { headers: auth })).text();
+      links = [...text.matchAll(/<a href="([^"]+)" data-archive-key="([^"]+)"/g)].map((m) => ({ href: m[1]!.replaceAll('&amp;', '&'), key: m[2]! }));
+      return links.length === 3;
+    }, { timeoutMs: 10_000, what: 'the archive keys on the call page' });
+    const record = links.find((l) => l.key.endsWith('.json') && !l.key.endsWith('.vcon.json'))!;
+    const res = await fetch(`${cs.url}${record.href}`, { headers: auth });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('content-type'), 'application/json; charset=utf-8');
+    assert.equal(res.headers.get('x-content-type-options'), 'nosniff');
+    assert.equal(await res.text(), (await server.get(record.key)).body);
+    const { DeleteObjectCommand } = await import('@aws-sdk/client-s3');
+    await server.client.send(new DeleteObjectCommand({ Bucket: server.bucket, Key: record.key }));
+    assert.equal((await fetch(`${cs.url}${record.href}`, { headers: auth })).status, 404, 'an object deleted since');
   });
 });
