@@ -1,6 +1,7 @@
 // The dashboard's "Calls" page (/admin/queues/calls): search calls (call id, job id, number, time
 // range, sink state), a list with one status chip per sink, and a call's page with its timeline
-// (queues/timeline.ts), the retry of a failed sink and a replay to one sink. Behind the dashboard's login and CSRF rules
+// (queues/timeline.ts), the retry of a failed sink, a replay to one sink, its archived objects and
+// links to its CRM records (./call-links.ts). Behind the dashboard's login and CSRF rules
 // (./app.ts: operatorAuth on /admin/queues/*, sameOriginOnly: the retry is a same-origin JSON POST).
 import { randomBytes } from 'node:crypto';
 import { Hono, type Context } from 'hono';
