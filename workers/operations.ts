@@ -16,6 +16,8 @@ import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.
 import { bullmqReady, createRedis, neverReachedReason, readyOnce, redisKeys, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
 import { CallTimeline } from '../queues/timeline.js';
+import { archiveOptionsSchema, createObjectStore } from '../src/sinks/archive/index.js';
+import type { ObjectStore } from '../src/sinks/archive/store.js';
 import { combineEvents, fanOutMetrics, ingressMetrics, runnerMetrics } from './metric-events.js';
 import { quitRedis, type CallsyncOptions } from './roles/lifecycle.js';
 
@@ -85,6 +87,17 @@ export function createOperations(options: OperationsOptions): Operations {
   let fanOutStalled: (() => string | null) | null = null;
   let warnings: () => string[] = () => [];
   const readyzDetail = readyzWarnings(() => warnings());
+  // The archive sinks' stores, opened when the Calls page first serves one of their objects.
+  const archives = new Map<string, () => Promise<ObjectStore>>();
+  for (const sink of Object.values(config.sinks)) {
+    if (sink.type !== 'archive') continue;
+    let store: Promise<ObjectStore> | null = null;
+    archives.set(sink.name, () =>
+      (store ??= createObjectStore(archiveOptionsSchema.parse(sink.options)).catch((err: unknown) => {
+        store = null;
+        throw err;
+      })));
+  }
   const ops = createOpsApp({
     log,
     queues,
@@ -92,6 +105,8 @@ export function createOperations(options: OperationsOptions): Operations {
     origins: admin.origins,
     metricsToken: config.ops.metricsToken,
     calls: new CallTimeline(connection, keys, { ...config.timeline, log }),
+    archives,
+    crmLinks: config.ops.crmLinks,
     trustedProxies: config.webhook.trustedProxies,
     trustProxyHops: config.webhook.trustProxyHops,
     ready: async () => {

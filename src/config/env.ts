@@ -186,6 +186,10 @@ const coreEnv = {
   METRICS_TOKEN: optionalString,
   /** Days a call's timeline (and its lookup entries) is kept after its last event ("Where is my call?"). Default 30. */
   CALL_TIMELINE_TTL_DAYS: int(30, 1),
+  /** HubSpot account (portal) id: the Calls page links a HubSpot call or contact id to its record in HubSpot's web app. Default: ids stay plain text. */
+  HUBSPOT_PORTAL_ID: envString.refine((v) => v === undefined || /^\d+$/.test(v), 'expected the HubSpot account id (digits)'),
+  /** Pipedrive company domain (`acme` of acme.pipedrive.com): the Calls page links a Pipedrive person or deal id to it. Default: ids stay plain text. */
+  PIPEDRIVE_COMPANY_DOMAIN: envString.refine((v) => v === undefined || /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/i.test(v), 'expected the company domain, e.g. acme for acme.pipedrive.com'),
   // The timeline's number index (`callsync calls --number`) is keyed with PRIVACY_HMAC_SECRET, the
   // one key of every keyed hash of a phone number (declared with the notification sinks,
   // src/sinks/notify/ledger.ts; unset: a key generated once and kept in Redis, queues/privacy-key.ts).

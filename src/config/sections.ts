@@ -151,6 +151,8 @@ export interface OpsSection {
   };
   /** Bearer token /metrics asks for (METRICS_TOKEN); undefined: none. */
   metricsToken: string | undefined;
+  /** Where the Calls page links CRM ids (HUBSPOT_PORTAL_ID, PIPEDRIVE_COMPANY_DOMAIN); undefined: plain ids. */
+  crmLinks: { hubspotPortalId: string | undefined; pipedriveCompanyDomain: string | undefined };
 }
 
 export function opsSection(env: Env): OpsSection {
@@ -160,6 +162,7 @@ export function opsSection(env: Env): OpsSection {
     host: env.OPS_HOST ?? env.HOST,
     admin: { username: env.ADMIN_USERNAME, password: env.ADMIN_PASSWORD, token: env.ADMIN_TOKEN, origins: env.ADMIN_ORIGIN },
     metricsToken: env.METRICS_TOKEN,
+    crmLinks: { hubspotPortalId: env.HUBSPOT_PORTAL_ID, pipedriveCompanyDomain: env.PIPEDRIVE_COMPANY_DOMAIN },
   };
 }
 

@@ -10,6 +10,7 @@ import { pausedQueues } from '../../queues/disabled.js';
 import type { CallTimeline } from '../../queues/timeline.js';
 import { CALLS_API_PATH, callsApi } from './calls-api.js';
 import { callsPage } from './calls-page.js';
+import type { ArchiveStores, CrmLinkSettings } from './call-links.js';
 import { requestLog } from '../log.js';
 import { renderMetrics } from '../metrics.js';
 import { authConfigured, clientAddressOf, operatorAuth, type OperatorAuthOptions } from './auth.js';
@@ -46,6 +47,10 @@ export interface OpsAppOptions {
   ready: () => Promise<boolean | string>;
   /** The calls' timelines: with the dashboard on, served as JSON at /api/calls behind its credentials. */
   calls?: CallTimeline;
+  /** The archive sinks' stores, by sink name: the Calls page opens a call's archived objects. */
+  archives?: ArchiveStores;
+  /** The CRM accounts the Calls page links record ids to. */
+  crmLinks?: CrmLinkSettings;
   /** True once shutdown started: /readyz answers 503 so load balancers stop sending. */
   stopping?: () => boolean;
   /**
@@ -110,7 +115,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     app.use(DASHBOARD_PATH, operatorAuth(auth));
     app.get(`${DASHBOARD_PATH}/`, (c) => c.redirect(DASHBOARD_PATH));
     // The Calls page (./calls-page.ts), before Bull Board takes the rest of the path.
-    if (calls) app.route('/', callsPage({ timeline: calls, queues: options.queues, path: CALLS_PAGE_PATH, dashboardPath: DASHBOARD_PATH }));
+    if (calls) app.route('/', callsPage({ timeline: calls, queues: options.queues, path: CALLS_PAGE_PATH, dashboardPath: DASHBOARD_PATH, archives: options.archives, crmLinks: options.crmLinks }));
     // Bull Board (and ejs) is imported only when the dashboard is on: ~25 MB a process without it
     // saves. The import starts now, so the first page does not wait for it (and a failure shows early).
     const board = import('./dashboard.js').then(({ createDashboard }) => {

@@ -1,6 +1,7 @@
 // The dashboard's "Calls" page (/admin/queues/calls): search calls (call id, job id, number, time
 // range, sink state), a list with one status chip per sink, and a call's page with its timeline
-// (queues/timeline.ts), the retry of a failed sink and a replay to one sink. Behind the dashboard's login and CSRF rules
+// (queues/timeline.ts), the retry of a failed sink, a replay to one sink, its archived objects and
+// links to its CRM records (./call-links.ts). Behind the dashboard's login and CSRF rules
 // (./app.ts: operatorAuth on /admin/queues/*, sameOriginOnly: the retry is a same-origin JSON POST).
 import { randomBytes } from 'node:crypto';
 import { Hono, type Context } from 'hono';
@@ -9,6 +10,7 @@ import type { Queue } from 'bullmq';
 import { sinkQueueName } from '../../queues/registry.js';
 import { callsNamed, CallQueryError, describeEntry, findCalls, parseCallQuery, sinkLabel, type CallSummary, type CallTimeline, type TimelineEntry } from '../../queues/timeline.js';
 import { errorBody } from '../ingress/errors.js';
+import { archivedObjects, crmRecordUrl, type ArchiveStores, type CrmLinkSettings } from './call-links.js';
 
 export interface CallsPageOptions {
   timeline: CallTimeline;
@@ -18,6 +20,10 @@ export interface CallsPageOptions {
   path: string;
   /** The dashboard (Bull Board), for links to a queue. */
   dashboardPath: string;
+  /** The archive sinks' stores, by sink name: the page opens the objects a call's timeline names (./call-links.ts). */
+  archives?: ArchiveStores;
+  /** The CRM accounts a record id links to (HUBSPOT_PORTAL_ID, PIPEDRIVE_COMPANY_DOMAIN). */
+  crmLinks?: CrmLinkSettings;
 }
 
 const STYLE = `body{font-family:system-ui,sans-serif;margin:1.5rem;background:#f4f5f7;color:#222}
@@ -40,8 +46,18 @@ function refValue(value: string) {
   return /^https?:\/\//.test(value) ? html`<a href="${value}" rel="noreferrer noopener" target="_blank">${value}</a>` : html`<code>${value}</code>`;
 }
 
-function detail(e: TimelineEntry) {
-  if (e.event === 'done' && e.refs) return html`${Object.entries(e.refs).map(([k, v]) => html`${k} ${refValue(v)} `)}${e.reason ? ` ${e.reason}` : ''}`;
+/** A done entry's refs: an archived object opens through the page, a CRM id links to its record. */
+function detail(e: TimelineEntry, objectUrl: (sink: string, key: string) => string | null, crmLinks: CrmLinkSettings | undefined) {
+  if (e.event === 'done' && e.refs) {
+    const value = (k: string, v: string) => {
+      const object = e.sink ? objectUrl(e.sink, v) : null;
+      if (object) return html`<a href="${object}" data-archive-key="${v}" target="_blank" rel="noopener">${v}</a>`;
+      const record = crmRecordUrl(k, v, crmLinks);
+      if (record) return html`<a href="${record}" data-crm="${k}" rel="noreferrer noopener" target="_blank">${v}</a>`;
+      return refValue(v);
+    };
+    return html`${Object.entries(e.refs).map(([k, v]) => html`${k} ${value(k, v)} `)}${e.reason ? ` ${e.reason}` : ''}`;
+  }
   return describeEntry(e);
 }
 
@@ -100,6 +116,9 @@ ${calls.map((s) => html`<tr><td>${iso(s.receivedAt)}</td><td><a href="${path}/${
     const failed = Object.entries(call.sinks).filter(([, state]) => state === 'failed').map(([sink]) => sink);
     const settled = Object.entries(call.sinks).filter(([, state]) => state === 'done' || state === 'skipped').map(([sink]) => sink);
     const waiting = Object.values(call.sinks).some((state) => state === 'pending' || state === 'retrying');
+    const objects = new Set(archivedObjects(call.entries, options.archives).map((o) => `${o.sink}\n${o.key}`));
+    const objectUrl = (sink: string, key: string) =>
+      objects.has(`${sink}\n${key}`) ? `${path}/${call.id}/object?${new URLSearchParams({ sink, key }).toString()}` : null;
     const body = html`<h1>Call ${call.callId ?? call.id}</h1>
 <p>${call.source ?? '?'}, ${call.direction ?? '?'}, ${call.from ?? 'anonymous'} → ${call.to ?? '?'}, received ${iso(call.receivedAt)}; job id <code>${call.id}</code></p>
 <p id="sinks">${chips(call)}</p>
@@ -107,7 +126,7 @@ ${failed.map((sink) => html`<p><button type="button" data-action="retry" data-si
 <p>${settled.map((sink) => html`<button type="button" data-action="replay" data-sink="${sink}">Replay to ${sink}</button> `)}</p>
 <p id="message" role="status"></p>
 <table><thead><tr><th>time</th><th>event</th><th>sink</th><th>try</th><th>detail</th></tr></thead><tbody>
-${call.entries.map((e) => html`<tr><td>${iso(e.at)}</td><td>${e.event}</td><td>${e.sink ? sinkLabel(e) : ''}</td><td>${e.attempt ?? ''}</td><td>${detail(e)}</td></tr>`)}
+${call.entries.map((e) => html`<tr><td>${iso(e.at)}</td><td>${e.event}</td><td>${e.sink ? sinkLabel(e) : ''}</td><td>${e.attempt ?? ''}</td><td>${detail(e, objectUrl, options.crmLinks)}</td></tr>`)}
 </tbody></table>`;
     // Retry: a same-origin JSON POST (the CSRF rule of the ops endpoints); the page then refreshes
     // while a sink is pending, so a retried chip turns to its outcome.
@@ -121,6 +140,36 @@ for (const b of document.querySelectorAll('button[data-action]')) b.addEventList
 });
 ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
     return page(c, `callsync: call ${call.callId ?? call.id}`, body, script);
+  });
+
+  // Opens an archived object of the call: only a key its timeline names as written by that archive
+  // sink (never a key of the request's choosing), as text or JSON the browser shows and never runs.
+  app.get(`${path}/:id/object`, async (c) => {
+    const id = c.req.param('id');
+    const sink = c.req.query('sink') ?? '';
+    const key = c.req.query('key') ?? '';
+    const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
+    const object = call ? archivedObjects(call.entries, options.archives).find((o) => o.sink === sink && o.key === key) : undefined;
+    const open = object ? options.archives?.get(object.sink) : undefined;
+    if (!object || !open) return c.json(errorBody(404, 'no such archived object of this call'), 404);
+    let body: string;
+    try {
+      body = await (await open()).get(object.key);
+    } catch (err) {
+      // The folder: ENOENT; S3: its 404 as a SinkError's status (s3-store.ts errorFromS3).
+      const failure = err as { code?: unknown; status?: unknown };
+      if (failure.code === 'ENOENT' || failure.status === 404) {
+        return c.json(errorBody(404, 'the archived object is gone (deleted by retention or `callsync forget`)'), 404);
+      }
+      throw err;
+    }
+    return c.body(body, 200, {
+      'content-type': object.contentType,
+      'content-disposition': 'inline',
+      'x-content-type-options': 'nosniff',
+      'cache-control': 'no-store',
+      'content-security-policy': "default-src 'none'; frame-ancestors 'none'; sandbox",
+    });
   });
 
   // Retries the dead letter of one sink of the call: the job its timeline names, in its queue.
