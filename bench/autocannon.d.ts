@@ -39,7 +39,10 @@ declare module 'autocannon' {
     statusCodeStats: Record<string, { count: number }>;
   }
   export interface Instance {
-    on(event: 'response', listener: (client: unknown, statusCode: number, resBytes: number, responseTime: number) => void): this;
+    on(
+      event: 'response',
+      listener: (client: unknown, statusCode: number, resBytes: number, responseTime: number) => void,
+    ): this;
     stop(): void;
   }
   function autocannon(options: Options): Promise<Result>;

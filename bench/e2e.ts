@@ -51,7 +51,21 @@ import { sampleCall, webhookPayload } from '../test/support/calls.js';
 import { renderArchiveJson, renderTranscriptText } from '../src/sinks/archive/render.js';
 import { nodeCommand, startRedisCluster, startReplicatedRedis } from '../test/support/redis-cluster.js';
 import { freePort, startPrivateRedis } from '../test/support/redis-server.js';
-import { callsyncNodeOptions, compiled, cpuSecondsOfPid, load, paced, machine, peakRssOfPid, percentile, printTable, round, startProcess, summariseProfiles, type BenchProcess } from './support.js';
+import {
+  callsyncNodeOptions,
+  compiled,
+  cpuSecondsOfPid,
+  load,
+  paced,
+  machine,
+  peakRssOfPid,
+  percentile,
+  printTable,
+  round,
+  startProcess,
+  summariseProfiles,
+  type BenchProcess,
+} from './support.js';
 
 const N = Math.min(10_000, Number(process.env.BENCH_N ?? 10_000));
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
@@ -63,7 +77,11 @@ const PROFILE = process.env.BENCH_CPU_PROF === '1';
 const RATE = process.env.BENCH_RATE ? Number(process.env.BENCH_RATE) : undefined;
 const CEILING = process.env.BENCH_CEILING === '1';
 const CEILING_N = Number(process.env.BENCH_CEILING_N ?? 2000);
-const TOPOLOGIES = process.env.BENCH_TOPOLOGIES ? process.env.BENCH_TOPOLOGIES.split(',').map((t) => t.trim()).filter(Boolean) : undefined;
+const TOPOLOGIES = process.env.BENCH_TOPOLOGIES
+  ? process.env.BENCH_TOPOLOGIES.split(',')
+      .map((t) => t.trim())
+      .filter(Boolean)
+  : undefined;
 const ACK_REPLICAS = (process.env.BENCH_ACK_REPLICAS ?? '0').split(',').map((a) => Number(a.trim()));
 const COUNT_COMMANDS = process.env.BENCH_COUNT_COMMANDS === '1';
 const TIME_CAP_MS = Number(process.env.BENCH_TIME_CAP_S ?? 900) * 1000;
@@ -95,7 +113,10 @@ const sinkAreas = (prefix: string, settings: RedisSettings) => {
   const keys = redisKeys({ ...settings, prefix });
   return [
     ...SINKS.map((s) => ({ area: queueOf(s), key: `${keys.queuePrefix(queueOf(s))}:${queueOf(s)}:meta` })),
-    ...Array.from({ length: keys.inboundShards }, (_, i) => ({ area: `inbound-${i}`, key: inboundStreamKey(keys.inboundShard(i)) })),
+    ...Array.from({ length: keys.inboundShards }, (_, i) => ({
+      area: `inbound-${i}`,
+      key: inboundStreamKey(keys.inboundShard(i)),
+    })),
   ];
 };
 
@@ -184,14 +205,28 @@ interface RunResult {
 }
 
 /** One end-to-end run on `target` with ACK_REPLICAS=`ackReplicas`: fresh sink servers and callsync processes. */
-async function runOnce(target: Target, ackReplicas: number, build: ReturnType<typeof compiled>, comparing: boolean, workers = WORKERS): Promise<RunResult> {
+async function runOnce(
+  target: Target,
+  ackReplicas: number,
+  build: ReturnType<typeof compiled>,
+  comparing: boolean,
+  workers = WORKERS,
+): Promise<RunResult> {
   const work = await mkdtemp(join(tmpdir(), 'callsync-e2e-'));
   const procs: BenchProcess[] = [];
   const prefix = target.settings.prefix;
   try {
     const sinks = await startProcess('sink-servers', build.run('bench/sink-servers.ts'), {});
     procs.push(sinks);
-    const r = sinks.ready as { s3Env: Record<string, string>; crmUrl: string; secret: string; smsUrl: string; tokenId: string; token: string; statsUrl: string };
+    const r = sinks.ready as {
+      s3Env: Record<string, string>;
+      crmUrl: string;
+      secret: string;
+      smsUrl: string;
+      tokenId: string;
+      token: string;
+      statsUrl: string;
+    };
     const configPath = join(work, 'callsync.yaml');
     await writeFile(
       configPath,
@@ -229,9 +264,19 @@ routes:
     };
     const prof = PROFILE ? work : undefined;
     const roles = [
-      startProcess('ingress', build.run('workers/main.ts'), { ...env, CALLSYNC_ROLE: 'ingress' }, { readyMarker: /"msg":"ingress listening"/, cpuProfDir: prof }),
+      startProcess(
+        'ingress',
+        build.run('workers/main.ts'),
+        { ...env, CALLSYNC_ROLE: 'ingress' },
+        { readyMarker: /"msg":"ingress listening"/, cpuProfDir: prof },
+      ),
       ...Array.from({ length: workers }, (_, i) =>
-        startProcess(`worker-${i + 1}`, build.run('workers/main.ts'), { ...env, CALLSYNC_ROLE: 'worker' }, { readyMarker: /"msg":"workers started"/, cpuProfDir: prof }),
+        startProcess(
+          `worker-${i + 1}`,
+          build.run('workers/main.ts'),
+          { ...env, CALLSYNC_ROLE: 'worker' },
+          { readyMarker: /"msg":"workers started"/, cpuProfDir: prof },
+        ),
       ),
     ];
     procs.push(...(await Promise.all(roles)));
@@ -239,7 +284,9 @@ routes:
     // A mobile caller (the SMS goes to the caller), a unique call id per request.
     const body = JSON.stringify(webhookPayload('[<id>]', (p) => (p.call.from = '+491701234567')));
     const where = comparing ? `  redis=${target.name} ACK_REPLICAS=${ackReplicas} prefix=${prefix}` : '';
-    console.log(`bench:e2e  N=${N} connections=${CONNECTIONS} workers=${workers} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s body=${body.length} B  sinks=${SINKS.join(',')}${where}`);
+    console.log(
+      `bench:e2e  N=${N} connections=${CONNECTIONS} workers=${workers} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s body=${body.length} B  sinks=${SINKS.join(',')}${where}`,
+    );
     if (!comparing) console.log(`machine: ${JSON.stringify(machine())}`);
 
     const conn = createRedis(target.settings, 'worker');
@@ -254,9 +301,14 @@ routes:
     const counter = COUNT_COMMANDS && !comparing ? await countCommands(target.settings, conn) : undefined;
     const started = Date.now();
     const webhookUrl = `http://127.0.0.1:${port}/webhooks/ai-agent/bench-agent`;
-    const ingress = RATE ? await paced(webhookUrl, body, N, RATE, CONNECTIONS) : await load(webhookUrl, body, N, CONNECTIONS);
+    const ingress = RATE
+      ? await paced(webhookUrl, body, N, RATE, CONNECTIONS)
+      : await load(webhookUrl, body, N, CONNECTIONS);
     const acked = Date.now();
-    const ingressCpuMsPerCall = round(((ingressProc.cpuSeconds() - ingressCpuBefore) * 1000) / Math.max(1, ingress.ok), 2);
+    const ingressCpuMsPerCall = round(
+      ((ingressProc.cpuSeconds() - ingressCpuBefore) * 1000) / Math.max(1, ingress.ok),
+      2,
+    );
     // The moment the queues hold the most work (at full speed the workers are behind by then).
     const statsAcked = await masterStats(target);
     const key = (queue: string, part: string) => `${keys.queuePrefix(queue)}:${queue}:${part}`;
@@ -273,8 +325,14 @@ routes:
     const counted = counter ? await counter.stop() : undefined;
     const statsDone = await masterStats(target);
     const redisCpuAfter = redisCpu();
-    const workerCpuMsPerCall = round(((workerProcs.reduce((s, p) => s + p.cpuSeconds(), 0) - workerCpuBefore) * 1000) / ingress.ok, 2);
-    const rss = Object.fromEntries([...procs.map((p) => [p.name, p.peakRssMb()]), ['redis-server', Math.max(...target.servers.map((s) => peakRssOfPid(s.pid)))]]) as Record<string, number>;
+    const workerCpuMsPerCall = round(
+      ((workerProcs.reduce((s, p) => s + p.cpuSeconds(), 0) - workerCpuBefore) * 1000) / ingress.ok,
+      2,
+    );
+    const rss = Object.fromEntries([
+      ...procs.map((p) => [p.name, p.peakRssMb()]),
+      ['redis-server', Math.max(...target.servers.map((s) => peakRssOfPid(s.pid)))],
+    ]) as Record<string, number>;
 
     // Acknowledged (the call's receivedAt, set by the ingress just before it stores the call and
     // answers 202) -> last sink finished, per call. Sink job ids are the call hash in every queue.
@@ -303,9 +361,18 @@ routes:
         own.push(Number(at) - ackAt.get(h)!);
       }
       own.sort((a, b) => a - b);
-      perSink.push({ sink: s, 'ack->done p50 ms': percentile(own, 50), 'p90 ms': percentile(own, 90), 'p99 ms': percentile(own, 99), 'max ms': own[own.length - 1] });
+      perSink.push({
+        sink: s,
+        'ack->done p50 ms': percentile(own, 50),
+        'p90 ms': percentile(own, 90),
+        'p99 ms': percentile(own, 99),
+        'max ms': own[own.length - 1],
+      });
     }
-    const latencies = hashes.map((h) => doneAt.get(h)! - ackAt.get(h)!).filter(Number.isFinite).sort((a, b) => a - b);
+    const latencies = hashes
+      .map((h) => doneAt.get(h)! - ackAt.get(h)!)
+      .filter(Number.isFinite)
+      .sort((a, b) => a - b);
     const firstAck = Math.min(...ackAt.values());
     const lastDone = Math.max(...doneAt.values());
     const remote = (await (await fetch(r.statsUrl)).json()) as Record<string, number>;
@@ -323,10 +390,19 @@ routes:
       'CPU s': round((statsDone.get(p)?.cpuS ?? NaN) - (statsBefore.get(p)?.cpuS ?? NaN), 1),
     }));
     const masterPids = new Set((await target.masters()).map((m) => m.pid));
-    const cpuDelta = target.servers.map((s, i) => ({ master: masterPids.has(s.pid), s: redisCpuAfter[i]! - redisCpuBefore[i]! }));
+    const cpuDelta = target.servers.map((s, i) => ({
+      master: masterPids.has(s.pid),
+      s: redisCpuAfter[i]! - redisCpuBefore[i]!,
+    }));
     const redisCpuS = {
-      masters: round(cpuDelta.filter((c) => c.master).reduce((a, c) => a + c.s, 0), 1),
-      replicas: round(cpuDelta.filter((c) => !c.master).reduce((a, c) => a + c.s, 0), 1),
+      masters: round(
+        cpuDelta.filter((c) => c.master).reduce((a, c) => a + c.s, 0),
+        1,
+      ),
+      replicas: round(
+        cpuDelta.filter((c) => !c.master).reduce((a, c) => a + c.s, 0),
+        1,
+      ),
     };
 
     const summary: Record<string, unknown> = {
@@ -369,7 +445,9 @@ routes:
         'sent per call (≥ round trips)': per(counted.sent),
         'inside scripts per call': per(counted.inScripts),
         'all per call (commandstats)': per(counted.commandstats),
-        'EVAL (script text resent)': per([...counted.byName].filter(([n]) => n.startsWith('eval(')).reduce((a, [, v]) => a + v, 0)),
+        'EVAL (script text resent)': per(
+          [...counted.byName].filter(([n]) => n.startsWith('eval(')).reduce((a, [, v]) => a + v, 0),
+        ),
       };
       console.log('');
       printTable([commandsPerCall]);
@@ -382,7 +460,9 @@ routes:
       console.log('');
       printTable([ceiling]);
     }
-    console.log(`\nremote side: ${JSON.stringify(remote)}  (sink jobs per sink: ${ingress.ok}; ack phase ${round((acked - started) / 1000, 1)} s)`);
+    console.log(
+      `\nremote side: ${JSON.stringify(remote)}  (sink jobs per sink: ${ingress.ok}; ack phase ${round((acked - started) / 1000, 1)} s)`,
+    );
     return { summary, perSink, rss, remote, perMaster, redisCpuS, ceiling };
   } finally {
     for (const p of procs.reverse()) await p.stop().catch(() => undefined);
@@ -394,27 +474,35 @@ routes:
 async function main(): Promise<void> {
   const build = compiled();
   if (!TOPOLOGIES) {
-    if (ACK_REPLICAS.some((a) => a !== 0)) throw new Error('BENCH_ACK_REPLICAS needs BENCH_TOPOLOGIES (the default redis-server has no replica)');
-    if (WORKER_COUNTS.length !== 1 || !Number.isInteger(WORKERS) || WORKERS < 1) throw new Error('BENCH_WORKERS: one worker count of 1 or more (a list needs BENCH_TOPOLOGIES)');
+    if (ACK_REPLICAS.some((a) => a !== 0))
+      throw new Error('BENCH_ACK_REPLICAS needs BENCH_TOPOLOGIES (the default redis-server has no replica)');
+    if (WORKER_COUNTS.length !== 1 || !Number.isInteger(WORKERS) || WORKERS < 1)
+      throw new Error('BENCH_WORKERS: one worker count of 1 or more (a list needs BENCH_TOPOLOGIES)');
     const machineBefore = machine();
     const target = await startTarget('default', `e2e-${randomBytes(3).toString('hex')}`);
     try {
       const res = await runOnce(target, 0, build, false);
-      console.log(`\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary: res.summary, perSink: res.perSink, peakRssMb: res.rss, remote: res.remote, ceiling: res.ceiling })}`);
+      console.log(
+        `\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary: res.summary, perSink: res.perSink, peakRssMb: res.rss, remote: res.remote, ceiling: res.ceiling })}`,
+      );
     } finally {
       await target.destroy();
     }
     return;
   }
 
-  if (WORKER_COUNTS.some((w) => !Number.isInteger(w) || w < 1)) throw new Error('BENCH_WORKERS: worker counts of 1 or more, e.g. 1,2');
+  if (WORKER_COUNTS.some((w) => !Number.isInteger(w) || w < 1))
+    throw new Error('BENCH_WORKERS: worker counts of 1 or more, e.g. 1,2');
   const unknown = TOPOLOGIES.filter((t) => t !== 'single' && t !== 'cluster');
   if (unknown.length > 0) throw new Error(`BENCH_TOPOLOGIES: ${unknown.join(', ')}: use single and/or cluster`);
   // Both topologies give each master one replica: more cannot confirm.
-  if (ACK_REPLICAS.some((a) => !Number.isInteger(a) || a < 0 || a > 1)) throw new Error('BENCH_ACK_REPLICAS: 0 and/or 1 (each master has one replica)');
+  if (ACK_REPLICAS.some((a) => !Number.isInteger(a) || a < 0 || a > 1))
+    throw new Error('BENCH_ACK_REPLICAS: 0 and/or 1 (each master has one replica)');
   const prefix = process.env.BENCH_PREFIX ?? 'callsync';
   const machineBefore = machine();
-  console.log(`bench:e2e topologies=${TOPOLOGIES.join(',')} ACK_REPLICAS=${ACK_REPLICAS.join(',')} N=${N} connections=${CONNECTIONS} workers=${WORKER_COUNTS.join(',')} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s`);
+  console.log(
+    `bench:e2e topologies=${TOPOLOGIES.join(',')} ACK_REPLICAS=${ACK_REPLICAS.join(',')} N=${N} connections=${CONNECTIONS} workers=${WORKER_COUNTS.join(',')} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s`,
+  );
   console.log(`machine: ${JSON.stringify(machineBefore)}\n`);
   const begun = Date.now();
   const results: RunResult[] = [];
@@ -461,7 +549,12 @@ async function main(): Promise<void> {
         'e2e calls/s': s['e2e events/s'],
         // Against the first worker count's run on the same topology and ACK_REPLICAS.
         '× first': (() => {
-          const first = results.find((o) => o.summary.redis === s.redis && o.summary.ACK_REPLICAS === s.ACK_REPLICAS && o.summary.workers === WORKER_COUNTS[0]);
+          const first = results.find(
+            (o) =>
+              o.summary.redis === s.redis &&
+              o.summary.ACK_REPLICAS === s.ACK_REPLICAS &&
+              o.summary.workers === WORKER_COUNTS[0],
+          );
           return first ? round(Number(s['e2e events/s']) / Number(first.summary['e2e events/s']), 2) : '–';
         })(),
         'ack->done p50 ms': s['ack->done p50 ms'],
@@ -512,7 +605,12 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
     sent++;
     let name = String(args[0] ?? '').toLowerCase();
     // A script by its first key's kind (call hashes and job ids left out): which script it is.
-    if (name === 'evalsha' || name === 'eval') name += `(${String(args[3] ?? '').split(':').slice(-2).map((p) => p.replace(/[0-9a-f]{16,}[^:]*/g, '*')).join(':')})`;
+    if (name === 'evalsha' || name === 'eval')
+      name += `(${String(args[3] ?? '')
+        .split(':')
+        .slice(-2)
+        .map((p) => p.replace(/[0-9a-f]{16,}[^:]*/g, '*'))
+        .join(':')})`;
     byName.set(name, (byName.get(name) ?? 0) + 1);
   });
   return {
@@ -532,7 +630,11 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
  * JSON and transcript, same sizes), `concurrency` calls at once, through a bare S3Client configured
  * as the archive's (no BullMQ, no callsync), against the same s3rver. Bounded in count and time.
  */
-async function s3Ceiling(s3Env: Record<string, string>, concurrency: number, calls: number): Promise<Record<string, unknown>> {
+async function s3Ceiling(
+  s3Env: Record<string, string>,
+  concurrency: number,
+  calls: number,
+): Promise<Record<string, unknown>> {
   const { S3Client, PutObjectCommand } = await import('@aws-sdk/client-s3');
   const client = new S3Client({
     region: 'us-east-1',
@@ -556,8 +658,22 @@ async function s3Ceiling(s3Env: Record<string, string>, concurrency: number, cal
       while (next < calls && Date.now() < deadline) {
         const i = next++;
         try {
-          await client.send(new PutObjectCommand({ Bucket: bucket, Key: `ceiling/${i}.json`, Body: json, ContentType: 'application/json; charset=utf-8' }));
-          await client.send(new PutObjectCommand({ Bucket: bucket, Key: `ceiling/${i}.txt`, Body: text, ContentType: 'text/plain; charset=utf-8' }));
+          await client.send(
+            new PutObjectCommand({
+              Bucket: bucket,
+              Key: `ceiling/${i}.json`,
+              Body: json,
+              ContentType: 'application/json; charset=utf-8',
+            }),
+          );
+          await client.send(
+            new PutObjectCommand({
+              Bucket: bucket,
+              Key: `ceiling/${i}.txt`,
+              Body: text,
+              ContentType: 'text/plain; charset=utf-8',
+            }),
+          );
         } catch {
           failed++;
         }
@@ -566,7 +682,13 @@ async function s3Ceiling(s3Env: Record<string, string>, concurrency: number, cal
   );
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
   client.destroy();
-  return { 'S3 ceiling: calls': next, concurrency, failed, 'PUT/s': Math.round((2 * (next - failed)) / seconds), 'calls/s (2 PUTs each)': Math.round((next - failed) / seconds) };
+  return {
+    'S3 ceiling: calls': next,
+    concurrency,
+    failed,
+    'PUT/s': Math.round((2 * (next - failed)) / seconds),
+    'calls/s (2 PUTs each)': Math.round((next - failed) / seconds),
+  };
 }
 
 void main();

@@ -23,20 +23,35 @@ import { Redis } from 'ioredis';
 import { inboundStreamKey } from '../queues/inbound.js';
 import { webhookPayload } from '../test/support/calls.js';
 import { startPrivateRedis, type PrivateRedis } from '../test/support/redis-server.js';
-import { callsyncNodeOptions, compiled, cpuSecondsOfPid, load, machine, printTable, round, startProcess, summariseProfiles, type LoadResult } from './support.js';
+import {
+  callsyncNodeOptions,
+  compiled,
+  cpuSecondsOfPid,
+  load,
+  machine,
+  printTable,
+  round,
+  startProcess,
+  summariseProfiles,
+  type LoadResult,
+} from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 2000);
 const PROFILE = process.env.BENCH_CPU_PROF === '1';
-const TARGETS = (process.env.BENCH_TARGETS ?? 'bare,ingress').split(',').map((t) => t.trim()).filter(Boolean);
+const TARGETS = (process.env.BENCH_TARGETS ?? 'bare,ingress')
+  .split(',')
+  .map((t) => t.trim())
+  .filter(Boolean);
 const LOG_LEVEL = process.env.BENCH_LOG_LEVEL ?? 'info';
 
 async function main(): Promise<void> {
   const work = await mkdtemp(join(tmpdir(), 'callsync-bench-'));
   let privateRedis: PrivateRedis | null = null;
-  const redisUrl = process.env.BENCH_REDIS_URL ?? (privateRedis = await startPrivateRedis({ appendfsync: 'everysec' })).url;
+  const redisUrl =
+    process.env.BENCH_REDIS_URL ?? (privateRedis = await startPrivateRedis({ appendfsync: 'everysec' })).url;
   const prefix = `bench-${randomBytes(3).toString('hex')}`;
   // The v2 fixture (summary, scenarios, transcript: ~2 KB), a unique call id per request.
   const transcriptBytes = Number(process.env.BENCH_TRANSCRIPT_BYTES ?? 0);
@@ -48,7 +63,9 @@ async function main(): Promise<void> {
   );
   const build = compiled();
   const machineBefore = machine();
-  console.log(`bench:ingress  N=${N} connections=${CONNECTIONS} rounds=${ROUNDS} body=${body.length} B  targets=${TARGETS.join(',')} LOG_LEVEL=${LOG_LEVEL}  redis=${privateRedis ? 'private redis-server (AOF everysec)' : redisUrl}`);
+  console.log(
+    `bench:ingress  N=${N} connections=${CONNECTIONS} rounds=${ROUNDS} body=${body.length} B  targets=${TARGETS.join(',')} LOG_LEVEL=${LOG_LEVEL}  redis=${privateRedis ? 'private redis-server (AOF everysec)' : redisUrl}`,
+  );
   console.log(`machine: ${JSON.stringify(machineBefore)}`);
 
   const rows: Record<string, unknown>[] = [];
@@ -60,17 +77,22 @@ async function main(): Promise<void> {
     for (let round_ = 1; round_ <= ROUNDS; round_++) {
       for (const target of TARGETS) {
         const [kind, ...extra] = target.split('+');
-        const proc = await startProcess(target, build.run('bench/server.ts'), {
-          BENCH_TARGET: kind!,
-          REDIS_URL: redisUrl,
-          QUEUE_PREFIX: prefix,
-          WEBHOOK_ALLOWED_IPS: '127.0.0.1,::1',
-          SPOOL_DIR: join(work, 'spool'),
-          LOG_LEVEL: LOG_LEVEL,
-          // Every target (the bare handler too) runs with the Node flags `npm start` uses.
-          NODE_OPTIONS: callsyncNodeOptions(),
-          ...Object.fromEntries(extra.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])),
-        }, { cpuProfDir: PROFILE && target !== 'bare' ? work : undefined });
+        const proc = await startProcess(
+          target,
+          build.run('bench/server.ts'),
+          {
+            BENCH_TARGET: kind!,
+            REDIS_URL: redisUrl,
+            QUEUE_PREFIX: prefix,
+            WEBHOOK_ALLOWED_IPS: '127.0.0.1,::1',
+            SPOOL_DIR: join(work, 'spool'),
+            LOG_LEVEL: LOG_LEVEL,
+            // Every target (the bare handler too) runs with the Node flags `npm start` uses.
+            NODE_OPTIONS: callsyncNodeOptions(),
+            ...Object.fromEntries(extra.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])),
+          },
+          { cpuProfDir: PROFILE && target !== 'bare' ? work : undefined },
+        );
         const url = `${proc.ready.url as string}/webhooks/ai-agent/bench-agent`;
         const warm = await load(url, body, WARMUP, CONNECTIONS);
         const cpuBefore = proc.cpuSeconds();
@@ -78,7 +100,9 @@ async function main(): Promise<void> {
         const selfCpuBefore = process.cpuUsage();
         const r = await load(url, body, N, CONNECTIONS);
         const cpuUsPerRequest = Math.round(((proc.cpuSeconds() - cpuBefore) * 1e6) / r.requests);
-        const redisUsPerRequest = Math.round(((cpuSecondsOfPid(privateRedis?.pid ?? NaN) - redisCpuBefore) * 1e6) / r.requests);
+        const redisUsPerRequest = Math.round(
+          ((cpuSecondsOfPid(privateRedis?.pid ?? NaN) - redisCpuBefore) * 1e6) / r.requests,
+        );
         const selfCpu = process.cpuUsage(selfCpuBefore);
         const loaderUsPerRequest = Math.round((selfCpu.user + selfCpu.system) / r.requests);
         const peak = proc.peakRssMb();
@@ -88,7 +112,22 @@ async function main(): Promise<void> {
         if (kind === 'ingress' || kind === 'ingress-core') acknowledged += warm.ok + r.ok;
         results[target]!.push(r);
         (cpu[target] ??= []).push(cpuUsPerRequest);
-        rows.push({ round: round_, target, requests: r.requests, ok: r.ok, non2xx: r.non2xx, errors: r.errors, 'accepted/s': r.perSecond, 'p50 ms': r.p50Ms, 'p99 ms': r.p99Ms, 'max ms': r.maxMs, 'CPU µs/req': cpuUsPerRequest, 'Redis µs/req': redisUsPerRequest, 'autocannon µs/req': loaderUsPerRequest, 'peak RSS MB': peak });
+        rows.push({
+          round: round_,
+          target,
+          requests: r.requests,
+          ok: r.ok,
+          non2xx: r.non2xx,
+          errors: r.errors,
+          'accepted/s': r.perSecond,
+          'p50 ms': r.p50Ms,
+          'p99 ms': r.p99Ms,
+          'max ms': r.maxMs,
+          'CPU µs/req': cpuUsPerRequest,
+          'Redis µs/req': redisUsPerRequest,
+          'autocannon µs/req': loaderUsPerRequest,
+          'peak RSS MB': peak,
+        });
       }
     }
 
@@ -99,7 +138,8 @@ async function main(): Promise<void> {
 
     printTable(rows);
     // Medians over the rounds (the upper one of two); the ratio is to the bare handler's median.
-    const median = (xs: number[]) => (xs.length === 0 ? NaN : [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!);
+    const median = (xs: number[]) =>
+      xs.length === 0 ? NaN : [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
     const bare = median((results.bare ?? []).map((r) => r.perSecond));
     const summary = TARGETS.map((target) => {
       const perSecond = median(results[target]!.map((r) => r.perSecond));
@@ -116,7 +156,9 @@ async function main(): Promise<void> {
     console.log('');
     printTable(summary);
     console.log(`\nacknowledged ${acknowledged}, found in Redis ${inRedis}, lost ${acknowledged - inRedis}`);
-    console.log(`\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, rounds: ROUNDS, targets: TARGETS, logLevel: LOG_LEVEL, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, rows, summary, acknowledged, inRedis, lost: acknowledged - inRedis, peakRssMb: rss })}`);
+    console.log(
+      `\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, rounds: ROUNDS, targets: TARGETS, logLevel: LOG_LEVEL, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, rows, summary, acknowledged, inRedis, lost: acknowledged - inRedis, peakRssMb: rss })}`,
+    );
     if (PROFILE) console.log(`\n${await summariseProfiles(work)}`);
     if (acknowledged !== inRedis) process.exitCode = 1;
   } finally {

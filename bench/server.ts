@@ -23,13 +23,27 @@ async function main(): Promise<void> {
     let n = 0;
     let app: Hono;
     if (target === 'app-no-redis') {
-      const webhook = { allowedIps: ['127.0.0.1', '::1'], trustProxyHops: 0, authHeader: undefined, authTokens: [], bodyLimitBytes: 1 << 20, dedupeWindowMs: 60_000, enqueueTimeoutMs: 2000 };
-      app = createIngressApp({ webhook, acceptor: { accept: async () => ({ id: String(++n), duplicate: false }) }, ready: async () => true, log: createLogger({ level: 'warn' }) });
+      const webhook = {
+        allowedIps: ['127.0.0.1', '::1'],
+        trustProxyHops: 0,
+        authHeader: undefined,
+        authTokens: [],
+        bodyLimitBytes: 1 << 20,
+        dedupeWindowMs: 60_000,
+        enqueueTimeoutMs: 2000,
+      };
+      app = createIngressApp({
+        webhook,
+        acceptor: { accept: async () => ({ id: String(++n), duplicate: false }) },
+        ready: async () => true,
+        log: createLogger({ level: 'warn' }),
+      });
     } else {
       app = new Hono();
       app.post('/webhooks/ai-agent/:agentId?', async (c) => {
         const body: unknown = JSON.parse(Buffer.from(await c.req.arrayBuffer()).toString('utf8'));
-        if (target === 'normalize') normalizeWebhook(body, { agentId: c.req.param('agentId') ?? null, receivedAt: new Date() });
+        if (target === 'normalize')
+          normalizeWebhook(body, { agentId: c.req.param('agentId') ?? null, receivedAt: new Date() });
         return c.json({ id: String(++n), duplicate: false }, 202);
       });
     }
@@ -45,7 +59,10 @@ async function main(): Promise<void> {
     const { Queue } = await import('bullmq');
     const { Redis } = await import('ioredis');
     const connection = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: null });
-    const queue = new Queue('handwritten', { connection, prefix: `${process.env.QUEUE_PREFIX ?? 'bench'}-handwritten` });
+    const queue = new Queue('handwritten', {
+      connection,
+      prefix: `${process.env.QUEUE_PREFIX ?? 'bench'}-handwritten`,
+    });
     const app = new Hono();
     app.post('/webhooks/ai-agent/:agentId?', async (c) => {
       const body: unknown = JSON.parse(await c.req.text());
@@ -55,7 +72,9 @@ async function main(): Promise<void> {
     const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, (info) => {
       console.log(`READY ${JSON.stringify({ url: `http://127.0.0.1:${info.port}` })}`);
     });
-    process.on('SIGTERM', () => server.close(() => void queue.close().then(() => (connection.disconnect(), process.exit(0)))));
+    process.on('SIGTERM', () =>
+      server.close(() => void queue.close().then(() => (connection.disconnect(), process.exit(0)))),
+    );
     return;
   }
   if (target === 'bare') {
@@ -72,7 +91,13 @@ async function main(): Promise<void> {
     process.on('SIGTERM', () => server.close(() => process.exit(0)));
     return;
   }
-  const config = loadConfig({ ...process.env, CALLSYNC_ROLE: 'ingress', PORT: '0', HOST: '127.0.0.1', OPS_PORT: 'off' });
+  const config = loadConfig({
+    ...process.env,
+    CALLSYNC_ROLE: 'ingress',
+    PORT: '0',
+    HOST: '127.0.0.1',
+    OPS_PORT: 'off',
+  });
   const log = createLogger({ level: config.env.LOG_LEVEL });
   if (target === 'ingress-core') {
     const cs = await startCallsync(config, { log });

@@ -9,14 +9,27 @@ import { startS3 } from '../test/support/s3.js';
 
 async function main(): Promise<void> {
   const secret = `whsec_${randomBytes(32).toString('base64')}`;
-  const [s3, crm, sms] = await Promise.all([startS3('bench-archive'), new FakeWebhookReceiver(secret).start(), new FakeSmsApi().start()]);
+  const [s3, crm, sms] = await Promise.all([
+    startS3('bench-archive'),
+    new FakeWebhookReceiver(secret).start(),
+    new FakeSmsApi().start(),
+  ]);
   const stats = createServer((_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify({ crmRecords: crm.records.size, crmRequests: crm.requests, smsRecipients: sms.byRecipient.size, smsRequests: sms.requests }));
+    res.end(
+      JSON.stringify({
+        crmRecords: crm.records.size,
+        crmRequests: crm.requests,
+        smsRecipients: sms.byRecipient.size,
+        smsRequests: sms.requests,
+      }),
+    );
   });
   await new Promise<void>((resolve) => stats.listen(0, '127.0.0.1', resolve));
   const statsUrl = `http://127.0.0.1:${(stats.address() as AddressInfo).port}/`;
-  console.log(`READY ${JSON.stringify({ s3Env: s3.env, crmUrl: crm.url, secret, smsUrl: sms.url, tokenId: sms.tokenId, token: sms.token, statsUrl })}`);
+  console.log(
+    `READY ${JSON.stringify({ s3Env: s3.env, crmUrl: crm.url, secret, smsUrl: sms.url, tokenId: sms.tokenId, token: sms.token, statsUrl })}`,
+  );
   process.on('SIGTERM', () => {
     void Promise.all([s3.destroy(), crm.stop(), sms.stop()]).finally(() => process.exit(0));
   });

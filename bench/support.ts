@@ -68,10 +68,24 @@ export function compiled(): { run(script: string): string[] } {
   if (process.env.BENCH_TSX === '1') return { run: (script) => ['--import', 'tsx', script] };
   const out = join(ROOT, 'data', 'bench-build');
   try {
-    execFileSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json', '--noEmit', 'false', '--outDir', out, '--sourceMap', 'false'], {
-      cwd: ROOT,
-      stdio: 'pipe',
-    });
+    execFileSync(
+      process.execPath,
+      [
+        join(ROOT, 'node_modules/typescript/bin/tsc'),
+        '-p',
+        'tsconfig.json',
+        '--noEmit',
+        'false',
+        '--outDir',
+        out,
+        '--sourceMap',
+        'false',
+      ],
+      {
+        cwd: ROOT,
+        stdio: 'pipe',
+      },
+    );
   } catch {
     // Type errors elsewhere in the tree (work in progress) do not stop the emit.
   }
@@ -89,7 +103,11 @@ export async function startProcess(
   options: { cpuProfDir?: string; readyMarker?: RegExp; timeoutMs?: number; onLine?: (line: string) => void } = {},
 ): Promise<BenchProcess> {
   const nodeArgs = [...(options.cpuProfDir ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`] : []), ...args];
-  const child = spawn(process.execPath, nodeArgs, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, nodeArgs, {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const marker = options.readyMarker ?? /^READY (.*)$/;
   const stderr: string[] = [];
@@ -98,7 +116,10 @@ export async function startProcess(
     if (stderr.length > 50) stderr.shift();
   });
   const ready = await new Promise<Record<string, unknown>>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${name} not ready in time; stderr:\n${stderr.join('\n')}`)), options.timeoutMs ?? 60_000);
+    const timer = setTimeout(
+      () => reject(new Error(`${name} not ready in time; stderr:\n${stderr.join('\n')}`)),
+      options.timeoutMs ?? 60_000,
+    );
     createInterface({ input: child.stdout! }).on('line', (line) => {
       options.onLine?.(line);
       const m = marker.exec(line);
@@ -159,7 +180,13 @@ export interface LoadResult {
  * The duration runs to the last response: autocannon itself notices the end only on its next
  * once-a-second tick, which would round a 4.2 s run up to 5 s.
  */
-export async function load(url: string, body: string, amount: number, connections: number, options: { overallRate?: number } = {}): Promise<LoadResult> {
+export async function load(
+  url: string,
+  body: string,
+  amount: number,
+  connections: number,
+  options: { overallRate?: number } = {},
+): Promise<LoadResult> {
   const started = process.hrtime.bigint();
   let last = started;
   const r = await new Promise<Result>((resolve, reject) => {
@@ -201,7 +228,13 @@ export async function load(url: string, body: string, amount: number, connection
  * autocannon's burst per connection per second), at most `connections` in flight over keep-alive
  * sockets. `[<id>]` in the body becomes a unique id. Bounded: gives up 30 s after the last send.
  */
-export async function paced(url: string, body: string, amount: number, rate: number, connections: number): Promise<LoadResult> {
+export async function paced(
+  url: string,
+  body: string,
+  amount: number,
+  rate: number,
+  connections: number,
+): Promise<LoadResult> {
   const { Agent, request } = await import('node:http');
   const agent = new Agent({ keepAlive: true, maxSockets: connections });
   const target = new URL(url);
@@ -215,7 +248,15 @@ export async function paced(url: string, body: string, amount: number, rate: num
       const payload = body.replaceAll('[<id>]', `${tag}-${i}`);
       const t0 = performance.now();
       const req = request(
-        { host: target.hostname, port: target.port, path: target.pathname, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) }, timeout: 30_000 },
+        {
+          host: target.hostname,
+          port: target.port,
+          path: target.pathname,
+          method: 'POST',
+          agent,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) },
+          timeout: 30_000,
+        },
         (res) => {
           res.resume();
           res.on('end', () => {
@@ -235,7 +276,7 @@ export async function paced(url: string, body: string, amount: number, rate: num
     });
   const started = performance.now();
   const inFlight: Promise<void>[] = [];
-  for (let sent = 0; sent < amount; ) {
+  for (let sent = 0; sent < amount;) {
     const due = Math.min(amount, Math.floor(((performance.now() - started) / 1000) * rate) + 1);
     while (sent < due) inFlight.push(post(sent++));
     await new Promise((r) => setTimeout(r, 10));
@@ -271,7 +312,12 @@ export function percentile(sorted: number[], p: number): number {
 export function machine(): Record<string, unknown> {
   let redis = 'unknown';
   try {
-    redis = execFileSync('redis-server', ['--version'], { encoding: 'utf8' }).trim().split(' ').find((s) => s.startsWith('v='))?.slice(2) ?? redis;
+    redis =
+      execFileSync('redis-server', ['--version'], { encoding: 'utf8' })
+        .trim()
+        .split(' ')
+        .find((s) => s.startsWith('v='))
+        ?.slice(2) ?? redis;
   } catch {
     // not installed
   }
@@ -306,7 +352,11 @@ interface ProfileNode {
 export async function summariseProfiles(dir: string, top = Number(process.env.BENCH_PROF_TOP ?? 12)): Promise<string> {
   const out: string[] = [];
   for (const file of (await readdir(dir)).filter((f) => f.endsWith('.cpuprofile'))) {
-    const profile = JSON.parse(await readFile(join(dir, file), 'utf8')) as { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[] };
+    const profile = JSON.parse(await readFile(join(dir, file), 'utf8')) as {
+      nodes: ProfileNode[];
+      samples: number[];
+      timeDeltas: number[];
+    };
     const selfUs = new Map<number, number>();
     profile.samples.forEach((id, i) => selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
     const byNode = new Map(profile.nodes.map((n) => [n.id, n]));
@@ -324,7 +374,8 @@ export async function summariseProfiles(dir: string, top = Number(process.env.BE
     // Inclusive time: a function's own samples plus everything it called (synchronously; an await
     // starts a new stack). Counted once per stack even when a function recurses.
     const inclusive = new Map<string, number>();
-    const label = (n: ProfileNode) => `${n.callFrame.functionName || '(anonymous)'} ${shortUrl(n.callFrame.url)}:${n.callFrame.lineNumber + 1}`;
+    const label = (n: ProfileNode) =>
+      `${n.callFrame.functionName || '(anonymous)'} ${shortUrl(n.callFrame.url)}:${n.callFrame.lineNumber + 1}`;
     const walk = (id: number, onStack: Set<string>): number => {
       const n = byNode.get(id);
       if (!n) return 0;
@@ -347,9 +398,16 @@ export async function summariseProfiles(dir: string, top = Number(process.env.BE
     for (const [a, us] of [...areas].sort((x, y) => y[1] - x[1]).slice(0, top)) out.push(`    ${pct(us)}  ${a}`);
     out.push('  top functions (self time):');
     for (const [f, us] of [...fns].sort((x, y) => y[1] - x[1]).slice(0, top)) out.push(`    ${pct(us)}  ${f}`);
-    const interesting = new RegExp(process.env.BENCH_PROF_MATCH ?? 'data/bench-build/(src|workers|queues)/|bullmq/|hono/|@hono/|zod/|ioredis/|_http_server|_http_outgoing');
+    const interesting = new RegExp(
+      process.env.BENCH_PROF_MATCH ??
+        'data/bench-build/(src|workers|queues)/|bullmq/|hono/|@hono/|zod/|ioredis/|_http_server|_http_outgoing',
+    );
     out.push('  inclusive time of callsync, Hono, zod, BullMQ, ioredis and http frames:');
-    for (const [f, us] of [...inclusive].filter(([f]) => interesting.test(f)).sort((x, y) => y[1] - x[1]).slice(0, top * 2)) out.push(`    ${pct(us)}  ${f}`);
+    for (const [f, us] of [...inclusive]
+      .filter(([f]) => interesting.test(f))
+      .sort((x, y) => y[1] - x[1])
+      .slice(0, top * 2))
+      out.push(`    ${pct(us)}  ${f}`);
   }
   return out.join('\n');
 }

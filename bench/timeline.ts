@@ -63,7 +63,15 @@ async function round(url: string, dir: string, on: boolean, index: number): Prom
 
 async function timelineRound(url: string, dir: string, timeline: boolean, index: number): Promise<Result> {
   const prefix = `bench-tl-${index}`;
-  const env = { REDIS_URL: url, QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'worker', OPS_PORT: 'off', ARCHIVE_DIR: dir, LOG_LEVEL: 'warn', WORKER_CONCURRENCY: '32' };
+  const env = {
+    REDIS_URL: url,
+    QUEUE_PREFIX: prefix,
+    CALLSYNC_ROLE: 'worker',
+    OPS_PORT: 'off',
+    ARCHIVE_DIR: dir,
+    LOG_LEVEL: 'warn',
+    WORKER_CONCURRENCY: '32',
+  };
   const config = loadConfig(env);
   const log = createLogger({ level: 'warn' });
   const redis = new Redis(url, { maxRetriesPerRequest: null });
@@ -71,15 +79,25 @@ async function timelineRound(url: string, dir: string, timeline: boolean, index:
   const acceptor = new InboundAcceptor(new InboundLog(redis, keys), {
     dedupeWindowMs: 60_000,
     timeoutMs: 10_000,
-    ...(timeline && process.env.BENCH_RECEIVED !== '0' ? { timeline: new CallTimeline(redis, keys, { ttlDays: 1 }) } : {}),
+    ...(timeline && process.env.BENCH_RECEIVED !== '0'
+      ? { timeline: new CallTimeline(redis, keys, { ttlDays: 1 }) }
+      : {}),
   });
   const calls = Array.from({ length: N }, (_, i) => sampleCall(`bench-${index}-${i}`));
-  const archive = new Queue(sinkQueueName('archive'), { connection: redis, prefix: keys.queuePrefix(sinkQueueName('archive')) });
-  const cs = await startCallsync(config, { log, ...(SINK === 'noop' ? { sinks: new Map([['archive', new NoopSink()]]) } : {}), timelines: timeline });
+  const archive = new Queue(sinkQueueName('archive'), {
+    connection: redis,
+    prefix: keys.queuePrefix(sinkQueueName('archive')),
+  });
+  const cs = await startCallsync(config, {
+    log,
+    ...(SINK === 'noop' ? { sinks: new Map([['archive', new NoopSink()]]) } : {}),
+    timelines: timeline,
+  });
   try {
     const cpu = process.cpuUsage();
     const started = performance.now();
-    for (let i = 0; i < calls.length; i += 500) await Promise.all(calls.slice(i, i + 500).map((c) => acceptor.accept(c)));
+    for (let i = 0; i < calls.length; i += 500)
+      await Promise.all(calls.slice(i, i + 500).map((c) => acceptor.accept(c)));
     for (;;) {
       const { completed } = await archive.getJobCounts('completed');
       if ((completed ?? 0) >= N) break;
@@ -98,7 +116,9 @@ async function timelineRound(url: string, dir: string, timeline: boolean, index:
 
 const server = await startPrivateRedis();
 // BENCH_OTEL=1: a receiver that takes the exported spans and drops them.
-const collector = createServer((req, res) => req.resume().on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}')));
+const collector = createServer((req, res) =>
+  req.resume().on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}')),
+);
 if (OTEL) {
   await new Promise<void>((r) => collector.listen(0, '127.0.0.1', r));
   process.env.OTEL_EXPORTER_OTLP_ENDPOINT = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`;
@@ -119,7 +139,10 @@ try {
   const what = OTEL ? 'traces' : 'timeline';
   console.log(`calls per round: ${N}, rounds per mode: ${ROUNDS}, sink: ${SINK}`);
   console.log(`${what.padEnd(8)}  calls/s  CPU ms/call`);
-  for (const on of [false, true]) console.log(`${on ? 'on ' : 'off'}       ${mean(on, 'callsPerSecond').toFixed(0).padStart(7)}  ${mean(on, 'cpuMsPerCall').toFixed(3).padStart(11)}`);
+  for (const on of [false, true])
+    console.log(
+      `${on ? 'on ' : 'off'}       ${mean(on, 'callsPerSecond').toFixed(0).padStart(7)}  ${mean(on, 'cpuMsPerCall').toFixed(3).padStart(11)}`,
+    );
   const overhead = (mean(true, 'cpuMsPerCall') / mean(false, 'cpuMsPerCall') - 1) * 100;
   console.log(`${what} CPU overhead per call: ${overhead.toFixed(1)} % (budget: 10 %)`);
 } finally {

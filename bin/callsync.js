@@ -60,7 +60,9 @@ if (fromSource) {
       // No tsx (production dependencies only): the build there is what runs.
       await import(built.href);
     } else {
-      console.error('callsync: dist/ is missing and tsx is not installed; run `npm run build` (or `npm ci` for the dev tools) first');
+      console.error(
+        'callsync: dist/ is missing and tsx is not installed; run `npm run build` (or `npm ci` for the dev tools) first',
+      );
       process.exit(1);
     }
   }

@@ -139,7 +139,9 @@ export function createRedis(settings: RedisSettings, role: ConnectionRole, extra
   };
   const mode = redisMode(settings);
   // ioredis types the constructor's argument as unknown; it passes the connection's options, as to its own.
-  const Connector = (mode === 'sentinel' ? GuardedSentinelConnector : GuardedStandaloneConnector) as unknown as RedisOptions['Connector'];
+  const Connector = (mode === 'sentinel'
+    ? GuardedSentinelConnector
+    : GuardedStandaloneConnector) as unknown as RedisOptions['Connector'];
   // Reconnect quickly at first, then at most every 2 s: a restarted Redis is picked up fast.
   const retryStrategy = (times: number) => Math.min(times * 100, 2000);
   if (mode === 'cluster') {
@@ -159,7 +161,9 @@ export function createRedis(settings: RedisSettings, role: ConnectionRole, extra
       // the names the cluster announces), not by the address a name resolves to first: a managed
       // cluster's certificate names its hosts, never their addresses (ioredis' README on
       // ElastiCache with TLS). Plain connections keep ioredis' own lookup.
-      ...(settings.tls ? { dnsLookup: (address: string, callback: (err: null, address: string) => void) => callback(null, address) } : {}),
+      ...(settings.tls
+        ? { dnsLookup: (address: string, callback: (err: null, address: string) => void) => callback(null, address) }
+        : {}),
     };
     return new Cluster(settings.clusterNodes, options);
   }
@@ -207,20 +211,40 @@ export function neverReachedReason(settings: RedisSettings): string {
 }
 
 /** Network failures of the connection to Redis (Node's error codes). */
-const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED', 'ENOTCONN']);
+const CONNECTION_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ECONNABORTED',
+  'ENOTCONN',
+]);
 
 /**
  * Redis replies that describe Redis or its surroundings, never the data sent: loading, full, a
  * replica, a cluster or failover in progress, a script blocking it, persistence failing, the
  * credentials or ACLs, a key of another type. Retrying later is right; the command was fine.
  */
-const UNAVAILABLE_REPLY = /^(LOADING|OOM|READONLY|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|BUSY|MISCONF|NOAUTH|WRONGPASS|NOPERM|WRONGTYPE|MOVED|ASK|ERR max number of clients)\b/;
+const UNAVAILABLE_REPLY =
+  /^(LOADING|OOM|READONLY|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|BUSY|MISCONF|NOAUTH|WRONGPASS|NOPERM|WRONGTYPE|MOVED|ASK|ERR max number of clients)\b/;
 
 /**
  * Errors of ioredis and its parser that mean the connection, not the command, failed; and too few
  * replicas confirming a write (ACK_REPLICAS, queues/inbound.ts).
  */
-const CONNECTION_ERROR_NAMES = new Set(['ReplicationError', 'MaxRetriesPerRequestError', 'AbortError', 'InterruptError', 'ParserError', 'ClusterAllFailedError', 'TimeoutError']);
+const CONNECTION_ERROR_NAMES = new Set([
+  'ReplicationError',
+  'MaxRetriesPerRequestError',
+  'AbortError',
+  'InterruptError',
+  'ParserError',
+  'ClusterAllFailedError',
+  'TimeoutError',
+]);
 // ioredis' Cluster client: a failover outlasting its redirections (MOVED/TRYAGAIN/CLUSTERDOWN retried
 // `maxRedirections` times), its nodes or the whole cluster disconnected, or not ready yet.
 const CONNECTION_MESSAGES =

@@ -31,7 +31,12 @@ function parse(raw: string | null): DisabledMarker | null {
  * queue's Redis: the marker is set only when absent). True when this call disabled it (the queue
  * was running, or had no marker): the caller logs it once; false when it was disabled already.
  */
-export async function disableQueue(queue: Queue, redis: RedisClient, reason: string, now: Date = new Date()): Promise<boolean> {
+export async function disableQueue(
+  queue: Queue,
+  redis: RedisClient,
+  reason: string,
+  now: Date = new Date(),
+): Promise<boolean> {
   const client = redis;
   const key = queue.toKey(MARKER);
   const wasPaused = await queue.isPaused();
@@ -73,8 +78,16 @@ export async function enableQueue(queue: Queue): Promise<DisabledMarker | null> 
 const PAUSE_MARKER = 'callsync-paused';
 
 /** Pauses the queue, keeping why (the redacted error, e.g. `HubSpot … answered 401: …`) and when. */
-export async function pauseQueue(queue: Queue, redis: RedisClient, reason: string, now: Date = new Date()): Promise<void> {
-  await redis.set(queue.toKey(PAUSE_MARKER), JSON.stringify({ reason, at: now.toISOString() } satisfies DisabledMarker));
+export async function pauseQueue(
+  queue: Queue,
+  redis: RedisClient,
+  reason: string,
+  now: Date = new Date(),
+): Promise<void> {
+  await redis.set(
+    queue.toKey(PAUSE_MARKER),
+    JSON.stringify({ reason, at: now.toISOString() } satisfies DisabledMarker),
+  );
   await queue.pause();
 }
 
@@ -97,7 +110,10 @@ export async function pauseState(queue: Queue): Promise<PauseState | null> {
 }
 
 /** The paused queues among `queues`, each with why; a queue that does not answer within `timeoutMs` is left out. */
-export async function pausedQueues(queues: Iterable<Queue>, timeoutMs = 1000): Promise<({ queue: string } & PauseState)[]> {
+export async function pausedQueues(
+  queues: Iterable<Queue>,
+  timeoutMs = 1000,
+): Promise<({ queue: string } & PauseState)[]> {
   const states = await Promise.all(
     [...queues].map(async (queue) => {
       let timer: NodeJS.Timeout | undefined;

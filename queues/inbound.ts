@@ -169,7 +169,8 @@ interface InboundCommands {
 function commands(redis: RedisClient): RedisClient & InboundCommands {
   const r = redis as RedisClient & Partial<InboundCommands>;
   if (!r.callsyncInboundAppend) redis.defineCommand('callsyncInboundAppend', { numberOfKeys: 1, lua: APPEND });
-  if (!r.callsyncInboundAckDelete) redis.defineCommand('callsyncInboundAckDelete', { numberOfKeys: 1, lua: ACK_DELETE });
+  if (!r.callsyncInboundAckDelete)
+    redis.defineCommand('callsyncInboundAckDelete', { numberOfKeys: 1, lua: ACK_DELETE });
   if (!r.callsyncInboundPark) redis.defineCommand('callsyncInboundPark', { numberOfKeys: 2, lua: PARK });
   return r as RedisClient & InboundCommands;
 }
@@ -183,7 +184,8 @@ type RawEntry = [string, string[]];
 export function parseStoredCall(text: string): CanonicalCall | null {
   try {
     const parsed = JSON.parse(text) as CanonicalCall;
-    if (parsed && typeof parsed === 'object' && typeof parsed.key === 'string' && typeof parsed.callId === 'string') return parsed;
+    if (parsed && typeof parsed === 'object' && typeof parsed.key === 'string' && typeof parsed.callId === 'string')
+      return parsed;
   } catch {
     // not JSON (or too deep even for the parser): unreadable
   }
@@ -246,13 +248,23 @@ export interface InboundAppender {
  * lost before it replicated a job would take the job with it, while the entry's own master had
  * already deleted the entry.
  */
-export async function waitForReplicas(redis: RedisClient, ack: AckReplicas, slotKeys: Iterable<string> = []): Promise<void> {
+export async function waitForReplicas(
+  redis: RedisClient,
+  ack: AckReplicas,
+  slotKeys: Iterable<string> = [],
+): Promise<void> {
   const wait = ['WAIT', String(ack.replicas), String(ack.timeoutMs)] as const;
-  const targets: (string | null)[] = redis instanceof Cluster ? [...groupByNode(redis, slotKeys, (key) => key).values()].map(([key]) => key!) : [null];
+  const targets: (string | null)[] =
+    redis instanceof Cluster ? [...groupByNode(redis, slotKeys, (key) => key).values()].map(([key]) => key!) : [null];
   const confirmed = await Promise.all(
     targets.map(async (key) => {
       if (key === null) return Number(await redis.call(...wait));
-      const [read, waited] = (await redis.pipeline().exists(key).call(...wait).exec()) ?? [];
+      const [read, waited] =
+        (await redis
+          .pipeline()
+          .exists(key)
+          .call(...wait)
+          .exec()) ?? [];
       if (read?.[0]) {
         refreshSlotsOnRedirect(redis, read[0]);
         throw read[0];
@@ -296,7 +308,13 @@ function refreshSlotsOnRedirect(redis: RedisClient, err: unknown): void {
 
 /** The append script's answer per item: '' stored, 'u' stored as an update, '=<first id>' a duplicate. */
 function parseAppended(out: readonly string[]): AppendOutcome[] {
-  return out.map((v): AppendOutcome => (v === '' ? { stored: true, update: false } : v === 'u' ? { stored: true, update: true } : { stored: false, firstId: v.slice(1) }));
+  return out.map((v): AppendOutcome =>
+    v === ''
+      ? { stored: true, update: false }
+      : v === 'u'
+        ? { stored: true, update: true }
+        : { stored: false, firstId: v.slice(1) },
+  );
 }
 
 /**
@@ -312,8 +330,11 @@ async function appendAndWait(
   parts: readonly { shard: InboundShard; items: readonly AppendItem[] }[],
   dedupeWindowMs: number,
 ): Promise<AppendOutcome[][]> {
-  const pipeline = commands(redis).pipeline() as ReturnType<RedisClient['pipeline']> & { callsyncInboundAppend(key: string, ...args: string[]): unknown };
-  for (const { shard, items } of parts) pipeline.callsyncInboundAppend(shard.key, ...shard.appendArgs(items, dedupeWindowMs));
+  const pipeline = commands(redis).pipeline() as ReturnType<RedisClient['pipeline']> & {
+    callsyncInboundAppend(key: string, ...args: string[]): unknown;
+  };
+  for (const { shard, items } of parts)
+    pipeline.callsyncInboundAppend(shard.key, ...shard.appendArgs(items, dedupeWindowMs));
   pipeline.call('WAIT', String(ack.replicas), String(ack.timeoutMs));
   const results = (await pipeline.exec()) ?? [];
   const appended = parts.map((_, i) => {
@@ -357,13 +378,21 @@ export class InboundShard {
    */
   async append(items: readonly AppendItem[], dedupeWindowMs: number): Promise<AppendOutcome[]> {
     if (items.length === 0) return [];
-    if (this.ack.replicas === 0) return parseAppended(await commands(this.redis).callsyncInboundAppend(this.key, ...this.appendArgs(items, dedupeWindowMs)));
+    if (this.ack.replicas === 0)
+      return parseAppended(
+        await commands(this.redis).callsyncInboundAppend(this.key, ...this.appendArgs(items, dedupeWindowMs)),
+      );
     return (await appendAndWait(this.redis, this.ack, [{ shard: this, items }], dedupeWindowMs))[0]!;
   }
 
   /** The append script's arguments after its key (the script: see `appendAndWait`). */
   appendArgs(items: readonly AppendItem[], dedupeWindowMs: number): string[] {
-    const args: string[] = [this.seenPrefix, String(Math.max(1, Math.round(dedupeWindowMs))), String(MAX_REMEMBERED_REVISIONS), this.ack.replicas > 0 ? '1' : '0'];
+    const args: string[] = [
+      this.seenPrefix,
+      String(Math.max(1, Math.round(dedupeWindowMs))),
+      String(MAX_REMEMBERED_REVISIONS),
+      this.ack.replicas > 0 ? '1' : '0',
+    ];
     for (const item of items) args.push(item.dedupeId, item.id, item.content ?? '', item.call);
     return args;
   }
@@ -381,10 +410,24 @@ export class InboundShard {
    * New entries for `consumer` (blocks up to `blockMs` when there are none). Pass a connection of
    * its own for blocking reads (`redis` here), so a block never delays other commands.
    */
-  async read(consumer: string, count: number, blockMs: number, redis: RedisClient = this.redis): Promise<InboundEntry[]> {
-    const res = (await redis.xreadgroup('GROUP', FANOUT_GROUP, consumer, 'COUNT', count, 'BLOCK', blockMs, 'STREAMS', this.key, '>')) as
-      | [string, RawEntry[]][]
-      | null;
+  async read(
+    consumer: string,
+    count: number,
+    blockMs: number,
+    redis: RedisClient = this.redis,
+  ): Promise<InboundEntry[]> {
+    const res = (await redis.xreadgroup(
+      'GROUP',
+      FANOUT_GROUP,
+      consumer,
+      'COUNT',
+      count,
+      'BLOCK',
+      blockMs,
+      'STREAMS',
+      this.key,
+      '>',
+    )) as [string, RawEntry[]][] | null;
     if (!res) return [];
     return res.flatMap(([, entries]) => entries.filter((e) => e[1] !== null).map(parseEntry));
   }
@@ -393,11 +436,26 @@ export class InboundShard {
    * Entries another consumer took and left unacknowledged for `minIdleMs` (it died, or lost Redis
    * mid-batch), claimed for `consumer`, with how often each was delivered before.
    */
-  async claimStale(consumer: string, minIdleMs: number, count: number): Promise<{ entry: InboundEntry; deliveries: number }[]> {
-    const pending = (await this.redis.xpending(this.key, FANOUT_GROUP, 'IDLE', minIdleMs, '-', '+', count)) as [string, string, number, number][];
+  async claimStale(
+    consumer: string,
+    minIdleMs: number,
+    count: number,
+  ): Promise<{ entry: InboundEntry; deliveries: number }[]> {
+    const pending = (await this.redis.xpending(this.key, FANOUT_GROUP, 'IDLE', minIdleMs, '-', '+', count)) as [
+      string,
+      string,
+      number,
+      number,
+    ][];
     if (pending.length === 0) return [];
     const deliveries = new Map(pending.map(([id, , , n]) => [id, Number(n)]));
-    const claimed = (await this.redis.xclaim(this.key, FANOUT_GROUP, consumer, minIdleMs, ...pending.map(([id]) => id))) as (RawEntry | null)[];
+    const claimed = (await this.redis.xclaim(
+      this.key,
+      FANOUT_GROUP,
+      consumer,
+      minIdleMs,
+      ...pending.map(([id]) => id),
+    )) as (RawEntry | null)[];
     const out: { entry: InboundEntry; deliveries: number }[] = [];
     const found = new Set<string>();
     for (const raw of claimed) {
@@ -429,7 +487,13 @@ export class InboundShard {
    * letter job. Answers the parked entry's id, or null when the entry was no longer in the log.
    */
   async park(entryId: string, reason: string): Promise<string | null> {
-    const parked = await commands(this.redis).callsyncInboundPark(this.key, this.parkedKey, FANOUT_GROUP, entryId, reason);
+    const parked = await commands(this.redis).callsyncInboundPark(
+      this.key,
+      this.parkedKey,
+      FANOUT_GROUP,
+      entryId,
+      reason,
+    );
     return parked === '' ? null : parked;
   }
 
@@ -459,7 +523,11 @@ export class InboundShard {
     return rows.map((row) => {
       const fields = new Map<string, string | number>();
       for (let i = 0; i + 1 < row.length; i += 2) fields.set(String(row[i]), row[i + 1]!);
-      return { name: String(fields.get('name')), pending: Number(fields.get('pending') ?? 0), idleMs: Number(fields.get('idle') ?? 0) };
+      return {
+        name: String(fields.get('name')),
+        pending: Number(fields.get('pending') ?? 0),
+        idleMs: Number(fields.get('idle') ?? 0),
+      };
     });
   }
 
@@ -507,7 +575,10 @@ export class InboundLog {
     private readonly ack: AckReplicas = { replicas: 0, timeoutMs: 0 },
   ) {
     this.keys = asKeys(keys);
-    this.shards = Array.from({ length: Math.max(1, this.keys.inboundShards) }, (_, i) => new InboundShard(redis, this.keys.inboundShard(i), ack));
+    this.shards = Array.from(
+      { length: Math.max(1, this.keys.inboundShards) },
+      (_, i) => new InboundShard(redis, this.keys.inboundShard(i), ack),
+    );
   }
 
   /** QUEUE_PREFIX. */
@@ -545,7 +616,15 @@ export class InboundLog {
     const settled = await Promise.allSettled(
       this.byNode([...parts.keys()]).map(async (shards) => {
         const itemsOf = (shard: InboundShard) => parts.get(shard)!.map((i) => items[i]!);
-        const answers = shards.length === 1 ? [await shards[0]!.append(itemsOf(shards[0]!), dedupeWindowMs)] : await appendAndWait(this.redis, this.ack, shards.map((shard) => ({ shard, items: itemsOf(shard) })), dedupeWindowMs);
+        const answers =
+          shards.length === 1
+            ? [await shards[0]!.append(itemsOf(shards[0]!), dedupeWindowMs)]
+            : await appendAndWait(
+                this.redis,
+                this.ack,
+                shards.map((shard) => ({ shard, items: itemsOf(shard) })),
+                dedupeWindowMs,
+              );
         shards.forEach((shard, s) => parts.get(shard)!.forEach((i, k) => (out[i] = answers[s]![k]!)));
       }),
     );
@@ -592,13 +671,17 @@ export class InboundLog {
  * INBOUND_SHARDS of before still holds entries in (the count is recorded at `keys.layoutKey()`),
  * so lowering INBOUND_SHARDS strands nothing. The record is lowered once those shards are empty.
  */
-export async function logToFanOut(redis: RedisClient, keys: RedisKeys): Promise<{ log: InboundLog; leftoverShards: number }> {
+export async function logToFanOut(
+  redis: RedisClient,
+  keys: RedisKeys,
+): Promise<{ log: InboundLog; leftoverShards: number }> {
   const recorded = Number((await redis.get(keys.layoutKey())) ?? 0);
   const count = keys.inboundShards;
   if (recorded > count) {
     const extra = new InboundLog(redis, keys.withShards(recorded)).shards.slice(count);
     const left = await Promise.all(extra.map(async (s) => (await s.length()) + (await s.pending())));
-    if (left.some((n) => n > 0)) return { log: new InboundLog(redis, keys.withShards(recorded)), leftoverShards: recorded - count };
+    if (left.some((n) => n > 0))
+      return { log: new InboundLog(redis, keys.withShards(recorded)), leftoverShards: recorded - count };
   }
   if (recorded !== count) await redis.set(keys.layoutKey(), String(count));
   return { log: new InboundLog(redis, keys), leftoverShards: 0 };

@@ -53,7 +53,9 @@ export class RedisKeys {
 
   /** Prefix of a sink's state (CRM record ids, sent markers, revision locks): beside the sink's queue. */
   sinkState(sinkName: string): string {
-    return this.layout === 'spread' ? `${this.area(sinkQueueName(sinkName))}:state:` : `${this.prefix}:state:${sinkName}:`;
+    return this.layout === 'spread'
+      ? `${this.area(sinkQueueName(sinkName))}:state:`
+      : `${this.prefix}:state:${sinkName}:`;
   }
 
   /** Prefix of callsync's own state of `area` (a polled channel, …), next to nothing else of it. */
@@ -88,7 +90,9 @@ export class RedisKeys {
    * `{QUEUE_PREFIX:call:<hash>}` on a spread cluster, so calls spread over the masters.
    */
   callTimeline(callHash: string): string {
-    return this.layout === 'spread' ? `{${this.prefix}:call:${callHash}}:timeline` : `${this.prefix}:call:${callHash}:timeline`;
+    return this.layout === 'spread'
+      ? `{${this.prefix}:call:${callHash}}:timeline`
+      : `${this.prefix}:call:${callHash}:timeline`;
   }
 
   /** Where the layout of the inbound log (the shard count last used) is recorded. */

@@ -36,9 +36,15 @@ export async function storedPrivacyKey(redis: RedisClient, keys: RedisKeys | str
   const name = asKeys(keys).privacyKey();
   await redis.set(name, randomBytes(PRIVACY_KEY_BYTES).toString('base64'), 'NX');
   const stored = await redis.get(name);
-  if (stored === null) throw new Error('the privacy HMAC key vanished from Redis right after it was written (is an eviction policy other than noeviction set?)');
+  if (stored === null)
+    throw new Error(
+      'the privacy HMAC key vanished from Redis right after it was written (is an eviction policy other than noeviction set?)',
+    );
   const key = Buffer.from(stored, 'base64');
-  if (key.length !== PRIVACY_KEY_BYTES) throw new Error(`the privacy HMAC key in Redis is not ${PRIVACY_KEY_BYTES} bytes of base64; delete it only knowing what that forgets (docs/privacy.md)`);
+  if (key.length !== PRIVACY_KEY_BYTES)
+    throw new Error(
+      `the privacy HMAC key in Redis is not ${PRIVACY_KEY_BYTES} bytes of base64; delete it only knowing what that forgets (docs/privacy.md)`,
+    );
   return key;
 }
 

@@ -82,8 +82,15 @@ async function redisAnswers(node: RedisNode, timeoutMs = 500): Promise<boolean> 
 }
 
 /** The redis-server to start: REDIS_SERVER_BIN (a path, or a name on PATH), else the first `redis-server` on PATH; null when there is none. */
-export async function findRedisServer(serverBin: string | undefined, path = process.env.PATH ?? ''): Promise<string | null> {
-  const executable = async (file: string) => access(file, constants.X_OK).then(() => true, () => false);
+export async function findRedisServer(
+  serverBin: string | undefined,
+  path = process.env.PATH ?? '',
+): Promise<string | null> {
+  const executable = async (file: string) =>
+    access(file, constants.X_OK).then(
+      () => true,
+      () => false,
+    );
   // A path is taken as it is; a bare name (REDIS_SERVER_BIN=redis-server-7) is looked up on PATH.
   if (serverBin !== undefined && serverBin.includes('/')) return (await executable(serverBin)) ? serverBin : null;
   for (const dir of path.split(delimiter)) {
@@ -125,7 +132,16 @@ async function freeLoopbackPort(): Promise<number> {
 
 /** PONG from the private Redis with its password. */
 async function pingPrivate(port: number, password: string, timeoutMs = 1000): Promise<boolean> {
-  const redis = new Redis({ host: '127.0.0.1', port, password, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: timeoutMs, enableOfflineQueue: false });
+  const redis = new Redis({
+    host: '127.0.0.1',
+    port,
+    password,
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: timeoutMs,
+    enableOfflineQueue: false,
+  });
   redis.on('error', () => undefined);
   try {
     await redis.connect();
@@ -167,7 +183,10 @@ async function lockStart(dir: string): Promise<(() => Promise<void>) | null> {
     return () => unlink(file).catch(() => undefined);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    const age = await stat(file).then((s) => Date.now() - s.mtimeMs, () => 0);
+    const age = await stat(file).then(
+      (s) => Date.now() - s.mtimeMs,
+      () => 0,
+    );
     const holder = Number((await readFile(file, 'utf8').catch(() => '')).trim());
     if (age > STALE_LOCK_MS || (holder > 0 && !alive(holder))) await unlink(file).catch(() => undefined);
     return null;
@@ -208,13 +227,21 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
     if (await pingPrivate(port, password, 300)) {
       const server = { pid: child.pid!, port };
       await writeFile(join(dir, SERVER_FILE), `${JSON.stringify(server)}\n`);
-      log.info({ dir, port, pid: child.pid }, 'no Redis configured or answering locally: started a private Redis (loopback only, AOF; stopped when the last callsync process using it stops)');
+      log.info(
+        { dir, port, pid: child.pid },
+        'no Redis configured or answering locally: started a private Redis (loopback only, AOF; stopped when the last callsync process using it stops)',
+      );
       return server;
     }
     await new Promise((ok) => setTimeout(ok, 50));
   }
   if (!gone) child.kill('SIGKILL');
-  const tail = (await readFile(join(dir, 'redis.log'), 'utf8').catch(() => '')).trim().split('\n').slice(-2).join(' ').slice(0, 300);
+  const tail = (await readFile(join(dir, 'redis.log'), 'utf8').catch(() => ''))
+    .trim()
+    .split('\n')
+    .slice(-2)
+    .join(' ')
+    .slice(0, 300);
   throw new Error(`the private Redis (${bin}) did not start in ${dir}${tail ? `: ${tail}` : ''}`);
 }
 
@@ -239,7 +266,14 @@ async function otherUsers(dir: string): Promise<number[]> {
 }
 
 async function shutdownServer(dir: string, server: ServerFile, password: string): Promise<void> {
-  const redis = new Redis({ host: '127.0.0.1', port: server.port, password, maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
+  const redis = new Redis({
+    host: '127.0.0.1',
+    port: server.port,
+    password,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    lazyConnect: true,
+  });
   redis.on('error', () => undefined);
   try {
     await redis.connect();
@@ -286,7 +320,10 @@ export async function resolveRedis(settings: RedisSettings, options: ResolveOpti
   const probed = local.probe ? `nothing answers at ${local.probe.host}:${local.probe.port}` : 'REDIS_LOCAL_PROBE=off';
   const bin = await findRedisServer(local.serverBin);
   if (bin === null && !existsSync(join(dir, SERVER_FILE))) {
-    const what = local.serverBin !== undefined ? `REDIS_SERVER_BIN (${local.serverBin}) is not an executable` : 'redis-server is not on PATH';
+    const what =
+      local.serverBin !== undefined
+        ? `REDIS_SERVER_BIN (${local.serverBin}) is not an executable`
+        : 'redis-server is not on PATH';
     throw new NoRedisError(`no Redis: REDIS_URL is unset, ${probed} and ${what}; ${INSTALL_HINT}`);
   }
   await mkdir(dir, { recursive: true, mode: 0o700 });
@@ -309,13 +346,25 @@ export async function resolveRedis(settings: RedisSettings, options: ResolveOpti
 }
 
 /** The private Redis running in `dir`, else one this process starts (one process at a time, under the start lock). */
-async function runOrStart(dir: string, password: string, bin: string | null, probed: string, options: ResolveOptions): Promise<{ server: ServerFile; started: boolean }> {
+async function runOrStart(
+  dir: string,
+  password: string,
+  bin: string | null,
+  probed: string,
+  options: ResolveOptions,
+): Promise<{ server: ServerFile; started: boolean }> {
   const deadline = Date.now() + START_TIMEOUT_MS + 5000;
   for (;;) {
     const running = await runningServer(dir, password);
     if (running) return { server: running, started: false };
-    if (options.start === false) throw new NoRedisError(`no Redis running: ${probed} and no private Redis runs in ${dir} (\`callsync start\` starts one)`);
-    if (bin === null) throw new NoRedisError(`no Redis: REDIS_URL is unset, ${probed}, the private Redis in ${dir} is not running and redis-server is not on PATH; ${INSTALL_HINT}`);
+    if (options.start === false)
+      throw new NoRedisError(
+        `no Redis running: ${probed} and no private Redis runs in ${dir} (\`callsync start\` starts one)`,
+      );
+    if (bin === null)
+      throw new NoRedisError(
+        `no Redis: REDIS_URL is unset, ${probed}, the private Redis in ${dir} is not running and redis-server is not on PATH; ${INSTALL_HINT}`,
+      );
     const unlock = await lockStart(dir);
     if (unlock) {
       try {
@@ -327,7 +376,8 @@ async function runOrStart(dir: string, password: string, bin: string | null, pro
         await unlock();
       }
     }
-    if (Date.now() > deadline) throw new Error(`the private Redis in ${dir} did not come up: another process holds ${join(dir, LOCK_FILE)}`);
+    if (Date.now() > deadline)
+      throw new Error(`the private Redis in ${dir} did not come up: another process holds ${join(dir, LOCK_FILE)}`);
     await new Promise((ok) => setTimeout(ok, 100));
   }
 }

@@ -169,7 +169,9 @@ export const timelineId = (call: Pick<CanonicalCall, 'key'>): string => callHash
 
 /** Numbers of `call` masked in a text (a remote may echo them; redaction masked most already). */
 function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
-  const numbers = call ? [call.from, call.to, call.fromRaw, call.toRaw].filter((n): n is string => typeof n === 'string' && n !== '') : [];
+  const numbers = call
+    ? [call.from, call.to, call.fromRaw, call.toRaw].filter((n): n is string => typeof n === 'string' && n !== '')
+    : [];
   const scrubbed = numbers.length > 0 ? scrubEchoes(text, { numbers }) : text;
   return maskDigitRuns(scrubbed.replace(/\s+/g, ' ').trim()).slice(0, MAX_REASON);
 }
@@ -245,7 +247,10 @@ export class CallTimeline {
     const now = Date.now();
     if (now < this.quietUntil) return;
     this.quietUntil = now + 60_000;
-    this.options.log?.warn({ err: { message: err instanceof Error ? err.message : String(err) } }, 'call timeline not written (the work itself went on)');
+    this.options.log?.warn(
+      { err: { message: err instanceof Error ? err.message : String(err) } },
+      'call timeline not written (the work itself went on)',
+    );
   }
 
   /** Appends one entry to a call's timeline: one command. Never rejects. */
@@ -269,7 +274,10 @@ export class CallTimeline {
    * for a new call or an update the lookups by time, call id and numbers. One command on the
    * one-slot layout; two on a spread cluster (the lookups are in their own slot). Never rejects.
    */
-  async received(call: CanonicalCall, info: { jobId: string; revision: Revision; requestId?: string; spooled?: boolean }): Promise<void> {
+  async received(
+    call: CanonicalCall,
+    info: { jobId: string; revision: Revision; requestId?: string; spooled?: boolean },
+  ): Promise<void> {
     const id = timelineId(call);
     const entry: TimelineEntry = {
       at: this.now(),
@@ -287,8 +295,18 @@ export class CallTimeline {
     };
     if (info.revision === 'duplicate') return this.append(id, entry);
     try {
-      const numbers = [...new Set([call.from, call.to].filter((n): n is string => typeof n === 'string' && indexNumber(n).length >= 3).map(indexNumber))];
-      const lookups = (key: Buffer) => [this.recentKey(), this.idKey(call.callId), ...numbers.map((n) => this.numberKey(hmac(key, n)))];
+      const numbers = [
+        ...new Set(
+          [call.from, call.to]
+            .filter((n): n is string => typeof n === 'string' && indexNumber(n).length >= 3)
+            .map(indexNumber),
+        ),
+      ];
+      const lookups = (key: Buffer) => [
+        this.recentKey(),
+        this.idKey(call.callId),
+        ...numbers.map((n) => this.numberKey(hmac(key, n))),
+      ];
       const args = [JSON.stringify(entry), this.maxEntries, this.ttlMs, entry.at, id, entry.at - this.ttlMs] as const;
       const script = scripted(this.redis);
       // The entry is sent at once (before the caller is answered); with the index key known and one
@@ -308,14 +326,22 @@ export class CallTimeline {
   }
 
   /** The call was fanned out: the routes that matched and the sinks they name. Never rejects. */
-  fannedOut(call: Pick<CanonicalCall, 'key'>, info: { jobId: string; routes: string[]; sinks: string[] }): Promise<void> {
+  fannedOut(
+    call: Pick<CanonicalCall, 'key'>,
+    info: { jobId: string; routes: string[]; sinks: string[] },
+  ): Promise<void> {
     return this.fannedOutMany([{ call, ...info }]);
   }
 
   /** A batch fanned out: one command per MAX_BATCH calls on the one-slot layout, one per call when spread. Never rejects. */
-  async fannedOutMany(list: readonly { call: Pick<CanonicalCall, 'key'>; jobId: string; routes: string[]; sinks: string[] }[]): Promise<void> {
+  async fannedOutMany(
+    list: readonly { call: Pick<CanonicalCall, 'key'>; jobId: string; routes: string[]; sinks: string[] }[],
+  ): Promise<void> {
     const at = this.now();
-    const items = list.map(({ call, jobId, routes, sinks }) => ({ id: timelineId(call), entry: { at, event: 'fanned-out' as const, jobId, routes, sinks } }));
+    const items = list.map(({ call, jobId, routes, sinks }) => ({
+      id: timelineId(call),
+      entry: { at, event: 'fanned-out' as const, jobId, routes, sinks },
+    }));
     if (this.keys.layout !== 'one-slot' || items.length === 1) {
       await Promise.all(items.map((i) => this.append(i.id, i.entry)));
       return;
@@ -325,7 +351,15 @@ export class CallTimeline {
       const sends: Promise<number>[] = [];
       for (let i = 0; i < items.length; i += MAX_BATCH) {
         const part = items.slice(i, i + MAX_BATCH);
-        sends.push(script.callsyncTimelineMany(part.length, ...part.map((p) => this.key(p.id)), this.maxEntries, this.ttlMs, ...part.map((p) => JSON.stringify(p.entry))));
+        sends.push(
+          script.callsyncTimelineMany(
+            part.length,
+            ...part.map((p) => this.key(p.id)),
+            this.maxEntries,
+            this.ttlMs,
+            ...part.map((p) => JSON.stringify(p.entry)),
+          ),
+        );
       }
       await Promise.all(sends);
     } catch (err) {
@@ -340,7 +374,8 @@ export class CallTimeline {
   sinkEvent(call: CanonicalCall, entry: Omit<TimelineEntry, 'at'>, id?: string): Promise<void> {
     const safe: Omit<TimelineEntry, 'at'> = { ...entry };
     if (safe.reason !== undefined) safe.reason = safeText(safe.reason, call);
-    if (safe.refs) safe.refs = Object.fromEntries(Object.entries(safe.refs).map(([k, v]) => [k, scrubNumbers(String(v), call)]));
+    if (safe.refs)
+      safe.refs = Object.fromEntries(Object.entries(safe.refs).map(([k, v]) => [k, scrubNumbers(String(v), call)]));
     return this.append(id ?? timelineId(call), safe);
   }
 
@@ -395,7 +430,9 @@ export class CallTimeline {
 
 /** The call's own numbers masked in a value (a reference such as a label). */
 function scrubNumbers(text: string, call: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
-  const numbers = [call.from, call.to, call.fromRaw, call.toRaw].filter((n): n is string => typeof n === 'string' && n.replace(/\D/g, '').length >= 3);
+  const numbers = [call.from, call.to, call.fromRaw, call.toRaw].filter(
+    (n): n is string => typeof n === 'string' && n.replace(/\D/g, '').length >= 3,
+  );
   return numbers.length > 0 ? scrubEchoes(text, { numbers }) : text;
 }
 
@@ -418,14 +455,26 @@ export interface CallSummary {
   reasons: Record<string, string>;
 }
 
-export const sinkLabel = (e: Pick<TimelineEntry, 'sink' | 'endpoint'>): string => (e.endpoint ? `${e.sink}.${e.endpoint}` : (e.sink ?? ''));
+export const sinkLabel = (e: Pick<TimelineEntry, 'sink' | 'endpoint'>): string =>
+  e.endpoint ? `${e.sink}.${e.endpoint}` : (e.sink ?? '');
 
 /**
  * The state of a call from its timeline: where it came from, and each sink's latest outcome.
  * @internal Exported for its tests only (test/timeline.redis.test.ts).
  */
 export function summarize(id: string, entries: readonly TimelineEntry[]): CallSummary {
-  const summary: CallSummary = { id, callId: null, source: null, receivedAt: null, lastAt: null, direction: null, from: null, to: null, sinks: {}, reasons: {} };
+  const summary: CallSummary = {
+    id,
+    callId: null,
+    source: null,
+    receivedAt: null,
+    lastAt: null,
+    direction: null,
+    from: null,
+    to: null,
+    sinks: {},
+    reasons: {},
+  };
   for (const e of entries) {
     summary.lastAt = e.at;
     if (e.event === 'received') {
@@ -439,21 +488,31 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     }
     if (e.event === 'fanned-out') {
       // An endpoint sink's endpoints show as they are attempted; the sink stands for them until then.
-      for (const sink of e.sinks ?? []) if (!Object.keys(summary.sinks).some((s) => s === sink || s.startsWith(`${sink}.`))) summary.sinks[sink] = 'pending';
+      for (const sink of e.sinks ?? [])
+        if (!Object.keys(summary.sinks).some((s) => s === sink || s.startsWith(`${sink}.`)))
+          summary.sinks[sink] = 'pending';
       continue;
     }
     if (!e.sink) continue;
     const label = sinkLabel(e);
     if (e.endpoint && summary.sinks[e.sink] === 'pending') delete summary.sinks[e.sink];
     const status: SinkStatus | undefined =
-      e.event === 'attempt' ? (summary.sinks[label] === 'retrying' ? 'retrying' : 'pending')
-      : e.event === 'done' ? 'done'
-      : e.event === 'skipped' ? 'skipped'
-      : e.event === 'retry' ? 'retrying'
-      : e.event === 'dead-lettered' ? 'failed'
-      : undefined;
+      e.event === 'attempt'
+        ? summary.sinks[label] === 'retrying'
+          ? 'retrying'
+          : 'pending'
+        : e.event === 'done'
+          ? 'done'
+          : e.event === 'skipped'
+            ? 'skipped'
+            : e.event === 'retry'
+              ? 'retrying'
+              : e.event === 'dead-lettered'
+                ? 'failed'
+                : undefined;
     if (status) summary.sinks[label] = status;
-    if (e.reason && (e.event === 'skipped' || e.event === 'dead-lettered' || e.event === 'retry')) summary.reasons[label] = e.reason;
+    if (e.reason && (e.event === 'skipped' || e.event === 'dead-lettered' || e.event === 'retry'))
+      summary.reasons[label] = e.reason;
   }
   return summary;
 }
@@ -477,11 +536,16 @@ export interface CallQuery {
 const MAX_SCANNED_CALLS = 5000;
 
 function sinkStates(summary: CallSummary, sink: string | undefined): [string, SinkStatus][] {
-  return Object.entries(summary.sinks).filter(([label]) => sink === undefined || label === sink || label.startsWith(`${sink}.`));
+  return Object.entries(summary.sinks).filter(
+    ([label]) => sink === undefined || label === sink || label.startsWith(`${sink}.`),
+  );
 }
 
 /** The calls of a query, newest first, each summed up; reads the timelines in batches. */
-export async function findCalls(timeline: CallTimeline, query: CallQuery): Promise<{ calls: CallSummary[]; scanned: number; truncated: boolean }> {
+export async function findCalls(
+  timeline: CallTimeline,
+  query: CallQuery,
+): Promise<{ calls: CallSummary[]; scanned: number; truncated: boolean }> {
   const until = query.until ?? Date.now();
   const limit = query.limit ?? 50;
   let candidates: string[];
@@ -532,13 +596,29 @@ export function describeEntry(e: TimelineEntry): string {
   const iso = (ms: number) => new Date(ms).toISOString();
   switch (e.event) {
     case 'received':
-      return [`${e.revision ?? 'new'} from ${e.source ?? '?'}`, e.requestId ? `request ${e.requestId}` : '', e.spooled ? 'spooled, drained' : '', `ack ${e.jobId ?? ''}`].filter(Boolean).join(', ');
+      return [
+        `${e.revision ?? 'new'} from ${e.source ?? '?'}`,
+        e.requestId ? `request ${e.requestId}` : '',
+        e.spooled ? 'spooled, drained' : '',
+        `ack ${e.jobId ?? ''}`,
+      ]
+        .filter(Boolean)
+        .join(', ');
     case 'fanned-out':
       return `routes ${(e.routes ?? []).join(', ') || '(none)'} → sinks ${(e.sinks ?? []).join(', ') || '(none)'}`;
     case 'attempt':
       return `attempt ${e.attempt ?? '?'} started`;
     case 'done':
-      return [Object.entries(e.refs ?? {}).map(([k, v]) => `${k}=${v}`).join(' '), e.reason ?? ''].filter(Boolean).join('; ') || 'done';
+      return (
+        [
+          Object.entries(e.refs ?? {})
+            .map(([k, v]) => `${k}=${v}`)
+            .join(' '),
+          e.reason ?? '',
+        ]
+          .filter(Boolean)
+          .join('; ') || 'done'
+      );
     case 'skipped':
       return `${e.skip ?? 'other'}: ${e.reason ?? ''}`;
     case 'retry':
@@ -564,28 +644,46 @@ export class CallQueryError extends Error {
 }
 
 /** A call query from named values (`since`, `until`, `sink`, `status`, `number`, `limit`); throws CallQueryError. */
-export function parseCallQuery(values: Record<string, string | boolean | undefined>, now: number = Date.now()): CallQuery {
+export function parseCallQuery(
+  values: Record<string, string | boolean | undefined>,
+  now: number = Date.now(),
+): CallQuery {
   const text = (name: string) => (typeof values[name] === 'string' ? (values[name] as string) : undefined);
   const sinceText = text('since');
   if (sinceText === undefined) throw new CallQueryError('since', 'is required (e.g. 2h, 7d, or an ISO time)');
   const since = parseSince(sinceText, now);
-  if (since === null) throw new CallQueryError('since', `must be a duration (30m, 2h, 7d) or an ISO time, got "${sinceText}"`);
+  if (since === null)
+    throw new CallQueryError('since', `must be a duration (30m, 2h, 7d) or an ISO time, got "${sinceText}"`);
   const untilText = text('until');
   const until = untilText === undefined ? now : parseSince(untilText, now);
   if (until === null) throw new CallQueryError('until', `must be an ISO time or a duration ago, got "${untilText}"`);
   const status = text('status');
-  if (status !== undefined && !(STATUSES as readonly string[]).includes(status)) throw new CallQueryError('status', `must be one of ${STATUSES.join(', ')}, got "${status}"`);
+  if (status !== undefined && !(STATUSES as readonly string[]).includes(status))
+    throw new CallQueryError('status', `must be one of ${STATUSES.join(', ')}, got "${status}"`);
   const limitText = text('limit');
   const limit = limitText === undefined ? 50 : Number(limitText);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new CallQueryError('limit', `must be a whole number from 1 to 1000, got "${limitText}"`);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+    throw new CallQueryError('limit', `must be a whole number from 1 to 1000, got "${limitText}"`);
   const number = text('number');
-  if (number !== undefined && !/^\+\d[\d\s\-()./]{4,}$/.test(number.trim())) throw new CallQueryError('number', 'must be a phone number in E.164 (+4915112345678)');
+  if (number !== undefined && !/^\+\d[\d\s\-()./]{4,}$/.test(number.trim()))
+    throw new CallQueryError('number', 'must be a phone number in E.164 (+4915112345678)');
   const sink = text('sink');
-  return { since, until, limit, ...(sink ? { sink } : {}), ...(status ? { status: status as CallQuery['status'] } : {}), ...(number ? { number } : {}) };
+  return {
+    since,
+    until,
+    limit,
+    ...(sink ? { sink } : {}),
+    ...(status ? { status: status as CallQuery['status'] } : {}),
+    ...(number ? { number } : {}),
+  };
 }
 
 /** The calls a reference names (see `CallTimeline.resolve`), newest first, at most `max`, each with its timeline. */
-export async function callsNamed(timeline: CallTimeline, ref: string, max = 20): Promise<(CallSummary & { entries: TimelineEntry[] })[]> {
+export async function callsNamed(
+  timeline: CallTimeline,
+  ref: string,
+  max = 20,
+): Promise<(CallSummary & { entries: TimelineEntry[] })[]> {
   const ids = (await timeline.resolve(ref)).slice(0, max);
   const found = await Promise.all(ids.map(async (id) => ({ id, entries: await timeline.read(id) })));
   return found.filter((c) => c.entries.length > 0).map((c) => ({ ...summarize(c.id, c.entries), entries: c.entries }));

@@ -9,7 +9,12 @@
  * below half the capped value (no retry storm right after an outage) and never exceeds `maxMs`,
  * while the random half spreads clients that failed together. `attempt` below 1 counts as 1.
  */
-export function backoffDelay(attempt: number, baseMs: number, maxMs: number, random: () => number = Math.random): number {
+export function backoffDelay(
+  attempt: number,
+  baseMs: number,
+  maxMs: number,
+  random: () => number = Math.random,
+): number {
   const capped = Math.min(maxMs, baseMs * 2 ** Math.max(0, attempt - 1));
   return Math.round(capped / 2 + (random() * capped) / 2);
 }
@@ -20,7 +25,11 @@ export function backoffDelay(attempt: number, baseMs: number, maxMs: number, ran
  * tenth of it at random, so receivers that failed together are not retried all in the same instant.
  * `attempt` below 1 counts as 1; an empty schedule retries at once.
  */
-export function scheduleDelay(attempt: number, schedule: readonly number[], random: () => number = Math.random): number {
+export function scheduleDelay(
+  attempt: number,
+  schedule: readonly number[],
+  random: () => number = Math.random,
+): number {
   if (schedule.length === 0) return 0;
   const base = schedule[Math.min(Math.max(1, attempt), schedule.length) - 1]!;
   return Math.round(base + (random() * base) / 10);

@@ -30,7 +30,12 @@ export const envStringOr = (def: string) =>
 export const envList = z
   .string()
   .optional()
-  .transform((v) => (v ?? '').split(',').map((s) => s.trim()).filter((s) => s.length > 0));
+  .transform((v) =>
+    (v ?? '')
+      .split(',')
+      .map((s) => s.trim())
+      .filter((s) => s.length > 0),
+  );
 
 /** A whole number >= `min` (and <= `max`); `def` when unset or blank. */
 export const envInt = (def: number, min = 0, max = Number.MAX_SAFE_INTEGER) =>
@@ -41,7 +46,10 @@ export const envInt = (def: number, min = 0, max = Number.MAX_SAFE_INTEGER) =>
       if (v === undefined || v.trim() === '') return def;
       const n = Number(v);
       if (!Number.isInteger(n) || n < min || n > max) {
-        ctx.addIssue({ code: 'custom', message: `expected a whole number ${max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `from ${min} to ${max}`}, got "${v}"` });
+        ctx.addIssue({
+          code: 'custom',
+          message: `expected a whole number ${max === Number.MAX_SAFE_INTEGER ? `>= ${min}` : `from ${min} to ${max}`}, got "${v}"`,
+        });
         return z.NEVER;
       }
       return n;
@@ -99,9 +107,17 @@ export const envUrl = z
   });
 
 /** One of `values` (case as given); `def` (or undefined) when unset or blank. */
-export function envEnum<const T extends readonly [string, ...string[]]>(values: T): z.ZodType<T[number] | undefined, string | undefined>;
-export function envEnum<const T extends readonly [string, ...string[]]>(values: T, def: T[number]): z.ZodType<T[number], string | undefined>;
-export function envEnum<const T extends readonly [string, ...string[]]>(values: T, def?: T[number]): z.ZodType<T[number] | undefined, string | undefined> {
+export function envEnum<const T extends readonly [string, ...string[]]>(
+  values: T,
+): z.ZodType<T[number] | undefined, string | undefined>;
+export function envEnum<const T extends readonly [string, ...string[]]>(
+  values: T,
+  def: T[number],
+): z.ZodType<T[number], string | undefined>;
+export function envEnum<const T extends readonly [string, ...string[]]>(
+  values: T,
+  def?: T[number],
+): z.ZodType<T[number] | undefined, string | undefined> {
   return z
     .string()
     .optional()
@@ -130,7 +146,8 @@ export function mergeEnvShapes(shapes: EnvShape[]): EnvShape {
   const merged: EnvShape = {};
   for (const shape of shapes) {
     for (const [name, schema] of Object.entries(shape)) {
-      if (merged[name] !== undefined && merged[name] !== schema) throw new Error(`environment variable ${name} is declared twice with different schemas`);
+      if (merged[name] !== undefined && merged[name] !== schema)
+        throw new Error(`environment variable ${name} is declared twice with different schemas`);
       merged[name] = schema;
     }
   }

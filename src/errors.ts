@@ -61,7 +61,11 @@ export class RetryLaterError extends SinkError {
   readonly kind = 'retry-later' as const;
   readonly delayMs: number;
   readonly scope: 'job' | 'queue';
-  constructor(message: string, delayMs: number, options?: { status?: number; cause?: unknown; scope?: 'job' | 'queue' }) {
+  constructor(
+    message: string,
+    delayMs: number,
+    options?: { status?: number; cause?: unknown; scope?: 'job' | 'queue' },
+  ) {
     super(message, options);
     this.delayMs = Math.max(0, Math.ceil(delayMs));
     this.scope = options?.scope ?? 'job';
@@ -138,7 +142,15 @@ export function networkReason(err: Error): string {
 }
 
 /** Network codes for which the request certainly never reached the server (so even a POST may be resent). */
-const NOT_SENT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'ERR_INVALID_URL']);
+const NOT_SENT_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'ERR_INVALID_URL',
+]);
 
 export function requestCertainlyNotSent(err: unknown): boolean {
   let current: unknown = err;
@@ -155,10 +167,12 @@ export function requestCertainlyNotSent(err: unknown): boolean {
  * loading its data, a cluster or failover in progress, a script blocking it, persistence failing,
  * no more clients, credentials or ACLs refused. The same command succeeds once Redis is well again.
  */
-const REDIS_CONDITION_REPLY = /^(OOM|READONLY|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|BUSY|MISCONF|NOAUTH|WRONGPASS|NOPERM|ERR max number of clients)\b/;
+const REDIS_CONDITION_REPLY =
+  /^(OOM|READONLY|LOADING|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|NOREPLICAS|BUSY|MISCONF|NOAUTH|WRONGPASS|NOPERM|ERR max number of clients)\b/;
 /** ioredis' own errors for a connection that is gone or gave up (not a remote's network error). */
 const REDIS_CONNECTION_ERROR_NAMES = new Set(['MaxRetriesPerRequestError', 'ClusterAllFailedError']);
-const REDIS_CONNECTION_MESSAGES = /^(Connection is closed\.|Stream isn't writeable and enableOfflineQueue options is false|Command timed out|Too many Cluster redirections|Cluster is disconnect(ed|ing)\.|None of startup nodes is available|Cluster isn't ready and enableOfflineQueue options is false)/;
+const REDIS_CONNECTION_MESSAGES =
+  /^(Connection is closed\.|Stream isn't writeable and enableOfflineQueue options is false|Command timed out|Too many Cluster redirections|Cluster is disconnect(ed|ing)\.|None of startup nodes is available|Cluster isn't ready and enableOfflineQueue options is false)/;
 
 /**
  * True when `err` (or what it wraps) is Redis failing callsync's own read or write: a `ReplyError`
@@ -170,7 +184,12 @@ export function isRedisCondition(err: unknown, depth = 0): boolean {
   if (!(err instanceof Error) || depth > 5) return false;
   if (err.name === 'ReplyError') return REDIS_CONDITION_REPLY.test(err.message);
   if (REDIS_CONNECTION_ERROR_NAMES.has(err.name)) return true;
-  if (!(err instanceof SinkError) && !(err instanceof UnprocessableJobError) && REDIS_CONNECTION_MESSAGES.test(err.message)) return true;
+  if (
+    !(err instanceof SinkError) &&
+    !(err instanceof UnprocessableJobError) &&
+    REDIS_CONNECTION_MESSAGES.test(err.message)
+  )
+    return true;
   return err.cause !== undefined && isRedisCondition(err.cause, depth + 1);
 }
 

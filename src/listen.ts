@@ -75,7 +75,11 @@ function admit(server: Server, admission: Admission, limits: ServerLimits): void
   };
   const cap = limits.maxConnections ?? Number.POSITIVE_INFINITY;
   const unlistedCap = Math.max(1, Math.floor(cap * UNLISTED_SHARE));
-  const headersMs = Math.min(UNKNOWN_HEADERS_TIMEOUT_MS, limits.headersTimeoutMs ?? 60_000, limits.requestTimeoutMs ?? 300_000);
+  const headersMs = Math.min(
+    UNKNOWN_HEADERS_TIMEOUT_MS,
+    limits.headersTimeoutMs ?? 60_000,
+    limits.requestTimeoutMs ?? 300_000,
+  );
   const perPeer = new Map<string, number>();
   let unlisted = 0;
   const good = new Map<string, true>();
@@ -85,7 +89,8 @@ function admit(server: Server, admission: Admission, limits: ServerLimits): void
     const peer = peerOf(socket);
     if (!listed(peer)) {
       const held = perPeer.get(peer) ?? 0;
-      const reason = unlisted >= unlistedCap ? 'unlisted-share' : held >= UNLISTED_PER_PEER ? 'unlisted-per-peer' : null;
+      const reason =
+        unlisted >= unlistedCap ? 'unlisted-share' : held >= UNLISTED_PER_PEER ? 'unlisted-per-peer' : null;
       if (reason !== null) {
         socket.destroy();
         admission.onRefused?.(peer, reason);
@@ -128,7 +133,10 @@ function admit(server: Server, admission: Admission, limits: ServerLimits): void
   });
 }
 
-export async function listen(fetch: Parameters<typeof serve>[0]['fetch'], at: { port: number; host: string; limits?: ServerLimits }): Promise<Listening> {
+export async function listen(
+  fetch: Parameters<typeof serve>[0]['fetch'],
+  at: { port: number; host: string; limits?: ServerLimits },
+): Promise<Listening> {
   const limits = at.limits ?? {};
   const shortest = Math.min(limits.headersTimeoutMs ?? 60_000, limits.requestTimeoutMs ?? 300_000);
   const serverOptions = {
@@ -140,7 +148,10 @@ export async function listen(fetch: Parameters<typeof serve>[0]['fetch'], at: { 
     connectionsCheckingInterval: Math.max(25, Math.min(1000, Math.floor(shortest / 10))),
   };
   const server = await new Promise<Server>((resolve, reject) => {
-    const s = serve({ fetch, port: at.port, hostname: at.host, serverOptions: at.limits ? serverOptions : undefined }, () => resolve(s as Server)) as Server;
+    const s = serve(
+      { fetch, port: at.port, hostname: at.host, serverOptions: at.limits ? serverOptions : undefined },
+      () => resolve(s as Server),
+    ) as Server;
     s.once('error', reject);
   });
   if (limits.keepAliveTimeoutMs !== undefined) server.keepAliveTimeout = limits.keepAliveTimeoutMs;

@@ -15,15 +15,56 @@ export function requestLog(log: Logger, requestId: string | undefined): Logger {
 
 /** Paths never written to logs, whatever object they appear in. */
 const redactPaths = [
-  'password', '*.password', 'token', '*.token', 'accessToken', '*.accessToken', 'secret', '*.secret',
-  'authorization', '*.authorization', 'headers.authorization', 'headers.cookie', '*.headers.authorization',
-  'apiKey', '*.apiKey', 'api_token', '*.api_token', 'refreshToken', '*.refreshToken', 'clientSecret', '*.clientSecret',
-  'transcript', '*.transcript', 'transcription', '*.transcription', 'content', '*.content',
-  'raw', '*.raw', 'body', '*.body',
+  'password',
+  '*.password',
+  'token',
+  '*.token',
+  'accessToken',
+  '*.accessToken',
+  'secret',
+  '*.secret',
+  'authorization',
+  '*.authorization',
+  'headers.authorization',
+  'headers.cookie',
+  '*.headers.authorization',
+  'apiKey',
+  '*.apiKey',
+  'api_token',
+  '*.api_token',
+  'refreshToken',
+  '*.refreshToken',
+  'clientSecret',
+  '*.clientSecret',
+  'transcript',
+  '*.transcript',
+  'transcription',
+  '*.transcription',
+  'content',
+  '*.content',
+  'raw',
+  '*.raw',
+  'body',
+  '*.body',
   // Headers carrying credentials, and the same secrets and texts nested deeper (job data, call records).
-  '*.headers.cookie', 'headers["x-api-key"]', '*.headers["x-api-key"]', 'headers["x-api-token"]', '*.headers["x-api-token"]',
-  'secretAccessKey', '*.secretAccessKey', '*.*.password', '*.*.token', '*.*.secret', '*.*.authorization', '*.*.accessToken',
-  '*.*.transcript', '*.*.transcription', '*.*.content', '*.*.*.transcript', '*.*.*.transcription', '*.*.*.content',
+  '*.headers.cookie',
+  'headers["x-api-key"]',
+  '*.headers["x-api-key"]',
+  'headers["x-api-token"]',
+  '*.headers["x-api-token"]',
+  'secretAccessKey',
+  '*.secretAccessKey',
+  '*.*.password',
+  '*.*.token',
+  '*.*.secret',
+  '*.*.authorization',
+  '*.*.accessToken',
+  '*.*.transcript',
+  '*.*.transcription',
+  '*.*.content',
+  '*.*.*.transcript',
+  '*.*.*.transcription',
+  '*.*.*.content',
 ];
 
 /**
@@ -48,7 +89,8 @@ export interface LoggerOptions {
 function stringEnd(text: string, i: number): number {
   for (let j = i + 1; j < text.length; j++) {
     const c = text.charCodeAt(j);
-    if (c === 92) j++; // backslash: skip the escaped character
+    if (c === 92)
+      j++; // backslash: skip the escaped character
     else if (c === 34) return j + 1;
   }
   return -1;
@@ -88,7 +130,7 @@ function strictLine(line: string): string {
   const members: { key: string; value: string }[] = [];
   const index = new Map<string, number>();
   let repeated = false;
-  for (let i = 1; i < end - 1; ) {
+  for (let i = 1; i < end - 1;) {
     if (line.charCodeAt(i) !== 34) return line;
     const keyEnd = stringEnd(line, i);
     if (keyEnd < 0 || line.charCodeAt(keyEnd) !== 58) return line;
@@ -143,7 +185,15 @@ const repeats = new Map<string, RepeatState>();
  * REPEAT_LOG_INTERVAL_MS with how many there were (`repeated`) and where. The kind is the message
  * and the error's text, so a different error still shows at once. Returns whether it logged.
  */
-export function logRepeated(log: Logger, level: 'warn' | 'error', msg: string, where: string, err: { message: string }, fields: object = {}, now = Date.now()): boolean {
+export function logRepeated(
+  log: Logger,
+  level: 'warn' | 'error',
+  msg: string,
+  where: string,
+  err: { message: string },
+  fields: object = {},
+  now = Date.now(),
+): boolean {
   const kind = `${msg}\u0000${err.message}`;
   let state = repeats.get(kind);
   if (!state) {
@@ -155,7 +205,10 @@ export function logRepeated(log: Logger, level: 'warn' | 'error', msg: string, w
   state.count++;
   if (state.where.size < 20) state.where.add(where);
   if (now < state.quietUntil) return false;
-  log[level]({ ...fields, where: [...state.where].join(','), repeated: state.count, err: { message: err.message } }, msg);
+  log[level](
+    { ...fields, where: [...state.where].join(','), repeated: state.count, err: { message: err.message } },
+    msg,
+  );
   state.count = 0;
   state.where.clear();
   state.quietUntil = now + REPEAT_LOG_INTERVAL_MS;

@@ -52,26 +52,58 @@ const sinkOf = (queue: string) => sinkNameFromQueue(queue) ?? '';
 
 export const metrics = {
   webhooksReceived: counter('callsync_webhooks_received_total', 'Webhook requests received (before any check)'),
-  webhooksAccepted: counter('callsync_webhooks_accepted_total', 'Webhooks stored in the inbound log and acknowledged with 202 (duplicates included)'),
-  webhooksDuplicate: counter('callsync_webhooks_duplicate_total', 'Acknowledged webhooks that repeated a call already accepted within the dedupe window'),
-  webhooksRejected: counter('callsync_webhooks_rejected_total', 'Webhooks answered with an error, by status and reason', ['status', 'reason'] as const),
+  webhooksAccepted: counter(
+    'callsync_webhooks_accepted_total',
+    'Webhooks stored in the inbound log and acknowledged with 202 (duplicates included)',
+  ),
+  webhooksDuplicate: counter(
+    'callsync_webhooks_duplicate_total',
+    'Acknowledged webhooks that repeated a call already accepted within the dedupe window',
+  ),
+  webhooksRejected: counter(
+    'callsync_webhooks_rejected_total',
+    'Webhooks answered with an error, by status and reason',
+    ['status', 'reason'] as const,
+  ),
   webhookFieldsUnread: counter(
     'callsync_webhook_fields_unread_total',
     'Accepted webhooks with a value callsync could not read in an optional field (read as absent, kept in the archived original), by field: its JSON pointer with array indexes as *',
     ['field'] as const,
   ),
 
-  jobsCompleted: counter('callsync_jobs_completed_total', 'Jobs processed successfully, by queue and sink', ['queue', 'sink'] as const),
+  jobsCompleted: counter('callsync_jobs_completed_total', 'Jobs processed successfully, by queue and sink', [
+    'queue',
+    'sink',
+  ] as const),
   sinkJobs: counter(
     'callsync_sink_jobs_total',
     'Sink jobs by how they ended: done, skipped (a deliberate no-op, by reason: quiet-hours, opt-out, cooldown, landline, max-age, no-route, …) or failed (dead-lettered)',
     ['sink', 'outcome', 'reason'] as const,
   ),
-  jobsFailed: counter('callsync_jobs_failed_total', 'Failed job attempts (retried or dead-lettered), by queue and sink', ['queue', 'sink'] as const),
-  jobsRetried: counter('callsync_jobs_retried_total', 'Failed attempts that will be retried with backoff', ['queue', 'sink'] as const),
-  jobsDeadLettered: counter('callsync_jobs_dead_lettered_total', 'Jobs moved to the dead letters (the failed set): permanent errors or attempts used up', ['queue', 'sink'] as const),
-  jobsDeferred: counter('callsync_jobs_deferred_total', 'Times a remote asked to wait (429/503 Retry-After), by scope', ['queue', 'sink', 'scope'] as const),
-  queuePauses: counter('callsync_queue_pauses_total', 'Times a queue was paused because a remote rejected the credentials', ['queue', 'sink'] as const),
+  jobsFailed: counter(
+    'callsync_jobs_failed_total',
+    'Failed job attempts (retried or dead-lettered), by queue and sink',
+    ['queue', 'sink'] as const,
+  ),
+  jobsRetried: counter('callsync_jobs_retried_total', 'Failed attempts that will be retried with backoff', [
+    'queue',
+    'sink',
+  ] as const),
+  jobsDeadLettered: counter(
+    'callsync_jobs_dead_lettered_total',
+    'Jobs moved to the dead letters (the failed set): permanent errors or attempts used up',
+    ['queue', 'sink'] as const,
+  ),
+  jobsDeferred: counter(
+    'callsync_jobs_deferred_total',
+    'Times a remote asked to wait (429/503 Retry-After), by scope',
+    ['queue', 'sink', 'scope'] as const,
+  ),
+  queuePauses: counter(
+    'callsync_queue_pauses_total',
+    'Times a queue was paused because a remote rejected the credentials',
+    ['queue', 'sink'] as const,
+  ),
   jobDuration: metric(
     'callsync_job_duration_seconds',
     () =>
@@ -96,7 +128,8 @@ export const metrics = {
             [...watchedQueues().values()].map(async (queue) => {
               const counts = await timed(queue.getJobCounts(...QUEUE_STATES));
               if (!counts) return;
-              for (const state of QUEUE_STATES) this.set({ queue: queue.name, sink: sinkOf(queue.name), state }, counts[state] ?? 0);
+              for (const state of QUEUE_STATES)
+                this.set({ queue: queue.name, sink: sinkOf(queue.name), state }, counts[state] ?? 0);
             }),
           );
         },
@@ -160,21 +193,52 @@ export const metrics = {
   ),
   fanOutCalls: counter('callsync_fanout_calls_total', 'Calls fanned out from the inbound log to their sinks'),
   fanOutJobs: counter('callsync_fanout_sink_jobs_total', 'Sink jobs created by the fan-out'),
-  fanOutDeadLettered: counter('callsync_fanout_dead_lettered_total', 'Inbound entries the fan-out could not handle, moved to the inbound dead letters'),
+  fanOutDeadLettered: counter(
+    'callsync_fanout_dead_lettered_total',
+    'Inbound entries the fan-out could not handle, moved to the inbound dead letters',
+  ),
   fanOutErrors: counter(
     'callsync_fanout_errors_total',
     'Fan-out failures by kind: redis (a round waits for Redis), unexpected (a round failed otherwise), entry (an entry failed on its own: dead-lettered), parked (too large for a dead letter: moved to the parked stream), unstorable (kept nowhere: left in the log, tried again)',
     ['kind'] as const,
   ),
-  fanOutStalled: gauge('callsync_fanout_stalled', '1 while the fan-out of this process has made no progress for longer than WORKER_LOCK_DURATION_MS: accepted calls are not reaching their sinks'),
+  fanOutStalled: gauge(
+    'callsync_fanout_stalled',
+    '1 while the fan-out of this process has made no progress for longer than WORKER_LOCK_DURATION_MS: accepted calls are not reaching their sinks',
+  ),
 
-  pollerLag: gauge('callsync_poller_lag_seconds', 'Age of the newest channel event seen by the last successful poll, per channel', ['channel'] as const),
-  pollerLastSuccess: gauge('callsync_poller_last_success_timestamp_seconds', 'Unix time of the last successful poll, per channel', ['channel'] as const),
-  pollerPolls: counter('callsync_poller_polls_total', 'Polls of a channel inbox, by outcome', ['channel', 'outcome'] as const),
-  pollerEvents: counter('callsync_poller_events_total', 'Channel events taken in by the poller, per channel', ['channel'] as const),
-  pollerStopped: gauge('callsync_poller_stopped', '1 while polling of a channel is stopped because the API rejected the credentials (401/403)', ['channel'] as const),
-  pollerDeadLetters: counter('callsync_poller_dead_letters_total', 'Channel events that could not be parsed and went to the poll dead letters', ['channel'] as const),
-  pollerLockHeld: gauge('callsync_poller_lock_held', '1 while this process holds the channel lock (polls the channel)', ['channel'] as const),
+  pollerLag: gauge(
+    'callsync_poller_lag_seconds',
+    'Age of the newest channel event seen by the last successful poll, per channel',
+    ['channel'] as const,
+  ),
+  pollerLastSuccess: gauge(
+    'callsync_poller_last_success_timestamp_seconds',
+    'Unix time of the last successful poll, per channel',
+    ['channel'] as const,
+  ),
+  pollerPolls: counter('callsync_poller_polls_total', 'Polls of a channel inbox, by outcome', [
+    'channel',
+    'outcome',
+  ] as const),
+  pollerEvents: counter('callsync_poller_events_total', 'Channel events taken in by the poller, per channel', [
+    'channel',
+  ] as const),
+  pollerStopped: gauge(
+    'callsync_poller_stopped',
+    '1 while polling of a channel is stopped because the API rejected the credentials (401/403)',
+    ['channel'] as const,
+  ),
+  pollerDeadLetters: counter(
+    'callsync_poller_dead_letters_total',
+    'Channel events that could not be parsed and went to the poll dead letters',
+    ['channel'] as const,
+  ),
+  pollerLockHeld: gauge(
+    'callsync_poller_lock_held',
+    '1 while this process holds the channel lock (polls the channel)',
+    ['channel'] as const,
+  ),
 
   /** Reads the inbound log's counts at every scrape. Returns a function that stops watching it. */
   watchInboundLog(log: InboundLogCounts): () => void {
@@ -210,6 +274,14 @@ export async function renderMetrics(): Promise<{ body: string; contentType: stri
 }
 
 /** Age of the oldest item per store, as the last retention sweep found it (src/privacy/retention.ts). */
-export const retentionOldest = gauge('callsync_retention_oldest_seconds', 'Age in seconds of the oldest item per store at the last retention sweep (0: the store is empty)', ['store'] as const);
+export const retentionOldest = gauge(
+  'callsync_retention_oldest_seconds',
+  'Age in seconds of the oldest item per store at the last retention sweep (0: the store is empty)',
+  ['store'] as const,
+);
 /** Items the retention sweeper removed, per store. */
-export const retentionRemoved = counter('callsync_retention_removed_total', 'Items removed by the retention sweeper, per store', ['store'] as const);
+export const retentionRemoved = counter(
+  'callsync_retention_removed_total',
+  'Items removed by the retention sweeper, per store',
+  ['store'] as const,
+);

@@ -124,11 +124,23 @@ export function scrubEchoes(text: string, values: EchoValues): string {
   for (const name of values.names ?? []) for (const w of wordsOf(name)) if (w.length >= 2) nameWords.add(w);
   if (phrases.size === 0 && nameWords.size === 0) return out;
 
-  const spans = [...out.matchAll(WORD)].map((m) => ({ start: m.index, end: m.index + m[0].length, word: m[0].toLowerCase() }));
+  const spans = [...out.matchAll(WORD)].map((m) => ({
+    start: m.index,
+    end: m.index + m[0].length,
+    word: m[0].toLowerCase(),
+  }));
   const hit = spans.map((s) => nameWords.has(s.word));
   for (const n of lengths) {
     for (let i = 0; i + n <= spans.length; i++) {
-      if (!phrases.has(spans.slice(i, i + n).map((s) => s.word).join(' '))) continue;
+      if (
+        !phrases.has(
+          spans
+            .slice(i, i + n)
+            .map((s) => s.word)
+            .join(' '),
+        )
+      )
+        continue;
       for (let j = i; j < i + n; j++) hit[j] = true;
     }
   }

@@ -10,7 +10,17 @@
 // across the queue hop, as the messaging conventions recommend for fan-out). Attributes carry ids
 // and outcomes only — never a number, a name or transcript text.
 import { createHash, randomBytes } from 'node:crypto';
-import { context, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Link, type Span, type SpanContext } from '@opentelemetry/api';
+import {
+  context,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  TraceFlags,
+  type Attributes,
+  type Link,
+  type Span,
+  type SpanContext,
+} from '@opentelemetry/api';
 
 let tracingEnabled = false;
 let shutdownHook: (() => Promise<void>) | null = null;
@@ -41,15 +51,21 @@ export function tracingWanted(env: NodeJS.ProcessEnv): boolean {
  */
 export async function startTracing(env: NodeJS.ProcessEnv = process.env): Promise<boolean> {
   if (tracingEnabled || !tracingWanted(env)) return tracingEnabled;
-  const [{ BasicTracerProvider, BatchSpanProcessor }, { OTLPTraceExporter }, { resourceFromAttributes }, { AsyncLocalStorageContextManager }, { registerInstrumentations }, { UndiciInstrumentation }] =
-    await Promise.all([
-      import('@opentelemetry/sdk-trace-base'),
-      import('@opentelemetry/exporter-trace-otlp-http'),
-      import('@opentelemetry/resources'),
-      import('@opentelemetry/context-async-hooks'),
-      import('@opentelemetry/instrumentation'),
-      import('@opentelemetry/instrumentation-undici'),
-    ]);
+  const [
+    { BasicTracerProvider, BatchSpanProcessor },
+    { OTLPTraceExporter },
+    { resourceFromAttributes },
+    { AsyncLocalStorageContextManager },
+    { registerInstrumentations },
+    { UndiciInstrumentation },
+  ] = await Promise.all([
+    import('@opentelemetry/sdk-trace-base'),
+    import('@opentelemetry/exporter-trace-otlp-http'),
+    import('@opentelemetry/resources'),
+    import('@opentelemetry/context-async-hooks'),
+    import('@opentelemetry/instrumentation'),
+    import('@opentelemetry/instrumentation-undici'),
+  ]);
   const provider = new BasicTracerProvider({
     resource: resourceFromAttributes({ 'service.name': env.OTEL_SERVICE_NAME || 'callsync' }),
     idGenerator: {
@@ -104,16 +120,36 @@ function derivedSpanId(traceId: string, role: string): string {
 }
 
 function linkTo(traceId: string, role: string): Link {
-  const spanContext: SpanContext = { traceId, spanId: derivedSpanId(traceId, role), traceFlags: TraceFlags.SAMPLED, isRemote: true };
+  const spanContext: SpanContext = {
+    traceId,
+    spanId: derivedSpanId(traceId, role),
+    traceFlags: TraceFlags.SAMPLED,
+    isRemote: true,
+  };
   return { context: spanContext };
 }
 
 /** A span of a call's trace (trace id: its call hash), started now or at `startTime`. */
-function startCallSpan(callHash: string, name: string, kind: SpanKind, attributes: Attributes, options: { role?: string; links?: Link[]; startTime?: number }): Span {
-  forced = { traceId: callHash, spanId: options.role ? derivedSpanId(callHash, options.role) : randomBytes(8).toString('hex') };
+function startCallSpan(
+  callHash: string,
+  name: string,
+  kind: SpanKind,
+  attributes: Attributes,
+  options: { role?: string; links?: Link[]; startTime?: number },
+): Span {
+  forced = {
+    traceId: callHash,
+    spanId: options.role ? derivedSpanId(callHash, options.role) : randomBytes(8).toString('hex'),
+  };
   try {
     // A root of its own (no active parent), in the call's trace.
-    return trace.getTracer(TRACER).startSpan(name, { kind, attributes, links: options.links, startTime: options.startTime }, trace.deleteSpan(context.active()));
+    return trace
+      .getTracer(TRACER)
+      .startSpan(
+        name,
+        { kind, attributes, links: options.links, startTime: options.startTime },
+        trace.deleteSpan(context.active()),
+      );
   } finally {
     forced = null;
   }
@@ -122,33 +158,58 @@ function startCallSpan(callHash: string, name: string, kind: SpanKind, attribute
 const isHash = (id: string) => /^[0-9a-f]{32}$/.test(id);
 
 /** The ingress accepted (or spooled, or found a duplicate of) a call: its span, from `startedAt` to now. */
-export function traceAccepted(callHash: string, attributes: { source: string; jobId: string; revision: string; spooled?: boolean }, startedAt: number): void {
+export function traceAccepted(
+  callHash: string,
+  attributes: { source: string; jobId: string; revision: string; spooled?: boolean },
+  startedAt: number,
+): void {
   if (!tracingEnabled || !isHash(callHash)) return;
   const span = startCallSpan(
     callHash,
     'callsync.ingress accept',
     SpanKind.SERVER,
-    { 'callsync.call.hash': callHash, 'callsync.source': attributes.source, 'callsync.ack_id': attributes.jobId, 'callsync.revision': attributes.revision, 'callsync.spooled': attributes.spooled === true },
+    {
+      'callsync.call.hash': callHash,
+      'callsync.source': attributes.source,
+      'callsync.ack_id': attributes.jobId,
+      'callsync.revision': attributes.revision,
+      'callsync.spooled': attributes.spooled === true,
+    },
     { role: 'ingress', startTime: startedAt },
   );
   span.end();
 }
 
 /** The fan-out queued the call's sink jobs: its span, linked to the ingress span. */
-export function traceFannedOut(callHash: string, attributes: { jobId: string; sinks: string[]; routes: string[] }, startedAt: number): void {
+export function traceFannedOut(
+  callHash: string,
+  attributes: { jobId: string; sinks: string[]; routes: string[] },
+  startedAt: number,
+): void {
   if (!tracingEnabled || !isHash(callHash)) return;
   const span = startCallSpan(
     callHash,
     'callsync.fanout',
     SpanKind.CONSUMER,
-    { 'callsync.call.hash': callHash, 'callsync.job_id': attributes.jobId, 'callsync.sinks': attributes.sinks, 'callsync.routes': attributes.routes, 'messaging.operation.type': 'process' },
+    {
+      'callsync.call.hash': callHash,
+      'callsync.job_id': attributes.jobId,
+      'callsync.sinks': attributes.sinks,
+      'callsync.routes': attributes.routes,
+      'messaging.operation.type': 'process',
+    },
     { role: 'fanout', links: [linkTo(callHash, 'ingress')], startTime: startedAt },
   );
   span.end();
 }
 
 /** An attempt of a sink job: runs `work` inside its span (outbound requests become its children), linked to the fan-out span. */
-export async function traceAttempt<T>(callHash: string, attributes: { sink: string; endpoint?: string; jobId: string; attempt: number }, work: () => Promise<T>, outcome: (result: T) => { outcome: string; skip?: string }): Promise<T> {
+export async function traceAttempt<T>(
+  callHash: string,
+  attributes: { sink: string; endpoint?: string; jobId: string; attempt: number },
+  work: () => Promise<T>,
+  outcome: (result: T) => { outcome: string; skip?: string },
+): Promise<T> {
   if (!tracingEnabled || !isHash(callHash)) return work();
   const span = startCallSpan(
     callHash,

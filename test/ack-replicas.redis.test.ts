@@ -15,7 +15,8 @@ import { archivedRecords } from './support/s3.js';
 
 type Replicated = Awaited<ReturnType<typeof startReplicatedRedis>>;
 
-const post = (cs: TestCallsync, callId: string) => postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(callId));
+const post = (cs: TestCallsync, callId: string) =>
+  postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(callId));
 
 async function archived(dir: string): Promise<number> {
   const files = (await readdir(join(dir, 'transcripts'), { recursive: true }).catch(() => [])).map(String);
@@ -51,7 +52,10 @@ describe('ACK_REPLICAS on a master with one replica', () => {
     const prefix = uniquePrefix('ack');
     const cs = await start({ ACK_REPLICAS: '1', QUEUE_PREFIX: prefix });
     const results = await Promise.all(['a1', 'a2', 'a3', 'a4', 'a5'].map((id) => post(cs, id)));
-    assert.deepEqual(results.map((r) => r.status), [202, 202, 202, 202, 202]);
+    assert.deepEqual(
+      results.map((r) => r.status),
+      [202, 202, 202, 202, 202],
+    );
     for (const id of ['a1', 'a2', 'a3', 'a4', 'a5']) assert.ok(await onReplica(prefix, id), `${id} is on the replica`);
   });
 
@@ -65,10 +69,13 @@ describe('ACK_REPLICAS on a master with one replica', () => {
     // Asked again while the replica still hangs: the call is a duplicate on the master now, and still not acknowledged.
     assert.equal((await post(cs, 'stalled-1')).status, 503, 'a duplicate is not acknowledged on one copy either');
     redis.replica.resume();
-    const again = await waitFor(async () => {
-      const r = await post(cs, 'stalled-1');
-      return r.status === 202 ? r : null;
-    }, { what: '202 once the replica confirms', timeoutMs: 15_000, intervalMs: 200 });
+    const again = await waitFor(
+      async () => {
+        const r = await post(cs, 'stalled-1');
+        return r.status === 202 ? r : null;
+      },
+      { what: '202 once the replica confirms', timeoutMs: 15_000, intervalMs: 200 },
+    );
     assert.equal(again.body.duplicate, true, 'the master had it already');
     assert.ok(await onReplica(prefix, 'stalled-1'), 'and the replica has it now');
     await waitFor(async () => (await archived(dir)) === before + 1, { what: 'archived', timeoutMs: 20_000 });
@@ -78,12 +85,26 @@ describe('ACK_REPLICAS on a master with one replica', () => {
     const prefix = uniquePrefix('ack');
     // Two ingress processes on one Redis: the first stores the call (and is refused 503 for want
     // of a replica); the second, whose connection wrote nothing yet, sees a duplicate.
-    const first = await start({ ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '300', QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'ingress' });
-    const second = await start({ ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '300', QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'ingress' });
+    const first = await start({
+      ACK_REPLICAS: '1',
+      ACK_REPLICAS_TIMEOUT_MS: '300',
+      QUEUE_PREFIX: prefix,
+      CALLSYNC_ROLE: 'ingress',
+    });
+    const second = await start({
+      ACK_REPLICAS: '1',
+      ACK_REPLICAS_TIMEOUT_MS: '300',
+      QUEUE_PREFIX: prefix,
+      CALLSYNC_ROLE: 'ingress',
+    });
     redis.replica.pause();
     assert.equal((await post(first, 'two-ingress')).status, 503);
     const dup = await post(second, 'two-ingress');
-    assert.equal(dup.status, 503, `the duplicate is not acknowledged while the replica lacks the first delivery: ${JSON.stringify(dup.body)}`);
+    assert.equal(
+      dup.status,
+      503,
+      `the duplicate is not acknowledged while the replica lacks the first delivery: ${JSON.stringify(dup.body)}`,
+    );
   });
 
   test('ACK_REPLICAS=0 (default): acknowledged without waiting for the replica, as before', async () => {
@@ -99,7 +120,13 @@ describe('ACK_REPLICAS on a master with one replica', () => {
     assert.equal((await post(cs, 'two-wanted')).status, 503);
     const spoolDir = await mkdtemp(join(tmpdir(), 'ack-spool-'));
     try {
-      const spooling = await start({ ACK_REPLICAS: '2', ACK_REPLICAS_TIMEOUT_MS: '200', QUEUE_PREFIX: uniquePrefix('ack'), SPOOL_ENABLED: 'true', SPOOL_DIR: spoolDir });
+      const spooling = await start({
+        ACK_REPLICAS: '2',
+        ACK_REPLICAS_TIMEOUT_MS: '200',
+        QUEUE_PREFIX: uniquePrefix('ack'),
+        SPOOL_ENABLED: 'true',
+        SPOOL_DIR: spoolDir,
+      });
       const res = await post(spooling, 'spooled');
       assert.equal(res.status, 202);
       assert.equal(res.body.spooled, true, `acknowledged from the spool: ${JSON.stringify(res.body)}`);

@@ -33,7 +33,10 @@ async function folder(): Promise<Backend> {
   return {
     env: { ARCHIVE_DIR: dir, ARCHIVE_S3_PREFIX: 'callsync/' },
     async list() {
-      return (await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => [])).filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name).slice(dir.length + 1)).sort();
+      return (await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []))
+        .filter((e) => e.isFile())
+        .map((e) => join(e.parentPath, e.name).slice(dir.length + 1))
+        .sort();
     },
     read: (key) => readFile(join(dir, key), 'utf8'),
     store: async () => new LocalFolderStore(dir),
@@ -48,12 +51,24 @@ async function s3(): Promise<Backend> {
     env: { ...server.env, ARCHIVE_S3_PREFIX: 'callsync/' },
     list: async () => (await server.list('callsync/')).sort(),
     read: async (key) => (await server.get(key)).body,
-    store: () => createObjectStore({ bucket: server.bucket, endpoint: server.env.S3_ENDPOINT, forcePathStyle: true, region: 'us-east-1', dir: '', accessKeyId: server.env.AWS_ACCESS_KEY_ID, secretAccessKey: server.env.AWS_SECRET_ACCESS_KEY }),
+    store: () =>
+      createObjectStore({
+        bucket: server.bucket,
+        endpoint: server.env.S3_ENDPOINT,
+        forcePathStyle: true,
+        region: 'us-east-1',
+        dir: '',
+        accessKeyId: server.env.AWS_ACCESS_KEY_ID,
+        secretAccessKey: server.env.AWS_SECRET_ACCESS_KEY,
+      }),
     close: () => server.destroy(),
   };
 }
 
-for (const [name, open] of [['a local folder', folder], ['S3 (s3rver)', s3]] as const) {
+for (const [name, open] of [
+  ['a local folder', folder],
+  ['S3 (s3rver)', s3],
+] as const) {
   describe(`an update that changes the start day: ${name}`, () => {
     let backend: Backend;
     let cs: TestCallsync;
@@ -79,25 +94,40 @@ for (const [name, open] of [['a local folder', folder], ['S3 (s3rver)', s3]] as 
       assert.notEqual(oldDay, newDay);
 
       assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, first)).status, 202);
-      const firstKeys = await waitFor(async () => {
-        const keys = (await backend.list()).filter((k) => k.includes(`/${oldDay}/`));
-        return keys.length === 3 ? keys : null;
-      }, { timeoutMs: 30_000, what: 'the first revision archived under its day' });
+      const firstKeys = await waitFor(
+        async () => {
+          const keys = (await backend.list()).filter((k) => k.includes(`/${oldDay}/`));
+          return keys.length === 3 ? keys : null;
+        },
+        { timeoutMs: 30_000, what: 'the first revision archived under its day' },
+      );
       assert.ok(firstKeys.some((k) => k.endsWith('.vcon.json')));
 
       const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, moved);
       assert.equal(res.status, 202);
       assert.equal(res.body.update, true, 'accepted as an update of the same call');
-      const record = await waitFor(async () => {
-        const json = (await backend.list()).find((k) => k.includes(`/${newDay}/`) && k.endsWith('.json') && !k.endsWith('.vcon.json'));
-        return json === undefined ? null : json;
-      }, { timeoutMs: 30_000, what: 'the update archived under the new day' });
+      const record = await waitFor(
+        async () => {
+          const json = (await backend.list()).find(
+            (k) => k.includes(`/${newDay}/`) && k.endsWith('.json') && !k.endsWith('.vcon.json'),
+          );
+          return json === undefined ? null : json;
+        },
+        { timeoutMs: 30_000, what: 'the update archived under the new day' },
+      );
       assert.match(await backend.read(record), /corrected/);
-      await waitFor(async () => (await backend.list()).every((k) => !k.includes(`/${oldDay}/`)), { timeoutMs: 30_000, what: 'the old day emptied' });
+      await waitFor(async () => (await backend.list()).every((k) => !k.includes(`/${oldDay}/`)), {
+        timeoutMs: 30_000,
+        what: 'the old day emptied',
+      });
 
       // One call, one place: three objects (record, text, vCon), all under the new day.
       const all = await backend.list();
-      assert.deepEqual(all.map((k) => k.replace(/\.(vcon\.json|json|txt)$/, '')).filter((v, i, a) => a.indexOf(v) === i).length, 1, all.join('\n'));
+      assert.deepEqual(
+        all.map((k) => k.replace(/\.(vcon\.json|json|txt)$/, '')).filter((v, i, a) => a.indexOf(v) === i).length,
+        1,
+        all.join('\n'),
+      );
       assert.equal(all.length, 3, all.join('\n'));
       assert.ok(all.every((k) => k.includes(`/${newDay}/`)));
 
@@ -107,12 +137,30 @@ for (const [name, open] of [['a local folder', folder], ['S3 (s3rver)', s3]] as 
       const quiet = { write: () => undefined };
       const store = await backend.store();
       const day = (d: string) => d.replaceAll('/', '-');
-      await replay(cs.config, null, { from: day(oldDay), to: day(oldDay), sink: 'archive', dryRun: true }, io, quiet, store);
+      await replay(
+        cs.config,
+        null,
+        { from: day(oldDay), to: day(oldDay), sink: 'archive', dryRun: true },
+        io,
+        quiet,
+        store,
+      );
       assert.match(lines.join('\n'), /dry run: 0 archived calls/, lines.join('\n'));
       lines.length = 0;
-      await replay(cs.config, null, { from: day(newDay), to: day(newDay), sink: 'archive', dryRun: true }, io, quiet, store);
+      await replay(
+        cs.config,
+        null,
+        { from: day(newDay), to: day(newDay), sink: 'archive', dryRun: true },
+        io,
+        quiet,
+        store,
+      );
       assert.match(lines.join('\n'), /dry run: 1 archived calls/, lines.join('\n'));
-      assert.ok(cs.logs.some((l) => l.msg === 'archived call moved to its new start day' && l.from === oldDay && l.to === newDay));
+      assert.ok(
+        cs.logs.some(
+          (l) => l.msg === 'archived call moved to its new start day' && l.from === oldDay && l.to === newDay,
+        ),
+      );
     });
   });
 }

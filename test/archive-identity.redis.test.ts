@@ -44,7 +44,10 @@ async function folder(): Promise<Backend> {
     env: { ARCHIVE_DIR: dir, ARCHIVE_S3_PREFIX: 'callsync/' },
     async list() {
       const files = (await readdir(join(dir, 'callsync/transcripts'), { recursive: true }).catch(() => [])).map(String);
-      return files.filter((f) => /\.(json|txt)$/.test(f)).map((f) => `callsync/transcripts/${f}`).sort();
+      return files
+        .filter((f) => /\.(json|txt)$/.test(f))
+        .map((f) => `callsync/transcripts/${f}`)
+        .sort();
     },
     read: (key) => readFile(join(dir, key), 'utf8'),
     async write(key, body) {
@@ -69,7 +72,10 @@ async function s3(): Promise<Backend> {
   };
 }
 
-for (const [name, open] of [['a local folder', folder], ['S3 (s3rver)', s3]] as const) {
+for (const [name, open] of [
+  ['a local folder', folder],
+  ['S3 (s3rver)', s3],
+] as const) {
   describe(`archive identity: ${name}`, () => {
     let backend: Backend;
     let cs: TestCallsync;
@@ -78,7 +84,10 @@ for (const [name, open] of [['a local folder', folder], ['S3 (s3rver)', s3]] as 
     before(async () => {
       backend = await open();
       cs = await startTestCallsync(backend.env);
-      archiveQueue = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: cs.prefix });
+      archiveQueue = new Queue<SinkDeliverJob>(sinkQueueName('archive'), {
+        connection: cs.redis.worker,
+        prefix: cs.prefix,
+      });
     });
     after(async () => {
       await archiveQueue.close();
@@ -94,14 +103,23 @@ for (const [name, open] of [['a local folder', folder], ['S3 (s3rver)', s3]] as 
         assert.equal(res.status, 202, `${agent}/${callId}`);
         assert.equal(res.body.duplicate, false, `${agent}/${callId} is a call of its own`);
       }
-      await waitFor(async () => (await completed()) >= posts.length, { what: 'every archive job done', timeoutMs: 30_000 });
+      await waitFor(async () => (await completed()) >= posts.length, {
+        what: 'every archive job done',
+        timeoutMs: 30_000,
+      });
 
       const keys = await backend.list();
       const json = keys.filter((k) => k.endsWith('.json') && !k.endsWith('.vcon.json'));
       assert.equal(json.length, posts.length, `one JSON object per call:\n${keys.join('\n')}`);
       assert.equal(keys.length, posts.length * 3, 'and one text object and one vCon per call');
-      const archived = await Promise.all(json.map(async (k) => JSON.parse(await backend.read(k)).call as { agentId: string; callId: string }));
-      assert.deepEqual(archived.map((c) => `${c.agentId} ${c.callId}`).sort(), posts.map(([a, c]) => `${a} ${c}`).sort(), 'each object holds its own call');
+      const archived = await Promise.all(
+        json.map(async (k) => JSON.parse(await backend.read(k)).call as { agentId: string; callId: string }),
+      );
+      assert.deepEqual(
+        archived.map((c) => `${c.agentId} ${c.callId}`).sort(),
+        posts.map(([a, c]) => `${a} ${c}`).sort(),
+        'each object holds its own call',
+      );
       // Each where the archive's layout says (the key the CRM links to and send-sample prints).
       for (const [agent, callId] of posts) {
         const call = normalizeWebhook(webhookPayload(callId), { agentId: agent, receivedAt: new Date() });
@@ -116,7 +134,11 @@ for (const [name, open] of [['a local folder', folder], ['S3 (s3rver)', s3]] as 
       const before = await completed();
       assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-a`, webhookPayload('upgraded-1'))).status, 202);
       await waitFor(async () => (await completed()) > before, { what: 'the archive job', timeoutMs: 30_000 });
-      assert.equal(JSON.parse(await backend.read(oldKey)).written, 'before the upgrade', 'the old object is neither moved nor overwritten');
+      assert.equal(
+        JSON.parse(await backend.read(oldKey)).written,
+        'before the upgrade',
+        'the old object is neither moved nor overwritten',
+      );
       const call = normalizeWebhook(webhookPayload('upgraded-1'), { agentId: 'agent-a', receivedAt: new Date() });
       const fresh = archiveKeys(call, 'callsync/').json;
       assert.notEqual(fresh, oldKey);

@@ -80,7 +80,17 @@ describe('backfill and replay', () => {
     api.addHistory(historyEntries('oct9', '2026-10-09', 7));
     // Outside every range asked for, and not calls: never accepted.
     api.addHistory(historyEntries('sep', '2026-09-01', 3));
-    api.addHistory([{ id: 'sms-1', type: 'SMS', source: '+4921155550100', target: '+4915100000001', direction: 'OUTGOING', status: 'PICKUP', created: '2026-10-05T10:00:00Z' }]);
+    api.addHistory([
+      {
+        id: 'sms-1',
+        type: 'SMS',
+        source: '+4921155550100',
+        target: '+4915100000001',
+        direction: 'OUTGOING',
+        status: 'PICKUP',
+        created: '2026-10-05T10:00:00Z',
+      },
+    ]);
     dir = await mkdtemp(join(tmpdir(), 'backfill-'));
     const configPath = join(dir, 'callsync.yaml');
     await writeFile(
@@ -107,7 +117,13 @@ routes:
       TELEPHONY_TOKEN_ID: 'token-id',
       TELEPHONY_TOKEN: 'token-secret',
     });
-    env = testEnv(cs.prefix, { ...s3.env, CALLSYNC_CONFIG: configPath, TELEPHONY_API_URL: api.url, TELEPHONY_TOKEN_ID: 'token-id', TELEPHONY_TOKEN: 'token-secret' });
+    env = testEnv(cs.prefix, {
+      ...s3.env,
+      CALLSYNC_CONFIG: configPath,
+      TELEPHONY_API_URL: api.url,
+      TELEPHONY_TOKEN_ID: 'token-id',
+      TELEPHONY_TOKEN: 'token-secret',
+    });
     redis = new Redis(REDIS_URL);
   });
 
@@ -122,10 +138,19 @@ routes:
     const before = api.requests.length;
     const r = await cli(['backfill', '--from', '2026-10-05', '--to', '2026-10-06', '--dry-run', '--page-size', '10']);
     assert.equal(r.code, 0, r.err);
-    assert.match(r.out, /dry run: 25 calls in 2026-10-05T00:00:00.000Z \.\. 2026-10-06T00:00:00.000Z would be accepted; nothing written/);
+    assert.match(
+      r.out,
+      /dry run: 25 calls in 2026-10-05T00:00:00.000Z \.\. 2026-10-06T00:00:00.000Z would be accepted; nothing written/,
+    );
     const pages = api.requests.slice(before).filter((q) => q.path === '/v2/history');
-    assert.deepEqual(pages.map((q) => q.query.offset), ['0', '10', '20']);
-    assert.deepEqual(pages.map((q) => q.query.types), ['CALL', 'CALL', 'CALL']);
+    assert.deepEqual(
+      pages.map((q) => q.query.offset),
+      ['0', '10', '20'],
+    );
+    assert.deepEqual(
+      pages.map((q) => q.query.types),
+      ['CALL', 'CALL', 'CALL'],
+    );
     assert.equal(await redis.xlen(inboundStreamKey(cs.prefix)), 0);
   });
 
@@ -137,15 +162,23 @@ routes:
     assert.match(r.out, /^backfill: 10\/25 /m);
     assert.doesNotMatch(r.out, /\r/);
     await waitFor(() => hook.records.size >= 25, { what: '25 webhooks', timeoutMs: 60_000 });
-    const keys = await waitFor(async () => {
-      const k = (await s3.list('transcripts/2026/10/05/')).filter((x) => x.endsWith('.json') && !x.endsWith('.vcon.json'));
-      return k.length >= 25 ? k : null;
-    }, { what: '25 archived records', timeoutMs: 60_000 });
+    const keys = await waitFor(
+      async () => {
+        const k = (await s3.list('transcripts/2026/10/05/')).filter(
+          (x) => x.endsWith('.json') && !x.endsWith('.vcon.json'),
+        );
+        return k.length >= 25 ? k : null;
+      },
+      { what: '25 archived records', timeoutMs: 60_000 },
+    );
     assert.equal(keys.length, 25);
     const records = await Promise.all(keys.map(async (k) => JSON.parse((await s3.get(k)).body).call));
     const byId = new Map(records.map((c) => [c.eventId, c]));
     assert.deepEqual(
-      [0, 1, 2, 3].map((i) => { const c = byId.get(`oct5-${i}`); return [c.source, c.key, c.direction, c.outcome, c.callId]; }),
+      [0, 1, 2, 3].map((i) => {
+        const c = byId.get(`oct5-${i}`);
+        return [c.source, c.key, c.direction, c.outcome, c.callId];
+      }),
       [
         ['history', 'history:-:oct5-0', 'in', 'answered', 'call-oct5-0'],
         ['history', 'history:-:oct5-1', 'out', 'missed', 'call-oct5-1'],
@@ -180,7 +213,10 @@ routes:
     const options = { from: '2026-10-06T00:00:00.000Z', to: '2026-10-07T00:00:00.000Z', dryRun: false, pageSize: 10 };
     const conn = new Redis(REDIS_URL);
     try {
-      await assert.rejects(backfill(config, conn, options, io, { isTTY: false, write: () => undefined }, interrupted), /interrupted/);
+      await assert.rejects(
+        backfill(config, conn, options, io, { isTTY: false, write: () => undefined }, interrupted),
+        /interrupted/,
+      );
       assert.equal(await conn.hget(backfillCursorKey(cs.prefix, options), 'offset'), '20');
     } finally {
       conn.disconnect();
@@ -190,10 +226,19 @@ routes:
     assert.equal(r.code, 0, r.err);
     assert.match(r.out, /resuming the backfill of 2026-10-06T00:00:00.000Z \.\. 2026-10-07T00:00:00.000Z at entry 20/);
     assert.match(r.out, /backfill done: 3 entries read, 3 accepted, 0 updates, 0 duplicates/);
-    assert.deepEqual(api.requests.slice(before).filter((q) => q.path === '/v2/history').map((q) => q.query.offset), ['20']);
+    assert.deepEqual(
+      api.requests
+        .slice(before)
+        .filter((q) => q.path === '/v2/history')
+        .map((q) => q.query.offset),
+      ['20'],
+    );
     // Done: the cursor is gone; every one of the 23 calls arrived once.
     assert.equal(await redis.exists(backfillCursorKey(cs.prefix, options)), 0);
-    await waitFor(() => [...hook.records.values()].filter((x) => x.callId.startsWith('call-oct6-')).length >= 23, { what: '23 webhooks', timeoutMs: 60_000 });
+    await waitFor(() => [...hook.records.values()].filter((x) => x.callId.startsWith('call-oct6-')).length >= 23, {
+      what: '23 webhooks',
+      timeoutMs: 60_000,
+    });
     assert.equal([...hook.records.values()].filter((x) => x.callId.startsWith('call-oct6-')).length, 23);
   });
 
@@ -216,30 +261,101 @@ routes:
 
   test('replay queues the archived calls of a range to one sink, old-layout names too; a second replay adds nothing', async () => {
     // An AI-agent call archived the same day, and a record of the older layout (`<callId>.json`).
-    const posted = await postJson(`${cs.url}/webhooks/ai-agent/agent-7`, webhookPayload('ai-oct5', (p) => ((p.call.startTime = Date.parse('2026-10-05T12:00:00Z')), (p.call.endTime = Date.parse('2026-10-05T12:01:00Z')))));
+    const posted = await postJson(
+      `${cs.url}/webhooks/ai-agent/agent-7`,
+      webhookPayload(
+        'ai-oct5',
+        (p) => (
+          (p.call.startTime = Date.parse('2026-10-05T12:00:00Z')),
+          (p.call.endTime = Date.parse('2026-10-05T12:01:00Z'))
+        ),
+      ),
+    );
     assert.equal(posted.status, 202);
-    await waitFor(async () => (await s3.list('transcripts/2026/10/05/')).filter((k) => k.endsWith('.json') && !k.endsWith('.vcon.json')).length >= 26, { what: 'the AI call archived', timeoutMs: 60_000 });
-    const old = { schema: 'callsync.archive.v1', call: { source: 'ai-agent', callId: 'old-1', agentId: 'agent-7', startedAt: '2026-10-05T13:00:00.000Z', direction: 'in', from: null, to: null, fromRaw: null, toRaw: null, endedAt: null, durationSec: null, outcome: 'answered', users: [], summary: null, scenarios: [], transcript: null, recordings: [], channelId: null, eventId: null, owner: null, forwarding: null, channel: null, payloadVersion: 'v1', receivedAt: '2026-10-05T13:00:00.000Z' }, original: {} };
-    await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: 'transcripts/2026/10/05/old-1.json', Body: JSON.stringify(old) }));
-    await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: 'transcripts/2026/10/05/garbage.json', Body: '{"not":"a call"}' }));
+    await waitFor(
+      async () =>
+        (await s3.list('transcripts/2026/10/05/')).filter((k) => k.endsWith('.json') && !k.endsWith('.vcon.json'))
+          .length >= 26,
+      { what: 'the AI call archived', timeoutMs: 60_000 },
+    );
+    const old = {
+      schema: 'callsync.archive.v1',
+      call: {
+        source: 'ai-agent',
+        callId: 'old-1',
+        agentId: 'agent-7',
+        startedAt: '2026-10-05T13:00:00.000Z',
+        direction: 'in',
+        from: null,
+        to: null,
+        fromRaw: null,
+        toRaw: null,
+        endedAt: null,
+        durationSec: null,
+        outcome: 'answered',
+        users: [],
+        summary: null,
+        scenarios: [],
+        transcript: null,
+        recordings: [],
+        channelId: null,
+        eventId: null,
+        owner: null,
+        forwarding: null,
+        channel: null,
+        payloadVersion: 'v1',
+        receivedAt: '2026-10-05T13:00:00.000Z',
+      },
+      original: {},
+    };
+    await s3.client.send(
+      new PutObjectCommand({ Bucket: s3.bucket, Key: 'transcripts/2026/10/05/old-1.json', Body: JSON.stringify(old) }),
+    );
+    await s3.client.send(
+      new PutObjectCommand({ Bucket: s3.bucket, Key: 'transcripts/2026/10/05/garbage.json', Body: '{"not":"a call"}' }),
+    );
     const lateBefore = late.records.size;
 
-    const agentOnly = await cli(['replay', '--from', '2026-10-05', '--to', '2026-10-05', '--sink', 'late', '--agent', 'agent-7', '--dry-run']);
+    const agentOnly = await cli([
+      'replay',
+      '--from',
+      '2026-10-05',
+      '--to',
+      '2026-10-05',
+      '--sink',
+      'late',
+      '--agent',
+      'agent-7',
+      '--dry-run',
+    ]);
     assert.equal(agentOnly.code, 0, agentOnly.err);
-    assert.match(agentOnly.out, /dry run: 2 archived calls of 2026-10-05 \.\. 2026-10-05 in s3:\/\/callsync-test would be queued to sink late, 25 of other agents left out, 1 unreadable; nothing queued/);
+    assert.match(
+      agentOnly.out,
+      /dry run: 2 archived calls of 2026-10-05 \.\. 2026-10-05 in s3:\/\/callsync-test would be queued to sink late, 25 of other agents left out, 1 unreadable; nothing queued/,
+    );
 
     const r = await cli(['replay', '--from', '2026-10-04', '--to', '2026-10-06', '--sink', 'late']);
     assert.equal(r.code, 0, r.err);
     // 25 + 1 + 1 of Oct 5, 23 of Oct 6 (Oct 9 went to `late` only, never archived).
-    assert.match(r.out, /replay done: 51 records read from s3:\/\/callsync-test, 50 queued to sink late, 0 replayed before, 1 unreadable/);
+    assert.match(
+      r.out,
+      /replay done: 51 records read from s3:\/\/callsync-test, 50 queued to sink late, 0 replayed before, 1 unreadable/,
+    );
     assert.match(r.err, /skipped transcripts\/2026\/10\/05\/garbage.json: not an archived call record/);
     await waitFor(() => late.records.size >= lateBefore + 50, { what: '50 replayed webhooks', timeoutMs: 90_000 });
     assert.ok(late.byCall.has('old-1'));
     assert.ok(late.byCall.has('ai-oct5'));
     // The sink's rate limit held (10 a second): the jobs went through its queue and worker, so no 21
     // deliveries fall within one second (without the limiter all 50 arrive within a fraction of one).
-    const times = [...late.records.values()].map((x) => x.firstAt).sort((a, b) => a - b).slice(lateBefore);
-    for (let i = 0; i + 20 < times.length; i++) assert.ok(times[i + 20]! - times[i]! >= 900, `deliveries ${i}..${i + 20} within ${times[i + 20]! - times[i]!} ms`);
+    const times = [...late.records.values()]
+      .map((x) => x.firstAt)
+      .sort((a, b) => a - b)
+      .slice(lateBefore);
+    for (let i = 0; i + 20 < times.length; i++)
+      assert.ok(
+        times[i + 20]! - times[i]! >= 900,
+        `deliveries ${i}..${i + 20} within ${times[i + 20]! - times[i]!} ms`,
+      );
 
     const again = await cli(['replay', '--from', '2026-10-04', '--to', '2026-10-06', '--sink', 'late']);
     assert.match(again.out, /0 queued to sink late, 50 replayed before/);
@@ -258,10 +374,31 @@ routes:
     const vcon = {
       uuid: '019f15a6-a752-826f-b9a2-279e0d16bc46',
       created_at: '2026-10-07T09:05:00Z',
-      parties: [{ tel: '+4921155550100', name: 'Alice' }, { tel: '+4915112345678', name: 'Bob' }],
+      parties: [
+        { tel: '+4921155550100', name: 'Alice' },
+        { tel: '+4915112345678', name: 'Bob' },
+      ],
       dialog: [
-        { type: 'text', start: '2026-10-07T09:00:00Z', duration: 3, parties: [0, 1], originator: 0, mediatype: 'text/plain', encoding: 'none', body: 'I need an appointment.' },
-        { type: 'text', start: '2026-10-07T09:00:04Z', duration: 2, parties: [0, 1], originator: 1, mediatype: 'text/plain', encoding: 'none', body: 'Tuesday at ten?' },
+        {
+          type: 'text',
+          start: '2026-10-07T09:00:00Z',
+          duration: 3,
+          parties: [0, 1],
+          originator: 0,
+          mediatype: 'text/plain',
+          encoding: 'none',
+          body: 'I need an appointment.',
+        },
+        {
+          type: 'text',
+          start: '2026-10-07T09:00:04Z',
+          duration: 2,
+          parties: [0, 1],
+          originator: 1,
+          mediatype: 'text/plain',
+          encoding: 'none',
+          body: 'Tuesday at ten?',
+        },
       ],
       analysis: [
         { type: 'summary', dialog: [0, 1], vendor: 'acme', encoding: 'none', body: 'Appointment on Tuesday.' },
@@ -271,29 +408,49 @@ routes:
     };
     const posted = await postJson(`${cs.url}/webhooks/ai-agent/agent-v`, vcon);
     assert.equal(posted.status, 202, JSON.stringify(posted.body));
-    const keys = await waitFor(async () => {
-      const k = (await s3.list('transcripts/2026/10/07/')).filter((x) => x.startsWith('transcripts/2026/10/07/019f15a6'));
-      return k.length >= 3 ? k : null;
-    }, { what: 'the vCon call archived', timeoutMs: 60_000 });
+    const keys = await waitFor(
+      async () => {
+        const k = (await s3.list('transcripts/2026/10/07/')).filter((x) =>
+          x.startsWith('transcripts/2026/10/07/019f15a6'),
+        );
+        return k.length >= 3 ? k : null;
+      },
+      { what: 'the vCon call archived', timeoutMs: 60_000 },
+    );
     assert.deepEqual(keys.map((k) => k.replace(/^.*-[0-9a-f]{16}/, '')).sort(), ['.json', '.txt', '.vcon.json']);
     const record = JSON.parse((await s3.get(keys.find((k) => k.endsWith('.json') && !k.endsWith('.vcon.json'))!)).body);
     assert.equal(record.call.callId, vcon.uuid);
     assert.equal(record.call.agentId, 'agent-v');
-    assert.deepEqual(record.call.transcript.chunks.map((c: { speaker: string; content: string }) => [c.speaker, c.content]), [['caller', 'I need an appointment.'], ['callee', 'Tuesday at ten?']]);
+    assert.deepEqual(
+      record.call.transcript.chunks.map((c: { speaker: string; content: string }) => [c.speaker, c.content]),
+      [
+        ['caller', 'I need an appointment.'],
+        ['callee', 'Tuesday at ten?'],
+      ],
+    );
     assert.equal(record.call.summary.content, 'Appointment on Tuesday.');
     const written = JSON.parse((await s3.get(keys.find((k) => k.endsWith('.vcon.json'))!)).body);
     assert.equal(written.uuid, vcon.uuid);
-    assert.deepEqual(written.dialog.map((d: { body: string }) => d.body), ['I need an appointment.', 'Tuesday at ten?']);
+    assert.deepEqual(
+      written.dialog.map((d: { body: string }) => d.body),
+      ['I need an appointment.', 'Tuesday at ten?'],
+    );
     assert.deepEqual(written.analysis.find((a: { type: string }) => a.type === 'topics').body, ['appointment']);
     // A vCon that cannot be a call is a 400 with the spec's error body, never a 5xx.
-    const bad = await postJson(`${cs.url}/webhooks/ai-agent/agent-v`, { uuid: 'x', parties: [], dialog: [{ type: 'text' }] });
+    const bad = await postJson(`${cs.url}/webhooks/ai-agent/agent-v`, {
+      uuid: 'x',
+      parties: [],
+      dialog: [{ type: 'text' }],
+    });
     assert.equal(bad.status, 400);
     assert.match(JSON.stringify(bad.body), /dialog\/0\/start/);
   });
 
   test('the S3 store lists every key across ListObjectsV2 pages (continuation tokens)', async () => {
     const script = new URL('./support/s3-list-process.ts', import.meta.url).pathname;
-    const { stdout } = await run(process.execPath, ['--openssl-legacy-provider', '--import', 'tsx', script], { timeout: 60_000 });
+    const { stdout } = await run(process.execPath, ['--openssl-legacy-provider', '--import', 'tsx', script], {
+      timeout: 60_000,
+    });
     const { pages, keys, expected } = JSON.parse(stdout) as { pages: number; keys: string[]; expected: string[] };
     assert.deepEqual(keys, expected);
     assert.equal(pages, 3);

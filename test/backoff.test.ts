@@ -11,9 +11,18 @@ const high = () => 1;
 
 describe('backoffDelay', () => {
   test('doubles from the base each attempt; the random half spans [capped/2, capped]', () => {
-    assert.deepEqual([1, 2, 3, 4, 5].map((n) => backoffDelay(n, 1000, 1_000_000, high)), [1000, 2000, 4000, 8000, 16_000]);
-    assert.deepEqual([1, 2, 3, 4, 5].map((n) => backoffDelay(n, 1000, 1_000_000, low)), [500, 1000, 2000, 4000, 8000]);
-    assert.equal(backoffDelay(3, 1000, 1_000_000, () => 0.5), 3000);
+    assert.deepEqual(
+      [1, 2, 3, 4, 5].map((n) => backoffDelay(n, 1000, 1_000_000, high)),
+      [1000, 2000, 4000, 8000, 16_000],
+    );
+    assert.deepEqual(
+      [1, 2, 3, 4, 5].map((n) => backoffDelay(n, 1000, 1_000_000, low)),
+      [500, 1000, 2000, 4000, 8000],
+    );
+    assert.equal(
+      backoffDelay(3, 1000, 1_000_000, () => 0.5),
+      3000,
+    );
   });
 
   test('never exceeds the cap, also for attempts whose power overflows', () => {
@@ -41,14 +50,23 @@ describe('backoffDelay', () => {
 describe('scheduleDelay', () => {
   test('follows the schedule, the last delay repeating, with up to a tenth of jitter on top', () => {
     const schedule = [5000, 300_000, 1_800_000];
-    assert.deepEqual([1, 2, 3, 4, 9].map((n) => scheduleDelay(n, schedule, low)), [5000, 300_000, 1_800_000, 1_800_000, 1_800_000]);
-    assert.deepEqual([1, 2, 3].map((n) => scheduleDelay(n, schedule, high)), [5500, 330_000, 1_980_000]);
+    assert.deepEqual(
+      [1, 2, 3, 4, 9].map((n) => scheduleDelay(n, schedule, low)),
+      [5000, 300_000, 1_800_000, 1_800_000, 1_800_000],
+    );
+    assert.deepEqual(
+      [1, 2, 3].map((n) => scheduleDelay(n, schedule, high)),
+      [5500, 330_000, 1_980_000],
+    );
     for (const attempt of [0, -3]) assert.equal(scheduleDelay(attempt, schedule, low), 5000);
     assert.equal(scheduleDelay(4, [], high), 0);
   });
 
   test('the Standard Webhooks default spans three days over ten attempts', () => {
-    const total = STANDARD_WEBHOOKS_SCHEDULE.reduce((sum, _d, i) => sum + scheduleDelay(i + 1, STANDARD_WEBHOOKS_SCHEDULE, low), 0);
+    const total = STANDARD_WEBHOOKS_SCHEDULE.reduce(
+      (sum, _d, i) => sum + scheduleDelay(i + 1, STANDARD_WEBHOOKS_SCHEDULE, low),
+      0,
+    );
     assert.equal(STANDARD_WEBHOOKS_SCHEDULE.length + 1, 10);
     // The spec's table: the last attempt 75:35:05 after the first.
     assert.equal(total, ((75 * 60 + 35) * 60 + 5) * 1000);

@@ -34,17 +34,25 @@ describe('GET /api/calls', () => {
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'calls-api-'));
-    cs = await startOpsCallsync({ ARCHIVE_DIR: dir, ADMIN_TOKEN: TOKEN }, { sinks: new Map([['archive', new ApiSink()]]) });
+    cs = await startOpsCallsync(
+      { ARCHIVE_DIR: dir, ADMIN_TOKEN: TOKEN },
+      { sinks: new Map([['archive', new ApiSink()]]) },
+    );
     for (const id of ['api-ok-1', 'api-bad-1']) {
       const r = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id));
       assert.equal(r.status, 202);
     }
-    await waitFor(async () => {
-      const res = await get('/api/calls?since=1h');
-      if (res.status !== 200) return false;
-      const body = (await res.json()) as { calls: { sinks: Record<string, string> }[] };
-      return body.calls.length === 2 && body.calls.every((c) => c.sinks.archive === 'done' || c.sinks.archive === 'failed');
-    }, { timeoutMs: 20_000, what: 'both calls settled' });
+    await waitFor(
+      async () => {
+        const res = await get('/api/calls?since=1h');
+        if (res.status !== 200) return false;
+        const body = (await res.json()) as { calls: { sinks: Record<string, string> }[] };
+        return (
+          body.calls.length === 2 && body.calls.every((c) => c.sinks.archive === 'done' || c.sinks.archive === 'failed')
+        );
+      },
+      { timeoutMs: 20_000, what: 'both calls settled' },
+    );
   });
   after(async () => {
     await cs?.stop();
@@ -52,13 +60,25 @@ describe('GET /api/calls', () => {
   });
 
   test('lists calls of a range, filtered by sink state; no credentials: 401', async () => {
-    const failed = (await (await get('/api/calls?since=1h&status=failed&sink=archive')).json()) as { calls: { callId: string; sinks: Record<string, string>; reasons: Record<string, string> }[] };
-    assert.deepEqual(failed.calls.map((c) => c.callId), ['api-bad-1']);
+    const failed = (await (await get('/api/calls?since=1h&status=failed&sink=archive')).json()) as {
+      calls: { callId: string; sinks: Record<string, string>; reasons: Record<string, string> }[];
+    };
+    assert.deepEqual(
+      failed.calls.map((c) => c.callId),
+      ['api-bad-1'],
+    );
     assert.match(failed.calls[0]!.reasons.archive!, /remote refused the record/);
-    const done = (await (await get('/api/calls?since=1h&status=done')).json()) as { calls: { callId: string; from: string }[] };
-    assert.deepEqual(done.calls.map((c) => c.callId), ['api-ok-1']);
+    const done = (await (await get('/api/calls?since=1h&status=done')).json()) as {
+      calls: { callId: string; from: string }[];
+    };
+    assert.deepEqual(
+      done.calls.map((c) => c.callId),
+      ['api-ok-1'],
+    );
     assert.equal(done.calls[0]!.from, '+49211****340');
-    const byNumber = (await (await get(`/api/calls?since=1h&number=${encodeURIComponent('+492116355340')}`)).json()) as { calls: unknown[] };
+    const byNumber = (await (
+      await get(`/api/calls?since=1h&number=${encodeURIComponent('+492116355340')}`)
+    ).json()) as { calls: unknown[] };
     assert.equal(byNumber.calls.length, 2);
 
     const anonymous = await get('/api/calls?since=1h', {});
@@ -69,12 +89,19 @@ describe('GET /api/calls', () => {
   test('one call by call id or number: its timeline; unknown: 404; bad parameters: 400 with the error body', async () => {
     const res = await get('/api/calls/api-ok-1');
     assert.equal(res.status, 200);
-    const body = (await res.json()) as { calls: { callId: string; entries: { event: string; refs?: Record<string, string> }[] }[] };
+    const body = (await res.json()) as {
+      calls: { callId: string; entries: { event: string; refs?: Record<string, string> }[] }[];
+    };
     assert.equal(body.calls.length, 1);
-    assert.deepEqual(body.calls[0]!.entries.map((e) => e.event), ['received', 'fanned-out', 'attempt', 'done']);
+    assert.deepEqual(
+      body.calls[0]!.entries.map((e) => e.event),
+      ['received', 'fanned-out', 'attempt', 'done'],
+    );
     assert.equal(body.calls[0]!.entries[3]!.refs?.objectKey, 'calls/api-ok-1.json');
     assert.ok(!JSON.stringify(body).includes('6355340'), 'no number in clear');
-    const byNumber = (await (await get(`/api/calls/${encodeURIComponent('+492116355340')}`)).json()) as { calls: unknown[] };
+    const byNumber = (await (await get(`/api/calls/${encodeURIComponent('+492116355340')}`)).json()) as {
+      calls: unknown[];
+    };
     assert.equal(byNumber.calls.length, 2);
 
     const missing = await get('/api/calls/no-such-call');

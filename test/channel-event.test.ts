@@ -81,7 +81,10 @@ describe('normalizeChannelEvent', () => {
 
   it('outgoing: from is the channel number, to the remote party (caller -> callee, as sent)', () => {
     const call = normalizeChannelEvent(
-      channelEvent({ eventId: 'ev-2', call: { direction: 'OUTGOING', from: '+4930987654', to: '0049 151 2345678', owner: 'user-1' } }),
+      channelEvent({
+        eventId: 'ev-2',
+        call: { direction: 'OUTGOING', from: '+4930987654', to: '0049 151 2345678', owner: 'user-1' },
+      }),
       receivedAt,
     );
     assert.equal(call.direction, 'out');
@@ -104,7 +107,10 @@ describe('normalizeChannelEvent', () => {
 
   it('an event of a running call has no end', () => {
     const call = normalizeChannelEvent(
-      channelEvent({ eventId: 'ev-4', call: { state: 'RINGING', establishedAt: null, terminatedAt: null, owner: null } }),
+      channelEvent({
+        eventId: 'ev-4',
+        call: { state: 'RINGING', establishedAt: null, terminatedAt: null, owner: null },
+      }),
       receivedAt,
     );
     assert.equal(call.outcome, 'unknown');
@@ -120,8 +126,16 @@ describe('normalizeChannelEvent', () => {
   });
 
   it('the key uses the polled channel and the event id; the call id is the callSid', () => {
-    const a = normalizeChannelEvent(channelEvent({ eventId: 'ev-6', call: { callSid: 'same', channelId: null } }), receivedAt, { channelId: 'polled' });
-    const b = normalizeChannelEvent(channelEvent({ eventId: 'ev-7', call: { callSid: 'same', channelId: null } }), receivedAt, { channelId: 'polled' });
+    const a = normalizeChannelEvent(
+      channelEvent({ eventId: 'ev-6', call: { callSid: 'same', channelId: null } }),
+      receivedAt,
+      { channelId: 'polled' },
+    );
+    const b = normalizeChannelEvent(
+      channelEvent({ eventId: 'ev-7', call: { callSid: 'same', channelId: null } }),
+      receivedAt,
+      { channelId: 'polled' },
+    );
     assert.equal(a.key, 'channel:polled:ev-6');
     assert.equal(a.channelId, 'polled');
     assert.notEqual(a.key, b.key, 'two events of one call are two deliveries');
@@ -130,7 +144,11 @@ describe('normalizeChannelEvent', () => {
 
   it('falls back to establishedAt or createdAt for the start', () => {
     const call = normalizeChannelEvent(
-      channelEvent({ eventId: 'ev-8', createdAt: '2025-02-01T00:00:00Z', call: { startedAt: null, establishedAt: null } }),
+      channelEvent({
+        eventId: 'ev-8',
+        createdAt: '2025-02-01T00:00:00Z',
+        call: { startedAt: null, establishedAt: null },
+      }),
       receivedAt,
     );
     assert.equal(call.startedAt, '2025-02-01T00:00:00.000Z');
@@ -158,14 +176,23 @@ describe('outcomeOf', () => {
   ];
   for (const [state, established, owner, direction, expected] of cases) {
     it(`${state ?? '(no state)'} ${established ? 'established' : 'not established'} ${direction} owner=${owner} -> ${expected}`, () => {
-      assert.equal(outcomeOf({ state, establishedAt: established ? '2025-01-01T00:00:00Z' : null, owner, direction }), expected);
+      assert.equal(
+        outcomeOf({ state, establishedAt: established ? '2025-01-01T00:00:00Z' : null, owner, direction }),
+        expected,
+      );
     });
   }
 });
 
 describe('unusable events', () => {
   it('names the missing field and the event', () => {
-    const err = errorOf(() => normalizeChannelEvent({ eventId: 'ev-x', type: 'CALL', call: { direction: 'INCOMING', startedAt: '2025-01-01T00:00:00Z' } }, receivedAt, { channelId: 'c' }));
+    const err = errorOf(() =>
+      normalizeChannelEvent(
+        { eventId: 'ev-x', type: 'CALL', call: { direction: 'INCOMING', startedAt: '2025-01-01T00:00:00Z' } },
+        receivedAt,
+        { channelId: 'c' },
+      ),
+    );
     assert.equal(err.message, 'ChannelEvent ev-x: call.callSid: required field missing');
     assert.deepEqual(err.fields, ['call.callSid']);
     assert.equal(err.eventId, 'ev-x');
@@ -178,26 +205,46 @@ describe('unusable events', () => {
   });
 
   it('a bad direction, timestamp or recording type', () => {
-    assert.match(errorOf(() => normalizeChannelEvent(channelEvent({ eventId: 'a', call: { direction: 'SIDEWAYS' } }), receivedAt)).message, /call\.direction: Invalid option/);
-    assert.match(errorOf(() => normalizeChannelEvent(channelEvent({ eventId: 'b', call: { startedAt: 'yesterday' } }), receivedAt)).message, /call\.startedAt: expected an ISO-8601 timestamp/);
     assert.match(
-      errorOf(() => normalizeChannelEvent(channelEvent({ eventId: 'c', recordings: [{ downloadUrl: '/r', type: 'hologram' }] }), receivedAt)).message,
+      errorOf(() => normalizeChannelEvent(channelEvent({ eventId: 'a', call: { direction: 'SIDEWAYS' } }), receivedAt))
+        .message,
+      /call\.direction: Invalid option/,
+    );
+    assert.match(
+      errorOf(() => normalizeChannelEvent(channelEvent({ eventId: 'b', call: { startedAt: 'yesterday' } }), receivedAt))
+        .message,
+      /call\.startedAt: expected an ISO-8601 timestamp/,
+    );
+    assert.match(
+      errorOf(() =>
+        normalizeChannelEvent(
+          channelEvent({ eventId: 'c', recordings: [{ downloadUrl: '/r', type: 'hologram' }] }),
+          receivedAt,
+        ),
+      ).message,
       /recordings\.0\.type/,
     );
     assert.match(
-      errorOf(() => normalizeChannelEvent(channelEvent({ eventId: 'd', recordings: [{ type: 'voicemail' }] }), receivedAt)).message,
+      errorOf(() =>
+        normalizeChannelEvent(channelEvent({ eventId: 'd', recordings: [{ type: 'voicemail' }] }), receivedAt),
+      ).message,
       /recordings\.0\.downloadUrl: required field missing/,
     );
   });
 
   it('a CALL event without call, and not an object at all', () => {
-    assert.match(errorOf(() => normalizeChannelEvent({ eventId: 'e', type: 'CALL' }, receivedAt)).message, /ChannelEvent e: call: required field missing/);
+    assert.match(
+      errorOf(() => normalizeChannelEvent({ eventId: 'e', type: 'CALL' }, receivedAt)).message,
+      /ChannelEvent e: call: required field missing/,
+    );
     assert.match(errorOf(() => normalizeChannelEvent('garbage', receivedAt)).message, /expected an object, got string/);
     assert.match(errorOf(() => normalizeChannelEvent(null, receivedAt)).message, /got null/);
   });
 
   it('no channel anywhere', () => {
-    const err = errorOf(() => normalizeChannelEvent(channelEvent({ eventId: 'f', call: { channelId: null } }), receivedAt));
+    const err = errorOf(() =>
+      normalizeChannelEvent(channelEvent({ eventId: 'f', call: { channelId: null } }), receivedAt),
+    );
     assert.deepEqual(err.fields, ['call.channelId']);
   });
 
@@ -222,9 +269,18 @@ describe('unusable events', () => {
               direction: fc.oneof(fc.constantFrom('INCOMING', 'OUTGOING'), fc.string()),
               from: fc.oneof(fc.string(), fc.constant(null)),
               to: fc.oneof(fc.string(), fc.constant(null)),
-              startedAt: fc.oneof(fc.date({ noInvalidDate: true }).map((d) => d.toISOString()), fc.string()),
-              establishedAt: fc.oneof(fc.constant(null), fc.date({ noInvalidDate: true }).map((d) => d.toISOString())),
-              terminatedAt: fc.oneof(fc.constant(null), fc.date({ noInvalidDate: true }).map((d) => d.toISOString())),
+              startedAt: fc.oneof(
+                fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
+                fc.string(),
+              ),
+              establishedAt: fc.oneof(
+                fc.constant(null),
+                fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
+              ),
+              terminatedAt: fc.oneof(
+                fc.constant(null),
+                fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
+              ),
               state: fc.oneof(fc.constantFrom('FINISHED', 'MISSED', 'BUSY', 'RINGING'), fc.string(), fc.constant(null)),
               owner: fc.oneof(fc.string(), fc.constant(null)),
               forwarding: fc.oneof(fc.constant(null), fc.record({ target: fc.string(), type: fc.string() })),
@@ -232,7 +288,10 @@ describe('unusable events', () => {
             { requiredKeys: [] },
           ),
         ),
-        recordings: fc.oneof(fc.constant(null), fc.array(fc.record({ downloadUrl: fc.string(), type: fc.constantFrom('voicemail', 'x') }))),
+        recordings: fc.oneof(
+          fc.constant(null),
+          fc.array(fc.record({ downloadUrl: fc.string(), type: fc.constantFrom('voicemail', 'x') })),
+        ),
       },
       { requiredKeys: [] },
     );

@@ -36,7 +36,17 @@ describe('help', () => {
   test('the main help lists every command; every command has --help', async () => {
     const main = await cli(['--help']);
     assert.equal(main.code, 0);
-    for (const cmd of ['start', 'check-config', 'dlq', 'resume', 'send-sample', 'opt-out', 'backfill', 'replay', 'migrate-keys']) {
+    for (const cmd of [
+      'start',
+      'check-config',
+      'dlq',
+      'resume',
+      'send-sample',
+      'opt-out',
+      'backfill',
+      'replay',
+      'migrate-keys',
+    ]) {
       assert.match(main.out, new RegExp(`^  ${cmd}`, 'm'));
       const r = await cli([cmd, '--help']);
       assert.equal(r.code, 0, cmd);
@@ -59,7 +69,10 @@ describe('help', () => {
       [['backfill', '--to', '2026-10-02'], /--from is required/],
       [['backfill', '--from', 'last tuesday', '--to', '2026-10-02'], /--from must be an ISO-8601 date/],
       [['backfill', '--from', '2026-10-02', '--to', '2026-10-01'], /--from must be before --to/],
-      [['backfill', '--from', '2026-10-01', '--to', '2026-10-02', '--page-size', '0'], /--page-size must be a whole number from 1 to 1000/],
+      [
+        ['backfill', '--from', '2026-10-01', '--to', '2026-10-02', '--page-size', '0'],
+        /--page-size must be a whole number from 1 to 1000/,
+      ],
       [['replay', '--from', '2026-10-01', '--to', '2026-10-02'], /--sink is required/],
       [['replay', '--from', '2026-10-01', '--to', '2026-02-30', '--sink', 'x'], /--to must be a day YYYY-MM-DD/],
       [['replay', '--from', '2026-10-03', '--to', '2026-10-02', '--sink', 'x'], /--from must not be after --to/],
@@ -109,7 +122,11 @@ describe('check-config', () => {
     assert.match(r.out, /^configuration OK/);
     assert.match(r.out, /redis in use: configured, redis:\/\/127\.0\.0\.1:6379\/?: answers/);
     // A configured Redis nobody answers at: check-config connects, so it is a problem, and the password is never printed.
-    const wrong = await cli(['check-config'], { CALLSYNC_CONFIG: file, VAULT_SECRET: 'super-secret-value-1', REDIS_URL: 'redis://:redis-pass@127.0.0.1:1' });
+    const wrong = await cli(['check-config'], {
+      CALLSYNC_CONFIG: file,
+      VAULT_SECRET: 'super-secret-value-1',
+      REDIS_URL: 'redis://:redis-pass@127.0.0.1:1',
+    });
     assert.equal(wrong.code, 2);
     assert.match(wrong.out, /^problem: Redis unreachable \(configured, redis:\/\/:\*\*\*@127\.0\.0\.1:1/);
     assert.doesNotMatch(wrong.out + wrong.err, /redis-pass/);
@@ -148,7 +165,13 @@ describe('check-config', () => {
     for (const json of [false, true]) {
       const r = await cli(json ? ['check-config', '--json'] : ['check-config'], env);
       assert.equal(r.code, 0, r.err);
-      for (const secret of ['api-key-value-1618', 'acme-tenant-2718', 'hook-pass-3141', 'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'eyJhbGciOiJIUzI1NiJ9']) {
+      for (const secret of [
+        'api-key-value-1618',
+        'acme-tenant-2718',
+        'hook-pass-3141',
+        'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+        'eyJhbGciOiJIUzI1NiJ9',
+      ]) {
         assert.ok(!r.out.includes(secret), `${secret} is not printed (${json ? 'json' : 'text'}):\n${r.out}`);
       }
       assert.match(r.out, /X-Api-Key/, 'header names stay');
@@ -156,7 +179,10 @@ describe('check-config', () => {
     }
     // The same file without the secret: the sink could not start, so check-config does not say OK.
     const noSecret = join(dir, 'hook-no-secret.yaml');
-    await writeFile(noSecret, 'sinks:\n  crm-hook: { type: webhook, urls: ["https://crm.example.com/h"] }\nroutes:\n  - to: crm-hook\n');
+    await writeFile(
+      noSecret,
+      'sinks:\n  crm-hook: { type: webhook, urls: ["https://crm.example.com/h"] }\nroutes:\n  - to: crm-hook\n',
+    );
     const r = await cli(['check-config'], { CALLSYNC_CONFIG: noSecret });
     assert.equal(r.code, 2);
     assert.doesNotMatch(r.out, /configuration OK/);
@@ -193,9 +219,13 @@ describe('dlq and send-sample against a running callsync', () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-cli-dlq-'));
     cs = await startOpsCallsync({ ARCHIVE_DIR: dir }, { sinks: new Map([['archive', sink]]) });
     env = { QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir };
-    for (const id of ['gate-cli-1', 'gate-cli-2', 'gate-cli-3']) assert.equal((await postJson(`${cs.url}/webhooks/ai-agent`, webhookPayload(id))).status, 202);
+    for (const id of ['gate-cli-1', 'gate-cli-2', 'gate-cli-3'])
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent`, webhookPayload(id))).status, 202);
     const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
-    await waitFor(async () => (await archive.getFailedCount()) === 3, { timeoutMs: 20_000, what: 'three dead letters' });
+    await waitFor(async () => (await archive.getFailedCount()) === 3, {
+      timeoutMs: 20_000,
+      what: 'three dead letters',
+    });
   });
   after(async () => {
     await cs.stop();
@@ -208,7 +238,10 @@ describe('dlq and send-sample against a running callsync', () => {
     const lines = r.out.split('\n');
     assert.match(lines[0]!, /^QUEUE\s+ID\s+FAILED AT\s+TRIES\s+CALL\s+REASON$/);
     for (const id of ['gate-cli-1', 'gate-cli-2', 'gate-cli-3']) {
-      assert.ok(lines.some((l) => l.startsWith('sink-archive') && l.includes(id) && l.includes('field "subject" too long')), id);
+      assert.ok(
+        lines.some((l) => l.startsWith('sink-archive') && l.includes(id) && l.includes('field "subject" too long')),
+        id,
+      );
     }
     const json = JSON.parse((await cli(['dlq', 'list', '--queue', 'archive', '--json'], env)).out);
     assert.equal(json.length, 3);
@@ -227,8 +260,13 @@ describe('dlq and send-sample against a running callsync', () => {
     assert.match(lines[0]!, /^QUEUE\s+ID\s+FAILED AT\s+TRIES\s+CALL\s+REASON$/);
     assert.equal(lines.length, 2, r.out);
     assert.match(lines[1]!, /^sink-archive\s.*\sgate-cli-2\s+remote rejected the record/);
-    const json = JSON.parse((await cli(['dlq', 'list', '--call', 'gate-cli-3', '--queue', 'archive', '--json'], env)).out) as { call: string; queue: string }[];
-    assert.deepEqual(json.map((row) => [row.queue, row.call]), [['sink-archive', 'gate-cli-3']]);
+    const json = JSON.parse(
+      (await cli(['dlq', 'list', '--call', 'gate-cli-3', '--queue', 'archive', '--json'], env)).out,
+    ) as { call: string; queue: string }[];
+    assert.deepEqual(
+      json.map((row) => [row.queue, row.call]),
+      [['sink-archive', 'gate-cli-3']],
+    );
     const none = await cli(['dlq', 'list', '--call', 'no-such-call'], env);
     assert.equal(none.code, 1);
     assert.match(none.err, /no dead letter of call no-such-call in inbound, sink-archive, poll-dead-letters/);
@@ -321,10 +359,18 @@ describe('dlq sees the queues in Redis, not only those of its own configuration'
     connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
     // A queue this environment does not configure (a sink another process runs, or one since removed) with a dead letter.
     const queue = new Queue('sink-legacy-crm', { connection, prefix });
-    await queue.add('sink.deliver', { kind: 'sink.deliver', sink: 'legacy-crm', call: { callId: 'legacy-1' } }, { jobId: 'legacy-job', attempts: 1 });
-    const worker = new Worker('sink-legacy-crm', async () => {
-      throw new UnrecoverableError('Legacy CRM answered 400: gone');
-    }, { connection, prefix });
+    await queue.add(
+      'sink.deliver',
+      { kind: 'sink.deliver', sink: 'legacy-crm', call: { callId: 'legacy-1' } },
+      { jobId: 'legacy-job', attempts: 1 },
+    );
+    const worker = new Worker(
+      'sink-legacy-crm',
+      async () => {
+        throw new UnrecoverableError('Legacy CRM answered 400: gone');
+      },
+      { connection, prefix },
+    );
     await waitFor(async () => (await queue.getFailedCount()) === 1, { what: 'the legacy dead letter' });
     await worker.close();
     await queue.close();
@@ -340,9 +386,25 @@ describe('dlq sees the queues in Redis, not only those of its own configuration'
   test('list without --queue shows the dead letters of a queue found only in Redis', async () => {
     const r = await cli(['dlq', 'list'], { QUEUE_PREFIX: prefix });
     assert.equal(r.code, 0, r.err);
-    assert.ok(r.out.split('\n').some((l) => l.startsWith('sink-legacy-crm') && l.includes('legacy-job') && l.includes('legacy-1') && l.includes('Legacy CRM answered 400')), r.out);
-    const json = JSON.parse((await cli(['dlq', 'list', '--json'], { QUEUE_PREFIX: prefix })).out) as { queue: string }[];
-    assert.deepEqual(json.map((row) => row.queue), ['sink-legacy-crm']);
+    assert.ok(
+      r.out
+        .split('\n')
+        .some(
+          (l) =>
+            l.startsWith('sink-legacy-crm') &&
+            l.includes('legacy-job') &&
+            l.includes('legacy-1') &&
+            l.includes('Legacy CRM answered 400'),
+        ),
+      r.out,
+    );
+    const json = JSON.parse((await cli(['dlq', 'list', '--json'], { QUEUE_PREFIX: prefix })).out) as {
+      queue: string;
+    }[];
+    assert.deepEqual(
+      json.map((row) => row.queue),
+      ['sink-legacy-crm'],
+    );
   });
 
   test('--queue takes a queue found in Redis, by queue or sink name; the unknown list names it', async () => {
@@ -353,14 +415,20 @@ describe('dlq sees the queues in Redis, not only those of its own configuration'
     }
     const bogus = await cli(['dlq', 'list', '--queue', 'nope'], { QUEUE_PREFIX: prefix });
     assert.equal(bogus.code, 2);
-    assert.match(bogus.err, /unknown queue "nope" \(known: inbound, sink-archive, poll-dead-letters, sink-legacy-crm\)/);
+    assert.match(
+      bogus.err,
+      /unknown queue "nope" \(known: inbound, sink-archive, poll-dead-letters, sink-legacy-crm\)/,
+    );
     assert.doesNotMatch(bogus.err, /nested|not-a-queue/);
   });
 
   test('retry without --queue leaves a queue no sink here works (and says so); with --queue it retries', async () => {
     const all = await cli(['dlq', 'retry'], { QUEUE_PREFIX: prefix });
     assert.equal(all.code, 0, all.err);
-    assert.match(all.err, /sink-legacy-crm: 1 dead letter\(s\) not retried: no sink of this configuration works that queue/);
+    assert.match(
+      all.err,
+      /sink-legacy-crm: 1 dead letter\(s\) not retried: no sink of this configuration works that queue/,
+    );
     assert.doesNotMatch(all.out, /no dead letters/);
     const queue = new Queue('sink-legacy-crm', { connection, prefix });
     try {
@@ -380,10 +448,20 @@ describe('send-sample while Redis is away', () => {
     const redis = await startPrivateRedis();
     const spool = await mkdtemp(join(tmpdir(), 'callsync-cli-spool-'));
     const prefix = uniquePrefix('cli-spool');
-    const cs = await startOpsCallsync({ REDIS_URL: redis.url, QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'ingress', SPOOL_DIR: spool, ARCHIVE_DIR: spool });
+    const cs = await startOpsCallsync({
+      REDIS_URL: redis.url,
+      QUEUE_PREFIX: prefix,
+      CALLSYNC_ROLE: 'ingress',
+      SPOOL_DIR: spool,
+      ARCHIVE_DIR: spool,
+    });
     try {
       await redis.stop();
-      const r = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent/sample-agent`], { REDIS_URL: redis.url, QUEUE_PREFIX: prefix, ARCHIVE_DIR: spool });
+      const r = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent/sample-agent`], {
+        REDIS_URL: redis.url,
+        QUEUE_PREFIX: prefix,
+        ARCHIVE_DIR: spool,
+      });
       assert.equal(r.code, 0, r.err);
       assert.match(r.out, /^spooled to local disk \(Redis unavailable\); it reaches the queues when Redis is back$/m);
       const inboundId = /\(inbound log id (\S+)\)/.exec(r.out)?.[1];
@@ -395,10 +473,13 @@ describe('send-sample while Redis is away', () => {
       // Drained into the inbound log under the id it was acknowledged with.
       const reader = new Redis(redis.url, { maxRetriesPerRequest: 1 });
       try {
-        const entry = await waitFor(async () => (await new InboundLog(reader, prefix).entries()).find((e) => e.id === inboundId) ?? null, {
-          timeoutMs: 20_000,
-          what: 'the spooled sample in the inbound log',
-        });
+        const entry = await waitFor(
+          async () => (await new InboundLog(reader, prefix).entries()).find((e) => e.id === inboundId) ?? null,
+          {
+            timeoutMs: 20_000,
+            what: 'the spooled sample in the inbound log',
+          },
+        );
         assert.match(entry.call?.callId ?? '', /^sample-/);
       } finally {
         reader.disconnect();
@@ -424,11 +505,20 @@ describe('send-sample prints where the archive writes the call', () => {
         const callId = /accepted: call (sample-\S+) \(/.exec(r.out)?.[1];
         const path = /^archive archive: (\S+\.json) \(and \.txt beside it\)$/m.exec(r.out)?.[1];
         assert.ok(callId && path, r.out);
-        assert.ok(path.startsWith(join(dir, 'calls/transcripts/')), `${path} is in the archive folder, under the prefix`);
-        const doc = await waitFor(() => readFile(path, 'utf8').then((t) => JSON.parse(t) as { call: { callId: string; agentId: string } }).catch(() => null), {
-          what: `the archived sample at ${path}`,
-          timeoutMs: 20_000,
-        });
+        assert.ok(
+          path.startsWith(join(dir, 'calls/transcripts/')),
+          `${path} is in the archive folder, under the prefix`,
+        );
+        const doc = await waitFor(
+          () =>
+            readFile(path, 'utf8')
+              .then((t) => JSON.parse(t) as { call: { callId: string; agentId: string } })
+              .catch(() => null),
+          {
+            what: `the archived sample at ${path}`,
+            timeoutMs: 20_000,
+          },
+        );
         assert.deepEqual([doc.call.callId, doc.call.agentId], [callId, agent]);
         assert.ok((await readFile(path.replace(/\.json$/, '.txt'), 'utf8')).startsWith(`Call ${callId}`));
       }
@@ -479,13 +569,17 @@ describe('opt-out', () => {
     assert.match(bad.err, /not a valid phone number: "12345"/);
   });
 
-  test('a number may come as several words, as the shell splits the help\'s unquoted `0151 12345678`', async () => {
+  test("a number may come as several words, as the shell splits the help's unquoted `0151 12345678`", async () => {
     const env = { QUEUE_PREFIX: `${prefix}-words` };
     assert.match(help['opt-out'], /0151 12345678/);
     const add = await cli(['opt-out', 'add', '0151', '12345678', '+49', '30', '901820', '0171', '2345', '6789'], env);
     assert.equal(add.code, 0, add.err);
     assert.match(add.out, /added 3 number\(s\)/);
-    assert.deepEqual((await cli(['opt-out', 'list'], env)).out.split('\n'), ['+4915112345678', '+4917123456789', '+4930901820']);
+    assert.deepEqual((await cli(['opt-out', 'list'], env)).out.split('\n'), [
+      '+4915112345678',
+      '+4917123456789',
+      '+4930901820',
+    ]);
     const rm1 = await cli(['opt-out', 'remove', '0151', '12345678'], env);
     assert.match(rm1.out, /removed 1 number\(s\)/);
     const bad = await cli(['opt-out', 'add', '0151', '12345678', '99'], env);
@@ -504,7 +598,10 @@ describe('opt-out', () => {
     assert.ok(list.includes('+4915123456789'), list.join(', '));
     assert.ok(list.includes('+436641234567'), list.join(', '));
     // Removing by the national form finds the E.164 entry.
-    assert.match((await cli(['opt-out', 'remove', '0664 1234567'], { ...env, PHONE_DEFAULT_REGION: 'AT' })).out, /removed 1 number\(s\)/);
+    assert.match(
+      (await cli(['opt-out', 'remove', '0664 1234567'], { ...env, PHONE_DEFAULT_REGION: 'AT' })).out,
+      /removed 1 number\(s\)/,
+    );
     // Read in the wrong region, a number that is not valid there is refused, not stored wrongly.
     const wrong = await cli(['opt-out', 'add', '0664 1234567'], { ...env, PHONE_DEFAULT_REGION: 'US' });
     assert.equal(wrong.code, 2);
@@ -523,12 +620,17 @@ describe('bin/callsync.js', () => {
     const env = { ...process.env, CALLSYNC_FROM_SOURCE: '1', REDIS_URL };
     const helpOut = await run(process.execPath, [BIN, '--help'], { env });
     assert.match(helpOut.stdout, /Usage: callsync <command>/);
-    const check = await run(process.execPath, [BIN, 'check-config'], { env: { ...env, ARCHIVE_DIR: '/tmp/callsync-never-written' } });
-    assert.match(check.stdout, /configuration OK/);
-    await assert.rejects(run(process.execPath, [BIN, 'check-config'], { env: { ...env, PORT: 'x' } }), (err: { code: number; stderr: string }) => {
-      assert.equal(err.code, 2);
-      assert.match(err.stderr, /PORT: expected a whole number/);
-      return true;
+    const check = await run(process.execPath, [BIN, 'check-config'], {
+      env: { ...env, ARCHIVE_DIR: '/tmp/callsync-never-written' },
     });
+    assert.match(check.stdout, /configuration OK/);
+    await assert.rejects(
+      run(process.execPath, [BIN, 'check-config'], { env: { ...env, PORT: 'x' } }),
+      (err: { code: number; stderr: string }) => {
+        assert.equal(err.code, 2);
+        assert.match(err.stderr, /PORT: expected a whole number/);
+        return true;
+      },
+    );
   });
 });

@@ -22,8 +22,15 @@ interface Ended {
  * Runs `callsync <args>` with its stdout piped to a reader that closes early: at once (before the
  * command writes anything, so its first write meets a closed pipe) or after the first line (`| head -1`).
  */
-function runIntoClosedPipe(args: string[], env: NodeJS.ProcessEnv, closeAfterLines: 0 | 1): Promise<Ended & { read: string[] }> {
-  const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, CALLSYNC_FROM_SOURCE: '1', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+function runIntoClosedPipe(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  closeAfterLines: 0 | 1,
+): Promise<Ended & { read: string[] }> {
+  const child = spawn(process.execPath, [BIN, ...args], {
+    env: { ...process.env, CALLSYNC_FROM_SOURCE: '1', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const read: string[] = [];
   let stderr = '';
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
@@ -36,7 +43,9 @@ function runIntoClosedPipe(args: string[], env: NodeJS.ProcessEnv, closeAfterLin
       child.stdout.destroy();
     });
   }
-  const ended = new Promise<Ended & { read: string[] }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal, stderr, read })));
+  const ended = new Promise<Ended & { read: string[] }>((resolve) =>
+    child.once('exit', (code, signal) => resolve({ code, signal, stderr, read })),
+  );
   return bounded(ended, 60_000, `callsync ${args.join(' ')} to end`);
 }
 
@@ -46,7 +55,11 @@ describe('output to a closed pipe', () => {
   test('check-config and --help into a reader that is already gone end quietly with exit 0', async () => {
     for (const args of [['check-config'], ['check-config', '--json'], ['--help'], ['dlq', '--help']]) {
       const r = await runIntoClosedPipe(args, env, 0);
-      assert.equal(r.stderr, '', `callsync ${args.join(' ')}: nothing on stderr (before: an unhandled EPIPE with its stack trace)`);
+      assert.equal(
+        r.stderr,
+        '',
+        `callsync ${args.join(' ')}: nothing on stderr (before: an unhandled EPIPE with its stack trace)`,
+      );
       assert.deepEqual([r.code, r.signal], [0, null], `callsync ${args.join(' ')}`);
     }
   });
@@ -92,7 +105,10 @@ describe('start-up warnings', () => {
     });
     try {
       await bounded(child.url, 60_000, 'the ingress to listen', child);
-      await waitFor(() => child.lines.some((l) => l.msg === 'callsync started'), { timeoutMs: 30_000, what: 'callsync started' });
+      await waitFor(() => child.lines.some((l) => l.msg === 'callsync started'), {
+        timeoutMs: 30_000,
+        what: 'callsync started',
+      });
     } finally {
       child.proc.kill('SIGTERM');
       await bounded(child.exit, 60_000, 'callsync to stop', child);

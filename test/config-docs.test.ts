@@ -16,14 +16,21 @@ function tableVariables(): string[] {
   const section = readme.slice(readme.indexOf('\n## Configuration\n'));
   const table = /\n(\| variable \|[^\n]*\n(?:\|[^\n]*\n)+)/.exec(section)?.[1] ?? '';
   assert.ok(table.length > 0, 'README has the variable table under "## Configuration"');
-  const rows = table.split('\n').filter((r) => r.startsWith('|')).slice(2);
+  const rows = table
+    .split('\n')
+    .filter((r) => r.startsWith('|'))
+    .slice(2);
   return rows.flatMap((row) => [...(row.split('|')[1] ?? '').matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map((m) => m[1]!));
 }
 
 test("README's configuration table lists exactly the variables of the schema", () => {
   const documented = tableVariables();
   const declared = envVariables();
-  assert.deepEqual([...new Set(documented)].sort(), declared, 'every variable of the schema is in the table, and only those');
+  assert.deepEqual(
+    [...new Set(documented)].sort(),
+    declared,
+    'every variable of the schema is in the table, and only those',
+  );
   assert.equal(documented.length, new Set(documented).size, 'each variable once');
 });
 
@@ -31,7 +38,13 @@ test('README names no environment variable that callsync does not read', () => {
   const declared = new Set(envVariables());
   // A value that looks like a variable name, the tests' own variable, and Node's.
   // INGRESS_BIND_ADDRESS is read by docker-compose.yml (where port 3000 is published), not by callsync.
-  const notVariables = new Set(['NO_ANSWER', 'TEST_REDIS_URL', 'NODE_OPTIONS', 'NODE_EXTRA_CA_CERTS', 'INGRESS_BIND_ADDRESS']);
+  const notVariables = new Set([
+    'NO_ANSWER',
+    'TEST_REDIS_URL',
+    'NODE_OPTIONS',
+    'NODE_EXTRA_CA_CERTS',
+    'INGRESS_BIND_ADDRESS',
+  ]);
   // `NAME_*` names a family of variables, not one.
   const named = [...readme.matchAll(/`([A-Z][A-Z0-9]*_[A-Z0-9_]+)(?![A-Z0-9_]*\*)/g)].map((m) => m[1]!);
   assert.deepEqual([...new Set(named.filter((n) => !declared.has(n) && !notVariables.has(n)))], []);
@@ -48,7 +61,8 @@ test('the time JOB_ATTEMPTS spends in backoff is what README and docs/reliabilit
   const attempts = defaults.JOB_ATTEMPTS;
   const total = (random: () => number) => {
     let ms = 0;
-    for (let retry = 1; retry < attempts; retry++) ms += backoffDelay(retry, defaults.JOB_BACKOFF_MS, defaults.JOB_MAX_BACKOFF_MS, random);
+    for (let retry = 1; retry < attempts; retry++)
+      ms += backoffDelay(retry, defaults.JOB_BACKOFF_MS, defaults.JOB_MAX_BACKOFF_MS, random);
     return ms;
   };
   const minutes = (ms: number) => Math.round(ms / 60_000);
@@ -59,7 +73,11 @@ test('the time JOB_ATTEMPTS spends in backoff is what README and docs/reliabilit
   const phrase = `${attempts - 1} retries over ${least}–${most} min, about ${average} min on average`;
   assert.ok(readme.includes(phrase), `README: "${phrase}"`);
   assert.ok(read('docs/reliability.md').replace(/\s+/g, ' ').includes(`${least}–${most} min`), 'docs/reliability.md');
-  for (const [file, text] of [['README.md', readme], ['docs/reliability.md', read('docs/reliability.md')], ['queues/registry.ts', read('queues/registry.ts')]]) {
+  for (const [file, text] of [
+    ['README.md', readme],
+    ['docs/reliability.md', read('docs/reliability.md')],
+    ['queues/registry.ts', read('queues/registry.ts')],
+  ]) {
     assert.doesNotMatch(text!, /about an hour|≈ an\s+hour/, `${file} no longer says "about an hour"`);
   }
 });

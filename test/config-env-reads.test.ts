@@ -31,7 +31,11 @@ export function environmentReads(file: string, text: string): string[] {
   text.split('\n').forEach((line, i) => {
     if (/^\s*(\/\/|\*)/.test(line)) return;
     if (/process\.env\b/.test(line) && !PROCESS_ENV_ALLOWED.has(file)) found.push(`${file}:${i + 1}: process.env`);
-    const read = /\b(?:config|cfg)\.env\.[A-Z][A-Z0-9_]*/.exec(line) ?? /(?<!process\.)\benv\.(?:OPS_|ADMIN_|SPOOL_|CALL_TIMELINE|CALL_INDEX|METRICS_TOKEN|RETENTION_|ARCHIVE_RETENTION|COMPLETED_JOB|FAILED_JOB|LOG_LEVEL|CALLSYNC_CONFIG|POLL_|PUSH_|WEBHOOK_|HTTP_|ACK_|REDIS_|QUEUE_PREFIX)[A-Z0-9_]*/.exec(line);
+    const read =
+      /\b(?:config|cfg)\.env\.[A-Z][A-Z0-9_]*/.exec(line) ??
+      /(?<!process\.)\benv\.(?:OPS_|ADMIN_|SPOOL_|CALL_TIMELINE|CALL_INDEX|METRICS_TOKEN|RETENTION_|ARCHIVE_RETENTION|COMPLETED_JOB|FAILED_JOB|LOG_LEVEL|CALLSYNC_CONFIG|POLL_|PUSH_|WEBHOOK_|HTTP_|ACK_|REDIS_|QUEUE_PREFIX)[A-Z0-9_]*/.exec(
+        line,
+      );
     if (read && !(file.startsWith('src/sources/') && /PUSH_/.test(read[0]))) found.push(`${file}:${i + 1}: ${read[0]}`);
   });
   return found;
@@ -48,6 +52,9 @@ test('only src/config reads the environment; the rest reads its section of the c
 });
 
 test('the check sees a read', () => {
-  assert.deepEqual(environmentReads('workers/x.ts', 'const port = config.env.OPS_PORT;\nconst a = process.env.X;'), ['workers/x.ts:1: config.env.OPS_PORT', 'workers/x.ts:2: process.env']);
+  assert.deepEqual(environmentReads('workers/x.ts', 'const port = config.env.OPS_PORT;\nconst a = process.env.X;'), [
+    'workers/x.ts:1: config.env.OPS_PORT',
+    'workers/x.ts:2: process.env',
+  ]);
   assert.deepEqual(environmentReads('src/config/x.ts', 'process.env.X'), []);
 });

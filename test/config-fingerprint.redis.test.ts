@@ -35,17 +35,27 @@ test('the fingerprint covers sinks and routes, not secrets, key order or route n
   const file = (extra: string, token: string) =>
     loadConfig(
       { CALLSYNC_CONFIG: '/x.yaml', HUBSPOT_ACCESS_TOKEN: token },
-      { readFile: () => `sinks:\n  crm: { type: hubspot, createContacts: true }\n  archive: { type: archive, dir: /tmp/a }\nroutes:\n  - name: all\n    to: [archive, crm]\n${extra}` },
+      {
+        readFile: () =>
+          `sinks:\n  crm: { type: hubspot, createContacts: true }\n  archive: { type: archive, dir: /tmp/a }\nroutes:\n  - name: all\n    to: [archive, crm]\n${extra}`,
+      },
     );
   const a = routingFingerprint(file('', 'pat-na1-secret-one'));
   assert.match(a, /^[0-9a-f]{64}$/);
   assert.equal(routingFingerprint(file('', 'pat-na1-secret-two')), a, 'another token: the same routing');
   const reordered = loadConfig(
     { CALLSYNC_CONFIG: '/x.yaml', HUBSPOT_ACCESS_TOKEN: 'pat-na1-secret-one' },
-    { readFile: () => `routes:\n  - name: renamed\n    to: [archive, crm]\nsinks:\n  archive: { dir: /tmp/a, type: archive }\n  crm: { createContacts: true, type: hubspot }\n` },
+    {
+      readFile: () =>
+        `routes:\n  - name: renamed\n    to: [archive, crm]\nsinks:\n  archive: { dir: /tmp/a, type: archive }\n  crm: { createContacts: true, type: hubspot }\n`,
+    },
   );
   assert.equal(routingFingerprint(reordered), a, 'key order and route names do not route');
-  assert.notEqual(routingFingerprint(file('  - when: { outcome: missed }\n    to: crm\n', 'pat-na1-secret-one')), a, 'another route');
+  assert.notEqual(
+    routingFingerprint(file('  - when: { outcome: missed }\n    to: crm\n', 'pat-na1-secret-one')),
+    a,
+    'another route',
+  );
 });
 
 describe('two processes, two configurations, one prefix', () => {
@@ -58,9 +68,16 @@ describe('two processes, two configurations, one prefix', () => {
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-fingerprint-'));
     const file = join(dir, 'callsync.yaml');
-    await writeFile(file, `sinks:\n  archive: { type: archive, dir: ${join(dir, 'archive')} }\nroutes:\n  - when: { hasTranscript: true }\n    to: archive\n`);
+    await writeFile(
+      file,
+      `sinks:\n  archive: { type: archive, dir: ${join(dir, 'archive')} }\nroutes:\n  - when: { hasTranscript: true }\n    to: archive\n`,
+    );
     // A: everything in one process (its /readyz is the ingress's), the archive shortcut's route.
-    a = await startOpsCallsync({ QUEUE_PREFIX: prefix, ARCHIVE_DIR: join(dir, 'archive'), SPOOL_DIR: join(dir, 'spool') });
+    a = await startOpsCallsync({
+      QUEUE_PREFIX: prefix,
+      ARCHIVE_DIR: join(dir, 'archive'),
+      SPOOL_DIR: join(dir, 'spool'),
+    });
     // B: a worker with another route (its /readyz is the ops server's).
     bEnv = { QUEUE_PREFIX: prefix, CALLSYNC_CONFIG: file, CALLSYNC_ROLE: 'worker', OPS_PORT: '0' };
     b = await startOpsCallsync(bEnv);
@@ -77,7 +94,10 @@ describe('two processes, two configurations, one prefix', () => {
     await a.callsync.fingerprint!.beat();
     await a.callsync.fingerprint!.beat();
     await b!.callsync.fingerprint!.beat();
-    for (const [name, cs] of [['a', a], ['b', b!]] as const) {
+    for (const [name, cs] of [
+      ['a', a],
+      ['b', b!],
+    ] as const) {
       const lines = cs.logs.filter((l) => typeof l.msg === 'string' && WARNING.test(l.msg));
       assert.equal(lines.length, 1, `${name}: one log line, not one per heartbeat`);
       assert.equal(lines[0]?.level, 40);
@@ -93,7 +113,10 @@ describe('two processes, two configurations, one prefix', () => {
     assert.match(check.out, /fingerprint: [0-9a-f]{12} \(of the sinks and routes, without secrets\)/);
     assert.match(check.out, /live worker processes on this prefix: 1 with this configuration, 1 with another/);
     assert.match(check.out, /- 1 live worker process on this QUEUE_PREFIX routes with another configuration/);
-    const json = JSON.parse((await cli(['check-config', '--json'], bEnv)).out) as { fingerprint: string; liveProcesses: { fingerprint: string }[] };
+    const json = JSON.parse((await cli(['check-config', '--json'], bEnv)).out) as {
+      fingerprint: string;
+      liveProcesses: { fingerprint: string }[];
+    };
     assert.equal(json.fingerprint, routingFingerprint(b!.callsync.config));
     assert.equal(json.liveProcesses.length, 2);
 

@@ -20,7 +20,12 @@ export function functionLengths(file: string, text: string): { name: string; lin
       const first = source.getLineAndCharacterOfPosition(node.getStart(source)).line;
       const last = source.getLineAndCharacterOfPosition(node.getEnd()).line;
       const named = (node as ts.FunctionDeclaration).name;
-      const name = named && ts.isIdentifier(named) ? named.text : ts.isVariableDeclaration(node.parent) && ts.isIdentifier(node.parent.name) ? node.parent.name.text : '(anonymous)';
+      const name =
+        named && ts.isIdentifier(named)
+          ? named.text
+          : ts.isVariableDeclaration(node.parent) && ts.isIdentifier(node.parent.name)
+            ? node.parent.name.text
+            : '(anonymous)';
       out.push({ name: `${file}:${first + 1} ${name}`, lines: last - first + 1 });
     }
     ts.forEachChild(node, visit);
@@ -36,7 +41,11 @@ test(`no function in src/config is longer than ${MAX_LINES} lines`, () => {
     .flatMap((f) => functionLengths(`src/config/${f}`, readFileSync(join(dir, f), 'utf8')));
   assert.ok(all.length > 10, 'the functions of src/config are found');
   const long = all.filter((f) => f.lines > MAX_LINES);
-  assert.deepEqual(long, [], `functions over ${MAX_LINES} lines: ${long.map((f) => `${f.name} (${f.lines})`).join(', ')}`);
+  assert.deepEqual(
+    long,
+    [],
+    `functions over ${MAX_LINES} lines: ${long.map((f) => `${f.name} (${f.lines})`).join(', ')}`,
+  );
 });
 
 test('the count sees a long function', () => {

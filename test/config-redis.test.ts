@@ -29,30 +29,60 @@ test('default: one Redis at the default URL, no password, no TLS; being unconfig
     local: { probe: { host: '127.0.0.1', port: 6379 }, dir: join('data', 'redis') },
   });
   // REDIS_LOCAL_PROBE moves the probe (and the URL used when it answers); off: never probe. DATA_DIR and REDIS_SERVER_BIN are where the private one lives and what starts it.
-  assert.deepEqual(loadConfig({ REDIS_LOCAL_PROBE: '127.0.0.1:7777', DATA_DIR: '/var/lib/callsync', REDIS_SERVER_BIN: '/opt/redis/bin/redis-server' }).redis.local, {
-    probe: { host: '127.0.0.1', port: 7777 },
-    dir: '/var/lib/callsync/redis',
-    serverBin: '/opt/redis/bin/redis-server',
-  });
+  assert.deepEqual(
+    loadConfig({
+      REDIS_LOCAL_PROBE: '127.0.0.1:7777',
+      DATA_DIR: '/var/lib/callsync',
+      REDIS_SERVER_BIN: '/opt/redis/bin/redis-server',
+    }).redis.local,
+    {
+      probe: { host: '127.0.0.1', port: 7777 },
+      dir: '/var/lib/callsync/redis',
+      serverBin: '/opt/redis/bin/redis-server',
+    },
+  );
   assert.equal(loadConfig({ REDIS_LOCAL_PROBE: '127.0.0.1:7777' }).redis.url, 'redis://127.0.0.1:7777');
   assert.equal(loadConfig({ REDIS_LOCAL_PROBE: 'off' }).redis.local?.probe, null);
-  assert.ok(problemsOf({ REDIS_LOCAL_PROBE: 'nowhere' }).some((p) => p.startsWith('REDIS_LOCAL_PROBE: "nowhere" is not host:port')));
+  assert.ok(
+    problemsOf({ REDIS_LOCAL_PROBE: 'nowhere' }).some((p) =>
+      p.startsWith('REDIS_LOCAL_PROBE: "nowhere" is not host:port'),
+    ),
+  );
   // A cluster or Sentinel configured: no local part, used as it is (a configured URL: test/cli-commands.redis.test.ts, check-config).
-  for (const env of [{ REDIS_CLUSTER_NODES: '10.0.0.1:7000' }, { REDIS_SENTINELS: '10.0.0.1:26379', REDIS_SENTINEL_NAME: 'm' }]) {
+  for (const env of [
+    { REDIS_CLUSTER_NODES: '10.0.0.1:7000' },
+    { REDIS_SENTINELS: '10.0.0.1:26379', REDIS_SENTINEL_NAME: 'm' },
+  ]) {
     assert.equal(loadConfig(env).redis.local, undefined, JSON.stringify(env));
   }
 });
 
 test('a cluster: nodes parsed (IPv6 too), TLS and a password never printed', () => {
-  const { redis } = loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000, [::1]:7001', REDIS_TLS: 'true', REDIS_PASSWORD: 's3cret' });
-  assert.deepEqual(redis.clusterNodes, [{ host: '10.0.0.1', port: 7000 }, { host: '::1', port: 7001 }]);
+  const { redis } = loadConfig({
+    REDIS_CLUSTER_NODES: '10.0.0.1:7000, [::1]:7001',
+    REDIS_TLS: 'true',
+    REDIS_PASSWORD: 's3cret',
+  });
+  assert.deepEqual(redis.clusterNodes, [
+    { host: '10.0.0.1', port: 7000 },
+    { host: '::1', port: 7001 },
+  ]);
   assert.equal(redis.tls, true);
   assert.equal(redis.password, 's3cret');
-  assert.match(describeConfig(loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000, [::1]:7001', REDIS_TLS: 'true' })).join('\n'), /redis: +cluster 10\.0\.0\.1:7000,::1:7001 \(TLS\)/);
-  const lines = describeConfig(loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', REDIS_PASSWORD: 's3cret' })).join('\n');
+  assert.match(
+    describeConfig(loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000, [::1]:7001', REDIS_TLS: 'true' })).join('\n'),
+    /redis: +cluster 10\.0\.0\.1:7000,::1:7001 \(TLS\)/,
+  );
+  const lines = describeConfig(loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', REDIS_PASSWORD: 's3cret' })).join(
+    '\n',
+  );
   assert.match(lines, /cluster 10\.0\.0\.1:7000 \(password set\)/);
   assert.ok(!lines.includes('s3cret'), 'check-config never prints the password');
-  assert.ok(problemsOf({ REDIS_CLUSTER_NODES: 'host-without-port' }).some((p) => p.startsWith('REDIS_CLUSTER_NODES: "host-without-port"')));
+  assert.ok(
+    problemsOf({ REDIS_CLUSTER_NODES: 'host-without-port' }).some((p) =>
+      p.startsWith('REDIS_CLUSTER_NODES: "host-without-port"'),
+    ),
+  );
   assert.ok(problemsOf({ REDIS_CLUSTER_NODES: 'h:70000' }).some((p) => p.startsWith('REDIS_CLUSTER_NODES:')));
 });
 
@@ -64,7 +94,10 @@ test('key layout: spread on a cluster with a plain QUEUE_PREFIX, one slot otherw
   assert.equal(keys.queuePrefix('sink-archive'), '{callsync:sink-archive}');
   assert.equal(keys.sinkState('archive'), '{callsync:sink-archive}:state:', "a sink's state is in its queue's slot");
   assert.equal(keys.inboundShard(3), '{callsync:inbound-3}');
-  assert.deepEqual(spread.warnings.filter((w) => w.startsWith('QUEUE_PREFIX')), []);
+  assert.deepEqual(
+    spread.warnings.filter((w) => w.startsWith('QUEUE_PREFIX')),
+    [],
+  );
   assert.match(describeConfig(spread).join('\n'), /keys: +spread over the cluster's masters: 8 inbound streams/);
 
   // Single node: today's keys, whatever INBOUND_SHARDS says.
@@ -79,11 +112,24 @@ test('key layout: spread on a cluster with a plain QUEUE_PREFIX, one slot otherw
   // The {hash-tag} layout of before still runs on a cluster, with a warning that names the way out.
   const tagged = loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', QUEUE_PREFIX: '{callsync}', INBOUND_SHARDS: '4' });
   assert.equal(redisKeys(tagged.redis).layout, 'one-slot');
-  assert.ok(tagged.warnings.some((w) => w.startsWith('QUEUE_PREFIX: "{callsync}" is a {hash-tag}') && w.includes('"callsync" spreads them')), tagged.warnings.join('\n'));
-  assert.ok(tagged.warnings.some((w) => w.startsWith('INBOUND_SHARDS=4: with a {hash-tag} QUEUE_PREFIX')), tagged.warnings.join('\n'));
+  assert.ok(
+    tagged.warnings.some(
+      (w) => w.startsWith('QUEUE_PREFIX: "{callsync}" is a {hash-tag}') && w.includes('"callsync" spreads them'),
+    ),
+    tagged.warnings.join('\n'),
+  );
+  assert.ok(
+    tagged.warnings.some((w) => w.startsWith('INBOUND_SHARDS=4: with a {hash-tag} QUEUE_PREFIX')),
+    tagged.warnings.join('\n'),
+  );
   // Braces that make no hash tag would split a queue's keys over slots.
   for (const prefix of ['callsync{', 'call{}sync', '}callsync{']) {
-    assert.ok(problemsOf({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', QUEUE_PREFIX: prefix }).some((p) => p.startsWith(`QUEUE_PREFIX: "${prefix}" has braces but no {hash-tag}`)), prefix);
+    assert.ok(
+      problemsOf({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', QUEUE_PREFIX: prefix }).some((p) =>
+        p.startsWith(`QUEUE_PREFIX: "${prefix}" has braces but no {hash-tag}`),
+      ),
+      prefix,
+    );
   }
   assert.ok(problemsOf({ INBOUND_SHARDS: '65' }).some((p) => p.startsWith('INBOUND_SHARDS: 65 is more than 64')));
   assert.ok(problemsOf({ INBOUND_SHARDS: '0' }).some((p) => p.startsWith('INBOUND_SHARDS')));
@@ -91,17 +137,39 @@ test('key layout: spread on a cluster with a plain QUEUE_PREFIX, one slot otherw
 
 test('Sentinel: the sentinels and the master name, each needing the other; not with a cluster', () => {
   const { redis } = loadConfig({ REDIS_SENTINELS: 's1:26379,s2:26379', REDIS_SENTINEL_NAME: 'mymaster' });
-  assert.match(describeConfig(loadConfig({ REDIS_SENTINELS: 's1:26379,s2:26379', REDIS_SENTINEL_NAME: 'mymaster' })).join('\n'), /redis: +sentinel s1:26379,s2:26379 master "mymaster"/);
-  assert.deepEqual(redis.sentinels, [{ host: 's1', port: 26379 }, { host: 's2', port: 26379 }]);
+  assert.match(
+    describeConfig(loadConfig({ REDIS_SENTINELS: 's1:26379,s2:26379', REDIS_SENTINEL_NAME: 'mymaster' })).join('\n'),
+    /redis: +sentinel s1:26379,s2:26379 master "mymaster"/,
+  );
+  assert.deepEqual(redis.sentinels, [
+    { host: 's1', port: 26379 },
+    { host: 's2', port: 26379 },
+  ]);
   assert.equal(redis.sentinelName, 'mymaster');
   assert.ok(problemsOf({ REDIS_SENTINELS: 's1:26379' }).some((p) => p.startsWith('REDIS_SENTINEL_NAME: required')));
-  assert.ok(problemsOf({ REDIS_SENTINEL_NAME: 'mymaster' }).some((p) => p.startsWith('REDIS_SENTINEL_NAME: set without')));
-  assert.ok(problemsOf({ REDIS_SENTINELS: 's1:26379', REDIS_SENTINEL_NAME: 'm', REDIS_CLUSTER_NODES: 'n:7000', QUEUE_PREFIX: '{c}' }).some((p) => p.startsWith('REDIS_CLUSTER_NODES: set together')));
+  assert.ok(
+    problemsOf({ REDIS_SENTINEL_NAME: 'mymaster' }).some((p) => p.startsWith('REDIS_SENTINEL_NAME: set without')),
+  );
+  assert.ok(
+    problemsOf({
+      REDIS_SENTINELS: 's1:26379',
+      REDIS_SENTINEL_NAME: 'm',
+      REDIS_CLUSTER_NODES: 'n:7000',
+      QUEUE_PREFIX: '{c}',
+    }).some((p) => p.startsWith('REDIS_CLUSTER_NODES: set together')),
+  );
 });
 
 test('ACK_REPLICAS: 0 by default; its timeout must leave room inside ENQUEUE_TIMEOUT_MS', () => {
   assert.deepEqual(loadConfig({}).ack, { replicas: 0, timeoutMs: 500 });
-  assert.deepEqual(loadConfig({ ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '250' }).ack, { replicas: 1, timeoutMs: 250 });
-  assert.ok(problemsOf({ ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '1500' }).some((p) => p.startsWith('ACK_REPLICAS_TIMEOUT_MS: 1500 must be below ENQUEUE_TIMEOUT_MS (1500)')));
+  assert.deepEqual(loadConfig({ ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '250' }).ack, {
+    replicas: 1,
+    timeoutMs: 250,
+  });
+  assert.ok(
+    problemsOf({ ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '1500' }).some((p) =>
+      p.startsWith('ACK_REPLICAS_TIMEOUT_MS: 1500 must be below ENQUEUE_TIMEOUT_MS (1500)'),
+    ),
+  );
   assert.ok(problemsOf({ ACK_REPLICAS: '-1' }).some((p) => p.startsWith('ACK_REPLICAS')));
 });

@@ -32,7 +32,11 @@ test('defaults: all roles, port 3000, local Redis, the platform allow list, a lo
   assert.equal(config.webhook.trustProxyHops, undefined);
   assert.deepEqual(config.webhook.trustedProxies, []);
   assert.deepEqual(
-    { requestTimeoutMs: config.http.requestTimeoutMs, headersTimeoutMs: config.http.headersTimeoutMs, maxConnections: config.http.maxConnections },
+    {
+      requestTimeoutMs: config.http.requestTimeoutMs,
+      headersTimeoutMs: config.http.headersTimeoutMs,
+      maxConnections: config.http.maxConnections,
+    },
     { requestTimeoutMs: 30_000, headersTimeoutMs: 10_000, maxConnections: 1000 },
   );
   assert.ok(config.webhook.bodyLimitBytes >= 10 * 1024 * 1024);
@@ -43,7 +47,12 @@ test('defaults: all roles, port 3000, local Redis, the platform allow list, a lo
 });
 
 test('ARCHIVE_S3_BUCKET alone archives every call with a transcript or a summary to S3', () => {
-  const config = loadConfig({ ARCHIVE_S3_BUCKET: 'calls', ARCHIVE_S3_PREFIX: 'acme/', S3_ENDPOINT: 'http://127.0.0.1:9000', S3_FORCE_PATH_STYLE: 'true' });
+  const config = loadConfig({
+    ARCHIVE_S3_BUCKET: 'calls',
+    ARCHIVE_S3_PREFIX: 'acme/',
+    S3_ENDPOINT: 'http://127.0.0.1:9000',
+    S3_FORCE_PATH_STYLE: 'true',
+  });
   const options = config.sinks.archive?.options as Record<string, unknown>;
   assert.equal(options.bucket, 'calls');
   assert.equal(options.prefix, 'acme/');
@@ -176,14 +185,21 @@ routes:
   - { when: { outcome: voicemail }, to: hs }
 `),
   ).join('\n');
-  for (const field of ['sinks.hs.statusMap', 'sinks.pd.outcomeMap', 'routes[0].when', 'routes[1].when', 'routes[2].when']) {
+  for (const field of [
+    'sinks.hs.statusMap',
+    'sinks.pd.outcomeMap',
+    'routes[0].when',
+    'routes[1].when',
+    'routes[2].when',
+  ]) {
     assert.ok(text.includes(field), `${field} refused:\n${text}`);
   }
 
   // The README's list of route conditions names the same values (a new outcome is documented too).
   const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
   const conditions = /Conditions in `when`:([\s\S]*?)\n\n/.exec(readme)?.[1] ?? '';
-  const documented = (name: string) => [...(new RegExp(`\`${name}\` \\(([^)]*)\\)`).exec(conditions)?.[1] ?? '').matchAll(/`([^`]+)`/g)].map((m) => m[1]);
+  const documented = (name: string) =>
+    [...(new RegExp(`\`${name}\` \\(([^)]*)\\)`).exec(conditions)?.[1] ?? '').matchAll(/`([^`]+)`/g)].map((m) => m[1]);
   assert.deepEqual(documented('outcome'), [...OUTCOMES]);
   assert.deepEqual(documented('source'), [...CALL_SOURCES]);
   assert.deepEqual(documented('direction'), [...DIRECTIONS]);
@@ -197,9 +213,17 @@ test('TRUST_PROXY_HOPS without TRUSTED_PROXIES is an error naming both (a forged
   }
   // 0 trusts nobody: harmless alone (the compose file passes it by default).
   assert.equal(loadConfig({ TRUST_PROXY_HOPS: '0' }).webhook.trustProxyHops, 0);
-  const config = loadConfig({ TRUST_PROXY_HOPS: '2', TRUSTED_PROXIES: ' 10.0.0.0/8, 2001:db8::/32 ,192.0.2.7,::ffff:198.51.100.0/120' });
+  const config = loadConfig({
+    TRUST_PROXY_HOPS: '2',
+    TRUSTED_PROXIES: ' 10.0.0.0/8, 2001:db8::/32 ,192.0.2.7,::ffff:198.51.100.0/120',
+  });
   assert.equal(config.webhook.trustProxyHops, 2);
-  assert.deepEqual(config.webhook.trustedProxies, ['10.0.0.0/8', '2001:db8::/32', '192.0.2.7', '::ffff:198.51.100.0/120']);
+  assert.deepEqual(config.webhook.trustedProxies, [
+    '10.0.0.0/8',
+    '2001:db8::/32',
+    '192.0.2.7',
+    '::ffff:198.51.100.0/120',
+  ]);
   // Without hops every trusted proxy in the chain is stepped through.
   assert.equal(loadConfig({ TRUSTED_PROXIES: '10.0.0.1' }).webhook.trustProxyHops, undefined);
 });
@@ -214,11 +238,17 @@ test('TRUSTED_PROXIES entries must be IPs or CIDRs, never "*"', () => {
 });
 
 test('request timeout, headers timeout and connection cap: set, checked, headers within the request', () => {
-  const config = loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '5000', HTTP_HEADERS_TIMEOUT_MS: '2000', HTTP_MAX_CONNECTIONS: '50' });
+  const config = loadConfig({
+    WEBHOOK_REQUEST_TIMEOUT_MS: '5000',
+    HTTP_HEADERS_TIMEOUT_MS: '2000',
+    HTTP_MAX_CONNECTIONS: '50',
+  });
   assert.equal(config.http.requestTimeoutMs, 5000);
   assert.equal(config.http.headersTimeoutMs, 2000);
   assert.equal(config.http.maxConnections, 50);
-  const text = problemsOf(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '0', HTTP_MAX_CONNECTIONS: 'many' })).join('\n');
+  const text = problemsOf(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '0', HTTP_MAX_CONNECTIONS: 'many' })).join(
+    '\n',
+  );
   assert.match(text, /WEBHOOK_REQUEST_TIMEOUT_MS: expected a whole number >= 1/);
   assert.match(text, /HTTP_MAX_CONNECTIONS: expected a whole number >= 1/);
   // Node refuses a headers timeout above the request timeout (or silently swaps them when set later).
@@ -302,28 +332,59 @@ routes:
   });
   assert.deepEqual(Object.keys(ok.sinks).sort(), ['crm', 'texts']);
   // SMS without its extension id, with the API configured: only that is missing.
-  const noSmsId = problemsOf(() => withFile(file, { HUBSPOT_ACCESS_TOKEN: 'pat-test', TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_ACCESS_TOKEN: 'at' }));
+  const noSmsId = problemsOf(() =>
+    withFile(file, {
+      HUBSPOT_ACCESS_TOKEN: 'pat-test',
+      TELEPHONY_API_URL: 'https://api.example.com/v2',
+      TELEPHONY_ACCESS_TOKEN: 'at',
+    }),
+  );
   assert.deepEqual(noSmsId, ["sinks.texts (sms): needs an SMS extension id: set TELEPHONY_SMS_ID or the sink's smsId"]);
   // The API half-configured: its own problem, not a second "set TELEPHONY_API_URL" from the sink.
-  const halfApi = problemsOf(() => withFile(file, { HUBSPOT_ACCESS_TOKEN: 'pat-test', TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_SMS_ID: 's0' }));
+  const halfApi = problemsOf(() =>
+    withFile(file, {
+      HUBSPOT_ACCESS_TOKEN: 'pat-test',
+      TELEPHONY_API_URL: 'https://api.example.com/v2',
+      TELEPHONY_SMS_ID: 's0',
+    }),
+  );
   assert.equal(halfApi.length, 1, halfApi.join('\n'));
   assert.match(halfApi[0]!, /TELEPHONY_API_URL is set but no credentials/);
   // Environment shortcuts are checked the same way: SMTP_URL + NOTIFY_EMAIL_TO without a sender.
-  const mail = problemsOf(() => loadConfig({ SMTP_URL: 'smtp://mail.example.com:587', NOTIFY_EMAIL_TO: 'team@example.com' }));
-  assert.deepEqual(mail, ['environment shortcut for sink "email" (email): needs a sender: set SMTP_FROM or the sink\'s from']);
+  const mail = problemsOf(() =>
+    loadConfig({ SMTP_URL: 'smtp://mail.example.com:587', NOTIFY_EMAIL_TO: 'team@example.com' }),
+  );
+  assert.deepEqual(mail, [
+    'environment shortcut for sink "email" (email): needs a sender: set SMTP_FROM or the sink\'s from',
+  ]);
 });
 
 test('each sink type declares the variables it reads in the one schema, values checked', () => {
   const variables = new Set(Object.keys(envSchema.shape));
   for (const name of [
-    'HUBSPOT_ACCESS_TOKEN', 'HUBSPOT_API_URL', 'HUBSPOT_CREATE_CONTACTS', 'PIPEDRIVE_API_TOKEN', 'PIPEDRIVE_API_URL',
-    'CRM_WEBHOOK_URL', 'CRM_WEBHOOK_SECRET', 'SMTP_URL', 'SMTP_FROM', 'NOTIFY_EMAIL_TO', 'NOTIFY_TIME_ZONE',
-    'TELEPHONY_SMS_ID', 'TELEPHONY_API_URL', 'TELEPHONY_TOKEN', 'PHONE_DEFAULT_REGION', 'ARCHIVE_S3_BUCKET', 'ARCHIVE_DIR',
+    'HUBSPOT_ACCESS_TOKEN',
+    'HUBSPOT_API_URL',
+    'HUBSPOT_CREATE_CONTACTS',
+    'PIPEDRIVE_API_TOKEN',
+    'PIPEDRIVE_API_URL',
+    'CRM_WEBHOOK_URL',
+    'CRM_WEBHOOK_SECRET',
+    'SMTP_URL',
+    'SMTP_FROM',
+    'NOTIFY_EMAIL_TO',
+    'NOTIFY_TIME_ZONE',
+    'TELEPHONY_SMS_ID',
+    'TELEPHONY_API_URL',
+    'TELEPHONY_TOKEN',
+    'PHONE_DEFAULT_REGION',
+    'ARCHIVE_S3_BUCKET',
+    'ARCHIVE_DIR',
   ]) {
     assert.ok(variables.has(name), `${name} is in the schema`);
   }
   for (const type of sinkTypes.values()) {
-    for (const name of Object.keys(type.env ?? {})) assert.ok(variables.has(name), `${type.type} reads ${name}, which is in the schema`);
+    for (const name of Object.keys(type.env ?? {}))
+      assert.ok(variables.has(name), `${type.type} reads ${name}, which is in the schema`);
   }
   const text = problemsOf(() =>
     loadConfig({
@@ -353,29 +414,65 @@ test('with a config file the file lists every sink: no implicit archive, and a w
   assert.deepEqual(Object.keys(crmOnly.sinks), ['crm']);
   assert.ok(crmOnly.warnings.includes(NO_ARCHIVE_WARNING), crmOnly.warnings.join('\n'));
   // An archive sink that no route reaches does not count.
-  const unrouted = withFile('sinks:\n  store: { type: archive }\n  crm: { type: hubspot, accessToken: t }\nroutes:\n  - to: crm\n');
+  const unrouted = withFile(
+    'sinks:\n  store: { type: archive }\n  crm: { type: hubspot, accessToken: t }\nroutes:\n  - to: crm\n',
+  );
   assert.ok(unrouted.warnings.includes(NO_ARCHIVE_WARNING));
   // Archiving through the file, through ARCHIVE_S3_BUCKET, or without a file: no warning.
   const routed = withFile('sinks:\n  store: { type: archive }\nroutes:\n  - to: store\n');
   assert.ok(!routed.warnings.includes(NO_ARCHIVE_WARNING));
-  const bucket = withFile('sinks:\n  crm: { type: hubspot, accessToken: t }\nroutes:\n  - to: crm\n', { ARCHIVE_S3_BUCKET: 'calls' });
+  const bucket = withFile('sinks:\n  crm: { type: hubspot, accessToken: t }\nroutes:\n  - to: crm\n', {
+    ARCHIVE_S3_BUCKET: 'calls',
+  });
   assert.deepEqual(Object.keys(bucket.sinks).sort(), ['archive', 'crm']);
   assert.ok(!bucket.warnings.includes(NO_ARCHIVE_WARNING));
   assert.ok(!loadConfig({}).warnings.includes(NO_ARCHIVE_WARNING));
 });
 
 test('an archive sink of the config file reads S3_ENDPOINT, S3_FORCE_PATH_STYLE, AWS_REGION and completes a credential pair from AWS_*', () => {
-  const env = { S3_ENDPOINT: 'http://127.0.0.1:9000', S3_FORCE_PATH_STYLE: 'true', AWS_REGION: 'eu-central-1', AWS_ACCESS_KEY_ID: 'AKIAEXAMPLE', AWS_SECRET_ACCESS_KEY: 'env-secret' };
-  const config = withFile('sinks:\n  store: { type: archive, bucket: calls }\n  half: { type: archive, bucket: other, accessKeyId: AKIAFILE }\nroutes:\n  - to: [store, half]\n', env);
-  assert.deepEqual(config.sinks.store?.options, { bucket: 'calls', region: 'eu-central-1', endpoint: 'http://127.0.0.1:9000', forcePathStyle: true, dir: './data/archive' });
+  const env = {
+    S3_ENDPOINT: 'http://127.0.0.1:9000',
+    S3_FORCE_PATH_STYLE: 'true',
+    AWS_REGION: 'eu-central-1',
+    AWS_ACCESS_KEY_ID: 'AKIAEXAMPLE',
+    AWS_SECRET_ACCESS_KEY: 'env-secret',
+  };
+  const config = withFile(
+    'sinks:\n  store: { type: archive, bucket: calls }\n  half: { type: archive, bucket: other, accessKeyId: AKIAFILE }\nroutes:\n  - to: [store, half]\n',
+    env,
+  );
+  assert.deepEqual(config.sinks.store?.options, {
+    bucket: 'calls',
+    region: 'eu-central-1',
+    endpoint: 'http://127.0.0.1:9000',
+    forcePathStyle: true,
+    dir: './data/archive',
+  });
   // Neither key in the file: the AWS SDK's chain reads AWS_* (with a session token) itself; one key: the other from the environment.
-  assert.deepEqual(config.sinks.half?.options, { bucket: 'other', region: 'eu-central-1', endpoint: 'http://127.0.0.1:9000', forcePathStyle: true, accessKeyId: 'AKIAFILE', secretAccessKey: 'env-secret', dir: './data/archive' });
+  assert.deepEqual(config.sinks.half?.options, {
+    bucket: 'other',
+    region: 'eu-central-1',
+    endpoint: 'http://127.0.0.1:9000',
+    forcePathStyle: true,
+    accessKeyId: 'AKIAFILE',
+    secretAccessKey: 'env-secret',
+    dir: './data/archive',
+  });
   const shown = describeConfig(config).join('\n');
   assert.match(shown, /"region":"eu-central-1","endpoint":"http:\/\/127\.0\.0\.1:9000","forcePathStyle":true/);
   assert.doesNotMatch(shown, /env-secret|us-east-1/);
   // What the file says wins over the environment.
-  const own = withFile('sinks:\n  store: { type: archive, bucket: calls, region: us-west-2, endpoint: "https://s3.example.com", forcePathStyle: false }\nroutes:\n  - to: [store]\n', env);
-  assert.deepEqual(own.sinks.store?.options, { bucket: 'calls', region: 'us-west-2', endpoint: 'https://s3.example.com', forcePathStyle: false, dir: './data/archive' });
+  const own = withFile(
+    'sinks:\n  store: { type: archive, bucket: calls, region: us-west-2, endpoint: "https://s3.example.com", forcePathStyle: false }\nroutes:\n  - to: [store]\n',
+    env,
+  );
+  assert.deepEqual(own.sinks.store?.options, {
+    bucket: 'calls',
+    region: 'us-west-2',
+    endpoint: 'https://s3.example.com',
+    forcePathStyle: false,
+    dir: './data/archive',
+  });
   // A folder archive takes no S3 settings.
   const folder = withFile('sinks:\n  store: { type: archive, dir: /tmp/a }\nroutes:\n  - to: [store]\n', env);
   assert.deepEqual(folder.sinks.store?.options, { region: 'us-east-1', forcePathStyle: false, dir: '/tmp/a' });

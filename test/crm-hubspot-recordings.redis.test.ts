@@ -52,7 +52,9 @@ describe('hubspot: link to the archived recording', () => {
   const telephony = () => createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth });
   /** A polled call with recordings, received at the test clock's now. */
   function channelCall(eventId: string, recordings: { downloadUrl: string; type: string }[]): CanonicalCall {
-    return normalizeChannelEvent(channelEvent({ eventId, channelId: 'ch-1', recordings }), new Date(deps.clock.now), { channelId: 'ch-1' });
+    return normalizeChannelEvent(channelEvent({ eventId, channelId: 'ch-1', recordings }), new Date(deps.clock.now), {
+      channelId: 'ch-1',
+    });
   }
   function hubspot(options: Record<string, unknown> = {}): HubSpotSink {
     return new HubSpotSink('hubspot', hubspotSinkType.options.parse(options), deps);
@@ -109,7 +111,9 @@ describe('hubspot: link to the archived recording', () => {
     const res = await fetch(`${fake.url}/crm/objects/2026-09/calls`, {
       method: 'POST',
       headers: { authorization: 'Bearer pat-test-token', 'content-type': 'application/json' },
-      body: JSON.stringify({ properties: { hs_timestamp: '2026-04-08T10:00:00Z', hs_call_recording_url: 'http://files.internal/a.wav' } }),
+      body: JSON.stringify({
+        properties: { hs_timestamp: '2026-04-08T10:00:00Z', hs_call_recording_url: 'http://files.internal/a.wav' },
+      }),
     });
     assert.equal(res.status, 400);
   });
@@ -132,16 +136,31 @@ describe('hubspot: link to the archived recording', () => {
     assert.equal(signed.length, 1);
     assert.equal(signed[0]![1], 3600);
     assert.match(signed[0]![0], /recordings\/2025\/01\/01\/call-hr-4-[0-9a-f]{16}-call_recorder-1\.wav$/);
-    assert.deepEqual(stored(), [`https://bucket.s3.example.com/${signed[0]![0]}?X-Amz-Expires=3600&X-Amz-Signature=abc`]);
+    assert.deepEqual(stored(), [
+      `https://bucket.s3.example.com/${signed[0]![0]}?X-Amz-Expires=3600&X-Amz-Signature=abc`,
+    ]);
     assert.doesNotMatch(JSON.stringify(deps.logs), /X-Amz-Signature/, 'signed URLs stay out of the logs');
-    assert.throws(() => hubspotSinkType.options.parse({ recordingUrl: { expiresInSec: 604_801 } }), 'S3 signs for 7 days at most');
+    assert.throws(
+      () => hubspotSinkType.options.parse({ recordingUrl: { expiresInSec: 604_801 } }),
+      'S3 signs for 7 days at most',
+    );
   });
 
-  it('the door reads the archive as stored: S3 (ListObjectsV2 on s3rver) and a folder (temp files left out); in the call\'s order, up to the first missing', async () => {
+  it("the door reads the archive as stored: S3 (ListObjectsV2 on s3rver) and a folder (temp files left out); in the call's order, up to the first missing", async () => {
     const first = api.addRecording('hr-5a', { size: 2000, contentType: 'audio/ogg' });
     const second = api.addRecording('hr-5b', { size: 2000, contentType: 'audio/mpeg' });
-    const call = channelCall('hr-5', [{ downloadUrl: first, type: 'voicemail' }, { downloadUrl: second, type: 'call_recorder' }]);
-    const store = await createObjectStore({ bucket: s3.bucket, endpoint: s3.endpoint, forcePathStyle: true, region: 'us-east-1', dir: '', ...TEST_CREDENTIALS });
+    const call = channelCall('hr-5', [
+      { downloadUrl: first, type: 'voicemail' },
+      { downloadUrl: second, type: 'call_recorder' },
+    ]);
+    const store = await createObjectStore({
+      bucket: s3.bucket,
+      endpoint: s3.endpoint,
+      forcePathStyle: true,
+      region: 'us-east-1',
+      dir: '',
+      ...TEST_CREDENTIALS,
+    });
     const archive = new ArchiveSink('archive', store, 'cs/', telephony());
     assert.deepEqual(await archive.archiveAccess().recordingKeys(call), []);
     const refs = (await archive.deliver(call, deps.ctx())).refs!;
@@ -155,7 +174,11 @@ describe('hubspot: link to the archived recording', () => {
     // A recording still being written (only its temp file) does not count, nor do the ones after it.
     await rm(join(dir, localRefs.recording1!));
     assert.deepEqual(await onDisk.archiveAccess().recordingKeys(call), []);
-    assert.deepEqual(await lazyArchiveAccess(() => undefined).recordingKeys(call), [], 'no archive configured: no recordings');
+    assert.deepEqual(
+      await lazyArchiveAccess(() => undefined).recordingKeys(call),
+      [],
+      'no archive configured: no recordings',
+    );
   });
 });
 
@@ -163,7 +186,13 @@ test('end to end: a polled call with a recording is archived and its HubSpot cal
   const [hs, api] = await Promise.all([new FakeHubSpot().start(), FakeTelephony.start()]);
   const dir = await mkdtemp(join(tmpdir(), 'hs-rec-e2e-'));
   const recording = api.addRecording('e2e-rec', { size: 50_000, contentType: 'audio/mpeg' });
-  api.addEvents('ch-9', [channelEvent({ eventId: 'ev-91', channelId: 'ch-9', recordings: [{ downloadUrl: recording, type: 'call_recorder' }] })]);
+  api.addEvents('ch-9', [
+    channelEvent({
+      eventId: 'ev-91',
+      channelId: 'ch-9',
+      recordings: [{ downloadUrl: recording, type: 'call_recorder' }],
+    }),
+  ]);
   const configPath = join(dir, 'callsync.yaml');
   await writeFile(
     configPath,
@@ -192,8 +221,13 @@ routes:
     POLL_INTERVAL_MS: '200',
   });
   try {
-    const call = await waitFor(() => [...hs.calls.values()][0] ?? null, { what: 'the HubSpot call', timeoutMs: 60_000 });
-    const files = (await readdir(join(dir, 'archive'), { recursive: true })).map(String).filter((f) => f.endsWith('.mp3'));
+    const call = await waitFor(() => [...hs.calls.values()][0] ?? null, {
+      what: 'the HubSpot call',
+      timeoutMs: 60_000,
+    });
+    const files = (await readdir(join(dir, 'archive'), { recursive: true }))
+      .map(String)
+      .filter((f) => f.endsWith('.mp3'));
     assert.equal(files.length, 1);
     assert.equal(call.properties.hs_call_recording_url, `${BASE}${files[0]}`);
   } finally {

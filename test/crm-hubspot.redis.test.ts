@@ -61,7 +61,11 @@ describe('hubspot sink', () => {
     const contactId = fake.addContact({ firstname: 'Grace', lastname: 'Hopper', phone: '0211 6355340' });
     const result = await sink().deliver(sampleCall('c-1'), deps.ctx());
 
-    assert.deepEqual(result, { status: 'done', reason: 'created', refs: { hubspotCallId: [...fake.calls.keys()][0], hubspotContactId: contactId } });
+    assert.deepEqual(result, {
+      status: 'done',
+      reason: 'created',
+      refs: { hubspotCallId: [...fake.calls.keys()][0], hubspotContactId: contactId },
+    });
     assert.deepEqual(paths(), [`GET ${DETAILS}`, `GET ${DISPOSITIONS}`, `POST ${CONTACTS}/search`, `POST ${CALLS}`]);
     assert.ok(fake.requests.every((r) => r.headers.authorization === 'Bearer pat-test-token'));
     const [, , search, create] = fake.requests;
@@ -79,7 +83,9 @@ describe('hubspot sink', () => {
     assert.equal(create?.headers['content-type'], 'application/json');
     assert.deepEqual(create?.body, {
       properties: EXPECTED_PROPERTIES,
-      associations: [{ to: { id: contactId }, types: [{ associationCategory: 'HUBSPOT_DEFINED', associationTypeId: 194 }] }],
+      associations: [
+        { to: { id: contactId }, types: [{ associationCategory: 'HUBSPOT_DEFINED', associationTypeId: 194 }] },
+      ],
     });
     const stored = [...fake.calls.values()][0];
     assert.deepEqual(stored?.associations, [{ toId: contactId, typeId: 194 }]);
@@ -137,7 +143,13 @@ describe('hubspot sink', () => {
     const patch = fake.requests.find((r) => r.method === 'PATCH');
     assert.equal(patch?.path, `${CALLS}/${first.refs?.hubspotCallId}`);
     assert.deepEqual(patch?.body, {
-      properties: { ...EXPECTED_PROPERTIES, hs_call_body: expectedDefaultBody('c-6').replace('The caller asked to move her dentist appointment to Friday morning.', 'Updated summary.') },
+      properties: {
+        ...EXPECTED_PROPERTIES,
+        hs_call_body: expectedDefaultBody('c-6').replace(
+          'The caller asked to move her dentist appointment to Friday morning.',
+          'Updated summary.',
+        ),
+      },
     });
     assert.match([...fake.calls.values()][0]?.properties.hs_call_body ?? '', /^Updated summary\./);
     // Same contact as before: no extra association request.
@@ -191,20 +203,36 @@ describe('hubspot sink', () => {
     assert.equal(others.length, 0);
     const id = (upsert?.body as { inputs: { id: string }[] }).inputs[0]!.id;
     // The unique value goes in `id`, the rest as properties (no associations in an upsert).
-    assert.deepEqual(upsert?.body, { inputs: [{ idProperty: 'callsync_call_id', id, properties: { ...EXPECTED_PROPERTIES, hs_call_body: expectedDefaultBody('c-9') } }] });
+    assert.deepEqual(upsert?.body, {
+      inputs: [
+        {
+          idProperty: 'callsync_call_id',
+          id,
+          properties: { ...EXPECTED_PROPERTIES, hs_call_body: expectedDefaultBody('c-9') },
+        },
+      ],
+    });
     assert.match(id, /^[0-9a-f]{32}$/);
     const stored = [...fake.calls.values()][0];
     assert.equal(stored?.properties.callsync_call_id, id, 'HubSpot keeps the unique value');
     assert.deepEqual(stored?.associations, [{ toId: contactId, typeId: 194 }]);
     assert.equal(fake.requestsTo('PUT', `${CALLS}/${stored?.id}/associations/contacts/${contactId}`).length, 1);
 
-    const again = await sink({ externalIdProperty: 'callsync_call_id' }).deliver(sampleCall('c-9', { patch: (p) => (p.assist.summary.content = 'Second take.') }), deps.ctx());
+    const again = await sink({ externalIdProperty: 'callsync_call_id' }).deliver(
+      sampleCall('c-9', { patch: (p) => (p.assist.summary.content = 'Second take.') }),
+      deps.ctx(),
+    );
     assert.equal(again.reason, 'updated');
     assert.equal(again.refs?.hubspotCallId, first.refs?.hubspotCallId);
     assert.equal(fake.calls.size, 1);
     assert.match(stored?.properties.hs_call_body ?? '', /^Second take\./);
     assert.equal(fake.requestsTo('PUT').length, 1, 'the same contact is not associated again');
-    assert.equal(fake.requestsTo('POST', `${CALLS}/search`).length + fake.requestsTo('POST', CALLS).filter((r) => r.path === CALLS).length, 0, 'no search, no plain create');
+    assert.equal(
+      fake.requestsTo('POST', `${CALLS}/search`).length +
+        fake.requestsTo('POST', CALLS).filter((r) => r.path === CALLS).length,
+      0,
+      'no search, no plain create',
+    );
   });
 
   it('with externalIdProperty a crash between "created" and "id stored" costs no search and makes no second call', async () => {
@@ -216,12 +244,18 @@ describe('hubspot sink', () => {
     assert.equal(fake.calls.size, 1, 'no second call record');
     assert.equal(result.reason, 'updated');
     assert.equal(result.refs?.hubspotCallId, [...fake.calls.keys()][0]);
-    assert.equal(fake.requests.filter((r) => r.path.endsWith('/search') && r.path.includes('/calls')).length, 0, 'no crash-recovery search');
+    assert.equal(
+      fake.requests.filter((r) => r.path.endsWith('/search') && r.path.includes('/calls')).length,
+      0,
+      'no crash-recovery search',
+    );
   });
 
   it('upsert by a property without unique values is refused by HubSpot: a permanent error naming it', async () => {
     fake.customCallProperties.set('callsync_plain', { def: { type: 'string' } });
-    const err = await sink({ externalIdProperty: 'callsync_plain' }).deliver(sampleCall('c-9c'), deps.ctx()).catch((e: unknown) => e);
+    const err = await sink({ externalIdProperty: 'callsync_plain' })
+      .deliver(sampleCall('c-9c'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(err instanceof PermanentError);
     assert.match(err.message, /batch\/upsert answered 400: .*callsync_plain.*unique/);
     assert.equal(fake.calls.size, 0);
@@ -238,7 +272,18 @@ describe('hubspot sink', () => {
   });
 
   it('429 with Retry-After pauses the queue for exactly that long, without touching HubSpot meanwhile', async () => {
-    fake.enqueue({ match: (r) => r.path === CALLS, status: 429, headers: { 'retry-after': '7' }, body: { status: 'error', message: 'You have reached your secondly limit.', errorType: 'RATE_LIMIT', correlationId: 'x', policyName: 'SECONDLY' } });
+    fake.enqueue({
+      match: (r) => r.path === CALLS,
+      status: 429,
+      headers: { 'retry-after': '7' },
+      body: {
+        status: 'error',
+        message: 'You have reached your secondly limit.',
+        errorType: 'RATE_LIMIT',
+        correlationId: 'x',
+        policyName: 'SECONDLY',
+      },
+    });
     const s = sink();
     const err = await s.deliver(sampleCall('c-11'), deps.ctx()).then(
       () => assert.fail('expected a RetryLaterError'),
@@ -259,20 +304,57 @@ describe('hubspot sink', () => {
     assert.equal(fake.calls.size, 1);
   });
 
-  it('429 without Retry-After waits HubSpot\'s window: ten-secondly interval header, daily until the account\'s midnight', async () => {
-    fake.enqueue({ match: (r) => r.path === CALLS, status: 429, headers: { 'x-hubspot-ratelimit-interval-milliseconds': '10000', 'x-hubspot-ratelimit-remaining': '0' }, body: { status: 'error', message: 'You have reached your ten_secondly_rolling limit.', errorType: 'RATE_LIMIT', policyName: 'TEN_SECONDLY_ROLLING' } });
-    const e1 = await sink().deliver(sampleCall('c-12'), deps.ctx()).catch((e: unknown) => e);
+  it("429 without Retry-After waits HubSpot's window: ten-secondly interval header, daily until the account's midnight", async () => {
+    fake.enqueue({
+      match: (r) => r.path === CALLS,
+      status: 429,
+      headers: { 'x-hubspot-ratelimit-interval-milliseconds': '10000', 'x-hubspot-ratelimit-remaining': '0' },
+      body: {
+        status: 'error',
+        message: 'You have reached your ten_secondly_rolling limit.',
+        errorType: 'RATE_LIMIT',
+        policyName: 'TEN_SECONDLY_ROLLING',
+      },
+    });
+    const e1 = await sink()
+      .deliver(sampleCall('c-12'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(e1 instanceof RetryLaterError && e1.delayMs === 10_000 && e1.scope === 'queue');
-    fake.enqueue({ match: (r) => r.path === CALLS, status: 429, body: { status: 'error', message: 'You have reached your daily limit.', errorType: 'RATE_LIMIT', policyName: 'DAILY' } });
-    const e2 = await sink().deliver(sampleCall('c-12'), deps.ctx()).catch((e: unknown) => e);
+    fake.enqueue({
+      match: (r) => r.path === CALLS,
+      status: 429,
+      body: {
+        status: 'error',
+        message: 'You have reached your daily limit.',
+        errorType: 'RATE_LIMIT',
+        policyName: 'DAILY',
+      },
+    });
+    const e2 = await sink()
+      .deliver(sampleCall('c-12'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(e2 instanceof RetryLaterError && e2.scope === 'queue');
-    assert.equal(e2.delayMs, 10 * 3600 * 1000, 'the fake account is in Europe/Berlin: 12:00 UTC is 14:00 CEST, its day ends at 22:00 UTC');
+    assert.equal(
+      e2.delayMs,
+      10 * 3600 * 1000,
+      'the fake account is in Europe/Berlin: 12:00 UTC is 14:00 CEST, its day ends at 22:00 UTC',
+    );
   });
 
-  it('a US account\'s daily limit resets at its own midnight (account details), not at UTC midnight 20 hours later', async () => {
+  it("a US account's daily limit resets at its own midnight (account details), not at UTC midnight 20 hours later", async () => {
     fake.timeZone = 'US/Eastern';
     deps.clock.now = Date.parse('2026-04-09T02:00:00Z'); // 22:00 EDT on April 8
-    fake.enqueue({ match: (r) => r.path === CALLS, status: 429, body: { status: 'error', message: 'You have reached your daily limit.', errorType: 'RATE_LIMIT', correlationId: 'x', policyName: 'DAILY' } });
+    fake.enqueue({
+      match: (r) => r.path === CALLS,
+      status: 429,
+      body: {
+        status: 'error',
+        message: 'You have reached your daily limit.',
+        errorType: 'RATE_LIMIT',
+        correlationId: 'x',
+        policyName: 'DAILY',
+      },
+    });
     const s = sink();
     const err = await s.deliver(sampleCall('c-us'), deps.ctx()).catch((e: unknown) => e);
     assert.ok(err instanceof RetryLaterError && err.scope === 'queue');
@@ -280,7 +362,12 @@ describe('hubspot sink', () => {
     assert.equal(fake.requestsTo('GET', DETAILS).length, 1);
     // The same once the headers say the day's budget is gone.
     deps.clock.advance(err.delayMs);
-    fake.enqueue({ match: (r) => r.path === CALLS, status: 201, headers: { 'x-hubspot-ratelimit-daily-remaining': '0' }, body: { id: '77', properties: {} } });
+    fake.enqueue({
+      match: (r) => r.path === CALLS,
+      status: 201,
+      headers: { 'x-hubspot-ratelimit-daily-remaining': '0' },
+      body: { id: '77', properties: {} },
+    });
     await s.deliver(sampleCall('c-us2'), deps.ctx());
     const next = await s.deliver(sampleCall('c-us3'), deps.ctx()).catch((e: unknown) => e);
     assert.ok(next instanceof RetryLaterError && next.scope === 'queue');
@@ -289,17 +376,47 @@ describe('hubspot sink', () => {
   });
 
   it('accountTimeZone skips the lookup; without a known zone a daily pause is retried after an hour', async () => {
-    fake.enqueue({ match: (r) => r.path === CALLS, status: 429, body: { status: 'error', message: 'You have reached your daily limit.', errorType: 'RATE_LIMIT', policyName: 'DAILY' } });
-    const err = await sink({ accountTimeZone: 'America/Los_Angeles' }).deliver(sampleCall('c-la'), deps.ctx()).catch((e: unknown) => e);
+    fake.enqueue({
+      match: (r) => r.path === CALLS,
+      status: 429,
+      body: {
+        status: 'error',
+        message: 'You have reached your daily limit.',
+        errorType: 'RATE_LIMIT',
+        policyName: 'DAILY',
+      },
+    });
+    const err = await sink({ accountTimeZone: 'America/Los_Angeles' })
+      .deliver(sampleCall('c-la'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(err instanceof RetryLaterError);
     assert.equal(err.delayMs, 19 * 3600_000, '12:00 UTC is 05:00 PDT');
     assert.equal(fake.requestsTo('GET', DETAILS).length, 0);
     assert.throws(() => hubspotSinkType.options.parse({ accountTimeZone: 'Mars/Olympus' }), /IANA time zone/);
 
     deps.clock.advance(err.delayMs);
-    fake.enqueue({ match: (r) => r.path === DETAILS, status: 403, body: { status: 'error', message: 'This app hasn\'t been granted all required scopes', category: 'MISSING_SCOPES' } });
-    fake.enqueue({ match: (r) => r.path === CALLS, status: 429, body: { status: 'error', message: 'You have reached your daily limit.', errorType: 'RATE_LIMIT', policyName: 'DAILY' } });
-    const unknown = await sink().deliver(sampleCall('c-la'), deps.ctx()).catch((e: unknown) => e);
+    fake.enqueue({
+      match: (r) => r.path === DETAILS,
+      status: 403,
+      body: {
+        status: 'error',
+        message: "This app hasn't been granted all required scopes",
+        category: 'MISSING_SCOPES',
+      },
+    });
+    fake.enqueue({
+      match: (r) => r.path === CALLS,
+      status: 429,
+      body: {
+        status: 'error',
+        message: 'You have reached your daily limit.',
+        errorType: 'RATE_LIMIT',
+        policyName: 'DAILY',
+      },
+    });
+    const unknown = await sink()
+      .deliver(sampleCall('c-la'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(unknown instanceof RetryLaterError, 'a refused account lookup does not fail the call');
     assert.equal(unknown.delayMs, 3600_000);
     assert.ok(deps.logs.some((l) => String(l.msg).includes('account time zone unknown')));
@@ -307,8 +424,20 @@ describe('hubspot sink', () => {
 
   it('a 429 storm loses no call, makes no duplicate and never spends an attempt', async () => {
     const s = sink();
-    fake.enqueue({ match: (r) => !r.path.endsWith('/search'), status: 429, times: 5, headers: { 'retry-after': '1' }, body: { status: 'error', message: 'You have reached your ten_secondly_rolling limit.', policyName: 'TEN_SECONDLY_ROLLING' } });
-    const calls = ['s-1', 's-2', 's-3'].map((id, i) => sampleCall(id, { patch: (p) => ((p.call.startTime += i * 60_000), (p.call.endTime += i * 60_000)) }));
+    fake.enqueue({
+      match: (r) => !r.path.endsWith('/search'),
+      status: 429,
+      times: 5,
+      headers: { 'retry-after': '1' },
+      body: {
+        status: 'error',
+        message: 'You have reached your ten_secondly_rolling limit.',
+        policyName: 'TEN_SECONDLY_ROLLING',
+      },
+    });
+    const calls = ['s-1', 's-2', 's-3'].map((id, i) =>
+      sampleCall(id, { patch: (p) => ((p.call.startTime += i * 60_000), (p.call.endTime += i * 60_000)) }),
+    );
     const done = new Set<string>();
     for (let round = 0; round < 20 && done.size < calls.length; round++) {
       for (const c of calls) {
@@ -331,9 +460,17 @@ describe('hubspot sink', () => {
   });
 
   it('500s are transient, then the call is created once', async () => {
-    fake.enqueue({ match: (r) => r.path === CALLS, status: 500, times: 2, body: { status: 'error', message: 'internal error', category: 'INTERNAL_ERROR' } });
+    fake.enqueue({
+      match: (r) => r.path === CALLS,
+      status: 500,
+      times: 2,
+      body: { status: 'error', message: 'internal error', category: 'INTERNAL_ERROR' },
+    });
     const s = sink();
-    await assert.rejects(s.deliver(sampleCall('c-13'), deps.ctx(1)), (e: unknown) => e instanceof TransientError && e.status === 500);
+    await assert.rejects(
+      s.deliver(sampleCall('c-13'), deps.ctx(1)),
+      (e: unknown) => e instanceof TransientError && e.status === 500,
+    );
     await assert.rejects(s.deliver(sampleCall('c-13'), deps.ctx(2)), TransientError);
     const result = await s.deliver(sampleCall('c-13'), deps.ctx(3));
     assert.equal(result.status, 'done');
@@ -342,7 +479,9 @@ describe('hubspot sink', () => {
 
   it('401 is an AuthError naming the setting to check, counted in a metric, without leaking the token', async () => {
     fake.token = 'another-token';
-    const err = await sink().deliver(sampleCall('c-14'), deps.ctx()).catch((e: unknown) => e);
+    const err = await sink()
+      .deliver(sampleCall('c-14'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(err instanceof AuthError);
     assert.equal(err.status, 401);
     assert.match(err.message, /HubSpot rejected the credentials of sink "hubspot"/);
@@ -355,28 +494,54 @@ describe('hubspot sink', () => {
   });
 
   it('403 (missing scopes) is an AuthError too', async () => {
-    fake.enqueue({ match: (r) => r.path === CALLS, status: 403, body: { status: 'error', message: 'This app hasn\'t been granted all required scopes', category: 'MISSING_SCOPES' } });
-    await assert.rejects(sink().deliver(sampleCall('c-15'), deps.ctx()), (e: unknown) => e instanceof AuthError && e.status === 403);
+    fake.enqueue({
+      match: (r) => r.path === CALLS,
+      status: 403,
+      body: {
+        status: 'error',
+        message: "This app hasn't been granted all required scopes",
+        category: 'MISSING_SCOPES',
+      },
+    });
+    await assert.rejects(
+      sink().deliver(sampleCall('c-15'), deps.ctx()),
+      (e: unknown) => e instanceof AuthError && e.status === 403,
+    );
   });
 
-  it('a 400 validation error is permanent and carries HubSpot\'s message', async () => {
-    const err = await sink({ createContacts: true, newContactProperties: { favourite_colour: 'blue' } }).deliver(sampleCall('c-16'), deps.ctx()).catch((e: unknown) => e);
+  it("a 400 validation error is permanent and carries HubSpot's message", async () => {
+    const err = await sink({ createContacts: true, newContactProperties: { favourite_colour: 'blue' } })
+      .deliver(sampleCall('c-16'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(err instanceof PermanentError);
     assert.equal(err.status, 400);
-    assert.match(err.message, /HubSpot POST \/crm\/objects\/2026-09\/contacts answered 400: Property values were not valid/);
+    assert.match(
+      err.message,
+      /HubSpot POST \/crm\/objects\/2026-09\/contacts answered 400: Property values were not valid/,
+    );
     assert.match(err.message, /favourite_colour.*does not exist/);
     assert.match(err.message, /\[VALIDATION_ERROR\]/);
   });
 
   it('rate-limit headers at 0 pause the queue before the next request earns a 429', async () => {
-    fake.enqueue({ status: 200, match: (r) => r.path === DISPOSITIONS, headers: { 'x-hubspot-ratelimit-remaining': '0', 'x-hubspot-ratelimit-interval-milliseconds': '10000' }, body: DEFAULT_DISPOSITIONS });
-    const err = await sink().deliver(sampleCall('c-17'), deps.ctx()).catch((e: unknown) => e);
+    fake.enqueue({
+      status: 200,
+      match: (r) => r.path === DISPOSITIONS,
+      headers: { 'x-hubspot-ratelimit-remaining': '0', 'x-hubspot-ratelimit-interval-milliseconds': '10000' },
+      body: DEFAULT_DISPOSITIONS,
+    });
+    const err = await sink()
+      .deliver(sampleCall('c-17'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(err instanceof RetryLaterError && err.scope === 'queue' && err.delayMs === 10_000);
     assert.equal(fake.calls.size, 0);
   });
 
   it('operator templates drive the title and body; HTML in values is escaped', async () => {
-    const s = sink({ titleTemplate: 'Call {{callId}} with {{contactName}}', bodyTemplate: '<b>{{summary}}</b>\n{{topics}}' });
+    const s = sink({
+      titleTemplate: 'Call {{callId}} with {{contactName}}',
+      bodyTemplate: '<b>{{summary}}</b>\n{{topics}}',
+    });
     fake.addContact({ firstname: 'Ada', lastname: '<script>', phone: '+492116355340' });
     await s.deliver(sampleCall('c-18', { patch: (p) => (p.assist.summary.content = 'a < b & c') }), deps.ctx());
     const props = [...fake.calls.values()][0]?.properties;
@@ -385,7 +550,10 @@ describe('hubspot sink', () => {
   });
 
   it('rejects a template with an unknown field and an unknown status when the config is parsed', () => {
-    assert.throws(() => hubspotSinkType.options.parse({ bodyTemplate: '{{sumary}}' }), /unknown field\(s\) \{\{sumary\}\}; known: callId, /);
+    assert.throws(
+      () => hubspotSinkType.options.parse({ bodyTemplate: '{{sumary}}' }),
+      /unknown field\(s\) \{\{sumary\}\}; known: callId, /,
+    );
     assert.throws(() => hubspotSinkType.options.parse({ statusMap: { missed: 'LOST' } }));
     assert.throws(() => hubspotSinkType.options.parse({ dispositionMap: { voicemail: 'Left voicemail' } }));
     assert.throws(() => hubspotSinkType.options.parse({ dispositionMap: { missed: '  ' } }));
@@ -405,7 +573,10 @@ describe('hubspot sink', () => {
 
   it('HUBSPOT_ACCESS_TOKEN alone implies a hubspot sink and a catch-all route; the token stays out of the config', () => {
     assert.equal(hubspotSinkType.fromEnv?.({}, { configFile: false }), null);
-    const implied = hubspotSinkType.fromEnv?.({ HUBSPOT_ACCESS_TOKEN: 'secret', HUBSPOT_API_URL: 'http://127.0.0.1:1' }, { configFile: false });
+    const implied = hubspotSinkType.fromEnv?.(
+      { HUBSPOT_ACCESS_TOKEN: 'secret', HUBSPOT_API_URL: 'http://127.0.0.1:1' },
+      { configFile: false },
+    );
     assert.deepEqual(implied, {
       sinks: { hubspot: { type: 'hubspot', apiUrl: 'http://127.0.0.1:1' } },
       routes: [{ name: 'hubspot (env)', when: {}, to: ['hubspot'] }],
@@ -420,22 +591,36 @@ describe('hubspot sink', () => {
     await s.deliver(sampleCall('v-1', { patch: (p) => (p.assist.summary.content = 'Later.') }), deps.ctx());
     const numbered = fake.requests.filter((r) => /\/v\d\//.test(r.path) && r.path !== DISPOSITIONS);
     assert.deepEqual(numbered, [], 'no /crm/v3 or /crm/v4 request');
-    assert.ok(fake.requests.every((r) => r.path === DISPOSITIONS || r.path.includes(`/${V}/`)), paths().join('\n'));
+    assert.ok(
+      fake.requests.every((r) => r.path === DISPOSITIONS || r.path.includes(`/${V}/`)),
+      paths().join('\n'),
+    );
     assert.equal([...fake.calls.values()][0]?.associations[0]?.toId, contactId);
 
     fake.reset();
     await sink({ apiVersion: '2026-03' }).deliver(sampleCall('v-2'), deps.ctx());
-    assert.deepEqual(paths(), [
-      'GET /account-info/2026-03/details',
-      'GET /calling/v1/dispositions',
-      'POST /crm/objects/2026-03/contacts/search',
-      'POST /crm/objects/2026-03/calls',
-    ], 'release 2026-03 when configured');
+    assert.deepEqual(
+      paths(),
+      [
+        'GET /account-info/2026-03/details',
+        'GET /calling/v1/dispositions',
+        'POST /crm/objects/2026-03/contacts/search',
+        'POST /crm/objects/2026-03/calls',
+      ],
+      'release 2026-03 when configured',
+    );
 
     // What the old paths get now: a refusal, so nothing depends on them any more.
-    const old = await fetch(`${fake.url}/crm/v3/objects/calls`, { method: 'POST', headers: { authorization: 'Bearer pat-test-token', 'content-type': 'application/json' }, body: JSON.stringify({ properties: { hs_timestamp: '2026-04-08T10:00:00Z' } }) });
+    const old = await fetch(`${fake.url}/crm/v3/objects/calls`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer pat-test-token', 'content-type': 'application/json' },
+      body: JSON.stringify({ properties: { hs_timestamp: '2026-04-08T10:00:00Z' } }),
+    });
     assert.equal(old.status, 404);
-    const v4 = await fetch(`${fake.url}/crm/v4/objects/calls/1/associations/contacts/2`, { method: 'PUT', headers: { authorization: 'Bearer pat-test-token' } });
+    const v4 = await fetch(`${fake.url}/crm/v4/objects/calls/1/associations/contacts/2`, {
+      method: 'PUT',
+      headers: { authorization: 'Bearer pat-test-token' },
+    });
     assert.equal(v4.status, 404);
   });
 
@@ -454,11 +639,14 @@ describe('hubspot sink', () => {
     assert.equal(fake.calls.size, 2);
     assert.ok(fake.requests.every((r) => r.headers.authorization === `Bearer ${key}`));
 
-    assert.throws(() => sink({ accessToken: 'sk-na1 3f0c' }), (e: unknown) => e instanceof Error && /spaces, line breaks/.test(e.message) && !e.message.includes('3f0c'));
+    assert.throws(
+      () => sink({ accessToken: 'sk-na1 3f0c' }),
+      (e: unknown) => e instanceof Error && /spaces, line breaks/.test(e.message) && !e.message.includes('3f0c'),
+    );
   });
 
   describe('call outcome (hs_call_disposition)', () => {
-    it('maps outcomes to the account\'s outcomes by label: answered Connected, missed No answer, busy Busy, failed none', async () => {
+    it("maps outcomes to the account's outcomes by label: answered Connected, missed No answer, busy Busy, failed none", async () => {
       const s = sink();
       const cases: [string, string, string | undefined][] = [
         ['o-1', 'answered', outcomeId('Connected')],
@@ -478,7 +666,11 @@ describe('hubspot sink', () => {
     });
 
     it('dispositionMap overrides by label (any case), null leaves it empty; deleted outcomes do not count', async () => {
-      fake.dispositions.push({ id: 'c1d2e3f4-0000-4000-8000-000000000001', label: 'Caller left voicemail', deleted: false });
+      fake.dispositions.push({
+        id: 'c1d2e3f4-0000-4000-8000-000000000001',
+        label: 'Caller left voicemail',
+        deleted: false,
+      });
       fake.dispositions.push({ id: 'c1d2e3f4-0000-4000-8000-000000000002', label: 'Old outcome', deleted: true });
       const s = sink({ dispositionMap: { missed: 'caller LEFT voicemail', answered: null } });
       await s.deliver({ ...sampleCall('o-5'), outcome: 'missed' }, deps.ctx());
@@ -487,7 +679,9 @@ describe('hubspot sink', () => {
       assert.equal(missed?.properties.hs_call_disposition, 'c1d2e3f4-0000-4000-8000-000000000001');
       assert.equal(answered?.properties.hs_call_disposition, undefined);
 
-      const err = await sink({ dispositionMap: { answered: 'Old outcome' } }).deliver(sampleCall('o-7'), deps.ctx()).catch((e: unknown) => e);
+      const err = await sink({ dispositionMap: { answered: 'Old outcome' } })
+        .deliver(sampleCall('o-7'), deps.ctx())
+        .catch((e: unknown) => e);
       assert.ok(err instanceof PermanentError, 'a deleted outcome is not offered');
     });
 
@@ -497,9 +691,17 @@ describe('hubspot sink', () => {
       assert.ok(err instanceof PermanentError);
       assert.equal(fake.contacts.size, 0, 'nothing written before the failure (no contact created)');
       assert.match(err.message, /no call outcome "Meeting booked" \(dispositionMap for outcome answered\)/);
-      assert.match(err.message, /it has: "Busy", "Connected", "Left live message", "Left voicemail", "No answer", "Wrong number"/);
+      assert.match(
+        err.message,
+        /it has: "Busy", "Connected", "Left live message", "Left voicemail", "No answer", "Wrong number"/,
+      );
       assert.equal(fake.calls.size, 0);
-      assert.ok(deps.logs.some((l) => String(l.msg).includes('lacks call outcomes') && JSON.stringify(l.missing) === '["Meeting booked"]'), 'a warning when the outcomes are read');
+      assert.ok(
+        deps.logs.some(
+          (l) => String(l.msg).includes('lacks call outcomes') && JSON.stringify(l.missing) === '["Meeting booked"]',
+        ),
+        'a warning when the outcomes are read',
+      );
 
       // The operator adds the outcome in HubSpot: within 5 minutes the cached list still answers...
       fake.dispositions.push({ id: 'aaaaaaaa-0000-4000-8000-00000000000b', label: 'Meeting booked', deleted: false });
@@ -514,7 +716,9 @@ describe('hubspot sink', () => {
 
     it('a default label the account renamed fails the same way, naming the default', async () => {
       fake.dispositions = fake.dispositions.map((d) => (d.label === 'Connected' ? { ...d, label: 'Reached' } : d));
-      const err = await sink().deliver(sampleCall('o-9'), deps.ctx()).catch((e: unknown) => e);
+      const err = await sink()
+        .deliver(sampleCall('o-9'), deps.ctx())
+        .catch((e: unknown) => e);
       assert.ok(err instanceof PermanentError);
       assert.match(err.message, /no call outcome "Connected" \(default for outcome answered\).*"Reached"/);
     });
@@ -534,19 +738,32 @@ describe('hubspot sink', () => {
       };
       const waitUntil = (at: number) => new Promise<void>((resolve) => (waiters.push({ at, resolve }), tick()));
       const s = sink({}, { waitUntil });
-      const calls = Array.from({ length: n }, (_, i) => sampleCall(`srch-${i}`, { patch: (p) => ((p.call.startTime += i * 60_000), (p.call.endTime += i * 60_000)) }));
+      const calls = Array.from({ length: n }, (_, i) =>
+        sampleCall(`srch-${i}`, { patch: (p) => ((p.call.startTime += i * 60_000), (p.call.endTime += i * 60_000)) }),
+      );
       const results = await Promise.all(calls.map((c) => s.deliver(c, deps.ctx()).finally(() => (finished++, tick()))));
       assert.equal(results.filter((r) => r.status === 'done').length, 12);
       assert.equal(fake.calls.size, 12);
       const log = [...fake.searchLog].sort((a, b) => a - b);
       assert.equal(log.length, 12);
-      for (let i = 0; i + 4 < log.length; i++) assert.ok(log[i + 4]! - log[i]! >= 1000, `searches ${i}..${i + 4} within one second: ${log.join(', ')}`);
+      for (let i = 0; i + 4 < log.length; i++)
+        assert.ok(log[i + 4]! - log[i]! >= 1000, `searches ${i}..${i + 4} within one second: ${log.join(', ')}`);
     });
 
     it('a search 429 delays only its job (1 s, SECONDLY), never the sink queue; later searches wait it out', async () => {
       const waits: number[] = [];
       const s = sink({}, { waitUntil: async (at) => void waits.push(at - deps.clock.now) });
-      fake.enqueue({ match: (r) => r.path === `${CONTACTS}/search`, status: 429, body: { status: 'error', message: 'You have reached your secondly limit.', errorType: 'RATE_LIMIT', correlationId: 'x', policyName: 'SECONDLY' } });
+      fake.enqueue({
+        match: (r) => r.path === `${CONTACTS}/search`,
+        status: 429,
+        body: {
+          status: 'error',
+          message: 'You have reached your secondly limit.',
+          errorType: 'RATE_LIMIT',
+          correlationId: 'x',
+          policyName: 'SECONDLY',
+        },
+      });
       const err = await s.deliver(sampleCall('s429-1'), deps.ctx()).catch((e: unknown) => e);
       assert.ok(err instanceof RetryLaterError);
       assert.equal(err.scope, 'job');
@@ -560,17 +777,32 @@ describe('hubspot sink', () => {
       assert.equal(fake.calls.size, 2);
     });
 
-    it('a search 429 naming the daily limit still pauses the queue until the account\'s midnight', async () => {
-      fake.enqueue({ match: (r) => r.path === `${CONTACTS}/search`, status: 429, body: { status: 'error', message: 'You have reached your daily limit.', errorType: 'RATE_LIMIT', policyName: 'DAILY' } });
-      const err = await sink().deliver(sampleCall('s429-4'), deps.ctx()).catch((e: unknown) => e);
+    it("a search 429 naming the daily limit still pauses the queue until the account's midnight", async () => {
+      fake.enqueue({
+        match: (r) => r.path === `${CONTACTS}/search`,
+        status: 429,
+        body: {
+          status: 'error',
+          message: 'You have reached your daily limit.',
+          errorType: 'RATE_LIMIT',
+          policyName: 'DAILY',
+        },
+      });
+      const err = await sink()
+        .deliver(sampleCall('s429-4'), deps.ctx())
+        .catch((e: unknown) => e);
       assert.ok(err instanceof RetryLaterError && err.scope === 'queue' && err.delayMs === 10 * 3600_000);
     });
   });
-  it('the account\'s midnight across daylight-saving changes (New York, Berlin) and in a half-hour zone', () => {
+  it("the account's midnight across daylight-saving changes (New York, Berlin) and in a half-hour zone", () => {
     const h = (iso: string, zone: string) => untilMidnightIn(zone, new Date(iso)) / 3600_000;
     assert.equal(h('2026-11-01T03:30:00Z', 'America/New_York'), 0.5, '23:30 EDT on Oct 31');
     assert.equal(h('2026-11-01T12:00:00Z', 'America/New_York'), 17, 'a 25-hour day: 07:00 EST, midnight at 05:00 UTC');
-    assert.equal(h('2026-03-28T23:30:00Z', 'Europe/Berlin'), 22.5, 'a 23-hour day: 00:30 CET, midnight CEST at 22:00 UTC');
+    assert.equal(
+      h('2026-03-28T23:30:00Z', 'Europe/Berlin'),
+      22.5,
+      'a 23-hour day: 00:30 CET, midnight CEST at 22:00 UTC',
+    );
     assert.equal(h('2026-04-08T12:00:00Z', 'Asia/Kolkata'), 6.5);
     assert.equal(h('2026-04-08T12:00:00Z', 'UTC'), 12);
   });

@@ -81,18 +81,28 @@ describe('pipedrive sink', () => {
       assert.deepEqual(result, {
         status: 'done',
         reason: 'created',
-        refs: { pipedriveCallLogId: log?.id, pipedriveActivityId: String(log?.activity_id), pipedrivePersonId: String(personId) },
+        refs: {
+          pipedriveCallLogId: log?.id,
+          pipedriveActivityId: String(log?.activity_id),
+          pipedrivePersonId: String(personId),
+        },
       });
     });
 
     it('the retired v1 endpoints answer 410 Gone with the v1 error body; the sink never calls them', async () => {
-      const get = await fetch(`${fake.url}/v1/persons/search?term=6355340&fields=phone`, { headers: { 'x-api-token': fake.token } });
+      const get = await fetch(`${fake.url}/v1/persons/search?term=6355340&fields=phone`, {
+        headers: { 'x-api-token': fake.token },
+      });
       assert.equal(get.status, 410);
       const body = (await get.json()) as Record<string, unknown>;
       assert.equal(body.success, false);
       assert.match(String(body.error), /GET \/api\/v2\/persons\/search/);
       assert.equal(body.data, null);
-      const put = await fetch(`${fake.url}/v1/activities/500`, { method: 'PUT', headers: { 'x-api-token': fake.token, 'content-type': 'application/json' }, body: '{"subject":"x"}' });
+      const put = await fetch(`${fake.url}/v1/activities/500`, {
+        method: 'PUT',
+        headers: { 'x-api-token': fake.token, 'content-type': 'application/json' },
+        body: '{"subject":"x"}',
+      });
       assert.equal(put.status, 410);
 
       fake.requests.length = 0;
@@ -100,23 +110,34 @@ describe('pipedrive sink', () => {
       fake.addPerson('Grace', '+49 211 6355340');
       await s.deliver(sampleCall('c-v1'), deps.ctx());
       await s.deliver(sampleCall('c-v1', { patch: (p) => (p.assist.summary.content = 'Changed.') }), deps.ctx());
-      assert.deepEqual(fake.requests.filter((r) => r.path.startsWith('/v1/') && r.path !== '/v1/callLogs'), []);
+      assert.deepEqual(
+        fake.requests.filter((r) => r.path.startsWith('/v1/') && r.path !== '/v1/callLogs'),
+        [],
+      );
     });
 
     it('the fake refuses what v2 refuses: unknown fields and parameters, strings for numbers', async () => {
       await sink().deliver(sampleCall('c-strict'), deps.ctx());
       const activity = fake.callLogs[0]!.activity_id;
       const patch = (body: unknown) =>
-        fetch(`${fake.url}/api/v2/activities/${activity}`, { method: 'PATCH', headers: { 'x-api-token': fake.token, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        fetch(`${fake.url}/api/v2/activities/${activity}`, {
+          method: 'PATCH',
+          headers: { 'x-api-token': fake.token, 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        });
       assert.equal((await patch({ subject: 'ok' })).status, 200);
       const numberAsString = await patch({ person_id: '1' });
       assert.equal(numberAsString.status, 400);
       assert.match(String(((await numberAsString.json()) as Record<string, unknown>).error), /person_id/);
       assert.equal((await patch({ done: 1 })).status, 400);
       assert.equal((await patch({ user_id: 1 })).status, 400, 'v1 names are unknown fields in v2');
-      const typeFilter = await fetch(`${fake.url}/api/v2/activities?type=call`, { headers: { 'x-api-token': fake.token } });
+      const typeFilter = await fetch(`${fake.url}/api/v2/activities?type=call`, {
+        headers: { 'x-api-token': fake.token },
+      });
       assert.equal(typeFilter.status, 400);
-      const fraction = await fetch(`${fake.url}/api/v2/activities?updated_since=2026-04-08T10:00:00.123Z`, { headers: { 'x-api-token': fake.token } });
+      const fraction = await fetch(`${fake.url}/api/v2/activities?updated_since=2026-04-08T10:00:00.123Z`, {
+        headers: { 'x-api-token': fake.token },
+      });
       assert.equal(fraction.status, 400);
     });
 
@@ -159,7 +180,10 @@ describe('pipedrive sink', () => {
       const call = sampleCall('c-anon', { patch: (p) => (p.call.from = 'anonymous') });
       const result = await sink().deliver(call, deps.ctx());
       assert.equal(result.reason, 'created; anonymous caller, no person');
-      assert.deepEqual(fake.requests.map((r) => r.path), ['/v1/callLogs']);
+      assert.deepEqual(
+        fake.requests.map((r) => r.path),
+        ['/v1/callLogs'],
+      );
       assert.equal((fake.requests[0]?.body as Record<string, unknown>).from_phone_number, undefined);
     });
 
@@ -169,13 +193,16 @@ describe('pipedrive sink', () => {
       await sink({ outcomeMap: { missed: 'left_voicemail' } }).deliver(missed, deps.ctx());
       const busy = { ...sampleCall('c-6'), outcome: 'busy' as const };
       await sink().deliver(busy, deps.ctx());
-      assert.deepEqual(fake.callLogs.map((l) => l.outcome), ['connected', 'left_voicemail', 'busy']);
+      assert.deepEqual(
+        fake.callLogs.map((l) => l.outcome),
+        ['connected', 'left_voicemail', 'busy'],
+      );
       assert.equal(fake.callLogs[0]?.duration, '0');
     });
   });
 
   describe('updates', () => {
-    it('a redelivery PATCHes the call log\'s activity (v2) instead of logging the call twice', async () => {
+    it("a redelivery PATCHes the call log's activity (v2) instead of logging the call twice", async () => {
       const s = sink();
       const first = await s.deliver(sampleCall('c-7'), deps.ctx());
       const personId = fake.addPerson('Late Contact', '0211/6355340');
@@ -189,7 +216,10 @@ describe('pipedrive sink', () => {
       assert.equal(patches[0]?.path, `/api/v2/activities/${first.refs?.pipedriveActivityId}`);
       assert.deepEqual(patches[0]?.body, {
         subject: 'Inbound call +492116355340 (answered)',
-        note: expectedDefaultBody('c-7').replace('The caller asked to move her dentist appointment to Friday morning.', 'Updated summary.'),
+        note: expectedDefaultBody('c-7').replace(
+          'The caller asked to move her dentist appointment to Friday morning.',
+          'Updated summary.',
+        ),
         person_id: personId,
       });
       const activity = fake.activities.get(Number(first.refs?.pipedriveActivityId));
@@ -208,7 +238,7 @@ describe('pipedrive sink', () => {
   });
 
   describe('open deals (linkDeal)', () => {
-    it('links the call log to the person\'s one open deal; won and lost deals do not count', async () => {
+    it("links the call log to the person's one open deal; won and lost deals do not count", async () => {
       const personId = fake.addPerson('Grace', '0211 6355340');
       const open = fake.addDeal(personId, 'open');
       fake.addDeal(personId, 'won');
@@ -226,7 +256,10 @@ describe('pipedrive sink', () => {
       fake.addDeal(personId, 'open');
       fake.addDeal(personId, 'open');
       const result = await sink().deliver(sampleCall('c-twodeals'), deps.ctx());
-      assert.deepEqual(fake.callLogs.map((l) => l.deal_id), [undefined, undefined]);
+      assert.deepEqual(
+        fake.callLogs.map((l) => l.deal_id),
+        [undefined, undefined],
+      );
       assert.equal(result.refs?.pipedriveDealId, undefined);
     });
 
@@ -259,7 +292,11 @@ describe('pipedrive sink', () => {
     it('on: creates a person named by the number with it as phone (v2 body), and logs the call on it', async () => {
       const result = await sink({ createPerson: true, userId: 42 }).deliver(sampleCall('c-create'), deps.ctx());
       const [post] = fake.requestsTo('POST', '/api/v2/persons');
-      assert.deepEqual(post?.body, { name: '+49 211 6355340', phones: [{ value: '+492116355340', primary: true, label: 'other' }], owner_id: 42 });
+      assert.deepEqual(post?.body, {
+        name: '+49 211 6355340',
+        phones: [{ value: '+492116355340', primary: true, label: 'other' }],
+        owner_id: 42,
+      });
       const person = [...fake.persons.values()][0]!;
       assert.equal(person.owner_id, 42);
       assert.equal(fake.callLogs[0]?.person_id, person.id);
@@ -275,13 +312,19 @@ describe('pipedrive sink', () => {
       const first = s.deliver(callAt('c-same-1', 0), { ...deps.ctx(), jobId: 'job-a' });
       while (fake.requestsTo('POST', '/api/v2/persons').length === 0) await new Promise((r) => setTimeout(r, 10));
       const err = await s.deliver(callAt('c-same-2', 5), { ...deps.ctx(), jobId: 'job-b' }).catch((e: unknown) => e);
-      assert.ok(err instanceof RetryLaterError && err.scope === 'job', `the second waits for the first: ${String(err)}`);
+      assert.ok(
+        err instanceof RetryLaterError && err.scope === 'job',
+        `the second waits for the first: ${String(err)}`,
+      );
       release();
       await first;
       await s.deliver(callAt('c-same-2', 5), { ...deps.ctx(), jobId: 'job-b' });
       assert.equal(fake.persons.size, 1);
       assert.equal(fake.requestsTo('POST', '/api/v2/persons').length, 1);
-      assert.deepEqual(fake.callLogs.map((l) => l.person_id), [1, 1]);
+      assert.deepEqual(
+        fake.callLogs.map((l) => l.person_id),
+        [1, 1],
+      );
     });
 
     it('a created person merged into another meanwhile: the next call finds the surviving person', async () => {
@@ -296,7 +339,10 @@ describe('pipedrive sink', () => {
     });
 
     it('never for an anonymous caller', async () => {
-      await sink({ createPerson: true }).deliver(sampleCall('c-anon2', { patch: (p) => (p.call.from = 'anonymous') }), deps.ctx());
+      await sink({ createPerson: true }).deliver(
+        sampleCall('c-anon2', { patch: (p) => (p.call.from = 'anonymous') }),
+        deps.ctx(),
+      );
       assert.equal(fake.persons.size, 0);
     });
   });
@@ -309,13 +355,21 @@ describe('pipedrive sink', () => {
       deps.telephony = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth });
     });
 
-    it('uploads the recording (multipart `file`, audio type, the archive\'s file name) to the new call log', async () => {
+    it("uploads the recording (multipart `file`, audio type, the archive's file name) to the new call log", async () => {
       const url = api.addRecording('pd-rec-1', { size: 700_000, contentType: 'audio/mpeg', seed: 4 });
       const call = withRecordings('c-rec', { downloadUrl: url, type: 'call_recorder' });
       const result = await sink().deliver(call, deps.ctx());
       const log = fake.callLogs[0]!;
-      assert.deepEqual(lines(), ['GET /api/v2/persons/search', 'GET /api/v2/persons/search', 'POST /v1/callLogs', `POST /v1/callLogs/${log.id}/recordings`]);
-      assert.match(String(fake.requestsTo('POST', `/v1/callLogs/${log.id}/recordings`)[0]?.headers['content-type']), /^multipart\/form-data; boundary=/);
+      assert.deepEqual(lines(), [
+        'GET /api/v2/persons/search',
+        'GET /api/v2/persons/search',
+        'POST /v1/callLogs',
+        `POST /v1/callLogs/${log.id}/recordings`,
+      ]);
+      assert.match(
+        String(fake.requestsTo('POST', `/v1/callLogs/${log.id}/recordings`)[0]?.headers['content-type']),
+        /^multipart\/form-data; boundary=/,
+      );
       assert.deepEqual(fake.recordings.get(log.id), {
         fileName: `${callKeySegment(call)}-call_recorder-1.mp3`,
         contentType: 'audio/mpeg',
@@ -356,7 +410,10 @@ describe('pipedrive sink', () => {
       const s = sink();
       await s.deliver(sampleCall('c-rec4'), deps.ctx());
       assert.equal(fake.recordings.size, 0);
-      await s.deliver(withRecordings('c-rec4', { downloadUrl: vm, type: 'voicemail' }, { downloadUrl: cr, type: 'call_recorder' }), deps.ctx());
+      await s.deliver(
+        withRecordings('c-rec4', { downloadUrl: vm, type: 'voicemail' }, { downloadUrl: cr, type: 'call_recorder' }),
+        deps.ctx(),
+      );
       const rec = fake.recordings.get(fake.callLogs[0]!.id);
       assert.equal(rec?.contentType, 'audio/ogg');
       assert.equal(rec?.sha256, api.recordingSha256('pd-cr'));
@@ -364,15 +421,25 @@ describe('pipedrive sink', () => {
 
     it('without a telephony API the call log is written and the reason says why there is no recording', async () => {
       deps.telephony = null;
-      const result = await sink().deliver(withRecordings('c-rec5', { downloadUrl: '/recordings/x', type: 'voicemail' }), deps.ctx());
+      const result = await sink().deliver(
+        withRecordings('c-rec5', { downloadUrl: '/recordings/x', type: 'voicemail' }),
+        deps.ctx(),
+      );
       assert.equal(fake.callLogs.length, 1);
       assert.match(result.reason ?? '', /recording not attached \(no telephony API/);
     });
 
     it('a recording Pipedrive refuses does not dead-letter the call', async () => {
       const url = api.addRecording('pd-rec-6', { size: 1000, contentType: 'audio/wav' });
-      fake.enqueue({ match: (r) => r.path.endsWith('/recordings'), status: 413, body: { success: false, error: 'File too large', error_info: 'x', data: null, additional_data: null } });
-      const result = await sink().deliver(withRecordings('c-rec6', { downloadUrl: url, type: 'voicemail' }), deps.ctx());
+      fake.enqueue({
+        match: (r) => r.path.endsWith('/recordings'),
+        status: 413,
+        body: { success: false, error: 'File too large', error_info: 'x', data: null, additional_data: null },
+      });
+      const result = await sink().deliver(
+        withRecordings('c-rec6', { downloadUrl: url, type: 'voicemail' }),
+        deps.ctx(),
+      );
       assert.equal(result.status, 'done');
       assert.match(result.reason ?? '', /recording not attached \(.*File too large/);
     });
@@ -392,7 +459,7 @@ describe('pipedrive sink', () => {
       assert.deepEqual(list?.query, { start: '0', limit: '50' });
     });
 
-    it('with userId set (another user\'s call logs are not listed) the retry finds the activity instead of creating another', async () => {
+    it("with userId set (another user's call logs are not listed) the retry finds the activity instead of creating another", async () => {
       fake.now = () => deps.clock.now;
       fake.enqueue({ match: (r) => r.method === 'POST' && r.path === '/v1/callLogs', dropAfterHandling: true });
       const s = sink({ userId: 42 });
@@ -408,7 +475,7 @@ describe('pipedrive sink', () => {
       assert.equal(list?.query.updated_since, '2026-04-08T11:50:00Z', 'since the first try, with 10 min margin');
     });
 
-    it('with userId, the recovery never takes an activity another call\'s record holds (same subject and person)', async () => {
+    it("with userId, the recovery never takes an activity another call's record holds (same subject and person)", async () => {
       fake.now = () => deps.clock.now;
       const personId = fake.addPerson('Grace', '0211 6355340');
       // Notes alike too (no transcript link): only the claim tells the two activities apart.
@@ -449,8 +516,15 @@ describe('pipedrive sink', () => {
     });
 
     it('429 without Retry-After waits x-ratelimit-reset seconds', async () => {
-      fake.enqueue({ match: (r) => r.path === '/v1/callLogs', status: 429, headers: { 'x-ratelimit-reset': '2' }, body: { success: false, error: 'Request over limit' } });
-      const err = await sink().deliver(sampleCall('c-10'), deps.ctx()).catch((e: unknown) => e);
+      fake.enqueue({
+        match: (r) => r.path === '/v1/callLogs',
+        status: 429,
+        headers: { 'x-ratelimit-reset': '2' },
+        body: { success: false, error: 'Request over limit' },
+      });
+      const err = await sink()
+        .deliver(sampleCall('c-10'), deps.ctx())
+        .catch((e: unknown) => e);
       assert.ok(err instanceof RetryLaterError && err.delayMs === 2000 && err.scope === 'queue');
     });
 
@@ -477,7 +551,9 @@ describe('pipedrive sink', () => {
     it('the budget spent on a call log write (Retry-After: 2): the first pause already lasts until the reset', async () => {
       fake.now = () => deps.clock.now;
       fake.budget = { limit: 100_000, remaining: 0 };
-      const err = await sink().deliver(sampleCall('c-budget-w', { patch: (p) => (p.call.from = 'anonymous') }), deps.ctx()).catch((e: unknown) => e);
+      const err = await sink()
+        .deliver(sampleCall('c-budget-w', { patch: (p) => (p.call.from = 'anonymous') }), deps.ctx())
+        .catch((e: unknown) => e);
       assert.deepEqual(lines(), ['POST /v1/callLogs']);
       assert.ok(err instanceof RetryLaterError && err.scope === 'queue', String(err));
       assert.equal(err.delayMs, 12 * HOUR);
@@ -504,7 +580,12 @@ describe('pipedrive sink', () => {
       fake.enqueue({
         match: (r) => r.path === '/api/v2/persons/search',
         status: 429,
-        headers: { 'x-ratelimit-limit': '10', 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '10', 'retry-after': '10' },
+        headers: {
+          'x-ratelimit-limit': '10',
+          'x-ratelimit-remaining': '0',
+          'x-ratelimit-reset': '10',
+          'retry-after': '10',
+        },
         body: { success: false, error: 'Request over limit', errorCode: 429 },
       });
       const s = sink();
@@ -512,10 +593,16 @@ describe('pipedrive sink', () => {
       assert.ok(err instanceof RetryLaterError, String(err));
       assert.equal(err.scope, 'job', 'the queue is not paused for a search');
       assert.equal(err.delayMs, 10_000);
-      const anonymous = await s.deliver(sampleCall('c-s429-anon', { patch: (p) => (p.call.from = 'anonymous') }), deps.ctx());
+      const anonymous = await s.deliver(
+        sampleCall('c-s429-anon', { patch: (p) => (p.call.from = 'anonymous') }),
+        deps.ctx(),
+      );
       assert.equal(anonymous.status, 'done', 'a call that needs no search is written meanwhile');
       const searches = fake.requestsTo('GET', '/api/v2/persons/search').length;
-      await assert.rejects(s.deliver(sampleCall('c-s429'), deps.ctx()), (e: unknown) => e instanceof RetryLaterError && e.scope === 'job');
+      await assert.rejects(
+        s.deliver(sampleCall('c-s429'), deps.ctx()),
+        (e: unknown) => e instanceof RetryLaterError && e.scope === 'job',
+      );
       assert.equal(fake.requestsTo('GET', '/api/v2/persons/search').length, searches, 'no search during the penalty');
       deps.clock.advance(10_000);
       await s.deliver(sampleCall('c-s429'), deps.ctx());
@@ -527,12 +614,22 @@ describe('pipedrive sink', () => {
       fake.burst = { limit: 20, searchLimit: 10, windowMs: 2000, penaltyMs: 10_000 };
       const s = sink();
       const results: (SinkResult | RetryLaterError)[] = [];
-      for (let i = 0; i < 6; i++) results.push(await s.deliver(callAt(`c-burst-${i}`, i), deps.ctx()).catch((e: unknown) => e as RetryLaterError));
-      assert.equal(results.filter((r) => !(r instanceof RetryLaterError)).length, 5, 'five calls (10 searches) in the window');
+      for (let i = 0; i < 6; i++)
+        results.push(
+          await s.deliver(callAt(`c-burst-${i}`, i), deps.ctx()).catch((e: unknown) => e as RetryLaterError),
+        );
+      assert.equal(
+        results.filter((r) => !(r instanceof RetryLaterError)).length,
+        5,
+        'five calls (10 searches) in the window',
+      );
       const waited = results[5];
       assert.ok(waited instanceof RetryLaterError && waited.scope === 'job' && waited.delayMs <= 2000, String(waited));
       assert.equal(fake.requests.filter((r) => r.path === '/api/v2/persons/search').length, 10);
-      const anonymous = await s.deliver(sampleCall('c-burst-anon', { patch: (p) => (p.call.from = 'anonymous') }), deps.ctx());
+      const anonymous = await s.deliver(
+        sampleCall('c-burst-anon', { patch: (p) => (p.call.from = 'anonymous') }),
+        deps.ctx(),
+      );
       assert.equal(anonymous.status, 'done');
       deps.clock.advance(waited.delayMs);
       await s.deliver(callAt('c-burst-5', 5), deps.ctx());
@@ -556,7 +653,12 @@ describe('pipedrive sink', () => {
 
     it('a 429 storm loses no call, duplicates none, and spends no attempt', async () => {
       const s = sink();
-      fake.enqueue({ status: 429, times: 6, headers: { 'retry-after': '2' }, body: { success: false, error: 'Request over limit' } });
+      fake.enqueue({
+        status: 429,
+        times: 6,
+        headers: { 'retry-after': '2' },
+        body: { success: false, error: 'Request over limit' },
+      });
       const calls = ['s-1', 's-2', 's-3', 's-4'].map((id, i) => callAt(id, i));
       const done = new Set<string>();
       for (let round = 0; round < 30 && done.size < calls.length; round++) {
@@ -583,7 +685,10 @@ describe('pipedrive sink', () => {
     it('500s are transient, then the call is logged once', async () => {
       fake.enqueue({ status: 500, times: 2, body: { success: false, error: 'Internal server error' } });
       const s = sink();
-      await assert.rejects(s.deliver(sampleCall('c-11'), deps.ctx(1)), (e: unknown) => e instanceof TransientError && e.status === 500);
+      await assert.rejects(
+        s.deliver(sampleCall('c-11'), deps.ctx(1)),
+        (e: unknown) => e instanceof TransientError && e.status === 500,
+      );
       await assert.rejects(s.deliver(sampleCall('c-11'), deps.ctx(2)), TransientError);
       await s.deliver(sampleCall('c-11'), deps.ctx(3));
       assert.equal(fake.callLogs.length, 1);
@@ -591,7 +696,9 @@ describe('pipedrive sink', () => {
 
     it('401 is an AuthError naming PIPEDRIVE_API_TOKEN, never the token itself', async () => {
       fake.token = 'rotated';
-      const err = await sink().deliver(sampleCall('c-12'), deps.ctx()).catch((e: unknown) => e);
+      const err = await sink()
+        .deliver(sampleCall('c-12'), deps.ctx())
+        .catch((e: unknown) => e);
       assert.ok(err instanceof AuthError);
       assert.equal(err.status, 401);
       assert.match(err.message, /Pipedrive rejected the credentials of sink "pipedrive".*unauthorized access/);
@@ -599,16 +706,37 @@ describe('pipedrive sink', () => {
       assert.doesNotMatch(err.message, /pd-test-token/);
     });
 
-    it('a 400 is permanent with Pipedrive\'s message', async () => {
-      fake.enqueue({ match: (r) => r.path === '/v1/callLogs', status: 400, body: { success: false, error: 'to_phone_number is required', error_info: 'Please check developers.pipedrive.com', data: null, additional_data: null } });
-      const err = await sink().deliver(sampleCall('c-13'), deps.ctx()).catch((e: unknown) => e);
+    it("a 400 is permanent with Pipedrive's message", async () => {
+      fake.enqueue({
+        match: (r) => r.path === '/v1/callLogs',
+        status: 400,
+        body: {
+          success: false,
+          error: 'to_phone_number is required',
+          error_info: 'Please check developers.pipedrive.com',
+          data: null,
+          additional_data: null,
+        },
+      });
+      const err = await sink()
+        .deliver(sampleCall('c-13'), deps.ctx())
+        .catch((e: unknown) => e);
       assert.ok(err instanceof PermanentError);
-      assert.match(err.message, /Pipedrive POST \/v1\/callLogs answered 400: to_phone_number is required \(Please check developers.pipedrive.com\)/);
+      assert.match(
+        err.message,
+        /Pipedrive POST \/v1\/callLogs answered 400: to_phone_number is required \(Please check developers.pipedrive.com\)/,
+      );
     });
 
     it('can send the token as api_token query parameter, which never appears in error messages', async () => {
-      fake.enqueue({ match: (r) => r.path === '/v1/callLogs', status: 422, body: { success: false, error: 'Unprocessable' } });
-      const err = await sink({ tokenIn: 'query' }).deliver(sampleCall('c-14'), deps.ctx()).catch((e: unknown) => e);
+      fake.enqueue({
+        match: (r) => r.path === '/v1/callLogs',
+        status: 422,
+        body: { success: false, error: 'Unprocessable' },
+      });
+      const err = await sink({ tokenIn: 'query' })
+        .deliver(sampleCall('c-14'), deps.ctx())
+        .catch((e: unknown) => e);
       assert.ok(err instanceof PermanentError);
       assert.equal(fake.requests[0]?.query.api_token, 'pd-test-token');
       assert.equal(fake.requests[0]?.headers['x-api-token'], undefined);

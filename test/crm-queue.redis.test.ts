@@ -72,9 +72,15 @@ describe('hubspot sink behind the queue runner', () => {
   }
 
   async function add(callId: string, startOffsetMin = 0) {
-    const call = sampleCall(callId, { patch: (p) => ((p.call.startTime += startOffsetMin * 60_000), (p.call.endTime += startOffsetMin * 60_000)) });
+    const call = sampleCall(callId, {
+      patch: (p) => ((p.call.startTime += startOffsetMin * 60_000), (p.call.endTime += startOffsetMin * 60_000)),
+    });
     // One attempt only: a rate-limit pause that spent an attempt would dead-letter the job.
-    return queue.add(JobName.sinkDeliver, { kind: JobName.sinkDeliver, sink: 'hubspot', call }, { jobId: `hubspot-${callId}`, attempts: 1, backoff: { type: BACKOFF_STRATEGY } });
+    return queue.add(
+      JobName.sinkDeliver,
+      { kind: JobName.sinkDeliver, sink: 'hubspot', call },
+      { jobId: `hubspot-${callId}`, attempts: 1, backoff: { type: BACKOFF_STRATEGY } },
+    );
   }
 
   it('a 429 storm: every job completes with its single attempt, one record per call, none lost', async () => {
@@ -82,13 +88,24 @@ describe('hubspot sink behind the queue runner', () => {
       times: 4,
       status: 429,
       headers: { 'retry-after': '1' },
-      body: { status: 'error', message: 'You have reached your ten_secondly_rolling limit.', errorType: 'RATE_LIMIT', policyName: 'TEN_SECONDLY_ROLLING' },
+      body: {
+        status: 'error',
+        message: 'You have reached your ten_secondly_rolling limit.',
+        errorType: 'RATE_LIMIT',
+        policyName: 'TEN_SECONDLY_ROLLING',
+      },
     });
     await Promise.all(['q-1', 'q-2', 'q-3'].map((id, i) => add(id, i)));
     start();
-    await waitFor(async () => (await queue.getJobCounts('completed')).completed === 3, { timeoutMs: 20_000, what: '3 completed jobs' });
+    await waitFor(async () => (await queue.getJobCounts('completed')).completed === 3, {
+      timeoutMs: 20_000,
+      what: '3 completed jobs',
+    });
     assert.deepEqual(events.failed, [], 'no job failed or was dead-lettered');
-    assert.ok(events.deferred.length >= 1 && events.deferred.every((d) => d.includes(':queue:')), `queue-wide pauses: ${events.deferred.join(', ')}`);
+    assert.ok(
+      events.deferred.length >= 1 && events.deferred.every((d) => d.includes(':queue:')),
+      `queue-wide pauses: ${events.deferred.join(', ')}`,
+    );
     assert.equal(fake.calls.size, 3, 'one call record per call');
     assert.equal((await queue.getJobCounts('failed')).failed, 0);
   });
@@ -108,17 +125,30 @@ describe('hubspot sink behind the queue runner', () => {
 
     fake.token = 'pat-test-token';
     await queue.resume();
-    await waitFor(async () => (await queue.getJobCounts('completed')).completed === 1, { timeoutMs: 10_000, what: 'job completed after resume' });
+    await waitFor(async () => (await queue.getJobCounts('completed')).completed === 1, {
+      timeoutMs: 10_000,
+      what: 'job completed after resume',
+    });
     assert.equal(fake.calls.size, 1);
   });
 
   it('a redelivered job for the same call updates the record instead of duplicating it', async () => {
     start();
     await add('q-dup');
-    await waitFor(async () => (await queue.getJobCounts('completed')).completed === 1, { timeoutMs: 10_000, what: 'first delivery' });
+    await waitFor(async () => (await queue.getJobCounts('completed')).completed === 1, {
+      timeoutMs: 10_000,
+      what: 'first delivery',
+    });
     const call = sampleCall('q-dup');
-    await queue.add(JobName.sinkDeliver, { kind: JobName.sinkDeliver, sink: 'hubspot', call }, { jobId: 'hubspot-q-dup-redelivery', attempts: 1 });
-    await waitFor(async () => (await queue.getJobCounts('completed')).completed === 2, { timeoutMs: 10_000, what: 'redelivery' });
+    await queue.add(
+      JobName.sinkDeliver,
+      { kind: JobName.sinkDeliver, sink: 'hubspot', call },
+      { jobId: 'hubspot-q-dup-redelivery', attempts: 1 },
+    );
+    await waitFor(async () => (await queue.getJobCounts('completed')).completed === 2, {
+      timeoutMs: 10_000,
+      what: 'redelivery',
+    });
     assert.equal(fake.calls.size, 1);
     assert.equal(fake.requests.filter((r) => r.method === 'PATCH').length, 1);
   });

@@ -58,12 +58,19 @@ describe('webhook sink', () => {
   });
 
   function sink(options: Partial<WebhookOptions> = {}): WebhookSink {
-    return new WebhookSink('webhook', webhookSinkType.options.parse({ urls: [`${a.url}/hooks/calls`], ...options }), deps);
+    return new WebhookSink(
+      'webhook',
+      webhookSinkType.options.parse({ urls: [`${a.url}/hooks/calls`], ...options }),
+      deps,
+    );
   }
 
   it('POSTs the canonical call to every URL with custom headers, signed so standardwebhooks verifies it', async () => {
     const call = sampleCall('c-1');
-    const result = await sink({ urls: [`${a.url}/in`, `${b.url}/other?tenant=7`], headers: { 'X-Api-Key': 'receiver-key' } }).deliver(call, deps.ctx());
+    const result = await sink({
+      urls: [`${a.url}/in`, `${b.url}/other?tenant=7`],
+      headers: { 'X-Api-Key': 'receiver-key' },
+    }).deliver(call, deps.ctx());
     assert.equal(a.requests.length, 1);
     assert.equal(b.requests.length, 1);
     const [ra, rb] = [a.requests[0]!, b.requests[0]!];
@@ -119,7 +126,10 @@ describe('webhook sink', () => {
   it('after a partial failure the retry only resends to the URL that failed, with the same id', async () => {
     b.enqueue({ status: 500, body: { message: 'db down' } });
     const s = sink({ urls: [a.url, b.url] });
-    await assert.rejects(s.deliver(sampleCall('c-5'), deps.ctx(1)), (e: unknown) => e instanceof TransientError && /db down/.test(e.message));
+    await assert.rejects(
+      s.deliver(sampleCall('c-5'), deps.ctx(1)),
+      (e: unknown) => e instanceof TransientError && /db down/.test(e.message),
+    );
     await s.deliver(sampleCall('c-5'), deps.ctx(2));
     assert.equal(a.requests.length, 1);
     assert.equal(b.requests.length, 2);
@@ -127,15 +137,21 @@ describe('webhook sink', () => {
     assert.doesNotThrow(() => new Webhook(secret).verify(b.requests[1]!.rawBody, signed(b.requests[1]!)));
   });
 
-  it('429 pauses the queue for Retry-After; 401 is an AuthError; 400 is permanent with the receiver\'s message', async () => {
+  it("429 pauses the queue for Retry-After; 401 is an AuthError; 400 is permanent with the receiver's message", async () => {
     a.enqueue({ status: 429, headers: { 'retry-after': '5' } });
-    const e1 = await sink().deliver(sampleCall('c-6'), deps.ctx()).catch((e: unknown) => e);
+    const e1 = await sink()
+      .deliver(sampleCall('c-6'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(e1 instanceof RetryLaterError && e1.scope === 'queue' && e1.delayMs === 5000);
     a.enqueue({ status: 401, body: { message: 'bad api key' } });
-    const e2 = await sink().deliver(sampleCall('c-7'), deps.ctx()).catch((e: unknown) => e);
+    const e2 = await sink()
+      .deliver(sampleCall('c-7'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(e2 instanceof AuthError && /bad api key/.test(e2.message));
     a.enqueue({ status: 400, body: { error: 'unknown field callId' } });
-    const e3 = await sink().deliver(sampleCall('c-8'), deps.ctx()).catch((e: unknown) => e);
+    const e3 = await sink()
+      .deliver(sampleCall('c-8'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(e3 instanceof PermanentError && /answered 400: unknown field callId/.test(e3.message));
   });
 
@@ -150,49 +166,89 @@ describe('webhook sink', () => {
   it('validates options: whsec_ secrets, URLs, reserved headers; env shortcut', () => {
     assert.throws(() => webhookSinkType.options.parse({ urls: ['http://x'], secrets: ['plain-secret'] }), /whsec_/);
     assert.throws(() => webhookSinkType.options.parse({ urls: ['ftp://x'] }));
-    assert.throws(() => webhookSinkType.options.parse({ urls: ['http://x'], headers: { 'Webhook-Signature': 'x' } }), /set by callsync/);
-    assert.throws(() => new WebhookSink('w', webhookSinkType.options.parse({ urls: ['http://x'] }), { ...deps, env: {} }), /CRM_WEBHOOK_SECRET/);
+    assert.throws(
+      () => webhookSinkType.options.parse({ urls: ['http://x'], headers: { 'Webhook-Signature': 'x' } }),
+      /set by callsync/,
+    );
+    assert.throws(
+      () => new WebhookSink('w', webhookSinkType.options.parse({ urls: ['http://x'] }), { ...deps, env: {} }),
+      /CRM_WEBHOOK_SECRET/,
+    );
     assert.equal(webhookSinkType.fromEnv?.({}, { configFile: false }), null);
-    assert.deepEqual(webhookSinkType.fromEnv?.({ CRM_WEBHOOK_URL: 'https://a.example/h, https://b.example/h' }, { configFile: false }), {
-      sinks: { webhook: { type: 'webhook', urls: ['https://a.example/h', 'https://b.example/h'] } },
-      routes: [{ name: 'webhook (env)', when: {}, to: ['webhook'] }],
-    });
+    assert.deepEqual(
+      webhookSinkType.fromEnv?.({ CRM_WEBHOOK_URL: 'https://a.example/h, https://b.example/h' }, { configFile: false }),
+      {
+        sinks: { webhook: { type: 'webhook', urls: ['https://a.example/h', 'https://b.example/h'] } },
+        routes: [{ name: 'webhook (env)', when: {}, to: ['webhook'] }],
+      },
+    );
   });
   it('a job of one endpoint (ctx.endpoint) goes to that endpoint only, signed with its own secret', async () => {
     const own = newSecret();
-    const s = sink({ urls: undefined, endpoints: [{ name: 'a', url: a.url, secrets: [own] }, { name: 'b', url: b.url }] });
+    const s = sink({
+      urls: undefined,
+      endpoints: [
+        { name: 'a', url: a.url, secrets: [own] },
+        { name: 'b', url: b.url },
+      ],
+    });
     await s.deliver(sampleCall('c-10'), { ...deps.ctx(), endpoint: 'a' });
     assert.equal(a.requests.length, 1);
     assert.equal(b.requests.length, 0, 'the other endpoint has a job of its own');
     const r = a.requests[0]!;
     assert.doesNotThrow(() => new Webhook(own).verify(r.rawBody, signed(r)));
-    assert.throws(() => new Webhook(secret).verify(r.rawBody, signed(r)), /No matching signature/, 'not signed with the sink\'s secret');
+    assert.throws(
+      () => new Webhook(secret).verify(r.rawBody, signed(r)),
+      /No matching signature/,
+      "not signed with the sink's secret",
+    );
     await s.deliver(sampleCall('c-10'), { ...deps.ctx(), endpoint: 'b' });
-    assert.doesNotThrow(() => new Webhook(secret).verify(b.requests[0]!.rawBody, signed(b.requests[0]!)), 'an endpoint without secrets uses the sink\'s');
-    assert.equal(b.requests[0]!.headers['webhook-id'], r.headers['webhook-id'], 'the same message id at every endpoint');
+    assert.doesNotThrow(
+      () => new Webhook(secret).verify(b.requests[0]!.rawBody, signed(b.requests[0]!)),
+      "an endpoint without secrets uses the sink's",
+    );
+    assert.equal(
+      b.requests[0]!.headers['webhook-id'],
+      r.headers['webhook-id'],
+      'the same message id at every endpoint',
+    );
   });
 
-  it('410 Gone disables the endpoint (not a dead letter), with the receiver\'s message', async () => {
+  it("410 Gone disables the endpoint (not a dead letter), with the receiver's message", async () => {
     a.enqueue({ status: 410, body: { message: 'hook deleted' } });
-    const err = await sink({ urls: [`${a.url}/in`] }).deliver(sampleCall('c-11'), deps.ctx()).catch((e: unknown) => e);
+    const err = await sink({ urls: [`${a.url}/in`] })
+      .deliver(sampleCall('c-11'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.ok(err instanceof EndpointDisabledError, String(err));
     assert.equal(err.kind, 'disable');
     assert.equal(err.status, 410);
-    assert.match(err.message, /POST 127\.0\.0\.1:\d+\/in \(endpoint "127-0-0-1-\d+" of sink "webhook"\) answered 410 Gone: hook deleted: the receiver takes no more messages there/);
+    assert.match(
+      err.message,
+      /POST 127\.0\.0\.1:\d+\/in \(endpoint "127-0-0-1-\d+" of sink "webhook"\) answered 410 Gone: hook deleted: the receiver takes no more messages there/,
+    );
   });
 
   it('a redirect is reported with where it points, without its query string, and disables the endpoint; never "fetch failed"', async () => {
     for (const status of [301, 302, 307, 308]) {
       a.requests.length = 0;
       a.enqueue({ status, headers: { location: '/moved/here?token=abc#x' } });
-      const err = await sink().deliver(sampleCall(`c-12-${status}`), deps.ctx()).catch((e: unknown) => e);
+      const err = await sink()
+        .deliver(sampleCall(`c-12-${status}`), deps.ctx())
+        .catch((e: unknown) => e);
       assert.ok(err instanceof EndpointDisabledError, `${status}: ${String(err)}`);
-      assert.match(err.message, new RegExp(`answered ${status} redirect to http://127\\.0\\.0\\.1:\\d+/moved/here \\(redirects are not followed\\)\\. The endpoint is disabled: update its URL`));
+      assert.match(
+        err.message,
+        new RegExp(
+          `answered ${status} redirect to http://127\\.0\\.0\\.1:\\d+/moved/here \\(redirects are not followed\\)\\. The endpoint is disabled: update its URL`,
+        ),
+      );
       assert.doesNotMatch(err.message, /token=abc|fetch failed/);
       assert.equal(a.requests.length, 1, 'the redirect was not followed');
     }
     a.enqueue({ status: 303 });
-    const bare = await sink().deliver(sampleCall('c-13'), deps.ctx()).catch((e: unknown) => e);
+    const bare = await sink()
+      .deliver(sampleCall('c-13'), deps.ctx())
+      .catch((e: unknown) => e);
     assert.match((bare as Error).message, /answered 303 redirect to nowhere \(no Location header\)/);
   });
 
@@ -211,7 +267,10 @@ describe('webhook sink', () => {
     });
     const err = await http.request({ method: 'GET', path: '/v1/things' }).catch((e: unknown) => e);
     assert.ok(err instanceof PermanentError, String(err));
-    assert.equal(err.message, 'SomeCrm GET /v1/things answered 308 redirect to https://api.example/v2/x (redirects are not followed)');
+    assert.equal(
+      err.message,
+      'SomeCrm GET /v1/things answered 308 redirect to https://api.example/v2/x (redirects are not followed)',
+    );
   });
 
   it('a 429 of one endpoint holds that endpoint only', async () => {
@@ -221,48 +280,102 @@ describe('webhook sink', () => {
     const held = await s.deliver(sampleCall('c-14'), { ...deps.ctx(), endpoint: nameA }).catch((e: unknown) => e);
     assert.ok(held instanceof RetryLaterError && held.scope === 'queue' && held.delayMs === 60_000);
     await s.deliver(sampleCall('c-14'), { ...deps.ctx(), endpoint: nameB });
-    assert.equal(b.requests.length, 1, 'B is not held by A\'s rate limit');
+    assert.equal(b.requests.length, 1, "B is not held by A's rate limit");
     const again = await s.deliver(sampleCall('c-15'), { ...deps.ctx(), endpoint: nameA }).catch((e: unknown) => e);
     assert.ok(again instanceof RetryLaterError, 'A still waits without asking');
     assert.equal(a.requests.length, 1);
   });
 
-  it('endpoint names: from the host (numbered when shared), or given; each endpoint\'s headers over the sink\'s', () => {
+  it("endpoint names: from the host (numbered when shared), or given; each endpoint's headers over the sink's", () => {
     const parsed = webhookSinkType.options.parse({
       urls: ['https://hooks.example.com/a', 'https://hooks.example.com/b', 'http://127.0.0.1:8080/x'],
       endpoints: [{ name: 'erp', url: 'https://erp.example/in', headers: { 'x-api-key': 'erp-key' } }],
       headers: { 'X-Api-Key': 'shared', 'X-Tenant': '7' },
     });
     const endpoints = webhookEndpoints(parsed);
-    assert.deepEqual(endpoints.map((e) => e.name), ['hooks-example-com', 'hooks-example-com-2', '127-0-0-1-8080', 'erp']);
+    assert.deepEqual(
+      endpoints.map((e) => e.name),
+      ['hooks-example-com', 'hooks-example-com-2', '127-0-0-1-8080', 'erp'],
+    );
     assert.deepEqual(endpoints[3]!.headers, { 'x-api-key': 'erp-key', 'x-tenant': '7' });
     assert.deepEqual(endpoints[0]!.headers, { 'x-api-key': 'shared', 'x-tenant': '7' });
-    assert.deepEqual(webhookSinkType.endpoints?.(parsed), ['hooks-example-com', 'hooks-example-com-2', '127-0-0-1-8080', 'erp']);
+    assert.deepEqual(webhookSinkType.endpoints?.(parsed), [
+      'hooks-example-com',
+      'hooks-example-com-2',
+      '127-0-0-1-8080',
+      'erp',
+    ]);
     // A given name is never taken by a derived one.
-    assert.deepEqual(webhookEndpoints(webhookSinkType.options.parse({ urls: ['https://a.example/'], endpoints: [{ name: 'a-example', url: 'https://b.example/' }] })).map((e) => e.name), ['a-example-2', 'a-example']);
+    assert.deepEqual(
+      webhookEndpoints(
+        webhookSinkType.options.parse({
+          urls: ['https://a.example/'],
+          endpoints: [{ name: 'a-example', url: 'https://b.example/' }],
+        }),
+      ).map((e) => e.name),
+      ['a-example-2', 'a-example'],
+    );
 
     assert.throws(() => webhookSinkType.options.parse({}), /give the receivers as `urls` or `endpoints`/);
-    assert.throws(() => webhookSinkType.options.parse({ endpoints: [{ name: 'x', url: 'https://a/' }, { name: 'X', url: 'https://b/' }] }), /endpoint name \\"X\\" is used twice/);
-    assert.throws(() => webhookSinkType.options.parse({ endpoints: [{ name: 'a.b', url: 'https://a/' }] }), /endpoint names are letters, digits/);
-    assert.throws(() => webhookSinkType.options.parse({ endpoints: [{ url: 'https://a/', secrets: ['nope'] }] }), /whsec_/);
-    assert.throws(() => webhookSinkType.options.parse({ endpoints: [{ url: 'https://a/', headers: { 'webhook-id': 'x' } }] }), /set by callsync/);
-    const noSecret = webhookSinkType.options.parse({ endpoints: [{ name: 'own', url: 'https://a/', secrets: [newSecret()] }, { name: 'bare', url: 'https://b/' }] });
+    assert.throws(
+      () =>
+        webhookSinkType.options.parse({
+          endpoints: [
+            { name: 'x', url: 'https://a/' },
+            { name: 'X', url: 'https://b/' },
+          ],
+        }),
+      /endpoint name \\"X\\" is used twice/,
+    );
+    assert.throws(
+      () => webhookSinkType.options.parse({ endpoints: [{ name: 'a.b', url: 'https://a/' }] }),
+      /endpoint names are letters, digits/,
+    );
+    assert.throws(
+      () => webhookSinkType.options.parse({ endpoints: [{ url: 'https://a/', secrets: ['nope'] }] }),
+      /whsec_/,
+    );
+    assert.throws(
+      () => webhookSinkType.options.parse({ endpoints: [{ url: 'https://a/', headers: { 'webhook-id': 'x' } }] }),
+      /set by callsync/,
+    );
+    const noSecret = webhookSinkType.options.parse({
+      endpoints: [
+        { name: 'own', url: 'https://a/', secrets: [newSecret()] },
+        { name: 'bare', url: 'https://b/' },
+      ],
+    });
     assert.throws(() => new WebhookSink('w', noSecret, { ...deps, env: {} }), /endpoint "bare" has no signing secret/);
   });
 
   it('retry: the Standard Webhooks schedule by default (ten attempts over three days); a schedule and attempts of its own', () => {
-    const policy = (retry?: unknown) => webhookSinkType.retry?.(webhookSinkType.options.parse({ urls: ['https://a/'], ...(retry ? { retry } : {}) }), defaultRetryPolicy);
+    const policy = (retry?: unknown) =>
+      webhookSinkType.retry?.(
+        webhookSinkType.options.parse({ urls: ['https://a/'], ...(retry ? { retry } : {}) }),
+        defaultRetryPolicy,
+      );
     assert.deepEqual(policy(), { ...defaultRetryPolicy, attempts: 10, schedule: STANDARD_WEBHOOKS_SCHEDULE });
-    assert.deepEqual(STANDARD_WEBHOOKS_SCHEDULE, [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000]);
-    assert.deepEqual(policy({ schedule: ['5s', '1h', 90] }), { ...defaultRetryPolicy, attempts: 4, schedule: [5000, 3_600_000, 90_000] });
+    assert.deepEqual(
+      STANDARD_WEBHOOKS_SCHEDULE,
+      [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 50_400_000, 72_000_000, 86_400_000],
+    );
+    assert.deepEqual(policy({ schedule: ['5s', '1h', 90] }), {
+      ...defaultRetryPolicy,
+      attempts: 4,
+      schedule: [5000, 3_600_000, 90_000],
+    });
     assert.equal(policy({ schedule: ['1m'], attempts: 20 })!.attempts, 20);
     assert.throws(() => policy({ schedule: [] }));
     assert.throws(() => policy({ schedule: ['soon'] }), /expected a duration/);
     assert.throws(() => policy({ backoffMs: 5 }), /backoffMs/);
 
-    const config = loadConfig({ CRM_WEBHOOK_URL: 'https://a.example/h, https://b.example/h', CRM_WEBHOOK_SECRET: secret, JOB_ATTEMPTS: '3' });
+    const config = loadConfig({
+      CRM_WEBHOOK_URL: 'https://a.example/h, https://b.example/h',
+      CRM_WEBHOOK_SECRET: secret,
+      JOB_ATTEMPTS: '3',
+    });
     assert.deepEqual(config.sinks.webhook!.endpoints, ['a-example', 'b-example']);
-    assert.equal(config.sinks.webhook!.retry!.attempts, 10, 'the sink\'s schedule, not JOB_ATTEMPTS');
+    assert.equal(config.sinks.webhook!.retry!.attempts, 10, "the sink's schedule, not JOB_ATTEMPTS");
     assert.equal(config.retry.attempts, 3);
   });
   it('check-config shows the endpoint queues and the schedule, and redacts endpoint secrets and API-key headers', () => {

@@ -32,12 +32,19 @@ describe('dashboard: the Calls page', () => {
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-calls-page-'));
-    cs = await startOpsCallsync({ ARCHIVE_DIR: dir, ADMIN_PASSWORD: PASSWORD, ADMIN_TOKEN: TOKEN }, { sinks: new Map([['archive', sink]]) });
+    cs = await startOpsCallsync(
+      { ARCHIVE_DIR: dir, ADMIN_PASSWORD: PASSWORD, ADMIN_TOKEN: TOKEN },
+      { sinks: new Map([['archive', sink]]) },
+    );
     sink.failing = true;
-    for (const id of ['gate-page-1', 'ok-page-1']) assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
+    for (const id of ['gate-page-1', 'ok-page-1'])
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
     failedId = callHash('ai-agent:agent-1:gate-page-1');
     const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
-    await waitFor(async () => (await archive.getFailed()).length === 1 && (await archive.getCompleted()).length === 1, { timeoutMs: 20_000, what: 'one call failed, one done' });
+    await waitFor(async () => (await archive.getFailed()).length === 1 && (await archive.getCompleted()).length === 1, {
+      timeoutMs: 20_000,
+      what: 'one call failed, one done',
+    });
   });
   after(async () => {
     await cs?.stop();
@@ -46,7 +53,9 @@ describe('dashboard: the Calls page', () => {
 
   test('behind the login; its retry refuses other sites and non-failed sinks', async () => {
     assert.equal((await fetch(`${cs.url}/admin/queues/calls`)).status, 401);
-    const page = await fetch(`${cs.url}/admin/queues/calls?q=ok-page-1`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    const page = await fetch(`${cs.url}/admin/queues/calls?q=ok-page-1`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     assert.equal(page.status, 200);
     const text = await page.text();
     assert.match(text, /ok-page-1/);
@@ -74,7 +83,9 @@ describe('dashboard: the Calls page', () => {
     assert.equal(replay.status, 200, await replay.clone().text());
     const { replayed } = (await replay.json()) as { replayed: { jobId: string } };
     assert.match(replayed.jobId, /^[0-9a-f]{32}-replay-/);
-    await waitFor(() => sink.delivered.filter((id) => id === 'ok-page-1').length === 2, { what: 'the replay delivered' });
+    await waitFor(() => sink.delivered.filter((id) => id === 'ok-page-1').length === 2, {
+      what: 'the replay delivered',
+    });
     const unrouted = await fetch(`${cs.url}/admin/queues/calls/${callHash('ai-agent:agent-1:ok-page-1')}/replay`, {
       method: 'POST',
       headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
@@ -92,7 +103,16 @@ describe('dashboard: the Calls page', () => {
     await mkdir(ARTIFACTS, { recursive: true });
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     try {
       const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
@@ -120,8 +140,14 @@ describe('dashboard: the Calls page', () => {
 
       sink.failing = false;
       await page.getByRole('button', { name: 'Retry archive' }).click();
-      await waitFor(async () => (await chip.textContent().catch(() => null)) === 'archive: done', { timeoutMs: 20_000, what: 'the chip to turn to done' });
-      assert.deepEqual(sink.delivered.filter((id) => id === 'gate-page-1'), ['gate-page-1']);
+      await waitFor(async () => (await chip.textContent().catch(() => null)) === 'archive: done', {
+        timeoutMs: 20_000,
+        what: 'the chip to turn to done',
+      });
+      assert.deepEqual(
+        sink.delivered.filter((id) => id === 'gate-page-1'),
+        ['gate-page-1'],
+      );
       await page.screenshot({ path: join(ARTIFACTS.pathname, 'calls-call-retried.png'), fullPage: true });
     } finally {
       await browser.close();
@@ -140,22 +166,51 @@ describe('dashboard: a call page opens the archived objects and the CRM records'
   const auth = { authorization: `Bearer ${TOKEN}` };
   const archiveKeys = async (id: string) => {
     const text = await (await fetch(`${cs.url}/admin/queues/calls/${id}`, { headers: auth })).text();
-    return [...text.matchAll(/<a href="([^"]+)" data-archive-key="([^"]+)"/g)].map((m) => ({ href: m[1]!.replaceAll('&amp;', '&'), key: m[2]! }));
+    return [...text.matchAll(/<a href="([^"]+)" data-archive-key="([^"]+)"/g)].map((m) => ({
+      href: m[1]!.replaceAll('&amp;', '&'),
+      key: m[2]!,
+    }));
   };
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-calls-links-'));
-    cs = await startOpsCallsync({ ARCHIVE_DIR: dir, ADMIN_PASSWORD: PASSWORD, ADMIN_TOKEN: TOKEN, HUBSPOT_PORTAL_ID: '4711', PIPEDRIVE_COMPANY_DOMAIN: 'acme' });
+    cs = await startOpsCallsync({
+      ARCHIVE_DIR: dir,
+      ADMIN_PASSWORD: PASSWORD,
+      ADMIN_TOKEN: TOKEN,
+      HUBSPOT_PORTAL_ID: '4711',
+      PIPEDRIVE_COMPANY_DOMAIN: 'acme',
+    });
     redis = new Redis(REDIS_URL);
-    for (const id of ['links-1', 'links-2']) assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
+    for (const id of ['links-1', 'links-2'])
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
     const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
-    await waitFor(async () => (await archive.getCompleted()).length === 2, { timeoutMs: 20_000, what: 'both calls archived' });
-    const done = async (id: string) => /archive: done/.test(await (await fetch(`${cs.url}/admin/queues/calls/${id}`, { headers: auth })).text());
-    await waitFor(async () => (await done(callId)) && (await done(otherId)), { timeoutMs: 10_000, what: 'archive done on both call pages' });
+    await waitFor(async () => (await archive.getCompleted()).length === 2, {
+      timeoutMs: 20_000,
+      what: 'both calls archived',
+    });
+    const done = async (id: string) =>
+      /archive: done/.test(await (await fetch(`${cs.url}/admin/queues/calls/${id}`, { headers: auth })).text());
+    await waitFor(async () => (await done(callId)) && (await done(otherId)), {
+      timeoutMs: 10_000,
+      what: 'archive done on both call pages',
+    });
     // What a HubSpot and a Pipedrive sink report when done (src/sinks/crm/*.ts refs), in the call's timeline.
     const timeline = new CallTimeline(redis, redisKeys(cs.callsync.config.redis), { ttlDays: 1 });
-    await timeline.append(callId, { event: 'done', sink: 'hubspot', jobId: callId, attempt: 1, refs: { hubspotCallId: '90210', hubspotContactId: '501' } });
-    await timeline.append(callId, { event: 'done', sink: 'pipedrive', jobId: callId, attempt: 1, refs: { pipedriveActivityId: '33', pipedrivePersonId: '77', pipedriveDealId: '8' } });
+    await timeline.append(callId, {
+      event: 'done',
+      sink: 'hubspot',
+      jobId: callId,
+      attempt: 1,
+      refs: { hubspotCallId: '90210', hubspotContactId: '501' },
+    });
+    await timeline.append(callId, {
+      event: 'done',
+      sink: 'pipedrive',
+      jobId: callId,
+      attempt: 1,
+      refs: { pipedriveActivityId: '33', pipedrivePersonId: '77', pipedriveDealId: '8' },
+    });
   });
   after(async () => {
     redis?.disconnect();
@@ -165,21 +220,37 @@ describe('dashboard: a call page opens the archived objects and the CRM records'
 
   test("the archive links open the call's objects as inert text or JSON; other keys are 404; logged out is refused", async () => {
     const links = await archiveKeys(callId);
-    assert.deepEqual(links.map((l) => l.key.replace(/^.*\./, '')).sort(), ['json', 'json', 'txt'], 'the .json record, the .txt transcript and the .vcon.json');
+    assert.deepEqual(
+      links.map((l) => l.key.replace(/^.*\./, '')).sort(),
+      ['json', 'json', 'txt'],
+      'the .json record, the .txt transcript and the .vcon.json',
+    );
     for (const { href, key } of links) {
       const res = await fetch(`${cs.url}${href}`, { headers: auth });
       assert.equal(res.status, 200, key);
-      assert.equal(res.headers.get('content-type'), key.endsWith('.txt') ? 'text/plain; charset=utf-8' : 'application/json; charset=utf-8');
+      assert.equal(
+        res.headers.get('content-type'),
+        key.endsWith('.txt') ? 'text/plain; charset=utf-8' : 'application/json; charset=utf-8',
+      );
       assert.equal(res.headers.get('content-disposition'), 'inline');
       assert.equal(res.headers.get('x-content-type-options'), 'nosniff');
       assert.equal(await res.text(), await readFile(join(dir, key), 'utf8'), `the stored object ${key}`);
     }
     const { href, key } = links.find((l) => l.key.endsWith('.txt'))!;
     assert.equal((await fetch(`${cs.url}${href}`)).status, 401, 'logged out');
-    const object = (sink: string, k: string, id = callId) => fetch(`${cs.url}/admin/queues/calls/${id}/object?${new URLSearchParams({ sink, key: k }).toString()}`, { headers: auth });
+    const object = (sink: string, k: string, id = callId) =>
+      fetch(`${cs.url}/admin/queues/calls/${id}/object?${new URLSearchParams({ sink, key: k }).toString()}`, {
+        headers: auth,
+      });
     // Another call's object (it exists in the store), a traversal, a key beside the call's, another sink, another call's page.
     const other = (await archiveKeys(otherId)).find((l) => l.key.endsWith('.txt'))!.key;
-    for (const [sink, k] of [['archive', other], ['archive', `${key}/../../../../../../etc/passwd`], ['archive', '../../etc/passwd'], ['archive', key.replace(/\.txt$/, '.md')], ['hubspot', key]]) {
+    for (const [sink, k] of [
+      ['archive', other],
+      ['archive', `${key}/../../../../../../etc/passwd`],
+      ['archive', '../../etc/passwd'],
+      ['archive', key.replace(/\.txt$/, '.md')],
+      ['hubspot', key],
+    ]) {
       const res = await object(sink!, k!);
       assert.equal(res.status, 404, `${sink} ${k}`);
       assert.equal(((await res.json()) as { errors: { status: number }[] }).errors[0]!.status, 404);
@@ -189,7 +260,9 @@ describe('dashboard: a call page opens the archived objects and the CRM records'
 
   test('CRM ids link to their records in the web apps', async () => {
     const text = await (await fetch(`${cs.url}/admin/queues/calls/${callId}`, { headers: auth })).text();
-    const hrefs = Object.fromEntries([...text.matchAll(/<a href="([^"]+)" data-crm="([^"]+)"/g)].map((m) => [m[2]!, m[1]!]));
+    const hrefs = Object.fromEntries(
+      [...text.matchAll(/<a href="([^"]+)" data-crm="([^"]+)"/g)].map((m) => [m[2]!, m[1]!]),
+    );
     assert.deepEqual(hrefs, {
       hubspotCallId: 'https://app.hubspot.com/contacts/4711/record/0-48/90210',
       hubspotContactId: 'https://app.hubspot.com/contacts/4711/record/0-1/501',
@@ -207,7 +280,16 @@ describe('dashboard: a call page opens the archived objects and the CRM records'
     const { chromium } = await import('playwright-core');
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     try {
       const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
@@ -218,12 +300,19 @@ describe('dashboard: a call page opens the archived objects and the CRM records'
       await page.getByLabel('Password').fill(PASSWORD);
       await page.getByRole('button', { name: 'Log in' }).click();
       await page.waitForURL(`${cs.url}/admin/queues/calls/${callId}`);
-      assert.equal(await page.locator('a[data-crm="hubspotCallId"]').getAttribute('href'), 'https://app.hubspot.com/contacts/4711/record/0-48/90210');
+      assert.equal(
+        await page.locator('a[data-crm="hubspotCallId"]').getAttribute('href'),
+        'https://app.hubspot.com/contacts/4711/record/0-48/90210',
+      );
       const link = page.locator('a[data-archive-key$=".txt"]');
       const key = (await link.getAttribute('data-archive-key'))!;
       const [opened] = await Promise.all([context.waitForEvent('page'), link.click()]);
       await opened.waitForLoadState();
-      assert.equal((await opened.locator('body').innerText()).trim(), (await readFile(join(dir, key), 'utf8')).trim(), 'the archived transcript, shown as text');
+      assert.equal(
+        (await opened.locator('body').innerText()).trim(),
+        (await readFile(join(dir, key), 'utf8')).trim(),
+        'the archived transcript, shown as text',
+      );
     } finally {
       await browser.close();
     }
@@ -241,20 +330,29 @@ describe('dashboard: a call page opens the archived objects in S3 (s3rver)', () 
     cs = await startOpsCallsync({ ...server.env, ADMIN_TOKEN: TOKEN });
     assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('links-s3-1'))).status, 202);
     const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
-    await waitFor(async () => (await archive.getCompleted()).length === 1, { timeoutMs: 20_000, what: 'the call archived' });
+    await waitFor(async () => (await archive.getCompleted()).length === 1, {
+      timeoutMs: 20_000,
+      what: 'the call archived',
+    });
   });
   after(async () => {
     await cs?.stop();
     await server?.destroy();
   });
 
-  test("the record opens from the bucket; once deleted it is 404", async () => {
+  test('the record opens from the bucket; once deleted it is 404', async () => {
     let links: { href: string; key: string }[] = [];
-    await waitFor(async () => {
-      const text = await (await fetch(`${cs.url}/admin/queues/calls/${callId}`, { headers: auth })).text();
-      links = [...text.matchAll(/<a href="([^"]+)" data-archive-key="([^"]+)"/g)].map((m) => ({ href: m[1]!.replaceAll('&amp;', '&'), key: m[2]! }));
-      return links.length === 3;
-    }, { timeoutMs: 10_000, what: 'the archive keys on the call page' });
+    await waitFor(
+      async () => {
+        const text = await (await fetch(`${cs.url}/admin/queues/calls/${callId}`, { headers: auth })).text();
+        links = [...text.matchAll(/<a href="([^"]+)" data-archive-key="([^"]+)"/g)].map((m) => ({
+          href: m[1]!.replaceAll('&amp;', '&'),
+          key: m[2]!,
+        }));
+        return links.length === 3;
+      },
+      { timeoutMs: 10_000, what: 'the archive keys on the call page' },
+    );
     const record = links.find((l) => l.key.endsWith('.json') && !l.key.endsWith('.vcon.json'))!;
     const res = await fetch(`${cs.url}${record.href}`, { headers: auth });
     assert.equal(res.status, 200);

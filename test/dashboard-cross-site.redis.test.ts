@@ -43,7 +43,7 @@ if (location.hash === '#go') {
 </script>`;
 }
 
-describe('dashboard against another site\'s requests, in a browser', () => {
+describe("dashboard against another site's requests, in a browser", () => {
   let cs: OpsCallsync;
   let dir: string;
   let archive: Queue;
@@ -52,13 +52,17 @@ describe('dashboard against another site\'s requests, in a browser', () => {
   let browser: Browser | null = null;
   const sink = new FlakySink();
 
-  const jobNames = async () => (await archive.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized'])).map((j) => j.name);
+  const jobNames = async () =>
+    (await archive.getJobs(['waiting', 'delayed', 'active', 'completed', 'failed', 'prioritized'])).map((j) => j.name);
   /** The ingress' access log lines for POSTs to the add endpoint: proof the forged requests arrived, and their answers. */
   const addRequests = () => cs.logs.filter((l) => l.msg === 'request' && l.method === 'POST' && l.path === ADD);
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-dashboard-xsite-'));
-    cs = await startOpsCallsync({ ARCHIVE_DIR: dir, ADMIN_PASSWORD: PASSWORD }, { sinks: new Map([['archive', sink]]) });
+    cs = await startOpsCallsync(
+      { ARCHIVE_DIR: dir, ADMIN_PASSWORD: PASSWORD },
+      { sinks: new Map([['archive', sink]]) },
+    );
     archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
     evil = createServer((req, res) => {
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
@@ -111,10 +115,13 @@ describe('dashboard against another site\'s requests, in a browser', () => {
     const before = addRequests().length;
     const page = await context.newPage();
     await page.goto(`${evilUrl}#go`);
-    const answered = await waitFor(() => (addRequests().length - before >= FORGED.length ? addRequests().slice(before) : null), {
-      timeoutMs: 20_000,
-      what: `${FORGED.length} forged requests to reach the dashboard`,
-    });
+    const answered = await waitFor(
+      () => (addRequests().length - before >= FORGED.length ? addRequests().slice(before) : null),
+      {
+        timeoutMs: 20_000,
+        what: `${FORGED.length} forged requests to reach the dashboard`,
+      },
+    );
     await page.screenshot({ path: join(ARTIFACTS.pathname, screenshot), fullPage: true });
     await page.close();
     assert.deepEqual((await jobNames()).sort(), jobsBefore, 'no job added to sink-archive');
@@ -128,20 +135,29 @@ describe('dashboard against another site\'s requests, in a browser', () => {
     await page.getByRole('menuitem', { name: 'Add job' }).click();
     await page.locator('#job-name').fill(name);
     await page.getByRole('button', { name: 'Add', exact: true }).click();
-    await waitFor(async () => (await jobNames()).includes(name), { timeoutMs: 20_000, what: `the job ${name} added on the dashboard` });
+    await waitFor(async () => (await jobNames()).includes(name), {
+      timeoutMs: 20_000,
+      what: `the job ${name} added on the dashboard`,
+    });
   }
 
-  test('holding Basic credentials for the dashboard (the issue): the other site\'s forms and fetch add nothing', async (t) => {
+  test("holding Basic credentials for the dashboard (the issue): the other site's forms and fetch add nothing", async (t) => {
     const b = await launch(t);
     if (!b) return;
     // As a browser that has cached the password: it sends it with every request to the dashboard,
     // other sites' included. (Since the login page, the dashboard never asks a browser for Basic
     // credentials; an operator who typed them into a URL would still have them cached.)
     const context = await b.newContext({ viewport: { width: 1280, height: 800 } });
-    await context.setExtraHTTPHeaders({ authorization: `Basic ${Buffer.from(`admin:${PASSWORD}`).toString('base64')}` });
+    await context.setExtraHTTPHeaders({
+      authorization: `Basic ${Buffer.from(`admin:${PASSWORD}`).toString('base64')}`,
+    });
     try {
       const statuses = await attack(context, 'dashboard-cross-site-basic.png');
-      assert.deepEqual(statuses, FORGED.map(() => 403), 'every forged request is refused');
+      assert.deepEqual(
+        statuses,
+        FORGED.map(() => 403),
+        'every forged request is refused',
+      );
 
       // The same browser on the dashboard itself: its own button adds a job.
       const page = await context.newPage();
@@ -152,7 +168,7 @@ describe('dashboard against another site\'s requests, in a browser', () => {
     }
   });
 
-  test('logged in on the login page: the other site\'s forms and fetch add nothing; its link opens the dashboard; the dashboard\'s buttons work', async (t) => {
+  test("logged in on the login page: the other site's forms and fetch add nothing; its link opens the dashboard; the dashboard's buttons work", async (t) => {
     const b = await launch(t);
     if (!b) return;
     const context = await b.newContext({ viewport: { width: 1280, height: 800 } });
@@ -169,7 +185,10 @@ describe('dashboard against another site\'s requests, in a browser', () => {
       assert.equal(cookie.httpOnly, true);
       assert.equal(cookie.sameSite, 'Strict');
 
-      assert.deepEqual(await attack(context, 'dashboard-cross-site-session.png'), FORGED.map(() => 403));
+      assert.deepEqual(
+        await attack(context, 'dashboard-cross-site-session.png'),
+        FORGED.map(() => 403),
+      );
 
       // A link on another site (a chat, an alert mail) leads to the dashboard, still logged in.
       const other = await context.newPage();
@@ -185,11 +204,17 @@ describe('dashboard against another site\'s requests, in a browser', () => {
       await page.getByRole('menuitem', { name: 'Pause' }).click();
       await page.getByRole('button', { name: 'Confirm' }).click();
       await waitFor(() => archive.isPaused(), { timeoutMs: 20_000, what: 'the queue paused from the dashboard' });
-      await page.screenshot({ path: join(ARTIFACTS.pathname, 'dashboard-paused-by-its-own-button.png'), fullPage: true });
+      await page.screenshot({
+        path: join(ARTIFACTS.pathname, 'dashboard-paused-by-its-own-button.png'),
+        fullPage: true,
+      });
       await page.locator('button[class*="trigger-"]').first().click();
       await page.getByRole('menuitem', { name: 'Resume' }).click();
       await page.getByRole('button', { name: 'Confirm' }).click();
-      await waitFor(async () => !(await archive.isPaused()), { timeoutMs: 20_000, what: 'the queue resumed from the dashboard' });
+      await waitFor(async () => !(await archive.isPaused()), {
+        timeoutMs: 20_000,
+        what: 'the queue resumed from the dashboard',
+      });
 
       // Neither the password typed into the login form nor the session cookie is logged.
       const logged = JSON.stringify(cs.logs);

@@ -29,7 +29,10 @@ describe('dashboard', () => {
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-dashboard-'));
-    cs = await startOpsCallsync({ ARCHIVE_DIR: dir, ADMIN_PASSWORD: PASSWORD, ADMIN_TOKEN: TOKEN }, { sinks: new Map([['archive', sink]]) });
+    cs = await startOpsCallsync(
+      { ARCHIVE_DIR: dir, ADMIN_PASSWORD: PASSWORD, ADMIN_TOKEN: TOKEN },
+      { sinks: new Map([['archive', sink]]) },
+    );
     archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
   });
   after(async () => {
@@ -46,9 +49,19 @@ describe('dashboard', () => {
     const browsing = await fetch(`${cs.url}/admin/queues`, { headers: { accept: 'text/html' }, redirect: 'manual' });
     assert.equal(browsing.status, 302);
     assert.equal(browsing.headers.get('location'), '/admin/login?next=%2Fadmin%2Fqueues');
-    assert.equal((await fetch(`${cs.url}/admin/queues`, { headers: { authorization: basic('admin', 'guess') } })).status, 401);
-    assert.equal((await fetch(`${cs.url}/admin/queues`, { headers: { authorization: basic('root', PASSWORD) } })).status, 401);
-    assert.equal((await fetch(`${cs.url}/admin/queues/api/queues`)).status, 401, 'the API behind the page is protected too');
+    assert.equal(
+      (await fetch(`${cs.url}/admin/queues`, { headers: { authorization: basic('admin', 'guess') } })).status,
+      401,
+    );
+    assert.equal(
+      (await fetch(`${cs.url}/admin/queues`, { headers: { authorization: basic('root', PASSWORD) } })).status,
+      401,
+    );
+    assert.equal(
+      (await fetch(`${cs.url}/admin/queues/api/queues`)).status,
+      401,
+      'the API behind the page is protected too',
+    );
 
     const page = await fetch(`${cs.url}/admin/queues`, { headers: { authorization: basic('admin', PASSWORD) } });
     assert.equal(page.status, 200);
@@ -69,13 +82,25 @@ describe('dashboard', () => {
     sink.failing = true;
     const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('gate-dash-1'));
     assert.equal(res.status, 202);
-    const failed = await waitFor(async () => (await archive.getFailed())[0], { timeoutMs: 20_000, what: 'a dead-lettered archive job' });
+    const failed = await waitFor(async () => (await archive.getFailed())[0], {
+      timeoutMs: 20_000,
+      what: 'a dead-lettered archive job',
+    });
     const jobId = failed.id!;
 
     await mkdir(ARTIFACTS, { recursive: true });
     const browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     try {
       const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
@@ -99,7 +124,10 @@ describe('dashboard', () => {
       await page.getByText('Are you sure that you want to retry this job?').waitFor();
       await page.getByRole('button', { name: 'Confirm' }).click();
 
-      await waitFor(async () => (await archive.getJob(jobId))?.isCompleted(), { timeoutMs: 20_000, what: 'the retried job to complete' });
+      await waitFor(async () => (await archive.getJob(jobId))?.isCompleted(), {
+        timeoutMs: 20_000,
+        what: 'the retried job to complete',
+      });
       assert.deepEqual(sink.delivered, ['gate-dash-1']);
       await page.goto(`${cs.url}/admin/queues/queue/sink-archive?status=completed`);
       await page.getByText(jobId).waitFor();

@@ -9,7 +9,15 @@ import { renderText } from '../src/sinks/notify/message.js';
 import { templateVars } from '../src/sinks/template-vars.js';
 import { sampleCall } from './support/calls.js';
 
-const user = (u: Partial<CallUser>): CallUser => ({ userId: null, accountId: null, fullUserId: null, firstName: null, lastName: null, fullName: null, ...u });
+const user = (u: Partial<CallUser>): CallUser => ({
+  userId: null,
+  accountId: null,
+  fullUserId: null,
+  firstName: null,
+  lastName: null,
+  fullName: null,
+  ...u,
+});
 
 const users = [
   user({ userId: 'w1', firstName: 'G', lastName: 'H', fullName: 'Grace Hopper' }),
@@ -29,14 +37,21 @@ test('the archive text, a CRM template and a notification template show the same
   const call = { ...sampleCall('names'), users };
   const expected = 'Grace Hopper, Ada, Lovelace, w7';
   assert.match(renderTranscriptText(call), new RegExp(`^Users: ${expected}$`, 'm'));
-  assert.equal(renderTitle('{{users}}', callVars(call, { defaultRegion: 'DE', archive: { enabled: false } })), expected);
+  assert.equal(
+    renderTitle('{{users}}', callVars(call, { defaultRegion: 'DE', archive: { enabled: false } })),
+    expected,
+  );
   assert.equal(renderText('{{users}}', templateVars(call, { timeZone: 'UTC' })), expected);
 });
 
 test('the webhook normalizer builds fullName from the parts when the sender gives none', () => {
   const call = sampleCall('parts', {
     patch: (p) => {
-      p.call.users = [{ userId: 'w1', firstName: 'Ada', lastName: 'Lovelace' }, { userId: 'w2', lastName: 'Hopper' }, { userId: 'w3' }];
+      p.call.users = [
+        { userId: 'w1', firstName: 'Ada', lastName: 'Lovelace' },
+        { userId: 'w2', lastName: 'Hopper' },
+        { userId: 'w3' },
+      ];
     },
   });
   assert.deepEqual(

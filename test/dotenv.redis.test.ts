@@ -15,7 +15,17 @@ let dir: string;
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'callsync-dotenv-'));
-  await writeFile(join(dir, '.env'), ['# a comment', 'PORT=4567', 'HOST=127.0.0.9', 'WEBHOOK_ALLOWED_IPS=127.0.0.1,::1', `ARCHIVE_DIR=${join(dir, 'archive')}`, ''].join('\n'));
+  await writeFile(
+    join(dir, '.env'),
+    [
+      '# a comment',
+      'PORT=4567',
+      'HOST=127.0.0.9',
+      'WEBHOOK_ALLOWED_IPS=127.0.0.1,::1',
+      `ARCHIVE_DIR=${join(dir, 'archive')}`,
+      '',
+    ].join('\n'),
+  );
 });
 
 after(async () => {

@@ -25,7 +25,12 @@ describe('all sinks from one config file', () => {
   let dir: string;
 
   before(async () => {
-    [s3, hubspot, api, smtp] = await Promise.all([startS3(), new FakeHubSpot().start(), FakeTelephony.start(), TestSmtpServer.start()]);
+    [s3, hubspot, api, smtp] = await Promise.all([
+      startS3(),
+      new FakeHubSpot().start(),
+      FakeTelephony.start(),
+      TestSmtpServer.start(),
+    ]);
     hubspot.addContact({ firstname: 'Grace', lastname: 'Hopper', phone: '0170 1234567' });
     dir = await mkdtemp(join(tmpdir(), 'e2e-'));
     const configPath = join(dir, 'callsync.yaml');
@@ -84,13 +89,20 @@ routes:
     const queues = ['archive', 'hubspot', 'appointment-sms', 'team-mail'].map(
       (name) => new Queue(sinkQueueName(name), { connection: cs.redis.worker, prefix: cs.prefix }),
     );
-    await waitFor(async () => {
-      const counts = await Promise.all(queues.map((q) => q.getJobCounts('completed')));
-      return counts.every((c) => c.completed === 1);
-    }, { what: 'every sink completed', timeoutMs: 30_000 });
+    await waitFor(
+      async () => {
+        const counts = await Promise.all(queues.map((q) => q.getJobCounts('completed')));
+        return counts.every((c) => c.completed === 1);
+      },
+      { what: 'every sink completed', timeoutMs: 30_000 },
+    );
 
     const name = callKeySegment({ key: 'ai-agent:agent-1:e2e-1', callId: 'e2e-1' });
-    assert.deepEqual(await s3.list('transcripts/'), [`transcripts/2026/04/08/${name}.json`, `transcripts/2026/04/08/${name}.txt`, `transcripts/2026/04/08/${name}.vcon.json`]);
+    assert.deepEqual(await s3.list('transcripts/'), [
+      `transcripts/2026/04/08/${name}.json`,
+      `transcripts/2026/04/08/${name}.txt`,
+      `transcripts/2026/04/08/${name}.vcon.json`,
+    ]);
     assert.equal(hubspot.calls.size, 1);
     const [call] = [...hubspot.calls.values()];
     assert.equal(call!.properties.hs_call_direction, 'INBOUND');
@@ -98,7 +110,11 @@ routes:
     assert.equal(call!.properties.hs_call_from_number, '+491701234567');
     assert.equal(call!.associations.length, 1, 'associated with the contact found by phone number');
     assert.deepEqual(api.sms, [
-      { smsId: 's0', recipient: '+491701234567', message: 'Thanks for calling. Agreed: The caller asked to move her dentist appointment to Friday morning.' },
+      {
+        smsId: 's0',
+        recipient: '+491701234567',
+        message: 'Thanks for calling. Agreed: The caller asked to move her dentist appointment to Friday morning.',
+      },
     ]);
     assert.equal(smtp.messages.length, 1);
     assert.deepEqual(smtp.messages[0]!.to, ['team@example.com']);

@@ -31,7 +31,10 @@ test('HTTP answers become the class of their behaviour', () => {
   ];
   for (const [status, retryAfter, cls] of cases) {
     const err = errorFromHttp({ status, what: 'CRM POST /x', retryAfter });
-    assert.ok(err instanceof cls, `${status}${retryAfter ? ` Retry-After ${retryAfter}` : ''} → ${cls.name}, got ${err.name}`);
+    assert.ok(
+      err instanceof cls,
+      `${status}${retryAfter ? ` Retry-After ${retryAfter}` : ''} → ${cls.name}, got ${err.name}`,
+    );
     assert.ok(err instanceof SinkError && err instanceof Error);
     assert.equal(err.status, status);
     assert.equal(err.name, cls.name);
@@ -61,8 +64,12 @@ test('network failures are transient and keep their cause; unknown throwables cl
 });
 
 test('a job nothing can process (fan-out, delivery wrapper, poller) is permanent without being a sink error', () => {
-  const redisFull = Object.assign(new Error("OOM command not allowed when used memory > 'maxmemory'."), { name: 'ReplyError' });
-  const err = new UnprocessableJobError('sink jobs of call c1 cannot be stored: RangeError: Invalid string length', { cause: redisFull });
+  const redisFull = Object.assign(new Error("OOM command not allowed when used memory > 'maxmemory'."), {
+    name: 'ReplyError',
+  });
+  const err = new UnprocessableJobError('sink jobs of call c1 cannot be stored: RangeError: Invalid string length', {
+    cause: redisFull,
+  });
   assert.ok(!(err instanceof SinkError));
   assert.equal(err.name, 'UnprocessableJobError');
   assert.equal(err.cause, redisFull);
@@ -91,18 +98,47 @@ class ReplyError extends Error {
 }
 
 test('Redis failing under a job is its own kind (no attempt spent); a remote network error stays transient', () => {
-  for (const reply of ["OOM command not allowed when used memory > 'maxmemory'.", "READONLY You can't write against a read only replica.", 'LOADING Redis is loading the dataset in memory', 'MASTERDOWN Link with MASTER is down']) {
+  for (const reply of [
+    "OOM command not allowed when used memory > 'maxmemory'.",
+    "READONLY You can't write against a read only replica.",
+    'LOADING Redis is loading the dataset in memory',
+    'MASTERDOWN Link with MASTER is down',
+  ]) {
     assert.equal(classify(new ReplyError(reply)), 'redis', reply);
   }
   assert.equal(classify(new Error('Connection is closed.')), 'redis');
-  assert.equal(classify(Object.assign(new Error('Reached the max retries per request limit (which is 1).'), { name: 'MaxRetriesPerRequestError' })), 'redis');
+  assert.equal(
+    classify(
+      Object.assign(new Error('Reached the max retries per request limit (which is 1).'), {
+        name: 'MaxRetriesPerRequestError',
+      }),
+    ),
+    'redis',
+  );
   // Wrapped by a sink as transient: still Redis.
-  assert.equal(classify(new TransientError('lock failed', { cause: new ReplyError('OOM command not allowed') })), 'redis');
+  assert.equal(
+    classify(new TransientError('lock failed', { cause: new ReplyError('OOM command not allowed') })),
+    'redis',
+  );
   // A reply about the data sent, and network codes (a CRM's or S3's reset as much as Redis'): transient.
   assert.equal(classify(new ReplyError('ERR value is not an integer or out of range')), 'transient');
-  assert.equal(classify(new ReplyError('WRONGTYPE Operation against a key holding the wrong kind of value')), 'transient');
-  assert.equal(classify(errorFromNetwork('HubSpot POST /crm/v3/objects/calls', Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }))), 'transient');
-  assert.equal(classify(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:443'), { code: 'ECONNREFUSED' })), 'transient');
+  assert.equal(
+    classify(new ReplyError('WRONGTYPE Operation against a key holding the wrong kind of value')),
+    'transient',
+  );
+  assert.equal(
+    classify(
+      errorFromNetwork(
+        'HubSpot POST /crm/v3/objects/calls',
+        Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }),
+      ),
+    ),
+    'transient',
+  );
+  assert.equal(
+    classify(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:443'), { code: 'ECONNREFUSED' })),
+    'transient',
+  );
   // Typed kinds other than transient keep theirs, whatever they wrap.
   assert.equal(classify(new PermanentError('bad', { cause: new ReplyError('OOM command not allowed') })), 'permanent');
   assert.equal(isRedisCondition('OOM'), false);

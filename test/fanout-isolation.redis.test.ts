@@ -50,7 +50,15 @@ function poisonText(callId: string, depth = 10_000): { text: string; callId: str
 async function archivedIds(dir: string): Promise<Set<string>> {
   const files = await readdir(dir, { recursive: true }).catch(() => [] as string[]);
   // Object names are `<callId>-<16 hex of the call key's hash>.json` (src/model/call.ts callKeySegment).
-  return new Set(archivedRecords(files).map((f) => f.split('/').pop()!.slice(0, -'.json'.length).replace(/-[0-9a-f]{16}$/, '')));
+  return new Set(
+    archivedRecords(files).map((f) =>
+      f
+        .split('/')
+        .pop()!
+        .slice(0, -'.json'.length)
+        .replace(/-[0-9a-f]{16}$/, ''),
+    ),
+  );
 }
 
 describe('isRedisUnavailable', () => {
@@ -62,11 +70,19 @@ describe('isRedisUnavailable', () => {
     conns.push(redis);
     const prefix = uniquePrefix('classify');
     const away = new Redis('redis://127.0.0.1:1', { maxRetriesPerRequest: 1, retryStrategy: () => 100 });
-    const failFast = new Redis('redis://127.0.0.1:1', { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
+    const failFast = new Redis('redis://127.0.0.1:1', {
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: false,
+      lazyConnect: true,
+    });
     conns.push(away, failFast);
     away.on('error', () => undefined);
     failFast.on('error', () => undefined);
-    const reject = (p: Promise<unknown>) => p.then(() => assert.fail('expected a failure'), (err: unknown) => err);
+    const reject = (p: Promise<unknown>) =>
+      p.then(
+        () => assert.fail('expected a failure'),
+        (err: unknown) => err,
+      );
     try {
       await redis.set(`${prefix}:string`, 'x');
       const unavailable = {
@@ -74,19 +90,25 @@ describe('isRedisUnavailable', () => {
         'offline queue off (Redis away)': await reject(failFast.get('k')),
         'a key of another type (WRONGTYPE)': await reject(redis.xadd(`${prefix}:string`, '*', 'a', 'b')),
         // What ioredis' Cluster client rejects with while a failover outlasts its redirections, or its nodes are gone.
-        'a cluster failover outlasting the redirections': new Error('Too many Cluster redirections. Last error: ReplyError: CLUSTERDOWN The cluster is down'),
+        'a cluster failover outlasting the redirections': new Error(
+          'Too many Cluster redirections. Last error: ReplyError: CLUSTERDOWN The cluster is down',
+        ),
         'a cluster node disconnected': new Error('Node is disconnected'),
         'the cluster disconnected': new Error('Cluster is disconnected.'),
       };
-      for (const [what, err] of Object.entries(unavailable)) assert.equal(isRedisUnavailable(err), true, `${what}: ${String(err)}`);
+      for (const [what, err] of Object.entries(unavailable))
+        assert.equal(isRedisUnavailable(err), true, `${what}: ${String(err)}`);
 
       const deep = JSON.parse(`${'['.repeat(10_000)}${']'.repeat(10_000)}`) as unknown;
       const data = {
         'a value too deep to serialize': await reject(Promise.resolve().then(() => JSON.stringify(deep))),
-        'a script error about its arguments': await reject(redis.eval('return redis.call("INCRBY", KEYS[1], ARGV[1])', 1, `${prefix}:n`, 'not-a-number')),
+        'a script error about its arguments': await reject(
+          redis.eval('return redis.call("INCRBY", KEYS[1], ARGV[1])', 1, `${prefix}:n`, 'not-a-number'),
+        ),
         'a type error': await reject(Promise.resolve().then(() => (null as unknown as { x: number }).x)),
       };
-      for (const [what, err] of Object.entries(data)) assert.equal(isRedisUnavailable(err), false, `${what}: ${String(err)}`);
+      for (const [what, err] of Object.entries(data))
+        assert.equal(isRedisUnavailable(err), false, `${what}: ${String(err)}`);
     } finally {
       await cleanupPrefix(prefix);
     }
@@ -118,36 +140,55 @@ describe('a running callsync (role worker) with a poison entry in its log', () =
     await Promise.all(afterIt.map((c) => acceptor.accept(c)));
 
     const expected = [...before, ...afterIt].map((c) => c.callId);
-    await waitFor(async () => {
-      const ids = await archivedIds(dir);
-      return expected.every((id) => ids.has(id));
-    }, { timeoutMs: 30_000, what: 'every call around the poison archived' });
+    await waitFor(
+      async () => {
+        const ids = await archivedIds(dir);
+        return expected.every((id) => ids.has(id));
+      },
+      { timeoutMs: 30_000, what: 'every call around the poison archived' },
+    );
     assert.equal((await archivedIds(dir)).has('w-poison'), false);
 
-    const queue = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: cs.callsync.redis.worker, prefix: cs.prefix });
+    const queue = new Queue<CallReceivedJob>(INBOUND_QUEUE, {
+      connection: cs.callsync.redis.worker,
+      prefix: cs.prefix,
+    });
     try {
       // The inbound worker tried it once (the same failure, so permanent) and kept it as a dead letter.
-      const letter = await waitFor(async () => (await queue.getFailed()).find((j) => j.id === 'w-poison-entry'), { timeoutMs: 15_000, what: 'the poison in the inbound dead letters' });
+      const letter = await waitFor(async () => (await queue.getFailed()).find((j) => j.id === 'w-poison-entry'), {
+        timeoutMs: 15_000,
+        what: 'the poison in the inbound dead letters',
+      });
       assert.equal(letter.attemptsMade, 1);
       assert.equal(letter.data.call, null);
       assert.equal(letter.data.text, poison.text);
       assert.match(letter.failedReason, /Maximum call stack size exceeded/);
 
       const out: string[] = [];
-      const io = { env: { REDIS_URL, QUEUE_PREFIX: cs.prefix }, out: (l: string) => out.push(l), err: (l: string) => out.push(l) };
+      const io = {
+        env: { REDIS_URL, QUEUE_PREFIX: cs.prefix },
+        out: (l: string) => out.push(l),
+        err: (l: string) => out.push(l),
+      };
       assert.equal(await runCli(['dlq', 'list', '--queue', 'inbound', '--json'], io), 0);
       const rows = JSON.parse(out.join('\n')) as { id: string; reason: string }[];
-      assert.deepEqual(rows.map((r) => r.id), ['w-poison-entry']);
+      assert.deepEqual(
+        rows.map((r) => r.id),
+        ['w-poison-entry'],
+      );
       assert.match(rows[0]!.reason, /w-poison.*Maximum call stack size exceeded/);
 
       // An operator's retry reads the stored text again, fails the same way, and is a dead letter at once again.
       out.length = 0;
       assert.equal(await runCli(['dlq', 'retry', '--queue', 'inbound', '--id', 'w-poison-entry'], io), 0);
-      await waitFor(async () => {
-        const job = await queue.getJob('w-poison-entry');
-        // One more attempt, and failed (a transient failure would wait, delayed, for the next of 12).
-        return job && job.attemptsMade === 2 && (await job.getState()) === 'failed' ? job : null;
-      }, { timeoutMs: 15_000, what: 'the retried dead letter failed again' });
+      await waitFor(
+        async () => {
+          const job = await queue.getJob('w-poison-entry');
+          // One more attempt, and failed (a transient failure would wait, delayed, for the next of 12).
+          return job && job.attemptsMade === 2 && (await job.getState()) === 'failed' ? job : null;
+        },
+        { timeoutMs: 15_000, what: 'the retried dead letter failed again' },
+      );
     } finally {
       await queue.close();
     }
@@ -155,7 +196,8 @@ describe('a running callsync (role worker) with a poison entry in its log', () =
     assert.equal(await inbound.length(), 0, 'nothing left in the log');
     const text = await scrape(cs.url);
     // Counters are the process' (other tests of this file add to them): compare with before.
-    const delta = (name: string, labels: Record<string, string> = {}) => (sample(text, name, labels) ?? 0) - (sample(counted, name, labels) ?? 0);
+    const delta = (name: string, labels: Record<string, string> = {}) =>
+      (sample(text, name, labels) ?? 0) - (sample(counted, name, labels) ?? 0);
     assert.equal(delta('callsync_fanout_errors_total', { kind: 'entry' }), 1);
     assert.equal(delta('callsync_fanout_errors_total', { kind: 'unstorable' }), 0);
     assert.equal(delta('callsync_fanout_dead_lettered_total'), 1);
@@ -198,32 +240,52 @@ describe('Redis full (OOM) under the fan-out', () => {
         });
         const url = cs.url;
         const counted = await scrape(url);
-        const notReady = await waitFor(async () => {
-          const res = await fetch(`${url}/readyz`);
-          return res.status === 503 ? ((await res.json()) as { errors: { detail: string }[] }) : null;
-        }, { timeoutMs: 20_000, what: '/readyz to fail while the fan-out cannot write' });
+        const notReady = await waitFor(
+          async () => {
+            const res = await fetch(`${url}/readyz`);
+            return res.status === 503 ? ((await res.json()) as { errors: { detail: string }[] }) : null;
+          },
+          { timeoutMs: 20_000, what: '/readyz to fail while the fan-out cannot write' },
+        );
         assert.match(notReady.errors[0]!.detail, /fan-out has made no progress for \d+ s/);
         // The gauge follows within a check interval.
-        let text = await waitFor(async () => {
-          const t = await scrape(url);
-          return sample(t, 'callsync_fanout_stalled') === 1 ? t : null;
-        }, { timeoutMs: 5000, what: 'callsync_fanout_stalled 1' });
-        const delta = (name: string, labels: Record<string, string> = {}) => (sample(text, name, labels) ?? 0) - (sample(counted, name, labels) ?? 0);
+        let text = await waitFor(
+          async () => {
+            const t = await scrape(url);
+            return sample(t, 'callsync_fanout_stalled') === 1 ? t : null;
+          },
+          { timeoutMs: 5000, what: 'callsync_fanout_stalled 1' },
+        );
+        const delta = (name: string, labels: Record<string, string> = {}) =>
+          (sample(text, name, labels) ?? 0) - (sample(counted, name, labels) ?? 0);
         assert.ok(delta('callsync_fanout_errors_total', { kind: 'redis' }) > 0);
-        assert.equal(delta('callsync_fanout_errors_total', { kind: 'entry' }), 0, 'a full Redis is not the data\'s fault');
+        assert.equal(
+          delta('callsync_fanout_errors_total', { kind: 'entry' }),
+          0,
+          "a full Redis is not the data's fault",
+        );
         assert.equal(await inbound.length(), 4, 'the entries wait in the log');
         assert.equal(await admin.zcard(`${prefix}:${INBOUND_QUEUE}:failed`), 0);
 
         await admin.config('SET', 'maxmemory', '0');
-        await waitFor(async () => {
-          const ids = await archivedIds(dir);
-          return calls.every((c) => ids.has(c.callId));
-        }, { timeoutMs: 30_000, what: 'every call archived once Redis takes writes again' });
-        await waitFor(async () => (await fetch(`${url}/readyz`)).status === 200, { timeoutMs: 10_000, what: '/readyz back to 200' });
-        text = await waitFor(async () => {
-          const t = await scrape(url);
-          return sample(t, 'callsync_fanout_stalled') === 0 ? t : null;
-        }, { timeoutMs: 5000, what: 'callsync_fanout_stalled 0' });
+        await waitFor(
+          async () => {
+            const ids = await archivedIds(dir);
+            return calls.every((c) => ids.has(c.callId));
+          },
+          { timeoutMs: 30_000, what: 'every call archived once Redis takes writes again' },
+        );
+        await waitFor(async () => (await fetch(`${url}/readyz`)).status === 200, {
+          timeoutMs: 10_000,
+          what: '/readyz back to 200',
+        });
+        text = await waitFor(
+          async () => {
+            const t = await scrape(url);
+            return sample(t, 'callsync_fanout_stalled') === 0 ? t : null;
+          },
+          { timeoutMs: 5000, what: 'callsync_fanout_stalled 0' },
+        );
         assert.equal(await admin.zcard(`${prefix}:${INBOUND_QUEUE}:failed`), 0, 'nothing dead-lettered');
       } finally {
         await admin.config('SET', 'maxmemory', '0').catch(() => undefined);
@@ -263,7 +325,10 @@ describe('a dead letter that cannot be stored even as text', () => {
       await producer.config('SET', 'proto-max-bulk-len', String(1024 * 1024));
       const quotes = '\\"'.repeat(400 * 1024);
       const body = deepWebhookBody('big-poison').replace(/}$/, `,"x-notes":"${quotes}"}`);
-      const call = normalizeWebhook(JSON.parse(body), { agentId: 'agent-1', receivedAt: new Date('2026-04-08T10:03:00Z') });
+      const call = normalizeWebhook(JSON.parse(body), {
+        agentId: 'agent-1',
+        receivedAt: new Date('2026-04-08T10:03:00Z'),
+      });
       const text = serializeCall(call, body);
       assert.ok(text.length < 1024 * 1024 && JSON.stringify(text).length > 1024 * 1024);
       await acceptor.accept(sampleCall('park-pre'));
@@ -296,9 +361,12 @@ describe('a dead letter that cannot be stored even as text', () => {
       assert.ok(letter, 'a dead letter points at the parked entry');
       assert.equal(letter.data.call, null);
       assert.equal(letter.data.text, text.slice(0, 64 * 1024));
-      assert.match(letter.data.reason ?? '', new RegExp(`kept whole in ${inboundParkedKey(prefix).replace(/[{}]/g, '\\$&')} as ${parked[0]![0]}`));
+      assert.match(
+        letter.data.reason ?? '',
+        new RegExp(`kept whole in ${inboundParkedKey(prefix).replace(/[{}]/g, '\\$&')} as ${parked[0]![0]}`),
+      );
       assert.equal(await new InboundLog(worker, prefix).pending(), 0);
-      assert.equal((await worker.xinfo('GROUPS', inbound.key) as unknown[][]).length, 1);
+      assert.equal(((await worker.xinfo('GROUPS', inbound.key)) as unknown[][]).length, 1);
     } finally {
       await fanOut?.close();
       await Promise.all([archive.close(), deadLetters.close()]);
@@ -324,10 +392,21 @@ describe('a dead letter that cannot be stored even as text', () => {
       // As above, plus 6,000 extra fields: more than the parking script can copy in one XADD.
       await producer.config('SET', 'proto-max-bulk-len', String(1024 * 1024));
       const body = deepWebhookBody('nowhere').replace(/}$/, `,"x-notes":"${'\\"'.repeat(400 * 1024)}"}`);
-      const call = normalizeWebhook(JSON.parse(body), { agentId: 'agent-1', receivedAt: new Date('2026-04-08T10:03:00Z') });
+      const call = normalizeWebhook(JSON.parse(body), {
+        agentId: 'agent-1',
+        receivedAt: new Date('2026-04-08T10:03:00Z'),
+      });
       const extra = Array.from({ length: 6000 }, (_, i) => [`f${i}`, 'x']).flat();
       await acceptor.accept(sampleCall('nowhere-pre'));
-      const entryId = (await producer.xadd(inbound.key, '*', 'id', 'nowhere-entry', 'call', serializeCall(call, body), ...extra))!;
+      const entryId = (await producer.xadd(
+        inbound.key,
+        '*',
+        'id',
+        'nowhere-entry',
+        'call',
+        serializeCall(call, body),
+        ...extra,
+      ))!;
       await acceptor.accept(sampleCall('nowhere-post'));
 
       fanOut = startLogFanOut({
@@ -341,13 +420,22 @@ describe('a dead letter that cannot be stored even as text', () => {
         claimIdleMs: 300,
         events: { failed: (kind) => kinds.push(kind) },
       });
-      await waitFor(async () => (await archive.getJobs(['waiting'], 0, -1)).length === 2, { timeoutMs: 20_000, what: 'the calls around it fanned out' });
+      await waitFor(async () => (await archive.getJobs(['waiting'], 0, -1)).length === 2, {
+        timeoutMs: 20_000,
+        what: 'the calls around it fanned out',
+      });
       // Taken over and tried again (and again kept nowhere), never acknowledged, never lost.
-      await waitFor(() => kinds.filter((k) => k === 'unstorable').length >= 2, { timeoutMs: 20_000, what: 'the entry tried again' });
+      await waitFor(() => kinds.filter((k) => k === 'unstorable').length >= 2, {
+        timeoutMs: 20_000,
+        what: 'the entry tried again',
+      });
       await fanOut.close();
       fanOut = undefined;
       const left = await inbound.entries();
-      assert.deepEqual(left.map((e) => e.entryId), [entryId]);
+      assert.deepEqual(
+        left.map((e) => e.entryId),
+        [entryId],
+      );
       assert.equal(await inbound.pending(), 1, 'still unacknowledged');
       assert.equal(await producer.xlen(inboundParkedKey(prefix)), 0);
       assert.equal(await deadLetters.count(), 0);

@@ -54,11 +54,14 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-test("README's two commands on a clean copy without a running Redis: npm start, send-sample, the call archived", { skip: namespaces ? false : 'unshare --net is not permitted here (needs root)' }, async () => {
-  const script = join(dir, 'two-commands.sh');
-  await writeFile(
-    script,
-    `set -u
+test(
+  "README's two commands on a clean copy without a running Redis: npm start, send-sample, the call archived",
+  { skip: namespaces ? false : 'unshare --net is not permitted here (needs root)' },
+  async () => {
+    const script = join(dir, 'two-commands.sh');
+    await writeFile(
+      script,
+      `set -u
 # Job control: \`npm start\` gets a process group of its own, as in a terminal, for the Ctrl-C below.
 set -m
 ip link set lo up
@@ -75,32 +78,50 @@ kill -INT -- -"$(cat npm.pid)"
 for _ in $(seq 1 300); do kill -0 "$(cat npm.pid)" 2>/dev/null || break; sleep 0.1; done
 exit 0
 `,
-  );
-  const env = { ...process.env };
-  for (const name of ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS', 'QUEUE_PREFIX', 'DATA_DIR', 'ARCHIVE_DIR', 'SPOOL_DIR', 'PORT', 'CALLSYNC_CONFIG']) delete env[name];
-  const child = spawn('unshare', ['--net', 'bash', script], { env, stdio: 'ignore' });
-  const code = await new Promise<number | null>((resolve) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-    child.once('exit', (c) => {
-      clearTimeout(timer);
-      resolve(c);
+    );
+    const env = { ...process.env };
+    for (const name of [
+      'REDIS_URL',
+      'REDIS_CLUSTER_NODES',
+      'REDIS_SENTINELS',
+      'QUEUE_PREFIX',
+      'DATA_DIR',
+      'ARCHIVE_DIR',
+      'SPOOL_DIR',
+      'PORT',
+      'CALLSYNC_CONFIG',
+    ])
+      delete env[name];
+    const child = spawn('unshare', ['--net', 'bash', script], { env, stdio: 'ignore' });
+    const code = await new Promise<number | null>((resolve) => {
+      const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+      child.once('exit', (c) => {
+        clearTimeout(timer);
+        resolve(c);
+      });
     });
-  });
-  const startLog = await readFile(join(tree, 'start.log'), 'utf8').catch(() => '');
-  const sample = await readFile(join(tree, 'sample.log'), 'utf8').catch(() => '');
-  const context = `start.log:\n${startLog.slice(-3000)}\nsample.log:\n${sample}`;
-  assert.equal(code, 0, context);
-  assert.match(startLog, /started a private Redis/, context);
-  assert.match(sample, /^accepted: call sample-/m, context);
-  assert.doesNotMatch(sample, /spooled/, context);
-  assert.match(sample, /send-sample exit 0/, context);
-  // The path send-sample printed is the file the archive wrote.
-  const printed = /^archive archive: (\S+\.json) /m.exec(sample)?.[1];
-  assert.ok(printed, context);
-  const archived = (await readFile(join(tree, 'archived.txt'), 'utf8').catch(() => '')).trim().split('\n').filter(Boolean);
-  assert.ok(archived.some((file) => join(tree, file) === printed), `${printed} among ${archived.join(', ')}`);
-  assert.ok(existsSync(printed));
-  // Stopped with npm start: the private Redis stopped too.
-  assert.match(startLog, /"msg":"stopped"/, context);
-  assert.ok(!existsSync(join(tree, 'data', 'redis', 'server.json')), 'the private Redis stopped with callsync');
-});
+    const startLog = await readFile(join(tree, 'start.log'), 'utf8').catch(() => '');
+    const sample = await readFile(join(tree, 'sample.log'), 'utf8').catch(() => '');
+    const context = `start.log:\n${startLog.slice(-3000)}\nsample.log:\n${sample}`;
+    assert.equal(code, 0, context);
+    assert.match(startLog, /started a private Redis/, context);
+    assert.match(sample, /^accepted: call sample-/m, context);
+    assert.doesNotMatch(sample, /spooled/, context);
+    assert.match(sample, /send-sample exit 0/, context);
+    // The path send-sample printed is the file the archive wrote.
+    const printed = /^archive archive: (\S+\.json) /m.exec(sample)?.[1];
+    assert.ok(printed, context);
+    const archived = (await readFile(join(tree, 'archived.txt'), 'utf8').catch(() => ''))
+      .trim()
+      .split('\n')
+      .filter(Boolean);
+    assert.ok(
+      archived.some((file) => join(tree, file) === printed),
+      `${printed} among ${archived.join(', ')}`,
+    );
+    assert.ok(existsSync(printed));
+    // Stopped with npm start: the private Redis stopped too.
+    assert.match(startLog, /"msg":"stopped"/, context);
+    assert.ok(!existsSync(join(tree, 'data', 'redis', 'server.json')), 'the private Redis stopped with callsync');
+  },
+);

@@ -34,7 +34,10 @@ describe('history entries', () => {
     const back = archivedCall(renderArchiveJson(call));
     assert.equal(back?.source, 'history');
     assert.equal(back?.key, 'history:-:h-1');
-    const routes = [routeSchema.parse({ when: { source: 'history' }, to: 'archive' }), routeSchema.parse({ when: { source: 'channel' }, to: 'crm' })];
+    const routes = [
+      routeSchema.parse({ when: { source: 'history' }, to: 'archive' }),
+      routeSchema.parse({ when: { source: 'channel' }, to: 'crm' }),
+    ];
     assert.deepEqual(sinksFor(routes, back!), ['archive']);
   });
 
@@ -56,7 +59,12 @@ describe('history entries', () => {
   });
 
   test('the canonical call: key history:<scope>:<id>, numbers in E.164, times from created and duration', () => {
-    const call = normalizeHistoryEntry(entry({ recordings: [{ url: '/recordings/r1' }, { url: 'https://elsewhere.example/r2' }, { url: '//x.example/r3' }] }), { receivedAt });
+    const call = normalizeHistoryEntry(
+      entry({
+        recordings: [{ url: '/recordings/r1' }, { url: 'https://elsewhere.example/r2' }, { url: '//x.example/r3' }],
+      }),
+      { receivedAt },
+    );
     assert.equal(call.key, 'history:-:h-1');
     assert.equal(normalizeHistoryEntry(entry(), { receivedAt, scope: 'acct' }).key, 'history:acct:h-1');
     assert.equal(call.source, 'history');
@@ -75,7 +83,10 @@ describe('history entries', () => {
   });
 
   test('entries that are not usable calls are refused with the entry named', () => {
-    assert.throws(() => normalizeHistoryEntry(entry({ type: 'SMS' }), { receivedAt }), (e: unknown) => e instanceof HistoryEntryError && /h-1: type SMS is not a call/.test(e.message));
+    assert.throws(
+      () => normalizeHistoryEntry(entry({ type: 'SMS' }), { receivedAt }),
+      (e: unknown) => e instanceof HistoryEntryError && /h-1: type SMS is not a call/.test(e.message),
+    );
     assert.throws(() => normalizeHistoryEntry(entry({ created: 'yesterday' }), { receivedAt }), /created: not a date/);
     assert.throws(() => normalizeHistoryEntry(entry({ direction: 'SIDEWAYS' }), { receivedAt }), /direction/);
     assert.throws(() => normalizeHistoryEntry(entry({ id: '' }), { receivedAt }), HistoryEntryError);
@@ -98,7 +109,14 @@ describe('archived records read back', () => {
   });
 
   test('what is not an archived call is null', () => {
-    for (const text of ['', 'not json', '[]', '{"call":null}', '{"call":{"callId":"x"}}', '{"call":{"callId":"x","startedAt":"2026-01-01","source":"fax"}}']) {
+    for (const text of [
+      '',
+      'not json',
+      '[]',
+      '{"call":null}',
+      '{"call":{"callId":"x"}}',
+      '{"call":{"callId":"x","startedAt":"2026-01-01","source":"fax"}}',
+    ]) {
       assert.equal(archivedCall(text), null, text);
     }
   });
@@ -136,7 +154,11 @@ describe('progress and listing', () => {
       await writeFile(join(dir, 'transcripts/2026/10/05/e.json.123.tmp'), '{');
       const keys: string[] = [];
       for await (const k of store.list('transcripts/2026/10/05/')) keys.push(k);
-      assert.deepEqual(keys, ['transcripts/2026/10/05/a.json', 'transcripts/2026/10/05/b.json', 'transcripts/2026/10/05/sub/d.json']);
+      assert.deepEqual(keys, [
+        'transcripts/2026/10/05/a.json',
+        'transcripts/2026/10/05/b.json',
+        'transcripts/2026/10/05/sub/d.json',
+      ]);
       const none: string[] = [];
       for await (const k of store.list('transcripts/2031/01/01/')) none.push(k);
       assert.deepEqual(none, []);

@@ -49,7 +49,8 @@ class MemoryKeyValueStore implements KeyValueStore {
   }
   async acquire(lockKey: string, lock: LockRequest, reads: string[]) {
     const holder = this.data.get(this.prefix + lockKey);
-    const tookOver = holder !== undefined && lock.jobId !== '' && holder.slice(0, holder.lastIndexOf(' ')) === lock.jobId;
+    const tookOver =
+      holder !== undefined && lock.jobId !== '' && holder.slice(0, holder.lastIndexOf(' ')) === lock.jobId;
     const acquired = holder === undefined || tookOver;
     if (acquired) this.data.set(this.prefix + lockKey, lock.token);
     return { acquired, tookOver, values: reads.map((k) => this.data.get(this.prefix + k) ?? null) };
@@ -64,9 +65,12 @@ class MemoryKeyValueStore implements KeyValueStore {
 }
 
 const received = new Date('2026-04-08T10:03:00Z');
-const webhookCall = (agentId: string | null, callId: string): CanonicalCall => normalizeWebhook(webhookPayload(callId), { agentId, receivedAt: received });
+const webhookCall = (agentId: string | null, callId: string): CanonicalCall =>
+  normalizeWebhook(webhookPayload(callId), { agentId, receivedAt: received });
 const channelCall = (channelId: string, eventId: string, callSid = 'sid-1'): CanonicalCall =>
-  normalizeChannelEvent(channelEvent({ eventId, call: { callSid, startedAt: '2026-04-08T10:00:00Z' } }), received, { channelId });
+  normalizeChannelEvent(channelEvent({ eventId, call: { callSid, startedAt: '2026-04-08T10:00:00Z' } }), received, {
+    channelId,
+  });
 
 const long = 'L'.repeat(300);
 /** Distinct identities that today's readable names (or today's call keys) would merge. */
@@ -120,11 +124,19 @@ describe('the call key', () => {
         id: key.slice(last + 1).replace(/%(25|3A)/g, (_, hex: string) => (hex === '25' ? '%' : ':')),
       };
     };
-    const part = fc.string({ unit: fc.constantFrom(':', '%', '-', '2', '5', 'A', 'D', 'a', '/', ' ', '_'), maxLength: 8 });
+    const part = fc.string({
+      unit: fc.constantFrom(':', '%', '-', '2', '5', 'A', 'D', 'a', '/', ' ', '_'),
+      maxLength: 8,
+    });
     fc.assert(
-      fc.property(fc.constantFrom<CallSource>('ai-agent', 'channel'), fc.option(part, { nil: null }), part, (source, scope, id) => {
-        assert.deepEqual(decode(callKey(source, scope, id)), { source, scope, id });
-      }),
+      fc.property(
+        fc.constantFrom<CallSource>('ai-agent', 'channel'),
+        fc.option(part, { nil: null }),
+        part,
+        (source, scope, id) => {
+          assert.deepEqual(decode(callKey(source, scope, id)), { source, scope, id });
+        },
+      ),
       { numRuns: 2000 },
     );
   });
@@ -138,7 +150,9 @@ describe('keys derived from the identity', () => {
   test('archive objects: distinct, also on a case-insensitive file system', () => {
     assertDistinct('transcript JSON', (c) => archiveKeys(c, 'callsync/').json);
     assertDistinct('transcript text', (c) => archiveKeys(c, 'callsync/').text);
-    assertDistinct('transcript JSON, case folded (macOS, Windows)', (c) => archiveKeys(c, undefined).json.toLowerCase());
+    assertDistinct('transcript JSON, case folded (macOS, Windows)', (c) =>
+      archiveKeys(c, undefined).json.toLowerCase(),
+    );
     assertDistinct('recording', (c) => recordingKey(c, 'voicemail', 0, 'wav', undefined).toLowerCase());
   });
 
@@ -150,15 +164,36 @@ describe('keys derived from the identity', () => {
       text: `callsync/transcripts/2026/04/08/a_1-${hash.slice(0, 16)}.txt`,
       vcon: `callsync/transcripts/2026/04/08/a_1-${hash.slice(0, 16)}.vcon.json`,
     });
-    assert.equal(recordingKey(call, 'in_call_feature', 1, '.MP3', undefined), `recordings/2026/04/08/a_1-${hash.slice(0, 16)}-in_call_feature-2.mp3`);
+    assert.equal(
+      recordingKey(call, 'in_call_feature', 1, '.MP3', undefined),
+      `recordings/2026/04/08/a_1-${hash.slice(0, 16)}-in_call_feature-2.mp3`,
+    );
     // A type or an extension from outside cannot add separators that would make two names one.
-    assert.equal(recordingKey(call, 'x-1/../y', 0, 'w.a-v', undefined), `recordings/2026/04/08/a_1-${hash.slice(0, 16)}-x_1____y-1.w_a_v`);
+    assert.equal(
+      recordingKey(call, 'x-1/../y', 0, 'w.a-v', undefined),
+      `recordings/2026/04/08/a_1-${hash.slice(0, 16)}-x_1____y-1.w_a_v`,
+    );
   });
 
   test('the readable part is safe as a path segment anywhere: ASCII, bounded, no leading dot, no separators', () => {
-    for (const id of ['..', '.', '.hidden', '../../etc/passwd', 'a\\b', 'CON', 'nul.txt', '日本語', 'x'.repeat(5000), 'a\u0000b']) {
+    for (const id of [
+      '..',
+      '.',
+      '.hidden',
+      '../../etc/passwd',
+      'a\\b',
+      'CON',
+      'nul.txt',
+      '日本語',
+      'x'.repeat(5000),
+      'a\u0000b',
+    ]) {
       const segment = callKeySegment(webhookCall('agent-a', id));
-      assert.match(segment, /^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}-[0-9a-f]{16}$/, `${JSON.stringify(id.slice(0, 20))} -> ${segment}`);
+      assert.match(
+        segment,
+        /^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}-[0-9a-f]{16}$/,
+        `${JSON.stringify(id.slice(0, 20))} -> ${segment}`,
+      );
     }
   });
 
@@ -180,8 +215,10 @@ describe('keys derived from the identity', () => {
 
   test('notification markers: one per identity and recipient', async () => {
     const ledger = new NotificationLedger(new MemoryKeyValueStore().scoped('missed-sms'));
-    for (const [label, c] of identities) assert.equal(await ledger.claim(c.key, '+4915112345678', received), null, `${label}: claimed`);
-    for (const [label, c] of identities) assert.equal((await ledger.claim(c.key, '+4915112345678', received))?.state, 'sending', `${label}: taken`);
+    for (const [label, c] of identities)
+      assert.equal(await ledger.claim(c.key, '+4915112345678', received), null, `${label}: claimed`);
+    for (const [label, c] of identities)
+      assert.equal((await ledger.claim(c.key, '+4915112345678', received))?.state, 'sending', `${label}: taken`);
   });
 });
 
@@ -220,11 +257,20 @@ describe('the archive sink and its users', () => {
 
   test('the CRM links the key the archive writes, and a URL under baseUrl built by the archive', () => {
     const call = webhookCall('agent-a', 'a 1');
-    const vars = callVars(call, { defaultRegion: 'DE', archive: { enabled: true, prefix: 'call logs', baseUrl: 'https://files.example.com/a/' } });
+    const vars = callVars(call, {
+      defaultRegion: 'DE',
+      archive: { enabled: true, prefix: 'call logs', baseUrl: 'https://files.example.com/a/' },
+    });
     assert.equal(vars.transcriptKey, archiveKeys(call, 'call logs').text);
     assert.equal(vars.transcriptJsonKey, archiveKeys(call, 'call logs').json);
-    assert.equal(vars.transcriptUrl, `https://files.example.com/a/call%20logs/transcripts/2026/04/08/a_1-${callHash(call.key).slice(0, 16)}.txt`);
-    assert.equal(vars.transcriptUrl, transcriptLink(call, { prefix: 'call logs', baseUrl: 'https://files.example.com/a' }).url);
+    assert.equal(
+      vars.transcriptUrl,
+      `https://files.example.com/a/call%20logs/transcripts/2026/04/08/a_1-${callHash(call.key).slice(0, 16)}.txt`,
+    );
+    assert.equal(
+      vars.transcriptUrl,
+      transcriptLink(call, { prefix: 'call logs', baseUrl: 'https://files.example.com/a' }).url,
+    );
     assert.equal(archiveUrl('https://x.test///', 'p/a b.txt'), 'https://x.test/p/a%20b.txt');
   });
 });

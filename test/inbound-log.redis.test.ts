@@ -75,7 +75,11 @@ describe('inbound log', () => {
   });
 
   test('the request body is stored as received, as the same JSON value as the parsed payload', () => {
-    for (const text of [JSON.stringify(webhookPayload('raw-1')), JSON.stringify(webhookPayload('raw-2'), null, 2), '{"version":"v1","call":{"id":"raw-3","from":"+492116355340","to":"+4921155550100","startTime":1775642400000,"endTime":1775642460000,"duration":60,"direction":"in","users":[]},"x":"\\u00e9\\"}"}']) {
+    for (const text of [
+      JSON.stringify(webhookPayload('raw-1')),
+      JSON.stringify(webhookPayload('raw-2'), null, 2),
+      '{"version":"v1","call":{"id":"raw-3","from":"+492116355340","to":"+4921155550100","startTime":1775642400000,"endTime":1775642460000,"duration":60,"direction":"in","users":[]},"x":"\\u00e9\\"}"}',
+    ]) {
       const call = normalizeWebhook(JSON.parse(text), { agentId: 'a-1', receivedAt: new Date('2026-04-08T10:00:00Z') });
       assert.deepEqual(JSON.parse(serializeCall(call, text)), JSON.parse(JSON.stringify(call)));
     }
@@ -90,7 +94,11 @@ describe('inbound log', () => {
       const results = await Promise.all(calls.map((c) => acceptor.accept(c)));
       assert.ok(results.every((r) => !r.duplicate));
       const stored = (await inbound.entries()).filter((e) => e.call?.callId.startsWith(`split-${tag}-`));
-      assert.deepEqual(stored.map((e) => e.id), results.map((r) => r.id), tag);
+      assert.deepEqual(
+        stored.map((e) => e.id),
+        results.map((r) => r.id),
+        tag,
+      );
     }
   });
 
@@ -102,7 +110,10 @@ describe('inbound log', () => {
     await deadLetters.obliterate({ force: true });
     await deadLetters.close();
     assert.equal(await inbound.length(), 1);
-    assert.equal((await redis.get(`${inboundSeenPrefix(prefix)}${callHash(sampleCall('apart-1').key)}`))?.split(' ')[0], first.id);
+    assert.equal(
+      (await redis.get(`${inboundSeenPrefix(prefix)}${callHash(sampleCall('apart-1').key)}`))?.split(' ')[0],
+      first.id,
+    );
     assert.equal((await acceptor.accept(sampleCall('apart-1'))).duplicate, true);
   });
 
@@ -119,10 +130,18 @@ describe('inbound log', () => {
 
   test('a reused id (the spool drainer) is kept; Redis away rejects the whole batch as unavailable', async () => {
     const { prefix, inbound, acceptor } = await store('log-id', 60_000);
-    assert.deepEqual(await acceptor.accept(sampleCall('reuse-1'), { jobId: 'spooled-id-1' }), { id: 'spooled-id-1', duplicate: false });
+    assert.deepEqual(await acceptor.accept(sampleCall('reuse-1'), { jobId: 'spooled-id-1' }), {
+      id: 'spooled-id-1',
+      duplicate: false,
+    });
     assert.equal((await inbound.find('spooled-id-1'))?.call?.callId, 'reuse-1');
 
-    const away = new Redis('redis://127.0.0.1:1', { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true, retryStrategy: () => 200 });
+    const away = new Redis('redis://127.0.0.1:1', {
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: false,
+      lazyConnect: true,
+      retryStrategy: () => 200,
+    });
     away.on('error', () => undefined);
     const down = new InboundAcceptor(new InboundLog(away, prefix), { dedupeWindowMs: 60_000, timeoutMs: 500 });
     const outcomes = await Promise.allSettled([down.accept(sampleCall('down-1')), down.accept(sampleCall('down-2'))]);
@@ -134,7 +153,8 @@ describe('inbound log', () => {
   });
 
   describe('a call sent again with other content (an update)', () => {
-    const withSummary = (callId: string, summary: string) => sampleCall(callId, { patch: (p) => (p.assist.summary.content = summary) });
+    const withSummary = (callId: string, summary: string) =>
+      sampleCall(callId, { patch: (p) => (p.assist.summary.content = summary) });
 
     test('is stored as an update with a new id; the same content again, of either revision, stays a duplicate of the first id', async () => {
       const { prefix, redis, inbound, acceptor } = await store('log-update', 60_000);
@@ -144,15 +164,31 @@ describe('inbound log', () => {
       assert.deepEqual(update, { id: update.id, duplicate: false, update: true });
       assert.notEqual(update.id, first.id);
       assert.ok(update.id.startsWith(`${callHash(sampleCall('upd-1').key)}-`));
-      assert.deepEqual(await acceptor.accept(withSummary('upd-1', 'Summary finished later.')), { id: first.id, duplicate: true });
-      assert.deepEqual(await acceptor.accept(sampleCall('upd-1', { patch: (p) => delete p.assist.summary })), { id: first.id, duplicate: true });
+      assert.deepEqual(await acceptor.accept(withSummary('upd-1', 'Summary finished later.')), {
+        id: first.id,
+        duplicate: true,
+      });
+      assert.deepEqual(await acceptor.accept(sampleCall('upd-1', { patch: (p) => delete p.assist.summary })), {
+        id: first.id,
+        duplicate: true,
+      });
       const third = await acceptor.accept(withSummary('upd-1', 'Summary corrected once more.'));
       assert.equal(third.update, true);
 
       const entries = await inbound.entries();
-      assert.deepEqual(entries.map((e) => e.id), [first.id, update.id, third.id]);
-      assert.deepEqual(entries.map((e) => e.call?.revision?.update), [false, true, true]);
-      assert.deepEqual(entries.map((e) => e.call?.revision?.stamp), entries.map((e) => e.entryId), 'each revision is stamped with its entry id');
+      assert.deepEqual(
+        entries.map((e) => e.id),
+        [first.id, update.id, third.id],
+      );
+      assert.deepEqual(
+        entries.map((e) => e.call?.revision?.update),
+        [false, true, true],
+      );
+      assert.deepEqual(
+        entries.map((e) => e.call?.revision?.stamp),
+        entries.map((e) => e.entryId),
+        'each revision is stamped with its entry id',
+      );
       assert.equal(new Set(entries.map((e) => e.call?.revision?.content)).size, 3);
       assert.equal(entries[1]!.call?.summary?.content, 'Summary finished later.');
       const key = `${inboundSeenPrefix(prefix)}${callHash(sampleCall('upd-1').key)}`;
@@ -162,13 +198,22 @@ describe('inbound log', () => {
     test('what is not content: the time it was received, and fields callsync does not read (kept in `raw`) — a duplicate', async () => {
       const { inbound, acceptor } = await store('log-notcontent', 60_000);
       const first = await acceptor.accept(sampleCall('nc-1'));
-      const later = normalizeWebhook(webhookPayload('nc-1', (p) => (p.deliveryAttempt = 2)), { agentId: 'agent-1', receivedAt: new Date('2026-04-08T11:00:00Z') });
+      const later = normalizeWebhook(
+        webhookPayload('nc-1', (p) => (p.deliveryAttempt = 2)),
+        { agentId: 'agent-1', receivedAt: new Date('2026-04-08T11:00:00Z') },
+      );
       assert.deepEqual(await acceptor.accept(later), { id: first.id, duplicate: true });
       // The extra `channel` object is content, whatever order its keys come in.
-      const a = await acceptor.accept(sampleCall('nc-2', { patch: (p) => (p.channel = { id: 'ch-1', name: 'Sales', tags: { b: 1, a: 2 } }) }));
-      const b = await acceptor.accept(sampleCall('nc-2', { patch: (p) => (p.channel = { tags: { a: 2, b: 1 }, name: 'Sales', id: 'ch-1' }) }));
+      const a = await acceptor.accept(
+        sampleCall('nc-2', { patch: (p) => (p.channel = { id: 'ch-1', name: 'Sales', tags: { b: 1, a: 2 } }) }),
+      );
+      const b = await acceptor.accept(
+        sampleCall('nc-2', { patch: (p) => (p.channel = { tags: { a: 2, b: 1 }, name: 'Sales', id: 'ch-1' }) }),
+      );
       assert.deepEqual(b, { id: a.id, duplicate: true });
-      const c = await acceptor.accept(sampleCall('nc-2', { patch: (p) => (p.channel = { id: 'ch-1', name: 'Support' }) }));
+      const c = await acceptor.accept(
+        sampleCall('nc-2', { patch: (p) => (p.channel = { id: 'ch-1', name: 'Support' }) }),
+      );
       assert.equal(c.update, true);
       assert.equal(await inbound.length(), 3);
     });
@@ -185,10 +230,13 @@ describe('inbound log', () => {
         { id: results[0]!.id, duplicate: true },
       ]);
       const entries = await inbound.entries();
-      assert.deepEqual(entries.map((e) => [e.id, e.call?.revision?.update]), [
-        [results[0]!.id, false],
-        [results[1]!.id, true],
-      ]);
+      assert.deepEqual(
+        entries.map((e) => [e.id, e.call?.revision?.update]),
+        [
+          [results[0]!.id, false],
+          [results[1]!.id, true],
+        ],
+      );
     });
 
     test('an update keeps the window of the first delivery', async () => {
@@ -209,8 +257,16 @@ describe('inbound log', () => {
       const key = `${inboundSeenPrefix(prefix)}${callHash(call.key)}`;
       await redis.set(key, 'old-first-id', 'PX', 50_000);
       const again = await acceptor.accept(call);
-      assert.deepEqual(again, { id: again.id, duplicate: false, update: true }, 'stored: an old key cannot tell, and a dropped correction would be lost');
-      assert.deepEqual(await acceptor.accept(call), { id: 'old-first-id', duplicate: true }, 'from then on the key knows the content');
+      assert.deepEqual(
+        again,
+        { id: again.id, duplicate: false, update: true },
+        'stored: an old key cannot tell, and a dropped correction would be lost',
+      );
+      assert.deepEqual(
+        await acceptor.accept(call),
+        { id: 'old-first-id', duplicate: true },
+        'from then on the key knows the content',
+      );
       assert.equal((await acceptor.accept(withSummary('compat-1', 'Changed.'))).update, true);
       assert.ok((await redis.pttl(key)) <= 50_000, 'the old window is kept');
       assert.equal((await redis.get(key))?.split(' ')[0], 'old-first-id');
@@ -220,10 +276,19 @@ describe('inbound log', () => {
     test('an item appended without a content hash is deduplicated by the call alone, as before', async () => {
       const { inbound } = await store('log-nocontent', 60_000);
       const text = JSON.stringify(sampleCall('nh-1'));
-      assert.deepEqual(await inbound.append([{ dedupeId: 'nh', id: 'nh-a', call: text }, { dedupeId: 'nh', id: 'nh-b', call: text.replace('agent-1', 'agent-9') }], 60_000), [
-        { stored: true, update: false },
-        { stored: false, firstId: 'nh-a' },
-      ]);
+      assert.deepEqual(
+        await inbound.append(
+          [
+            { dedupeId: 'nh', id: 'nh-a', call: text },
+            { dedupeId: 'nh', id: 'nh-b', call: text.replace('agent-1', 'agent-9') },
+          ],
+          60_000,
+        ),
+        [
+          { stored: true, update: false },
+          { stored: false, firstId: 'nh-a' },
+        ],
+      );
     });
   });
 
@@ -294,7 +359,9 @@ describe('inbound log', () => {
     test('each entry becomes one job per routed sink (id = call hash, original payload only where read), then leaves the log', async () => {
       const s = await setup('fan-basic');
       const fanOut = s.start();
-      const calls = Array.from({ length: 120 }, (_, i) => sampleCall(`fan-${i}`, { agentId: i % 3 === 0 ? 'agent-crm' : 'agent-1' }));
+      const calls = Array.from({ length: 120 }, (_, i) =>
+        sampleCall(`fan-${i}`, { agentId: i % 3 === 0 ? 'agent-crm' : 'agent-1' }),
+      );
       await Promise.all(calls.map((c) => s.acceptor.accept(c)));
       await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log to drain' });
       await fanOut.close();
@@ -308,8 +375,14 @@ describe('inbound log', () => {
         'sink jobs in the order the calls were accepted',
       );
       for (const j of [...archived, ...crm]) assert.equal(j.id, callHash(j.data.call.key));
-      assert.ok(archived.every((j) => j.data.call.raw !== null && typeof j.data.call.raw === 'object'), 'the archive gets the original payload');
-      assert.ok(crm.every((j) => j.data.call.raw === null), 'sinks that do not read it get the call without it');
+      assert.ok(
+        archived.every((j) => j.data.call.raw !== null && typeof j.data.call.raw === 'object'),
+        'the archive gets the original payload',
+      );
+      assert.ok(
+        crm.every((j) => j.data.call.raw === null),
+        'sinks that do not read it get the call without it',
+      );
       assert.equal(await s.inbound.pending(), 0);
       assert.equal(await s.deadLetters.count(), 0);
       // The consumer left the group on a clean stop.
@@ -331,15 +404,29 @@ describe('inbound log', () => {
       const base = callHash(v1.key);
       for (const q of [s.archive, s.crm]) {
         const jobs = await q.getJobs(['waiting'], 0, -1, true);
-        assert.deepEqual(jobs.map((j) => j.id), [base, `${base}-${contentHash(v2)}`], q.name);
-        assert.deepEqual(jobs.map((j) => j.data.call.revision?.stamp), entries.map((e) => e.entryId), `${q.name}: each job carries its revision`);
+        assert.deepEqual(
+          jobs.map((j) => j.id),
+          [base, `${base}-${contentHash(v2)}`],
+          q.name,
+        );
+        assert.deepEqual(
+          jobs.map((j) => j.data.call.revision?.stamp),
+          entries.map((e) => e.entryId),
+          `${q.name}: each job carries its revision`,
+        );
         assert.equal(jobs[1]!.data.call.summary?.content, 'Later.');
       }
       // Both revisions fanned out again (here through the inbound dead-letter path, with the
       // revision the log gave them): no new jobs.
       const fan = createFanOutProcessor({
-        routes: [{ when: [{}], to: ['archive'] }, { when: [{ agent: ['agent-crm'] }], to: ['crm'] }],
-        sinkQueues: new Map([['archive', s.archive], ['crm', s.crm]]),
+        routes: [
+          { when: [{}], to: ['archive'] },
+          { when: [{ agent: ['agent-crm'] }], to: ['crm'] },
+        ],
+        sinkQueues: new Map([
+          ['archive', s.archive],
+          ['crm', s.crm],
+        ]),
       });
       for (const e of entries) await fan({ data: { kind: 'call.received', call: e.call } } as Job<CallReceivedJob>);
       for (const q of [s.archive, s.crm]) assert.equal(await q.count(), 2, `${q.name}: still one job per revision`);
@@ -350,11 +437,17 @@ describe('inbound log', () => {
       const s = await setup('fan-vanished');
       const fanOut = s.start();
       await s.acceptor.accept(sampleCall('before-1'));
-      await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the first call fanned out' });
+      await waitFor(async () => (await s.inbound.length()) === 0, {
+        timeoutMs: 10_000,
+        what: 'the first call fanned out',
+      });
       // What a Redis that lost its data looks like to the fan-out: no stream, no group.
       await s.producer.del(s.inbound.key);
       await s.acceptor.accept(sampleCall('after-1'));
-      await waitFor(async () => (await s.archive.getJobs(['waiting'], 0, -1)).some((j) => j.data.call.callId === 'after-1'), { timeoutMs: 10_000, what: 'the call after the loss fanned out' });
+      await waitFor(
+        async () => (await s.archive.getJobs(['waiting'], 0, -1)).some((j) => j.data.call.callId === 'after-1'),
+        { timeoutMs: 10_000, what: 'the call after the loss fanned out' },
+      );
       await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log drained again' });
       await fanOut.close();
       await s.close();
@@ -368,9 +461,17 @@ describe('inbound log', () => {
       await s.inbound.shards[0]!.ensureGroup();
       const taken = await s.inbound.shards[0]!.read('dead-consumer', 10, 100);
       assert.equal(taken.length, 10);
-      for (const e of taken.slice(0, 5)) await s.archive.add('sink.deliver', { kind: 'sink.deliver', sink: 'archive', call: e.call! }, { jobId: callHash(e.call!.key) });
+      for (const e of taken.slice(0, 5))
+        await s.archive.add(
+          'sink.deliver',
+          { kind: 'sink.deliver', sink: 'archive', call: e.call! },
+          { jobId: callHash(e.call!.key) },
+        );
       const fanOut = s.start();
-      await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log to drain, taken-over entries included' });
+      await waitFor(async () => (await s.inbound.length()) === 0, {
+        timeoutMs: 10_000,
+        what: 'the log to drain, taken-over entries included',
+      });
       await fanOut.close();
       const jobs = await s.archive.getJobs(['waiting'], 0, -1);
       assert.equal(jobs.length, 30, 'one job per call, none twice');
@@ -413,24 +514,42 @@ describe('inbound log', () => {
       // Calls before, the poison written straight into the log (as an older ingress, or one whose
       // edge limits were bypassed, would have stored it), calls after: all in one batch.
       const before = Array.from({ length: 5 }, (_, i) => sampleCall(`pre-${i}`));
-      const afterIt = Array.from({ length: 5 }, (_, i) => sampleCall(`post-${i}`, { agentId: i % 2 ? 'agent-crm' : 'agent-1' }));
+      const afterIt = Array.from({ length: 5 }, (_, i) =>
+        sampleCall(`post-${i}`, { agentId: i % 2 ? 'agent-crm' : 'agent-1' }),
+      );
       await Promise.all(before.map((c) => s.acceptor.accept(c)));
       const body = deepWebhookBody('poison-deep');
-      const poisonCall = normalizeWebhook(JSON.parse(body), { agentId: 'agent-crm', receivedAt: new Date('2026-04-08T10:03:00Z') });
+      const poisonCall = normalizeWebhook(JSON.parse(body), {
+        agentId: 'agent-crm',
+        receivedAt: new Date('2026-04-08T10:03:00Z'),
+      });
       const text = serializeCall(poisonCall, body);
       await s.producer.xadd(s.inbound.key, '*', 'id', 'poison-entry-1', 'call', text);
       await Promise.all(afterIt.map((c) => s.acceptor.accept(c)));
       const fanOut = s.start();
       try {
-        await waitFor(async () => (await s.archive.getJobs(['waiting'], 0, -1)).length === 10, { timeoutMs: 15_000, what: 'the calls after the poison fanned out' });
-        await waitFor(async () => (await s.inbound.length()) === 0, { timeoutMs: 10_000, what: 'the log to drain, the poison included' });
+        await waitFor(async () => (await s.archive.getJobs(['waiting'], 0, -1)).length === 10, {
+          timeoutMs: 15_000,
+          what: 'the calls after the poison fanned out',
+        });
+        await waitFor(async () => (await s.inbound.length()) === 0, {
+          timeoutMs: 10_000,
+          what: 'the log to drain, the poison included',
+        });
       } finally {
         await fanOut.close();
       }
       const archived = (await s.archive.getJobs(['waiting'], 0, -1, true)).map((j) => j.data.call.callId);
-      assert.deepEqual(archived, [...before, ...afterIt].map((c) => c.callId), 'every other call, in log order');
+      assert.deepEqual(
+        archived,
+        [...before, ...afterIt].map((c) => c.callId),
+        'every other call, in log order',
+      );
       // The CRM's jobs go without the original payload: the poison's could be stored, and it was.
-      assert.deepEqual((await s.crm.getJobs(['waiting'], 0, -1, true)).map((j) => j.data.call.callId), ['poison-deep', 'post-1', 'post-3']);
+      assert.deepEqual(
+        (await s.crm.getJobs(['waiting'], 0, -1, true)).map((j) => j.data.call.callId),
+        ['poison-deep', 'post-1', 'post-3'],
+      );
       const dead = await s.deadLetters.getJobs(['waiting'], 0, -1);
       assert.equal(dead.length, 1);
       const letter = dead[0]!;
@@ -455,7 +574,10 @@ describe('inbound log', () => {
       } finally {
         await fanOut.close();
       }
-      assert.deepEqual((await s.archive.getJobs(['waiting'], 0, -1, true)).map((j) => j.data.call.callId), ['id-ok-1', 'id-ok-2']);
+      assert.deepEqual(
+        (await s.archive.getJobs(['waiting'], 0, -1, true)).map((j) => j.data.call.callId),
+        ['id-ok-1', 'id-ok-2'],
+      );
       const dead = new Map((await s.deadLetters.getJobs(['waiting'], 0, -1)).map((j) => [j.id, j.data]));
       assert.deepEqual([...dead.keys()].sort(), [`log-${first}`, `log-${second}`].sort());
       assert.equal(dead.get(`log-${first}`)?.text, 'not json at all', 'what was stored is kept');
@@ -474,13 +596,28 @@ describe('the queue `inbound`', () => {
     try {
       const call = sampleCall('queued-before-1');
       await queue.add('call.received', { kind: 'call.received', call }, { jobId: 'old-job-1' });
-      await queue.add('call.received', { kind: 'call.received', call: null, reason: 'inbound entry is not a readable call record' }, { jobId: 'old-job-2' });
-      const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: cs.prefix });
-      await waitFor(async () => (await archive.getJob(callHash(call.key)))?.finishedOn, { timeoutMs: 10_000, what: 'the archive job of the queued call' });
+      await queue.add(
+        'call.received',
+        { kind: 'call.received', call: null, reason: 'inbound entry is not a readable call record' },
+        { jobId: 'old-job-2' },
+      );
+      const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), {
+        connection: cs.redis.worker,
+        prefix: cs.prefix,
+      });
+      await waitFor(async () => (await archive.getJob(callHash(call.key)))?.finishedOn, {
+        timeoutMs: 10_000,
+        what: 'the archive job of the queued call',
+      });
       await archive.close();
       const files = await readdir(dir, { recursive: true });
-      assert.ok(files.some((f) => f.endsWith(`${callKeySegment(call)}.json`)), `archived: ${files.join(', ')}`);
-      const failed = await waitFor(async () => (await queue.getFailed()).find((j) => j.id === 'old-job-2'), { what: 'the unreadable one in the dead letters' });
+      assert.ok(
+        files.some((f) => f.endsWith(`${callKeySegment(call)}.json`)),
+        `archived: ${files.join(', ')}`,
+      );
+      const failed = await waitFor(async () => (await queue.getFailed()).find((j) => j.id === 'old-job-2'), {
+        what: 'the unreadable one in the dead letters',
+      });
       assert.match(failed.failedReason, /not a readable call record/);
       assert.equal(failed.attemptsMade, 1, 'a permanent failure is not retried');
     } finally {

@@ -37,7 +37,8 @@ const webhook = (over: Partial<Config['webhook']> = {}): Config['webhook'] => ({
 /** `n` arrays inside each other around `inner`. */
 const nest = (n: number, inner = '') => `${'['.repeat(n)}${inner}${']'.repeat(n)}`;
 /** The payload's JSON with one more top-level member, written as JSON text. */
-const withMember = (payload: object, name: string, json: string) => `${JSON.stringify(payload).slice(0, -1)},${JSON.stringify(name)}:${json}}`;
+const withMember = (payload: object, name: string, json: string) =>
+  `${JSON.stringify(payload).slice(0, -1)},${JSON.stringify(name)}:${json}}`;
 /** The pointer of `n` nested first elements under `base`. */
 const zeros = (base: string, n: number) => `${base}${'/0'.repeat(n)}`;
 
@@ -63,12 +64,38 @@ describe('json limits: the walk', () => {
   test('entries of one array or object, and values in all', () => {
     const limits = { maxDepth: 64, maxEntries: 3, maxValues: 10 };
     assert.equal(findLimitViolation({ a: [1, 2, 3] }, limits), null);
-    assert.deepEqual(findLimitViolation({ a: [1, 2, 3, 4] }, limits), { pointer: '/a', detail: 'array with 4 elements (at most 3)' });
-    assert.deepEqual(findLimitViolation({ a: { w: 1, x: 2, y: 3, z: 4 } }, limits), { pointer: '/a', detail: 'object with 4 keys (at most 3)' });
+    assert.deepEqual(findLimitViolation({ a: [1, 2, 3, 4] }, limits), {
+      pointer: '/a',
+      detail: 'array with 4 elements (at most 3)',
+    });
+    assert.deepEqual(findLimitViolation({ a: { w: 1, x: 2, y: 3, z: 4 } }, limits), {
+      pointer: '/a',
+      detail: 'object with 4 keys (at most 3)',
+    });
     assert.equal(findLimitViolation([1, 2, 3, 4], limits)?.pointer, '');
     // 1 (root) + 3 arrays + 6 numbers = 10 values: fine; one more is the 11th, at /2/2.
-    assert.equal(findLimitViolation([[1, 2], [3, 4], [5, 6]], limits), null);
-    assert.deepEqual(findLimitViolation([[1, 2], [3, 4], [5, 6, 7]], limits), { pointer: '/2/2', detail: 'more than 10 values in the body' });
+    assert.equal(
+      findLimitViolation(
+        [
+          [1, 2],
+          [3, 4],
+          [5, 6],
+        ],
+        limits,
+      ),
+      null,
+    );
+    assert.deepEqual(
+      findLimitViolation(
+        [
+          [1, 2],
+          [3, 4],
+          [5, 6, 7],
+        ],
+        limits,
+      ),
+      { pointer: '/2/2', detail: 'more than 10 values in the body' },
+    );
   });
 
   test('numbers beyond a double are refused where they are; huge finite ones pass', () => {
@@ -109,7 +136,11 @@ describe('json limits: configuration', () => {
       log,
     });
     const send = (extra: string) =>
-      app.request('/webhooks/ai-agent', { method: 'POST', headers: { 'content-type': 'application/json' }, body: withMember(minimalPayload('cfg'), 'x', extra) });
+      app.request('/webhooks/ai-agent', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: withMember(minimalPayload('cfg'), 'x', extra),
+      });
     assert.equal((await send(nest(2))).status, 202); // the body is level 1, x level 2, its element 3
     const deep = await send(nest(3));
     assert.equal(deep.status, 400);
@@ -117,7 +148,11 @@ describe('json limits: configuration', () => {
     assert.equal((await send('[1,2,3,4,5,6,7,8,9,10]')).status, 202);
     assert.equal((await send('[1,2,3,4,5,6,7,8,9,10,11]')).status, 400);
     for (const env of [{ WEBHOOK_MAX_DEPTH: '1001' }, { WEBHOOK_MAX_DEPTH: '0' }, { WEBHOOK_MAX_ENTRIES: 'many' }]) {
-      assert.throws(() => loadConfig(env), (err: unknown) => err instanceof ConfigError && err.problems.some((p) => p.startsWith(Object.keys(env)[0]!)), JSON.stringify(env));
+      assert.throws(
+        () => loadConfig(env),
+        (err: unknown) => err instanceof ConfigError && err.problems.some((p) => p.startsWith(Object.keys(env)[0]!)),
+        JSON.stringify(env),
+      );
     }
   });
 });
@@ -160,7 +195,8 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
   const inbound = new InboundLog(redis, prefix);
   const acceptor = new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 1500 });
-  const makeApp = (over: Partial<Config['webhook']> = {}) => createIngressApp({ webhook: webhook(over), acceptor, ready: async () => true, log });
+  const makeApp = (over: Partial<Config['webhook']> = {}) =>
+    createIngressApp({ webhook: webhook(over), acceptor, ready: async () => true, log });
   const app = makeApp();
 
   const post = (body: string | Uint8Array, type = 'application/json', target = app) =>
@@ -202,11 +238,21 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
     const json = JSON.stringify(payload);
     // windows-1252 is what WHATWG decodes latin1 as: € is byte 0x80 there, so the € survives too.
     const bytes = Uint8Array.from(json, (ch) => (ch === '€' ? 0x80 : ch.charCodeAt(0)));
-    assert.ok(bytes.every((b, i) => json[i] === '€' || json.charCodeAt(i) === b), 'one byte per character');
-    for (const [i, type] of ['application/json; charset=latin1', 'application/json; charset="ISO-8859-1"', 'application/json;Charset=windows-1252'].entries()) {
+    assert.ok(
+      bytes.every((b, i) => json[i] === '€' || json.charCodeAt(i) === b),
+      'one byte per character',
+    );
+    for (const [i, type] of [
+      'application/json; charset=latin1',
+      'application/json; charset="ISO-8859-1"',
+      'application/json;Charset=windows-1252',
+    ].entries()) {
       payload.call.id = `latin-${i}`;
       const body = JSON.stringify(payload);
-      const { text, call } = await accepted(Uint8Array.from(body, (ch) => (ch === '€' ? 0x80 : ch.charCodeAt(0))), type);
+      const { text, call } = await accepted(
+        Uint8Array.from(body, (ch) => (ch === '€' ? 0x80 : ch.charCodeAt(0))),
+        type,
+      );
       assert.equal(call.users[0]?.lastName, 'Müller', type);
       assert.equal(call.summary?.content, 'Grüße aus Köln, 5 € Gebühr', type);
       assert.ok(text.endsWith(`"raw":${body}}`), 'the original is stored as the decoded text, verbatim');
@@ -216,11 +262,21 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
   test('a body that is not UTF-8 and says nothing is a 400 naming the byte, not stored as "M\uFFFDller"', async () => {
     const json = JSON.stringify(webhookPayload('latin-undeclared', (p) => (p.call.users[0].lastName = 'Müller')));
     const err = await refused(Buffer.from(json, 'latin1'), 400);
-    assert.match(err.detail, new RegExp(`not valid UTF-8 text \\(at byte ${json.indexOf('ü')}\\); declare the charset`));
+    assert.match(
+      err.detail,
+      new RegExp(`not valid UTF-8 text \\(at byte ${json.indexOf('ü')}\\); declare the charset`),
+    );
     assert.equal(err.source.pointer, '/');
     // A UTF-16 surrogate written as three bytes (CESU-8) is not UTF-8 either, even when declared.
-    const cesu = Buffer.concat([Buffer.from(JSON.stringify(minimalPayload('cesu')).slice(0, -1) + ',"x":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}')]);
-    assert.match((await refused(cesu, 400, 'application/json; charset=utf-8')).detail, /not valid UTF-8 text \(at byte \d+\)/);
+    const cesu = Buffer.concat([
+      Buffer.from(JSON.stringify(minimalPayload('cesu')).slice(0, -1) + ',"x":"'),
+      Buffer.from([0xed, 0xa0, 0x80]),
+      Buffer.from('"}'),
+    ]);
+    assert.match(
+      (await refused(cesu, 400, 'application/json; charset=utf-8')).detail,
+      /not valid UTF-8 text \(at byte \d+\)/,
+    );
     const ids = await storedIds();
     assert.ok(!ids.has('latin-undeclared') && !ids.has('cesu'));
   });
@@ -235,12 +291,24 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
     const utf16le = (s: string) => Buffer.from(s, 'utf16le');
     const utf16be = (s: string) => utf16le(s).swap16();
     const cases: [string, Buffer, string][] = [
-      ['u16-le-mark', Buffer.concat([Buffer.from([0xff, 0xfe]), utf16le(json('u16-le-mark'))]), 'application/json; charset=utf-16le'],
+      [
+        'u16-le-mark',
+        Buffer.concat([Buffer.from([0xff, 0xfe]), utf16le(json('u16-le-mark'))]),
+        'application/json; charset=utf-16le',
+      ],
       ['u16-le-bare', utf16le(json('u16-le-bare')), 'application/json; charset=UTF-16LE'],
       ['u16-be-bare', utf16be(json('u16-be-bare')), 'application/json; charset=utf-16be'],
-      ['u16-be-mark', Buffer.concat([Buffer.from([0xfe, 0xff]), utf16be(json('u16-be-mark'))]), 'application/json; charset=utf-16'],
+      [
+        'u16-be-mark',
+        Buffer.concat([Buffer.from([0xfe, 0xff]), utf16be(json('u16-be-mark'))]),
+        'application/json; charset=utf-16',
+      ],
       // The mark wins over the label (and over no label), as WHATWG decodes.
-      ['u16-le-mark-only', Buffer.concat([Buffer.from([0xff, 0xfe]), utf16le(json('u16-le-mark-only'))]), 'application/json'],
+      [
+        'u16-le-mark-only',
+        Buffer.concat([Buffer.from([0xff, 0xfe]), utf16le(json('u16-le-mark-only'))]),
+        'application/json',
+      ],
     ];
     for (const [id, bytes, type] of cases) {
       const { text, call } = await accepted(bytes, type);
@@ -248,12 +316,25 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
       assert.ok(text.endsWith(`"raw":${json(id)}}`), id);
     }
     // An unpaired surrogate in UTF-16 is not text.
-    assert.match((await refused(Buffer.concat([utf16le('{"a":"'), Buffer.from([0x00, 0xd8]), utf16le('"}')]), 400, 'application/json; charset=utf-16le')).detail, /not valid UTF-16LE/);
+    assert.match(
+      (
+        await refused(
+          Buffer.concat([utf16le('{"a":"'), Buffer.from([0x00, 0xd8]), utf16le('"}')]),
+          400,
+          'application/json; charset=utf-16le',
+        )
+      ).detail,
+      /not valid UTF-16LE/,
+    );
   });
 
   test('an unsupported charset is a 415 naming it, before the body is read', async () => {
     for (const charset of ['shift_jis', 'klingon', 'utf-32', 'x-user-defined', '']) {
-      const err = await refused(JSON.stringify(minimalPayload(`cs-${charset}`)), 415, `application/json; charset="${charset}"`);
+      const err = await refused(
+        JSON.stringify(minimalPayload(`cs-${charset}`)),
+        415,
+        `application/json; charset="${charset}"`,
+      );
       assert.equal(err.title, 'Unsupported Media Type');
       assert.ok(err.detail.startsWith(`charset ${JSON.stringify(charset)} is not supported`), err.detail);
       assert.match(err.detail, /utf-8/);
@@ -273,9 +354,15 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
   test('100,000 levels in channel or assist.summary.keyPoints: 400 with a pointer, not 500', async () => {
     const channel = await refused(withMember(minimalPayload('deep-channel'), 'channel', nest(100_000)), 400);
     assert.equal(channel.source.pointer, zeros('/channel', 63));
-    const inCall = JSON.stringify(minimalPayload('deep-call-channel')).replace('"users":[]', `"users":[],"channel":${nest(100_000)}`);
+    const inCall = JSON.stringify(minimalPayload('deep-call-channel')).replace(
+      '"users":[]',
+      `"users":[],"channel":${nest(100_000)}`,
+    );
     assert.equal((await refused(inCall, 400)).source.pointer, zeros('/call/channel', 62));
-    const keyPoints = JSON.stringify(webhookPayload('deep-keypoints')).replace('"keyPoints":[', `"keyPoints":[${nest(100_000)},`);
+    const keyPoints = JSON.stringify(webhookPayload('deep-keypoints')).replace(
+      '"keyPoints":[',
+      `"keyPoints":[${nest(100_000)},`,
+    );
     assert.equal((await refused(keyPoints, 400)).source.pointer, zeros('/assist/summary/keyPoints', 61));
   });
 
@@ -296,13 +383,27 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
     assert.equal(err.source.pointer, '/x');
     // Smaller limits through the configuration.
     const fewKeys = makeApp({ jsonLimits: { maxEntries: 20 } });
-    const keys = JSON.stringify(webhookPayload('keys', (p) => (p.assist.extra = Object.fromEntries(Array.from({ length: 21 }, (_, i) => [`k${i}`, i])))));
+    const keys = JSON.stringify(
+      webhookPayload(
+        'keys',
+        (p) => (p.assist.extra = Object.fromEntries(Array.from({ length: 21 }, (_, i) => [`k${i}`, i]))),
+      ),
+    );
     const tooManyKeys = await refused(keys, 400, 'application/json', fewKeys);
     assert.deepEqual(tooManyKeys.source, { pointer: '/assist/extra' });
     assert.match(tooManyKeys.detail, /object with 21 keys \(at most 20\)/);
     // The v2 fixture holds 60 values; the 51st is the second transcript chunk.
     const fewValues = makeApp({ jsonLimits: { maxValues: 50 } });
-    assert.equal((await post(JSON.stringify(webhookPayload('values-60')), 'application/json', makeApp({ jsonLimits: { maxValues: 60 } }))).status, 202);
+    assert.equal(
+      (
+        await post(
+          JSON.stringify(webhookPayload('values-60')),
+          'application/json',
+          makeApp({ jsonLimits: { maxValues: 60 } }),
+        )
+      ).status,
+      202,
+    );
     const values = await refused(JSON.stringify(webhookPayload('values')), 400, 'application/json', fewValues);
     assert.match(values.detail, /more than 50 values in the body/);
     assert.equal(values.source.pointer, '/assist/transcription/chunks/1');
@@ -312,8 +413,16 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
     const inf = await refused(withMember(minimalPayload('inf'), 'x', '{"y":[1,2,-1e400]}'), 400);
     assert.equal(inf.source.pointer, '/x/y/2');
     assert.match(inf.detail, /beyond the range of a double/);
-    assert.equal((await refused(JSON.stringify(minimalPayload('inf-duration')).replace('"duration":60', '"duration":1e400'), 400)).source.pointer, '/call/duration');
-    const huge = withMember(minimalPayload('huge-finite'), 'x', '[1e308,-1.7976931348623157e308,5e-324,12345678901234567890,1E+2]');
+    assert.equal(
+      (await refused(JSON.stringify(minimalPayload('inf-duration')).replace('"duration":60', '"duration":1e400'), 400))
+        .source.pointer,
+      '/call/duration',
+    );
+    const huge = withMember(
+      minimalPayload('huge-finite'),
+      'x',
+      '[1e308,-1.7976931348623157e308,5e-324,12345678901234567890,1E+2]',
+    );
     const { text } = await accepted(huge);
     assert.ok(text.endsWith(`"raw":${huge}}`), 'stored as sent, digits and all');
   });
@@ -326,10 +435,17 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
       const err = await refused(body, 400);
       assert.equal(err.source.pointer, '/call/id', id);
     }
-    const agent = JSON.stringify({ ...minimalPayload('agent-surrogate'), agentId: 'PLACEHOLDER' }).replace('"PLACEHOLDER"', '"x\\udc00"');
+    const agent = JSON.stringify({ ...minimalPayload('agent-surrogate'), agentId: 'PLACEHOLDER' }).replace(
+      '"PLACEHOLDER"',
+      '"x\\udc00"',
+    );
     // The payload's agent id is part of the call key when it names the call: one that cannot be an
     // id is refused like a call id (read as absent, two agents' calls could share a key).
-    const res = await app.request('/webhooks/ai-agent', { method: 'POST', headers: { 'content-type': 'application/json' }, body: agent });
+    const res = await app.request('/webhooks/ai-agent', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: agent,
+    });
     assert.equal(res.status, 400);
     assert.equal(((await res.json()) as ErrorBody).errors[0]!.source.pointer, '/agentId');
     // A numeric id within 2^53 and a surrogate pair are fine.
@@ -347,7 +463,10 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
     assert.ok(text.endsWith(`"raw":${body}}`), 'the escapes are stored verbatim');
     assert.ok(call.summary?.content.startsWith('\ud83d The caller'));
     // The archive's JSON document escapes them (well-formed JSON.stringify), so it reads back the same.
-    const doc = JSON.parse(renderArchiveJson(call as CanonicalCall)) as { original: Record<string, unknown>; call: CanonicalCall };
+    const doc = JSON.parse(renderArchiveJson(call as CanonicalCall)) as {
+      original: Record<string, unknown>;
+      call: CanonicalCall;
+    };
     assert.equal(doc.original['\ud800key'], '\udfff');
     assert.ok(doc.call.summary?.content.startsWith('\ud83d The caller'));
     assert.doesNotThrow(() => renderTranscriptText(call as CanonicalCall));
@@ -365,11 +484,22 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
     assert.equal(({} as Record<string, unknown>).channel, undefined, 'Object.prototype untouched');
     const raw = JSON.parse(text).raw as object;
     assert.ok(Object.hasOwn(raw, '__proto__'));
-    assert.equal((await refused(withMember(minimalPayload('proto-deep'), '__proto__', nest(100)), 400)).source.pointer, zeros('/__proto__', 63));
+    assert.equal(
+      (await refused(withMember(minimalPayload('proto-deep'), '__proto__', nest(100)), 400)).source.pointer,
+      zeros('/__proto__', 63),
+    );
   });
 
   test('odd but valid unicode (RTL override, zero-width, NUL, emoji, combining) is stored exactly', async () => {
-    const odd = ['\u202Eevil\u202C', 'a\u200Bb\u200D', 'nul\u0000byte', '😀👩‍👩‍👧', 'e\u0301', '\uFEFFmid-bom', '\u2028\u2029'];
+    const odd = [
+      '\u202Eevil\u202C',
+      'a\u200Bb\u200D',
+      'nul\u0000byte',
+      '😀👩‍👩‍👧',
+      'e\u0301',
+      '\uFEFFmid-bom',
+      '\u2028\u2029',
+    ];
     const payload = webhookPayload('odd-unicode', (p) => {
       p.assist.summary.keyPoints = odd;
       p.assist.transcription.chunks[0].content = odd.join(' ');
@@ -397,7 +527,11 @@ describe('ingress edge end to end (real port, fan-out, archive folder)', () => {
   });
 
   const send = async (body: string | Uint8Array, type = 'application/json') => {
-    const res = await fetch(`${cs.url}/webhooks/ai-agent/edge`, { method: 'POST', headers: { 'content-type': type }, body });
+    const res = await fetch(`${cs.url}/webhooks/ai-agent/edge`, {
+      method: 'POST',
+      headers: { 'content-type': type },
+      body,
+    });
     return { status: res.status, body: (await res.json()) as Record<string, any> };
   };
   /** Archived files by name, found wherever the archive put them. */
@@ -433,12 +567,18 @@ describe('ingress edge end to end (real port, fan-out, archive folder)', () => {
       p.call.users[0].fullName = 'Jürgen Müller';
       p.assist.summary.content = 'Grüße aus Köln';
     });
-    assert.equal((await send(Buffer.from(JSON.stringify(latin), 'latin1'), 'application/json; charset=iso-8859-1')).status, 202);
+    assert.equal(
+      (await send(Buffer.from(JSON.stringify(latin), 'latin1'), 'application/json; charset=iso-8859-1')).status,
+      202,
+    );
     const bom = webhookPayload('edge-bom');
     assert.equal((await send(`\uFEFF${JSON.stringify(bom)}`)).status, 202);
     const deepest = withMember(webhookPayload('edge-depth-64'), 'x', nest(63, '"bottom"'));
     assert.equal((await send(deepest)).status, 202);
-    const lone = withMember(webhookPayload('edge-lone'), 'note', '"\\ud800"').replace('"content":"The caller', '"content":"\\udfff The caller');
+    const lone = withMember(webhookPayload('edge-lone'), 'note', '"\\ud800"').replace(
+      '"content":"The caller',
+      '"content":"\\udfff The caller',
+    );
     assert.equal((await send(lone)).status, 202);
 
     const l = await archivedCall('edge-latin1');
@@ -452,6 +592,9 @@ describe('ingress edge end to end (real port, fan-out, archive folder)', () => {
     assert.deepEqual(s.doc.original, JSON.parse(lone));
     assert.ok(s.text.includes('\uFFFD The caller'));
     const files = await archived();
-    assert.ok(![...files.keys()].some((name) => name.startsWith('poison-')), 'nothing of the refused bodies was archived');
+    assert.ok(
+      ![...files.keys()].some((name) => name.startsWith('poison-')),
+      'nothing of the refused bodies was archived',
+    );
   });
 });

@@ -54,7 +54,15 @@ function postWebhook(from: string, callId: string): Promise<number | string> {
   const body = JSON.stringify(minimalPayload(callId));
   return new Promise((resolve) => {
     const req = request(
-      { host: '127.0.0.1', port, path: '/webhooks/ai-agent/agent-1', method: 'POST', localAddress: from, agent: false, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' } },
+      {
+        host: '127.0.0.1',
+        port,
+        path: '/webhooks/ai-agent/agent-1',
+        method: 'POST',
+        localAddress: from,
+        agent: false,
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' },
+      },
       (res) => {
         res.resume();
         res.on('end', () => resolve(res.statusCode ?? 0));
@@ -90,21 +98,30 @@ test('a slow-header flood from addresses not on the allow list leaves room for t
       results.push(await postWebhook('127.0.0.1', `flood-${i}`));
       await sleep(100);
     }
-    assert.deepEqual(results, Array.from({ length: SENDS }, () => 202), `the allowed sender's webhooks during the flood: ${results.join(' ')}`);
+    assert.deepEqual(
+      results,
+      Array.from({ length: SENDS }, () => 202),
+      `the allowed sender's webhooks during the flood: ${results.join(' ')}`,
+    );
     assert.ok(opened > FLOOD_SIZE, 'the flood kept reconnecting');
   } finally {
     flooding = false;
     for (const s of open) s.destroy();
   }
-  const line = cs.logs.find((l) => String(l.msg).startsWith('connection refused: its peer is not on WEBHOOK_ALLOWED_IPS'));
+  const line = cs.logs.find((l) =>
+    String(l.msg).startsWith('connection refused: its peer is not on WEBHOOK_ALLOWED_IPS'),
+  );
   assert.ok(line, 'the refusals are logged');
   // A peer not on the list still reaches /healthz (a load balancer's probe) once the flood is over.
   await sleep(200);
   const probe = await new Promise<number | string>((resolve) => {
-    const req = request({ host: '127.0.0.1', port, path: '/healthz', localAddress: '127.0.0.4', agent: false }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode ?? 0));
-    });
+    const req = request(
+      { host: '127.0.0.1', port, path: '/healthz', localAddress: '127.0.0.4', agent: false },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      },
+    );
     req.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
     req.end();
   });

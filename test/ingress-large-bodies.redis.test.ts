@@ -31,7 +31,9 @@ const ID_WIDTH = 12;
 function bodies(): (id: string) => Buffer[] {
   const marker = 'X'.repeat(ID_WIDTH);
   const payload = webhookPayload(marker);
-  payload.assist.transcription.content = 'The caller and the agent talk it over at length. '.repeat(Math.ceil((BODY_MB * MB) / 50));
+  payload.assist.transcription.content = 'The caller and the agent talk it over at length. '.repeat(
+    Math.ceil((BODY_MB * MB) / 50),
+  );
   const text = JSON.stringify(payload);
   const at = text.indexOf(marker);
   const head = Buffer.from(text.slice(0, at));
@@ -48,15 +50,25 @@ interface Answer {
 function post(url: string, parts: Buffer[]): Promise<Answer> {
   const length = parts.reduce((n, p) => n + p.length, 0);
   return new Promise((resolve) => {
-    const req = request(`${url}/webhooks/ai-agent/agent-1`, { method: 'POST', agent: false, headers: { 'content-type': 'application/json', 'content-length': length, connection: 'close' } }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'] as string | undefined, body }));
-      // The connection cut while the answer was read (the server stops draining an unread body).
-      res.on('error', (err: NodeJS.ErrnoException) => resolve({ status: err.code ?? err.message, body }));
-      res.on('aborted', () => resolve({ status: 'ECONNRESET', body }));
-    });
+    const req = request(
+      `${url}/webhooks/ai-agent/agent-1`,
+      {
+        method: 'POST',
+        agent: false,
+        headers: { 'content-type': 'application/json', 'content-length': length, connection: 'close' },
+      },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (body += d));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, retryAfter: res.headers['retry-after'] as string | undefined, body }),
+        );
+        // The connection cut while the answer was read (the server stops draining an unread body).
+        res.on('error', (err: NodeJS.ErrnoException) => resolve({ status: err.code ?? err.message, body }));
+        res.on('aborted', () => resolve({ status: 'ECONNRESET', body }));
+      },
+    );
     // A 503 sent before the body was read closes the connection under the sender's feet (the
     // server drains at most 500 ms of it): the sender sees EPIPE or ECONNRESET and retries.
     req.on('error', (err: NodeJS.ErrnoException) => resolve({ status: err.code ?? err.message, body: '' }));
@@ -103,12 +115,16 @@ test('24 × 10 MB at once, with Redis up and during an outage: 202 or 503, no cr
   });
   const url = await bounded(child.url, 60_000, 'the ingress to listen', child);
   const make = bodies();
-  const baseline = Number(/VmRSS:\s+(\d+) kB/.exec(await readFile(`/proc/${child.proc.pid}/status`, 'utf8'))![1]) / 1024;
+  const baseline =
+    Number(/VmRSS:\s+(\d+) kB/.exec(await readFile(`/proc/${child.proc.pid}/status`, 'utf8'))![1]) / 1024;
   const acknowledged = new Set<string>();
   const burst = async (tag: string) => {
     const answers = await Promise.all(Array.from({ length: BURST }, (_, i) => post(url, make(`${tag}${i}`))));
     for (const a of answers) {
-      assert.ok(a.status === 202 || a.status === 503 || a.status === 'EPIPE' || a.status === 'ECONNRESET', `answered ${a.status}: ${a.body.slice(0, 200)}`);
+      assert.ok(
+        a.status === 202 || a.status === 503 || a.status === 'EPIPE' || a.status === 'ECONNRESET',
+        `answered ${a.status}: ${a.body.slice(0, 200)}`,
+      );
       if (a.status === 503) {
         assert.ok(a.retryAfter, 'a 503 says when to retry');
         assert.equal((JSON.parse(a.body) as { errors: { status: number }[] }).errors[0]!.status, 503, a.body);
@@ -133,22 +149,34 @@ test('24 × 10 MB at once, with Redis up and during an outage: 202 or 503, no cr
   const admin = new Redis(redis.url, { maxRetriesPerRequest: null });
   try {
     const log = new InboundLog(admin, prefix);
-    await waitFor(async () => {
-      const ids = new Set((await log.entries()).map((e) => e.id));
-      return [...acknowledged].every((id) => ids.has(id));
-    }, { timeoutMs: 120_000, intervalMs: 500, what: 'every acknowledged call in the inbound log' }).catch(async (err: unknown) => {
+    await waitFor(
+      async () => {
+        const ids = new Set((await log.entries()).map((e) => e.id));
+        return [...acknowledged].every((id) => ids.has(id));
+      },
+      { timeoutMs: 120_000, intervalMs: 500, what: 'every acknowledged call in the inbound log' },
+    ).catch(async (err: unknown) => {
       const ids = new Set((await log.entries()).map((e) => e.id));
       const missing = [...acknowledged].filter((id) => !ids.has(id));
-      const lines = child!.lines.filter((l) => (Number(l.level) >= 40 && !String(l.msg).includes('error')) || String(l.component) === 'spool').map((l) => JSON.stringify(l).slice(0, 300));
-      throw new Error(`${(err as Error).message}: ${missing.length} of ${acknowledged.size} missing; the ingress logged:\n${lines.slice(-30).join('\n')}`);
+      const lines = child!.lines
+        .filter((l) => (Number(l.level) >= 40 && !String(l.msg).includes('error')) || String(l.component) === 'spool')
+        .map((l) => JSON.stringify(l).slice(0, 300));
+      throw new Error(
+        `${(err as Error).message}: ${missing.length} of ${acknowledged.size} missing; the ingress logged:\n${lines.slice(-30).join('\n')}`,
+      );
     });
     // A webhook sent now is not stuck behind anything.
     const later = await post(url, make('later'));
     assert.equal(later.status, 202, later.body);
     const laterId = (JSON.parse(later.body) as { id: string }).id;
-    await waitFor(async () => (await log.entries()).some((e) => e.id === laterId), { timeoutMs: 30_000, what: 'the later webhook stored' });
+    await waitFor(async () => (await log.entries()).some((e) => e.id === laterId), {
+      timeoutMs: 30_000,
+      what: 'the later webhook stored',
+    });
     const peak = await peakRssMb(child.proc.pid!);
-    process.stdout.write(`# ingress RSS at start ${Math.round(baseline)} MB, peak ${Math.round(peak)} MB; ${upAccepted}/${BURST} taken with Redis up, ${downAccepted}/${BURST} spooled during the outage\n`);
+    process.stdout.write(
+      `# ingress RSS at start ${Math.round(baseline)} MB, peak ${Math.round(peak)} MB; ${upAccepted}/${BURST} taken with Redis up, ${downAccepted}/${BURST} spooled during the outage\n`,
+    );
     assert.ok(peak < RSS_BOUND_MB, `peak RSS ${Math.round(peak)} MB`);
   } finally {
     admin.disconnect();

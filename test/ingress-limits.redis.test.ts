@@ -89,7 +89,9 @@ async function bounded<T>(promise: Promise<T>, what: string): Promise<T> {
 
 const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`;
 function post(path: string, body: string, headers: Record<string, string> = {}): string {
-  const extra = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  const extra = Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('');
   return `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
 }
 
@@ -107,7 +109,8 @@ describe('ingress request timeout, proxy trust and connection cap', () => {
   let cs: OpsCallsync;
   let port: number;
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
-  const stored = async (callId: string) => (await new InboundLog(redis, cs.prefix).entries()).some((e) => e.call?.callId === callId);
+  const stored = async (callId: string) =>
+    (await new InboundLog(redis, cs.prefix).entries()).some((e) => e.call?.callId === callId);
   const open: Raw[] = [];
   const raw = (localAddress?: string) => {
     const r = new Raw(port, localAddress);
@@ -144,7 +147,10 @@ describe('ingress request timeout, proxy trust and connection cap', () => {
   test('a body trickled slower than the request timeout: 408, connection closed, nothing stored', async () => {
     // The same request sent at once is accepted: the test can tell the two apart.
     const quick = raw();
-    assert.equal(await quick.request(post('/webhooks/ai-agent/agent-1', JSON.stringify(minimalPayload('quick-1')))), 202);
+    assert.equal(
+      await quick.request(post('/webhooks/ai-agent/agent-1', JSON.stringify(minimalPayload('quick-1')))),
+      202,
+    );
     assert.ok(await stored('quick-1'));
     quick.close();
 
@@ -159,7 +165,10 @@ describe('ingress request timeout, proxy trust and connection cap', () => {
     assert.deepEqual(responses(slow.received), [408]);
     assert.equal(await stored('slow-1'), false, 'a cut-off body is never acknowledged');
     // Not an internal error: nothing logged at error level for it, one warning saying what happened.
-    assert.deepEqual(cs.logs.filter((l) => Number(l.level) >= 50), []);
+    assert.deepEqual(
+      cs.logs.filter((l) => Number(l.level) >= 50),
+      [],
+    );
     const line = cs.logs.find((l) => String(l.msg).startsWith('webhook not received'));
     assert.ok(line, 'a line about the cut-off request');
     assert.equal(line.status, 408);
@@ -168,7 +177,10 @@ describe('ingress request timeout, proxy trust and connection cap', () => {
 
   test('headers trickled slower than the headers timeout: 408 and closed, the handler never runs', async () => {
     const slow = raw();
-    const sent = await bounded(trickle(slow, post('/webhooks/ai-agent', JSON.stringify(minimalPayload('slow-h'))), 50), 'slow headers cut off');
+    const sent = await bounded(
+      trickle(slow, post('/webhooks/ai-agent', JSON.stringify(minimalPayload('slow-h'))), 50),
+      'slow headers cut off',
+    );
     await bounded(slow.closed, 'the connection closed');
     assert.ok(sent < 150, `${sent} bytes of headers went through`);
     assert.deepEqual(responses(slow.received), [408]);
@@ -180,11 +192,21 @@ describe('ingress request timeout, proxy trust and connection cap', () => {
 
   test('forwarded headers over real sockets: read from the trusted proxy, ignored (and the connection closed) from anyone else', async () => {
     const viaProxy = raw('127.0.0.3');
-    assert.equal(await viaProxy.request(post('/webhooks/ai-agent', JSON.stringify(minimalPayload('e2e-proxy')), { 'X-Forwarded-For': PLATFORM_IP })), 202);
+    assert.equal(
+      await viaProxy.request(
+        post('/webhooks/ai-agent', JSON.stringify(minimalPayload('e2e-proxy')), { 'X-Forwarded-For': PLATFORM_IP }),
+      ),
+      202,
+    );
     assert.ok(await stored('e2e-proxy'));
     viaProxy.close();
     const forged = raw('127.0.0.2');
-    assert.equal(await forged.request(post('/webhooks/ai-agent', JSON.stringify(minimalPayload('e2e-forged')), { 'X-Forwarded-For': PLATFORM_IP })), 403);
+    assert.equal(
+      await forged.request(
+        post('/webhooks/ai-agent', JSON.stringify(minimalPayload('e2e-forged')), { 'X-Forwarded-For': PLATFORM_IP }),
+      ),
+      403,
+    );
     await bounded(forged.closed, 'the refused connection closed');
     assert.equal(await stored('e2e-forged'), false);
     const line = cs.logs.find((l) => l.msg === 'webhook refused' && l.status === 403);
@@ -197,7 +219,10 @@ describe('ingress request timeout, proxy trust and connection cap', () => {
 
   test('connections beyond the cap are refused while the open ones keep working', async () => {
     for (const r of open.splice(0)) r.close();
-    await bounded(waitFor(async () => (await connections()) === 0, { timeoutMs: BOUND_MS, what: 'no connections' }), 'idle server');
+    await bounded(
+      waitFor(async () => (await connections()) === 0, { timeoutMs: BOUND_MS, what: 'no connections' }),
+      'idle server',
+    );
     const held = [raw(), raw(), raw(), raw()];
     for (const r of held) assert.equal(await r.request(get('/healthz')), 200);
     const extra = raw();
@@ -205,15 +230,26 @@ describe('ingress request timeout, proxy trust and connection cap', () => {
     assert.equal(extra.received, '', 'refused without an answer');
     // The open ones still work (keep-alive).
     assert.equal(await held[0]!.request(get('/healthz'), 2), 200);
-    assert.equal(await held[3]!.request(post('/webhooks/ai-agent', JSON.stringify(minimalPayload('capped-1'))), 2), 202);
+    assert.equal(
+      await held[3]!.request(post('/webhooks/ai-agent', JSON.stringify(minimalPayload('capped-1'))), 2),
+      202,
+    );
     // One closes: a new connection is served again.
     held[1]!.close();
-    await bounded(waitFor(async () => (await connections()) < 4, { timeoutMs: BOUND_MS, what: 'a free slot' }), 'a free slot');
+    await bounded(
+      waitFor(async () => (await connections()) < 4, { timeoutMs: BOUND_MS, what: 'a free slot' }),
+      'a free slot',
+    );
     assert.equal(await raw().request(get('/healthz')), 200);
-    assert.ok(cs.logs.some((l) => l.msg === 'connection refused: HTTP_MAX_CONNECTIONS reached' && l.maxConnections === 4));
+    assert.ok(
+      cs.logs.some((l) => l.msg === 'connection refused: HTTP_MAX_CONNECTIONS reached' && l.maxConnections === 4),
+    );
   });
 
-  const connections = () => new Promise<number>((resolve, reject) => cs.callsync.server!.getConnections((err, n) => (err ? reject(err) : resolve(n))));
+  const connections = () =>
+    new Promise<number>((resolve, reject) =>
+      cs.callsync.server!.getConnections((err, n) => (err ? reject(err) : resolve(n))),
+    );
 });
 
 describe('ingress headers timeout and keep-alive', () => {

@@ -46,35 +46,158 @@ const matrix: Case[] = [
   { peer: STRANGER, expect: 403, why: 'a stranger is a stranger' },
   { peer: PLATFORM_IP, expect: 202, why: 'the platform connecting directly' },
   // A forged header naming an allowed address.
-  { peer: STRANGER, headers: { 'x-forwarded-for': PLATFORM_IP }, expect: 403, why: 'forged X-Forwarded-For from an untrusted peer is ignored' },
-  { peer: STRANGER, headers: { 'x-forwarded-for': `${PLATFORM_IP}, ${PROXY}` }, expect: 403, why: 'a forged chain that ends in a proxy address is still ignored' },
-  { peer: PLATFORM_IP, headers: { 'x-forwarded-for': STRANGER }, expect: 202, why: 'an allowed direct peer is not judged by a header it sent' },
-  { peer: PROXY, headers: { 'x-forwarded-for': PLATFORM_IP }, expect: 202, why: 'the trusted proxy says the platform connected to it' },
-  { peer: PROXY, headers: { 'x-forwarded-for': `${PLATFORM_IP}, ${STRANGER}` }, expect: 403, why: 'an entry the client put left of the one the proxy appended never decides' },
-  { peer: '::ffff:10.0.0.5', headers: { 'x-forwarded-for': PLATFORM_IP }, expect: 202, why: 'an IPv4-mapped peer matches its IPv4 proxy entry' },
-  { peer: '192.0.2.77', headers: { 'x-forwarded-for': PLATFORM_IP }, expect: 202, why: 'a mapped CIDR in TRUSTED_PROXIES covers its IPv4 addresses' },
-  { peer: '2001:db8:f::1', headers: { 'x-forwarded-for': '[2001:db8:a::7]:443' }, expect: 202, why: 'IPv6 proxy, IPv6 client with brackets and port' },
-  { peer: '2001:db8:e::1', headers: { 'x-forwarded-for': '2001:db8:a::7' }, expect: 403, why: 'an IPv6 peer outside the proxy range is untrusted' },
+  {
+    peer: STRANGER,
+    headers: { 'x-forwarded-for': PLATFORM_IP },
+    expect: 403,
+    why: 'forged X-Forwarded-For from an untrusted peer is ignored',
+  },
+  {
+    peer: STRANGER,
+    headers: { 'x-forwarded-for': `${PLATFORM_IP}, ${PROXY}` },
+    expect: 403,
+    why: 'a forged chain that ends in a proxy address is still ignored',
+  },
+  {
+    peer: PLATFORM_IP,
+    headers: { 'x-forwarded-for': STRANGER },
+    expect: 202,
+    why: 'an allowed direct peer is not judged by a header it sent',
+  },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': PLATFORM_IP },
+    expect: 202,
+    why: 'the trusted proxy says the platform connected to it',
+  },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': `${PLATFORM_IP}, ${STRANGER}` },
+    expect: 403,
+    why: 'an entry the client put left of the one the proxy appended never decides',
+  },
+  {
+    peer: '::ffff:10.0.0.5',
+    headers: { 'x-forwarded-for': PLATFORM_IP },
+    expect: 202,
+    why: 'an IPv4-mapped peer matches its IPv4 proxy entry',
+  },
+  {
+    peer: '192.0.2.77',
+    headers: { 'x-forwarded-for': PLATFORM_IP },
+    expect: 202,
+    why: 'a mapped CIDR in TRUSTED_PROXIES covers its IPv4 addresses',
+  },
+  {
+    peer: '2001:db8:f::1',
+    headers: { 'x-forwarded-for': '[2001:db8:a::7]:443' },
+    expect: 202,
+    why: 'IPv6 proxy, IPv6 client with brackets and port',
+  },
+  {
+    peer: '2001:db8:e::1',
+    headers: { 'x-forwarded-for': '2001:db8:a::7' },
+    expect: 403,
+    why: 'an IPv6 peer outside the proxy range is untrusted',
+  },
   // Several hops: walked right to left through trusted proxies only.
-  { peer: PROXY, headers: { 'x-forwarded-for': `198.51.100.7, ${PLATFORM_IP}, 10.1.2.3` }, expect: 202, why: 'two trusted proxies, then the platform' },
-  { peer: PROXY, headers: { 'x-forwarded-for': `${PLATFORM_IP}, 198.51.100.7, 10.1.2.3` }, expect: 403, why: 'the walk stops at the first untrusted address' },
-  { peer: PROXY, headers: { 'x-forwarded-for': `198.51.100.7, ${PLATFORM_IP}, 10.1.2.3` }, hops: 1, expect: 403, why: 'one hop allowed: the client is the second proxy' },
-  { peer: PROXY, headers: { 'x-forwarded-for': `198.51.100.7, ${PLATFORM_IP}, 10.1.2.3` }, hops: 2, expect: 202, why: 'two hops allowed: the platform' },
-  { peer: PROXY, headers: { 'x-forwarded-for': `${PLATFORM_IP}` }, hops: 0, expect: 403, why: 'zero hops: the header is not read' },
-  { peer: STRANGER, headers: { 'x-forwarded-for': `198.51.100.7, ${PLATFORM_IP}, 10.1.2.3` }, expect: 403, why: 'a multi-hop chain from an untrusted peer is ignored' },
-  { peer: PROXY, headers: { 'x-forwarded-for': '10.9.9.9, 10.8.8.8' }, expect: 403, why: 'a chain of proxies only: the leftmost proxy is the client' },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': `198.51.100.7, ${PLATFORM_IP}, 10.1.2.3` },
+    expect: 202,
+    why: 'two trusted proxies, then the platform',
+  },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': `${PLATFORM_IP}, 198.51.100.7, 10.1.2.3` },
+    expect: 403,
+    why: 'the walk stops at the first untrusted address',
+  },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': `198.51.100.7, ${PLATFORM_IP}, 10.1.2.3` },
+    hops: 1,
+    expect: 403,
+    why: 'one hop allowed: the client is the second proxy',
+  },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': `198.51.100.7, ${PLATFORM_IP}, 10.1.2.3` },
+    hops: 2,
+    expect: 202,
+    why: 'two hops allowed: the platform',
+  },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': `${PLATFORM_IP}` },
+    hops: 0,
+    expect: 403,
+    why: 'zero hops: the header is not read',
+  },
+  {
+    peer: STRANGER,
+    headers: { 'x-forwarded-for': `198.51.100.7, ${PLATFORM_IP}, 10.1.2.3` },
+    expect: 403,
+    why: 'a multi-hop chain from an untrusted peer is ignored',
+  },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': '10.9.9.9, 10.8.8.8' },
+    expect: 403,
+    why: 'a chain of proxies only: the leftmost proxy is the client',
+  },
   // Malformed entries: the entry reached becomes the client, never allowed, never a crash.
   { peer: PROXY, headers: { 'x-forwarded-for': 'not-an-ip' }, expect: 403, why: 'a malformed entry from the proxy' },
-  { peer: PROXY, headers: { 'x-forwarded-for': `${PLATFORM_IP}, unknown` }, expect: 403, why: 'a malformed rightmost entry stops the walk' },
-  { peer: PROXY, headers: { 'x-forwarded-for': `garbage, ${PLATFORM_IP}` }, expect: 202, why: 'junk left of the client does not matter' },
-  { peer: PROXY, headers: { 'x-forwarded-for': ' , ,, ' }, expect: 403, why: 'empty entries only: the proxy is the client' },
-  { peer: PROXY, headers: { 'x-forwarded-for': `${PLATFORM_IP}%eth0x, ::ffff:999.1.1.1` }, expect: 403, why: 'not an address after all' },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': `${PLATFORM_IP}, unknown` },
+    expect: 403,
+    why: 'a malformed rightmost entry stops the walk',
+  },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': `garbage, ${PLATFORM_IP}` },
+    expect: 202,
+    why: 'junk left of the client does not matter',
+  },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': ' , ,, ' },
+    expect: 403,
+    why: 'empty entries only: the proxy is the client',
+  },
+  {
+    peer: PROXY,
+    headers: { 'x-forwarded-for': `${PLATFORM_IP}%eth0x, ::ffff:999.1.1.1` },
+    expect: 403,
+    why: 'not an address after all',
+  },
   { peer: PROXY, headers: { 'x-forwarded-for': `1.2.3.4:99999999` }, expect: 403, why: 'a port that is no port' },
-  { peer: STRANGER, headers: { 'x-forwarded-for': 'not-an-ip' }, expect: 403, why: 'a malformed header from a stranger' },
-  { peer: PLATFORM_IP, headers: { 'x-forwarded-for': 'not-an-ip' }, expect: 202, why: 'the platform directly, with junk it did not mean' },
+  {
+    peer: STRANGER,
+    headers: { 'x-forwarded-for': 'not-an-ip' },
+    expect: 403,
+    why: 'a malformed header from a stranger',
+  },
+  {
+    peer: PLATFORM_IP,
+    headers: { 'x-forwarded-for': 'not-an-ip' },
+    expect: 202,
+    why: 'the platform directly, with junk it did not mean',
+  },
   // The standard Forwarded header is never read.
-  { peer: PROXY, headers: { forwarded: `for=${PLATFORM_IP}` }, expect: 403, why: 'Forwarded from a trusted proxy is not read' },
-  { peer: STRANGER, headers: { forwarded: `for=${PLATFORM_IP}` }, expect: 403, why: 'Forwarded from a stranger is not read' },
+  {
+    peer: PROXY,
+    headers: { forwarded: `for=${PLATFORM_IP}` },
+    expect: 403,
+    why: 'Forwarded from a trusted proxy is not read',
+  },
+  {
+    peer: STRANGER,
+    headers: { forwarded: `for=${PLATFORM_IP}` },
+    expect: 403,
+    why: 'Forwarded from a stranger is not read',
+  },
 ];
 
 describe('proxy trust', () => {
@@ -86,7 +209,14 @@ describe('proxy trust', () => {
   const remoteAddress = (c: Context) => c.req.header('x-test-peer');
   const memory = memoryLog('info');
   const makeApp = (over: Partial<Config['webhook']> = {}) =>
-    createIngressApp({ webhook: webhook(over), acceptor, ready: async () => true, log: memory.log, remoteAddress, before: [requestContext({ log: memory.log })] });
+    createIngressApp({
+      webhook: webhook(over),
+      acceptor,
+      ready: async () => true,
+      log: memory.log,
+      remoteAddress,
+      before: [requestContext({ log: memory.log })],
+    });
 
   before(async () => {
     await waitFor(() => redis.status === 'ready', { what: 'Redis connection' });
@@ -109,7 +239,10 @@ describe('proxy trust', () => {
         body: JSON.stringify(minimalPayload(callId)),
       });
       const body = (await res.json()) as any;
-      if (res.status !== c.expect) failures.push(`${c.why}: peer ${c.peer} ${JSON.stringify(c.headers ?? {})} hops ${c.hops ?? 'all'} -> ${res.status}, expected ${c.expect}`);
+      if (res.status !== c.expect)
+        failures.push(
+          `${c.why}: peer ${c.peer} ${JSON.stringify(c.headers ?? {})} hops ${c.hops ?? 'all'} -> ${res.status}, expected ${c.expect}`,
+        );
       const stored = (await inbound.entries()).some((e) => e.call?.callId === callId);
       if (stored !== (c.expect === 202)) failures.push(`${c.why}: stored=${stored}`);
       if (res.status === 403) assert.equal(body.errors[0].title, 'Forbidden');
@@ -120,7 +253,11 @@ describe('proxy trust', () => {
   test('a refused direct client gets its connection closed; a refused request through a trusted proxy does not', async () => {
     const app = makeApp();
     const post = (headers: Record<string, string>) =>
-      app.request('/webhooks/ai-agent', { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(minimalPayload('close-1')) });
+      app.request('/webhooks/ai-agent', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(minimalPayload('close-1')),
+      });
     const direct = await post({ 'x-test-peer': STRANGER, 'x-forwarded-for': PLATFORM_IP });
     assert.equal(direct.status, 403);
     assert.equal(direct.headers.get('connection'), 'close');
@@ -131,10 +268,30 @@ describe('proxy trust', () => {
 
   test('resolveClient: the walk, step by step', () => {
     const trusted = (ip: string) => ip.startsWith('10.');
-    assert.deepEqual(resolveClient('10.0.0.1', '1.1.1.1, 10.0.0.2', trusted), { client: '1.1.1.1', peer: '10.0.0.1', hops: 2, malformed: false });
-    assert.deepEqual(resolveClient('9.9.9.9', '1.1.1.1', trusted), { client: '9.9.9.9', peer: '9.9.9.9', hops: 0, malformed: false });
-    assert.deepEqual(resolveClient('10.0.0.1', 'x'.repeat(500), trusted), { client: 'x'.repeat(64), peer: '10.0.0.1', hops: 1, malformed: true });
-    assert.deepEqual(resolveClient(undefined, '1.1.1.1', trusted), { client: undefined, peer: undefined, hops: 0, malformed: false });
+    assert.deepEqual(resolveClient('10.0.0.1', '1.1.1.1, 10.0.0.2', trusted), {
+      client: '1.1.1.1',
+      peer: '10.0.0.1',
+      hops: 2,
+      malformed: false,
+    });
+    assert.deepEqual(resolveClient('9.9.9.9', '1.1.1.1', trusted), {
+      client: '9.9.9.9',
+      peer: '9.9.9.9',
+      hops: 0,
+      malformed: false,
+    });
+    assert.deepEqual(resolveClient('10.0.0.1', 'x'.repeat(500), trusted), {
+      client: 'x'.repeat(64),
+      peer: '10.0.0.1',
+      hops: 1,
+      malformed: true,
+    });
+    assert.deepEqual(resolveClient(undefined, '1.1.1.1', trusted), {
+      client: undefined,
+      peer: undefined,
+      hops: 0,
+      malformed: false,
+    });
     assert.equal(forwardedAddress('[::1]'), '::1');
     assert.equal(forwardedAddress('1.2.3.4:80'), '1.2.3.4');
     assert.equal(forwardedAddress('::ffff:1.2.3.4'), '1.2.3.4');
@@ -159,16 +316,31 @@ describe('refusal log lines', () => {
 
   const setup = (over: Partial<Config['webhook']> = {}) => {
     const memory = memoryLog('info');
-    const app = createIngressApp({ webhook: webhook(over), acceptor, ready: async () => true, log: memory.log, remoteAddress, before: [requestContext({ log: memory.log })] });
+    const app = createIngressApp({
+      webhook: webhook(over),
+      acceptor,
+      ready: async () => true,
+      log: memory.log,
+      remoteAddress,
+      before: [requestContext({ log: memory.log })],
+    });
     const post = (body: string | object, headers: Record<string, string> = {}, path = '/webhooks/ai-agent') =>
-      app.request(path, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+      app.request(path, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: typeof body === 'string' ? body : JSON.stringify(body),
+      });
     const refusals = () => memory.lines.filter((l) => l.msg === 'webhook refused');
     return { app, post, refusals, lines: memory.lines };
   };
 
   test('a 403 logs the peer, the forwarded chain as received and a hint about TRUSTED_PROXIES', async () => {
     const { post, refusals } = setup({ trustedProxies: [] });
-    const res = await post(minimalPayload('log-403'), { 'x-test-peer': STRANGER, 'x-forwarded-for': `${PLATFORM_IP},  198.51.100.1`, 'x-request-id': 'req-forged-0001' });
+    const res = await post(minimalPayload('log-403'), {
+      'x-test-peer': STRANGER,
+      'x-forwarded-for': `${PLATFORM_IP},  198.51.100.1`,
+      'x-request-id': 'req-forged-0001',
+    });
     assert.equal(res.status, 403);
     const [line, ...more] = refusals();
     assert.equal(more.length, 0, 'one line per refusal');
@@ -185,7 +357,10 @@ describe('refusal log lines', () => {
     assert.match(String(other.refusals()[0]!.hint), /peer 203\.0\.113\.9 is not in TRUSTED_PROXIES/);
     // A trusted proxy that forwarded nothing, or only the Forwarded header.
     await other.post(minimalPayload('log-403c'), { 'x-test-peer': PROXY, forwarded: `for=${PLATFORM_IP}` });
-    assert.match(String(other.refusals()[1]!.hint), /trusted proxy 10\.0\.0\.5 sent no X-Forwarded-For \(the Forwarded header is not read\)/);
+    assert.match(
+      String(other.refusals()[1]!.hint),
+      /trusted proxy 10\.0\.0\.5 sent no X-Forwarded-For \(the Forwarded header is not read\)/,
+    );
     // A malformed entry, and a long header: truncated.
     await other.post(minimalPayload('log-403d'), { 'x-test-peer': PROXY, 'x-forwarded-for': `${'9'.repeat(300)}` });
     const long = other.refusals()[2]!;
@@ -199,15 +374,18 @@ describe('refusal log lines', () => {
 
   test('a 400 lists every problem in the body and in the log line, without payload text or phone numbers', async () => {
     const { post, refusals } = setup();
-    const res = await post({
-      call: {
-        from: '+492116355340',
-        to: '+4921155550100',
-        startTime: 'yesterday-ish',
-        direction: '+492116355340',
-        users: [],
+    const res = await post(
+      {
+        call: {
+          from: '+492116355340',
+          to: '+4921155550100',
+          startTime: 'yesterday-ish',
+          direction: '+492116355340',
+          users: [],
+        },
       },
-    }, { 'x-request-id': 'req-bad-payload-1' });
+      { 'x-request-id': 'req-bad-payload-1' },
+    );
     assert.equal(res.status, 400);
     const body = (await res.json()) as any;
     const pointers = body.errors.map((e: any) => e.source.pointer);
@@ -222,7 +400,10 @@ describe('refusal log lines', () => {
     assert.equal(line!.status, 400);
     assert.equal(line!.requestId, 'req-bad-payload-1');
     assert.equal(line!.pointer, '/version');
-    assert.deepEqual((line!.errors as any[]).map((e) => e.pointer), pointers);
+    assert.deepEqual(
+      (line!.errors as any[]).map((e) => e.pointer),
+      pointers,
+    );
     assert.match(String((line!.errors as any[])[3].detail), /is not a direction/);
     const text = JSON.stringify(refusals());
     assert.ok(!text.includes('2116355340'), text);
@@ -236,7 +417,8 @@ describe('refusal log lines', () => {
     const [line] = refusals();
     assert.match(String(line!.detail), /not valid JSON/);
     const text = JSON.stringify(line);
-    for (const secret of ['2116355340', 'I need', 'appointment']) assert.ok(!text.includes(secret), `${secret} in ${text}`);
+    for (const secret of ['2116355340', 'I need', 'appointment'])
+      assert.ok(!text.includes(secret), `${secret} in ${text}`);
   });
 
   test('many problems: the body lists twenty, the last says how many more', async () => {
@@ -252,16 +434,29 @@ describe('refusal log lines', () => {
   });
 
   test('every 4xx of the webhook route writes one refusal line with its status', async () => {
-    const { app, post, refusals, lines } = setup({ authHeader: 'x-callsync-token', authTokens: ['s3cret-value-1'], bodyLimitBytes: 512 });
+    const { app, post, refusals, lines } = setup({
+      authHeader: 'x-callsync-token',
+      authTokens: ['s3cret-value-1'],
+      bodyLimitBytes: 512,
+    });
     const statuses: number[] = [];
     statuses.push((await post(minimalPayload('r-401'))).status);
     statuses.push((await post(minimalPayload('r-401b'), { 'x-callsync-token': 'wrong' })).status);
-    statuses.push((await post({ ...minimalPayload('r-413'), pad: 'x'.repeat(1000) }, { 'x-callsync-token': 's3cret-value-1' })).status);
+    statuses.push(
+      (await post({ ...minimalPayload('r-413'), pad: 'x'.repeat(1000) }, { 'x-callsync-token': 's3cret-value-1' }))
+        .status,
+    );
     statuses.push((await post('a=1', { 'x-callsync-token': 's3cret-value-1', 'content-type': 'text/plain' })).status);
     statuses.push((await app.request('/webhooks/ai-agent', { method: 'GET' })).status);
-    statuses.push((await post(minimalPayload('r-400'), { 'x-callsync-token': 's3cret-value-1' }, '/webhooks/ai-agent/bad%20agent')).status);
+    statuses.push(
+      (await post(minimalPayload('r-400'), { 'x-callsync-token': 's3cret-value-1' }, '/webhooks/ai-agent/bad%20agent'))
+        .status,
+    );
     assert.deepEqual(statuses, [401, 401, 413, 415, 405, 400]);
-    assert.deepEqual(refusals().map((l) => l.status), statuses);
+    assert.deepEqual(
+      refusals().map((l) => l.status),
+      statuses,
+    );
     for (const l of refusals()) {
       assert.match(String(l.requestId), /^[0-9a-f-]{36}$/);
       assert.equal(typeof l.detail, 'string');

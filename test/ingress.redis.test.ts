@@ -34,7 +34,13 @@ describe('ingress', () => {
   // The peer address comes from a test header here; the real server reads it from the socket.
   const remoteAddress = (c: Context) => c.req.header('x-test-peer') ?? PLATFORM_IP;
   const makeApp = (over: Partial<Config['webhook']> = {}) =>
-    createIngressApp({ webhook: webhook(over), acceptor, ready: async () => (await redis.ping()) === 'PONG', log, remoteAddress });
+    createIngressApp({
+      webhook: webhook(over),
+      acceptor,
+      ready: async () => (await redis.ping()) === 'PONG',
+      log,
+      remoteAddress,
+    });
   const app = makeApp();
 
   const post = (path: string, body: unknown, headers: Record<string, string> = {}, target = app) =>
@@ -72,7 +78,9 @@ describe('ingress', () => {
     assert.equal(again.status, 202);
     assert.deepEqual(await again.json(), { id: first.id, duplicate: true });
     // Another agent's call with the same id is a different call.
-    const other = (await (await post('/webhooks/ai-agent/agent-10', webhookPayload('dup-1'))).json()) as { duplicate: boolean };
+    const other = (await (await post('/webhooks/ai-agent/agent-10', webhookPayload('dup-1'))).json()) as {
+      duplicate: boolean;
+    };
     assert.equal(other.duplicate, false);
     const entries = await inbound.entries();
     assert.equal(entries.filter((e) => e.call?.callId === 'dup-1').length, 2);
@@ -89,30 +97,64 @@ describe('ingress', () => {
   });
 
   test('every error body locates its problem: a field, the whole body or request (/), or a header by name', async () => {
-    const pointer = async (res: Response | Promise<Response>) => ((await (await res).json()) as any).errors[0].source.pointer as string;
+    const pointer = async (res: Response | Promise<Response>) =>
+      ((await (await res).json()) as any).errors[0].source.pointer as string;
     // Whole body: not JSON, empty, not an object, too large.
     assert.equal(await pointer(post('/webhooks/ai-agent', '{')), '/');
     assert.equal(await pointer(post('/webhooks/ai-agent', '')), '/');
     assert.equal(await pointer(post('/webhooks/ai-agent', '[1,2]')), '/');
-    assert.equal(await pointer(post('/webhooks/ai-agent', webhookPayload('big', (p) => (p.assist.transcription.content = 'x'.repeat(4096))), {}, makeApp({ bodyLimitBytes: 2048 }))), '/');
+    assert.equal(
+      await pointer(
+        post(
+          '/webhooks/ai-agent',
+          webhookPayload('big', (p) => (p.assist.transcription.content = 'x'.repeat(4096))),
+          {},
+          makeApp({ bodyLimitBytes: 2048 }),
+        ),
+      ),
+      '/',
+    );
     // A field.
-    assert.equal(await pointer(post('/webhooks/ai-agent', webhookPayload('f', (p) => delete p.call.from))), '/call/from');
+    assert.equal(
+      await pointer(
+        post(
+          '/webhooks/ai-agent',
+          webhookPayload('f', (p) => delete p.call.from),
+        ),
+      ),
+      '/call/from',
+    );
     // A header, by its name.
-    assert.equal(await pointer(post('/webhooks/ai-agent', 'version=v1', { 'content-type': 'text/plain' })), 'content-type');
+    assert.equal(
+      await pointer(post('/webhooks/ai-agent', 'version=v1', { 'content-type': 'text/plain' })),
+      'content-type',
+    );
     const secured = makeApp({ authHeader: 'x-callsync-token', authTokens: ['s3cret-value'] });
     assert.equal(await pointer(post('/webhooks/ai-agent', minimalPayload('p1'), {}, secured)), 'x-callsync-token');
-    assert.equal(await pointer(post('/webhooks/ai-agent', minimalPayload('p2'), { 'x-callsync-token': 'guess' }, secured)), 'x-callsync-token');
+    assert.equal(
+      await pointer(post('/webhooks/ai-agent', minimalPayload('p2'), { 'x-callsync-token': 'guess' }, secured)),
+      'x-callsync-token',
+    );
     // The request as a whole: the sender's address, the method, an unknown path.
-    assert.equal(await pointer(post('/webhooks/ai-agent', minimalPayload('p3'), { 'x-test-peer': '203.0.113.9' })), '/');
+    assert.equal(
+      await pointer(post('/webhooks/ai-agent', minimalPayload('p3'), { 'x-test-peer': '203.0.113.9' })),
+      '/',
+    );
     assert.equal(await pointer(app.request('/webhooks/ai-agent', { method: 'GET' })), '/');
     assert.equal(await pointer(app.request('/nowhere')), '/');
   });
 
   test('400 for a missing or ill-typed required field, pointing at it', async () => {
-    const missing = await post('/webhooks/ai-agent', webhookPayload('x', (p) => delete p.call.id));
+    const missing = await post(
+      '/webhooks/ai-agent',
+      webhookPayload('x', (p) => delete p.call.id),
+    );
     assert.equal(missing.status, 400);
     assert.deepEqual(((await missing.json()) as any).errors[0].source, { pointer: '/call/id' });
-    const illTyped = await post('/webhooks/ai-agent', webhookPayload('x', (p) => (p.call.startTime = { when: 'now' })));
+    const illTyped = await post(
+      '/webhooks/ai-agent',
+      webhookPayload('x', (p) => (p.call.startTime = { when: 'now' })),
+    );
     assert.equal(illTyped.status, 400);
     const body = (await illTyped.json()) as any;
     assert.deepEqual(body.errors[0].source, { pointer: '/call/startTime' });
@@ -125,13 +167,19 @@ describe('ingress', () => {
 
   test('415 for a non-JSON content type', async () => {
     for (const type of ['text/plain', 'application/x-www-form-urlencoded', '']) {
-      const res = await app.request('/webhooks/ai-agent', { method: 'POST', headers: type ? { 'content-type': type } : {}, body: 'version=v1' });
+      const res = await app.request('/webhooks/ai-agent', {
+        method: 'POST',
+        headers: type ? { 'content-type': type } : {},
+        body: 'version=v1',
+      });
       assert.equal(res.status, 415, type);
       const body = (await res.json()) as any;
       assert.equal(body.errors[0].status, 415);
       assert.equal(body.errors[0].title, 'Unsupported Media Type');
     }
-    const charset = await post('/webhooks/ai-agent', minimalPayload('cs-1'), { 'content-type': 'application/json; charset=utf-8' });
+    const charset = await post('/webhooks/ai-agent', minimalPayload('cs-1'), {
+      'content-type': 'application/json; charset=utf-8',
+    });
     assert.equal(charset.status, 202);
   });
 
@@ -189,13 +237,26 @@ describe('ingress', () => {
 
   test('a forged X-Forwarded-For never gets a request in', async () => {
     // No trusted hops: the header is ignored entirely.
-    const forged = await post('/webhooks/ai-agent', minimalPayload('xff-1'), { 'x-test-peer': '203.0.113.9', 'x-forwarded-for': PLATFORM_IP });
+    const forged = await post('/webhooks/ai-agent', minimalPayload('xff-1'), {
+      'x-test-peer': '203.0.113.9',
+      'x-forwarded-for': PLATFORM_IP,
+    });
     assert.equal(forged.status, 403);
     // A trusted proxy at 10.0.0.5: only the entry the proxy appended counts, not one the client sent before it.
     const behindProxy = makeApp({ trustedProxies: ['10.0.0.5'], trustProxyHops: 1, allowedIps: [PLATFORM_IP] });
-    const forgedLeft = await post('/webhooks/ai-agent', minimalPayload('xff-2'), { 'x-test-peer': '10.0.0.5', 'x-forwarded-for': `${PLATFORM_IP}, 203.0.113.9` }, behindProxy);
+    const forgedLeft = await post(
+      '/webhooks/ai-agent',
+      minimalPayload('xff-2'),
+      { 'x-test-peer': '10.0.0.5', 'x-forwarded-for': `${PLATFORM_IP}, 203.0.113.9` },
+      behindProxy,
+    );
     assert.equal(forgedLeft.status, 403);
-    const real = await post('/webhooks/ai-agent', minimalPayload('xff-3'), { 'x-test-peer': '10.0.0.5', 'x-forwarded-for': `198.51.100.1, ${PLATFORM_IP}` }, behindProxy);
+    const real = await post(
+      '/webhooks/ai-agent',
+      minimalPayload('xff-3'),
+      { 'x-test-peer': '10.0.0.5', 'x-forwarded-for': `198.51.100.1, ${PLATFORM_IP}` },
+      behindProxy,
+    );
     assert.equal(real.status, 202);
     assert.equal(clientIp('10.0.0.5', '1.1.1.1, 2.2.2.2', ['10.0.0.5'], 1), '2.2.2.2');
     assert.equal(clientIp('10.0.0.5', '1.1.1.1, 2.2.2.2', ['10.0.0.5'], 0), '10.0.0.5');
@@ -204,13 +265,31 @@ describe('ingress', () => {
 
   test('CIDRs, IPv6 and "*" in the allow list', async () => {
     const cidr = makeApp({ allowedIps: ['198.51.100.0/24', '2001:db8::/32'] });
-    assert.equal((await post('/webhooks/ai-agent', minimalPayload('c1'), { 'x-test-peer': '198.51.100.77' }, cidr)).status, 202);
-    assert.equal((await post('/webhooks/ai-agent', minimalPayload('c2'), { 'x-test-peer': '198.51.101.1' }, cidr)).status, 403);
-    assert.equal((await post('/webhooks/ai-agent', minimalPayload('c3'), { 'x-test-peer': '2001:db8::1' }, cidr)).status, 202);
-    assert.equal((await post('/webhooks/ai-agent', minimalPayload('c4'), { 'x-test-peer': '2001:db9::1' }, cidr)).status, 403);
-    assert.equal((await post('/webhooks/ai-agent', minimalPayload('c5'), { 'x-test-peer': '::ffff:198.51.100.2' }, cidr)).status, 202);
+    assert.equal(
+      (await post('/webhooks/ai-agent', minimalPayload('c1'), { 'x-test-peer': '198.51.100.77' }, cidr)).status,
+      202,
+    );
+    assert.equal(
+      (await post('/webhooks/ai-agent', minimalPayload('c2'), { 'x-test-peer': '198.51.101.1' }, cidr)).status,
+      403,
+    );
+    assert.equal(
+      (await post('/webhooks/ai-agent', minimalPayload('c3'), { 'x-test-peer': '2001:db8::1' }, cidr)).status,
+      202,
+    );
+    assert.equal(
+      (await post('/webhooks/ai-agent', minimalPayload('c4'), { 'x-test-peer': '2001:db9::1' }, cidr)).status,
+      403,
+    );
+    assert.equal(
+      (await post('/webhooks/ai-agent', minimalPayload('c5'), { 'x-test-peer': '::ffff:198.51.100.2' }, cidr)).status,
+      202,
+    );
     const any = makeApp({ allowedIps: '*' });
-    assert.equal((await post('/webhooks/ai-agent', minimalPayload('c6'), { 'x-test-peer': '203.0.113.1' }, any)).status, 202);
+    assert.equal(
+      (await post('/webhooks/ai-agent', minimalPayload('c6'), { 'x-test-peer': '203.0.113.1' }, any)).status,
+      202,
+    );
   });
 
   test('shared credential: 401 when missing or wrong; any configured value (rotation) passes', async () => {
@@ -218,11 +297,30 @@ describe('ingress', () => {
     const missing = await post('/webhooks/ai-agent', minimalPayload('a1'), {}, secured);
     assert.equal(missing.status, 401);
     assert.equal(((await missing.json()) as any).errors[0].title, 'Unauthorized');
-    assert.equal((await post('/webhooks/ai-agent', minimalPayload('a2'), { 'x-callsync-token': 'guess' }, secured)).status, 401);
-    assert.equal((await post('/webhooks/ai-agent', minimalPayload('a3'), { 'x-callsync-token': 'old-secret' }, secured)).status, 202);
-    assert.equal((await post('/webhooks/ai-agent', minimalPayload('a4'), { 'x-callsync-token': 'new-secret' }, secured)).status, 202);
+    assert.equal(
+      (await post('/webhooks/ai-agent', minimalPayload('a2'), { 'x-callsync-token': 'guess' }, secured)).status,
+      401,
+    );
+    assert.equal(
+      (await post('/webhooks/ai-agent', minimalPayload('a3'), { 'x-callsync-token': 'old-secret' }, secured)).status,
+      202,
+    );
+    assert.equal(
+      (await post('/webhooks/ai-agent', minimalPayload('a4'), { 'x-callsync-token': 'new-secret' }, secured)).status,
+      202,
+    );
     // The allow list is checked first.
-    assert.equal((await post('/webhooks/ai-agent', minimalPayload('a5'), { 'x-callsync-token': 'new-secret', 'x-test-peer': '203.0.113.1' }, secured)).status, 403);
+    assert.equal(
+      (
+        await post(
+          '/webhooks/ai-agent',
+          minimalPayload('a5'),
+          { 'x-callsync-token': 'new-secret', 'x-test-peer': '203.0.113.1' },
+          secured,
+        )
+      ).status,
+      403,
+    );
   });
 
   test('healthz, readyz, 404 and 405 bodies', async () => {
@@ -240,7 +338,12 @@ describe('ingress', () => {
 describe('ingress without Redis', () => {
   test('answers 503 with Retry-After within two seconds, never 2xx, never hangs', async () => {
     // Nothing listens on port 1: every enqueue fails.
-    const redis = new Redis('redis://127.0.0.1:1', { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true, retryStrategy: () => 200 });
+    const redis = new Redis('redis://127.0.0.1:1', {
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: false,
+      lazyConnect: true,
+      retryStrategy: () => 200,
+    });
     redis.on('error', () => undefined);
     redis.connect().catch(() => undefined);
     const app = createIngressApp({
@@ -251,7 +354,11 @@ describe('ingress without Redis', () => {
       remoteAddress: () => PLATFORM_IP,
     });
     const started = Date.now();
-    const res = await app.request('/webhooks/ai-agent', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(minimalPayload('down-1')) });
+    const res = await app.request('/webhooks/ai-agent', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(minimalPayload('down-1')),
+    });
     const elapsed = Date.now() - started;
     assert.equal(res.status, 503);
     assert.ok(res.headers.get('retry-after'));

@@ -76,7 +76,8 @@ function wrongImports(g: Map<string, string[]>): string[] {
     const from = areaOf(file);
     for (const dep of deps) {
       const to = areaOf(dep);
-      if (to !== from && !(LAYERS[to]! < LAYERS[from]!)) wrong.push(`${relative(ROOT, file)} imports ${relative(ROOT, dep)} (${from} → ${to})`);
+      if (to !== from && !(LAYERS[to]! < LAYERS[from]!))
+        wrong.push(`${relative(ROOT, file)} imports ${relative(ROOT, dep)} (${from} → ${to})`);
     }
   }
   return wrong;
@@ -92,7 +93,8 @@ function cyclesOf(g: Map<string, string[]>): string[] {
     stack.push(file);
     for (const dep of g.get(file) ?? []) {
       if (!g.has(dep)) continue;
-      if (state.get(dep) === 'open') cycles.push([...stack.slice(stack.indexOf(dep)), dep].map((f) => relative(ROOT, f)).join(' → '));
+      if (state.get(dep) === 'open')
+        cycles.push([...stack.slice(stack.indexOf(dep)), dep].map((f) => relative(ROOT, f)).join(' → '));
       else if (!state.has(dep)) visit(dep);
     }
     stack.pop();
@@ -130,7 +132,10 @@ test('the layer check sees a wrong import and a cycle (it can fail)', () => {
   const found = cyclesOf(cyclic);
   assert.equal(found.length, 1, 'the cycle errors.ts ⇄ redact.ts is seen');
   assert.match(found[0]!, /^src\/(errors|redact)\.ts → src\/(redact|errors)\.ts → src\/(errors|redact)\.ts$/);
-  assert.ok(importsOf(join(ROOT, 'workers', 'callsync.ts')).some((d) => areaOf(d) === 'queues'), 'import lines are read');
+  assert.ok(
+    importsOf(join(ROOT, 'workers', 'callsync.ts')).some((d) => areaOf(d) === 'queues'),
+    'import lines are read',
+  );
 });
 
 test('the rooms at the root: redaction imports nothing, the error classes only redaction', () => {
@@ -139,24 +144,41 @@ test('the rooms at the root: redaction imports nothing, the error classes only r
   assert.deepEqual(local('src/errors.ts'), ['src/redact.ts']);
   // The redaction code lives in src/redact.ts only, not again in src/errors.ts.
   const errorsText = readFileSync(join(ROOT, 'src', 'errors.ts'), 'utf8');
-  assert.deepEqual(['redactRemoteText', 'scrubEchoes', 'maskDigitRuns', 'clipText'].filter((n) => new RegExp(`function ${n}\\b`).test(errorsText)), []);
+  assert.deepEqual(
+    ['redactRemoteText', 'scrubEchoes', 'maskDigitRuns', 'clipText'].filter((n) =>
+      new RegExp(`function ${n}\\b`).test(errorsText),
+    ),
+    [],
+  );
 });
 
 /** Where sink errors may be made: the sinks, the telephony client they (and the poller) call, errors.ts itself. */
 const SINK_ERROR_MAKERS = /^(src\/sinks\/|src\/telephony\/|src\/errors\.ts$)/;
-const MAKES_SINK_ERROR = /\bnew (PermanentError|TransientError|AuthError|RetryLaterError|EndpointDisabledError)\(|\berrorFrom(Http|Network)\(/;
+const MAKES_SINK_ERROR =
+  /\bnew (PermanentError|TransientError|AuthError|RetryLaterError|EndpointDisabledError)\(|\berrorFrom(Http|Network)\(/;
 
 test('sink errors are made by sink code only; the mailer needs nothing of the telephony client', () => {
-  const wrong = files.map((f) => relative(ROOT, f)).filter((f) => !SINK_ERROR_MAKERS.test(f) && MAKES_SINK_ERROR.test(readFileSync(join(ROOT, f), 'utf8')));
+  const wrong = files
+    .map((f) => relative(ROOT, f))
+    .filter((f) => !SINK_ERROR_MAKERS.test(f) && MAKES_SINK_ERROR.test(readFileSync(join(ROOT, f), 'utf8')));
   assert.deepEqual(wrong, [], 'throw UnprocessableJobError (or an error of your own) outside sink code');
-  assert.ok(MAKES_SINK_ERROR.test("if (!queue) throw new PermanentError(`route names sink`);"), 'the check sees a sink error being made');
-  assert.deepEqual((graph.get(join(ROOT, 'src', 'sinks', 'notify', 'mailer.ts')) ?? []).map((d) => relative(ROOT, d)).filter((d) => d.startsWith('src/telephony/')), []);
+  assert.ok(
+    MAKES_SINK_ERROR.test('if (!queue) throw new PermanentError(`route names sink`);'),
+    'the check sees a sink error being made',
+  );
+  assert.deepEqual(
+    (graph.get(join(ROOT, 'src', 'sinks', 'notify', 'mailer.ts')) ?? [])
+      .map((d) => relative(ROOT, d))
+      .filter((d) => d.startsWith('src/telephony/')),
+    [],
+  );
 });
 
 test('tests named without .redis need no Redis: they import no Redis client, queue or Redis-backed test support', () => {
   const testDir = join(ROOT, 'test');
   // What a test uses to reach Redis or start servers: a Redis client or queue, the Redis-backed helpers.
-  const redisSupport = /from '(ioredis|bullmq)'|\b(startTestCallsync|startOpsCallsync|crmTestDeps|startS3|startSmtp|RedisServer|REDIS_URL|cleanupPrefix)\b/;
+  const redisSupport =
+    /from '(ioredis|bullmq)'|\b(startTestCallsync|startOpsCallsync|crmTestDeps|startS3|startSmtp|RedisServer|REDIS_URL|cleanupPrefix)\b/;
   const wrong = readdirSync(testDir)
     .filter((name) => name.endsWith('.test.ts') && !name.endsWith('.redis.test.ts') && name !== 'layers.test.ts')
     .filter((name) => redisSupport.test(readFileSync(join(testDir, name), 'utf8')));

@@ -85,22 +85,50 @@ describe('logging of a full run', () => {
     const started = Date.now();
     const hook = `${cs.url}/webhooks/ai-agent/agent-1`;
     const auth = { 'x-callsync-secret': HOOK_TOKEN };
-    for (const id of ['ok-log-1', 'flaky-log-1', 'perm-log-1', 'fail-log-1']) assert.equal((await postJson(hook, webhookPayload(id), auth)).status, 202);
+    for (const id of ['ok-log-1', 'flaky-log-1', 'perm-log-1', 'fail-log-1'])
+      assert.equal((await postJson(hook, webhookPayload(id), auth)).status, 202);
     assert.equal((await postJson(hook, webhookPayload('ok-log-1'), auth)).status, 202, 'duplicate');
-    assert.equal((await postJson(hook, webhookPayload('bad-auth'), { 'x-callsync-secret': `${HOOK_TOKEN}-wrong` })).status, 401);
-    assert.equal((await postJson(hook, webhookPayload('bad-auth'), { authorization: `Bearer ${ADMIN_TOKEN}` })).status, 401);
-    assert.equal((await postJson(hook, '{"call": {"from": "+492116355340", "transcript": "I need to move my appointment"', auth)).status, 400);
-    assert.equal((await fetch(`${cs.url}/admin/queues`, { headers: { authorization: `Basic ${Buffer.from(`admin:${ADMIN_PASSWORD}`).toString('base64')}` } })).status, 200);
-    assert.equal((await fetch(`${cs.url}/admin/queues/api/queues`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).status, 200);
-    assert.equal((await fetch(`${cs.url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).status, 200);
+    assert.equal(
+      (await postJson(hook, webhookPayload('bad-auth'), { 'x-callsync-secret': `${HOOK_TOKEN}-wrong` })).status,
+      401,
+    );
+    assert.equal(
+      (await postJson(hook, webhookPayload('bad-auth'), { authorization: `Bearer ${ADMIN_TOKEN}` })).status,
+      401,
+    );
+    assert.equal(
+      (await postJson(hook, '{"call": {"from": "+492116355340", "transcript": "I need to move my appointment"', auth))
+        .status,
+      400,
+    );
+    assert.equal(
+      (
+        await fetch(`${cs.url}/admin/queues`, {
+          headers: { authorization: `Basic ${Buffer.from(`admin:${ADMIN_PASSWORD}`).toString('base64')}` },
+        })
+      ).status,
+      200,
+    );
+    assert.equal(
+      (await fetch(`${cs.url}/admin/queues/api/queues`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }))
+        .status,
+      200,
+    );
+    assert.equal(
+      (await fetch(`${cs.url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).status,
+      200,
+    );
     assert.equal((await fetch(`${cs.url}/admin/queues?token=${ADMIN_TOKEN}`)).status, 401);
 
     const crm = cs.operations.queues.find((q) => q.name === 'sink-crm')!;
     const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
-    await waitFor(async () => {
-      const [c, a] = await Promise.all([crm.getJobCounts('completed', 'failed'), archive.getJobCounts('completed')]);
-      return c.completed === 2 && c.failed === 2 && a.completed === 4;
-    }, { timeoutMs: 30_000, what: 'every job finished' });
+    await waitFor(
+      async () => {
+        const [c, a] = await Promise.all([crm.getJobCounts('completed', 'failed'), archive.getJobCounts('completed')]);
+        return c.completed === 2 && c.failed === 2 && a.completed === 4;
+      },
+      { timeoutMs: 30_000, what: 'every job finished' },
+    );
     t.diagnostic(`jobs done after ${Date.now() - started} ms`);
     await cs.stop();
     t.diagnostic(`stopped after ${Date.now() - started} ms`);
@@ -116,10 +144,15 @@ describe('logging of a full run', () => {
     for (const l of requestLines) assert.match(String(l.requestId), /^[0-9a-f-]{36}$/);
     const duplicate = logs.find((l) => l.msg === 'duplicate webhook acknowledged');
     assert.ok(duplicate?.requestId, 'lines logged inside a request carry its id');
-    const jobLines = logs.filter((l) => typeof l.msg === 'string' && /flaky sink|failure|dead-lettered|archived call/.test(l.msg));
+    const jobLines = logs.filter(
+      (l) => typeof l.msg === 'string' && /flaky sink|failure|dead-lettered|archived call/.test(l.msg),
+    );
     assert.ok(jobLines.length >= 8, `job lines: ${jobLines.length}`);
     for (const l of jobLines) assert.ok(typeof l.jobId === 'string' && l.jobId.length > 0, `job id on "${l.msg}"`);
-    assert.ok(logs.some((l) => l.msg === 'archived call' && l.level === 20), 'sink debug lines are in the run');
+    assert.ok(
+      logs.some((l) => l.msg === 'archived call' && l.level === 20),
+      'sink debug lines are in the run',
+    );
     for (const l of logs) assert.equal(typeof l.time, 'string');
     // Strict JSON: no key twice on a line (the sink's name was bound by the worker and again by the sink).
     assert.equal(cs.rawLogs.length, logs.length);
@@ -140,7 +173,8 @@ describe('log redaction and masking', () => {
       'shapes',
     );
     const line = JSON.stringify(lines[0]);
-    for (const value of ['Bearer abc', 'sid=1', 'k-123', 't-1', 'p-1', 'a-1', 'c-1', 'words']) assert.ok(!line.includes(value), `"${value}" in ${line}`);
+    for (const value of ['Bearer abc', 'sid=1', 'k-123', 't-1', 'p-1', 'a-1', 'c-1', 'words'])
+      assert.ok(!line.includes(value), `"${value}" in ${line}`);
   });
 
   test('a key bound twice (worker and sink both bind the sink; a line repeats a bound key) is written once, the innermost value', () => {
@@ -152,7 +186,10 @@ describe('log redaction and masking', () => {
     log.child({ level2: 1 }).child({ level2: 2 }).warn('warned');
     assert.equal(raw.length, 3);
     const [first, second, third] = raw.map((l) => parseStrictJson(l) as Record<string, unknown>);
-    assert.deepEqual([first?.sink, first?.jobId, first?.callId, first?.queue, first?.msg], ['hubspot', 'j-1', 'c-1', 'sink-hubspot', 'contact found']);
+    assert.deepEqual(
+      [first?.sink, first?.jobId, first?.callId, first?.queue, first?.msg],
+      ['hubspot', 'j-1', 'c-1', 'sink-hubspot', 'contact found'],
+    );
     assert.deepEqual([second?.jobId, second?.service, second?.msg], ['j-2', 'other', 'note created']);
     assert.equal(third?.level2, 2);
     assert.equal(third?.level, 40);
@@ -167,7 +204,10 @@ describe('log redaction and masking', () => {
 
   test('the logger writes JSON lines with an ISO time and the service name', () => {
     const chunks: string[] = [];
-    const log = createLogger({ level: 'info', destination: { write: (s: string) => (chunks.push(s), true) } as unknown as NodeJS.WritableStream });
+    const log = createLogger({
+      level: 'info',
+      destination: { write: (s: string) => (chunks.push(s), true) } as unknown as NodeJS.WritableStream,
+    });
     log.info({ jobId: 'j-1' }, 'hello');
     const parsed = JSON.parse(chunks[0]!);
     assert.equal(parsed.service, 'callsync');

@@ -22,14 +22,29 @@ interface Reply {
 }
 
 /** One request from the loopback address `from` (no keep-alive: every try is a new connection). */
-function send(url: string, from: string, options: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Reply> {
+function send(
+  url: string,
+  from: string,
+  options: { method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<Reply> {
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: options.method ?? 'GET', headers: { connection: 'close', ...options.headers }, localAddress: from, agent: false }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }));
-      res.on('error', reject);
-    });
+    const req = request(
+      url,
+      {
+        method: options.method ?? 'GET',
+        headers: { connection: 'close', ...options.headers },
+        localAddress: from,
+        agent: false,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }),
+        );
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end(options.body);
   });
@@ -68,7 +83,9 @@ describe('login throttle', () => {
     assert.ok(statuses.filter((s) => s === 429).length >= 20, `then the peer waits: ${statuses.join(' ')}`);
     assert.ok(throttled);
     assert.ok(Number(throttled.headers['retry-after']) >= 1, 'Retry-After in seconds');
-    const body = JSON.parse(throttled.body) as { errors: { status: number; title: string; detail: string; source: { pointer: string } }[] };
+    const body = JSON.parse(throttled.body) as {
+      errors: { status: number; title: string; detail: string; source: { pointer: string } }[];
+    };
     assert.equal(body.errors[0]!.status, 429);
     assert.equal(body.errors[0]!.title, 'Too Many Requests');
     assert.match(body.errors[0]!.detail, /too many failed logins: try again in \d+ s/);
@@ -88,7 +105,13 @@ describe('login throttle', () => {
 
     // Logged, without a password.
     const lines = cs.logs.filter((l) => String(l.msg).startsWith('wrong credentials'));
-    assert.ok(lines.some((l) => l.peer === '127.0.0.2' && l.account === 'admin' && l.via === 'login' && typeof l.throttledForMs === 'number'), 'the throttling is logged with the peer');
+    assert.ok(
+      lines.some(
+        (l) =>
+          l.peer === '127.0.0.2' && l.account === 'admin' && l.via === 'login' && typeof l.throttledForMs === 'number',
+      ),
+      'the throttling is logged with the peer',
+    );
     const logged = JSON.stringify(cs.logs);
     assert.ok(!logged.includes('guess-'), 'no tried password in the logs');
     assert.ok(!logged.includes(PASSWORD), 'no password in the logs');
@@ -98,7 +121,9 @@ describe('login throttle', () => {
     const statuses: number[] = [];
     let last: Reply | undefined;
     for (let i = 0; i < 12; i++) {
-      last = await send(`${cs.url}/admin/queues/api/queues`, '127.0.0.3', { headers: { authorization: basic('admin', `basic-guess-${i}`) } });
+      last = await send(`${cs.url}/admin/queues/api/queues`, '127.0.0.3', {
+        headers: { authorization: basic('admin', `basic-guess-${i}`) },
+      });
       statuses.push(last.status);
     }
     assert.deepEqual(statuses.slice(0, 5), [401, 401, 401, 401, 401]);
@@ -107,10 +132,24 @@ describe('login throttle', () => {
     assert.equal((JSON.parse(last!.body) as { errors: { status: number }[] }).errors[0]!.status, 429);
 
     const tokens: number[] = [];
-    for (let i = 0; i < 8; i++) tokens.push((await send(`${cs.url}/admin/queues/api/queues`, '127.0.0.4', { headers: { authorization: `Bearer wrong-${i}` } })).status);
+    for (let i = 0; i < 8; i++)
+      tokens.push(
+        (
+          await send(`${cs.url}/admin/queues/api/queues`, '127.0.0.4', {
+            headers: { authorization: `Bearer wrong-${i}` },
+          })
+        ).status,
+      );
     assert.equal(tokens.at(-1), 429, tokens.join(' '));
 
-    assert.equal((await send(`${cs.url}/admin/queues/api/queues`, '127.0.0.1', { headers: { authorization: basic('admin', PASSWORD) } })).status, 200);
+    assert.equal(
+      (
+        await send(`${cs.url}/admin/queues/api/queues`, '127.0.0.1', {
+          headers: { authorization: basic('admin', PASSWORD) },
+        })
+      ).status,
+      200,
+    );
     assert.ok(!JSON.stringify(cs.logs).includes('basic-guess-'), 'no tried password in the logs');
   });
 
@@ -121,6 +160,10 @@ describe('login throttle', () => {
     assert.equal(fresh.status, 401, 'a new address gets its try');
     const again = await login('127.0.0.30', 'spread-fresh-2');
     assert.equal(again.status, 429, 'and then waits the account’s backoff');
-    assert.equal((await login('127.0.0.31', PASSWORD)).status, 303, 'the operator from an address that never failed gets in');
+    assert.equal(
+      (await login('127.0.0.31', PASSWORD)).status,
+      303,
+      'the operator from an address that never failed gets in',
+    );
   });
 });

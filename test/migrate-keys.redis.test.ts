@@ -33,7 +33,16 @@ const NUMBERS = ['+4915100000001', '+4915100000002', '+4915100000003'];
 const COOLDOWN_NUMBER = '+4917699999999';
 const BACKFILL = '2026-10-01T00:00:00.000Z|2026-10-02T00:00:00.000Z|*';
 /** Every value seeded: none may appear in the command's output. */
-const SECRETS = ['crm-record-7731', 'cursor-pos-4711', 'first-id-h1', 'first-id-h6', 'sms-cooldown-value', 'endpoint-sent-value', ...NUMBERS, COOLDOWN_NUMBER];
+const SECRETS = [
+  'crm-record-7731',
+  'cursor-pos-4711',
+  'first-id-h1',
+  'first-id-h6',
+  'sms-cooldown-value',
+  'endpoint-sent-value',
+  ...NUMBERS,
+  COOLDOWN_NUMBER,
+];
 
 /** An old deployment's long-lived state under the one-slot prefix `p`. */
 async function seedState(redis: Redis | Cluster, p: string): Promise<void> {
@@ -79,8 +88,16 @@ describe('migrate-keys: the OAuth refresh token goes along, the live fingerprint
   });
 
   test('copied to where this layout keeps it; the fingerprints are named as not copied', async () => {
-    await redis.hset(`${from}:telephony:oauth-refresh`, { origin: 'o'.repeat(64), token: 'sealed-token-value', savedAt: '2026-11-26T10:00:00.000Z' });
-    await redis.hset(`${from}:config-fingerprints`, 'host:1:abc', JSON.stringify({ fingerprint: 'f'.repeat(64), until: Date.now() + 30_000 }));
+    await redis.hset(`${from}:telephony:oauth-refresh`, {
+      origin: 'o'.repeat(64),
+      token: 'sealed-token-value',
+      savedAt: '2026-11-26T10:00:00.000Z',
+    });
+    await redis.hset(
+      `${from}:config-fingerprints`,
+      'host:1:abc',
+      JSON.stringify({ fingerprint: 'f'.repeat(64), until: Date.now() + 30_000 }),
+    );
     const run = await cli(['migrate-keys', '--from-url', REDIS_URL], env);
     assert.equal(run.code, 0, run.all);
     assert.match(run.out, /^OAuth refresh token\s+1\s+1\s+0/m);
@@ -140,7 +157,10 @@ describe('migrate-keys, single Redis to single Redis under another prefix', () =
     const both = await cli(['migrate-keys', '--from-url', REDIS_URL, '--from-cluster-nodes', '127.0.0.1:7000'], env);
     assert.equal(both.code, 2);
     assert.match(both.err, /give one of them/);
-    const plainOnCluster = await cli(['migrate-keys', '--from-cluster-nodes', '127.0.0.1:7000', '--from-prefix', 'callsync'], env);
+    const plainOnCluster = await cli(
+      ['migrate-keys', '--from-cluster-nodes', '127.0.0.1:7000', '--from-prefix', 'callsync'],
+      env,
+    );
     assert.equal(plainOnCluster.code, 2);
     assert.match(plainOnCluster.err, /not a \{hash-tag\}/);
     const same = await cli(['migrate-keys', '--from-url', REDIS_URL, '--from-prefix', plain], env);
@@ -168,7 +188,10 @@ describe('migrate-keys, single Redis to single Redis under another prefix', () =
     assert.match(dry.out, new RegExp(`prefix "\\{${plain}\\}" \\(one slot; found there`));
     assert.match(dry.out, /^sink crm\s+2\s+2\s+0/m);
     assert.match(dry.out, /^inbound dedupe keys\s+2\s+2\s+0/m);
-    assert.match(dry.out, /dry run: 10 key\(s\) would be copied, 0 the target has already would be kept; nothing written/);
+    assert.match(
+      dry.out,
+      /dry run: 10 key\(s\) would be copied, 0 the target has already would be kept; nothing written/,
+    );
     assert.deepEqual(await keysMatching(redis, `${plain}:*`), [], 'a dry run writes nothing');
     assertNoValues(dry.all);
 
@@ -196,7 +219,15 @@ describe('migrate-keys, single Redis to single Redis under another prefix', () =
     assert.equal(await redis.get(`${inboundSeenPrefix(keys.inboundShard(keys.shardOf(H1)))}${H1}`), 'first-id-h1');
     assertTtl(await redis.pttl(`${plain}:inbound-seen:${H6}`), 7_200_000);
     // Left behind: locks, push assembly, the recorded layout; the source is only read.
-    assert.equal(await redis.exists(`${plain}:state:crm:lock:ccc`, `${plain}:state:poller:lock:chan-1`, `${plain}:push:call-9`, `${plain}:layout`), 0);
+    assert.equal(
+      await redis.exists(
+        `${plain}:state:crm:lock:ccc`,
+        `${plain}:state:poller:lock:chan-1`,
+        `${plain}:push:call-9`,
+        `${plain}:layout`,
+      ),
+      0,
+    );
     assert.equal(await redis.get(`${from}:state:crm:rec:aaa`), 'crm-record-7731');
     assert.equal((await keysMatching(redis, `${plain}:*`)).length, 10);
 
@@ -211,11 +242,18 @@ describe('migrate-keys, single Redis to single Redis under another prefix', () =
     const again = await cli(['migrate-keys', '--from-url', REDIS_URL], env);
     assert.equal(again.code, 0, again.all);
     assert.match(again.out, /copied 1 key\(s\); kept 10 the target had already/);
-    assert.match(again.out, /^opt-out list\s+1\s+0\s+1\s+merged into the target's: 1 member\(s\) added, 3 there already/m);
+    assert.match(
+      again.out,
+      /^opt-out list\s+1\s+0\s+1\s+merged into the target's: 1 member\(s\) added, 3 there already/m,
+    );
     assert.equal(await redis.get(`${plain}:state:crm:rec:aaa`), 'newer-in-target');
     assert.equal(await redis.get(`${plain}:state:crm:rec:ddd`), 'added-later');
     assert.equal(await redis.scard(`${plain}:optout`), 4);
-    assert.ok(!again.all.includes('+4915100000004') && !again.all.includes('newer-in-target') && !again.all.includes('added-later'));
+    assert.ok(
+      !again.all.includes('+4915100000004') &&
+        !again.all.includes('newer-in-target') &&
+        !again.all.includes('added-later'),
+    );
   });
 });
 
@@ -272,7 +310,10 @@ describe('migrate-keys refuses while the source has undelivered work', () => {
     await redis.zadd(`${from}:push:open`, Date.now() + 3_600_000, 'call-open');
     const forced = await cli([...args, '--force'], env);
     assert.equal(forced.code, 0, forced.all);
-    assert.match(forced.err, /--force: this undelivered work stays behind in the source:\n {2}sink-crm: 1 waiting, 1 delayed/);
+    assert.match(
+      forced.err,
+      /--force: this undelivered work stays behind in the source:\n {2}sink-crm: 1 waiting, 1 delayed/,
+    );
     assert.match(forced.err, /sink-sms: 1 dead letter\(s\)/);
     assert.match(forced.err, /callsync dlq retry/);
     assert.match(forced.out, /not copied: 2 queue\(s\)/);
@@ -309,7 +350,11 @@ describe('migrate-keys into the spread layout of a real Redis Cluster', () => {
     single.disconnect();
   });
 
-  const clusterEnv = (prefix: string) => ({ REDIS_URL: 'redis://127.0.0.1:1', REDIS_CLUSTER_NODES: cluster.seeds, QUEUE_PREFIX: prefix });
+  const clusterEnv = (prefix: string) => ({
+    REDIS_URL: 'redis://127.0.0.1:1',
+    REDIS_CLUSTER_NODES: cluster.seeds,
+    QUEUE_PREFIX: prefix,
+  });
 
   test('from a single Redis: every key under its area hash tag, dedupe keys in their shard, on the cluster', async () => {
     await seedState(single, oldPrefix);
@@ -337,13 +382,28 @@ describe('migrate-keys into the spread layout of a real Redis Cluster', () => {
     assert.equal(await client.get('{callsync:inbound-1}:inbound-seen:' + H1), 'first-id-h1');
     assert.equal(await client.get('{callsync:inbound-6}:inbound-seen:' + H6), 'first-id-h6');
     assertTtl(await client.pttl('{callsync:inbound-6}:inbound-seen:' + H6), 7_200_000);
-    for (const absent of ['{callsync:sink-crm}:state:lock:ccc', 'callsync:state:crm:rec:aaa', `${oldPrefix}:state:crm:rec:aaa`, 'callsync:inbound-seen:' + H1, '{callsync}:inbound-seen:' + H1]) {
+    for (const absent of [
+      '{callsync:sink-crm}:state:lock:ccc',
+      'callsync:state:crm:rec:aaa',
+      `${oldPrefix}:state:crm:rec:aaa`,
+      'callsync:inbound-seen:' + H1,
+      '{callsync}:inbound-seen:' + H1,
+    ]) {
       assert.equal(await client.exists(absent), 0, absent);
     }
     // The two dedupe keys' shards are different slots; a resend finds its key in its shard.
     const log = new InboundLog(client, keys);
-    const outcomes = await log.append([{ dedupeId: H1, id: 'r1', call: '{}' }, { dedupeId: H6, id: 'r6', call: '{}' }], 60_000);
-    assert.deepEqual(outcomes, [{ stored: false, firstId: 'first-id-h1' }, { stored: false, firstId: 'first-id-h6' }]);
+    const outcomes = await log.append(
+      [
+        { dedupeId: H1, id: 'r1', call: '{}' },
+        { dedupeId: H6, id: 'r6', call: '{}' },
+      ],
+      60_000,
+    );
+    assert.deepEqual(outcomes, [
+      { stored: false, firstId: 'first-id-h1' },
+      { stored: false, firstId: 'first-id-h6' },
+    ]);
     assert.equal(await log.length(), 0, 'nothing appended: both are duplicates');
 
     const again = await cli(['migrate-keys', '--from-url', REDIS_URL, '--from-prefix', oldPrefix], env);
@@ -368,7 +428,16 @@ describe('migrate-keys into the spread layout of a real Redis Cluster', () => {
     assert.equal(await client.get('{cs2}:state:crm:rec:aaa'), 'crm-record-7731', 'the source stays');
     // The areas are spread: the copied keys are on more than one master.
     const masters = new Set(
-      await Promise.all(['{cs2:sink-crm}:state:rec:aaa', '{cs2:sink-sms}:state:x', '{cs2:sink-hooks}:state:x', '{cs2:inbound-1}:x', '{cs2:inbound-6}:x', '{cs2:optout}:optout'].map(async (k) => (await cluster.nodesOfKey(k)).master.port)),
+      await Promise.all(
+        [
+          '{cs2:sink-crm}:state:rec:aaa',
+          '{cs2:sink-sms}:state:x',
+          '{cs2:sink-hooks}:state:x',
+          '{cs2:inbound-1}:x',
+          '{cs2:inbound-6}:x',
+          '{cs2:optout}:optout',
+        ].map(async (k) => (await cluster.nodesOfKey(k)).master.port),
+      ),
     );
     assert.ok(masters.size > 1, `on ${masters.size} master(s)`);
   });

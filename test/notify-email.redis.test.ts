@@ -50,7 +50,13 @@ afterEach(async () => {
 async function sink(name: string, options: Record<string, unknown>, env: Record<string, string> = {}): Promise<Sink> {
   const parsed = emailSinkType.options.parse(options);
   const state = new RedisKeyValueStore(redis, `${prefix}:state:`).scoped(name);
-  const s = await emailSinkType.create(name, parsed, { log, state, telephony: null, now: () => clock, env: { SMTP_URL: smtp.url, ...env } });
+  const s = await emailSinkType.create(name, parsed, {
+    log,
+    state,
+    telephony: null,
+    now: () => clock,
+    env: { SMTP_URL: smtp.url, ...env },
+  });
   sinks.push(s);
   return s;
 }
@@ -59,7 +65,12 @@ function call(id: string, patch: Partial<CanonicalCall> = {}): CanonicalCall {
   return { ...sampleCall(id), ...patch };
 }
 
-const summaryMail = () => sink('summary-mail', { from: 'Callsync <calls@example.com>', to: ['team@example.com', 'lead@example.com'], timeZone: 'Europe/Berlin' });
+const summaryMail = () =>
+  sink('summary-mail', {
+    from: 'Callsync <calls@example.com>',
+    to: ['team@example.com', 'lead@example.com'],
+    timeZone: 'Europe/Berlin',
+  });
 
 describe('email sink: what the SMTP server receives', () => {
   test('the default summary mail: envelope, subject, text and HTML, over STARTTLS with AUTH', async () => {
@@ -96,11 +107,18 @@ describe('email sink: what the SMTP server receives', () => {
     assert.match(m.html ?? '', /- Caller prefers SMS confirmation/);
   });
 
-  test('the default subject leads with the call\'s headline when it has one (assist.callHeadline)', async () => {
+  test("the default subject leads with the call's headline when it has one (assist.callHeadline)", async () => {
     const s = await summaryMail();
     await s.deliver(call('c-title', { title: 'Customer moves the appointment' }), ctx());
-    assert.equal(smtp.messages[0]!.subject, 'Customer moves the appointment — +492116355340 → +4921155550100 (answered, 2026-04-08 12:00)');
-    const own = await sink('own-subject', { from: 'calls@example.com', to: ['team@example.com'], subject: 'Call {{callId}}' });
+    assert.equal(
+      smtp.messages[0]!.subject,
+      'Customer moves the appointment — +492116355340 → +4921155550100 (answered, 2026-04-08 12:00)',
+    );
+    const own = await sink('own-subject', {
+      from: 'calls@example.com',
+      to: ['team@example.com'],
+      subject: 'Call {{callId}}',
+    });
     await own.deliver(call('c-title-2', { title: 'Ignored here' }), ctx());
     assert.equal(smtp.messages[1]!.subject, 'Call c-title-2', 'a configured subject is used as written');
   });
@@ -119,7 +137,10 @@ describe('email sink: what the SMTP server receives', () => {
     await s.deliver(evil, ctx());
     const m = smtp.messages[0]!;
     assert.equal(m.subject, 'Summary: Bob & <script>alert("x")</script> said \'hi\'');
-    assert.equal(m.text?.replace(/\r\n/g, '\n').trim(), 'Bob & <script>alert("x")</script> said \'hi\'\n- one <b>\n- two');
+    assert.equal(
+      m.text?.replace(/\r\n/g, '\n').trim(),
+      'Bob & <script>alert("x")</script> said \'hi\'\n- one <b>\n- two',
+    );
     assert.equal(
       m.html?.replace(/\r\n/g, '\n'),
       '<h1>Call from +492116355340</h1><p>Bob &amp; &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; said &#39;hi&#39;</p><div>- one &lt;b&gt;<br>\n- two</div>',
@@ -127,7 +148,9 @@ describe('email sink: what the SMTP server receives', () => {
   });
 
   test('the sender defaults to SMTP_FROM', async () => {
-    await (await sink('env-from', { to: 'team@example.com' }, { SMTP_FROM: 'noreply@example.org' })).deliver(call('c-from'), ctx());
+    await (
+      await sink('env-from', { to: 'team@example.com' }, { SMTP_FROM: 'noreply@example.org' })
+    ).deliver(call('c-from'), ctx());
     assert.equal(smtp.messages[0]?.from, 'noreply@example.org');
   });
 });
@@ -140,7 +163,11 @@ describe('email sink: never twice, failures, quiet hours', () => {
     assert.equal(again.status, 'skipped');
     assert.match(again.reason ?? '', /already sent/);
     // Another rule sends its own mail of the same call.
-    assert.equal((await (await sink('other-mail', { from: 'a@example.com', to: 'b@example.com' })).deliver(call('c-twice'), ctx())).status, 'done');
+    assert.equal(
+      (await (await sink('other-mail', { from: 'a@example.com', to: 'b@example.com' })).deliver(call('c-twice'), ctx()))
+        .status,
+      'done',
+    );
     assert.equal(smtp.messages.length, 2);
   });
 
@@ -164,11 +191,19 @@ describe('email sink: never twice, failures, quiet hours', () => {
     const url = smtp.url.replace('s3cret%20p%40ss', 'wrong');
     const s = await sink('auth-mail', { from: 'a@example.com', to: 'b@example.com' }, { SMTP_URL: url });
     await assert.rejects(s.deliver(call('c-auth'), ctx()), (err: unknown) => (err as Error).name === 'AuthError');
-    assert.equal((await (await sink('auth-mail', { from: 'a@example.com', to: 'b@example.com' })).deliver(call('c-auth'), ctx())).status, 'done');
+    assert.equal(
+      (await (await sink('auth-mail', { from: 'a@example.com', to: 'b@example.com' })).deliver(call('c-auth'), ctx()))
+        .status,
+      'done',
+    );
   });
 
   test('quiet hours delay the job until they end', async () => {
-    const s = await sink('quiet-mail', { from: 'a@example.com', to: 'b@example.com', quietHours: { start: '20:00', end: '07:30', timeZone: 'Europe/Berlin' } });
+    const s = await sink('quiet-mail', {
+      from: 'a@example.com',
+      to: 'b@example.com',
+      quietHours: { start: '20:00', end: '07:30', timeZone: 'Europe/Berlin' },
+    });
     clock = new Date('2026-04-08T20:00:00Z'); // 22:00 in Berlin
     await assert.rejects(s.deliver(call('c-quiet'), ctx()), (err: unknown) => {
       assert.ok(err instanceof RetryLaterError);
@@ -195,7 +230,10 @@ describe('email sink: configuration', () => {
     assert.throws(() => emailSinkType.options.parse({ to: 'a@example.com', subject: '{{callr}}' }), /unknown field/);
     // fromEnv reads the parsed environment (the sink type's variables, through its schema).
     const env = (raw: Record<string, string>) => z.object(emailSinkType.env!).parse(raw);
-    const shortcut = emailSinkType.fromEnv?.(env({ SMTP_URL: 'smtp://localhost:25', NOTIFY_EMAIL_TO: 'a@example.com, b@example.com' }), { configFile: false });
+    const shortcut = emailSinkType.fromEnv?.(
+      env({ SMTP_URL: 'smtp://localhost:25', NOTIFY_EMAIL_TO: 'a@example.com, b@example.com' }),
+      { configFile: false },
+    );
     assert.deepEqual(shortcut, {
       sinks: { email: { type: 'email', to: ['a@example.com', 'b@example.com'] } },
       routes: [{ name: 'summary e-mail', when: { hasSummary: true }, to: 'email' }],

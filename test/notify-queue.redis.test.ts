@@ -5,7 +5,13 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Queue, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
-import { defaultJobOptions, JobName, sinkQueueName, type RetryPolicy, type SinkDeliverJob } from '../queues/registry.js';
+import {
+  defaultJobOptions,
+  JobName,
+  sinkQueueName,
+  type RetryPolicy,
+  type SinkDeliverJob,
+} from '../queues/registry.js';
 import { createLogger } from '../src/log.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import { OptOutList } from '../src/sinks/notify/opt-out.js';
@@ -42,7 +48,11 @@ before(async () => {
     optOut: new OptOutList(connection, prefix),
   };
   const sink = smsSinkType.create(SINK, options, deps);
-  queue = new Queue<SinkDeliverJob>(sinkQueueName(SINK), { connection, prefix, defaultJobOptions: defaultJobOptions(retry) });
+  queue = new Queue<SinkDeliverJob>(sinkQueueName(SINK), {
+    connection,
+    prefix,
+    defaultJobOptions: defaultJobOptions(retry),
+  });
   running = runWorker<SinkDeliverJob>(sinkQueueName(SINK), createDeliverProcessor(sink, log), {
     connection,
     prefix,
@@ -94,7 +104,10 @@ describe('sms sink through the queue runner', () => {
     await enqueue('redelivered', c);
     const second = await settled('redelivered');
     assert.equal(await second.getState(), 'completed');
-    assert.deepEqual({ status: second.returnvalue.status, reason: second.returnvalue.reason }, { status: 'skipped', reason: '+49151****678: already sent' });
+    assert.deepEqual(
+      { status: second.returnvalue.status, reason: second.returnvalue.reason },
+      { status: 'skipped', reason: '+49151****678: already sent' },
+    );
     assert.deepEqual(api.sms, [{ smsId: 's0', recipient: '+4915112345678', message: 'Sorry we missed your call.' }]);
   });
 

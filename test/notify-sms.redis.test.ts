@@ -51,7 +51,10 @@ function nextBerlin(hour: number): Date {
   const p = zonedParts(now, 'Europe/Berlin');
   for (let dayOffset = 0; dayOffset < 3; dayOffset++) {
     const day = new Date(Date.UTC(p.year, p.month - 1, p.day + dayOffset));
-    const at = zonedTimeToUtc({ year: day.getUTCFullYear(), month: day.getUTCMonth() + 1, day: day.getUTCDate(), hour, minute: 0 }, 'Europe/Berlin');
+    const at = zonedTimeToUtc(
+      { year: day.getUTCFullYear(), month: day.getUTCMonth() + 1, day: day.getUTCDate(), hour, minute: 0 },
+      'Europe/Berlin',
+    );
     if (at.getTime() > now.getTime()) return at;
   }
   throw new Error('unreachable');
@@ -94,7 +97,15 @@ after(async () => {
 function sink(name: string, options: Record<string, unknown>, deps: Partial<NotifySinkDeps> = {}): Sink {
   const parsed = smsSinkType.options.parse(options);
   const state = new RedisKeyValueStore(redis, `${prefix}:state:`).scoped(name);
-  return smsSinkType.create(name, parsed, { log, state, telephony: client, now: () => clock, env: {}, optOut, ...deps } as NotifySinkDeps);
+  return smsSinkType.create(name, parsed, {
+    log,
+    state,
+    telephony: client,
+    now: () => clock,
+    env: {},
+    optOut,
+    ...deps,
+  } as NotifySinkDeps);
 }
 
 const missedCall = () =>
@@ -110,7 +121,13 @@ describe('sms sink: what the platform receives', () => {
   test('a missed call sends the exact SendWebSmsRequest to the caller, with the API auth', async () => {
     const result = await missedCall().deliver(call('c-missed', { outcome: 'missed' }), ctx());
     assert.equal(result.status, 'done');
-    assert.deepEqual(api.sms, [{ smsId: 's0', recipient: MOBILE, message: 'Sorry we missed your call on 2026-04-08 at 12:00. We will call you back.' }]);
+    assert.deepEqual(api.sms, [
+      {
+        smsId: 's0',
+        recipient: MOBILE,
+        message: 'Sorry we missed your call on 2026-04-08 at 12:00. We will call you back.',
+      },
+    ]);
     const req = api.requests.find((r) => r.path === '/v2/sessions/sms');
     assert.equal(req?.method, 'POST');
     assert.equal(req?.authorization, `Basic ${Buffer.from('token-id:token-secret').toString('base64')}`);
@@ -121,7 +138,11 @@ describe('sms sink: what the platform receives', () => {
   });
 
   test('the summary SMS of an appointment call is cut cleanly at maxLength, staying GSM-7', async () => {
-    const s = sink('appointment-sms', { smsId: 's1', message: 'Thanks for calling! Here is what we agreed: {{summary}}', maxLength: 70 });
+    const s = sink('appointment-sms', {
+      smsId: 's1',
+      message: 'Thanks for calling! Here is what we agreed: {{summary}}',
+      maxLength: 70,
+    });
     await s.deliver(call('c-appt'), ctx());
     assert.equal(api.sms.length, 1);
     const message = api.sms[0]!.message;
@@ -131,7 +152,8 @@ describe('sms sink: what the platform receives', () => {
   });
 
   test('a long plain-text SMS is cut to its segments (default 3) and stays GSM-7: no "…" turning it into UCS-2', async () => {
-    const long = 'The caller asked to move her dentist appointment to Friday morning and to get a confirmation by SMS. '.repeat(8);
+    const long =
+      'The caller asked to move her dentist appointment to Friday morning and to get a confirmation by SMS. '.repeat(8);
     const s = sink('summary-sms', { smsId: 's1', message: 'Agreed: {{summary}}' });
     await s.deliver(call('c-long', { summary: { ...sampleCall().summary!, content: long } }), ctx());
     const message = api.sms[0]!.message;
@@ -141,14 +163,21 @@ describe('sms sink: what the platform receives', () => {
     assert.ok(message.endsWith('...') && message.length > 400, `${message.length} characters`);
     // A text with a character outside GSM is UCS-2 anyway: cut to its segments of 67 with "…".
     api.sms.length = 0;
-    await sink('summary-sms-2', { smsId: 's1', message: 'Вы договорились: {{summary}}', maxSegments: 2 }).deliver(call('c-long-2', { summary: { ...sampleCall().summary!, content: long } }), ctx());
+    await sink('summary-sms-2', { smsId: 's1', message: 'Вы договорились: {{summary}}', maxSegments: 2 }).deliver(
+      call('c-long-2', { summary: { ...sampleCall().summary!, content: long } }),
+      ctx(),
+    );
     const ucs2 = smsLength(api.sms[0]!.message);
     assert.deepEqual([ucs2.encoding, ucs2.segments], ['ucs2', 2]);
     assert.ok(api.sms[0]!.message.endsWith('…'));
   });
 
   test('fixed recipients each get the text; outgoing calls text the callee when `to` is caller', async () => {
-    await sink('team-sms', { smsId: 's0', to: [OTHER_MOBILE, '+447911123456'], message: 'Call from {{caller}}: {{outcome}}' }).deliver(call('c-team'), ctx());
+    await sink('team-sms', {
+      smsId: 's0',
+      to: [OTHER_MOBILE, '+447911123456'],
+      message: 'Call from {{caller}}: {{outcome}}',
+    }).deliver(call('c-team'), ctx());
     assert.deepEqual(
       api.sms.map((m) => [m.recipient, m.message]),
       [
@@ -158,7 +187,14 @@ describe('sms sink: what the platform receives', () => {
     );
     api.sms.length = 0;
     await sink('out-sms', { smsId: 's0', message: 'We tried to reach you.' }).deliver(
-      call('c-out', { direction: 'out', from: LANDLINE, fromRaw: LANDLINE, to: OTHER_MOBILE, toRaw: OTHER_MOBILE, outcome: 'missed' }),
+      call('c-out', {
+        direction: 'out',
+        from: LANDLINE,
+        fromRaw: LANDLINE,
+        to: OTHER_MOBILE,
+        toRaw: OTHER_MOBILE,
+        outcome: 'missed',
+      }),
       ctx(),
     );
     assert.deepEqual(api.sms, [{ smsId: 's0', recipient: OTHER_MOBILE, message: 'We tried to reach you.' }]);
@@ -171,10 +207,16 @@ describe('sms sink: quiet hours', () => {
   test('an SMS due at 23:00 is handed over with sendAt at 08:00 the next morning', async () => {
     clock = nextBerlin(23);
     const eight = nextBerlin(8);
-    const expectedSendAt = (eight.getTime() > clock.getTime() ? eight : new Date(eight.getTime() + 24 * 3600_000)).getTime() / 1000;
-    const result = await sink('quiet-sms', { smsId: 's0', message: 'Sorry we missed you.', quietHours: quiet }).deliver(call('c-night'), ctx());
+    const expectedSendAt =
+      (eight.getTime() > clock.getTime() ? eight : new Date(eight.getTime() + 24 * 3600_000)).getTime() / 1000;
+    const result = await sink('quiet-sms', { smsId: 's0', message: 'Sorry we missed you.', quietHours: quiet }).deliver(
+      call('c-night'),
+      ctx(),
+    );
     assert.equal(result.status, 'done');
-    assert.deepEqual(api.sms, [{ smsId: 's0', recipient: MOBILE, message: 'Sorry we missed you.', sendAt: expectedSendAt }]);
+    assert.deepEqual(api.sms, [
+      { smsId: 's0', recipient: MOBILE, message: 'Sorry we missed you.', sendAt: expectedSendAt },
+    ]);
     assert.equal(zonedParts(new Date(api.sms[0]!.sendAt! * 1000), 'Europe/Berlin').hour, 8);
   });
 
@@ -210,7 +252,10 @@ describe('sms sink: who is not texted', () => {
     assert.match(second.reason ?? '', /cooldown \(12 h\)/);
     // Another number and another rule are not affected.
     assert.equal((await s.deliver(call('c-3', { from: OTHER_MOBILE, fromRaw: OTHER_MOBILE }), ctx())).status, 'done');
-    assert.equal((await sink('other-rule', { smsId: 's0', message: 'Other rule' }).deliver(call('c-4'), ctx())).status, 'done');
+    assert.equal(
+      (await sink('other-rule', { smsId: 's0', message: 'Other rule' }).deliver(call('c-4'), ctx())).status,
+      'done',
+    );
     // After 12 h the number may be texted again.
     clock = new Date(clock.getTime() + 12 * 3600_000);
     assert.equal((await s.deliver(call('c-5'), ctx())).status, 'done');
@@ -287,12 +332,18 @@ describe('sms sink: failures and never twice', () => {
     const url = closed.url;
     await closed.close();
     const deadClient = createTelephonyClient({ baseUrl: url, auth: api.basicAuth, timeoutMs: 300 });
-    await assert.rejects(sink('refused-sms', { smsId: 's0', message: 'Hi' }, { telephony: deadClient }).deliver(call('c-refused'), ctx()), (err: unknown) => {
-      assert.ok(err instanceof TransientError);
-      assert.ok(!(err instanceof PermanentError));
-      return true;
-    });
-    assert.equal((await sink('refused-sms', { smsId: 's0', message: 'Hi' }).deliver(call('c-refused'), ctx())).status, 'done');
+    await assert.rejects(
+      sink('refused-sms', { smsId: 's0', message: 'Hi' }, { telephony: deadClient }).deliver(call('c-refused'), ctx()),
+      (err: unknown) => {
+        assert.ok(err instanceof TransientError);
+        assert.ok(!(err instanceof PermanentError));
+        return true;
+      },
+    );
+    assert.equal(
+      (await sink('refused-sms', { smsId: 's0', message: 'Hi' }).deliver(call('c-refused'), ctx())).status,
+      'done',
+    );
     assert.equal(api.sms.length, 1);
   });
 
@@ -317,7 +368,10 @@ describe('sms sink: failures and never twice', () => {
     assert.equal(api.sms.length, 1);
 
     // An operator who checked the platform and wants a resend clears the marker.
-    await new NotificationLedger(new RedisKeyValueStore(redis, `${prefix}:state:`).scoped('missed-sms')).forget(call('c-timeout').key, MOBILE);
+    await new NotificationLedger(new RedisKeyValueStore(redis, `${prefix}:state:`).scoped('missed-sms')).forget(
+      call('c-timeout').key,
+      MOBILE,
+    );
     clock = new Date(clock.getTime() + 13 * 3600_000); // past the cooldown the unknown attempt kept
     assert.equal((await s.deliver(call('c-timeout'), ctx())).status, 'done');
     assert.equal(smsRequests(), 2);
@@ -349,18 +403,33 @@ describe('sms sink: failures and never twice', () => {
 
 describe('sms sink: configuration', () => {
   test('templates may only use known fields; numbers must be E.164; time zones must exist', () => {
-    assert.throws(() => smsSinkType.options.parse({ smsId: 's0', message: 'Hi {{nmae}}' }), /unknown field\(s\) \{\{nmae\}\}/);
+    assert.throws(
+      () => smsSinkType.options.parse({ smsId: 's0', message: 'Hi {{nmae}}' }),
+      /unknown field\(s\) \{\{nmae\}\}/,
+    );
     assert.throws(() => smsSinkType.options.parse({ smsId: 's0', message: 'Hi', to: ['0151 1234'] }), /E\.164/);
-    assert.throws(() => smsSinkType.options.parse({ smsId: 's0', message: 'Hi', timeZone: 'Mars/Olympus' }), /time zone/);
-    assert.throws(() => smsSinkType.options.parse({ smsId: 's0', message: 'Hi', quietHours: { start: '25:00', end: '08:00' } }), /HH:MM/);
+    assert.throws(
+      () => smsSinkType.options.parse({ smsId: 's0', message: 'Hi', timeZone: 'Mars/Olympus' }),
+      /time zone/,
+    );
+    assert.throws(
+      () => smsSinkType.options.parse({ smsId: 's0', message: 'Hi', quietHours: { start: '25:00', end: '08:00' } }),
+      /HH:MM/,
+    );
   });
 
   test('the sink needs the telephony API and an SMS extension id (option or TELEPHONY_SMS_ID)', () => {
     const parsed = smsSinkType.options.parse({ message: 'Hi' });
     const state = new RedisKeyValueStore(redis, `${prefix}:state:`);
     const deps = { log, state, now: () => clock };
-    assert.throws(() => smsSinkType.create('x', parsed, { ...deps, telephony: null, env: { TELEPHONY_SMS_ID: 's0' } }), /TELEPHONY_API_URL/);
+    assert.throws(
+      () => smsSinkType.create('x', parsed, { ...deps, telephony: null, env: { TELEPHONY_SMS_ID: 's0' } }),
+      /TELEPHONY_API_URL/,
+    );
     assert.throws(() => smsSinkType.create('x', parsed, { ...deps, telephony: client, env: {} }), /TELEPHONY_SMS_ID/);
-    assert.equal(smsSinkType.create('x', parsed, { ...deps, telephony: client, env: { TELEPHONY_SMS_ID: 's0' } }).type, 'sms');
+    assert.equal(
+      smsSinkType.create('x', parsed, { ...deps, telephony: client, env: { TELEPHONY_SMS_ID: 's0' } }).type,
+      'sms',
+    );
   });
 });

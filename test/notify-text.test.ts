@@ -49,7 +49,8 @@ describe('SMS length (GSM 03.38 / UCS-2 segments)', () => {
   });
 
   test('the extension table counts twice, and its escape is never split from its character', () => {
-    for (const ch of ['€', '[', ']', '{', '}', '~', '^', '|', '\\', '\f']) assert.equal(length(ch), 'gsm7 2 1', JSON.stringify(ch));
+    for (const ch of ['€', '[', ']', '{', '}', '~', '^', '|', '\\', '\f'])
+      assert.equal(length(ch), 'gsm7 2 1', JSON.stringify(ch));
     assert.equal(length('€'.repeat(80)), 'gsm7 160 1');
     assert.equal(length('€'.repeat(81)), 'gsm7 162 2');
     // 306 septets would be two segments of 153, but the € at septets 153-154 starts the second.
@@ -57,8 +58,16 @@ describe('SMS length (GSM 03.38 / UCS-2 segments)', () => {
   });
 
   test('the GSM alphabet: accented letters it has stay GSM-7; one character outside it makes the whole text UCS-2', () => {
-    for (const text of ['Grüße aus Köln', 'Ça va? Åsa, à bientòt', 'Ñandù ¿¡§ £$¥ @ Ø æ ß É', 'ΔΦΓΛΩΠΨΣΘΞ', 'line\r\nbreak']) assert.ok(isGsm7(text), text);
-    for (const ch of ['ç', 'á', '`', '…', '’', '“', 'ж', '😀', 'ő', '\u00a0']) assert.equal(smsLength(`Hello ${ch}`).encoding, 'ucs2', JSON.stringify(ch));
+    for (const text of [
+      'Grüße aus Köln',
+      'Ça va? Åsa, à bientòt',
+      'Ñandù ¿¡§ £$¥ @ Ø æ ß É',
+      'ΔΦΓΛΩΠΨΣΘΞ',
+      'line\r\nbreak',
+    ])
+      assert.ok(isGsm7(text), text);
+    for (const ch of ['ç', 'á', '`', '…', '’', '“', 'ж', '😀', 'ő', '\u00a0'])
+      assert.equal(smsLength(`Hello ${ch}`).encoding, 'ucs2', JSON.stringify(ch));
   });
 
   test('UCS-2: 70 code units in one segment, 67 per segment beyond; a surrogate pair counts 2 and is never split', () => {
@@ -76,8 +85,15 @@ describe('SMS length (GSM 03.38 / UCS-2 segments)', () => {
 describe('SMS cut', () => {
   test('short texts stay; long ones end at a word with an ellipsis, never inside a character', () => {
     assert.equal(truncateSms('  Hello there ', { maxSegments: 1 }), 'Hello there');
-    assert.equal(truncateSms('We moved your appointment to Friday, 9:00, see you then', { maxSegments: 3, maxLength: 40 }), 'We moved your appointment to Friday...');
-    assert.equal(truncateSms('👍🏽'.repeat(100), { maxSegments: 1 }), `${'👍🏽'.repeat(17)}…`, 'whole emoji with their skin tone, 69 units');
+    assert.equal(
+      truncateSms('We moved your appointment to Friday, 9:00, see you then', { maxSegments: 3, maxLength: 40 }),
+      'We moved your appointment to Friday...',
+    );
+    assert.equal(
+      truncateSms('👍🏽'.repeat(100), { maxSegments: 1 }),
+      `${'👍🏽'.repeat(17)}…`,
+      'whole emoji with their skin tone, 69 units',
+    );
     assert.equal(truncateSms('x'.repeat(100), { maxSegments: 3, maxLength: 20 }), `${'x'.repeat(17)}...`);
   });
 
@@ -113,18 +129,27 @@ describe('SMS cut', () => {
     const alphabet = ['a', 'Z', ' ', '.', ',', 'ü', '€', '{', '\n', 'ж', '😀', '👍🏽', 'e\u0301', 'ç', '…', '🇩🇪'];
     const segmenter = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
     fc.assert(
-      fc.property(fc.array(fc.constantFrom(...alphabet), { maxLength: 700 }), fc.integer({ min: 1, max: 5 }), fc.option(fc.integer({ min: 20, max: 400 }), { nil: undefined }), (parts, maxSegments, maxLength) => {
-        const text = parts.join('');
-        const cut = truncateSms(text, { maxSegments, maxLength });
-        assert.ok(smsLength(cut).segments <= maxSegments);
-        if (maxLength !== undefined) assert.ok(textLength(cut) <= maxLength);
-        if (isGsm7(text)) assert.equal(smsLength(cut).encoding, 'gsm7');
-        assert.doesNotMatch(cut, /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/, 'no lone surrogate');
-        const kept = cut === text.trim() ? cut : cut.replace(/(\.\.\.|…)$/, '');
-        const original = Array.from(segmenter.segment(text.trim()), (g) => g.segment);
-        const graphemes = Array.from(segmenter.segment(kept), (g) => g.segment);
-        assert.deepEqual(graphemes, original.slice(0, graphemes.length), 'a prefix of whole characters');
-      }),
+      fc.property(
+        fc.array(fc.constantFrom(...alphabet), { maxLength: 700 }),
+        fc.integer({ min: 1, max: 5 }),
+        fc.option(fc.integer({ min: 20, max: 400 }), { nil: undefined }),
+        (parts, maxSegments, maxLength) => {
+          const text = parts.join('');
+          const cut = truncateSms(text, { maxSegments, maxLength });
+          assert.ok(smsLength(cut).segments <= maxSegments);
+          if (maxLength !== undefined) assert.ok(textLength(cut) <= maxLength);
+          if (isGsm7(text)) assert.equal(smsLength(cut).encoding, 'gsm7');
+          assert.doesNotMatch(
+            cut,
+            /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/,
+            'no lone surrogate',
+          );
+          const kept = cut === text.trim() ? cut : cut.replace(/(\.\.\.|…)$/, '');
+          const original = Array.from(segmenter.segment(text.trim()), (g) => g.segment);
+          const graphemes = Array.from(segmenter.segment(kept), (g) => g.segment);
+          assert.deepEqual(graphemes, original.slice(0, graphemes.length), 'a prefix of whole characters');
+        },
+      ),
       { numRuns: 400 },
     );
   });
@@ -143,7 +168,10 @@ describe('text length', () => {
 
 describe('templates', () => {
   test('fields are replaced, unknown ones are empty, only values are escaped', () => {
-    assert.equal(renderTemplate('<b>{{ name }}</b> {{missing}}!', { name: 'A & B' }, { escape: escapeHtml }), '<b>A &amp; B</b> !');
+    assert.equal(
+      renderTemplate('<b>{{ name }}</b> {{missing}}!', { name: 'A & B' }, { escape: escapeHtml }),
+      '<b>A &amp; B</b> !',
+    );
     assert.equal(renderTemplate('{{list}} {{n}} {{obj.x}}', { list: ['a', 'b'], n: 3, obj: { x: 'y' } }), 'a, b 3 y');
     assert.deepEqual(templateFields('{{a}} {{ b }} {{a}}'), ['a', 'b']);
   });
@@ -170,13 +198,24 @@ describe('README examples', () => {
   };
 
   test('the notification rules load as they are written', () => {
-    const config = loadConfig({ CALLSYNC_CONFIG: 'rules.yaml', ...env }, { readFile: () => yamlAfter('### Example rules (ready to copy)') });
-    assert.deepEqual(Object.values(config.sinks).map((s) => s.type).sort(), ['email', 'sms', 'sms']);
+    const config = loadConfig(
+      { CALLSYNC_CONFIG: 'rules.yaml', ...env },
+      { readFile: () => yamlAfter('### Example rules (ready to copy)') },
+    );
+    assert.deepEqual(
+      Object.values(config.sinks)
+        .map((s) => s.type)
+        .sort(),
+      ['email', 'sms', 'sms'],
+    );
     assert.equal(config.routes.length, 3);
   });
 
   test('the sinks-and-routes example loads as it is written', () => {
-    const config = loadConfig({ CALLSYNC_CONFIG: 'callsync.yaml', ...env }, { readFile: () => yamlAfter('### The config file: sinks and routes') });
+    const config = loadConfig(
+      { CALLSYNC_CONFIG: 'callsync.yaml', ...env },
+      { readFile: () => yamlAfter('### The config file: sinks and routes') },
+    );
     assert.equal(config.sinks.archive?.type, 'archive');
     assert.equal(config.routes.length, 2);
   });

@@ -27,7 +27,7 @@ const run = promisify(execFile);
  */
 function interpolate(value: string, vars: Record<string, string | undefined>): string {
   let out = '';
-  for (let i = 0; i < value.length; ) {
+  for (let i = 0; i < value.length;) {
     if (value.startsWith('$$', i)) {
       out += '$';
       i += 2;
@@ -62,7 +62,8 @@ async function variablesCallsyncReads(): Promise<Set<string>> {
       return /\.(ts|js)$/.test(name) ? [path] : [];
     });
   for (const file of ['src', 'workers', 'queues', 'bin'].flatMap(files)) {
-    for (const m of read(file).matchAll(/\benv\??\.([A-Z][A-Z0-9_]+)\b|\benv\[['"]([A-Z][A-Z0-9_]+)['"]\]/g)) names.add((m[1] ?? m[2])!);
+    for (const m of read(file).matchAll(/\benv\??\.([A-Z][A-Z0-9_]+)\b|\benv\[['"]([A-Z][A-Z0-9_]+)['"]\]/g))
+      names.add((m[1] ?? m[2])!);
   }
   // The operating system's own (the private Redis looks for redis-server on PATH): not callsync settings.
   names.delete('PATH');
@@ -86,7 +87,10 @@ function envExample(): { commented: Map<string, string>; active: string[] } {
 }
 
 describe('docker-compose.yml', () => {
-  const compose = parse(read('docker-compose.yml'), { merge: true }) as { services: Record<string, any>; volumes: Record<string, unknown> };
+  const compose = parse(read('docker-compose.yml'), { merge: true }) as {
+    services: Record<string, any>;
+    volumes: Record<string, unknown>;
+  };
   const s = compose.services;
 
   test('has Redis with AOF and noeviction and one service per role; the S3 server with its bucket and Mailpit only in their profiles', () => {
@@ -94,19 +98,30 @@ describe('docker-compose.yml', () => {
     const redis = s.redis.command.join(' ');
     assert.match(redis, /--appendonly yes/);
     assert.match(redis, /--maxmemory-policy noeviction/);
-    assert.ok(s.redis.volumes.some((v: string) => v.endsWith(':/data')), 'AOF on a volume');
+    assert.ok(
+      s.redis.volumes.some((v: string) => v.endsWith(':/data')),
+      'AOF on a volume',
+    );
     assert.deepEqual(s.s3.profiles, ['s3']);
     assert.deepEqual(s['s3-init'].profiles, ['s3']);
     assert.deepEqual(s.mailpit.profiles, ['mail']);
     // The S3 server's root credentials are the archive's keys; the init job creates the bucket ARCHIVE_S3_BUCKET names.
-    const vars = { AWS_ACCESS_KEY_ID: 'AKIA-from-env', AWS_SECRET_ACCESS_KEY: 'secret-from-env', ARCHIVE_S3_BUCKET: 'calls-from-env' };
+    const vars = {
+      AWS_ACCESS_KEY_ID: 'AKIA-from-env',
+      AWS_SECRET_ACCESS_KEY: 'secret-from-env',
+      ARCHIVE_S3_BUCKET: 'calls-from-env',
+    };
     assert.equal(interpolate(s.s3.environment.RUSTFS_ACCESS_KEY, vars), 'AKIA-from-env');
     assert.equal(interpolate(s.s3.environment.RUSTFS_SECRET_KEY, vars), 'secret-from-env');
     assert.equal(interpolate(s['s3-init'].environment.AWS_ACCESS_KEY_ID, vars), 'AKIA-from-env');
     assert.equal(interpolate(s['s3-init'].environment.ARCHIVE_S3_BUCKET, vars), 'calls-from-env');
     assert.match(s['s3-init'].command.join(' '), /create-bucket --bucket "\$\$ARCHIVE_S3_BUCKET"/);
     assert.ok(s.s3.volumes.includes('s3-data:/data'));
-    for (const [role, svc] of [['ingress', s.ingress], ['worker', s.worker], ['poller', s.poller]] as const) {
+    for (const [role, svc] of [
+      ['ingress', s.ingress],
+      ['worker', s.worker],
+      ['poller', s.poller],
+    ] as const) {
       assert.equal(svc.environment.CALLSYNC_ROLE, role);
       assert.equal(interpolate(svc.environment.REDIS_URL, {}), 'redis://redis:6379');
       assert.equal(svc.environment.QUEUE_PREFIX, '{callsync}', 'a hash-tag prefix');
@@ -130,18 +145,27 @@ describe('docker-compose.yml', () => {
     const dir = await mkdtemp(join(tmpdir(), 'callsync-compose-sinks-'));
     try {
       const file = join(dir, 'callsync.yml');
-      await writeFile(file, 'sinks:\n  crm-hook: { type: webhook, urls: ["https://crm.example.com/h"], secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"] }\nroutes:\n  - to: crm-hook\n');
-      const env = Object.fromEntries(Object.entries(s.worker.environment as Record<string, string>).map(([k, v]) => [k, interpolate(String(v), {})]));
+      await writeFile(
+        file,
+        'sinks:\n  crm-hook: { type: webhook, urls: ["https://crm.example.com/h"], secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"] }\nroutes:\n  - to: crm-hook\n',
+      );
+      const env = Object.fromEntries(
+        Object.entries(s.worker.environment as Record<string, string>).map(([k, v]) => [k, interpolate(String(v), {})]),
+      );
       const config = loadConfig({ ...env, CALLSYNC_CONFIG: file });
       assert.deepEqual(Object.keys(config.sinks), ['crm-hook']);
       // Without a config file: the local archive, which the image writes to /app/data/archive — a named volume.
       const plain = loadConfig({ ...env, ARCHIVE_DIR: '/app/data/archive' });
-      assert.deepEqual(Object.values(plain.sinks).map((x) => [x.name, x.type, x.origin]), [['archive', 'archive', 'env']]);
+      assert.deepEqual(
+        Object.values(plain.sinks).map((x) => [x.name, x.type, x.origin]),
+        [['archive', 'archive', 'env']],
+      );
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
     assert.match(read('Dockerfile'), /ARCHIVE_DIR=\/app\/data\/archive/);
-    for (const role of ['ingress', 'worker', 'poller']) assert.ok(s[role].volumes.includes('archive:/app/data/archive'), `${role}: the archive on the named volume`);
+    for (const role of ['ingress', 'worker', 'poller'])
+      assert.ok(s[role].volumes.includes('archive:/app/data/archive'), `${role}: the archive on the named volume`);
     assert.ok('archive' in compose.volumes, 'a named volume');
     assert.doesNotMatch(read('Dockerfile'), /^VOLUME/m, 'no anonymous volume per container');
   });
@@ -153,7 +177,11 @@ describe('docker-compose.yml', () => {
         assert.match(published, /^127\.0\.0\.1:\d+:\d+$/, `${name}: ${published}`);
       }
     }
-    assert.equal(interpolate(s.ingress.ports[0], { INGRESS_BIND_ADDRESS: '0.0.0.0' }), '0.0.0.0:3000:3000', 'the webhook can be opened on purpose');
+    assert.equal(
+      interpolate(s.ingress.ports[0], { INGRESS_BIND_ADDRESS: '0.0.0.0' }),
+      '0.0.0.0:3000:3000',
+      'the webhook can be opened on purpose',
+    );
     assert.equal(s.worker.ports, undefined);
     assert.equal(s.poller.ports, undefined);
   });
@@ -168,7 +196,8 @@ describe('docker-compose.yml', () => {
   test('every variable a service sets is one callsync reads', async () => {
     const known = await variablesCallsyncReads();
     for (const role of ['ingress', 'worker', 'poller']) {
-      for (const name of Object.keys(s[role].environment)) assert.ok(known.has(name), `${role}: unknown variable ${name}`);
+      for (const name of Object.keys(s[role].environment))
+        assert.ok(known.has(name), `${role}: unknown variable ${name}`);
     }
   });
 
@@ -179,17 +208,29 @@ describe('docker-compose.yml', () => {
       assert.ok(s[role].volumes.includes('./config:/app/config:ro'), `${role} mounts ./config`);
     }
     assert.ok(s.ingress.volumes.includes('ingress-spool:/app/data'), 'the ingress keeps its spool volume');
-    assert.ok(existsSync(new URL('config/', root)), 'the folder exists in the checkout (Docker would create it owned by root)');
+    assert.ok(
+      existsSync(new URL('config/', root)),
+      'the folder exists in the checkout (Docker would create it owned by root)',
+    );
     // No service sets a variable to an empty default that would hide the value .env gives it.
     for (const role of ['ingress', 'worker', 'poller']) {
       for (const [name, value] of Object.entries(s[role].environment as Record<string, string>)) {
-        assert.doesNotMatch(String(value), /^\$\{[A-Z_]+:?-?\}$/, `${role}.${name} passes through nothing but would override .env`);
-        if (String(value).includes('${')) assert.equal(interpolate(String(value), { [name]: 'from-env' }), 'from-env', `${role}.${name}: .env wins over the compose default`);
+        assert.doesNotMatch(
+          String(value),
+          /^\$\{[A-Z_]+:?-?\}$/,
+          `${role}.${name} passes through nothing but would override .env`,
+        );
+        if (String(value).includes('${'))
+          assert.equal(
+            interpolate(String(value), { [name]: 'from-env' }),
+            'from-env',
+            `${role}.${name}: .env wins over the compose default`,
+          );
       }
     }
   });
 
-  test('images are pinned: versions, never latest; callsync\'s own image carries package.json\'s version', () => {
+  test("images are pinned: versions, never latest; callsync's own image carries package.json's version", () => {
     const version = (JSON.parse(read('package.json')) as { version: string }).version;
     for (const [name, svc] of Object.entries(s)) {
       const image = String(svc.image ?? '');
@@ -201,7 +242,11 @@ describe('docker-compose.yml', () => {
       assert.doesNotMatch(image, /^(minio\/|quay\.io\/minio\/)/, `${name}: ${image}`);
     }
     for (const role of ['ingress', 'worker', 'poller']) assert.equal(s[role].image, `callsync:${version}`);
-    assert.match(read('Dockerfile'), /^ARG NODE_IMAGE=node:\d+\.\d+\.\d+-/m, 'the Node base image is pinned to a release');
+    assert.match(
+      read('Dockerfile'),
+      /^ARG NODE_IMAGE=node:\d+\.\d+\.\d+-/m,
+      'the Node base image is pinned to a release',
+    );
   });
 
   test('its `send-sample` hint runs a file the image has, and the ingress accepts the sample from inside its container', async () => {
@@ -218,14 +263,24 @@ describe('docker-compose.yml', () => {
     assert.equal(script, 'bin/callsync.js');
     assert.match(read(script!), /new URL\('dist\/workers\/cli\.js', root\)/, 'the launcher loads dist/workers/cli.js');
     const tsconfig = JSON.parse(read('tsconfig.json')) as { compilerOptions: { outDir: string; rootDir: string } };
-    assert.deepEqual([tsconfig.compilerOptions.outDir, tsconfig.compilerOptions.rootDir], ['dist', '.'], 'workers/cli.ts builds to dist/workers/cli.js');
+    assert.deepEqual(
+      [tsconfig.compilerOptions.outDir, tsconfig.compilerOptions.rootDir],
+      ['dist', '.'],
+      'workers/cli.ts builds to dist/workers/cli.js',
+    );
     assert.ok((JSON.parse(read('tsconfig.build.json')) as { include: string[] }).include.includes('workers'));
     assert.match(dockerfile, /^RUN npm run build$/m);
 
     // Inside the container the CLI posts to 127.0.0.1:$PORT (HOST is 0.0.0.0 there) with the ingress' environment.
-    const ingressEnv = Object.fromEntries(Object.entries(s.ingress.environment as Record<string, string>).map(([k, v]) => [k, interpolate(String(v), {})]));
+    const ingressEnv = Object.fromEntries(
+      Object.entries(s.ingress.environment as Record<string, string>).map(([k, v]) => [k, interpolate(String(v), {})]),
+    );
     const dir = await mkdtemp(join(tmpdir(), 'callsync-compose-'));
-    const cs = await startOpsCallsync({ CALLSYNC_ROLE: 'ingress', ARCHIVE_DIR: dir, WEBHOOK_ALLOWED_IPS: ingressEnv.WEBHOOK_ALLOWED_IPS! });
+    const cs = await startOpsCallsync({
+      CALLSYNC_ROLE: 'ingress',
+      ARCHIVE_DIR: dir,
+      WEBHOOK_ALLOWED_IPS: ingressEnv.WEBHOOK_ALLOWED_IPS!,
+    });
     try {
       const out: string[] = [];
       const err: string[] = [];
@@ -244,16 +299,21 @@ describe('docker-compose.yml', () => {
 });
 
 describe('.env.example', () => {
-  test('names every variable callsync reads, and no other (but Compose\'s own), each commented out', async () => {
+  test("names every variable callsync reads, and no other (but Compose's own), each commented out", async () => {
     const reads = await variablesCallsyncReads();
     const { commented, active } = envExample();
     assert.deepEqual(active, [], 'nothing set: copying the file changes no default');
     const missing = [...reads].filter((name) => !commented.has(name)).sort();
     assert.deepEqual(missing, [], 'add these to .env.example');
-    const composeVars = new Set([...read('docker-compose.yml').matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]!));
+    const composeVars = new Set(
+      [...read('docker-compose.yml').matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)/g)].map((m) => m[1]!),
+    );
     const unknown = [...commented.keys()].filter((name) => !reads.has(name) && !composeVars.has(name));
     assert.deepEqual(unknown, [], 'variables nobody reads');
-    assert.ok(commented.has('INGRESS_BIND_ADDRESS') && composeVars.has('INGRESS_BIND_ADDRESS'), "Compose's own variable is listed too");
+    assert.ok(
+      commented.has('INGRESS_BIND_ADDRESS') && composeVars.has('INGRESS_BIND_ADDRESS'),
+      "Compose's own variable is listed too",
+    );
   });
 
   test('shows the default of each variable of the env schema', async () => {
@@ -284,20 +344,26 @@ describe('README "Docker Compose"', () => {
       else if (!inFence && /^#{1,3} /.test(lines[end]!)) break;
     }
     const section = lines.slice(start, end).join('\n');
-    const compose = parse(read('docker-compose.yml'), { merge: true }) as { services: Record<string, { image: string }> };
+    const compose = parse(read('docker-compose.yml'), { merge: true }) as {
+      services: Record<string, { image: string }>;
+    };
     for (const [name, svc] of Object.entries(compose.services)) {
       assert.ok(section.includes(`\`${name}\``), `names the service ${name}`);
       if (!svc.image.startsWith('callsync:')) assert.ok(section.includes(svc.image), `names the image ${svc.image}`);
     }
     const hint = /docker compose exec \S+ node \S+ send-sample/.exec(read('docker-compose.yml'))![0];
     assert.ok(section.includes(hint), `shows ${hint}`);
-    for (const piece of ['.env.example', 'env_file', './config', '/app/config', 'CALLSYNC_CONFIG', '2.24']) assert.ok(section.includes(piece), `mentions ${piece}`);
+    for (const piece of ['.env.example', 'env_file', './config', '/app/config', 'CALLSYNC_CONFIG', '2.24'])
+      assert.ok(section.includes(piece), `mentions ${piece}`);
   });
 });
 
 describe('Dockerfile', () => {
   const dockerfile = read('Dockerfile');
-  const ignore = read('.dockerignore').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+  const ignore = read('.dockerignore')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('#'));
 
   test('is multi-stage on Node 22+, runs as a non-root user, with a healthcheck and SIGTERM', () => {
     const stages = [...dockerfile.matchAll(/^FROM\s+(\S+)(?:\s+AS\s+(\S+))?/gim)];
@@ -313,19 +379,31 @@ describe('Dockerfile', () => {
     assert.match(dockerfile, /^STOPSIGNAL SIGTERM/m);
     // node with its flags (the same as `npm start`'s), then the launcher.
     assert.match(dockerfile, /^ENTRYPOINT \["node", ("--[a-z-]+=\d+", )*"bin\/callsync.js"\]/m);
-    const startScript = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> }).scripts.start!;
-    const imageFlags = /^ENTRYPOINT \["node", (.*)"bin\/callsync.js"\]/m.exec(dockerfile)![1]!.match(/--[a-z-]+=\d+/g) ?? [];
-    assert.deepEqual(imageFlags, startScript.match(/--[a-z-]+=\d+/g) ?? [], 'the image runs Node with the flags npm start uses');
+    const startScript = (
+      JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+        scripts: Record<string, string>;
+      }
+    ).scripts.start!;
+    const imageFlags =
+      /^ENTRYPOINT \["node", (.*)"bin\/callsync.js"\]/m.exec(dockerfile)![1]!.match(/--[a-z-]+=\d+/g) ?? [];
+    assert.deepEqual(
+      imageFlags,
+      startScript.match(/--[a-z-]+=\d+/g) ?? [],
+      'the image runs Node with the flags npm start uses',
+    );
   });
 
   test('copies only paths that exist and that .dockerignore keeps', () => {
-    const sources = [...dockerfile.matchAll(/^COPY\s+(?!--from)(?:--\S+\s+)*(.+)\s+\S+$/gm)].flatMap((m) => m[1]!.trim().split(/\s+/));
+    const sources = [...dockerfile.matchAll(/^COPY\s+(?!--from)(?:--\S+\s+)*(.+)\s+\S+$/gm)].flatMap((m) =>
+      m[1]!.trim().split(/\s+/),
+    );
     assert.ok(sources.length >= 5);
     for (const src of sources) {
       assert.ok(existsSync(new URL(src, root)), `${src} exists`);
       assert.ok(!ignore.includes(src), `${src} is not in .dockerignore`);
     }
-    for (const secret of ['.env', '.git', 'node_modules']) assert.ok(ignore.includes(secret), `.dockerignore keeps out ${secret}`);
+    for (const secret of ['.env', '.git', 'node_modules'])
+      assert.ok(ignore.includes(secret), `.dockerignore keeps out ${secret}`);
   });
 });
 
@@ -344,12 +422,19 @@ describe('bin/healthcheck.js', () => {
   test('exits 0 when /healthz answers and 1 when nothing listens', async () => {
     const port = new URL(cs.operations.url!).port;
     const script = new URL('bin/healthcheck.js', root).pathname;
-    const ok = await run(process.execPath, [script], { env: { ...process.env, CALLSYNC_ROLE: 'worker', OPS_PORT: port } });
+    const ok = await run(process.execPath, [script], {
+      env: { ...process.env, CALLSYNC_ROLE: 'worker', OPS_PORT: port },
+    });
     assert.equal(ok.stderr, '');
     const server = createServer();
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const closed = String((server.address() as AddressInfo).port);
     await new Promise((resolve) => server.close(resolve));
-    await assert.rejects(run(process.execPath, [script], { env: { ...process.env, CALLSYNC_ROLE: 'ingress', PORT: closed, OPS_PORT: '' } }), (err: { code: number }) => err.code === 1);
+    await assert.rejects(
+      run(process.execPath, [script], {
+        env: { ...process.env, CALLSYNC_ROLE: 'ingress', PORT: closed, OPS_PORT: '' },
+      }),
+      (err: { code: number }) => err.code === 1,
+    );
   });
 });

@@ -52,23 +52,30 @@ describe('metrics on the ingress', () => {
   test('webhooks, jobs and queue counts are counted by outcome, queue and sink', async () => {
     const hook = `${cs.url}/webhooks/ai-agent/agent-1`;
     const statuses = [];
-    for (const id of ['ok-1', 'ok-1', 'perm-1', 'flaky-1', 'fail-1']) statuses.push((await postJson(hook, webhookPayload(id))).status);
+    for (const id of ['ok-1', 'ok-1', 'perm-1', 'flaky-1', 'fail-1'])
+      statuses.push((await postJson(hook, webhookPayload(id))).status);
     assert.deepEqual(statuses, [202, 202, 202, 202, 202]);
     assert.equal((await postJson(hook, { version: 'v2' })).status, 400);
     assert.equal((await postJson(hook, 'hello', { 'content-type': 'text/plain' })).status, 415);
 
     const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
-    await waitFor(async () => {
-      const c = await archive.getJobCounts('completed', 'failed');
-      return c.completed === 2 && c.failed === 2;
-    }, { timeoutMs: 30_000, what: 'two archive jobs done and two dead-lettered' });
+    await waitFor(
+      async () => {
+        const c = await archive.getJobCounts('completed', 'failed');
+        return c.completed === 2 && c.failed === 2;
+      },
+      { timeoutMs: 30_000, what: 'two archive jobs done and two dead-lettered' },
+    );
 
     const text = await scrape(cs.url);
     assert.equal(sample(text, 'callsync_webhooks_received_total'), 7);
     assert.equal(sample(text, 'callsync_webhooks_accepted_total'), 5);
     assert.equal(sample(text, 'callsync_webhooks_duplicate_total'), 1);
     assert.equal(sample(text, 'callsync_webhooks_rejected_total', { status: '400', reason: 'invalid-payload' }), 1);
-    assert.equal(sample(text, 'callsync_webhooks_rejected_total', { status: '415', reason: 'unsupported-media-type' }), 1);
+    assert.equal(
+      sample(text, 'callsync_webhooks_rejected_total', { status: '415', reason: 'unsupported-media-type' }),
+      1,
+    );
 
     const sinkLabels = { queue: 'sink-archive', sink: 'archive' };
     // Four calls (the duplicate was not stored again) fanned out into four archive jobs, none dead-lettered.
@@ -99,16 +106,27 @@ describe('metrics on the ingress', () => {
 
   test('a credentials failure pauses the queue, and the gauge shows it', async () => {
     assert.equal((await postJson(`${cs.url}/webhooks/ai-agent`, webhookPayload('auth-1'))).status, 202);
-    const text = await waitFor(async () => {
-      const t = await scrape(cs.url);
-      return sample(t, 'callsync_queue_paused', { queue: 'sink-archive' }) === 1 ? t : null;
-    }, { timeoutMs: 20_000, what: 'paused gauge' });
+    const text = await waitFor(
+      async () => {
+        const t = await scrape(cs.url);
+        return sample(t, 'callsync_queue_paused', { queue: 'sink-archive' }) === 1 ? t : null;
+      },
+      { timeoutMs: 20_000, what: 'paused gauge' },
+    );
     assert.equal(sample(text, 'callsync_queue_pauses_total', { queue: 'sink-archive', sink: 'archive' }), 1);
   });
 
   test('poller gauges per channel', async () => {
     const hooks = pollerMetrics();
-    hooks.polled?.('ch-7', { events: 3, accepted: 3, duplicates: 0, deadLettered: 0, ignored: 0, position: 'p', lagSeconds: 12.5 });
+    hooks.polled?.('ch-7', {
+      events: 3,
+      accepted: 3,
+      duplicates: 0,
+      deadLettered: 0,
+      ignored: 0,
+      position: 'p',
+      lagSeconds: 12.5,
+    });
     hooks.failed?.('ch-8', new Error('boom'), 100);
     const text = await scrape(cs.url);
     assert.equal(sample(text, 'callsync_poller_lag_seconds', { channel: 'ch-7' }), 12.5);
@@ -123,11 +141,20 @@ describe('metrics on the ingress', () => {
 describe('metrics endpoint credentials', () => {
   test('METRICS_TOKEN makes /metrics require the bearer token', async () => {
     const { log } = memoryLog();
-    const { app } = createOpsApp({ log, queues: [], auth: {}, metricsToken: 'scrape-secret-1', ready: async () => true });
+    const { app } = createOpsApp({
+      log,
+      queues: [],
+      auth: {},
+      metricsToken: 'scrape-secret-1',
+      ready: async () => true,
+    });
     const root = new Hono().route('/', app);
     assert.equal((await root.request('/metrics')).status, 401);
     assert.equal((await root.request('/metrics', { headers: { authorization: 'Bearer wrong' } })).status, 401);
-    assert.equal((await root.request('/metrics', { headers: { authorization: 'Bearer scrape-secret-1' } })).status, 200);
+    assert.equal(
+      (await root.request('/metrics', { headers: { authorization: 'Bearer scrape-secret-1' } })).status,
+      200,
+    );
   });
 });
 
@@ -156,7 +183,10 @@ describe('ops server of a worker-only process', () => {
     assert.equal(webhook.status, 404);
     const dashboard = await fetch(`${url}/admin/queues`);
     assert.equal(dashboard.status, 404);
-    assert.ok(cs.logs.some((l) => /dashboard off: set ADMIN_PASSWORD/.test(String(l.msg))), 'says the dashboard is off');
+    assert.ok(
+      cs.logs.some((l) => /dashboard off: set ADMIN_PASSWORD/.test(String(l.msg))),
+      'says the dashboard is off',
+    );
   });
 
   test('once shutdown begins, /readyz fails while /healthz and /metrics still answer', async () => {

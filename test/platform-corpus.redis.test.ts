@@ -26,9 +26,26 @@ import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis
 import { webhookPayload } from './support/calls.js';
 
 const CORPUS = new URL('./fixtures/platform/', import.meta.url);
-const files = readdirSync(CORPUS).filter((f) => f.endsWith('.json')).sort();
+const files = readdirSync(CORPUS)
+  .filter((f) => f.endsWith('.json'))
+  .sort();
 
-type Expected = Partial<Pick<CanonicalCall, 'callId' | 'title' | 'provider' | 'channelId' | 'direction' | 'from' | 'to' | 'startedAt' | 'endedAt' | 'durationSec' | 'payloadVersion'>> & {
+type Expected = Partial<
+  Pick<
+    CanonicalCall,
+    | 'callId'
+    | 'title'
+    | 'provider'
+    | 'channelId'
+    | 'direction'
+    | 'from'
+    | 'to'
+    | 'startedAt'
+    | 'endedAt'
+    | 'durationSec'
+    | 'payloadVersion'
+  >
+> & {
   summary: string | null;
   channel?: unknown;
   chunks?: [speaker: string, startMs: number, endMs: number][];
@@ -108,12 +125,16 @@ const EXPECTED: Record<string, Expected> = {
 /** POSTs `body` over a socket with `Transfer-Encoding: chunked`, in `parts` chunks written one by one. */
 function postChunked(url: string, body: string, parts: number): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: 'POST', headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' } }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-    });
+    const req = request(
+      url,
+      { method: 'POST', headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' } },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+      },
+    );
     req.on('error', reject);
     const bytes = Buffer.from(body, 'utf8');
     const size = Math.ceil(bytes.length / parts);
@@ -152,7 +173,12 @@ describe('the platform corpus: the original is stored byte for byte', () => {
     dedupeWindowMs: 60_000,
     enqueueTimeoutMs: 1500,
   };
-  const app = createIngressApp({ webhook, acceptor: new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 1500 }), ready: async () => true, log: createLogger({ level: 'silent' }) });
+  const app = createIngressApp({
+    webhook,
+    acceptor: new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 1500 }),
+    ready: async () => true,
+    log: createLogger({ level: 'silent' }),
+  });
 
   before(() => waitFor(() => redis.status === 'ready', { what: 'Redis connection' }));
   after(async () => {
@@ -163,7 +189,11 @@ describe('the platform corpus: the original is stored byte for byte', () => {
   for (const file of files) {
     test(`${file}: stored as sent`, async () => {
       const text = readFileSync(new URL(file, CORPUS), 'utf8');
-      const res = await app.request('/webhooks/ai-agent/bytes', { method: 'POST', headers: { 'content-type': 'application/json' }, body: text });
+      const res = await app.request('/webhooks/ai-agent/bytes', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: text,
+      });
       assert.equal(res.status, 202, await res.clone().text());
       const entry = await inbound.find(((await res.json()) as { id: string }).id);
       assert.ok(entry?.text.endsWith(`"raw":${text}}`), 'the stored original is the body, byte for byte');
@@ -179,7 +209,10 @@ describe('the platform corpus through the real ingress', () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-corpus-'));
     // Every call archived (the default route skips calls without content, like spec-v1-required).
     const config = join(dir, 'callsync.yaml');
-    await writeFile(config, `sinks:\n  archive:\n    type: archive\n    dir: ${dir}\nroutes:\n  - name: everything\n    to: [archive]\n`);
+    await writeFile(
+      config,
+      `sinks:\n  archive:\n    type: archive\n    dir: ${dir}\nroutes:\n  - name: everything\n    to: [archive]\n`,
+    );
     // A small body limit, so a chunked body beyond it is tried too (the corpus is < 4 KiB a file).
     cs = await startOpsCallsync({ CALLSYNC_CONFIG: config, WEBHOOK_BODY_LIMIT: '16384' });
   });
@@ -189,9 +222,19 @@ describe('the platform corpus through the real ingress', () => {
   });
 
   /** The archived document of a call, once the archive sink wrote it. */
-  async function archived(agentId: string, callId: string, startedAt: string): Promise<{ call: CanonicalCall; original: unknown }> {
-    const path = join(dir, archiveKeys({ key: callKey('ai-agent', agentId, callId), callId, startedAt }, undefined).json);
-    const text = await waitFor(() => readFile(path, 'utf8').catch(() => null), { what: `archived ${callId}`, timeoutMs: 20_000 });
+  async function archived(
+    agentId: string,
+    callId: string,
+    startedAt: string,
+  ): Promise<{ call: CanonicalCall; original: unknown }> {
+    const path = join(
+      dir,
+      archiveKeys({ key: callKey('ai-agent', agentId, callId), callId, startedAt }, undefined).json,
+    );
+    const text = await waitFor(() => readFile(path, 'utf8').catch(() => null), {
+      what: `archived ${callId}`,
+      timeoutMs: 20_000,
+    });
     return JSON.parse(text) as { call: CanonicalCall; original: unknown };
   }
 
@@ -199,9 +242,15 @@ describe('the platform corpus through the real ingress', () => {
     const want = EXPECTED[file];
     assert.ok(want, `${file} has its expected fields in this test`);
     const { summary, chunks, ...fields } = want;
-    for (const [name, value] of Object.entries(fields)) assert.deepEqual(call[name as keyof CanonicalCall], value, `${file}: ${name}`);
+    for (const [name, value] of Object.entries(fields))
+      assert.deepEqual(call[name as keyof CanonicalCall], value, `${file}: ${name}`);
     assert.equal(call.summary?.content ?? null, summary, `${file}: summary`);
-    if (chunks) assert.deepEqual(call.transcript?.chunks.map((c) => [c.speaker, c.startOffsetMs, c.endOffsetMs]), chunks, `${file}: chunks`);
+    if (chunks)
+      assert.deepEqual(
+        call.transcript?.chunks.map((c) => [c.speaker, c.startOffsetMs, c.endOffsetMs]),
+        chunks,
+        `${file}: chunks`,
+      );
     for (const n of [call.from, call.to]) assert.match(n ?? '', /^\+[1-9]\d{6,14}$/, `${file}: numbers in E.164`);
   }
 
@@ -228,7 +277,11 @@ describe('the platform corpus through the real ingress', () => {
       const res = await postChunked(`${cs.url}/webhooks/ai-agent/corpus-chunked`, text, 7);
       assert.equal(res.status, 202, res.body);
       const callId = String(sent.call.id);
-      const doc = await archived('corpus-chunked', callId, startedAt ?? new Date(sent.call.startTime as number).toISOString());
+      const doc = await archived(
+        'corpus-chunked',
+        callId,
+        startedAt ?? new Date(sent.call.startTime as number).toISOString(),
+      );
       assert.deepEqual(doc.original, sent);
       checkCanonical(file, doc.call);
     });
@@ -238,7 +291,10 @@ describe('the platform corpus through the real ingress', () => {
     const big = JSON.stringify(webhookPayload('corpus-too-big', (p) => (p.padding = 'x'.repeat(20_000))));
     const res = await postChunked(`${cs.url}/webhooks/ai-agent/corpus`, big, 10);
     assert.equal(res.status, 413);
-    assert.equal((JSON.parse(res.body) as { errors: { source: { pointer: string } }[] }).errors[0]?.source.pointer, '/');
+    assert.equal(
+      (JSON.parse(res.body) as { errors: { source: { pointer: string } }[] }).errors[0]?.source.pointer,
+      '/',
+    );
   });
 
   // The property test (test/webhook-shapes.test.ts) tries every JSON type in every optional field of
@@ -258,7 +314,14 @@ describe('the platform corpus through the real ingress', () => {
     ['assist', 'callHeadline'],
     ['assist', 'provider'],
   ];
-  const VALUES: Record<string, unknown> = { string: 'text', number: 1e300, boolean: true, null: null, object: { any: ['thing'] }, array: [1, 'two', null] };
+  const VALUES: Record<string, unknown> = {
+    string: 'text',
+    number: 1e300,
+    boolean: true,
+    null: null,
+    object: { any: ['thing'] },
+    array: [1, 'two', null],
+  };
   for (const [type, value] of Object.entries(VALUES)) {
     test(`every optional field as ${type}: 202 and archived as sent`, async () => {
       const id = `corpus-type-${type}`;
@@ -295,7 +358,9 @@ describe('the platform corpus through the real ingress', () => {
     };
     const count = async (field: string) => {
       const text = await (await fetch(`${cs.url}/metrics`)).text();
-      const line = text.split('\n').find((l) => l.startsWith(`callsync_webhook_fields_unread_total{field="${field}"} `));
+      const line = text
+        .split('\n')
+        .find((l) => l.startsWith(`callsync_webhook_fields_unread_total{field="${field}"} `));
       return Number(line?.split(' ')[1] ?? 0);
     };
     const fields = ['/assist/callHeadline', '/assist/transcription/chunks/*/content'];
@@ -303,7 +368,10 @@ describe('the platform corpus through the real ingress', () => {
     await post('corpus-unread-1');
     await post('corpus-unread-2');
     // One per webhook and field, however many chunks had it.
-    assert.deepEqual(await Promise.all(fields.map(count)), before.map((n) => n + 2));
+    assert.deepEqual(
+      await Promise.all(fields.map(count)),
+      before.map((n) => n + 2),
+    );
 
     // Logged once per field and process, whichever webhook of this process had it first.
     for (const field of fields) {

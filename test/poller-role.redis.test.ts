@@ -15,7 +15,12 @@ test('channel events with recordings are polled, queued and archived with their 
   const dir = await mkdtemp(join(tmpdir(), 'poll-role-'));
   const recording = api.addRecording('rec-1', { size: 300_000, contentType: 'audio/mpeg' });
   api.addEvents('ch-1', [
-    channelEvent({ eventId: 'ev-1', channelId: 'ch-1', recordings: [{ downloadUrl: recording, type: 'voicemail' }], call: { state: 'MISSED', owner: null } }),
+    channelEvent({
+      eventId: 'ev-1',
+      channelId: 'ch-1',
+      recordings: [{ downloadUrl: recording, type: 'voicemail' }],
+      call: { state: 'MISSED', owner: null },
+    }),
     channelEvent({ eventId: 'ev-2', channelId: 'ch-1' }),
   ]);
   const cs = await startTestCallsync({
@@ -28,11 +33,14 @@ test('channel events with recordings are polled, queued and archived with their 
   });
   try {
     const day = join(dir, 'recordings');
-    const files = await waitFor(async () => {
-      const all = await readdir(day, { recursive: true }).catch(() => [] as string[]);
-      const mp3 = all.filter((f) => String(f).endsWith('.mp3'));
-      return mp3.length === 1 ? mp3 : null;
-    }, { what: 'archived recording', timeoutMs: 20_000 });
+    const files = await waitFor(
+      async () => {
+        const all = await readdir(day, { recursive: true }).catch(() => [] as string[]);
+        const mp3 = all.filter((f) => String(f).endsWith('.mp3'));
+        return mp3.length === 1 ? mp3 : null;
+      },
+      { what: 'archived recording', timeoutMs: 20_000 },
+    );
     const path = join(day, String(files[0]));
     assert.match(path, /call-ev-1-[0-9a-f]{16}-voicemail-1\.mp3$/);
     assert.equal((await stat(path)).size, 300_000);

@@ -34,7 +34,13 @@ import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
 import { testRedis, waitFor, type TestRedis } from './support/redis.js';
 import { archivedRecords } from './support/s3.js';
 
-const runner = { retry: defaultRetryPolicy, concurrency: 1, stalledIntervalMs: 1000, lockDurationMs: 2000, maxStalledCount: 1 };
+const runner = {
+  retry: defaultRetryPolicy,
+  concurrency: 1,
+  stalledIntervalMs: 1000,
+  lockDurationMs: 2000,
+  maxStalledCount: 1,
+};
 
 /** Redis connections, the inbound log and an acceptor on one test prefix (in the key layout of the file's Redis). */
 class Harness {
@@ -63,13 +69,30 @@ class Harness {
   }
 
   /** A poller with connections and a client of its own, as a separate process would have. */
-  poller(api: FakeTelephony, settings: Partial<PollerSettings> = {}, options: { events?: PollerEvents; client?: Partial<TelephonyClientOptions>; instanceId?: string } = {}): RunningPoller {
+  poller(
+    api: FakeTelephony,
+    settings: Partial<PollerSettings> = {},
+    options: { events?: PollerEvents; client?: Partial<TelephonyClientOptions>; instanceId?: string } = {},
+  ): RunningPoller {
     const redis = this.target.connect('producer');
     const workerConnection = this.target.connect('worker');
     this.extra.push(redis, workerConnection);
     const running = startPoller({
-      settings: { channelIds: ['ch1'], intervalMs: 200, pageSize: 50, maxBackoffMs: 1000, lockTtlMs: 1000, ...settings },
-      client: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, retryMinDelayMs: 20, retryMaxDelayMs: 100, ...options.client }),
+      settings: {
+        channelIds: ['ch1'],
+        intervalMs: 200,
+        pageSize: 50,
+        maxBackoffMs: 1000,
+        lockTtlMs: 1000,
+        ...settings,
+      },
+      client: createTelephonyClient({
+        baseUrl: api.url,
+        auth: api.basicAuth,
+        retryMinDelayMs: 20,
+        retryMaxDelayMs: 100,
+        ...options.client,
+      }),
       acceptor: new InboundAcceptor(new InboundLog(redis, this.keys), { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
       redis,
       workerConnection,
@@ -101,7 +124,8 @@ function events(count: number, from = 0, channelId = 'ch1'): Record<string, unkn
   return Array.from({ length: count }, (_, i) => channelEvent({ eventId: `ev-${from + i}`, channelId }));
 }
 
-const allKeys = (count: number, channelId = 'ch1') => Array.from({ length: count }, (_, i) => `channel:${channelId}:ev-${i}`).sort();
+const allKeys = (count: number, channelId = 'ch1') =>
+  Array.from({ length: count }, (_, i) => `channel:${channelId}:ev-${i}`).sort();
 
 describe('poller: 1,000 events through the whole pipeline', () => {
   let api: FakeTelephony;
@@ -120,7 +144,17 @@ describe('poller: 1,000 events through the whole pipeline', () => {
     const configFile = join(dir, 'callsync.yaml');
     await writeFile(
       configFile,
-      ['sinks:', '  archive:', '    type: archive', `    dir: ${join(dir, 'archive')}`, 'routes:', '  - name: channel-calls', '    when: { source: channel }', '    to: archive', ''].join('\n'),
+      [
+        'sinks:',
+        '  archive:',
+        '    type: archive',
+        `    dir: ${join(dir, 'archive')}`,
+        'routes:',
+        '  - name: channel-calls',
+        '    when: { source: channel }',
+        '    to: archive',
+        '',
+      ].join('\n'),
     );
     const completed = new Map<string, string[]>();
     const fanned = { entries: 0, jobs: 0, deadLetters: 0 };
@@ -147,7 +181,10 @@ describe('poller: 1,000 events through the whole pipeline', () => {
     try {
       const started = Date.now();
       h.poller(api, { pageSize: 100, intervalMs: 5000 });
-      await waitFor(() => (completed.get(sinkQueueName('archive'))?.length ?? 0) >= 1000, { timeoutMs: 60_000, what: '1000 archived calls' });
+      await waitFor(() => (completed.get(sinkQueueName('archive'))?.length ?? 0) >= 1000, {
+        timeoutMs: 60_000,
+        what: '1000 archived calls',
+      });
       // Full pages were read at once, not one per POLL_INTERVAL_MS (10 pages would take 50 s).
       assert.ok(Date.now() - started < 30_000);
       await new Promise((r) => setTimeout(r, 500));
@@ -160,15 +197,37 @@ describe('poller: 1,000 events through the whole pipeline', () => {
       assert.equal(await h.inbound.pending(), 0, 'no log entry left unacknowledged');
       assert.deepEqual(fanned, { entries: 1000, jobs: 1000, deadLetters: 0 }, 'each event fanned out once');
       assert.equal(completed.get(INBOUND_QUEUE)?.length ?? 0, 0, 'no call went through the dead-letter queue');
-      const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: h.producer, prefix: h.keys.queuePrefix(sinkQueueName('archive')) });
-      const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: h.producer, prefix: h.keys.queuePrefix(INBOUND_QUEUE) });
+      const archive = new Queue<SinkDeliverJob>(sinkQueueName('archive'), {
+        connection: h.producer,
+        prefix: h.keys.queuePrefix(sinkQueueName('archive')),
+      });
+      const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, {
+        connection: h.producer,
+        prefix: h.keys.queuePrefix(INBOUND_QUEUE),
+      });
       try {
-        const sinkJobs = await archive.getJobs(['waiting', 'active', 'completed', 'failed', 'delayed', 'prioritized', 'waiting-children']);
+        const sinkJobs = await archive.getJobs([
+          'waiting',
+          'active',
+          'completed',
+          'failed',
+          'delayed',
+          'prioritized',
+          'waiting-children',
+        ]);
         assert.equal(sinkJobs.length, 1000, 'one archive job per event');
         assert.deepEqual(sinkJobs.map((j) => j.data.call.key).sort(), allKeys(1000));
-        assert.deepEqual(new Set(sinkJobs.map((j) => j.id)), new Set(allKeys(1000).map(callHash)), 'archive job ids are the call hashes');
+        assert.deepEqual(
+          new Set(sinkJobs.map((j) => j.id)),
+          new Set(allKeys(1000).map(callHash)),
+          'archive job ids are the call hashes',
+        );
         const dead = await inbound.getJobCounts();
-        assert.equal(Object.values(dead).reduce((a, b) => a + b, 0), 0, `no inbound dead letters: ${JSON.stringify(dead)}`);
+        assert.equal(
+          Object.values(dead).reduce((a, b) => a + b, 0),
+          0,
+          `no inbound dead letters: ${JSON.stringify(dead)}`,
+        );
       } finally {
         await Promise.all([archive.close(), inbound.close()]);
       }
@@ -199,11 +258,22 @@ describe('poller: guarantees', () => {
     // Slow pages, so the crash lands mid-run.
     api.inject({ on: 'events', channelId: channel, delayMs: 40, times: Infinity });
     const child = spawn(process.execPath, ['--import', 'tsx', 'test/support/poller-process.ts'], {
-      env: { ...process.env, ...h.target.env(), POLL_TEST_PREFIX: h.prefix, TELEPHONY_API_URL: api.url, POLL_CHANNEL_IDS: channel, POLL_LOCK_TTL_MS: '1000', POLL_PAGE_SIZE: '50' },
+      env: {
+        ...process.env,
+        ...h.target.env(),
+        POLL_TEST_PREFIX: h.prefix,
+        TELEPHONY_API_URL: api.url,
+        POLL_CHANNEL_IDS: channel,
+        POLL_LOCK_TTL_MS: '1000',
+        POLL_PAGE_SIZE: '50',
+      },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     try {
-      await waitFor(async () => (await h.inbound.length()) >= 300, { timeoutMs: 20_000, what: 'the child to queue 300 events' });
+      await waitFor(async () => (await h.inbound.length()) >= 300, {
+        timeoutMs: 20_000,
+        what: 'the child to queue 300 events',
+      });
       child.kill('SIGKILL');
       await new Promise((r) => child.once('exit', r));
       const killedAt = Date.now();
@@ -215,14 +285,24 @@ describe('poller: guarantees', () => {
       const requestsBefore = api.inboxRequests(channel).length;
 
       let tookOverAt = 0;
-      h.poller(api, { channelIds: [channel], lockTtlMs: 1000 }, { events: { lock: (_c, held) => void (held && !tookOverAt && (tookOverAt = Date.now())) } });
+      h.poller(
+        api,
+        { channelIds: [channel], lockTtlMs: 1000 },
+        { events: { lock: (_c, held) => void (held && !tookOverAt && (tookOverAt = Date.now())) } },
+      );
       await waitFor(() => tookOverAt > 0, { timeoutMs: 5000, what: 'takeover' });
       assert.ok(tookOverAt - killedAt <= 1000 + 334 + 500, `taken over after ${tookOverAt - killedAt} ms`);
       // The lock is taken just before the first request: wait for that request to arrive.
-      const firstAfter = await waitFor(() => api.inboxRequests(channel)[requestsBefore], { timeoutMs: 5000, what: 'the first request after the takeover' });
+      const firstAfter = await waitFor(() => api.inboxRequests(channel)[requestsBefore], {
+        timeoutMs: 5000,
+        what: 'the first request after the takeover',
+      });
       assert.equal(firstAfter.query.position, stored, 'resumed from the stored position');
 
-      await waitFor(async () => new Set(await h.inboundKeys()).size >= 1000, { timeoutMs: 30_000, what: 'all 1000 events' });
+      await waitFor(async () => new Set(await h.inboundKeys()).size >= 1000, {
+        timeoutMs: 30_000,
+        what: 'all 1000 events',
+      });
       await new Promise((r) => setTimeout(r, 300));
       const keys = await h.inboundKeys();
       assert.equal(keys.length, 1000, 'no event queued twice (a page re-read after the crash is deduplicated)');
@@ -257,16 +337,25 @@ describe('poller: guarantees', () => {
       const [active, standby] = a.pollers[0]!.holdsLock ? [a, b] : [b, a];
       assert.equal(standby.pollers[0]!.state, 'standby');
       await active.close();
-      await waitFor(async () => new Set(await h.inboundKeys()).size >= 1000, { timeoutMs: 30_000, what: 'all 1000 events' });
+      await waitFor(async () => new Set(await h.inboundKeys()).size >= 1000, {
+        timeoutMs: 30_000,
+        what: 'all 1000 events',
+      });
       await new Promise((r) => setTimeout(r, 300));
       const keys = await h.inboundKeys();
       assert.equal(keys.length, 1000);
       assert.deepEqual(keys.sort(), allKeys(1000, channel));
       assert.equal(overlap, false, 'never two lock holders at once');
-      const nonEmpty = api.inboxRequests(channel).filter((r) => (r.eventsServed ?? 0) > 0).map((r) => r.query.position ?? '');
+      const nonEmpty = api
+        .inboxRequests(channel)
+        .filter((r) => (r.eventsServed ?? 0) > 0)
+        .map((r) => r.query.position ?? '');
       // At most the page in flight at the handover is read again (the stopped poller abandons a read
       // it has not queued; its position was never stored), and its events are deduplicated above.
-      assert.ok(nonEmpty.length - new Set(nonEmpty).size <= 1, `pages read twice: ${nonEmpty.length - new Set(nonEmpty).size}`);
+      assert.ok(
+        nonEmpty.length - new Set(nonEmpty).size <= 1,
+        `pages read twice: ${nonEmpty.length - new Set(nonEmpty).size}`,
+      );
     } finally {
       api.clearFaults();
       await h.close();
@@ -285,35 +374,62 @@ describe('poller: failures', () => {
     const h = await Harness.open({ name: 'poll-faults' });
     const channel = 'faults';
     const list: unknown[] = events(120, 0, channel);
-    list.splice(10, 0, { eventId: 'bad-1', type: 'CALL', call: { direction: 'INCOMING', startedAt: '2025-01-01T00:00:00Z' } });
+    list.splice(10, 0, {
+      eventId: 'bad-1',
+      type: 'CALL',
+      call: { direction: 'INCOMING', startedAt: '2025-01-01T00:00:00Z' },
+    });
     list.splice(60, 0, 'not an object');
-    list.splice(90, 0, { eventId: 'bad-3', type: 'CALL', call: { callSid: 'x', direction: 'SIDEWAYS', startedAt: '2025-01-01T00:00:00Z' } });
+    list.splice(90, 0, {
+      eventId: 'bad-3',
+      type: 'CALL',
+      call: { callSid: 'x', direction: 'SIDEWAYS', startedAt: '2025-01-01T00:00:00Z' },
+    });
     list.push({ eventId: 'sms-1', type: 'SMS' });
     api.addEvents(channel, list);
     api.inject({ on: 'events', channelId: channel, status: 429, retryAfter: '1', times: 1 });
     api.inject({ on: 'events', channelId: channel, status: 500, times: 8 });
     const failures: string[] = [];
     try {
-      h.poller(api, { channelIds: [channel], maxBackoffMs: 400 }, { events: { failed: (_c, err) => failures.push(err.message) }, client: { retries: 2 } });
-      await waitFor(async () => new Set(await h.inboundKeys()).size >= 120, { timeoutMs: 30_000, what: '120 valid events' });
+      h.poller(
+        api,
+        { channelIds: [channel], maxBackoffMs: 400 },
+        { events: { failed: (_c, err) => failures.push(err.message) }, client: { retries: 2 } },
+      );
+      await waitFor(async () => new Set(await h.inboundKeys()).size >= 120, {
+        timeoutMs: 30_000,
+        what: '120 valid events',
+      });
       assert.deepEqual((await h.inboundKeys()).sort(), allKeys(120, channel));
-      assert.ok(failures.some((m) => /answered 500/.test(m)), 'the 5xx burst outlasted the client retries and the poller backed off');
+      assert.ok(
+        failures.some((m) => /answered 500/.test(m)),
+        'the 5xx burst outlasted the client retries and the poller backed off',
+      );
       const status = api.inboxRequests(channel).map((r) => r.status);
       assert.equal(status.filter((s) => s === 429).length, 1);
       assert.equal(status.filter((s) => s === 500).length, 8);
 
-      const deadLetters = new Queue<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, { connection: h.producer, prefix: h.keys.queuePrefix(POLL_DEAD_LETTER_QUEUE) });
+      const deadLetters = new Queue<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, {
+        connection: h.producer,
+        prefix: h.keys.queuePrefix(POLL_DEAD_LETTER_QUEUE),
+      });
       try {
-        const failed = await waitFor(async () => {
-          const jobs = await deadLetters.getFailed();
-          return jobs.length === 3 ? jobs : null;
-        }, { what: 'three dead letters' });
+        const failed = await waitFor(
+          async () => {
+            const jobs = await deadLetters.getFailed();
+            return jobs.length === 3 ? jobs : null;
+          },
+          { what: 'three dead letters' },
+        );
         const reasons = failed.map((j) => j.failedReason).sort();
         assert.match(reasons[0] ?? '', /channel faults: ChannelEvent \(no eventId\): expected an object, got string/);
         assert.match(reasons[1] ?? '', /ChannelEvent bad-1: call\.callSid: required field missing/);
         assert.match(reasons[2] ?? '', /ChannelEvent bad-3: call\.direction/);
         assert.ok(failed.every((j) => j.data.channelId === channel));
-        assert.ok(failed.some((j) => j.data.event === 'not an object'), 'the event is kept verbatim');
+        assert.ok(
+          failed.some((j) => j.data.event === 'not an object'),
+          'the event is kept verbatim',
+        );
       } finally {
         await deadLetters.close();
       }
@@ -331,12 +447,18 @@ describe('poller: failures', () => {
     const stopped: string[] = [];
     try {
       // Two processes: whichever takes the lock first meets the 401 and stops; the other stands by.
-      const events = () => ({ events: combineEvents<PollerEvents>(pollerMetrics(), { stopped: (_c, r) => stopped.push(r) }) });
+      const events = () => ({
+        events: combineEvents<PollerEvents>(pollerMetrics(), { stopped: (_c, r) => stopped.push(r) }),
+      });
       const first = h.poller(api, { channelIds: [channel], lockTtlMs: 600 }, events());
       const second = h.poller(api, { channelIds: [channel], lockTtlMs: 600 }, events());
       await waitFor(() => stopped.length > 0, { what: 'the stop' });
       await new Promise((r) => setTimeout(r, 1500));
-      assert.equal(api.inboxRequests(channel).length, 1, 'one request, not a retry loop, and the other process does not take over');
+      assert.equal(
+        api.inboxRequests(channel).length,
+        1,
+        'one request, not a retry loop, and the other process does not take over',
+      );
       assert.equal(stopped.length, 1, 'one process stopped');
       assert.deepEqual([first.pollers[0]!.state, second.pollers[0]!.state].sort(), ['standby', 'stopped']);
       assert.match(stopped[0]!, /answered 401: Unauthorized: token revoked/);
@@ -360,9 +482,15 @@ describe('poller: failures', () => {
       h.poller(api, { channelIds: [channel], intervalMs: 300 });
       // Polled again and again, never more often than the interval (a loaded machine may poll later,
       // so only the lower bound of the gap is asserted).
-      const polls = await waitFor(() => (api.inboxRequests(channel).length >= 3 ? api.inboxRequests(channel) : null), { timeoutMs: 10_000, what: 'three polls' });
+      const polls = await waitFor(() => (api.inboxRequests(channel).length >= 3 ? api.inboxRequests(channel) : null), {
+        timeoutMs: 10_000,
+        what: 'three polls',
+      });
       const gaps = polls.slice(1).map((r, i) => r.at - polls[i]!.at);
-      assert.ok(gaps.every((g) => g >= 250), `gaps between polls of an empty inbox: ${gaps.join(', ')} ms (interval 300 ms)`);
+      assert.ok(
+        gaps.every((g) => g >= 250),
+        `gaps between polls of an empty inbox: ${gaps.join(', ')} ms (interval 300 ms)`,
+      );
       assert.ok(await h.producer.get(cursorKey(h.keys, channel)), 'the position of an empty inbox is stored too');
       api.addEvents(channel, events(3, 0, channel));
       await waitFor(async () => (await h.inbound.length()) === 3, { timeoutMs: 2000, what: 'the new events' });
@@ -375,8 +503,21 @@ describe('poller: failures', () => {
 describe('poller settings', () => {
   it('reads POLL_* with defaults and reports bad values, as a section of the one configuration', async () => {
     const { loadConfig } = await import('../src/config/index.js');
-    const base = { ARCHIVE_DIR: '/tmp/callsync-poll-config', TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_ACCESS_TOKEN: 'at' };
-    assert.deepEqual(loadConfig({ ...base, POLL_CHANNEL_IDS: ' a, b ,,a' }).poll, { channelIds: ['a', 'b'], intervalMs: 5000, pageSize: 100, maxBackoffMs: 300_000, lockTtlMs: 30_000 });
-    assert.throws(() => loadConfig({ ...base, POLL_INTERVAL_MS: 'soon', POLL_PAGE_SIZE: '0' }), /Invalid configuration:[\s\S]*POLL_INTERVAL_MS: expected a whole number >= 10[\s\S]*POLL_PAGE_SIZE/);
+    const base = {
+      ARCHIVE_DIR: '/tmp/callsync-poll-config',
+      TELEPHONY_API_URL: 'https://api.example.com/v2',
+      TELEPHONY_ACCESS_TOKEN: 'at',
+    };
+    assert.deepEqual(loadConfig({ ...base, POLL_CHANNEL_IDS: ' a, b ,,a' }).poll, {
+      channelIds: ['a', 'b'],
+      intervalMs: 5000,
+      pageSize: 100,
+      maxBackoffMs: 300_000,
+      lockTtlMs: 30_000,
+    });
+    assert.throws(
+      () => loadConfig({ ...base, POLL_INTERVAL_MS: 'soon', POLL_PAGE_SIZE: '0' }),
+      /Invalid configuration:[\s\S]*POLL_INTERVAL_MS: expected a whole number >= 10[\s\S]*POLL_PAGE_SIZE/,
+    );
   });
 });

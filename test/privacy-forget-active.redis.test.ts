@@ -27,8 +27,14 @@ describe('forget and an active job of the number', () => {
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'forget-active-'));
     const configPath = join(dir, 'callsync.yaml');
-    await writeFile(configPath, `sinks:\n  archive:\n    type: archive\n    dir: ${join(dir, 'archive')}\nroutes:\n  - to: [archive]\n`);
-    cs = await startTestCallsync({ CALLSYNC_CONFIG: configPath, SPOOL_ENABLED: 'false' }, { sinks: new Map([['archive', sink]]) });
+    await writeFile(
+      configPath,
+      `sinks:\n  archive:\n    type: archive\n    dir: ${join(dir, 'archive')}\nroutes:\n  - to: [archive]\n`,
+    );
+    cs = await startTestCallsync(
+      { CALLSYNC_CONFIG: configPath, SPOOL_ENABLED: 'false' },
+      { sinks: new Map([['archive', sink]]) },
+    );
     queue = new Queue(sinkQueueName('archive'), { connection: cs.redis.worker, prefix: cs.prefix });
   });
   after(async () => {
@@ -38,15 +44,29 @@ describe('forget and an active job of the number', () => {
   });
 
   async function active(callId: string): Promise<string> {
-    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(callId, (p) => (p.call.from = A)))).status, 202);
+    assert.equal(
+      (
+        await postJson(
+          `${cs.url}/webhooks/ai-agent/agent-1`,
+          webhookPayload(callId, (p) => (p.call.from = A)),
+        )
+      ).status,
+      202,
+    );
     const id = callHash(callKey('ai-agent', 'agent-1', callId));
-    await waitFor(async () => (await (await queue.getJob(id))?.isActive()) || null, { what: `${callId} being delivered` });
+    await waitFor(async () => (await (await queue.getJob(id))?.isActive()) || null, {
+      what: `${callId} being delivered`,
+    });
     return id;
   }
 
   test('forget waits for the active job, then removes it', async () => {
     const id = await active('slow-a1');
-    const receipt = await forget(cs.config, cs.redis.worker, pino({ level: 'silent' }), { target: parseTarget(A, 'DE'), dryRun: false, crm: false });
+    const receipt = await forget(cs.config, cs.redis.worker, pino({ level: 'silent' }), {
+      target: parseTarget(A, 'DE'),
+      dryRun: false,
+      crm: false,
+    });
     assert.ok(sink.delivered.includes('slow-a1'), 'the delivery finished first');
     assert.equal(await queue.getJob(id), undefined, 'then the job went');
     assert.equal(receipt.stores['jobs (active)'], 1, JSON.stringify(receipt.stores));
@@ -55,11 +75,22 @@ describe('forget and an active job of the number', () => {
   test('an active job that does not finish in time: ForgetIncompleteError, and a second run completes', async () => {
     const id = await active('slow-a2');
     await assert.rejects(
-      forget(cs.config, cs.redis.worker, pino({ level: 'silent' }), { target: parseTarget(A, 'DE'), dryRun: false, crm: false, activeWaitMs: 200 }),
+      forget(cs.config, cs.redis.worker, pino({ level: 'silent' }), {
+        target: parseTarget(A, 'DE'),
+        dryRun: false,
+        crm: false,
+        activeWaitMs: 200,
+      }),
       (err: unknown) => err instanceof ForgetIncompleteError && /still active/.test(err.message),
     );
-    await waitFor(async () => (await (await queue.getJob(id))?.isCompleted()) || null, { what: 'the delivery finished' });
-    const again = await forget(cs.config, cs.redis.worker, pino({ level: 'silent' }), { target: parseTarget(A, 'DE'), dryRun: false, crm: false });
+    await waitFor(async () => (await (await queue.getJob(id))?.isCompleted()) || null, {
+      what: 'the delivery finished',
+    });
+    const again = await forget(cs.config, cs.redis.worker, pino({ level: 'silent' }), {
+      target: parseTarget(A, 'DE'),
+      dryRun: false,
+      crm: false,
+    });
     assert.equal(again.calls, 1);
     assert.equal(await queue.getJob(id), undefined);
   });

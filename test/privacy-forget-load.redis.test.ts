@@ -38,7 +38,8 @@ describe('forget while calls flow', () => {
     const key = `${uniquePrefix('stream')}:inbound-log`;
     try {
       const ids: string[] = [];
-      for (let i = 0; i < 6; i++) ids.push((await conn.xadd(key, '*', 'call', `payload-${i}-${i === 1 ? 'SECRET-NUMBER' : 'other'}`))!);
+      for (let i = 0; i < 6; i++)
+        ids.push((await conn.xadd(key, '*', 'call', `payload-${i}-${i === 1 ? 'SECRET-NUMBER' : 'other'}`))!);
       await conn.xgroup('CREATE', key, 'fanout', '0');
       // Consumer x took 0..2 (pending), y took 3 and acknowledged it; 4 and 5 were never delivered.
       await conn.xreadgroup('GROUP', 'fanout', 'x', 'COUNT', 3, 'STREAMS', key, '>');
@@ -49,15 +50,39 @@ describe('forget while calls flow', () => {
       await conn.xadd(key, '*', 'call', 'payload-6-SECRET-NUMBER');
       const six = (await conn.xrevrange(key, '+', '-', 'COUNT', 1))[0]![0];
       await conn.xdel(key, six);
-      assert.ok((await conn.dumpBuffer(key))!.toString('latin1').includes('SECRET-NUMBER'), 'XDEL leaves the fields in DUMP');
+      assert.ok(
+        (await conn.dumpBuffer(key))!.toString('latin1').includes('SECRET-NUMBER'),
+        'XDEL leaves the fields in DUMP',
+      );
 
       assert.equal(await eraseStreamEntries(conn, key, [ids[1]!]), 1);
-      assert.ok(!(await conn.dumpBuffer(key))!.toString('latin1').includes('SECRET-NUMBER'), 'after the rewrite DUMP holds none of them');
-      assert.deepEqual((await conn.xrange(key, '-', '+')).map(([id]) => id), [ids[0], ids[2], ids[4], ids[5]], 'the other entries keep their ids');
+      assert.ok(
+        !(await conn.dumpBuffer(key))!.toString('latin1').includes('SECRET-NUMBER'),
+        'after the rewrite DUMP holds none of them',
+      );
+      assert.deepEqual(
+        (await conn.xrange(key, '-', '+')).map(([id]) => id),
+        [ids[0], ids[2], ids[4], ids[5]],
+        'the other entries keep their ids',
+      );
       const pending = (await conn.xpending(key, 'fanout', '-', '+', 10)) as [string, string, number, number][];
-      assert.deepEqual(pending.map(([id, consumer]) => [id, consumer]), [[ids[0], 'x'], [ids[2], 'x']], 'pending entries back with their consumer');
-      const next = (await conn.xreadgroup('GROUP', 'fanout', 'z', 'COUNT', 10, 'STREAMS', key, '>')) as [string, [string, string[]][]][];
-      assert.deepEqual(next[0]![1].map(([id]) => id), [ids[4], ids[5]], 'the group goes on where it was: only the undelivered entries are new');
+      assert.deepEqual(
+        pending.map(([id, consumer]) => [id, consumer]),
+        [
+          [ids[0], 'x'],
+          [ids[2], 'x'],
+        ],
+        'pending entries back with their consumer',
+      );
+      const next = (await conn.xreadgroup('GROUP', 'fanout', 'z', 'COUNT', 10, 'STREAMS', key, '>')) as [
+        string,
+        [string, string[]][],
+      ][];
+      assert.deepEqual(
+        next[0]![1].map(([id]) => id),
+        [ids[4], ids[5]],
+        'the group goes on where it was: only the undelivered entries are new',
+      );
       const added = await conn.xadd(key, '*', 'call', 'later');
       assert.ok(added! > six, 'new ids stay above every id the stream gave before');
     } finally {
@@ -76,8 +101,17 @@ describe('forget while calls flow', () => {
     before(async () => {
       dir = await mkdtemp(join(tmpdir(), 'forget-load-'));
       const configPath = join(dir, 'callsync.yaml');
-      await writeFile(configPath, `sinks:\n  local:\n    type: archive\n    dir: ${join(dir, 'archive')}\nroutes:\n  - to: [local]\n`);
-      env = testEnv(prefix, { ...target.env(), CALLSYNC_CONFIG: configPath, SPOOL_ENABLED: 'false', PRIVACY_HMAC_SECRET: 'load-secret', SPOOL_DIR: join(dir, 'spool') });
+      await writeFile(
+        configPath,
+        `sinks:\n  local:\n    type: archive\n    dir: ${join(dir, 'archive')}\nroutes:\n  - to: [local]\n`,
+      );
+      env = testEnv(prefix, {
+        ...target.env(),
+        CALLSYNC_CONFIG: configPath,
+        SPOOL_ENABLED: 'false',
+        PRIVACY_HMAC_SECRET: 'load-secret',
+        SPOOL_DIR: join(dir, 'spool'),
+      });
       cs = await startTestCallsync({ ...env, CALLSYNC_ROLE: 'ingress' });
       worker = await startTestCallsync({ ...env, CALLSYNC_ROLE: 'worker' });
     });
@@ -96,16 +130,24 @@ describe('forget while calls flow', () => {
         );
       // A's calls before the load.
       for (let i = 0; i < 5; i++) assert.equal((await post(`a-${i}`, A)).status, 202);
-      const queue = new Queue(sinkQueueName('local'), { connection: conn, prefix: target.keys(prefix).queuePrefix(sinkQueueName('local')) });
+      const queue = new Queue(sinkQueueName('local'), {
+        connection: conn,
+        prefix: target.keys(prefix).queuePrefix(sinkQueueName('local')),
+      });
       try {
-        await waitFor(async () => (await queue.getJobCounts('completed')).completed === 5, { what: "A's calls archived", timeoutMs: 30_000 });
+        await waitFor(async () => (await queue.getJobCounts('completed')).completed === 5, {
+          what: "A's calls archived",
+          timeoutMs: 30_000,
+        });
         const config = loadConfig(env);
         const log = pino({ level: 'silent' });
-        const who = parseTarget(A, "DE");
+        const who = parseTarget(A, 'DE');
 
         // The load: other numbers (A's calls among them), 20 requests at a time, while forget runs.
         const others: string[] = [];
-        const ids = Array.from({ length: LOAD + A_AMONG }, (_, i) => (i % Math.floor(LOAD / A_AMONG) === 7 && i / Math.floor(LOAD / A_AMONG) < A_AMONG ? `a-load-${i}` : `o-${i}`));
+        const ids = Array.from({ length: LOAD + A_AMONG }, (_, i) =>
+          i % Math.floor(LOAD / A_AMONG) === 7 && i / Math.floor(LOAD / A_AMONG) < A_AMONG ? `a-load-${i}` : `o-${i}`,
+        );
         const started = Date.now();
         let next = 0;
         const sender = async () => {
@@ -128,7 +170,10 @@ describe('forget while calls flow', () => {
         const during = await forget(config, conn, log, { target: who, dryRun: false, crm: false });
         const atEnd = next;
         assert.ok(atStart < ids.length, 'forget started before the load ended');
-        assert.ok((during.stores['inbound log'] ?? 0) > 0, `forget erased A's calls from the inbound log: ${JSON.stringify(during.stores)}`);
+        assert.ok(
+          (during.stores['inbound log'] ?? 0) > 0,
+          `forget erased A's calls from the inbound log: ${JSON.stringify(during.stores)}`,
+        );
         worker = await startTestCallsync({ ...env, CALLSYNC_ROLE: 'worker' });
         await load;
         const sent = Date.now() - started;
@@ -137,7 +182,9 @@ describe('forget while calls flow', () => {
         // Every other call reached the archive: none lost.
         await waitFor(
           async () => {
-            const names = (await readdir(join(dir, 'archive'), { recursive: true })).filter((n) => n.endsWith('.vcon.json'));
+            const names = (await readdir(join(dir, 'archive'), { recursive: true })).filter((n) =>
+              n.endsWith('.vcon.json'),
+            );
             return others.every((id) => names.some((n) => n.includes(`/${id}-`))) || null;
           },
           { what: `all ${others.length} other calls archived`, timeoutMs: 120_000, intervalMs: 500 },
@@ -147,17 +194,22 @@ describe('forget while calls flow', () => {
         assert.equal(others.length, LOAD);
 
         // After the load, once more: nothing of A is left in Redis or the archive.
-        await waitFor(async () => (await new InboundLog(conn, target.keys(prefix)).length()) === 0 || null, { what: 'the log drained' });
+        await waitFor(async () => (await new InboundLog(conn, target.keys(prefix)).length()) === 0 || null, {
+          what: 'the log drained',
+        });
         await forget(config, conn, log, { target: who, dryRun: false, crm: false });
         const left: string[] = [];
         for (const keys of (await target.keysByNode(prefix)).values()) {
-          for (const key of keys) if ((await conn.dumpBuffer(key))?.toString('latin1').includes(A.slice(1))) left.push(key);
+          for (const key of keys)
+            if ((await conn.dumpBuffer(key))?.toString('latin1').includes(A.slice(1))) left.push(key);
         }
         assert.deepEqual(left, [], 'no key holds A');
         const files = (await readdir(join(dir, 'archive'), { recursive: true })).filter((n) => n.includes('/a-'));
         assert.deepEqual(files, [], "no archive object of A's calls");
         // Measured, not asserted (no timing asserts in tests): how long the load took here.
-        process.stdout.write(`# ${LOAD + A_AMONG} calls sent in ${sent} ms ; forget ran from call ${atStart} to call ${atEnd}\n`);
+        process.stdout.write(
+          `# ${LOAD + A_AMONG} calls sent in ${sent} ms ; forget ran from call ${atStart} to call ${atEnd}\n`,
+        );
       } finally {
         await queue.close();
       }

@@ -45,7 +45,10 @@ const B_SENTENCE = 'The parcel for Mrs Oakridge arrived broken.';
 const AGENT = 'agent-1';
 const QUEUES = ['archive', 'local', 'hubspot', 'pipedrive', 'hooks.ok', 'hooks.broken', 'sms', 'mail'];
 
-function call(callId: string, options: { from?: string; to?: string; direction?: 'in' | 'out'; sentence: string }): Record<string, any> {
+function call(
+  callId: string,
+  options: { from?: string; to?: string; direction?: 'in' | 'out'; sentence: string },
+): Record<string, any> {
   return webhookPayload(callId, (p) => {
     if (options.from) p.call.from = options.from;
     if (options.to) p.call.to = options.to;
@@ -68,7 +71,15 @@ const C_CALLS = [call('fc-1', { from: C, sentence: 'Just checking the opening ho
 function numberForms(e164: string): string[] {
   const p = parsePhoneNumberFromString(e164)!;
   const digits = `${p.countryCallingCode}${p.nationalNumber}`;
-  return [p.number, `00${digits}`, digits, p.formatNational(), p.formatNational().replace(/\D/g, ''), p.formatInternational(), String(p.nationalNumber)];
+  return [
+    p.number,
+    `00${digits}`,
+    digits,
+    p.formatNational(),
+    p.formatNational().replace(/\D/g, ''),
+    p.formatInternational(),
+    String(p.nationalNumber),
+  ];
 }
 
 /** Where `needle` occurs in `haystack`, for the message. */
@@ -172,7 +183,17 @@ routes:
 
   after(async () => {
     await cs?.stop();
-    await Promise.all([redis?.destroy(), spoolRedis?.destroy(), s3?.destroy(), hubspot?.stop(), pipedrive?.stop(), receiver?.stop(), refuser?.stop(), api?.close(), smtp?.close()]);
+    await Promise.all([
+      redis?.destroy(),
+      spoolRedis?.destroy(),
+      s3?.destroy(),
+      hubspot?.stop(),
+      pipedrive?.stop(),
+      receiver?.stop(),
+      refuser?.stop(),
+      api?.close(),
+      smtp?.close(),
+    ]);
     await rm(dir, { recursive: true, force: true });
   });
 
@@ -227,7 +248,8 @@ routes:
   test('forget A: every store searched, nothing of A found; B and C intact', async () => {
     // 1. Every call through every sink.
     const all = [...A_CALLS, ...B_CALLS, ...C_CALLS];
-    for (const payload of all) assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/${AGENT}`, payload)).status, 202);
+    for (const payload of all)
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/${AGENT}`, payload)).status, 202);
     const queues = QUEUES.map((q) => {
       const [sink, endpoint] = q.split('.');
       return new Queue(sinkQueueName(sink!, endpoint), { connection: cs.redis.worker, prefix });
@@ -245,14 +267,25 @@ routes:
     } finally {
       await Promise.all(queues.map((q) => q.close()));
     }
-    assert.ok(api.sms.some((s) => s.recipient === A), 'A got an SMS');
+    assert.ok(
+      api.sms.some((s) => s.recipient === A),
+      'A got an SMS',
+    );
     assert.ok(hubspot.calls.size >= all.length && pipedrive.callLogs.length >= all.length, 'both CRMs have every call');
 
     // 2. Two calls wait in the spool of an ingress whose Redis went away (and that then stopped).
-    const spooler = await startTestCallsync({ ...env, REDIS_URL: spoolRedis.url, CALLSYNC_ROLE: 'ingress', SPOOL_ENABLED: 'true' });
+    const spooler = await startTestCallsync({
+      ...env,
+      REDIS_URL: spoolRedis.url,
+      CALLSYNC_ROLE: 'ingress',
+      SPOOL_ENABLED: 'true',
+    });
     try {
       await spoolRedis.stop();
-      for (const payload of [call('fa-spooled', { from: A, sentence: A_SENTENCE }), call('fb-spooled', { from: B, sentence: B_SENTENCE })]) {
+      for (const payload of [
+        call('fa-spooled', { from: A, sentence: A_SENTENCE }),
+        call('fb-spooled', { from: B, sentence: B_SENTENCE }),
+      ]) {
         const res = await postJson(`${spooler.url}/webhooks/ai-agent/${AGENT}`, payload);
         assert.equal(res.body.spooled, true, JSON.stringify(res.body));
       }
@@ -266,9 +299,29 @@ routes:
     // 3. An entry of each of A and B parked (kept neither as sink jobs nor as a dead letter).
     const parking = new Redis(redis.url);
     try {
-      for (const [id, payload] of [['fa-parked', call('fa-parked', { from: A, sentence: A_SENTENCE })], ['fb-parked', call('fb-parked', { from: B, sentence: B_SENTENCE })]] as const) {
-        const record = { key: callKey('ai-agent', AGENT, id), callId: id, from: payload.call.from, transcript: { content: payload.assist.transcription.content }, startedAt: '2026-04-08T10:00:00.000Z' };
-        await parking.xadd(`${prefix}:inbound-parked`, '*', 'entry', '0-1', 'reason', 'test', 'id', `${id}-x`, 'call', JSON.stringify(record));
+      for (const [id, payload] of [
+        ['fa-parked', call('fa-parked', { from: A, sentence: A_SENTENCE })],
+        ['fb-parked', call('fb-parked', { from: B, sentence: B_SENTENCE })],
+      ] as const) {
+        const record = {
+          key: callKey('ai-agent', AGENT, id),
+          callId: id,
+          from: payload.call.from,
+          transcript: { content: payload.assist.transcription.content },
+          startedAt: '2026-04-08T10:00:00.000Z',
+        };
+        await parking.xadd(
+          `${prefix}:inbound-parked`,
+          '*',
+          'entry',
+          '0-1',
+          'reason',
+          'test',
+          'id',
+          `${id}-x`,
+          'call',
+          JSON.stringify(record),
+        );
       }
     } finally {
       parking.disconnect();
@@ -278,9 +331,16 @@ routes:
     const seeding = new Redis(redis.url);
     try {
       const key = await storedPrivacyKey(seeding, prefix);
-      for (const [id, number] of [['fa-1', A], ['fb-1', B]] as const) {
+      for (const [id, number] of [
+        ['fa-1', A],
+        ['fb-1', B],
+      ] as const) {
         const marker = `${prefix}:state:sms:sent:${callHash(callKey('ai-agent', AGENT, id))}:`;
-        assert.equal(await seeding.rename(`${marker}${recipientHash(key, number)}`, `${marker}${number}`), 'OK', `the hashed marker of ${id}`);
+        assert.equal(
+          await seeding.rename(`${marker}${recipientHash(key, number)}`, `${marker}${number}`),
+          'OK',
+          `the hashed marker of ${id}`,
+        );
       }
     } finally {
       seeding.disconnect();
@@ -297,7 +357,10 @@ routes:
       const archiveBefore = (await everyArchiveObject()).map((v) => v.text).join('\n');
       assert.ok(archiveBefore.includes(A_SENTENCE), 'A in the archives before');
 
-      assert.ok(redisBefore.includes(`:sent:${callHash(callKey('ai-agent', AGENT, 'fa-1'))}:${A}`), 'a ledger marker names A in clear');
+      assert.ok(
+        redisBefore.includes(`:sent:${callHash(callKey('ai-agent', AGENT, 'fa-1'))}:${A}`),
+        'a ledger marker names A in clear',
+      );
 
       assert.ok(redisBefore.includes(aRedisForms.at(-1)!), "the CRM's contact memory names A by its hash");
       const io = { env, out: (l: string) => cliOutput.push(l), err: (l: string) => cliOutput.push(l) };
@@ -308,18 +371,39 @@ routes:
       // A dry run counts and changes nothing.
       cliOutput.length = 0;
       assert.equal(await runCli(['forget', A, '--dry-run', '--crm', '--json'], io), 0);
-      const dry = JSON.parse(cliOutput.find((l) => l.startsWith('{"target"'))!) as { calls: number; dryRun: boolean; stores: Record<string, number> };
+      const dry = JSON.parse(cliOutput.find((l) => l.startsWith('{"target"'))!) as {
+        calls: number;
+        dryRun: boolean;
+        stores: Record<string, number>;
+      };
       assert.equal(dry.dryRun, true);
       assert.equal(dry.calls, 5);
-      assert.ok((dry.stores['crm records (hubspot)'] ?? 0) > 0 && (dry.stores['archive objects (S3)'] ?? 0) > 0, JSON.stringify(dry.stores));
-      assert.equal((await everyRedisValue(conn)).map((v) => v.text).join('\n').includes(A_SENTENCE), true, 'the dry run erased nothing');
+      assert.ok(
+        (dry.stores['crm records (hubspot)'] ?? 0) > 0 && (dry.stores['archive objects (S3)'] ?? 0) > 0,
+        JSON.stringify(dry.stores),
+      );
+      assert.equal(
+        (await everyRedisValue(conn))
+          .map((v) => v.text)
+          .join('\n')
+          .includes(A_SENTENCE),
+        true,
+        'the dry run erased nothing',
+      );
       assert.equal(hubspot.calls.size, all.length);
 
       // A CRM that refuses the deletion stops forget before anything is erased (exit 1, which sink).
       cliOutput.length = 0;
-      assert.equal(await runCli(['forget', A, '--crm'], { ...io, env: { ...env, HUBSPOT_ACCESS_TOKEN: 'wrong-token' } }), 1);
+      assert.equal(
+        await runCli(['forget', A, '--crm'], { ...io, env: { ...env, HUBSPOT_ACCESS_TOKEN: 'wrong-token' } }),
+        1,
+      );
       assert.match(cliOutput.join('\n'), /--crm: sink "hubspot" could not delete a call record/);
-      assert.ok((await spoolFiles()).some((f) => f.text.includes(A_SENTENCE)) && (await everyArchiveObject()).some((o) => o.text.includes(A_SENTENCE)), 'nothing erased');
+      assert.ok(
+        (await spoolFiles()).some((f) => f.text.includes(A_SENTENCE)) &&
+          (await everyArchiveObject()).some((o) => o.text.includes(A_SENTENCE)),
+        'nothing erased',
+      );
       assert.equal(hubspot.calls.size, all.length);
 
       // 4. Forget A, with the command line, given in national format.
@@ -329,28 +413,76 @@ routes:
 
       // 5. Nothing of A anywhere.
       const leftInRedis = (await everyRedisValue(conn)).filter((v) => hits(v.text, aRedisForms).length > 0);
-      assert.deepEqual(leftInRedis.map((v) => `${v.key}: ${hits(v.text, aRedisForms).join(', ')}`), [], 'no Redis key holds A');
+      assert.deepEqual(
+        leftInRedis.map((v) => `${v.key}: ${hits(v.text, aRedisForms).join(', ')}`),
+        [],
+        'no Redis key holds A',
+      );
       const leftInArchive = (await everyArchiveObject()).filter((v) => hits(v.text, aForms).length > 0);
-      assert.deepEqual(leftInArchive.map((v) => v.key), [], 'no archive object holds A');
+      assert.deepEqual(
+        leftInArchive.map((v) => v.key),
+        [],
+        'no archive object holds A',
+      );
       const leftInSpool = (await spoolFiles()).filter((v) => hits(v.text, aForms).length > 0);
-      assert.deepEqual(leftInSpool.map((v) => v.key), [], 'no spool file holds A');
+      assert.deepEqual(
+        leftInSpool.map((v) => v.key),
+        [],
+        'no spool file holds A',
+      );
       const logs = [...earlierLogs, ...cs.logs, ...spoolLogs].map((l) => JSON.stringify(l)).concat(cliOutput);
       assert.ok(cs.logs.length > 0 && spoolLogs.length > 0, 'logs were captured');
-      assert.deepEqual(logs.filter((l) => hits(l, aForms).length > 0), [], 'no log line holds A');
-      assert.deepEqual([...hubspot.calls.values()].filter((c) => JSON.stringify(c).includes('fa-') || hits(JSON.stringify(c), aForms).length > 0).length, 0, 'HubSpot: no call record of A');
-      assert.deepEqual(pipedrive.callLogs.filter((l) => hits(JSON.stringify(l), aForms).length > 0).length, 0, 'Pipedrive: no call log of A');
+      assert.deepEqual(
+        logs.filter((l) => hits(l, aForms).length > 0),
+        [],
+        'no log line holds A',
+      );
+      assert.deepEqual(
+        [...hubspot.calls.values()].filter(
+          (c) => JSON.stringify(c).includes('fa-') || hits(JSON.stringify(c), aForms).length > 0,
+        ).length,
+        0,
+        'HubSpot: no call record of A',
+      );
+      assert.deepEqual(
+        pipedrive.callLogs.filter((l) => hits(JSON.stringify(l), aForms).length > 0).length,
+        0,
+        'Pipedrive: no call log of A',
+      );
 
       // The receipt: counts per store.
-      const receipt = JSON.parse(cliOutput.find((l) => l.startsWith('{"target"'))!) as { calls: number; stores: Record<string, number> };
+      const receipt = JSON.parse(cliOutput.find((l) => l.startsWith('{"target"'))!) as {
+        calls: number;
+        stores: Record<string, number>;
+      };
       assert.equal(receipt.calls, 5, 'three calls in Redis and the archives, one in the spool, one parked');
-      assert.ok(await new OptOutList(conn, prefix, new PrivacyKey(conn, prefix)).has(A), 'A is still opted out (as a keyed hash)');
+      assert.ok(
+        await new OptOutList(conn, prefix, new PrivacyKey(conn, prefix)).has(A),
+        'A is still opted out (as a keyed hash)',
+      );
       const generated = await storedPrivacyKey(conn, prefix);
       const faMarker = `${prefix}:state:sms:sent:${callHash(callKey('ai-agent', AGENT, 'fa-1'))}:${recipientHash(generated, A)}`;
-      assert.equal(JSON.parse((await conn.get(faMarker)) ?? '{}').state, 'sent', "fa-1's marker in clear is now its keyed hash (never twice still holds)");
-      for (const store of ['opt-out list (kept as keyed hash)', 'spool lines', 'dead letters', 'archive objects (S3)', 'archive objects (folder)', 'crm records (hubspot)', 'crm records (pipedrive)', 'dedupe keys', 'notification ledger (kept as keyed hash)']) {
+      assert.equal(
+        JSON.parse((await conn.get(faMarker)) ?? '{}').state,
+        'sent',
+        "fa-1's marker in clear is now its keyed hash (never twice still holds)",
+      );
+      for (const store of [
+        'opt-out list (kept as keyed hash)',
+        'spool lines',
+        'dead letters',
+        'archive objects (S3)',
+        'archive objects (folder)',
+        'crm records (hubspot)',
+        'crm records (pipedrive)',
+        'dedupe keys',
+        'notification ledger (kept as keyed hash)',
+      ]) {
         assert.ok((receipt.stores[store] ?? 0) > 0, `receipt counts ${store}: ${JSON.stringify(receipt.stores)}`);
       }
-      const audit = cliOutput.map((l) => (l.startsWith('{') ? (JSON.parse(l) as Record<string, unknown>) : null)).find((l) => l?.audit === 'forget');
+      const audit = cliOutput
+        .map((l) => (l.startsWith('{') ? (JSON.parse(l) as Record<string, unknown>) : null))
+        .find((l) => l?.audit === 'forget');
       assert.ok(audit, 'an audit line');
 
       // 6. B and C intact.
@@ -364,27 +496,54 @@ routes:
             const job = await queue.getJob(callHash(callKey('ai-agent', AGENT, id)));
             assert.ok(job, `${q}: the job of ${id} is still there`);
           }
-          for (const id of ['fa-1', 'fa-2', 'fa-3']) assert.equal(await queue.getJob(callHash(callKey('ai-agent', AGENT, id))), undefined, `${q}: no job of ${id}`);
+          for (const id of ['fa-1', 'fa-2', 'fa-3'])
+            assert.equal(
+              await queue.getJob(callHash(callKey('ai-agent', AGENT, id))),
+              undefined,
+              `${q}: no job of ${id}`,
+            );
         } finally {
           await queue.close();
         }
       }
       const archiveAfter = await everyArchiveObject();
       for (const id of ['fb-1', 'fb-2', 'fc-1']) {
-        assert.equal(archiveAfter.filter((o) => o.key.startsWith('s3:') && o.key.includes(`/${id}-`)).length, 3, `S3 keeps ${id}`);
-        assert.equal(archiveAfter.filter((o) => o.key.startsWith('file:') && o.key.includes(`/${id}-`)).length, 3, `the folder keeps ${id}`);
+        assert.equal(
+          archiveAfter.filter((o) => o.key.startsWith('s3:') && o.key.includes(`/${id}-`)).length,
+          3,
+          `S3 keeps ${id}`,
+        );
+        assert.equal(
+          archiveAfter.filter((o) => o.key.startsWith('file:') && o.key.includes(`/${id}-`)).length,
+          3,
+          `the folder keeps ${id}`,
+        );
       }
       const spoolAfter = (await spoolFiles()).map((f) => f.text).join('\n');
       assert.ok(spoolAfter.includes(B_SENTENCE), "B's spooled call is still in the spool");
-      assert.deepEqual((await conn.xrange(`${prefix}:inbound-parked`, '-', '+')).map(([, f]) => f[f.indexOf('id') + 1]), ['fb-parked-x'], "B's parked entry stays");
-      assert.ok(redisAfter.includes(`:sent:${callHash(callKey('ai-agent', AGENT, 'fb-1'))}:${B}`), "B's ledger marker stays as it was");
-      assert.equal([...hubspot.calls.values()].length, B_CALLS.length + C_CALLS.length, 'HubSpot keeps the calls of B and C');
+      assert.deepEqual(
+        (await conn.xrange(`${prefix}:inbound-parked`, '-', '+')).map(([, f]) => f[f.indexOf('id') + 1]),
+        ['fb-parked-x'],
+        "B's parked entry stays",
+      );
+      assert.ok(
+        redisAfter.includes(`:sent:${callHash(callKey('ai-agent', AGENT, 'fb-1'))}:${B}`),
+        "B's ledger marker stays as it was",
+      );
+      assert.equal(
+        [...hubspot.calls.values()].length,
+        B_CALLS.length + C_CALLS.length,
+        'HubSpot keeps the calls of B and C',
+      );
       assert.equal(pipedrive.callLogs.length, B_CALLS.length + C_CALLS.length, 'Pipedrive keeps the calls of B and C');
 
       // 7. Idempotent: again, nothing to erase.
       cliOutput.length = 0;
       assert.equal(await runCli(['forget', A, '--json'], io), 0);
-      const again = JSON.parse(cliOutput.find((l) => l.startsWith('{"target"'))!) as { calls: number; stores: Record<string, number> };
+      const again = JSON.parse(cliOutput.find((l) => l.startsWith('{"target"'))!) as {
+        calls: number;
+        stores: Record<string, number>;
+      };
       assert.deepEqual({ calls: again.calls, stores: again.stores }, { calls: 0, stores: {} });
 
       // One call by its call id: fb-2 goes, fb-1 (the same number) stays.
@@ -410,7 +569,10 @@ routes:
       const sms = new Queue(sinkQueueName('sms'), { connection: conn, prefix });
       try {
         const id = callHash(callKey('ai-agent', AGENT, 'fa-1'));
-        await waitFor(async () => (await sms.getJob(id))?.isCompleted(), { what: 'the resent call at the SMS sink', timeoutMs: 30_000 });
+        await waitFor(async () => (await sms.getJob(id))?.isCompleted(), {
+          what: 'the resent call at the SMS sink',
+          timeoutMs: 30_000,
+        });
         const job = (await sms.getJob(id))!;
         assert.match(String((job.returnvalue as { reason?: string }).reason), /already sent|opted out/);
       } finally {

@@ -34,7 +34,13 @@ describe('sink jobs carry the transcript only where it is read', () => {
   let dir: string;
 
   before(async () => {
-    [hubspot, pipedrive, receiver, api, smtp] = await Promise.all([new FakeHubSpot().start(), new FakePipedrive().start(), new FakeWebhookReceiver(secret).start(), FakeTelephony.start(), TestSmtpServer.start()]);
+    [hubspot, pipedrive, receiver, api, smtp] = await Promise.all([
+      new FakeHubSpot().start(),
+      new FakePipedrive().start(),
+      new FakeWebhookReceiver(secret).start(),
+      FakeTelephony.start(),
+      TestSmtpServer.start(),
+    ]);
     dir = await mkdtemp(join(tmpdir(), 'jobdata-'));
     const configPath = join(dir, 'callsync.yaml');
     await writeFile(
@@ -78,31 +84,58 @@ routes:
     });
     assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, payload)).status, 202);
     const id = callHash(callKey('ai-agent', 'agent-1', 'jd-1'));
-    const queues: [string, string | undefined][] = [['archive', undefined], ['hubspot', undefined], ['pipedrive', undefined], ['hooks', 'r'], ['sms', undefined], ['mail', undefined]];
+    const queues: [string, string | undefined][] = [
+      ['archive', undefined],
+      ['hubspot', undefined],
+      ['pipedrive', undefined],
+      ['hooks', 'r'],
+      ['sms', undefined],
+      ['mail', undefined],
+    ];
     const data = new Map<string, string>();
     for (const [sink, endpoint] of queues) {
-      const queue = new Queue<SinkDeliverJob>(sinkQueueName(sink, endpoint), { connection: cs.redis.worker, prefix: cs.prefix });
+      const queue = new Queue<SinkDeliverJob>(sinkQueueName(sink, endpoint), {
+        connection: cs.redis.worker,
+        prefix: cs.prefix,
+      });
       try {
-        const job = await waitFor(async () => {
-          const j = await queue.getJob(id);
-          return j && (await j.isCompleted()) ? j : null;
-        }, { what: `${sink} delivered`, timeoutMs: 30_000 });
+        const job = await waitFor(
+          async () => {
+            const j = await queue.getJob(id);
+            return j && (await j.isCompleted()) ? j : null;
+          },
+          { what: `${sink} delivered`, timeoutMs: 30_000 },
+        );
         data.set(sink, JSON.stringify(job.data));
       } finally {
         await queue.close();
       }
     }
-    for (const sink of ['archive', 'hooks']) assert.ok(data.get(sink)!.includes(SENTENCE), `${sink} gets the transcript`);
+    for (const sink of ['archive', 'hooks'])
+      assert.ok(data.get(sink)!.includes(SENTENCE), `${sink} gets the transcript`);
     for (const sink of ['hubspot', 'pipedrive', 'sms', 'mail']) {
       assert.ok(!data.get(sink)!.includes(SENTENCE), `${sink}'s job carries no transcript text`);
-      assert.match(data.get(sink)!, /"transcript":\{"content":"","chunks":\[\],"omitted":true\}/, `${sink}'s job says there is one`);
+      assert.match(
+        data.get(sink)!,
+        /"transcript":\{"content":"","chunks":\[\],"omitted":true\}/,
+        `${sink}'s job says there is one`,
+      );
       assert.match(data.get(sink)!, /"raw":null/, `${sink}'s job carries no raw payload`);
     }
     // With PRIVACY_HMAC_SECRET no key names the number: the "never twice" marker and the cooldown hold its keyed hash.
-    assert.ok(api.sms.some((m) => m.recipient === '+491701234567'), 'the SMS went out');
+    assert.ok(
+      api.sms.some((m) => m.recipient === '+491701234567'),
+      'the SMS went out',
+    );
     const keys = await cs.redis.worker.keys(`${cs.prefix}*`);
-    assert.ok(keys.some((k) => /:sent:[0-9a-f]{32}:h1\./.test(k)) && keys.some((k) => /:cooldown:h1\./.test(k)), keys.join('\n'));
-    assert.deepEqual(keys.filter((k) => k.includes('491701234567')), []);
+    assert.ok(
+      keys.some((k) => /:sent:[0-9a-f]{32}:h1\./.test(k)) && keys.some((k) => /:cooldown:h1\./.test(k)),
+      keys.join('\n'),
+    );
+    assert.deepEqual(
+      keys.filter((k) => k.includes('491701234567')),
+      [],
+    );
     // The CRM note still links the archived transcript.
     const [record] = [...hubspot.calls.values()];
     assert.match(String(record!.properties.hs_call_body), /Transcript: transcripts\/2026\/04\/08\/jd-1-/);

@@ -36,7 +36,15 @@ const AGENT = 'agent-1';
 function numberForms(e164: string): string[] {
   const p = parsePhoneNumberFromString(e164)!;
   const digits = `${p.countryCallingCode}${p.nationalNumber}`;
-  return [p.number, `00${digits}`, digits, p.formatNational(), p.formatNational().replace(/\D/g, ''), p.formatInternational(), String(p.nationalNumber)];
+  return [
+    p.number,
+    `00${digits}`,
+    digits,
+    p.formatNational(),
+    p.formatNational().replace(/\D/g, ''),
+    p.formatInternational(),
+    String(p.nationalNumber),
+  ];
 }
 
 function call(callId: string, from: string): Record<string, unknown> {
@@ -69,7 +77,8 @@ async function everyKey(redis: Redis, pattern: string): Promise<{ key: string; t
 }
 
 /** The timeline's index name of a number: HMAC-SHA256 keyed with `key`, hex (the test's own computation). */
-const indexHmac = (key: Buffer | string, number: string) => createHmac('sha256', key).update(number).digest('hex').slice(0, 40);
+const indexHmac = (key: Buffer | string, number: string) =>
+  createHmac('sha256', key).update(number).digest('hex').slice(0, 40);
 
 describe('one privacy key: PRIVACY_HMAC_SECRET, else generated once and kept in Redis', () => {
   let api: FakeTelephony;
@@ -78,10 +87,23 @@ describe('one privacy key: PRIVACY_HMAC_SECRET, else generated once and kept in 
   const running: TestCallsync[] = [];
 
   /** A callsync with one SMS sink (cooldown 12 h) texting the caller of every call, on its own prefix. */
-  async function start(prefix: string, extra: Record<string, string> = {}): Promise<{ cs: TestCallsync; env: Record<string, string> }> {
+  async function start(
+    prefix: string,
+    extra: Record<string, string> = {},
+  ): Promise<{ cs: TestCallsync; env: Record<string, string> }> {
     const configPath = join(dir, `${prefix}.yaml`);
-    await writeFile(configPath, 'sinks:\n  sms:\n    type: sms\n    smsId: s0\n    to: caller\n    cooldown: 12h\n    message: "Thanks for calling."\nroutes:\n  - to: [sms]\n');
-    const env = testEnv(prefix, { REDIS_URL, CALLSYNC_CONFIG: configPath, TELEPHONY_API_URL: api.url, TELEPHONY_TOKEN_ID: 'token-id', TELEPHONY_TOKEN: 'token-secret', ...extra });
+    await writeFile(
+      configPath,
+      'sinks:\n  sms:\n    type: sms\n    smsId: s0\n    to: caller\n    cooldown: 12h\n    message: "Thanks for calling."\nroutes:\n  - to: [sms]\n',
+    );
+    const env = testEnv(prefix, {
+      REDIS_URL,
+      CALLSYNC_CONFIG: configPath,
+      TELEPHONY_API_URL: api.url,
+      TELEPHONY_TOKEN_ID: 'token-id',
+      TELEPHONY_TOKEN: 'token-secret',
+      ...extra,
+    });
     const cs = await startTestCallsync(env);
     running.push(cs);
     return { cs, env };
@@ -93,10 +115,13 @@ describe('one privacy key: PRIVACY_HMAC_SECRET, else generated once and kept in 
     const queue = new Queue(sinkQueueName('sms'), { connection: redis, prefix: cs.prefix });
     try {
       const id = callHash(callKey('ai-agent', AGENT, callId));
-      const job = await waitFor(async () => {
-        const j = await queue.getJob(id);
-        return j && (await j.isCompleted()) ? j : null;
-      }, { what: `the SMS job of ${callId} done`, timeoutMs: 30_000 });
+      const job = await waitFor(
+        async () => {
+          const j = await queue.getJob(id);
+          return j && (await j.isCompleted()) ? j : null;
+        },
+        { what: `the SMS job of ${callId} done`, timeoutMs: 30_000 },
+      );
       return job.returnvalue as { status: string; reason?: string };
     } finally {
       await queue.close();
@@ -119,26 +144,53 @@ describe('one privacy key: PRIVACY_HMAC_SECRET, else generated once and kept in 
     assert.equal(env.PRIVACY_HMAC_SECRET, undefined);
     const done = await deliver(cs, 'pk-1', N);
     assert.equal(done.status, 'done', JSON.stringify(done));
-    assert.ok(api.sms.some((s) => s.recipient === N), 'the SMS went out');
+    assert.ok(
+      api.sms.some((s) => s.recipient === N),
+      'the SMS went out',
+    );
 
     const key = Buffer.from((await redis.get(`${cs.prefix}:privacy-key`)) ?? '', 'base64');
     assert.equal(key.length, PRIVACY_KEY_BYTES, 'a generated key of 32 bytes is kept in Redis');
     const state = `${cs.prefix}:state:sms:`;
     const marker = `${state}sent:${callHash(callKey('ai-agent', AGENT, 'pk-1'))}:${recipientHash(key, N)}`;
-    assert.equal(JSON.parse((await redis.get(marker)) ?? '{}').state, 'sent', 'the "never twice" marker names the number by its keyed hash');
-    assert.ok((await redis.get(`${state}cooldown:${recipientHash(key, N)}`)) !== null, 'the cooldown names the number by its keyed hash');
+    assert.equal(
+      JSON.parse((await redis.get(marker)) ?? '{}').state,
+      'sent',
+      'the "never twice" marker names the number by its keyed hash',
+    );
+    assert.ok(
+      (await redis.get(`${state}cooldown:${recipientHash(key, N)}`)) !== null,
+      'the cooldown names the number by its keyed hash',
+    );
     // The timeline's number index: the same key (the HMAC computed here, not by the product).
     const indexKey = `${cs.prefix}:calls:number:${indexHmac(key, N)}`;
     await waitFor(async () => (await redis.zcard(indexKey)) > 0, { what: 'the number index entry', timeoutMs: 10_000 });
-    assert.equal(await new CallTimeline(redis, redisKeys(cs.config.redis), { ttlDays: 30 }).numberHmac(N), indexHmac(key, N));
+    assert.equal(
+      await new CallTimeline(redis, redisKeys(cs.config.redis), { ttlDays: 30 }).numberHmac(N),
+      indexHmac(key, N),
+    );
     const out: string[] = [];
-    assert.equal(await runCli(['call', N, '--json'], { env, out: (l) => out.push(l), err: (l) => out.push(l) }), 0, out.join('\n'));
-    assert.ok((JSON.parse(out.join('\n')) as { calls: { callId: string }[] }).calls.some((c) => c.callId === 'pk-1'), 'callsync call +49… finds the call');
+    assert.equal(
+      await runCli(['call', N, '--json'], { env, out: (l) => out.push(l), err: (l) => out.push(l) }),
+      0,
+      out.join('\n'),
+    );
+    assert.ok(
+      (JSON.parse(out.join('\n')) as { calls: { callId: string }[] }).calls.some((c) => c.callId === 'pk-1'),
+      'callsync call +49… finds the call',
+    );
 
     // Everything callsync keeps beyond the delivery: the queues' jobs and the inbound log carry the
     // call until it is delivered (and are erased by retention and forget); nothing else may name N.
-    const kept = (await everyKey(redis, `${cs.prefix}:*`)).filter(({ key: k }) => !k.startsWith(`${cs.prefix}:sink-sms:`) && !/:inbound-(log|parked)$/.test(k));
-    assert.ok(kept.some((k) => k.key === marker) && kept.some((k) => k.key.startsWith(`${state}cooldown:`)) && kept.some((k) => k.key === indexKey), 'the search sees the marker, the cooldown and the index');
+    const kept = (await everyKey(redis, `${cs.prefix}:*`)).filter(
+      ({ key: k }) => !k.startsWith(`${cs.prefix}:sink-sms:`) && !/:inbound-(log|parked)$/.test(k),
+    );
+    assert.ok(
+      kept.some((k) => k.key === marker) &&
+        kept.some((k) => k.key.startsWith(`${state}cooldown:`)) &&
+        kept.some((k) => k.key === indexKey),
+      'the search sees the marker, the cooldown and the index',
+    );
     const forms = numberForms(N);
     const found = kept.flatMap(({ key: k, text }) => forms.filter((f) => text.includes(f)).map((f) => `${k}: ${f}`));
     assert.deepEqual(found, [], 'no key or value holds the number');
@@ -147,7 +199,12 @@ describe('one privacy key: PRIVACY_HMAC_SECRET, else generated once and kept in 
   test('a "never twice" marker an earlier version wrote in clear is still honoured', async () => {
     const { cs } = await start(uniquePrefix('pkey-legacy'));
     const sent = api.sms.length;
-    await redis.set(`${cs.prefix}:state:sms:sent:${callHash(callKey('ai-agent', AGENT, 'pk-old'))}:${LEGACY}`, JSON.stringify({ state: 'sent', at: new Date().toISOString(), ref: 'sms-earlier' }), 'PX', 3_600_000);
+    await redis.set(
+      `${cs.prefix}:state:sms:sent:${callHash(callKey('ai-agent', AGENT, 'pk-old'))}:${LEGACY}`,
+      JSON.stringify({ state: 'sent', at: new Date().toISOString(), ref: 'sms-earlier' }),
+      'PX',
+      3_600_000,
+    );
     const result = await deliver(cs, 'pk-old', LEGACY);
     assert.equal(result.status, 'skipped');
     assert.match(result.reason ?? '', /already sent/);
@@ -159,9 +216,17 @@ describe('one privacy key: PRIVACY_HMAC_SECRET, else generated once and kept in 
     const { cs } = await start(uniquePrefix('pkey-set'), { PRIVACY_HMAC_SECRET: secret });
     assert.equal((await deliver(cs, 'pk-set', N)).status, 'done');
     const state = `${cs.prefix}:state:sms:`;
-    assert.ok((await redis.get(`${state}sent:${callHash(callKey('ai-agent', AGENT, 'pk-set'))}:${recipientHash(secret, N)}`)) !== null, 'the marker');
+    assert.ok(
+      (await redis.get(
+        `${state}sent:${callHash(callKey('ai-agent', AGENT, 'pk-set'))}:${recipientHash(secret, N)}`,
+      )) !== null,
+      'the marker',
+    );
     assert.ok((await redis.get(`${state}cooldown:${recipientHash(secret, N)}`)) !== null, 'the cooldown');
-    await waitFor(async () => (await redis.zcard(`${cs.prefix}:calls:number:${indexHmac(secret, N)}`)) > 0, { what: 'the number index keyed with the secret', timeoutMs: 10_000 });
+    await waitFor(async () => (await redis.zcard(`${cs.prefix}:calls:number:${indexHmac(secret, N)}`)) > 0, {
+      what: 'the number index keyed with the secret',
+      timeoutMs: 10_000,
+    });
     assert.equal(await redis.exists(`${cs.prefix}:privacy-key`), 0);
   });
 
@@ -169,7 +234,11 @@ describe('one privacy key: PRIVACY_HMAC_SECRET, else generated once and kept in 
     const prefix = uniquePrefix('pkey-race');
     const module = pathToFileURL(join(import.meta.dirname, '..', 'queues', 'privacy-key.ts')).href;
     const script = `import { Redis } from 'ioredis'; const { storedPrivacyKey } = await import(${JSON.stringify(module)}); const r = new Redis(${JSON.stringify(REDIS_URL)}); const k = await storedPrivacyKey(r, ${JSON.stringify(prefix)}); process.stdout.write(k.toString('base64')); r.disconnect();`;
-    const run = () => promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: join(import.meta.dirname, '..'), timeout: 60_000 });
+    const run = () =>
+      promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+        cwd: join(import.meta.dirname, '..'),
+        timeout: 60_000,
+      });
     try {
       const [a, b] = await Promise.all([run(), run()]);
       assert.equal(Buffer.from(a.stdout, 'base64').length, PRIVACY_KEY_BYTES);

@@ -44,7 +44,10 @@ describe('retention per store', () => {
     refuser.answer = () => ({ status: 422, body: { message: 'refused' } });
     dir = await mkdtemp(join(tmpdir(), 'retention-'));
     const configPath = join(dir, 'callsync.yaml');
-    await writeFile(configPath, `sinks:\n  local:\n    type: archive\n    dir: ${join(dir, 'archive')}\n  hooks:\n    type: webhook\n    endpoints: [{ name: broken, url: "${refuser.url}" }]\nroutes:\n  - to: [local, hooks]\n`);
+    await writeFile(
+      configPath,
+      `sinks:\n  local:\n    type: archive\n    dir: ${join(dir, 'archive')}\n  hooks:\n    type: webhook\n    endpoints: [{ name: broken, url: "${refuser.url}" }]\nroutes:\n  - to: [local, hooks]\n`,
+    );
     env = testEnv(prefix, {
       CALLSYNC_CONFIG: configPath,
       CRM_WEBHOOK_SECRET: hookSecret,
@@ -63,17 +66,25 @@ describe('retention per store', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  const queue = (name: string, endpoint?: string) => new Queue(sinkQueueName(name, endpoint), { connection: conn, prefix });
-  const ids = async (q: Queue, state: 'completed' | 'failed') => (await q.getJobs([state])).map((j) => (j.data as { call: { callId: string } }).call.callId).sort();
+  const queue = (name: string, endpoint?: string) =>
+    new Queue(sinkQueueName(name, endpoint), { connection: conn, prefix });
+  const ids = async (q: Queue, state: 'completed' | 'failed') =>
+    (await q.getJobs([state])).map((j) => (j.data as { call: { callId: string } }).call.callId).sort();
 
   async function deliver(callIds: string[]): Promise<void> {
-    for (const id of callIds) assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
+    for (const id of callIds)
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
     const [local, broken] = [queue('local'), queue('hooks', 'broken')];
     try {
-      await waitFor(async () => (await ids(local, 'completed')).filter((i) => callIds.includes(i)).length === callIds.length && (await ids(broken, 'failed')).filter((i) => callIds.includes(i)).length === callIds.length, {
-        what: 'archived and dead-lettered',
-        timeoutMs: 30_000,
-      });
+      await waitFor(
+        async () =>
+          (await ids(local, 'completed')).filter((i) => callIds.includes(i)).length === callIds.length &&
+          (await ids(broken, 'failed')).filter((i) => callIds.includes(i)).length === callIds.length,
+        {
+          what: 'archived and dead-lettered',
+          timeoutMs: 30_000,
+        },
+      );
     } finally {
       await Promise.all([local.close(), broken.close()]);
     }
@@ -106,16 +117,23 @@ describe('retention per store', () => {
     } finally {
       await Promise.all([local.close(), broken.close()]);
     }
-    assert.deepEqual((await conn.xrange(parked, '-', '+')).map(([, f]) => f[3]), ['new']);
+    assert.deepEqual(
+      (await conn.xrange(parked, '-', '+')).map(([, f]) => f[3]),
+      ['new'],
+    );
     const left = (await readdir(root, { recursive: true })).filter((n) => n.endsWith('.json') || n.endsWith('.txt'));
     assert.ok(left.length === 3 && left.every((n) => n.includes('/new-1-')), left.join(', '));
 
     // The oldest item per store, as a metric.
-    for (const store of ['completed_jobs', 'dead_letters', 'parked', 'archive', 'inbound_log']) assert.ok(result.oldestSeconds[store as 'archive'] !== undefined, store);
+    for (const store of ['completed_jobs', 'dead_letters', 'parked', 'archive', 'inbound_log'])
+      assert.ok(result.oldestSeconds[store as 'archive'] !== undefined, store);
     assert.ok(result.oldestSeconds.completed_jobs! < MINUTES * 60 && result.oldestSeconds.completed_jobs! > 0);
     const text = await registry.getSingleMetricAsString('callsync_retention_oldest_seconds');
     assert.match(text, /callsync_retention_oldest_seconds\{store="dead_letters"\} \d+/);
-    assert.match(await registry.getSingleMetricAsString('callsync_retention_removed_total'), /callsync_retention_removed_total\{store="archive"\} [1-9]/);
+    assert.match(
+      await registry.getSingleMetricAsString('callsync_retention_removed_total'),
+      /callsync_retention_removed_total\{store="archive"\} [1-9]/,
+    );
   });
 
   test('the worker role sweeper removes what passed a retention of a second, on its own', async () => {
@@ -125,7 +143,10 @@ describe('retention per store', () => {
     const sweeper = startRetentionSweeper(config, conn, pino({ level: 'silent' }), 10)!;
     const local = queue('local');
     try {
-      await waitFor(async () => !(await ids(local, 'completed')).includes('quick-1') || null, { what: 'the sweeper removed the completed job', timeoutMs: 15_000 });
+      await waitFor(async () => !(await ids(local, 'completed')).includes('quick-1') || null, {
+        what: 'the sweeper removed the completed job',
+        timeoutMs: 15_000,
+      });
     } finally {
       await local.close();
       await sweeper.close();
@@ -143,7 +164,9 @@ async function startLifecycleS3(): Promise<{ url: string; configs: Map<string, s
       const url = new URL(req.url ?? '/', 'http://x');
       const bucket = url.pathname.split('/')[1] ?? '';
       if (!url.searchParams.has('lifecycle')) {
-        res.writeHead(501, { 'content-type': 'application/xml' }).end('<Error><Code>NotImplemented</Code><Message>only lifecycle</Message></Error>');
+        res
+          .writeHead(501, { 'content-type': 'application/xml' })
+          .end('<Error><Code>NotImplemented</Code><Message>only lifecycle</Message></Error>');
         return;
       }
       if (req.method === 'PUT') {
@@ -152,12 +175,20 @@ async function startLifecycleS3(): Promise<{ url: string; configs: Map<string, s
       } else if (req.method === 'GET' && configs.has(bucket)) {
         res.writeHead(200, { 'content-type': 'application/xml' }).end(configs.get(bucket));
       } else {
-        res.writeHead(404, { 'content-type': 'application/xml' }).end('<Error><Code>NoSuchLifecycleConfiguration</Code><Message>The lifecycle configuration does not exist</Message></Error>');
+        res
+          .writeHead(404, { 'content-type': 'application/xml' })
+          .end(
+            '<Error><Code>NoSuchLifecycleConfiguration</Code><Message>The lifecycle configuration does not exist</Message></Error>',
+          );
       }
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, configs, close: () => new Promise((resolve) => server.close(() => resolve())) };
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    configs,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
 }
 
 describe('ARCHIVE_RETENTION_DAYS on S3: a lifecycle rule', () => {
@@ -186,13 +217,19 @@ describe('ARCHIVE_RETENTION_DAYS on S3: a lifecycle rule', () => {
     return { code, text: lines.join('\n') };
   };
 
-  test('retention apply sets the rule on the prefix, keeps the bucket\'s other rules; check-config says whether it is in place', async () => {
+  test("retention apply sets the rule on the prefix, keeps the bucket's other rules; check-config says whether it is in place", async () => {
     const env = envFor(fake.url, { ARCHIVE_RETENTION_DAYS: '30' });
     // The bucket has a rule of its own already.
-    fake.configs.set('calls', '<LifecycleConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Rule><ID>logs</ID><Filter><Prefix>logs/</Prefix></Filter><Status>Enabled</Status><Expiration><Days>7</Days></Expiration></Rule></LifecycleConfiguration>');
+    fake.configs.set(
+      'calls',
+      '<LifecycleConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Rule><ID>logs</ID><Filter><Prefix>logs/</Prefix></Filter><Status>Enabled</Status><Expiration><Days>7</Days></Expiration></Rule></LifecycleConfiguration>',
+    );
     const before = await run(['check-config'], env);
     assert.equal(before.code, 0);
-    assert.match(before.text, /retention: archive "archive" \(s3:\/\/calls\/callsync\/\): no lifecycle rule: run callsync retention apply/);
+    assert.match(
+      before.text,
+      /retention: archive "archive" \(s3:\/\/calls\/callsync\/\): no lifecycle rule: run callsync retention apply/,
+    );
 
     const applied = await run(['retention', 'apply'], env);
     assert.equal(applied.code, 0, applied.text);
@@ -202,13 +239,19 @@ describe('ARCHIVE_RETENTION_DAYS on S3: a lifecycle rule', () => {
     assert.match(xml, /<ID>callsync-archive-retention<\/ID>/);
     assert.match(xml, /<Prefix>callsync\/<\/Prefix>/);
     assert.match(xml, /<Expiration><Days>30<\/Days><\/Expiration>/);
-    assert.match(xml, /<NoncurrentVersionExpiration><NoncurrentDays>1<\/NoncurrentDays><\/NoncurrentVersionExpiration>/);
+    assert.match(
+      xml,
+      /<NoncurrentVersionExpiration><NoncurrentDays>1<\/NoncurrentDays><\/NoncurrentVersionExpiration>/,
+    );
 
     const afterApply = await run(['check-config'], env);
     assert.match(afterApply.text, /lifecycle rule callsync-archive-retention in place, objects expire after 30 days/);
     // Another retention: check-config says the rule differs; apply replaces it (one rule of callsync's).
     const env60 = { ...env, ARCHIVE_RETENTION_DAYS: '60' };
-    assert.match((await run(['check-config'], env60)).text, /expires after 30 days, ARCHIVE_RETENTION_DAYS is 60: run callsync retention apply/);
+    assert.match(
+      (await run(['check-config'], env60)).text,
+      /expires after 30 days, ARCHIVE_RETENTION_DAYS is 60: run callsync retention apply/,
+    );
     assert.equal((await run(['retention', 'apply'], env60)).code, 0);
     assert.equal(fake.configs.get('calls')!.split('<ID>callsync-archive-retention</ID>').length, 2);
     assert.match((await run(['check-config'], env60)).text, /in place, objects expire after 60 days/);
@@ -220,6 +263,10 @@ describe('ARCHIVE_RETENTION_DAYS on S3: a lifecycle rule', () => {
     assert.equal(applied.code, 1);
     assert.match(applied.text, /cannot read the bucket's lifecycle configuration: NotImplemented/);
     assert.match((await run(['check-config'], env)).text, /cannot read the lifecycle configuration: NotImplemented/);
-    assert.equal((await run(['retention', 'apply'], { ...env, ARCHIVE_RETENTION_DAYS: '' })).code, 1, 'nothing to apply without ARCHIVE_RETENTION_DAYS');
+    assert.equal(
+      (await run(['retention', 'apply'], { ...env, ARCHIVE_RETENTION_DAYS: '' })).code,
+      1,
+      'nothing to apply without ARCHIVE_RETENTION_DAYS',
+    );
   });
 });

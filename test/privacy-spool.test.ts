@@ -10,17 +10,22 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { eraseFromSpool, SpoolBusyError } from '../src/ingress/spool-forget.js';
 
-const line = (id: string, from: string) => JSON.stringify({ v: 1, id, at: '2026-11-26T10:00:00Z', call: { key: `ai-agent:a:${id}`, callId: id, from } });
+const line = (id: string, from: string) =>
+  JSON.stringify({ v: 1, id, at: '2026-11-26T10:00:00Z', call: { key: `ai-agent:a:${id}`, callId: id, from } });
 const isA = (l: string) => l.includes('+491701234567');
 
 async function spoolWith(segments: string[][]): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'spool-forget-'));
-  for (const [i, lines] of segments.entries()) await writeFile(join(dir, `${String(i + 1).padStart(16, '0')}.jsonl`), `${lines.join('\n')}\n`);
+  for (const [i, lines] of segments.entries())
+    await writeFile(join(dir, `${String(i + 1).padStart(16, '0')}.jsonl`), `${lines.join('\n')}\n`);
   return dir;
 }
 
 test('no live holder: matching lines cut out, an emptied segment deleted, the lock released; a dry run counts only', async () => {
-  const dir = await spoolWith([[line('a1', '+491701234567'), line('b1', '+491761234599')], [line('a2', '+491701234567')]]);
+  const dir = await spoolWith([
+    [line('a1', '+491701234567'), line('b1', '+491761234599')],
+    [line('a2', '+491701234567')],
+  ]);
   try {
     assert.deepEqual(await eraseFromSpool(dir, isA, { dryRun: true, waitMs: 0 }), { removed: 2, drained: 0 });
     assert.equal((await readdir(dir)).length, 2, 'the dry run changed nothing');
@@ -30,7 +35,11 @@ test('no live holder: matching lines cut out, an emptied segment deleted, the lo
     assert.deepEqual((await readdir(dir)).sort(), ['0000000000000001.jsonl']);
     const left = await readFile(join(dir, '0000000000000001.jsonl'), 'utf8');
     assert.ok(left.includes('b1') && !left.includes('a1'));
-    assert.deepEqual(await eraseFromSpool(dir, isA, { dryRun: false, waitMs: 0 }), { removed: 0, drained: 0 }, 'idempotent');
+    assert.deepEqual(
+      await eraseFromSpool(dir, isA, { dryRun: false, waitMs: 0 }),
+      { removed: 0, drained: 0 },
+      'idempotent',
+    );
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -43,7 +52,10 @@ test('a live ingress holds the spool: forget waits for it to drain the lines, or
   try {
     await writeFile(join(dir, 'LOCK'), String(holder.pid));
     await assert.rejects(eraseFromSpool(dir, isA, { dryRun: false, waitMs: 300 }), SpoolBusyError);
-    assert.ok((await readFile(join(dir, '0000000000000001.jsonl'), 'utf8')).includes('a1'), 'nothing written under a live holder');
+    assert.ok(
+      (await readFile(join(dir, '0000000000000001.jsonl'), 'utf8')).includes('a1'),
+      'nothing written under a live holder',
+    );
     // The holder drains the segment (into Redis) while forget waits.
     const waiting = eraseFromSpool(dir, isA, { dryRun: false, waitMs: 10_000 });
     setTimeout(() => void rm(join(dir, '0000000000000001.jsonl')), 300);

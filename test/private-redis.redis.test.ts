@@ -59,7 +59,10 @@ async function rawReply(port: number, command: string): Promise<string> {
 
 /** Until the process logged `callsync started` (its signal handlers are set from then on). */
 async function started(child: CallsyncProcess): Promise<void> {
-  await waitFor(() => child.lines.find((l) => l.msg === 'callsync started') ?? null, { timeoutMs: 30_000, what: 'callsync started' });
+  await waitFor(() => child.lines.find((l) => l.msg === 'callsync started') ?? null, {
+    timeoutMs: 30_000,
+    what: 'callsync started',
+  });
 }
 
 async function stop(child: CallsyncProcess): Promise<number | null> {
@@ -93,7 +96,10 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
   after(async () => {
     for (const child of children) if (child.proc.exitCode === null) child.proc.kill('SIGKILL');
     // A server left by a failed assertion: stopped by its pid (this test started it).
-    const server = await readFile(join(dir, 'data', 'redis', 'server.json'), 'utf8').then((t) => JSON.parse(t) as { pid: number }, () => null);
+    const server = await readFile(join(dir, 'data', 'redis', 'server.json'), 'utf8').then(
+      (t) => JSON.parse(t) as { pid: number },
+      () => null,
+    );
     if (server && alive(server.pid)) process.kill(server.pid, 'SIGKILL');
     await rm(dir, { recursive: true, force: true });
   });
@@ -103,16 +109,22 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
     children.push(child);
     return child;
   };
-  const cli = (args: string[]) => run(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, timeout: 30_000 });
+  const cli = (args: string[]) =>
+    run(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, timeout: 30_000 });
 
   test('starts a private Redis, archives a webhook; a second process and the CLI share it; the last to stop stops it; data survives a restart', async () => {
     const redisDir = join(dir, 'data', 'redis');
     const first = start();
     const url = await bounded(first.url, 30_000, 'the first process to listen', first);
     await started(first);
-    const startedLine = first.lines.find((l) => String(l.msg).startsWith('no Redis configured or answering locally: started a private Redis'));
+    const startedLine = first.lines.find((l) =>
+      String(l.msg).startsWith('no Redis configured or answering locally: started a private Redis'),
+    );
     assert.ok(startedLine, 'one line says a private Redis was started');
-    assert.ok(!JSON.stringify(first.lines).includes(await readFile(join(redisDir, 'password'), 'utf8').then((p) => p.trim())), 'the password is never logged');
+    assert.ok(
+      !JSON.stringify(first.lines).includes(await readFile(join(redisDir, 'password'), 'utf8').then((p) => p.trim())),
+      'the password is never logged',
+    );
     const server = JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number; port: number };
     assert.ok(alive(server.pid));
     const password = (await readFile(join(redisDir, 'password'), 'utf8')).trim();
@@ -121,7 +133,15 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
     // Loopback only, with a password, AOF everysec, noeviction.
     const admin = new Redis({ host: '127.0.0.1', port: server.port, password, maxRetriesPerRequest: 1 });
     try {
-      const pairs = (await admin.call('CONFIG', 'GET', 'bind', 'appendonly', 'appendfsync', 'maxmemory-policy', 'dir')) as string[];
+      const pairs = (await admin.call(
+        'CONFIG',
+        'GET',
+        'bind',
+        'appendonly',
+        'appendfsync',
+        'maxmemory-policy',
+        'dir',
+      )) as string[];
       const conf: Record<string, string> = {};
       for (let i = 0; i + 1 < pairs.length; i += 2) conf[pairs[i]!] = pairs[i + 1]!;
       assert.match(conf.bind!, /^127\.0\.0\.1\b/);
@@ -135,21 +155,36 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
     assert.match(await rawReply(server.port, 'GET x'), /^-NOAUTH/, 'nothing without the password');
 
     // A webhook is archived through it.
-    const res = await fetch(`${url}/webhooks/ai-agent/agent-1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(webhookPayload('private-1')) });
+    const res = await fetch(`${url}/webhooks/ai-agent/agent-1`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(webhookPayload('private-1')),
+    });
     assert.equal(res.status, 202, await res.text());
-    const files = await waitFor(async () => ((await archivedJson(join(dir, 'archive'))).length > 0 ? archivedJson(join(dir, 'archive')) : null), { timeoutMs: 20_000, what: 'the archived call' });
+    const files = await waitFor(
+      async () => ((await archivedJson(join(dir, 'archive'))).length > 0 ? archivedJson(join(dir, 'archive')) : null),
+      { timeoutMs: 20_000, what: 'the archived call' },
+    );
     assert.match(files[0]!, /private-1/);
 
     // A second process (a worker) shares it: no second server, same pid and port.
     const second = start({ CALLSYNC_ROLE: 'worker', PORT: '0' });
     await started(second);
-    assert.ok(second.lines.some((l) => String(l.msg).includes('sharing the private Redis another callsync process started')), 'the second process says it shares');
+    assert.ok(
+      second.lines.some((l) => String(l.msg).includes('sharing the private Redis another callsync process started')),
+      'the second process says it shares',
+    );
     assert.ok(!second.lines.some((l) => String(l.msg).includes('started a private Redis')));
     assert.deepEqual(JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')), server);
 
     // The CLI shares it too, and check-config says which Redis it is.
     const check = await cli(['check-config']);
-    assert.match(check.stdout, new RegExp(`redis in use: private ${redisDir.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} \\(127\\.0\\.0\\.1:${server.port}, pid ${server.pid}\\): answers`));
+    assert.match(
+      check.stdout,
+      new RegExp(
+        `redis in use: private ${redisDir.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} \\(127\\.0\\.0\\.1:${server.port}, pid ${server.pid}\\): answers`,
+      ),
+    );
     const dlq = await cli(['dlq', 'list']);
     assert.doesNotMatch(dlq.stderr, /cannot reach|no Redis/);
 
@@ -175,7 +210,11 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
       reader.disconnect();
     }
     // The same call again is a duplicate: the dedupe key survived.
-    const dup = await fetch(`${url3}/webhooks/ai-agent/agent-1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(webhookPayload('private-1')) });
+    const dup = await fetch(`${url3}/webhooks/ai-agent/agent-1`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(webhookPayload('private-1')),
+    });
     assert.equal(dup.status, 202);
     assert.equal(((await dup.json()) as { duplicate: boolean }).duplicate, true);
     assert.equal(await stop(third), 0);
@@ -198,7 +237,15 @@ describe('no Redis configured, none answering, no redis-server', () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-no-redis-'));
     // A PATH with node only: redis-server is not on it.
     await symlink(process.execPath, join(dir, 'node'));
-    env = { ...process.env, PATH: dir, REDIS_URL: '', REDIS_LOCAL_PROBE: `127.0.0.1:${await freePort()}`, DATA_DIR: join(dir, 'data'), SPOOL_DIR: join(dir, 'spool'), ARCHIVE_DIR: join(dir, 'archive') };
+    env = {
+      ...process.env,
+      PATH: dir,
+      REDIS_URL: '',
+      REDIS_LOCAL_PROBE: `127.0.0.1:${await freePort()}`,
+      DATA_DIR: join(dir, 'data'),
+      SPOOL_DIR: join(dir, 'spool'),
+      ARCHIVE_DIR: join(dir, 'archive'),
+    };
   });
   after(async () => {
     await rm(dir, { recursive: true, force: true });
@@ -212,16 +259,23 @@ describe('no Redis configured, none answering, no redis-server', () => {
     assert.equal(code, 2);
     const lines = child.stderr.filter((l) => l.trim() !== '');
     assert.equal(lines.length, 1, lines.join('\n'));
-    assert.match(lines[0]!, /^callsync start: no Redis: REDIS_URL is unset, nothing answers at 127\.0\.0\.1:\d+ and redis-server is not on PATH; /);
-    for (const way of ['apt install redis-server', 'brew install redis', 'docker run', 'redis:7', 'REDIS_URL']) assert.ok(lines[0]!.includes(way), way);
+    assert.match(
+      lines[0]!,
+      /^callsync start: no Redis: REDIS_URL is unset, nothing answers at 127\.0\.0\.1:\d+ and redis-server is not on PATH; /,
+    );
+    for (const way of ['apt install redis-server', 'brew install redis', 'docker run', 'redis:7', 'REDIS_URL'])
+      assert.ok(lines[0]!.includes(way), way);
   });
 
   test('check-config reports it as a problem (exit 2)', async () => {
-    await assert.rejects(run(process.execPath, [BIN, 'check-config'], { env, timeout: 30_000 }), (err: { code: number; stdout: string }) => {
-      assert.equal(err.code, 2);
-      assert.match(err.stdout, /^problem: no Redis: .*apt install redis-server/);
-      assert.doesNotMatch(err.stdout, /configuration OK/);
-      return true;
-    });
+    await assert.rejects(
+      run(process.execPath, [BIN, 'check-config'], { env, timeout: 30_000 }),
+      (err: { code: number; stdout: string }) => {
+        assert.equal(err.code, 2);
+        assert.match(err.stdout, /^problem: no Redis: .*apt install redis-server/);
+        assert.doesNotMatch(err.stdout, /configuration OK/);
+        return true;
+      },
+    );
   });
 });

@@ -46,12 +46,21 @@ test('a one-line PEM (\\n escaped, as .env files hold it) verifies what its key 
 });
 
 test('form bodies: repeated [] fields become lists, origCallId is read, bad events are refused', () => {
-  const e = parsePushEvent('event=newCall&callId=c1&origCallId=c0&user%5B%5D=A&user%5B%5D=B&userId%5B%5D=w0&userId%5B%5D=w1&direction=out');
+  const e = parsePushEvent(
+    'event=newCall&callId=c1&origCallId=c0&user%5B%5D=A&user%5B%5D=B&userId%5B%5D=w0&userId%5B%5D=w1&direction=out',
+  );
   assert.equal(e.event, 'newCall');
   assert.deepEqual(e.lists.user, ['A', 'B']);
   assert.deepEqual(e.lists.userId, ['w0', 'w1']);
   assert.equal(e.fields.originalCallId, 'c0');
-  for (const bad of ['', 'event=newCall', 'callId=c1', 'event=ring&callId=c1', 'event=newCall&callId=a%20b', 'event=newCall&callId=c1&direction=sideways'])
+  for (const bad of [
+    '',
+    'event=newCall',
+    'callId=c1',
+    'event=ring&callId=c1',
+    'event=newCall&callId=a%20b',
+    'event=newCall&callId=c1&direction=sideways',
+  ])
     assert.throws(() => parsePushEvent(bad), InvalidPayloadError, bad);
 });
 
@@ -59,7 +68,11 @@ test('an open call is no call yet; anonymous numbers have no E.164; out calls ke
   const ev = parsePushEvent('event=newCall&callId=c2&direction=out&from=anonymous&to=4921100000');
   const state = { newCall: { at: 0, event: ev } };
   assert.equal(assemblePushCall('c2', state, new Date(0)), null);
-  const closed = assemblePushCall('c2', { ...state, hangup: { at: 5000, event: parsePushEvent('event=hangup&callId=c2&cause=noAnswer') } }, new Date(5000))!;
+  const closed = assemblePushCall(
+    'c2',
+    { ...state, hangup: { at: 5000, event: parsePushEvent('event=hangup&callId=c2&cause=noAnswer') } },
+    new Date(5000),
+  )!;
   assert.equal(closed.direction, 'out');
   assert.equal(closed.from, null);
   assert.equal(closed.fromRaw, 'anonymous');
@@ -72,7 +85,11 @@ test('an answer naming its user as a [] list still names the answering user', ()
   const answerEvent = parsePushEvent('event=answer&callId=c3&user%5B%5D=Bob&userId%5B%5D=w1');
   const call = assemblePushCall(
     'c3',
-    { newCall: { at: 0, event: newCallEvent }, answer: { at: 1000, event: answerEvent }, hangup: { at: 11_000, event: parsePushEvent('event=hangup&callId=c3&cause=normalClearing') } },
+    {
+      newCall: { at: 0, event: newCallEvent },
+      answer: { at: 1000, event: answerEvent },
+      hangup: { at: 11_000, event: parsePushEvent('event=hangup&callId=c3&cause=normalClearing') },
+    },
     new Date(11_000),
   )!;
   assert.deepEqual(
@@ -84,5 +101,8 @@ test('an answer naming its user as a [] list still names the answering user', ()
 });
 
 test('the newCall answer escapes the URL for XML', () => {
-  assert.match(subscribeXml('https://x.example/a?b=1&c="2"'), /onAnswer="https:\/\/x\.example\/a\?b=1&amp;c=&quot;2&quot;"/);
+  assert.match(
+    subscribeXml('https://x.example/a?b=1&c="2"'),
+    /onAnswer="https:\/\/x\.example\/a\?b=1&amp;c=&quot;2&quot;"/,
+  );
 });

@@ -52,12 +52,27 @@ describe('Push API source', () => {
       log: memory.log,
       now,
       remoteAddress: (c: Context) => c.req.header('x-test-peer'),
-      sources: [aiAgentSource(), pushSource({ assembly, publicKeyPem: keys.publicKeyPem, verify: true, publicUrl: 'https://calls.example.com/', ...over })],
+      sources: [
+        aiAgentSource(),
+        pushSource({
+          assembly,
+          publicKeyPem: keys.publicKeyPem,
+          verify: true,
+          publicUrl: 'https://calls.example.com/',
+          ...over,
+        }),
+      ],
     });
   const app = makeApp();
 
-  const post = (body: string, opts: { signature?: string | null; peer?: string; app?: ReturnType<typeof makeApp>; contentType?: string } = {}) => {
-    const headers: Record<string, string> = { 'content-type': opts.contentType ?? 'application/x-www-form-urlencoded', 'x-test-peer': opts.peer ?? PLATFORM_IP };
+  const post = (
+    body: string,
+    opts: { signature?: string | null; peer?: string; app?: ReturnType<typeof makeApp>; contentType?: string } = {},
+  ) => {
+    const headers: Record<string, string> = {
+      'content-type': opts.contentType ?? 'application/x-www-form-urlencoded',
+      'x-test-peer': opts.peer ?? PLATFORM_IP,
+    };
     const signature = opts.signature === undefined ? sign(keys, body) : opts.signature;
     if (signature !== null) headers['x-sipgate-signature'] = signature;
     return (opts.app ?? app).request('/webhooks/push', { method: 'POST', headers, body });
@@ -83,7 +98,10 @@ describe('Push API source', () => {
       ['empty signature', await post(body, { signature: '' })],
       ['not base64', await post(body, { signature: '!!!not base64!!!' })],
       ['signed by another key', await post(body, { signature: sign(otherKeys, body) })],
-      ['body changed after signing', await post(newCall('sig-1', { to: '4900000000' }), { signature: sign(keys, body) })],
+      [
+        'body changed after signing',
+        await post(newCall('sig-1', { to: '4900000000' }), { signature: sign(keys, body) }),
+      ],
       ['the signature of another event', await post(hangup('sig-1'), { signature: sign(keys, body) })],
       // Without PUSH_API_PUBLIC_KEY the platform's own key is used: a test-signed request is forged then.
       ['default key', await post(body, { app: makeApp({ publicKeyPem: undefined }) })],
@@ -107,7 +125,11 @@ describe('Push API source', () => {
   test('the shared secret of the JSON webhook is not asked of the Push API (the signature is its credential)', async () => {
     const res = await post(newCall('secret-1'));
     assert.equal(res.status, 200);
-    const agent = await app.request('/webhooks/ai-agent', { method: 'POST', headers: { 'content-type': 'application/json', 'x-test-peer': PLATFORM_IP }, body: '{}' });
+    const agent = await app.request('/webhooks/ai-agent', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-test-peer': PLATFORM_IP },
+      body: '{}',
+    });
     assert.equal(agent.status, 401, 'the AI-agent webhook still wants its secret');
   });
 
@@ -117,7 +139,10 @@ describe('Push API source', () => {
     assert.match(res.headers.get('content-type') ?? '', /^application\/xml/);
     const xml = await res.text();
     assert.match(xml, /^<\?xml version="1.0" encoding="UTF-8"\?>/);
-    assert.match(xml, /<Response onAnswer="https:\/\/calls\.example\.com\/webhooks\/push" onHangup="https:\/\/calls\.example\.com\/webhooks\/push"\/>/);
+    assert.match(
+      xml,
+      /<Response onAnswer="https:\/\/calls\.example\.com\/webhooks\/push" onHangup="https:\/\/calls\.example\.com\/webhooks\/push"\/>/,
+    );
     assert.deepEqual(await callsOf('xml-1'), [], 'an open call is not accepted yet');
     // Without PUSH_API_PUBLIC_URL: the URL the request came in on, still absolute.
     const derived = await (await post(newCall('xml-2'), { app: makeApp({ publicUrl: undefined }) })).text();
@@ -185,8 +210,14 @@ describe('Push API source', () => {
     await post(answer('ooo-1'));
     const calls = await callsOf('ooo-1');
     assert.ok(calls.length >= 1 && calls.length <= 2);
-    assert.ok(calls.every((c) => c.key === 'push:-:ooo-1'), 'one record: the same call key');
-    assert.ok(calls.every((c) => c.outcome === 'answered'), 'a normal clearing with an answering number is answered');
+    assert.ok(
+      calls.every((c) => c.key === 'push:-:ooo-1'),
+      'one record: the same call key',
+    );
+    assert.ok(
+      calls.every((c) => c.outcome === 'answered'),
+      'a normal clearing with an answering number is answered',
+    );
     const last = calls.at(-1)!;
     assert.equal(last.users[0]!.userId, 'w1', 'the late answer names the answering user');
     assert.equal(last.durationSec, null, 'an answer seen after the hangup gives no duration');
@@ -212,12 +243,15 @@ describe('Push API source', () => {
     assert.ok(calls.length >= 1);
     for (const c of calls) {
       assert.equal(c.startedAt, '2026-11-20T12:20:00.000Z', 'started when its first event (the hangup) arrived');
-      assert.ok(c.endedAt !== null && Date.parse(c.startedAt) <= Date.parse(c.endedAt), `start ${c.startedAt} after end ${c.endedAt}`);
+      assert.ok(
+        c.endedAt !== null && Date.parse(c.startedAt) <= Date.parse(c.endedAt),
+        `start ${c.startedAt} after end ${c.endedAt}`,
+      );
       assert.equal(c.durationSec, null, 'an answer after the hangup gives no duration');
     }
   });
 
-  test('an event replayed after the call\'s events expired is refused (409 with the error body), not delivered as a degraded record', async () => {
+  test("an event replayed after the call's events expired is refused (409 with the error body), not delivered as a degraded record", async () => {
     at('2026-11-20T12:30:00Z');
     await post(newCall('replay-1'));
     at('2026-11-20T12:30:02Z');
@@ -237,7 +271,9 @@ describe('Push API source', () => {
     for (const body of [hangupBody, newCall('replay-1')]) {
       const res = await post(body);
       assert.equal(res.status, 409);
-      const problem = ((await res.json()) as { errors: { status: number; detail: string; source: { pointer: string } }[] }).errors[0]!;
+      const problem = (
+        (await res.json()) as { errors: { status: number; detail: string; source: { pointer: string } }[] }
+      ).errors[0]!;
       assert.equal(problem.status, 409);
       assert.equal(problem.source.pointer, '/callId');
       assert.match(problem.detail, /closed and its events have expired/);
@@ -279,9 +315,19 @@ describe('Push API source', () => {
       return acceptor.accept(call);
     };
     at('2026-11-20T13:00:00Z');
-    await short.record({ event: 'newCall', callId: 'lost-1', fields: { event: 'newCall', callId: 'lost-1', direction: 'in', from: '492111234567', to: '4915799912345' }, lists: {} });
+    await short.record({
+      event: 'newCall',
+      callId: 'lost-1',
+      fields: { event: 'newCall', callId: 'lost-1', direction: 'in', from: '492111234567', to: '4915799912345' },
+      lists: {},
+    });
     at('2026-11-20T13:00:01Z');
-    await short.record({ event: 'answer', callId: 'lost-1', fields: { event: 'answer', callId: 'lost-1', userId: 'w1' }, lists: {} });
+    await short.record({
+      event: 'answer',
+      callId: 'lost-1',
+      fields: { event: 'answer', callId: 'lost-1', userId: 'w1' },
+      lists: {},
+    });
     assert.equal(await short.sweep(acceptOne), 0, 'before the deadline nothing closes');
     at('2026-11-20T13:00:02.500Z');
     const [a, b] = await Promise.all([short.sweep(acceptOne), short.sweep(acceptOne)]);
@@ -293,7 +339,12 @@ describe('Push API source', () => {
     assert.equal(await short.sweep(acceptOne), 0, 'a closed call is not closed again');
     // The hangup arrives after all: the same call, now with its real outcome.
     at('2026-11-20T13:00:40Z');
-    const late = await short.record({ event: 'hangup', callId: 'lost-1', fields: { event: 'hangup', callId: 'lost-1', cause: 'normalClearing' }, lists: {} });
+    const late = await short.record({
+      event: 'hangup',
+      callId: 'lost-1',
+      fields: { event: 'hangup', callId: 'lost-1', cause: 'normalClearing' },
+      lists: {},
+    });
     assert.equal(late?.key, accepted[0]!.key);
     assert.equal(late?.outcome, 'answered');
     assert.equal(late?.durationSec, 39);
@@ -302,7 +353,12 @@ describe('Push API source', () => {
   test('a sweep whose accept fails leaves the call open for the next sweep', async () => {
     const short = new PushAssembly(redis, { prefix: `${prefix}-f`, timeoutMs: 1000, now });
     at('2026-11-20T14:00:00Z');
-    await short.record({ event: 'newCall', callId: 'retry-1', fields: { event: 'newCall', callId: 'retry-1' }, lists: {} });
+    await short.record({
+      event: 'newCall',
+      callId: 'retry-1',
+      fields: { event: 'newCall', callId: 'retry-1' },
+      lists: {},
+    });
     at('2026-11-20T14:00:05Z');
     await assert.rejects(
       short.sweep(async () => {
@@ -320,13 +376,20 @@ describe('Push API source', () => {
     assert.equal(asJson.status, 415);
     const unknown = await post('event=ringing&callId=x1');
     assert.equal(unknown.status, 400);
-    assert.equal(((await unknown.json()) as { errors: { source: { pointer: string } }[] }).errors[0]!.source.pointer, '/event');
+    assert.equal(
+      ((await unknown.json()) as { errors: { source: { pointer: string } }[] }).errors[0]!.source.pointer,
+      '/event',
+    );
     assert.equal((await post('event=answer')).status, 400);
     assert.equal((await post('event=answer&callId=a%2Fb')).status, 400);
     const latin1 = Buffer.from('event=newCall&callId=enc-1&from=M\xfcller', 'latin1');
     const res = await app.request('/webhooks/push', {
       method: 'POST',
-      headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-test-peer': PLATFORM_IP, 'x-sipgate-signature': sign(keys, latin1) },
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        'x-test-peer': PLATFORM_IP,
+        'x-sipgate-signature': sign(keys, latin1),
+      },
       body: latin1,
     });
     assert.equal(res.status, 400, 'a form body is percent-encoded ASCII; raw bytes that are not UTF-8 are refused');
@@ -335,7 +398,10 @@ describe('Push API source', () => {
     assert.equal((await post(big)).status, 413);
     assert.equal((await post(dtmf('dtmf-1'))).status, 200);
     assert.equal(await redis.exists(`${prefix}:push:dtmf-1`), 0);
-    assert.equal((await app.request('/webhooks/push', { method: 'GET', headers: { 'x-test-peer': PLATFORM_IP } })).status, 405);
+    assert.equal(
+      (await app.request('/webhooks/push', { method: 'GET', headers: { 'x-test-peer': PLATFORM_IP } })).status,
+      405,
+    );
   });
 
   test('PUSH_API_VERIFY=false: unsigned requests are taken', async () => {
@@ -363,7 +429,10 @@ describe('Push API through a running callsync', () => {
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-push-'));
     // A route on the new source: calls without transcript or summary go nowhere by default.
-    await writeFile(join(dir, 'callsync.yaml'), `sinks:\n  archive:\n    type: archive\n    dir: ${dir}\nroutes:\n  - when: { source: push }\n    to: [archive]\n`);
+    await writeFile(
+      join(dir, 'callsync.yaml'),
+      `sinks:\n  archive:\n    type: archive\n    dir: ${dir}\nroutes:\n  - when: { source: push }\n    to: [archive]\n`,
+    );
     cs = await startTestCallsync(
       {
         CALLSYNC_CONFIG: join(dir, 'callsync.yaml'),
@@ -381,7 +450,11 @@ describe('Push API through a running callsync', () => {
   });
 
   const send = (body: string, signature = sign(keys, body)) =>
-    fetch(`${cs.url}/webhooks/push`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-sipgate-signature': signature }, body });
+    fetch(`${cs.url}/webhooks/push`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', 'x-sipgate-signature': signature },
+      body,
+    });
 
   test('signed events over HTTP become one call that reaches the sinks; a forged one is 401', async () => {
     const xml = await (await send(newCall('e2e-1'))).text();
@@ -390,7 +463,10 @@ describe('Push API through a running callsync', () => {
     assert.equal((await send(hangup('e2e-1'), sign(otherKeys, hangup('e2e-1')))).status, 401);
     assert.equal((await send(hangup('e2e-1'))).status, 200);
     assert.equal((await send(hangup('e2e-1'))).status, 200);
-    const call = await waitFor(() => delivered.find((c) => c.callId === 'e2e-1'), { timeoutMs: 15_000, what: 'the push call delivered' });
+    const call = await waitFor(() => delivered.find((c) => c.callId === 'e2e-1'), {
+      timeoutMs: 15_000,
+      what: 'the push call delivered',
+    });
     assert.equal(call.outcome, 'answered');
     assert.equal(call.source, 'push');
     assert.equal(call.users[0]!.userId, 'w1');
@@ -398,7 +474,10 @@ describe('Push API through a running callsync', () => {
 
   test('the worker role closes a call without hangup as unknown after PUSH_CALL_TIMEOUT_SECONDS', async () => {
     assert.equal((await send(newCall('e2e-lost'))).status, 200);
-    const call = await waitFor(() => delivered.find((c) => c.callId === 'e2e-lost'), { timeoutMs: 15_000, what: 'the swept call' });
+    const call = await waitFor(() => delivered.find((c) => c.callId === 'e2e-lost'), {
+      timeoutMs: 15_000,
+      what: 'the swept call',
+    });
     assert.equal(call.outcome, 'unknown');
     assert.equal(call.source, 'push');
     assert.equal(delivered.filter((c) => c.callId === 'e2e-1').length, 1, 'the repeated hangup was a duplicate');

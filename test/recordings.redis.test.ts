@@ -50,7 +50,14 @@ describe('recordings in the archive', () => {
     const vm = api.addRecording('vm-1', { size: 300_000, contentType: 'audio/wav', seed: 2 });
     const cr = api.addRecording('cr-1', { size: 1_200_000, contentType: 'audio/mpeg', seed: 3 });
     const call = normalizeChannelEvent(
-      channelEvent({ eventId: 'rec-1', call: { callSid: 'sid-rec-1', startedAt: '2025-03-04T10:00:00Z' }, recordings: [{ downloadUrl: vm, type: 'voicemail' }, { downloadUrl: cr, type: 'call_recorder' }] }),
+      channelEvent({
+        eventId: 'rec-1',
+        call: { callSid: 'sid-rec-1', startedAt: '2025-03-04T10:00:00Z' },
+        recordings: [
+          { downloadUrl: vm, type: 'voicemail' },
+          { downloadUrl: cr, type: 'call_recorder' },
+        ],
+      }),
       new Date(),
       { channelId: 'c' },
     );
@@ -72,27 +79,59 @@ describe('recordings in the archive', () => {
       `transcripts/2025/03/04/${name}.vcon.json`,
     ]);
     const auth = api.requests.filter((r) => r.path.startsWith('/v2/recordings/')).map((r) => r.authorization);
-    assert.ok(auth.every((a) => a?.startsWith('Basic ')), 'downloads carry the API credentials');
+    assert.ok(
+      auth.every((a) => a?.startsWith('Basic ')),
+      'downloads carry the API credentials',
+    );
   });
 
   it('a 50 MB recording goes to S3 as a multipart upload; the memory it holds does not grow with the size (50 vs 150 MB, measured in a child process)', async () => {
     const size = 50 * MB;
     const big = api.addRecording('big-1', { size, contentType: 'audio/wav', seed: 9 });
     const small = api.addRecording('warm-1', { size: 10_000, contentType: 'audio/wav' });
-    const event = channelEvent({ eventId: 'big', call: { callSid: 'sid-big', startedAt: '2025-03-05T10:00:00Z' }, recordings: [{ downloadUrl: big, type: 'call_recorder' }] });
-    const warmup = channelEvent({ eventId: 'warm', call: { callSid: 'sid-warm', startedAt: '2025-03-05T09:00:00Z' }, recordings: [{ downloadUrl: small, type: 'voicemail' }] });
+    const event = channelEvent({
+      eventId: 'big',
+      call: { callSid: 'sid-big', startedAt: '2025-03-05T10:00:00Z' },
+      recordings: [{ downloadUrl: big, type: 'call_recorder' }],
+    });
+    const warmup = channelEvent({
+      eventId: 'warm',
+      call: { callSid: 'sid-warm', startedAt: '2025-03-05T09:00:00Z' },
+      recordings: [{ downloadUrl: small, type: 'voicemail' }],
+    });
     const huge = api.addRecording('huge-1', { size: 3 * size, contentType: 'audio/wav', seed: 11 });
-    const hugeEvent = channelEvent({ eventId: 'huge', call: { callSid: 'sid-huge', startedAt: '2025-03-05T11:00:00Z' }, recordings: [{ downloadUrl: huge, type: 'call_recorder' }] });
+    const hugeEvent = channelEvent({
+      eventId: 'huge',
+      call: { callSid: 'sid-huge', startedAt: '2025-03-05T11:00:00Z' },
+      recordings: [{ downloadUrl: huge, type: 'call_recorder' }],
+    });
     const measure = async (mode: 'retained' | 'raw', archived = event) => {
-      const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', 'test/support/recording-memory-process.ts'], {
-        env: { ...process.env, MEASURE: mode, TELEPHONY_API_URL: api.url, S3_ENDPOINT: s3.endpoint, S3_BUCKET: s3.bucket, EVENT_JSON: JSON.stringify(archived), WARMUP_EVENT_JSON: JSON.stringify(warmup) },
-        stdio: ['ignore', 'pipe', 'inherit'],
-      });
+      const child = spawn(
+        process.execPath,
+        ['--expose-gc', '--import', 'tsx', 'test/support/recording-memory-process.ts'],
+        {
+          env: {
+            ...process.env,
+            MEASURE: mode,
+            TELEPHONY_API_URL: api.url,
+            S3_ENDPOINT: s3.endpoint,
+            S3_BUCKET: s3.bucket,
+            EVENT_JSON: JSON.stringify(archived),
+            WARMUP_EVENT_JSON: JSON.stringify(warmup),
+          },
+          stdio: ['ignore', 'pipe', 'inherit'],
+        },
+      );
       let out = '';
       child.stdout.on('data', (d: Buffer) => (out += d.toString('utf8')));
       const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
       assert.equal(code, 0, out);
-      return JSON.parse(out.trim().split('\n').at(-1)!) as { ms: number; refs: Record<string, string>; s3Calls: Record<string, number>; growth: Record<string, number> };
+      return JSON.parse(out.trim().split('\n').at(-1)!) as {
+        ms: number;
+        refs: Record<string, string>;
+        s3Calls: Record<string, number>;
+        growth: Record<string, number>;
+      };
     };
     const key = `callsync/recordings/2025/03/05/${callKeySegment(normalizeChannelEvent(event, new Date(), { channelId: 'mem' }))}-call_recorder-1.wav`;
     const toMB = (n: number) => Math.round((n / MB) * 10) / 10;
@@ -105,14 +144,23 @@ describe('recordings in the archive', () => {
     const raw = await measure('raw');
     const retainedHuge = await measure('retained', hugeEvent);
     assert.equal(retainedHuge.s3Calls.UploadPartCommand, 30);
-    for (const [name, r] of [['50 MB, retained', retained], ['50 MB, raw', raw], ['150 MB, retained', retainedHuge]] as const) {
-      console.log(`# recording archived to S3 in ${r.ms} ms; ${name} growth: rss ${toMB(r.growth.rss!)} MB, heap ${toMB(r.growth.heapUsed!)} MB, arrayBuffers ${toMB(r.growth.arrayBuffers!)} MB`);
+    for (const [name, r] of [
+      ['50 MB, retained', retained],
+      ['50 MB, raw', raw],
+      ['150 MB, retained', retainedHuge],
+    ] as const) {
+      console.log(
+        `# recording archived to S3 in ${r.ms} ms; ${name} growth: rss ${toMB(r.growth.rss!)} MB, heap ${toMB(r.growth.heapUsed!)} MB, arrayBuffers ${toMB(r.growth.arrayBuffers!)} MB`,
+      );
     }
     // What the process holds while it streams: one 5 MiB part uploading while the next is read and
     // assembled, plus the HTTP layers' buffers — 15-28 MB seen here, whatever the size: three times
     // the file is not three times the memory. RSS also keeps the allocator's high-water mark (freed
     // pages are not always returned), hence its looser bound.
-    for (const [name, r] of [['50 MB', retained], ['150 MB', retainedHuge]] as const) {
+    for (const [name, r] of [
+      ['50 MB', retained],
+      ['150 MB', retainedHuge],
+    ] as const) {
       assert.ok(r.growth.rss! < 45 * MB, `${name}: rss grew ${toMB(r.growth.rss!)} MB`);
       assert.ok(r.growth.arrayBuffers! < 40 * MB, `${name}: buffers grew ${toMB(r.growth.arrayBuffers!)} MB`);
       assert.ok(r.growth.heapUsed! < 25 * MB, `${name}: heap grew ${toMB(r.growth.heapUsed!)} MB`);
@@ -128,23 +176,40 @@ describe('recordings in the archive', () => {
   });
 
   it('a missing recording is a permanent failure; a 5xx before the body is retried', async () => {
-    const telephony = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, retryMinDelayMs: 10, retryMaxDelayMs: 20 });
+    const telephony = createTelephonyClient({
+      baseUrl: api.url,
+      auth: api.basicAuth,
+      retryMinDelayMs: 10,
+      retryMaxDelayMs: 20,
+    });
     const sink = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, telephony);
-    const missing = normalizeChannelEvent(channelEvent({ eventId: 'gone', recordings: [{ downloadUrl: '/recordings/none', type: 'voicemail' }] }), new Date(), { channelId: 'c' });
+    const missing = normalizeChannelEvent(
+      channelEvent({ eventId: 'gone', recordings: [{ downloadUrl: '/recordings/none', type: 'voicemail' }] }),
+      new Date(),
+      { channelId: 'c' },
+    );
     const err = await sink.deliver(missing, ctx()).catch((e: unknown) => e);
     assert.ok(err instanceof PermanentError);
     assert.equal(err.status, 404);
 
     const url = api.addRecording('flaky', { size: 5000 });
     api.inject({ on: 'recording', status: 503, times: 2 });
-    const flaky = normalizeChannelEvent(channelEvent({ eventId: 'flaky', recordings: [{ downloadUrl: url, type: 'in_call_feature' }] }), new Date(), { channelId: 'c' });
+    const flaky = normalizeChannelEvent(
+      channelEvent({ eventId: 'flaky', recordings: [{ downloadUrl: url, type: 'in_call_feature' }] }),
+      new Date(),
+      { channelId: 'c' },
+    );
     const result = await sink.deliver(flaky, ctx());
     assert.match(result.refs?.recording1 ?? '', /call-flaky-[0-9a-f]{16}-in_call_feature-1\.wav$/);
   });
 
   it('recordings without a configured telephony API are a permanent failure naming the setting', async () => {
     const sink = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, null);
-    const call = normalizeChannelEvent(channelEvent({ eventId: 'noapi', recordings: [{ downloadUrl: '/recordings/x', type: 'voicemail' }] }), new Date(), { channelId: 'c' });
+    const call = normalizeChannelEvent(
+      channelEvent({ eventId: 'noapi', recordings: [{ downloadUrl: '/recordings/x', type: 'voicemail' }] }),
+      new Date(),
+      { channelId: 'c' },
+    );
     const err = await sink.deliver(call, ctx()).catch((e: unknown) => e);
     assert.ok(err instanceof PermanentError);
     assert.match(err.message, /TELEPHONY_API_URL/);

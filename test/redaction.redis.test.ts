@@ -11,7 +11,13 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Queue, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
-import { defaultJobOptions, JobName, sinkQueueName, type RetryPolicy, type SinkDeliverJob } from '../queues/registry.js';
+import {
+  defaultJobOptions,
+  JobName,
+  sinkQueueName,
+  type RetryPolicy,
+  type SinkDeliverJob,
+} from '../queues/registry.js';
 import { PermanentError } from '../src/errors.js';
 import { clipText, MAX_REMOTE_TEXT, redactRemoteText, scrubEchoes } from '../src/redact.js';
 import { maskPhone } from '../src/log.js';
@@ -37,10 +43,21 @@ const NAME = 'Ada Lovelace';
 const SENTENCE = 'The caller asked to move her dentist appointment to Friday morning.';
 const MOBILE = '+4917612345678';
 /** Pieces of the personal data, in the forms a remote might write them. */
-const FORBIDDEN = ['492116355340', '2116355340', '6355340', '635 53 40', 'Lovelace', 'Ada ', 'dentist appointment', 'move her dentist', 'Friday morning'];
+const FORBIDDEN = [
+  '492116355340',
+  '2116355340',
+  '6355340',
+  '635 53 40',
+  'Lovelace',
+  'Ada ',
+  'dentist appointment',
+  'move her dentist',
+  'Friday morning',
+];
 
 function assertClean(text: string, where: string, more: string[] = []): void {
-  for (const piece of [...FORBIDDEN, ...more]) assert.ok(!text.includes(piece), `${where} contains "${piece}": ${text}`);
+  for (const piece of [...FORBIDDEN, ...more])
+    assert.ok(!text.includes(piece), `${where} contains "${piece}": ${text}`);
 }
 
 describe('redactRemoteText', () => {
@@ -55,9 +72,11 @@ describe('redactRemoteText', () => {
   });
 
   test('keeps what an operator needs: codes, categories, field names, dates, addresses, quantities, short numbers', () => {
-    const hubspot = 'Property values were not valid: [{"isValid":false,"message":"hs_call_body is too long","error":"INVALID_VALUE","name":"hs_call_body"}] [VALIDATION_ERROR]';
+    const hubspot =
+      'Property values were not valid: [{"isValid":false,"message":"hs_call_body is too long","error":"INVALID_VALUE","name":"hs_call_body"}] [VALIDATION_ERROR]';
     assert.equal(redactRemoteText(hubspot), hubspot);
-    const kept = 'at 2026-04-08T10:03:00.000Z and 2026-04-08 10:03, retry in 86400000 ms, max 1048576 bytes, connect 192.168.100.200:587, error 40001, id a1b2c3d4-1234-5678-9abc-def012345678';
+    const kept =
+      'at 2026-04-08T10:03:00.000Z and 2026-04-08 10:03, retry in 86400000 ms, max 1048576 bytes, connect 192.168.100.200:587, error 40001, id a1b2c3d4-1234-5678-9abc-def012345678';
     assert.equal(redactRemoteText(kept), kept);
   });
 
@@ -75,16 +94,19 @@ describe('redactRemoteText', () => {
 
 describe('scrubEchoes', () => {
   test('removes runs of 4 words of the call texts, name words and the numbers; leaves the vendor words', () => {
-    const out = scrubEchoes(`Note for Ada Lovelace (${NUMBER}): ${SENTENCE.slice(0, 40)} rejected: INVALID_VALUE on hs_call_body`, {
-      texts: [SENTENCE],
-      names: [NAME],
-      numbers: [NUMBER],
-    });
+    const out = scrubEchoes(
+      `Note for Ada Lovelace (${NUMBER}): ${SENTENCE.slice(0, 40)} rejected: INVALID_VALUE on hs_call_body`,
+      {
+        texts: [SENTENCE],
+        names: [NAME],
+        numbers: [NUMBER],
+      },
+    );
     // A word cut in half by the remote stays (`app`): it is no longer the sentence.
     assert.equal(out, 'Note for … (+****340): … app rejected: INVALID_VALUE on hs_call_body');
   });
 
-  test('a delivery error loses the call\'s texts from its message and from a stack already read', () => {
+  test("a delivery error loses the call's texts from its message and from a stack already read", () => {
     const err = new PermanentError(`HubSpot answered 400: ${SENTENCE} (${NAME}, ${NUMBER})`);
     assert.ok(err.stack?.includes(SENTENCE), 'the stack was formatted with the old message');
     assert.equal(scrubCallEchoes(err, sampleCall('c-echo')), err, 'the same error, its class kept');
@@ -135,7 +157,9 @@ describe('a CRM and a webhook receiver echoing the call in their error answers',
       req.on('end', () => {
         const { data } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { data: CanonicalCall };
         res.writeHead(400, { 'content-type': 'text/plain' });
-        res.end(`record refused: caller ${data.from} (${data.users[0]?.fullName}) said "${data.summary?.content}" - contact ops@receiver.example`);
+        res.end(
+          `record refused: caller ${data.from} (${data.users[0]?.fullName}) said "${data.summary?.content}" - contact ops@receiver.example`,
+        );
       });
     });
     await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
@@ -174,7 +198,10 @@ describe('a CRM and a webhook receiver echoing the call in their error answers',
   }
 
   test('HubSpot 400 (permanent): neither the logs nor the dead letter hold the number, the name or the sentence', async () => {
-    hubspot.enqueue({ match: (r) => r.method === 'POST' && /^\/crm\/objects\/[^/]+\/calls$/.test(r.path), ...hubspotEcho(400) });
+    hubspot.enqueue({
+      match: (r) => r.method === 'POST' && /^\/crm\/objects\/[^/]+\/calls$/.test(r.path),
+      ...hubspotEcho(400),
+    });
     assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('red-400'))).status, 202);
     const job = await deadLetter('sink-hubspot', 'red-400');
     const { logs, reason, stack } = await evidence(cs, job);
@@ -185,11 +212,18 @@ describe('a CRM and a webhook receiver echoing the call in their error answers',
     assert.match(reason, /HubSpot POST \/crm\/objects\/[^/]+\/calls answered 400: Property values were not valid/);
     assert.match(reason, /INVALID_VALUE.*hs_call_body/);
     assert.match(reason, /\[VALIDATION_ERROR\]$/);
-    assert.ok(cs.logs.some((l) => l.msg === 'permanent failure: dead-lettered' && String(l.reason).includes('INVALID_VALUE')), 'the failure is logged');
+    assert.ok(
+      cs.logs.some((l) => l.msg === 'permanent failure: dead-lettered' && String(l.reason).includes('INVALID_VALUE')),
+      'the failure is logged',
+    );
   });
 
   test('HubSpot 500 (transient, retried): the error BullMQ keeps (reason and stack) is clean too', async () => {
-    hubspot.enqueue({ match: (r) => r.method === 'POST' && /^\/crm\/objects\/[^/]+\/calls$/.test(r.path), times: 2, ...hubspotEcho(500) });
+    hubspot.enqueue({
+      match: (r) => r.method === 'POST' && /^\/crm\/objects\/[^/]+\/calls$/.test(r.path),
+      times: 2,
+      ...hubspotEcho(500),
+    });
     assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('red-500'))).status, 202);
     const job = await deadLetter('sink-hubspot', 'red-500');
     assert.equal(job.attemptsMade, 2);
@@ -208,7 +242,10 @@ describe('a CRM and a webhook receiver echoing the call in their error answers',
     assertClean(stack, 'stacktrace');
     assertClean(logs, 'the logs');
     assert.ok(!reason.includes('ops@receiver.example'), reason);
-    assert.match(reason, /Webhook POST 127\.0\.0\.1:\d+\/hooks answered 400: record refused: caller \+\*\*\*\*340 \(…\) said "…\.?" - contact \*\*\*@receiver\.example/);
+    assert.match(
+      reason,
+      /Webhook POST 127\.0\.0\.1:\d+\/hooks answered 400: record refused: caller \+\*\*\*\*340 \(…\) said "…\.?" - contact \*\*\*@receiver\.example/,
+    );
   });
 });
 
@@ -230,15 +267,23 @@ describe('the telephony API echoing an SMS', () => {
 
   test('a 400 quoting the recipient and the text: the dead letter and the logs hold neither', async () => {
     const { lines, log } = memoryLog('debug');
-    const sink = smsSinkType.create('missed-sms', smsSinkType.options.parse({ smsId: 's0', message: 'We noted: {{summary}}' }), {
-      log,
-      state: new RedisKeyValueStore(connection, `${prefix}:state:`).scoped('missed-sms'),
-      telephony: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, timeoutMs: 2000 }),
-      now: () => new Date(),
-      env: {},
-      optOut: new OptOutList(connection, prefix),
-    } satisfies NotifySinkDeps);
-    const queue = new Queue<SinkDeliverJob>(sinkQueueName('missed-sms'), { connection, prefix, defaultJobOptions: defaultJobOptions(retry) });
+    const sink = smsSinkType.create(
+      'missed-sms',
+      smsSinkType.options.parse({ smsId: 's0', message: 'We noted: {{summary}}' }),
+      {
+        log,
+        state: new RedisKeyValueStore(connection, `${prefix}:state:`).scoped('missed-sms'),
+        telephony: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, timeoutMs: 2000 }),
+        now: () => new Date(),
+        env: {},
+        optOut: new OptOutList(connection, prefix),
+      } satisfies NotifySinkDeps,
+    );
+    const queue = new Queue<SinkDeliverJob>(sinkQueueName('missed-sms'), {
+      connection,
+      prefix,
+      defaultJobOptions: defaultJobOptions(retry),
+    });
     const running = runWorker<SinkDeliverJob>(sinkQueueName('missed-sms'), createDeliverProcessor(sink, log), {
       connection,
       prefix,
@@ -258,15 +303,25 @@ describe('the telephony API echoing an SMS', () => {
         pointer: '/recipient',
       });
       const call: CanonicalCall = { ...sampleCall('red-sms'), from: MOBILE, fromRaw: MOBILE, outcome: 'missed' };
-      await queue.add(JobName.sinkDeliver, { kind: JobName.sinkDeliver, sink: 'missed-sms', call }, { jobId: 'red-sms' });
-      const job = await waitFor(async () => ((await queue.getJob('red-sms'))?.finishedOn ? queue.getJob('red-sms') : null), { what: 'the SMS job settled' });
+      await queue.add(
+        JobName.sinkDeliver,
+        { kind: JobName.sinkDeliver, sink: 'missed-sms', call },
+        { jobId: 'red-sms' },
+      );
+      const job = await waitFor(
+        async () => ((await queue.getJob('red-sms'))?.finishedOn ? queue.getJob('red-sms') : null),
+        { what: 'the SMS job settled' },
+      );
       assert.ok(job);
       assert.equal(await job.getState(), 'failed');
       const mobile = ['17612345678', '1234 5678'];
       assertClean(job.failedReason, 'failedReason', mobile);
       assertClean((job.stacktrace ?? []).join('\n'), 'stacktrace', mobile);
       assertClean(JSON.stringify(lines), 'the logs', mobile);
-      assert.match(job.failedReason, /answered 400: Bad Request: recipient \*\*\*\*678 refused the message "We noted: …\.?" for … \(at \/recipient\)/);
+      assert.match(
+        job.failedReason,
+        /answered 400: Bad Request: recipient \*\*\*\*678 refused the message "We noted: …\.?" for … \(at \/recipient\)/,
+      );
     } finally {
       await running.close();
       await queue.close();
@@ -281,7 +336,14 @@ describe('an SMTP server and S3 echoing what they were sent', () => {
     try {
       smtp.rejectData = { code: 550, message: `<ada.lovelace@example.com> mailbox full; caller ${NUMBER}` };
       const err = await mailer
-        .send({ from: 'a@example.com', to: ['ada.lovelace@example.com'], subject: 's', text: 't', html: '<p>t</p>', messageId: '<m@example.com>' })
+        .send({
+          from: 'a@example.com',
+          to: ['ada.lovelace@example.com'],
+          subject: 's',
+          text: 't',
+          html: '<p>t</p>',
+          messageId: '<m@example.com>',
+        })
         .catch((e: unknown) => e);
       assert.ok(err instanceof PermanentError, String(err));
       assert.equal(err.status, 550);
@@ -300,7 +362,9 @@ describe('an SMTP server and S3 echoing what they were sent', () => {
       req.resume();
       req.on('end', () => {
         res.writeHead(400, { 'content-type': 'application/xml' });
-        res.end(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidArgument</Code><Message>Metadata for ${NUMBER} (contact ${NAME.replace(' ', '.').toLowerCase()}@example.com) is invalid</Message><RequestId>1</RequestId></Error>`);
+        res.end(
+          `<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidArgument</Code><Message>Metadata for ${NUMBER} (contact ${NAME.replace(' ', '.').toLowerCase()}@example.com) is invalid</Message><RequestId>1</RequestId></Error>`,
+        );
       });
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -312,9 +376,14 @@ describe('an SMTP server and S3 echoing what they were sent', () => {
       credentials: { accessKeyId: 'k', secretAccessKey: 's' },
     });
     try {
-      const err = await store.put('transcripts/x.json', '{}', { contentType: 'application/json' }).catch((e: unknown) => e);
+      const err = await store
+        .put('transcripts/x.json', '{}', { contentType: 'application/json' })
+        .catch((e: unknown) => e);
       assert.ok(err instanceof PermanentError, String(err));
-      assert.match(err.message, /S3 PutObject transcripts\/x\.json answered 400: InvalidArgument: Metadata for \+\*\*\*\*340 \(contact \*\*\*@example\.com\) is invalid/);
+      assert.match(
+        err.message,
+        /S3 PutObject transcripts\/x\.json answered 400: InvalidArgument: Metadata for \+\*\*\*\*340 \(contact \*\*\*@example\.com\) is invalid/,
+      );
       assertClean(err.message, 'the S3 error');
     } finally {
       store.client.destroy();

@@ -21,7 +21,14 @@ import { createRedis, singleRedis } from '../queues/connection.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson } from './support/callsync.js';
 import { bounded, startCallsyncProcess, type CallsyncProcess } from './support/callsync-process.js';
-import { makeTlsFiles, startRedisCluster, startRedisSentinel, startTlsRedis, type TestCluster, type TlsFiles } from './support/redis-cluster.js';
+import {
+  makeTlsFiles,
+  startRedisCluster,
+  startRedisSentinel,
+  startTlsRedis,
+  type TestCluster,
+  type TlsFiles,
+} from './support/redis-cluster.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
 import { archivedRecords } from './support/s3.js';
 
@@ -49,7 +56,10 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
   });
 
   /** `callsync start` (every role) with `env`, archiving to a folder of its own; resolves once it has started (its signal handlers too). */
-  async function start(name: string, env: NodeJS.ProcessEnv): Promise<{ child: CallsyncProcess; url: string; archive: string; env: NodeJS.ProcessEnv }> {
+  async function start(
+    name: string,
+    env: NodeJS.ProcessEnv,
+  ): Promise<{ child: CallsyncProcess; url: string; archive: string; env: NodeJS.ProcessEnv }> {
     const archive = join(dir, `archive-${name}`);
     const full: NodeJS.ProcessEnv = {
       CALLSYNC_FROM_SOURCE: '1',
@@ -65,7 +75,10 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
     const child = startCallsyncProcess(full);
     children.push(child);
     const exited = child.exit.then((code) => Promise.reject(new Error(`exited ${code}: ${child.stderr.join('\n')}`)));
-    const started = waitFor(() => child.lines.some((l) => l.msg === 'callsync started'), { timeoutMs: 60_000, what: `${name} started` });
+    const started = waitFor(() => child.lines.some((l) => l.msg === 'callsync started'), {
+      timeoutMs: 60_000,
+      what: `${name} started`,
+    });
     await bounded(Promise.race([started, exited]), 60_000, `${name} to start`, child);
     return { child, url: await child.url, archive, env: full };
   }
@@ -87,7 +100,10 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
         const r = await postJson(`${url}/webhooks/ai-agent/agent-1`, webhookPayload(id));
         assert.equal(r.status, 202, JSON.stringify(r.body));
       }
-      await waitFor(async () => (await archived(archive)).length === ids.length, { timeoutMs: 30_000, what: `${ids.length} call(s) archived` });
+      await waitFor(async () => (await archived(archive)).length === ids.length, {
+        timeoutMs: 30_000,
+        what: `${ids.length} call(s) archived`,
+      });
     } finally {
       await stop(child);
     }
@@ -98,12 +114,21 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
     try {
       const r = await postJson(`${url}/webhooks/ai-agent/agent-1`, webhookPayload('tls-single-1'));
       assert.equal(r.status, 202, JSON.stringify(r.body));
-      await waitFor(async () => (await archived(archive)).length === 1, { timeoutMs: 30_000, what: 'the call archived' });
+      await waitFor(async () => (await archived(archive)).length === 1, {
+        timeoutMs: 30_000,
+        what: 'the call archived',
+      });
 
       // The CLI connects the same way (its own process, the same environment).
-      const cli = await run(process.execPath, [BIN, 'dlq', 'list'], { env: { ...process.env, ...env }, timeout: 60_000 });
+      const cli = await run(process.execPath, [BIN, 'dlq', 'list'], {
+        env: { ...process.env, ...env },
+        timeout: 60_000,
+      });
       assert.match(cli.stdout, /^no dead letters in /m, cli.stdout);
-      const check = await run(process.execPath, [BIN, 'check-config'], { env: { ...process.env, ...env }, timeout: 60_000 });
+      const check = await run(process.execPath, [BIN, 'check-config'], {
+        env: { ...process.env, ...env },
+        timeout: 60_000,
+      });
       assert.match(check.stdout, /^redis:\s+rediss:\/\/127\.0\.0\.1:\d+/m, 'check-config names the TLS URL');
     } finally {
       await stop(child);
@@ -115,7 +140,10 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
     try {
       const r = await postJson(`${url}/webhooks/ai-agent/agent-1`, webhookPayload('tls-untrusted-1'));
       assert.equal(r.status, 503, JSON.stringify(r.body));
-      const said = await waitFor(() => child.lines.find((l) => /certificate/i.test(JSON.stringify(l.err ?? ''))), { timeoutMs: 10_000, what: 'a log line naming the certificate problem' });
+      const said = await waitFor(() => child.lines.find((l) => /certificate/i.test(JSON.stringify(l.err ?? ''))), {
+        timeoutMs: 10_000,
+        what: 'a log line naming the certificate problem',
+      });
       assert.equal(said.level, 40, 'a warning');
     } finally {
       await stop(child);
@@ -142,7 +170,11 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
     }
     cluster ??= await startRedisCluster({ tls });
     const nodes = cluster.seeds.split(',').map((s) => ({ host: '127.0.0.1', port: Number(s.split(':')[1]) }));
-    const clustered = createRedis({ url: 'redis://127.0.0.1:1', clusterNodes: nodes, sentinels: [], tls: true, prefix: 'x' }, 'worker', { tls: { ca } }) as Cluster;
+    const clustered = createRedis(
+      { url: 'redis://127.0.0.1:1', clusterNodes: nodes, sentinels: [], tls: true, prefix: 'x' },
+      'worker',
+      { tls: { ca } },
+    ) as Cluster;
     clustered.on('error', () => undefined);
     try {
       assert.equal(await clustered.ping(), 'PONG');
@@ -157,7 +189,14 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
   test('Sentinel over TLS only (REDIS_SENTINELS, REDIS_TLS=true; the sentinel and both data nodes TLS only): a webhook is acknowledged and archived', async () => {
     const sentinel = await startRedisSentinel({ tls });
     try {
-      const env = { REDIS_URL: 'redis://127.0.0.1:1', REDIS_SENTINELS: sentinel.sentinels, REDIS_SENTINEL_NAME: sentinel.name, REDIS_TLS: 'true', NODE_EXTRA_CA_CERTS: tls.ca, ACK_REPLICAS: '1' };
+      const env = {
+        REDIS_URL: 'redis://127.0.0.1:1',
+        REDIS_SENTINELS: sentinel.sentinels,
+        REDIS_SENTINEL_NAME: sentinel.name,
+        REDIS_TLS: 'true',
+        NODE_EXTRA_CA_CERTS: tls.ca,
+        ACK_REPLICAS: '1',
+      };
       await deliver('sentinel', env, ['tls-sentinel-1']);
     } finally {
       await sentinel.destroy();
@@ -166,7 +205,13 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
 
   test('a Redis Cluster over TLS only (REDIS_CLUSTER_NODES, REDIS_TLS=true), ACK_REPLICAS=1: a webhook is acknowledged and archived', async () => {
     cluster ??= await startRedisCluster({ tls });
-    const env = { REDIS_URL: 'redis://127.0.0.1:1', REDIS_CLUSTER_NODES: cluster.seeds, REDIS_TLS: 'true', NODE_EXTRA_CA_CERTS: tls.ca, ACK_REPLICAS: '1' };
+    const env = {
+      REDIS_URL: 'redis://127.0.0.1:1',
+      REDIS_CLUSTER_NODES: cluster.seeds,
+      REDIS_TLS: 'true',
+      NODE_EXTRA_CA_CERTS: tls.ca,
+      ACK_REPLICAS: '1',
+    };
     await deliver('cluster', env, ['tls-cluster-1', 'tls-cluster-2', 'tls-cluster-3']);
   });
 
@@ -181,7 +226,16 @@ describe('Redis over TLS (rediss://, REDIS_TLS) against TLS-only servers', () =>
     const byName = await startRedisCluster({ tls: nameOnly, hostname: 'localhost' });
     try {
       const seeds = byName.nodes.map((n) => `localhost:${n.port}`).join(',');
-      await deliver('cluster-by-name', { REDIS_URL: 'redis://127.0.0.1:1', REDIS_CLUSTER_NODES: seeds, REDIS_TLS: 'true', NODE_EXTRA_CA_CERTS: nameOnly.ca }, ['tls-by-name-1']);
+      await deliver(
+        'cluster-by-name',
+        {
+          REDIS_URL: 'redis://127.0.0.1:1',
+          REDIS_CLUSTER_NODES: seeds,
+          REDIS_TLS: 'true',
+          NODE_EXTRA_CA_CERTS: nameOnly.ca,
+        },
+        ['tls-by-name-1'],
+      );
     } finally {
       await byName.destroy();
     }

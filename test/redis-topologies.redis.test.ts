@@ -12,7 +12,14 @@ import { describeConfig } from '../src/cli/check-config.js';
 import { connectRedis } from '../src/cli/redis.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
-import { nodeCommand, startPasswordRedis, startRedisCluster, startRedisSentinel, type TestCluster, type TestSentinel } from './support/redis-cluster.js';
+import {
+  nodeCommand,
+  startPasswordRedis,
+  startRedisCluster,
+  startRedisSentinel,
+  type TestCluster,
+  type TestSentinel,
+} from './support/redis-cluster.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
 import { archivedRecords } from './support/s3.js';
 
@@ -39,7 +46,12 @@ describe('Redis Cluster (3 masters, 3 replicas)', () => {
   before(async () => {
     cluster = await startRedisCluster();
     dir = await mkdtemp(join(tmpdir(), 'cluster-archive-'));
-    cs = await startTestCallsync({ REDIS_URL: NOWHERE, REDIS_CLUSTER_NODES: cluster.seeds, QUEUE_PREFIX: prefix, ARCHIVE_DIR: dir });
+    cs = await startTestCallsync({
+      REDIS_URL: NOWHERE,
+      REDIS_CLUSTER_NODES: cluster.seeds,
+      QUEUE_PREFIX: prefix,
+      ARCHIVE_DIR: dir,
+    });
   });
   after(async () => {
     await cs?.stop();
@@ -53,14 +65,25 @@ describe('Redis Cluster (3 masters, 3 replicas)', () => {
     const again = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('cl-1'));
     assert.equal(again.status, 202);
     assert.equal(again.body.duplicate, true, 'the second delivery is a duplicate');
-    await waitFor(async () => (await archived(dir)).length === ids.length, { what: 'every call archived', timeoutMs: 30_000 });
+    await waitFor(async () => (await archived(dir)).length === ids.length, {
+      what: 'every call archived',
+      timeoutMs: 30_000,
+    });
     assert.equal((await archived(dir)).length, ids.length, 'one archive object per call, the duplicate not again');
     // The keys live on the cluster: the master holding the prefix's slot has the inbound log.
     const masters = await cluster.masters();
     assert.equal(masters.length, 3);
     // A master that does not hold the slot answers MOVED.
-    const found = await Promise.all(masters.map((port) => nodeCommand(port, ['EXISTS', `${prefix}:inbound-log`]).catch((err: Error) => err.message.split(' ')[0])));
-    assert.equal(found.filter((n) => n === 1).length, 1, `the inbound log is on one master of the cluster: ${found.join(', ')}`);
+    const found = await Promise.all(
+      masters.map((port) =>
+        nodeCommand(port, ['EXISTS', `${prefix}:inbound-log`]).catch((err: Error) => err.message.split(' ')[0]),
+      ),
+    );
+    assert.equal(
+      found.filter((n) => n === 1).length,
+      1,
+      `the inbound log is on one master of the cluster: ${found.join(', ')}`,
+    );
     assert.equal(found.filter((n) => n === 'MOVED').length, 2, 'the other two send the client on');
   });
 
@@ -81,9 +104,17 @@ describe('Redis Cluster (3 masters, 3 replicas)', () => {
       const first = await postJson(`${ingress.url}/webhooks/ai-agent/agent-1`, webhookPayload('clack-1'));
       assert.equal(first.status, 202);
       replica.pause();
-      assert.equal((await postJson(`${ingress.url}/webhooks/ai-agent/agent-1`, webhookPayload('clack-2'))).status, 503, 'its replica does not confirm');
+      assert.equal(
+        (await postJson(`${ingress.url}/webhooks/ai-agent/agent-1`, webhookPayload('clack-2'))).status,
+        503,
+        'its replica does not confirm',
+      );
       replica.resume();
-      await waitFor(async () => (await postJson(`${ingress.url}/webhooks/ai-agent/agent-1`, webhookPayload('clack-2'))).status === 202, { what: '202 again', timeoutMs: 15_000, intervalMs: 200 });
+      await waitFor(
+        async () =>
+          (await postJson(`${ingress.url}/webhooks/ai-agent/agent-1`, webhookPayload('clack-2'))).status === 202,
+        { what: '202 again', timeoutMs: 15_000, intervalMs: 200 },
+      );
     } finally {
       replica.resume();
       await ingress.stop();
@@ -91,10 +122,18 @@ describe('Redis Cluster (3 masters, 3 replicas)', () => {
   });
 
   test('the CLI connects through the same factory', async () => {
-    const config = loadConfig({ REDIS_URL: NOWHERE, REDIS_CLUSTER_NODES: cluster.seeds.split(',')[0]!, QUEUE_PREFIX: prefix });
+    const config = loadConfig({
+      REDIS_URL: NOWHERE,
+      REDIS_CLUSTER_NODES: cluster.seeds.split(',')[0]!,
+      QUEUE_PREFIX: prefix,
+    });
     const redis = await connectRedis(config);
     try {
-      assert.equal(await redis.exists(`${prefix}:inbound-log`), 1, 'a key on whichever master holds it (MOVED followed)');
+      assert.equal(
+        await redis.exists(`${prefix}:inbound-log`),
+        1,
+        'a key on whichever master holds it (MOVED followed)',
+      );
     } finally {
       redis.disconnect();
     }
@@ -133,15 +172,19 @@ describe('Redis Cluster chaos: the master of the log killed under load, ACK_REPL
     let n = 0;
     const postOne = async () => {
       const id = `chaos-${++n}`;
-      const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id)).catch(() => ({ status: 0 }));
+      const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id)).catch(() => ({
+        status: 0,
+      }));
       if (res.status === 202) acknowledged.add(id);
       else refused++;
     };
     // Load: 4 callers at once, before, during and after the kill.
     const load = async (until: () => boolean) => {
-      await Promise.all([0, 1, 2, 3].map(async () => {
-        while (!until()) await postOne();
-      }));
+      await Promise.all(
+        [0, 1, 2, 3].map(async () => {
+          while (!until()) await postOne();
+        }),
+      );
     };
     await load(() => acknowledged.size >= 40);
     let killed = false;
@@ -149,7 +192,10 @@ describe('Redis Cluster chaos: the master of the log killed under load, ACK_REPL
     const loading = load(() => (killed && acknowledged.size >= 120) || Date.now() > giveUp);
     await master.kill();
     killed = true;
-    await waitFor(async () => (await cluster.masters()).includes(replica.port), { what: 'the replica promoted', timeoutMs: 30_000 });
+    await waitFor(async () => (await cluster.masters()).includes(replica.port), {
+      what: 'the replica promoted',
+      timeoutMs: 30_000,
+    });
     // The promoted replica has no replica of its own: with ACK_REPLICAS=1 nothing is acknowledged
     // (503) until the old master is back, rejoins as its replica and has caught up.
     const before = acknowledged.size;
@@ -157,13 +203,23 @@ describe('Redis Cluster chaos: the master of the log killed under load, ACK_REPL
     assert.equal(acknowledged.size, before, 'no 202 while the new master has no replica');
     master.restart();
     await loading;
-    assert.ok(acknowledged.size >= 120, `calls are acknowledged again after the failover (${acknowledged.size} were, ${refused} refused)`);
+    assert.ok(
+      acknowledged.size >= 120,
+      `calls are acknowledged again after the failover (${acknowledged.size} were, ${refused} refused)`,
+    );
     // Every call answered 202 reaches the archive, across the failover.
     const names = async () => (await archived(dir)).join('\n');
-    await waitFor(async () => {
-      const all = await names();
-      return [...acknowledged].every((id) => all.includes(`/${id}-`));
-    }, { what: `every acknowledged call archived (${acknowledged.size}, ${refused} refused)`, timeoutMs: 60_000, intervalMs: 500 });
+    await waitFor(
+      async () => {
+        const all = await names();
+        return [...acknowledged].every((id) => all.includes(`/${id}-`));
+      },
+      {
+        what: `every acknowledged call archived (${acknowledged.size}, ${refused} refused)`,
+        timeoutMs: 60_000,
+        intervalMs: 500,
+      },
+    );
   });
 });
 
@@ -175,7 +231,12 @@ describe('Sentinel (master, replica, one sentinel)', () => {
   before(async () => {
     set = await startRedisSentinel();
     dir = await mkdtemp(join(tmpdir(), 'sentinel-archive-'));
-    cs = await startTestCallsync({ REDIS_URL: NOWHERE, REDIS_SENTINELS: set.sentinels, REDIS_SENTINEL_NAME: set.name, ARCHIVE_DIR: dir });
+    cs = await startTestCallsync({
+      REDIS_URL: NOWHERE,
+      REDIS_SENTINELS: set.sentinels,
+      REDIS_SENTINEL_NAME: set.name,
+      ARCHIVE_DIR: dir,
+    });
   });
   after(async () => {
     await cs?.stop();
@@ -185,14 +246,29 @@ describe('Sentinel (master, replica, one sentinel)', () => {
 
   test('the master is found through the sentinel, and found again after a failover', async () => {
     await postCalls(cs, ['se-1', 'se-2']);
-    await waitFor(async () => (await archived(dir)).length === 2, { what: 'archived before the failover', timeoutMs: 30_000 });
+    await waitFor(async () => (await archived(dir)).length === 2, {
+      what: 'archived before the failover',
+      timeoutMs: 30_000,
+    });
     // The replica has what was archived so far (the test then promotes it).
-    await waitFor(async () => /master_link_status:up/.test(String(await nodeCommand(set.replica.port, ['INFO', 'replication']))), { what: 'replica in sync' });
+    await waitFor(
+      async () => /master_link_status:up/.test(String(await nodeCommand(set.replica.port, ['INFO', 'replication']))),
+      { what: 'replica in sync' },
+    );
     await set.master.kill();
-    await waitFor(async () => (await set.masterPort()) === set.replica.port, { what: 'the sentinel promotes the replica', timeoutMs: 30_000 });
+    await waitFor(async () => (await set.masterPort()) === set.replica.port, {
+      what: 'the sentinel promotes the replica',
+      timeoutMs: 30_000,
+    });
     // Until callsync has reconnected to the new master the ingress may answer 503; then 202 again.
-    await waitFor(async () => (await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('se-3'))).status === 202, { what: 'accepted on the new master', timeoutMs: 30_000, intervalMs: 300 });
-    await waitFor(async () => (await archived(dir)).length === 3, { what: 'archived after the failover', timeoutMs: 30_000 });
+    await waitFor(
+      async () => (await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('se-3'))).status === 202,
+      { what: 'accepted on the new master', timeoutMs: 30_000, intervalMs: 300 },
+    );
+    await waitFor(async () => (await archived(dir)).length === 3, {
+      what: 'archived after the failover',
+      timeoutMs: 30_000,
+    });
   });
 });
 
@@ -211,7 +287,11 @@ describe('a Redis with a password (REDIS_PASSWORD)', () => {
   });
 
   test('with the password: accepted and archived; the password is in no log line', async () => {
-    const cs = await startTestCallsync({ REDIS_URL: `redis://127.0.0.1:${server.port}`, REDIS_PASSWORD: password, ARCHIVE_DIR: dir });
+    const cs = await startTestCallsync({
+      REDIS_URL: `redis://127.0.0.1:${server.port}`,
+      REDIS_PASSWORD: password,
+      ARCHIVE_DIR: dir,
+    });
     try {
       await postCalls(cs, ['pw-1']);
       await waitFor(async () => (await archived(dir)).length === 1, { what: 'archived', timeoutMs: 30_000 });
@@ -223,7 +303,12 @@ describe('a Redis with a password (REDIS_PASSWORD)', () => {
 
   test('a wrong password: 503 (never 202), and the password is in no log line', async () => {
     const wrong = 'wrong-' + password;
-    const cs = await startTestCallsync({ REDIS_URL: `redis://127.0.0.1:${server.port}`, REDIS_PASSWORD: wrong, SPOOL_ENABLED: 'false', ARCHIVE_DIR: dir });
+    const cs = await startTestCallsync({
+      REDIS_URL: `redis://127.0.0.1:${server.port}`,
+      REDIS_PASSWORD: wrong,
+      SPOOL_ENABLED: 'false',
+      ARCHIVE_DIR: dir,
+    });
     try {
       const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('pw-wrong'));
       assert.equal(res.status, 503);

@@ -33,7 +33,11 @@ test('every answer carries X-Request-Id; a sane caller id is kept, others are re
     before: [requestContext({ log }), opsRoutes(ops)],
   });
   const post = (body: string, headers: Record<string, string> = {}) =>
-    app.request('/webhooks/ai-agent/agent-1', { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+    app.request('/webhooks/ai-agent/agent-1', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body,
+    });
   const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
   const answers: [string, Response][] = [

@@ -27,7 +27,12 @@ import { waitFor } from './support/redis.js';
 const CORRECTED = 'Corrected later: the appointment moved to Friday 10:00.';
 
 /** The first revision (no summary yet) and the update (with one), as the fan-out stamps them. */
-function revisions(callId: string): { first: CanonicalCall; update: CanonicalCall; r1: CallRevision; r2: CallRevision } {
+function revisions(callId: string): {
+  first: CanonicalCall;
+  update: CanonicalCall;
+  r1: CallRevision;
+  r2: CallRevision;
+} {
   const first = sampleCall(callId, { patch: (p) => delete p.assist.summary });
   const update = sampleCall(callId, { patch: (p) => (p.assist.summary.content = CORRECTED) });
   return {
@@ -43,7 +48,12 @@ function ctxOf(deps: CrmTestDeps, jobId: string, revision: CallRevision | undefi
 }
 
 /** Delivers like the queue runner: a RetryLaterError waits its delay and tries again. */
-async function deliverUntilDone(sink: Sink, call: CanonicalCall, ctx: SinkContext, tries: { n: number } = { n: 0 }): Promise<SinkResult> {
+async function deliverUntilDone(
+  sink: Sink,
+  call: CanonicalCall,
+  ctx: SinkContext,
+  tries: { n: number } = { n: 0 },
+): Promise<SinkResult> {
   for (;;) {
     try {
       return await sink.deliver(call, ctx);
@@ -92,7 +102,9 @@ describe('revisions at HubSpot', () => {
     fake.enqueue({ match: (r) => r.method === 'POST' && r.path === '/crm/objects/2026-09/calls', hold: held.promise });
     const s = sink();
     const original = deliverUntilDone(s, first, ctxOf(deps, 'job-first', r1));
-    await waitFor(() => fake.requestsTo('POST', '/crm/objects/2026-09/calls').length === 1, { what: 'the first create in flight' });
+    await waitFor(() => fake.requestsTo('POST', '/crm/objects/2026-09/calls').length === 1, {
+      what: 'the first create in flight',
+    });
     const tries = { n: 0 };
     const corrected = deliverUntilDone(s, update, ctxOf(deps, 'job-update', r2), tries);
     await waitFor(() => tries.n >= 1, { what: 'the update tried while the first is in flight' });
@@ -103,7 +115,11 @@ describe('revisions at HubSpot', () => {
     assert.equal(fake.requestsTo('POST', '/crm/objects/2026-09/calls').length, 1, 'created once');
     const [call] = [...fake.calls.values()];
     assert.match(call!.properties.hs_call_body!, /Corrected later/);
-    assert.equal(fake.requestsTo('PATCH', '/crm/objects/2026-09/calls/').length, 1, 'the update PATCHed the record the first revision created');
+    assert.equal(
+      fake.requestsTo('PATCH', '/crm/objects/2026-09/calls/').length,
+      1,
+      'the update PATCHed the record the first revision created',
+    );
   });
 
   it('the original retried after its update succeeded is skipped: the record keeps the newest content', async () => {
@@ -224,7 +240,16 @@ describe('revisions at the signed webhook', () => {
     const { first, update, r1, r2 } = revisions('wh-endpoints');
     const other = await new FakeWebhookReceiver(secret).start();
     try {
-      const s = new WebhookSink('webhook', webhookSinkType.options.parse({ endpoints: [{ name: 'a', url: receiver.url }, { name: 'b', url: other.url }] }), deps);
+      const s = new WebhookSink(
+        'webhook',
+        webhookSinkType.options.parse({
+          endpoints: [
+            { name: 'a', url: receiver.url },
+            { name: 'b', url: other.url },
+          ],
+        }),
+        deps,
+      );
       const at = (endpoint: string, jobId: string, r: typeof r1) => ({ ...ctxOf(deps, jobId, r), endpoint });
       // Endpoint a gets the update first (b is behind, e.g. it was paused); the original then reaches both.
       await s.deliver(update, at('a', 'job-update', r2));
@@ -232,7 +257,11 @@ describe('revisions at the signed webhook', () => {
       assert.equal((await s.deliver(first, at('b', 'job-first', r1))).status, 'done', 'b had none: the original goes');
       assert.equal((await s.deliver(update, at('b', 'job-update', r2))).status, 'done', 'and then its update');
       assert.deepEqual([...receiver.byCall.get(first.callId)!], [s.payload(update).id]);
-      assert.deepEqual([...other.byCall.get(first.callId)!], [s.payload(first).id, s.payload(update).id], 'b: each revision once, in order');
+      assert.deepEqual(
+        [...other.byCall.get(first.callId)!],
+        [s.payload(first).id, s.payload(update).id],
+        'b: each revision once, in order',
+      );
     } finally {
       await other.stop();
     }

@@ -59,7 +59,10 @@ describe('send-sample flags against a running callsync', () => {
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-sample-flags-'));
     const file = join(dir, 'callsync.yaml');
-    await writeFile(file, `sinks:\n  everything: { type: archive, dir: ${join(dir, 'archive')} }\nroutes:\n  - to: everything\n`);
+    await writeFile(
+      file,
+      `sinks:\n  everything: { type: archive, dir: ${join(dir, 'archive')} }\nroutes:\n  - to: everything\n`,
+    );
     env = { CALLSYNC_CONFIG: file, PUSH_API_VERIFY: 'false', SPOOL_DIR: join(dir, 'spool') };
     cs = await startOpsCallsync(env, { sinks: new Map([['everything', sink]]) });
   });
@@ -68,24 +71,68 @@ describe('send-sample flags against a running callsync', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  const received = (id: string) => waitFor(() => sink.calls.find((c) => c.callId === id), { timeoutMs: 20_000, what: `call ${id} delivered` });
+  const received = (id: string) =>
+    waitFor(() => sink.calls.find((c) => c.callId === id), { timeoutMs: 20_000, what: `call ${id} delivered` });
   const callIdOf = (out: string) => /accepted: call (\S+)/.exec(out)?.[1] ?? assert.fail(out);
 
   test('--from, --to and --direction: the webhook call carries them, the numbers read as E.164', async () => {
-    const r = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent/sample-agent`, '--from', '+49 151 1234 5678', '--to', '004940809010', '--direction', 'inbound'], { ...env, QUEUE_PREFIX: cs.prefix });
+    const r = await cli(
+      [
+        'send-sample',
+        '--url',
+        `${cs.url}/webhooks/ai-agent/sample-agent`,
+        '--from',
+        '+49 151 1234 5678',
+        '--to',
+        '004940809010',
+        '--direction',
+        'inbound',
+      ],
+      { ...env, QUEUE_PREFIX: cs.prefix },
+    );
     assert.equal(r.code, 0, r.err);
     const call = await received(callIdOf(r.out));
-    assert.deepEqual([call.source, call.from, call.to, call.direction, call.outcome], ['ai-agent', '+4915112345678', '+4940809010', 'in', 'answered']);
+    assert.deepEqual(
+      [call.source, call.from, call.to, call.direction, call.outcome],
+      ['ai-agent', '+4915112345678', '+4940809010', 'in', 'answered'],
+    );
   });
 
   test('--outcome missed: the Push API events of a missed call, which the routes see as such', async () => {
-    const r = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent/sample-agent`, '--from', '4915112345678', '--outcome', 'missed'], { ...env, QUEUE_PREFIX: cs.prefix });
+    const r = await cli(
+      [
+        'send-sample',
+        '--url',
+        `${cs.url}/webhooks/ai-agent/sample-agent`,
+        '--from',
+        '4915112345678',
+        '--outcome',
+        'missed',
+      ],
+      { ...env, QUEUE_PREFIX: cs.prefix },
+    );
     assert.equal(r.code, 0, r.err);
     assert.match(r.out, /as Push API events \(newCall, hangup cause noAnswer\): outcome missed, direction in/);
     assert.match(r.out, /job [0-9a-f]+ in sink-everything/);
     const call = await received(callIdOf(r.out));
-    assert.deepEqual([call.source, call.from, call.direction, call.outcome], ['push', '+4915112345678', 'in', 'missed']);
-    const out = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent`, '--direction', 'out', '--to', '+4915112345678', '--outcome', 'busy'], { ...env, QUEUE_PREFIX: cs.prefix });
+    assert.deepEqual(
+      [call.source, call.from, call.direction, call.outcome],
+      ['push', '+4915112345678', 'in', 'missed'],
+    );
+    const out = await cli(
+      [
+        'send-sample',
+        '--url',
+        `${cs.url}/webhooks/ai-agent`,
+        '--direction',
+        'out',
+        '--to',
+        '+4915112345678',
+        '--outcome',
+        'busy',
+      ],
+      { ...env, QUEUE_PREFIX: cs.prefix },
+    );
     assert.equal(out.code, 0, out.err);
     const busy = await received(callIdOf(out.out));
     assert.deepEqual([busy.direction, busy.to, busy.outcome], ['out', '+4915112345678', 'busy']);
@@ -94,7 +141,10 @@ describe('send-sample flags against a running callsync', () => {
   test('an ingress that checks Push API signatures refuses them, and the hint says why', async () => {
     const checking = await startOpsCallsync({ ...env, PUSH_API_VERIFY: 'true', SPOOL_DIR: join(dir, 'spool-2') });
     try {
-      const r = await cli(['send-sample', '--url', `${checking.url}/webhooks/ai-agent`, '--outcome', 'missed'], { ...env, QUEUE_PREFIX: checking.prefix });
+      const r = await cli(['send-sample', '--url', `${checking.url}/webhooks/ai-agent`, '--outcome', 'missed'], {
+        ...env,
+        QUEUE_PREFIX: checking.prefix,
+      });
       assert.equal(r.code, 1);
       assert.match(r.err, /answered 401 to the newCall event/);
       assert.match(r.err, /hint: .*PUSH_API_VERIFY=false/);

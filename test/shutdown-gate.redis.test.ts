@@ -48,12 +48,25 @@ describe('shutdown gate', () => {
     await waitFor(() => cs.operations.gate.closed, { what: 'the gate to close' });
 
     // New requests (through the app, as a request on a kept-alive connection would arrive).
-    const refused = await app.request('/webhooks/ai-agent', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(webhookPayload('late-1')) });
+    const refused = await app.request('/webhooks/ai-agent', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(webhookPayload('late-1')),
+    });
     assert.equal(refused.status, 503);
     assert.equal(refused.headers.get('retry-after'), '5');
     assert.equal(refused.headers.get('connection'), 'close');
     const body = await refused.json();
-    assert.deepEqual(body, { errors: [{ status: 503, title: 'Service Unavailable', detail: 'callsync is shutting down; retry later', source: { pointer: '/' } }] });
+    assert.deepEqual(body, {
+      errors: [
+        {
+          status: 503,
+          title: 'Service Unavailable',
+          detail: 'callsync is shutting down; retry later',
+          source: { pointer: '/' },
+        },
+      ],
+    });
     assert.equal((await app.request('/readyz')).status, 503);
     assert.equal((await app.request('/healthz')).status, 200);
     const metrics = await (await app.request('/metrics')).text();

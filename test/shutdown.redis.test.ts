@@ -15,12 +15,21 @@ import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob
 import { webhookPayload } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 import { archivedRecords } from './support/s3.js';
-import { bounded, startCallsyncProcess as startChild, type CallsyncProcess as Child } from './support/callsync-process.js';
+import {
+  bounded,
+  startCallsyncProcess as startChild,
+  type CallsyncProcess as Child,
+} from './support/callsync-process.js';
 
 async function archivedCallIds(dir: string): Promise<string[]> {
   const files = (await readdir(dir, { recursive: true }).catch(() => [] as string[])) as string[];
   // `<call id>-<16 hex>.json` (the ids here need no making safe).
-  return archivedRecords(files).map((f) => f.split('/').pop()!.replace(/-[0-9a-f]{16}\.json$/, ''));
+  return archivedRecords(files).map((f) =>
+    f
+      .split('/')
+      .pop()!
+      .replace(/-[0-9a-f]{16}\.json$/, ''),
+  );
 }
 
 describe('graceful shutdown on SIGTERM', () => {
@@ -70,7 +79,11 @@ describe('graceful shutdown on SIGTERM', () => {
       while (!exited && next < 2000) {
         const callId = `burst-${next++}`;
         try {
-          const res = await fetch(hook, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(webhookPayload(callId)) });
+          const res = await fetch(hook, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify(webhookPayload(callId)),
+          });
           const body = (await res.json()) as { errors?: { status: number }[] };
           if (res.status === 202) acked.add(callId);
           else {
@@ -105,7 +118,11 @@ describe('graceful shutdown on SIGTERM', () => {
       // would be fanned out a second time by the takeover). Unread entries may wait in the log.
       const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
       try {
-        assert.equal(await new InboundLog(redis, prefix).pending(), 0, 'no inbound log entry left in flight by the stopped process');
+        assert.equal(
+          await new InboundLog(redis, prefix).pending(),
+          0,
+          'no inbound log entry left in flight by the stopped process',
+        );
       } finally {
         redis.disconnect();
       }
@@ -115,30 +132,52 @@ describe('graceful shutdown on SIGTERM', () => {
     const second = startChild(env);
     children.push(second);
     await bounded(second.url, 60_000, 'the second process to listen', second);
-    const archived = await waitFor(async () => {
-      const ids = await archivedCallIds(dir);
-      return [...acked].every((id) => ids.includes(id)) ? ids : null;
-    }, { timeoutMs: 90_000, intervalMs: 250, what: 'every acknowledged call archived' });
+    const archived = await waitFor(
+      async () => {
+        const ids = await archivedCallIds(dir);
+        return [...acked].every((id) => ids.includes(id)) ? ids : null;
+      },
+      { timeoutMs: 90_000, intervalMs: 250, what: 'every acknowledged call archived' },
+    );
 
     // Exactly once: one archive object per call, each call fanned out once (one sink job, no log
     // entry taken over from a stopped fan-out) and no archive job started twice.
     assert.equal(new Set(archived).size, archived.length);
-    for (const id of archived) assert.ok(acked.has(id) || unanswered.has(id), `${id} was archived but refused with 503`);
+    for (const id of archived)
+      assert.ok(acked.has(id) || unanswered.has(id), `${id} was archived but refused with 503`);
     const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
     const log = new InboundLog(redis, prefix);
     const inbound = new Queue<CallReceivedJob>(INBOUND_QUEUE, { connection: redis, prefix });
     const sink = new Queue<SinkDeliverJob>(sinkQueueName('archive'), { connection: redis, prefix });
     try {
-      await waitFor(async () => {
-        const [a, b, entries] = await Promise.all([inbound.getJobCounts('waiting', 'active', 'delayed'), sink.getJobCounts('waiting', 'active', 'delayed'), log.length()]);
-        return entries === 0 && [a, b].every((c) => (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) === 0);
-      }, { timeoutMs: 30_000, what: 'inbound log and queues drained' });
+      await waitFor(
+        async () => {
+          const [a, b, entries] = await Promise.all([
+            inbound.getJobCounts('waiting', 'active', 'delayed'),
+            sink.getJobCounts('waiting', 'active', 'delayed'),
+            log.length(),
+          ]);
+          return entries === 0 && [a, b].every((c) => (c.waiting ?? 0) + (c.active ?? 0) + (c.delayed ?? 0) === 0);
+        },
+        { timeoutMs: 30_000, what: 'inbound log and queues drained' },
+      );
       assert.equal(await log.pending(), 0, 'no inbound log entry left unacknowledged');
-      assert.equal((await inbound.getJobs(['failed'])).length + (await sink.getJobs(['failed'])).length, 0, 'no dead letters');
+      assert.equal(
+        (await inbound.getJobs(['failed'])).length + (await sink.getJobs(['failed'])).length,
+        0,
+        'no dead letters',
+      );
       const deadLetters = await inbound.getJobs(['completed', 'failed']);
-      assert.deepEqual(deadLetters.map((j) => j.id), [], 'no call went through the inbound dead letters');
+      assert.deepEqual(
+        deadLetters.map((j) => j.id),
+        [],
+        'no call went through the inbound dead letters',
+      );
       const notes = [...first.lines, ...second.lines].map((l) => String(l.msg));
-      assert.ok(!notes.some((m) => m.startsWith('taking over inbound entries')), 'no inbound log entry was fanned out twice');
+      assert.ok(
+        !notes.some((m) => m.startsWith('taking over inbound entries')),
+        'no inbound log entry was fanned out twice',
+      );
       const sinkJobs = await sink.getJobs(['completed', 'failed', 'waiting', 'active', 'delayed']);
       for (const id of acked) {
         const jobs = sinkJobs.filter((j) => j.data.call.callId === id);

@@ -42,10 +42,20 @@ test('Redis out of memory while a sink job runs: no attempt is spent; delivered 
     // in the list it could not). Four attempts, 1–2 s apart: without the fix they are gone in seconds.
     const folder = join(dir, 'archive');
     await writeFile(folder, 'not a folder');
-    cs = await startTestCallsync({ REDIS_URL: redis.url, QUEUE_PREFIX: prefix, ARCHIVE_DIR: folder, JOB_ATTEMPTS: '4', JOB_BACKOFF_MS: '2000', JOB_MAX_BACKOFF_MS: '2000' });
+    cs = await startTestCallsync({
+      REDIS_URL: redis.url,
+      QUEUE_PREFIX: prefix,
+      ARCHIVE_DIR: folder,
+      JOB_ATTEMPTS: '4',
+      JOB_BACKOFF_MS: '2000',
+      JOB_MAX_BACKOFF_MS: '2000',
+    });
     const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('sink-oom-1'));
     assert.equal(res.status, 202, JSON.stringify(res.body));
-    const job = await waitFor(async () => (await archive.getJobs(['delayed']))[0] ?? null, { timeoutMs: 20_000, what: 'the archive job failed once, waiting its backoff' });
+    const job = await waitFor(async () => (await archive.getJobs(['delayed']))[0] ?? null, {
+      timeoutMs: 20_000,
+      what: 'the archive job failed once, waiting its backoff',
+    });
     assert.equal(job.attemptsMade, 1);
     await admin.config('SET', 'maxmemory', '1');
     await rm(folder);
@@ -62,14 +72,39 @@ test('Redis out of memory while a sink job runs: no attempt is spent; delivered 
       await new Promise((r) => setTimeout(r, 250));
     }
     assert.ok(seenActive, 'the worker ran the job during the OOM');
-    assert.deepEqual(archivedRecords(await readdir(folder, { recursive: true }).catch(() => [] as string[]).then((f) => f.map(String))), [], 'nothing written while Redis refused the lock');
-    assert.ok(cs.logs.some((l) => l.msg === 'Redis failed under the job: waiting for Redis, no attempt spent' && l.queue === 'sink-archive'), 'the wait is logged');
+    assert.deepEqual(
+      archivedRecords(
+        await readdir(folder, { recursive: true })
+          .catch(() => [] as string[])
+          .then((f) => f.map(String)),
+      ),
+      [],
+      'nothing written while Redis refused the lock',
+    );
+    assert.ok(
+      cs.logs.some(
+        (l) =>
+          l.msg === 'Redis failed under the job: waiting for Redis, no attempt spent' && l.queue === 'sink-archive',
+      ),
+      'the wait is logged',
+    );
 
     await admin.config('SET', 'maxmemory', '0');
-    await waitFor(async () => (await (await archive.getJob(job.id!))?.getState()) === 'completed', { timeoutMs: 30_000, what: 'the archive job completed once memory was back' });
+    await waitFor(async () => (await (await archive.getJob(job.id!))?.getState()) === 'completed', {
+      timeoutMs: 30_000,
+      what: 'the archive job completed once memory was back',
+    });
     const done = (await archive.getJob(job.id!))!;
     assert.equal(done.attemptsMade, 2, 'the folder failure and the success: the OOM cost none');
-    assert.equal(archivedRecords(await readdir(folder, { recursive: true }).catch(() => [] as string[]).then((f) => f.map(String))).length, 1, 'the call is archived');
+    assert.equal(
+      archivedRecords(
+        await readdir(folder, { recursive: true })
+          .catch(() => [] as string[])
+          .then((f) => f.map(String)),
+      ).length,
+      1,
+      'the call is archived',
+    );
   } finally {
     await admin.config('SET', 'maxmemory', '0').catch(() => undefined);
     await archive.close();

@@ -30,7 +30,10 @@ describe('sink state round trips', () => {
   let server: PrivateRedis;
   let redis: Redis;
   let watcher: Redis;
-  let monitor: { on(e: 'monitor', fn: (time: string, args: string[], source: string) => void): void; disconnect(): void };
+  let monitor: {
+    on(e: 'monitor', fn: (time: string, args: string[], source: string) => void): void;
+    disconnect(): void;
+  };
   const seen: Sent[] = [];
 
   before(async () => {
@@ -39,7 +42,9 @@ describe('sink state round trips', () => {
     await redis.ping();
     watcher = new Redis(server.url, { maxRetriesPerRequest: 1 });
     monitor = (await watcher.monitor()) as unknown as typeof monitor;
-    monitor.on('monitor', (_time, args, source) => seen.push({ name: String(args[0]).toLowerCase(), lua: source === 'lua' }));
+    monitor.on('monitor', (_time, args, source) =>
+      seen.push({ name: String(args[0]).toLowerCase(), lua: source === 'lua' }),
+    );
   });
 
   after(async () => {
@@ -60,10 +65,15 @@ describe('sink state round trips', () => {
   async function settle(): Promise<void> {
     const before = seen.filter((c) => c.name === 'ping').length;
     await redis.ping();
-    for (let i = 0; i < 200 && seen.filter((c) => c.name === 'ping').length === before; i++) await new Promise((r) => setTimeout(r, 10));
+    for (let i = 0; i < 200 && seen.filter((c) => c.name === 'ping').length === before; i++)
+      await new Promise((r) => setTimeout(r, 10));
   }
 
-  const guard = () => new RevisionGuard(new RedisKeyValueStore(redis, 'rt:{q}:').scoped('sink'), { what: 'the test sink', lockTtlMs: 60_000 });
+  const guard = () =>
+    new RevisionGuard(new RedisKeyValueStore(redis, 'rt:{q}:').scoped('sink'), {
+      what: 'the test sink',
+      lockTtlMs: 60_000,
+    });
   const r1 = { stamp: '1775642600000-0', update: false, content: 'a' };
   const r2 = { stamp: '1775642600000-1', update: true, content: 'b' };
 
@@ -71,7 +81,9 @@ describe('sink state round trips', () => {
     // The first ever run may send each script's text once (NOSCRIPT, then EVAL): not counted.
     await guard().deliver('warm-up', { jobId: 'w', revision: r1 }, async () => ({ status: 'done' }));
 
-    const written = await sentDuring(() => guard().deliver('call-1', { jobId: 'job-2', revision: r2 }, async () => ({ status: 'done' })));
+    const written = await sentDuring(() =>
+      guard().deliver('call-1', { jobId: 'job-2', revision: r2 }, async () => ({ status: 'done' })),
+    );
     assert.deepEqual(written, ['evalsha', 'evalsha']);
     assert.equal(await redis.get(`rt:{q}:sink:lock:${callHash('call-1')}`), null, 'the lock is released');
 
@@ -102,7 +114,9 @@ describe('sink state round trips', () => {
 
     // A job id with spaces in it is compared up to the token's last space.
     await redis.set(lockKey, 'job 9 0d0e0f', 'PX', 60_000);
-    const tookOver = await sentDuring(() => guard().deliver('call-2', { jobId: 'job 9', revision: r1 }, async () => ({ status: 'done' })));
+    const tookOver = await sentDuring(() =>
+      guard().deliver('call-2', { jobId: 'job 9', revision: r1 }, async () => ({ status: 'done' })),
+    );
     assert.deepEqual(tookOver, ['evalsha', 'evalsha']);
     assert.equal(await redis.get(lockKey), null);
     assert.equal(await redis.get(`rt:{q}:sink:rev:${callHash('call-2')}`), r1.stamp);
@@ -131,11 +145,18 @@ describe('sink state round trips', () => {
       const revision = { stamp: '1775642600000-0', update: false, content: 'a' };
       const ctx = { ...deps.ctx(), jobId: 'job-a', revision };
       const archive = new ArchiveSink('archive', new LocalFolderStore(dir), undefined, null, state.scoped('archive'));
-      const webhook = new WebhookSink('webhook', webhookSinkType.options.parse({ urls: [receiver.url] }), { ...deps, state: state.scoped('webhook') });
+      const webhook = new WebhookSink('webhook', webhookSinkType.options.parse({ urls: [receiver.url] }), {
+        ...deps,
+        state: state.scoped('webhook'),
+      });
       await archive.deliver(sampleCall('rt-warm-up'), ctx);
 
       assert.deepEqual(await sentDuring(() => archive.deliver(call, ctx)), ['evalsha', 'evalsha']);
-      assert.equal(await redis.get(`rt:{q}:archive:day:${callHash(call.key)}`), '2026/04/08', 'the day the call was filed under is remembered');
+      assert.equal(
+        await redis.get(`rt:{q}:archive:day:${callHash(call.key)}`),
+        '2026/04/08',
+        'the day the call was filed under is remembered',
+      );
       assert.deepEqual(await sentDuring(() => archive.deliver(call, ctx)), ['evalsha', 'evalsha']);
 
       assert.deepEqual(await sentDuring(() => webhook.deliver(call, ctx)), ['evalsha', 'evalsha']);

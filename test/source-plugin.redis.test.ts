@@ -28,7 +28,8 @@ const pingSourceType = defineSourceType<{ secret: string }>({
   env: pingEnv,
   options(raw, { problems }) {
     const env = sourceEnvOf(pingEnv, raw);
-    if (!env.PING_SECRET || env.PING_SECRET.length < 8) problems.push('PING_SECRET: required, at least 8 characters (the ping source\'s shared secret)');
+    if (!env.PING_SECRET || env.PING_SECRET.length < 8)
+      problems.push("PING_SECRET: required, at least 8 characters (the ping source's shared secret)");
     return { secret: env.PING_SECRET ?? '' };
   },
   routes: ({ secret }) => ({
@@ -37,10 +38,15 @@ const pingSourceType = defineSourceType<{ secret: string }>({
     body: 'raw',
     maxBodyBytes: 1024,
     async receive(request) {
-      if (request.headers.get('x-ping-secret') !== secret) throw new SourceRefusal(401, 'X-Ping-Secret is missing or wrong');
+      if (request.headers.get('x-ping-secret') !== secret)
+        throw new SourceRefusal(401, 'X-Ping-Secret is missing or wrong');
       return {
         calls: [{ call: sampleCall(request.params.callId!) }],
-        reply: ([accepted]) => ({ status: 202, contentType: 'application/json', body: JSON.stringify({ id: accepted!.id }) }),
+        reply: ([accepted]) => ({
+          status: 202,
+          contentType: 'application/json',
+          body: JSON.stringify({ id: accepted!.id }),
+        }),
       };
     },
   }),
@@ -89,21 +95,34 @@ describe('a source type registered with one line', () => {
       () => loadConfig({ ARCHIVE_DIR: dir, PING_SECRET: 'short' }),
       (err: unknown) => err instanceof ConfigError && err.problems.some((p) => p.startsWith('PING_SECRET: required')),
     );
-    assert.deepEqual(loadConfig({ ARCHIVE_DIR: dir, PING_SECRET: 'a-long-secret' }).sources.ping, { secret: 'a-long-secret' });
+    assert.deepEqual(loadConfig({ ARCHIVE_DIR: dir, PING_SECRET: 'a-long-secret' }).sources.ping, {
+      secret: 'a-long-secret',
+    });
   });
 
   test('its route is mounted on the ingress and its sweeper runs in the worker role', async () => {
     cs = await startTestCallsync({ ARCHIVE_DIR: dir, PING_SECRET: 'a-long-secret' });
-    const wrong = await fetch(`${cs.url}/webhooks/ping/ping-1`, { method: 'POST', headers: { 'x-ping-secret': 'nope' }, body: '' });
+    const wrong = await fetch(`${cs.url}/webhooks/ping/ping-1`, {
+      method: 'POST',
+      headers: { 'x-ping-secret': 'nope' },
+      body: '',
+    });
     assert.equal(wrong.status, 401);
-    assert.equal(((await wrong.json()) as { errors: { detail: string }[] }).errors[0]?.detail, 'X-Ping-Secret is missing or wrong');
-    const right = await fetch(`${cs.url}/webhooks/ping/ping-1`, { method: 'POST', headers: { 'x-ping-secret': 'a-long-secret' }, body: '' });
+    assert.equal(
+      ((await wrong.json()) as { errors: { detail: string }[] }).errors[0]?.detail,
+      'X-Ping-Secret is missing or wrong',
+    );
+    const right = await fetch(`${cs.url}/webhooks/ping/ping-1`, {
+      method: 'POST',
+      headers: { 'x-ping-secret': 'a-long-secret' },
+      body: '',
+    });
     assert.equal(right.status, 202);
     assert.ok(((await right.json()) as { id?: string }).id);
     // Both calls reach the sinks: the one the route accepted and the one the sweeper accepted.
-    const fromRoute = await waitFor(() => archived(dir, 'ping-1'), { what: 'the route\'s call archived' });
+    const fromRoute = await waitFor(() => archived(dir, 'ping-1'), { what: "the route's call archived" });
     assert.equal(fromRoute.call.callId, 'ping-1');
-    const swept = await waitFor(() => archived(dir, 'ping-swept'), { what: 'the sweeper\'s call archived' });
+    const swept = await waitFor(() => archived(dir, 'ping-swept'), { what: "the sweeper's call archived" });
     assert.equal(swept.call.callId, 'ping-swept');
   });
 });

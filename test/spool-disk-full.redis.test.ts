@@ -70,8 +70,12 @@ async function freeBytes(dir: string): Promise<number> {
  * afterwards says what was lost.)
  */
 async function drained(spool: SpoolingAcceptor): Promise<void> {
-  const segments = async () => (await readdir(spool.dir).catch(() => [] as string[])).filter((n) => n.endsWith('.jsonl'));
-  await waitFor(async () => spool.pending === 0 || (await segments()).length === 0, { timeoutMs: 30_000, what: 'spool drained' });
+  const segments = async () =>
+    (await readdir(spool.dir).catch(() => [] as string[])).filter((n) => n.endsWith('.jsonl'));
+  await waitFor(async () => spool.pending === 0 || (await segments()).length === 0, {
+    timeoutMs: 30_000,
+    what: 'spool drained',
+  });
 }
 
 /** Compares what was answered with what the inbound log holds after the drain. */
@@ -158,7 +162,13 @@ describe('spool on a full disk: a 2 MiB tmpfs, the real ingress, Redis away', ()
     let cs: TestCallsync | null = null;
     try {
       // No free-space margin: the spool writes until the disk itself refuses (ENOSPC, short writes).
-      cs = await startTestCallsync({ REDIS_URL: redis.url, QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'ingress', SPOOL_DIR: disk.dir, SPOOL_MIN_FREE_BYTES: '0' });
+      cs = await startTestCallsync({
+        REDIS_URL: redis.url,
+        QUEUE_PREFIX: prefix,
+        CALLSYNC_ROLE: 'ingress',
+        SPOOL_DIR: disk.dir,
+        SPOOL_MIN_FREE_BYTES: '0',
+      });
       await redis.stop();
       const { acknowledged, refused } = await fillDisk(cs.url!, 'full', 20);
       const readyWhileFull = await readyz(cs);
@@ -191,9 +201,18 @@ describe('spool on a full disk: a 2 MiB tmpfs, the real ingress, Redis away', ()
     const prefix = uniquePrefix('spoolfull');
     let cs: TestCallsync | null = null;
     const send = async (callId: string, n: number) =>
-      postJson(`${cs!.url}/webhooks/ai-agent`, webhookPayload(callId, (p) => void (p.assist.summary.content = filler(n))));
+      postJson(
+        `${cs!.url}/webhooks/ai-agent`,
+        webhookPayload(callId, (p) => void (p.assist.summary.content = filler(n))),
+      );
     try {
-      cs = await startTestCallsync({ REDIS_URL: redis.url, QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'ingress', SPOOL_DIR: disk.dir, SPOOL_MIN_FREE_BYTES: '0' });
+      cs = await startTestCallsync({
+        REDIS_URL: redis.url,
+        QUEUE_PREFIX: prefix,
+        CALLSYNC_ROLE: 'ingress',
+        SPOOL_DIR: disk.dir,
+        SPOOL_MIN_FREE_BYTES: '0',
+      });
       await redis.stop();
       const acknowledged: string[] = [];
       const refused: string[] = [];
@@ -204,7 +223,10 @@ describe('spool on a full disk: a 2 MiB tmpfs, the real ingress, Redis away', ()
           refused.push(callId);
         }
       };
-      const enospc = () => cs!.logs.filter((l) => String(l.msg).startsWith('spool write failed') && (l.err as { code?: string })?.code === 'ENOSPC');
+      const enospc = () =>
+        cs!.logs.filter(
+          (l) => String(l.msg).startsWith('spool write failed') && (l.err as { code?: string })?.code === 'ENOSPC',
+        );
       let n = 0;
       // The spool renews its free-space figure once a second; the other writer fills the disk right
       // after a renewal, so the next burst is written and meets ENOSPC. (Retried if this machine was
@@ -218,10 +240,12 @@ describe('spool on a full disk: a 2 MiB tmpfs, the real ingress, Redis away', ()
         } catch (err) {
           assert.equal((err as NodeJS.ErrnoException).code, 'ENOSPC');
         }
-        const burst = await Promise.all(Array.from({ length: 20 }, async () => {
-          const i = n++;
-          return { callId: `other-${i}`, res: await send(`other-${i}`, i) };
-        }));
+        const burst = await Promise.all(
+          Array.from({ length: 20 }, async () => {
+            const i = n++;
+            return { callId: `other-${i}`, res: await send(`other-${i}`, i) };
+          }),
+        );
         for (const { callId, res } of burst) record(callId, res);
         if (enospc().length === 0) await rm(join(disk.dir, `ballast-${attempt}`));
       }
@@ -229,8 +253,12 @@ describe('spool on a full disk: a 2 MiB tmpfs, the real ingress, Redis away', ()
       const readyWhileFull = await readyz(cs);
 
       // The other writer's files go away: ready again, and new events are acknowledged.
-      for (const name of (await readdir(disk.dir)).filter((f) => f.startsWith('ballast-'))) await rm(join(disk.dir, name));
-      await waitFor(async () => (await readyz(cs!)) === 200, { timeoutMs: 10_000, what: 'ready again once space is back' });
+      for (const name of (await readdir(disk.dir)).filter((f) => f.startsWith('ballast-')))
+        await rm(join(disk.dir, name));
+      await waitFor(async () => (await readyz(cs!)) === 200, {
+        timeoutMs: 10_000,
+        what: 'ready again once space is back',
+      });
       for (let i = 0; i < 3; i++) {
         const res = await send(`other-after-${i}`, i);
         assert.equal(res.status, 202, JSON.stringify(res.body));
@@ -264,19 +292,35 @@ describe('spool on a full disk: a 2 MiB tmpfs, the real ingress, Redis away', ()
     try {
       // Someone else's file on the same disk; deleted later to give the space back.
       await writeFile(join(disk.dir, 'ballast'), Buffer.alloc(512 * 1024));
-      cs = await startTestCallsync({ REDIS_URL: redis.url, QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'ingress', SPOOL_DIR: disk.dir, SPOOL_MIN_FREE_BYTES: String(margin) });
+      cs = await startTestCallsync({
+        REDIS_URL: redis.url,
+        QUEUE_PREFIX: prefix,
+        CALLSYNC_ROLE: 'ingress',
+        SPOOL_DIR: disk.dir,
+        SPOOL_MIN_FREE_BYTES: String(margin),
+      });
       await redis.stop();
       assert.equal(await readyz(cs), 200, 'Redis away, the spool has room: ready');
       const { acknowledged, refused } = await fillDisk(cs.url!, 'margin', 10);
-      assert.ok(acknowledged.length >= 50 && refused.length >= 30, `acknowledged ${acknowledged.length}, refused ${refused.length}`);
+      assert.ok(
+        acknowledged.length >= 50 && refused.length >= 30,
+        `acknowledged ${acknowledged.length}, refused ${refused.length}`,
+      );
       // The margin was kept (less a page or two per segment: the spool counts bytes, the disk pages).
       const free = await freeBytes(disk.dir);
       assert.ok(free >= margin - 32 * 1024, `${free} bytes left free, margin ${margin}`);
-      assert.deepEqual(cs.logs.filter((l) => String(l.msg).startsWith('spool write failed')), [], 'the check refused, not the disk');
+      assert.deepEqual(
+        cs.logs.filter((l) => String(l.msg).startsWith('spool write failed')),
+        [],
+        'the check refused, not the disk',
+      );
       assert.equal(await readyz(cs), 503, 'below the margin with Redis away: not ready');
 
       await rm(join(disk.dir, 'ballast'));
-      await waitFor(async () => (await readyz(cs!)) === 200, { timeoutMs: 10_000, what: 'ready again once space is back' });
+      await waitFor(async () => (await readyz(cs!)) === 200, {
+        timeoutMs: 10_000,
+        what: 'ready again once space is back',
+      });
       const later: string[] = [];
       for (let i = 0; i < 5; i++) {
         const res = await postJson(`${cs.url}/webhooks/ai-agent`, webhookPayload(`margin-later-${i}`));
@@ -313,7 +357,15 @@ describe('spool with short writes (RLIMIT_FSIZE on this process: no mount needed
   /** The soft file size limit of this process, or null when prlimit is not there. */
   async function fileSizeLimit(): Promise<string | null> {
     try {
-      const { stdout } = await run('prlimit', ['--pid', String(process.pid), '--fsize', '--raw', '--noheadings', '-o', 'SOFT']);
+      const { stdout } = await run('prlimit', [
+        '--pid',
+        String(process.pid),
+        '--fsize',
+        '--raw',
+        '--noheadings',
+        '-o',
+        'SOFT',
+      ]);
       return stdout.trim();
     } catch {
       return null;
@@ -349,7 +401,8 @@ describe('spool with short writes (RLIMIT_FSIZE on this process: no mount needed
     });
   }
 
-  const call = (callId: string, n: number) => sampleCall(callId, { patch: (p) => void (p.assist.summary.content = filler(n)) });
+  const call = (callId: string, n: number) =>
+    sampleCall(callId, { patch: (p) => void (p.assist.summary.content = filler(n)) });
 
   test('short writes: each refuses its whole batch and leaves whole lines; every accepted event drains, no refused one', async (t: TestContext) => {
     const original = await fileSizeLimit();
@@ -364,7 +417,13 @@ describe('spool with short writes (RLIMIT_FSIZE on this process: no mount needed
       await limitFileSize(64 * 1024);
       try {
         for (let i = 0; i < 20; i++) await offer(spool, [call(`short-${i}`, i)], accepted, refused);
-        for (let i = 20; i < 140; i += 4) await offer(spool, Array.from({ length: 4 }, (_, k) => call(`short-${i + k}`, i + k)), accepted, refused);
+        for (let i = 20; i < 140; i += 4)
+          await offer(
+            spool,
+            Array.from({ length: 4 }, (_, k) => call(`short-${i + k}`, i + k)),
+            accepted,
+            refused,
+          );
       } finally {
         await limitFileSize(original);
       }
@@ -379,7 +438,10 @@ describe('spool with short writes (RLIMIT_FSIZE on this process: no mount needed
       assert.deepEqual(inLog, accepted, 'drained in acknowledged order');
       await waitFor(() => spool.pending === 0, { what: 'nothing left pending' });
       assert.ok(refused.length >= 8, `refused ${refused.length}`);
-      assert.ok(accepted.length >= 40, `accepted ${accepted.length}: after a failed batch the next one goes to a new segment`);
+      assert.ok(
+        accepted.length >= 40,
+        `accepted ${accepted.length}: after a failed batch the next one goes to a new segment`,
+      );
       // Before the drain, the spool held whole lines only, exactly the accepted events.
       assert.deepEqual(onDisk.problems, []);
       assert.deepEqual([...onDisk.callIds].sort(), [...accepted].sort());
@@ -406,14 +468,19 @@ describe('spool with short writes (RLIMIT_FSIZE on this process: no mount needed
       await redis.stop();
       for (let i = 0; i < 3; i++) await offer(spool, [fixed(`cut-0${i}`)], accepted, refused);
       // The segment being written (the drainer sealed the first one when it started).
-      const newest = (await readdir(dir)).filter((n) => n.endsWith('.jsonl')).sort().at(-1)!;
+      const newest = (await readdir(dir))
+        .filter((n) => n.endsWith('.jsonl'))
+        .sort()
+        .at(-1)!;
       appendOnly = join(dir, newest);
       try {
         // Appending still works on an append-only file; ftruncate fails (EPERM).
         await run('chattr', ['+a', appendOnly]);
       } catch (err) {
         appendOnly = null;
-        return void t.skip(`chattr +a not permitted here (needs root and ext4/xfs/tmpfs): ${(err as Error).message.split('\n')[0]}`);
+        return void t.skip(
+          `chattr +a not permitted here (needs root and ext4/xfs/tmpfs): ${(err as Error).message.split('\n')[0]}`,
+        );
       }
       await offer(spool, [fixed('cut-03')], accepted, refused);
       const before = await readFile(appendOnly, 'utf8');
@@ -424,16 +491,31 @@ describe('spool with short writes (RLIMIT_FSIZE on this process: no mount needed
       // Room for 4.5 more lines: a burst of 10 (one batch) comes back short with 4 whole lines in it.
       await limitFileSize(Buffer.byteLength(before) + Math.floor(4.5 * lineBytes));
       try {
-        await offer(spool, Array.from({ length: 10 }, (_, k) => fixed(`cut-1${k}`)), accepted, refused);
+        await offer(
+          spool,
+          Array.from({ length: 10 }, (_, k) => fixed(`cut-1${k}`)),
+          accepted,
+          refused,
+        );
       } finally {
         await limitFileSize(original);
       }
-      assert.deepEqual(refused, Array.from({ length: 10 }, (_, k) => `cut-1${k}`), 'the whole batch is refused');
+      assert.deepEqual(
+        refused,
+        Array.from({ length: 10 }, (_, k) => `cut-1${k}`),
+        'the whole batch is refused',
+      );
       const left = (await spoolContents(dir)).callIds.filter((id) => refused.includes(id));
-      assert.ok(left.length >= 1, 'the refused batch left whole lines behind in the file it could not cut back (what this test is about)');
+      assert.ok(
+        left.length >= 1,
+        'the refused batch left whole lines behind in the file it could not cut back (what this test is about)',
+      );
 
       for (let i = 0; i < 3; i++) await offer(spool, [fixed(`cut-2${i}`)], accepted, refused);
-      assert.ok(!(await readFile(appendOnly, 'utf8')).includes('"cut-20"'), 'a segment that could not be cut back is not written again');
+      assert.ok(
+        !(await readFile(appendOnly, 'utf8')).includes('"cut-20"'),
+        'a segment that could not be cut back is not written again',
+      );
       assert.equal(await spool.checkAccepting(), true, 'writes work again: accepting');
 
       // The disk "heals" (the drainer must be able to delete the file), Redis comes back.
@@ -441,7 +523,15 @@ describe('spool with short writes (RLIMIT_FSIZE on this process: no mount needed
       appendOnly = null;
       await redis.start();
       await drained(spool);
-      assert.deepEqual(await inboundCallIds(redis.url, prefix), ['cut-00', 'cut-01', 'cut-02', 'cut-03', 'cut-20', 'cut-21', 'cut-22']);
+      assert.deepEqual(await inboundCallIds(redis.url, prefix), [
+        'cut-00',
+        'cut-01',
+        'cut-02',
+        'cut-03',
+        'cut-20',
+        'cut-21',
+        'cut-22',
+      ]);
       assert.deepEqual(accepted, ['cut-00', 'cut-01', 'cut-02', 'cut-03', 'cut-20', 'cut-21', 'cut-22']);
     } finally {
       await limitFileSize(original);

@@ -31,9 +31,17 @@ function largeCall(id: string, mb: number, marker = ''): CanonicalCall {
 
 /** An acceptor whose Redis is unreachable: every event is spooled. */
 function unreachable(): { inner: InboundAcceptor; redis: Redis } {
-  const redis = new Redis(NOWHERE, { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
+  const redis = new Redis(NOWHERE, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    retryStrategy: () => null,
+  });
   redis.on('error', () => undefined);
-  return { inner: new InboundAcceptor(new InboundLog(redis, 'nowhere'), { dedupeWindowMs: 60_000, timeoutMs: 500 }), redis };
+  return {
+    inner: new InboundAcceptor(new InboundLog(redis, 'nowhere'), { dedupeWindowMs: 60_000, timeoutMs: 500 }),
+    redis,
+  };
 }
 
 describe('large events and the spool', () => {
@@ -67,10 +75,14 @@ describe('large events and the spool', () => {
       const size = (await Promise.all(segments.map((n) => stat(join(dir, n))))).reduce((sum, s) => sum + s.size, 0);
       assert.ok(size > 96 * MB, `${size} bytes spooled`);
 
-      const child = spawn(process.execPath, ['--max-old-space-size=160', '--import', 'tsx', 'test/support/spool-drain-process.ts'], {
-        env: { ...process.env, SPOOL_DIR: dir, REDIS_URL: redis.url, QUEUE_PREFIX: prefix },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
+      const child = spawn(
+        process.execPath,
+        ['--max-old-space-size=160', '--import', 'tsx', 'test/support/spool-drain-process.ts'],
+        {
+          env: { ...process.env, SPOOL_DIR: dir, REDIS_URL: redis.url, QUEUE_PREFIX: prefix },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      );
       let out = '';
       let err = '';
       child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -79,7 +91,11 @@ describe('large events and the spool', () => {
       assert.equal(code, 0, `the draining process failed: ${err.slice(-2000)}`);
       assert.deepEqual(JSON.parse(out.trim().split('\n').at(-1)!), { pending: 0, drained: 16 });
       const log = new InboundLog(admin, prefix);
-      assert.deepEqual((await log.entries()).map((e) => e.id), ids, 'every acknowledged event, in acknowledged order, under its id');
+      assert.deepEqual(
+        (await log.entries()).map((e) => e.id),
+        ids,
+        'every acknowledged event, in acknowledged order, under its id',
+      );
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
@@ -94,7 +110,8 @@ describe('large events and the spool', () => {
       const first = new SpoolingAcceptor(away, { dir, log: memoryLog().log });
       await first.open();
       const backlog: string[] = [];
-      for (let i = 0; i < 10; i++) backlog.push((await first.accept(largeCall(i === 9 ? 'late-call' : `backlog-${i}`, 1.5))).id);
+      for (let i = 0; i < 10; i++)
+        backlog.push((await first.accept(largeCall(i === 9 ? 'late-call' : `backlog-${i}`, 1.5))).id);
       await first.close();
       nowhere.disconnect();
 
@@ -107,12 +124,18 @@ describe('large events and the spool', () => {
         events: {
           drained() {
             // After the first batch reached Redis, with the rest (and `late-call`) still in the spool.
-            during ??= Promise.all([spool.accept(sampleCall('fresh-call')), spool.accept(largeCall('late-call', 1.5, 'corrected '))]);
+            during ??= Promise.all([
+              spool.accept(sampleCall('fresh-call')),
+              spool.accept(largeCall('late-call', 1.5, 'corrected ')),
+            ]);
           },
         },
       });
       await spool.open();
-      await waitFor(() => during !== undefined && spool.pending === 0, { timeoutMs: 60_000, what: 'the backlog drained' });
+      await waitFor(() => during !== undefined && spool.pending === 0, {
+        timeoutMs: 60_000,
+        what: 'the backlog drained',
+      });
       const [fresh, update] = await during!;
       assert.equal(fresh.spooled, undefined, 'a new call goes to Redis directly, not behind the backlog');
       assert.equal(update.spooled, true, 'an update of a call still in the spool queues behind its first revision');
@@ -120,8 +143,14 @@ describe('large events and the spool', () => {
       await spool.close();
 
       const ids = (await new InboundLog(conn, prefix).entries()).map((e) => e.id);
-      assert.ok(ids.indexOf(fresh.id) >= 0 && ids.indexOf(fresh.id) < ids.indexOf(backlog.at(-1)!), 'the new call is stored before the backlog ended');
-      assert.ok(ids.indexOf(update.id) > ids.indexOf(backlog.at(-1)!), 'the update after the first revision of its call');
+      assert.ok(
+        ids.indexOf(fresh.id) >= 0 && ids.indexOf(fresh.id) < ids.indexOf(backlog.at(-1)!),
+        'the new call is stored before the backlog ended',
+      );
+      assert.ok(
+        ids.indexOf(update.id) > ids.indexOf(backlog.at(-1)!),
+        'the update after the first revision of its call',
+      );
       for (const id of backlog) assert.ok(ids.includes(id), `backlog event ${id} stored`);
     } finally {
       conn.disconnect();
@@ -133,17 +162,27 @@ describe('large events and the spool', () => {
     const conn = new Redis(redis.url, { maxRetriesPerRequest: 1 });
     const prefix = uniquePrefix('enqueue-size');
     try {
-      const inner = new InboundAcceptor(new InboundLog(conn, prefix), { dedupeWindowMs: 60_000, timeoutMs: 1000, maxInFlightChars: 10 * MB });
+      const inner = new InboundAcceptor(new InboundLog(conn, prefix), {
+        dedupeWindowMs: 60_000,
+        timeoutMs: 1000,
+        maxInFlightChars: 10 * MB,
+      });
       // Redis holds writes for 2 s: a 16 MB call gets 1 s + 16 MB at 8 MB/s = about 3 s, so it is stored.
       await admin.call('CLIENT', 'PAUSE', '2000', 'WRITE');
       const big = inner.accept(largeCall('sized-1', 16));
       // While it is on its way, another large call would pass the in-flight bound: refused at once.
-      await assert.rejects(inner.accept(largeCall('sized-2', 6)), (err: unknown) => err instanceof QueueUnavailableError && /on their way to Redis/.test(err.message));
+      await assert.rejects(
+        inner.accept(largeCall('sized-2', 6)),
+        (err: unknown) => err instanceof QueueUnavailableError && /on their way to Redis/.test(err.message),
+      );
       const stored = await big;
       assert.equal(stored.duplicate, false);
       await waitFor(() => inner.inFlight === 0, { timeoutMs: 10_000, what: 'nothing in flight' });
       assert.equal((await inner.accept(largeCall('sized-2', 6))).duplicate, false, 'taken once the first is stored');
-      assert.deepEqual((await new InboundLog(conn, prefix).entries()).map((e) => e.call?.callId), ['sized-1', 'sized-2']);
+      assert.deepEqual(
+        (await new InboundLog(conn, prefix).entries()).map((e) => e.call?.callId),
+        ['sized-1', 'sized-2'],
+      );
     } finally {
       await admin.call('CLIENT', 'UNPAUSE').catch(() => undefined);
       conn.disconnect();

@@ -31,7 +31,13 @@ describe('Redis out of memory at the ingress', () => {
     const dir = await mkdtemp(join(tmpdir(), 'callsync-spool-oom-'));
     let cs: TestCallsync | undefined;
     try {
-      cs = await startTestCallsync({ REDIS_URL: redis.url, QUEUE_PREFIX: uniquePrefix('oom-in'), CALLSYNC_ROLE: 'ingress', SPOOL_ENABLED: 'true', SPOOL_DIR: dir });
+      cs = await startTestCallsync({
+        REDIS_URL: redis.url,
+        QUEUE_PREFIX: uniquePrefix('oom-in'),
+        CALLSYNC_ROLE: 'ingress',
+        SPOOL_ENABLED: 'true',
+        SPOOL_DIR: dir,
+      });
       await admin.config('SET', 'maxmemory', '1');
       const ids: string[] = [];
       for (let i = 0; i < 3; i++) {
@@ -43,8 +49,15 @@ describe('Redis out of memory at the ingress', () => {
       const log = new InboundLog(admin, cs.prefix);
       assert.equal(await log.length().catch(() => 0), 0, 'nothing reached Redis while it was full');
       await admin.config('SET', 'maxmemory', '0');
-      await waitFor(async () => (await log.length()) === 3, { timeoutMs: 20_000, what: 'the spooled calls drained into the inbound log' });
-      assert.deepEqual((await log.entries()).map((e) => e.id), ids, 'drained in acknowledged order, under the ids acknowledged');
+      await waitFor(async () => (await log.length()) === 3, {
+        timeoutMs: 20_000,
+        what: 'the spooled calls drained into the inbound log',
+      });
+      assert.deepEqual(
+        (await log.entries()).map((e) => e.id),
+        ids,
+        'drained in acknowledged order, under the ids acknowledged',
+      );
     } finally {
       await admin.config('SET', 'maxmemory', '0').catch(() => undefined);
       await cs?.stop();
@@ -55,7 +68,12 @@ describe('Redis out of memory at the ingress', () => {
   test('spool off: 503 with Retry-After while Redis answers OOM, nothing acknowledged', async () => {
     let cs: TestCallsync | undefined;
     try {
-      cs = await startTestCallsync({ REDIS_URL: redis.url, QUEUE_PREFIX: uniquePrefix('oom-off'), CALLSYNC_ROLE: 'ingress', SPOOL_ENABLED: 'false' });
+      cs = await startTestCallsync({
+        REDIS_URL: redis.url,
+        QUEUE_PREFIX: uniquePrefix('oom-off'),
+        CALLSYNC_ROLE: 'ingress',
+        SPOOL_ENABLED: 'false',
+      });
       await admin.config('SET', 'maxmemory', '1');
       const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('oom-off'));
       assert.equal(res.status, 503);

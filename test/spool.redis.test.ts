@@ -48,9 +48,15 @@ describe('spool with a real ingress and a Redis that goes away', () => {
   });
 
   const start = (prefix: string, env: Record<string, string> = {}) =>
-    startTestCallsync({ REDIS_URL: redis.url, QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'ingress', SPOOL_DIR: spoolRoot, ...env });
+    startTestCallsync({
+      REDIS_URL: redis.url,
+      QUEUE_PREFIX: prefix,
+      CALLSYNC_ROLE: 'ingress',
+      SPOOL_DIR: spoolRoot,
+      ...env,
+    });
 
-  test('Redis down: 202 spooled, fsync\'d to disk; back up: drained in acknowledged order, same ids', async () => {
+  test("Redis down: 202 spooled, fsync'd to disk; back up: drained in acknowledged order, same ids", async () => {
     const prefix = uniquePrefix('spool');
     const cs = await start(prefix);
     try {
@@ -86,8 +92,15 @@ describe('spool with a real ingress and a Redis that goes away', () => {
       await redis.start();
       await waitFor(() => cs.spool!.pending === 0, { timeoutMs: 20_000, what: 'spool drained' });
       const entries = await inboundEntries(redis.url, prefix);
-      assert.deepEqual(entries.map((e) => e.callId), Array.from({ length: 21 }, (_, i) => `sp-${i}`));
-      assert.deepEqual(entries.slice(1).map((e) => e.id), ids, 'the ids acknowledged are the inbound log entry ids');
+      assert.deepEqual(
+        entries.map((e) => e.callId),
+        Array.from({ length: 21 }, (_, i) => `sp-${i}`),
+      );
+      assert.deepEqual(
+        entries.slice(1).map((e) => e.id),
+        ids,
+        'the ids acknowledged are the inbound log entry ids',
+      );
       assert.deepEqual(await segmentFiles(dir), [], 'drained segments are deleted');
 
       // Back to normal: straight into Redis, and deduplicated against what was spooled.
@@ -121,7 +134,10 @@ describe('spool with a real ingress and a Redis that goes away', () => {
   test('a call resent with other content while Redis is away is spooled as an update, never dropped as a duplicate', async () => {
     const prefix = uniquePrefix('spool');
     const cs = await start(prefix);
-    const v = (n: number) => webhookPayload('rev-1', (p) => (n === 1 ? delete p.assist.summary : (p.assist.summary.content = `Summary, revision ${n}.`)));
+    const v = (n: number) =>
+      webhookPayload('rev-1', (p) =>
+        n === 1 ? delete p.assist.summary : (p.assist.summary.content = `Summary, revision ${n}.`),
+      );
     try {
       const v1 = await postJson(`${cs.url}/webhooks/ai-agent`, v(1));
       assert.deepEqual(v1.body, { id: v1.body.id, duplicate: false });
@@ -133,7 +149,12 @@ describe('spool with a real ingress and a Redis that goes away', () => {
       const v3 = await postJson(`${cs.url}/webhooks/ai-agent`, v(3));
       assert.deepEqual(v3.body, { id: v3.body.id, duplicate: false, update: true, spooled: true });
       // Repeats of what waits in the spool: duplicates, not written again.
-      for (const n of [2, 3]) assert.deepEqual((await postJson(`${cs.url}/webhooks/ai-agent`, v(n))).body, { id: v2.body.id, duplicate: true, spooled: true });
+      for (const n of [2, 3])
+        assert.deepEqual((await postJson(`${cs.url}/webhooks/ai-agent`, v(n))).body, {
+          id: v2.body.id,
+          duplicate: true,
+          spooled: true,
+        });
       assert.equal(cs.spool!.pending, 2);
 
       await redis.start();
@@ -179,7 +200,10 @@ describe('spool with a real ingress and a Redis that goes away', () => {
       cs = await start(prefix);
       await waitFor(() => cs!.spool!.pending === 0, { timeoutMs: 20_000, what: 'leftovers drained at start-up' });
       const entries = await inboundEntries(redis.url, prefix);
-      assert.deepEqual(entries.map((e) => e.callId), Array.from({ length: 10 }, (_, i) => `rs-${i}`));
+      assert.deepEqual(
+        entries.map((e) => e.callId),
+        Array.from({ length: 10 }, (_, i) => `rs-${i}`),
+      );
     } finally {
       if (!redis.running) await redis.start();
       await cs?.stop();
@@ -192,7 +216,12 @@ describe('spool with a real ingress and a Redis that goes away', () => {
     test(`Redis killed (SIGKILL, appendfsync ${appendfsync}) under concurrent load: the 202s are in the log afterwards`, async () => {
       const own = await startPrivateRedis({ appendfsync });
       const prefix = uniquePrefix('spool');
-      const cs = await startTestCallsync({ REDIS_URL: own.url, QUEUE_PREFIX: prefix, CALLSYNC_ROLE: 'ingress', SPOOL_DIR: spoolRoot });
+      const cs = await startTestCallsync({
+        REDIS_URL: own.url,
+        QUEUE_PREFIX: prefix,
+        CALLSYNC_ROLE: 'ingress',
+        SPOOL_DIR: spoolRoot,
+      });
       try {
         const acknowledged = new Set<string>();
         let spooled = 0;
@@ -207,7 +236,10 @@ describe('spool with a real ingress and a Redis that goes away', () => {
         })();
         await waitFor(() => acknowledged.size >= 50, { timeoutMs: 20_000, what: 'first acknowledgements' });
         await own.kill();
-        await waitFor(() => acknowledged.size >= 150, { timeoutMs: 20_000, what: 'acknowledgements while Redis is down' });
+        await waitFor(() => acknowledged.size >= 150, {
+          timeoutMs: 20_000,
+          what: 'acknowledgements while Redis is down',
+        });
         await own.start();
         await sending;
         await waitFor(() => cs.spool!.pending === 0, { timeoutMs: 20_000, what: 'spool drained' });
@@ -257,15 +289,26 @@ describe('spool files', () => {
     const inbound = new InboundLog(conn, prefix);
     try {
       await waitFor(() => conn.status === 'ready', { what: 'Redis connection' });
-      const lines = ['t-1', 't-2'].map((id) => JSON.stringify({ v: 1, id: `${id}-spooled`, at: new Date().toISOString(), call: sampleCall(id) }));
+      const lines = ['t-1', 't-2'].map((id) =>
+        JSON.stringify({ v: 1, id: `${id}-spooled`, at: new Date().toISOString(), call: sampleCall(id) }),
+      );
       await writeFile(join(dir, '0000000000000001.jsonl'), `${lines.join('\n')}\n`);
       await appendFile(join(dir, '0000000000000001.jsonl'), '{"v":1,"id":"t-3","at":"2026-');
-      const spool = new SpoolingAcceptor(new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 1000 }), { dir, log });
+      const spool = new SpoolingAcceptor(new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 1000 }), {
+        dir,
+        log,
+      });
       await spool.open();
       await waitFor(() => spool.pending === 0, { what: 'drained' });
       const entries = await inbound.entries();
-      assert.deepEqual(entries.map((e) => e.id), ['t-1-spooled', 't-2-spooled']);
-      assert.deepEqual(entries.map((e) => e.call?.callId), ['t-1', 't-2']);
+      assert.deepEqual(
+        entries.map((e) => e.id),
+        ['t-1-spooled', 't-2-spooled'],
+      );
+      assert.deepEqual(
+        entries.map((e) => e.call?.callId),
+        ['t-1', 't-2'],
+      );
       await spool.close();
       assert.deepEqual(await readdir(dir).catch(() => []), [], 'an empty spool leaves no folder');
     } finally {
@@ -277,7 +320,10 @@ describe('spool files', () => {
   test('one spool per folder: a second one is refused while the first holds the lock', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'callsync-spool-lock-'));
     const conn = new Redis(redis.url, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
-    const acceptor = new InboundAcceptor(new InboundLog(conn, uniquePrefix('spool')), { dedupeWindowMs: 60_000, timeoutMs: 1000 });
+    const acceptor = new InboundAcceptor(new InboundLog(conn, uniquePrefix('spool')), {
+      dedupeWindowMs: 60_000,
+      timeoutMs: 1000,
+    });
     try {
       const first = new SpoolingAcceptor(acceptor, { dir, log });
       await first.open();

@@ -55,7 +55,10 @@ test('/readyz is 503 until Redis was first reached, ready during a later outage 
   assert.match(before.body, /Redis not reached since start \(redis:\/\/127\.0\.0\.1:\d+\/?\)/);
 
   await redis.start();
-  await waitFor(async () => (await readyz(url)).status === 200 || null, { timeoutMs: 20_000, what: '/readyz 200 once Redis answers' });
+  await waitFor(async () => (await readyz(url)).status === 200 || null, {
+    timeoutMs: 20_000,
+    what: '/readyz 200 once Redis answers',
+  });
 
   // An outage after the first connection: the spool takes webhooks, so the ingress stays ready.
   const from = child.lines.length;
@@ -73,13 +76,23 @@ test('/readyz is 503 until Redis was first reached, ready during a later outage 
     perKind.set(kind, (perKind.get(kind) ?? 0) + 1);
   }
   const flooding = [...perKind].filter(([, n]) => n > OUTAGE_MS / 10_000 + 1);
-  assert.deepEqual(flooding, [], `kinds logged more than once per 10 s:\n${[...perKind].map(([k, n]) => `${n} × ${k}`).join('\n')}`);
+  assert.deepEqual(
+    flooding,
+    [],
+    `kinds logged more than once per 10 s:\n${[...perKind].map(([k, n]) => `${n} × ${k}`).join('\n')}`,
+  );
   assert.ok(outage.length <= 40, `${outage.length} warning/error lines in ${OUTAGE_MS / 1000} s`);
   // The repeats are counted, not dropped silently.
-  assert.ok(outage.some((l) => Number(l.repeated) > 1), 'a later line of a kind says how many there were');
+  assert.ok(
+    outage.some((l) => Number(l.repeated) > 1),
+    'a later line of a kind says how many there were',
+  );
 
   await redis.start();
-  await waitFor(async () => (await readyz(url)).status === 200 || null, { timeoutMs: 20_000, what: '/readyz 200 after the outage' });
+  await waitFor(async () => (await readyz(url)).status === 200 || null, {
+    timeoutMs: 20_000,
+    what: '/readyz 200 after the outage',
+  });
   child.proc.kill('SIGTERM');
   assert.equal(await bounded(child.exit, 30_000, 'callsync to stop', child), 0);
 });
@@ -88,10 +101,19 @@ test('a worker\'s ops server says the same: /readyz 503 "Redis not reached since
   const nowhere = await startPrivateRedis();
   const url = nowhere.url;
   await nowhere.destroy();
-  const worker = startCallsyncProcess({ REDIS_URL: url, QUEUE_PREFIX: uniquePrefix('truth-worker'), CALLSYNC_ROLE: 'worker', OPS_PORT: '0', LOG_LEVEL: 'info' });
+  const worker = startCallsyncProcess({
+    REDIS_URL: url,
+    QUEUE_PREFIX: uniquePrefix('truth-worker'),
+    CALLSYNC_ROLE: 'worker',
+    OPS_PORT: '0',
+    LOG_LEVEL: 'info',
+  });
   try {
     const ops = await bounded(
-      waitFor(() => worker.lines.find((l) => l.msg === 'callsync started')?.opsUrl as string | undefined, { timeoutMs: 30_000, what: 'the worker to start' }),
+      waitFor(() => worker.lines.find((l) => l.msg === 'callsync started')?.opsUrl as string | undefined, {
+        timeoutMs: 30_000,
+        what: 'the worker to start',
+      }),
       35_000,
       'the worker to start',
       worker,

@@ -26,7 +26,10 @@ test('a start that fails at listen closes every connection it opened: the proces
   await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
   const port = (blocker.address() as AddressInfo).port;
   try {
-    const child = spawn(process.execPath, ['--import', 'tsx', CHILD], { env: { ...process.env, TAKEN_PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', CHILD], {
+      env: { ...process.env, TAKEN_PORT: String(port) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (out += d.toString()));
@@ -40,7 +43,11 @@ test('a start that fails at listen closes every connection it opened: the proces
     });
     if (exited === 'hung') child.kill('SIGKILL');
     assert.match(out, /start failed: .*EADDRINUSE/, out);
-    assert.equal(exited, 0, `the process should end by itself once the failed start closed everything; it ${exited === 'hung' ? 'hung' : `exited ${exited}`}\n${out}`);
+    assert.equal(
+      exited,
+      0,
+      `the process should end by itself once the failed start closed everything; it ${exited === 'hung' ? 'hung' : `exited ${exited}`}\n${out}`,
+    );
   } finally {
     blocker.close();
   }
@@ -62,9 +69,22 @@ describe('callsync start exits when it cannot start', () => {
   });
 
   /** Runs `callsync start`; resolves with its exit code and output, or 'hung' after a generous bound. */
-  async function start(env: Record<string, string>): Promise<{ code: number | null | 'hung'; stderr: string; stdout: string }> {
+  async function start(
+    env: Record<string, string>,
+  ): Promise<{ code: number | null | 'hung'; stderr: string; stdout: string }> {
     const child = spawn(process.execPath, [BIN, 'start'], {
-      env: { ...process.env, CALLSYNC_FROM_SOURCE: '1', REDIS_URL, QUEUE_PREFIX: prefix, HOST: '127.0.0.1', PORT: '0', ARCHIVE_DIR: join(dir, 'archive'), SPOOL_ENABLED: 'false', LOG_LEVEL: 'warn', ...env },
+      env: {
+        ...process.env,
+        CALLSYNC_FROM_SOURCE: '1',
+        REDIS_URL,
+        QUEUE_PREFIX: prefix,
+        HOST: '127.0.0.1',
+        PORT: '0',
+        ARCHIVE_DIR: join(dir, 'archive'),
+        SPOOL_ENABLED: 'false',
+        LOG_LEVEL: 'warn',
+        ...env,
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stdout = '';
@@ -100,14 +120,23 @@ describe('callsync start exits when it cannot start', () => {
     const file = await configFile('hubspot.yaml', 'sinks:\n  crm: { type: hubspot }\nroutes:\n  - to: crm\n');
     const r = await start({ CALLSYNC_CONFIG: file });
     assert.equal(r.code, 2, `exit code; stderr:\n${r.stderr}`);
-    assertOneLine(r.stderr, /^callsync start: invalid configuration \(1 problem\): sinks\.crm \(hubspot\): no access token: set HUBSPOT_ACCESS_TOKEN/);
+    assertOneLine(
+      r.stderr,
+      /^callsync start: invalid configuration \(1 problem\): sinks\.crm \(hubspot\): no access token: set HUBSPOT_ACCESS_TOKEN/,
+    );
   });
 
   test('an sms sink without TELEPHONY_API_URL: exit 2, every problem on the one line', async () => {
-    const file = await configFile('sms.yaml', 'sinks:\n  texts: { type: sms, message: "Sorry we missed you" }\nroutes:\n  - { when: { direction: inbound }, to: texts }\n');
+    const file = await configFile(
+      'sms.yaml',
+      'sinks:\n  texts: { type: sms, message: "Sorry we missed you" }\nroutes:\n  - { when: { direction: inbound }, to: texts }\n',
+    );
     const r = await start({ CALLSYNC_CONFIG: file, TELEPHONY_SMS_ID: 's0' });
     assert.equal(r.code, 2, `exit code; stderr:\n${r.stderr}`);
-    assertOneLine(r.stderr, /^callsync start: invalid configuration \(2 problems\): .*sinks\.texts \(sms\): needs the platform API to send: set TELEPHONY_API_URL.*; routes\[0\]\.when\.direction: "inbound" — use in or out/);
+    assertOneLine(
+      r.stderr,
+      /^callsync start: invalid configuration \(2 problems\): .*sinks\.texts \(sms\): needs the platform API to send: set TELEPHONY_API_URL.*; routes\[0\]\.when\.direction: "inbound" — use in or out/,
+    );
   });
 
   /**
@@ -137,7 +166,11 @@ describe('callsync start exits when it cannot start', () => {
     await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
     const call = await waitingCall('startfail-ops-port');
     try {
-      const r = await start({ CALLSYNC_ROLE: 'worker', OPS_PORT: String((blocker.address() as AddressInfo).port), LOG_LEVEL: 'info' });
+      const r = await start({
+        CALLSYNC_ROLE: 'worker',
+        OPS_PORT: String((blocker.address() as AddressInfo).port),
+        LOG_LEVEL: 'info',
+      });
       assert.equal(r.code, 1, `exit code; stderr:\n${r.stderr}`);
       assertOneLine(r.stderr, /^callsync start: start failed: .*EADDRINUSE/);
       assert.doesNotMatch(r.stdout, /workers started/, 'no worker started');
@@ -186,13 +219,19 @@ test('the ops server answers /readyz 503 "starting" until the roles run', async 
       const res = await fetch(`http://127.0.0.1:${opsPort}/readyz`).catch(() => null);
       return res ? { status: res.status, body: (await res.json()) as { errors?: { detail: string }[] } } : null;
     };
-    const starting = await waitFor(async () => {
-      const r = await readyz();
-      return r && !child.lines.some((l) => l.msg === 'callsync started') ? r : null;
-    }, { timeoutMs: 30_000, intervalMs: 20, what: '/readyz while callsync starts' });
+    const starting = await waitFor(
+      async () => {
+        const r = await readyz();
+        return r && !child.lines.some((l) => l.msg === 'callsync started') ? r : null;
+      },
+      { timeoutMs: 30_000, intervalMs: 20, what: '/readyz while callsync starts' },
+    );
     assert.equal(starting.status, 503);
     assert.equal(starting.body.errors?.[0]?.detail, 'starting');
-    await waitFor(() => child.lines.some((l) => l.msg === 'callsync started'), { timeoutMs: 30_000, what: 'callsync started' });
+    await waitFor(() => child.lines.some((l) => l.msg === 'callsync started'), {
+      timeoutMs: 30_000,
+      what: 'callsync started',
+    });
     const after = await readyz();
     assert.equal(after?.status, 503, 'Redis is still away');
     assert.notEqual(after?.body.errors?.[0]?.detail, 'starting');

@@ -16,7 +16,9 @@ import { FlakySink } from './support/flaky-sink.js';
 import { startOpsCallsync } from './support/ops.js';
 
 /** A TCP proxy to the test Redis; connection n is dropped or its traffic held back as `plan(n)` says. */
-async function unsteadyProxy(plan: (n: number) => { drop: boolean; holdMs: number }): Promise<{ url: string; close(): Promise<void> }> {
+async function unsteadyProxy(
+  plan: (n: number) => { drop: boolean; holdMs: number },
+): Promise<{ url: string; close(): Promise<void> }> {
   const url = new URL(process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379');
   const sockets = new Set<Socket>();
   const timers = new Set<NodeJS.Timeout>();
@@ -81,7 +83,8 @@ describe('start-up and shutdown', () => {
 
   /** Late rejections come when the closed connections' sockets close: give them time to show. */
   const settle = () => new Promise((resolve) => setTimeout(resolve, 500));
-  const describeAll = () => unhandled.map((e) => (e instanceof Error ? e.stack ?? e.message : String(e))).join('\n---\n');
+  const describeAll = () =>
+    unhandled.map((e) => (e instanceof Error ? (e.stack ?? e.message) : String(e))).join('\n---\n');
 
   test('a webhook posted right after start gets 202; stopping right away leaves no unhandled rejection', async () => {
     unhandled.length = 0;

@@ -73,14 +73,19 @@ describe('OpenTelemetry: one trace per call', () => {
     assert.equal(redactQuery('?api_token=abc123&term=%2B4915112345678&exact'), '?api_token=…&term=…&exact');
   });
 
-  test('ingress → fan-out (linked) → sink attempt (linked) → its HTTP request (child), in the call\'s trace', async () => {
+  test("ingress → fan-out (linked) → sink attempt (linked) → its HTTP request (child), in the call's trace", async () => {
     const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('otel-1'));
     assert.equal(res.status, 202);
     const traceId = callHash('ai-agent:agent-1:otel-1');
-    const ofCall = await waitFor(() => {
-      const mine = spans.filter((s) => s.traceId === traceId);
-      return mine.some((s) => s.name === 'callsync.sink webhook') && mine.some((s) => s.kind === 3 && s.parentSpanId) ? mine : null;
-    }, { timeoutMs: 20_000, what: 'the spans of the call' });
+    const ofCall = await waitFor(
+      () => {
+        const mine = spans.filter((s) => s.traceId === traceId);
+        return mine.some((s) => s.name === 'callsync.sink webhook') && mine.some((s) => s.kind === 3 && s.parentSpanId)
+          ? mine
+          : null;
+      },
+      { timeoutMs: 20_000, what: 'the spans of the call' },
+    );
     const ingress = ofCall.find((s) => s.name === 'callsync.ingress accept')!;
     const fanout = ofCall.find((s) => s.name === 'callsync.fanout')!;
     const attempt = ofCall.find((s) => s.name === 'callsync.sink webhook')!;
@@ -88,8 +93,16 @@ describe('OpenTelemetry: one trace per call', () => {
     assert.ok(ingress && fanout && attempt, `spans: ${ofCall.map((s) => s.name).join(', ')}`);
     assert.equal(attr(ingress, 'callsync.revision'), 'new');
     assert.equal(attr(ingress, 'callsync.ack_id'), res.body.id);
-    assert.deepEqual(fanout.links?.map((l) => [l.traceId, l.spanId]), [[traceId, ingress.spanId]], 'the fan-out links to the ingress span');
-    assert.deepEqual(attempt.links?.map((l) => [l.traceId, l.spanId]), [[traceId, fanout.spanId]], 'the attempt links to the fan-out span');
+    assert.deepEqual(
+      fanout.links?.map((l) => [l.traceId, l.spanId]),
+      [[traceId, ingress.spanId]],
+      'the fan-out links to the ingress span',
+    );
+    assert.deepEqual(
+      attempt.links?.map((l) => [l.traceId, l.spanId]),
+      [[traceId, fanout.spanId]],
+      'the attempt links to the fan-out span',
+    );
     assert.equal(attr(attempt, 'callsync.outcome'), 'done');
     assert.equal(attr(attempt, 'callsync.attempt'), 1);
     assert.ok(http, 'the webhook request is a child of the attempt');

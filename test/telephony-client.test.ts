@@ -16,7 +16,10 @@ describe('telephony client: channel inbox', () => {
   let api: FakeTelephony;
   before(async () => {
     api = await FakeTelephony.start();
-    api.addEvents('ch1', Array.from({ length: 25 }, (_, i) => channelEvent({ eventId: `e${i}`, channelId: 'ch1' })));
+    api.addEvents(
+      'ch1',
+      Array.from({ length: 25 }, (_, i) => channelEvent({ eventId: `e${i}`, channelId: 'ch1' })),
+    );
   });
   after(() => api.close());
 
@@ -52,7 +55,12 @@ describe('telephony client: channel inbox', () => {
 
   it('throws RetryLaterError when Retry-After is longer than the client waits itself', async () => {
     const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast, maxRetryAfterMs: 5000 });
-    api.inject({ on: 'events', status: 429, retryAfter: '120', detail: 'rate limit of 10 requests per second exceeded' });
+    api.inject({
+      on: 'events',
+      status: 429,
+      retryAfter: '120',
+      detail: 'rate limit of 10 requests per second exceeded',
+    });
     const err = await client.readChannelEvents('ch1', undefined, 5).then(
       () => assert.fail('expected an error'),
       (e: unknown) => e,
@@ -78,7 +86,9 @@ describe('telephony client: channel inbox', () => {
     const err = (await client.readChannelEvents('ch1', undefined, 5).catch((e: unknown) => e)) as TelephonyError;
     assert.ok(err instanceof TransientError);
     assert.equal(err.status, 503);
-    assert.deepEqual(err.problems, [{ status: 503, title: 'Service Unavailable', detail: 'maintenance', pointer: null }]);
+    assert.deepEqual(err.problems, [
+      { status: 503, title: 'Service Unavailable', detail: 'maintenance', pointer: null },
+    ]);
     assert.match(err.message, /GET \/channels\/\{channelId\}\/events answered 503: Service Unavailable: maintenance/);
   });
 
@@ -94,7 +104,13 @@ describe('telephony client: channel inbox', () => {
     api.inject({ on: 'events', delayMs: 600 });
     const page = await client.readChannelEvents('ch1', undefined, 3);
     assert.equal(page.events.length, 3);
-    const failing = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast, timeoutMs: 200, retries: 0 });
+    const failing = createTelephonyClient({
+      baseUrl: api.url,
+      auth: api.basicAuth,
+      ...fast,
+      timeoutMs: 200,
+      retries: 0,
+    });
     api.inject({ on: 'events', delayMs: 600 });
     const err = await failing.readChannelEvents('ch1', undefined, 3).catch((e: unknown) => e);
     assert.ok(err instanceof TransientError);
@@ -102,7 +118,11 @@ describe('telephony client: channel inbox', () => {
   });
 
   it('401 and 403 are AuthErrors, not retried', async () => {
-    const client = createTelephonyClient({ baseUrl: api.url, auth: { kind: 'basic', tokenId: 'token-id', token: 'wrong' }, ...fast });
+    const client = createTelephonyClient({
+      baseUrl: api.url,
+      auth: { kind: 'basic', tokenId: 'token-id', token: 'wrong' },
+      ...fast,
+    });
     const before = api.inboxRequests('ch1').length;
     const err = (await client.readChannelEvents('ch1', undefined, 3).catch((e: unknown) => e)) as TelephonyError;
     assert.ok(err instanceof AuthError);
@@ -123,7 +143,12 @@ describe('telephony client: channel inbox', () => {
     const err = (await client.readChannelEvents('ch1', 'not-a-position', 3).catch((e: unknown) => e)) as TelephonyError;
     assert.ok(err instanceof PermanentError);
     assert.equal(err.status, 400);
-    assert.deepEqual(err.problems[0], { status: 400, title: 'Bad Request', detail: 'unknown position', pointer: '/position' });
+    assert.deepEqual(err.problems[0], {
+      status: 400,
+      title: 'Bad Request',
+      detail: 'unknown position',
+      pointer: '/position',
+    });
     assert.match(err.message, /unknown position \(at \/position\)/);
   });
 
@@ -146,7 +171,12 @@ describe('telephony client: channel inbox', () => {
     const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast });
     const page = await client.readChannelEvents('a/b', undefined, 5);
     assert.equal(page.events.length, 1);
-    const custom = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast, channelEventsPath: '/inbox/{channelId}' });
+    const custom = createTelephonyClient({
+      baseUrl: api.url,
+      auth: api.basicAuth,
+      ...fast,
+      channelEventsPath: '/inbox/{channelId}',
+    });
     const err = (await custom.readChannelEvents('ch1', undefined, 1).catch((e: unknown) => e)) as TelephonyError;
     assert.equal(err.status, 404);
     assert.equal(api.requests.at(-1)?.path, '/v2/inbox/ch1');
@@ -158,7 +188,13 @@ describe('telephony client: OAuth', () => {
   before(async () => {
     api = await FakeTelephony.start({
       basic: null,
-      oauth: { clientId: 'client-1', clientSecret: 'secret-1', refreshToken: 'refresh-1', accessTokenTtlSec: 2, rotateRefreshToken: true },
+      oauth: {
+        clientId: 'client-1',
+        clientSecret: 'secret-1',
+        refreshToken: 'refresh-1',
+        accessTokenTtlSec: 2,
+        rotateRefreshToken: true,
+      },
     });
     api.addEvents('ch1', [channelEvent({ eventId: 'e1' })]);
   });
@@ -166,7 +202,12 @@ describe('telephony client: OAuth', () => {
 
   it('gets an access token first, refreshes it before it expires, with a rotated refresh token', async () => {
     const issued: string[] = [];
-    const client = createTelephonyClient({ baseUrl: api.url, auth: api.oauthAuth, ...fast, onTokens: (t) => issued.push(t.refreshToken ?? '') });
+    const client = createTelephonyClient({
+      baseUrl: api.url,
+      auth: api.oauthAuth,
+      ...fast,
+      onTokens: (t) => issued.push(t.refreshToken ?? ''),
+    });
     await client.readChannelEvents('ch1', undefined, 5);
     assert.equal(api.tokenRefreshes, 1);
     // The token lives 2 s; refreshed a fifth of its life (400 ms) early.
@@ -181,7 +222,10 @@ describe('telephony client: OAuth', () => {
 
   it('on 401 refreshes once and retries', async () => {
     // A fake of its own: the shared one rotates refresh tokens and has 2 s tokens.
-    const fresh = await FakeTelephony.start({ basic: null, oauth: { clientId: 'c', clientSecret: 's', refreshToken: 'r', accessTokenTtlSec: 600 } });
+    const fresh = await FakeTelephony.start({
+      basic: null,
+      oauth: { clientId: 'c', clientSecret: 's', refreshToken: 'r', accessTokenTtlSec: 600 },
+    });
     try {
       fresh.addEvents('ch1', [channelEvent({ eventId: 'e1' })]);
       const c = createTelephonyClient({ baseUrl: fresh.url, auth: fresh.oauthAuth, ...fast });
@@ -207,7 +251,13 @@ describe('telephony client: OAuth', () => {
   it('a refresh token the server rejects is an AuthError naming the OAuth error', async () => {
     const client = createTelephonyClient({
       baseUrl: api.url,
-      auth: { kind: 'oauth', tokenUrl: api.tokenUrl, clientId: 'client-1', clientSecret: 'secret-1', refreshToken: 'stale-refresh-token' },
+      auth: {
+        kind: 'oauth',
+        tokenUrl: api.tokenUrl,
+        clientId: 'client-1',
+        clientSecret: 'secret-1',
+        refreshToken: 'stale-refresh-token',
+      },
       ...fast,
     });
     const err = await client.readChannelEvents('ch1', undefined, 5).catch((e: unknown) => e);
@@ -280,7 +330,9 @@ describe('telephony client: sendSms', () => {
   it('rejects an invalid request before sending', async () => {
     const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast });
     const before = api.requests.length;
-    const err = await client.sendSms({ smsId: '', recipient: '+49151', message: 'x', sendAt: 1 }).catch((e: unknown) => e);
+    const err = await client
+      .sendSms({ smsId: '', recipient: '+49151', message: 'x', sendAt: 1 })
+      .catch((e: unknown) => e);
     assert.ok(err instanceof PermanentError);
     assert.match(err.message, /smsId is required; sendAt is in the past/);
     assert.equal(api.requests.length, before);
@@ -333,7 +385,10 @@ describe('telephony client: download', () => {
   });
 
   it('resolves relative URLs against the API root and refuses other origins', () => {
-    const client = createTelephonyClient({ baseUrl: 'https://api.example.com/v2/', auth: { kind: 'bearer', accessToken: 't' } });
+    const client = createTelephonyClient({
+      baseUrl: 'https://api.example.com/v2/',
+      auth: { kind: 'bearer', accessToken: 't' },
+    });
     assert.equal(client.resolveDownloadUrl('/recordings/1'), 'https://api.example.com/v2/recordings/1');
     assert.equal(client.resolveDownloadUrl('recordings/1'), 'https://api.example.com/v2/recordings/1');
     assert.equal(client.resolveDownloadUrl('/v2/recordings/1?x=1'), 'https://api.example.com/v2/recordings/1?x=1');
@@ -360,7 +415,10 @@ describe('telephony client: download', () => {
     await new Promise<void>((r) => apiServer.listen(0, '127.0.0.1', r));
     const apiPort = (apiServer.address() as import('node:net').AddressInfo).port;
     try {
-      const client = createTelephonyClient({ baseUrl: `http://127.0.0.1:${apiPort}/v2`, auth: { kind: 'bearer', accessToken: 'secret-token' } });
+      const client = createTelephonyClient({
+        baseUrl: `http://127.0.0.1:${apiPort}/v2`,
+        auth: { kind: 'bearer', accessToken: 'secret-token' },
+      });
       const dl = await client.download('/recordings/rec-9');
       let body = '';
       for await (const c of dl.body) body += (c as Buffer).toString('utf8');
@@ -383,7 +441,11 @@ describe('telephony client: download', () => {
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const { port } = server.address() as import('node:net').AddressInfo;
     try {
-      const client = createTelephonyClient({ baseUrl: `http://127.0.0.1:${port}/v2`, auth: { kind: 'bearer', accessToken: 't' }, downloadIdleTimeoutMs: 300 });
+      const client = createTelephonyClient({
+        baseUrl: `http://127.0.0.1:${port}/v2`,
+        auth: { kind: 'bearer', accessToken: 't' },
+        downloadIdleTimeoutMs: 300,
+      });
       const dl = await client.download('/recordings/1');
       const err = await (async () => {
         for await (const _c of dl.body) void _c;
@@ -399,7 +461,8 @@ describe('telephony client: download', () => {
 
 // The API client's settings are a section of the one configuration (src/config/sections.ts):
 // read and reported by loadConfig, with every other configuration problem.
-const telephonyOf = (env: Record<string, string>) => loadConfig({ ARCHIVE_DIR: '/tmp/callsync-telephony-config', ...env }).telephony;
+const telephonyOf = (env: Record<string, string>) =>
+  loadConfig({ ARCHIVE_DIR: '/tmp/callsync-telephony-config', ...env }).telephony;
 
 describe('the telephony section of the configuration', () => {
   it('is null without TELEPHONY_API_URL', () => {
@@ -408,7 +471,12 @@ describe('the telephony section of the configuration', () => {
   });
 
   it('reads a personal access token, a bearer token, or OAuth refresh settings', () => {
-    const basic = telephonyOf({ TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_TOKEN_ID: 'id', TELEPHONY_TOKEN: 'tok', TELEPHONY_TIMEOUT_MS: '5000' });
+    const basic = telephonyOf({
+      TELEPHONY_API_URL: 'https://api.example.com/v2',
+      TELEPHONY_TOKEN_ID: 'id',
+      TELEPHONY_TOKEN: 'tok',
+      TELEPHONY_TIMEOUT_MS: '5000',
+    });
     assert.deepEqual(basic?.auth, { kind: 'basic', tokenId: 'id', token: 'tok' });
     assert.equal(basic?.timeoutMs, 5000);
     const bearer = telephonyOf({ TELEPHONY_API_URL: 'https://api.example.com/v2', TELEPHONY_ACCESS_TOKEN: 'at' });
@@ -440,7 +508,10 @@ describe('the telephony section of the configuration', () => {
         assert.ok(err instanceof ConfigError);
         assert.equal(err.problems.length, 4, err.message);
         assert.match(err.message, /^Invalid configuration:/);
-        assert.match(err.message, /TELEPHONY_OAUTH_TOKEN_URL, TELEPHONY_OAUTH_CLIENT_SECRET, TELEPHONY_OAUTH_REFRESH_TOKEN/);
+        assert.match(
+          err.message,
+          /TELEPHONY_OAUTH_TOKEN_URL, TELEPHONY_OAUTH_CLIENT_SECRET, TELEPHONY_OAUTH_REFRESH_TOKEN/,
+        );
         assert.match(err.message, /TELEPHONY_RETRIES/);
         assert.match(err.message, /\{channelId\}/);
         return true;

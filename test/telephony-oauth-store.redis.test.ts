@@ -23,7 +23,10 @@ describe('OAuth refresh token kept in Redis', () => {
   const key = redisKeys({ prefix, clusterNodes: [] }).telephonyOAuthKey();
 
   before(async () => {
-    api = await FakeTelephony.start({ basic: null, oauth: { ...CLIENT, refreshToken: 'env-refresh-1', accessTokenTtlSec: 600, rotateRefreshToken: true } });
+    api = await FakeTelephony.start({
+      basic: null,
+      oauth: { ...CLIENT, refreshToken: 'env-refresh-1', accessTokenTtlSec: 600, rotateRefreshToken: true },
+    });
     api.addEvents('ch1', [channelEvent({ eventId: 'e1' })]);
     redis = new Redis(REDIS_URL);
   });
@@ -33,26 +36,42 @@ describe('OAuth refresh token kept in Redis', () => {
     await cleanupPrefix(prefix);
   });
 
-  const envOptions = (refreshToken: string) => ({ baseUrl: api.url, auth: { kind: 'oauth' as const, tokenUrl: api.tokenUrl, ...CLIENT, refreshToken }, ...fast });
+  const envOptions = (refreshToken: string) => ({
+    baseUrl: api.url,
+    auth: { kind: 'oauth' as const, tokenUrl: api.tokenUrl, ...CLIENT, refreshToken },
+    ...fast,
+  });
 
   it('a restart refreshes with the rotated token, not the revoked one of the environment; the stored token is sealed', async () => {
     const first = createTelephonyClient(withRefreshTokenStore(envOptions('env-refresh-1'), redis, key));
     await first.readChannelEvents('ch1', undefined, 5);
     const rotated = api.currentRefreshToken!;
-    assert.notEqual(rotated, 'env-refresh-1', 'the server rotated the token (and revoked the environment\'s)');
+    assert.notEqual(rotated, 'env-refresh-1', "the server rotated the token (and revoked the environment's)");
     const stored = await redis.hgetall(key);
     assert.ok(stored.token && stored.origin, 'stored in Redis');
-    assert.ok(!JSON.stringify(stored).includes(rotated) && !JSON.stringify(stored).includes('env-refresh-1'), 'no token in clear text in Redis');
+    assert.ok(
+      !JSON.stringify(stored).includes(rotated) && !JSON.stringify(stored).includes('env-refresh-1'),
+      'no token in clear text in Redis',
+    );
 
     // The restart: a new client from the same environment, with a store of its own over the same key.
     const restarted = createTelephonyClient(withRefreshTokenStore(envOptions('env-refresh-1'), redis, key));
     const page = await restarted.readChannelEvents('ch1', undefined, 5);
     assert.equal(page.events.length, 1);
     assert.notEqual(api.currentRefreshToken, rotated, 'rotated again, and stored again');
-    assert.equal(await new RedisRefreshTokenStore(redis, key, { tokenUrl: api.tokenUrl, ...CLIENT, refreshToken: 'env-refresh-1' }).load(), api.currentRefreshToken);
+    assert.equal(
+      await new RedisRefreshTokenStore(redis, key, {
+        tokenUrl: api.tokenUrl,
+        ...CLIENT,
+        refreshToken: 'env-refresh-1',
+      }).load(),
+      api.currentRefreshToken,
+    );
 
     // Without the store the environment's token is revoked by now: what happened before.
-    const err = await createTelephonyClient(envOptions('env-refresh-1')).readChannelEvents('ch1', undefined, 5).catch((e: unknown) => e);
+    const err = await createTelephonyClient(envOptions('env-refresh-1'))
+      .readChannelEvents('ch1', undefined, 5)
+      .catch((e: unknown) => e);
     assert.ok(err instanceof AuthError && /invalid_grant/.test(err.message), String(err));
   });
 
@@ -66,7 +85,10 @@ describe('OAuth refresh token kept in Redis', () => {
     await a.readChannelEvents('ch1', undefined, 5);
     await b.readChannelEvents('ch1', undefined, 5);
     await a.readChannelEvents('ch1', undefined, 5);
-    assert.equal(api.requests.filter((r) => r.path.endsWith('/events') && r.status !== 200 && r.status !== 401).length, 0);
+    assert.equal(
+      api.requests.filter((r) => r.path.endsWith('/events') && r.status !== 200 && r.status !== 401).length,
+      0,
+    );
   });
 
   it('a new refresh token in the environment wins over the stored one of the old', async () => {
@@ -74,12 +96,35 @@ describe('OAuth refresh token kept in Redis', () => {
     const client = createTelephonyClient(withRefreshTokenStore(envOptions('env-refresh-2'), redis, key));
     const page = await client.readChannelEvents('ch1', undefined, 5);
     assert.equal(page.events.length, 1);
-    assert.equal(await new RedisRefreshTokenStore(redis, key, { tokenUrl: api.tokenUrl, ...CLIENT, refreshToken: 'env-refresh-1' }).load(), null, 'the old environment\'s token is no longer offered');
+    assert.equal(
+      await new RedisRefreshTokenStore(redis, key, {
+        tokenUrl: api.tokenUrl,
+        ...CLIENT,
+        refreshToken: 'env-refresh-1',
+      }).load(),
+      null,
+      "the old environment's token is no longer offered",
+    );
     // A rotated client secret keeps the chain: the seal comes from the environment's refresh token.
-    assert.equal(await new RedisRefreshTokenStore(redis, key, { tokenUrl: api.tokenUrl, clientId: CLIENT.clientId, clientSecret: 'rotated-secret', refreshToken: 'env-refresh-2' }).load(), api.currentRefreshToken);
+    assert.equal(
+      await new RedisRefreshTokenStore(redis, key, {
+        tokenUrl: api.tokenUrl,
+        clientId: CLIENT.clientId,
+        clientSecret: 'rotated-secret',
+        refreshToken: 'env-refresh-2',
+      }).load(),
+      api.currentRefreshToken,
+    );
     // A value that does not open with these settings is not used.
     await redis.hset(key, 'token', Buffer.from('x'.repeat(40)).toString('base64'));
-    assert.equal(await new RedisRefreshTokenStore(redis, key, { tokenUrl: api.tokenUrl, ...CLIENT, refreshToken: 'env-refresh-2' }).load(), null);
+    assert.equal(
+      await new RedisRefreshTokenStore(redis, key, {
+        tokenUrl: api.tokenUrl,
+        ...CLIENT,
+        refreshToken: 'env-refresh-2',
+      }).load(),
+      null,
+    );
   });
 
   it('callsync itself: the poller polls on after a restart, its log names no token', async () => {

@@ -80,10 +80,16 @@ describe('one variable set', () => {
     ].join('\n');
     const crmText = renderText(template, crm());
     assert.equal(crmText, renderText(template, notify()));
-    assert.match(crmText, /^incoming \(Inbound\) call from \+492116355340 to \+4921155550100, other party \+492116355340, answered$/m);
+    assert.match(
+      crmText,
+      /^incoming \(Inbound\) call from \+492116355340 to \+4921155550100, other party \+492116355340, answered$/m,
+    );
     assert.match(crmText, /^- /m, 'key points one per line');
     // The HTML renderers of both escape the same values.
-    assert.equal(renderHtmlBody('<b>{{caller}}</b> {{summary}}', crm()), renderHtml('<b>{{caller}}</b> {{summary}}', '', notify()));
+    assert.equal(
+      renderHtmlBody('<b>{{caller}}</b> {{summary}}', crm()),
+      renderHtml('<b>{{caller}}</b> {{summary}}', '', notify()),
+    );
   });
 
   test('local date and time: in the sink time zone for notifications, UTC for CRM sinks', () => {
@@ -133,7 +139,8 @@ describe('README', () => {
     const rows = section.split('\n').filter((l) => l.startsWith('| `'));
     const documented = rows.flatMap((r) => [...(r.split(' | ')[0] ?? '').matchAll(/`([A-Za-z]+)`/g)].map((m) => m[1]));
     assert.deepEqual(documented, [...TEMPLATE_VARS]);
-    for (const [old, name] of Object.entries(TEMPLATE_ALIASES)) assert.match(section, new RegExp(`\`${old}\` → \`${name}\``), old);
+    for (const [old, name] of Object.entries(TEMPLATE_ALIASES))
+      assert.match(section, new RegExp(`\`${old}\` → \`${name}\``), old);
     assert.match(section, /2 min 15 s/);
   });
 

@@ -20,7 +20,10 @@ import { webhookPayload } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
 function startWorker(env: Record<string, string>): ChildProcess {
-  return spawn(process.execPath, ['--import', 'tsx', 'workers/main.ts'], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'inherit'] });
+  return spawn(process.execPath, ['--import', 'tsx', 'workers/main.ts'], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
 }
 
 test('SIGKILL mid-delivery, restart: each timeline shows the attempt cut short and the one that delivered', async () => {
@@ -56,7 +59,11 @@ test('SIGKILL mid-delivery, restart: each timeline shows the attempt cut short a
   };
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   const timeline = new CallTimeline(redis, new RedisKeys(prefix, 'one-slot', 1), { ttlDays: 30 });
-  const acceptor = new InboundAcceptor(new InboundShard(redis, prefix), { dedupeWindowMs: 60_000, timeoutMs: 5000, timeline });
+  const acceptor = new InboundAcceptor(new InboundShard(redis, prefix), {
+    dedupeWindowMs: 60_000,
+    timeoutMs: 5000,
+    timeline,
+  });
   const total = 5;
   const ids: string[] = [];
   let worker: ChildProcess | undefined;
@@ -74,24 +81,38 @@ test('SIGKILL mid-delivery, restart: each timeline shows the attempt cut short a
     answering = true;
 
     worker = startWorker(env);
-    const timelines = await waitFor(async () => {
-      const all = await Promise.all(ids.map((id) => timeline.read(id)));
-      const ended = (entries: { event: string; sink?: string }[], sink: string) => entries.some((e) => e.event === 'done' && e.sink === sink);
-      return all.every((entries) => ended(entries, 'webhook') && ended(entries, 'archive')) ? all : null;
-    }, { timeoutMs: 90_000, what: 'every call delivered to the webhook' });
+    const timelines = await waitFor(
+      async () => {
+        const all = await Promise.all(ids.map((id) => timeline.read(id)));
+        const ended = (entries: { event: string; sink?: string }[], sink: string) =>
+          entries.some((e) => e.event === 'done' && e.sink === sink);
+        return all.every((entries) => ended(entries, 'webhook') && ended(entries, 'archive')) ? all : null;
+      },
+      { timeoutMs: 90_000, what: 'every call delivered to the webhook' },
+    );
     for (const entries of timelines) {
       const events = entries.map((e) => e.event);
-      assert.ok(!entries.some((e) => e.event === 'retry' || e.event === 'dead-lettered'), 'the cut-short attempt is no failure');
+      assert.ok(
+        !entries.some((e) => e.event === 'retry' || e.event === 'dead-lettered'),
+        'the cut-short attempt is no failure',
+      );
       assert.deepEqual(events.slice(0, 2), ['received', 'fanned-out']);
       const attempts = entries.filter((e) => e.event === 'attempt' && e.sink === 'webhook');
       assert.equal(attempts.length, 2, `both attempts shown: ${JSON.stringify(entries)}`);
-      assert.equal(entries.filter((e) => e.sink === 'webhook').at(-1)?.event, 'done', 'the webhook attempts end in done');
+      assert.equal(
+        entries.filter((e) => e.sink === 'webhook').at(-1)?.event,
+        'done',
+        'the webhook attempts end in done',
+      );
       // Complete: every sink the fan-out names ends in an outcome (done, skipped or dead-lettered).
       const routed = entries.find((e) => e.event === 'fanned-out')!.sinks!;
       assert.deepEqual([...routed].sort(), ['archive', 'webhook']);
       for (const sink of routed) {
         const last = entries.filter((e) => e.sink === sink).at(-1)?.event;
-        assert.ok(last === 'done' || last === 'skipped' || last === 'dead-lettered', `${sink} ends in an outcome, not ${last}`);
+        assert.ok(
+          last === 'done' || last === 'skipped' || last === 'dead-lettered',
+          `${sink} ends in an outcome, not ${last}`,
+        );
       }
     }
   } finally {

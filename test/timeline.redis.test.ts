@@ -32,7 +32,8 @@ class ScriptedSink implements Sink {
   async deliver(call: Omit<CanonicalCall, 'revision'>, ctx: SinkContext): Promise<SinkResult> {
     const id = call.callId;
     if (id.startsWith('skip-')) return { status: 'skipped', reason: `${call.from}: opted out` };
-    if (id.startsWith('flaky-') && ctx.attempt === 1) throw new TransientError(`remote hiccup for ${call.from}`, { status: 502 });
+    if (id.startsWith('flaky-') && ctx.attempt === 1)
+      throw new TransientError(`remote hiccup for ${call.from}`, { status: 502 });
     if (id.startsWith('perm-')) throw new PermanentError(`remote refused the record of ${call.from}`, { status: 422 });
     return { status: 'done', refs: { objectKey: `calls/${id}.json`, label: `sms to ${call.from}` } };
   }
@@ -47,7 +48,11 @@ describe('the timeline of a call', () => {
     dir = await mkdtemp(join(tmpdir(), 'timeline-'));
     cs = await startTestCallsync(
       { ARCHIVE_DIR: dir, JOB_ATTEMPTS: '3' },
-      { sinks: new Map([['archive', new ScriptedSink()]]), ingressBefore: [requestContext({ log: memoryLog().log })], runnerEvents: runnerMetrics() },
+      {
+        sinks: new Map([['archive', new ScriptedSink()]]),
+        ingressBefore: [requestContext({ log: memoryLog().log })],
+        runnerEvents: runnerMetrics(),
+      },
     );
     timeline = new CallTimeline(cs.redis.worker, redisKeys(cs.config.redis), { ttlDays: 30 });
   });
@@ -57,7 +62,9 @@ describe('the timeline of a call', () => {
   });
 
   async function post(callId: string): Promise<string> {
-    const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(callId), { 'x-request-id': `req-${callId}` });
+    const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(callId), {
+      'x-request-id': `req-${callId}`,
+    });
     assert.equal(res.status, 202, JSON.stringify(res.body));
     return res.body.id as string;
   }
@@ -66,11 +73,14 @@ describe('the timeline of a call', () => {
   async function settled(ackId: string, last: TimelineEntry['event']): Promise<TimelineEntry[]> {
     const [id] = await timeline.resolve(ackId);
     assert.ok(id, `${ackId} names a call`);
-    return waitFor(async () => {
-      const entries = await timeline.read(id);
-      // The receipt comes over the ingress' connection, the rest over the worker's: both written.
-      return entries.at(-1)?.event === last && entries.some((e) => e.event === 'received') ? entries : null;
-    }, { timeoutMs: 20_000, what: `${ackId} ending in ${last}` }).catch(async (err: unknown) => {
+    return waitFor(
+      async () => {
+        const entries = await timeline.read(id);
+        // The receipt comes over the ingress' connection, the rest over the worker's: both written.
+        return entries.at(-1)?.event === last && entries.some((e) => e.event === 'received') ? entries : null;
+      },
+      { timeoutMs: 20_000, what: `${ackId} ending in ${last}` },
+    ).catch(async (err: unknown) => {
       throw new Error(`${(err as Error).message}; the timeline: ${JSON.stringify(await timeline.read(id))}`);
     });
   }
@@ -78,7 +88,10 @@ describe('the timeline of a call', () => {
   test('a delivered call: received, fanned out, attempt, done with its refs; a resend is a duplicate', async () => {
     const ackId = await post('ok-1');
     const entries = await settled(ackId, 'done');
-    assert.deepEqual(entries.map((e) => e.event), ['received', 'fanned-out', 'attempt', 'done']);
+    assert.deepEqual(
+      entries.map((e) => e.event),
+      ['received', 'fanned-out', 'attempt', 'done'],
+    );
     const [received, fanned, attempt, done] = entries as [TimelineEntry, TimelineEntry, TimelineEntry, TimelineEntry];
     assert.equal(received.revision, 'new');
     assert.equal(received.source, 'ai-agent');
@@ -95,10 +108,13 @@ describe('the timeline of a call', () => {
 
     const again = await post('ok-1');
     assert.equal(again, ackId, 'a duplicate is acknowledged with the first id');
-    const withDuplicate = await waitFor(async () => {
-      const all = await timeline.read(received.jobId!.slice(0, 32));
-      return all.length === 5 ? all : null;
-    }, { what: 'the duplicate noted' });
+    const withDuplicate = await waitFor(
+      async () => {
+        const all = await timeline.read(received.jobId!.slice(0, 32));
+        return all.length === 5 ? all : null;
+      },
+      { what: 'the duplicate noted' },
+    );
     assert.equal(withDuplicate.at(-1)?.event, 'received');
     assert.equal(withDuplicate.at(-1)?.revision, 'duplicate');
     assert.equal(summarize('x', withDuplicate).sinks.archive, 'done');
@@ -107,7 +123,10 @@ describe('the timeline of a call', () => {
   test('a retry shows its error kind and next attempt time; a permanent failure is dead-lettered with the reason; a skip says why', async () => {
     const [flakyId, permId, skipId] = await Promise.all([post('flaky-1'), post('perm-1'), post('skip-1')]);
     const flaky = await settled(flakyId, 'done');
-    assert.deepEqual(flaky.map((e) => e.event), ['received', 'fanned-out', 'attempt', 'retry', 'attempt', 'done']);
+    assert.deepEqual(
+      flaky.map((e) => e.event),
+      ['received', 'fanned-out', 'attempt', 'retry', 'attempt', 'done'],
+    );
     const retry = flaky[3]!;
     assert.equal(retry.kind, 'transient');
     assert.ok(retry.nextAt !== undefined && retry.nextAt >= retry.at, 'the next attempt is due after the failure');
@@ -127,13 +146,15 @@ describe('the timeline of a call', () => {
 
     // Skips counted apart from deliveries, by reason; the dead letter as failed.
     const text = (await renderMetrics()).body;
-    const count = (labels: string) => Number(new RegExp(`^callsync_sink_jobs_total\\{${labels}\\} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
+    const count = (labels: string) =>
+      Number(new RegExp(`^callsync_sink_jobs_total\\{${labels}\\} (\\d+)`, 'm').exec(text)?.[1] ?? 0);
     assert.ok(count('sink="archive",outcome="done",reason=""') >= 1, text);
     assert.equal(count('sink="archive",outcome="skipped",reason="opt-out"'), 1);
     assert.equal(count('sink="archive",outcome="failed",reason=""'), 1);
 
     const stored = JSON.stringify([flaky, perm, skip]);
-    for (const digits of [CALLER, CALLER.slice(1), '2116355340']) assert.ok(!stored.includes(digits), `the number (${digits}) is nowhere in clear`);
+    for (const digits of [CALLER, CALLER.slice(1), '2116355340'])
+      assert.ok(!stored.includes(digits), `the number (${digits}) is nowhere in clear`);
   });
 
   test('calls are found by call id, by job id, by number (an HMAC, never the number in Redis), and by time', async () => {
@@ -148,12 +169,19 @@ describe('the timeline of a call', () => {
     const keys = await cs.redis.worker.keys(`${cs.prefix}*`);
     assert.ok(!keys.some((k) => k.includes('6355340')), 'no key holds the number');
     const ttl = await cs.redis.worker.pttl(timeline.key(id!));
-    assert.ok(ttl > 29 * 24 * 3600_000 && ttl <= 30 * 24 * 3600_000, `expires after CALL_TIMELINE_TTL_DAYS (pttl ${ttl})`);
+    assert.ok(
+      ttl > 29 * 24 * 3600_000 && ttl <= 30 * 24 * 3600_000,
+      `expires after CALL_TIMELINE_TTL_DAYS (pttl ${ttl})`,
+    );
   });
 
   test('a call drained from the spool (acknowledged while Redis was away) says so', async () => {
     // The spool's drainer accepts with the id it acknowledged with (src/ingress/spool.ts).
-    const acceptor = new InboundAcceptor(new InboundLog(cs.redis.producer, redisKeys(cs.config.redis)), { dedupeWindowMs: 60_000, timeoutMs: 5000, timeline });
+    const acceptor = new InboundAcceptor(new InboundLog(cs.redis.producer, redisKeys(cs.config.redis)), {
+      dedupeWindowMs: 60_000,
+      timeoutMs: 5000,
+      timeline,
+    });
     const call = sampleCall('spooled-1');
     const ackId = `${callHash(call.key)}-spooled1`;
     const result = await acceptor.accept(call, { jobId: ackId });
@@ -170,7 +198,11 @@ describe('the timeline of a call', () => {
     const out: string[] = [];
     const err: string[] = [];
     const redisEnv = { REDIS_URL, ...(await testRedis()).env() };
-    const code = await runCli(argv, { env: { ...redisEnv, QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir }, out: (l) => out.push(l), err: (l) => err.push(l) });
+    const code = await runCli(argv, {
+      env: { ...redisEnv, QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir },
+      out: (l) => out.push(l),
+      err: (l) => err.push(l),
+    });
     return { code, out: out.join('\n'), err: err.join('\n') };
   }
 
@@ -182,7 +214,8 @@ describe('the timeline of a call', () => {
       assert.equal(shown.code, 0, shown.err);
       assert.match(shown.out, /^call cli-1 \(ai-agent, in, \+49211\*\*\*\*340 → /m);
       assert.match(shown.out, /^sinks: archive:done$/m);
-      for (const event of ['received', 'fanned-out', 'attempt', 'done']) assert.match(shown.out, new RegExp(`^\\S+Z +${event} `, 'm'));
+      for (const event of ['received', 'fanned-out', 'attempt', 'done'])
+        assert.match(shown.out, new RegExp(`^\\S+Z +${event} `, 'm'));
       assert.match(shown.out, /objectKey=calls\/cli-1\.json/);
       assert.ok(!shown.out.includes('6355340'), 'no number in clear');
     }
@@ -191,15 +224,28 @@ describe('the timeline of a call', () => {
     const found = JSON.parse(byNumber.out) as { calls: { callId: string; entries: TimelineEntry[] }[] };
     assert.ok(found.calls.some((c) => c.callId === 'cli-1' && c.entries.length === 4));
 
-    const failed = JSON.parse((await cli(['calls', '--since', '1h', '--status', 'failed', '--json'])).out) as { calls: { callId: string; sinks: Record<string, string> }[] };
-    assert.deepEqual(failed.calls.map((c) => c.callId), ['perm-1']);
+    const failed = JSON.parse((await cli(['calls', '--since', '1h', '--status', 'failed', '--json'])).out) as {
+      calls: { callId: string; sinks: Record<string, string> }[];
+    };
+    assert.deepEqual(
+      failed.calls.map((c) => c.callId),
+      ['perm-1'],
+    );
     const skipped = await cli(['calls', '--since', '1h', '--status', 'skipped', '--sink', 'archive']);
     assert.match(skipped.out, /^\S+Z +skip-1 +ai-agent +\+49211\*\*\*\*340 → \S+ +archive:skipped$/m);
     assert.doesNotMatch(skipped.out, /ok-1|perm-1/);
-    const all = JSON.parse((await cli(['calls', '--since', '1h', '--number', CALLER, '--json'])).out) as { calls: { callId: string }[] };
+    const all = JSON.parse((await cli(['calls', '--since', '1h', '--number', CALLER, '--json'])).out) as {
+      calls: { callId: string }[];
+    };
     assert.ok(['ok-1', 'flaky-1', 'perm-1', 'skip-1', 'cli-1'].every((id) => all.calls.some((c) => c.callId === id)));
-    assert.equal(JSON.parse((await cli(['calls', '--since', '1h', '--number', '+4915199999999', '--json'])).out).calls.length, 0);
-    assert.equal(JSON.parse((await cli(['calls', '--since', '1h', '--sink', 'nowhere', '--json'])).out).calls.length, 0);
+    assert.equal(
+      JSON.parse((await cli(['calls', '--since', '1h', '--number', '+4915199999999', '--json'])).out).calls.length,
+      0,
+    );
+    assert.equal(
+      JSON.parse((await cli(['calls', '--since', '1h', '--sink', 'nowhere', '--json'])).out).calls.length,
+      0,
+    );
 
     const missing = await cli(['call', 'no-such-call']);
     assert.equal(missing.code, 1);

@@ -116,7 +116,15 @@ routes:
     // The signed webhook's jobs are in its endpoint's queue.
     const queueName = (name: string) => (name === 'webhook' ? sinkQueueName(name, 'receiver') : sinkQueueName(name));
     const keys = redisKeys(cs.config.redis);
-    queues = new Map(SINKS.map((name) => [name, new Queue<SinkDeliverJob>(queueName(name), { connection: cs.redis.worker, prefix: keys.queuePrefix(queueName(name)) })]));
+    queues = new Map(
+      SINKS.map((name) => [
+        name,
+        new Queue<SinkDeliverJob>(queueName(name), {
+          connection: cs.redis.worker,
+          prefix: keys.queuePrefix(queueName(name)),
+        }),
+      ]),
+    );
   });
 
   after(async () => {
@@ -135,16 +143,22 @@ routes:
   });
 
   /** Waits until the job `jobId` of every sink in `sinks` has completed; returns their results. */
-  async function completed(jobId: string, sinks: readonly string[] = SINKS): Promise<Map<string, { status: string; reason?: string }>> {
-    return waitFor(async () => {
-      const out = new Map<string, { status: string; reason?: string }>();
-      for (const name of sinks) {
-        const job = await jobIn(queues.get(name)!, jobId, 'completed');
-        if (!job) return null;
-        out.set(name, job.returnvalue as { status: string; reason?: string });
-      }
-      return out;
-    }, { what: `job ${jobId} completed at ${sinks.join(', ')}`, timeoutMs: 30_000 });
+  async function completed(
+    jobId: string,
+    sinks: readonly string[] = SINKS,
+  ): Promise<Map<string, { status: string; reason?: string }>> {
+    return waitFor(
+      async () => {
+        const out = new Map<string, { status: string; reason?: string }>();
+        for (const name of sinks) {
+          const job = await jobIn(queues.get(name)!, jobId, 'completed');
+          if (!job) return null;
+          out.set(name, job.returnvalue as { status: string; reason?: string });
+        }
+        return out;
+      },
+      { what: `job ${jobId} completed at ${sinks.join(', ')}`, timeoutMs: 30_000 },
+    );
   }
 
   const isCreate = (r: RecordedRequest) => r.method === 'POST' && r.path === '/crm/objects/2026-09/calls';
@@ -171,13 +185,19 @@ routes:
 
     const results = await completed(updateJobId('agent-1', corrected));
     for (const name of SINKS) {
-      const jobs = (await queues.get(name)!.getJobs(['completed', 'waiting', 'active', 'delayed', 'failed'])).filter((j) => j.data.call.callId === 'upd-1');
+      const jobs = (await queues.get(name)!.getJobs(['completed', 'waiting', 'active', 'delayed', 'failed'])).filter(
+        (j) => j.data.call.callId === 'upd-1',
+      );
       assert.equal(jobs.length, 2, `${name}: one job per revision, none for the duplicates`);
     }
 
     // Archive: the same objects, overwritten with the summary; no revision bookkeeping in them.
     const base = `transcripts/2026/04/08/${callKeySegment({ key: callKey('ai-agent', 'agent-1', 'upd-1'), callId: 'upd-1' })}`;
-    assert.deepEqual(await s3.list('transcripts/2026/04/08/upd-1'), [`${base}.json`, `${base}.txt`, `${base}.vcon.json`]);
+    assert.deepEqual(await s3.list('transcripts/2026/04/08/upd-1'), [
+      `${base}.json`,
+      `${base}.txt`,
+      `${base}.vcon.json`,
+    ]);
     const doc = JSON.parse((await s3.get(`${base}.json`)).body);
     assert.equal(doc.call.summary.content, CORRECTED);
     assert.equal(doc.call.revision, undefined);
@@ -187,13 +207,21 @@ routes:
     // HubSpot: one call engagement, PATCHed with the new body.
     assert.equal(hubspot.calls.size, 1);
     assert.equal(hubspot.requestsTo('POST', '/crm/objects/2026-09/calls').filter(isCreate).length, 1);
-    assert.deepEqual(hubspot.requestsTo('PATCH', '/crm/objects/2026-09/calls/').map((r) => r.path), [`/crm/objects/2026-09/calls/${[...hubspot.calls.keys()][0]}`], 'the same call');
+    assert.deepEqual(
+      hubspot.requestsTo('PATCH', '/crm/objects/2026-09/calls/').map((r) => r.path),
+      [`/crm/objects/2026-09/calls/${[...hubspot.calls.keys()][0]}`],
+      'the same call',
+    );
     assert.match([...hubspot.calls.values()][0]!.properties.hs_call_body!, /corrected summary/);
     assert.equal(results.get('hubspot')!.reason, 'updated');
 
     // Pipedrive: one call log; its activity updated.
     assert.equal(pipedrive.callLogs.length, 1);
-    assert.deepEqual(pipedrive.requestsTo('PATCH', '/api/v2/activities/').map((r) => r.path), [`/api/v2/activities/${pipedrive.callLogs[0]!.activity_id}`], 'the same activity');
+    assert.deepEqual(
+      pipedrive.requestsTo('PATCH', '/api/v2/activities/').map((r) => r.path),
+      [`/api/v2/activities/${pipedrive.callLogs[0]!.activity_id}`],
+      'the same activity',
+    );
     assert.match(pipedrive.activities.get(pipedrive.callLogs[0]!.activity_id)!.note, /corrected summary/);
 
     // Signed webhook: two messages with different webhook-ids, each delivered once.
@@ -218,15 +246,27 @@ routes:
     pipedrive.enqueue({ match: isCallLog, hold: held.promise });
     try {
       assert.equal((await postJson(url, first)).status, 202);
-      await waitFor(() => hubspot.requests.some(isCreate) && pipedrive.requests.some(isCallLog), { what: 'both creates in flight' });
+      await waitFor(() => hubspot.requests.some(isCreate) && pipedrive.requests.some(isCallLog), {
+        what: 'both creates in flight',
+      });
       const r2 = await postJson(url, corrected);
       assert.equal(r2.body.update, true, JSON.stringify(r2.body));
       // The update's CRM jobs run meanwhile (a worker runs several jobs at once) and find the call busy.
       const updateJob = updateJobId('agent-2', corrected);
-      await waitFor(async () => {
-        const states = await Promise.all(['hubspot', 'pipedrive'].map(async (n) => queues.get(n)!.getJob(updateJob).then((j) => j?.getState())));
-        return states.every((s) => s === 'delayed');
-      }, { what: 'the update jobs waiting for the first revision' });
+      await waitFor(
+        async () => {
+          const states = await Promise.all(
+            ['hubspot', 'pipedrive'].map(async (n) =>
+              queues
+                .get(n)!
+                .getJob(updateJob)
+                .then((j) => j?.getState()),
+            ),
+          );
+          return states.every((s) => s === 'delayed');
+        },
+        { what: 'the update jobs waiting for the first revision' },
+      );
     } finally {
       held.open();
     }
@@ -246,12 +286,23 @@ routes:
     // HubSpot fails the first revision's create (no summary in its body) until the update is through.
     let failOriginal = true;
     const isOriginalCreate = (r: RecordedRequest) =>
-      failOriginal && isCreate(r) && !String((r.body as { properties?: Record<string, string> }).properties?.hs_call_body).includes('corrected summary');
-    hubspot.enqueue({ match: isOriginalCreate, times: 10_000, status: 503, body: { status: 'error', message: 'try again', category: 'INTERNAL_ERROR' } });
+      failOriginal &&
+      isCreate(r) &&
+      !String((r.body as { properties?: Record<string, string> }).properties?.hs_call_body).includes(
+        'corrected summary',
+      );
+    hubspot.enqueue({
+      match: isOriginalCreate,
+      times: 10_000,
+      status: 503,
+      body: { status: 'error', message: 'try again', category: 'INTERNAL_ERROR' },
+    });
 
     assert.equal((await postJson(url, first)).status, 202);
     const firstJob = callHash('ai-agent:agent-3:upd-order');
-    await waitFor(async () => ((await queues.get('hubspot')!.getJob(firstJob))?.attemptsMade ?? 0) >= 1, { what: 'the original failed once at HubSpot' });
+    await waitFor(async () => ((await queues.get('hubspot')!.getJob(firstJob))?.attemptsMade ?? 0) >= 1, {
+      what: 'the original failed once at HubSpot',
+    });
     assert.equal((await postJson(url, corrected)).body.update, true);
     await completed(updateJobId('agent-3', corrected), ['hubspot']);
     failOriginal = false;

@@ -14,7 +14,9 @@ import { sampleCall, webhookPayload } from './support/calls.js';
 const Ajv = createRequire(import.meta.url)('ajv') as new (options: Record<string, unknown>) => {
   compile(schema: unknown): ((data: unknown) => boolean) & { errors?: { dataPath: string; message?: string }[] | null };
 };
-const schema: unknown = JSON.parse(readFileSync(new URL('./fixtures/vcon/vcon_json_schema.json', import.meta.url), 'utf8'));
+const schema: unknown = JSON.parse(
+  readFileSync(new URL('./fixtures/vcon/vcon_json_schema.json', import.meta.url), 'utf8'),
+);
 const validate = new Ajv({ allErrors: true, format: 'full' }).compile(schema);
 
 function assertValid(vcon: unknown): void {
@@ -35,26 +37,52 @@ describe('vCon written by the archive', () => {
   test('a call with transcript and summary gives a vCon valid against the schema', () => {
     const vcon = renderVcon(withTranscript());
     assertValid(vcon);
-    const v = vcon as { parties: { tel?: string }[]; dialog: { type: string; originator?: number }[]; analysis: { type: string; vendor: string }[] };
+    const v = vcon as {
+      parties: { tel?: string }[];
+      dialog: { type: string; originator?: number }[];
+      analysis: { type: string; vendor: string }[];
+    };
     assert.equal(v.parties.length, 2);
     assert.ok(v.dialog.length >= 2 && v.dialog.every((d) => d.type === 'text'));
     const call = withTranscript();
     const expected = ['summary', ...(call.summary!.keyPoints.length > 0 ? ['key_points'] : []), 'topics'];
-    assert.deepEqual(v.analysis.map((a) => a.type), expected);
+    assert.deepEqual(
+      v.analysis.map((a) => a.type),
+      expected,
+    );
     assert.ok(v.analysis.every((a) => a.vendor === 'callsync'));
   });
 
   test('a missed call without transcript, and an anonymous caller, are valid vCons too', () => {
-    const call: CanonicalCall = { ...withTranscript(), transcript: null, summary: null, outcome: 'missed', from: null, fromRaw: 'anonymous' };
-    const vcon = renderVcon(call) as { dialog: { type: string; disposition?: string }[]; parties: Record<string, unknown>[] };
+    const call: CanonicalCall = {
+      ...withTranscript(),
+      transcript: null,
+      summary: null,
+      outcome: 'missed',
+      from: null,
+      fromRaw: 'anonymous',
+    };
+    const vcon = renderVcon(call) as {
+      dialog: { type: string; disposition?: string }[];
+      parties: Record<string, unknown>[];
+    };
     assertValid(vcon);
-    assert.deepEqual(vcon.dialog.map((d) => [d.type, d.disposition]), [['incomplete', 'no-answer']]);
+    assert.deepEqual(
+      vcon.dialog.map((d) => [d.type, d.disposition]),
+      [['incomplete', 'no-answer']],
+    );
     assert.equal(vcon.parties[0]!.tel, undefined);
   });
 
   test('utterance offsets out of range still give a valid vCon (the call start stands in)', () => {
     const call = withTranscript();
-    const odd: CanonicalCall = { ...call, transcript: { content: 'x', chunks: [{ speaker: 'caller', startOffsetMs: 1e300, endOffsetMs: Infinity, content: 'x' }] } };
+    const odd: CanonicalCall = {
+      ...call,
+      transcript: {
+        content: 'x',
+        chunks: [{ speaker: 'caller', startOffsetMs: 1e300, endOffsetMs: Infinity, content: 'x' }],
+      },
+    };
     assertValid(renderVcon(odd));
   });
 
@@ -91,11 +119,18 @@ describe('vCon posted in', () => {
     assert.equal(back.key, `ai-agent:agent-1:${String(vcon.uuid)}`);
     assert.equal(back.from, call.from);
     assert.equal(back.to, call.to);
-    assert.equal(back.startedAt, new Date(Date.parse(call.startedAt) + call.transcript!.chunks[0]!.startOffsetMs).toISOString());
+    assert.equal(
+      back.startedAt,
+      new Date(Date.parse(call.startedAt) + call.transcript!.chunks[0]!.startOffsetMs).toISOString(),
+    );
     const shift = call.transcript!.chunks[0]!.startOffsetMs;
     assert.deepEqual(
       back.transcript!.chunks,
-      call.transcript!.chunks.map((c) => ({ ...c, startOffsetMs: c.startOffsetMs - shift, endOffsetMs: c.endOffsetMs - shift })),
+      call.transcript!.chunks.map((c) => ({
+        ...c,
+        startOffsetMs: c.startOffsetMs - shift,
+        endOffsetMs: c.endOffsetMs - shift,
+      })),
     );
     assert.deepEqual(back.summary, call.summary);
     assert.equal(back.payloadVersion, 'vcon');
@@ -108,17 +143,39 @@ describe('vCon posted in', () => {
     const bad = { uuid: '', parties: ['x'], dialog: [{ type: 'text' }], analysis: {} };
     assert.throws(
       () => normalizeVcon(bad, { agentId: null, receivedAt }),
-      (e: unknown) => e instanceof InvalidPayloadError && JSON.stringify(e.problems.map((p) => p.pointer)) === JSON.stringify(['/uuid', '/parties/0', '/analysis', '/dialog/0/start']),
+      (e: unknown) =>
+        e instanceof InvalidPayloadError &&
+        JSON.stringify(e.problems.map((p) => p.pointer)) ===
+          JSON.stringify(['/uuid', '/parties/0', '/analysis', '/dialog/0/start']),
     );
   });
 
   test('durations beyond reason and dates beyond range are a 400, never a crash; many dialogs are fine', () => {
     const base = { uuid: 'u-1', parties: [{}, {}] };
     for (const duration of [-1, 1e300, 'long', null]) {
-      assert.throws(() => normalizeVcon({ ...base, dialog: [{ type: 'text', start: '2026-10-05T09:00:00Z', duration }] }, { agentId: null, receivedAt }), (e: unknown) => e instanceof InvalidPayloadError && e.pointer === '/dialog/0/duration');
+      assert.throws(
+        () =>
+          normalizeVcon(
+            { ...base, dialog: [{ type: 'text', start: '2026-10-05T09:00:00Z', duration }] },
+            { agentId: null, receivedAt },
+          ),
+        (e: unknown) => e instanceof InvalidPayloadError && e.pointer === '/dialog/0/duration',
+      );
     }
-    assert.throws(() => normalizeVcon({ ...base, dialog: [{ type: 'text', start: '+275760-09-13T00:00:00Z', duration: 600000 }] }, { agentId: null, receivedAt }), InvalidPayloadError);
-    const many = Array.from({ length: 150_000 }, (_, i) => ({ type: 'text', start: new Date(Date.parse('2026-10-05T09:00:00Z') + i).toISOString(), body: 'x', encoding: 'none' }));
+    assert.throws(
+      () =>
+        normalizeVcon(
+          { ...base, dialog: [{ type: 'text', start: '+275760-09-13T00:00:00Z', duration: 600000 }] },
+          { agentId: null, receivedAt },
+        ),
+      InvalidPayloadError,
+    );
+    const many = Array.from({ length: 150_000 }, (_, i) => ({
+      type: 'text',
+      start: new Date(Date.parse('2026-10-05T09:00:00Z') + i).toISOString(),
+      body: 'x',
+      encoding: 'none',
+    }));
     const call = normalizeVcon({ ...base, dialog: many }, { agentId: null, receivedAt });
     assert.equal(call.transcript?.chunks.length, 150_000);
     assert.equal(call.startedAt, '2026-10-05T09:00:00.000Z');
@@ -130,10 +187,23 @@ describe('vCon posted in', () => {
         uuid: '019f15a6-a752-826f-b9a2-279e0d16bc46',
         created_at: '2026-10-05T09:00:00Z',
         parties: [{ tel: '+4921155550100' }, { tel: '+4915112345678' }],
-        dialog: [{ type: 'recording', start: '2026-10-05T09:00:00Z', duration: 42, parties: [0, 1], url: 'https://example.com/a.mp3' }],
+        dialog: [
+          {
+            type: 'recording',
+            start: '2026-10-05T09:00:00Z',
+            duration: 42,
+            parties: [0, 1],
+            url: 'https://example.com/a.mp3',
+          },
+        ],
         analysis: [
           { type: 'transcript', vendor: 'x', encoding: 'none', body: 'Hello there' },
-          { type: 'summary', vendor: 'x', encoding: 'base64url', body: Buffer.from('Wants a callback').toString('base64url') },
+          {
+            type: 'summary',
+            vendor: 'x',
+            encoding: 'base64url',
+            body: Buffer.from('Wants a callback').toString('base64url'),
+          },
         ],
       },
       { agentId: null, receivedAt },

@@ -78,7 +78,11 @@ routes:
   };
   const cli = async (argv: string[]) => {
     const out: string[] = [];
-    const io: CliIo = { env: { REDIS_URL, QUEUE_PREFIX: cs.prefix, CALLSYNC_CONFIG: join(dir, 'callsync.yaml') }, out: (l) => out.push(l), err: (l) => out.push(l) };
+    const io: CliIo = {
+      env: { REDIS_URL, QUEUE_PREFIX: cs.prefix, CALLSYNC_CONFIG: join(dir, 'callsync.yaml') },
+      out: (l) => out.push(l),
+      err: (l) => out.push(l),
+    };
     const code = await runCli(argv, io);
     return { code, out: out.join('\n') };
   };
@@ -90,20 +94,31 @@ routes:
   };
 
   test('the endpoints have queues of their own, on the dashboard and for the dead letters', async () => {
-    assert.deepEqual([...queues.keys()].filter((n) => n.startsWith('sink-')), ['sink-hooks', A, B]);
-    const names = (await (await fetch(`${cs.url}/admin/queues/api/queues`, { headers: { authorization: `Bearer ${TOKEN}` } }).then((r) => r.json())) as { queues: { name: string }[] }).queues.map((q) => q.name);
+    assert.deepEqual(
+      [...queues.keys()].filter((n) => n.startsWith('sink-')),
+      ['sink-hooks', A, B],
+    );
+    const names = (
+      (await await fetch(`${cs.url}/admin/queues/api/queues`, { headers: { authorization: `Bearer ${TOKEN}` } }).then(
+        (r) => r.json(),
+      )) as { queues: { name: string }[] }
+    ).queues.map((q) => q.name);
     for (const q of [A, B]) assert.ok(names.includes(q), `${q} on the dashboard`);
   });
 
-  test('a call one endpoint refuses (400) still reaches the other; the dead letter is that endpoint\'s alone', async () => {
-    a.answer = (callId) => (callId === 'ep-400' ? { status: 400, body: { message: 'unknown field callId' } } : undefined);
+  test("a call one endpoint refuses (400) still reaches the other; the dead letter is that endpoint's alone", async () => {
+    a.answer = (callId) =>
+      callId === 'ep-400' ? { status: 400, body: { message: 'unknown field callId' } } : undefined;
     try {
       await post('ep-400');
       await waitFor(() => received(b, 'ep-400'), { what: 'B got the call A refused' });
-      const refused = await waitFor(async () => {
-        const job = await jobOf(A, 'ep-400');
-        return job ? jobIn(queues.get(A)!, job.id!, 'failed') : null;
-      }, { what: 'the call dead-lettered at A' });
+      const refused = await waitFor(
+        async () => {
+          const job = await jobOf(A, 'ep-400');
+          return job ? jobIn(queues.get(A)!, job.id!, 'failed') : null;
+        },
+        { what: 'the call dead-lettered at A' },
+      );
       assert.match(refused.failedReason, /answered 400: unknown field callId/);
       assert.equal(refused.attemptsMade, 1, 'permanent: no retries');
       assert.equal(await (await jobOf(B, 'ep-400'))!.getState(), 'completed');
@@ -129,45 +144,85 @@ routes:
       const metrics = await metricsText();
       assert.match(metrics, new RegExp(`callsync_queue_paused\\{queue="${A}",sink="hooks"\\} 1`));
       assert.match(metrics, new RegExp(`callsync_queue_paused\\{queue="${B}",sink="hooks"\\} 0`));
-      assert.match(metrics, /callsync_webhook_endpoint_disabled\{sink="hooks",endpoint="a"\} 0/, 'paused for credentials, not disabled');
+      assert.match(
+        metrics,
+        /callsync_webhook_endpoint_disabled\{sink="hooks",endpoint="a"\} 0/,
+        'paused for credentials, not disabled',
+      );
       // The pause says why, wherever an operator looks: `callsync resume`, the dashboard, /readyz.
       const listed = await cli(['resume']);
-      assert.match(listed.out, new RegExp(`^${A.replace('.', '\\.')}  paused: .*answered 401: bad api key.* \\(since \\d{4}-`, 'm'));
-      assert.match((await dashboardQueue(A)).description ?? '', /^Paused since \d{4}-.*answered 401: bad api key.*Resume the queue once the cause is fixed/);
-      const ready = (await (await fetch(`${cs.url}/readyz`)).json()) as { status: string; paused?: { queue: string; state: string; reason: string }[] };
+      assert.match(
+        listed.out,
+        new RegExp(`^${A.replace('.', '\\.')}  paused: .*answered 401: bad api key.* \\(since \\d{4}-`, 'm'),
+      );
+      assert.match(
+        (await dashboardQueue(A)).description ?? '',
+        /^Paused since \d{4}-.*answered 401: bad api key.*Resume the queue once the cause is fixed/,
+      );
+      const ready = (await (await fetch(`${cs.url}/readyz`)).json()) as {
+        status: string;
+        paused?: { queue: string; state: string; reason: string }[];
+      };
       assert.equal(ready.status, 'ready');
-      assert.deepEqual(ready.paused?.map((p) => [p.queue, p.state]), [[A, 'paused']]);
+      assert.deepEqual(
+        ready.paused?.map((p) => [p.queue, p.state]),
+        [[A, 'paused']],
+      );
       assert.match(ready.paused![0]!.reason, /answered 401: bad api key/);
     } finally {
       a.answer = null;
     }
     const resumed = await cli(['resume', '--queue', A]);
     assert.equal(resumed.code, 0);
-    assert.match(resumed.out, new RegExp(`resumed ${A.replace('.', '\\.')} \\(was paused: .*answered 401: bad api key`));
-    assert.equal(((await (await fetch(`${cs.url}/readyz`)).json()) as { paused?: unknown }).paused, undefined, 'resumed: no pause left to tell');
-    await waitFor(() => received(a, 'ep-401-1') && received(a, 'ep-401-2'), { what: 'A got both calls after the resume' });
-    for (const id of ['ep-401-1', 'ep-401-2']) assert.equal(b.records.get([...b.byCall.get(id)!][0]!)!.deliveries, 1, `B got ${id} once`);
+    assert.match(
+      resumed.out,
+      new RegExp(`resumed ${A.replace('.', '\\.')} \\(was paused: .*answered 401: bad api key`),
+    );
+    assert.equal(
+      ((await (await fetch(`${cs.url}/readyz`)).json()) as { paused?: unknown }).paused,
+      undefined,
+      'resumed: no pause left to tell',
+    );
+    await waitFor(() => received(a, 'ep-401-1') && received(a, 'ep-401-2'), {
+      what: 'A got both calls after the resume',
+    });
+    for (const id of ['ep-401-1', 'ep-401-2'])
+      assert.equal(b.records.get([...b.byCall.get(id)!][0]!)!.deliveries, 1, `B got ${id} once`);
   });
 
   test('410 Gone disables the endpoint: logged once, in the gauge and on the dashboard; the other goes on; resume re-enables', async () => {
     const gone = ['ep-410-1', 'ep-410-2', 'ep-410-3'];
-    a.answer = (callId) => (callId.startsWith('ep-410') ? { status: 410, body: { message: 'this hook was deleted' } } : undefined);
+    a.answer = (callId) =>
+      callId.startsWith('ep-410') ? { status: 410, body: { message: 'this hook was deleted' } } : undefined;
     try {
       await Promise.all(gone.map(post));
       await waitFor(() => gone.every((id) => received(b, id)), { what: 'B got every call' });
-      await waitFor(async () => (await metricsText()).includes('callsync_webhook_endpoint_disabled{sink="hooks",endpoint="a"} 1'), { what: 'the gauge shows A disabled' });
+      await waitFor(
+        async () => (await metricsText()).includes('callsync_webhook_endpoint_disabled{sink="hooks",endpoint="a"} 1'),
+        { what: 'the gauge shows A disabled' },
+      );
       const metrics = await metricsText();
       assert.match(metrics, /callsync_webhook_endpoint_disabled\{sink="hooks",endpoint="b"\} 0/);
       // Every job of A waits (none dead-lettered): they were all answered 410 or found the queue paused.
-      await waitFor(async () => (await Promise.all(gone.map((id) => jobOf(A, id)))).every((j) => j !== undefined), { what: 'A\'s jobs' });
+      await waitFor(async () => (await Promise.all(gone.map((id) => jobOf(A, id)))).every((j) => j !== undefined), {
+        what: "A's jobs",
+      });
       for (const id of gone) assert.notEqual(await (await jobOf(A, id))!.getState(), 'failed', `${id} kept`);
-      const warnings = cs.logs.filter((l) => l.queue === A && l.msg === 'endpoint disabled: its queue is paused until an operator re-enables it (resume it on the dashboard or with `callsync resume`)');
+      const warnings = cs.logs.filter(
+        (l) =>
+          l.queue === A &&
+          l.msg ===
+            'endpoint disabled: its queue is paused until an operator re-enables it (resume it on the dashboard or with `callsync resume`)',
+      );
       assert.equal(warnings.length, 1, 'logged once, however many jobs got the answer');
       assert.match(String(warnings[0]!.reason), /answered 410 Gone: this hook was deleted/);
 
       const shown = await dashboardQueue(A);
       assert.equal(shown.isPaused, true);
-      assert.match(shown.description ?? '', /^Disabled since \d{4}-.*answered 410 Gone: this hook was deleted.*Resume the queue to re-enable/);
+      assert.match(
+        shown.description ?? '',
+        /^Disabled since \d{4}-.*answered 410 Gone: this hook was deleted.*Resume the queue to re-enable/,
+      );
       assert.equal((await dashboardQueue(B)).description, undefined);
       const listed = await cli(['resume']);
       assert.match(listed.out, new RegExp(`^${A.replace('.', '\\.')}  disabled: .*410 Gone`, 'm'));
@@ -176,7 +231,10 @@ routes:
       a.answer = null;
     }
     // The operator re-enables it on the dashboard.
-    const res = await fetch(`${cs.url}/admin/queues/api/queues/${A}/resume`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}` } });
+    const res = await fetch(`${cs.url}/admin/queues/api/queues/${A}/resume`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
     assert.equal(res.status, 200, await res.text());
     await waitFor(() => gone.every((id) => received(a, id)), { what: 'A got the waiting calls' });
     assert.match(await metricsText(), /callsync_webhook_endpoint_disabled\{sink="hooks",endpoint="a"\} 0/);
@@ -184,15 +242,24 @@ routes:
   });
 
   test('a redirect is reported with where it points (never "fetch failed") and disables the endpoint', async () => {
-    a.answer = (callId) => (callId === 'ep-301' ? { status: 301, headers: { location: 'https://new.example/hooks/calls?token=secret-in-query' } } : undefined);
+    a.answer = (callId) =>
+      callId === 'ep-301'
+        ? { status: 301, headers: { location: 'https://new.example/hooks/calls?token=secret-in-query' } }
+        : undefined;
     try {
       await post('ep-301');
       await waitFor(() => received(b, 'ep-301'), { what: 'B got the call' });
-      const shown = await waitFor(async () => {
-        const q = await dashboardQueue(A);
-        return q.isPaused && q.description ? q : null;
-      }, { what: 'A disabled' });
-      assert.match(shown.description!, /answered 301 redirect to https:\/\/new\.example\/hooks\/calls \(redirects are not followed\)\. The endpoint is disabled: update its URL/);
+      const shown = await waitFor(
+        async () => {
+          const q = await dashboardQueue(A);
+          return q.isPaused && q.description ? q : null;
+        },
+        { what: 'A disabled' },
+      );
+      assert.match(
+        shown.description!,
+        /answered 301 redirect to https:\/\/new\.example\/hooks\/calls \(redirects are not followed\)\. The endpoint is disabled: update its URL/,
+      );
       assert.doesNotMatch(shown.description!, /fetch failed|secret-in-query/);
       assert.notEqual(await (await jobOf(A, 'ep-301'))!.getState(), 'failed');
     } finally {
@@ -203,14 +270,17 @@ routes:
     await waitFor(() => received(a, 'ep-301'), { what: 'A got it after the fix' });
   });
 
-  test('a failure is retried on the sink\'s schedule (an hour here), not the global backoff (50 ms)', async () => {
+  test("a failure is retried on the sink's schedule (an hour here), not the global backoff (50 ms)", async () => {
     a.answer = (callId) => (callId === 'ep-503' ? { status: 503, body: { message: 'maintenance' } } : undefined);
     try {
       await post('ep-503');
-      const job = await waitFor(async () => {
-        const j = await jobOf(A, 'ep-503');
-        return j && j.attemptsMade === 1 && (await j.getState()) === 'delayed' ? j : null;
-      }, { what: 'the first attempt failed' });
+      const job = await waitFor(
+        async () => {
+          const j = await jobOf(A, 'ep-503');
+          return j && j.attemptsMade === 1 && (await j.getState()) === 'delayed' ? j : null;
+        },
+        { what: 'the first attempt failed' },
+      );
       assert.equal(job.opts.attempts, 2, 'attempts: one more than the schedule has delays');
       // BullMQ keeps a delayed job in a sorted set scored `due ms * 0x1000 + sequence`.
       const score = Number(await cs.callsync.redis.worker.zscore(`${cs.prefix}:${A}:delayed`, job.id!));
@@ -222,7 +292,7 @@ routes:
     }
   });
 
-  test('a job in the sink\'s own queue (queued before endpoints had queues) is handed on to each endpoint once', async () => {
+  test("a job in the sink's own queue (queued before endpoints had queues) is handed on to each endpoint once", async () => {
     const call = normalizeWebhook(webhookPayload('ep-old'), { agentId: 'agent-1', receivedAt: new Date() });
     const legacy = queues.get(sinkQueueName('hooks'))! as Queue<SinkDeliverJob>;
     const jobId = sinkJobId(call);
@@ -232,8 +302,14 @@ routes:
     assert.deepEqual(handedOn.returnvalue, { endpoints: ['a', 'b'] });
     for (const q of [A, B]) assert.equal((await queues.get(q)!.getJob(jobId))?.data.endpoint, q.slice(-1));
     // The same call fanned out again (a redelivery) adds nothing: the endpoint jobs have the same ids.
-    await legacy.add(JobName.sinkDeliver, { kind: JobName.sinkDeliver, sink: 'hooks', call }, { jobId: `${jobId}-again` });
-    await waitFor(async () => (await (await legacy.getJob(`${jobId}-again`))?.getState()) === 'completed', { what: 'handed on again' });
+    await legacy.add(
+      JobName.sinkDeliver,
+      { kind: JobName.sinkDeliver, sink: 'hooks', call },
+      { jobId: `${jobId}-again` },
+    );
+    await waitFor(async () => (await (await legacy.getJob(`${jobId}-again`))?.getState()) === 'completed', {
+      what: 'handed on again',
+    });
     for (const r of [a, b]) assert.equal(r.records.get([...r.byCall.get('ep-old')!][0]!)!.deliveries, 1);
   });
 });

@@ -42,7 +42,8 @@ function fullPayload(id = 'shapes'): Record<string, any> {
 function assertSaneTimes(text: string): void {
   for (const line of text.split('\n')) {
     if (line.startsWith('[')) assert.match(line, /^\[\d{2}:\d{2}(:\d{2})?\] /, line.slice(0, 40));
-    if (line.startsWith('Started:')) assert.match(line, /^Started: \d{4}-\d\d-\d\dT[\d:.]+Z( {4}Duration: \d{2}:\d{2}(:\d{2})?)?$/);
+    if (line.startsWith('Started:'))
+      assert.match(line, /^Started: \d{4}-\d\d-\d\dT[\d:.]+Z( {4}Duration: \d{2}:\d{2}(:\d{2})?)?$/);
   }
 }
 
@@ -60,26 +61,46 @@ test('the documented payloads (test/fixtures/platform) are read whole: no field 
 
 test('callHeadline: text or {content}', () => {
   assert.equal(normalize(webhookPayload('h1', (p) => (p.assist.callHeadline = 'As text'))).title, 'As text');
-  assert.equal(normalize(webhookPayload('h2', (p) => (p.assist.callHeadline = { content: 'As object' }))).title, 'As object');
+  assert.equal(
+    normalize(webhookPayload('h2', (p) => (p.assist.callHeadline = { content: 'As object' }))).title,
+    'As object',
+  );
   assert.equal(normalize(webhookPayload('h3', (p) => (p.assist.callHeadline = { content: '  ' }))).title, undefined);
   const r = read(webhookPayload('h4', (p) => (p.assist.callHeadline = { text: 'no content key' })));
   assert.equal(r.call.title, undefined);
-  assert.deepEqual(r.unread.map((u) => u.field), ['/assist/callHeadline']);
+  assert.deepEqual(
+    r.unread.map((u) => u.field),
+    ['/assist/callHeadline'],
+  );
 });
 
 test('provider: text, or an object kept as its text (one value: the value; several: key: value pairs)', () => {
   assert.equal(normalize(webhookPayload('p1', (p) => (p.assist.provider = 'acme-ai'))).provider, 'acme-ai');
   assert.equal(normalize(webhookPayload('p2', (p) => (p.assist.provider = { llm: 'AZURE' }))).provider, 'AZURE');
-  assert.equal(normalize(webhookPayload('p3', (p) => (p.assist.provider = { llm: 'AZURE', stt: 'DEEPGRAM', region: { a: 1 } }))).provider, 'llm: AZURE, stt: DEEPGRAM');
+  assert.equal(
+    normalize(webhookPayload('p3', (p) => (p.assist.provider = { llm: 'AZURE', stt: 'DEEPGRAM', region: { a: 1 } })))
+      .provider,
+    'llm: AZURE, stt: DEEPGRAM',
+  );
   const r = read(webhookPayload('p4', (p) => (p.assist.provider = { llm: null })));
   assert.equal(r.call.provider, undefined);
-  assert.deepEqual(r.unread.map((u) => u.field), ['/assist/provider']);
+  assert.deepEqual(
+    r.unread.map((u) => u.field),
+    ['/assist/provider'],
+  );
 });
 
 test('summary: the spec object or plain text; transcription: the spec object or plain text', () => {
-  assert.deepEqual(normalize(webhookPayload('s1', (p) => (p.assist.summary = 'Moved to Friday.'))).summary, { content: 'Moved to Friday.', keyPoints: [], topics: [] });
+  assert.deepEqual(normalize(webhookPayload('s1', (p) => (p.assist.summary = 'Moved to Friday.'))).summary, {
+    content: 'Moved to Friday.',
+    keyPoints: [],
+    topics: [],
+  });
   assert.equal(normalize(webhookPayload('s2')).summary?.topics[0], 'appointment');
-  assert.deepEqual(normalize(webhookPayload('s3', (p) => (p.assist.transcription = 'Caller: hi'))).transcript, { content: 'Caller: hi', chunks: [] });
+  assert.deepEqual(normalize(webhookPayload('s3', (p) => (p.assist.transcription = 'Caller: hi'))).transcript, {
+    content: 'Caller: hi',
+    chunks: [],
+  });
 });
 
 test('channel: {id, name} or a string id, at the top or in call', () => {
@@ -91,13 +112,23 @@ test('channel: {id, name} or a string id, at the top or in call', () => {
   assert.equal(str.channel, 'ch-2');
   const bad = read(webhookPayload('c3', (p) => (p.call.channel = [1, 2])));
   assert.equal(bad.call.channelId, null);
-  assert.deepEqual(bad.unread.map((u) => u.field), ['/call/channel']);
+  assert.deepEqual(
+    bad.unread.map((u) => u.field),
+    ['/call/channel'],
+  );
 });
 
 test('reading the other shape changes nothing for dedupe: the same payload twice has the same content hash, another headline another', () => {
   const a = encodeCall(normalize(fullPayload('d1'))).contentHash;
   const b = encodeCall(normalize(fullPayload('d1'))).contentHash;
-  const c = encodeCall(normalize(webhookPayload('d1', (p) => Object.assign(fullPayload('d1'), p) && (p.assist.callHeadline = { content: 'Other' })))).contentHash;
+  const c = encodeCall(
+    normalize(
+      webhookPayload(
+        'd1',
+        (p) => Object.assign(fullPayload('d1'), p) && (p.assist.callHeadline = { content: 'Other' }),
+      ),
+    ),
+  ).contentHash;
   assert.equal(a, b);
   assert.notEqual(a, c);
   // `{content: X}` and `X` are the same headline: one is not an update of the other.
@@ -111,7 +142,15 @@ test('reading the other shape changes nothing for dedupe: the same payload twice
 const legacy = (patch: (p: Record<string, any>) => void = () => undefined): Record<string, any> => {
   const p: Record<string, any> = {
     callHeadline: 'Customer asked about pricing',
-    call: { id: 'legacy-1', caller: '+491751234567', callee: '+498912345678', startTime: 1718202000000, endTime: 1718202300000, duration: 300, direction: 'outbound' },
+    call: {
+      id: 'legacy-1',
+      caller: '+491751234567',
+      callee: '+498912345678',
+      startTime: 1718202000000,
+      endTime: 1718202300000,
+      duration: 300,
+      direction: 'outbound',
+    },
     channel: { id: 'channel_98765', name: 'Sales' },
     summary: 'Pricing explained.',
   };
@@ -139,31 +178,71 @@ test('legacy: recognised by its shape, the same canonical call (title, summary, 
 });
 
 test('legacy: refusals and unread fields name the legacy fields', () => {
-  refused(legacy((p) => delete p.call.caller), '/call/caller', /missing/);
-  refused(legacy((p) => (p.call.callee = { n: 1 })), '/call/callee', /expected a string/);
-  refused(legacy((p) => (p.call.direction = 'sideways')), '/call/direction', /direction/);
+  refused(
+    legacy((p) => delete p.call.caller),
+    '/call/caller',
+    /missing/,
+  );
+  refused(
+    legacy((p) => (p.call.callee = { n: 1 })),
+    '/call/callee',
+    /expected a string/,
+  );
+  refused(
+    legacy((p) => (p.call.direction = 'sideways')),
+    '/call/direction',
+    /direction/,
+  );
   const r = read(legacy((p) => (p.summary = ['a'])));
   assert.equal(r.call.summary, null);
-  assert.deepEqual(r.unread.map((u) => [u.field, u.pointer]), [['/summary', '/summary']]);
+  assert.deepEqual(
+    r.unread.map((u) => [u.field, u.pointer]),
+    [['/summary', '/summary']],
+  );
   // With `version` or `from`/`to` it is the current payload, refused as one.
-  refused(legacy((p) => (p.version = 'v2')), '/call/from', /missing/);
+  refused(
+    legacy((p) => (p.version = 'v2')),
+    '/call/from',
+    /missing/,
+  );
 });
 
 // ---- bad times (issue 23, item 6) ---------------------------------------------------------------
 
 test('bad times: a negative duration and an end before the start are refused with a pointer', () => {
-  refused(webhookPayload('t1', (p) => (p.call.duration = -5)), '/call/duration', /negative/);
-  refused(webhookPayload('t2', (p) => {
-    delete p.call.endTime;
-    p.call.duration = '-5';
-  }), '/call/duration', /negative/);
-  refused(webhookPayload('t3', (p) => (p.call.endTime = p.call.startTime - 1000)), '/call/endTime', /ends before it starts/);
-  refused(legacy((p) => (p.call.endTime = 1718201000000)), '/call/endTime', /ends before it starts/);
+  refused(
+    webhookPayload('t1', (p) => (p.call.duration = -5)),
+    '/call/duration',
+    /negative/,
+  );
+  refused(
+    webhookPayload('t2', (p) => {
+      delete p.call.endTime;
+      p.call.duration = '-5';
+    }),
+    '/call/duration',
+    /negative/,
+  );
+  refused(
+    webhookPayload('t3', (p) => (p.call.endTime = p.call.startTime - 1000)),
+    '/call/endTime',
+    /ends before it starts/,
+  );
+  refused(
+    legacy((p) => (p.call.endTime = 1718201000000)),
+    '/call/endTime',
+    /ends before it starts/,
+  );
   // The same start and end is a call of 0 s.
-  assert.equal(normalize(webhookPayload('t4', (p) => {
-    p.call.endTime = p.call.startTime;
-    p.call.duration = 0;
-  })).durationSec, 0);
+  assert.equal(
+    normalize(
+      webhookPayload('t4', (p) => {
+        p.call.endTime = p.call.startTime;
+        p.call.duration = 0;
+      }),
+    ).durationSec,
+    0,
+  );
 });
 
 test('bad times: chunk times outside the call are read as absent (the chunk follows the one before), never archived as nonsense', () => {
@@ -174,20 +253,39 @@ test('bad times: chunk times outside the call are read as absent (the chunk foll
     p.assist.transcription.chunks[2].endTime = p.call.endTime + CHUNK_TIME_SLACK_MS + 1000;
   });
   const { call, unread } = read(body);
-  assert.deepEqual(unread.map((u) => u.field).sort(), ['/assist/transcription/chunks/*/endTime', '/assist/transcription/chunks/*/startTime']);
-  assert.deepEqual(call.transcript?.chunks.map((c) => [c.startOffsetMs, c.endOffsetMs]), [[0, 0], [0, 9500], [70000, 70000]]);
+  assert.deepEqual(unread.map((u) => u.field).sort(), [
+    '/assist/transcription/chunks/*/endTime',
+    '/assist/transcription/chunks/*/startTime',
+  ]);
+  assert.deepEqual(
+    call.transcript?.chunks.map((c) => [c.startOffsetMs, c.endOffsetMs]),
+    [
+      [0, 0],
+      [0, 9500],
+      [70000, 70000],
+    ],
+  );
   const text = renderTranscriptText(call);
   assertSaneTimes(text);
   assert.match(text, /^\[00:00\] Caller: Hello/m);
   // Offsets: 1e300 does not turn the other offsets' unit; within a minute past the end is kept.
-  const offsets = normalize(webhookPayload('t6', (p) => {
-    p.assist.transcription.chunks = [
-      { speaker: 'caller', startTime: 3, endTime: 6, content: 'a' },
-      { speaker: 'callee', startTime: 1e300, endTime: 1e300, content: 'b' },
-      { speaker: 'caller', startTime: 120, endTime: 130, content: 'c' },
-    ];
-  }));
-  assert.deepEqual(offsets.transcript?.chunks.map((c) => [c.startOffsetMs, c.endOffsetMs]), [[3000, 6000], [6000, 6000], [120000, 130000]]);
+  const offsets = normalize(
+    webhookPayload('t6', (p) => {
+      p.assist.transcription.chunks = [
+        { speaker: 'caller', startTime: 3, endTime: 6, content: 'a' },
+        { speaker: 'callee', startTime: 1e300, endTime: 1e300, content: 'b' },
+        { speaker: 'caller', startTime: 120, endTime: 130, content: 'c' },
+      ];
+    }),
+  );
+  assert.deepEqual(
+    offsets.transcript?.chunks.map((c) => [c.startOffsetMs, c.endOffsetMs]),
+    [
+      [3000, 6000],
+      [6000, 6000],
+      [120000, 130000],
+    ],
+  );
 });
 
 // ---- every JSON type in every optional field ----------------------------------------------------
@@ -231,7 +329,11 @@ const json = fc.jsonValue({ maxDepth: 3 });
 /** One arbitrary per JSON type, so each type is tried in each field. */
 const JSON_TYPES: Record<string, fc.Arbitrary<unknown>> = {
   string: fc.string(),
-  number: fc.oneof(fc.double({ noNaN: true, noDefaultInfinity: true }), fc.integer(), fc.constantFrom(1e300, -1e300, 1e11, -0.5)),
+  number: fc.oneof(
+    fc.double({ noNaN: true, noDefaultInfinity: true }),
+    fc.integer(),
+    fc.constantFrom(1e300, -1e300, 1e11, -0.5),
+  ),
   boolean: fc.boolean(),
   null: fc.constant(null),
   object: fc.dictionary(fc.string(), json, { maxKeys: 4 }),
@@ -247,25 +349,32 @@ function setAt(root: Record<string, any>, path: (string | number)[], value: unkn
 test('property: every JSON type in every optional field is accepted, kept verbatim, and read into a sane record', () => {
   for (const path of OPTIONAL_PATHS) {
     for (const [type, arbitrary] of Object.entries(JSON_TYPES)) {
-      const run = () => fc.assert(
-        fc.property(arbitrary, (value) => {
-          const body = fullPayload('prop');
-          setAt(body, path, value);
-          const sent = JSON.parse(JSON.stringify(body)) as unknown;
-          const { call, unread } = read(body);
-          assert.deepEqual(JSON.parse(JSON.stringify(call.raw)), sent, 'the original is kept');
-          // The record can be stored and rendered, and says nothing absurd about time.
-          encodeCall(call, JSON.stringify(body));
-          assertSaneTimes(renderTranscriptText(call));
-          for (const ch of call.transcript?.chunks ?? []) {
-            assert.ok(Number.isSafeInteger(ch.startOffsetMs) && Number.isSafeInteger(ch.endOffsetMs), 'whole offsets');
-            assert.ok(ch.startOffsetMs >= 0 && ch.endOffsetMs <= (call.durationSec ?? 0) * 1000 + CHUNK_TIME_SLACK_MS, 'offsets inside the call');
-          }
-          // The metric's label: a closed set of pointers, array indexes as *.
-          for (const u of unread) assert.match(u.field, /^(\/([A-Za-z]+|\*))+$/, u.field);
-        }),
-        { numRuns: 15, seed: 20 },
-      );
+      const run = () =>
+        fc.assert(
+          fc.property(arbitrary, (value) => {
+            const body = fullPayload('prop');
+            setAt(body, path, value);
+            const sent = JSON.parse(JSON.stringify(body)) as unknown;
+            const { call, unread } = read(body);
+            assert.deepEqual(JSON.parse(JSON.stringify(call.raw)), sent, 'the original is kept');
+            // The record can be stored and rendered, and says nothing absurd about time.
+            encodeCall(call, JSON.stringify(body));
+            assertSaneTimes(renderTranscriptText(call));
+            for (const ch of call.transcript?.chunks ?? []) {
+              assert.ok(
+                Number.isSafeInteger(ch.startOffsetMs) && Number.isSafeInteger(ch.endOffsetMs),
+                'whole offsets',
+              );
+              assert.ok(
+                ch.startOffsetMs >= 0 && ch.endOffsetMs <= (call.durationSec ?? 0) * 1000 + CHUNK_TIME_SLACK_MS,
+                'offsets inside the call',
+              );
+            }
+            // The metric's label: a closed set of pointers, array indexes as *.
+            for (const u of unread) assert.match(u.field, /^(\/([A-Za-z]+|\*))+$/, u.field);
+          }),
+          { numRuns: 15, seed: 20 },
+        );
       try {
         run();
       } catch (err) {
@@ -277,19 +386,22 @@ test('property: every JSON type in every optional field is accepted, kept verbat
 
 test('property: the required fields alone refuse — a body whose required fields are intact is never refused', () => {
   fc.assert(
-    fc.property(fc.dictionary(fc.constantFrom(...OPTIONAL_PATHS.map((p) => p.join('.'))), json, { maxKeys: 6 }), (patch) => {
-      const body = fullPayload('prop-many');
-      // Shallow paths first, so a value set on a parent does not make a child's parent disappear.
-      for (const key of Object.keys(patch).sort((a, b) => a.split('.').length - b.split('.').length)) {
-        const path = key.split('.').map((k) => (/^\d+$/.test(k) ? Number(k) : k));
-        try {
-          setAt(body, path, patch[key]);
-        } catch {
-          // the parent is no longer an object or list: that value is simply not set
+    fc.property(
+      fc.dictionary(fc.constantFrom(...OPTIONAL_PATHS.map((p) => p.join('.'))), json, { maxKeys: 6 }),
+      (patch) => {
+        const body = fullPayload('prop-many');
+        // Shallow paths first, so a value set on a parent does not make a child's parent disappear.
+        for (const key of Object.keys(patch).sort((a, b) => a.split('.').length - b.split('.').length)) {
+          const path = key.split('.').map((k) => (/^\d+$/.test(k) ? Number(k) : k));
+          try {
+            setAt(body, path, patch[key]);
+          } catch {
+            // the parent is no longer an object or list: that value is simply not set
+          }
         }
-      }
-      read(body);
-    }),
+        read(body);
+      },
+    ),
     { numRuns: 300, seed: 21 },
   );
   // And a body with only the required fields is a call.

@@ -65,7 +65,10 @@ test('SIGKILL a worker mid-run, restart it: every job completes, none dead-lette
     assert.equal(await log.pending(), 50);
     worker = startWorker(env);
     // Kill it once it is well into the work, but not done.
-    await waitFor(async () => ((await archive.getJobCounts('completed')).completed ?? 0) >= 40, { timeoutMs: 60_000, what: 'first completions' });
+    await waitFor(async () => ((await archive.getJobCounts('completed')).completed ?? 0) >= 40, {
+      timeoutMs: 60_000,
+      what: 'first completions',
+    });
     worker.kill('SIGKILL');
     await new Promise((r) => worker!.once('exit', r));
     const midway = await archive.getJobCounts('completed');
@@ -73,17 +76,33 @@ test('SIGKILL a worker mid-run, restart it: every job completes, none dead-lette
 
     worker = startWorker(env);
     // Every call fanned out (the log is empty: each entry acknowledged and deleted) and archived.
-    await waitFor(async () => {
-      const [a, length] = await Promise.all([archive.getJobCounts('completed'), log.length()]);
-      return a.completed === total && length === 0;
-    }, { timeoutMs: 120_000, what: 'all jobs completed after restart' });
+    await waitFor(
+      async () => {
+        const [a, length] = await Promise.all([archive.getJobCounts('completed'), log.length()]);
+        return a.completed === total && length === 0;
+      },
+      { timeoutMs: 120_000, what: 'all jobs completed after restart' },
+    );
     assert.equal(await log.pending(), 0, 'no log entry left unacknowledged');
-    const failed = ((await archive.getJobCounts('failed')).failed ?? 0) + ((await inbound.getJobCounts('failed')).failed ?? 0);
+    const failed =
+      ((await archive.getJobCounts('failed')).failed ?? 0) + ((await inbound.getJobCounts('failed')).failed ?? 0);
     assert.equal(failed, 0);
     const deadLetters = await inbound.getJobCounts();
-    assert.equal(Object.values(deadLetters).reduce((a, b) => a + b, 0), 0, `no call went to the inbound dead letters: ${JSON.stringify(deadLetters)}`);
+    assert.equal(
+      Object.values(deadLetters).reduce((a, b) => a + b, 0),
+      0,
+      `no call went to the inbound dead letters: ${JSON.stringify(deadLetters)}`,
+    );
     // One archive job per call, with the call's deterministic job id.
-    const sinkJobs = await archive.getJobs(['waiting', 'active', 'completed', 'failed', 'delayed', 'prioritized', 'waiting-children']);
+    const sinkJobs = await archive.getJobs([
+      'waiting',
+      'active',
+      'completed',
+      'failed',
+      'delayed',
+      'prioritized',
+      'waiting-children',
+    ]);
     assert.equal(sinkJobs.length, total);
     assert.deepEqual(new Set(sinkJobs.map((j) => j.id)), new Set(keys.map(callHash)));
     assert.deepEqual(sinkJobs.map((j) => j.data.call.key).sort(), [...keys].sort());

@@ -10,7 +10,14 @@ import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
 import { skipReason, timelineId, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
 import { traceAttempt } from '../src/telemetry.js';
-import { endpointFromQueue, JobName, sinkNameFromQueue, type JobPayload, type RetryPolicy, type SinkDeliverJob } from '../queues/registry.js';
+import {
+  endpointFromQueue,
+  JobName,
+  sinkNameFromQueue,
+  type JobPayload,
+  type RetryPolicy,
+  type SinkDeliverJob,
+} from '../queues/registry.js';
 
 /** Backoff delays drawn when a failure was recorded, by job id, until the runner's strategy takes them. */
 export class PlannedRetries {
@@ -21,7 +28,9 @@ export class PlannedRetries {
   /** Draws the backoff before retry `attemptsMade` (as the runner would) and keeps it for the job. */
   plan(job: Job, attemptsMade: number): number {
     const { schedule, backoffMs, maxBackoffMs } = this.retry;
-    const delay = schedule ? scheduleDelay(attemptsMade, schedule) : backoffDelay(attemptsMade, backoffMs, maxBackoffMs);
+    const delay = schedule
+      ? scheduleDelay(attemptsMade, schedule)
+      : backoffDelay(attemptsMade, backoffMs, maxBackoffMs);
     if (job.id !== undefined) this.planned.set(job.id, delay);
     return delay;
   }
@@ -46,7 +55,13 @@ function describe(err: unknown): string {
  * timeline. `maxDeferrals`: how often a job-scoped "retry later" waits before it counts as an
  * ordinary failure (the runner's rule, repeated here to tell the two apart).
  */
-export function recordAttempts<T extends JobPayload>(queueName: string, processor: Processor<T>, timeline: CallTimeline, retries: PlannedRetries, maxDeferrals: number): Processor<T> {
+export function recordAttempts<T extends JobPayload>(
+  queueName: string,
+  processor: Processor<T>,
+  timeline: CallTimeline,
+  retries: PlannedRetries,
+  maxDeferrals: number,
+): Processor<T> {
   const sink = sinkNameFromQueue(queueName);
   if (sink === null) return processor;
   const endpoint = endpointFromQueue(queueName) ?? undefined;
@@ -73,9 +88,21 @@ export function recordAttempts<T extends JobPayload>(queueName: string, processo
       )) as Result;
       const durationMs = Date.now() - started;
       if (result?.status === 'skipped') {
-        entry = { event: 'skipped', ...base, durationMs, reason: result.reason ?? 'skipped', skip: skipReason(result.reason) };
+        entry = {
+          event: 'skipped',
+          ...base,
+          durationMs,
+          reason: result.reason ?? 'skipped',
+          skip: skipReason(result.reason),
+        };
       } else {
-        entry = { event: 'done', ...base, durationMs, ...(result?.refs ? { refs: result.refs } : {}), ...(result?.reason ? { reason: result.reason } : {}) };
+        entry = {
+          event: 'done',
+          ...base,
+          durationMs,
+          ...(result?.refs ? { refs: result.refs } : {}),
+          ...(result?.reason ? { reason: result.reason } : {}),
+        };
       }
       void timeline.sinkEvent(call, entry, id);
       return result;
@@ -87,13 +114,29 @@ export function recordAttempts<T extends JobPayload>(queueName: string, processo
 }
 
 /** How the runner will treat the failure (workers/runner.ts), as a timeline entry. */
-function failureEntry(job: Job, err: unknown, base: Omit<TimelineEntry, 'at' | 'event'>, durationMs: number, retries: PlannedRetries, maxDeferrals: number): Omit<TimelineEntry, 'at'> {
+function failureEntry(
+  job: Job,
+  err: unknown,
+  base: Omit<TimelineEntry, 'at' | 'event'>,
+  durationMs: number,
+  retries: PlannedRetries,
+  maxDeferrals: number,
+): Omit<TimelineEntry, 'at'> {
   const kind = classify(err);
   const reason = describe(err);
   const status = err instanceof SinkError && err.status !== undefined ? ` (status ${err.status})` : '';
-  const common = { ...base, durationMs, kind, reason: `${reason}${status && !reason.includes(String((err as SinkError).status)) ? status : ''}` };
+  const common = {
+    ...base,
+    durationMs,
+    kind,
+    reason: `${reason}${status && !reason.includes(String((err as SinkError).status)) ? status : ''}`,
+  };
   if (kind === 'permanent') return { event: 'dead-lettered', ...common };
-  if (kind === 'retry-later' && err instanceof RetryLaterError && job.attemptsStarted - job.attemptsMade <= maxDeferrals) {
+  if (
+    kind === 'retry-later' &&
+    err instanceof RetryLaterError &&
+    job.attemptsStarted - job.attemptsMade <= maxDeferrals
+  ) {
     return { event: 'retry', ...common, nextAt: Date.now() + err.delayMs };
   }
   if (kind === 'auth' || kind === 'disable') return { event: 'retry', ...common, paused: true };

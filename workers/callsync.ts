@@ -18,7 +18,14 @@ import { routingFingerprint } from '../src/config/fingerprint.js';
 import { InboundLog } from '../queues/inbound.js';
 import { pausedQueues } from '../queues/disabled.js';
 import { CallTimeline } from '../queues/timeline.js';
-import { bullmqReady, createRedis, readyOnce, redisKeys, STARTUP_REDIS_WAIT_MS, settledWithin } from '../queues/index.js';
+import {
+  bullmqReady,
+  createRedis,
+  readyOnce,
+  redisKeys,
+  STARTUP_REDIS_WAIT_MS,
+  settledWithin,
+} from '../queues/index.js';
 import type { RunningLogFanOut } from './fanout.js';
 import type { RunnerOptions, RunningWorker } from './runner.js';
 import { startIngressRole } from './roles/ingress.js';
@@ -81,7 +88,10 @@ async function waitForRedis(deps: RoleDeps): Promise<void> {
     producer.once('end', reject);
   });
   if (!(await settledWithin([producerReady], STARTUP_REDIS_WAIT_MS))) {
-    deps.log.warn({ waitedMs: STARTUP_REDIS_WAIT_MS }, 'Redis not ready at start: starting anyway (the ingress answers 503 or spools until it is)');
+    deps.log.warn(
+      { waitedMs: STARTUP_REDIS_WAIT_MS },
+      'Redis not ready at start: starting anyway (the ingress answers 503 or spools until it is)',
+    );
   }
 }
 
@@ -99,11 +109,15 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
         ? options.telephony
         : config.telephony
           ? // A rotated OAuth refresh token is kept in Redis: a restart refreshes with it, not the environment's.
-            createTelephonyClient({ ...withRefreshTokenStore(config.telephony, redis.worker, redisKeys(config.redis).telephonyOAuthKey()), log: log.child({ component: 'telephony' }) })
+            createTelephonyClient({
+              ...withRefreshTokenStore(config.telephony, redis.worker, redisKeys(config.redis).telephonyOAuthKey()),
+              log: log.child({ component: 'telephony' }),
+            })
           : null;
     const timeline = (conn: RedisClient) =>
       new CallTimeline(conn, redisKeys(config.redis), { ...config.timeline, log });
-    const timelines = options.timelines === false ? {} : { producer: timeline(redis.producer), worker: timeline(redis.worker) };
+    const timelines =
+      options.timelines === false ? {} : { producer: timeline(redis.producer), worker: timeline(redis.worker) };
     const deps: RoleDeps = {
       config,
       options,
@@ -121,13 +135,15 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     // job or the poller a channel (what they took would be abandoned half-done by the failed
     // start). Until the worker role runs, the ingress stores calls for it (the fan-out picks them up).
     let worker: WorkerRole | null = null;
-    const ingress = runsIngress(config.role) ? await startIngressRole(deps, {
+    const ingress = runsIngress(config.role)
+      ? await startIngressRole(deps, {
           fanOutStalled: () => worker?.fanOut.stalled() ?? null,
           readyDetail: async () => {
             const paused = worker ? await pausedQueues(worker.queues.values()) : [];
             return paused.length > 0 ? { paused } : {};
           },
-        }) : null;
+        })
+      : null;
     if (ingress) closers.add('stop ingress role', () => ingress.close());
     worker = runsWorkers(config.role) ? await startWorkerRole(deps) : null;
     const workerRole = worker;
@@ -138,7 +154,11 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
     if (workerRole) await bullmqReady(workerRole.handles(), STARTUP_REDIS_WAIT_MS);
     // The fan-out routes calls: processes that run it on one prefix should run one configuration.
     const fingerprint = workerRole
-      ? new FingerprintHeartbeat(redis.worker, redisKeys(config.redis).configFingerprintsKey(), { fingerprint: routingFingerprint(config), role: config.role, log })
+      ? new FingerprintHeartbeat(redis.worker, redisKeys(config.redis).configFingerprintsKey(), {
+          fingerprint: routingFingerprint(config),
+          role: config.role,
+          log,
+        })
       : null;
     if (fingerprint) {
       await fingerprint.start();

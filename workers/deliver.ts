@@ -20,7 +20,8 @@ function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues {
   }
   const names = (call.users ?? []).flatMap((u) => [u.fullName, u.firstName, u.lastName]);
   const numbers = [call.from, call.to, call.fromRaw, call.toRaw, call.forwarding?.target ?? null];
-  const present = (values: (string | null | undefined)[]) => values.filter((v): v is string => typeof v === 'string' && v.trim() !== '');
+  const present = (values: (string | null | undefined)[]) =>
+    values.filter((v): v is string => typeof v === 'string' && v.trim() !== '');
   return { texts: present(texts), names: present(names), numbers: present(numbers) };
 }
 
@@ -41,7 +42,8 @@ export function scrubCallEchoes(err: unknown, call: Omit<CanonicalCall, 'revisio
 export function createDeliverProcessor(sink: Sink, log: Logger, endpoint?: string) {
   return async function deliver(job: Job<SinkDeliverJob>, signal: AbortSignal): Promise<SinkResult> {
     const data = job.data?.call;
-    if (!data || typeof data.key !== 'string') throw new UnprocessableJobError('sink job carries no canonical call record');
+    if (!data || typeof data.key !== 'string')
+      throw new UnprocessableJobError('sink job carries no canonical call record');
     // The revision is delivery metadata, not content: sinks get it beside the call, never inside what they write.
     const { revision, ...call } = data;
     let jobLog: Logger | undefined;
@@ -53,7 +55,11 @@ export function createDeliverProcessor(sink: Sink, log: Logger, endpoint?: strin
         ...(revision ? { revision } : {}),
         // Built when the sink first logs: most deliveries log nothing at info.
         get log() {
-          return (jobLog ??= log.child({ sink: sink.name, ...(endpoint === undefined ? {} : { endpoint }), jobId: job.id }));
+          return (jobLog ??= log.child({
+            sink: sink.name,
+            ...(endpoint === undefined ? {} : { endpoint }),
+            jobId: job.id,
+          }));
         },
         signal,
       });

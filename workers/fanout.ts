@@ -25,7 +25,13 @@ import { routeMatches, sinksFor } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
 import { UnprocessableJobError } from '../src/errors.js';
 import { JobName, sinkJobId, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
-import { inboundStreamKey, parseStoredCall, type InboundEntry, type InboundLog, type InboundShard } from '../queues/inbound.js';
+import {
+  inboundStreamKey,
+  parseStoredCall,
+  type InboundEntry,
+  type InboundLog,
+  type InboundShard,
+} from '../queues/inbound.js';
 import { isRedisUnavailable } from '../queues/connection.js';
 import type { CallTimeline } from '../queues/timeline.js';
 import { traceFannedOut, tracingOn } from '../src/telemetry.js';
@@ -69,7 +75,10 @@ interface PlannedJob {
 /** One job per endpoint queue of a sink with endpoints. */
 function endpointJobs(sink: string, endpoints: readonly EndpointQueue[], call: CanonicalCall): PlannedJob[] {
   const jobId = sinkJobId(call);
-  return endpoints.map(({ endpoint, queue }) => ({ queue, job: { name: JobName.sinkDeliver, data: { kind: JobName.sinkDeliver, sink, endpoint, call }, opts: { jobId } } }));
+  return endpoints.map(({ endpoint, queue }) => ({
+    queue,
+    job: { name: JobName.sinkDeliver, data: { kind: JobName.sinkDeliver, sink, endpoint, call }, opts: { jobId } },
+  }));
 }
 
 /** The sink jobs of one call; throws UnprocessableJobError when a route names a sink without a queue. */
@@ -96,11 +105,18 @@ function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: P
  * sink's endpoints had queues (or by a fan-out of an older version during an upgrade); it is handed
  * on as one job per endpoint, with the same job ids the fan-out gives them, and completes.
  */
-export function createHandOverProcessor(sink: string, endpoints: readonly EndpointQueue[], replicated?: FanOutDeps['replicated']) {
+export function createHandOverProcessor(
+  sink: string,
+  endpoints: readonly EndpointQueue[],
+  replicated?: FanOutDeps['replicated'],
+) {
   return async function handOver(job: Job<SinkDeliverJob>): Promise<{ endpoints: string[] }> {
     const call = job.data?.call;
-    if (!call || typeof call.key !== 'string') throw new UnprocessableJobError('sink job carries no canonical call record');
-    await Promise.all(endpointJobs(sink, endpoints, call).map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
+    if (!call || typeof call.key !== 'string')
+      throw new UnprocessableJobError('sink job carries no canonical call record');
+    await Promise.all(
+      endpointJobs(sink, endpoints, call).map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)),
+    );
     await replicated?.(endpoints.map((e) => e.queue));
     return { endpoints: endpoints.map((e) => e.endpoint) };
   };
@@ -133,7 +149,11 @@ export function createFanOutProcessor(deps: FanOutDeps) {
       if (tracingOn()) traceFannedOut(sinkJobId(call).slice(0, 32), fannedOutInfo(deps, call, sinks), Date.now());
     } catch (err) {
       // The same data fails the same way on every attempt: a dead letter at once, with the reason.
-      if (!isRedisUnavailable(err)) throw new UnprocessableJobError(`sink jobs of call ${call.callId} cannot be stored: ${errorNameAndFirstLine(err)}`, { cause: err });
+      if (!isRedisUnavailable(err))
+        throw new UnprocessableJobError(
+          `sink jobs of call ${call.callId} cannot be stored: ${errorNameAndFirstLine(err)}`,
+          { cause: err },
+        );
       throw err;
     }
     return { sinks };
@@ -254,7 +274,11 @@ class LogFanOut implements RunningLogFanOut {
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
     this.maxDeliveries = options.maxDeliveries ?? 5;
     this.stallAfterMs = options.stallAfterMs ?? this.claimIdleMs;
-    this.log = options.log.child({ component: 'fanout', consumer: this.consumer, ...(shard.key !== inboundStreamKey(options.inbound.prefix) ? { shard: shard.key } : {}) });
+    this.log = options.log.child({
+      component: 'fanout',
+      consumer: this.consumer,
+      ...(shard.key !== inboundStreamKey(options.inbound.prefix) ? { shard: shard.key } : {}),
+    });
     this.events = options.events;
     // Reports changes of `stalled()` to the hooks (a gauge): also while a round hangs on Redis.
     this.watch = setInterval(() => this.reportStall(), Math.max(50, Math.min(1000, this.stallAfterMs / 4)));
@@ -284,7 +308,11 @@ class LogFanOut implements RunningLogFanOut {
     const now = this.stalled() !== null;
     if (now === this.reportedStalled) return;
     this.reportedStalled = now;
-    if (now) this.log.error({ stalledForMs: Date.now() - this.lastProgressAt, failures: this.failures }, 'fan-out stalled: no progress, accepted calls are not reaching their sinks');
+    if (now)
+      this.log.error(
+        { stalledForMs: Date.now() - this.lastProgressAt, failures: this.failures },
+        'fan-out stalled: no progress, accepted calls are not reaching their sinks',
+      );
     else this.log.info('fan-out making progress again');
     this.events?.stalled?.(now);
   }
@@ -315,7 +343,10 @@ class LogFanOut implements RunningLogFanOut {
     try {
       await this.addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text, reason }, jobId);
       this.events?.deadLettered?.(reason);
-      this.log.error({ ...where, reason, chars: entry.text.length }, 'inbound entry cannot be fanned out: moved to the inbound dead letters as its stored text');
+      this.log.error(
+        { ...where, reason, chars: entry.text.length },
+        'inbound entry cannot be fanned out: moved to the inbound dead letters as its stored text',
+      );
       return true;
     } catch (err) {
       if (isRedisUnavailable(err)) throw err;
@@ -328,7 +359,10 @@ class LogFanOut implements RunningLogFanOut {
     } catch (err) {
       if (isRedisUnavailable(err)) throw err;
       this.events?.failed?.('unstorable');
-      this.log.error({ ...where, reason: parkedReason, parkError: errorNameAndFirstLine(err), chars: entry.text.length }, 'inbound entry can be kept nowhere: left unacknowledged in the log, tried again after the take-over interval');
+      this.log.error(
+        { ...where, reason: parkedReason, parkError: errorNameAndFirstLine(err), chars: entry.text.length },
+        'inbound entry can be kept nowhere: left unacknowledged in the log, tried again after the take-over interval',
+      );
       return false;
     }
     if (parked === null) {
@@ -337,11 +371,20 @@ class LogFanOut implements RunningLogFanOut {
     }
     this.events?.failed?.('parked');
     this.events?.deadLettered?.(parkedReason);
-    this.log.error({ ...where, reason: parkedReason, parkedKey: this.shard.parkedKey, parkedId: parked, chars: entry.text.length }, 'inbound entry cannot be stored as a dead letter: moved whole to the parked stream');
+    this.log.error(
+      { ...where, reason: parkedReason, parkedKey: this.shard.parkedKey, parkedId: parked, chars: entry.text.length },
+      'inbound entry cannot be stored as a dead letter: moved whole to the parked stream',
+    );
     // The entry is safe already; the dead letter makes it show where operators look.
     const pointer = `${parkedReason}; kept whole in ${this.shard.parkedKey} as ${parked}${entry.text.length > PARKED_TEXT_HEAD_CHARS ? `, the first ${PARKED_TEXT_HEAD_CHARS} of its ${entry.text.length} characters here` : ''}`;
-    await this.addDeadLetter({ kind: JobName.callReceived, call: null, text: entry.text.slice(0, PARKED_TEXT_HEAD_CHARS), reason: pointer }, jobId).catch((err: unknown) => {
-      this.log.error({ ...where, parkedId: parked, err: { message: errorNameAndFirstLine(err) } }, 'dead letter pointing at a parked entry not stored: find the entry in the parked stream');
+    await this.addDeadLetter(
+      { kind: JobName.callReceived, call: null, text: entry.text.slice(0, PARKED_TEXT_HEAD_CHARS), reason: pointer },
+      jobId,
+    ).catch((err: unknown) => {
+      this.log.error(
+        { ...where, parkedId: parked, err: { message: errorNameAndFirstLine(err) } },
+        'dead letter pointing at a parked entry not stored: find the entry in the parked stream',
+      );
     });
     return true;
   }
@@ -433,7 +476,10 @@ class LogFanOut implements RunningLogFanOut {
       await this.fanOutAsOneBatch(entries, handled);
     } catch (err) {
       if (isRedisUnavailable(err)) throw err;
-      this.log.warn({ entries: entries.length, err: { message: errorNameAndFirstLine(err) } }, 'fan-out of a batch failed with an error that is not Redis\': isolating the entries that cause it');
+      this.log.warn(
+        { entries: entries.length, err: { message: errorNameAndFirstLine(err) } },
+        "fan-out of a batch failed with an error that is not Redis': isolating the entries that cause it",
+      );
       await this.bisectToFailingEntries(entries, err, handled);
     }
   }
@@ -447,7 +493,8 @@ class LogFanOut implements RunningLogFanOut {
     const retry: InboundEntry[] = [];
     for (const { entry, deliveries } of stale) {
       if (deliveries > this.maxDeliveries) {
-        if (await this.deadLetter(entry, `delivered to the fan-out ${deliveries} times without being acknowledged`)) await this.acknowledge([entry.entryId]);
+        if (await this.deadLetter(entry, `delivered to the fan-out ${deliveries} times without being acknowledged`))
+          await this.acknowledge([entry.entryId]);
       } else {
         retry.push(entry);
       }
@@ -491,9 +538,22 @@ class LogFanOut implements RunningLogFanOut {
         const redis = isRedisUnavailable(err);
         this.events?.failed?.(redis ? 'redis' : 'unexpected');
         const delay = Math.min(2000, 100 * 2 ** Math.min(this.failures, 5));
-        const fields = { err: { message: errorNameAndFirstLine(err) }, retryInMs: delay, inHand: inHand.length, failures: this.failures };
+        const fields = {
+          err: { message: errorNameAndFirstLine(err) },
+          retryInMs: delay,
+          inHand: inHand.length,
+          failures: this.failures,
+        };
         // Every round fails while Redis is away: one line per REPEAT_LOG_INTERVAL_MS, with the count.
-        if (redis) logRepeated(this.log, 'warn', 'fan-out could not read or write Redis: retrying', this.shard.key, { message: errorNameAndFirstLine(err) }, { inHand: inHand.length, failures: this.failures });
+        if (redis)
+          logRepeated(
+            this.log,
+            'warn',
+            'fan-out could not read or write Redis: retrying',
+            this.shard.key,
+            { message: errorNameAndFirstLine(err) },
+            { inHand: inHand.length, failures: this.failures },
+          );
         else this.log.error(fields, 'fan-out round failed: retrying');
         await sleep(delay);
       }

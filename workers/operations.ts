@@ -13,7 +13,15 @@ import { opsPort, queueNames } from '../src/ops/index.js';
 import { createOpsApp, opsRoutes, readyzWarnings, type OpsApp } from '../src/ops/app.js';
 import { requestContext } from '../src/ops/request-context.js';
 import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.js';
-import { bullmqReady, createRedis, neverReachedReason, readyOnce, redisKeys, SHUTDOWN_SETUP_WAIT_MS, STARTUP_REDIS_WAIT_MS } from '../queues/index.js';
+import {
+  bullmqReady,
+  createRedis,
+  neverReachedReason,
+  readyOnce,
+  redisKeys,
+  SHUTDOWN_SETUP_WAIT_MS,
+  STARTUP_REDIS_WAIT_MS,
+} from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
 import { CallTimeline } from '../queues/timeline.js';
 import { archiveOptionsSchema, createObjectStore } from '../src/sinks/archive/index.js';
@@ -92,11 +100,14 @@ export function createOperations(options: OperationsOptions): Operations {
   for (const sink of Object.values(config.sinks)) {
     if (sink.type !== 'archive') continue;
     let store: Promise<ObjectStore> | null = null;
-    archives.set(sink.name, () =>
-      (store ??= createObjectStore(archiveOptionsSchema.parse(sink.options)).catch((err: unknown) => {
-        store = null;
-        throw err;
-      })));
+    archives.set(
+      sink.name,
+      () =>
+        (store ??= createObjectStore(archiveOptionsSchema.parse(sink.options)).catch((err: unknown) => {
+          store = null;
+          throw err;
+        })),
+    );
   }
   const ops = createOpsApp({
     log,
@@ -112,7 +123,10 @@ export function createOperations(options: OperationsOptions): Operations {
     ready: async () => {
       if (!fanOutStalled) return 'starting';
       const stalled = fanOutStalled;
-      const redisUp = await withTimeout(connection.ping(), 1000, 'redis ping').then((r) => r === 'PONG', () => false);
+      const redisUp = await withTimeout(connection.ping(), 1000, 'redis ping').then(
+        (r) => r === 'PONG',
+        () => false,
+      );
       if (!redisUp) return reached() ? false : neverReachedReason(config.redis);
       return stalled() ?? true;
     },
@@ -120,8 +134,15 @@ export function createOperations(options: OperationsOptions): Operations {
   });
   if (ops.dashboard) {
     if (admin.password && admin.password.length < 12) log.warn('ADMIN_PASSWORD is shorter than 12 characters');
-    const auth = [admin.password ? 'login' : null, admin.password ? 'basic' : null, admin.token ? 'bearer' : null].filter(Boolean);
-    log.info({ path: '/admin/queues', auth, origins: admin.origins.length > 0 ? admin.origins : 'same as requested' }, 'dashboard enabled');
+    const auth = [
+      admin.password ? 'login' : null,
+      admin.password ? 'basic' : null,
+      admin.token ? 'bearer' : null,
+    ].filter(Boolean);
+    log.info(
+      { path: '/admin/queues', auth, origins: admin.origins.length > 0 ? admin.origins : 'same as requested' },
+      'dashboard enabled',
+    );
   } else {
     log.warn('dashboard off: set ADMIN_PASSWORD (basic auth) or ADMIN_TOKEN (bearer) to serve it at /admin/queues');
   }
@@ -141,7 +162,11 @@ export function createOperations(options: OperationsOptions): Operations {
       return http?.url ?? null;
     },
     async listen() {
-      if (!(await setUp)) log.warn({ waitedMs: STARTUP_REDIS_WAIT_MS }, 'Redis not ready at start for the dashboard and queue metrics: starting anyway');
+      if (!(await setUp))
+        log.warn(
+          { waitedMs: STARTUP_REDIS_WAIT_MS },
+          'Redis not ready at start for the dashboard and queue metrics: starting anyway',
+        );
       const port = opsPort(config);
       if (port === null) return;
       const host = config.ops.host;
@@ -165,7 +190,9 @@ export function createOperations(options: OperationsOptions): Operations {
       await http?.close();
       // A queue closed during its connection set-up makes BullMQ reject without a handler: let it finish (bounded).
       await bullmqReady(queues, SHUTDOWN_SETUP_WAIT_MS);
-      await Promise.all(queues.map((q) => q.close().catch((err: unknown) => log.error({ err }, 'closing queue failed'))));
+      await Promise.all(
+        queues.map((q) => q.close().catch((err: unknown) => log.error({ err }, 'closing queue failed'))),
+      );
       await quitRedis(connection);
     },
   };

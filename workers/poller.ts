@@ -28,7 +28,6 @@ import { runWorker, type RunnerOptions, type RunningWorker } from './runner.js';
 // ---------------------------------------------------------------------------------------------
 // Settings: POLL_* variables are part of the one environment schema (src/config/env.ts).
 
-
 // ---------------------------------------------------------------------------------------------
 // Redis keys and scripts
 
@@ -66,7 +65,18 @@ interface PollDeadLetters {
 /** Hooks for metrics and tests; every one optional. */
 export interface PollerEvents {
   /** A page was read and every event of it queued; the cursor moved to `position`. */
-  polled?(channelId: string, info: { events: number; accepted: number; duplicates: number; deadLettered: number; ignored: number; position: string; lagSeconds: number }): void;
+  polled?(
+    channelId: string,
+    info: {
+      events: number;
+      accepted: number;
+      duplicates: number;
+      deadLettered: number;
+      ignored: number;
+      position: string;
+      lagSeconds: number;
+    },
+  ): void;
   failed?(channelId: string, err: Error, retryInMs: number): void;
   /** Polling of the channel stopped (credentials rejected). */
   stopped?(channelId: string, reason: string): void;
@@ -204,8 +214,16 @@ class ChannelPoller {
         } else {
           failures += 1;
           // From the poll interval (at least 500 ms), doubling up to POLL_MAX_BACKOFF_MS.
-          wait = backoffDelay(failures, Math.max(this.settings.intervalMs, 500), this.settings.maxBackoffMs, this.random);
-          this.log.warn({ reason: error.message, kind: classify(error), failures, retryInMs: wait }, 'poll failed: backing off');
+          wait = backoffDelay(
+            failures,
+            Math.max(this.settings.intervalMs, 500),
+            this.settings.maxBackoffMs,
+            this.random,
+          );
+          this.log.warn(
+            { reason: error.message, kind: classify(error), failures, retryInMs: wait },
+            'poll failed: backing off',
+          );
           this.deps.events?.failed?.(this.channelId, error, wait);
         }
       }
@@ -219,10 +237,12 @@ class ChannelPoller {
     const lease = this.leaseSignal!;
     const signal = AbortSignal.any([lease.signal, this.shutdown.signal]);
     const position = (await redis.get(cursorKey(prefix, this.channelId))) ?? undefined;
-    const page = await client.readChannelEvents(this.channelId, position, this.settings.pageSize, signal).catch((err: unknown) => {
-      if (lease.signal.aborted) throw new LeaseLostError();
-      throw err;
-    });
+    const page = await client
+      .readChannelEvents(this.channelId, position, this.settings.pageSize, signal)
+      .catch((err: unknown) => {
+        if (lease.signal.aborted) throw new LeaseLostError();
+        throw err;
+      });
     const receivedAt = this.now();
     let accepted = 0;
     let duplicates = 0;
@@ -239,7 +259,10 @@ class ChannelPoller {
         if (!(err instanceof ChannelEventError)) throw err;
         await this.deps.deadLetters.add(this.channelId, raw, err.message);
         deadLettered += 1;
-        this.log.warn({ eventId: err.eventId, fields: err.fields, reason: err.message }, 'channel event cannot be parsed: dead-lettered');
+        this.log.warn(
+          { eventId: err.eventId, fields: err.fields, reason: err.message },
+          'channel event cannot be parsed: dead-lettered',
+        );
         this.deps.events?.deadLettered?.(this.channelId, err.message);
         continue;
       }
@@ -255,7 +278,10 @@ class ChannelPoller {
         if (!(err instanceof ChannelEventError)) throw err;
         await this.deps.deadLetters.add(this.channelId, raw, err.message);
         deadLettered += 1;
-        this.log.warn({ eventId: err.eventId, fields: err.fields, reason: err.message }, 'channel event cannot be normalized: dead-lettered');
+        this.log.warn(
+          { eventId: err.eventId, fields: err.fields, reason: err.message },
+          'channel event cannot be normalized: dead-lettered',
+        );
         this.deps.events?.deadLettered?.(this.channelId, err.message);
         continue;
       }
@@ -263,20 +289,43 @@ class ChannelPoller {
       if (result.duplicate) duplicates += 1;
       else accepted += 1;
       this.log.debug(
-        { eventId: call.eventId, callId: call.callId, jobId: result.id, duplicate: result.duplicate, from: maskPhone(call.from), to: maskPhone(call.to), outcome: call.outcome },
+        {
+          eventId: call.eventId,
+          callId: call.callId,
+          jobId: result.id,
+          duplicate: result.duplicate,
+          from: maskPhone(call.from),
+          to: maskPhone(call.to),
+          outcome: call.outcome,
+        },
         'channel event queued',
       );
       const created = Date.parse(parsed.event.createdAt ?? call.endedAt ?? call.startedAt);
       if (!Number.isNaN(created)) newest = Math.max(newest ?? created, created);
     }
     // Every event of the page is queued (or dead-lettered): only now may the cursor move.
-    const stored = await redis.eval(STORE_CURSOR, 2, lockKey(prefix, this.channelId), cursorKey(prefix, this.channelId), this.instanceId, page.position);
+    const stored = await redis.eval(
+      STORE_CURSOR,
+      2,
+      lockKey(prefix, this.channelId),
+      cursorKey(prefix, this.channelId),
+      this.instanceId,
+      page.position,
+    );
     if (stored !== 1) {
       this.lost();
       throw new LeaseLostError();
     }
     const lagSeconds = newest === null ? 0 : Math.max(0, (receivedAt.getTime() - newest) / 1000);
-    this.deps.events?.polled?.(this.channelId, { events: page.events.length, accepted, duplicates, deadLettered, ignored, position: page.position, lagSeconds });
+    this.deps.events?.polled?.(this.channelId, {
+      events: page.events.length,
+      accepted,
+      duplicates,
+      deadLettered,
+      ignored,
+      position: page.position,
+      lagSeconds,
+    });
     if (page.events.length > 0) {
       this.log.info({ events: page.events.length, accepted, duplicates, deadLettered, ignored }, 'channel page queued');
     }
@@ -293,7 +342,10 @@ class ChannelPoller {
     try {
       ok = await redis.set(lockKey(prefix, this.channelId), this.instanceId, 'PX', this.settings.lockTtlMs, 'NX');
     } catch (err) {
-      this.log.warn({ reason: err instanceof Error ? err.message : String(err) }, 'cannot reach Redis for the channel lock');
+      this.log.warn(
+        { reason: err instanceof Error ? err.message : String(err) },
+        'cannot reach Redis for the channel lock',
+      );
       return false;
     }
     if (ok !== 'OK') return false;
@@ -315,7 +367,13 @@ class ChannelPoller {
     if (!this.holding) return;
     const { redis, prefix } = this.deps;
     try {
-      const renewed = await redis.eval(RENEW, 1, lockKey(prefix, this.channelId), this.instanceId, String(this.settings.lockTtlMs));
+      const renewed = await redis.eval(
+        RENEW,
+        1,
+        lockKey(prefix, this.channelId),
+        this.instanceId,
+        String(this.settings.lockTtlMs),
+      );
       if (renewed !== 1) {
         this.lost();
         return;
@@ -324,7 +382,10 @@ class ChannelPoller {
     } catch (err) {
       // Redis unreachable: past the TTL another process may hold the channel, so stop acting on it.
       if (Date.now() - this.lastRenewedAt >= this.settings.lockTtlMs) {
-        this.log.warn({ reason: err instanceof Error ? err.message : String(err) }, 'could not renew the channel lock in time');
+        this.log.warn(
+          { reason: err instanceof Error ? err.message : String(err) },
+          'could not renew the channel lock in time',
+        );
         this.lost();
         return;
       }
@@ -347,7 +408,10 @@ class ChannelPoller {
     try {
       await this.deps.redis.eval(RELEASE, 1, lockKey(this.deps.prefix, this.channelId), this.instanceId);
     } catch (err) {
-      this.log.warn({ reason: err instanceof Error ? err.message : String(err) }, 'could not release the channel lock (it expires by itself)');
+      this.log.warn(
+        { reason: err instanceof Error ? err.message : String(err) },
+        'could not release the channel lock (it expires by itself)',
+      );
     }
     this.deps.events?.lock?.(this.channelId, false);
   }
@@ -380,7 +444,12 @@ class LeaseLostError extends Error {
 /** A dead-letter job id per channel and event (the same bad event read twice is one dead letter). */
 function deadLetterJobId(channelId: string, event: unknown): string {
   const eventId = typeof event === 'object' && event !== null ? (event as Record<string, unknown>).eventId : undefined;
-  const identity = typeof eventId === 'string' && eventId !== '' ? eventId : createHash('sha256').update(JSON.stringify(event) ?? 'undefined').digest('hex');
+  const identity =
+    typeof eventId === 'string' && eventId !== ''
+      ? eventId
+      : createHash('sha256')
+          .update(JSON.stringify(event) ?? 'undefined')
+          .digest('hex');
   return `dl-${callHash(`poll:${channelId}:${identity}`)}`;
 }
 
@@ -455,16 +524,23 @@ export function startPoller(options: StartPollerOptions): RunningPoller {
   const deadLetterQueue = new Queue<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, {
     connection: options.redis,
     prefix: asKeys(options.prefix).queuePrefix(POLL_DEAD_LETTER_QUEUE),
-    defaultJobOptions: { removeOnComplete: { age: 24 * 3600, count: 10_000 }, removeOnFail: { age: 14 * 24 * 3600, count: 100_000 } },
+    defaultJobOptions: {
+      removeOnComplete: { age: 24 * 3600, count: 10_000 },
+      removeOnFail: { age: 14 * 24 * 3600, count: 100_000 },
+    },
   });
   deadLetterQueue.on('error', (err) => logRepeated(log, 'error', 'queue error', 'poll-dead-letters', err));
-  const deadLetterWorker = runWorker<PollDeadLetterJob>(POLL_DEAD_LETTER_QUEUE, createPollDeadLetterProcessor(options.acceptor, options.now), {
-    ...options.runner,
-    concurrency: 1,
-    connection: options.workerConnection,
-    prefix: options.prefix,
-    log,
-  });
+  const deadLetterWorker = runWorker<PollDeadLetterJob>(
+    POLL_DEAD_LETTER_QUEUE,
+    createPollDeadLetterProcessor(options.acceptor, options.now),
+    {
+      ...options.runner,
+      concurrency: 1,
+      connection: options.workerConnection,
+      prefix: options.prefix,
+      log,
+    },
+  );
   const deadLetters = new QueuePollDeadLetters(deadLetterQueue);
   const pollers = options.settings.channelIds.map(
     (channelId) =>
@@ -486,7 +562,15 @@ export function startPoller(options: StartPollerOptions): RunningPoller {
   );
   for (const p of pollers) p.start();
   if (pollers.length === 0) log.warn('poller role without POLL_CHANNEL_IDS: nothing to poll');
-  else log.info({ channels: options.settings.channelIds, intervalMs: options.settings.intervalMs, pageSize: options.settings.pageSize }, 'poller started');
+  else
+    log.info(
+      {
+        channels: options.settings.channelIds,
+        intervalMs: options.settings.intervalMs,
+        pageSize: options.settings.pageSize,
+      },
+      'poller started',
+    );
 
   let closing: Promise<void> | undefined;
   return {
@@ -496,7 +580,13 @@ export function startPoller(options: StartPollerOptions): RunningPoller {
     close() {
       closing ??= (async () => {
         // Stop reading first (each page in progress finishes or is abandoned uncommitted), then the worker, then the queue.
-        await Promise.all(pollers.map((p) => p.close().catch((err: unknown) => log.error({ err, channel: p.channelId }, 'closing channel poller failed'))));
+        await Promise.all(
+          pollers.map((p) =>
+            p
+              .close()
+              .catch((err: unknown) => log.error({ err, channel: p.channelId }, 'closing channel poller failed')),
+          ),
+        );
         await deadLetterWorker.close().catch((err: unknown) => log.error({ err }, 'closing dead-letter worker failed'));
         await deadLetterQueue.close().catch((err: unknown) => log.error({ err }, 'closing dead-letter queue failed'));
       })();

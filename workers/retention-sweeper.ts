@@ -17,7 +17,12 @@ function sweepMarkerKey(config: Config): string {
   return `${redisKeys(config.redis).area('retention')}:retention:sweep`;
 }
 
-export function startRetentionSweeper(config: Config, redis: RedisClient, log: Logger, firstDelayMs = 60_000): RetentionSweeper | null {
+export function startRetentionSweeper(
+  config: Config,
+  redis: RedisClient,
+  log: Logger,
+  firstDelayMs = 60_000,
+): RetentionSweeper | null {
   const everyMs = config.retention.sweepIntervalMs;
   if (everyMs === 0) return null;
   let running: Promise<void> | null = null;
@@ -30,7 +35,9 @@ export function startRetentionSweeper(config: Config, redis: RedisClient, log: L
       if (mine !== 'OK') return;
       await sweepRetention(config, redis, log);
     })()
-      .catch((err: unknown) => log.warn({ err: { message: (err as Error).message } }, 'retention sweep failed; tried again next interval'))
+      .catch((err: unknown) =>
+        log.warn({ err: { message: (err as Error).message } }, 'retention sweep failed; tried again next interval'),
+      )
       .finally(() => {
         running = null;
       });

@@ -48,7 +48,9 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
   } catch (err) {
     // A failed start closes everything it opened (a failing startCallsync closes its own part), so
     // the process ends instead of running workers without the ops server it was asked for.
-    await started?.close().catch((closeErr: unknown) => log.error({ err: closeErr }, 'closing after a failed start failed'));
+    await started
+      ?.close()
+      .catch((closeErr: unknown) => log.error({ err: closeErr }, 'closing after a failed start failed'));
     await operations.close().catch(() => undefined);
     throw err;
   }
@@ -92,8 +94,13 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
 export async function runUntilSignalled(configured: Config, log: Logger): Promise<void> {
   for (const warning of configured.warnings) log.warn(warning);
   const redis = await resolveRedis(configured.redis, { log });
-  if (redis.origin === 'local') log.info({ redis: redis.where }, 'no Redis configured (REDIS_URL unset): using the one answering locally');
-  if (redis.origin === 'private' && !redis.started) log.info({ redis: redis.where }, 'no Redis configured (REDIS_URL unset): sharing the private Redis another callsync process started');
+  if (redis.origin === 'local')
+    log.info({ redis: redis.where }, 'no Redis configured (REDIS_URL unset): using the one answering locally');
+  if (redis.origin === 'private' && !redis.started)
+    log.info(
+      { redis: redis.where },
+      'no Redis configured (REDIS_URL unset): sharing the private Redis another callsync process started',
+    );
   const config: Config = { ...configured, redis: redis.settings };
   // OTEL_EXPORTER_OTLP_ENDPOINT set: one trace per call (src/telemetry.ts); else nothing is loaded.
   if (await startTracing(process.env)) log.info('OpenTelemetry traces on (OTEL_EXPORTER_OTLP_ENDPOINT)');
@@ -104,7 +111,10 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
     await redis.release().catch(() => undefined);
     throw err;
   }
-  log.info({ role: config.role, url: running.callsync.url, opsUrl: running.operations.url, redis: redis.origin }, 'callsync started');
+  log.info(
+    { role: config.role, url: running.callsync.url, opsUrl: running.operations.url, redis: redis.origin },
+    'callsync started',
+  );
   let signalled = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (signalled) {
@@ -116,7 +126,11 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
       .shutdown(signal)
       // The last process using a private Redis stops it (after its own connections closed).
       .then(async (code) => {
-        await redis.release().catch((err: unknown) => log.error({ err: { message: (err as Error).message } }, 'stopping the private Redis failed'));
+        await redis
+          .release()
+          .catch((err: unknown) =>
+            log.error({ err: { message: (err as Error).message } }, 'stopping the private Redis failed'),
+          );
         return code;
       })
       .then((code) => process.exit(code));

@@ -75,7 +75,11 @@ export interface RunningWorker {
   close(): Promise<void>;
 }
 
-export function runWorker<T extends JobPayload>(queueName: string, processor: Processor<T>, options: RunnerOptions): RunningWorker {
+export function runWorker<T extends JobPayload>(
+  queueName: string,
+  processor: Processor<T>,
+  options: RunnerOptions,
+): RunningWorker {
   const log = options.log.child({ queue: queueName });
   // A queue handle of our own, to pause on auth failures.
   const prefix = asKeys(options.prefix).queuePrefix(queueName);
@@ -84,7 +88,9 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
 
   // The backoff of a failure the timeline recorded was drawn there, with its next attempt's time.
   const retries = new PlannedRetries(options.retry);
-  const run = options.timeline ? recordAttempts(queueName, processor, options.timeline, retries, MAX_DEFERRALS) : processor;
+  const run = options.timeline
+    ? recordAttempts(queueName, processor, options.timeline, retries, MAX_DEFERRALS)
+    : processor;
   const workerOptions: WorkerOptions = {
     connection: options.connection,
     prefix,
@@ -133,7 +139,10 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
           const delayMs = redisWaitMs(waits);
           options.events?.deferred?.(queueName, job, delayMs, 'job');
           if (waits === 0 || waits % 20 === 0) {
-            jobLog().warn({ reason: errorMessage(err), delayMs, waits }, 'Redis failed under the job: waiting for Redis, no attempt spent');
+            jobLog().warn(
+              { reason: errorMessage(err), delayMs, waits },
+              'Redis failed under the job: waiting for Redis, no attempt spent',
+            );
           }
           const giveUpAt = Date.now() + options.lockDurationMs;
           for (let tries = 0; ; tries++) {
@@ -141,7 +150,13 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
               await job.moveToDelayed(Date.now() + delayMs, token);
               throw new DelayedError();
             } catch (moveErr) {
-              if (moveErr instanceof DelayedError || !isRedisCondition(moveErr) || Date.now() >= giveUpAt || worker.closing) throw moveErr instanceof DelayedError ? moveErr : err;
+              if (
+                moveErr instanceof DelayedError ||
+                !isRedisCondition(moveErr) ||
+                Date.now() >= giveUpAt ||
+                worker.closing
+              )
+                throw moveErr instanceof DelayedError ? moveErr : err;
               await sleep(backoffDelay(tries + 1, 100, 1000));
             }
           }
@@ -182,13 +197,19 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
             first = await disabling;
           }
           if (first) {
-            jobLog().warn({ reason }, 'endpoint disabled: its queue is paused until an operator re-enables it (resume it on the dashboard or with `callsync resume`)');
+            jobLog().warn(
+              { reason },
+              'endpoint disabled: its queue is paused until an operator re-enables it (resume it on the dashboard or with `callsync resume`)',
+            );
           }
           // The job waits in the paused queue: nothing is dropped while the endpoint is disabled.
           await job.moveToDelayed(Date.now() + 1000, token);
           throw new DelayedError();
         }
-        jobLog().warn({ reason: errorMessage(err), status: err instanceof SinkError ? err.status : undefined }, 'transient failure: will retry');
+        jobLog().warn(
+          { reason: errorMessage(err), status: err instanceof SinkError ? err.status : undefined },
+          'transient failure: will retry',
+        );
         throw err;
       } finally {
         inFlight--;
@@ -199,7 +220,11 @@ export function runWorker<T extends JobPayload>(queueName: string, processor: Pr
 
   worker.on('failed', (job, err) => {
     if (err instanceof DelayedError || err.name === 'DelayedError' || err.name === 'RateLimitError') return;
-    const final = job === undefined || err instanceof UnrecoverableError || err.name === 'UnrecoverableError' || job.attemptsMade >= (job.opts.attempts ?? 1);
+    const final =
+      job === undefined ||
+      err instanceof UnrecoverableError ||
+      err.name === 'UnrecoverableError' ||
+      job.attemptsMade >= (job.opts.attempts ?? 1);
     options.events?.failed?.(queueName, job, err, final);
     if (final) log.error({ jobId: job?.id, reason: err.message }, 'job dead-lettered');
   });

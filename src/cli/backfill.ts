@@ -34,7 +34,10 @@ export interface HistoryReader {
  * Where the cursor of one range (and target) is kept.
  * @internal Exported for its tests only (test/backfill-replay.redis.test.ts).
  */
-export function backfillCursorKey(keys: RedisKeys | string, options: Pick<BackfillOptions, 'from' | 'to' | 'sink'>): string {
+export function backfillCursorKey(
+  keys: RedisKeys | string,
+  options: Pick<BackfillOptions, 'from' | 'to' | 'sink'>,
+): string {
   return `${asKeys(keys).area('backfill')}:backfill:${options.from}|${options.to}|${options.sink ?? '*'}`;
 }
 
@@ -42,16 +45,30 @@ export function backfillCursorKey(keys: RedisKeys | string, options: Pick<Backfi
 export function isoOption(name: string, value: string | undefined): string {
   if (value === undefined) throw new UsageError(`--${name} is required`);
   const ms = Date.parse(value);
-  if (Number.isNaN(ms)) throw new UsageError(`--${name} must be an ISO-8601 date or time (e.g. 2026-10-01 or 2026-10-01T00:00:00Z)`);
+  if (Number.isNaN(ms))
+    throw new UsageError(`--${name} must be an ISO-8601 date or time (e.g. 2026-10-01 or 2026-10-01T00:00:00Z)`);
   return new Date(ms).toISOString();
 }
 
-export async function backfill(config: Config, redis: RedisClient | null, options: BackfillOptions, io: CliIo, progressOut: ProgressOut, reader?: HistoryReader): Promise<number> {
+export async function backfill(
+  config: Config,
+  redis: RedisClient | null,
+  options: BackfillOptions,
+  io: CliIo,
+  progressOut: ProgressOut,
+  reader?: HistoryReader,
+): Promise<number> {
   if (Date.parse(options.from) >= Date.parse(options.to)) throw new UsageError('--from must be before --to');
   // With Redis, an OAuth refresh token rotated here is stored for the service (and one it rotated is used here).
-  const telephony = config.telephony && redis !== null ? withRefreshTokenStore(config.telephony, redis, redisKeys(config.redis).telephonyOAuthKey()) : config.telephony;
+  const telephony =
+    config.telephony && redis !== null
+      ? withRefreshTokenStore(config.telephony, redis, redisKeys(config.redis).telephonyOAuthKey())
+      : config.telephony;
   const history = reader ?? (telephony ? createTelephonyClient(telephony) : null);
-  if (history === null) throw new CliFailure('the telephony API is not configured (TELEPHONY_API_URL and its credentials): backfill reads the call history from it');
+  if (history === null)
+    throw new CliFailure(
+      'the telephony API is not configured (TELEPHONY_API_URL and its credentials): backfill reads the call history from it',
+    );
   const cursorKey = redis === null ? null : backfillCursorKey(redisKeys(config.redis), options);
   let offset = 0;
   if (!options.dryRun && redis !== null && cursorKey !== null) {
@@ -61,16 +78,29 @@ export async function backfill(config: Config, redis: RedisClient | null, option
       io.out(`resuming the backfill of ${options.from} .. ${options.to} at entry ${offset}`);
     }
   }
-  const acceptor = !options.dryRun && redis !== null && options.sink === undefined
-    ? new InboundAcceptor(new InboundLog(redis, redisKeys(config.redis)), { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs })
-    : null;
-  const queuer = !options.dryRun && redis !== null && options.sink !== undefined ? new SinkQueuer(redis, config, options.sink, 'backfill') : null;
+  const acceptor =
+    !options.dryRun && redis !== null && options.sink === undefined
+      ? new InboundAcceptor(new InboundLog(redis, redisKeys(config.redis)), {
+          dedupeWindowMs: config.webhook.dedupeWindowMs,
+          timeoutMs: config.webhook.enqueueTimeoutMs,
+        })
+      : null;
+  const queuer =
+    !options.dryRun && redis !== null && options.sink !== undefined
+      ? new SinkQueuer(redis, config, options.sink, 'backfill')
+      : null;
   const counts = { read: 0, accepted: 0, duplicates: 0, updates: 0, skipped: 0 };
   const progress = new Progress(progressOut, options.dryRun ? 'backfill (dry run)' : 'backfill');
   const receivedAt = new Date();
   try {
     for (;;) {
-      const page = await history.readHistory({ types: ['CALL'], from: options.from, to: options.to, offset, limit: options.pageSize });
+      const page = await history.readHistory({
+        types: ['CALL'],
+        from: options.from,
+        to: options.to,
+        offset,
+        limit: options.pageSize,
+      });
       for (const item of page.items) {
         counts.read++;
         let call;
@@ -93,7 +123,8 @@ export async function backfill(config: Config, redis: RedisClient | null, option
         } else counts.accepted++;
       }
       offset += page.items.length;
-      if (redis !== null && cursorKey !== null && !options.dryRun) await redis.hset(cursorKey, 'offset', String(offset));
+      if (redis !== null && cursorKey !== null && !options.dryRun)
+        await redis.hset(cursorKey, 'offset', String(offset));
       progress.update(offset, page.totalCount, `(${counts.accepted} new, ${counts.duplicates} duplicate)`);
       if (page.items.length === 0 || offset >= page.totalCount) break;
     }

@@ -3,7 +3,17 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys } from '../../queues/keys.js';
-import { callsNamed, CallQueryError, CallTimeline, describeEntry, findCalls, parseCallQuery, sinkLabel, type CallQuery, type CallSummary } from '../../queues/timeline.js';
+import {
+  callsNamed,
+  CallQueryError,
+  CallTimeline,
+  describeEntry,
+  findCalls,
+  parseCallQuery,
+  sinkLabel,
+  type CallQuery,
+  type CallSummary,
+} from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { table, UsageError, type CliIo } from './io.js';
 
@@ -44,7 +54,12 @@ function timelineOf(config: Config, redis: RedisClient): CallTimeline {
 
 function options(args: string[], spec: ParseArgsConfig['options']) {
   try {
-    const { values, positionals } = parseArgs({ args, options: { ...spec, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+    const { values, positionals } = parseArgs({
+      args,
+      options: { ...spec, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+      strict: true,
+    });
     return { values: values as Record<string, string | boolean | undefined>, positionals };
   } catch (err) {
     throw new UsageError((err as Error).message);
@@ -52,7 +67,11 @@ function options(args: string[], spec: ParseArgsConfig['options']) {
 }
 
 function sinkColumn(summary: CallSummary): string {
-  return Object.entries(summary.sinks).map(([sink, state]) => `${sink}:${state}`).join(' ') || '-';
+  return (
+    Object.entries(summary.sinks)
+      .map(([sink, state]) => `${sink}:${state}`)
+      .join(' ') || '-'
+  );
 }
 
 /** `callsync call …`. */
@@ -67,15 +86,26 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
     return found.length > 0 ? 0 : 1;
   }
   if (found.length === 0) {
-    io.err(`no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.timeline.ttlDays} days)`);
+    io.err(
+      `no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.timeline.ttlDays} days)`,
+    );
     return 1;
   }
   for (const [n, s] of found.entries()) {
     if (n > 0) io.out('');
-    io.out(`call ${s.callId ?? '?'} (${s.source ?? '?'}, ${s.direction ?? '?'}, ${s.from ?? 'anonymous'} → ${s.to ?? '?'})  id ${s.id}`);
+    io.out(
+      `call ${s.callId ?? '?'} (${s.source ?? '?'}, ${s.direction ?? '?'}, ${s.from ?? 'anonymous'} → ${s.to ?? '?'})  id ${s.id}`,
+    );
     io.out(`sinks: ${sinkColumn(s)}`);
     const rows = [['time', 'event', 'sink', 'try', 'detail']];
-    for (const e of s.entries) rows.push([iso(e.at), e.event, e.sink ? sinkLabel(e) : '', e.attempt === undefined ? '' : String(e.attempt), describeEntry(e)]);
+    for (const e of s.entries)
+      rows.push([
+        iso(e.at),
+        e.event,
+        e.sink ? sinkLabel(e) : '',
+        e.attempt === undefined ? '' : String(e.attempt),
+        describeEntry(e),
+      ]);
     for (const line of table(rows)) io.out(line);
   }
   return 0;
@@ -103,10 +133,18 @@ export async function callsCommand(config: Config, redis: RedisClient, args: str
   if (result.calls.length === 0) io.out('no calls match');
   else {
     const rows = [['received', 'call', 'source', 'from → to', 'sinks']];
-    for (const s of result.calls) rows.push([iso(s.receivedAt), s.callId ?? s.id, s.source ?? '?', `${s.from ?? 'anonymous'} → ${s.to ?? '?'}`, sinkColumn(s)]);
+    for (const s of result.calls)
+      rows.push([
+        iso(s.receivedAt),
+        s.callId ?? s.id,
+        s.source ?? '?',
+        `${s.from ?? 'anonymous'} → ${s.to ?? '?'}`,
+        sinkColumn(s),
+      ]);
     for (const line of table(rows)) io.out(line);
   }
-  if (result.truncated) io.out(`(only the newest ${result.scanned} calls of the range were looked at: narrow --since/--until)`);
+  if (result.truncated)
+    io.out(`(only the newest ${result.scanned} calls of the range were looked at: narrow --since/--until)`);
   return 0;
 }
 

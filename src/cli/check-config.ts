@@ -13,7 +13,6 @@ import { routingFingerprint } from '../config/fingerprint.js';
 import { liveFingerprints, shortFingerprint, type FingerprintEntry } from '../state/config-fingerprint.js';
 import type { RedisClient } from '../../queues/connection.js';
 
-
 function describeCondition(c: Condition): string {
   const parts = Object.entries(c).map(([k, v]) => `${k}=${Array.isArray(v) ? v.join('|') : String(v)}`);
   return parts.length === 0 ? 'every call' : parts.join(' and ');
@@ -28,7 +27,8 @@ function describeRoute(route: ParsedRoute): string {
 /** The key layout in a line: where a queue's keys, the inbound log and a channel's lock live. */
 function describeLayout(keys: RedisKeys): string {
   const shards = `${keys.inboundShards} inbound stream${keys.inboundShards === 1 ? '' : 's'}`;
-  if (keys.layout === 'spread') return `spread over the cluster's masters: ${shards} (${keys.inboundShard(0)}…), each queue in its own slot (e.g. ${keys.queuePrefix('sink-archive')})`;
+  if (keys.layout === 'spread')
+    return `spread over the cluster's masters: ${shards} (${keys.inboundShard(0)}…), each queue in its own slot (e.g. ${keys.queuePrefix('sink-archive')})`;
   return `one slot under "${keys.prefix}", ${shards}`;
 }
 
@@ -63,7 +63,9 @@ function describeFingerprint(config: Config, live: LiveProcesses | undefined): {
   }
   const same = live.entries.filter((e) => e.fingerprint === own);
   const other = live.entries.filter((e) => e.fingerprint !== own);
-  lines.push(`             live worker processes on this prefix: ${same.length} with this configuration, ${other.length} with another`);
+  lines.push(
+    `             live worker processes on this prefix: ${same.length} with this configuration, ${other.length} with another`,
+  );
   for (const e of other) {
     lines.push(`             ${e.id} (${e.role}, since ${e.startedAt}): ${shortFingerprint(e.fingerprint)}`);
   }
@@ -82,35 +84,60 @@ export function describeConfig(config: Config, live?: LiveProcesses): string[] {
   const lines: string[] = [];
   const roles = config.role === 'all' ? 'ingress, worker, poller' : config.role;
   lines.push(`role:        ${config.role} (${roles})`);
-  lines.push(`redis:       ${describeRedis(config.redis)}${config.redis.password !== undefined ? ' (password set)' : ''}  prefix "${config.redis.prefix}"`);
+  lines.push(
+    `redis:       ${describeRedis(config.redis)}${config.redis.password !== undefined ? ' (password set)' : ''}  prefix "${config.redis.prefix}"`,
+  );
   const keys = redisKeys(config.redis);
   lines.push(`keys:        ${describeLayout(keys)}`);
   lines.push(`config file: ${config.configFile ?? '(none: sinks from environment shortcuts)'}`);
   if (config.role === 'ingress' || config.role === 'all') {
     const ips = config.webhook.allowedIps === '*' ? 'any address' : config.webhook.allowedIps.join(', ');
-    lines.push(`ingress:     http://${config.http.host}:${config.http.port}/webhooks/ai-agent  (from ${ips}; auth ${config.webhook.authHeader ? `header ${config.webhook.authHeader}` : 'none'})`);
+    lines.push(
+      `ingress:     http://${config.http.host}:${config.http.port}/webhooks/ai-agent  (from ${ips}; auth ${config.webhook.authHeader ? `header ${config.webhook.authHeader}` : 'none'})`,
+    );
     const proxies = config.webhook.trustedProxies ?? [];
     const hops = config.webhook.trustProxyHops;
-    lines.push(`proxies:     ${proxies.length === 0 ? 'none trusted (X-Forwarded-For ignored)' : `X-Forwarded-For read from ${proxies.join(', ')}${hops === undefined ? '' : ` (at most ${hops} hop${hops === 1 ? '' : 's'})`}`}`);
+    lines.push(
+      `proxies:     ${proxies.length === 0 ? 'none trusted (X-Forwarded-For ignored)' : `X-Forwarded-For read from ${proxies.join(', ')}${hops === undefined ? '' : ` (at most ${hops} hop${hops === 1 ? '' : 's'})`}`}`,
+    );
   }
   const port = opsPort(config);
-  lines.push(`ops server:  ${port === null ? 'none (the ingress port serves /metrics and /admin/queues)' : `http://${config.ops.host}:${port}`}`);
+  lines.push(
+    `ops server:  ${port === null ? 'none (the ingress port serves /metrics and /admin/queues)' : `http://${config.ops.host}:${port}`}`,
+  );
   const dashboard = admin.password || admin.token;
-  lines.push(`dashboard:   ${dashboard ? `/admin/queues (${[admin.password ? `basic auth as ${admin.username}` : '', admin.token ? 'bearer token' : ''].filter(Boolean).join(', ')})` : 'off (set ADMIN_PASSWORD or ADMIN_TOKEN)'}`);
+  lines.push(
+    `dashboard:   ${dashboard ? `/admin/queues (${[admin.password ? `basic auth as ${admin.username}` : '', admin.token ? 'bearer token' : ''].filter(Boolean).join(', ')})` : 'off (set ADMIN_PASSWORD or ADMIN_TOKEN)'}`,
+  );
   lines.push(`metrics:     /metrics (${config.ops.metricsToken ? 'bearer token' : 'no credentials'})`);
-  lines.push(`retries:     ${config.retry.attempts} attempts, backoff ${config.retry.backoffMs} ms doubling up to ${config.retry.maxBackoffMs} ms`);
+  lines.push(
+    `retries:     ${config.retry.attempts} attempts, backoff ${config.retry.backoffMs} ms doubling up to ${config.retry.maxBackoffMs} ms`,
+  );
   for (const sink of Object.values(config.sinks)) {
-    if (sink.retry?.schedule) lines.push(`             sink ${sink.name}: ${sink.retry.attempts} attempts, after ${describeSchedule(sink.retry.schedule)}`);
+    if (sink.retry?.schedule)
+      lines.push(
+        `             sink ${sink.name}: ${sink.retry.attempts} attempts, after ${describeSchedule(sink.retry.schedule)}`,
+      );
   }
   lines.push(`queues:      ${queueNames(config).join(', ')}`);
   const fingerprint = describeFingerprint(config, live);
   lines.push(...fingerprint.lines);
   lines.push('');
   const sinks = Object.values(config.sinks);
-  const named = (origin: string) => sinks.filter((x) => x.origin === origin).map((x) => x.name).join(', ') || 'none';
-  lines.push(`sinks (${sinks.length}): from the config file: ${named('file')}; from environment shortcuts: ${named('env')}`);
+  const named = (origin: string) =>
+    sinks
+      .filter((x) => x.origin === origin)
+      .map((x) => x.name)
+      .join(', ') || 'none';
+  lines.push(
+    `sinks (${sinks.length}): from the config file: ${named('file')}; from environment shortcuts: ${named('env')}`,
+  );
   if (sinks.length === 0) lines.push('  (none: calls are accepted and fanned out to nothing)');
-  lines.push(...table(sinks.map((s) => [s.name, s.type, `from ${s.origin}`, JSON.stringify(redactOptions(s.options))])).map((l) => `  ${l}`));
+  lines.push(
+    ...table(sinks.map((s) => [s.name, s.type, `from ${s.origin}`, JSON.stringify(redactOptions(s.options))])).map(
+      (l) => `  ${l}`,
+    ),
+  );
   lines.push('');
   lines.push(`routes (${config.routes.length}):`);
   if (config.routes.length === 0) lines.push('  (none)');
@@ -134,13 +161,33 @@ export function printConfig(config: Config, io: CliIo, json: boolean, live?: Liv
       JSON.stringify(
         {
           role: config.role,
-          redis: { mode: redisMode(config.redis), url: redactUrl(config.redis.url), where: describeRedis(config.redis), prefix: config.redis.prefix, layout: redisKeys(config.redis).layout, inboundShards: redisKeys(config.redis).inboundShards, ...(reach ? { reached: reach } : {}) },
+          redis: {
+            mode: redisMode(config.redis),
+            url: redactUrl(config.redis.url),
+            where: describeRedis(config.redis),
+            prefix: config.redis.prefix,
+            layout: redisKeys(config.redis).layout,
+            inboundShards: redisKeys(config.redis).inboundShards,
+            ...(reach ? { reached: reach } : {}),
+          },
           opsPort: opsPort(config),
           queues: queueNames(config),
           sinks: Object.values(config.sinks).map((s) => ({ ...s, options: redactOptions(s.options) })),
           routes: config.routes,
           fingerprint: routingFingerprint(config),
-          ...(live === undefined ? {} : { liveProcesses: 'unavailable' in live ? { unavailable: live.unavailable } : live.entries.map((e) => ({ id: e.id, role: e.role, fingerprint: e.fingerprint, startedAt: e.startedAt })) }),
+          ...(live === undefined
+            ? {}
+            : {
+                liveProcesses:
+                  'unavailable' in live
+                    ? { unavailable: live.unavailable }
+                    : live.entries.map((e) => ({
+                        id: e.id,
+                        role: e.role,
+                        fingerprint: e.fingerprint,
+                        startedAt: e.startedAt,
+                      })),
+              }),
           warnings: [...config.warnings, ...fingerprint.warnings],
         },
         null,

@@ -52,14 +52,20 @@ export async function queuesInRedis(redis: RedisClient, keys: RedisKeys | string
   const candidates = new Set<string>();
   for (const key of await scanKeys(redis, pattern)) {
     // `{<prefix>:<queue>}:<queue>:meta`, or `<prefix>:<queue>:meta`.
-    const name = spread ? key.slice(k.prefix.length + 2, Math.max(0, key.indexOf('}'))) : key.slice(k.prefix.length + 1, -':meta'.length);
+    const name = spread
+      ? key.slice(k.prefix.length + 2, Math.max(0, key.indexOf('}')))
+      : key.slice(k.prefix.length + 1, -':meta'.length);
     // BullMQ refuses `:` in queue names: a longer key is something else's.
     if (name === '' || name.includes(':') || key !== `${k.queuePrefix(name)}:${name}:meta`) continue;
     candidates.add(name);
   }
   // Only BullMQ's meta hashes: they carry its settings.
   const names = [...candidates].sort();
-  const metas = await Promise.all(names.map((name) => redis.hmget(`${k.queuePrefix(name)}:${name}:meta`, 'opts.maxLenEvents', 'version').catch(() => [null, null])));
+  const metas = await Promise.all(
+    names.map((name) =>
+      redis.hmget(`${k.queuePrefix(name)}:${name}:meta`, 'opts.maxLenEvents', 'version').catch(() => [null, null]),
+    ),
+  );
   return names.filter((_, i) => metas[i]!.some((v) => v !== null));
 }
 
@@ -74,7 +80,11 @@ export interface ResolvedQueues {
  * The queues of this configuration and those found in Redis. `--queue` takes a queue name
  * (`sink-crm`, `sink-hooks.erp`) or a sink name (`crm`: all of its queues) of either.
  */
-export async function resolveQueues(config: Config, redis: RedisClient, queue: string | undefined): Promise<ResolvedQueues> {
+export async function resolveQueues(
+  config: Config,
+  redis: RedisClient,
+  queue: string | undefined,
+): Promise<ResolvedQueues> {
   const configured = queueNames(config);
   const found = await queuesInRedis(redis, redisKeys(config.redis));
   const foundOnly = new Set(found.filter((name) => !configured.includes(name)));
@@ -100,7 +110,12 @@ function firstLine(text: string | undefined): string {
   return (text ?? '').split('\n')[0]!.slice(0, 200);
 }
 
-async function withQueues<T>(config: Config, redis: RedisClient, names: string[], fn: (queues: Queue[]) => Promise<T>): Promise<T> {
+async function withQueues<T>(
+  config: Config,
+  redis: RedisClient,
+  names: string[],
+  fn: (queues: Queue[]) => Promise<T>,
+): Promise<T> {
   const keys = redisKeys(config.redis);
   const queues = names.map((name) => new Queue(name, { connection: redis, prefix: keys.queuePrefix(name) }));
   for (const q of queues) q.on('error', () => undefined);
@@ -158,8 +173,10 @@ export async function dlqList(config: Config, redis: RedisClient, options: DlqOp
         });
       }
     }
-    if (options.id && rows.length === 0) throw new CliFailure(`no dead letter ${options.id} in ${queues.map((q) => q.name).join(', ')}`);
-    if (options.call !== undefined && rows.length === 0) throw new CliFailure(`no dead letter of call ${options.call} in ${queues.map((q) => q.name).join(', ')}`);
+    if (options.id && rows.length === 0)
+      throw new CliFailure(`no dead letter ${options.id} in ${queues.map((q) => q.name).join(', ')}`);
+    if (options.call !== undefined && rows.length === 0)
+      throw new CliFailure(`no dead letter of call ${options.call} in ${queues.map((q) => q.name).join(', ')}`);
     if (options.json) {
       io.out(JSON.stringify(rows, null, 2));
       return 0;
@@ -168,7 +185,10 @@ export async function dlqList(config: Config, redis: RedisClient, options: DlqOp
       io.out(`no dead letters in ${queues.map((q) => q.name).join(', ')}`);
       return 0;
     }
-    const lines = table([['QUEUE', 'ID', 'FAILED AT', 'TRIES', 'CALL', 'REASON'], ...rows.map((r) => [r.queue, r.id, r.failedAt, String(r.attempts), r.call, r.reason])]);
+    const lines = table([
+      ['QUEUE', 'ID', 'FAILED AT', 'TRIES', 'CALL', 'REASON'],
+      ...rows.map((r) => [r.queue, r.id, r.failedAt, String(r.attempts), r.call, r.reason]),
+    ]);
     for (const line of lines) io.out(line);
     if (total > rows.length) io.out(`(${rows.length} of ${total} shown; --limit N shows more per queue)`);
     return 0;
@@ -191,7 +211,9 @@ export async function dlqRetry(config: Config, redis: RedisClient, options: DlqO
       if (count === 0) continue;
       // Retried without a worker, they would wait forever: only on request (--queue).
       if (options.queue === undefined && foundOnly.has(queue.name)) {
-        io.err(`${queue.name}: ${count} dead letter(s) not retried: no sink of this configuration works that queue (--queue ${queue.name} retries them anyway)`);
+        io.err(
+          `${queue.name}: ${count} dead letter(s) not retried: no sink of this configuration works that queue (--queue ${queue.name} retries them anyway)`,
+        );
         skipped += count;
         continue;
       }
@@ -228,7 +250,12 @@ export async function dlqPurge(config: Config, redis: RedisClient, options: DlqO
       if (count === 0) continue;
       let removed = 0;
       // clean() removes in batches; repeat until the failed set is empty.
-      for (let batch = await queue.clean(0, 1000, 'failed'); batch.length > 0; batch = await queue.clean(0, 1000, 'failed')) removed += batch.length;
+      for (
+        let batch = await queue.clean(0, 1000, 'failed');
+        batch.length > 0;
+        batch = await queue.clean(0, 1000, 'failed')
+      )
+        removed += batch.length;
       io.out(`removed ${removed} dead letter(s) of ${queue.name}`);
     }
     return 0;

@@ -5,7 +5,14 @@ import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import type { Config } from '../config/index.js';
 import { createLogger } from '../log.js';
-import { forget, ForgetIncompleteError, ForgetInputError, forgetRegion, parseTarget, type ForgetReceipt } from '../privacy/forget.js';
+import {
+  forget,
+  ForgetIncompleteError,
+  ForgetInputError,
+  forgetRegion,
+  parseTarget,
+  type ForgetReceipt,
+} from '../privacy/forget.js';
 import { SpoolBusyError } from '../ingress/spool-forget.js';
 import { table, UsageError, type CliIo } from './io.js';
 import { CliFailure, connectRedis } from './redis.js';
@@ -41,13 +48,26 @@ function receiptLines(receipt: ForgetReceipt): string[] {
 export async function forgetCommand(args: string[], io: CliIo, config: () => Config): Promise<number> {
   let parsed;
   try {
-    parsed = parseArgs({ args, options: { 'dry-run': { type: 'boolean' }, crm: { type: 'boolean' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+    parsed = parseArgs({
+      args,
+      options: {
+        'dry-run': { type: 'boolean' },
+        crm: { type: 'boolean' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      allowPositionals: true,
+      strict: true,
+    });
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
   const { values, positionals } = parsed;
   if (values.help) return (io.out(forgetHelp), 0);
-  if (positionals.length !== 1) throw new UsageError(positionals.length === 0 ? 'expected a phone number or a call id' : `unexpected argument "${positionals[1]}"`);
+  if (positionals.length !== 1)
+    throw new UsageError(
+      positionals.length === 0 ? 'expected a phone number or a call id' : `unexpected argument "${positionals[1]}"`,
+    );
   const cfg = config();
   let target;
   try {
@@ -66,7 +86,11 @@ export async function forgetCommand(args: string[], io: CliIo, config: () => Con
   const log = createLogger({ level: cfg.logLevel, destination: audit });
   const redis = await connectRedis(cfg);
   try {
-    const receipt = await forget(cfg, redis, log, { target, dryRun: values['dry-run'] === true, crm: values.crm === true });
+    const receipt = await forget(cfg, redis, log, {
+      target,
+      dryRun: values['dry-run'] === true,
+      crm: values.crm === true,
+    });
     if (values.json) io.out(JSON.stringify(receipt));
     else for (const line of receiptLines(receipt)) io.out(line);
     return 0;
@@ -78,7 +102,9 @@ export async function forgetCommand(args: string[], io: CliIo, config: () => Con
     }
     if (err instanceof SpoolBusyError) throw new CliFailure(err.message);
     // An archive or Redis failure midway: what is erased stays erased; a second run finds the rest.
-    throw new CliFailure(`stopped before it finished (${err instanceof Error ? `${err.name}: ${err.message.split('\n')[0]!.slice(0, 300)}` : String(err)}); run forget again once that is fixed`);
+    throw new CliFailure(
+      `stopped before it finished (${err instanceof Error ? `${err.name}: ${err.message.split('\n')[0]!.slice(0, 300)}` : String(err)}); run forget again once that is fixed`,
+    );
   } finally {
     redis.disconnect();
   }

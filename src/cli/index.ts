@@ -204,7 +204,11 @@ type Command = keyof typeof help;
 /** A `YYYY-MM-DD` day option, or a usage error. */
 function dayOption(name: string, value: string | undefined): string {
   if (value === undefined) throw new UsageError(`--${name} is required`);
-  if (!/^\d{4}-\d{2}-\d{2}$/.test(value) || Number.isNaN(Date.parse(`${value}T00:00:00Z`)) || new Date(`${value}T00:00:00Z`).toISOString().slice(0, 10) !== value) {
+  if (
+    !/^\d{4}-\d{2}-\d{2}$/.test(value) ||
+    Number.isNaN(Date.parse(`${value}T00:00:00Z`)) ||
+    new Date(`${value}T00:00:00Z`).toISOString().slice(0, 10) !== value
+  ) {
     throw new UsageError(`--${name} must be a day YYYY-MM-DD`);
   }
   return value;
@@ -216,9 +220,18 @@ export function oneLine(err: unknown): string {
   return message.replace(/\s*\n\s*/g, ' ').trim() || 'unknown error';
 }
 
-function parse(args: string[], options: ParseArgsConfig['options'], command: Command): { values: Record<string, string | boolean | undefined>; positionals: string[] } {
+function parse(
+  args: string[],
+  options: ParseArgsConfig['options'],
+  command: Command,
+): { values: Record<string, string | boolean | undefined>; positionals: string[] } {
   try {
-    const { values, positionals } = parseArgs({ args, options: { ...options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+    const { values, positionals } = parseArgs({
+      args,
+      options: { ...options, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+      strict: true,
+    });
     return { values: values as Record<string, string | boolean | undefined>, positionals };
   } catch (err) {
     throw Object.assign(new UsageError((err as Error).message), { command });
@@ -289,7 +302,8 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (values.help) return (io.out(help.start), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const role = values.role as string | undefined;
-      if (role !== undefined && !(ROLES as readonly string[]).includes(role)) throw new UsageError(`--role must be one of ${ROLES.join(', ')}`);
+      if (role !== undefined && !(ROLES as readonly string[]).includes(role))
+        throw new UsageError(`--role must be one of ${ROLES.join(', ')}`);
       const config = configFrom(io.env, role ? { CALLSYNC_ROLE: role } : {});
       if (!runners.start) throw new CliFailure('this entry point cannot start callsync (run bin/callsync.js)');
       const log = createLogger({ level: config.logLevel });
@@ -304,7 +318,9 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       // The Redis it would use, connected to (configured, local, or the private one; never started
       // here), and the worker processes live on this prefix with their routing fingerprints.
       const reach = await reachRedis(config);
-      const live = reach.problem ? { unavailable: reach.problem } : await liveProcesses(config, () => connectRedis(config));
+      const live = reach.problem
+        ? { unavailable: reach.problem }
+        : await liveProcesses(config, () => connectRedis(config));
       printConfig(config, io, values.json === true, live, reach);
       if (values.json !== true && !reach.problem) for (const line of await retentionCheckLines(config)) io.out(line);
       return reach.problem ? 2 : 0;
@@ -312,17 +328,28 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
     case 'dlq': {
       const { values, positionals } = parse(
         args,
-        { queue: { type: 'string' }, id: { type: 'string' }, call: { type: 'string' }, limit: { type: 'string' }, json: { type: 'boolean' }, yes: { type: 'boolean' } },
+        {
+          queue: { type: 'string' },
+          id: { type: 'string' },
+          call: { type: 'string' },
+          limit: { type: 'string' },
+          json: { type: 'boolean' },
+          yes: { type: 'boolean' },
+        },
         command,
       );
       if (values.help) return (io.out(help.dlq), 0);
       const [action, ...extra] = positionals;
-      if (action === undefined || !['list', 'retry', 'purge'].includes(action)) throw new UsageError('expected list, retry or purge');
+      if (action === undefined || !['list', 'retry', 'purge'].includes(action))
+        throw new UsageError('expected list, retry or purge');
       if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
       const limit = values.limit === undefined ? 50 : Number(values.limit);
       if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit must be a whole number >= 1');
       const call = values.call as string | undefined;
-      if (call !== undefined && action !== 'list') throw new UsageError(`--call is for dlq list; ${action} takes --id (the job ids dlq list --call shows) or --queue`);
+      if (call !== undefined && action !== 'list')
+        throw new UsageError(
+          `--call is for dlq list; ${action} takes --id (the job ids dlq list --call shows) or --queue`,
+        );
       if (call !== undefined && values.id !== undefined) throw new UsageError('give --id or --call, not both');
       if (call !== undefined && call.trim() === '') throw new UsageError('--call needs a call id');
       const options: DlqOptions = {
@@ -358,7 +385,13 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
     case 'send-sample': {
       const { values, positionals } = parse(
         args,
-        { url: { type: 'string' }, from: { type: 'string' }, to: { type: 'string' }, direction: { type: 'string' }, outcome: { type: 'string' } },
+        {
+          url: { type: 'string' },
+          from: { type: 'string' },
+          to: { type: 'string' },
+          direction: { type: 'string' },
+          outcome: { type: 'string' },
+        },
         command,
       );
       if (values.help) return (io.out(help['send-sample']), 0);
@@ -370,7 +403,8 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const { values, positionals } = parse(args, {}, command);
       if (values.help) return (io.out(help['opt-out']), 0);
       const [action, ...numbers] = positionals;
-      if (action === undefined || !['add', 'remove', 'list'].includes(action)) throw new UsageError('expected add, remove or list');
+      if (action === undefined || !['add', 'remove', 'list'].includes(action))
+        throw new UsageError('expected add, remove or list');
       if (action === 'list' && numbers.length > 0) throw new UsageError('opt-out list takes no NUMBER');
       const config = configFrom(io.env);
       const redis = await connectRedis(config);
@@ -383,7 +417,13 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
     case 'backfill': {
       const { values, positionals } = parse(
         args,
-        { from: { type: 'string' }, to: { type: 'string' }, sink: { type: 'string' }, 'dry-run': { type: 'boolean' }, 'page-size': { type: 'string' } },
+        {
+          from: { type: 'string' },
+          to: { type: 'string' },
+          sink: { type: 'string' },
+          'dry-run': { type: 'boolean' },
+          'page-size': { type: 'string' },
+        },
         command,
       );
       if (values.help) return (io.out(help.backfill), 0);
@@ -391,7 +431,8 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const from = isoOption('from', values.from as string | undefined);
       const to = isoOption('to', values.to as string | undefined);
       const pageSize = values['page-size'] === undefined ? 100 : Number(values['page-size']);
-      if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 1000) throw new UsageError('--page-size must be a whole number from 1 to 1000');
+      if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 1000)
+        throw new UsageError('--page-size must be a whole number from 1 to 1000');
       const config = configFrom(io.env);
       const sink = values.sink === undefined ? undefined : checkSink(config, values.sink as string);
       const dryRun = values['dry-run'] === true;
@@ -405,7 +446,14 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
     case 'replay': {
       const { values, positionals } = parse(
         args,
-        { from: { type: 'string' }, to: { type: 'string' }, sink: { type: 'string' }, archive: { type: 'string' }, agent: { type: 'string' }, 'dry-run': { type: 'boolean' } },
+        {
+          from: { type: 'string' },
+          to: { type: 'string' },
+          sink: { type: 'string' },
+          archive: { type: 'string' },
+          agent: { type: 'string' },
+          'dry-run': { type: 'boolean' },
+        },
         command,
       );
       if (values.help) return (io.out(help.replay), 0);
@@ -419,7 +467,20 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const dryRun = values['dry-run'] === true;
       const redis = dryRun ? null : await connectRedis(config);
       try {
-        return await replay(config, redis, { from, to, sink, archive: values.archive as string | undefined, agent: values.agent as string | undefined, dryRun }, io, progressOf(io));
+        return await replay(
+          config,
+          redis,
+          {
+            from,
+            to,
+            sink,
+            archive: values.archive as string | undefined,
+            agent: values.agent as string | undefined,
+            dryRun,
+          },
+          io,
+          progressOf(io),
+        );
       } finally {
         redis?.disconnect();
       }
@@ -427,19 +488,36 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
     case 'migrate-keys': {
       const { values, positionals } = parse(
         args,
-        { 'from-url': { type: 'string' }, 'from-cluster-nodes': { type: 'string' }, 'from-prefix': { type: 'string' }, 'dry-run': { type: 'boolean' }, force: { type: 'boolean' } },
+        {
+          'from-url': { type: 'string' },
+          'from-cluster-nodes': { type: 'string' },
+          'from-prefix': { type: 'string' },
+          'dry-run': { type: 'boolean' },
+          force: { type: 'boolean' },
+        },
         command,
       );
       if (values.help) return (io.out(help['migrate-keys']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const config = configFrom(io.env);
       const fromPrefix = values['from-prefix'] as string | undefined;
-      const from = sourceSettings(config, { fromUrl: values['from-url'] as string | undefined, fromClusterNodes: values['from-cluster-nodes'] as string | undefined, fromPrefix });
+      const from = sourceSettings(config, {
+        fromUrl: values['from-url'] as string | undefined,
+        fromClusterNodes: values['from-cluster-nodes'] as string | undefined,
+        fromPrefix,
+      });
       const source = await connectRedisTo(from, 'the source Redis');
       try {
         const target = await connectRedis(config);
         try {
-          return await migrateKeys(config, target, source, from, { fromPrefix, dryRun: values['dry-run'] === true, force: values.force === true }, io);
+          return await migrateKeys(
+            config,
+            target,
+            source,
+            from,
+            { fromPrefix, dryRun: values['dry-run'] === true, force: values.force === true },
+            io,
+          );
         } finally {
           target.disconnect();
         }

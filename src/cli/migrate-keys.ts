@@ -50,7 +50,10 @@ function hasHashTag(prefix: string): boolean {
 }
 
 function parseNodes(text: string): RedisNode[] {
-  const entries = text.split(',').map((e) => e.trim()).filter(Boolean);
+  const entries = text
+    .split(',')
+    .map((e) => e.trim())
+    .filter(Boolean);
   if (entries.length === 0) throw new UsageError('--from-cluster-nodes: expected host:port,…');
   return entries.map((entry) => {
     const m = /^(?:\[([^\]]+)\]|([^:\s]+)):(\d{1,5})$/.exec(entry);
@@ -67,12 +70,17 @@ function parseNodes(text: string): RedisNode[] {
  */
 export function sourceSettings(config: Config, options: MigrateSourceOptions): RedisSettings {
   const { fromUrl, fromClusterNodes, fromPrefix } = options;
-  if (fromUrl === undefined && fromClusterNodes === undefined) throw new UsageError("--from-url or --from-cluster-nodes is required: where the old deployment's Redis is");
-  if (fromUrl !== undefined && fromClusterNodes !== undefined) throw new UsageError('--from-url and --from-cluster-nodes: give one of them');
-  if (fromPrefix !== undefined && (fromPrefix === '' || /\s/.test(fromPrefix))) throw new UsageError('--from-prefix: expected a prefix without spaces');
+  if (fromUrl === undefined && fromClusterNodes === undefined)
+    throw new UsageError("--from-url or --from-cluster-nodes is required: where the old deployment's Redis is");
+  if (fromUrl !== undefined && fromClusterNodes !== undefined)
+    throw new UsageError('--from-url and --from-cluster-nodes: give one of them');
+  if (fromPrefix !== undefined && (fromPrefix === '' || /\s/.test(fromPrefix)))
+    throw new UsageError('--from-prefix: expected a prefix without spaces');
   if (fromClusterNodes !== undefined) {
     if (fromPrefix !== undefined && !hasHashTag(fromPrefix)) {
-      throw new UsageError(`--from-prefix: "${fromPrefix}" on a cluster is not a {hash-tag}: its keys are spread already (or were never valid there); the source must be the one-slot layout, e.g. "{${fromPrefix.replace(/[{}]/g, '')}}"`);
+      throw new UsageError(
+        `--from-prefix: "${fromPrefix}" on a cluster is not a {hash-tag}: its keys are spread already (or were never valid there); the source must be the one-slot layout, e.g. "{${fromPrefix.replace(/[{}]/g, '')}}"`,
+      );
     }
     return {
       url: config.redis.url,
@@ -89,7 +97,8 @@ export function sourceSettings(config: Config, options: MigrateSourceOptions): R
   } catch {
     throw new UsageError('--from-url: expected redis://host:port or rediss://… (TLS)');
   }
-  if (!/^rediss?:$/.test(url.protocol)) throw new UsageError('--from-url: expected redis://host:port or rediss://… (TLS)');
+  if (!/^rediss?:$/.test(url.protocol))
+    throw new UsageError('--from-url: expected redis://host:port or rediss://… (TLS)');
   return {
     url: fromUrl!,
     clusterNodes: [],
@@ -159,20 +168,23 @@ function classify(key: string, from: string, queues: ReadonlySet<string>, target
   if (m) return copy(AREA.poller, `${target.state(`poller:${m[1]}`)}poller:cursor:${m[1]}`);
   if (rest.startsWith('state:poller:lock:')) return left('lock');
   m = /^state:([^:]+):(.+)$/s.exec(rest);
-  if (m && SINK_NAME.test(m[1]!)) return isLock(m[2]!) ? left('lock') : copy(AREA.sink(m[1]!), `${target.sinkState(m[1]!)}${m[2]}`);
+  if (m && SINK_NAME.test(m[1]!))
+    return isLock(m[2]!) ? left('lock') : copy(AREA.sink(m[1]!), `${target.sinkState(m[1]!)}${m[2]}`);
   // A backfill's cursor: `backfill:<from>|<to>|<sink or *>` (cli/backfill.ts backfillCursorKey).
   m = /^backfill:([^|]*\|[^|]*\|.*)$/s.exec(rest);
   if (m) return copy(AREA.backfill, `${target.area('backfill')}:backfill:${m[1]}`);
   // A call queued to a sink by backfill --sink or replay (cli/sink-queue.ts): `<origin>:<sink>:<origin>-<job id>`.
   m = /^(backfill|replay):([^:]+):((?:backfill|replay)-.+)$/s.exec(rest);
-  if (m && SINK_NAME.test(m[2]!) && m[3]!.startsWith(`${m[1]}-`)) return copy(AREA.markers, queuedMarkerKey(target.prefix, m[1]!, m[2]!, m[3]!));
+  if (m && SINK_NAME.test(m[2]!) && m[3]!.startsWith(`${m[1]}-`))
+    return copy(AREA.markers, queuedMarkerKey(target.prefix, m[1]!, m[2]!, m[3]!));
   // Dedupe keys of shard 0 (`inbound-seen:<hash>`) or of shard i (`inbound-<i>:inbound-seen:<hash>`).
   m = /^(?:inbound-\d+:)?inbound-seen:(.+)$/s.exec(rest);
   if (m) return copy(AREA.dedupe, `${inboundSeenPrefix(target.inboundShard(target.shardOf(m[1]!)))}${m[1]}`);
   if (/^(?:inbound-\d+:)?inbound-log$/.test(rest)) return left('inbound-log');
   if (/^(?:inbound-\d+:)?inbound-parked$/.test(rest)) return left('parked');
   // A source's state (the Push API's call assembly), `<prefix>:<source name>:…`: not copied.
-  for (const type of sourceTypes.values()) if (type.stateLabel && rest.startsWith(`${type.name}:`)) return { ...left('source'), sourceType: type.name };
+  for (const type of sourceTypes.values())
+    if (type.stateLabel && rest.startsWith(`${type.name}:`)) return { ...left('source'), sourceType: type.name };
   if (rest === 'layout') return left('layout');
   // The telephony API's rotated refresh token (src/state/refresh-token.ts): without it the new deployment starts from the environment's, maybe revoked.
   if (rest === 'telephony:oauth-refresh') return copy(AREA.oauth, target.telephonyOAuthKey());
@@ -214,7 +226,9 @@ async function sourceWork(source: RedisClient, from: string, queues: string[], l
   try {
     for (const queue of handles) {
       const counts = await queue.getJobCounts(...UNDELIVERED_STATES, 'failed', 'completed');
-      const waiting = UNDELIVERED_STATES.filter((s) => (counts[s] ?? 0) > 0).map((s) => `${counts[s]} ${s === 'wait' ? 'waiting' : s}`);
+      const waiting = UNDELIVERED_STATES.filter((s) => (counts[s] ?? 0) > 0).map(
+        (s) => `${counts[s]} ${s === 'wait' ? 'waiting' : s}`,
+      );
       if (waiting.length > 0) work.undelivered.push(`${queue.name}: ${waiting.join(', ')}`);
       if ((counts.failed ?? 0) > 0) work.behind.push(`${queue.name}: ${counts.failed} dead letter(s)`);
       work.history += counts.completed ?? 0;
@@ -228,7 +242,10 @@ async function sourceWork(source: RedisClient, from: string, queues: string[], l
     const line = await type.leftBehind?.(source, from);
     if (line) work.behind.push(line);
   }
-  if (parked > 0) work.behind.push(`inbound-parked: ${parked} parked entr${parked === 1 ? 'y' : 'ies'} (docs/operations.md, runbook)`);
+  if (parked > 0)
+    work.behind.push(
+      `inbound-parked: ${parked} parked entr${parked === 1 ? 'y' : 'ies'} (docs/operations.md, runbook)`,
+    );
   return work;
 }
 
@@ -244,7 +261,12 @@ interface AreaCount {
   membersThere: number;
 }
 
-type Outcome = { result: 'copied' } | { result: 'kept' } | { result: 'vanished' } | { result: 'merged'; added: number; there: number } | { result: 'unsupported'; type: string };
+type Outcome =
+  | { result: 'copied' }
+  | { result: 'kept' }
+  | { result: 'vanished' }
+  | { result: 'merged'; added: number; there: number }
+  | { result: 'unsupported'; type: string };
 
 /** Members or fields per command (Redis takes many; this keeps each request small). */
 const CHUNK = 1000;
@@ -279,7 +301,8 @@ async function copyKey(source: RedisClient, target: RedisClient, key: CopyKey, d
   if (type === 'string') {
     const value = await source.getBuffer(key.source);
     if (value === null) return { result: 'vanished' };
-    const ok = ttl !== null ? await target.set(key.target, value, 'PX', ttl, 'NX') : await target.set(key.target, value, 'NX');
+    const ok =
+      ttl !== null ? await target.set(key.target, value, 'PX', ttl, 'NX') : await target.set(key.target, value, 'NX');
     return { result: ok === 'OK' ? 'copied' : 'kept' };
   }
   if (type === 'set') {
@@ -288,7 +311,8 @@ async function copyKey(source: RedisClient, target: RedisClient, key: CopyKey, d
     if (members.length === 0) return { result: 'vanished' };
     const existed = (await target.exists(key.target)) === 1;
     let added = 0;
-    for (let i = 0; i < members.length; i += CHUNK) added += await target.sadd(key.target, ...members.slice(i, i + CHUNK));
+    for (let i = 0; i < members.length; i += CHUNK)
+      added += await target.sadd(key.target, ...members.slice(i, i + CHUNK));
     if (!existed) {
       if (ttl !== null) await target.pexpire(key.target, ttl);
       return { result: 'copied' };
@@ -302,7 +326,8 @@ async function copyKey(source: RedisClient, target: RedisClient, key: CopyKey, d
   // Filled beside the target key, then renamed only if the target key is still absent (never a half-copied hash).
   const scratch = scratchKey(key.target);
   await target.del(scratch);
-  for (let i = 0; i < fields.length; i += CHUNK) await target.hset(scratch, Object.fromEntries(fields.slice(i, i + CHUNK)));
+  for (let i = 0; i < fields.length; i += CHUNK)
+    await target.hset(scratch, Object.fromEntries(fields.slice(i, i + CHUNK)));
   if (ttl !== null) await target.pexpire(scratch, ttl);
   const renamed = await target.renamenx(scratch, key.target);
   if (renamed === 0) await target.del(scratch);
@@ -313,13 +338,16 @@ async function copyKey(source: RedisClient, target: RedisClient, key: CopyKey, d
 // The command
 
 function describeKeys(keys: RedisKeys): string {
-  return keys.layout === 'spread' ? `spread, ${keys.inboundShards} inbound shard${keys.inboundShards === 1 ? '' : 's'}` : `one slot, ${keys.inboundShards} inbound stream${keys.inboundShards === 1 ? '' : 's'}`;
+  return keys.layout === 'spread'
+    ? `spread, ${keys.inboundShards} inbound shard${keys.inboundShards === 1 ? '' : 's'}`
+    : `one slot, ${keys.inboundShards} inbound stream${keys.inboundShards === 1 ? '' : 's'}`;
 }
 
 /** True when some key under `prefix` is one of callsync's (its opt-out list, state, dedupe keys, inbound log or a queue). */
 async function holdsCallsync(source: RedisClient, prefix: string): Promise<boolean> {
   const nodes = source instanceof Cluster ? source.nodes('master') : [source];
-  const marker = /^(optout$|layout$|state:|inbound-seen:|inbound-log$|inbound-\d+:|backfill:|telephony:oauth-refresh$|privacy-key$|[^:]+:meta$)/;
+  const marker =
+    /^(optout$|layout$|state:|inbound-seen:|inbound-log$|inbound-\d+:|backfill:|telephony:oauth-refresh$|privacy-key$|[^:]+:meta$)/;
   for (const node of nodes) {
     let cursor = '0';
     do {
@@ -331,7 +359,14 @@ async function holdsCallsync(source: RedisClient, prefix: string): Promise<boole
   return false;
 }
 
-export async function migrateKeys(config: Config, target: RedisClient, source: RedisClient, from: RedisSettings, options: MigrateOptions, io: CliIo): Promise<number> {
+export async function migrateKeys(
+  config: Config,
+  target: RedisClient,
+  source: RedisClient,
+  from: RedisSettings,
+  options: MigrateOptions,
+  io: CliIo,
+): Promise<number> {
   const keys = redisKeys(config.redis);
   const sameRedis = describeRedis(from) === describeRedis(config.redis);
   let prefix = options.fromPrefix;
@@ -351,8 +386,14 @@ export async function migrateKeys(config: Config, target: RedisClient, source: R
     prefix = holding[0]!;
     found = '; found there, --from-prefix names another';
   }
-  if (sameRedis && keys.layout === 'one-slot' && prefix === keys.prefix) throw new UsageError(`source and target are the same keys (prefix "${prefix}" at ${describeRedis(from)}): nothing to move`);
-  if (sameRedis && keys.prefix.startsWith(`${prefix}:`)) throw new UsageError(`the target prefix "${keys.prefix}" lies inside the source prefix "${prefix}": choose another QUEUE_PREFIX`);
+  if (sameRedis && keys.layout === 'one-slot' && prefix === keys.prefix)
+    throw new UsageError(
+      `source and target are the same keys (prefix "${prefix}" at ${describeRedis(from)}): nothing to move`,
+    );
+  if (sameRedis && keys.prefix.startsWith(`${prefix}:`))
+    throw new UsageError(
+      `the target prefix "${keys.prefix}" lies inside the source prefix "${prefix}": choose another QUEUE_PREFIX`,
+    );
   const sourceKeys = new RedisKeys(prefix, 'one-slot', 1);
   io.out(`source: ${describeRedis(from)} prefix "${prefix}" (one slot${found})`);
   io.out(`target: ${describeRedis(config.redis)} prefix "${keys.prefix}" (${describeKeys(keys)})`);
@@ -372,7 +413,9 @@ export async function migrateKeys(config: Config, target: RedisClient, source: R
     if (!options.force) {
       io.err('the source still has undelivered work:');
       for (const line of work.undelivered) io.err(`  ${line}`);
-      io.err('stop the ingress and let the workers drain it (docs/operations.md "Moving to the spread layout"), or add --force to copy the state anyway and leave that work behind');
+      io.err(
+        'stop the ingress and let the workers drain it (docs/operations.md "Moving to the spread layout"), or add --force to copy the state anyway and leave that work behind',
+      );
       return 1;
     }
     io.err('--force: this undelivered work stays behind in the source:');
@@ -382,7 +425,9 @@ export async function migrateKeys(config: Config, target: RedisClient, source: R
     io.err('staying behind in the source (not moved):');
     for (const line of work.behind) io.err(`  ${line}`);
     if (work.behind.some((l) => l.includes('dead letter'))) {
-      io.err('  retry dead letters before the switch (callsync dlq retry with the old settings, while the old workers run), or after it with the old settings and one worker started with them');
+      io.err(
+        '  retry dead letters before the switch (callsync dlq retry with the old settings, while the old workers run), or after it with the old settings and one worker started with them',
+      );
     }
   }
 
@@ -424,15 +469,25 @@ export async function migrateKeys(config: Config, target: RedisClient, source: R
     const c = counts.get(area)!;
     const notes: string[] = [];
     if (area.startsWith('sink ') && !configured.has(area.slice(5))) notes.push('no such sink in this configuration');
-    if (c.membersAdded + c.membersThere > 0) notes.push(`merged into the target's: ${c.membersAdded} member(s) ${options.dryRun ? 'to add' : 'added'}, ${c.membersThere} there already`);
+    if (c.membersAdded + c.membersThere > 0)
+      notes.push(
+        `merged into the target's: ${c.membersAdded} member(s) ${options.dryRun ? 'to add' : 'added'}, ${c.membersThere} there already`,
+      );
     return [area, String(c.keys), String(c.copied), String(c.kept), notes.join('; ')];
   });
   if (rows.length === 0) io.out('no state to copy in the source');
-  else for (const line of table([['AREA', 'KEYS', options.dryRun ? 'TO COPY' : 'COPIED', 'IN TARGET ALREADY (KEPT)', ''], ...rows])) io.out(line);
+  else
+    for (const line of table([
+      ['AREA', 'KEYS', options.dryRun ? 'TO COPY' : 'COPIED', 'IN TARGET ALREADY (KEPT)', ''],
+      ...rows,
+    ]))
+      io.out(line);
 
   const byKind = (kind: LeftKind) => left.filter((k) => k.kind === kind).length;
   const notCopied = [
-    queues.length > 0 ? `${queues.length} queue(s) (${byKind('queue')} keys: jobs, dead letters, ${work.history} completed job(s) of history)` : '',
+    queues.length > 0
+      ? `${queues.length} queue(s) (${byKind('queue')} keys: jobs, dead letters, ${work.history} completed job(s) of history)`
+      : '',
     byKind('inbound-log') > 0 ? 'the inbound log' : '',
     byKind('parked') > 0 ? 'the parked entries' : '',
     ...[...sourceTypes.values()].map((t) => {
@@ -440,7 +495,7 @@ export async function migrateKeys(config: Config, target: RedisClient, source: R
       return n > 0 ? `${n} ${t.stateLabel} key(s)` : '';
     }),
     byKind('lock') > 0 ? `${byKind('lock')} lock(s)` : '',
-    byKind('fingerprints') > 0 ? 'the live processes\' configuration fingerprints' : '',
+    byKind('fingerprints') > 0 ? "the live processes' configuration fingerprints" : '',
     byKind('other') > 0 ? `${byKind('other')} other key(s) under "${prefix}:" callsync does not know` : '',
   ].filter(Boolean);
   if (notCopied.length > 0) io.out(`not copied: ${notCopied.join(', ')}`);
@@ -454,7 +509,9 @@ export async function migrateKeys(config: Config, target: RedisClient, source: R
       : `copied ${total} key(s); kept ${kept} the target had already (never overwritten; the opt-out list is merged)`,
   );
   if (unsupported.size > 0) {
-    io.err(`not copied, of a type migrate-keys does not copy (strings, sets and hashes only): ${[...unsupported].map(([label, n]) => `${n} ${label}`).join(', ')}`);
+    io.err(
+      `not copied, of a type migrate-keys does not copy (strings, sets and hashes only): ${[...unsupported].map(([label, n]) => `${n} ${label}`).join(', ')}`,
+    );
     return 1;
   }
   return 0;

@@ -42,7 +42,7 @@ function numbersOfWords(words: string[], region: CountryCode): string[] {
   }
   const numbers: string[] = [];
   for (const group of groups) {
-    for (let i = 0; i < group.length; ) {
+    for (let i = 0; i < group.length;) {
       const found = longestNumber(group.slice(i), region);
       if (!found) {
         // No run of words from here is a number: the error names this word.
@@ -60,7 +60,13 @@ function numbersOfWords(words: string[], region: CountryCode): string[] {
   return numbers;
 }
 
-export async function optOut(config: Config, redis: RedisClient, action: string, numbers: string[], io: CliIo): Promise<number> {
+export async function optOut(
+  config: Config,
+  redis: RedisClient,
+  action: string,
+  numbers: string[],
+  io: CliIo,
+): Promise<number> {
   const list = new OptOutList(redis, redisKeys(config.redis).area('optout'));
   if (action === 'list') {
     const all = await list.list();
@@ -68,16 +74,21 @@ export async function optOut(config: Config, redis: RedisClient, action: string,
     for (const n of all) io.out(n);
     return 0;
   }
-  if (numbers.length === 0) throw new UsageError(`opt-out ${action} needs at least one NUMBER (E.164, e.g. +4915112345678)`);
+  if (numbers.length === 0)
+    throw new UsageError(`opt-out ${action} needs at least one NUMBER (E.164, e.g. +4915112345678)`);
   // National numbers (0151 …) are read in PHONE_DEFAULT_REGION (default DE), like the CRM sinks read them.
   const region = config.privacy.defaultRegion;
   const normalized = numbersOfWords(numbers, region);
   if (action === 'add') {
     const added = await list.add(...normalized);
-    io.out(`added ${added} number(s)${added < normalized.length ? ` (${normalized.length - added} already on the list)` : ''}: ${normalized.map((n) => maskPhone(n)).join(', ')}`);
+    io.out(
+      `added ${added} number(s)${added < normalized.length ? ` (${normalized.length - added} already on the list)` : ''}: ${normalized.map((n) => maskPhone(n)).join(', ')}`,
+    );
     return 0;
   }
   const removed = await list.remove(...normalized);
-  io.out(`removed ${removed} number(s)${removed < normalized.length ? ` (${normalized.length - removed} were not on the list)` : ''}`);
+  io.out(
+    `removed ${removed} number(s)${removed < normalized.length ? ` (${normalized.length - removed} were not on the list)` : ''}`,
+  );
   return 0;
 }

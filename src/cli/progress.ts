@@ -22,7 +22,9 @@ export class Progress {
       const share = total && total > 0 ? Math.min(1, done / total) : 0;
       const filled = Math.round(share * width);
       const bar = total === null ? '' : `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] `;
-      this.out.write(`\r${this.label} ${bar}${done}${total === null ? '' : `/${total}`}${note ? ` ${note}` : ''}\x1b[K`);
+      this.out.write(
+        `\r${this.label} ${bar}${done}${total === null ? '' : `/${total}`}${note ? ` ${note}` : ''}\x1b[K`,
+      );
       return;
     }
     // Plain: at most one line per page of work (callers update once per page).

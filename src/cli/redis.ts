@@ -69,7 +69,11 @@ export async function reachRedis(config: Config): Promise<RedisReach> {
     if (!(err instanceof NoRedisError)) throw err;
     const local = config.redis.local;
     if (local && (await findRedisServer(local.serverBin)) !== null) {
-      return { origin: 'private', where: `private, not running (\`callsync start\` starts it in ${local.dir})`, problem: null };
+      return {
+        origin: 'private',
+        where: `private, not running (\`callsync start\` starts it in ${local.dir})`,
+        problem: null,
+      };
     }
     return { origin: null, where: 'none', problem: err.message };
   }

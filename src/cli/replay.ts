@@ -57,7 +57,10 @@ export function archivedCall(text: string): CanonicalCall | null {
   if (typeof call.callId !== 'string' || typeof call.startedAt !== 'string') return null;
   if (typeof call.source !== 'string' || !(CALL_SOURCES as readonly string[]).includes(call.source)) return null;
   const source = call.source as CallSource;
-  const key = typeof call.key === 'string' && call.key !== '' ? call.key : callKey(source, source === 'channel' ? (call.channelId ?? null) : (call.agentId ?? null), call.callId);
+  const key =
+    typeof call.key === 'string' && call.key !== ''
+      ? call.key
+      : callKey(source, source === 'channel' ? (call.channelId ?? null) : (call.agentId ?? null), call.callId);
   const { revision: _revision, ...rest } = call;
   return { ...(rest as CanonicalCall), key, raw: (doc as { original?: unknown }).original ?? null };
 }
@@ -70,11 +73,21 @@ function archiveSinkOf(config: Config, name: string | undefined): { name: string
     return { name, options: found[1].options as ArchiveOptions };
   }
   if (archives.length === 0) throw new CliFailure('no archive sink in this configuration: replay reads the archive');
-  if (archives.length > 1) throw new UsageError(`more than one archive sink (${archives.map(([n]) => n).join(', ')}): name one with --archive`);
+  if (archives.length > 1)
+    throw new UsageError(
+      `more than one archive sink (${archives.map(([n]) => n).join(', ')}): name one with --archive`,
+    );
   return { name: archives[0]![0], options: archives[0]![1].options as ArchiveOptions };
 }
 
-export async function replay(config: Config, redis: RedisClient | null, options: ReplayOptions, io: CliIo, progressOut: ProgressOut, store?: ObjectStore): Promise<number> {
+export async function replay(
+  config: Config,
+  redis: RedisClient | null,
+  options: ReplayOptions,
+  io: CliIo,
+  progressOut: ProgressOut,
+  store?: ObjectStore,
+): Promise<number> {
   const archive = archiveSinkOf(config, options.archive);
   const source = store ?? (await createObjectStore(archive.options));
   const prefix = normalizePrefix(archive.options.prefix);
@@ -104,7 +117,8 @@ export async function replay(config: Config, redis: RedisClient | null, options:
         counts.already++;
       }
       // A line per 100 records off a terminal; the bar on one.
-      if (progressOut.isTTY || (i + 1) % 100 === 0 || i + 1 === keys.length) progress.update(i + 1, keys.length, `(${counts.queued} queued)`);
+      if (progressOut.isTTY || (i + 1) % 100 === 0 || i + 1 === keys.length)
+        progress.update(i + 1, keys.length, `(${counts.queued} queued)`);
     }
   } finally {
     progress.finish();

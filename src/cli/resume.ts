@@ -9,8 +9,15 @@ import { describePause, enableQueue, pauseState } from '../../queues/disabled.js
 import { resolveQueues } from './dlq.js';
 import type { CliIo } from './io.js';
 
-export async function resume(config: Config, redis: RedisClient, queue: string | undefined, io: CliIo): Promise<number> {
-  const queues = (await resolveQueues(config, redis, queue)).names.map((name) => new Queue(name, { connection: redis, prefix: redisKeys(config.redis).queuePrefix(name) }));
+export async function resume(
+  config: Config,
+  redis: RedisClient,
+  queue: string | undefined,
+  io: CliIo,
+): Promise<number> {
+  const queues = (await resolveQueues(config, redis, queue)).names.map(
+    (name) => new Queue(name, { connection: redis, prefix: redisKeys(config.redis).queuePrefix(name) }),
+  );
   for (const q of queues) q.on('error', () => undefined);
   try {
     let paused = 0;

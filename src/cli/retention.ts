@@ -25,7 +25,12 @@ See docs/privacy.md "Retention".`;
 export async function retentionCommand(args: string[], io: CliIo, config: () => Config): Promise<number> {
   let parsed;
   try {
-    parsed = parseArgs({ args, options: { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+    parsed = parseArgs({
+      args,
+      options: { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+      strict: true,
+    });
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
@@ -44,9 +49,25 @@ export async function retentionCommand(args: string[], io: CliIo, config: () => 
     } catch (err) {
       throw new CliFailure((err as Error).message);
     }
-    if (values.json) io.out(JSON.stringify(applied.map(({ bucket, before }) => ({ sink: bucket.sink, bucket: bucket.bucket, prefix: bucket.prefix, before: before.state, days: cfg.retention.archiveDays }))));
-    else if (applied.length === 0) io.out('no archive sink writes to S3: nothing to apply (folder archives are pruned by the retention sweeper)');
-    else for (const { bucket, before } of applied) io.out(`archive "${bucket.sink}" (s3://${bucket.bucket}/${bucket.prefix}): ${before.state === 'in-place' ? 'already in place' : `lifecycle rule ${LIFECYCLE_RULE_ID} set`}: objects expire after ${cfg.retention.archiveDays} days`);
+    if (values.json)
+      io.out(
+        JSON.stringify(
+          applied.map(({ bucket, before }) => ({
+            sink: bucket.sink,
+            bucket: bucket.bucket,
+            prefix: bucket.prefix,
+            before: before.state,
+            days: cfg.retention.archiveDays,
+          })),
+        ),
+      );
+    else if (applied.length === 0)
+      io.out('no archive sink writes to S3: nothing to apply (folder archives are pruned by the retention sweeper)');
+    else
+      for (const { bucket, before } of applied)
+        io.out(
+          `archive "${bucket.sink}" (s3://${bucket.bucket}/${bucket.prefix}): ${before.state === 'in-place' ? 'already in place' : `lifecycle rule ${LIFECYCLE_RULE_ID} set`}: objects expire after ${cfg.retention.archiveDays} days`,
+        );
     return 0;
   }
   const { sweepRetention } = await import('../privacy/retention.js');
@@ -57,7 +78,11 @@ export async function retentionCommand(args: string[], io: CliIo, config: () => 
     else {
       const removed = Object.entries(result.removed);
       io.out(removed.length === 0 ? 'removed nothing' : `removed: ${removed.map(([s, n]) => `${s} ${n}`).join(', ')}`);
-      io.out(`oldest (seconds): ${Object.entries(result.oldestSeconds).map(([s, n]) => `${s} ${n}`).join(', ')}`);
+      io.out(
+        `oldest (seconds): ${Object.entries(result.oldestSeconds)
+          .map(([s, n]) => `${s} ${n}`)
+          .join(', ')}`,
+      );
     }
     return 0;
   } finally {
@@ -68,7 +93,12 @@ export async function retentionCommand(args: string[], io: CliIo, config: () => 
 /** What check-config adds with ARCHIVE_RETENTION_DAYS set: whether each S3 archive has its lifecycle rule. */
 export async function retentionCheckLines(config: Config): Promise<string[]> {
   if (config.retention.archiveDays === undefined) return [];
-  if (!Object.values(config.sinks).some((s) => s.type === 'archive' && typeof (s.options as { bucket?: unknown }).bucket === 'string')) return [];
+  if (
+    !Object.values(config.sinks).some(
+      (s) => s.type === 'archive' && typeof (s.options as { bucket?: unknown }).bucket === 'string',
+    )
+  )
+    return [];
   const { lifecycleLines } = await import('../privacy/lifecycle.js');
   return lifecycleLines(config);
 }

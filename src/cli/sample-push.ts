@@ -13,16 +13,28 @@ import type { CliIo } from './io.js';
 import { directionOf, type SampleOptions } from './sample.js';
 
 /** The hangup cause the platform sends for a call of each outcome (the reverse of src/model/push.ts causeOutcome). */
-const CAUSES: Partial<Record<Outcome, string>> = { missed: 'noAnswer', busy: 'busy', transferred: 'forwarded', failed: 'notFound', unknown: 'unknown' };
+const CAUSES: Partial<Record<Outcome, string>> = {
+  missed: 'noAnswer',
+  busy: 'busy',
+  transferred: 'forwarded',
+  failed: 'notFound',
+  unknown: 'unknown',
+};
 
 const hints: Record<number, string> = {
   401: 'the ingress checks the Push API signature, which only the platform can make: try outcomes other than answered on an instance started with PUSH_API_VERIFY=false',
   403: 'this address is not on the allow list: for a local try start callsync with WEBHOOK_ALLOWED_IPS=127.0.0.1,::1',
-  404: 'no Push API route at this address: is the URL the ingress\'s?',
+  404: "no Push API route at this address: is the URL the ingress's?",
   503: 'callsync could not store the event (is Redis up?) or is shutting down; try again',
 };
 
-export async function sendPushSample(config: Config, webhookUrl: string, callId: string, sample: SampleOptions & { outcome: Outcome }, io: CliIo): Promise<number> {
+export async function sendPushSample(
+  config: Config,
+  webhookUrl: string,
+  callId: string,
+  sample: SampleOptions & { outcome: Outcome },
+  io: CliIo,
+): Promise<number> {
   const target = new URL(PUSH_PATH, webhookUrl).toString();
   const cause = CAUSES[sample.outcome] ?? 'unknown';
   const direction = directionOf(sample.direction);
@@ -34,7 +46,12 @@ export async function sendPushSample(config: Config, webhookUrl: string, callId:
   for (const body of events) {
     let res: Response;
     try {
-      res = await fetch(target, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: body.toString(), signal: AbortSignal.timeout(10_000) });
+      res = await fetch(target, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: body.toString(),
+        signal: AbortSignal.timeout(10_000),
+      });
     } catch (err) {
       const c = (err as Error & { cause?: { code?: string; message?: string } }).cause;
       io.err(`could not reach ${target}: ${c?.code ?? c?.message ?? (err as Error).message}`);
@@ -49,12 +66,19 @@ export async function sendPushSample(config: Config, webhookUrl: string, callId:
       return 1;
     }
   }
-  io.out(`accepted: call ${callId} as Push API events (newCall, hangup cause ${cause}): outcome ${sample.outcome}, direction ${direction}`);
+  io.out(
+    `accepted: call ${callId} as Push API events (newCall, hangup cause ${cause}): outcome ${sample.outcome}, direction ${direction}`,
+  );
   // The call as the ingress assembles it (the times aside, which no route reads), for its queues.
   const now = Date.now();
-  const state: PushCallState = { newCall: { at: now, event: parsePushEvent(events[0]!.toString()) }, hangup: { at: now, event: parsePushEvent(events[1]!.toString()) } };
+  const state: PushCallState = {
+    newCall: { at: now, event: parsePushEvent(events[0]!.toString()) },
+    hangup: { at: now, event: parsePushEvent(events[1]!.toString()) },
+  };
   const call = assemblePushCall(callId, state, new Date(now))!;
-  const queues = sinksFor(config.routes, call).flatMap((name) => config.sinks[name]?.endpoints?.map((e) => sinkQueueName(name, e)) ?? [sinkQueueName(name)]);
+  const queues = sinksFor(config.routes, call).flatMap(
+    (name) => config.sinks[name]?.endpoints?.map((e) => sinkQueueName(name, e)) ?? [sinkQueueName(name)],
+  );
   if (queues.length === 0) io.out('no sink takes this call in this configuration (see its routes)');
   else io.out(`job ${sinkJobId(call)} in ${queues.join(', ')}: watch it on /admin/queues`);
   return 0;

@@ -17,7 +17,14 @@ export interface SampleOptions {
 }
 
 /** Direction words the ingress reads (src/model/webhook.ts), and what each stands for. */
-const DIRECTION_WORDS: Record<string, 'in' | 'out'> = { in: 'in', inbound: 'in', incoming: 'in', out: 'out', outbound: 'out', outgoing: 'out' };
+const DIRECTION_WORDS: Record<string, 'in' | 'out'> = {
+  in: 'in',
+  inbound: 'in',
+  incoming: 'in',
+  out: 'out',
+  outbound: 'out',
+  outgoing: 'out',
+};
 
 function numberOption(name: string, value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
@@ -28,27 +35,38 @@ function numberOption(name: string, value: string | undefined): string | undefin
 }
 
 /** The checked --from, --to, --direction and --outcome; a clear usage error for each bad one. */
-export function sampleOptions(values: { from?: string; to?: string; direction?: string; outcome?: string }): SampleOptions {
+export function sampleOptions(values: {
+  from?: string;
+  to?: string;
+  direction?: string;
+  outcome?: string;
+}): SampleOptions {
   const options: SampleOptions = {};
   const from = numberOption('from', values.from);
   const to = numberOption('to', values.to);
   if (from !== undefined) options.from = from;
   if (to !== undefined) options.to = to;
   if (values.direction !== undefined) {
-    if (!(values.direction.trim().toLowerCase() in DIRECTION_WORDS)) throw new UsageError(`--direction "${values.direction}": use ${oneOf(['in', 'out'])} (or inbound, outbound)`);
+    if (!(values.direction.trim().toLowerCase() in DIRECTION_WORDS))
+      throw new UsageError(`--direction "${values.direction}": use ${oneOf(['in', 'out'])} (or inbound, outbound)`);
     options.direction = values.direction;
   }
   if (values.outcome !== undefined) {
     const outcome = values.outcome.trim().toLowerCase();
-    if (!(OUTCOMES as readonly string[]).includes(outcome)) throw new UsageError(`--outcome "${values.outcome}": use ${oneOf([...OUTCOMES])}`);
-    if (outcome === 'rejected') throw new UsageError('--outcome rejected: only channel events (the poller) report a rejected call; neither the webhook nor the Push API sends one');
+    if (!(OUTCOMES as readonly string[]).includes(outcome))
+      throw new UsageError(`--outcome "${values.outcome}": use ${oneOf([...OUTCOMES])}`);
+    if (outcome === 'rejected')
+      throw new UsageError(
+        '--outcome rejected: only channel events (the poller) report a rejected call; neither the webhook nor the Push API sends one',
+      );
     options.outcome = outcome as Outcome;
   }
   return options;
 }
 
 /** `in` or `out` of a direction word the ingress reads. */
-export const directionOf = (word: string | undefined): 'in' | 'out' => DIRECTION_WORDS[(word ?? 'in').trim().toLowerCase()] ?? 'in';
+export const directionOf = (word: string | undefined): 'in' | 'out' =>
+  DIRECTION_WORDS[(word ?? 'in').trim().toLowerCase()] ?? 'in';
 
 export function samplePayload(now = new Date(), options: SampleOptions = {}): Record<string, unknown> {
   const end = now.getTime();
@@ -75,7 +93,12 @@ export function samplePayload(now = new Date(), options: SampleOptions = {}): Re
         content: 'Caller: Hello, when are you open?\nCallee: Monday to Friday, nine to five.',
         chunks: [
           { speaker: 'caller', startTime: start + 2000, endTime: start + 4000, content: 'Hello, when are you open?' },
-          { speaker: 'callee', startTime: start + 5000, endTime: start + 8000, content: 'Monday to Friday, nine to five.' },
+          {
+            speaker: 'callee',
+            startTime: start + 5000,
+            endTime: start + 8000,
+            content: 'Monday to Friday, nine to five.',
+          },
         ],
       },
     },

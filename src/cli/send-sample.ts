@@ -53,17 +53,34 @@ const hints: Record<number, string> = {
   503: 'callsync could not store the event (is Redis up?) or is shutting down; try again',
 };
 
-export async function sendSample(config: Config, url: string | undefined, io: CliIo, sample: SampleOptions = {}): Promise<number> {
+export async function sendSample(
+  config: Config,
+  url: string | undefined,
+  io: CliIo,
+  sample: SampleOptions = {},
+): Promise<number> {
   const target = url ?? defaultSampleUrl(config);
   const payload = samplePayload(new Date(), sample);
   // A webhook call is answered (an agent took it): other outcomes come as the Push API's events.
-  if (sample.outcome !== undefined && sample.outcome !== 'answered') return sendPushSample(config, target, (payload.call as { id: string }).id, { ...sample, outcome: sample.outcome }, io);
+  if (sample.outcome !== undefined && sample.outcome !== 'answered')
+    return sendPushSample(
+      config,
+      target,
+      (payload.call as { id: string }).id,
+      { ...sample, outcome: sample.outcome },
+      io,
+    );
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   const token = config.webhook.authTokens[0];
   if (config.webhook.authHeader && token) headers[config.webhook.authHeader] = token;
   let res: Response;
   try {
-    res = await fetch(target, { method: 'POST', headers, body: JSON.stringify(payload), signal: AbortSignal.timeout(10_000) });
+    res = await fetch(target, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify(payload),
+      signal: AbortSignal.timeout(10_000),
+    });
   } catch (err) {
     const cause = (err as Error & { cause?: { code?: string; message?: string; errors?: { code?: string }[] } }).cause;
     const why = cause?.code ?? cause?.errors?.[0]?.code ?? cause?.message ?? (err as Error).message;
@@ -75,21 +92,37 @@ export async function sendSample(config: Config, url: string | undefined, io: Cl
   const callId = (payload.call as { id: string }).id;
   if (res.status === 202) {
     const body = JSON.parse(text) as { id: string; duplicate: boolean; update?: boolean; spooled?: boolean };
-    const state = body.duplicate ? 'duplicate of a call already accepted, nothing new queued' : body.update ? 'an update of a call already accepted' : '';
+    const state = body.duplicate
+      ? 'duplicate of a call already accepted, nothing new queued'
+      : body.update
+        ? 'an update of a call already accepted'
+        : '';
     io.out(`accepted: call ${callId} (inbound log id ${body.id}${state ? `; ${state}` : ''})`);
     if (body.spooled) io.out('spooled to local disk (Redis unavailable); it reaches the queues when Redis is back');
     // The call as the ingress sees it (the agent comes from the URL), so the key is the one it gets.
     const received = normalizeWebhook(payload, { agentId: agentIdOfUrl(target), receivedAt: new Date() });
-    const call: CanonicalCall = { ...received, revision: { stamp: '', update: body.update === true, content: contentHash(received) } };
+    const call: CanonicalCall = {
+      ...received,
+      revision: { stamp: '', update: body.update === true, content: contentHash(received) },
+    };
     // A sink with endpoints (a signed webhook) has a queue per endpoint; the fan-out adds the call to those.
-    const queues = sinksFor(config.routes, call).flatMap((name) => config.sinks[name]?.endpoints?.map((e) => sinkQueueName(name, e)) ?? [sinkQueueName(name)]);
+    const queues = sinksFor(config.routes, call).flatMap(
+      (name) => config.sinks[name]?.endpoints?.map((e) => sinkQueueName(name, e)) ?? [sinkQueueName(name)],
+    );
     if (queues.length === 0) io.out('no sink takes this call in this configuration (see its routes)');
     // The dashboard lists jobs per sink queue under the sink job id, the same in each queue.
-    else io.out(`job ${sinkJobId(call)} in ${queues.join(', ')}${body.spooled ? ' (once Redis is back)' : ''}: watch it on /admin/queues`);
+    else
+      io.out(
+        `job ${sinkJobId(call)} in ${queues.join(', ')}${body.spooled ? ' (once Redis is back)' : ''}: watch it on /admin/queues`,
+      );
     const archives = sampleArchiveAddresses(config, call);
     for (const a of archives) {
       // Only spooled: nothing is archived until Redis is back, so no path that does not exist yet.
-      io.out(body.spooled ? `archive ${a.sink}: spooled — not archived yet (it is written once Redis is back)` : `archive ${a.sink}: ${a.address} (and .txt beside it)`);
+      io.out(
+        body.spooled
+          ? `archive ${a.sink}: spooled — not archived yet (it is written once Redis is back)`
+          : `archive ${a.sink}: ${a.address} (and .txt beside it)`,
+      );
     }
     return 0;
   }

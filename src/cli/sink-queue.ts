@@ -28,7 +28,11 @@ export class SinkQueuer {
     /** `backfill` or `replay`: the job id's prefix (BullMQ job ids cannot hold `:`). */
     private readonly origin: string,
   ) {
-    this.queue = new Queue(sinkQueueName(sink), { connection: redis, prefix: redisKeys(config.redis).queuePrefix(sinkQueueName(sink)), defaultJobOptions: defaultJobOptions(config.retry) });
+    this.queue = new Queue(sinkQueueName(sink), {
+      connection: redis,
+      prefix: redisKeys(config.redis).queuePrefix(sinkQueueName(sink)),
+      defaultJobOptions: defaultJobOptions(config.retry),
+    });
   }
 
   jobId(call: CanonicalCall): string {
@@ -58,6 +62,9 @@ export class SinkQueuer {
 
 /** The sink named by `--sink`, checked against the configuration. */
 export function checkSink(config: Config, name: string): string {
-  if (!(name in config.sinks)) throw new UsageError(`--sink: no sink "${name}" in this configuration (sinks: ${Object.keys(config.sinks).join(', ') || 'none'})`);
+  if (!(name in config.sinks))
+    throw new UsageError(
+      `--sink: no sink "${name}" in this configuration (sinks: ${Object.keys(config.sinks).join(', ') || 'none'})`,
+    );
   return name;
 }

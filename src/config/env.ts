@@ -4,7 +4,16 @@
 // and the platform API client's (src/telephony/client.ts). README's variable table is checked
 // against this schema by test/config-docs.test.ts.
 import { z } from 'zod';
-import { envEnum, envInt, envList, envOptionalBool, envOptionalInt, envString, envStringOr, type EnvShape } from '../env-values.js';
+import {
+  envEnum,
+  envInt,
+  envList,
+  envOptionalBool,
+  envOptionalInt,
+  envString,
+  envStringOr,
+  type EnvShape,
+} from '../env-values.js';
 import { sinkEnv } from '../sinks/registry.js';
 import { sourceEnv } from '../sources/registry.js';
 import { telephonyEnv } from '../telephony/client.js';
@@ -28,7 +37,9 @@ const coreEnv = {
    * The Redis, `redis://[user:password@]host:port` or `rediss://…` (TLS). Unset (and no cluster or
    * Sentinel): the Redis answering at REDIS_LOCAL_PROBE, else a private one in DATA_DIR/redis.
    */
-  REDIS_URL: optionalString.refine((v) => v === undefined || /^rediss?:\/\//.test(v), { message: 'expected redis://host:port or rediss://… (TLS)' }),
+  REDIS_URL: optionalString.refine((v) => v === undefined || /^rediss?:\/\//.test(v), {
+    message: 'expected redis://host:port or rediss://… (TLS)',
+  }),
   /** Where callsync looks for a local Redis when none is configured, `host:port` or `off`. Default 127.0.0.1:6379. */
   REDIS_LOCAL_PROBE: envStringOr('127.0.0.1:6379'),
   /** The redis-server callsync starts as its private Redis when none is configured or answering. Default: `redis-server` on PATH. */
@@ -78,7 +89,10 @@ const coreEnv = {
    * Deepest nesting of arrays and objects in a webhook body (the body is level 1). Default 64; at
    * most 1000, as deeper JSON overflows the stack of the serializers downstream.
    */
-  WEBHOOK_MAX_DEPTH: int(64, 1).refine((n) => n <= 1000, 'expected at most 1000 (deeper JSON overflows the serializers downstream)'),
+  WEBHOOK_MAX_DEPTH: int(64, 1).refine(
+    (n) => n <= 1000,
+    'expected at most 1000 (deeper JSON overflows the serializers downstream)',
+  ),
   /** Most elements of one array, or keys of one object, in a webhook body. Default 100000. */
   WEBHOOK_MAX_ENTRIES: int(100_000, 1),
   /** Most values (containers included) in a whole webhook body. Default 1000000. */
@@ -174,8 +188,18 @@ const coreEnv = {
     const origins: string[] = [];
     for (const value of values) {
       const url = URL.canParse(value) ? new URL(value) : null;
-      if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.pathname !== '/' || url.search || url.hash || url.username) {
-        ctx.addIssue({ code: 'custom', message: `expected origins like https://ops.example.com (scheme, host, optional port; no path), got "${value}"` });
+      if (
+        !url ||
+        (url.protocol !== 'http:' && url.protocol !== 'https:') ||
+        url.pathname !== '/' ||
+        url.search ||
+        url.hash ||
+        url.username
+      ) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `expected origins like https://ops.example.com (scheme, host, optional port; no path), got "${value}"`,
+        });
         return z.NEVER;
       }
       origins.push(url.origin);
@@ -187,9 +211,15 @@ const coreEnv = {
   /** Days a call's timeline (and its lookup entries) is kept after its last event ("Where is my call?"). Default 30. */
   CALL_TIMELINE_TTL_DAYS: int(30, 1),
   /** HubSpot account (portal) id: the Calls page links a HubSpot call or contact id to its record in HubSpot's web app. Default: ids stay plain text. */
-  HUBSPOT_PORTAL_ID: envString.refine((v) => v === undefined || /^\d+$/.test(v), 'expected the HubSpot account id (digits)'),
+  HUBSPOT_PORTAL_ID: envString.refine(
+    (v) => v === undefined || /^\d+$/.test(v),
+    'expected the HubSpot account id (digits)',
+  ),
   /** Pipedrive company domain (`acme` of acme.pipedrive.com): the Calls page links a Pipedrive person or deal id to it. Default: ids stay plain text. */
-  PIPEDRIVE_COMPANY_DOMAIN: envString.refine((v) => v === undefined || /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/i.test(v), 'expected the company domain, e.g. acme for acme.pipedrive.com'),
+  PIPEDRIVE_COMPANY_DOMAIN: envString.refine(
+    (v) => v === undefined || /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/i.test(v),
+    'expected the company domain, e.g. acme for acme.pipedrive.com',
+  ),
   // The timeline's number index (`callsync calls --number`) is keyed with PRIVACY_HMAC_SECRET, the
   // one key of every keyed hash of a phone number (declared with the notification sinks,
   // src/sinks/notify/ledger.ts; unset: a key generated once and kept in Redis, queues/privacy-key.ts).
@@ -208,7 +238,9 @@ export const envSchema = z.object({ ...sinkEnv, ...sourceEnv(), ...telephonyEnv,
 /** The schema with the source types registered since (src/sources/registry.ts `registerSourceType`), as loadConfig reads it. */
 export function currentEnvSchema(): typeof envSchema {
   const sources = sourceEnv();
-  return Object.keys(sources).every((name) => name in envSchema.shape) ? envSchema : z.object({ ...sinkEnv, ...sources, ...telephonyEnv, ...coreEnv });
+  return Object.keys(sources).every((name) => name in envSchema.shape)
+    ? envSchema
+    : z.object({ ...sinkEnv, ...sources, ...telephonyEnv, ...coreEnv });
 }
 
 /** The parsed environment: the core settings and the API client's typed; the sink types' by name. */

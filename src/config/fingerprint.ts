@@ -31,5 +31,7 @@ function routingConfiguration(config: Pick<Config, 'sinks' | 'routes'>): unknown
 
 /** sha256 (hex) of the normalized sinks and routes, secrets left out. */
 export function routingFingerprint(config: Pick<Config, 'sinks' | 'routes'>): string {
-  return createHash('sha256').update(JSON.stringify(routingConfiguration(config))).digest('hex');
+  return createHash('sha256')
+    .update(JSON.stringify(routingConfiguration(config)))
+    .digest('hex');
 }

@@ -14,9 +14,28 @@ import { oneOf } from '../env-values.js';
 import { currentEnvSchema, type Env } from './env.js';
 import type { TelephonyClientOptions } from '../telephony/client.js';
 import {
-  ingressSection, opsSection, pollSection, privacySection, retentionSection, sourcesSection, retrySection, spoolSection, telephonySection, timelineSection, workerSection,
-  type HttpSection, type OpsSection, type PollerSettings, type PrivacySection, type RetentionSection, type Role, type SectionReport, type SpoolSection, type TimelineSection,
-  type WebhookSection, type WorkerSection,
+  ingressSection,
+  opsSection,
+  pollSection,
+  privacySection,
+  retentionSection,
+  sourcesSection,
+  retrySection,
+  spoolSection,
+  telephonySection,
+  timelineSection,
+  workerSection,
+  type HttpSection,
+  type OpsSection,
+  type PollerSettings,
+  type PrivacySection,
+  type RetentionSection,
+  type Role,
+  type SectionReport,
+  type SpoolSection,
+  type TimelineSection,
+  type WebhookSection,
+  type WorkerSection,
 } from './sections.js';
 import { archiveEnv } from '../sinks/archive/index.js';
 import { envOf } from '../sinks/types.js';
@@ -88,7 +107,10 @@ export const NO_ARCHIVE_WARNING =
 const sinkNameSchema = z
   .string()
   .regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i, 'sink names are letters, digits, - and _')
-  .refine((name) => name !== 'poller', 'the sink name "poller" is reserved (the channel poller keeps its state under it): choose another');
+  .refine(
+    (name) => name !== 'poller',
+    'the sink name "poller" is reserved (the channel poller keeps its state under it): choose another',
+  );
 
 /** The top-level keys of the config file. */
 const FILE_KEYS = ['sinks', 'routes', 'retry'] as const;
@@ -108,18 +130,23 @@ interface ConfigFile {
 /** Replaces `${NAME}` and `${NAME:-default}` in every string value; unknown names are reported. */
 function interpolate(value: unknown, env: NodeJS.ProcessEnv, path: string, problems: string[]): unknown {
   if (typeof value === 'string') {
-    return value.replace(/\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g, (match, name: string | undefined, def: string | undefined) => {
-      if (match === '$$') return '$';
-      const v = env[name!];
-      if (v !== undefined && v !== '') return v;
-      if (def !== undefined) return def;
-      problems.push(`${path}: environment variable ${name} is not set`);
-      return '';
-    });
+    return value.replace(
+      /\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g,
+      (match, name: string | undefined, def: string | undefined) => {
+        if (match === '$$') return '$';
+        const v = env[name!];
+        if (v !== undefined && v !== '') return v;
+        if (def !== undefined) return def;
+        problems.push(`${path}: environment variable ${name} is not set`);
+        return '';
+      },
+    );
   }
   if (Array.isArray(value)) return value.map((v, i) => interpolate(v, env, `${path}[${i}]`, problems));
   if (value !== null && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, interpolate(v, env, path ? `${path}.${k}` : k, problems)]));
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [k, interpolate(v, env, path ? `${path}.${k}` : k, problems)]),
+    );
   }
   return value;
 }
@@ -136,12 +163,15 @@ function formatPath(path: readonly Segment[]): string {
   return out || '(root)';
 }
 
-const kindOf = (v: unknown): string => (v === null ? 'null' : Array.isArray(v) ? 'a list' : typeof v === 'object' ? 'a mapping' : typeof v);
+const kindOf = (v: unknown): string =>
+  v === null ? 'null' : Array.isArray(v) ? 'a list' : typeof v === 'object' ? 'a mapping' : typeof v;
 const isPrimitive = (v: unknown) => v === null || (typeof v !== 'object' && typeof v !== 'function');
 
 /** A union branch that failed only because the value is of the other branch's kind (one value vs a list). */
 function wrongKind(issues: readonly z.core.$ZodIssue[]): boolean {
-  return issues.every((i) => i.path.length === 0 && (i.code === 'invalid_type' || (i.code === 'invalid_value' && !isPrimitive(i.input))));
+  return issues.every(
+    (i) => i.path.length === 0 && (i.code === 'invalid_type' || (i.code === 'invalid_value' && !isPrimitive(i.input))),
+  );
 }
 
 /**
@@ -156,15 +186,27 @@ function describeIssues(issues: readonly z.core.$ZodIssue[], base: readonly Segm
       case 'invalid_union': {
         const branches = issue.errors.filter((b) => !wrongKind(b));
         if (branches.length === 1) return describeIssues(branches[0]!, path);
-        const expected = [...new Set(issue.errors.flatMap((b) => b.filter((i) => i.code === 'invalid_type').map((i) => (i as z.core.$ZodIssueInvalidType).expected)))];
-        return [`${formatPath(path)}: ${expected.length > 0 ? `expected ${oneOf(expected)}, got ${kindOf(issue.input)}` : issue.message}`];
+        const expected = [
+          ...new Set(
+            issue.errors.flatMap((b) =>
+              b.filter((i) => i.code === 'invalid_type').map((i) => (i as z.core.$ZodIssueInvalidType).expected),
+            ),
+          ),
+        ];
+        return [
+          `${formatPath(path)}: ${expected.length > 0 ? `expected ${oneOf(expected)}, got ${kindOf(issue.input)}` : issue.message}`,
+        ];
       }
       case 'invalid_value':
-        return [`${formatPath(path)}: ${isPrimitive(issue.input) && issue.input !== undefined ? `${JSON.stringify(issue.input)} — ` : ''}use ${oneOf(issue.values)}`];
+        return [
+          `${formatPath(path)}: ${isPrimitive(issue.input) && issue.input !== undefined ? `${JSON.stringify(issue.input)} — ` : ''}use ${oneOf(issue.values)}`,
+        ];
       case 'unrecognized_keys':
         return issue.keys.map((k) => `${formatPath([...path, k])}: unknown key`);
       case 'invalid_type':
-        return [`${formatPath(path)}: ${issue.input === undefined ? `missing (expected ${issue.expected})` : `expected ${issue.expected}, got ${kindOf(issue.input)}`}`];
+        return [
+          `${formatPath(path)}: ${issue.input === undefined ? `missing (expected ${issue.expected})` : `expected ${issue.expected}, got ${kindOf(issue.input)}`}`,
+        ];
       default:
         return [`${formatPath(path)}: ${issue.message}`];
     }
@@ -176,10 +218,16 @@ export interface LoadOptions {
   readFile?: (path: string) => string;
 }
 
-const isMapping = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+const isMapping = (v: unknown): v is Record<string, unknown> =>
+  v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /** Reads the config file part by part, so that one bad part does not hide the problems of the others. */
-function readConfigFile(configPath: string, processEnv: NodeJS.ProcessEnv, options: LoadOptions, problems: string[]): ConfigFile {
+function readConfigFile(
+  configPath: string,
+  processEnv: NodeJS.ProcessEnv,
+  options: LoadOptions,
+  problems: string[],
+): ConfigFile {
   const file: ConfigFile = { sinks: {}, routes: [] };
   let text: string;
   try {
@@ -201,7 +249,8 @@ function readConfigFile(configPath: string, processEnv: NodeJS.ProcessEnv, optio
     return file;
   }
   for (const key of Object.keys(doc)) {
-    if (!(FILE_KEYS as readonly string[]).includes(key)) problems.push(`${key}: unknown key — the config file has ${FILE_KEYS.join(', ')}`);
+    if (!(FILE_KEYS as readonly string[]).includes(key))
+      problems.push(`${key}: unknown key — the config file has ${FILE_KEYS.join(', ')}`);
   }
   if (doc.sinks !== undefined && doc.sinks !== null) {
     if (isMapping(doc.sinks)) file.sinks = doc.sinks;
@@ -233,8 +282,10 @@ function withArchiveEnv(options: Record<string, unknown>, parsedEnv: Env): Recor
   if (out.region === undefined && env.AWS_REGION) out.region = env.AWS_REGION;
   if (out.endpoint === undefined && env.S3_ENDPOINT) out.endpoint = env.S3_ENDPOINT;
   if (out.forcePathStyle === undefined && env.S3_FORCE_PATH_STYLE) out.forcePathStyle = true;
-  if (out.accessKeyId !== undefined && out.secretAccessKey === undefined && env.AWS_SECRET_ACCESS_KEY) out.secretAccessKey = env.AWS_SECRET_ACCESS_KEY;
-  if (out.secretAccessKey !== undefined && out.accessKeyId === undefined && env.AWS_ACCESS_KEY_ID) out.accessKeyId = env.AWS_ACCESS_KEY_ID;
+  if (out.accessKeyId !== undefined && out.secretAccessKey === undefined && env.AWS_SECRET_ACCESS_KEY)
+    out.secretAccessKey = env.AWS_SECRET_ACCESS_KEY;
+  if (out.secretAccessKey !== undefined && out.accessKeyId === undefined && env.AWS_ACCESS_KEY_ID)
+    out.accessKeyId = env.AWS_ACCESS_KEY_ID;
   return out;
 }
 
@@ -263,34 +314,54 @@ function redisSettings(env: Env, problems: string[], warnings: string[]): RedisS
   const clusterNodes = parseNodes('REDIS_CLUSTER_NODES', env.REDIS_CLUSTER_NODES, problems);
   const sentinels = parseNodes('REDIS_SENTINELS', env.REDIS_SENTINELS, problems);
   if (env.REDIS_CLUSTER_NODES.length > 0 && env.REDIS_SENTINELS.length > 0)
-    problems.push('REDIS_CLUSTER_NODES: set together with REDIS_SENTINELS; a Redis Cluster does not use Sentinel: set one of them');
+    problems.push(
+      'REDIS_CLUSTER_NODES: set together with REDIS_SENTINELS; a Redis Cluster does not use Sentinel: set one of them',
+    );
   if (env.REDIS_SENTINELS.length > 0 && env.REDIS_SENTINEL_NAME === undefined)
-    problems.push('REDIS_SENTINEL_NAME: required with REDIS_SENTINELS (the master\'s name in the sentinels\' configuration)');
+    problems.push(
+      "REDIS_SENTINEL_NAME: required with REDIS_SENTINELS (the master's name in the sentinels' configuration)",
+    );
   if (env.REDIS_SENTINEL_NAME !== undefined && env.REDIS_SENTINELS.length === 0)
     problems.push('REDIS_SENTINEL_NAME: set without REDIS_SENTINELS');
   const cluster = env.REDIS_CLUSTER_NODES.length > 0;
   const braces = /[{}]/.test(env.QUEUE_PREFIX);
   const plain = env.QUEUE_PREFIX.replace(/[{}]/g, '');
   if (cluster && braces && !hasHashTag(env.QUEUE_PREFIX)) {
-    problems.push(`QUEUE_PREFIX: "${env.QUEUE_PREFIX}" has braces but no {hash-tag} Redis Cluster would use (a "{" with a "}" after it and something between): use "${plain}" to spread the keys over the masters, or "{${plain}}" to keep them in one slot`);
+    problems.push(
+      `QUEUE_PREFIX: "${env.QUEUE_PREFIX}" has braces but no {hash-tag} Redis Cluster would use (a "{" with a "}" after it and something between): use "${plain}" to spread the keys over the masters, or "{${plain}}" to keep them in one slot`,
+    );
   } else if (cluster && braces) {
     warnings.push(
       `QUEUE_PREFIX: "${env.QUEUE_PREFIX}" is a {hash-tag}: every key is in one slot, so one master of the cluster holds them all (availability, not throughput); "${plain}" spreads them — a change of layout: drain first (docs/operations.md "Moving to the spread layout")`,
     );
-    if ((env.INBOUND_SHARDS ?? 1) > 1) warnings.push(`INBOUND_SHARDS=${env.INBOUND_SHARDS}: with a {hash-tag} QUEUE_PREFIX every shard is in the same slot, on the same master: no gain`);
+    if ((env.INBOUND_SHARDS ?? 1) > 1)
+      warnings.push(
+        `INBOUND_SHARDS=${env.INBOUND_SHARDS}: with a {hash-tag} QUEUE_PREFIX every shard is in the same slot, on the same master: no gain`,
+      );
   }
   if (env.INBOUND_SHARDS !== undefined && env.INBOUND_SHARDS > MAX_INBOUND_SHARDS)
-    problems.push(`INBOUND_SHARDS: ${env.INBOUND_SHARDS} is more than ${MAX_INBOUND_SHARDS} (each shard is a stream, a fan-out loop and a blocking connection per worker process)`);
+    problems.push(
+      `INBOUND_SHARDS: ${env.INBOUND_SHARDS} is more than ${MAX_INBOUND_SHARDS} (each shard is a stream, a fan-out loop and a blocking connection per worker process)`,
+    );
   const url = env.REDIS_URL ?? DEFAULT_REDIS_URL;
   const urlTls = url.startsWith('rediss://');
   if (env.REDIS_TLS === false && urlTls && clusterNodes.length === 0 && sentinels.length === 0)
     problems.push('REDIS_TLS: off, but REDIS_URL is rediss:// (TLS); use redis:// or leave REDIS_TLS unset');
-  const configured = env.REDIS_URL !== undefined || env.REDIS_CLUSTER_NODES.length > 0 || env.REDIS_SENTINELS.length > 0;
+  const configured =
+    env.REDIS_URL !== undefined || env.REDIS_CLUSTER_NODES.length > 0 || env.REDIS_SENTINELS.length > 0;
   let probe: RedisNode | null = null;
-  if (env.REDIS_LOCAL_PROBE !== 'off') probe = parseNodes('REDIS_LOCAL_PROBE', [env.REDIS_LOCAL_PROBE], problems)[0] ?? null;
-  const local: LocalRedisSettings | undefined = configured ? undefined : { probe, dir: join(env.DATA_DIR, 'redis'), ...(env.REDIS_SERVER_BIN !== undefined ? { serverBin: env.REDIS_SERVER_BIN } : {}) };
+  if (env.REDIS_LOCAL_PROBE !== 'off')
+    probe = parseNodes('REDIS_LOCAL_PROBE', [env.REDIS_LOCAL_PROBE], problems)[0] ?? null;
+  const local: LocalRedisSettings | undefined = configured
+    ? undefined
+    : {
+        probe,
+        dir: join(env.DATA_DIR, 'redis'),
+        ...(env.REDIS_SERVER_BIN !== undefined ? { serverBin: env.REDIS_SERVER_BIN } : {}),
+      };
   return {
-    url: probe && !configured ? `redis://${probe.host.includes(':') ? `[${probe.host}]` : probe.host}:${probe.port}` : url,
+    url:
+      probe && !configured ? `redis://${probe.host.includes(':') ? `[${probe.host}]` : probe.host}:${probe.port}` : url,
     ...(local ? { local } : {}),
     clusterNodes,
     sentinels,
@@ -344,13 +415,18 @@ function addSink(ctx: SinkContext, name: string, raw: unknown, origin: SinkConfi
   const { type: _type, ...given } = raw;
   const rest = origin === 'file' && raw.type === 'archive' ? withArchiveEnv(given, env) : given;
   const check = (options: unknown) => {
-    for (const problem of type.check?.(options, env, { telephony: ctx.telephonyConfigured }) ?? []) problems.push(`${where} (${raw.type}): ${problem}`);
+    for (const problem of type.check?.(options, env, { telephony: ctx.telephonyConfigured }) ?? [])
+      problems.push(`${where} (${raw.type}): ${problem}`);
   };
   const parsed = type.options.safeParse(rest, { reportInput: true });
   if (!parsed.success) {
     problems.push(...describeIssues(parsed.error.issues, [where]));
     // The sink's other problems too (its credentials, …): checked with the bad options left out.
-    const bad = new Set(parsed.error.issues.flatMap((i) => (i.path.length > 0 ? [String(i.path[0])] : i.code === 'unrecognized_keys' ? i.keys : [])));
+    const bad = new Set(
+      parsed.error.issues.flatMap((i) =>
+        i.path.length > 0 ? [String(i.path[0])] : i.code === 'unrecognized_keys' ? i.keys : [],
+      ),
+    );
     const partial = type.options.safeParse(Object.fromEntries(Object.entries(rest).filter(([k]) => !bad.has(k))));
     if (partial.success) check(partial.data);
     return;
@@ -384,7 +460,13 @@ function fileRoutes(file: ConfigFile, out: SinksAndRoutes, problems: string[]): 
  * same variables (e.g. its token), and a second sink would write every call twice.
  */
 function sinksSection(env: Env, file: ConfigFile, telephonyConfigured: boolean, report: SectionReport): SinksAndRoutes {
-  const ctx: SinkContext = { env, telephonyConfigured, problems: report.problems, out: { sinks: {}, routes: [] }, declared: new Set() };
+  const ctx: SinkContext = {
+    env,
+    telephonyConfigured,
+    problems: report.problems,
+    out: { sinks: {}, routes: [] },
+    declared: new Set(),
+  };
   for (const [name, raw] of Object.entries(file.sinks)) addSink(ctx, name, raw, 'file', `sinks.${name}`);
   const targets = fileRoutes(file, ctx.out, report.problems);
   const fileTypes = new Set(Object.values(file.sinks).map((raw) => (isMapping(raw) ? raw.type : undefined)));
@@ -403,11 +485,19 @@ function sinksSection(env: Env, file: ConfigFile, telephonyConfigured: boolean, 
   }
   const { declared } = ctx;
   for (const { i, to } of targets) {
-    for (const name of to) if (!declared.has(name)) report.problems.push(`routes[${i}].to: no sink named "${name}"${declared.size > 0 ? ` — use ${oneOf([...declared])}` : ''}`);
+    for (const name of to)
+      if (!declared.has(name))
+        report.problems.push(
+          `routes[${i}].to: no sink named "${name}"${declared.size > 0 ? ` — use ${oneOf([...declared])}` : ''}`,
+        );
   }
   // With a config file the file lists every sink: no implicit local archive (transcripts are personal
   // data; they go nowhere the file does not name). Say so when nothing archives calls.
-  const archives = new Set(Object.values(ctx.out.sinks).filter((s) => s.type === 'archive').map((s) => s.name));
+  const archives = new Set(
+    Object.values(ctx.out.sinks)
+      .filter((s) => s.type === 'archive')
+      .map((s) => s.name),
+  );
   if (!ctx.out.routes.some((r) => r.to.some((name) => archives.has(name)))) report.warnings.push(NO_ARCHIVE_WARNING);
   return ctx.out;
 }
@@ -420,7 +510,10 @@ function parseEnv(processEnv: NodeJS.ProcessEnv, problems: string[]): { env: Env
   problems.push(...describeIssues(parsed.error.issues));
   // Keep checking the rest (the config file too) with the bad variables left at their defaults.
   const badKeys = new Set(parsed.error.issues.map((i) => String(i.path[0])));
-  return { env: envSchema.parse(Object.fromEntries(Object.entries(processEnv).filter(([k]) => !badKeys.has(k)))), badKeys };
+  return {
+    env: envSchema.parse(Object.fromEntries(Object.entries(processEnv).filter(([k]) => !badKeys.has(k)))),
+    badKeys,
+  };
 }
 
 export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): Config {
@@ -430,7 +523,9 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   const telephony = telephonySection(env, report);
   const telephonyConfigured = env.TELEPHONY_API_URL !== undefined || badKeys.has('TELEPHONY_API_URL');
   const configPath = env.CALLSYNC_CONFIG;
-  const file = configPath ? readConfigFile(configPath, processEnv, options, report.problems) : { sinks: {}, routes: [] as unknown[] };
+  const file = configPath
+    ? readConfigFile(configPath, processEnv, options, report.problems)
+    : { sinks: {}, routes: [] as unknown[] };
   const { sinks, routes } = sinksSection(env, file, telephonyConfigured, report);
   const ingress = ingressSection(env, report);
   const sources = sourcesSection(env, report);

@@ -68,11 +68,16 @@ function validateIpList(variable: string, list: string[], problems: string[]): v
     const family = isIP(addr ?? '');
     const maxBits = family === 6 ? 128 : 32;
     const bitsOk = bits === undefined || (/^\d+$/.test(bits) && Number(bits) <= maxBits);
-    if (family === 0 || !bitsOk || rest.length > 0) problems.push(`${variable}: "${entry}" is not an IP address or CIDR`);
+    if (family === 0 || !bitsOk || rest.length > 0)
+      problems.push(`${variable}: "${entry}" is not an IP address or CIDR`);
   }
 }
 
-const ipList = (value: string | undefined) => (value ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+const ipList = (value: string | undefined) =>
+  (value ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 
 function allowedIps(env: Env, report: SectionReport): string[] | '*' {
   if (env.WEBHOOK_ALLOWED_IPS === undefined) return PLATFORM_WEBHOOK_IPS;
@@ -87,23 +92,34 @@ function allowedIps(env: Env, report: SectionReport): string[] | '*' {
 
 function trustedProxies(env: Env, { problems }: SectionReport): string[] {
   const proxies = ipList(env.TRUSTED_PROXIES);
-  if (proxies.includes('*')) problems.push('TRUSTED_PROXIES: "*" would believe X-Forwarded-For from anyone; list the proxies\' IPs or CIDRs');
+  if (proxies.includes('*'))
+    problems.push('TRUSTED_PROXIES: "*" would believe X-Forwarded-For from anyone; list the proxies\' IPs or CIDRs');
   else validateIpList('TRUSTED_PROXIES', proxies, problems);
   // Hops alone once meant "believe the header from whoever connects": a forged header got in.
   if ((env.TRUST_PROXY_HOPS ?? 0) > 0 && proxies.length === 0)
-    problems.push('TRUST_PROXY_HOPS: set without TRUSTED_PROXIES; X-Forwarded-For is read only from trusted proxies: set TRUSTED_PROXIES to the proxies\' IPs or CIDRs');
+    problems.push(
+      "TRUST_PROXY_HOPS: set without TRUSTED_PROXIES; X-Forwarded-For is read only from trusted proxies: set TRUSTED_PROXIES to the proxies' IPs or CIDRs",
+    );
   return proxies;
 }
 
 function checkIngress(env: Env, { problems, badKeys }: SectionReport): void {
-  if (env.HTTP_HEADERS_TIMEOUT_MS > env.WEBHOOK_REQUEST_TIMEOUT_MS && !badKeys.has('HTTP_HEADERS_TIMEOUT_MS') && !badKeys.has('WEBHOOK_REQUEST_TIMEOUT_MS'))
-    problems.push(`HTTP_HEADERS_TIMEOUT_MS: ${env.HTTP_HEADERS_TIMEOUT_MS} is longer than WEBHOOK_REQUEST_TIMEOUT_MS (${env.WEBHOOK_REQUEST_TIMEOUT_MS}); the headers are part of the request`);
+  if (
+    env.HTTP_HEADERS_TIMEOUT_MS > env.WEBHOOK_REQUEST_TIMEOUT_MS &&
+    !badKeys.has('HTTP_HEADERS_TIMEOUT_MS') &&
+    !badKeys.has('WEBHOOK_REQUEST_TIMEOUT_MS')
+  )
+    problems.push(
+      `HTTP_HEADERS_TIMEOUT_MS: ${env.HTTP_HEADERS_TIMEOUT_MS} is longer than WEBHOOK_REQUEST_TIMEOUT_MS (${env.WEBHOOK_REQUEST_TIMEOUT_MS}); the headers are part of the request`,
+    );
   if (env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length === 0)
     problems.push('WEBHOOK_AUTH_TOKENS: required when WEBHOOK_AUTH_HEADER is set');
   if (!env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length > 0)
     problems.push('WEBHOOK_AUTH_HEADER: required when WEBHOOK_AUTH_TOKENS is set');
   if (env.ACK_REPLICAS > 0 && env.ACK_REPLICAS_TIMEOUT_MS >= env.ENQUEUE_TIMEOUT_MS)
-    problems.push(`ACK_REPLICAS_TIMEOUT_MS: ${env.ACK_REPLICAS_TIMEOUT_MS} must be below ENQUEUE_TIMEOUT_MS (${env.ENQUEUE_TIMEOUT_MS}): the append and its WAIT share that time`);
+    problems.push(
+      `ACK_REPLICAS_TIMEOUT_MS: ${env.ACK_REPLICAS_TIMEOUT_MS} must be below ENQUEUE_TIMEOUT_MS (${env.ENQUEUE_TIMEOUT_MS}): the append and its WAIT share that time`,
+    );
 }
 
 export function ingressSection(env: Env, report: SectionReport): IngressSection {
@@ -125,7 +141,11 @@ export function ingressSection(env: Env, report: SectionReport): IngressSection 
       authHeader: env.WEBHOOK_AUTH_HEADER?.toLowerCase(),
       authTokens: env.WEBHOOK_AUTH_TOKENS,
       bodyLimitBytes: env.WEBHOOK_BODY_LIMIT,
-      jsonLimits: { maxDepth: env.WEBHOOK_MAX_DEPTH, maxEntries: env.WEBHOOK_MAX_ENTRIES, maxValues: env.WEBHOOK_MAX_VALUES },
+      jsonLimits: {
+        maxDepth: env.WEBHOOK_MAX_DEPTH,
+        maxEntries: env.WEBHOOK_MAX_ENTRIES,
+        maxValues: env.WEBHOOK_MAX_VALUES,
+      },
       dedupeWindowMs: env.DEDUPE_WINDOW_SECONDS * 1000,
       enqueueTimeoutMs: env.ENQUEUE_TIMEOUT_MS,
     },
@@ -160,7 +180,12 @@ export function opsSection(env: Env): OpsSection {
   return {
     port: env.OPS_PORT === 'off' ? null : (env.OPS_PORT ?? byRole),
     host: env.OPS_HOST ?? env.HOST,
-    admin: { username: env.ADMIN_USERNAME, password: env.ADMIN_PASSWORD, token: env.ADMIN_TOKEN, origins: env.ADMIN_ORIGIN },
+    admin: {
+      username: env.ADMIN_USERNAME,
+      password: env.ADMIN_PASSWORD,
+      token: env.ADMIN_TOKEN,
+      origins: env.ADMIN_ORIGIN,
+    },
     metricsToken: env.METRICS_TOKEN,
     crmLinks: { hubspotPortalId: env.HUBSPOT_PORTAL_ID, pipedriveCompanyDomain: env.PIPEDRIVE_COMPANY_DOMAIN },
   };
@@ -211,7 +236,10 @@ export interface TimelineSection {
   privacySecret: string | undefined;
 }
 
-export const timelineSection = (env: Env): TimelineSection => ({ ttlDays: env.CALL_TIMELINE_TTL_DAYS, privacySecret: privacySecret(env) });
+export const timelineSection = (env: Env): TimelineSection => ({
+  ttlDays: env.CALL_TIMELINE_TTL_DAYS,
+  privacySecret: privacySecret(env),
+});
 
 export interface WorkerSection {
   concurrency: number;
@@ -290,4 +318,7 @@ export interface PrivacySection {
   defaultRegion: CountryCode;
 }
 
-export const privacySection = (env: Env): PrivacySection => ({ hmacSecret: privacySecret(env), defaultRegion: resolveRegion(undefined, env) });
+export const privacySection = (env: Env): PrivacySection => ({
+  hmacSecret: privacySecret(env),
+  defaultRegion: resolveRegion(undefined, env),
+});

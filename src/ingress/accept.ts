@@ -148,7 +148,13 @@ export class InboundAcceptor implements CallAcceptor {
       const encoded = encodeCall(call, options?.rawJson);
       const item: AppendItem = { dedupeId, id, call: encoded.json, content: encoded.contentHash };
       if (this.inFlightChars > 0 && this.inFlightChars + item.call.length > this.maxInFlightChars) {
-        reject(new QueueUnavailableError(new Error(`${this.inFlightChars} characters already on their way to Redis (at most ${this.maxInFlightChars})`)));
+        reject(
+          new QueueUnavailableError(
+            new Error(
+              `${this.inFlightChars} characters already on their way to Redis (at most ${this.maxInFlightChars})`,
+            ),
+          ),
+        );
         return;
       }
       this.inFlightChars += item.call.length;
@@ -187,7 +193,9 @@ export class InboundAcceptor implements CallAcceptor {
     withTimeout(write, this.options.timeoutMs + Math.ceil(chars / ENQUEUE_CHARS_PER_MS), 'enqueue').then(
       (outcomes: AppendOutcome[]) => {
         if (outcomes.length !== batch.length) {
-          const failure = new QueueUnavailableError(new Error(`store answered ${outcomes.length} outcomes for ${batch.length} calls`));
+          const failure = new QueueUnavailableError(
+            new Error(`store answered ${outcomes.length} outcomes for ${batch.length} calls`),
+          );
           for (const w of batch) w.reject(failure);
           return;
         }
@@ -196,7 +204,10 @@ export class InboundAcceptor implements CallAcceptor {
         batch.forEach((w, i) => {
           const outcome = outcomes[i]!;
           if (!outcome.stored) w.resolve({ id: outcome.firstId, duplicate: true });
-          else w.resolve(outcome.update ? { id: w.item.id, duplicate: false, update: true } : { id: w.item.id, duplicate: false });
+          else
+            w.resolve(
+              outcome.update ? { id: w.item.id, duplicate: false, update: true } : { id: w.item.id, duplicate: false },
+            );
         });
       },
       (err: unknown) => {
@@ -213,6 +224,11 @@ function noteReceived(timeline: CallTimeline, batch: Waiting[], outcomes: Append
     const outcome = outcomes[i]!;
     const revision = !outcome.stored ? 'duplicate' : outcome.update ? 'update' : 'new';
     const jobId = outcome.stored ? w.item.id : outcome.firstId;
-    void timeline.received(w.call, { jobId, revision, requestId: w.options?.requestId, spooled: w.options?.jobId !== undefined });
+    void timeline.received(w.call, {
+      jobId,
+      revision,
+      requestId: w.options?.requestId,
+      spooled: w.options?.jobId !== undefined,
+    });
   });
 }

@@ -9,7 +9,13 @@ import { requestLog } from '../log.js';
 import { callHash } from '../model/call.js';
 import { traceAccepted, tracingOn } from '../telemetry.js';
 import { aiAgentSource } from '../sources/ai-agent.js';
-import { SourceRefusal, SourceUnavailable, type Source, type SourceAccepted, type SourceRequest } from '../sources/types.js';
+import {
+  SourceRefusal,
+  SourceUnavailable,
+  type Source,
+  type SourceAccepted,
+  type SourceRequest,
+} from '../sources/types.js';
 import { QueueUnavailableError, type CallAcceptor } from './accept.js';
 import { ApiError, errorBody, problemsBody, WHOLE_REQUEST, type Problem } from './errors.js';
 import { BODY_BUDGET_BYTES, bodyBudget } from './middleware/body-budget.js';
@@ -61,7 +67,10 @@ const MAX_LISTED_PROBLEMS = 20;
 function listed(problems: Problem[]): Problem[] {
   if (problems.length <= MAX_LISTED_PROBLEMS) return problems;
   const rest = problems.length - MAX_LISTED_PROBLEMS + 1;
-  return [...problems.slice(0, MAX_LISTED_PROBLEMS - 1), { detail: `${rest} more problems not listed`, pointer: WHOLE_REQUEST }];
+  return [
+    ...problems.slice(0, MAX_LISTED_PROBLEMS - 1),
+    { detail: `${rest} more problems not listed`, pointer: WHOLE_REQUEST },
+  ];
 }
 
 /**
@@ -108,7 +117,8 @@ export function createIngressApp(deps: IngressDeps): Hono {
   app.get('/healthz', (c) => c.json({ status: 'ok' }));
   app.get('/readyz', async (c) => {
     const ok = await deps.ready().catch(() => false);
-    if (ok !== true) return c.json(errorBody(503, ok || 'Redis is not reachable'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
+    if (ok !== true)
+      return c.json(errorBody(503, ok || 'Redis is not reachable'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
     return c.json({ status: 'ready', ...(await deps.readyDetail?.().catch(() => ({}))) });
   });
 
@@ -123,14 +133,24 @@ export function createIngressApp(deps: IngressDeps): Hono {
     remoteAddress: deps.remoteAddress,
   });
   // Bodies held at once, by bytes (./middleware/body-budget.ts): beyond, 503 before reading.
-  const budget = bodyBudget({ maxBytes: deps.bodyBudgetBytes ?? BODY_BUDGET_BYTES, bodyLimitBytes: deps.webhook.bodyLimitBytes, retryAfterSeconds: RETRY_AFTER_SECONDS });
+  const budget = bodyBudget({
+    maxBytes: deps.bodyBudgetBytes ?? BODY_BUDGET_BYTES,
+    bodyLimitBytes: deps.webhook.bodyLimitBytes,
+    retryAfterSeconds: RETRY_AFTER_SECONDS,
+  });
   // JSON sources: the shared secret (when configured), then charset, size and shape limits.
   const jsonGuards: MiddlewareHandler[] = [];
-  if (deps.webhook.authHeader) jsonGuards.push(sharedSecret({ header: deps.webhook.authHeader, tokens: deps.webhook.authTokens }));
+  if (deps.webhook.authHeader)
+    jsonGuards.push(sharedSecret({ header: deps.webhook.authHeader, tokens: deps.webhook.authTokens }));
   jsonGuards.push(jsonBody({ maxBytes: deps.webhook.bodyLimitBytes }), jsonLimits(deps.webhook.jsonLimits));
 
   const receive = (source: Source) => async (c: Context) => {
-    const request: SourceRequest = { params: c.req.param() as Record<string, string>, headers: c.req.raw.headers, url: c.req.url, receivedAt: now() };
+    const request: SourceRequest = {
+      params: c.req.param() as Record<string, string>,
+      headers: c.req.raw.headers,
+      url: c.req.url,
+      receivedAt: now(),
+    };
     if (source.body === 'json') request.json = { value: c.get('jsonBody'), text: c.get('jsonText') };
     else request.raw = await rawBody(c, source.maxBodyBytes ?? deps.webhook.bodyLimitBytes);
     let result;
@@ -138,7 +158,11 @@ export function createIngressApp(deps: IngressDeps): Hono {
       result = await source.receive(request);
     } catch (err) {
       if (err instanceof SourceRefusal)
-        throw new ApiError(err.status, err.detail, { pointer: err.pointer, problems: err.problems, logFields: { source: source.name } });
+        throw new ApiError(err.status, err.detail, {
+          pointer: err.pointer,
+          problems: err.problems,
+          logFields: { source: source.name },
+        });
       if (err instanceof SourceUnavailable) throw new QueueUnavailableError(err.cause);
       throw err;
     }
@@ -146,11 +170,22 @@ export function createIngressApp(deps: IngressDeps): Hono {
     for (const { call, rawJson } of result.calls) {
       const r = await deps.acceptor.accept(call, { rawJson, requestId: c.get('requestId') });
       accepted.push(r);
-      if (tracingOn()) traceAccepted(callHash(call.key), { source: call.source, jobId: r.id, revision: r.duplicate ? 'duplicate' : r.update ? 'update' : 'new', spooled: r.spooled }, request.receivedAt.getTime());
+      if (tracingOn())
+        traceAccepted(
+          callHash(call.key),
+          {
+            source: call.source,
+            jobId: r.id,
+            revision: r.duplicate ? 'duplicate' : r.update ? 'update' : 'new',
+            spooled: r.spooled,
+          },
+          request.receivedAt.getTime(),
+        );
       deps.events?.accepted?.(r.duplicate);
       const fields = { jobId: r.id, source: source.name, agentId: call.agentId };
       if (r.duplicate) requestLog(deps.log, c.get('requestId')).info(fields, 'duplicate webhook acknowledged');
-      else if (r.update) requestLog(deps.log, c.get('requestId')).info(fields, 'changed call acknowledged as an update');
+      else if (r.update)
+        requestLog(deps.log, c.get('requestId')).info(fields, 'changed call acknowledged as an update');
     }
     for (const { field, pointer, detail } of result.unread ?? []) {
       deps.events?.unreadField?.(field);
@@ -163,7 +198,9 @@ export function createIngressApp(deps: IngressDeps): Hono {
       );
     }
     const reply = result.reply(accepted);
-    return c.body(reply.body, reply.status, { 'content-type': reply.contentType === 'application/json' ? 'application/json' : 'application/xml; charset=utf-8' });
+    return c.body(reply.body, reply.status, {
+      'content-type': reply.contentType === 'application/json' ? 'application/json' : 'application/xml; charset=utf-8',
+    });
   };
 
   for (const source of deps.sources ?? [aiAgentSource()]) {
@@ -199,8 +236,13 @@ export function createIngressApp(deps: IngressDeps): Hono {
     }
     if (err instanceof QueueUnavailableError) {
       deps.events?.rejected?.(503, 'queue-unavailable');
-      requestLog(deps.log, c.get('requestId')).error({ err: { message: err.message } }, 'webhook not acknowledged: queue unavailable');
-      return c.json(errorBody(503, 'the event could not be stored; retry later'), 503, { 'retry-after': RETRY_AFTER_SECONDS });
+      requestLog(deps.log, c.get('requestId')).error(
+        { err: { message: err.message } },
+        'webhook not acknowledged: queue unavailable',
+      );
+      return c.json(errorBody(503, 'the event could not be stored; retry later'), 503, {
+        'retry-after': RETRY_AFTER_SECONDS,
+      });
     }
     if (bodyCutOff(c)) {
       // Node answered 408 and closed the socket (WEBHOOK_REQUEST_TIMEOUT_MS), or the sender hung up.

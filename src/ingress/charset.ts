@@ -76,7 +76,9 @@ export function encodingOf(contentType: string): string {
     if (encoding !== '') encodingOfLabel.set(key, encoding);
   }
   if (!SUPPORTED.has(encoding)) {
-    throw new ApiError(415, `charset ${JSON.stringify(label.slice(0, 40))} is not supported; send ${SUPPORTED_NAMES}`, { pointer: 'content-type' });
+    throw new ApiError(415, `charset ${JSON.stringify(label.slice(0, 40))} is not supported; send ${SUPPORTED_NAMES}`, {
+      pointer: 'content-type',
+    });
   }
   return encoding;
 }
@@ -106,8 +108,13 @@ export function decodeBody(bytes: Uint8Array, encoding: string): string {
     return decoder(used).decode(bytes);
   } catch {
     const where = used === 'utf-8' ? ` (at byte ${firstInvalidUtf8(bytes)})` : '';
-    const hint = encoding === 'utf-8' && !bom ? '; declare the charset if it is not UTF-8 (e.g. application/json; charset=iso-8859-1)' : '';
-    throw new ApiError(400, `request body is not valid ${used.toUpperCase()} text${where}${hint}`, { pointer: WHOLE_REQUEST });
+    const hint =
+      encoding === 'utf-8' && !bom
+        ? '; declare the charset if it is not UTF-8 (e.g. application/json; charset=iso-8859-1)'
+        : '';
+    throw new ApiError(400, `request body is not valid ${used.toUpperCase()} text${where}${hint}`, {
+      pointer: WHOLE_REQUEST,
+    });
   }
 }
 

@@ -68,5 +68,7 @@ export function errorBody(status: number, detail: string, pointer = WHOLE_REQUES
 /** The error body with one entry per problem; an empty pointer names the whole request (`/`). */
 export function problemsBody(status: number, problems: Problem[]): { errors: DetailedError[] } {
   const title = titles[status] ?? 'Error';
-  return { errors: problems.map((p) => ({ status, title, detail: p.detail, source: { pointer: p.pointer || WHOLE_REQUEST } })) };
+  return {
+    errors: problems.map((p) => ({ status, title, detail: p.detail, source: { pointer: p.pointer || WHOLE_REQUEST } })),
+  };
 }

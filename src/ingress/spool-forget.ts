@@ -21,7 +21,9 @@ export interface SpoolErasure {
 
 export class SpoolBusyError extends Error {
   constructor(dir: string, pid: number, left: number) {
-    super(`the spool folder ${dir} of running process ${pid} still holds ${left} matching call(s) after waiting for it to drain them into Redis; run forget again once that ingress reaches Redis`);
+    super(
+      `the spool folder ${dir} of running process ${pid} still holds ${left} matching call(s) after waiting for it to drain them into Redis; run forget again once that ingress reaches Redis`,
+    );
     this.name = 'SpoolBusyError';
   }
 }
@@ -87,7 +89,11 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
  * Removes the lines `matches` accepts from the spool in `dir` (see above). A live holder gets up
  * to `waitMs` to drain them; `SpoolBusyError` when some are still there then.
  */
-export async function eraseFromSpool(dir: string, matches: (line: string) => boolean, options: { dryRun: boolean; waitMs: number }): Promise<SpoolErasure> {
+export async function eraseFromSpool(
+  dir: string,
+  matches: (line: string) => boolean,
+  options: { dryRun: boolean; waitMs: number },
+): Promise<SpoolErasure> {
   const deadline = Date.now() + options.waitMs;
   let seenWhileHeld = 0;
   for (;;) {

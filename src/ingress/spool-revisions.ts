@@ -3,7 +3,8 @@
 // answered with the call's first spooled id; other content is spooled as an update.
 import { callHash, contentHash, type CanonicalCall } from '../model/call.js';
 
-export type SpoolCheck = { duplicate: true; firstId: string } | { duplicate: false; update: boolean; contentHash: string };
+export type SpoolCheck =
+  { duplicate: true; firstId: string } | { duplicate: false; update: boolean; contentHash: string };
 
 export class SpooledRevisions {
   /** callHash -> (content hash -> id), in the order spooled: the first id is the call's first delivery. */

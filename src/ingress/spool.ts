@@ -274,7 +274,10 @@ export class SpoolingAcceptor implements CallAcceptor {
       this.bytesOnDisk += await this.segmentBytes(seq);
     }
     if (this.pendingCount > 0) {
-      this.log.warn({ pending: this.pendingCount, segments: segments.length, dir: this.dir }, 'spool holds events from an earlier run: draining');
+      this.log.warn(
+        { pending: this.pendingCount, segments: segments.length, dir: this.dir },
+        'spool holds events from an earlier run: draining',
+      );
       this.kick();
     }
   }
@@ -309,7 +312,9 @@ export class SpoolingAcceptor implements CallAcceptor {
     const free = this.estimatedFree();
     if (free - bytes < this.minFreeBytes) {
       this.roomWanted = bytes;
-      throw new QueueUnavailableError(new Error(`spool disk full (${free} bytes free in ${this.dir}, keeping ${this.minFreeBytes})`));
+      throw new QueueUnavailableError(
+        new Error(`spool disk full (${free} bytes free in ${this.dir}, keeping ${this.minFreeBytes})`),
+      );
     }
     this.waiting.add(call, id, seen.contentHash);
     this.pendingCount++;
@@ -326,7 +331,9 @@ export class SpoolingAcceptor implements CallAcceptor {
     this.options.events?.spooled?.();
     this.kick();
     // An update only when the spool holds the earlier revision; one already in Redis is found on drain.
-    return seen.update ? { id, duplicate: false, update: true, spooled: true } : { id, duplicate: false, spooled: true };
+    return seen.update
+      ? { id, duplicate: false, update: true, spooled: true }
+      : { id, duplicate: false, spooled: true };
   }
 
   /**
@@ -359,10 +366,17 @@ export class SpoolingAcceptor implements CallAcceptor {
           const space = SPACE_ERRORS.has(code);
           this.writeFailure = { n: ++this.failures, code, space };
           // Ready again only with room for (at least the smallest of) what was refused.
-          if (space) this.roomWanted = batch.reduce((least, b) => Math.min(least, Buffer.byteLength(b.line)), Number.POSITIVE_INFINITY);
+          if (space)
+            this.roomWanted = batch.reduce(
+              (least, b) => Math.min(least, Buffer.byteLength(b.line)),
+              Number.POSITIVE_INFINITY,
+            );
           // Measure the free space again before trusting the last figure.
           if (this.disk) this.disk.at = 0;
-          this.log.error({ err: { message: (err as Error).message, code }, dir: this.dir, events: batch.length }, 'spool write failed: the batch is refused');
+          this.log.error(
+            { err: { message: (err as Error).message, code }, dir: this.dir, events: batch.length },
+            'spool write failed: the batch is refused',
+          );
           if (active) await this.closeAfterFailure(active);
           for (const b of batch) b.reject(err);
           return;
@@ -386,12 +400,20 @@ export class SpoolingAcceptor implements CallAcceptor {
     } catch (err) {
       this.cutShort.set(active.seq, active.bytes);
       this.log.error(
-        { err: { message: (err as Error).message }, segment: this.segmentPath(active.seq), acknowledgedBytes: active.bytes },
+        {
+          err: { message: (err as Error).message },
+          segment: this.segmentPath(active.seq),
+          acknowledgedBytes: active.bytes,
+        },
         'spool segment could not be cut back after a failed write: read only up to its last acknowledged line',
       );
     }
     await active.handle.close().catch(() => undefined);
-    if (active.lines === 0) await unlink(this.segmentPath(active.seq)).then(() => this.cutShort.delete(active.seq), () => undefined);
+    if (active.lines === 0)
+      await unlink(this.segmentPath(active.seq)).then(
+        () => this.cutShort.delete(active.seq),
+        () => undefined,
+      );
   }
 
   private segmentPath(seq: number): string {
@@ -479,14 +501,19 @@ export class SpoolingAcceptor implements CallAcceptor {
           if (line.trim() === '') continue;
           try {
             const entry = JSON.parse(line) as SpoolEntry;
-            if (entry.v !== 1 || typeof entry.id !== 'string' || typeof entry.call?.key !== 'string') throw new Error('not a spool entry');
+            if (entry.v !== 1 || typeof entry.id !== 'string' || typeof entry.call?.key !== 'string')
+              throw new Error('not a spool entry');
             yield { entry, bytes: raw.length + 1 };
           } catch (err) {
-            this.log.error({ segment: path, line: lineNo, err: { message: (err as Error).message } }, 'unreadable spool line skipped');
+            this.log.error(
+              { segment: path, line: lineNo, err: { message: (err as Error).message } },
+              'unreadable spool line skipped',
+            );
           }
         }
       }
-      if (parts.some((p) => p.length > 0)) this.log.warn({ segment: path }, 'spool segment ends in an incomplete line (never acknowledged): ignored');
+      if (parts.some((p) => p.length > 0))
+        this.log.warn({ segment: path }, 'spool segment ends in an incomplete line (never acknowledged): ignored');
     } finally {
       await handle.close();
     }
@@ -546,7 +573,10 @@ export class SpoolingAcceptor implements CallAcceptor {
             } catch (err) {
               this.redisBack = false;
               if (!announced) {
-                this.log.warn({ pending: this.pendingCount, err: { message: (err as Error).message } }, 'spool waits for Redis');
+                this.log.warn(
+                  { pending: this.pendingCount, err: { message: (err as Error).message } },
+                  'spool waits for Redis',
+                );
                 announced = true;
               }
               // A timed-out write may still be under way: never send the batch again beside it.
@@ -594,7 +624,11 @@ export class SpoolingAcceptor implements CallAcceptor {
       this.unlock();
       // An empty spool leaves no folder behind.
       if (left.length === 0) await rm(this.dir, { recursive: true, force: true }).catch(() => undefined);
-      else this.log.warn({ pending: this.pendingCount, dir: this.dir }, 'spool not empty at shutdown: drained at next start');
+      else
+        this.log.warn(
+          { pending: this.pendingCount, dir: this.dir },
+          'spool not empty at shutdown: drained at next start',
+        );
     }
   }
 
@@ -618,7 +652,8 @@ export class SpoolingAcceptor implements CallAcceptor {
           // unreadable: treat as stale
         }
         // Our own pid in the file is a lock left by an earlier process that had the same pid (containers).
-        if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && pidAlive(pid)) throw new SpoolLockedError(this.dir, pid);
+        if (Number.isInteger(pid) && pid > 0 && pid !== process.pid && pidAlive(pid))
+          throw new SpoolLockedError(this.dir, pid);
         this.log.warn({ dir: this.dir, stalePid: pid }, 'taking over a stale spool lock');
         rmSyncSafe(path);
       }
@@ -634,7 +669,8 @@ export class SpoolingAcceptor implements CallAcceptor {
   /** Bytes of events waiting on disk (for metrics). */
   async diskBytes(): Promise<number> {
     let total = 0;
-    for (const seq of await this.segments()) total += (await stat(this.segmentPath(seq)).catch(() => ({ size: 0 }))).size;
+    for (const seq of await this.segments())
+      total += (await stat(this.segmentPath(seq)).catch(() => ({ size: 0 }))).size;
     return total;
   }
 }

@@ -180,7 +180,11 @@ const SEGMENT_HASH_HEX = 16;
  * hash is lower case, so ids that differ only by case still differ on case-insensitive file systems.
  */
 export function callKeySegment(call: Pick<CanonicalCall, 'key' | 'callId'>): string {
-  const readable = call.callId.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_').slice(0, SEGMENT_READABLE_MAX) || '_';
+  const readable =
+    call.callId
+      .replace(/[^A-Za-z0-9._-]/g, '_')
+      .replace(/^\./, '_')
+      .slice(0, SEGMENT_READABLE_MAX) || '_';
   return `${readable}-${callHash(call.key).slice(0, SEGMENT_HASH_HEX)}`;
 }
 
@@ -234,7 +238,10 @@ export function contentHash(call: CanonicalCall): string {
 }
 
 export function hasTranscript(call: CanonicalCall): boolean {
-  return call.transcript !== null && (call.transcript.omitted === true || call.transcript.content.length > 0 || call.transcript.chunks.length > 0);
+  return (
+    call.transcript !== null &&
+    (call.transcript.omitted === true || call.transcript.content.length > 0 || call.transcript.chunks.length > 0)
+  );
 }
 
 export function hasSummary(call: CanonicalCall): boolean {

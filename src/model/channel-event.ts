@@ -59,7 +59,12 @@ export class ChannelEventError extends Error {
   }
 }
 
-function issuesError(record: string, eventId: string | null, error: z.ZodError, prefix: string[] = []): ChannelEventError {
+function issuesError(
+  record: string,
+  eventId: string | null,
+  error: z.ZodError,
+  prefix: string[] = [],
+): ChannelEventError {
   const fields = error.issues.map((i) => [...prefix, ...i.path.map(String)].join('.') || '(event)');
   const parts = error.issues.slice(0, 5).map((i, n) => `${fields[n]}: ${describeIssue(i)}`);
   return new ChannelEventError(`${record}: ${parts.join('; ')}`, eventId, fields);
@@ -72,7 +77,9 @@ function describeIssue(issue: z.core.$ZodIssue): string {
 
 function eventLabel(raw: unknown): { label: string; eventId: string | null } {
   const id = typeof raw === 'object' && raw !== null ? (raw as Record<string, unknown>).eventId : undefined;
-  return typeof id === 'string' && id !== '' ? { label: `ChannelEvent ${id}`, eventId: id } : { label: 'ChannelEvent (no eventId)', eventId: null };
+  return typeof id === 'string' && id !== ''
+    ? { label: `ChannelEvent ${id}`, eventId: id }
+    : { label: 'ChannelEvent (no eventId)', eventId: null };
 }
 
 export type ChannelEventParse =
@@ -84,7 +91,11 @@ export type ChannelEventParse =
 export function parseChannelEvent(raw: unknown): ChannelEventParse {
   const { label, eventId } = eventLabel(raw);
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-    throw new ChannelEventError(`${label}: expected an object, got ${raw === null ? 'null' : Array.isArray(raw) ? 'an array' : typeof raw}`, null, ['(event)']);
+    throw new ChannelEventError(
+      `${label}: expected an object, got ${raw === null ? 'null' : Array.isArray(raw) ? 'an array' : typeof raw}`,
+      null,
+      ['(event)'],
+    );
   }
   const event = channelEventSchema.safeParse(raw);
   if (!event.success) throw issuesError(label, eventId, event.error);
@@ -112,9 +123,16 @@ export interface NormalizeOptions {
  * including one of a type other than CALL.
  * @internal Exported for its tests only (test/channel-event.test.ts, test/crm-hubspot-recordings.redis.test.ts …).
  */
-export function normalizeChannelEvent(raw: unknown, receivedAt: Date | string, options: NormalizeOptions = {}): CanonicalCall {
+export function normalizeChannelEvent(
+  raw: unknown,
+  receivedAt: Date | string,
+  options: NormalizeOptions = {},
+): CanonicalCall {
   const parsed = parseChannelEvent(raw);
-  if (parsed.kind === 'ignored') throw new ChannelEventError(`ChannelEvent ${parsed.event.eventId}: ${parsed.reason}`, parsed.event.eventId, ['type']);
+  if (parsed.kind === 'ignored')
+    throw new ChannelEventError(`ChannelEvent ${parsed.event.eventId}: ${parsed.reason}`, parsed.event.eventId, [
+      'type',
+    ]);
   return toCanonical(parsed.event, parsed.call, raw, receivedAt, options);
 }
 
@@ -130,11 +148,19 @@ export function toCanonical(
   const channelId = call.channelId ?? options.channelId ?? null;
   const scope = options.channelId ?? channelId;
   if (scope === null || scope === '') {
-    throw new ChannelEventError(`${label}: call.channelId: required field missing (and no polled channel given)`, event.eventId, ['call.channelId']);
+    throw new ChannelEventError(
+      `${label}: call.channelId: required field missing (and no polled channel given)`,
+      event.eventId,
+      ['call.channelId'],
+    );
   }
   const startedAtRaw = call.startedAt ?? call.establishedAt ?? event.createdAt;
   if (startedAtRaw === null || startedAtRaw === undefined) {
-    throw new ChannelEventError(`${label}: call.startedAt: required field missing (no establishedAt or createdAt either)`, event.eventId, ['call.startedAt']);
+    throw new ChannelEventError(
+      `${label}: call.startedAt: required field missing (no establishedAt or createdAt either)`,
+      event.eventId,
+      ['call.startedAt'],
+    );
   }
   const direction: Direction = call.direction === 'INCOMING' ? 'in' : 'out';
   const startedAt = iso(startedAtRaw);

@@ -63,13 +63,20 @@ export interface HistoryNormalizeOptions {
 /** One raw history entry as a canonical call; throws HistoryEntryError for an entry that is not a usable CALL. */
 export function normalizeHistoryEntry(raw: unknown, options: HistoryNormalizeOptions): CanonicalCall {
   const parsed = entrySchema.safeParse(raw);
-  const rawId = raw !== null && typeof raw === 'object' && typeof (raw as { id?: unknown }).id === 'string' ? (raw as { id: string }).id : null;
+  const rawId =
+    raw !== null && typeof raw === 'object' && typeof (raw as { id?: unknown }).id === 'string'
+      ? (raw as { id: string }).id
+      : null;
   if (!parsed.success) {
-    const what = parsed.error.issues.slice(0, 3).map((i) => `${i.path.join('.') || '(entry)'}: ${i.message}`).join('; ');
+    const what = parsed.error.issues
+      .slice(0, 3)
+      .map((i) => `${i.path.join('.') || '(entry)'}: ${i.message}`)
+      .join('; ');
     throw new HistoryEntryError(`HistoryEntry ${rawId ?? '(no id)'}: ${what}`, rawId);
   }
   const e = parsed.data;
-  if (e.type != null && e.type !== 'CALL') throw new HistoryEntryError(`HistoryEntry ${e.id}: type ${e.type} is not a call`, e.id);
+  if (e.type != null && e.type !== 'CALL')
+    throw new HistoryEntryError(`HistoryEntry ${e.id}: type ${e.type} is not a call`, e.id);
   const startedAt = new Date(e.created).toISOString();
   const durationSec = e.duration ?? null;
   const recordings: Recording[] = [];

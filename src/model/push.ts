@@ -31,9 +31,11 @@ export function parsePushEvent(body: string): PushEvent {
   // Older senders name it origCallId (the library renames it too).
   if (fields.origCallId !== undefined && fields.originalCallId === undefined) fields.originalCallId = fields.origCallId;
   const event = fields.event;
-  if (!(PUSH_EVENTS as readonly string[]).includes(event ?? '')) throw new InvalidPayloadError('/event', `expected event ${PUSH_EVENTS.join(', ')}`);
+  if (!(PUSH_EVENTS as readonly string[]).includes(event ?? ''))
+    throw new InvalidPayloadError('/event', `expected event ${PUSH_EVENTS.join(', ')}`);
   const callId = fields.callId;
-  if (callId === undefined || !CALL_ID.test(callId)) throw new InvalidPayloadError('/callId', 'expected a call id (1-200 of A-Z a-z 0-9 . _ : @ -)');
+  if (callId === undefined || !CALL_ID.test(callId))
+    throw new InvalidPayloadError('/callId', 'expected a call id (1-200 of A-Z a-z 0-9 . _ : @ -)');
   if (event !== 'dtmf' && fields.direction !== undefined && fields.direction !== 'in' && fields.direction !== 'out')
     throw new InvalidPayloadError('/direction', 'expected in or out');
   return { event: event as PushEventName, callId, fields, lists };
@@ -95,23 +97,34 @@ export function assemblePushCall(callId: string, state: PushCallState, receivedA
   // when the hangup arrived — never before the start, since the hangup is one of those events.
   const startedMs = first[0]?.at ?? receivedAt.getTime();
   const endedMs = hangup ? hangup.at : null;
-  const answered = answer !== undefined || (hangup?.event.fields.cause === 'normalClearing' && !!orNull(hangup.event.fields.answeringNumber));
+  const answered =
+    answer !== undefined ||
+    (hangup?.event.fields.cause === 'normalClearing' && !!orNull(hangup.event.fields.answeringNumber));
   const outcome: Outcome = hangup ? causeOutcome(hangup.event.fields.cause, answered) : 'unknown';
-  const durationSec = answer && endedMs !== null && endedMs >= answer.at ? Math.round((endedMs - answer.at) / 1000) : null;
+  const durationSec =
+    answer && endedMs !== null && endedMs >= answer.at ? Math.round((endedMs - answer.at) / 1000) : null;
 
   let users: CallUser[];
   let owner: string | null = null;
   const a = answer?.event.fields;
   // The answering user: single fields, as the platform sends them (a `[]` list's first entry also read).
   const al = answer?.event.lists ?? {};
-  const answering = a ? { userId: orNull(a.userId ?? al.userId?.[0]), fullUserId: orNull(a.fullUserId ?? al.fullUserId?.[0]), name: orNull(a.user ?? al.user?.[0]) } : null;
+  const answering = a
+    ? {
+        userId: orNull(a.userId ?? al.userId?.[0]),
+        fullUserId: orNull(a.fullUserId ?? al.fullUserId?.[0]),
+        name: orNull(a.user ?? al.user?.[0]),
+      }
+    : null;
   if (answering && (answering.userId || answering.fullUserId || answering.name)) {
     users = [user(answering.userId, answering.fullUserId, answering.name)];
     owner = answering.userId ?? answering.fullUserId;
   } else {
     const l = newCall?.event.lists ?? {};
     const n = Math.max(l.user?.length ?? 0, l.userId?.length ?? 0, l.fullUserId?.length ?? 0);
-    users = Array.from({ length: n }, (_, i) => user(orNull(l.userId?.[i]), orNull(l.fullUserId?.[i]), orNull(l.user?.[i])));
+    users = Array.from({ length: n }, (_, i) =>
+      user(orNull(l.userId?.[i]), orNull(l.fullUserId?.[i]), orNull(l.user?.[i])),
+    );
   }
   const diversion = orNull(a?.diversion ?? base.diversion);
   const direction = base.direction === 'out' ? 'out' : 'in';

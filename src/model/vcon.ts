@@ -73,8 +73,10 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
   const problems: PayloadProblem[] = [];
   if (!isObject(body)) throw new InvalidPayloadError('', 'a vCon is a JSON object');
   const uuid = body.uuid;
-  if (typeof uuid !== 'string' || uuid.trim() === '') problems.push({ pointer: '/uuid', detail: 'required string missing' });
-  if (body.created_at !== undefined && dateOf(body.created_at) === null) problems.push({ pointer: '/created_at', detail: 'not an RFC 3339 date-time' });
+  if (typeof uuid !== 'string' || uuid.trim() === '')
+    problems.push({ pointer: '/uuid', detail: 'required string missing' });
+  if (body.created_at !== undefined && dateOf(body.created_at) === null)
+    problems.push({ pointer: '/created_at', detail: 'not an RFC 3339 date-time' });
   const parties = Array.isArray(body.parties) ? body.parties : [];
   parties.forEach((p, i) => {
     if (!isObject(p)) problems.push({ pointer: `/parties/${i}`, detail: 'a party is an object' });
@@ -86,9 +88,16 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
   const dialogList = Array.isArray(dialogs) ? dialogs : [];
   dialogList.forEach((d, i) => {
     if (!isObject(d)) problems.push({ pointer: `/dialog/${i}`, detail: 'a dialog is an object' });
-    else if (dateOf(d.start) === null) problems.push({ pointer: `/dialog/${i}/start`, detail: 'required RFC 3339 date-time missing' });
-    else if (d.duration !== undefined && !(typeof d.duration === 'number' && d.duration >= 0 && d.duration <= MAX_DURATION_S)) {
-      problems.push({ pointer: `/dialog/${i}/duration`, detail: `must be a number of seconds from 0 to ${MAX_DURATION_S}` });
+    else if (dateOf(d.start) === null)
+      problems.push({ pointer: `/dialog/${i}/start`, detail: 'required RFC 3339 date-time missing' });
+    else if (
+      d.duration !== undefined &&
+      !(typeof d.duration === 'number' && d.duration >= 0 && d.duration <= MAX_DURATION_S)
+    ) {
+      problems.push({
+        pointer: `/dialog/${i}/duration`,
+        detail: `must be a number of seconds from 0 to ${MAX_DURATION_S}`,
+      });
     }
   });
   if (problems.length > 0) throw InvalidPayloadError.of(problems);
@@ -97,7 +106,10 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
   const starts = dialogObjects.map((d) => dateOf(d.start)!);
   const ends = dialogObjects.map((d, i) => starts[i]! + (typeof d.duration === 'number' ? d.duration * 1000 : 0));
   // Not Math.min(...starts): a vCon may hold more dialogs than a call's arguments can.
-  const startMs = starts.length > 0 ? starts.reduce((a, b) => Math.min(a, b)) : (dateOf(body.created_at) ?? options.receivedAt.getTime());
+  const startMs =
+    starts.length > 0
+      ? starts.reduce((a, b) => Math.min(a, b))
+      : (dateOf(body.created_at) ?? options.receivedAt.getTime());
   const endMs = ends.length > 0 ? ends.reduce((a, b) => Math.max(a, b)) : null;
   if (Number.isNaN(new Date(startMs).getTime()) || (endMs !== null && Number.isNaN(new Date(endMs).getTime()))) {
     throw new InvalidPayloadError('/dialog', 'the dialogs end beyond the dates JSON can carry');
@@ -118,7 +130,12 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
   const keyPoints = byType('key_points');
   const topics = byType('topics');
   const transcriptAnalysis = byType('transcript');
-  const transcriptText = chunks.length > 0 ? chunks.map((c) => c.content).join('\n') : transcriptAnalysis ? textBody(transcriptAnalysis) : null;
+  const transcriptText =
+    chunks.length > 0
+      ? chunks.map((c) => c.content).join('\n')
+      : transcriptAnalysis
+        ? textBody(transcriptAnalysis)
+        : null;
 
   const party = (i: number): Json | null => (isObject(parties[i]) ? (parties[i] as Json) : null);
   const telOf = (p: Json | null): string | null => (p && typeof p.tel === 'string' ? p.tel : null);
@@ -148,7 +165,14 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
     owner: null,
     forwarding: null,
     channel: null,
-    summary: summaryText === null && !keyPoints && !topics ? null : { content: summaryText ?? '', keyPoints: keyPoints ? stringList(keyPoints) : [], topics: topics ? stringList(topics) : [] },
+    summary:
+      summaryText === null && !keyPoints && !topics
+        ? null
+        : {
+            content: summaryText ?? '',
+            keyPoints: keyPoints ? stringList(keyPoints) : [],
+            topics: topics ? stringList(topics) : [],
+          },
     scenarios: [],
     transcript: transcriptText === null ? null : { content: transcriptText, chunks },
     recordings: [],
@@ -164,7 +188,11 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
  * @internal Exported for its tests only (test/vcon.test.ts).
  */
 export function vconUuid(call: Pick<CanonicalCall, 'key' | 'callId' | 'payloadVersion'>): string {
-  if (call.payloadVersion === 'vcon' && /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(call.callId)) return call.callId.toLowerCase();
+  if (
+    call.payloadVersion === 'vcon' &&
+    /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(call.callId)
+  )
+    return call.callId.toLowerCase();
   const h = createHash('sha256').update(call.key).digest();
   h[6] = (h[6]! & 0x0f) | 0x80; // version 8
   h[8] = (h[8]! & 0x3f) | 0x80; // RFC 4122 variant
@@ -187,8 +215,13 @@ function finiteOr(n: number, fallback: number): number {
 /** The call as a vCon (an object; the archive writes it as JSON). */
 export function renderVcon(call: CanonicalCall): Json {
   // A party's `tel` only when the number is known in E.164 (an anonymous caller is a party without one).
-  const partyOf = (e164: string | null, name: string | null): Json => ({ ...(e164 ? { tel: e164 } : {}), ...(name ? { name } : {}) });
-  const users = call.users.map((u) => u.fullName ?? ([u.firstName, u.lastName].filter(Boolean).join(' ') || null)).filter((n): n is string => n !== null);
+  const partyOf = (e164: string | null, name: string | null): Json => ({
+    ...(e164 ? { tel: e164 } : {}),
+    ...(name ? { name } : {}),
+  });
+  const users = call.users
+    .map((u) => u.fullName ?? ([u.firstName, u.lastName].filter(Boolean).join(' ') || null))
+    .filter((n): n is string => n !== null);
   // The callee side of an inbound call is the company: its user (or the AI agent) names it.
   const calleeName = call.direction === 'in' ? (users[0] ?? (call.agentId ? `AI agent ${call.agentId}` : null)) : null;
   const callerName = call.direction === 'out' ? (users[0] ?? null) : null;
@@ -210,8 +243,21 @@ export function renderVcon(call: CanonicalCall): Json {
       dialog.push(d);
     }
   } else if (call.transcript && call.transcript.content !== '') {
-    dialog.push({ type: 'text', start: call.startedAt, duration: call.durationSec ?? 0, parties: [0, 1], mediatype: 'text/plain', encoding: 'none', body: call.transcript.content });
-  } else if (call.outcome === 'missed' || call.outcome === 'busy' || call.outcome === 'rejected' || call.outcome === 'failed') {
+    dialog.push({
+      type: 'text',
+      start: call.startedAt,
+      duration: call.durationSec ?? 0,
+      parties: [0, 1],
+      mediatype: 'text/plain',
+      encoding: 'none',
+      body: call.transcript.content,
+    });
+  } else if (
+    call.outcome === 'missed' ||
+    call.outcome === 'busy' ||
+    call.outcome === 'rejected' ||
+    call.outcome === 'failed'
+  ) {
     const disposition = { missed: 'no-answer', busy: 'busy', rejected: 'congestion', failed: 'failed' }[call.outcome];
     dialog.push({ type: 'incomplete', start: call.startedAt, parties: [0, 1], disposition });
   }

@@ -14,7 +14,17 @@
 // The legacy "AI Assistant Webhook" (src/model/legacy-webhook.ts) is recognised by its shape and
 // read through the same code.
 import { z } from 'zod';
-import { callKey, joinedName, type CallScenario, type CallSummary, type CallUser, type CanonicalCall, type Direction, type Speaker, type TranscriptChunk } from './call.js';
+import {
+  callKey,
+  joinedName,
+  type CallScenario,
+  type CallSummary,
+  type CallUser,
+  type CanonicalCall,
+  type Direction,
+  type Speaker,
+  type TranscriptChunk,
+} from './call.js';
 import { isLegacyWebhook, legacyAsCurrent, legacyPointer } from './legacy-webhook.js';
 import { toE164 } from './phone.js';
 
@@ -100,7 +110,8 @@ const quoted = (v: string): string => `"${v.length > 60 ? `${v.slice(0, 60)}…`
 
 /** A lone surrogate (a surrogate pair is one code point under `u`, so only unpaired halves match). */
 const LONE_SURROGATE = /\p{Cs}/u;
-const UNSAFE_NUMBER_ID = 'a numeric id must be a whole number of at most 2^53-1 (a larger one has lost digits in JSON); send it as a string';
+const UNSAFE_NUMBER_ID =
+  'a numeric id must be a whole number of at most 2^53-1 (a larger one has lost digits in JSON); send it as a string';
 const LONE_SURROGATE_ID = 'the id is not valid Unicode text (it holds a lone surrogate, e.g. "\\ud800")';
 
 /**
@@ -129,21 +140,26 @@ const EPOCH_MS_MIN = 1e11; // below this a number is taken as epoch seconds (197
 const MAX_DATE_MS = 8.64e15;
 
 /** Epoch milliseconds, epoch seconds, a numeric string or an ISO-8601 string -> epoch ms. */
-const instant = z.union([z.number(), z.string()], { error: 'expected epoch milliseconds or an ISO-8601 time' }).transform((v, ctx) => {
-  let ms: number;
-  if (typeof v === 'number' || /^\s*-?\d+(\.\d+)?\s*$/.test(v)) {
-    const n = Number(v);
-    ms = Math.abs(n) < EPOCH_MS_MIN ? n * 1000 : n;
-  } else {
-    ms = Date.parse(v);
-  }
-  // A JavaScript Date spans +-8.64e15 ms; beyond that no time can be written down (and toISOString throws).
-  if (!Number.isFinite(ms) || Math.abs(ms) > MAX_DATE_MS) {
-    ctx.addIssue({ code: 'custom', message: `${quoted(String(v))} is not a time (expected epoch milliseconds or ISO-8601)` });
-    return z.NEVER;
-  }
-  return Math.round(ms);
-});
+const instant = z
+  .union([z.number(), z.string()], { error: 'expected epoch milliseconds or an ISO-8601 time' })
+  .transform((v, ctx) => {
+    let ms: number;
+    if (typeof v === 'number' || /^\s*-?\d+(\.\d+)?\s*$/.test(v)) {
+      const n = Number(v);
+      ms = Math.abs(n) < EPOCH_MS_MIN ? n * 1000 : n;
+    } else {
+      ms = Date.parse(v);
+    }
+    // A JavaScript Date spans +-8.64e15 ms; beyond that no time can be written down (and toISOString throws).
+    if (!Number.isFinite(ms) || Math.abs(ms) > MAX_DATE_MS) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `${quoted(String(v))} is not a time (expected epoch milliseconds or ISO-8601)`,
+      });
+      return z.NEVER;
+    }
+    return Math.round(ms);
+  });
 
 const NUMERIC = /^\s*-?\d+(\.\d+)?\s*$/;
 
@@ -242,7 +258,8 @@ function agentIdProblem(v: unknown, path: Path): PayloadProblem | null {
 }
 
 /** A checked agent id's text (numbers as their decimal text), or null when absent. */
-const textOrNull = (v: unknown): string | null => (typeof v === 'string' ? v : typeof v === 'number' ? String(v) : null);
+const textOrNull = (v: unknown): string | null =>
+  typeof v === 'string' ? v : typeof v === 'number' ? String(v) : null;
 
 /** `assist.callHeadline`: text, or `{content}` (the platform's current payload). */
 function readHeadline(v: unknown, path: Path, unread: Unread): string | null {
@@ -262,7 +279,9 @@ function readHeadline(v: unknown, path: Path, unread: Unread): string | null {
  */
 function readProvider(v: unknown, path: Path, unread: Unread): string | null {
   if (!isObject(v)) return readText(v, path, unread);
-  const entries = Object.entries(v).filter((e): e is [string, string | number] => typeof e[1] === 'string' || typeof e[1] === 'number');
+  const entries = Object.entries(v).filter(
+    (e): e is [string, string | number] => typeof e[1] === 'string' || typeof e[1] === 'number',
+  );
   if (entries.length === 0) {
     unread.add(path, 'expected text or an object of texts, got an object without text');
     return null;
@@ -326,7 +345,9 @@ function readUsers(v: unknown, path: Path, unread: Unread): CallUser[] {
       unread.add([...path, i], `expected a user object, got ${jsonType(u)}`);
       return;
     }
-    const bad = USER_FIELDS.find((f) => u[f] !== null && u[f] !== undefined && typeof u[f] !== 'string' && typeof u[f] !== 'number');
+    const bad = USER_FIELDS.find(
+      (f) => u[f] !== null && u[f] !== undefined && typeof u[f] !== 'string' && typeof u[f] !== 'number',
+    );
     if (bad) {
       unread.add([...path, i, bad], `expected text, got ${jsonType(u[bad])} (the user is left out)`);
       return;
@@ -378,7 +399,11 @@ function speakerOf(raw: string | null, dir: Direction): Speaker {
  * whose value is closer to the measured span wins; without them a value is taken as seconds (spec).
  * @internal Exported for its tests only (test/webhook-normalize.test.ts).
  */
-export function durationSeconds(duration: number | null | undefined, startMs: number, endMs: number | null): number | null {
+export function durationSeconds(
+  duration: number | null | undefined,
+  startMs: number,
+  endMs: number | null,
+): number | null {
   const spanSec = endMs !== null && endMs >= startMs ? (endMs - startMs) / 1000 : null;
   if (duration === null || duration === undefined) return spanSec === null ? null : Math.round(spanSec);
   if (spanSec !== null) {
@@ -424,20 +449,32 @@ interface RawChunk {
   index: number;
 }
 
-function chunkOffsets(chunks: RawChunk[], startMs: number, durationSec: number | null, path: Path, unread: Unread): { start: number; end: number }[] {
+function chunkOffsets(
+  chunks: RawChunk[],
+  startMs: number,
+  durationSec: number | null,
+  path: Path,
+  unread: Unread,
+): { start: number; end: number }[] {
   const lengthMs = durationSec === null ? Infinity : durationSec * 1000;
   const latest = lengthMs + CHUNK_TIME_SLACK_MS;
   // Relative times are milliseconds, unless every one of them fits within the call's length in
   // seconds (then the sender used seconds). Times that fit in neither unit are left out of that
   // decision (and read as absent below).
-  const relative = chunks.flatMap((c) => [c.start, c.end]).filter((t): t is ChunkTime => t !== null && t.kind === 'offset' && t.ms <= latest);
+  const relative = chunks
+    .flatMap((c) => [c.start, c.end])
+    .filter((t): t is ChunkTime => t !== null && t.kind === 'offset' && t.ms <= latest);
   const maxRelative = relative.reduce((m, t) => Math.max(m, t.ms), 0);
-  const relativeInSeconds = relative.length > 0 && durationSec !== null && durationSec >= 1 && maxRelative <= durationSec + 1;
+  const relativeInSeconds =
+    relative.length > 0 && durationSec !== null && durationSec >= 1 && maxRelative <= durationSec + 1;
   const toOffset = (t: ChunkTime | null, at: Path): number | null => {
     if (!t) return null;
     const offset = t.kind === 'absolute' ? t.ms - startMs : relativeInSeconds ? t.ms * 1000 : t.ms;
     if (!Number.isFinite(offset) || offset < -CHUNK_TIME_SLACK_MS || offset > latest) {
-      unread.add(at, `a time outside the call (more than ${CHUNK_TIME_SLACK_MS / 1000} s before its start or after its end)`);
+      unread.add(
+        at,
+        `a time outside the call (more than ${CHUNK_TIME_SLACK_MS / 1000} s before its start or after its end)`,
+      );
       return null;
     }
     return Math.max(0, Math.round(offset));
@@ -452,7 +489,14 @@ function chunkOffsets(chunks: RawChunk[], startMs: number, durationSec: number |
 }
 
 /** `assist.transcription`: the spec's object `{content, chunks}`, or plain text (its content). */
-function readTranscript(v: unknown, path: Path, unread: Unread, dir: Direction, startMs: number, durationSec: number | null): CanonicalCall['transcript'] {
+function readTranscript(
+  v: unknown,
+  path: Path,
+  unread: Unread,
+  dir: Direction,
+  startMs: number,
+  durationSec: number | null,
+): CanonicalCall['transcript'] {
   if (v === null || v === undefined) return null;
   if (typeof v === 'string' || typeof v === 'number') return { content: String(v), chunks: [] };
   if (!isObject(v)) {
@@ -508,8 +552,12 @@ function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
   return v;
 }
 
-const NO_END_TIME: PayloadProblem = { pointer: '/call/endTime', detail: 'required field is missing (and no duration to derive it from)' };
-const endTimeUnknown = (endTime: unknown, duration: unknown) => (endTime === null || endTime === undefined) && (duration === null || duration === undefined);
+const NO_END_TIME: PayloadProblem = {
+  pointer: '/call/endTime',
+  detail: 'required field is missing (and no duration to derive it from)',
+};
+const endTimeUnknown = (endTime: unknown, duration: unknown) =>
+  (endTime === null || endTime === undefined) && (duration === null || duration === undefined);
 
 /** Parses and normalizes a webhook body; throws InvalidPayloadError for what cannot be understood. */
 export function normalizeWebhook(body: unknown, ctx: NormalizeContext): CanonicalCall {
@@ -537,7 +585,10 @@ export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
     const problems: PayloadProblem[] = [];
     const seen = new Set<string>();
     for (const issue of parsed.error.issues) {
-      const problem = { pointer: jsonPointer(issue.path), detail: valueAt(fields, issue.path) === undefined ? 'required field is missing' : issue.message };
+      const problem = {
+        pointer: jsonPointer(issue.path),
+        detail: valueAt(fields, issue.path) === undefined ? 'required field is missing' : issue.message,
+      };
       const key = `${problem.pointer}\n${problem.detail}`;
       if (!seen.has(key)) problems.push(problem);
       seen.add(key);
@@ -553,14 +604,25 @@ export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
   const endMs = c.endTime ?? null;
   if (endTimeUnknown(endMs, c.duration)) refuse([NO_END_TIME]);
   // Bad times (README): a call cannot end before it starts.
-  if (endMs !== null && endMs < startMs) refuse([{ pointer: '/call/endTime', detail: 'the call ends before it starts (endTime is earlier than startTime)' }]);
+  if (endMs !== null && endMs < startMs)
+    refuse([
+      { pointer: '/call/endTime', detail: 'the call ends before it starts (endTime is earlier than startTime)' },
+    ]);
   const durationSec = durationSeconds(c.duration, startMs, endMs);
   const endedMs = endMs ?? (durationSec !== null ? startMs + durationSec * 1000 : null);
-  if (endedMs !== null && Math.abs(endedMs) > MAX_DATE_MS) refuse([{ pointer: '/call/duration', detail: 'the call would end past the last representable time' }]);
+  if (endedMs !== null && Math.abs(endedMs) > MAX_DATE_MS)
+    refuse([{ pointer: '/call/duration', detail: 'the call would end past the last representable time' }]);
 
   // The agent id that names the call: the URL path's, else the payload's first present one; only
   // that one is checked (one the path overrides identifies nothing).
-  const agentPath: Path | null = ctx.agentId != null ? null : rawCall.agentId != null ? ['call', 'agentId'] : fields.agentId != null ? ['agentId'] : null;
+  const agentPath: Path | null =
+    ctx.agentId != null
+      ? null
+      : rawCall.agentId != null
+        ? ['call', 'agentId']
+        : fields.agentId != null
+          ? ['agentId']
+          : null;
   const agentValue = agentPath === null ? undefined : agentPath.length === 2 ? rawCall.agentId : fields.agentId;
   const agentProblem = agentPath === null ? null : agentIdProblem(agentValue, agentPath);
   if (agentProblem) refuse([agentProblem]);
@@ -570,7 +632,9 @@ export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
 
   const assist = readObject(fields.assist, ['assist'], unread);
   const scenarios = assist ? readScenarios(assist.callScenarios, ['assist', 'callScenarios'], unread) : [];
-  const transcript = assist ? readTranscript(assist.transcription, ['assist', 'transcription'], unread, c.direction, startMs, durationSec) : null;
+  const transcript = assist
+    ? readTranscript(assist.transcription, ['assist', 'transcription'], unread, c.direction, startMs, durationSec)
+    : null;
   const summary = assist ? readSummary(assist.summary, ['assist', 'summary'], unread) : null;
   const title = (assist ? readHeadline(assist.callHeadline, ['assist', 'callHeadline'], unread) : null)?.trim() || null;
   const provider = assist ? readProvider(assist.provider, ['assist', 'provider'], unread) : null;
@@ -578,7 +642,9 @@ export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
   // `channel` at the top or `call.channel` (the platform's current payload): the call's channel,
   // so routes `when: { channel: … }` match webhook calls too.
   const { channel, channelId } =
-    fields.channel !== null && fields.channel !== undefined ? readChannel(fields.channel, ['channel'], unread) : readChannel(rawCall.channel, ['call', 'channel'], unread);
+    fields.channel !== null && fields.channel !== undefined
+      ? readChannel(fields.channel, ['channel'], unread)
+      : readChannel(rawCall.channel, ['call', 'channel'], unread);
 
   const call: CanonicalCall = {
     key: callKey('ai-agent', agentId, callId),

@@ -72,10 +72,21 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   const app = new Hono();
   const dashboard = authConfigured(options.auth);
   const { username, password } = options.auth;
-  const login = dashboard && username && password ? { username, password, sessions: createSessions({ username, password, ttlMs: options.sessionTtlMs }) } : null;
+  const login =
+    dashboard && username && password
+      ? { username, password, sessions: createSessions({ username, password, ttlMs: options.sessionTtlMs }) }
+      : null;
   // One throttle for the login page, Basic auth and the tokens: a guess counts wherever it is made.
-  const guarded = { throttle: new LoginThrottle(), clientAddress: clientAddressOf(options.trustedProxies, options.trustProxyHops), log: options.log };
-  const auth: OperatorAuthOptions = { ...options.auth, ...guarded, ...(login ? { sessions: login.sessions, loginPath: LOGIN_PATH } : {}) };
+  const guarded = {
+    throttle: new LoginThrottle(),
+    clientAddress: clientAddressOf(options.trustedProxies, options.trustProxyHops),
+    log: options.log,
+  };
+  const auth: OperatorAuthOptions = {
+    ...options.auth,
+    ...guarded,
+    ...(login ? { sessions: login.sessions, loginPath: LOGIN_PATH } : {}),
+  };
 
   // Before anything else, so a forged request is refused before it reaches a credential check. The
   // login and logout forms are the only bodies that are not JSON.
@@ -100,14 +111,25 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     return c.json(paused.length > 0 ? { status: 'ready', paused } : { status: 'ready' });
   });
 
-  if (options.metricsToken) app.use('/metrics', operatorAuth({ token: options.metricsToken, realm: 'metrics', ...guarded }));
+  if (options.metricsToken)
+    app.use('/metrics', operatorAuth({ token: options.metricsToken, realm: 'metrics', ...guarded }));
   app.get('/metrics', async (c) => {
     const { body, contentType } = await renderMetrics();
     return c.body(body, 200, { 'content-type': contentType });
   });
 
   if (login) {
-    app.route('/', loginRoutes({ ...login, ...guarded, loginPath: LOGIN_PATH, logoutPath: LOGOUT_PATH, dashboardPath: DASHBOARD_PATH, cookiePath: ADMIN_PATH }));
+    app.route(
+      '/',
+      loginRoutes({
+        ...login,
+        ...guarded,
+        loginPath: LOGIN_PATH,
+        logoutPath: LOGOUT_PATH,
+        dashboardPath: DASHBOARD_PATH,
+        cookiePath: ADMIN_PATH,
+      }),
+    );
   }
   const calls = dashboard ? options.calls : undefined;
   if (dashboard) {
@@ -115,7 +137,18 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     app.use(DASHBOARD_PATH, operatorAuth(auth));
     app.get(`${DASHBOARD_PATH}/`, (c) => c.redirect(DASHBOARD_PATH));
     // The Calls page (./calls-page.ts), before Bull Board takes the rest of the path.
-    if (calls) app.route('/', callsPage({ timeline: calls, queues: options.queues, path: CALLS_PAGE_PATH, dashboardPath: DASHBOARD_PATH, archives: options.archives, crmLinks: options.crmLinks }));
+    if (calls)
+      app.route(
+        '/',
+        callsPage({
+          timeline: calls,
+          queues: options.queues,
+          path: CALLS_PAGE_PATH,
+          dashboardPath: DASHBOARD_PATH,
+          archives: options.archives,
+          crmLinks: options.crmLinks,
+        }),
+      );
     // Bull Board (and ejs) is imported only when the dashboard is on: ~25 MB a process without it
     // saves. The import starts now, so the first page does not wait for it (and a failure shows early).
     const board = import('./dashboard.js').then(({ createDashboard }) => {
@@ -162,7 +195,10 @@ export function readyzWarnings(warnings: () => string[]): MiddlewareHandler {
     if (c.req.path !== '/readyz' || c.res.status !== 200) return;
     const list = warnings();
     if (list.length === 0) return;
-    const body = (await c.res.clone().json().catch(() => null)) as Record<string, unknown> | null;
+    const body = (await c.res
+      .clone()
+      .json()
+      .catch(() => null)) as Record<string, unknown> | null;
     if (body === null || typeof body !== 'object' || Array.isArray(body)) return;
     const headers = new Headers(c.res.headers);
     headers.delete('content-length');

@@ -43,7 +43,7 @@ export interface OperatorAuthOptions {
  */
 export function clientAddressOf(trustedProxies: string[] = [], trustProxyHops?: number): (c: Context) => string {
   const list = trustedProxies.length > 0 ? buildBlockList(trustedProxies) : null;
-  const trusted = (ip: string) => list !== null && (list.check(ip, ip.includes(':') ? 'ipv6' : 'ipv4'));
+  const trusted = (ip: string) => list !== null && list.check(ip, ip.includes(':') ? 'ipv6' : 'ipv4');
   return (c) => {
     let peer: string | undefined;
     try {
@@ -65,7 +65,10 @@ function loggedAccount(tried: string, configured: string | undefined): string {
 /** A throttle's refusal: 429, Retry-After, the spec's error body. */
 export function throttled(c: Context, waitMs: number): Response {
   const seconds = retryAfterSeconds(waitMs);
-  return c.json(errorBody(429, `too many failed logins: try again in ${seconds} s`), 429, { 'retry-after': seconds, 'cache-control': 'no-store' });
+  return c.json(errorBody(429, `too many failed logins: try again in ${seconds} s`), 429, {
+    'retry-after': seconds,
+    'cache-control': 'no-store',
+  });
 }
 
 /** A try at a credential, as the throttle sees it. */
@@ -80,7 +83,12 @@ interface Attempt {
  * Checks a try against the throttle (`waitMs` > 0: refuse it unchecked, 429), then counts its
  * result with `done`; shared by the login page, Basic auth and bearer tokens.
  */
-export function attempt(c: Context, options: Pick<OperatorAuthOptions, 'throttle' | 'clientAddress' | 'log' | 'username'>, account: string, via: 'login' | 'basic' | 'bearer'): Attempt {
+export function attempt(
+  c: Context,
+  options: Pick<OperatorAuthOptions, 'throttle' | 'clientAddress' | 'log' | 'username'>,
+  account: string,
+  via: 'login' | 'basic' | 'bearer',
+): Attempt {
   const throttle = options.throttle;
   if (!throttle) return { waitMs: 0, done: () => undefined };
   const peer = (options.clientAddress ?? clientAddressOf())(c);
@@ -99,7 +107,13 @@ export function attempt(c: Context, options: Pick<OperatorAuthOptions, 'throttle
       const failures = throttle.failed(peer, key);
       const next = throttle.check(peer, key);
       options.log?.warn(
-        { peer, account: loggedAccount(account, options.username), via, failures, ...(next.waitMs > 0 ? { throttledForMs: next.waitMs, throttledBy: next.by } : {}) },
+        {
+          peer,
+          account: loggedAccount(account, options.username),
+          via,
+          failures,
+          ...(next.waitMs > 0 ? { throttledForMs: next.waitMs, throttledBy: next.by } : {}),
+        },
         next.waitMs > 0 ? 'wrong credentials: further tries from this peer are throttled' : 'wrong credentials',
       );
     },
@@ -166,7 +180,16 @@ export function operatorAuth(options: OperatorAuthOptions): MiddlewareHandler {
       const url = new URL(c.req.url);
       return c.redirect(`${loginPath}?next=${encodeURIComponent(url.pathname + url.search)}`, 302);
     }
-    const challenge = basic && !loginPath ? `Basic realm="${realm}", charset="UTF-8"` : options.token ? `Bearer realm="${realm}"` : null;
-    return c.json(errorBody(401, loginPath ? `credentials required: log in at ${loginPath}` : 'credentials required'), 401, challenge ? { 'www-authenticate': challenge } : {});
+    const challenge =
+      basic && !loginPath
+        ? `Basic realm="${realm}", charset="UTF-8"`
+        : options.token
+          ? `Bearer realm="${realm}"`
+          : null;
+    return c.json(
+      errorBody(401, loginPath ? `credentials required: log in at ${loginPath}` : 'credentials required'),
+      401,
+      challenge ? { 'www-authenticate': challenge } : {},
+    );
   };
 }

@@ -21,7 +21,10 @@ export interface ArchivedObject {
 }
 
 /** The objects the call's archive sinks wrote (their done entries' json, text and vcon keys). */
-export function archivedObjects(entries: readonly TimelineEntry[], stores: ArchiveStores | undefined): ArchivedObject[] {
+export function archivedObjects(
+  entries: readonly TimelineEntry[],
+  stores: ArchiveStores | undefined,
+): ArchivedObject[] {
   if (!stores) return [];
   const found = new Map<string, ArchivedObject>();
   for (const e of entries) {

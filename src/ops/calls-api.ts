@@ -23,7 +23,11 @@ export function callsApi(timeline: CallTimeline): Hono {
   app.get(`${CALLS_API_PATH}/:ref`, async (c) => {
     const ref = c.req.param('ref');
     const calls = await callsNamed(timeline, ref);
-    if (calls.length === 0) return c.json(errorBody(404, `no call found for ${ref.startsWith('+') ? 'that number' : `"${ref.slice(0, 200)}"`}`), 404);
+    if (calls.length === 0)
+      return c.json(
+        errorBody(404, `no call found for ${ref.startsWith('+') ? 'that number' : `"${ref.slice(0, 200)}"`}`),
+        404,
+      );
     return c.json({ calls });
   });
   return app;

@@ -8,7 +8,17 @@ import { Hono, type Context } from 'hono';
 import { html, raw } from 'hono/html';
 import type { Queue } from 'bullmq';
 import { sinkQueueName } from '../../queues/registry.js';
-import { callsNamed, CallQueryError, describeEntry, findCalls, parseCallQuery, sinkLabel, type CallSummary, type CallTimeline, type TimelineEntry } from '../../queues/timeline.js';
+import {
+  callsNamed,
+  CallQueryError,
+  describeEntry,
+  findCalls,
+  parseCallQuery,
+  sinkLabel,
+  type CallSummary,
+  type CallTimeline,
+  type TimelineEntry,
+} from '../../queues/timeline.js';
 import { errorBody } from '../ingress/errors.js';
 import { archivedObjects, crmRecordUrl, type ArchiveStores, type CrmLinkSettings } from './call-links.js';
 
@@ -33,21 +43,33 @@ form.search{display:flex;gap:.5rem;flex-wrap:wrap;margin:1rem 0}input,select,but
 .chip.done{background:#23863a}.chip.skipped{background:#6b6f76}.chip.failed{background:#c62828}.chip.pending,.chip.retrying{background:#b26a00}
 .err{color:#c62828}nav{margin-bottom:1rem}`;
 
-const iso = (ms: number | null | undefined) => (ms === null || ms === undefined ? '–' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
+const iso = (ms: number | null | undefined) =>
+  ms === null || ms === undefined ? '–' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
 
 function chips(summary: CallSummary) {
   const sinks = Object.entries(summary.sinks);
   if (sinks.length === 0) return html`<span class="chip">no sink</span>`;
-  return sinks.map(([sink, state]) => html`<span class="chip ${state}" data-sink="${sink}" title="${summary.reasons[sink] ?? state}">${sink}: ${state}</span>`);
+  return sinks.map(
+    ([sink, state]) =>
+      html`<span class="chip ${state}" data-sink="${sink}" title="${summary.reasons[sink] ?? state}"
+        >${sink}: ${state}</span
+      >`,
+  );
 }
 
 /** A ref's value as a link when it is an http(s) URL (a CRM record, a pre-signed object), else text. */
 function refValue(value: string) {
-  return /^https?:\/\//.test(value) ? html`<a href="${value}" rel="noreferrer noopener" target="_blank">${value}</a>` : html`<code>${value}</code>`;
+  return /^https?:\/\//.test(value)
+    ? html`<a href="${value}" rel="noreferrer noopener" target="_blank">${value}</a>`
+    : html`<code>${value}</code>`;
 }
 
 /** A done entry's refs: an archived object opens through the page, a CRM id links to its record. */
-function detail(e: TimelineEntry, objectUrl: (sink: string, key: string) => string | null, crmLinks: CrmLinkSettings | undefined) {
+function detail(
+  e: TimelineEntry,
+  objectUrl: (sink: string, key: string) => string | null,
+  crmLinks: CrmLinkSettings | undefined,
+) {
   if (e.event === 'done' && e.refs) {
     const value = (k: string, v: string) => {
       const object = e.sink ? objectUrl(e.sink, v) : null;
@@ -69,16 +91,42 @@ export function callsPage(options: CallsPageOptions): Hono {
   const page = (c: Context, title: string, body: unknown, script = '') => {
     const nonce = randomBytes(16).toString('base64');
     c.header('cache-control', 'no-store');
-    c.header('content-security-policy', `default-src 'none'; style-src 'unsafe-inline'; script-src 'nonce-${nonce}'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`);
-    return c.html(html`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width"><title>${title}</title><style>${raw(STYLE)}</style></head>
-<body><nav><a href="${path}">Calls</a> · <a href="${options.dashboardPath}">Queues</a></nav>${body}${script ? html`<script nonce="${nonce}">${raw(script)}</script>` : ''}</body></html>`);
+    c.header(
+      'content-security-policy',
+      `default-src 'none'; style-src 'unsafe-inline'; script-src 'nonce-${nonce}'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`,
+    );
+    return c.html(
+      html`<!doctype html>
+        <html lang="en">
+          <head>
+            <meta charset="utf-8" />
+            <meta name="viewport" content="width=device-width" />
+            <title>${title}</title>
+            <style>
+              ${raw(STYLE)}
+            </style>
+          </head>
+          <body>
+            <nav><a href="${path}">Calls</a> · <a href="${options.dashboardPath}">Queues</a></nav>
+            ${body}${
+              script
+                ? html`<script nonce="${nonce}">
+                    ${raw(script)};
+                  </script>`
+                : ''
+            }
+          </body>
+        </html>`,
+    );
   };
 
   // The list: a reference (call id, job id, +number) or a query (time range, sink, state).
   app.get(path, async (c) => {
     const q = (c.req.query('q') ?? '').trim();
-    const values: Record<string, string> = { since: c.req.query('since') || '24h', ...pick(c.req.query(), ['until', 'sink', 'status', 'limit']) };
+    const values: Record<string, string> = {
+      since: c.req.query('since') || '24h',
+      ...pick(c.req.query(), ['until', 'sink', 'status', 'limit']),
+    };
     let calls: CallSummary[] = [];
     let error: string | null = null;
     try {
@@ -91,17 +139,49 @@ export function callsPage(options: CallsPageOptions): Hono {
     }
     const status = c.req.query('status') ?? '';
     const body = html`<h1>Calls</h1>
-<form class="search" method="get" action="${path}" role="search">
-<label>Call id, job id or number <input name="q" value="${q}" placeholder="+4915112345678"></label>
-<label>Since <input name="since" value="${values.since}" size="6"></label>
-<label>Sink <input name="sink" value="${values.sink ?? ''}" size="10"></label>
-<label>Status <select name="status">${['', 'failed', 'skipped', 'pending', 'done'].map((s) => html`<option value="${s}"${s === status ? raw(' selected') : ''}>${s || 'any'}</option>`)}</select></label>
-<button type="submit">Search</button></form>
-${error ? html`<p class="err" role="alert">${error}</p>` : ''}
-<table><thead><tr><th>received</th><th>call</th><th>source</th><th>from → to</th><th>sinks</th></tr></thead><tbody>
-${calls.length === 0 ? html`<tr><td colspan="5">no calls match</td></tr>` : ''}
-${calls.map((s) => html`<tr><td>${iso(s.receivedAt)}</td><td><a href="${path}/${s.id}">${s.callId ?? s.id}</a></td><td>${s.source ?? '?'}</td><td>${s.from ?? 'anonymous'} → ${s.to ?? '?'}</td><td>${chips(s)}</td></tr>`)}
-</tbody></table>`;
+      <form class="search" method="get" action="${path}" role="search">
+        <label>Call id, job id or number <input name="q" value="${q}" placeholder="+4915112345678" /></label>
+        <label>Since <input name="since" value="${values.since}" size="6" /></label>
+        <label>Sink <input name="sink" value="${values.sink ?? ''}" size="10" /></label>
+        <label
+          >Status
+          <select name="status">
+            ${['', 'failed', 'skipped', 'pending', 'done'].map((s) => html`<option value="${s}" ${s === status ? raw(' selected') : ''}>${s || 'any'}</option>`)}
+          </select></label
+        >
+        <button type="submit">Search</button>
+      </form>
+      ${error ? html`<p class="err" role="alert">${error}</p>` : ''}
+      <table>
+        <thead>
+          <tr>
+            <th>received</th>
+            <th>call</th>
+            <th>source</th>
+            <th>from → to</th>
+            <th>sinks</th>
+          </tr>
+        </thead>
+        <tbody>
+          ${
+            calls.length === 0
+              ? html`<tr>
+                  <td colspan="5">no calls match</td>
+                </tr>`
+              : ''
+          }
+          ${calls.map(
+            (s) =>
+              html`<tr>
+                <td>${iso(s.receivedAt)}</td>
+                <td><a href="${path}/${s.id}">${s.callId ?? s.id}</a></td>
+                <td>${s.source ?? '?'}</td>
+                <td>${s.from ?? 'anonymous'} → ${s.to ?? '?'}</td>
+                <td>${chips(s)}</td>
+              </tr>`,
+          )}
+        </tbody>
+      </table>`;
     return page(c, 'callsync: calls', body);
   });
 
@@ -111,23 +191,59 @@ ${calls.map((s) => html`<tr><td>${iso(s.receivedAt)}</td><td><a href="${path}/${
     const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
     if (!call) {
       c.status(404);
-      return page(c, 'callsync: call not found', html`<h1>Call not found</h1><p>No timeline for ${id} (kept CALL_TIMELINE_TTL_DAYS).</p>`);
+      return page(
+        c,
+        'callsync: call not found',
+        html`<h1>Call not found</h1>
+          <p>No timeline for ${id} (kept CALL_TIMELINE_TTL_DAYS).</p>`,
+      );
     }
-    const failed = Object.entries(call.sinks).filter(([, state]) => state === 'failed').map(([sink]) => sink);
-    const settled = Object.entries(call.sinks).filter(([, state]) => state === 'done' || state === 'skipped').map(([sink]) => sink);
+    const failed = Object.entries(call.sinks)
+      .filter(([, state]) => state === 'failed')
+      .map(([sink]) => sink);
+    const settled = Object.entries(call.sinks)
+      .filter(([, state]) => state === 'done' || state === 'skipped')
+      .map(([sink]) => sink);
     const waiting = Object.values(call.sinks).some((state) => state === 'pending' || state === 'retrying');
     const objects = new Set(archivedObjects(call.entries, options.archives).map((o) => `${o.sink}\n${o.key}`));
     const objectUrl = (sink: string, key: string) =>
-      objects.has(`${sink}\n${key}`) ? `${path}/${call.id}/object?${new URLSearchParams({ sink, key }).toString()}` : null;
+      objects.has(`${sink}\n${key}`)
+        ? `${path}/${call.id}/object?${new URLSearchParams({ sink, key }).toString()}`
+        : null;
     const body = html`<h1>Call ${call.callId ?? call.id}</h1>
-<p>${call.source ?? '?'}, ${call.direction ?? '?'}, ${call.from ?? 'anonymous'} → ${call.to ?? '?'}, received ${iso(call.receivedAt)}; job id <code>${call.id}</code></p>
-<p id="sinks">${chips(call)}</p>
-${failed.map((sink) => html`<p><button type="button" data-action="retry" data-sink="${sink}">Retry ${sink}</button> <span class="err">${call.reasons[sink] ?? ''}</span></p>`)}
-<p>${settled.map((sink) => html`<button type="button" data-action="replay" data-sink="${sink}">Replay to ${sink}</button> `)}</p>
-<p id="message" role="status"></p>
-<table><thead><tr><th>time</th><th>event</th><th>sink</th><th>try</th><th>detail</th></tr></thead><tbody>
-${call.entries.map((e) => html`<tr><td>${iso(e.at)}</td><td>${e.event}</td><td>${e.sink ? sinkLabel(e) : ''}</td><td>${e.attempt ?? ''}</td><td>${detail(e, objectUrl, options.crmLinks)}</td></tr>`)}
-</tbody></table>`;
+      <p>
+        ${call.source ?? '?'}, ${call.direction ?? '?'}, ${call.from ?? 'anonymous'} → ${call.to ?? '?'}, received
+        ${iso(call.receivedAt)}; job id <code>${call.id}</code>
+      </p>
+      <p id="sinks">${chips(call)}</p>
+      ${failed.map((sink) => html`<p><button type="button" data-action="retry" data-sink="${sink}">Retry ${sink}</button> <span class="err">${call.reasons[sink] ?? ''}</span></p>`)}
+      <p>
+        ${settled.map((sink) => html`<button type="button" data-action="replay" data-sink="${sink}">Replay to ${sink}</button> `)}
+      </p>
+      <p id="message" role="status"></p>
+      <table>
+        <thead>
+          <tr>
+            <th>time</th>
+            <th>event</th>
+            <th>sink</th>
+            <th>try</th>
+            <th>detail</th>
+          </tr>
+        </thead>
+        <tbody>
+          ${call.entries.map(
+            (e) =>
+              html`<tr>
+                <td>${iso(e.at)}</td>
+                <td>${e.event}</td>
+                <td>${e.sink ? sinkLabel(e) : ''}</td>
+                <td>${e.attempt ?? ''}</td>
+                <td>${detail(e, objectUrl, options.crmLinks)}</td>
+              </tr>`,
+          )}
+        </tbody>
+      </table>`;
     // Retry: a same-origin JSON POST (the CSRF rule of the ops endpoints); the page then refreshes
     // while a sink is pending, so a retried chip turns to its outcome.
     const script = `
@@ -149,7 +265,9 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
     const sink = c.req.query('sink') ?? '';
     const key = c.req.query('key') ?? '';
     const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
-    const object = call ? archivedObjects(call.entries, options.archives).find((o) => o.sink === sink && o.key === key) : undefined;
+    const object = call
+      ? archivedObjects(call.entries, options.archives).find((o) => o.sink === sink && o.key === key)
+      : undefined;
     const open = object ? options.archives?.get(object.sink) : undefined;
     if (!object || !open) return c.json(errorBody(404, 'no such archived object of this call'), 404);
     let body: string;
@@ -181,11 +299,17 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
     const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
     if (!call) return c.json(errorBody(404, `no call ${id}`), 404);
     const dead = call.entries.filter((e) => e.event === 'dead-lettered' && e.sink && sinkLabel(e) === sink).at(-1);
-    if (!dead?.jobId || call.sinks[sink] !== 'failed') return c.json(errorBody(409, `sink "${sink}" of this call is not failed`, '/sink'), 409);
+    if (!dead?.jobId || call.sinks[sink] !== 'failed')
+      return c.json(errorBody(409, `sink "${sink}" of this call is not failed`, '/sink'), 409);
     const queue = queues.get(sinkQueueName(dead.sink!, dead.endpoint));
     const job = queue ? await queue.getJob(dead.jobId) : undefined;
-    if (!queue || !job) return c.json(errorBody(404, `the dead letter of "${sink}" is gone (dead letters are kept 14 days)`), 404);
-    if (!(await job.isFailed())) return c.json(errorBody(409, `the job of "${sink}" is not in the dead letters (it is ${await job.getState()})`), 409);
+    if (!queue || !job)
+      return c.json(errorBody(404, `the dead letter of "${sink}" is gone (dead letters are kept 14 days)`), 404);
+    if (!(await job.isFailed()))
+      return c.json(
+        errorBody(409, `the job of "${sink}" is not in the dead letters (it is ${await job.getState()})`),
+        409,
+      );
     await job.retry('failed');
     return c.json({ retried: { sink, queue: queue.name, jobId: job.id } });
   });
@@ -203,7 +327,14 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
     if (!last) return c.json(errorBody(404, `the call was never routed to "${sink}"`, '/sink'), 404);
     const queue = queues.get(sinkQueueName(last.sink!, last.endpoint));
     const job = queue ? await queue.getJob(last.jobId!) : undefined;
-    if (!queue || !job) return c.json(errorBody(404, `the job of "${sink}" is gone (done jobs are kept a day): replay from the archive with \`callsync replay\``), 404);
+    if (!queue || !job)
+      return c.json(
+        errorBody(
+          404,
+          `the job of "${sink}" is gone (done jobs are kept a day): replay from the archive with \`callsync replay\``,
+        ),
+        404,
+      );
     const replayId = `${last.jobId!.slice(0, 32)}-replay-${Date.now().toString(36)}`;
     await queue.add(job.name, job.data, { jobId: replayId });
     return c.json({ replayed: { sink, queue: queue.name, jobId: replayId } });
@@ -213,5 +344,7 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
 }
 
 function pick(values: Record<string, string>, names: string[]): Record<string, string> {
-  return Object.fromEntries(names.filter((n) => values[n] !== undefined && values[n] !== '').map((n) => [n, values[n]!]));
+  return Object.fromEntries(
+    names.filter((n) => values[n] !== undefined && values[n] !== '').map((n) => [n, values[n]!]),
+  );
 }

@@ -23,8 +23,10 @@ class CallsyncQueueAdapter extends BullMQAdapter {
   override async isPaused(): Promise<boolean> {
     const [paused, state] = await Promise.all([super.isPaused(), pauseState(this.target).catch(() => null)]);
     this.note = '';
-    if (paused && state?.state === 'disabled') this.note = `Disabled${state.at ? ` since ${state.at}` : ''}: ${state.reason} Resume the queue to re-enable the endpoint.`;
-    else if (paused && state?.reason) this.note = `Paused${state.at ? ` since ${state.at}` : ''}: ${state.reason} Resume the queue once the cause is fixed.`;
+    if (paused && state?.state === 'disabled')
+      this.note = `Disabled${state.at ? ` since ${state.at}` : ''}: ${state.reason} Resume the queue to re-enable the endpoint.`;
+    else if (paused && state?.reason)
+      this.note = `Paused${state.at ? ` since ${state.at}` : ''}: ${state.reason} Resume the queue once the cause is fixed.`;
     return paused;
   }
 

@@ -3,7 +3,6 @@
 import type { Config, SinkConfig } from '../config/index.js';
 import { INBOUND_QUEUE, POLL_DEAD_LETTER_QUEUE, sinkQueueName } from '../../queues/index.js';
 
-
 /**
  * The queues of one sink: its own, and one per endpoint when it has endpoints (its own queue then
  * only hands jobs queued before the endpoints had queues on to them, see workers/fanout.ts).

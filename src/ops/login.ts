@@ -36,7 +36,8 @@ export interface LoginOptions {
 
 const PAGE_HEADERS = {
   'cache-control': 'no-store',
-  'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  'content-security-policy':
+    "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
   'x-frame-options': 'DENY',
 };
 
@@ -51,27 +52,62 @@ export function loginRoutes(options: LoginOptions): Hono {
 
   /** `next` when it names a page of the dashboard (never another site), else the dashboard. */
   const safeNext = (next: unknown): string =>
-    typeof next === 'string' && (next === dashboardPath || next.startsWith(`${dashboardPath}/`) || next.startsWith(`${dashboardPath}?`)) && !/[\\\r\n]/.test(next)
+    typeof next === 'string' &&
+    (next === dashboardPath || next.startsWith(`${dashboardPath}/`) || next.startsWith(`${dashboardPath}?`)) &&
+    !/[\\\r\n]/.test(next)
       ? next
       : dashboardPath;
 
   const page = (c: Context, status: 200 | 400 | 401 | 429, next: string, message: string | null) => {
     c.status(status);
     for (const [name, value] of Object.entries(PAGE_HEADERS)) c.header(name, value);
-    return c.html(html`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
-<title>${title}: log in</title>
-<style>body{font-family:system-ui,sans-serif;display:grid;place-items:center;min-height:90vh;background:#f4f5f7}
-form{background:#fff;padding:2rem;border-radius:8px;box-shadow:0 1px 4px #0002;display:grid;gap:.75rem;min-width:18rem}
-input,button{font:inherit;padding:.5rem}p{margin:0;color:#b00020}</style></head>
-<body><form method="post" action="${options.loginPath}">
-<h1>${title}</h1>
-${message ? html`<p role="alert">${message}</p>` : ''}
-<label>User <input name="username" autocomplete="username" required></label>
-<label>Password <input name="password" type="password" autocomplete="current-password" required></label>
-<input type="hidden" name="next" value="${next}">
-<button type="submit">Log in</button>
-</form></body></html>`);
+    return c.html(
+      html`<!doctype html>
+        <html lang="en">
+          <head>
+            <meta charset="utf-8" />
+            <meta name="viewport" content="width=device-width" />
+            <title>${title}: log in</title>
+            <style>
+              body {
+                font-family: system-ui, sans-serif;
+                display: grid;
+                place-items: center;
+                min-height: 90vh;
+                background: #f4f5f7;
+              }
+              form {
+                background: #fff;
+                padding: 2rem;
+                border-radius: 8px;
+                box-shadow: 0 1px 4px #0002;
+                display: grid;
+                gap: 0.75rem;
+                min-width: 18rem;
+              }
+              input,
+              button {
+                font: inherit;
+                padding: 0.5rem;
+              }
+              p {
+                margin: 0;
+                color: #b00020;
+              }
+            </style>
+          </head>
+          <body>
+            <form method="post" action="${options.loginPath}">
+              <h1>${title}</h1>
+              ${message ? html`<p role="alert">${message}</p>` : ''}
+              <label>User <input name="username" autocomplete="username" required /></label>
+              <label>Password <input name="password" type="password" autocomplete="current-password" required /></label>
+              <input type="hidden" name="next" value="${next}" />
+              <button type="submit">Log in</button>
+            </form>
+          </body>
+        </html>`,
+    );
   };
 
   const refuse = (c: Context, status: 400 | 401, next: string, message: string, pointer = '') =>
@@ -85,20 +121,31 @@ ${message ? html`<p role="alert">${message}</p>` : ''}
     const site = c.req.header('sec-fetch-site');
     if (site === 'cross-site' || site === 'same-site') {
       for (const [name, value] of Object.entries(PAGE_HEADERS)) c.header(name, value);
-      return c.html(html`<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0"><title>${title}</title>`);
+      return c.html(
+        html`<!doctype html><meta charset="utf-8" /><meta http-equiv="refresh" content="0" /><title>${title}</title>`,
+      );
     }
     return page(c, 200, next, null);
   });
 
   app.post(
     options.loginPath,
-    bodyLimit({ maxSize: 8 * 1024, onError: (c) => c.json(errorBody(413, 'a login is a user and a password: at most 8 KiB'), 413) }),
+    bodyLimit({
+      maxSize: 8 * 1024,
+      onError: (c) => c.json(errorBody(413, 'a login is a user and a password: at most 8 KiB'), 413),
+    }),
     async (c) => {
       const form = await c.req.parseBody().catch(() => ({}) as Record<string, unknown>);
       const next = safeNext(form.next);
       const { username, password } = form;
       if (typeof username !== 'string' || typeof password !== 'string' || username === '' || password === '') {
-        return refuse(c, 400, next, 'enter the user and the password', typeof username === 'string' && username !== '' ? '/password' : '/username');
+        return refuse(
+          c,
+          400,
+          next,
+          'enter the user and the password',
+          typeof username === 'string' && username !== '' ? '/password' : '/username',
+        );
       }
       const tried = attempt(c, options, username, 'login');
       if (tried.waitMs > 0) {
@@ -125,9 +172,18 @@ ${message ? html`<p role="alert">${message}</p>` : ''}
 
   app.get(options.logoutPath, (c) => {
     for (const [name, value] of Object.entries(PAGE_HEADERS)) c.header(name, value);
-    return c.html(html`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>${title}: log out</title></head>
-<body><form method="post" action="${options.logoutPath}"><button type="submit">Log out</button></form></body></html>`);
+    return c.html(
+      html`<!doctype html>
+        <html lang="en">
+          <head>
+            <meta charset="utf-8" />
+            <title>${title}: log out</title>
+          </head>
+          <body>
+            <form method="post" action="${options.logoutPath}"><button type="submit">Log out</button></form>
+          </body>
+        </html>`,
+    );
   });
 
   app.post(options.logoutPath, (c) => {

@@ -41,7 +41,8 @@ export function requestContext(options: RequestContextOptions): MiddlewareHandle
       const path = c.req.path;
       const status = c.res.status;
       const line = { requestId, method: c.req.method, path, status, ms: Math.round(performance.now() - started) };
-      if (quiet.has(path) || (status < 400 && quietOk.some((p) => path.startsWith(p)))) options.log.debug(line, 'request');
+      if (quiet.has(path) || (status < 400 && quietOk.some((p) => path.startsWith(p))))
+        options.log.debug(line, 'request');
       else options.log.info(line, 'request');
     }
   };

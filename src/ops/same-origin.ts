@@ -61,7 +61,13 @@ export function sameOriginOnly(options: SameOriginOptions = {}): MiddlewareHandl
     // `none` is a request the user started (typed URL, bookmark): never a form or a button of ours.
     const site = c.req.header('sec-fetch-site');
     if (site !== undefined && site !== 'same-origin') {
-      return c.json(errorBody(403, `cross-site request refused: Sec-Fetch-Site is "${site.slice(0, 20)}"; use the dashboard's own page`), 403);
+      return c.json(
+        errorBody(
+          403,
+          `cross-site request refused: Sec-Fetch-Site is "${site.slice(0, 20)}"; use the dashboard's own page`,
+        ),
+        403,
+      );
     }
     const origin = c.req.header('origin');
     if (origin !== undefined) {
@@ -69,7 +75,10 @@ export function sameOriginOnly(options: SameOriginOptions = {}): MiddlewareHandl
       if (!allowed.includes(origin)) {
         const expected = allowed.length > 0 ? allowed.join(', ') : 'unknown';
         return c.json(
-          errorBody(403, `cross-origin request refused: Origin "${origin.slice(0, 200)}" is not ${expected} (behind a proxy that changes the Host, set ADMIN_ORIGIN)`),
+          errorBody(
+            403,
+            `cross-origin request refused: Origin "${origin.slice(0, 200)}" is not ${expected} (behind a proxy that changes the Host, set ADMIN_ORIGIN)`,
+          ),
           403,
         );
       }
@@ -78,7 +87,10 @@ export function sameOriginOnly(options: SameOriginOptions = {}): MiddlewareHandl
     if (requireJson) {
       const type = c.req.header('content-type');
       if (type !== undefined ? !JSON_TYPE.test(type) : hasBody(c)) {
-        return c.json(errorBody(415, 'a request body must be Content-Type: application/json', '/headers/content-type'), 415);
+        return c.json(
+          errorBody(415, 'a request body must be Content-Type: application/json', '/headers/content-type'),
+          415,
+        );
       }
     }
     await next();

@@ -32,13 +32,19 @@ export function createSessions(options: SessionOptions): Sessions {
   // Derived from the credentials, so every process configured with the same password accepts the
   // same sessions (the ingress and each ops server) and changing the password ends them all. scrypt
   // makes guessing the password from a stolen cookie slow (~20 ms a guess, once at start here).
-  const key = scryptSync(options.password, `callsync-admin-session\0${options.username}`, 32, { N: 2 ** 14, r: 8, p: 1 });
+  const key = scryptSync(options.password, `callsync-admin-session\0${options.username}`, 32, {
+    N: 2 ** 14,
+    r: 8,
+    p: 1,
+  });
   const mac = (payload: string) => createHmac('sha256', key).update(payload).digest();
 
   return {
     ttlMs,
     issue(user, now = Date.now()) {
-      const payload = b64(Buffer.from(JSON.stringify({ u: user, e: Math.floor((now + ttlMs) / 1000), n: b64(randomBytes(9)) })));
+      const payload = b64(
+        Buffer.from(JSON.stringify({ u: user, e: Math.floor((now + ttlMs) / 1000), n: b64(randomBytes(9)) })),
+      );
       return `${payload}.${b64(mac(payload))}`;
     },
     verify(value, now = Date.now()) {

@@ -30,7 +30,10 @@ export function createShutdownGate(options: ShutdownGateOptions = {}): ShutdownG
   const middleware: MiddlewareHandler = async function shutdownGate(c, next) {
     if (closed && !open.has(c.req.path)) {
       options.onRejected?.(c.req.path);
-      return c.json(errorBody(503, 'callsync is shutting down; retry later'), 503, { 'retry-after': retryAfter, connection: 'close' });
+      return c.json(errorBody(503, 'callsync is shutting down; retry later'), 503, {
+        'retry-after': retryAfter,
+        connection: 'close',
+      });
     }
     inFlight++;
     try {

@@ -70,7 +70,8 @@ export class LoginThrottle {
     const p = this.fresh(this.peers, peer);
     if (p && p.until > now) return { waitMs: p.until - now, by: 'peer' };
     const a = this.fresh(this.accounts, account);
-    if (a && a.until > now && !this.knownGood(peer) && this.failedBefore(account, peer)) return { waitMs: a.until - now, by: 'account' };
+    if (a && a.until > now && !this.knownGood(peer) && this.failedBefore(account, peer))
+      return { waitMs: a.until - now, by: 'account' };
     return { waitMs: 0 };
   }
 
@@ -86,7 +87,10 @@ export class LoginThrottle {
       return f.count;
     };
     remember(this.pairs, `${account} ${peer}`, now);
-    return { peer: bump(this.peers, peer, PEER_FREE_FAILURES), account: bump(this.accounts, account, ACCOUNT_FREE_FAILURES) };
+    return {
+      peer: bump(this.peers, peer, PEER_FREE_FAILURES),
+      account: bump(this.accounts, account, ACCOUNT_FREE_FAILURES),
+    };
   }
 
   /** A successful login: the peer's failures are forgotten, and it is known good for a while. */

@@ -69,7 +69,8 @@ export function parseTarget(input: string, region: CountryCode): ForgetTarget {
   const lib = phoneLibMax();
   if (text.startsWith('+') || text.startsWith('00')) {
     const parsed = lib.parsePhoneNumberFromString(text.startsWith('00') ? `+${text.slice(2)}` : text);
-    if (!parsed?.isValid()) throw new ForgetInputError(`not a valid phone number: expected E.164 such as +4915112345678`);
+    if (!parsed?.isValid())
+      throw new ForgetInputError(`not a valid phone number: expected E.164 such as +4915112345678`);
     return { kind: 'number', e164: parsed.number };
   }
   if (/^[\d\s()./-]+$/.test(text)) {
@@ -96,7 +97,9 @@ function targetMatcher(target: ForgetTarget): (text: string) => boolean {
   const parsed = phoneLibMax().parsePhoneNumberFromString(target.e164)!;
   const international = `${parsed.countryCallingCode}${parsed.nationalNumber}`;
   const national = parsed.formatNational().replace(/\D/g, '');
-  const re = new RegExp(`(?<!\\d)(?:(?:\\+|00)${SEP}?${spaced(international)}|${spaced(international)}|${spaced(national)})(?!\\d)`);
+  const re = new RegExp(
+    `(?<!\\d)(?:(?:\\+|00)${SEP}?${spaced(international)}|${spaced(international)}|${spaced(national)})(?!\\d)`,
+  );
   return (text) => re.test(text);
 }
 
@@ -126,7 +129,15 @@ export interface ForgetReceipt {
 }
 
 const MAX_PASSES = 4;
-const JOB_STATES: JobType[] = ['waiting', 'prioritized', 'delayed', 'waiting-children', 'active', 'completed', 'failed'];
+const JOB_STATES: JobType[] = [
+  'waiting',
+  'prioritized',
+  'delayed',
+  'waiting-children',
+  'active',
+  'completed',
+  'failed',
+];
 const PAGE = 500;
 const CALL_HASH = /^[0-9a-f]{32}$/;
 
@@ -159,7 +170,10 @@ const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`)
 
 /** Every key of this deployment: `<QUEUE_PREFIX>:…` and, on a spread cluster, `{<QUEUE_PREFIX>:…}…`. */
 async function deploymentKeys(redis: RedisClient, prefix: string): Promise<string[]> {
-  const [plain, tagged] = await Promise.all([scanAll(redis, `${globEscape(prefix)}:*`), scanAll(redis, `{${globEscape(prefix)}:*`)]);
+  const [plain, tagged] = await Promise.all([
+    scanAll(redis, `${globEscape(prefix)}:*`),
+    scanAll(redis, `{${globEscape(prefix)}:*`),
+  ]);
   return [...new Set([...plain, ...tagged])].filter((k) => k.startsWith(`${prefix}:`) || k.startsWith(`{${prefix}:`));
 }
 
@@ -178,7 +192,9 @@ function queuesAmong(keys: readonly string[], k: RedisKeys): string[] {
 function parseCallText(text: string): CanonicalCall | null {
   try {
     const parsed = JSON.parse(text) as unknown;
-    const c = (parsed && typeof parsed === 'object' && 'call' in parsed ? (parsed as { call: unknown }).call : parsed) as CanonicalCall | null;
+    const c = (
+      parsed && typeof parsed === 'object' && 'call' in parsed ? (parsed as { call: unknown }).call : parsed
+    ) as CanonicalCall | null;
     return c && typeof c === 'object' && typeof c.key === 'string' && typeof c.callId === 'string' ? c : null;
   } catch {
     return null;
@@ -231,7 +247,8 @@ class Forgetter {
 
   /** A call found somewhere: remembered by its key (its hash names its keys and jobs). */
   private found(call: Pick<CanonicalCall, 'key' | 'callId' | 'startedAt'> | null): void {
-    if (call && typeof call.key === 'string' && !this.calls.has(callHash(call.key))) this.calls.set(callHash(call.key), { key: call.key, callId: call.callId, startedAt: call.startedAt });
+    if (call && typeof call.key === 'string' && !this.calls.has(callHash(call.key)))
+      this.calls.set(callHash(call.key), { key: call.key, callId: call.callId, startedAt: call.startedAt });
   }
 
   private callMatches(call: CanonicalCall | null): boolean {
@@ -261,7 +278,8 @@ class Forgetter {
       const numberHash = callHash(this.options.target.e164);
       if (segmentsOf(key).includes(numberHash)) return true;
       // The SMS cooldown names it by its keyed hash (the ledger's markers are kept: see keyAction).
-      if (this.secret !== undefined && segmentsOf(key).includes(recipientHash(this.secret, this.options.target.e164))) return true;
+      if (this.secret !== undefined && segmentsOf(key).includes(recipientHash(this.secret, this.options.target.e164)))
+        return true;
     }
     return false;
   }
@@ -290,7 +308,10 @@ class Forgetter {
         this.countRedis(work);
       } else {
         // 2. The spool: a running ingress drains it into the log (found in Redis next); else its files are rewritten.
-        const spool = await eraseFromSpool(spoolDir, spoolMatches, { dryRun: false, waitMs: this.options.spoolWaitMs ?? 30_000 });
+        const spool = await eraseFromSpool(spoolDir, spoolMatches, {
+          dryRun: false,
+          waitMs: this.options.spoolWaitMs ?? 30_000,
+        });
         this.count('spool lines', spool.removed);
         if (spool.drained > 0) {
           work = await this.collectRedis();
@@ -310,16 +331,37 @@ class Forgetter {
       // 4. The archives: what was found there, and the objects of the calls found elsewhere.
       for (const { store, prefix } of archives) {
         const objects = archived.get(store)!;
-        for (const call of this.calls.values()) for (const key of await this.objectsOfCall(store, prefix, call)) objects.add(key);
+        for (const call of this.calls.values())
+          for (const key of await this.objectsOfCall(store, prefix, call)) objects.add(key);
         if (!dryRun) for (const key of objects) await store.delete(key);
-        this.count(store instanceof LocalFolderStore ? 'archive objects (folder)' : 'archive objects (S3)', objects.size);
+        this.count(
+          store instanceof LocalFolderStore ? 'archive objects (folder)' : 'archive objects (S3)',
+          objects.size,
+        );
       }
     } finally {
       await Promise.all([...this.queues.values()].map((q) => q.close()));
     }
 
-    const receipt: ForgetReceipt = { target: this.options.target.kind, dryRun, calls: this.calls.size, stores: { ...this.counts }, passes };
-    this.log.info({ audit: 'forget', target: receipt.target, dryRun, crm: this.options.crm, calls: receipt.calls, stores: receipt.stores, passes }, dryRun ? 'forget: dry run' : 'forget: erased');
+    const receipt: ForgetReceipt = {
+      target: this.options.target.kind,
+      dryRun,
+      calls: this.calls.size,
+      stores: { ...this.counts },
+      passes,
+    };
+    this.log.info(
+      {
+        audit: 'forget',
+        target: receipt.target,
+        dryRun,
+        crm: this.options.crm,
+        calls: receipt.calls,
+        stores: receipt.stores,
+        passes,
+      },
+      dryRun ? 'forget: dry run' : 'forget: erased',
+    );
     return receipt;
   }
 
@@ -351,7 +393,9 @@ class Forgetter {
       {
         for (const state of JOB_STATES) {
           for (let start = 0; ; start += PAGE) {
-            const jobs = (await queue.getJobs([state], start, start + PAGE - 1, true)).filter((j): j is Job => j !== undefined && j !== null);
+            const jobs = (await queue.getJobs([state], start, start + PAGE - 1, true)).filter(
+              (j): j is Job => j !== undefined && j !== null,
+            );
             for (const job of jobs) {
               const data = job.data as { call?: CanonicalCall | null; text?: string } | undefined;
               const call = data?.call ?? (typeof data?.text === 'string' ? parseCallText(data.text) : null);
@@ -428,7 +472,8 @@ class Forgetter {
       const [, hash, recipient] = ledger as unknown as [string, string, string];
       // A marker naming its recipient by a keyed hash (or `mail`) is what "never twice" keeps: never
       // deleted; a forgotten call's is only trimmed to state and time.
-      if (recipient === 'mail' || recipient.startsWith('h1.')) return this.calls.has(hash) && /"(ref|reason)"/.test((await this.redis.get(key)) ?? '') ? 'ledger' : null;
+      if (recipient === 'mail' || recipient.startsWith('h1.'))
+        return this.calls.has(hash) && /"(ref|reason)"/.test((await this.redis.get(key)) ?? '') ? 'ledger' : null;
       if (this.calls.has(hash) || this.matches(recipient)) return 'ledger';
     }
     if (key === `${this.keys.area('optout')}:optout`) {
@@ -451,7 +496,11 @@ class Forgetter {
       }
       case 'zset': {
         const members = await this.redis.zrange(key, 0, -1);
-        return members.some((m) => this.related(m) || (this.options.target.kind === 'call' && m === this.options.target.callId)) ? 'members' : null;
+        return members.some(
+          (m) => this.related(m) || (this.options.target.kind === 'call' && m === this.options.target.callId),
+        )
+          ? 'members'
+          : null;
       }
       case 'list': {
         const items = await this.redis.lrange(key, 0, -1);
@@ -466,24 +515,37 @@ class Forgetter {
     for (const job of work.jobs) this.count(job.state === 'failed' ? 'dead letters' : `jobs (${job.state})`);
     for (const s of work.streamEntries) this.count(streamStore(s.key), s.ids.length);
     for (const e of work.eventEntries) this.count('queue events', e.ids.length);
-    for (const k of work.keys) this.count(k.action === 'ledger' ? 'notification ledger (kept as keyed hash)' : k.action === 'optout' ? 'opt-out list (kept as keyed hash)' : k.action === 'push' ? 'push assemblies' : 'other keys');
+    for (const k of work.keys)
+      this.count(
+        k.action === 'ledger'
+          ? 'notification ledger (kept as keyed hash)'
+          : k.action === 'optout'
+            ? 'opt-out list (kept as keyed hash)'
+            : k.action === 'push'
+              ? 'push assemblies'
+              : 'other keys',
+      );
   }
 
   private async eraseRedis(work: RedisWork): Promise<void> {
     // Jobs: an active one finishes first (its worker holds a lock), then goes like the others.
     for (const ref of work.jobs) {
-      if (await this.removeJob(this.queue(ref.queue), ref.id)) this.count(ref.state === 'failed' ? 'dead letters' : `jobs (${ref.state})`);
+      if (await this.removeJob(this.queue(ref.queue), ref.id))
+        this.count(ref.state === 'failed' ? 'dead letters' : `jobs (${ref.state})`);
     }
     // Rewritten, not XDEL'd: XDEL leaves the fields in the stream's memory (./stream-erase.ts).
-    for (const { key, ids } of work.streamEntries) this.count(streamStore(key), await eraseStreamEntries(this.redis, key, ids));
-    for (const { key, ids } of work.eventEntries) this.count('queue events', await eraseStreamEntries(this.redis, key, ids));
+    for (const { key, ids } of work.streamEntries)
+      this.count(streamStore(key), await eraseStreamEntries(this.redis, key, ids));
+    for (const { key, ids } of work.eventEntries)
+      this.count('queue events', await eraseStreamEntries(this.redis, key, ids));
     for (const { key, type, action } of work.keys) {
       if (action === 'ledger') {
         await this.hashLedgerMarker(key);
         this.count('notification ledger (kept as keyed hash)');
       } else if (action === 'optout') {
         const list = new OptOutList(this.redis, this.keys.area('optout'), this.privacyKey);
-        if (this.options.target.kind === 'number' && (await list.keepHashedOnly(this.options.target.e164))) this.count('opt-out list (kept as keyed hash)');
+        if (this.options.target.kind === 'number' && (await list.keepHashedOnly(this.options.target.e164)))
+          this.count('opt-out list (kept as keyed hash)');
       } else if (action === 'push') {
         const callId = key.slice(key.lastIndexOf(':push:') + ':push:'.length);
         await this.redis.zrem(`${key.slice(0, key.lastIndexOf(':push:'))}:push:open`, callId);
@@ -508,7 +570,10 @@ class Forgetter {
       } catch (err) {
         if (!/locked/.test((err as Error).message)) throw err;
         if (Date.now() >= deadline) {
-          throw new ForgetIncompleteError(`a job of the target in queue ${queue.name} is still active after ${Math.round(this.activeWaitMs / 1000)} s; run forget again once it finished`, this.receipt());
+          throw new ForgetIncompleteError(
+            `a job of the target in queue ${queue.name} is still active after ${Math.round(this.activeWaitMs / 1000)} s; run forget again once it finished`,
+            this.receipt(),
+          );
         }
         await new Promise((r) => setTimeout(r, 200));
       }
@@ -528,14 +593,16 @@ class Forgetter {
       entry = { state: 'unknown' };
     }
     const kept = JSON.stringify({ state: entry.state ?? 'unknown', at: entry.at ?? new Date(0).toISOString() });
-    const target = recipient === 'mail' || recipient.startsWith('h1.') ? key : `${m[1]}${recipientHash(this.secret!, recipient)}`;
+    const target =
+      recipient === 'mail' || recipient.startsWith('h1.') ? key : `${m[1]}${recipientHash(this.secret!, recipient)}`;
     if (ttl > 0) await this.redis.set(target, kept, 'PX', ttl);
     else await this.redis.set(target, kept);
     if (target !== key) await this.redis.del(key);
   }
 
   private async removeMembers(key: string, type: string): Promise<number> {
-    const hit = (m: string) => this.related(m) || (this.options.target.kind === 'call' && m === this.options.target.callId);
+    const hit = (m: string) =>
+      this.related(m) || (this.options.target.kind === 'call' && m === this.options.target.callId);
     if (type === 'set') {
       const members = (await this.redis.smembers(key)).filter(hit);
       return members.length === 0 ? 0 : this.redis.srem(key, ...members);
@@ -551,7 +618,13 @@ class Forgetter {
   }
 
   private receipt(): ForgetReceipt {
-    return { target: this.options.target.kind, dryRun: this.options.dryRun, calls: this.calls.size, stores: { ...this.counts }, passes: 0 };
+    return {
+      target: this.options.target.kind,
+      dryRun: this.options.dryRun,
+      calls: this.calls.size,
+      stores: { ...this.counts },
+      passes: 0,
+    };
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -568,7 +641,10 @@ class Forgetter {
           n = await sink.eraseCall!(call.key, { dryRun: this.options.dryRun, signal: controller.signal });
         } catch (err) {
           // Before Redis: the record memory stays, so running forget again deletes what is left.
-          throw new ForgetIncompleteError(`--crm: sink "${sink.name}" could not delete a call record (${oneLine(err)}); fix that and run forget again`, this.receipt());
+          throw new ForgetIncompleteError(
+            `--crm: sink "${sink.name}" could not delete a call record (${oneLine(err)}); fix that and run forget again`,
+            this.receipt(),
+          );
         }
         this.count(`crm records (${sink.name})`, n);
       }
@@ -590,9 +666,18 @@ class Forgetter {
       try {
         built =
           given ??
-          (await sinkTypes.get(sink.type)!.create(sink.name, sink.options as never, { log: this.log.child({ sink: sink.name }), state, telephony: null, now: () => new Date(), env: this.config.env }));
+          (await sinkTypes.get(sink.type)!.create(sink.name, sink.options as never, {
+            log: this.log.child({ sink: sink.name }),
+            state,
+            telephony: null,
+            now: () => new Date(),
+            env: this.config.env,
+          }));
       } catch (err) {
-        throw new ForgetIncompleteError(`--crm: sink "${sink.name}" cannot be set up (${oneLine(err)})`, this.receipt());
+        throw new ForgetIncompleteError(
+          `--crm: sink "${sink.name}" cannot be set up (${oneLine(err)})`,
+          this.receipt(),
+        );
       }
       if (built.eraseCall) out.push(built);
     }
@@ -622,7 +707,10 @@ class Forgetter {
     const all: string[] = [];
     for await (const key of store.list(`${prefix}transcripts/`)) all.push(key);
     const records = all.filter((k) => k.endsWith('.json') && !k.endsWith('.vcon.json'));
-    const readable = this.options.target.kind === 'call' ? this.options.target.callId.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_') : null;
+    const readable =
+      this.options.target.kind === 'call'
+        ? this.options.target.callId.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_')
+        : null;
     for (const key of records) {
       const name = key.slice(key.lastIndexOf('/') + 1);
       if (readable !== null && !name.startsWith(readable)) continue;
@@ -636,10 +724,16 @@ class Forgetter {
       if (!(this.callMatches(call) || this.matches(text))) continue;
       if (call) this.found(call);
       const base = key.slice(0, -'.json'.length);
-      for (const sibling of [`${base}.json`, `${base}.txt`, `${base}.vcon.json`]) if (all.includes(sibling)) objects.add(sibling);
+      for (const sibling of [`${base}.json`, `${base}.txt`, `${base}.vcon.json`])
+        if (all.includes(sibling)) objects.add(sibling);
       const day = base.slice(`${prefix}transcripts/`.length, base.lastIndexOf('/'));
-      for (const r of await this.recordingsOf(store, `${prefix}recordings/${day}/${base.slice(base.lastIndexOf('/') + 1)}`)) objects.add(r);
-      if (store instanceof LocalFolderStore) for (const t of await store.temporaryFiles(`${prefix}`)) if (t.startsWith(`${base}.`)) objects.add(t);
+      for (const r of await this.recordingsOf(
+        store,
+        `${prefix}recordings/${day}/${base.slice(base.lastIndexOf('/') + 1)}`,
+      ))
+        objects.add(r);
+      if (store instanceof LocalFolderStore)
+        for (const t of await store.temporaryFiles(`${prefix}`)) if (t.startsWith(`${base}.`)) objects.add(t);
     }
     return objects;
   }
@@ -648,13 +742,15 @@ class Forgetter {
   private async objectsOfCall(store: ObjectStore, prefix: string, call: FoundCall): Promise<string[]> {
     const keys = archiveKeys(call, prefix);
     const out: string[] = [];
-    for (const key of [keys.json, keys.text, keys.vcon]) if ((await store.keysStartingWith(key, 1)).includes(key)) out.push(key);
+    for (const key of [keys.json, keys.text, keys.vcon])
+      if ((await store.keysStartingWith(key, 1)).includes(key)) out.push(key);
     const day = keys.json.slice(`${prefix}transcripts/`.length, keys.json.lastIndexOf('/'));
     out.push(...(await this.recordingsOf(store, `${prefix}recordings/${day}/${callKeySegment(call)}`)));
     if (store instanceof LocalFolderStore) {
       const base = keys.json.slice(0, -'.json'.length);
       const recordingBase = `${prefix}recordings/${day}/${callKeySegment(call)}-`;
-      for (const t of await store.temporaryFiles(prefix)) if (t.startsWith(`${base}.`) || t.startsWith(recordingBase)) out.push(t);
+      for (const t of await store.temporaryFiles(prefix))
+        if (t.startsWith(`${base}.`) || t.startsWith(recordingBase)) out.push(t);
     }
     return out;
   }
@@ -694,7 +790,12 @@ function oneLine(err: unknown): string {
 }
 
 /** Forgets `options.target` (see above); the receipt counts what was erased per store. */
-export async function forget(config: Config, redis: RedisClient, log: Logger, options: ForgetOptions): Promise<ForgetReceipt> {
+export async function forget(
+  config: Config,
+  redis: RedisClient,
+  log: Logger,
+  options: ForgetOptions,
+): Promise<ForgetReceipt> {
   return new Forgetter(config, redis, log, options).run();
 }
 

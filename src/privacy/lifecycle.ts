@@ -32,7 +32,8 @@ async function archiveBuckets(config: Config): Promise<ArchiveBucket[]> {
     const options = archiveOptionsSchema.parse(sink.options);
     if (!options.bucket) continue;
     const store = await createObjectStore(options);
-    if (store instanceof S3Store) out.push({ sink: sink.name, bucket: options.bucket, prefix: normalizePrefix(options.prefix), store });
+    if (store instanceof S3Store)
+      out.push({ sink: sink.name, bucket: options.bucket, prefix: normalizePrefix(options.prefix), store });
   }
   return out;
 }
@@ -79,7 +80,9 @@ async function lifecycleState(b: ArchiveBucket, days: number | undefined): Promi
   } catch (err) {
     return { state: 'unreadable', error: describe(err) };
   }
-  const ours = rules.find((r) => r.ID === LIFECYCLE_RULE_ID && r.Status === 'Enabled' && (r.Filter?.Prefix ?? r.Prefix ?? '') === b.prefix);
+  const ours = rules.find(
+    (r) => r.ID === LIFECYCLE_RULE_ID && r.Status === 'Enabled' && (r.Filter?.Prefix ?? r.Prefix ?? '') === b.prefix,
+  );
   if (!ours) return { state: 'missing' };
   const set = ours.Expiration?.Days ?? null;
   return set !== null && set === days ? { state: 'in-place', days: set } : { state: 'other-days', days: set };
@@ -92,12 +95,23 @@ export async function applyLifecycle(config: Config): Promise<{ bucket: ArchiveB
   const out: { bucket: ArchiveBucket; before: LifecycleState }[] = [];
   for (const b of await archiveBuckets(config)) {
     const before = await lifecycleState(b, days);
-    if (before.state === 'unreadable') throw new Error(`archive "${b.sink}" (s3://${b.bucket}/${b.prefix}): cannot read the bucket's lifecycle configuration: ${before.error}`);
+    if (before.state === 'unreadable')
+      throw new Error(
+        `archive "${b.sink}" (s3://${b.bucket}/${b.prefix}): cannot read the bucket's lifecycle configuration: ${before.error}`,
+      );
     if (before.state !== 'in-place') {
       try {
-        await b.store.client.send(new PutBucketLifecycleConfigurationCommand({ Bucket: b.bucket, LifecycleConfiguration: { Rules: withRetentionRule(await rulesOf(b), b.prefix, days) } }));
+        await b.store.client.send(
+          new PutBucketLifecycleConfigurationCommand({
+            Bucket: b.bucket,
+            LifecycleConfiguration: { Rules: withRetentionRule(await rulesOf(b), b.prefix, days) },
+          }),
+        );
       } catch (err) {
-        throw new Error(`archive "${b.sink}" (s3://${b.bucket}/${b.prefix}): cannot set the lifecycle rule: ${describe(err)}`, { cause: err });
+        throw new Error(
+          `archive "${b.sink}" (s3://${b.bucket}/${b.prefix}): cannot set the lifecycle rule: ${describe(err)}`,
+          { cause: err },
+        );
       }
     }
     out.push({ bucket: b, before });
@@ -117,9 +131,18 @@ export async function lifecycleLines(config: Config): Promise<string[]> {
   for (const b of await archiveBuckets(config)) {
     const where = `archive "${b.sink}" (s3://${b.bucket}/${b.prefix})`;
     const s = await lifecycleState(b, days);
-    if (s.state === 'in-place') lines.push(`retention: ${where}: lifecycle rule ${LIFECYCLE_RULE_ID} in place, objects expire after ${s.days} days`);
-    else if (s.state === 'other-days') lines.push(`retention: ${where}: lifecycle rule ${LIFECYCLE_RULE_ID} expires after ${s.days ?? '?'} days, ARCHIVE_RETENTION_DAYS is ${days ?? 'not set'}: run callsync retention apply`);
-    else if (s.state === 'missing') lines.push(`retention: ${where}: no lifecycle rule${days === undefined ? ' (ARCHIVE_RETENTION_DAYS not set: objects are kept)' : ': run callsync retention apply'}`);
+    if (s.state === 'in-place')
+      lines.push(
+        `retention: ${where}: lifecycle rule ${LIFECYCLE_RULE_ID} in place, objects expire after ${s.days} days`,
+      );
+    else if (s.state === 'other-days')
+      lines.push(
+        `retention: ${where}: lifecycle rule ${LIFECYCLE_RULE_ID} expires after ${s.days ?? '?'} days, ARCHIVE_RETENTION_DAYS is ${days ?? 'not set'}: run callsync retention apply`,
+      );
+    else if (s.state === 'missing')
+      lines.push(
+        `retention: ${where}: no lifecycle rule${days === undefined ? ' (ARCHIVE_RETENTION_DAYS not set: objects are kept)' : ': run callsync retention apply'}`,
+      );
     else lines.push(`retention: ${where}: cannot read the lifecycle configuration: ${s.error}`);
   }
   return lines;

@@ -63,7 +63,8 @@ const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`)
 
 /** The queues BullMQ keeps under these keys (a `meta` hash each), whatever this configuration runs. */
 async function queuesOf(redis: RedisClient, keys: RedisKeys): Promise<string[]> {
-  const pattern = keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:*:meta` : `${globEscape(keys.prefix)}:*:meta`;
+  const pattern =
+    keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:*:meta` : `${globEscape(keys.prefix)}:*:meta`;
   const names = new Set<string>();
   for (const key of await scanAll(redis, pattern)) {
     const body = key.slice(0, -':meta'.length);
@@ -80,7 +81,12 @@ const idMs = (id: string) => Number(id.slice(0, id.indexOf('-')));
  * One sweep: removes what is older than the settings allow and measures the oldest item left per
  * store. `now` is the time the ages are measured against (tests pass one).
  */
-export async function sweepRetention(config: Config, redis: RedisClient, log: Logger, now = Date.now()): Promise<SweepResult> {
+export async function sweepRetention(
+  config: Config,
+  redis: RedisClient,
+  log: Logger,
+  now = Date.now(),
+): Promise<SweepResult> {
   const settings = retentionSettings(config);
   const keys = redisKeys(config.redis);
   const result: SweepResult = { removed: {}, oldestSeconds: {} };
@@ -115,14 +121,21 @@ export async function sweepRetention(config: Config, redis: RedisClient, log: Lo
   // Parked log entries (beside each inbound shard), rewritten without the old ones; the log's age.
   oldest('parked', null);
   oldest('inbound_log', null);
-  const streams = (await scanAll(redis, keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:inbound-*` : `${globEscape(keys.prefix)}:*inbound-*`)).filter(
+  const streams = (
+    await scanAll(
+      redis,
+      keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:inbound-*` : `${globEscape(keys.prefix)}:*inbound-*`,
+    )
+  ).filter(
     // Only this deployment's (another QUEUE_PREFIX may start with this one).
     (key) => key.startsWith(`${keys.prefix}:`) || key.startsWith(`{${keys.prefix}:`),
   );
   for (const key of streams) {
     if (key.endsWith(':inbound-parked')) {
       const cut = now - settings.failedMs;
-      const old = ((await redis.xrange(key, '-', String(Math.max(0, cut - 1)))) as [string, string[]][]).map(([id]) => id);
+      const old = ((await redis.xrange(key, '-', String(Math.max(0, cut - 1)))) as [string, string[]][]).map(
+        ([id]) => id,
+      );
       add('parked', await eraseStreamEntries(redis, key, old));
       const [first] = (await redis.xrange(key, '-', '+', 'COUNT', 1)) as [string, string[]][];
       oldest('parked', first ? idMs(first[0]) : null);
@@ -141,7 +154,8 @@ export async function sweepRetention(config: Config, redis: RedisClient, log: Lo
     if (!(store instanceof LocalFolderStore)) continue;
     const prefix = normalizePrefix(options.prefix);
     const objects: string[] = [];
-    for (const top of ['transcripts/', 'recordings/']) for await (const key of store.list(`${prefix}${top}`)) objects.push(key);
+    for (const top of ['transcripts/', 'recordings/'])
+      for await (const key of store.list(`${prefix}${top}`)) objects.push(key);
     objects.push(...(await store.temporaryFiles(prefix)));
     let oldestAt: number | null = null;
     for (const key of objects) {
@@ -158,6 +172,7 @@ export async function sweepRetention(config: Config, redis: RedisClient, log: Lo
 
   for (const [store, n] of Object.entries(result.removed)) retentionRemoved.inc({ store }, n);
   for (const [store, age] of Object.entries(result.oldestSeconds)) retentionOldest.set({ store }, age);
-  if (Object.keys(result.removed).length > 0) log.info({ removed: result.removed }, 'retention sweep removed old items');
+  if (Object.keys(result.removed).length > 0)
+    log.info({ removed: result.removed }, 'retention sweep removed old items');
   return result;
 }

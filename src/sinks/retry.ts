@@ -15,7 +15,17 @@ const H = 60 * MIN;
  * spec/standard-webhooks.md): immediately, then 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h and
  * 24 h — ten attempts over about 75 hours.
  */
-export const STANDARD_WEBHOOKS_SCHEDULE: readonly number[] = [5 * S, 5 * MIN, 30 * MIN, 2 * H, 5 * H, 10 * H, 14 * H, 20 * H, 24 * H];
+export const STANDARD_WEBHOOKS_SCHEDULE: readonly number[] = [
+  5 * S,
+  5 * MIN,
+  30 * MIN,
+  2 * H,
+  5 * H,
+  10 * H,
+  14 * H,
+  20 * H,
+  24 * H,
+];
 
 export const retryOptionsSchema = z.strictObject({
   /** Delays before retry 1, 2, … (`5s`, `30m`, `2h`, `1d`, or seconds); the last one repeats. */
@@ -27,7 +37,11 @@ export const retryOptionsSchema = z.strictObject({
 export type RetryOptions = z.infer<typeof retryOptionsSchema>;
 
 /** The retry policy of a sink's queues from its `retry` option, with `defaultSchedule` when it names none. */
-export function retryPolicy(options: RetryOptions | undefined, defaultSchedule: readonly number[], global: RetryPolicy): RetryPolicy {
+export function retryPolicy(
+  options: RetryOptions | undefined,
+  defaultSchedule: readonly number[],
+  global: RetryPolicy,
+): RetryPolicy {
   const schedule = options?.schedule ?? defaultSchedule;
   return { ...global, attempts: options?.attempts ?? schedule.length + 1, schedule };
 }
@@ -35,7 +49,13 @@ export function retryPolicy(options: RetryOptions | undefined, defaultSchedule: 
 /** A schedule as text for messages and docs: `5s, 5m, 30m, 2h`. */
 export function describeSchedule(schedule: readonly number[]): string {
   const unit = (ms: number) => {
-    for (const [u, size] of [['d', 24 * H], ['h', H], ['m', MIN], ['s', S]] as const) if (ms >= size && ms % size === 0) return `${ms / size}${u}`;
+    for (const [u, size] of [
+      ['d', 24 * H],
+      ['h', H],
+      ['m', MIN],
+      ['s', S],
+    ] as const)
+      if (ms >= size && ms % size === 0) return `${ms / size}${u}`;
     return `${ms}ms`;
   };
   return schedule.map(unit).join(', ');

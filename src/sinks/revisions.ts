@@ -51,7 +51,12 @@ export class RevisionGuard {
    * trips to Redis: one takes the lock and reads the stamp (and `reads`, for `write`), one writes
    * the stamp (and what `write` set) and releases the lock.
    */
-  async deliver(callKey: string, ctx: Pick<SinkContext, 'jobId' | 'revision'>, write: (held: Held) => Promise<SinkResult>, reads: string[] = []): Promise<SinkResult> {
+  async deliver(
+    callKey: string,
+    ctx: Pick<SinkContext, 'jobId' | 'revision'>,
+    write: (held: Held) => Promise<SinkResult>,
+    reads: string[] = [],
+  ): Promise<SinkResult> {
     return this.hold(callKey, ctx, reads, async (held) => {
       if (held.superseded) return this.skipped();
       const result = await write(held);
@@ -76,16 +81,26 @@ export class RevisionGuard {
    * revision is superseded. What `fn` sets with `held.set` or `held.written` is written in the
    * round trip that releases the lock, and only when `fn` succeeds.
    */
-  async hold<T>(callKey: string, ctx: Pick<SinkContext, 'jobId' | 'revision'>, reads: string[], fn: (held: Held) => Promise<T>): Promise<T> {
+  async hold<T>(
+    callKey: string,
+    ctx: Pick<SinkContext, 'jobId' | 'revision'>,
+    reads: string[],
+    fn: (held: Held) => Promise<T>,
+  ): Promise<T> {
     const key = `lock:${callHash(callKey)}`;
     const token = `${ctx.jobId} ${randomBytes(6).toString('hex')}`;
     const stampKey = this.stampKey(callKey, undefined);
     // Held by an earlier attempt of this very job: BullMQ runs a job again only once that attempt
     // lost its lock (its worker died or stalled), so the lock is taken over instead of waited out.
-    const got = await this.kv.acquire(key, { token, jobId: ctx.jobId, ttlMs: this.options.lockTtlMs }, [stampKey, ...reads]);
+    const got = await this.kv.acquire(key, { token, jobId: ctx.jobId, ttlMs: this.options.lockTtlMs }, [
+      stampKey,
+      ...reads,
+    ]);
     if (!got.acquired) {
       const delayMs = 500 + Math.round(Math.random() * 1000);
-      throw new RetryLaterError(`${this.options.what}: another revision of this call is being written`, delayMs, { scope: 'job' });
+      throw new RetryLaterError(`${this.options.what}: another revision of this call is being written`, delayMs, {
+        scope: 'job',
+      });
     }
     const latest = got.values[0] ?? null;
     const writes: TimedWrite[] = [];
@@ -94,7 +109,8 @@ export class RevisionGuard {
       values: got.values.slice(1),
       set: (k, value, ttlMs) => void writes.push({ key: k, value, ttlMs }),
       written: () => {
-        if (ctx.revision?.stamp) writes.push({ key: stampKey, value: ctx.revision.stamp, ttlMs: REVISION_MEMORY_TTL_MS });
+        if (ctx.revision?.stamp)
+          writes.push({ key: stampKey, value: ctx.revision.stamp, ttlMs: REVISION_MEMORY_TTL_MS });
       },
     };
     let result: T;

@@ -13,15 +13,47 @@ import { templateFields } from './template.js';
  * @internal Exported for its tests only (test/template-vars.test.ts).
  */
 export const TEMPLATE_VARS = [
-  'callId', 'key', 'source', 'agentId', 'channelId', 'title', 'provider',
-  'direction', 'directionLabel', 'outcome',
-  'caller', 'callee', 'remote', 'fromRaw', 'toRaw',
-  'startedAt', 'endedAt', 'date', 'time', 'dateTime', 'timeZone', 'duration', 'durationSec',
-  'owner', 'users', 'contactName',
-  'summary', 'keyPoints', 'keyPointsList', 'topics', 'answers', 'answersList',
-  'keyPointsSection', 'topicsLine', 'answersSection',
-  'recordingCount', 'hasTranscript',
-  'transcriptKey', 'transcriptJsonKey', 'transcriptUrl', 'transcriptLine',
+  'callId',
+  'key',
+  'source',
+  'agentId',
+  'channelId',
+  'title',
+  'provider',
+  'direction',
+  'directionLabel',
+  'outcome',
+  'caller',
+  'callee',
+  'remote',
+  'fromRaw',
+  'toRaw',
+  'startedAt',
+  'endedAt',
+  'date',
+  'time',
+  'dateTime',
+  'timeZone',
+  'duration',
+  'durationSec',
+  'owner',
+  'users',
+  'contactName',
+  'summary',
+  'keyPoints',
+  'keyPointsList',
+  'topics',
+  'answers',
+  'answersList',
+  'keyPointsSection',
+  'topicsLine',
+  'answersSection',
+  'recordingCount',
+  'hasTranscript',
+  'transcriptKey',
+  'transcriptJsonKey',
+  'transcriptUrl',
+  'transcriptLine',
 ] as const;
 /** @internal Part of a signature only tests use (exported with it). */
 export type TemplateVar = (typeof TEMPLATE_VARS)[number];
@@ -109,12 +141,20 @@ export function templateVars(call: CanonicalCall, opts: TemplateVarsOptions = {}
   const caller = shown(call.from, call.fromRaw) ?? 'anonymous';
   const callee = shown(call.to, call.toRaw) ?? 'anonymous';
   const started = new Date(call.startedAt);
-  const local = Number.isNaN(started.getTime()) ? { date: '', time: '', dateTime: '' } : localDateTime(started, timeZone);
+  const local = Number.isNaN(started.getTime())
+    ? { date: '', time: '', dateTime: '' }
+    : localDateTime(started, timeZone);
   const keyPoints = call.summary?.keyPoints ?? [];
   const topics = call.summary?.topics ?? [];
   const answers = call.scenarios.flatMap((s) =>
     s.smartAnswers.flatMap((set) =>
-      set.setItems.map((item) => ({ scenario: s.name, set: set.setName, question: item.question, answer: item.answer, title: item.title ?? '' })),
+      set.setItems.map((item) => ({
+        scenario: s.name,
+        set: set.setName,
+        question: item.question,
+        answer: item.answer,
+        title: item.title ?? '',
+      })),
     ),
   );
   const answersList = answers.map((a) => `${a.question}: ${a.answer}`).join('\n');
@@ -127,7 +167,9 @@ export function templateVars(call: CanonicalCall, opts: TemplateVarsOptions = {}
     agentId: call.agentId ?? '',
     channelId: call.channelId ?? '',
     // The call's headline, else the title callsync has always made of it.
-    title: call.title ?? `${call.direction === 'in' ? 'Inbound' : 'Outbound'} call ${call.direction === 'in' ? caller : callee} (${call.outcome})`,
+    title:
+      call.title ??
+      `${call.direction === 'in' ? 'Inbound' : 'Outbound'} call ${call.direction === 'in' ? caller : callee} (${call.outcome})`,
     provider: call.provider ?? '',
     direction: call.direction === 'in' ? 'incoming' : 'outgoing',
     directionLabel: call.direction === 'in' ? 'Inbound' : 'Outbound',
@@ -165,6 +207,8 @@ export function templateVars(call: CanonicalCall, opts: TemplateVarsOptions = {}
     transcriptUrl: opts.transcript?.url ?? '',
     transcriptLine: transcriptRef ? `Transcript: ${transcriptRef}` : '',
   };
-  const aliases = Object.fromEntries(Object.entries(TEMPLATE_ALIASES).map(([old, name]) => [old, vars[name]])) as Record<TemplateAlias, unknown>;
+  const aliases = Object.fromEntries(
+    Object.entries(TEMPLATE_ALIASES).map(([old, name]) => [old, vars[name]]),
+  ) as Record<TemplateAlias, unknown>;
   return { ...vars, ...aliases };
 }

@@ -14,7 +14,11 @@ function toText(value: unknown): string {
   if (value === null || value === undefined) return '';
   if (typeof value === 'string') return value;
   if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return String(value);
-  if (Array.isArray(value)) return value.map(toText).filter((s) => s !== '').join(', ');
+  if (Array.isArray(value))
+    return value
+      .map(toText)
+      .filter((s) => s !== '')
+      .join(', ');
   return '';
 }
 

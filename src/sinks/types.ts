@@ -115,7 +115,9 @@ export interface QueueLimit {
 }
 
 /** A sink type whose `create` is synchronous (nothing heavy to load). */
-export type SyncSinkType<O = unknown> = Omit<SinkType<O>, 'create'> & { create(name: string, options: O, deps: SinkDeps): Sink };
+export type SyncSinkType<O = unknown> = Omit<SinkType<O>, 'create'> & {
+  create(name: string, options: O, deps: SinkDeps): Sink;
+};
 
 /** A kind of sink: how its options are validated, how it is built, and its environment shortcut. */
 export interface SinkType<O = unknown> {
@@ -162,7 +164,10 @@ export interface SinkType<O = unknown> {
    * Sinks and routes implied by environment variables alone (e.g. ARCHIVE_S3_BUCKET), used when
    * the config file does not define a sink of the same name. `configFile` tells whether one was given.
    */
-  fromEnv?(env: SinkEnv, context: { configFile: boolean }): { sinks: Record<string, { type: string } & Record<string, unknown>>; routes: Route[] } | null;
+  fromEnv?(
+    env: SinkEnv,
+    context: { configFile: boolean },
+  ): { sinks: Record<string, { type: string } & Record<string, unknown>>; routes: Route[] } | null;
 }
 
 /**

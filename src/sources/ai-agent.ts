@@ -13,7 +13,8 @@ export function aiAgentSource(): Source {
     body: 'json',
     async receive(request) {
       const agentId = request.params.agentId ?? null;
-      if (agentId !== null && !AGENT_ID.test(agentId)) throw new SourceRefusal(400, 'agent id in the path is not valid');
+      if (agentId !== null && !AGENT_ID.test(agentId))
+        throw new SourceRefusal(400, 'agent id in the path is not valid');
       let call;
       let unread: UnreadField[] = [];
       try {
@@ -32,7 +33,10 @@ export function aiAgentSource(): Source {
         unread,
         reply: ([result]) => {
           // `update` only on an update, `spooled` only when spooled: the plain answer stays `{id, duplicate}`.
-          const body: { id: string; duplicate: boolean; update?: true; spooled?: true } = { id: result!.id, duplicate: result!.duplicate };
+          const body: { id: string; duplicate: boolean; update?: true; spooled?: true } = {
+            id: result!.id,
+            duplicate: result!.duplicate,
+          };
           if (result!.update) body.update = true;
           if (result!.spooled) body.spooled = true;
           return { status: 202, contentType: 'application/json', body: JSON.stringify(body) };

@@ -13,5 +13,7 @@ export function createSources(settings: SourcesConfig, deps: SourceDeps): Source
 }
 
 export function startSourceTasks(settings: SourcesConfig, deps: SourceTaskDeps): BackgroundTask[] {
-  return [...sourceTypes.values()].filter((t) => t.name in settings).flatMap((t) => t.background?.(settings[t.name], deps) ?? []);
+  return [...sourceTypes.values()]
+    .filter((t) => t.name in settings)
+    .flatMap((t) => t.background?.(settings[t.name], deps) ?? []);
 }

@@ -47,7 +47,8 @@ function stateOf(flat: string[]): PushCallState {
   for (let i = 0; i + 1 < flat.length; i += 2) {
     const [field, value] = [flat[i]!, flat[i + 1]!];
     if (field === 'timedOutAt') state.timedOutAt = Number(value);
-    else if (field === 'newCall' || field === 'answer' || field === 'hangup') state[field] = JSON.parse(value) as { at: number; event: PushEvent };
+    else if (field === 'newCall' || field === 'answer' || field === 'hangup')
+      state[field] = JSON.parse(value) as { at: number; event: PushEvent };
   }
   return state;
 }
@@ -117,7 +118,14 @@ export class PushAssembly {
     const due = await this.redis.zrangebyscore(this.openKey, '-inf', now.getTime(), 'LIMIT', 0, limit);
     let closed = 0;
     for (const callId of due) {
-      const flat = (await this.redis.eval(CLAIM, 2, this.hashKey(callId), this.openKey, callId, String(now.getTime()))) as string[] | null;
+      const flat = (await this.redis.eval(
+        CLAIM,
+        2,
+        this.hashKey(callId),
+        this.openKey,
+        callId,
+        String(now.getTime()),
+      )) as string[] | null;
       if (!flat) continue;
       const call = assemblePushCall(callId, stateOf(flat), now);
       if (!call) continue;

@@ -15,7 +15,18 @@ import { parsePushEvent } from '../model/push.js';
 import { InvalidPayloadError } from '../model/webhook.js';
 import { envBool, envInt, envString, envUrl, type EnvShape } from '../env-values.js';
 import { PushAssembly } from './push-assembly.js';
-import { defineSourceType, every, sourceEnvOf, SourceRefusal, SourceUnavailable, type BackgroundTask, type Source, type SourceDeps, type SourceReply, type SourceTaskDeps } from './types.js';
+import {
+  defineSourceType,
+  every,
+  sourceEnvOf,
+  SourceRefusal,
+  SourceUnavailable,
+  type BackgroundTask,
+  type Source,
+  type SourceDeps,
+  type SourceReply,
+  type SourceTaskDeps,
+} from './types.js';
 
 /** The platform's Push API signing key, as published in sipgateio-node lib/webhook/signatureVerifier.ts (commit 8060fd9). */
 const PUSH_API_DEFAULT_PUBLIC_KEY = `-----BEGIN PUBLIC KEY-----
@@ -60,7 +71,8 @@ export function pushPublicKey(pem: string | undefined): KeyObject {
 
 /** @internal Exported for its tests only (test/push-config.test.ts). */
 export function verifyPushSignature(key: KeyObject, body: Buffer, signature: string | null): boolean {
-  if (!signature || signature.length > MAX_SIGNATURE_CHARS || !/^[A-Za-z0-9+/]+={0,2}$/.test(signature.trim())) return false;
+  if (!signature || signature.length > MAX_SIGNATURE_CHARS || !/^[A-Za-z0-9+/]+={0,2}$/.test(signature.trim()))
+    return false;
   try {
     return createVerify('RSA-SHA256').update(body).verify(key, Buffer.from(signature.trim(), 'base64'));
   } catch {
@@ -68,7 +80,8 @@ export function verifyPushSignature(key: KeyObject, body: Buffer, signature: str
   }
 }
 
-const xmlAttr = (s: string): string => s.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+const xmlAttr = (s: string): string =>
+  s.replace(/&/g, '&amp;').replace(/"/g, '&quot;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 const XML_HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n';
 
@@ -100,7 +113,8 @@ export function pushSource(options: PushSourceOptions): Source {
       if (options.verify && !verifyPushSignature(key, body, request.headers.get('x-sipgate-signature')))
         throw new SourceRefusal(401, 'X-Sipgate-Signature is missing or does not match the body');
       const type = (request.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
-      if (type !== 'application/x-www-form-urlencoded') throw new SourceRefusal(415, 'expected Content-Type application/x-www-form-urlencoded');
+      if (type !== 'application/x-www-form-urlencoded')
+        throw new SourceRefusal(415, 'expected Content-Type application/x-www-form-urlencoded');
       let event;
       try {
         event = parsePushEvent(new TextDecoder('utf-8', { fatal: true }).decode(body));
@@ -116,7 +130,11 @@ export function pushSource(options: PushSourceOptions): Source {
         throw new SourceUnavailable(err);
       }
       if (recorded.late) {
-        throw new SourceRefusal(409, `call ${event.callId} was closed and its events have expired: a ${event.event} event this late (a replay?) cannot change it`, '/callId');
+        throw new SourceRefusal(
+          409,
+          `call ${event.callId} was closed and its events have expired: a ${event.event} event this late (a replay?) cannot change it`,
+          '/callId',
+        );
       }
       const call = recorded.call;
       const reply: SourceReply = {
@@ -164,12 +182,15 @@ function pushSweeper(settings: PushSettings, deps: SourceTaskDeps): BackgroundTa
   const assembly = pushAssembly(settings, deps);
   const everyMs = Math.min(60_000, Math.max(250, Math.floor(settings.timeoutMs / 4)));
   return every('push sweeper', everyMs, () =>
-    assembly.sweep((call) => deps.accept(call)).then(
-      (closed) => {
-        if (closed > 0) deps.log.info({ closed }, 'push calls without hangup closed as unknown');
-      },
-      (err: unknown) => deps.log.warn({ err: { message: (err as Error).message } }, 'push call sweep failed; retried next time'),
-    ),
+    assembly
+      .sweep((call) => deps.accept(call))
+      .then(
+        (closed) => {
+          if (closed > 0) deps.log.info({ closed }, 'push calls without hangup closed as unknown');
+        },
+        (err: unknown) =>
+          deps.log.warn({ err: { message: (err as Error).message } }, 'push call sweep failed; retried next time'),
+      ),
   );
 }
 
@@ -178,7 +199,8 @@ export const pushSourceType = defineSourceType<PushSettings>({
   env: pushEnv,
   options(raw, { problems, warnings }) {
     const env = sourceEnvOf(pushEnv, raw);
-    if (!env.PUSH_API_VERIFY) warnings.push('PUSH_API_VERIFY=false: Push API requests are accepted without checking their signature');
+    if (!env.PUSH_API_VERIFY)
+      warnings.push('PUSH_API_VERIFY=false: Push API requests are accepted without checking their signature');
     if (env.PUSH_API_PUBLIC_KEY !== undefined) {
       try {
         pushPublicKey(env.PUSH_API_PUBLIC_KEY);
@@ -186,13 +208,20 @@ export const pushSourceType = defineSourceType<PushSettings>({
         problems.push('PUSH_API_PUBLIC_KEY: expected a public key in PEM (-----BEGIN PUBLIC KEY----- …)');
       }
     }
-    return { publicKeyPem: env.PUSH_API_PUBLIC_KEY, verify: env.PUSH_API_VERIFY, publicUrl: env.PUSH_API_PUBLIC_URL, timeoutMs: env.PUSH_CALL_TIMEOUT_SECONDS * 1000 };
+    return {
+      publicKeyPem: env.PUSH_API_PUBLIC_KEY,
+      verify: env.PUSH_API_VERIFY,
+      publicUrl: env.PUSH_API_PUBLIC_URL,
+      timeoutMs: env.PUSH_CALL_TIMEOUT_SECONDS * 1000,
+    };
   },
   routes: (settings, deps) => pushSource({ ...settings, assembly: pushAssembly(settings, deps) }),
   background: (settings, deps) => [pushSweeper(settings, deps)],
   stateLabel: 'Push assembly',
   async leftBehind(redis, areaPrefix) {
     const open = await redis.zcard(`${areaPrefix}:push:open`);
-    return open > 0 ? `push: ${open} call(s) being assembled from Push API events (their events so far stay here; the new deployment sees only the later ones)` : null;
+    return open > 0
+      ? `push: ${open} call(s) being assembled from Push API events (their events so far stay here; the new deployment sees only the later ones)`
+      : null;
   },
 });

@@ -20,7 +20,11 @@ export interface FingerprintEntry {
 }
 
 /** The entries of processes still alive; stale ones are removed on the way. */
-export async function liveFingerprints(redis: Redis | Cluster, key: string, now = Date.now()): Promise<FingerprintEntry[]> {
+export async function liveFingerprints(
+  redis: Redis | Cluster,
+  key: string,
+  now = Date.now(),
+): Promise<FingerprintEntry[]> {
   const all = await redis.hgetall(key);
   const live: FingerprintEntry[] = [];
   const stale: string[] = [];
@@ -31,7 +35,8 @@ export async function liveFingerprints(redis: Redis | Cluster, key: string, now 
     } catch {
       // not ours: removed like a stale one
     }
-    if (entry && typeof entry.fingerprint === 'string' && typeof entry.until === 'number' && entry.until > now) live.push(entry);
+    if (entry && typeof entry.fingerprint === 'string' && typeof entry.until === 'number' && entry.until > now)
+      live.push(entry);
     else stale.push(id);
   }
   if (stale.length > 0) await redis.hdel(key, ...stale);
@@ -103,7 +108,14 @@ export class FingerprintHeartbeat {
 
   async beat(): Promise<void> {
     const now = this.now();
-    const entry: Omit<FingerprintEntry, 'id'> = { fingerprint: this.options.fingerprint, role: this.options.role, host: hostname(), pid: process.pid, startedAt: this.startedAt, until: now + this.ttlMs };
+    const entry: Omit<FingerprintEntry, 'id'> = {
+      fingerprint: this.options.fingerprint,
+      role: this.options.role,
+      host: hostname(),
+      pid: process.pid,
+      startedAt: this.startedAt,
+      until: now + this.ttlMs,
+    };
     await this.redis.hset(this.key, this.id, JSON.stringify(entry));
     await this.redis.pexpire(this.key, this.ttlMs * 2);
     const others = (await liveFingerprints(this.redis, this.key, now)).filter((e) => e.id !== this.id);
@@ -113,7 +125,12 @@ export class FingerprintHeartbeat {
       if (this.logged.has(e.fingerprint)) continue;
       this.logged.add(e.fingerprint);
       this.options.log.warn(
-        { fingerprint: shortFingerprint(this.options.fingerprint), other: shortFingerprint(e.fingerprint), otherProcess: e.id, otherRole: e.role },
+        {
+          fingerprint: shortFingerprint(this.options.fingerprint),
+          other: shortFingerprint(e.fingerprint),
+          otherProcess: e.id,
+          otherRole: e.role,
+        },
         'another live process on this QUEUE_PREFIX routes with a different configuration (sinks or routes): the same calls go to different sinks depending on which process fans them out',
       );
     }

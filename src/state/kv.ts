@@ -126,9 +126,19 @@ export class RedisKeyValueStore implements KeyValueStore {
 
   async acquire(lockKey: string, lock: LockRequest, reads: string[]): Promise<Acquired> {
     const keys = [this.prefix + lockKey, ...reads.map((k) => this.prefix + k)];
-    const reply = await commands(this.redis).callsyncStateAcquire(keys.length, ...keys, lock.token, ttl(lock.ttlMs), lock.jobId);
+    const reply = await commands(this.redis).callsyncStateAcquire(
+      keys.length,
+      ...keys,
+      lock.token,
+      ttl(lock.ttlMs),
+      lock.jobId,
+    );
     // An absent key reads as false in Lua, a nil reply here.
-    return { acquired: Number(reply[0]) === 1, tookOver: Number(reply[1]) === 1, values: reads.map((_, i) => (reply[i + 2] ?? null) as string | null) };
+    return {
+      acquired: Number(reply[0]) === 1,
+      tookOver: Number(reply[1]) === 1,
+      values: reads.map((_, i) => (reply[i + 2] ?? null) as string | null),
+    };
   }
 
   async release(lockKey: string, token: string, writes: TimedWrite[]): Promise<boolean> {

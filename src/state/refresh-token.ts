@@ -29,7 +29,9 @@ export class RedisRefreshTokenStore {
     private readonly redisKey: string,
     origin: RefreshTokenOrigin,
   ) {
-    this.origin = sha256(`callsync oauth origin\n${origin.tokenUrl}\n${origin.clientId}\n${origin.refreshToken}`).toString('hex');
+    this.origin = sha256(
+      `callsync oauth origin\n${origin.tokenUrl}\n${origin.clientId}\n${origin.refreshToken}`,
+    ).toString('hex');
     this.key = sha256(`callsync oauth refresh token\n${origin.clientId}\n${origin.refreshToken}`);
   }
 
@@ -58,9 +60,18 @@ export class RedisRefreshTokenStore {
 }
 
 /** The client options with a store of the rotated refresh token when they use the OAuth refresh grant. */
-export function withRefreshTokenStore<T extends { auth: { kind: string } }>(options: T, redis: Redis | Cluster, redisKey: string): T & { refreshTokenStore?: RedisRefreshTokenStore } {
+export function withRefreshTokenStore<T extends { auth: { kind: string } }>(
+  options: T,
+  redis: Redis | Cluster,
+  redisKey: string,
+): T & { refreshTokenStore?: RedisRefreshTokenStore } {
   const auth = options.auth as { kind: string } & Partial<RefreshTokenOrigin>;
   if (auth.kind !== 'oauth' || !auth.refreshToken) return options;
-  const origin: RefreshTokenOrigin = { tokenUrl: auth.tokenUrl ?? '', clientId: auth.clientId ?? '', clientSecret: auth.clientSecret ?? '', refreshToken: auth.refreshToken };
+  const origin: RefreshTokenOrigin = {
+    tokenUrl: auth.tokenUrl ?? '',
+    clientId: auth.clientId ?? '',
+    clientSecret: auth.clientSecret ?? '',
+    refreshToken: auth.refreshToken,
+  };
   return { ...options, refreshTokenStore: new RedisRefreshTokenStore(redis, redisKey, origin) };
 }

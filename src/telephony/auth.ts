@@ -149,7 +149,10 @@ class OAuthRefresher implements AuthProvider {
     try {
       return await bounded(this.options.tokenStore.load(), STORE_WAIT_MS);
     } catch (err) {
-      this.options.log?.warn({ err: { message: (err as Error).message } }, 'stored OAuth refresh token could not be read: using the one in memory');
+      this.options.log?.warn(
+        { err: { message: (err as Error).message } },
+        'stored OAuth refresh token could not be read: using the one in memory',
+      );
       return null;
     }
   }
@@ -204,7 +207,8 @@ class OAuthRefresher implements AuthProvider {
         signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
       });
     } catch (err) {
-      const reason = err instanceof Error ? (err.name === 'TimeoutError' ? 'timed out' : networkReason(err)) : String(err);
+      const reason =
+        err instanceof Error ? (err.name === 'TimeoutError' ? 'timed out' : networkReason(err)) : String(err);
       throw new TransientError(`OAuth token refresh failed: ${reason}`, { cause: err });
     }
     const text = await res.text();
@@ -212,7 +216,8 @@ class OAuthRefresher implements AuthProvider {
       let detail = '';
       try {
         const e = tokenErrorSchema.safeParse(JSON.parse(text));
-        if (e.success) detail = `: ${redactRemoteText(e.data.error)}${e.data.error_description ? ` (${redactRemoteText(e.data.error_description)})` : ''}`;
+        if (e.success)
+          detail = `: ${redactRemoteText(e.data.error)}${e.data.error_description ? ` (${redactRemoteText(e.data.error_description)})` : ''}`;
       } catch {
         // not JSON: the status says enough
       }
@@ -235,7 +240,8 @@ class OAuthRefresher implements AuthProvider {
       throw new AuthError(`OAuth token response is missing or has invalid fields: ${fields}`);
     }
     const now = this.options.now();
-    const expiresIn = parsed.data.expires_in === undefined || parsed.data.expires_in === null ? null : Number(parsed.data.expires_in);
+    const expiresIn =
+      parsed.data.expires_in === undefined || parsed.data.expires_in === null ? null : Number(parsed.data.expires_in);
     this.accessToken = parsed.data.access_token;
     this.expiresAt = expiresIn === null ? null : now + expiresIn * 1000;
     this.margin = expiresIn === null ? 60_000 : Math.min(60_000, (expiresIn * 1000) / 5);
@@ -247,7 +253,7 @@ class OAuthRefresher implements AuthProvider {
       } catch (err) {
         this.options.log?.warn(
           { err: { message: (err as Error).message } },
-          'rotated OAuth refresh token could not be stored: this process keeps it in memory; a restart before the next refresh starts from the environment\'s token',
+          "rotated OAuth refresh token could not be stored: this process keeps it in memory; a restart before the next refresh starts from the environment's token",
         );
       }
     }

@@ -7,8 +7,22 @@ import pRetry from 'p-retry';
 import { z } from 'zod';
 import type { Logger } from '../log.js';
 import { envEnum, envOptionalInt, envString, envUrl, type EnvOf, type EnvShape } from '../env-values.js';
-import { PermanentError, RetryLaterError, SinkError, TransientError, classify, networkReason, requestCertainlyNotSent } from '../errors.js';
-import { createAuthProvider, type AuthProvider, type IssuedTokens, type RefreshTokenStore, type TelephonyAuth } from './auth.js';
+import {
+  PermanentError,
+  RetryLaterError,
+  SinkError,
+  TransientError,
+  classify,
+  networkReason,
+  requestCertainlyNotSent,
+} from '../errors.js';
+import {
+  createAuthProvider,
+  type AuthProvider,
+  type IssuedTokens,
+  type RefreshTokenStore,
+  type TelephonyAuth,
+} from './auth.js';
 import {
   OutcomeUnknownError,
   ResponseValidationError,
@@ -16,7 +30,6 @@ import {
   telephonyNetworkError,
 } from './errors.js';
 import type { ChannelInbox, Download, HistoryPage, HistoryQuery, SendWebSmsRequest, TelephonyClient } from './types.js';
-
 
 const DEFAULT_CHANNEL_EVENTS_PATH = '/channels/{channelId}/events';
 const DEFAULT_SMS_PATH = '/sessions/sms';
@@ -70,7 +83,9 @@ const MAX_RATE_LIMIT_WAITS = 3;
 
 /** Names the fields a zod failure is about: `ChannelInbox: position: expected string, received undefined`. */
 function describeZodError(record: string, error: z.ZodError): string {
-  const parts = error.issues.slice(0, 5).map((i) => `${i.path.length > 0 ? i.path.join('.') : '(record)'}: ${i.message}`);
+  const parts = error.issues
+    .slice(0, 5)
+    .map((i) => `${i.path.length > 0 ? i.path.join('.') : '(record)'}: ${i.message}`);
   return `${record}: ${parts.join('; ')}`;
 }
 
@@ -110,7 +125,12 @@ export class TelephonyApiClient implements TelephonyClient {
     });
   }
 
-  async readChannelEvents(channelId: string, position: string | undefined, limit: number, signal?: AbortSignal): Promise<ChannelInbox> {
+  async readChannelEvents(
+    channelId: string,
+    position: string | undefined,
+    limit: number,
+    signal?: AbortSignal,
+  ): Promise<ChannelInbox> {
     const path = this.channelEventsPath.replace('{channelId}', encodeURIComponent(channelId));
     const url = new URL(this.apiUrl(path));
     url.searchParams.set('limit', String(limit));
@@ -118,7 +138,11 @@ export class TelephonyApiClient implements TelephonyClient {
     const operation = `GET ${this.channelEventsPath}`;
     const json = await this.readJson(operation, url.toString(), signal);
     const parsed = inboxSchema.safeParse(json);
-    if (!parsed.success) throw new ResponseValidationError(operation, describeZodError(`ChannelInbox of channel ${channelId}`, parsed.error));
+    if (!parsed.success)
+      throw new ResponseValidationError(
+        operation,
+        describeZodError(`ChannelInbox of channel ${channelId}`, parsed.error),
+      );
     return { events: parsed.data.events, limit: parsed.data.limit ?? limit, position: parsed.data.position };
   }
 
@@ -137,7 +161,8 @@ export class TelephonyApiClient implements TelephonyClient {
     const operation = `GET ${HISTORY_PATH}`;
     const json = await this.readJson(operation, url.toString(), signal);
     const parsed = historySchema.safeParse(json);
-    if (!parsed.success) throw new ResponseValidationError(operation, describeZodError('HistoryResponse', parsed.error));
+    if (!parsed.success)
+      throw new ResponseValidationError(operation, describeZodError('HistoryResponse', parsed.error));
     return { items: parsed.data.items, totalCount: parsed.data.totalCount };
   }
 
@@ -152,9 +177,15 @@ export class TelephonyApiClient implements TelephonyClient {
       const onAbort = () => controller.abort(signal?.reason);
       signal?.addEventListener('abort', onAbort, { once: true });
       try {
-        const response = await this.send(operation, url, { method: 'GET', accept: '*/*', redirect: 'follow' }, controller.signal);
+        const response = await this.send(
+          operation,
+          url,
+          { method: 'GET', accept: '*/*', redirect: 'follow' },
+          controller.signal,
+        );
         if (!response.ok) throw await this.failure(operation, response);
-        if (response.body === null) throw new TransientError(`Telephony API ${operation} answered ${response.status} without a body`);
+        if (response.body === null)
+          throw new TransientError(`Telephony API ${operation} answered ${response.status} without a body`);
         return { response, controller };
       } catch (err) {
         controller.abort();
@@ -190,12 +221,22 @@ export class TelephonyApiClient implements TelephonyClient {
     const timeout = AbortSignal.timeout(this.timeoutMs);
     let res: Response;
     try {
-      res = await this.send(operation, this.apiUrl(this.smsPath), { method: 'POST', json: request, accept: 'application/json' }, signal ? AbortSignal.any([signal, timeout]) : timeout);
+      res = await this.send(
+        operation,
+        this.apiUrl(this.smsPath),
+        { method: 'POST', json: request, accept: 'application/json' },
+        signal ? AbortSignal.any([signal, timeout]) : timeout,
+      );
     } catch (err) {
       // Typed errors come from the OAuth refresh, before anything was sent: safe to retry as they say.
       if (err instanceof SinkError) throw err;
       if (requestCertainlyNotSent(err)) throw telephonyNetworkError(operation, err);
-      const reason = err instanceof Error && err.name === 'TimeoutError' ? `no answer within ${this.timeoutMs} ms` : err instanceof Error ? networkReason(err) : String(err);
+      const reason =
+        err instanceof Error && err.name === 'TimeoutError'
+          ? `no answer within ${this.timeoutMs} ms`
+          : err instanceof Error
+            ? networkReason(err)
+            : String(err);
       throw new OutcomeUnknownError(operation, reason, { cause: err });
     }
     // Drain the body so the connection is reusable; its content is not needed on success.
@@ -217,11 +258,13 @@ export class TelephonyApiClient implements TelephonyClient {
     if (/^[a-z][a-z0-9+.-]*:/i.test(relativeUrl) || relativeUrl.startsWith('//')) {
       const absolute = new URL(relativeUrl, base);
       // Never send the API's credentials to another host.
-      if (absolute.origin !== base.origin) throw new PermanentError(`refusing to download from ${absolute.origin}: not the telephony API's origin`);
+      if (absolute.origin !== base.origin)
+        throw new PermanentError(`refusing to download from ${absolute.origin}: not the telephony API's origin`);
       return absolute.toString();
     }
     const basePath = base.pathname.replace(/\/+$/, '');
-    if (basePath !== '' && (relativeUrl === basePath || relativeUrl.startsWith(`${basePath}/`))) return new URL(relativeUrl, base.origin).toString();
+    if (basePath !== '' && (relativeUrl === basePath || relativeUrl.startsWith(`${basePath}/`)))
+      return new URL(relativeUrl, base.origin).toString();
     return `${this.baseUrl}/${relativeUrl.replace(/^\/+/, '')}`;
   }
 
@@ -260,7 +303,12 @@ export class TelephonyApiClient implements TelephonyClient {
 
   private async failure(operation: string, res: Response): Promise<Error> {
     const body = await readLimited(res, MAX_ERROR_BODY).catch(() => '');
-    return telephonyErrorFromResponse({ status: res.status, operation, body, retryAfter: res.headers.get('retry-after') });
+    return telephonyErrorFromResponse({
+      status: res.status,
+      operation,
+      body,
+      retryAfter: res.headers.get('retry-after'),
+    });
   }
 
   private async readJson(operation: string, url: string, signal?: AbortSignal): Promise<unknown> {
@@ -283,7 +331,11 @@ export class TelephonyApiClient implements TelephonyClient {
    * backoff and jitter; 429/503 with a short Retry-After are waited out exactly (not counted as a
    * retry); everything else is thrown at once.
    */
-  private async withRetries<T>(operation: string, signal: AbortSignal | undefined, attempt: () => Promise<T>): Promise<T> {
+  private async withRetries<T>(
+    operation: string,
+    signal: AbortSignal | undefined,
+    attempt: () => Promise<T>,
+  ): Promise<T> {
     let rateLimitWaits = 0;
     const once = async (): Promise<T> => {
       for (;;) {
@@ -294,7 +346,10 @@ export class TelephonyApiClient implements TelephonyClient {
           if (err instanceof RetryLaterError) {
             if (err.delayMs <= this.maxRetryAfterMs && rateLimitWaits < MAX_RATE_LIMIT_WAITS) {
               rateLimitWaits++;
-              this.log?.warn({ operation, status: err.status, waitMs: err.delayMs }, 'telephony API asked to wait; waiting');
+              this.log?.warn(
+                { operation, status: err.status, waitMs: err.delayMs },
+                'telephony API asked to wait; waiting',
+              );
               await sleep(err.delayMs, signal);
               continue;
             }
@@ -314,7 +369,10 @@ export class TelephonyApiClient implements TelephonyClient {
       shouldRetry: ({ error }) => classify(error) === 'transient' && !(error instanceof ResponseValidationError),
       onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
         if (classify(error) === 'transient' && retriesLeft > 0) {
-          this.log?.warn({ operation, attempt: attemptNumber, retriesLeft, err: error.message }, 'telephony API read failed; retrying');
+          this.log?.warn(
+            { operation, attempt: attemptNumber, retriesLeft, err: error.message },
+            'telephony API read failed; retrying',
+          );
         }
       },
     });
@@ -459,7 +517,8 @@ export function telephonyOptions(env: TelephonyEnv): TelephonyClientOptions | nu
   let auth: TelephonyAuth | undefined;
   if (oauthSet.length > 0) {
     const missing = Object.keys(oauth).filter((n) => oauth[n as keyof typeof oauth] === undefined);
-    if (missing.length > 0) problems.push(`OAuth refresh needs ${missing.join(', ')} as well (or unset ${oauthSet.join(', ')})`);
+    if (missing.length > 0)
+      problems.push(`OAuth refresh needs ${missing.join(', ')} as well (or unset ${oauthSet.join(', ')})`);
     auth = {
       kind: 'oauth',
       tokenUrl: oauth.TELEPHONY_OAUTH_TOKEN_URL ?? '',
@@ -473,12 +532,18 @@ export function telephonyOptions(env: TelephonyEnv): TelephonyClientOptions | nu
     auth = { kind: 'bearer', accessToken };
   }
   if (tokenId !== undefined || token !== undefined) {
-    if (auth !== undefined) problems.push('set either TELEPHONY_TOKEN_ID/TELEPHONY_TOKEN (personal access token) or OAuth settings, not both');
-    else if (tokenId === undefined || token === undefined) problems.push('a personal access token needs both TELEPHONY_TOKEN_ID and TELEPHONY_TOKEN');
+    if (auth !== undefined)
+      problems.push(
+        'set either TELEPHONY_TOKEN_ID/TELEPHONY_TOKEN (personal access token) or OAuth settings, not both',
+      );
+    else if (tokenId === undefined || token === undefined)
+      problems.push('a personal access token needs both TELEPHONY_TOKEN_ID and TELEPHONY_TOKEN');
     else auth = { kind: 'basic', tokenId, token };
   }
   if (auth === undefined && problems.length === 0) {
-    problems.push('TELEPHONY_API_URL is set but no credentials: set TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN, or TELEPHONY_ACCESS_TOKEN, or the TELEPHONY_OAUTH_* settings');
+    problems.push(
+      'TELEPHONY_API_URL is set but no credentials: set TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN, or TELEPHONY_ACCESS_TOKEN, or the TELEPHONY_OAUTH_* settings',
+    );
   }
 
   const options: TelephonyClientOptions = {
@@ -494,4 +559,3 @@ export function telephonyOptions(env: TelephonyEnv): TelephonyClientOptions | nu
   if (problems.length > 0) throw new TelephonyConfigError(problems);
   return options;
 }
-

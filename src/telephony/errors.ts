@@ -4,13 +4,7 @@
 // The API's texts are redacted on the way in (redactRemoteText): an error about an SMS may echo its
 // recipient or text.
 import { z } from 'zod';
-import {
-  PermanentError,
-  TransientError,
-  errorFromHttp,
-  networkReason,
-  type SinkError,
-} from '../errors.js';
+import { PermanentError, TransientError, errorFromHttp, networkReason, type SinkError } from '../errors.js';
 import { redactRemoteText } from '../redact.js';
 
 /** One entry of the spec's error body `{ errors: [ { status, title, detail, source: { pointer } } ] }`. */
@@ -97,7 +91,12 @@ export interface ResponseFailure {
 /** Sorts an API error answer into a sink error carrying the DetailedError problems. */
 export function telephonyErrorFromResponse(f: ResponseFailure): TelephonyError {
   const problems = parseProblems(f.body);
-  const detail = problems.length > 0 ? describeProblems(problems) : f.body.trim().startsWith('<') ? undefined : redactRemoteText(f.body) || undefined;
+  const detail =
+    problems.length > 0
+      ? describeProblems(problems)
+      : f.body.trim().startsWith('<')
+        ? undefined
+        : redactRemoteText(f.body) || undefined;
   const err = errorFromHttp({
     status: f.status,
     what: `Telephony API ${f.operation}`,
@@ -136,7 +135,7 @@ export class ResponseValidationError extends PermanentError {
 
 /** A network failure (refused, reset, DNS, timeout) of an API request. */
 export function telephonyNetworkError(operation: string, cause: unknown): TelephonyError {
-  const reason = cause instanceof Error ? (cause.name === 'TimeoutError' ? 'timed out' : networkReason(cause)) : String(cause);
+  const reason =
+    cause instanceof Error ? (cause.name === 'TimeoutError' ? 'timed out' : networkReason(cause)) : String(cause);
   return attach(new TransientError(`Telephony API ${operation} failed: ${reason}`, { cause }), operation, []);
 }
-

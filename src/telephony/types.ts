@@ -26,13 +26,17 @@ export interface Download {
 
 export interface TelephonyClient {
   /** Reads a page of a channel's events starting at `position` (undefined: from the beginning). */
-  readChannelEvents(channelId: string, position: string | undefined, limit: number, signal?: AbortSignal): Promise<ChannelInbox>;
+  readChannelEvents(
+    channelId: string,
+    position: string | undefined,
+    limit: number,
+    signal?: AbortSignal,
+  ): Promise<ChannelInbox>;
   /** Streams a file from a relative URL (e.g. a recording's `downloadUrl`) with the API's auth. */
   download(relativeUrl: string, signal?: AbortSignal): Promise<Download>;
   /** Sends an SMS (spec 2.4). Not idempotent: the caller owns the "never twice" policy. */
   sendSms(request: SendWebSmsRequest, signal?: AbortSignal): Promise<void>;
 }
-
 
 /** Spec 2.8 HistoryResponse: one page of `GET /history`. */
 export interface HistoryPage {

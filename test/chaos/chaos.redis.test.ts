@@ -59,7 +59,11 @@ const LARGE_BURST = 6;
 const LARGE_BODY_BYTES = 4 * 1024 * 1024;
 const SINKS = ['archive', 'crm', 'sms'] as const;
 /** The queue of each sink's jobs: the signed webhook's are in its endpoint's queue. */
-const QUEUE: Record<(typeof SINKS)[number], string> = { archive: sinkQueueName('archive'), crm: sinkQueueName('crm', 'receiver'), sms: sinkQueueName('sms') };
+const QUEUE: Record<(typeof SINKS)[number], string> = {
+  archive: sinkQueueName('archive'),
+  crm: sinkQueueName('crm', 'receiver'),
+  sms: sinkQueueName('sms'),
+};
 const POISON = 'chaos-poison-1';
 /** Calls too deep to serialize as a job: sent as a webhook, and written straight into the log. */
 const DEEP_WEBHOOK = 'chaos-deep-webhook-1';
@@ -104,7 +108,8 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
   let nextCall = 0;
 
   /** How often `name`'s log (every incarnation's, appended) says it started. */
-  const starts = async (name: string) => (await readFile(join(dir, `${name}.log`), 'utf8').catch(() => '')).split('"msg":"callsync started"').length - 1;
+  const starts = async (name: string) =>
+    (await readFile(join(dir, `${name}.log`), 'utf8').catch(() => '')).split('"msg":"callsync started"').length - 1;
 
   const spawnRole = async (name: string, role: 'ingress' | 'worker'): Promise<Proc> => {
     const startedBefore = await starts(name);
@@ -133,7 +138,9 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
     while ((await starts(name)) <= startedBefore) {
       if (exitCode !== undefined || Date.now() > deadline) {
         const lines = (await readFile(join(dir, `${name}.log`), 'utf8').catch(() => '')).trimEnd().split('\n');
-        throw new Error(`${name} ${exitCode !== undefined ? `exited (${exitCode})` : 'did not start within 30 s'}; its log ends:\n${lines.slice(-10).join('\n')}`);
+        throw new Error(
+          `${name} ${exitCode !== undefined ? `exited (${exitCode})` : 'did not start within 30 s'}; its log ends:\n${lines.slice(-10).join('\n')}`,
+        );
       }
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -152,7 +159,8 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
   const send = async (callId: string, n: number, transcriptBytes = 0) => {
     const payload = webhookPayload(callId, (p) => {
       p.call.from = mobileOf(n);
-      if (transcriptBytes > 0) p.assist.transcription.content = 'A long call, word after word. '.repeat(Math.ceil(transcriptBytes / 30));
+      if (transcriptBytes > 0)
+        p.assist.transcription.content = 'A long call, word after word. '.repeat(Math.ceil(transcriptBytes / 30));
     });
     for (let attempt = 0; attempt < 20; attempt++) {
       if (attempt > 0) {
@@ -202,7 +210,11 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
     for (let attempt = 0; attempt < 20; attempt++) {
       if (attempt > 0) await new Promise((r) => setTimeout(r, 250));
       try {
-        const res = await fetch(`${ingressUrl}/webhooks/ai-agent/chaos-agent`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        const res = await fetch(`${ingressUrl}/webhooks/ai-agent/chaos-agent`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body,
+        });
         const answer = (await res.json()) as { id?: string };
         deepWebhookStatus = res.status;
         if (res.status === 202) deep.set(DEEP_WEBHOOK, answer.id!);
@@ -230,7 +242,12 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
 
   const queues = () => {
     const conn = createRedis(settings, 'worker');
-    const map = new Map([INBOUND_QUEUE, ...SINKS.map((s) => QUEUE[s])].map((q) => [q, new Queue(q, { connection: conn, prefix: keys.queuePrefix(q) })]));
+    const map = new Map(
+      [INBOUND_QUEUE, ...SINKS.map((s) => QUEUE[s])].map((q) => [
+        q,
+        new Queue(q, { connection: conn, prefix: keys.queuePrefix(q) }),
+      ]),
+    );
     return {
       map,
       inbound: new InboundLog(conn, keys),
@@ -251,10 +268,12 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
       const queueKey = (q: string, k: RedisKeys) => `${k.queuePrefix(q)}:${q}:meta`;
       prefix = await target.prefix('chaos', Object.values(QUEUE), (masterOf, k) => {
         const sms = masterOf(queueKey(QUEUE.sms, k));
-        const shard = Array.from({ length: k.inboundShards }, (_, i) => inboundStreamKey(k.inboundShard(i))).find((key) => {
-          const m = masterOf(key);
-          return m !== sms && (m === masterOf(queueKey(QUEUE.archive, k)) || m === masterOf(queueKey(QUEUE.crm, k)));
-        });
+        const shard = Array.from({ length: k.inboundShards }, (_, i) => inboundStreamKey(k.inboundShard(i))).find(
+          (key) => {
+            const m = masterOf(key);
+            return m !== sms && (m === masterOf(queueKey(QUEUE.archive, k)) || m === masterOf(queueKey(QUEUE.crm, k)));
+          },
+        );
         if (shard) victimKey = shard;
         return shard !== undefined;
       });
@@ -292,7 +311,9 @@ routes:
       ...s3.env,
       // On the cluster (REDIS_CLUSTER_NODES) or Sentinel (REDIS_SENTINELS), REDIS_URL pointing
       // nowhere, every 202 waits for a replica.
-      ...(REPLICATED ? { ...target.env(), ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '500' } : { REDIS_URL: redis!.url }),
+      ...(REPLICATED
+        ? { ...target.env(), ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '500' }
+        : { REDIS_URL: redis!.url }),
       QUEUE_PREFIX: prefix,
       PORT: String(port),
       HOST: '127.0.0.1',
@@ -319,7 +340,11 @@ routes:
     keys = redisKeys(settings);
     if (TEST_CLUSTER) assert.equal(keys.layout, 'spread');
     if (TEST_SENTINEL) assert.equal(redisMode(settings), 'sentinel');
-    await Promise.all([spawnRole('ingress', 'ingress'), spawnRole('worker-1', 'worker'), spawnRole('worker-2', 'worker')]);
+    await Promise.all([
+      spawnRole('ingress', 'ingress'),
+      spawnRole('worker-1', 'worker'),
+      spawnRole('worker-2', 'worker'),
+    ]);
   });
 
   after(async () => {
@@ -331,12 +356,18 @@ routes:
     else console.log(`chaos logs kept in ${dir}`);
   });
 
-  const burstTitle = REPLICATED ? `a burst of ${BURST} webhooks on the ${TEST_CLUSTER ? 'cluster' : 'Sentinel set-up'}` : `SIGKILL a worker three times during a burst of ${BURST} webhooks`;
+  const burstTitle = REPLICATED
+    ? `a burst of ${BURST} webhooks on the ${TEST_CLUSTER ? 'cluster' : 'Sentinel set-up'}`
+    : `SIGKILL a worker three times during a burst of ${BURST} webhooks`;
   test(`${burstTitle} (with a poison event, and two calls too deep to serialize)`, async () => {
     await send(POISON, nextCall++);
     const sending = burst(BURST, 32, 'kill');
     for (const share of [0.15, 0.45, 0.75]) {
-      await waitFor(() => acknowledged.size >= BURST * share, { timeoutMs: 120_000, intervalMs: 20, what: `${share * 100}% acknowledged` });
+      await waitFor(() => acknowledged.size >= BURST * share, {
+        timeoutMs: 120_000,
+        intervalMs: 20,
+        what: `${share * 100}% acknowledged`,
+      });
       // Between the kills, under load: the deep calls (the fan-out must isolate them and go on).
       if (share === 0.45) await Promise.all([sendDeepWebhook(), injectDeepEntry()]);
       if (REPLICATED) continue;
@@ -345,68 +376,124 @@ routes:
     }
     await sending;
     assert.equal(acknowledged.size, BURST + 1, 'every webhook acknowledged');
-    assert.ok(deepWebhookStatus === 202 || deepWebhookStatus === 400, `the deep webhook is stored (202) or refused at the edge (400), not ${deepWebhookStatus}`);
+    assert.ok(
+      deepWebhookStatus === 202 || deepWebhookStatus === 400,
+      `the deep webhook is stored (202) or refused at the edge (400), not ${deepWebhookStatus}`,
+    );
     assert.ok(deep.has(DEEP_LOG));
   });
 
-  test('restart Redis (AOF) during a burst: the ingress spools, nothing acknowledged is lost', { skip: REPLICATED && 'one Redis process to stop and restart: the cluster and Sentinel runs kill a master instead (next tests)' }, async () => {
-    const server = redis!;
-    const before = acknowledged.size;
-    const sending = burst(REDIS_BURST, 16, 'redis');
-    await waitFor(() => acknowledged.size >= before + 150, { timeoutMs: 60_000, intervalMs: 20, what: 'burst under way' });
-    await server.stop();
-    // Large bodies too while Redis is down: spooled (or 503 and sent again), and drained after.
-    const large = Promise.all(
-      Array.from({ length: LARGE_BURST }, () => {
-        const n = nextCall++;
-        return send(`chaos-large-${n}`, n, LARGE_BODY_BYTES);
-      }),
-    );
-    await waitFor(() => acknowledged.size >= before + 300, { timeoutMs: 60_000, intervalMs: 20, what: 'acknowledged while Redis is down' });
-    await server.start();
-    await Promise.all([sending, large]);
-    assert.equal(acknowledged.size, before + REDIS_BURST + LARGE_BURST);
-    assert.ok(stats.spooled > 0, 'the spool took webhooks while Redis was down');
-  });
+  test(
+    'restart Redis (AOF) during a burst: the ingress spools, nothing acknowledged is lost',
+    {
+      skip:
+        REPLICATED &&
+        'one Redis process to stop and restart: the cluster and Sentinel runs kill a master instead (next tests)',
+    },
+    async () => {
+      const server = redis!;
+      const before = acknowledged.size;
+      const sending = burst(REDIS_BURST, 16, 'redis');
+      await waitFor(() => acknowledged.size >= before + 150, {
+        timeoutMs: 60_000,
+        intervalMs: 20,
+        what: 'burst under way',
+      });
+      await server.stop();
+      // Large bodies too while Redis is down: spooled (or 503 and sent again), and drained after.
+      const large = Promise.all(
+        Array.from({ length: LARGE_BURST }, () => {
+          const n = nextCall++;
+          return send(`chaos-large-${n}`, n, LARGE_BODY_BYTES);
+        }),
+      );
+      await waitFor(() => acknowledged.size >= before + 300, {
+        timeoutMs: 60_000,
+        intervalMs: 20,
+        what: 'acknowledged while Redis is down',
+      });
+      await server.start();
+      await Promise.all([sending, large]);
+      assert.equal(acknowledged.size, before + REDIS_BURST + LARGE_BURST);
+      assert.ok(stats.spooled > 0, 'the spool took webhooks while Redis was down');
+    },
+  );
 
-  test('kill the cluster master holding a part of the log during a burst, ACK_REPLICAS=1: its replica takes over, nothing acknowledged is lost', { skip: !TEST_CLUSTER && 'TEST_REDIS_CLUSTER=1 (npm run test:cluster)' }, async (t) => {
-    const cluster = target.cluster;
-    if (!cluster) return t.skip('a cluster given by TEST_REDIS_CLUSTER_NODES is not this test\'s to kill');
-    // The keys are where the spread layout puts them: the sink queues on more than one master.
-    await assertSpread({ config: loadConfig(env), prefix, queues: new Map([INBOUND_QUEUE, ...Object.values(QUEUE)].map((q) => [q, null as never])) }, { minSinkQueues: SINKS.length });
-    const { master, replica } = await cluster.nodesOfKey(victimKey);
-    const before = acknowledged.size;
-    const spooledBefore = stats.spooled;
-    const sending = burst(REDIS_BURST, 16, 'failover');
-    await waitFor(() => acknowledged.size >= before + REDIS_BURST / 4, { timeoutMs: 60_000, intervalMs: 20, what: 'burst under way' });
-    await master.kill();
-    await waitFor(async () => (await cluster.masters()).includes(replica.port), { timeoutMs: 30_000, intervalMs: 200, what: 'the replica promoted' });
-    // Back as the new master's replica: with ACK_REPLICAS=1 its shards confirm writes again.
-    master.restart();
-    await cluster.waitHealthy();
-    await sending;
-    assert.equal(acknowledged.size, before + REDIS_BURST, 'every webhook acknowledged');
-    assert.ok(stats.spooled > spooledBefore || stats.non202.size > 0, 'the failover was felt: webhooks spooled or refused while the master was away');
-  });
+  test(
+    'kill the cluster master holding a part of the log during a burst, ACK_REPLICAS=1: its replica takes over, nothing acknowledged is lost',
+    { skip: !TEST_CLUSTER && 'TEST_REDIS_CLUSTER=1 (npm run test:cluster)' },
+    async (t) => {
+      const cluster = target.cluster;
+      if (!cluster) return t.skip("a cluster given by TEST_REDIS_CLUSTER_NODES is not this test's to kill");
+      // The keys are where the spread layout puts them: the sink queues on more than one master.
+      await assertSpread(
+        {
+          config: loadConfig(env),
+          prefix,
+          queues: new Map([INBOUND_QUEUE, ...Object.values(QUEUE)].map((q) => [q, null as never])),
+        },
+        { minSinkQueues: SINKS.length },
+      );
+      const { master, replica } = await cluster.nodesOfKey(victimKey);
+      const before = acknowledged.size;
+      const spooledBefore = stats.spooled;
+      const sending = burst(REDIS_BURST, 16, 'failover');
+      await waitFor(() => acknowledged.size >= before + REDIS_BURST / 4, {
+        timeoutMs: 60_000,
+        intervalMs: 20,
+        what: 'burst under way',
+      });
+      await master.kill();
+      await waitFor(async () => (await cluster.masters()).includes(replica.port), {
+        timeoutMs: 30_000,
+        intervalMs: 200,
+        what: 'the replica promoted',
+      });
+      // Back as the new master's replica: with ACK_REPLICAS=1 its shards confirm writes again.
+      master.restart();
+      await cluster.waitHealthy();
+      await sending;
+      assert.equal(acknowledged.size, before + REDIS_BURST, 'every webhook acknowledged');
+      assert.ok(
+        stats.spooled > spooledBefore || stats.non202.size > 0,
+        'the failover was felt: webhooks spooled or refused while the master was away',
+      );
+    },
+  );
 
-  test('kill the master during a burst, ACK_REPLICAS=1: the sentinel promotes its replica, nothing acknowledged is lost', { skip: !TEST_SENTINEL && 'TEST_REDIS_SENTINEL=1 (npm run test:sentinel)' }, async () => {
-    const sentinel = target.sentinel!;
-    const { master, replica } = await sentinel.roles();
-    const before = acknowledged.size;
-    const spooledBefore = stats.spooled;
-    const sending = burst(REDIS_BURST, 16, 'failover');
-    await waitFor(() => acknowledged.size >= before + REDIS_BURST / 4, { timeoutMs: 60_000, intervalMs: 20, what: 'burst under way' });
-    await master.kill();
-    await waitFor(async () => (await sentinel.masterPort()) === replica.port, { timeoutMs: 30_000, intervalMs: 200, what: 'the sentinel promoted the replica' });
-    // Only after the promotion: a master without persistence restarted before it would come back
-    // empty as the master, and its replica would copy the emptiness (Redis' replication docs).
-    // Back, the sentinel makes it the new master's replica: with ACK_REPLICAS=1 writes confirm again.
-    master.restart();
-    await sentinel.waitHealthy();
-    await sending;
-    assert.equal(acknowledged.size, before + REDIS_BURST, 'every webhook acknowledged');
-    assert.ok(stats.spooled > spooledBefore || stats.non202.size > 0, 'the failover was felt: webhooks spooled or refused while the master was away');
-  });
+  test(
+    'kill the master during a burst, ACK_REPLICAS=1: the sentinel promotes its replica, nothing acknowledged is lost',
+    { skip: !TEST_SENTINEL && 'TEST_REDIS_SENTINEL=1 (npm run test:sentinel)' },
+    async () => {
+      const sentinel = target.sentinel!;
+      const { master, replica } = await sentinel.roles();
+      const before = acknowledged.size;
+      const spooledBefore = stats.spooled;
+      const sending = burst(REDIS_BURST, 16, 'failover');
+      await waitFor(() => acknowledged.size >= before + REDIS_BURST / 4, {
+        timeoutMs: 60_000,
+        intervalMs: 20,
+        what: 'burst under way',
+      });
+      await master.kill();
+      await waitFor(async () => (await sentinel.masterPort()) === replica.port, {
+        timeoutMs: 30_000,
+        intervalMs: 200,
+        what: 'the sentinel promoted the replica',
+      });
+      // Only after the promotion: a master without persistence restarted before it would come back
+      // empty as the master, and its replica would copy the emptiness (Redis' replication docs).
+      // Back, the sentinel makes it the new master's replica: with ACK_REPLICAS=1 writes confirm again.
+      master.restart();
+      await sentinel.waitHealthy();
+      await sending;
+      assert.equal(acknowledged.size, before + REDIS_BURST, 'every webhook acknowledged');
+      assert.ok(
+        stats.spooled > spooledBefore || stats.non202.size > 0,
+        'the failover was felt: webhooks spooled or refused while the master was away',
+      );
+    },
+  );
 
   test(`S3, the CRM and the SMS API away for ${OUTAGE_MS / 1000} s during a burst`, async () => {
     const before = acknowledged.size;
@@ -437,13 +524,24 @@ routes:
           const inLog = await q.inbound.length();
           waitingFor = `${inLog} entries in the inbound log`;
           if (inLog !== 0) return false;
-          const dead = await q.map.get(INBOUND_QUEUE)!.getJobCounts('completed', 'failed', 'waiting', 'active', 'delayed');
-          if (dead.completed !== 0 || dead.failed! > deep.size) throw new Error(`unexpected calls in the inbound dead letters: ${JSON.stringify(dead)}`);
+          const dead = await q.map
+            .get(INBOUND_QUEUE)!
+            .getJobCounts('completed', 'failed', 'waiting', 'active', 'delayed');
+          if (dead.completed !== 0 || dead.failed! > deep.size)
+            throw new Error(`unexpected calls in the inbound dead letters: ${JSON.stringify(dead)}`);
           waitingFor = `inbound dead letters ${JSON.stringify(dead)}, expected ${deep.size} failed`;
           if (dead.failed !== deep.size || dead.waiting || dead.active || dead.delayed) return false;
           for (const [name, queue] of q.map) {
             if (name === INBOUND_QUEUE) continue;
-            const c = await queue.getJobCounts('completed', 'failed', 'waiting', 'active', 'delayed', 'prioritized', 'waiting-children');
+            const c = await queue.getJobCounts(
+              'completed',
+              'failed',
+              'waiting',
+              'active',
+              'delayed',
+              'prioritized',
+              'waiting-children',
+            );
             // The deep calls' CRM and SMS jobs carry no original payload: those could be stored, and were.
             const expected = name === sinkQueueName('archive') ? total : total + deep.size;
             waitingFor = `${name} ${JSON.stringify(c)}, expected ${expected} completed or failed`;
@@ -466,11 +564,17 @@ routes:
         assert.match(data.reason ?? '', /Maximum call stack size exceeded/);
       }
       for (const id of deep.keys()) {
-        await assert.rejects(s3.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `transcripts/2026/04/08/${id}.json` })), `${id} is not archived`);
+        await assert.rejects(
+          s3.client.send(new HeadObjectCommand({ Bucket: s3.bucket, Key: `transcripts/2026/04/08/${id}.json` })),
+          `${id} is not archived`,
+        );
       }
 
       const failed = async (sink: (typeof SINKS)[number]) =>
-        (await q.map.get(QUEUE[sink])!.getFailed(0, -1)).map((j) => ({ callId: (j.data as { call: { callId: string } }).call.callId, reason: j.failedReason }));
+        (await q.map.get(QUEUE[sink])!.getFailed(0, -1)).map((j) => ({
+          callId: (j.data as { call: { callId: string } }).call.callId,
+          reason: j.failedReason,
+        }));
 
       // Archive: the JSON and the text object of every call (keys are per call: a redelivery
       // overwrites, it cannot add a second record), nothing failed. s3rver cannot list thousands
@@ -494,7 +598,10 @@ routes:
 
       // CRM: one record per call; only the poison event failed, for good, with the CRM's reason.
       const crmFailed = await failed('crm');
-      assert.deepEqual(crmFailed.map((f) => f.callId), [POISON]);
+      assert.deepEqual(
+        crmFailed.map((f) => f.callId),
+        [POISON],
+      );
       assert.match(crmFailed[0]!.reason ?? '', /422|cannot be processed/);
       const twice = [...crm.byCall].filter(([, ids]) => ids.size > 1);
       assert.deepEqual(twice, [], 'no call became two CRM records');
@@ -543,16 +650,27 @@ routes:
           const labels = Object.keys(summary.sinks).filter((l) => l === sink || l.startsWith(`${sink}.`));
           return labels.length === 0 ? [undefined] : labels.map((l) => summary.sinks[l]);
         });
-        if (summary.receivedAt === null || states.some((st) => st !== 'done' && st !== 'skipped' && st !== 'failed')) unfinished.push(`${id}: ${JSON.stringify(summary.sinks)}`);
+        if (summary.receivedAt === null || states.some((st) => st !== 'done' && st !== 'skipped' && st !== 'failed'))
+          unfinished.push(`${id}: ${JSON.stringify(summary.sinks)}`);
       }
-      assert.deepEqual(unfinished.slice(0, 10), [], `${unfinished.length} acknowledged calls whose timeline does not end in done, skipped or dead-lettered for every sink`);
+      assert.deepEqual(
+        unfinished.slice(0, 10),
+        [],
+        `${unfinished.length} acknowledged calls whose timeline does not end in done, skipped or dead-lettered for every sink`,
+      );
       // A job a killed worker held shows both attempts: the one cut off, and the one that finished it.
       const oneAttempt: string[] = [];
       for (const [sink, key] of takenOver) {
-        const attempts = (await timeline.read(timelineId({ key }))).filter((e) => e.event === 'attempt' && e.sink === sink).length;
+        const attempts = (await timeline.read(timelineId({ key }))).filter(
+          (e) => e.event === 'attempt' && e.sink === sink,
+        ).length;
         if (attempts < 2) oneAttempt.push(`${sink} ${key}: ${attempts}`);
       }
-      assert.deepEqual(oneAttempt.slice(0, 10), [], `${oneAttempt.length} jobs taken over from a killed worker whose timeline shows one attempt`);
+      assert.deepEqual(
+        oneAttempt.slice(0, 10),
+        [],
+        `${oneAttempt.length} jobs taken over from a killed worker whose timeline shows one attempt`,
+      );
       conn.disconnect();
 
       const redeliveries = [...crm.records.values()].reduce((sum, r) => sum + r.deliveries - 1, 0);

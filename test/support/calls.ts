@@ -3,10 +3,16 @@ import { readFileSync } from 'node:fs';
 import type { CanonicalCall } from '../../src/model/call.js';
 import { normalizeWebhook } from '../../src/model/webhook.js';
 
-const v2 = JSON.parse(readFileSync(new URL('../fixtures/webhook-v2.json', import.meta.url), 'utf8')) as Record<string, unknown>;
+const v2 = JSON.parse(readFileSync(new URL('../fixtures/webhook-v2.json', import.meta.url), 'utf8')) as Record<
+  string,
+  unknown
+>;
 
 /** A full v2 payload (summary, playbook, transcript); `callId` makes it unique. */
-export function webhookPayload(callId = 'c-1', patch: (p: Record<string, any>) => void = () => undefined): Record<string, any> {
+export function webhookPayload(
+  callId = 'c-1',
+  patch: (p: Record<string, any>) => void = () => undefined,
+): Record<string, any> {
   const payload = structuredClone(v2) as Record<string, any>;
   payload.call.id = callId;
   patch(payload);
@@ -31,7 +37,10 @@ export function minimalPayload(callId = 'c-min'): Record<string, any> {
 }
 
 /** A canonical call record built through the real normalizer. */
-export function sampleCall(callId = 'c-1', options: { agentId?: string; patch?: (p: Record<string, any>) => void } = {}): CanonicalCall {
+export function sampleCall(
+  callId = 'c-1',
+  options: { agentId?: string; patch?: (p: Record<string, any>) => void } = {},
+): CanonicalCall {
   return normalizeWebhook(webhookPayload(callId, options.patch), {
     agentId: options.agentId ?? 'agent-1',
     receivedAt: new Date('2026-04-08T10:03:00Z'),
@@ -42,7 +51,11 @@ export function sampleCall(callId = 'c-1', options: { agentId?: string; patch?: 
  * A webhook body (text) with `depth` nested arrays inside an unknown field: valid JSON that
  * `JSON.parse` reads, but that `JSON.stringify` (BullMQ's job serializer) overflows the stack on.
  */
-export function deepWebhookBody(callId: string, depth = 10_000, patch: (p: Record<string, any>) => void = () => undefined): string {
+export function deepWebhookBody(
+  callId: string,
+  depth = 10_000,
+  patch: (p: Record<string, any>) => void = () => undefined,
+): string {
   const head = JSON.stringify(webhookPayload(callId, patch));
   return `${head.slice(0, -1)},"x-vendor-trace":${'['.repeat(depth)}${']'.repeat(depth)}}`;
 }

@@ -18,7 +18,10 @@ export interface CallsyncProcess {
 
 /** Starts `callsync start` with `env` over this process' environment. */
 export function startCallsyncProcess(env: NodeJS.ProcessEnv): CallsyncProcess {
-  const proc = spawn(process.execPath, [BIN, 'start'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, [BIN, 'start'], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const lines: Record<string, unknown>[] = [];
   const stderr: string[] = [];
   let resolveUrl!: (u: string) => void;
@@ -41,7 +44,10 @@ export function startCallsyncProcess(env: NodeJS.ProcessEnv): CallsyncProcess {
 export async function bounded<T>(promise: Promise<T>, ms: number, what: string, child?: CallsyncProcess): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out waiting for ${what}; stderr: ${child?.stderr.join('\n').slice(-2000) ?? ''}`)), ms);
+    timer = setTimeout(
+      () => reject(new Error(`timed out waiting for ${what}; stderr: ${child?.stderr.join('\n').slice(-2000) ?? ''}`)),
+      ms,
+    );
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

@@ -54,20 +54,39 @@ export function testEnv(prefix: string, env: Record<string, string> = {}): Recor
 
 /** The queues a config's sinks get their jobs in: each sink's, or each of its endpoints'. */
 export function deliveryQueues(config: Config): string[] {
-  return Object.entries(config.sinks).flatMap(([name, sink]) => (sink.endpoints?.length ? sink.endpoints.map((e) => sinkQueueName(name, e)) : [sinkQueueName(name)]));
+  return Object.entries(config.sinks).flatMap(([name, sink]) =>
+    sink.endpoints?.length ? sink.endpoints.map((e) => sinkQueueName(name, e)) : [sinkQueueName(name)],
+  );
 }
 
-export async function startTestCallsync(env: Record<string, string> = {}, options: Partial<CallsyncOptions> = {}): Promise<TestCallsync> {
+export async function startTestCallsync(
+  env: Record<string, string> = {},
+  options: Partial<CallsyncOptions> = {},
+): Promise<TestCallsync> {
   const target = await testRedis();
   // A test that names its own Redis (a topology of its own) keeps it; the others get the file's.
   const own = ['REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_SENTINELS'].some((name) => name in env);
   const redisEnv = own ? {} : target.env();
   const onCluster = target.isCluster && !own;
   // On the cluster: a prefix whose sink queues (two or more) and inbound shards fall on more than one master.
-  const prefix = env.QUEUE_PREFIX ?? (onCluster ? await target.prefix('cs', deliveryQueues(loadConfig(testEnv('probe', { ...redisEnv, ...env })))) : uniquePrefix('cs'));
+  const prefix =
+    env.QUEUE_PREFIX ??
+    (onCluster
+      ? await target.prefix('cs', deliveryQueues(loadConfig(testEnv('probe', { ...redisEnv, ...env }))))
+      : uniquePrefix('cs'));
   const config = loadConfig(testEnv(prefix, { ...redisEnv, ...env }));
-  if (onCluster) assert.equal(redisKeys(config.redis).layout, 'spread', 'TEST_REDIS_CLUSTER=1: callsync spreads its keys over the cluster');
-  if (target.sentinel && !own) assert.equal(redisMode(config.redis), 'sentinel', 'TEST_REDIS_SENTINEL=1: callsync finds its Redis through the sentinel');
+  if (onCluster)
+    assert.equal(
+      redisKeys(config.redis).layout,
+      'spread',
+      'TEST_REDIS_CLUSTER=1: callsync spreads its keys over the cluster',
+    );
+  if (target.sentinel && !own)
+    assert.equal(
+      redisMode(config.redis),
+      'sentinel',
+      'TEST_REDIS_SENTINEL=1: callsync finds its Redis through the sentinel',
+    );
   const { lines, log } = memoryLog(process.env.TEST_LOG_LEVEL ?? 'info');
   const app = await startCallsync(config, { log, ...options });
   return {
@@ -87,7 +106,10 @@ export async function startTestCallsync(env: Record<string, string> = {}, option
  * queues holding keys (when two or more do) are on more than one master, and so are the inbound
  * shards holding keys (when two or more do). Returns the areas found on each master.
  */
-export async function assertSpread(cs: Pick<TestCallsync, 'config' | 'prefix' | 'queues'>, options: { minSinkQueues?: number } = {}): Promise<Map<string, string[]>> {
+export async function assertSpread(
+  cs: Pick<TestCallsync, 'config' | 'prefix' | 'queues'>,
+  options: { minSinkQueues?: number } = {},
+): Promise<Map<string, string[]>> {
   const target = await testRedis();
   const areas = new Map<string, string[]>();
   if (!target.isCluster) return areas;
@@ -107,14 +129,26 @@ export async function assertSpread(cs: Pick<TestCallsync, 'config' | 'prefix' | 
     areas.set(node, [...here].sort());
   }
   const detail = JSON.stringify(Object.fromEntries(areas));
-  assert.ok(sinkMasters.size >= (options.minSinkQueues ?? 1), `sink queues holding keys: ${sinkMasters.size}; ${detail}`);
-  if (sinkMasters.size >= 2) assert.ok(new Set(sinkMasters.values()).size >= 2, `the sink queues' keys are on one master: ${detail}`);
-  if (shardMasters.size >= 2) assert.ok(new Set(shardMasters.values()).size >= 2, `the inbound shards' keys are on one master: ${detail}`);
-  assert.ok([...areas.values()].filter((a) => a.length > 0).length >= 2, `callsync's keys are on one master: ${detail}`);
+  assert.ok(
+    sinkMasters.size >= (options.minSinkQueues ?? 1),
+    `sink queues holding keys: ${sinkMasters.size}; ${detail}`,
+  );
+  if (sinkMasters.size >= 2)
+    assert.ok(new Set(sinkMasters.values()).size >= 2, `the sink queues' keys are on one master: ${detail}`);
+  if (shardMasters.size >= 2)
+    assert.ok(new Set(shardMasters.values()).size >= 2, `the inbound shards' keys are on one master: ${detail}`);
+  assert.ok(
+    [...areas.values()].filter((a) => a.length > 0).length >= 2,
+    `callsync's keys are on one master: ${detail}`,
+  );
   return areas;
 }
 
-export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers }> {
+export async function postJson(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: any; headers: Headers }> {
   const res = await fetch(url, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },

@@ -47,22 +47,23 @@ export function crmTestDeps(env: NodeJS.ProcessEnv = {}): CrmTestDeps {
 }
 
 /** The default CRM body (HubSpot `hs_call_body`, Pipedrive `note`) of `sampleCall(callId)` (agent-1). */
-export const expectedDefaultBody = (callId: string) => [
-  'The caller asked to move her dentist appointment to Friday morning.',
-  '',
-  'Key points:',
-  '• Appointment moved to Friday 9:00',
-  '• Caller prefers SMS confirmation',
-  '',
-  'Topics: appointment, rescheduling',
-  '',
-  'Answers:',
-  'Preferred day?: Friday',
-  'Preferred time?: 9:00',
-  '',
-  // The archive's key of the call: `<call id>-<16 hex of sha256(call key)>` (src/sinks/archive/keys.ts).
-  `Transcript: transcripts/2026/04/08/${callKeySegment({ key: `ai-agent:agent-1:${callId}`, callId })}.txt`,
-].join('<br>\n');
+export const expectedDefaultBody = (callId: string) =>
+  [
+    'The caller asked to move her dentist appointment to Friday morning.',
+    '',
+    'Key points:',
+    '• Appointment moved to Friday 9:00',
+    '• Caller prefers SMS confirmation',
+    '',
+    'Topics: appointment, rescheduling',
+    '',
+    'Answers:',
+    'Preferred day?: Friday',
+    'Preferred time?: 9:00',
+    '',
+    // The archive's key of the call: `<call id>-<16 hex of sha256(call key)>` (src/sinks/archive/keys.ts).
+    `Transcript: transcripts/2026/04/08/${callKeySegment({ key: `ai-agent:agent-1:${callId}`, callId })}.txt`,
+  ].join('<br>\n');
 
 /** The default CRM body of the sample call `c-1`. */
 export const EXPECTED_DEFAULT_BODY = expectedDefaultBody('c-1');

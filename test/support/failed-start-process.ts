@@ -8,7 +8,9 @@ import { memoryLog, testEnv } from './callsync.js';
 import { uniquePrefix } from './redis.js';
 
 const { log } = memoryLog('fatal');
-const config = loadConfig(testEnv(uniquePrefix('failstart'), { PORT: process.env.TAKEN_PORT ?? '1', SPOOL_ENABLED: 'false' }));
+const config = loadConfig(
+  testEnv(uniquePrefix('failstart'), { PORT: process.env.TAKEN_PORT ?? '1', SPOOL_ENABLED: 'false' }),
+);
 try {
   await startCallsync(config, { log });
   console.log('started');

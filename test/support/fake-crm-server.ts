@@ -49,7 +49,10 @@ export abstract class FakeCrmServer {
 
   /** Requests other than the fake's own bookkeeping, optionally by method and path prefix. */
   requestsTo(method?: string, pathPrefix?: string): RecordedRequest[] {
-    return this.requests.filter((r) => (method === undefined || r.method === method) && (pathPrefix === undefined || r.path.startsWith(pathPrefix)));
+    return this.requests.filter(
+      (r) =>
+        (method === undefined || r.method === method) && (pathPrefix === undefined || r.path.startsWith(pathPrefix)),
+    );
   }
 
   protected abstract handle(req: RecordedRequest): Reply;

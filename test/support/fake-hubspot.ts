@@ -88,10 +88,44 @@ export const DEFAULT_DISPOSITIONS: readonly HubSpotDisposition[] = [
   { id: '17b47fee-58de-441e-a44c-c6300d46f273', label: 'Wrong number', deleted: false },
 ];
 
-const CALL_STATUSES = ['BUSY', 'CALLING_CRM_USER', 'CANCELED', 'COMPLETED', 'CONNECTING', 'FAILED', 'IN_PROGRESS', 'NO_ANSWER', 'QUEUED', 'RINGING'];
-const LIFECYCLE_STAGES = ['subscriber', 'lead', 'marketingqualifiedlead', 'salesqualifiedlead', 'opportunity', 'customer', 'evangelist', 'other'];
+const CALL_STATUSES = [
+  'BUSY',
+  'CALLING_CRM_USER',
+  'CANCELED',
+  'COMPLETED',
+  'CONNECTING',
+  'FAILED',
+  'IN_PROGRESS',
+  'NO_ANSWER',
+  'QUEUED',
+  'RINGING',
+];
+const LIFECYCLE_STAGES = [
+  'subscriber',
+  'lead',
+  'marketingqualifiedlead',
+  'salesqualifiedlead',
+  'opportunity',
+  'customer',
+  'evangelist',
+  'other',
+];
 const API_VERSIONS = ['2026-03', '2026-09'];
-const SEARCH_OPERATORS = ['EQ', 'NEQ', 'LT', 'LTE', 'GT', 'GTE', 'BETWEEN', 'IN', 'NOT_IN', 'HAS_PROPERTY', 'NOT_HAS_PROPERTY', 'CONTAINS_TOKEN', 'NOT_CONTAINS_TOKEN'];
+const SEARCH_OPERATORS = [
+  'EQ',
+  'NEQ',
+  'LT',
+  'LTE',
+  'GT',
+  'GTE',
+  'BETWEEN',
+  'IN',
+  'NOT_IN',
+  'HAS_PROPERTY',
+  'NOT_HAS_PROPERTY',
+  'CONTAINS_TOKEN',
+  'NOT_CONTAINS_TOKEN',
+];
 
 const CALL_PROPERTIES: Record<string, PropertyDef> = {
   hs_timestamp: { def: { type: 'datetime' } },
@@ -129,15 +163,28 @@ function error(status: number, category: string, message: string): Reply {
 }
 
 function invalidProperties(errors: { name: string; error: string; message: string }[]): Reply {
-  const detail = errors.map((e) => ({ isValid: false, message: e.message, error: e.error, name: e.name, localizedErrorMessage: e.message }));
+  const detail = errors.map((e) => ({
+    isValid: false,
+    message: e.message,
+    error: e.error,
+    name: e.name,
+    localizedErrorMessage: e.message,
+  }));
   return error(400, 'VALIDATION_ERROR', `Property values were not valid: ${JSON.stringify(detail)}`);
 }
 
 /** HubSpot's JSON reader refuses fields it does not know. */
 function unrecognizedField(body: unknown, allowed: string[]): Reply | null {
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) return error(400, 'VALIDATION_ERROR', 'Invalid input JSON on line 1, column 1: expected an object');
+  if (body === null || typeof body !== 'object' || Array.isArray(body))
+    return error(400, 'VALIDATION_ERROR', 'Invalid input JSON on line 1, column 1: expected an object');
   const extra = Object.keys(body).find((k) => !allowed.includes(k));
-  return extra === undefined ? null : error(400, 'VALIDATION_ERROR', `Invalid input JSON on line 1, column 2: Unrecognized field "${extra}" (not marked as ignorable)`);
+  return extra === undefined
+    ? null
+    : error(
+        400,
+        'VALIDATION_ERROR',
+        `Invalid input JSON on line 1, column 2: Unrecognized field "${extra}" (not marked as ignorable)`,
+      );
 }
 
 function searchableDigits(value: string | undefined): string | undefined {
@@ -148,7 +195,16 @@ function searchableDigits(value: string | undefined): string | undefined {
 
 /** The offset of `timeZone` at `at` as `±HH:MM` and in ms. */
 function zoneOffset(timeZone: string, at: number): { text: string; ms: number } {
-  const parts = new Intl.DateTimeFormat('en-US', { timeZone, hourCycle: 'h23', year: 'numeric', month: 'numeric', day: 'numeric', hour: 'numeric', minute: 'numeric', second: 'numeric' }).formatToParts(new Date(at));
+  const parts = new Intl.DateTimeFormat('en-US', {
+    timeZone,
+    hourCycle: 'h23',
+    year: 'numeric',
+    month: 'numeric',
+    day: 'numeric',
+    hour: 'numeric',
+    minute: 'numeric',
+    second: 'numeric',
+  }).formatToParts(new Date(at));
   const n = (t: string) => Number(parts.find((p) => p.type === t)?.value);
   const ms = Date.UTC(n('year'), n('month') - 1, n('day'), n('hour'), n('minute'), n('second')) - (at - (at % 1000));
   const abs = Math.abs(ms) / 60_000;
@@ -165,7 +221,9 @@ export class FakeHubSpot extends FakeCrmServer {
   /** The account's time zone setting (account details). */
   timeZone = 'Europe/Berlin';
   /** Custom call properties the account has, e.g. `callsync_call_id` (single-line text, unique values). */
-  readonly customCallProperties = new Map<string, PropertyDef>([['callsync_call_id', { def: { type: 'string' }, unique: true }]]);
+  readonly customCallProperties = new Map<string, PropertyDef>([
+    ['callsync_call_id', { def: { type: 'string' }, unique: true }],
+  ]);
   /** The fake's clock for the search limit (tests hand in theirs). */
   now: () => number = () => Date.now();
   /** Search requests per second per account, and when the accepted ones came. */
@@ -179,7 +237,13 @@ export class FakeHubSpot extends FakeCrmServer {
   addContact(properties: Record<string, string>): string {
     const id = String(this.nextId++);
     const at = new Date(this.clock++).toISOString();
-    this.contacts.set(id, { id, properties: { ...properties, createdate: at }, createdAt: at, updatedAt: at, associations: [] });
+    this.contacts.set(id, {
+      id,
+      properties: { ...properties, createdate: at },
+      createdAt: at,
+      updatedAt: at,
+      associations: [],
+    });
     return id;
   }
 
@@ -199,34 +263,49 @@ export class FakeHubSpot extends FakeCrmServer {
   protected override commonHeaders(req: RecordedRequest): Record<string, string> {
     // "Responses from the search API endpoints will not include any of the rate limit headers."
     if (req.path.endsWith('/search')) return {};
-    return { 'x-hubspot-ratelimit-max': '100', 'x-hubspot-ratelimit-remaining': '99', 'x-hubspot-ratelimit-interval-milliseconds': '10000' };
+    return {
+      'x-hubspot-ratelimit-max': '100',
+      'x-hubspot-ratelimit-remaining': '99',
+      'x-hubspot-ratelimit-interval-milliseconds': '10000',
+    };
   }
 
   protected handle(req: RecordedRequest): Reply {
     if (req.headers.authorization !== `Bearer ${this.token}`) {
-      return error(401, 'INVALID_AUTHENTICATION', 'Authentication credentials not found. This API supports OAuth 2.0 authentication and you can find more details at https://developers.hubspot.com/docs/methods/auth/oauth-overview');
+      return error(
+        401,
+        'INVALID_AUTHENTICATION',
+        'Authentication credentials not found. This API supports OAuth 2.0 authentication and you can find more details at https://developers.hubspot.com/docs/methods/auth/oauth-overview',
+      );
     }
     const p = req.path;
     let m: RegExpExecArray | null;
-    if (req.method === 'GET' && p === '/calling/v1/dispositions') return { status: 200, body: this.dispositions.map((d) => ({ ...d })) };
-    if (req.method === 'GET' && (m = /^\/account-info\/([^/]+)\/details$/.exec(p)) && API_VERSIONS.includes(m[1]!)) return this.details();
+    if (req.method === 'GET' && p === '/calling/v1/dispositions')
+      return { status: 200, body: this.dispositions.map((d) => ({ ...d })) };
+    if (req.method === 'GET' && (m = /^\/account-info\/([^/]+)\/details$/.exec(p)) && API_VERSIONS.includes(m[1]!))
+      return this.details();
     if (!(m = /^\/crm\/objects\/([^/]+)\/(.+)$/.exec(p)) || !API_VERSIONS.includes(m[1]!)) {
       return error(404, 'OBJECT_NOT_FOUND', `Unable to route ${req.method} ${p}`);
     }
     const rest = m[2]!;
-    if (req.method === 'POST' && rest === 'contacts/search') return this.rateLimitedSearch(() => this.search(this.contacts, req.body, true));
-    if (req.method === 'POST' && rest === 'calls/search') return this.rateLimitedSearch(() => this.search(this.calls, req.body, false));
+    if (req.method === 'POST' && rest === 'contacts/search')
+      return this.rateLimitedSearch(() => this.search(this.contacts, req.body, true));
+    if (req.method === 'POST' && rest === 'calls/search')
+      return this.rateLimitedSearch(() => this.search(this.calls, req.body, false));
     if (req.method === 'POST' && rest === 'contacts') return this.createContact(req.body);
     if (req.method === 'POST' && rest === 'calls') return this.createCall(req.body);
     if (req.method === 'POST' && rest === 'calls/batch/upsert') return this.upsertCalls(req.body);
     if (req.method === 'PATCH' && (m = /^calls\/([^/]+)$/.exec(rest))) return this.patchCall(m[1]!, req.body);
-    if (req.method === 'DELETE' && (m = /^calls\/([^/]+)$/.exec(rest))) return this.deleteCall(decodeURIComponent(m[1]!));
-    if (req.method === 'PUT' && (m = /^calls\/([^/]+)\/associations\/contacts\/([^/]+)$/.exec(rest))) return this.associate(m[1]!, m[2]!, req.body);
+    if (req.method === 'DELETE' && (m = /^calls\/([^/]+)$/.exec(rest)))
+      return this.deleteCall(decodeURIComponent(m[1]!));
+    if (req.method === 'PUT' && (m = /^calls\/([^/]+)\/associations\/contacts\/([^/]+)$/.exec(rest)))
+      return this.associate(m[1]!, m[2]!, req.body);
     return error(404, 'OBJECT_NOT_FOUND', `Unable to route ${req.method} ${p}`);
   }
 
   private deleteCall(id: string): Reply {
-    if (!this.calls.delete(id)) return error(404, 'OBJECT_NOT_FOUND', `Object not found. objectId are usually numeric.`);
+    if (!this.calls.delete(id))
+      return error(404, 'OBJECT_NOT_FOUND', `Object not found. objectId are usually numeric.`);
     return { status: 204, body: undefined };
   }
 
@@ -252,7 +331,16 @@ export class FakeHubSpot extends FakeCrmServer {
     const now = this.now();
     while (this.searchTimes.length > 0 && this.searchTimes[0]! <= now - 1000) this.searchTimes.shift();
     if (this.searchTimes.length >= this.searchLimit) {
-      return { status: 429, body: { status: 'error', message: 'You have reached your secondly limit.', errorType: 'RATE_LIMIT', correlationId: randomUUID(), policyName: 'SECONDLY' } };
+      return {
+        status: 429,
+        body: {
+          status: 'error',
+          message: 'You have reached your secondly limit.',
+          errorType: 'RATE_LIMIT',
+          correlationId: randomUUID(),
+          policyName: 'SECONDLY',
+        },
+      };
     }
     this.searchTimes.push(now);
     this.searchLog.push(now);
@@ -264,8 +352,13 @@ export class FakeHubSpot extends FakeCrmServer {
   }
 
   /** HubSpot's checks of property values: existence, writability and type. */
-  private validate(props: unknown, defs: (name: string) => PropertyDef | undefined, requireTimestamp: boolean): Reply | null {
-    if (props === null || typeof props !== 'object' || Array.isArray(props)) return error(400, 'VALIDATION_ERROR', 'Invalid input JSON: properties must be an object');
+  private validate(
+    props: unknown,
+    defs: (name: string) => PropertyDef | undefined,
+    requireTimestamp: boolean,
+  ): Reply | null {
+    if (props === null || typeof props !== 'object' || Array.isArray(props))
+      return error(400, 'VALIDATION_ERROR', 'Invalid input JSON: properties must be an object');
     const errors: { name: string; error: string; message: string }[] = [];
     for (const [name, value] of Object.entries(props as Record<string, unknown>)) {
       const prop = defs(name);
@@ -274,21 +367,37 @@ export class FakeHubSpot extends FakeCrmServer {
         continue;
       }
       if (typeof value !== 'string' && typeof value !== 'number') {
-        return error(400, 'VALIDATION_ERROR', `Invalid input JSON on line 1: Cannot deserialize value of type \`java.lang.String\` for property "${name}"`);
+        return error(
+          400,
+          'VALIDATION_ERROR',
+          `Invalid input JSON on line 1: Cannot deserialize value of type \`java.lang.String\` for property "${name}"`,
+        );
       }
       if (prop.readOnly) {
-        errors.push({ name, error: 'READ_ONLY_VALUE', message: `${name} is a read only property; its value cannot be set.` });
+        errors.push({
+          name,
+          error: 'READ_ONLY_VALUE',
+          message: `${name} is a read only property; its value cannot be set.`,
+        });
         continue;
       }
       const v = String(value);
       const def = prop.def;
-      if (def.type === 'number' && !/^-?\d+$/.test(v)) errors.push({ name, error: 'INVALID_LONG', message: `${JSON.stringify(v)} is not a valid long` });
-      if (def.type === 'datetime' && !/^\d+$/.test(v) && Number.isNaN(Date.parse(v))) errors.push({ name, error: 'INVALID_DATE', message: `${JSON.stringify(v)} is not a valid date` });
-      if (def.type === 'enumeration' && !def.options.includes(v)) errors.push({ name, error: 'INVALID_OPTION', message: `${v} was not one of the allowed options: [${def.options.join(', ')}]` });
+      if (def.type === 'number' && !/^-?\d+$/.test(v))
+        errors.push({ name, error: 'INVALID_LONG', message: `${JSON.stringify(v)} is not a valid long` });
+      if (def.type === 'datetime' && !/^\d+$/.test(v) && Number.isNaN(Date.parse(v)))
+        errors.push({ name, error: 'INVALID_DATE', message: `${JSON.stringify(v)} is not a valid date` });
+      if (def.type === 'enumeration' && !def.options.includes(v))
+        errors.push({
+          name,
+          error: 'INVALID_OPTION',
+          message: `${v} was not one of the allowed options: [${def.options.join(', ')}]`,
+        });
       if (def.type === 'disposition' && v !== '' && !this.dispositions.some((d) => d.id === v && !d.deleted)) {
         errors.push({ name, error: 'INVALID_OPTION', message: `${v} was not one of the allowed options` });
       }
-      if (def.type === 'https-url' && v !== '' && !/^https:\/\/[^\s/]+/.test(v)) errors.push({ name, error: 'INVALID_URL', message: `${v} is not a secure (https) URL` });
+      if (def.type === 'https-url' && v !== '' && !/^https:\/\/[^\s/]+/.test(v))
+        errors.push({ name, error: 'INVALID_URL', message: `${v} is not a secure (https) URL` });
     }
     if (requireTimestamp && (props as Record<string, unknown>).hs_timestamp === undefined) {
       errors.push({ name: 'hs_timestamp', error: 'REQUIRED_FIELD', message: 'hs_timestamp is required' });
@@ -297,29 +406,48 @@ export class FakeHubSpot extends FakeCrmServer {
   }
 
   private view(o: HubSpotObject, properties?: string[]) {
-    const props: Record<string, string> = { hs_object_id: o.id, hs_createdate: o.createdAt, hs_lastmodifieddate: o.updatedAt };
-    for (const [k, v] of Object.entries(o.properties)) if (!properties || properties.includes(k) || k === 'createdate') props[k] = v;
+    const props: Record<string, string> = {
+      hs_object_id: o.id,
+      hs_createdate: o.createdAt,
+      hs_lastmodifieddate: o.updatedAt,
+    };
+    for (const [k, v] of Object.entries(o.properties))
+      if (!properties || properties.includes(k) || k === 'createdate') props[k] = v;
     return { id: o.id, properties: props, createdAt: o.createdAt, updatedAt: o.updatedAt, archived: false };
   }
 
   private search(store: Map<string, HubSpotObject>, body: unknown, contacts: boolean): Reply {
     const refused = unrecognizedField(body, ['filterGroups', 'properties', 'sorts', 'limit', 'after', 'query']);
     if (refused) return refused;
-    const b = body as { filterGroups?: { filters?: { propertyName: string; operator: string; value: string }[] }[]; properties?: string[]; limit?: number };
+    const b = body as {
+      filterGroups?: { filters?: { propertyName: string; operator: string; value: string }[] }[];
+      properties?: string[];
+      limit?: number;
+    };
     const groups = b.filterGroups ?? [];
     if (groups.length > 5) return error(400, 'VALIDATION_ERROR', 'Too many filter groups (max 5)');
-    if (groups.some((g) => (g.filters ?? []).length > 6) || groups.reduce((n, g) => n + (g.filters ?? []).length, 0) > 18) {
+    if (
+      groups.some((g) => (g.filters ?? []).length > 6) ||
+      groups.reduce((n, g) => n + (g.filters ?? []).length, 0) > 18
+    ) {
       return error(400, 'VALIDATION_ERROR', 'Too many filters (at most 6 per group, 18 in all)');
     }
     if ((b.limit ?? 10) > 200) return error(400, 'VALIDATION_ERROR', 'limit may not exceed 200');
     const known = (name: string) => (contacts ? CONTACT_PROPERTIES[name] : this.callProperty(name)) !== undefined;
     for (const f of groups.flatMap((g) => g.filters ?? [])) {
-      if (!known(f.propertyName)) return error(400, 'VALIDATION_ERROR', `There was a problem with the request: unknown property ${f.propertyName}`);
-      if (!SEARCH_OPERATORS.includes(f.operator)) return error(400, 'VALIDATION_ERROR', `Invalid operator ${f.operator}`);
+      if (!known(f.propertyName))
+        return error(
+          400,
+          'VALIDATION_ERROR',
+          `There was a problem with the request: unknown property ${f.propertyName}`,
+        );
+      if (!SEARCH_OPERATORS.includes(f.operator))
+        return error(400, 'VALIDATION_ERROR', `Invalid operator ${f.operator}`);
     }
     const value = (o: HubSpotObject, name: string): string | undefined => {
       if (contacts && name === 'hs_searchable_calculated_phone_number') return searchableDigits(o.properties.phone);
-      if (contacts && name === 'hs_searchable_calculated_mobile_number') return searchableDigits(o.properties.mobilephone);
+      if (contacts && name === 'hs_searchable_calculated_mobile_number')
+        return searchableDigits(o.properties.mobilephone);
       return o.properties[name];
     };
     const matches = [...store.values()].filter((o) =>
@@ -348,10 +476,19 @@ export class FakeHubSpot extends FakeCrmServer {
     return { status: 201, body: this.view(this.contacts.get(id)!) };
   }
 
-  private storeCall(properties: Record<string, unknown>, associations: { toId: string; typeId: number }[]): HubSpotObject {
+  private storeCall(
+    properties: Record<string, unknown>,
+    associations: { toId: string; typeId: number }[],
+  ): HubSpotObject {
     const id = String(this.nextId++);
     const at = new Date(this.clock++).toISOString();
-    const call: HubSpotObject = { id, properties: Object.fromEntries(Object.entries(properties).map(([k, v]) => [k, String(v)])), createdAt: at, updatedAt: at, associations };
+    const call: HubSpotObject = {
+      id,
+      properties: Object.fromEntries(Object.entries(properties).map(([k, v]) => [k, String(v)])),
+      createdAt: at,
+      updatedAt: at,
+      associations,
+    };
     this.calls.set(id, call);
     return call;
   }
@@ -359,7 +496,10 @@ export class FakeHubSpot extends FakeCrmServer {
   private createCall(body: unknown): Reply {
     const refused = unrecognizedField(body, ['properties', 'associations', 'objectWriteTraceId']);
     if (refused) return refused;
-    const b = body as { properties?: Record<string, unknown>; associations?: { to?: { id?: string }; types?: { associationCategory: string; associationTypeId: number }[] }[] };
+    const b = body as {
+      properties?: Record<string, unknown>;
+      associations?: { to?: { id?: string }; types?: { associationCategory: string; associationTypeId: number }[] }[];
+    };
     if (!b.properties) return error(400, 'VALIDATION_ERROR', 'Invalid input JSON: missing properties');
     const invalid = this.validate(b.properties, (n) => this.callProperty(n), true);
     if (invalid) return invalid;
@@ -367,7 +507,8 @@ export class FakeHubSpot extends FakeCrmServer {
     for (const a of b.associations ?? []) {
       const toId = a.to?.id;
       const type = a.types?.[0];
-      if (!toId || !this.contacts.has(toId)) return error(400, 'VALIDATION_ERROR', `One or more associations are invalid: contact ${toId} not found`);
+      if (!toId || !this.contacts.has(toId))
+        return error(400, 'VALIDATION_ERROR', `One or more associations are invalid: contact ${toId} not found`);
       if (!type || type.associationCategory !== 'HUBSPOT_DEFINED' || type.associationTypeId !== 194) {
         return error(400, 'VALIDATION_ERROR', 'One or more associations are invalid: unexpected association type');
       }
@@ -394,16 +535,26 @@ export class FakeHubSpot extends FakeCrmServer {
     const refused = unrecognizedField(body, ['inputs']);
     if (refused) return refused;
     const inputs = (body as { inputs?: unknown }).inputs;
-    if (!Array.isArray(inputs) || inputs.length === 0 || inputs.length > 100) return error(400, 'VALIDATION_ERROR', 'inputs must hold 1 to 100 objects');
+    if (!Array.isArray(inputs) || inputs.length === 0 || inputs.length > 100)
+      return error(400, 'VALIDATION_ERROR', 'inputs must hold 1 to 100 objects');
     const startedAt = new Date(this.clock).toISOString();
     const out: unknown[] = [];
     for (const input of inputs as unknown[]) {
       const bad = unrecognizedField(input, ['idProperty', 'id', 'properties', 'objectWriteTraceId']);
       if (bad) return bad;
-      const { idProperty, id, properties } = input as { idProperty?: string; id?: string; properties?: Record<string, unknown> };
-      if (typeof id !== 'string' || id === '' || !properties) return error(400, 'VALIDATION_ERROR', 'Invalid input JSON: each input needs id and properties');
+      const { idProperty, id, properties } = input as {
+        idProperty?: string;
+        id?: string;
+        properties?: Record<string, unknown>;
+      };
+      if (typeof id !== 'string' || id === '' || !properties)
+        return error(400, 'VALIDATION_ERROR', 'Invalid input JSON: each input needs id and properties');
       if (idProperty === undefined || !this.callProperty(idProperty)?.unique) {
-        return error(400, 'VALIDATION_ERROR', `Property "${idProperty ?? 'hs_object_id'}" is not a unique identifier property of calls; upsert needs a property with unique values`);
+        return error(
+          400,
+          'VALIDATION_ERROR',
+          `Property "${idProperty ?? 'hs_object_id'}" is not a unique identifier property of calls; upsert needs a property with unique values`,
+        );
       }
       const invalid = this.validate(properties, (n) => this.callProperty(n), false);
       if (invalid) return invalid;
@@ -413,21 +564,44 @@ export class FakeHubSpot extends FakeCrmServer {
         existing.updatedAt = new Date(this.clock++).toISOString();
         out.push({ ...this.view(existing), new: false });
       } else {
-        if (properties.hs_timestamp === undefined) return invalidProperties([{ name: 'hs_timestamp', error: 'REQUIRED_FIELD', message: 'hs_timestamp is required' }]);
+        if (properties.hs_timestamp === undefined)
+          return invalidProperties([
+            { name: 'hs_timestamp', error: 'REQUIRED_FIELD', message: 'hs_timestamp is required' },
+          ]);
         out.push({ ...this.view(this.storeCall({ ...properties, [idProperty]: id }, [])), new: true });
       }
     }
-    return { status: 200, body: { status: 'COMPLETE', results: out, startedAt, completedAt: new Date(this.clock).toISOString() } };
+    return {
+      status: 200,
+      body: { status: 'COMPLETE', results: out, startedAt, completedAt: new Date(this.clock).toISOString() },
+    };
   }
 
   private associate(callId: string, contactId: string, body: unknown): Reply {
     const call = this.calls.get(callId);
     if (!call || !this.contacts.has(contactId)) return error(404, 'OBJECT_NOT_FOUND', 'resource not found');
     const types = body as { associationCategory: string; associationTypeId: number }[];
-    if (!Array.isArray(types) || types[0]?.associationCategory !== 'HUBSPOT_DEFINED' || types[0]?.associationTypeId !== 194) {
+    if (
+      !Array.isArray(types) ||
+      types[0]?.associationCategory !== 'HUBSPOT_DEFINED' ||
+      types[0]?.associationTypeId !== 194
+    ) {
       return error(400, 'VALIDATION_ERROR', 'invalid association type');
     }
     if (!call.associations.some((a) => a.toId === contactId)) call.associations.push({ toId: contactId, typeId: 194 });
-    return { status: 200, body: { createdResourceId: callId, entity: { fromObjectTypeId: '0-48', fromObjectId: callId, toObjectTypeId: '0-1', toObjectId: contactId, labels: [] }, location: '' } };
+    return {
+      status: 200,
+      body: {
+        createdResourceId: callId,
+        entity: {
+          fromObjectTypeId: '0-48',
+          fromObjectId: callId,
+          toObjectTypeId: '0-1',
+          toObjectId: contactId,
+          labels: [],
+        },
+        location: '',
+      },
+    };
   }
 }

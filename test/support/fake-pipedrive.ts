@@ -131,7 +131,17 @@ function v1Error(status: number, error: string): Reply {
 }
 
 function v2Error(status: number, error: string): Reply {
-  return { status, body: { success: false, error, code: status === 400 ? 'ERR_SCHEMA_VALIDATION_FAILED' : undefined, error_info: ERROR_INFO, data: null, additional_data: null } };
+  return {
+    status,
+    body: {
+      success: false,
+      error,
+      code: status === 400 ? 'ERR_SCHEMA_VALIDATION_FAILED' : undefined,
+      error_info: ERROR_INFO,
+      data: null,
+      additional_data: null,
+    },
+  };
 }
 
 class Invalid extends Error {
@@ -144,33 +154,44 @@ class Invalid extends Error {
 }
 
 /** v2 query parameters: only the listed ones, each of its type; `api_token` is the credential. */
-function checkQuery(q: Record<string, string>, allowed: Record<string, 'int' | 'bool' | 'string' | 'time' | string[]>): void {
+function checkQuery(
+  q: Record<string, string>,
+  allowed: Record<string, 'int' | 'bool' | 'string' | 'time' | string[]>,
+): void {
   for (const [k, v] of Object.entries(q)) {
     if (k === 'api_token') continue;
     const kind = allowed[k];
     if (kind === undefined) throw new Invalid(`Validation failed: unknown query parameter '${k}'`);
     if (kind === 'int' && !/^[1-9]\d*$/.test(v)) throw new Invalid(`Validation failed: '${k}' must be an integer`);
-    if (kind === 'bool' && v !== 'true' && v !== 'false') throw new Invalid(`Validation failed: '${k}' must be true or false`);
+    if (kind === 'bool' && v !== 'true' && v !== 'false')
+      throw new Invalid(`Validation failed: '${k}' must be true or false`);
     if (kind === 'time' && !RFC3339.test(v)) throw new Invalid(`Validation failed: '${k}' is not a valid datetime`);
-    if (Array.isArray(kind) && !v.split(',').every((x) => kind.includes(x))) throw new Invalid(`Validation failed: '${k}' must be one of ${kind.join(', ')}`);
+    if (Array.isArray(kind) && !v.split(',').every((x) => kind.includes(x)))
+      throw new Invalid(`Validation failed: '${k}' must be one of ${kind.join(', ')}`);
   }
 }
 
 type FieldKind = 'string' | 'int' | 'int?' | 'bool' | 'array' | 'object';
 
 function checkBody(body: unknown, fields: Record<string, FieldKind>): Record<string, unknown> {
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new Invalid('Validation failed: the body must be a JSON object');
+  if (body === null || typeof body !== 'object' || Array.isArray(body))
+    throw new Invalid('Validation failed: the body must be a JSON object');
   const b = body as Record<string, unknown>;
   for (const [k, v] of Object.entries(b)) {
     const kind = fields[k];
     if (kind === undefined) throw new Invalid(`Validation failed: unknown field '${k}'`);
     const ok =
-      kind === 'string' ? typeof v === 'string'
-      : kind === 'int' ? Number.isInteger(v)
-      : kind === 'int?' ? v === null || Number.isInteger(v)
-      : kind === 'bool' ? typeof v === 'boolean'
-      : kind === 'array' ? Array.isArray(v)
-      : v !== null && typeof v === 'object';
+      kind === 'string'
+        ? typeof v === 'string'
+        : kind === 'int'
+          ? Number.isInteger(v)
+          : kind === 'int?'
+            ? v === null || Number.isInteger(v)
+            : kind === 'bool'
+              ? typeof v === 'boolean'
+              : kind === 'array'
+                ? Array.isArray(v)
+                : v !== null && typeof v === 'object';
     if (!ok) throw new Invalid(`Validation failed: '${k}' must be ${kind.replace('?', ' or null')}`);
   }
   return b;
@@ -230,7 +251,10 @@ const PERSON_FIELDS: Record<string, FieldKind> = {
 };
 
 /** A multipart/form-data body's parts (name, filename, type, bytes). */
-function multipartParts(contentType: string, raw: Buffer): { name: string; filename: string | null; type: string | null; data: Buffer }[] {
+function multipartParts(
+  contentType: string,
+  raw: Buffer,
+): { name: string; filename: string | null; type: string | null; data: Buffer }[] {
   const m = /boundary=(?:"([^"]+)"|([^;]+))/i.exec(contentType);
   if (!m) throw new Invalid('multipart body without a boundary');
   const delimiter = Buffer.from(`--${m[1] ?? m[2]}`);
@@ -346,7 +370,11 @@ export class FakePipedrive extends FakeCrmServer {
 
   protected handle(req: RecordedRequest): Reply {
     const token = req.headers['x-api-token'] ?? req.query.api_token;
-    if (token !== this.token) return { status: 401, body: { success: false, error: 'unauthorized access', errorCode: 401, error_info: ERROR_INFO } };
+    if (token !== this.token)
+      return {
+        status: 401,
+        body: { success: false, error: 'unauthorized access', errorCode: 401, error_info: ERROR_INFO },
+      };
     // v1 answers under /v1 and /api/v1; v2 only under /api/v2.
     const path = req.path.startsWith('/api/v1/') ? req.path.slice(4) : req.path;
     const retired = RETIRED.find((r) => r.method === req.method && r.path.test(path));
@@ -371,13 +399,18 @@ export class FakePipedrive extends FakeCrmServer {
     if (req.method === 'POST' && path === '/api/v2/persons') return this.addPersonV2(req.body, req.rawBody);
     if (req.method === 'GET' && path === '/api/v2/deals') return this.listDeals(req.query);
     if (req.method === 'GET' && path === '/api/v2/activities') return this.listActivities(req.query);
-    if (req.method === 'PATCH' && (m = /^\/api\/v2\/activities\/(\d+)$/.exec(path))) return this.updateActivity(Number(m[1]), req.body, req.rawBody);
+    if (req.method === 'PATCH' && (m = /^\/api\/v2\/activities\/(\d+)$/.exec(path)))
+      return this.updateActivity(Number(m[1]), req.body, req.rawBody);
     if (req.method === 'POST' && path === '/v1/callLogs') return this.addCallLog(req.body);
     if (req.method === 'GET' && path === '/v1/callLogs') return this.listCallLogs(req.query);
-    if (req.method === 'GET' && (m = /^\/v1\/callLogs\/([^/]+)$/.exec(path))) return this.getCallLog(decodeURIComponent(m[1]!));
-    if (req.method === 'DELETE' && (m = /^\/v1\/callLogs\/([^/]+)$/.exec(path))) return this.deleteCallLog(decodeURIComponent(m[1]!));
-    if (req.method === 'DELETE' && (m = /^\/api\/v2\/activities\/(\d+)$/.exec(path))) return this.deleteActivity(Number(m[1]));
-    if (req.method === 'POST' && (m = /^\/v1\/callLogs\/([^/]+)\/recordings$/.exec(path))) return this.addRecording(decodeURIComponent(m[1]!), req);
+    if (req.method === 'GET' && (m = /^\/v1\/callLogs\/([^/]+)$/.exec(path)))
+      return this.getCallLog(decodeURIComponent(m[1]!));
+    if (req.method === 'DELETE' && (m = /^\/v1\/callLogs\/([^/]+)$/.exec(path)))
+      return this.deleteCallLog(decodeURIComponent(m[1]!));
+    if (req.method === 'DELETE' && (m = /^\/api\/v2\/activities\/(\d+)$/.exec(path)))
+      return this.deleteActivity(Number(m[1]));
+    if (req.method === 'POST' && (m = /^\/v1\/callLogs\/([^/]+)\/recordings$/.exec(path)))
+      return this.addRecording(decodeURIComponent(m[1]!), req);
     return v1Error(404, `Unknown method ${req.method} ${req.path}`);
   }
 
@@ -419,7 +452,14 @@ export class FakePipedrive extends FakeCrmServer {
     const over = (headers: Record<string, string>): Reply => ({
       status: 429,
       headers: { ...this.limitHeaders(kind), ...headers },
-      body: { success: false, error: 'Request over limit', errorCode: 429, error_info: ERROR_INFO, data: null, additional_data: null },
+      body: {
+        success: false,
+        error: 'Request over limit',
+        errorCode: 429,
+        error_info: ERROR_INFO,
+        data: null,
+        additional_data: null,
+      },
     });
     const budget = this.dailyBudget();
     if (budget !== null && budget.remaining < kind.cost) {
@@ -458,11 +498,20 @@ export class FakePipedrive extends FakeCrmServer {
   // ---- persons ----
 
   private searchPersons(q: Record<string, string>): Reply {
-    checkQuery(q, { term: 'string', fields: SEARCH_FIELDS, exact_match: 'bool', organization_id: 'int', include_fields: ['person.picture'], limit: 'int', cursor: 'string' });
+    checkQuery(q, {
+      term: 'string',
+      fields: SEARCH_FIELDS,
+      exact_match: 'bool',
+      organization_id: 'int',
+      include_fields: ['person.picture'],
+      limit: 'int',
+      cursor: 'string',
+    });
     const term = q.term;
     if (term === undefined) throw new Invalid("Validation failed: 'term' is required");
     const exact = q.exact_match === 'true';
-    if (term.length < (exact ? 1 : 2)) throw new Invalid('Validation failed: the search term must be at least 2 characters long (1 with exact_match)');
+    if (term.length < (exact ? 1 : 2))
+      throw new Invalid('Validation failed: the search term must be at least 2 characters long (1 with exact_match)');
     const limit = q.limit === undefined ? 100 : Number(q.limit);
     if (limit > 500) throw new Invalid("Validation failed: 'limit' must be at most 500");
     const offset = this.offsetOf(q.cursor);
@@ -470,7 +519,8 @@ export class FakePipedrive extends FakeCrmServer {
     const t = term.toLowerCase();
     const hit = (value: string) => (exact ? value.toLowerCase() === t : value.toLowerCase().includes(t));
     const matches = [...this.persons.values()].filter(
-      (p) => (fields.includes('phone') && p.phones.some((ph) => hit(ph.value))) || (fields.includes('name') && hit(p.name)),
+      (p) =>
+        (fields.includes('phone') && p.phones.some((ph) => hit(ph.value))) || (fields.includes('name') && hit(p.name)),
     );
     const page = matches.slice(offset, offset + limit);
     return {
@@ -502,11 +552,13 @@ export class FakePipedrive extends FakeCrmServer {
   private addPersonV2(body: unknown, raw: string): Reply {
     const b = checkBody(body ?? (raw === '' ? undefined : raw), PERSON_FIELDS);
     if (typeof b.name !== 'string' || b.name.trim() === '') throw new Invalid("Validation failed: 'name' is required");
-    if (b.owner_id !== undefined && !this.users.has(b.owner_id as number)) throw new Invalid('Validation failed: owner_id is not a user of this company');
+    if (b.owner_id !== undefined && !this.users.has(b.owner_id as number))
+      throw new Invalid('Validation failed: owner_id is not a user of this company');
     const phones = (b.phones as unknown[] | undefined) ?? [];
     for (const ph of phones) {
       const p = checkBody(ph, { value: 'string', primary: 'bool', label: 'string' });
-      if (p.label !== undefined && !['work', 'home', 'mobile', 'other'].includes(p.label as string)) throw new Invalid(`Validation failed: phone label '${String(p.label)}'`);
+      if (p.label !== undefined && !['work', 'home', 'mobile', 'other'].includes(p.label as string))
+        throw new Invalid(`Validation failed: phone label '${String(p.label)}'`);
     }
     const id = this.nextPerson++;
     const t = this.iso();
@@ -523,7 +575,13 @@ export class FakePipedrive extends FakeCrmServer {
       update_time: t,
     };
     this.persons.set(id, person);
-    return { status: 200, body: { success: true, data: { ...person, org_id: null, is_deleted: false, visible_to: 3, label_ids: [], custom_fields: {} } } };
+    return {
+      status: 200,
+      body: {
+        success: true,
+        data: { ...person, org_id: null, is_deleted: false, visible_to: 3, label_ids: [], custom_fields: {} },
+      },
+    };
   }
 
   // ---- deals ----
@@ -550,10 +608,26 @@ export class FakePipedrive extends FakeCrmServer {
     const limit = q.limit === undefined ? 100 : Number(q.limit);
     if (limit > 500) throw new Invalid("Validation failed: 'limit' must be at most 500");
     const statuses = q.status?.split(',') ?? ['open', 'won', 'lost'];
-    const all = [...this.deals.values()].filter((d) => statuses.includes(d.status) && (q.person_id === undefined || d.person_id === Number(q.person_id)));
+    const all = [...this.deals.values()].filter(
+      (d) => statuses.includes(d.status) && (q.person_id === undefined || d.person_id === Number(q.person_id)),
+    );
     const offset = this.offsetOf(q.cursor);
-    const page = all.slice(offset, offset + limit).map((d) => ({ ...d, org_id: null, value: 0, currency: 'EUR', is_deleted: d.status === 'deleted', is_archived: false }));
-    return { status: 200, body: { success: true, data: page, additional_data: { next_cursor: offset + limit < all.length ? this.cursorFor(offset + limit) : null } } };
+    const page = all.slice(offset, offset + limit).map((d) => ({
+      ...d,
+      org_id: null,
+      value: 0,
+      currency: 'EUR',
+      is_deleted: d.status === 'deleted',
+      is_archived: false,
+    }));
+    return {
+      status: 200,
+      body: {
+        success: true,
+        data: page,
+        additional_data: { next_cursor: offset + limit < all.length ? this.cursorFor(offset + limit) : null },
+      },
+    };
   }
 
   // ---- activities ----
@@ -596,7 +670,11 @@ export class FakePipedrive extends FakeCrmServer {
     const offset = this.offsetOf(q.cursor);
     return {
       status: 200,
-      body: { success: true, data: all.slice(offset, offset + limit).map((a) => ({ ...a })), additional_data: { next_cursor: offset + limit < all.length ? this.cursorFor(offset + limit) : null } },
+      body: {
+        success: true,
+        data: all.slice(offset, offset + limit).map((a) => ({ ...a })),
+        additional_data: { next_cursor: offset + limit < all.length ? this.cursorFor(offset + limit) : null },
+      },
     };
   }
 
@@ -604,10 +682,14 @@ export class FakePipedrive extends FakeCrmServer {
     const activity = this.activities.get(id);
     if (!activity) throw new Invalid('Activity not found', 404);
     const b = checkBody(body ?? (raw === '' ? undefined : raw), ACTIVITY_FIELDS);
-    if (typeof b.person_id === 'number' && !this.persons.has(b.person_id)) throw new Invalid(`Person with id ${b.person_id} not found`);
-    if (typeof b.deal_id === 'number' && !this.deals.has(b.deal_id)) throw new Invalid(`Deal with id ${b.deal_id} not found`);
-    if (typeof b.owner_id === 'number' && !this.users.has(b.owner_id)) throw new Invalid(`User with id ${b.owner_id} not found`);
-    for (const p of (b.participants as unknown[] | undefined) ?? []) checkBody(p, { person_id: 'int', primary: 'bool' });
+    if (typeof b.person_id === 'number' && !this.persons.has(b.person_id))
+      throw new Invalid(`Person with id ${b.person_id} not found`);
+    if (typeof b.deal_id === 'number' && !this.deals.has(b.deal_id))
+      throw new Invalid(`Deal with id ${b.deal_id} not found`);
+    if (typeof b.owner_id === 'number' && !this.users.has(b.owner_id))
+      throw new Invalid(`User with id ${b.owner_id} not found`);
+    for (const p of (b.participants as unknown[] | undefined) ?? [])
+      checkBody(p, { person_id: 'int', primary: 'bool' });
     Object.assign(activity, b, { update_time: this.iso() });
     return { status: 200, body: { success: true, data: { ...activity } } };
   }
@@ -616,15 +698,21 @@ export class FakePipedrive extends FakeCrmServer {
 
   private addCallLog(body: unknown): Reply {
     const b = checkBody(body ?? {}, CALL_LOG_FIELDS);
-    if (typeof b.outcome !== 'string' || !OUTCOMES.includes(b.outcome)) throw new Invalid(`Invalid outcome: ${String(b.outcome)}`);
-    if (typeof b.to_phone_number !== 'string' || b.to_phone_number === '') throw new Invalid('to_phone_number is required');
+    if (typeof b.outcome !== 'string' || !OUTCOMES.includes(b.outcome))
+      throw new Invalid(`Invalid outcome: ${String(b.outcome)}`);
+    if (typeof b.to_phone_number !== 'string' || b.to_phone_number === '')
+      throw new Invalid('to_phone_number is required');
     for (const f of ['start_time', 'end_time']) {
-      if (typeof b[f] !== 'string' || !DATETIME.test(b[f] as string)) throw new Invalid(`${f} must be in format YYYY-MM-DD HH:MM:SS`);
+      if (typeof b[f] !== 'string' || !DATETIME.test(b[f] as string))
+        throw new Invalid(`${f} must be in format YYYY-MM-DD HH:MM:SS`);
     }
-    if (b.duration !== undefined && !/^\d+$/.test(b.duration as string)) throw new Invalid('duration must be a string of seconds');
-    if (b.person_id !== undefined && !this.persons.has(b.person_id as number)) throw new Invalid('Person not found', 404);
+    if (b.duration !== undefined && !/^\d+$/.test(b.duration as string))
+      throw new Invalid('duration must be a string of seconds');
+    if (b.person_id !== undefined && !this.persons.has(b.person_id as number))
+      throw new Invalid('Person not found', 404);
     if (b.deal_id !== undefined && !this.deals.has(b.deal_id as number)) throw new Invalid('Deal not found', 404);
-    if (b.deal_id !== undefined && b.lead_id !== undefined) throw new Invalid('A call log can be associated with either a deal or a lead, but not both');
+    if (b.deal_id !== undefined && b.lead_id !== undefined)
+      throw new Invalid('A call log can be associated with either a deal or a lead, but not both');
     if (b.user_id !== undefined && !this.users.has(b.user_id as number)) throw new Invalid('User not found', 404);
     const owner = (b.user_id as number | undefined) ?? this.tokenUserId;
     const activityId = this.nextActivity++;
@@ -647,7 +735,14 @@ export class FakePipedrive extends FakeCrmServer {
       add_time: t,
       update_time: t,
     });
-    const log: FakeCallLog = { ...b, id: `CA${randomBytes(14).toString('hex')}`, activity_id: activityId, user_id: owner, has_recording: false, company_id: 1 };
+    const log: FakeCallLog = {
+      ...b,
+      id: `CA${randomBytes(14).toString('hex')}`,
+      activity_id: activityId,
+      user_id: owner,
+      has_recording: false,
+      company_id: 1,
+    };
     this.callLogs.push(log);
     return { status: 200, body: { success: true, data: log } };
   }
@@ -661,7 +756,13 @@ export class FakePipedrive extends FakeCrmServer {
     const more = start + limit < mine.length;
     return {
       status: 200,
-      body: { success: true, data: page, additional_data: { pagination: { start, limit, more_items_in_collection: more, ...(more ? { next_start: start + limit } : {}) } } },
+      body: {
+        success: true,
+        data: page,
+        additional_data: {
+          pagination: { start, limit, more_items_in_collection: more, ...(more ? { next_start: start + limit } : {}) },
+        },
+      },
     };
   }
 
@@ -687,14 +788,21 @@ export class FakePipedrive extends FakeCrmServer {
   private addRecording(id: string, req: RecordedRequest): Reply {
     const log = this.callLogs.find((l) => l.id === id);
     const type = String(req.headers['content-type'] ?? '');
-    if (!type.toLowerCase().startsWith('multipart/form-data')) throw new Invalid('The recording must be sent as multipart/form-data');
+    if (!type.toLowerCase().startsWith('multipart/form-data'))
+      throw new Invalid('The recording must be sent as multipart/form-data');
     const file = multipartParts(type, req.rawBytes).find((p) => p.name === 'file');
     if (!file || file.filename === null) throw new Invalid('file is required');
     if (!log) return v1Error(404, 'Call log not found');
     if (log.has_recording) return v1Error(409, 'The call log already has a recording');
-    if (file.type === null || !file.type.toLowerCase().startsWith('audio/')) throw new Invalid(`Unsupported file type ${String(file.type)}: an audio file is required`);
+    if (file.type === null || !file.type.toLowerCase().startsWith('audio/'))
+      throw new Invalid(`Unsupported file type ${String(file.type)}: an audio file is required`);
     log.has_recording = true;
-    this.recordings.set(id, { fileName: file.filename, contentType: file.type, bytes: file.data.length, sha256: createHash('sha256').update(file.data).digest('hex') });
+    this.recordings.set(id, {
+      fileName: file.filename,
+      contentType: file.type,
+      bytes: file.data.length,
+      sha256: createHash('sha256').update(file.data).digest('hex'),
+    });
     return { status: 200, body: { success: true } };
   }
 

@@ -68,4 +68,5 @@ export const hangup = (callId: string, cause = 'normalClearing', over: Record<st
     ...over,
   });
 
-export const dtmf = (callId: string, digits = '0123') => pushBody({ event: 'dtmf', callId, originalCallId: callId, dtmf: digits });
+export const dtmf = (callId: string, digits = '0123') =>
+  pushBody({ event: 'dtmf', callId, originalCallId: callId, dtmf: digits });

@@ -156,12 +156,20 @@ export class FakeSmsApi extends RestartableServer {
 
   protected handle(req: IncomingMessage, body: string): ServerReply {
     if (req.method !== 'POST' || req.url !== '/v2/sessions/sms') {
-      return { status: 404, body: { errors: [{ status: 404, title: 'Not Found', detail: `${req.method} ${req.url}` }] } };
+      return {
+        status: 404,
+        body: { errors: [{ status: 404, title: 'Not Found', detail: `${req.method} ${req.url}` }] },
+      };
     }
     const expected = `Basic ${Buffer.from(`${this.tokenId}:${this.token}`).toString('base64')}`;
-    if (req.headers.authorization !== expected) return { status: 401, body: { errors: [{ status: 401, title: 'Unauthorized', detail: 'bad credentials' }] } };
+    if (req.headers.authorization !== expected)
+      return { status: 401, body: { errors: [{ status: 401, title: 'Unauthorized', detail: 'bad credentials' }] } };
     const sms = JSON.parse(body) as { smsId?: string; recipient?: string; message?: string };
-    if (!sms.smsId || !sms.recipient || !sms.message) return { status: 400, body: { errors: [{ status: 400, title: 'Bad Request', detail: 'smsId, recipient and message are required' }] } };
+    if (!sms.smsId || !sms.recipient || !sms.message)
+      return {
+        status: 400,
+        body: { errors: [{ status: 400, title: 'Bad Request', detail: 'smsId, recipient and message are required' }] },
+      };
     const seen = this.byRecipient.get(sms.recipient);
     if (seen) seen.count++;
     else this.byRecipient.set(sms.recipient, { count: 1, firstAt: Date.now(), message: sms.message });

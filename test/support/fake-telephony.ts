@@ -76,7 +76,13 @@ export interface FakeTelephonyOptions {
   /** Bearer tokens always accepted. */
   bearerTokens?: string[];
   /** The OAuth client and refresh token the token endpoint accepts. */
-  oauth?: { clientId: string; clientSecret: string; refreshToken: string; accessTokenTtlSec?: number; rotateRefreshToken?: boolean };
+  oauth?: {
+    clientId: string;
+    clientSecret: string;
+    refreshToken: string;
+    accessTokenTtlSec?: number;
+    rotateRefreshToken?: boolean;
+  };
   /** Largest page served whatever `limit` asks. Default 100. */
   maxPageSize?: number;
 }
@@ -103,7 +109,12 @@ function recordingBlock(seed: number): Buffer {
 }
 
 /** A ChannelEvent (spec 2.7) of a finished incoming call, with `overrides` merged in (call fields too). */
-export function channelEvent(overrides: { eventId: string; channelId?: string; call?: Record<string, unknown>; [k: string]: unknown }): Record<string, unknown> {
+export function channelEvent(overrides: {
+  eventId: string;
+  channelId?: string;
+  call?: Record<string, unknown>;
+  [k: string]: unknown;
+}): Record<string, unknown> {
   const { call, channelId, ...rest } = overrides;
   const n = Number.parseInt(overrides.eventId.replace(/\D/g, '').slice(-6) || '0', 10);
   const start = Date.UTC(2025, 0, 1, 9, 0, 0) + n * 60_000;
@@ -199,7 +210,13 @@ export class FakeTelephony {
   get oauthAuth(): TelephonyAuth {
     const o = this.options.oauth;
     if (!o) throw new Error('the fake has no OAuth client configured');
-    return { kind: 'oauth', tokenUrl: this.tokenUrl, clientId: o.clientId, clientSecret: o.clientSecret, refreshToken: o.refreshToken };
+    return {
+      kind: 'oauth',
+      tokenUrl: this.tokenUrl,
+      clientId: o.clientId,
+      clientSecret: o.clientSecret,
+      refreshToken: o.refreshToken,
+    };
   }
 
   /** Appends events (raw objects: malformed ones are served as given) to a channel's inbox. */
@@ -264,7 +281,11 @@ export class FakeTelephony {
 
   /** Requests to a channel's inbox. */
   inboxRequests(channelId?: string): RecordedRequest[] {
-    return this.requests.filter((r) => r.path.endsWith('/events') && (channelId === undefined || r.path === `/v2/channels/${encodeURIComponent(channelId)}/events`));
+    return this.requests.filter(
+      (r) =>
+        r.path.endsWith('/events') &&
+        (channelId === undefined || r.path === `/v2/channels/${encodeURIComponent(channelId)}/events`),
+    );
   }
 
   async close(): Promise<void> {
@@ -305,7 +326,10 @@ export class FakeTelephony {
         return;
       }
       const text = typeof body === 'string' ? body : JSON.stringify(body);
-      res.writeHead(status, { 'content-type': typeof body === 'string' ? 'text/plain' : 'application/json', ...headers });
+      res.writeHead(status, {
+        'content-type': typeof body === 'string' ? 'text/plain' : 'application/json',
+        ...headers,
+      });
       res.end(text);
     };
 
@@ -316,13 +340,19 @@ export class FakeTelephony {
     }
     if (fault?.status !== undefined) {
       const headers: Record<string, string> = fault.retryAfter !== undefined ? { 'retry-after': fault.retryAfter } : {};
-      return send(fault.status, fault.body ?? detailedError(fault.status, fault.title, fault.detail, fault.pointer), headers);
+      return send(
+        fault.status,
+        fault.body ?? detailedError(fault.status, fault.title, fault.detail, fault.pointer),
+        headers,
+      );
     }
 
     if (target === 'token') return this.handleToken(requestBody, req.headers.authorization, send);
     if (!url.pathname.startsWith('/v2/')) return send(404, detailedError(404, 'Not Found', `no route ${url.pathname}`));
     if (!this.authorized(record.authorization)) {
-      return send(401, detailedError(401, 'Unauthorized', 'missing, unknown or expired credentials'), { 'www-authenticate': 'Bearer, Basic realm="api"' });
+      return send(401, detailedError(401, 'Unauthorized', 'missing, unknown or expired credentials'), {
+        'www-authenticate': 'Bearer, Basic realm="api"',
+      });
     }
     switch (target) {
       case 'events':
@@ -350,7 +380,9 @@ export class FakeTelephony {
 
   private takeFault(target: FaultTarget, channelId: string | undefined): Fault | undefined {
     const index = this.faults.findIndex(
-      (f) => (f.on === undefined || f.on === 'any' ? target !== 'token' : f.on === target) && (f.channelId === undefined || f.channelId === channelId),
+      (f) =>
+        (f.on === undefined || f.on === 'any' ? target !== 'token' : f.on === target) &&
+        (f.channelId === undefined || f.channelId === channelId),
     );
     if (index < 0) return undefined;
     const fault = this.faults[index]!;
@@ -376,33 +408,43 @@ export class FakeTelephony {
 
   private handleInbox(channelId: string, query: URLSearchParams, send: Send, record: RecordedRequest): Promise<void> {
     const events = this.channels.get(channelId);
-    if (events === undefined) return send(404, detailedError(404, 'Not Found', `channel ${channelId} not found`, '/channelId'));
+    if (events === undefined)
+      return send(404, detailedError(404, 'Not Found', `channel ${channelId} not found`, '/channelId'));
     const limitRaw = query.get('limit');
     const limit = limitRaw === null ? 20 : Number(limitRaw);
-    if (!Number.isInteger(limit) || limit < 1) return send(400, detailedError(400, 'Bad Request', 'limit must be a positive integer', '/limit'));
+    if (!Number.isInteger(limit) || limit < 1)
+      return send(400, detailedError(400, 'Bad Request', 'limit must be a positive integer', '/limit'));
     const positionRaw = query.get('position');
     let start = 0;
     if (positionRaw !== null) {
       const decoded = decodePosition(positionRaw);
-      if (decoded === null || decoded > events.length) return send(400, detailedError(400, 'Bad Request', 'unknown position', '/position'));
+      if (decoded === null || decoded > events.length)
+        return send(400, detailedError(400, 'Bad Request', 'unknown position', '/position'));
       start = decoded;
     }
     const page = events.slice(start, start + Math.min(limit, this.maxPageSize));
     record.eventsServed = page.length;
-    return send(200, { events: page, limit: Math.min(limit, this.maxPageSize), position: encodePosition(start + page.length) });
+    return send(200, {
+      events: page,
+      limit: Math.min(limit, this.maxPageSize),
+      position: encodePosition(start + page.length),
+    });
   }
 
   private handleHistory(query: URLSearchParams, send: Send, record: RecordedRequest): Promise<void> {
     const offset = Number(query.get('offset') ?? '0');
     const limit = Number(query.get('limit') ?? '20');
-    if (!Number.isInteger(offset) || offset < 0) return send(400, detailedError(400, 'Bad Request', 'offset must be a whole number >= 0', '/offset'));
-    if (!Number.isInteger(limit) || limit < 1) return send(400, detailedError(400, 'Bad Request', 'limit must be a positive integer', '/limit'));
+    if (!Number.isInteger(offset) || offset < 0)
+      return send(400, detailedError(400, 'Bad Request', 'offset must be a whole number >= 0', '/offset'));
+    if (!Number.isInteger(limit) || limit < 1)
+      return send(400, detailedError(400, 'Bad Request', 'limit must be a positive integer', '/limit'));
     const types = query.getAll('types');
     const from = query.get('from');
     const to = query.get('to');
     const fromMs = from === null ? -Infinity : Date.parse(from);
     const toMs = to === null ? Infinity : Date.parse(to);
-    if (Number.isNaN(fromMs) || Number.isNaN(toMs)) return send(400, detailedError(400, 'Bad Request', 'from and to must be ISO-8601 dates', '/from'));
+    if (Number.isNaN(fromMs) || Number.isNaN(toMs))
+      return send(400, detailedError(400, 'Bad Request', 'from and to must be ISO-8601 dates', '/from'));
     const matching = this.history
       .filter((e) => types.length === 0 || types.includes(String(e.type)))
       .filter((e) => {
@@ -425,9 +467,11 @@ export class FakeTelephony {
     this.smsAttempts.push(body);
     const b = body as Partial<Record<keyof SendWebSmsRequest, unknown>>;
     for (const field of ['smsId', 'recipient', 'message'] as const) {
-      if (typeof b[field] !== 'string' || b[field] === '') return send(400, detailedError(400, 'Bad Request', `${field} is required`, `/${field}`));
+      if (typeof b[field] !== 'string' || b[field] === '')
+        return send(400, detailedError(400, 'Bad Request', `${field} is required`, `/${field}`));
     }
-    if (b.sendAt !== undefined && !Number.isInteger(b.sendAt)) return send(400, detailedError(400, 'Bad Request', 'sendAt must be an int64', '/sendAt'));
+    if (b.sendAt !== undefined && !Number.isInteger(b.sendAt))
+      return send(400, detailedError(400, 'Bad Request', 'sendAt must be an int64', '/sendAt'));
     this.sms.push(body as SendWebSmsRequest);
     return send(204, undefined);
   }
@@ -475,7 +519,8 @@ export class FakeTelephony {
     }
     if (clientId !== o.clientId || clientSecret !== o.clientSecret) return send(401, { error: 'invalid_client' });
     if (form.get('grant_type') !== 'refresh_token') return send(400, { error: 'unsupported_grant_type' });
-    if (form.get('refresh_token') !== this.refreshToken) return send(400, { error: 'invalid_grant', error_description: 'refresh token unknown or revoked' });
+    if (form.get('refresh_token') !== this.refreshToken)
+      return send(400, { error: 'invalid_grant', error_description: 'refresh token unknown or revoked' });
     const ttl = o.accessTokenTtlSec ?? 300;
     const accessToken = `at-${randomBytes(12).toString('hex')}`;
     this.issued.set(accessToken, Date.now() + ttl * 1000);
@@ -490,7 +535,12 @@ export class FakeTelephony {
 }
 
 /** The spec's error body (section 7). */
-export function detailedError(status: number, title?: string, detail?: string, pointer?: string): { errors: unknown[] } {
+export function detailedError(
+  status: number,
+  title?: string,
+  detail?: string,
+  pointer?: string,
+): { errors: unknown[] } {
   return {
     errors: [
       {
@@ -505,19 +555,21 @@ export function detailedError(status: number, title?: string, detail?: string, p
 
 function defaultTitle(status: number): string {
   return (
-    {
-      400: 'Bad Request',
-      401: 'Unauthorized',
-      402: 'Payment Required',
-      403: 'Forbidden',
-      404: 'Not Found',
-      429: 'Too Many Requests',
-      500: 'Internal Server Error',
-      502: 'Bad Gateway',
-      503: 'Service Unavailable',
-      504: 'Gateway Timeout',
-    } as Record<number, string>
-  )[status] ?? `Status ${status}`;
+    (
+      {
+        400: 'Bad Request',
+        401: 'Unauthorized',
+        402: 'Payment Required',
+        403: 'Forbidden',
+        404: 'Not Found',
+        429: 'Too Many Requests',
+        500: 'Internal Server Error',
+        502: 'Bad Gateway',
+        503: 'Service Unavailable',
+        504: 'Gateway Timeout',
+      } as Record<number, string>
+    )[status] ?? `Status ${status}`
+  );
 }
 
 function encodePosition(index: number): string {

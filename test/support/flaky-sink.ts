@@ -24,7 +24,8 @@ export class FlakySink implements Sink {
     if (id.startsWith('flaky-') && ctx.attempt === 1) throw new TransientError('remote hiccup', { status: 502 });
     if (id.startsWith('fail-')) throw new TransientError('remote down', { status: 503 });
     if (id.startsWith('auth-')) throw new AuthError('token rejected', { status: 401 });
-    if (id.startsWith('gate-') && this.failing) throw new PermanentError('remote rejected the record: field "subject" too long', { status: 400 });
+    if (id.startsWith('gate-') && this.failing)
+      throw new PermanentError('remote rejected the record: field "subject" too long', { status: 400 });
     if (id.startsWith('slow-')) await new Promise((r) => setTimeout(r, this.slowMs));
     this.delivered.push(id);
     return { status: 'done', refs: { id } };

@@ -15,7 +15,11 @@ export interface OpsCallsync extends RunningCallsync {
   stop(): Promise<void>;
 }
 
-export async function startOpsCallsync(env: Record<string, string> = {}, options: Partial<StartOptions> = {}, logLevel = 'info'): Promise<OpsCallsync> {
+export async function startOpsCallsync(
+  env: Record<string, string> = {},
+  options: Partial<StartOptions> = {},
+  logLevel = 'info',
+): Promise<OpsCallsync> {
   const prefix = env.QUEUE_PREFIX ?? uniquePrefix('ops');
   const config = loadConfig(testEnv(prefix, { SHUTDOWN_GRACE_MS: '10000', ...env }));
   const { lines, raw, log } = memoryLog(logLevel);

@@ -21,7 +21,12 @@ const sentinels = (env.REDIS_SENTINELS ?? '')
   .split(',')
   .filter(Boolean)
   .map((node) => ({ host: node.slice(0, node.lastIndexOf(':')), port: Number(node.slice(node.lastIndexOf(':') + 1)) }));
-const settings: RedisSettings = { ...singleRedis(redisUrl, prefix), clusterNodes, sentinels, sentinelName: env.REDIS_SENTINEL_NAME };
+const settings: RedisSettings = {
+  ...singleRedis(redisUrl, prefix),
+  clusterNodes,
+  sentinels,
+  sentinelName: env.REDIS_SENTINEL_NAME,
+};
 const keys = redisKeys(settings);
 const producer = createRedis(settings, 'producer');
 const workerConn = createRedis(settings, 'worker');
@@ -46,7 +51,13 @@ const running = startPoller({
   workerConnection: workerConn,
   prefix: keys,
   log,
-  runner: { retry: defaultRetryPolicy, concurrency: 1, stalledIntervalMs: 1000, lockDurationMs: 2000, maxStalledCount: 1 },
+  runner: {
+    retry: defaultRetryPolicy,
+    concurrency: 1,
+    stalledIntervalMs: 1000,
+    lockDurationMs: 2000,
+    maxStalledCount: 1,
+  },
   events: { lock: (_channel, held) => process.stdout.write(`lock ${held}\n`) },
   instanceId: `child-${process.pid}`,
 });

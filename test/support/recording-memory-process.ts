@@ -13,7 +13,13 @@ import { createTelephonyClient } from '../../src/telephony/client.js';
 
 const env = process.env;
 const store: ObjectStore = env.S3_ENDPOINT
-  ? new S3Store({ bucket: env.S3_BUCKET!, region: 'us-east-1', endpoint: env.S3_ENDPOINT, forcePathStyle: true, credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } })
+  ? new S3Store({
+      bucket: env.S3_BUCKET!,
+      region: 'us-east-1',
+      endpoint: env.S3_ENDPOINT,
+      forcePathStyle: true,
+      credentials: { accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
+    })
   : new LocalFolderStore(env.ARCHIVE_DIR!);
 // Counts the multipart calls the upload makes (proof it did not send one big PUT).
 const s3Calls: Record<string, number> = {};
@@ -27,7 +33,10 @@ if (store instanceof S3Store) {
     { step: 'initialize', name: 'countCalls' },
   );
 }
-const telephony = createTelephonyClient({ baseUrl: env.TELEPHONY_API_URL!, auth: { kind: 'basic', tokenId: 'token-id', token: 'token-secret' } });
+const telephony = createTelephonyClient({
+  baseUrl: env.TELEPHONY_API_URL!,
+  auth: { kind: 'basic', tokenId: 'token-id', token: 'token-secret' },
+});
 const log = createLogger({ level: 'warn', destination: process.stderr });
 const sink = new ArchiveSink('archive', store, 'callsync/', telephony);
 const ctx = { jobId: 'mem', attempt: 1, log, signal: new AbortController().signal };
@@ -52,7 +61,10 @@ const sample = () => {
 };
 const timer = setInterval(sample, retained ? 20 : 5);
 const started = Date.now();
-const result = await sink.deliver(normalizeChannelEvent(JSON.parse(env.EVENT_JSON!), new Date(), { channelId: 'mem' }), ctx);
+const result = await sink.deliver(
+  normalizeChannelEvent(JSON.parse(env.EVENT_JSON!), new Date(), { channelId: 'mem' }),
+  ctx,
+);
 clearInterval(timer);
 sample();
 process.stdout.write(

@@ -109,15 +109,72 @@ export interface TlsFiles {
 export async function makeTlsFiles(dir: string, options: { nameOnly?: boolean } = {}): Promise<TlsFiles> {
   const f = (name: string) => join(dir, name);
   const openssl = (args: string[]) => run('openssl', args, { timeout: 30_000 });
-  await openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '2', '-subj', '/CN=callsync test CA']);
-  await openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', f('server.key'), '-out', f('server.csr'), '-subj', '/CN=127.0.0.1']);
-  await writeFile(f('server.ext'), options.nameOnly ? 'subjectAltName=DNS:localhost\n' : 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-  await openssl(['x509', '-req', '-in', f('server.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('server.crt'), '-days', '2', '-extfile', f('server.ext')]);
+  await openssl([
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    f('ca.key'),
+    '-out',
+    f('ca.crt'),
+    '-days',
+    '2',
+    '-subj',
+    '/CN=callsync test CA',
+  ]);
+  await openssl([
+    'req',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    f('server.key'),
+    '-out',
+    f('server.csr'),
+    '-subj',
+    '/CN=127.0.0.1',
+  ]);
+  await writeFile(
+    f('server.ext'),
+    options.nameOnly ? 'subjectAltName=DNS:localhost\n' : 'subjectAltName=IP:127.0.0.1,DNS:localhost\n',
+  );
+  await openssl([
+    'x509',
+    '-req',
+    '-in',
+    f('server.csr'),
+    '-CA',
+    f('ca.crt'),
+    '-CAkey',
+    f('ca.key'),
+    '-CAcreateserial',
+    '-out',
+    f('server.crt'),
+    '-days',
+    '2',
+    '-extfile',
+    f('server.ext'),
+  ]);
   return { ca: f('ca.crt'), cert: f('server.crt'), key: f('server.key') };
 }
 
 /** redis-server arguments for TLS only on `port` (the plain port off); clients need no certificate. */
-const tlsArgs = (port: number, tls: TlsFiles) => ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.cert, '--tls-key-file', tls.key, '--tls-ca-cert-file', tls.ca, '--tls-auth-clients', 'no'];
+const tlsArgs = (port: number, tls: TlsFiles) => [
+  '--port',
+  '0',
+  '--tls-port',
+  String(port),
+  '--tls-cert-file',
+  tls.cert,
+  '--tls-key-file',
+  tls.key,
+  '--tls-ca-cert-file',
+  tls.ca,
+  '--tls-auth-clients',
+  'no',
+];
 
 /** Runs one command on one node (a short-lived connection; over TLS trusting `tls.ca` when given). */
 export async function nodeCommand(port: number, args: string[], password?: string, tls?: TlsFiles): Promise<unknown> {
@@ -151,7 +208,22 @@ async function stopAll(procs: readonly ServerProcess[], dir: string): Promise<vo
   await rm(dir, { recursive: true, force: true });
 }
 
-const baseArgs = (port: number, dir: string) => ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', '--loglevel', 'warning', '--maxmemory-policy', 'noeviction'];
+const baseArgs = (port: number, dir: string) => [
+  '--port',
+  String(port),
+  '--bind',
+  '127.0.0.1',
+  '--dir',
+  dir,
+  '--save',
+  '',
+  '--appendonly',
+  'no',
+  '--loglevel',
+  'warning',
+  '--maxmemory-policy',
+  'noeviction',
+];
 
 export interface TestCluster {
   nodes: ServerProcess[];
@@ -184,17 +256,50 @@ export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: st
       const nodeDir = join(dir, String(port));
       await run('mkdir', ['-p', nodeDir]);
       const transport = tls ? [...tlsArgs(port, tls), '--tls-cluster', 'yes', '--tls-replication', 'yes'] : [];
-      const named = options.hostname ? ['--bind', '127.0.0.1', '::1', '--cluster-announce-hostname', options.hostname, '--cluster-preferred-endpoint-type', 'hostname'] : [];
+      const named = options.hostname
+        ? [
+            '--bind',
+            '127.0.0.1',
+            '::1',
+            '--cluster-announce-hostname',
+            options.hostname,
+            '--cluster-preferred-endpoint-type',
+            'hostname',
+          ]
+        : [];
       nodes.push(
         spawnServer(
-          [...baseArgs(port, nodeDir), ...transport, ...named, '--cluster-enabled', 'yes', '--cluster-config-file', join(nodeDir, 'nodes.conf'), '--cluster-node-timeout', '2000'],
+          [
+            ...baseArgs(port, nodeDir),
+            ...transport,
+            ...named,
+            '--cluster-enabled',
+            'yes',
+            '--cluster-config-file',
+            join(nodeDir, 'nodes.conf'),
+            '--cluster-node-timeout',
+            '2000',
+          ],
           port,
         ),
       );
     }
-    for (const node of nodes) await waitFor(async () => (await command(node.port, ['PING'])) === 'PONG', `node ${node.port}`);
+    for (const node of nodes)
+      await waitFor(async () => (await command(node.port, ['PING'])) === 'PONG', `node ${node.port}`);
     const cliTls = tls ? ['--tls', '--cacert', tls.ca, '--sni', 'localhost'] : [];
-    await run('redis-cli', [...cliTls, '--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { timeout: 60_000 });
+    await run(
+      'redis-cli',
+      [
+        ...cliTls,
+        '--cluster',
+        'create',
+        ...nodes.map((n) => `127.0.0.1:${n.port}`),
+        '--cluster-replicas',
+        '1',
+        '--cluster-yes',
+      ],
+      { timeout: 60_000 },
+    );
   } catch (err) {
     await stopAll(nodes, dir);
     throw err;
@@ -217,12 +322,19 @@ export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: st
     async nodesOfKey(key: string) {
       const port = live()[0]!.port;
       const slot = Number(await command(port, ['CLUSTER', 'KEYSLOT', key]));
-      const lines = String(await command(port, ['CLUSTER', 'NODES'])).split('\n').filter(Boolean).map((l) => l.split(' '));
+      const lines = String(await command(port, ['CLUSTER', 'NODES']))
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => l.split(' '));
       const portOf = (fields: string[]) => Number(/:(\d+)@/.exec(fields[1]!)?.[1]);
-      const master = lines.find((f) => f[2]!.split(',').includes('master') && f.slice(8).some((r) => {
-        const [from, to] = r.split('-').map(Number);
-        return slot >= from! && slot <= (to ?? from)!;
-      }));
+      const master = lines.find(
+        (f) =>
+          f[2]!.split(',').includes('master') &&
+          f.slice(8).some((r) => {
+            const [from, to] = r.split('-').map(Number);
+            return slot >= from! && slot <= (to ?? from)!;
+          }),
+      );
       if (!master) throw new Error(`no master holds slot ${slot}`);
       const replica = lines.find((f) => f[3] === master[0]);
       if (!replica) throw new Error(`the master of slot ${slot} has no replica`);
@@ -231,12 +343,20 @@ export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: st
     },
     async waitHealthy() {
       for (const node of live()) {
-        await waitFor(async () => /cluster_state:ok/.test(String(await command(node.port, ['CLUSTER', 'INFO']))), `cluster_state ok at ${node.port}`, 30_000);
+        await waitFor(
+          async () => /cluster_state:ok/.test(String(await command(node.port, ['CLUSTER', 'INFO']))),
+          `cluster_state ok at ${node.port}`,
+          30_000,
+        );
         // A replica counts for WAIT only once its first sync is done.
-        await waitFor(async () => {
-          const info = String(await command(node.port, ['INFO', 'replication']));
-          return /role:master/.test(info) || /master_link_status:up/.test(info);
-        }, `replica ${node.port} in sync`, 30_000);
+        await waitFor(
+          async () => {
+            const info = String(await command(node.port, ['INFO', 'replication']));
+            return /role:master/.test(info) || /master_link_status:up/.test(info);
+          },
+          `replica ${node.port} in sync`,
+          30_000,
+        );
       }
     },
     destroy: () => stopAll(nodes, dir),
@@ -281,20 +401,45 @@ export async function startRedisSentinel(options: { password?: string; tls?: Tls
   try {
     const masterPort = await freePort();
     await run('mkdir', ['-p', join(dir, 'm'), join(dir, 'r')]);
-    const master = spawnServer([...baseArgs(masterPort, join(dir, 'm')), ...transport(masterPort), ...auth], masterPort);
+    const master = spawnServer(
+      [...baseArgs(masterPort, join(dir, 'm')), ...transport(masterPort), ...auth],
+      masterPort,
+    );
     procs.push(master);
     await waitFor(async () => (await nodeCommand(masterPort, ['PING'], password)) === 'PONG', 'sentinel master');
     const replicaPort = await freePort();
-    const replica = spawnServer([...baseArgs(replicaPort, join(dir, 'r')), ...transport(replicaPort), ...auth, '--replicaof', '127.0.0.1', String(masterPort)], replicaPort);
+    const replica = spawnServer(
+      [
+        ...baseArgs(replicaPort, join(dir, 'r')),
+        ...transport(replicaPort),
+        ...auth,
+        '--replicaof',
+        '127.0.0.1',
+        String(masterPort),
+      ],
+      replicaPort,
+    );
     procs.push(replica);
-    await waitFor(async () => /master_link_status:up/.test(String(await nodeCommand(replicaPort, ['INFO', 'replication'], password))), 'replica in sync');
+    await waitFor(
+      async () =>
+        /master_link_status:up/.test(String(await nodeCommand(replicaPort, ['INFO', 'replication'], password))),
+      'replica in sync',
+    );
     const sentinelPort = await freePort();
     const conf = join(dir, 'sentinel.conf');
     await writeFile(
       conf,
       [
         ...(tls
-          ? ['port 0', `tls-port ${sentinelPort}`, `tls-cert-file ${tls.cert}`, `tls-key-file ${tls.key}`, `tls-ca-cert-file ${tls.ca}`, 'tls-auth-clients no', 'tls-replication yes']
+          ? [
+              'port 0',
+              `tls-port ${sentinelPort}`,
+              `tls-cert-file ${tls.cert}`,
+              `tls-key-file ${tls.key}`,
+              `tls-ca-cert-file ${tls.ca}`,
+              'tls-auth-clients no',
+              'tls-replication yes',
+            ]
           : [`port ${sentinelPort}`]),
         'bind 127.0.0.1',
         `dir ${dir}`,
@@ -307,8 +452,12 @@ export async function startRedisSentinel(options: { password?: string; tls?: Tls
     );
     const sentinel = spawnServer([conf, '--sentinel'], sentinelPort);
     procs.push(sentinel);
-    await waitFor(async () => Array.isArray(await nodeCommand(sentinelPort, ['SENTINEL', 'get-master-addr-by-name', name])), 'sentinel knows the master');
-    const masterNow = async () => Number(((await nodeCommand(sentinelPort, ['SENTINEL', 'get-master-addr-by-name', name])) as string[])[1]);
+    await waitFor(
+      async () => Array.isArray(await nodeCommand(sentinelPort, ['SENTINEL', 'get-master-addr-by-name', name])),
+      'sentinel knows the master',
+    );
+    const masterNow = async () =>
+      Number(((await nodeCommand(sentinelPort, ['SENTINEL', 'get-master-addr-by-name', name])) as string[])[1]);
     const roles = async () => {
       const port = await masterNow();
       return port === master.port ? { master, replica } : { master: replica, replica: master };
@@ -323,12 +472,25 @@ export async function startRedisSentinel(options: { password?: string; tls?: Tls
       roles,
       async waitHealthy() {
         const { master: now, replica: other } = await roles();
-        await waitFor(async () => now.running && (await nodeCommand(now.port, ['PING'], options.password)) === 'PONG', `master ${now.port} up`, 30_000);
+        await waitFor(
+          async () => now.running && (await nodeCommand(now.port, ['PING'], options.password)) === 'PONG',
+          `master ${now.port} up`,
+          30_000,
+        );
         // The sentinel turns a restarted old master into the new master's replica (it starts as a master).
-        await waitFor(async () => {
-          const info = String(await nodeCommand(other.port, ['INFO', 'replication'], options.password));
-          return other.running && /role:slave/.test(info) && new RegExp(`master_port:${now.port}\\b`).test(info) && /master_link_status:up/.test(info);
-        }, `replica ${other.port} of ${now.port} in sync`, 60_000);
+        await waitFor(
+          async () => {
+            const info = String(await nodeCommand(other.port, ['INFO', 'replication'], options.password));
+            return (
+              other.running &&
+              /role:slave/.test(info) &&
+              new RegExp(`master_port:${now.port}\\b`).test(info) &&
+              /master_link_status:up/.test(info)
+            );
+          },
+          `replica ${other.port} of ${now.port} in sync`,
+          60_000,
+        );
       },
       destroy: () => stopAll(procs, dir),
     };
@@ -348,7 +510,12 @@ export async function startPasswordRedis(password: string): Promise<ServerProces
 }
 
 /** A master and one replica in sync (`--replicaof`), no Sentinel. */
-export async function startReplicatedRedis(): Promise<{ master: ServerProcess; replica: ServerProcess; url: string; destroy(): Promise<void> }> {
+export async function startReplicatedRedis(): Promise<{
+  master: ServerProcess;
+  replica: ServerProcess;
+  url: string;
+  destroy(): Promise<void>;
+}> {
   const dir = await mkdtemp(join(tmpdir(), 'callsync-replicated-'));
   await run('mkdir', ['-p', join(dir, 'm'), join(dir, 'r')]);
   const procs: ServerProcess[] = [];
@@ -358,9 +525,15 @@ export async function startReplicatedRedis(): Promise<{ master: ServerProcess; r
     procs.push(master);
     await waitFor(async () => (await nodeCommand(masterPort, ['PING'])) === 'PONG', 'master');
     const replicaPort = await freePort();
-    const replica = spawnServer([...baseArgs(replicaPort, join(dir, 'r')), '--replicaof', '127.0.0.1', String(masterPort)], replicaPort);
+    const replica = spawnServer(
+      [...baseArgs(replicaPort, join(dir, 'r')), '--replicaof', '127.0.0.1', String(masterPort)],
+      replicaPort,
+    );
     procs.push(replica);
-    await waitFor(async () => /master_link_status:up/.test(String(await nodeCommand(replicaPort, ['INFO', 'replication']))), 'replica in sync');
+    await waitFor(
+      async () => /master_link_status:up/.test(String(await nodeCommand(replicaPort, ['INFO', 'replication']))),
+      'replica in sync',
+    );
     return {
       master,
       replica,

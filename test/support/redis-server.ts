@@ -46,7 +46,12 @@ export async function freePort(): Promise<number> {
 async function waitForPing(url: string, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 500 });
+    const redis = new Redis(url, {
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+      connectTimeout: 500,
+    });
     redis.on('error', () => undefined);
     try {
       await redis.connect();
@@ -71,21 +76,31 @@ export async function startPrivateRedis(options: PrivateRedisOptions = {}): Prom
   const start = async () => {
     if (child) return;
     const args = [
-      '--port', String(port),
-      '--bind', '127.0.0.1',
-      '--save', '',
-      '--appendonly', options.appendonly === false ? 'no' : 'yes',
-      '--appendfsync', options.appendfsync ?? 'everysec',
-      '--dir', dir,
-      '--maxmemory-policy', 'noeviction',
-      '--loglevel', 'warning',
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      options.appendonly === false ? 'no' : 'yes',
+      '--appendfsync',
+      options.appendfsync ?? 'everysec',
+      '--dir',
+      dir,
+      '--maxmemory-policy',
+      'noeviction',
+      '--loglevel',
+      'warning',
     ];
     const proc = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
     child = proc;
-    exited = new Promise<void>((resolve) => proc.once('exit', () => {
-      if (child === proc) child = null;
-      resolve();
-    }));
+    exited = new Promise<void>((resolve) =>
+      proc.once('exit', () => {
+        if (child === proc) child = null;
+        resolve();
+      }),
+    );
     await waitForPing(url, 10_000);
   };
 

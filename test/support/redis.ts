@@ -4,12 +4,25 @@
 import { randomBytes } from 'node:crypto';
 import { after } from 'node:test';
 import { Cluster, Redis } from 'ioredis';
-import { createRedis, singleRedis, type ConnectionRole, type RedisClient, type RedisNode, type RedisSettings } from '../../queues/connection.js';
+import {
+  createRedis,
+  singleRedis,
+  type ConnectionRole,
+  type RedisClient,
+  type RedisNode,
+  type RedisSettings,
+} from '../../queues/connection.js';
 import { keySlot, redisKeys, type RedisKeys } from '../../queues/keys.js';
 
 export { keySlot };
 import { scanKeys } from '../../src/cli/dlq.js';
-import { nodeCommand, startRedisCluster, startRedisSentinel, type TestCluster, type TestSentinel } from './redis-cluster.js';
+import {
+  nodeCommand,
+  startRedisCluster,
+  startRedisSentinel,
+  type TestCluster,
+  type TestSentinel,
+} from './redis-cluster.js';
 
 export const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
@@ -34,7 +47,10 @@ export async function cleanupPrefix(prefix: string): Promise<void> {
 }
 
 /** Polls `check` until it returns a truthy value or the time runs out (bounded waits, never sleeps blindly). */
-export async function waitFor<T>(check: () => Promise<T> | T, options: { timeoutMs?: number; intervalMs?: number; what?: string } = {}): Promise<NonNullable<T>> {
+export async function waitFor<T>(
+  check: () => Promise<T> | T,
+  options: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
+): Promise<NonNullable<T>> {
   const deadline = Date.now() + (options.timeoutMs ?? 10_000);
   let last: unknown;
   for (;;) {
@@ -65,7 +81,11 @@ export const TEST_CLUSTER = process.env.TEST_REDIS_CLUSTER === '1';
 /** TEST_REDIS_SENTINEL=1: the suites that support it run on a master with a replica, found through Sentinel. */
 export const TEST_SENTINEL = process.env.TEST_REDIS_SENTINEL === '1' && !TEST_CLUSTER;
 /** The topology the suites run on: 'single' unless one of the two above is set. */
-export const TEST_TOPOLOGY: 'single' | 'cluster' | 'sentinel' = TEST_CLUSTER ? 'cluster' : TEST_SENTINEL ? 'sentinel' : 'single';
+export const TEST_TOPOLOGY: 'single' | 'cluster' | 'sentinel' = TEST_CLUSTER
+  ? 'cluster'
+  : TEST_SENTINEL
+    ? 'sentinel'
+    : 'single';
 /** A REDIS_URL nothing listens on: on the cluster only REDIS_CLUSTER_NODES can make a test pass. */
 export const NOWHERE = 'redis://127.0.0.1:1';
 
@@ -88,7 +108,11 @@ export interface TestRedis {
   /** A connection made the way callsync makes them (`createRedis`). */
   connect(role?: ConnectionRole): RedisClient;
   /** A plain QUEUE_PREFIX; on the cluster one whose `queues` (when two or more) and inbound shards fall on more than one master. */
-  prefix(name: string, queues?: readonly string[], accept?: (masterOf: (key: string) => string, keys: RedisKeys) => boolean): Promise<string>;
+  prefix(
+    name: string,
+    queues?: readonly string[],
+    accept?: (masterOf: (key: string) => string, keys: RedisKeys) => boolean,
+  ): Promise<string>;
   /** `host:port` of the master holding `key`'s slot now. */
   masterOf(key: string): Promise<string>;
   /** Every key of `prefix`, by the master (or the single node) holding it. */
@@ -134,7 +158,13 @@ function clusterTarget(seeds: string, cluster: TestCluster | null): TestRedis {
     const at = s.lastIndexOf(':');
     return { host: s.slice(0, at), port: Number(s.slice(at + 1)) };
   });
-  const settings = (prefix: string): RedisSettings => ({ url: NOWHERE, clusterNodes, sentinels: [], tls: false, prefix });
+  const settings = (prefix: string): RedisSettings => ({
+    url: NOWHERE,
+    clusterNodes,
+    sentinels: [],
+    tls: false,
+    prefix,
+  });
   /** slot -> `host:port` of its master now (CLUSTER SLOTS of any live node). */
   const slotMasters = async (): Promise<string[]> => {
     let last: unknown;
@@ -156,7 +186,11 @@ function clusterTarget(seeds: string, cluster: TestCluster | null): TestRedis {
     try {
       await client.connect();
       const out = new Map<string, T>();
-      for (const node of client.nodes('master')) out.set(`${node.options.host}:${node.options.port}`, await fn(node, `${node.options.host}:${node.options.port}`));
+      for (const node of client.nodes('master'))
+        out.set(
+          `${node.options.host}:${node.options.port}`,
+          await fn(node, `${node.options.host}:${node.options.port}`),
+        );
       return out;
     } finally {
       client.disconnect();
@@ -177,7 +211,9 @@ function clusterTarget(seeds: string, cluster: TestCluster | null): TestRedis {
         const prefix = uniquePrefix(name);
         const keys = redisKeys(settings(prefix));
         const queueMasters = new Set(queues.map((q) => masterOf(`${keys.queuePrefix(q)}:${q}:meta`)));
-        const shardMasters = new Set(Array.from({ length: keys.inboundShards }, (_, s) => masterOf(keys.inboundShard(s))));
+        const shardMasters = new Set(
+          Array.from({ length: keys.inboundShards }, (_, s) => masterOf(keys.inboundShard(s))),
+        );
         if (queues.length >= 2 && queueMasters.size < 2) continue;
         if (keys.inboundShards >= 2 && shardMasters.size < 2) continue;
         if (accept && !accept(masterOf, keys)) continue;
@@ -209,9 +245,19 @@ function clusterTarget(seeds: string, cluster: TestCluster | null): TestRedis {
  * scans and cleanup go to whichever node the sentinel names master now.
  */
 function sentinelTarget(sentinel: TestSentinel): TestRedis {
-  const sentinels: RedisNode[] = sentinel.sentinels.split(',').map((s) => ({ host: s.slice(0, s.lastIndexOf(':')), port: Number(s.slice(s.lastIndexOf(':') + 1)) }));
-  const settings = (prefix: string): RedisSettings => ({ url: NOWHERE, clusterNodes: [], sentinels, sentinelName: sentinel.name, tls: false, prefix });
-  const master = async () => new Redis({ host: '127.0.0.1', port: await sentinel.masterPort(), maxRetriesPerRequest: 1 });
+  const sentinels: RedisNode[] = sentinel.sentinels
+    .split(',')
+    .map((s) => ({ host: s.slice(0, s.lastIndexOf(':')), port: Number(s.slice(s.lastIndexOf(':') + 1)) }));
+  const settings = (prefix: string): RedisSettings => ({
+    url: NOWHERE,
+    clusterNodes: [],
+    sentinels,
+    sentinelName: sentinel.name,
+    tls: false,
+    prefix,
+  });
+  const master = async () =>
+    new Redis({ host: '127.0.0.1', port: await sentinel.masterPort(), maxRetriesPerRequest: 1 });
   return {
     isCluster: false,
     cluster: null,
@@ -258,7 +304,8 @@ export function testRedis(): Promise<TestRedis> {
         return sentinelTarget(sentinel);
       });
     else if (!TEST_CLUSTER) target = Promise.resolve(singleTarget());
-    else if (process.env.TEST_REDIS_CLUSTER_NODES) target = Promise.resolve(clusterTarget(process.env.TEST_REDIS_CLUSTER_NODES, null));
+    else if (process.env.TEST_REDIS_CLUSTER_NODES)
+      target = Promise.resolve(clusterTarget(process.env.TEST_REDIS_CLUSTER_NODES, null));
     else
       target = startRedisCluster().then((cluster) => {
         started = cluster;

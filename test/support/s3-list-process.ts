@@ -14,13 +14,25 @@ try {
     expected.push(key);
     await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: key, Body: '{}' }));
   }
-  await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: 'transcripts/2026/10/06/other.json', Body: '{}' }));
-  const store = new S3Store({ bucket: s3.bucket, region: 'us-east-1', endpoint: s3.endpoint, forcePathStyle: true, credentials: TEST_CREDENTIALS, listPageSize: 4 });
+  await s3.client.send(
+    new PutObjectCommand({ Bucket: s3.bucket, Key: 'transcripts/2026/10/06/other.json', Body: '{}' }),
+  );
+  const store = new S3Store({
+    bucket: s3.bucket,
+    region: 'us-east-1',
+    endpoint: s3.endpoint,
+    forcePathStyle: true,
+    credentials: TEST_CREDENTIALS,
+    listPageSize: 4,
+  });
   let pages = 0;
-  store.client.middlewareStack.add((next, context) => async (args) => {
-    if (context.commandName === 'ListObjectsV2Command') pages++;
-    return next(args);
-  }, { step: 'initialize' });
+  store.client.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName === 'ListObjectsV2Command') pages++;
+      return next(args);
+    },
+    { step: 'initialize' },
+  );
   const keys: string[] = [];
   for await (const key of store.list('transcripts/2026/10/05/')) keys.push(key);
   store.client.destroy();

@@ -28,7 +28,13 @@ export async function startS3(bucket = 'callsync-test'): Promise<TestS3> {
   let server: S3rver | null = null;
   let port = 0;
   const start = async () => {
-    server = new S3rver({ port, address: '127.0.0.1', directory, silent: true, configureBuckets: [{ name: bucket, configs: [] }] });
+    server = new S3rver({
+      port,
+      address: '127.0.0.1',
+      directory,
+      silent: true,
+      configureBuckets: [{ name: bucket, configs: [] }],
+    });
     const address = (await server.run()) as AddressInfo;
     port = address.port;
   };
@@ -66,7 +72,9 @@ export async function startS3(bucket = 'callsync-test'): Promise<TestS3> {
       const keys: string[] = [];
       let token: string | undefined;
       do {
-        const page = await client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }));
+        const page = await client.send(
+          new ListObjectsV2Command({ Bucket: bucket, Prefix: prefix, ContinuationToken: token }),
+        );
         for (const o of page.Contents ?? []) if (o.Key) keys.push(o.Key);
         token = page.IsTruncated ? page.NextContinuationToken : undefined;
       } while (token);

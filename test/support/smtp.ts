@@ -46,7 +46,10 @@ export class TestSmtpServer {
     port: number,
     options: TestSmtpOptions,
   ) {
-    const auth = options.user !== undefined ? `${encodeURIComponent(options.user)}:${encodeURIComponent(options.pass ?? '')}@` : '';
+    const auth =
+      options.user !== undefined
+        ? `${encodeURIComponent(options.user)}:${encodeURIComponent(options.pass ?? '')}@`
+        : '';
     this.url = `smtp://${auth}127.0.0.1:${port}?requireTLS=true&tls.rejectUnauthorized=false`;
     this.rejectData = options.rejectData;
   }
@@ -59,7 +62,8 @@ export class TestSmtpServer {
       authOptional: !requireAuth,
       authMethods: ['PLAIN', 'LOGIN'],
       onAuth(auth, _session, callback) {
-        if (auth.username === options.user && auth.password === (options.pass ?? '')) return callback(null, { user: auth.username });
+        if (auth.username === options.user && auth.password === (options.pass ?? ''))
+          return callback(null, { user: auth.username });
         return callback(new Error('Invalid username or password'));
       },
       onData(stream, session, callback) {
@@ -147,11 +151,18 @@ export function decodeEncodedWords(value: string): string {
   return value
     .replace(/\?=\s+=\?/g, '?==?')
     .replace(/=\?([^?]+)\?([QqBb])\?([^?]*)\?=/g, (_m, _charset: string, kind: string, data: string) =>
-      kind.toUpperCase() === 'B' ? Buffer.from(data, 'base64').toString('utf8') : decodeQuotedPrintable(data.replace(/_/g, ' ')),
+      kind.toUpperCase() === 'B'
+        ? Buffer.from(data, 'base64').toString('utf8')
+        : decodeQuotedPrintable(data.replace(/_/g, ' ')),
     );
 }
 
-function parseMime(raw: string): { headers: Record<string, string>; subject: string; text: string | undefined; html: string | undefined } {
+function parseMime(raw: string): {
+  headers: Record<string, string>;
+  subject: string;
+  text: string | undefined;
+  html: string | undefined;
+} {
   const { headers, body } = split(raw);
   const parts: { type: string; content: string }[] = [];
   const walk = (h: Record<string, string>, b: string, depth: number) => {

@@ -10,9 +10,16 @@ import { createLogger } from '../../src/log.js';
 
 const env = process.env;
 const redis = new Redis(env.REDIS_URL!, { maxRetriesPerRequest: 1 });
-const inner = new InboundAcceptor(new InboundLog(redis, env.QUEUE_PREFIX!), { dedupeWindowMs: 3_600_000, timeoutMs: 1500 });
+const inner = new InboundAcceptor(new InboundLog(redis, env.QUEUE_PREFIX!), {
+  dedupeWindowMs: 3_600_000,
+  timeoutMs: 1500,
+});
 let drained = 0;
-const spool = new SpoolingAcceptor(inner, { dir: env.SPOOL_DIR!, log: createLogger({ level: 'warn' }), events: { drained: (n) => (drained += n) } });
+const spool = new SpoolingAcceptor(inner, {
+  dir: env.SPOOL_DIR!,
+  log: createLogger({ level: 'warn' }),
+  events: { drained: (n) => (drained += n) },
+});
 await spool.open();
 const deadline = Date.now() + 120_000;
 while (spool.pending > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));

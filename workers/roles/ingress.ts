@@ -70,7 +70,10 @@ function warnUnlisted(log: RoleDeps['log']): (peer: string, reason: string) => v
     counts[reason] = (counts[reason] ?? 0) + 1;
     const now = Date.now();
     if (now < quietUntil) return;
-    log.warn({ peer, refused: counts }, 'connection refused: its peer is not on WEBHOOK_ALLOWED_IPS and holds its share, or was slow to send headers');
+    log.warn(
+      { peer, refused: counts },
+      'connection refused: its peer is not on WEBHOOK_ALLOWED_IPS and holds its share, or was slow to send headers',
+    );
     counts = {};
     quietUntil = now + 60_000;
   };
@@ -87,7 +90,11 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
   const { config, options, log, redis, inboundLog, redisReached } = deps;
   const closers = new Closers(log);
   return closers.opening(async () => {
-    const inbound = new InboundAcceptor(inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs, timeline: deps.timelines.producer });
+    const inbound = new InboundAcceptor(inboundLog, {
+      dedupeWindowMs: config.webhook.dedupeWindowMs,
+      timeoutMs: config.webhook.enqueueTimeoutMs,
+      timeline: deps.timelines.producer,
+    });
     const spool = await openSpool(deps, inbound);
     // A spool holding events of an earlier run: this process was restarted during an outage (the
     // one before reached Redis), so it keeps serving it before its own first connection.
@@ -97,13 +104,20 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
     const app = createIngressApp({
       webhook: config.webhook,
       acceptor,
-      sources: createSources(config.sources, { redis: redis.producer, keys: redisKeys(config.redis), now: options.now }),
+      sources: createSources(config.sources, {
+        redis: redis.producer,
+        keys: redisKeys(config.redis),
+        now: options.now,
+      }),
       // Ready when events can be acknowledged durably: Redis answers, or the spool takes them.
       // (A load balancer routing on /readyz keeps sending to an ingress that spools.) The spool
       // serves outages only: a Redis never reached since start (a wrong address, nothing running)
       // is not ready, unless the spool held events of an earlier run (restarted during an outage).
       ready: async () => {
-        const redisUp = await withTimeout(redis.producer.ping(), 1000, 'redis ping').then((r) => r === 'PONG', () => false);
+        const redisUp = await withTimeout(redis.producer.ping(), 1000, 'redis ping').then(
+          (r) => r === 'PONG',
+          () => false,
+        );
         if (!redisUp && !redisReached() && !restartedInOutage) return neverReachedReason(config.redis);
         // Redis answers and still the fan-out makes no progress: not ready (an outage is the spool's case).
         const stalled = redisUp ? (roleOptions.fanOutStalled?.() ?? null) : null;
@@ -133,7 +147,14 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
     });
     closers.add('stop http intake', () => http.close());
     http.server.on('drop', warnDropped(log, config.http.maxConnections));
-    log.info({ url: http.url, allowedIps: config.webhook.allowedIps, auth: config.webhook.authHeader ? 'shared-secret' : 'none' }, 'ingress listening');
+    log.info(
+      {
+        url: http.url,
+        allowedIps: config.webhook.allowedIps,
+        auth: config.webhook.authHeader ? 'shared-secret' : 'none',
+      },
+      'ingress listening',
+    );
     return { app, server: http.server, url: http.url, spool, close: () => closers.close() };
   });
 }

@@ -11,7 +11,16 @@ export interface PollerRole extends Role {
   poller: RunningPoller | null;
 }
 
-export function startPollerRole({ config, options, log, redis, inboundLog, telephony, runner, timelines }: RoleDeps): PollerRole {
+export function startPollerRole({
+  config,
+  options,
+  log,
+  redis,
+  inboundLog,
+  telephony,
+  runner,
+  timelines,
+}: RoleDeps): PollerRole {
   if (config.poll.channelIds.length === 0 || telephony === null) {
     if (config.role === 'poller') log.warn('poller role without POLL_CHANNEL_IDS: nothing to poll');
     return { poller: null, close: async () => undefined };
@@ -19,7 +28,11 @@ export function startPollerRole({ config, options, log, redis, inboundLog, telep
   const poller = startPoller({
     settings: config.poll,
     client: telephony,
-    acceptor: new InboundAcceptor(inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs, timeline: timelines.producer }),
+    acceptor: new InboundAcceptor(inboundLog, {
+      dedupeWindowMs: config.webhook.dedupeWindowMs,
+      timeoutMs: config.webhook.enqueueTimeoutMs,
+      timeline: timelines.producer,
+    }),
     redis: redis.producer,
     workerConnection: redis.worker,
     prefix: redisKeys(config.redis),
@@ -33,7 +46,10 @@ export function startPollerRole({ config, options, log, redis, inboundLog, telep
     poller,
     async close() {
       // A handle closed during its connection set-up makes BullMQ reject without a handler.
-      await bullmqReady([poller.deadLetterQueue, poller.deadLetterWorker.worker, poller.deadLetterWorker.queue], SHUTDOWN_SETUP_WAIT_MS);
+      await bullmqReady(
+        [poller.deadLetterQueue, poller.deadLetterWorker.worker, poller.deadLetterWorker.queue],
+        SHUTDOWN_SETUP_WAIT_MS,
+      );
       await poller.close();
     },
   };

@@ -29,7 +29,14 @@ import {
   type SinkDeliverJob,
 } from '../../queues/index.js';
 import { createDeliverProcessor } from '../deliver.js';
-import { createFanOutProcessor, createHandOverProcessor, startLogFanOut, type EndpointQueue, type FanOutDeps, type RunningLogFanOut } from '../fanout.js';
+import {
+  createFanOutProcessor,
+  createHandOverProcessor,
+  startLogFanOut,
+  type EndpointQueue,
+  type FanOutDeps,
+  type RunningLogFanOut,
+} from '../fanout.js';
 import { runWorker, type RunningWorker } from '../runner.js';
 import { Closers, quitRedis, type Role, type RoleDeps } from './lifecycle.js';
 
@@ -53,11 +60,22 @@ async function createSinks({ config, options, log, redis, telephony }: RoleDeps)
   const optOut = new OptOutList(redis.worker, keys.area('optout'), privacyKey);
   const sinks = new Map<string, Sink>();
   // The first sink that archives calls (Sink.archiveAccess), for the CRMs' links to archived recordings.
-  const archive = lazyArchiveAccess(() => [...sinks.values()].find((s) => s.archiveAccess !== undefined)?.archiveAccess?.());
+  const archive = lazyArchiveAccess(() =>
+    [...sinks.values()].find((s) => s.archiveAccess !== undefined)?.archiveAccess?.(),
+  );
   for (const sink of Object.values(config.sinks)) {
     const override = options.sinks?.get(sink.name);
     const state = new RedisKeyValueStore(redis.worker, keys.sinkState(sink.name));
-    const deps = { log: log.child({ sink: sink.name }), state, telephony, now, env: config.env, optOut, archive, privacyKey };
+    const deps = {
+      log: log.child({ sink: sink.name }),
+      state,
+      telephony,
+      now,
+      env: config.env,
+      optOut,
+      archive,
+      privacyKey,
+    };
     sinks.set(sink.name, override ?? (await sinkTypes.get(sink.type)!.create(sink.name, sink.options, deps)));
   }
   return sinks;
@@ -66,11 +84,22 @@ async function createSinks({ config, options, log, redis, telephony }: RoleDeps)
 /** The log the fan-out reads: the configured shards, and those a larger INBOUND_SHARDS left entries in. */
 async function inboundToRead({ redis, log }: RoleDeps, keys: RedisKeys): Promise<InboundLog> {
   try {
-    const { log: inbound, leftoverShards } = await withTimeout(logToFanOut(redis.worker, keys), STARTUP_REDIS_WAIT_MS, 'reading the recorded shard count');
-    if (leftoverShards > 0) log.warn({ inboundShards: keys.inboundShards, leftoverShards }, 'INBOUND_SHARDS was larger before: the fan-out also reads the shards that still hold entries');
+    const { log: inbound, leftoverShards } = await withTimeout(
+      logToFanOut(redis.worker, keys),
+      STARTUP_REDIS_WAIT_MS,
+      'reading the recorded shard count',
+    );
+    if (leftoverShards > 0)
+      log.warn(
+        { inboundShards: keys.inboundShards, leftoverShards },
+        'INBOUND_SHARDS was larger before: the fan-out also reads the shards that still hold entries',
+      );
     return inbound;
   } catch (err) {
-    log.warn({ err: { message: (err as Error).message } }, 'could not read the recorded inbound shard count: reading the configured shards');
+    log.warn(
+      { err: { message: (err as Error).message } },
+      'could not read the recorded inbound shard count: reading the configured shards',
+    );
     return new InboundLog(redis.worker, keys);
   }
 }
@@ -95,7 +124,11 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
 
     // The attempts travel with each job from the handle that adds it: a sink's own retry policy is its queues' default.
     const openQueue = <T>(name: string, retry = config.retry): Queue<T> => {
-      const queue = new Queue<T>(name, { connection: redis.worker, prefix: keys.queuePrefix(name), defaultJobOptions: defaultJobOptions(retry) });
+      const queue = new Queue<T>(name, {
+        connection: redis.worker,
+        prefix: keys.queuePrefix(name),
+        defaultJobOptions: defaultJobOptions(retry),
+      });
       queue.on('error', (err) => logRepeated(log, 'error', 'queue error', name, err));
       queues.set(name, queue as Queue);
       return queue;
@@ -107,7 +140,13 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       const configured = config.sinks[name];
       if (configured?.endpoints) {
         const retry = configured.retry ?? config.retry;
-        endpointQueues.set(name, configured.endpoints.map((endpoint) => ({ endpoint, queue: openQueue<SinkDeliverJob>(sinkQueueName(name, endpoint), retry) })));
+        endpointQueues.set(
+          name,
+          configured.endpoints.map((endpoint) => ({
+            endpoint,
+            queue: openQueue<SinkDeliverJob>(sinkQueueName(name, endpoint), retry),
+          })),
+        );
       }
     }
     const withoutRaw = new Set(
@@ -134,7 +173,11 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     /** The queue as the fan-out writes it: on the fan-out's own write connection when replicated. */
     const onFanOutWrites = <T>(queue: Queue<T>): Queue<T> => {
       if (!replicated) return queue;
-      const copy = new Queue<T>(queue.name, { connection: fanOutWrites, prefix: keys.queuePrefix(queue.name), defaultJobOptions: queue.defaultJobOptions });
+      const copy = new Queue<T>(queue.name, {
+        connection: fanOutWrites,
+        prefix: keys.queuePrefix(queue.name),
+        defaultJobOptions: queue.defaultJobOptions,
+      });
       copy.on('error', (err) => logRepeated(log, 'error', 'queue error', queue.name, err));
       fanOutQueues.push(copy as Queue);
       return copy;
@@ -142,11 +185,25 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     const fanOutDeps: FanOutDeps = {
       routes: config.routes,
       sinkQueues: new Map([...sinkQueues].map(([name, queue]) => [name, onFanOutWrites(queue)])),
-      endpointQueues: new Map([...endpointQueues].map(([name, list]) => [name, list.map((e) => ({ endpoint: e.endpoint, queue: onFanOutWrites(e.queue) }))])),
+      endpointQueues: new Map(
+        [...endpointQueues].map(([name, list]) => [
+          name,
+          list.map((e) => ({ endpoint: e.endpoint, queue: onFanOutWrites(e.queue) })),
+        ]),
+      ),
       withoutRaw,
       withoutTranscript,
       timeline: deps.timelines.worker,
-      ...(replicated ? { replicated: (queues: readonly Queue[]) => waitForReplicas(fanOutWrites, config.ack, queues.map((q) => q.toKey('meta'))) } : {}),
+      ...(replicated
+        ? {
+            replicated: (queues: readonly Queue[]) =>
+              waitForReplicas(
+                fanOutWrites,
+                config.ack,
+                queues.map((q) => q.toKey('meta')),
+              ),
+          }
+        : {}),
     };
 
     // The inbound log's fan-out; what it cannot handle goes to the `inbound` queue and its worker.
@@ -167,8 +224,18 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     closers.add('stop fan-out', () => fanOut.close());
 
     // The sources' background tasks (the Push API's sweeper closes calls whose hangup never came).
-    const acceptor = new InboundAcceptor(deps.inboundLog, { dedupeWindowMs: config.webhook.dedupeWindowMs, timeoutMs: config.webhook.enqueueTimeoutMs, timeline: deps.timelines.worker });
-    for (const task of startSourceTasks(config.sources, { redis: redis.worker, keys, now: options.now, accept: (call) => acceptor.accept(call), log })) {
+    const acceptor = new InboundAcceptor(deps.inboundLog, {
+      dedupeWindowMs: config.webhook.dedupeWindowMs,
+      timeoutMs: config.webhook.enqueueTimeoutMs,
+      timeline: deps.timelines.worker,
+    });
+    for (const task of startSourceTasks(config.sources, {
+      redis: redis.worker,
+      keys,
+      now: options.now,
+      accept: (call) => acceptor.accept(call),
+      log,
+    })) {
       closers.add(`stop ${task.what}`, () => task.close());
     }
     const retention = startRetentionSweeper(config, redis.worker, log);
@@ -180,15 +247,29 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       const limit = configured && type?.limit ? type.limit(configured.options) : undefined;
       const endpoints = endpointQueues.get(name);
       if (!endpoints) {
-        workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name), createDeliverProcessor(sink, log), { ...runner, limit }));
+        workers.push(
+          runWorker<SinkDeliverJob>(sinkQueueName(name), createDeliverProcessor(sink, log), { ...runner, limit }),
+        );
         continue;
       }
       // One worker per endpoint queue: its own retries, rate limit, pause; its own queue hands older jobs on.
       const retry = configured?.retry ?? runner.retry;
       for (const { endpoint } of endpoints) {
-        workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name, endpoint), createDeliverProcessor(sink, log, endpoint), { ...runner, retry, limit }));
+        workers.push(
+          runWorker<SinkDeliverJob>(sinkQueueName(name, endpoint), createDeliverProcessor(sink, log, endpoint), {
+            ...runner,
+            retry,
+            limit,
+          }),
+        );
       }
-      workers.push(runWorker<SinkDeliverJob>(sinkQueueName(name), createHandOverProcessor(name, fanOutDeps.endpointQueues?.get(name) ?? endpoints, fanOutDeps.replicated), runner));
+      workers.push(
+        runWorker<SinkDeliverJob>(
+          sinkQueueName(name),
+          createHandOverProcessor(name, fanOutDeps.endpointQueues?.get(name) ?? endpoints, fanOutDeps.replicated),
+          runner,
+        ),
+      );
     }
     // Closed first: a handle closed during its connection set-up makes BullMQ reject without a handler.
     closers.add('wait for connection set-up', () => bullmqReady(handles(), SHUTDOWN_SETUP_WAIT_MS));

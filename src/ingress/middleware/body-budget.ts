@@ -31,7 +31,10 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
   let held = 0;
   return async function bodyBudgetMiddleware(c, next) {
     const declared = c.req.header('content-length');
-    const size = declared !== undefined && /^\d+$/.test(declared) ? Math.min(Number(declared), options.bodyLimitBytes + 1) : Math.min(CHUNKED_RESERVE, options.bodyLimitBytes);
+    const size =
+      declared !== undefined && /^\d+$/.test(declared)
+        ? Math.min(Number(declared), options.bodyLimitBytes + 1)
+        : Math.min(CHUNKED_RESERVE, options.bodyLimitBytes);
     if (held > 0 && held + size > options.maxBytes) {
       throw new ApiError(503, `the ingress holds as many request bodies as it can (${held} bytes): retry shortly`, {
         // The connection closes after the answer: reading (and dropping) the body the sender still

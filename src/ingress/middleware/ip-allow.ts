@@ -50,7 +50,8 @@ function canonicalCidr(entry: string): { address: string; bits: number | undefin
   const address = canonicalIp(raw);
   const bits = bitsRaw === undefined ? undefined : Number(bitsRaw);
   const mapped = address !== raw && isIPv4(address) && isIPv6(raw);
-  if (mapped && bits !== undefined) return bits >= 96 ? { address, bits: bits - 96, family: 'ipv4' } : { address: raw, bits, family: 'ipv6' };
+  if (mapped && bits !== undefined)
+    return bits >= 96 ? { address, bits: bits - 96, family: 'ipv4' } : { address: raw, bits, family: 'ipv6' };
   return { address, bits, family: isIPv6(address) ? 'ipv6' : 'ipv4' };
 }
 
@@ -108,7 +109,8 @@ export function resolveClient(
   const peerIp = forwardedAddress(peer) ?? canonicalIp(peer);
   let client = peerIp;
   let hops = 0;
-  if (forwardedFor === undefined || maxHops <= 0 || !trusted(client)) return { client, peer: peerIp, hops, malformed: false };
+  if (forwardedFor === undefined || maxHops <= 0 || !trusted(client))
+    return { client, peer: peerIp, hops, malformed: false };
   const entries = forwardedFor.split(',');
   for (let i = entries.length - 1; i >= 0 && hops < maxHops && trusted(client); i--) {
     const entry = entries[i]!.trim();
@@ -125,7 +127,12 @@ export function resolveClient(
  * The client address (see resolveClient); kept for callers that need only the address.
  * @internal Exported for its tests only (test/ingress.redis.test.ts).
  */
-export function clientIp(remote: string | undefined, forwardedFor: string | undefined, trustedProxies: string[], maxHops?: number): string | undefined {
+export function clientIp(
+  remote: string | undefined,
+  forwardedFor: string | undefined,
+  trustedProxies: string[],
+  maxHops?: number,
+): string | undefined {
   return resolveClient(remote, forwardedFor, membership(trustedProxies), maxHops).client;
 }
 
@@ -134,7 +141,8 @@ const LOGGED_HEADER_CHARS = 200;
 /** Why the address was refused, for the operator reading the log line. */
 function refusalHint(c: Context, who: ClientAddress, peerTrusted: boolean, proxiesConfigured: boolean): string {
   const xff = c.req.header('x-forwarded-for');
-  if (who.malformed) return `X-Forwarded-For entry "${who.client}" is not an IP address; the trusted proxy in front should append the client's address`;
+  if (who.malformed)
+    return `X-Forwarded-For entry "${who.client}" is not an IP address; the trusted proxy in front should append the client's address`;
   if (xff !== undefined && !peerTrusted) {
     return proxiesConfigured
       ? `X-Forwarded-For was ignored: the peer ${who.peer} is not in TRUSTED_PROXIES (add it there if it is your proxy)`
@@ -144,7 +152,8 @@ function refusalHint(c: Context, who: ClientAddress, peerTrusted: boolean, proxi
     const forwarded = c.req.header('forwarded') !== undefined ? ' (the Forwarded header is not read)' : '';
     return `the trusted proxy ${who.peer} sent no X-Forwarded-For${forwarded}; configure it to append the client's address`;
   }
-  if (xff === undefined && c.req.header('forwarded') !== undefined) return 'the Forwarded header is not read; have the proxy send X-Forwarded-For and set TRUSTED_PROXIES';
+  if (xff === undefined && c.req.header('forwarded') !== undefined)
+    return 'the Forwarded header is not read; have the proxy send X-Forwarded-For and set TRUSTED_PROXIES';
   return `${who.client ?? 'the sender'} is not in WEBHOOK_ALLOWED_IPS`;
 }
 

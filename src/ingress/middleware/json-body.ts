@@ -25,9 +25,13 @@ export function jsonBody(options: JsonBodyOptions): MiddlewareHandler {
   return async function jsonBodyMiddleware(c, next) {
     const type = c.req.header('content-type') ?? '';
     if (!JSON_TYPE.test(type)) {
-      throw new ApiError(415, `content type must be application/json, got ${type === '' ? 'none' : `"${type.slice(0, 100)}"`}`, {
-        pointer: 'content-type',
-      });
+      throw new ApiError(
+        415,
+        `content type must be application/json, got ${type === '' ? 'none' : `"${type.slice(0, 100)}"`}`,
+        {
+          pointer: 'content-type',
+        },
+      );
     }
     // An unsupported charset is refused before the body is read.
     const encoding = encodingOf(type);

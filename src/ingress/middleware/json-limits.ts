@@ -64,7 +64,10 @@ export function findLimitViolation(root: unknown, limits: JsonLimits = DEFAULT_J
       const own = Array.isArray(next) ? null : Object.keys(next);
       const length = own ? own.length : (next as unknown[]).length;
       if (length > maxEntries) {
-        return cut(nextPath(), `${own ? 'object' : 'array'} with ${length} ${own ? 'keys' : 'elements'} (at most ${maxEntries})`);
+        return cut(
+          nextPath(),
+          `${own ? 'object' : 'array'} with ${length} ${own ? 'keys' : 'elements'} (at most ${maxEntries})`,
+        );
       }
       containers.push(next);
       keys.push(own);

@@ -18,7 +18,10 @@ export function sharedSecret(options: SharedSecretOptions): MiddlewareHandler {
   return async function sharedSecretMiddleware(c, next) {
     const presented = c.req.header(options.header);
     if (presented === undefined || presented === '') {
-      throw new ApiError(401, `missing credential header ${options.header}`, { pointer: options.header, headers: { 'www-authenticate': 'SharedSecret' } });
+      throw new ApiError(401, `missing credential header ${options.header}`, {
+        pointer: options.header,
+        headers: { 'www-authenticate': 'SharedSecret' },
+      });
     }
     const presentedDigest = digest(presented);
     // Compare against every accepted value so timing does not reveal which one (or whether any) matched.

@@ -16,7 +16,9 @@ export function archiveAccess(store: ObjectStore, prefix: string | undefined): A
       const keys: string[] = [];
       for (const [index, recording] of call.recordings.entries()) {
         const stem = `${recordingKeyStem(call, recording.type, index, prefix)}.`;
-        const found = (await store.keysStartingWith(stem, 10)).find((k) => k.startsWith(stem) && !k.slice(stem.length).includes('/'));
+        const found = (await store.keysStartingWith(stem, 10)).find(
+          (k) => k.startsWith(stem) && !k.slice(stem.length).includes('/'),
+        );
         if (found === undefined) break;
         keys.push(found);
       }

@@ -37,7 +37,6 @@ export const archiveOptionsSchema = z.strictObject({
 
 export type ArchiveOptions = z.infer<typeof archiveOptionsSchema>;
 
-
 /** The environment variables of the archive sink type: its shortcut (the sink `archive`). */
 export const archiveEnv = {
   /** Archive to this S3 bucket (alone: every call with a transcript, summary or recording). */
@@ -98,25 +97,40 @@ export class ArchiveSink implements Sink {
       await this.store.put(keys.json, renderArchiveJson(call), { contentType: 'application/json; charset=utf-8' });
       await this.store.put(keys.text, renderTranscriptText(call), { contentType: 'text/plain; charset=utf-8' });
       // The same call as a vCon (IETF draft-ietf-vcon-vcon-core), for other conversation tools.
-      await this.store.put(keys.vcon, `${JSON.stringify(renderVcon(call), null, 2)}\n`, { contentType: 'application/vcon+json' });
+      await this.store.put(keys.vcon, `${JSON.stringify(renderVcon(call), null, 2)}\n`, {
+        contentType: 'application/vcon+json',
+      });
       // The old day's objects go only once the new ones are written; the day is remembered only once
       // they are gone, so a crash in between leaves the deletion to the job's next attempt.
       if (filed !== null && filed !== day) {
         for (const key of Object.values(archiveKeysOn(call, filed, this.prefix))) await this.store.delete(key);
         // Its recordings are archived anew beside the new day below (archiveRecordings).
-        for (const key of await this.store.keysStartingWith(recordingKeysPrefixOn(call, filed, this.prefix))) await this.store.delete(key);
+        for (const key of await this.store.keysStartingWith(recordingKeysPrefixOn(call, filed, this.prefix)))
+          await this.store.delete(key);
         movedFrom = filed;
       }
       if (held && filed !== day) held.set(dayKey, day, REVISION_MEMORY_TTL_MS);
       return { status: 'done' };
     };
-    const record = this.revisions ? await this.revisions.deliver(call.key, ctx, writeRecord, [dayKey]) : await writeRecord();
+    const record = this.revisions
+      ? await this.revisions.deliver(call.key, ctx, writeRecord, [dayKey])
+      : await writeRecord();
     if (record.status === 'skipped') return record;
     // Recordings last, streamed beside the transcript (src/sinks/archive/recordings.ts).
-    const recordings = await archiveRecordings(call, { store: this.store, telephony: this.telephony, prefix: this.prefix, log: ctx.log, signal: ctx.signal });
-    if (movedFrom !== null) ctx.log.info({ from: movedFrom, to: day, key: keys.json }, 'archived call moved to its new start day');
+    const recordings = await archiveRecordings(call, {
+      store: this.store,
+      telephony: this.telephony,
+      prefix: this.prefix,
+      log: ctx.log,
+      signal: ctx.signal,
+    });
+    if (movedFrom !== null)
+      ctx.log.info({ from: movedFrom, to: day, key: keys.json }, 'archived call moved to its new start day');
     ctx.log.debug({ location: this.store.location, key: keys.json }, 'archived call');
-    return { status: 'done', refs: { location: this.store.location, json: keys.json, text: keys.text, vcon: keys.vcon, ...recordings } };
+    return {
+      status: 'done',
+      refs: { location: this.store.location, json: keys.json, text: keys.text, vcon: keys.vcon, ...recordings },
+    };
   }
 }
 
@@ -148,12 +162,15 @@ export async function createObjectStore(options: ArchiveOptions): Promise<Object
 export const archiveSinkType: SinkType<ArchiveOptions> = {
   type: 'archive',
   options: archiveOptionsSchema,
-  create: async (name, options, deps) => new ArchiveSink(name, await createObjectStore(options), options.prefix, deps.telephony, deps.state),
+  create: async (name, options, deps) =>
+    new ArchiveSink(name, await createObjectStore(options), options.prefix, deps.telephony, deps.state),
   env: archiveEnv,
   check(options) {
     return (options.accessKeyId === undefined) === (options.secretAccessKey === undefined)
       ? []
-      : ['accessKeyId and secretAccessKey (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) go together; set both, or neither for the AWS SDK\'s default credentials'];
+      : [
+          "accessKeyId and secretAccessKey (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) go together; set both, or neither for the AWS SDK's default credentials",
+        ];
   },
   fromEnv(parsed, { configFile }) {
     const env = envOf(archiveEnv, parsed);
@@ -176,7 +193,13 @@ export const archiveSinkType: SinkType<ArchiveOptions> = {
     }
     return {
       sinks: { archive: sink },
-      routes: [{ name: 'archive-calls-with-content', when: [{ hasTranscript: true }, { hasSummary: true }, { hasRecording: true }], to: ['archive'] }],
+      routes: [
+        {
+          name: 'archive-calls-with-content',
+          when: [{ hasTranscript: true }, { hasSummary: true }, { hasRecording: true }],
+          to: ['archive'],
+        },
+      ],
     };
   },
 };

@@ -36,23 +36,40 @@ function token(value: string, max: number, fallback: string): string {
  * (UTC); `<readable>-<hash>` is the call's segment (`callKeySegment`: the call id made safe, and
  * 16 hex digits of SHA-256 of the exact call key), so distinct calls never share an object.
  */
-export function archiveKeys(call: ArchivedCall, prefix: string | undefined): { json: string; text: string; vcon: string } {
+export function archiveKeys(
+  call: ArchivedCall,
+  prefix: string | undefined,
+): { json: string; text: string; vcon: string } {
   return archiveKeysOn(call, datePath(call.startedAt), prefix);
 }
 
 /** The keys `archiveKeys` gives the call when its start falls on `day` (`YYYY/MM/DD`). */
-export function archiveKeysOn(call: Pick<ArchivedCall, 'key' | 'callId'>, day: string, prefix: string | undefined): { json: string; text: string; vcon: string } {
+export function archiveKeysOn(
+  call: Pick<ArchivedCall, 'key' | 'callId'>,
+  day: string,
+  prefix: string | undefined,
+): { json: string; text: string; vcon: string } {
   const base = `${normalizePrefix(prefix)}transcripts/${day}/${callKeySegment(call)}`;
   return { json: `${base}.json`, text: `${base}.txt`, vcon: `${base}.vcon.json` };
 }
 
 /** What every recording key of the call starts with when its start falls on `day` (no other call's does). */
-export function recordingKeysPrefixOn(call: Pick<ArchivedCall, 'key' | 'callId'>, day: string, prefix: string | undefined): string {
+export function recordingKeysPrefixOn(
+  call: Pick<ArchivedCall, 'key' | 'callId'>,
+  day: string,
+  prefix: string | undefined,
+): string {
   return `${normalizePrefix(prefix)}recordings/${day}/${callKeySegment(call)}-`;
 }
 
 /** `<prefix>recordings/YYYY/MM/DD/<readable>-<hash>-<type>-<n>.<ext>`, beside the transcript's day. */
-export function recordingKey(call: ArchivedCall, type: string, index: number, extension: string, prefix: string | undefined): string {
+export function recordingKey(
+  call: ArchivedCall,
+  type: string,
+  index: number,
+  extension: string,
+  prefix: string | undefined,
+): string {
   const ext = token(extension.replace(/^\./, '').toLowerCase(), 8, 'bin');
   return `${recordingKeyStem(call, type, index, prefix)}.${ext}`;
 }

@@ -49,24 +49,41 @@ export interface ArchiveRecordingsDeps {
  * Streams every recording of the call into the store. Returns refs `recording<n>` -> object key.
  * Keys are deterministic (`recordings/YYYY/MM/DD/<readable>-<hash>-<type>-<n>.<ext>`, see keys.ts), so a retry overwrites.
  */
-export async function archiveRecordings(call: CanonicalCall, deps: ArchiveRecordingsDeps): Promise<Record<string, string>> {
+export async function archiveRecordings(
+  call: CanonicalCall,
+  deps: ArchiveRecordingsDeps,
+): Promise<Record<string, string>> {
   const refs: Record<string, string> = {};
   if (call.recordings.length === 0) return refs;
   if (deps.telephony === null) {
-    throw new PermanentError(`call ${call.callId} has ${call.recordings.length} recording(s) but no telephony API is configured (TELEPHONY_API_URL) to download them`);
+    throw new PermanentError(
+      `call ${call.callId} has ${call.recordings.length} recording(s) but no telephony API is configured (TELEPHONY_API_URL) to download them`,
+    );
   }
   for (const [index, recording] of call.recordings.entries()) {
     const download = await deps.telephony.download(recording.downloadUrl, deps.signal);
-    const key = recordingKey(call, recording.type, index, recordingExtension(download.contentType, recording.downloadUrl), deps.prefix);
+    const key = recordingKey(
+      call,
+      recording.type,
+      index,
+      recordingExtension(download.contentType, recording.downloadUrl),
+      deps.prefix,
+    );
     try {
-      await deps.store.putStream(key, download.body, { contentType: download.contentType, contentLength: download.contentLength });
+      await deps.store.putStream(key, download.body, {
+        contentType: download.contentType,
+        contentLength: download.contentLength,
+      });
     } catch (err) {
       // Free the HTTP connection of an unfinished download.
       download.body.destroy();
       throw err;
     }
     refs[`recording${index + 1}`] = key;
-    deps.log.debug({ key, type: recording.type, bytes: download.contentLength, contentType: download.contentType }, 'archived recording');
+    deps.log.debug(
+      { key, type: recording.type, bytes: download.contentLength, contentType: download.contentType },
+      'archived recording',
+    );
   }
   return refs;
 }

@@ -16,8 +16,12 @@ export function renderTranscriptText(call: CanonicalCall): string {
   const lines: string[] = [];
   lines.push(`Call ${call.callId}`);
   if (call.title) lines.push(`Title: ${call.title}`);
-  lines.push(`Direction: ${call.direction === 'in' ? 'inbound' : 'outbound'}    From: ${call.fromRaw ?? call.from ?? 'unknown'}    To: ${call.toRaw ?? call.to ?? 'unknown'}`);
-  lines.push(`Started: ${call.startedAt}${call.durationSec !== null ? `    Duration: ${formatOffset(call.durationSec * 1000)}` : ''}`);
+  lines.push(
+    `Direction: ${call.direction === 'in' ? 'inbound' : 'outbound'}    From: ${call.fromRaw ?? call.from ?? 'unknown'}    To: ${call.toRaw ?? call.to ?? 'unknown'}`,
+  );
+  lines.push(
+    `Started: ${call.startedAt}${call.durationSec !== null ? `    Duration: ${formatOffset(call.durationSec * 1000)}` : ''}`,
+  );
   if (call.agentId) lines.push(`Agent: ${call.agentId}`);
   if (call.channelId) lines.push(`Channel: ${call.channelId}`);
   const people = userDisplayNames(call);
@@ -38,7 +42,8 @@ export function renderTranscriptText(call: CanonicalCall): string {
     lines.push(`Playbook: ${scenario.name}`);
     for (const set of scenario.smartAnswers) {
       if (set.setName) lines.push(`  ${set.setName}`);
-      for (const item of set.setItems) lines.push(`    ${item.title ? `${item.title} — ` : ''}${item.question}: ${item.answer}`);
+      for (const item of set.setItems)
+        lines.push(`    ${item.title ? `${item.title} — ` : ''}${item.question}: ${item.answer}`);
     }
     lines.push('');
   }

@@ -1,7 +1,15 @@
 // The archive's S3 store (or any S3-compatible server). Imported only when a bucket is configured
 // (see createObjectStore in ./index.ts), so processes that archive nowhere never load the AWS SDK.
 import type { Readable } from 'node:stream';
-import { DeleteObjectCommand, GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client, S3ServiceException, type ServerSideEncryption } from '@aws-sdk/client-s3';
+import {
+  DeleteObjectCommand,
+  GetObjectCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+  S3ServiceException,
+  type ServerSideEncryption,
+} from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
 import { AuthError, errorFromHttp, errorFromNetwork, type SinkError } from '../../errors.js';
 import type { ObjectStore, PutOptions } from './store.js';
@@ -28,7 +36,8 @@ function errorFromS3(what: string, err: unknown): SinkError {
     return errorFromHttp({ status, what, detail: `${err.name}: ${err.message}` });
   }
   // No credentials at all: every job would fail the same way until an operator fixes the setup.
-  if (err instanceof Error && err.name === 'CredentialsProviderError') return new AuthError(`${what}: ${err.message}`, { cause: err });
+  if (err instanceof Error && err.name === 'CredentialsProviderError')
+    return new AuthError(`${what}: ${err.message}`, { cause: err });
   return errorFromNetwork(what, err);
 }
 
@@ -63,7 +72,13 @@ export class S3Store implements ObjectStore {
   async put(key: string, body: string | Buffer, options: PutOptions): Promise<void> {
     try {
       await this.client.send(
-        new PutObjectCommand({ Bucket: this.options.bucket, Key: key, Body: body, ContentType: options.contentType, ...this.encryption() }),
+        new PutObjectCommand({
+          Bucket: this.options.bucket,
+          Key: key,
+          Body: body,
+          ContentType: options.contentType,
+          ...this.encryption(),
+        }),
       );
     } catch (err) {
       throw errorFromS3(`S3 PutObject ${key}`, err);
@@ -72,7 +87,9 @@ export class S3Store implements ObjectStore {
 
   async keysStartingWith(prefix: string, max = 1000): Promise<string[]> {
     try {
-      const page = await this.client.send(new ListObjectsV2Command({ Bucket: this.options.bucket, Prefix: prefix, MaxKeys: max }));
+      const page = await this.client.send(
+        new ListObjectsV2Command({ Bucket: this.options.bucket, Prefix: prefix, MaxKeys: max }),
+      );
       return (page.Contents ?? []).flatMap((o) => (o.Key === undefined ? [] : [o.Key])).sort();
     } catch (err) {
       throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err);
@@ -86,7 +103,13 @@ export class S3Store implements ObjectStore {
       // Memory over speed: several sink jobs may upload at once.
       const upload = new Upload({
         client: this.client,
-        params: { Bucket: this.options.bucket, Key: key, Body: body, ContentType: options.contentType, ...this.encryption() },
+        params: {
+          Bucket: this.options.bucket,
+          Key: key,
+          Body: body,
+          ContentType: options.contentType,
+          ...this.encryption(),
+        },
         partSize: 5 * 1024 * 1024,
         queueSize: 1,
         leavePartsOnError: false,
@@ -103,7 +126,14 @@ export class S3Store implements ObjectStore {
     do {
       let page;
       try {
-        page = await this.client.send(new ListObjectsV2Command({ Bucket: this.options.bucket, Prefix: prefix, ContinuationToken: token, MaxKeys: this.options.listPageSize }));
+        page = await this.client.send(
+          new ListObjectsV2Command({
+            Bucket: this.options.bucket,
+            Prefix: prefix,
+            ContinuationToken: token,
+            MaxKeys: this.options.listPageSize,
+          }),
+        );
       } catch (err) {
         throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err);
       }

@@ -86,7 +86,9 @@ export class LocalFolderStore implements ObjectStore {
     const dir = prefix === '' ? this.root : this.pathOf(prefix.replace(/\/+$/, ''));
     let entries: string[];
     try {
-      entries = (await readdir(dir, { recursive: true, withFileTypes: true })).filter((e) => e.isFile()).map((e) => join(e.parentPath, e.name));
+      entries = (await readdir(dir, { recursive: true, withFileTypes: true }))
+        .filter((e) => e.isFile())
+        .map((e) => join(e.parentPath, e.name));
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
       throw err;
@@ -94,7 +96,12 @@ export class LocalFolderStore implements ObjectStore {
     const keys = entries
       // Half-written objects (temp files of put) are not objects yet.
       .filter((path) => !path.endsWith('.tmp'))
-      .map((path) => path.slice(this.root.length + 1).split(sep).join('/'))
+      .map((path) =>
+        path
+          .slice(this.root.length + 1)
+          .split(sep)
+          .join('/'),
+      )
       .sort();
     yield* keys;
   }
@@ -122,7 +129,12 @@ export class LocalFolderStore implements ObjectStore {
     try {
       return (await readdir(dir, { recursive: true, withFileTypes: true }))
         .filter((e) => e.isFile() && e.name.endsWith('.tmp'))
-        .map((e) => join(e.parentPath, e.name).slice(this.root.length + 1).split(sep).join('/'))
+        .map((e) =>
+          join(e.parentPath, e.name)
+            .slice(this.root.length + 1)
+            .split(sep)
+            .join('/'),
+        )
         .sort();
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];

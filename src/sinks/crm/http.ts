@@ -105,7 +105,9 @@ export class CrmHttp {
     const waitMs = this.pausedForMs();
     if (waitMs > 0) {
       // The last answer said the window is used up: pause the queue instead of earning a 429.
-      throw new RetryLaterError(`${crm} rate limit window used up; sink queue pauses for ${waitMs} ms`, waitMs, { scope: 'queue' });
+      throw new RetryLaterError(`${crm} rate limit window used up; sink queue pauses for ${waitMs} ms`, waitMs, {
+        scope: 'queue',
+      });
     }
 
     for (const [k, v] of Object.entries({ ...req.query, ...this.config.query })) url.searchParams.set(k, v);
@@ -125,7 +127,13 @@ export class CrmHttp {
     let text: string;
     try {
       // A redirect is answered as it is (reported below), never followed: it would resend the body elsewhere.
-      const init: RequestInit & { duplex?: 'half' } = { method: req.method, headers, body: payload as RequestInit['body'], signal, redirect: 'manual' };
+      const init: RequestInit & { duplex?: 'half' } = {
+        method: req.method,
+        headers,
+        body: payload as RequestInit['body'],
+        signal,
+        redirect: 'manual',
+      };
       if (req.stream !== undefined) init.duplex = 'half';
       res = await fetch(url, init);
       text = await res.text();
@@ -155,20 +163,28 @@ export class CrmHttp {
     if ((res.status >= 200 && res.status < 300) || req.accept?.includes(res.status)) return answer;
 
     if (res.status >= 300 && res.status < 400) {
-      throw new PermanentError(`${what} answered ${res.status} redirect to ${redirectTarget(res.headers.get('location'), url)} (redirects are not followed)`, { status: res.status });
+      throw new PermanentError(
+        `${what} answered ${res.status} redirect to ${redirectTarget(res.headers.get('location'), url)} (redirects are not followed)`,
+        { status: res.status },
+      );
     }
     const detail = this.detail(body, text);
     if (res.status === 429) {
       // A window the headers said is used up for longer (a daily budget) outlasts a short Retry-After.
       const delay = Math.max(
-        parseRetryAfter(res.headers.get('retry-after'), this.config.now().getTime()) ?? this.config.rateLimitDelayMs(answer),
+        parseRetryAfter(res.headers.get('retry-after'), this.config.now().getTime()) ??
+          this.config.rateLimitDelayMs(answer),
         this.pausedForMs(),
       );
-      const scope = typeof req.rateLimitScope === 'function' ? req.rateLimitScope(answer) : (req.rateLimitScope ?? 'queue');
+      const scope =
+        typeof req.rateLimitScope === 'function' ? req.rateLimitScope(answer) : (req.rateLimitScope ?? 'queue');
       if (scope === 'queue') this.block(delay);
       crmRateLimited.inc({ sink, crm, reason: '429' });
       const who = scope === 'queue' ? 'sink queue pauses' : 'this job waits';
-      throw new RetryLaterError(`${what} answered 429${detail ? `: ${detail}` : ''}; ${who} for ${delay} ms`, delay, { status: 429, scope });
+      throw new RetryLaterError(`${what} answered 429${detail ? `: ${detail}` : ''}; ${who} for ${delay} ms`, delay, {
+        status: 429,
+        scope,
+      });
     }
     if (res.status === 401 || res.status === 403) {
       crmAuthFailures.inc({ sink, crm, status: String(res.status) });
@@ -178,7 +194,13 @@ export class CrmHttp {
         { status: res.status },
       );
     }
-    throw errorFromHttp({ status: res.status, what, detail, retryAfter: res.headers.get('retry-after'), rateLimitScope: 'queue' });
+    throw errorFromHttp({
+      status: res.status,
+      what,
+      detail,
+      retryAfter: res.headers.get('retry-after'),
+      rateLimitScope: 'queue',
+    });
   }
 
   /** The CRM's error text, redacted (numbers and e-mail addresses masked, cut short): it often echoes what we sent. */
@@ -201,7 +223,9 @@ export function numberHeader(headers: Headers, name: string): number | undefined
 
 /** Value at `obj.key` when `obj` is an object. */
 export function field(obj: unknown, key: string): unknown {
-  return obj !== null && typeof obj === 'object' && Object.hasOwn(obj, key) ? (obj as Record<string, unknown>)[key] : undefined;
+  return obj !== null && typeof obj === 'object' && Object.hasOwn(obj, key)
+    ? (obj as Record<string, unknown>)[key]
+    : undefined;
 }
 
 export function stringField(obj: unknown, key: string): string | undefined {

@@ -43,7 +43,16 @@ const CALL_TO_CONTACT = 194;
 const DISPOSITIONS_PATH = '/calling/v1/dispositions';
 
 const hubspotCallStatuses = [
-  'BUSY', 'CALLING_CRM_USER', 'CANCELED', 'COMPLETED', 'CONNECTING', 'FAILED', 'IN_PROGRESS', 'NO_ANSWER', 'QUEUED', 'RINGING',
+  'BUSY',
+  'CALLING_CRM_USER',
+  'CANCELED',
+  'COMPLETED',
+  'CONNECTING',
+  'FAILED',
+  'IN_PROGRESS',
+  'NO_ANSWER',
+  'QUEUED',
+  'RINGING',
 ] as const;
 type HubSpotCallStatus = (typeof hubspotCallStatuses)[number];
 
@@ -114,13 +123,19 @@ const hubspotOptionsSchema = z.strictObject({
    * The account's time zone (IANA, e.g. America/New_York), when its daily limit resets. Default:
    * read from HubSpot's account details once per process.
    */
-  accountTimeZone: z.string().refine(isKnownTimeZone, { message: 'expected an IANA time zone such as America/New_York' }).optional(),
+  accountTimeZone: z
+    .string()
+    .refine(isKnownTimeZone, { message: 'expected an IANA time zone such as America/New_York' })
+    .optional(),
   /**
    * A custom call property (single-line text, "unique value") that receives a stable id of the
    * call. When set, calls are written with batch/upsert by it: a retry after a crash updates the
    * same call without a search.
    */
-  externalIdProperty: z.string().regex(/^[a-z0-9_]+$/).optional(),
+  externalIdProperty: z
+    .string()
+    .regex(/^[a-z0-9_]+$/)
+    .optional(),
   /** hubspot_owner_id of the created calls. */
   ownerId: z.string().min(1).optional(),
   archive: archiveLinkSchema.default({ enabled: true }),
@@ -204,16 +219,25 @@ function results(body: unknown): { id: string; properties: Record<string, unknow
     const id = stringField(r, 'id');
     const props = field(r, 'properties');
     if (id === undefined) return [];
-    return [{ id, properties: props !== null && typeof props === 'object' ? (props as Record<string, unknown>) : {}, created: field(r, 'new') === true }];
+    return [
+      {
+        id,
+        properties: props !== null && typeof props === 'object' ? (props as Record<string, unknown>) : {},
+        created: field(r, 'new') === true,
+      },
+    ];
   });
 }
 
-const NO_TOKEN = 'no access token: set HUBSPOT_ACCESS_TOKEN (a service key or private app token) or the sink\'s accessToken';
+const NO_TOKEN =
+  "no access token: set HUBSPOT_ACCESS_TOKEN (a service key or private app token) or the sink's accessToken";
 
 /** Access tokens go into a header verbatim: whitespace or control characters in one are a setup error. */
 function checkedToken(token: string, sink: string): string {
   if (!/^[\x21-\x7e]+$/.test(token)) {
-    throw new Error(`sink "${sink}" (hubspot): the access token contains spaces, line breaks or non-ASCII characters; copy the key again`);
+    throw new Error(
+      `sink "${sink}" (hubspot): the access token contains spaces, line breaks or non-ASCII characters; copy the key again`,
+    );
   }
   return token;
 }
@@ -246,7 +270,10 @@ export class HubSpotSink implements Sink {
     this.archivePrefix = options.archive.prefix ?? env.ARCHIVE_S3_PREFIX;
     this.memory = new RecordMemory(deps.state);
     // A delivery makes a handful of requests, each within timeoutMs.
-    this.revisions = new RevisionGuard(deps.state, { what: 'HubSpot', lockTtlMs: Math.max(60_000, 6 * options.timeoutMs) });
+    this.revisions = new RevisionGuard(deps.state, {
+      what: 'HubSpot',
+      lockTtlMs: Math.max(60_000, 6 * options.timeoutMs),
+    });
     if (options.accountTimeZone) this.timeZone = { name: options.accountTimeZone, at: Number.POSITIVE_INFINITY };
     this.searchLimiter = new WindowLimiter(options.searchRateLimit, {
       now: () => deps.now().getTime(),
@@ -261,7 +288,8 @@ export class HubSpotSink implements Sink {
       headers: { authorization: `Bearer ${checkedToken(token, name)}` },
       timeoutMs: options.timeoutMs,
       now: deps.now,
-      authHint: 'Check HUBSPOT_ACCESS_TOKEN (a service key or private app token with the scopes crm.objects.contacts.read/.write).',
+      authHint:
+        'Check HUBSPOT_ACCESS_TOKEN (a service key or private app token with the scopes crm.objects.contacts.read/.write).',
       errorDetail: hubspotErrorDetail,
       rateLimitDelayMs: (a) => this.rateLimitDelay(a),
       windowExhaustedMs: (h) => this.windowExhausted(h),
@@ -277,7 +305,12 @@ export class HubSpotSink implements Sink {
     const record = await this.memory.get(callKey);
     if (record === null) return 0;
     if (options.dryRun) return 1;
-    const answer = await this.http.request({ method: 'DELETE', path: this.objects(`calls/${encodeURIComponent(record.id)}`), accept: [404], signal: options.signal });
+    const answer = await this.http.request({
+      method: 'DELETE',
+      path: this.objects(`calls/${encodeURIComponent(record.id)}`),
+      accept: [404],
+      signal: options.signal,
+    });
     await this.memory.forget(callKey);
     return answer.status === 404 ? 0 : 1;
   }
@@ -332,11 +365,19 @@ export class HubSpotSink implements Sink {
       if (contact === null && this.options.createContacts) contact = await this.createContact(number, ctx.signal);
     }
     const properties = this.callProperties(call, contact, { disposition, recordingUrl });
-    const createdReason = contact === null ? (number === null ? 'created; anonymous caller, no contact' : 'created; no matching contact') : 'created';
+    const createdReason =
+      contact === null
+        ? number === null
+          ? 'created; anonymous caller, no contact'
+          : 'created; no matching contact'
+        : 'created';
 
     if (this.options.externalIdProperty) {
       const written = await this.upsert(call, properties, contact, ctx.signal);
-      log.info({ hubspotCallId: written.record.id, contact: contact?.id ?? null, number: maskPhone(number) }, written.created ? 'hubspot: call created' : 'hubspot: call updated');
+      log.info(
+        { hubspotCallId: written.record.id, contact: contact?.id ?? null, number: maskPhone(number) },
+        written.created ? 'hubspot: call created' : 'hubspot: call updated',
+      );
       return { status: 'done', reason: written.created ? createdReason : 'updated', refs: this.refs(written.record) };
     }
 
@@ -346,14 +387,20 @@ export class HubSpotSink implements Sink {
       const existing = await this.findExistingCall(call, ctx.signal);
       if (existing !== null) {
         record = { id: existing, contactId: null };
-        log.warn({ hubspotCallId: existing }, 'hubspot: found the call an interrupted earlier try created; updating it');
+        log.warn(
+          { hubspotCallId: existing },
+          'hubspot: found the call an interrupted earlier try created; updating it',
+        );
       }
     }
 
     if (record !== null) {
       const updated = await this.updateCall(record, properties, contact, call, ctx.signal);
       if (updated !== null) {
-        log.info({ hubspotCallId: updated.id, contact: contact?.id ?? null, number: maskPhone(number) }, 'hubspot: call updated');
+        log.info(
+          { hubspotCallId: updated.id, contact: contact?.id ?? null, number: maskPhone(number) },
+          'hubspot: call updated',
+        );
         return { status: 'done', reason: 'updated', refs: this.refs(updated) };
       }
       log.warn({ hubspotCallId: record.id }, 'hubspot: remembered call was deleted in HubSpot; creating it again');
@@ -363,7 +410,10 @@ export class HubSpotSink implements Sink {
     const created = await this.memory.creating(call.key, () => this.createCall(properties, contact, ctx.signal));
     await this.memory.set(call.key, created);
     await this.memory.endCreate(call.key);
-    log.info({ hubspotCallId: created.id, contact: contact?.id ?? null, number: maskPhone(number) }, 'hubspot: call created');
+    log.info(
+      { hubspotCallId: created.id, contact: contact?.id ?? null, number: maskPhone(number) },
+      'hubspot: call created',
+    );
     return { status: 'done', reason: createdReason, refs: this.refs(created) };
   }
 
@@ -381,7 +431,11 @@ export class HubSpotSink implements Sink {
   ): Record<string, string> {
     const vars = callVars(call, {
       defaultRegion: this.region,
-      archive: { enabled: this.options.archive.enabled, prefix: this.archivePrefix, baseUrl: this.options.archive.baseUrl },
+      archive: {
+        enabled: this.options.archive.enabled,
+        prefix: this.archivePrefix,
+        baseUrl: this.options.archive.baseUrl,
+      },
       contactName: contact?.name ?? null,
     });
     const props: Record<string, string> = {
@@ -409,9 +463,14 @@ export class HubSpotSink implements Sink {
     if ((this.timeZone && now - this.timeZone.at < TIME_ZONE_TTL_MS) || now < this.timeZoneRetryAt) return;
     this.timeZoneLoading ??= (async () => {
       try {
-        const answer = await this.http.request({ method: 'GET', path: `/account-info/${this.options.apiVersion}/details`, signal });
+        const answer = await this.http.request({
+          method: 'GET',
+          path: `/account-info/${this.options.apiVersion}/details`,
+          signal,
+        });
         const name = stringField(answer.body, 'timeZone');
-        if (name === undefined || !isKnownTimeZone(name)) throw new Error(`unusable timeZone ${JSON.stringify(name ?? null)} in the account details`);
+        if (name === undefined || !isKnownTimeZone(name))
+          throw new Error(`unusable timeZone ${JSON.stringify(name ?? null)} in the account details`);
         this.timeZone = { name, at: now };
       } catch (err) {
         // Deliberately not the call's failure: without the zone a daily-limit pause is retried hourly.
@@ -431,7 +490,8 @@ export class HubSpotSink implements Sink {
   private async loadDispositions(signal: AbortSignal, log: SinkContext['log']): Promise<DispositionTable> {
     this.dispositionsLoading ??= (async () => {
       const answer = await this.http.request({ method: 'GET', path: DISPOSITIONS_PATH, signal });
-      if (!Array.isArray(answer.body)) throw new PermanentError(`HubSpot GET ${DISPOSITIONS_PATH} answered without a list of call outcomes`);
+      if (!Array.isArray(answer.body))
+        throw new PermanentError(`HubSpot GET ${DISPOSITIONS_PATH} answered without a list of call outcomes`);
       const byLabel = new Map<string, Disposition>();
       for (const d of answer.body) {
         const id = stringField(d, 'id');
@@ -439,10 +499,19 @@ export class HubSpotSink implements Sink {
         if (id === undefined || label === undefined || field(d, 'deleted') === true) continue;
         if (!byLabel.has(labelKey(label))) byLabel.set(labelKey(label), { id, label });
       }
-      const table: DispositionTable = { byLabel, labels: [...byLabel.values()].map((d) => d.label), at: this.deps.now().getTime() };
-      const missing = OUTCOMES.map((o) => this.dispositionLabel(o)).filter((l): l is string => l !== null && !byLabel.has(labelKey(l)));
+      const table: DispositionTable = {
+        byLabel,
+        labels: [...byLabel.values()].map((d) => d.label),
+        at: this.deps.now().getTime(),
+      };
+      const missing = OUTCOMES.map((o) => this.dispositionLabel(o)).filter(
+        (l): l is string => l !== null && !byLabel.has(labelKey(l)),
+      );
       if (missing.length > 0) {
-        log.warn({ missing: [...new Set(missing)], outcomes: table.labels }, 'hubspot: the account lacks call outcomes named in dispositionMap (or its defaults); calls with them will fail');
+        log.warn(
+          { missing: [...new Set(missing)], outcomes: table.labels },
+          'hubspot: the account lacks call outcomes named in dispositionMap (or its defaults); calls with them will fail',
+        );
       }
       return table;
     })();
@@ -489,7 +558,8 @@ export class HubSpotSink implements Sink {
   private async recordingUrl(call: CanonicalCall, log: SinkContext['log']): Promise<string | null> {
     const o = this.options.recordingUrl;
     const archive = this.deps.archive;
-    if (!o.enabled || !this.options.archive.enabled || call.recordings.length === 0 || archive === undefined) return null;
+    if (!o.enabled || !this.options.archive.enabled || call.recordings.length === 0 || archive === undefined)
+      return null;
     const presign = archive.presignGet;
     const baseUrl = this.options.archive.baseUrl;
     if (presign === undefined && baseUrl === undefined) return null;
@@ -498,15 +568,29 @@ export class HubSpotSink implements Sink {
       const waited = this.deps.now().getTime() - Date.parse(call.receivedAt);
       if (waited < o.waitForArchiveMs) {
         // Soon at first (the archive usually needs seconds), then less often.
-        const delay = Math.min(Math.max(waited, RECORDING_POLL_MIN_MS), RECORDING_POLL_MAX_MS, o.waitForArchiveMs - waited);
-        throw new RetryLaterError('HubSpot: waiting for the archive to store the call\'s recording before linking it', delay, { scope: 'job' });
+        const delay = Math.min(
+          Math.max(waited, RECORDING_POLL_MIN_MS),
+          RECORDING_POLL_MAX_MS,
+          o.waitForArchiveMs - waited,
+        );
+        throw new RetryLaterError(
+          "HubSpot: waiting for the archive to store the call's recording before linking it",
+          delay,
+          { scope: 'job' },
+        );
       }
-      log.warn({ waitedMs: waited }, 'hubspot: the recording is not in the archive; writing the call without hs_call_recording_url');
+      log.warn(
+        { waitedMs: waited },
+        'hubspot: the recording is not in the archive; writing the call without hs_call_recording_url',
+      );
       return null;
     }
     const url = presign ? await presign(key, o.expiresInSec) : archiveUrl(baseUrl!, key);
     if (!url.startsWith('https://')) {
-      log.warn({ key }, 'hubspot: HubSpot accepts https recording URLs only; hs_call_recording_url left empty (check archive.baseUrl)');
+      log.warn(
+        { key },
+        'hubspot: HubSpot accepts https recording URLs only; hs_call_recording_url left empty (check archive.baseUrl)',
+      );
       return null;
     }
     return url;
@@ -560,7 +644,12 @@ export class HubSpotSink implements Sink {
 
   private async createContact(e164: string, signal: AbortSignal): Promise<Contact> {
     const path = this.objects('contacts');
-    const answer = await this.http.request({ method: 'POST', path, body: { properties: { ...this.options.newContactProperties, phone: e164 } }, signal });
+    const answer = await this.http.request({
+      method: 'POST',
+      path,
+      body: { properties: { ...this.options.newContactProperties, phone: e164 } },
+      signal,
+    });
     const id = stringField(answer.body, 'id');
     if (id === undefined) throw new PermanentError(`HubSpot POST ${path} answered without an id`);
     // Until HubSpot's search index has it (seconds), later calls from this number find it here.
@@ -568,10 +657,19 @@ export class HubSpotSink implements Sink {
     return { id, name: null };
   }
 
-  private async createCall(properties: Record<string, string>, contact: Contact | null, signal: AbortSignal): Promise<CrmRecord> {
+  private async createCall(
+    properties: Record<string, string>,
+    contact: Contact | null,
+    signal: AbortSignal,
+  ): Promise<CrmRecord> {
     const body: Record<string, unknown> = { properties };
     if (contact !== null) {
-      body.associations = [{ to: { id: contact.id }, types: [{ associationCategory: 'HUBSPOT_DEFINED', associationTypeId: CALL_TO_CONTACT }] }];
+      body.associations = [
+        {
+          to: { id: contact.id },
+          types: [{ associationCategory: 'HUBSPOT_DEFINED', associationTypeId: CALL_TO_CONTACT }],
+        },
+      ];
     }
     const path = this.objects('calls');
     const answer = await this.http.request({ method: 'POST', path, body, signal });
@@ -625,12 +723,20 @@ export class HubSpotSink implements Sink {
     const { [idProperty]: id, ...rest } = properties;
     const path = this.objects('calls/batch/upsert');
     // 207: HubSpot's multi-status answer, some inputs failed (ours is the only one).
-    const answer = await this.http.request({ method: 'POST', path, body: { inputs: [{ idProperty, id, properties: rest }] }, accept: [207], signal });
+    const answer = await this.http.request({
+      method: 'POST',
+      path,
+      body: { inputs: [{ idProperty, id, properties: rest }] },
+      accept: [207],
+      signal,
+    });
     const [result] = results(answer.body);
     if (result === undefined) {
       const errors = field(answer.body, 'errors');
       const detail = Array.isArray(errors) ? stringField(errors[0], 'message') : undefined;
-      throw new PermanentError(`HubSpot POST ${path} answered ${answer.status} without a result${detail ? `: ${detail}` : ''}`);
+      throw new PermanentError(
+        `HubSpot POST ${path} answered ${answer.status} without a result${detail ? `: ${detail}` : ''}`,
+      );
     }
     const remembered = await this.memory.get(call.key);
     let contactId = remembered?.id === result.id ? (remembered.contactId ?? null) : null;
@@ -647,12 +753,20 @@ export class HubSpotSink implements Sink {
   private async findExistingCall(call: CanonicalCall, signal: AbortSignal): Promise<string | null> {
     const filters: { propertyName: string; operator: string; value: string }[] = [];
     filters.push({ propertyName: 'hs_timestamp', operator: 'EQ', value: String(new Date(call.startedAt).getTime()) });
-    filters.push({ propertyName: 'hs_call_direction', operator: 'EQ', value: call.direction === 'in' ? 'INBOUND' : 'OUTBOUND' });
+    filters.push({
+      propertyName: 'hs_call_direction',
+      operator: 'EQ',
+      value: call.direction === 'in' ? 'INBOUND' : 'OUTBOUND',
+    });
     const from = displayNumber(call.from, call.fromRaw, this.region);
     const to = displayNumber(call.to, call.toRaw, this.region);
     if (from !== null) filters.push({ propertyName: 'hs_call_from_number', operator: 'EQ', value: from });
     if (to !== null) filters.push({ propertyName: 'hs_call_to_number', operator: 'EQ', value: to });
-    const answer = await this.search(this.objects('calls/search'), { filterGroups: [{ filters }], properties: ['hs_call_title'], limit: 1 }, signal);
+    const answer = await this.search(
+      this.objects('calls/search'),
+      { filterGroups: [{ filters }], properties: ['hs_call_title'], limit: 1 },
+      signal,
+    );
     return results(answer.body)[0]?.id ?? null;
   }
 }
@@ -665,7 +779,7 @@ export const hubspotSinkType: SinkType<HubSpotOptions> = {
   needsTranscript: () => false,
   limit: (options) => options.rateLimit,
   env: hubspotEnv,
-  check: (options, env) => (options.accessToken ?? envOf(hubspotEnv, env).HUBSPOT_ACCESS_TOKEN ? [] : [NO_TOKEN]),
+  check: (options, env) => ((options.accessToken ?? envOf(hubspotEnv, env).HUBSPOT_ACCESS_TOKEN) ? [] : [NO_TOKEN]),
   fromEnv(parsed) {
     const env = envOf(hubspotEnv, parsed);
     if (!env.HUBSPOT_ACCESS_TOKEN) return null;

@@ -4,5 +4,8 @@ import { hubspotSinkType } from './hubspot.js';
 import { pipedriveSinkType } from './pipedrive.js';
 import { webhookSinkType } from './webhook.js';
 
-
-export const crmSinkTypes: SinkType[] = [defineSinkType(hubspotSinkType), defineSinkType(pipedriveSinkType), defineSinkType(webhookSinkType)];
+export const crmSinkTypes: SinkType[] = [
+  defineSinkType(hubspotSinkType),
+  defineSinkType(pipedriveSinkType),
+  defineSinkType(webhookSinkType),
+];

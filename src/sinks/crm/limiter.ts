@@ -30,7 +30,8 @@ export class WindowLimiter {
     private readonly limit: WindowLimit,
     private readonly options: WindowLimiterOptions,
   ) {
-    this.waitUntil = options.waitUntil ?? ((at) => new Promise((resolve) => setTimeout(resolve, Math.max(0, at - options.now()))));
+    this.waitUntil =
+      options.waitUntil ?? ((at) => new Promise((resolve) => setTimeout(resolve, Math.max(0, at - options.now()))));
   }
 
   /** Reserves the next free slot and resolves when it starts. */
@@ -38,12 +39,17 @@ export class WindowLimiter {
     const now = this.options.now();
     this.starts = this.starts.filter((t) => t > now - this.limit.durationMs);
     let at = Math.max(now, this.pausedUntil);
-    if (this.starts.length >= this.limit.max) at = Math.max(at, this.starts[this.starts.length - this.limit.max]! + this.limit.durationMs);
+    if (this.starts.length >= this.limit.max)
+      at = Math.max(at, this.starts[this.starts.length - this.limit.max]! + this.limit.durationMs);
     const waitMs = at - now;
     if (waitMs > this.options.maxWaitMs) {
-      throw new RetryLaterError(`${this.options.what} limit (${this.limit.max} per ${this.limit.durationMs} ms) is used up; this job waits ${waitMs} ms`, waitMs, {
-        scope: 'job',
-      });
+      throw new RetryLaterError(
+        `${this.options.what} limit (${this.limit.max} per ${this.limit.durationMs} ms) is used up; this job waits ${waitMs} ms`,
+        waitMs,
+        {
+          scope: 'job',
+        },
+      );
     }
     this.starts.push(at);
     this.starts.sort((a, b) => a - b);

@@ -9,7 +9,11 @@ function counter<L extends string>(name: string, help: string, labelNames: reado
 }
 
 /** Every CRM HTTP answer, by sink and status (`network` when there was none). */
-export const crmRequests = counter('callsync_crm_requests_total', 'HTTP requests made by the CRM sinks, by answer status', ['sink', 'crm', 'status'] as const);
+export const crmRequests = counter(
+  'callsync_crm_requests_total',
+  'HTTP requests made by the CRM sinks, by answer status',
+  ['sink', 'crm', 'status'] as const,
+);
 
 /** A CRM rejected the credentials (401/403): the sink's queue is being paused. */
 export const crmAuthFailures = counter(

@@ -24,7 +24,11 @@ function normalizePhone(raw: string | null | undefined, defaultRegion: CountryCo
 }
 
 /** Whether two written numbers are the same line. Anonymous or unreadable numbers never match. */
-export function samePhone(a: string | null | undefined, b: string | null | undefined, defaultRegion: CountryCode): boolean {
+export function samePhone(
+  a: string | null | undefined,
+  b: string | null | undefined,
+  defaultRegion: CountryCode,
+): boolean {
   const x = normalizePhone(a, defaultRegion);
   return x !== null && x === normalizePhone(b, defaultRegion);
 }

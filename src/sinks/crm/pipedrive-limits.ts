@@ -28,7 +28,10 @@ export class DailyBudget {
 
   /** True when the headers say the budget is spent. */
   static spent(headers: Headers): boolean {
-    return numberHeader(headers, 'x-daily-ratelimit-token-remaining') === 0 || numberHeader(headers, 'x-daily-requests-left') === 0;
+    return (
+      numberHeader(headers, 'x-daily-ratelimit-token-remaining') === 0 ||
+      numberHeader(headers, 'x-daily-requests-left') === 0
+    );
   }
 
   /** Reads an answer's headers; when they say the budget is spent, blocks and returns how long. */

@@ -36,7 +36,15 @@ import {
   utcDateTime,
   type CrmRecord,
 } from './common.js';
-import { CrmHttp, field, numberHeader, stringField, type CrmAnswer, type CrmHttpConfig, type CrmRequest } from './http.js';
+import {
+  CrmHttp,
+  field,
+  numberHeader,
+  stringField,
+  type CrmAnswer,
+  type CrmHttpConfig,
+  type CrmRequest,
+} from './http.js';
 import { counterpartNumber, displayNumber, phoneForms, samePhone, type CountryCode } from './phone.js';
 import { WindowLimiter } from './limiter.js';
 import { DailyBudget } from './pipedrive-limits.js';
@@ -101,7 +109,7 @@ const pipedriveEnv = {
   ARCHIVE_S3_PREFIX: archiveEnv.ARCHIVE_S3_PREFIX,
 } satisfies EnvShape;
 
-const NO_TOKEN = 'no API token: set PIPEDRIVE_API_TOKEN or the sink\'s apiToken';
+const NO_TOKEN = "no API token: set PIPEDRIVE_API_TOKEN or the sink's apiToken";
 
 /**
  * The POST /v1/callLogs body (https://developers.pipedrive.com/docs/api/v1/CallLogs#addCallLog).
@@ -199,7 +207,11 @@ export class PipedriveSink implements Sink {
       lockTtlMs: Math.max(60_000, 8 * options.timeoutMs + (options.attachRecording ? options.recordingTimeoutMs : 0)),
     });
     this.budget = new DailyBudget(deps.now);
-    this.searches = new WindowLimiter(options.searchRateLimit, { now: () => deps.now().getTime(), maxWaitMs: 0, what: 'Pipedrive person search' });
+    this.searches = new WindowLimiter(options.searchRateLimit, {
+      now: () => deps.now().getTime(),
+      maxWaitMs: 0,
+      what: 'Pipedrive person search',
+    });
     // v1 answers under /v1 and /api/v1, v2 only under /api/v2: the base is the host (and any path before /api).
     const baseUrl = (options.apiUrl ?? env.PIPEDRIVE_API_URL ?? PIPEDRIVE_DEFAULT_URL)
       .replace(/\/+$/, '')
@@ -239,11 +251,15 @@ export class PipedriveSink implements Sink {
     const log = ctx.log.child({ sink: this.name, callId: call.callId });
     const number = counterpartNumber(call, this.region);
     let person = number === null ? null : await this.findPerson(number, ctx.signal);
-    let personNote: string | null = person !== null ? null : number === null ? 'anonymous caller, no person' : 'no matching person';
+    let personNote: string | null =
+      person !== null ? null : number === null ? 'anonymous caller, no person' : 'no matching person';
     if (person === null && number !== null && this.options.createPerson) {
       person = await this.createPerson(number, ctx);
       personNote = 'new person';
-      log.info({ pipedrivePersonId: person, number: maskPhone(number) }, 'pipedrive: person created for an unknown number');
+      log.info(
+        { pipedrivePersonId: person, number: maskPhone(number) },
+        'pipedrive: person created for an unknown number',
+      );
     }
     const dealId = person !== null && this.options.linkDeal === 'open' ? await this.openDeal(person, ctx.signal) : null;
     const callLog = this.callLog(call, person, dealId);
@@ -251,7 +267,11 @@ export class PipedriveSink implements Sink {
     let record = await this.memory.get(call.key);
     if (record === null && !(await this.memory.beginCreate(call.key, this.deps.now()))) {
       record = await this.findExistingLog(call.key, callLog, ctx.signal);
-      if (record !== null) log.warn({ pipedriveCallLogId: callLogIdOf(record), pipedriveActivityId: record.activityId }, 'pipedrive: found the call log an interrupted earlier try created');
+      if (record !== null)
+        log.warn(
+          { pipedriveCallLogId: callLogIdOf(record), pipedriveActivityId: record.activityId },
+          'pipedrive: found the call log an interrupted earlier try created',
+        );
     }
 
     let reason: string | null = null;
@@ -262,13 +282,19 @@ export class PipedriveSink implements Sink {
       } else {
         const updated = await this.updateActivity(record, callLog, ctx.signal);
         if (updated === null) {
-          log.warn({ pipedriveActivityId: record.activityId }, 'pipedrive: remembered activity was deleted; logging the call again');
+          log.warn(
+            { pipedriveActivityId: record.activityId },
+            'pipedrive: remembered activity was deleted; logging the call again',
+          );
           await this.memory.forget(call.key);
           record = null;
         } else {
           record = updated;
           reason = 'updated';
-          log.info({ pipedriveCallLogId: callLogIdOf(record), person, deal: dealId, number: maskPhone(number) }, 'pipedrive: call log updated');
+          log.info(
+            { pipedriveCallLogId: callLogIdOf(record), person, deal: dealId, number: maskPhone(number) },
+            'pipedrive: call log updated',
+          );
         }
       }
       if (record !== null) {
@@ -280,7 +306,10 @@ export class PipedriveSink implements Sink {
     if (record === null) {
       record = await this.create(call.key, callLog, person, ctx.signal);
       reason = personNote === null ? 'created' : `created; ${personNote}`;
-      log.info({ pipedriveCallLogId: record.id, person, deal: dealId, number: maskPhone(number) }, 'pipedrive: call log created');
+      log.info(
+        { pipedriveCallLogId: record.id, person, deal: dealId, number: maskPhone(number) },
+        'pipedrive: call log created',
+      );
     }
 
     const recording = await this.attachRecording(call, record, ctx);
@@ -314,13 +343,24 @@ export class PipedriveSink implements Sink {
     return deleted;
   }
 
-  private async create(callKey: string, callLog: PipedriveCallLog, person: number | null, signal: AbortSignal): Promise<CrmRecord> {
-    const answer = await this.memory.creating(callKey, () => this.request({ method: 'POST', path: '/v1/callLogs', body: callLog, signal }));
+  private async create(
+    callKey: string,
+    callLog: PipedriveCallLog,
+    person: number | null,
+    signal: AbortSignal,
+  ): Promise<CrmRecord> {
+    const answer = await this.memory.creating(callKey, () =>
+      this.request({ method: 'POST', path: '/v1/callLogs', body: callLog, signal }),
+    );
     const data = field(answer.body, 'data');
     const id = stringField(data, 'id');
     if (id === undefined) throw new PermanentError('Pipedrive POST /v1/callLogs answered without data.id');
     const activityId = numericId(field(data, 'activity_id'));
-    const created: CrmRecord = { id, contactId: person === null ? null : String(person), activityId: activityId === null ? null : String(activityId) };
+    const created: CrmRecord = {
+      id,
+      contactId: person === null ? null : String(person),
+      activityId: activityId === null ? null : String(activityId),
+    };
     await this.memory.set(callKey, created);
     if (activityId !== null) await this.deps.state.set(`claimed:${activityId}`, callHash(callKey), CLAIM_TTL_MS);
     await this.memory.endCreate(callKey);
@@ -341,13 +381,20 @@ export class PipedriveSink implements Sink {
   callLog(call: CanonicalCall, personId: number | null, dealId: number | null = null): PipedriveCallLog {
     const vars = callVars(call, {
       defaultRegion: this.region,
-      archive: { enabled: this.options.archive.enabled, prefix: this.archivePrefix, baseUrl: this.options.archive.baseUrl },
+      archive: {
+        enabled: this.options.archive.enabled,
+        prefix: this.archivePrefix,
+        baseUrl: this.options.archive.baseUrl,
+      },
     });
     const from = displayNumber(call.from, call.fromRaw, this.region);
     const to = displayNumber(call.to, call.toRaw, this.region);
     const startMs = new Date(call.startedAt).getTime();
     const endIso =
-      call.endedAt ?? (call.durationSec !== null ? new Date(startMs + Math.round(call.durationSec * 1000)).toISOString() : call.startedAt);
+      call.endedAt ??
+      (call.durationSec !== null
+        ? new Date(startMs + Math.round(call.durationSec * 1000)).toISOString()
+        : call.startedAt);
     const log: PipedriveCallLog = {
       outcome: this.options.outcomeMap[call.outcome] ?? defaultPipedriveOutcome[call.outcome],
       // Required by Pipedrive; an anonymous callee (rare) is written as such.
@@ -380,18 +427,26 @@ export class PipedriveSink implements Sink {
     } catch (err) {
       if (!(err instanceof RetryLaterError)) throw err;
       this.checkBudget();
-      throw new RetryLaterError(`Pipedrive search limit: ${err.message.replace(/; sink queue pauses for \d+ ms$/, '')}; only searches wait, this call for ${err.delayMs} ms`, err.delayMs, {
-        status: err.status,
-        scope: 'job',
-        cause: err,
-      });
+      throw new RetryLaterError(
+        `Pipedrive search limit: ${err.message.replace(/; sink queue pauses for \d+ ms$/, '')}; only searches wait, this call for ${err.delayMs} ms`,
+        err.delayMs,
+        {
+          status: err.status,
+          scope: 'job',
+          cause: err,
+        },
+      );
     }
   }
 
   private checkBudget(): void {
     const daily = this.budget.pausedForMs();
     if (daily > 0) {
-      throw new RetryLaterError(`Pipedrive's daily API token budget is used up; the sink queue waits ${daily} ms, until it resets`, daily, { scope: 'queue' });
+      throw new RetryLaterError(
+        `Pipedrive's daily API token budget is used up; the sink queue waits ${daily} ms, until it resets`,
+        daily,
+        { scope: 'queue' },
+      );
     }
   }
 
@@ -443,12 +498,17 @@ export class PipedriveSink implements Sink {
     const lock = `newperson-lock:${numberKey}`;
     const token = `${ctx.jobId} ${randomBytes(6).toString('hex')}`;
     if (!(await this.deps.state.setIfAbsent(lock, token, Math.max(60_000, 2 * this.options.timeoutMs)))) {
-      throw new RetryLaterError('Pipedrive: another call is creating the person for this number', 1000, { scope: 'job' });
+      throw new RetryLaterError('Pipedrive: another call is creating the person for this number', 1000, {
+        scope: 'job',
+      });
     }
     try {
       const remembered = numericId(await this.deps.state.get(`newperson:${numberKey}`));
       if (remembered !== null) return remembered;
-      const body: Record<string, unknown> = { name: forms.international, phones: [{ value: forms.e164, primary: true, label: 'other' }] };
+      const body: Record<string, unknown> = {
+        name: forms.international,
+        phones: [{ value: forms.e164, primary: true, label: 'other' }],
+      };
       if (this.options.userId !== undefined) body.owner_id = this.options.userId;
       const answer = await this.request({ method: 'POST', path: '/api/v2/persons', body, signal: ctx.signal });
       const id = numericId(field(field(answer.body, 'data'), 'id'));
@@ -475,7 +535,11 @@ export class PipedriveSink implements Sink {
   }
 
   /** Updates the activity behind the call log; null when Pipedrive no longer has it. */
-  private async updateActivity(record: CrmRecord, callLog: PipedriveCallLog, signal: AbortSignal): Promise<CrmRecord | null> {
+  private async updateActivity(
+    record: CrmRecord,
+    callLog: PipedriveCallLog,
+    signal: AbortSignal,
+  ): Promise<CrmRecord | null> {
     const body: Record<string, unknown> = { subject: callLog.subject, note: callLog.note };
     if (callLog.person_id !== undefined) body.person_id = callLog.person_id;
     if (callLog.deal_id !== undefined) body.deal_id = callLog.deal_id;
@@ -487,17 +551,30 @@ export class PipedriveSink implements Sink {
       signal,
     });
     if (answer.status === 404 || answer.status === 410) return null;
-    return { ...record, contactId: callLog.person_id !== undefined ? String(callLog.person_id) : (record.contactId ?? null) };
+    return {
+      ...record,
+      contactId: callLog.person_id !== undefined ? String(callLog.person_id) : (record.contactId ?? null),
+    };
   }
 
   /**
    * The call log an interrupted earlier try may have created. GET /v1/callLogs lists the token
    * user's call logs only, so with `userId` set it is looked for among that user's activities.
    */
-  private async findExistingLog(callKey: string, callLog: PipedriveCallLog, signal: AbortSignal): Promise<CrmRecord | null> {
-    if (this.options.userId !== undefined) return this.findExistingActivity(callKey, callLog, this.options.userId, signal);
+  private async findExistingLog(
+    callKey: string,
+    callLog: PipedriveCallLog,
+    signal: AbortSignal,
+  ): Promise<CrmRecord | null> {
+    if (this.options.userId !== undefined)
+      return this.findExistingActivity(callKey, callLog, this.options.userId, signal);
     for (let page = 0, start = 0; page < 2; page++) {
-      const answer = await this.request({ method: 'GET', path: '/v1/callLogs', query: { start: String(start), limit: '50' }, signal });
+      const answer = await this.request({
+        method: 'GET',
+        path: '/v1/callLogs',
+        query: { start: String(start), limit: '50' },
+        signal,
+      });
       const data = field(answer.body, 'data');
       if (!Array.isArray(data)) return null;
       for (const log of data) {
@@ -505,14 +582,19 @@ export class PipedriveSink implements Sink {
           stringField(log, 'start_time') === callLog.start_time &&
           stringField(log, 'to_phone_number') === callLog.to_phone_number &&
           stringField(log, 'end_time') === callLog.end_time &&
-          (callLog.from_phone_number === undefined || stringField(log, 'from_phone_number') === callLog.from_phone_number)
+          (callLog.from_phone_number === undefined ||
+            stringField(log, 'from_phone_number') === callLog.from_phone_number)
         ) {
           const id = stringField(log, 'id');
           if (id === undefined) continue;
           const activityId = numericId(field(log, 'activity_id'));
           const personId = numericId(field(log, 'person_id'));
           if (activityId !== null) await this.deps.state.set(`claimed:${activityId}`, callHash(callKey), CLAIM_TTL_MS);
-          return { id, activityId: activityId === null ? null : String(activityId), contactId: personId === null ? null : String(personId) };
+          return {
+            id,
+            activityId: activityId === null ? null : String(activityId),
+            contactId: personId === null ? null : String(personId),
+          };
         }
       }
       const pagination = field(field(answer.body, 'additional_data'), 'pagination');
@@ -527,7 +609,12 @@ export class PipedriveSink implements Sink {
    * person filters), with this call's subject and person, not taken by another call's record. A
    * call activity does not name its call log, so the recovered record knows the activity only.
    */
-  private async findExistingActivity(callKey: string, callLog: PipedriveCallLog, userId: number, signal: AbortSignal): Promise<CrmRecord | null> {
+  private async findExistingActivity(
+    callKey: string,
+    callLog: PipedriveCallLog,
+    userId: number,
+    signal: AbortSignal,
+  ): Promise<CrmRecord | null> {
     const since = (await this.memory.pendingSince(callKey))?.getTime() ?? this.deps.now().getTime() - CLAIM_TTL_MS;
     const candidates: { id: number; sameNote: boolean }[] = [];
     let cursor: string | undefined;
@@ -546,7 +633,8 @@ export class PipedriveSink implements Sink {
       if (Array.isArray(data)) {
         for (const activity of data) {
           const id = numericId(field(activity, 'id'));
-          if (id === null || field(activity, 'type') !== 'call' || field(activity, 'subject') !== callLog.subject) continue;
+          if (id === null || field(activity, 'type') !== 'call' || field(activity, 'subject') !== callLog.subject)
+            continue;
           if ((numericId(field(activity, 'person_id')) ?? undefined) !== callLog.person_id) continue;
           const added = Date.parse(String(field(activity, 'add_time')));
           if (!Number.isNaN(added) && added < since - RECOVERY_SKEW_MS) continue;
@@ -562,8 +650,15 @@ export class PipedriveSink implements Sink {
     const mine = callHash(callKey);
     for (const { id } of candidates) {
       const claimedBy = await this.deps.state.get(`claimed:${id}`);
-      if (claimedBy === mine || (claimedBy === null && (await this.deps.state.setIfAbsent(`claimed:${id}`, mine, CLAIM_TTL_MS)))) {
-        return { id: `${ACTIVITY_ONLY}${id}`, activityId: String(id), contactId: callLog.person_id === undefined ? null : String(callLog.person_id) };
+      if (
+        claimedBy === mine ||
+        (claimedBy === null && (await this.deps.state.setIfAbsent(`claimed:${id}`, mine, CLAIM_TTL_MS)))
+      ) {
+        return {
+          id: `${ACTIVITY_ONLY}${id}`,
+          activityId: String(id),
+          contactId: callLog.person_id === undefined ? null : String(callLog.person_id),
+        };
       }
     }
     return null;
@@ -580,14 +675,22 @@ export class PipedriveSink implements Sink {
     const log = ctx.log.child({ sink: this.name, callId: call.callId });
     const callLogId = callLogIdOf(record);
     if (callLogId === null) {
-      log.warn({ pipedriveActivityId: record.activityId }, 'pipedrive: recording not attached: the recovered call log is known by its activity only');
+      log.warn(
+        { pipedriveActivityId: record.activityId },
+        'pipedrive: recording not attached: the recovered call log is known by its activity only',
+      );
       return 'recording not attached (call log id unknown after recovery)';
     }
     const stateKey = `recording:${callLogId}`;
     const state = await this.deps.state.get(stateKey);
     if (state === 'attached') return null;
     if (state === 'pending') {
-      const answer = await this.request({ method: 'GET', path: `/v1/callLogs/${encodeURIComponent(callLogId)}`, accept: [404, 410], signal: ctx.signal });
+      const answer = await this.request({
+        method: 'GET',
+        path: `/v1/callLogs/${encodeURIComponent(callLogId)}`,
+        accept: [404, 410],
+        signal: ctx.signal,
+      });
       if (answer.status === 200 && field(field(answer.body, 'data'), 'has_recording') === true) {
         await this.deps.state.set(stateKey, 'attached');
         return 'recording attached';
@@ -598,7 +701,9 @@ export class PipedriveSink implements Sink {
       return 'recording not attached (no telephony API to download it)';
     }
 
-    const [index, recording] = [...call.recordings.entries()].sort(([, a], [, b]) => (RECORDING_PREFERENCE[a.type] ?? 9) - (RECORDING_PREFERENCE[b.type] ?? 9))[0]!;
+    const [index, recording] = [...call.recordings.entries()].sort(
+      ([, a], [, b]) => (RECORDING_PREFERENCE[a.type] ?? 9) - (RECORDING_PREFERENCE[b.type] ?? 9),
+    )[0]!;
     let download: Download;
     try {
       download = await this.deps.telephony.download(recording.downloadUrl, ctx.signal);
@@ -632,7 +737,10 @@ export class PipedriveSink implements Sink {
       if (err instanceof PermanentError) {
         // The call log is written; a recording Pipedrive will never take must not dead-letter it.
         await this.deps.state.delete(stateKey);
-        log.warn({ reason: err.message, bytes: download.contentLength }, 'pipedrive: recording not attached: Pipedrive refused it');
+        log.warn(
+          { reason: err.message, bytes: download.contentLength },
+          'pipedrive: recording not attached: Pipedrive refused it',
+        );
         return `recording not attached (${err.message})`;
       }
       throw err;
@@ -644,12 +752,20 @@ export class PipedriveSink implements Sink {
     }
     // 409: the call log has a recording already (an earlier try's upload whose answer was lost).
     await this.deps.state.set(stateKey, 'attached');
-    log.info({ pipedriveCallLogId: callLogId, type: recording.type, bytes: download.contentLength }, 'pipedrive: recording attached');
+    log.info(
+      { pipedriveCallLogId: callLogId, type: recording.type, bytes: download.contentLength },
+      'pipedrive: recording attached',
+    );
     return 'recording attached';
   }
 
   /** The part's file name (the archive's name for the recording) and audio type; null when not audio. */
-  private recordingFile(call: CanonicalCall, recording: Recording, index: number, download: Download): { name: string; type: string } | null {
+  private recordingFile(
+    call: CanonicalCall,
+    recording: Recording,
+    index: number,
+    download: Download,
+  ): { name: string; type: string } | null {
     const ext = recordingExtension(download.contentType, recording.downloadUrl);
     const name = basename(recordingKey(call, recording.type, index, ext, undefined));
     const mime = download.contentType.split(';')[0]!.trim().toLowerCase();
@@ -660,7 +776,12 @@ export class PipedriveSink implements Sink {
 }
 
 /** A multipart/form-data body of one file part, streamed (its length known when the download's is). */
-function multipartFile(fieldName: string, fileName: string, type: string, download: Download): { body: AsyncIterable<Uint8Array>; contentType: string; contentLength?: number } {
+function multipartFile(
+  fieldName: string,
+  fileName: string,
+  type: string,
+  download: Download,
+): { body: AsyncIterable<Uint8Array>; contentType: string; contentLength?: number } {
   const boundary = `callsync-${randomBytes(16).toString('hex')}`;
   const head = Buffer.from(
     `--${boundary}\r\nContent-Disposition: form-data; name="${fieldName}"; filename="${fileName.replace(/["\r\n]/g, '_')}"\r\nContent-Type: ${type}\r\n\r\n`,
@@ -686,7 +807,7 @@ export const pipedriveSinkType: SinkType<PipedriveOptions> = {
   needsTranscript: () => false,
   limit: (options) => options.rateLimit,
   env: pipedriveEnv,
-  check: (options, env) => (options.apiToken ?? envOf(pipedriveEnv, env).PIPEDRIVE_API_TOKEN ? [] : [NO_TOKEN]),
+  check: (options, env) => ((options.apiToken ?? envOf(pipedriveEnv, env).PIPEDRIVE_API_TOKEN) ? [] : [NO_TOKEN]),
   fromEnv(parsed) {
     const env = envOf(pipedriveEnv, parsed);
     if (!env.PIPEDRIVE_API_TOKEN) return null;

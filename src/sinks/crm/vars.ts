@@ -67,6 +67,10 @@ export function renderTitle(template: string, vars: Record<string, unknown>, max
 /** Default HubSpot / Pipedrive templates (the operator overrides them per sink in the config file). */
 /** `{{title}}`: the call's headline when it has one, else `{{directionLabel}} call {{remote}} ({{outcome}})`. */
 export const defaultTitleTemplate = '{{title}}';
-export const defaultBodyTemplate = ['{{summary}}', '{{keyPointsSection}}', '{{topicsLine}}', '{{answersSection}}', '{{transcriptLine}}'].join(
-  '\n\n',
-);
+export const defaultBodyTemplate = [
+  '{{summary}}',
+  '{{keyPointsSection}}',
+  '{{topicsLine}}',
+  '{{answersSection}}',
+  '{{transcriptLine}}',
+].join('\n\n');

@@ -35,19 +35,32 @@ import { CrmHttp, redirectTarget, stringField } from './http.js';
 const secretSchema = z
   .string()
   .trim()
-  .refine((s) => secretKey(s) !== null, { message: 'expected a `whsec_` secret: whsec_ followed by base64 (at least 24 bytes)' });
+  .refine((s) => secretKey(s) !== null, {
+    message: 'expected a `whsec_` secret: whsec_ followed by base64 (at least 24 bytes)',
+  });
 
 /** Header names a config may not set: the signature headers and what fetch owns. */
-const reservedHeaders = new Set(['webhook-id', 'webhook-timestamp', 'webhook-signature', 'content-type', 'content-length', 'host']);
+const reservedHeaders = new Set([
+  'webhook-id',
+  'webhook-timestamp',
+  'webhook-signature',
+  'content-type',
+  'content-length',
+  'host',
+]);
 
 const headersSchema = z
   .record(z.string().regex(/^[A-Za-z0-9-]+$/), z.string())
-  .refine((h) => Object.keys(h).every((k) => !reservedHeaders.has(k.toLowerCase())), { message: 'webhook-* and content headers are set by callsync' });
+  .refine((h) => Object.keys(h).every((k) => !reservedHeaders.has(k.toLowerCase())), {
+    message: 'webhook-* and content headers are set by callsync',
+  });
 
 const urlSchema = z.url({ protocol: /^https?$/ });
 
 /** Names the endpoint's queue, so like sink names: letters, digits, - and _ (no `.`, which separates them). */
-const endpointNameSchema = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i, 'endpoint names are letters, digits, - and _ (they name the endpoint\'s queue)');
+const endpointNameSchema = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9_-]{0,62}$/i, "endpoint names are letters, digits, - and _ (they name the endpoint's queue)");
 
 const endpointSchema = z.strictObject({
   /** Its queue is `sink-<sink>.<name>`. Default: from the URL's host. Keep the name when the URL changes. */
@@ -85,12 +98,18 @@ const webhookOptionsSchema = z
     retry: retryOptionsSchema.optional(),
   })
   .superRefine((o, ctx) => {
-    if (!o.urls && !o.endpoints) ctx.addIssue({ code: 'custom', path: ['urls'], message: 'give the receivers as `urls` or `endpoints`' });
+    if (!o.urls && !o.endpoints)
+      ctx.addIssue({ code: 'custom', path: ['urls'], message: 'give the receivers as `urls` or `endpoints`' });
     const seen = new Set<string>();
     for (const [i, e] of (o.endpoints ?? []).entries()) {
       if (e.name === undefined) continue;
       const key = e.name.toLowerCase();
-      if (seen.has(key)) ctx.addIssue({ code: 'custom', path: ['endpoints', i, 'name'], message: `endpoint name "${e.name}" is used twice` });
+      if (seen.has(key))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['endpoints', i, 'name'],
+          message: `endpoint name "${e.name}" is used twice`,
+        });
       seen.add(key);
     }
   });
@@ -110,11 +129,17 @@ export interface WebhookEndpoint {
 
 /** `hooks.example.com:8443` -> `hooks-example-com-8443`. */
 function hostName(url: string): string {
-  const slug = new URL(url).host.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-+/, '').slice(0, 56).replace(/-+$/, '');
+  const slug = new URL(url).host
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+/, '')
+    .slice(0, 56)
+    .replace(/-+$/, '');
   return slug === '' ? 'endpoint' : slug;
 }
 
-const lowerKeys = (h: Record<string, string>) => Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toLowerCase(), v]));
+const lowerKeys = (h: Record<string, string>) =>
+  Object.fromEntries(Object.entries(h).map(([k, v]) => [k.toLowerCase(), v]));
 
 /**
  * The endpoints of the options, `urls` first, then `endpoints`. An endpoint without a name is named
@@ -123,7 +148,10 @@ const lowerKeys = (h: Record<string, string>) => Object.fromEntries(Object.entri
  * @internal Exported for its tests only (test/crm-webhook.redis.test.ts).
  */
 export function webhookEndpoints(options: Pick<WebhookOptions, 'urls' | 'endpoints' | 'headers'>): WebhookEndpoint[] {
-  const listed: z.infer<typeof endpointSchema>[] = [...(options.urls ?? []).map((url) => ({ url })), ...(options.endpoints ?? [])];
+  const listed: z.infer<typeof endpointSchema>[] = [
+    ...(options.urls ?? []).map((url) => ({ url })),
+    ...(options.endpoints ?? []),
+  ];
   const taken = new Set(listed.flatMap((e) => (e.name === undefined ? [] : [e.name.toLowerCase()])));
   return listed.map((e) => {
     let name = e.name;
@@ -133,7 +161,12 @@ export function webhookEndpoints(options: Pick<WebhookOptions, 'urls' | 'endpoin
       for (let n = 2; taken.has(name); n++) name = `${base}-${n}`;
       taken.add(name);
     }
-    return { name, url: e.url, ...(e.secrets ? { secrets: e.secrets } : {}), headers: { ...lowerKeys(options.headers ?? {}), ...lowerKeys(e.headers ?? {}) } };
+    return {
+      name,
+      url: e.url,
+      ...(e.secrets ? { secrets: e.secrets } : {}),
+      headers: { ...lowerKeys(options.headers ?? {}), ...lowerKeys(e.headers ?? {}) },
+    };
   });
 }
 
@@ -157,22 +190,28 @@ function signWebhook(id: string, timestampSec: number, body: string, secrets: st
 }
 
 function splitList(value: string | undefined): string[] {
-  return (value ?? '').split(/[\s,]+/).map((s) => s.trim()).filter((s) => s.length > 0);
+  return (value ?? '')
+    .split(/[\s,]+/)
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0);
 }
 
 /** The environment variables the signed-webhook sink type reads. */
 const webhookEnv = {
   /** URLs of the shortcut sink `webhook`, separated by commas or spaces. */
-  CRM_WEBHOOK_URL: envString.refine((v) => splitList(v).every((u) => /^https?:$/.test(URL.canParse(u) ? new URL(u).protocol : '')), {
-    message: 'expected http(s) URLs separated by commas',
-  }),
+  CRM_WEBHOOK_URL: envString.refine(
+    (v) => splitList(v).every((u) => /^https?:$/.test(URL.canParse(u) ? new URL(u).protocol : '')),
+    {
+      message: 'expected http(s) URLs separated by commas',
+    },
+  ),
   /** Signing secrets (`whsec_…`, separated by commas or spaces; two while rotating): the sinks' `secrets` default. */
   CRM_WEBHOOK_SECRET: envString.refine((v) => splitList(v).every((s) => secretKey(s) !== null), {
     message: 'expected whsec_ secrets (whsec_ followed by base64 of at least 24 bytes), separated by commas or spaces',
   }),
 } satisfies EnvShape;
 
-const NO_SECRET = 'no signing secret: set CRM_WEBHOOK_SECRET or the sink\'s secrets';
+const NO_SECRET = "no signing secret: set CRM_WEBHOOK_SECRET or the sink's secrets";
 
 /** Answers that disable an endpoint (the spec: 410 = stop sending; 3xx = update the URL instead of following). */
 const DISABLING = [301, 302, 303, 307, 308, 410];
@@ -202,7 +241,9 @@ export class WebhookSink implements Sink {
     for (const e of webhookEndpoints(options)) {
       const secrets = e.secrets ?? sinkSecrets;
       if (secrets.length === 0) {
-        throw new Error(`sink "${name}" (webhook): endpoint "${e.name}" has no signing secret; set CRM_WEBHOOK_SECRET, the sink's secrets or the endpoint's secrets`);
+        throw new Error(
+          `sink "${name}" (webhook): endpoint "${e.name}" has no signing secret; set CRM_WEBHOOK_SECRET, the sink's secrets or the endpoint's secrets`,
+        );
       }
       const host = new URL(e.url).host;
       const state = deps.state.scoped(`endpoint:${e.name}`);
@@ -210,7 +251,10 @@ export class WebhookSink implements Sink {
         ...e,
         secrets,
         state,
-        revisions: new RevisionGuard(state, { what: `webhook endpoint "${e.name}"`, lockTtlMs: 30_000 + options.timeoutMs }),
+        revisions: new RevisionGuard(state, {
+          what: `webhook endpoint "${e.name}"`,
+          lockTtlMs: 30_000 + options.timeoutMs,
+        }),
         http: new CrmHttp({
           crm: 'Webhook',
           sink: name,
@@ -219,7 +263,8 @@ export class WebhookSink implements Sink {
           timeoutMs: options.timeoutMs,
           now: deps.now,
           authHint: `Check the receiver's credentials in the headers of endpoint "${e.name}" (${host}).`,
-          errorDetail: (body, text) => stringField(body, 'message') ?? stringField(body, 'error') ?? (text.length < 300 ? text : undefined),
+          errorDetail: (body, text) =>
+            stringField(body, 'message') ?? stringField(body, 'error') ?? (text.length < 300 ? text : undefined),
           rateLimitDelayMs: () => 10_000,
         }),
       });
@@ -250,14 +295,26 @@ export class WebhookSink implements Sink {
       for (const endpoint of this.endpoints.values()) results.push(await this.sendTo(endpoint, call, message, ctx));
       if (results.every((r) => r.status === 'skipped')) return results[0]!;
       const reasons = results.flatMap((r) => (r.reason ? [r.reason] : []));
-      return { status: 'done', refs: { webhookId: message.id }, ...(reasons.length > 0 ? { reason: reasons.join('; ') } : {}) };
+      return {
+        status: 'done',
+        refs: { webhookId: message.id },
+        ...(reasons.length > 0 ? { reason: reasons.join('; ') } : {}),
+      };
     }
     const endpoint = this.endpoints.get(ctx.endpoint);
-    if (!endpoint) throw new EndpointDisabledError(`sink "${this.name}" (webhook) has no endpoint "${ctx.endpoint}" (any more): its queue is disabled; add the endpoint back, or remove its jobs`);
+    if (!endpoint)
+      throw new EndpointDisabledError(
+        `sink "${this.name}" (webhook) has no endpoint "${ctx.endpoint}" (any more): its queue is disabled; add the endpoint back, or remove its jobs`,
+      );
     return this.sendTo(endpoint, call, message, ctx);
   }
 
-  private sendTo(endpoint: Endpoint, call: CanonicalCall, message: { id: string; body: string }, ctx: SinkContext): Promise<SinkResult> {
+  private sendTo(
+    endpoint: Endpoint,
+    call: CanonicalCall,
+    message: { id: string; body: string },
+    ctx: SinkContext,
+  ): Promise<SinkResult> {
     const { id, body } = message;
     const sentKey = `sent:${id}`;
     // Two round trips: the lock taken with the revision stamp and the "sent" marker read; the marker
@@ -265,24 +322,47 @@ export class WebhookSink implements Sink {
     return endpoint.revisions.hold(call.key, ctx, [sentKey], async (held) => {
       const refs = { webhookId: id };
       if (held.superseded) return endpoint.revisions.skipped();
-      if (held.values[0] !== null) return { status: 'done', refs, reason: `endpoint "${endpoint.name}" already had this message` };
+      if (held.values[0] !== null)
+        return { status: 'done', refs, reason: `endpoint "${endpoint.name}" already had this message` };
       const timestamp = Math.floor(this.deps.now().getTime() / 1000);
       await this.post(endpoint, id, timestamp, body, ctx.signal);
       held.set(sentKey, String(timestamp), 7 * 24 * 3600 * 1000);
       held.written();
-      ctx.log.debug({ sink: this.name, endpoint: endpoint.name, callId: call.callId, host: new URL(endpoint.url).host, webhookId: id }, 'webhook delivered');
+      ctx.log.debug(
+        {
+          sink: this.name,
+          endpoint: endpoint.name,
+          callId: call.callId,
+          host: new URL(endpoint.url).host,
+          webhookId: id,
+        },
+        'webhook delivered',
+      );
       return { status: 'done', refs };
     });
   }
 
-  private async post(endpoint: Endpoint, id: string, timestamp: number, body: string, signal: AbortSignal): Promise<void> {
+  private async post(
+    endpoint: Endpoint,
+    id: string,
+    timestamp: number,
+    body: string,
+    signal: AbortSignal,
+  ): Promise<void> {
     // The signature covers the exact bytes, so the serialized body is sent as-is.
     const headers = {
       'webhook-id': id,
       'webhook-timestamp': String(timestamp),
       'webhook-signature': signWebhook(id, timestamp, body, endpoint.secrets),
     };
-    const answer = await endpoint.http.request({ method: 'POST', path: '', rawBody: body, headers, signal, accept: DISABLING });
+    const answer = await endpoint.http.request({
+      method: 'POST',
+      path: '',
+      rawBody: body,
+      headers,
+      signal,
+      accept: DISABLING,
+    });
     if (answer.status < 300) return;
     const url = new URL(endpoint.url);
     const what = `Webhook POST ${url.host}${url.pathname} (endpoint "${endpoint.name}" of sink "${this.name}")`;
@@ -319,6 +399,9 @@ export const webhookSinkType: SinkType<WebhookOptions> = {
     const urls = splitList(envOf(webhookEnv, env).CRM_WEBHOOK_URL);
     if (urls.length === 0) return null;
     // Secrets stay in the environment (read at create).
-    return { sinks: { webhook: { type: 'webhook', urls } }, routes: [{ name: 'webhook (env)', when: {}, to: ['webhook'] }] };
+    return {
+      sinks: { webhook: { type: 'webhook', urls } },
+      routes: [{ name: 'webhook (env)', when: {}, to: ['webhook'] }],
+    };
   },
 };

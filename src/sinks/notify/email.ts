@@ -14,7 +14,9 @@ import { commonOptions, templateSchema, timeZoneSchema } from './options.js';
 import { quietHoursEnd } from './time.js';
 
 /** `someone@example.com` or `Some One <someone@example.com>`. */
-const addressSchema = z.string().regex(/^(?:[^<>@]*<[^<>@\s]+@[^<>@\s]+>|[^<>@\s]+@[^<>@\s]+)$/, 'expected an e-mail address');
+const addressSchema = z
+  .string()
+  .regex(/^(?:[^<>@]*<[^<>@\s]+@[^<>@\s]+>|[^<>@\s]+@[^<>@\s]+)$/, 'expected an e-mail address');
 
 const DEFAULT_SUBJECT = 'Call {{caller}} → {{callee}} ({{outcome}}, {{date}} {{time}})';
 /** The default subject of a call with a headline (`assist.callHeadline`): the headline first. */
@@ -55,15 +57,21 @@ const emailEnv = {
     message: 'expected smtp://user:pass@host:587 or smtps://user:pass@host:465',
   }),
   /** The sinks' `from` default. */
-  SMTP_FROM: envString.refine((v) => v === undefined || addressSchema.safeParse(v).success, { message: 'expected an e-mail address' }),
+  SMTP_FROM: envString.refine((v) => v === undefined || addressSchema.safeParse(v).success, {
+    message: 'expected an e-mail address',
+  }),
   /** Shortcut: with SMTP_URL, the sink `email` mails every call with a summary to these addresses (comma-separated). */
-  NOTIFY_EMAIL_TO: envList.refine((to) => to.every((a) => addressSchema.safeParse(a).success), { message: 'expected e-mail addresses separated by commas' }),
+  NOTIFY_EMAIL_TO: envList.refine((to) => to.every((a) => addressSchema.safeParse(a).success), {
+    message: 'expected e-mail addresses separated by commas',
+  }),
   /** Time zone of the NOTIFY_EMAIL_TO sink. Default UTC. */
-  NOTIFY_TIME_ZONE: envString.refine((v) => v === undefined || timeZoneSchema.safeParse(v).success, { message: 'expected an IANA time zone such as Europe/Berlin' }),
+  NOTIFY_TIME_ZONE: envString.refine((v) => v === undefined || timeZoneSchema.safeParse(v).success, {
+    message: 'expected an IANA time zone such as Europe/Berlin',
+  }),
 } satisfies EnvShape;
 
 const NO_SMTP = 'needs an SMTP server: set SMTP_URL (e.g. smtp://user:pass@mail.example.com:587)';
-const NO_FROM = 'needs a sender: set SMTP_FROM or the sink\'s from';
+const NO_FROM = "needs a sender: set SMTP_FROM or the sink's from";
 
 function domainOf(address: string): string {
   return /@([^<>@\s]+?)>?$/.exec(address.trim())?.[1] ?? 'callsync.invalid';
@@ -90,12 +98,17 @@ class EmailSink implements Sink {
     }
     const earlier = await this.ledger.read(call.key, 'mail');
     if (earlier?.state === 'sent') return { status: 'skipped', reason: 'already sent' };
-    if (earlier?.state === 'unknown') return { status: 'skipped', reason: "an earlier attempt's outcome is unknown; not resent" };
+    if (earlier?.state === 'unknown')
+      return { status: 'skipped', reason: "an earlier attempt's outcome is unknown; not resent" };
 
     const q = this.o.quietHours;
-    const quietEnd = q ? quietHoursEnd(now, { start: q.start, end: q.end, timeZone: q.timeZone ?? this.o.timeZone }) : null;
+    const quietEnd = q
+      ? quietHoursEnd(now, { start: q.start, end: q.end, timeZone: q.timeZone ?? this.o.timeZone })
+      : null;
     if (quietEnd) {
-      throw new RetryLaterError(`quiet hours until ${quietEnd.toISOString()}`, quietEnd.getTime() - now.getTime(), { scope: 'job' });
+      throw new RetryLaterError(`quiet hours until ${quietEnd.toISOString()}`, quietEnd.getTime() - now.getTime(), {
+        scope: 'job',
+      });
     }
 
     const fields = templateVars(call, { timeZone: this.o.timeZone });
@@ -104,7 +117,10 @@ class EmailSink implements Sink {
       from: this.from,
       to: this.o.to,
       // A subject is one line.
-      subject: renderText(this.o.subject === DEFAULT_SUBJECT && call.title ? DEFAULT_SUBJECT_WITH_TITLE : this.o.subject, fields).replace(/\s+/g, ' '),
+      subject: renderText(
+        this.o.subject === DEFAULT_SUBJECT && call.title ? DEFAULT_SUBJECT_WITH_TITLE : this.o.subject,
+        fields,
+      ).replace(/\s+/g, ' '),
       text,
       html: renderHtml(this.o.html, text, fields),
       messageId: `<${callHash(call.key)}.${this.name.replace(/[^A-Za-z0-9._-]/g, '-')}@${domainOf(this.from)}>`,
@@ -134,7 +150,8 @@ class EmailSink implements Sink {
 /** The e-mail sink type; `createMailer` is the door tests and other transports come through. */
 function createEmailSinkType(
   // nodemailer is imported when the first e-mail sink is built, not when the config is read.
-  createMailer: (url: string) => Mailer | Promise<Mailer> = async (url) => (await import('./smtp.js')).createSmtpMailer(url),
+  createMailer: (url: string) => Mailer | Promise<Mailer> = async (url) =>
+    (await import('./smtp.js')).createSmtpMailer(url),
 ): SinkType<EmailOptions> {
   return {
     type: 'email',
@@ -144,7 +161,7 @@ function createEmailSinkType(
     env: emailEnv,
     check(options, parsed) {
       const env = envOf(emailEnv, parsed);
-      return [...(env.SMTP_URL ? [] : [NO_SMTP]), ...(options.from ?? env.SMTP_FROM ? [] : [NO_FROM])];
+      return [...(env.SMTP_URL ? [] : [NO_SMTP]), ...((options.from ?? env.SMTP_FROM) ? [] : [NO_FROM])];
     },
     async create(name, options, deps) {
       const env = envOf(emailEnv, deps.env);

@@ -4,4 +4,3 @@ import { emailSinkType } from './email.js';
 import { smsSinkType } from './sms.js';
 
 export const notifySinkTypes: SinkType[] = [defineSinkType(smsSinkType), defineSinkType(emailSinkType)];
-

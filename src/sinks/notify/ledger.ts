@@ -120,8 +120,11 @@ export class NotificationLedger {
     const old = legacy === null ? null : await this.store.get(legacy);
     if (old !== null) return parseEntry(old);
     const entry: LedgerEntry = { state: 'sending', at: now.toISOString() };
-    if (await this.store.setIfAbsent(await this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs)) return null;
-    return (await this.read(callKey, recipient)) ?? { state: 'unknown', at: now.toISOString(), reason: 'marker vanished' };
+    if (await this.store.setIfAbsent(await this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs))
+      return null;
+    return (
+      (await this.read(callKey, recipient)) ?? { state: 'unknown', at: now.toISOString(), reason: 'marker vanished' }
+    );
   }
 
   async write(callKey: string, recipient: string, entry: LedgerEntry): Promise<void> {
@@ -165,16 +168,25 @@ export type SendOnceResult = { sent: true; ref: string | undefined } | { sent: f
 export async function sendOnce(o: SendOnceOptions): Promise<SendOnceResult> {
   const existing = await o.ledger.claim(o.callKey, o.recipient, o.now());
   if (existing !== null) {
-    if (existing.state === 'sent') return { sent: false, reason: `already sent${existing.ref ? ` (${existing.ref})` : ''}` };
-    if (existing.state === 'unknown') return { sent: false, reason: `an earlier attempt's outcome is unknown (${existing.reason ?? 'no reason'}); not resent` };
+    if (existing.state === 'sent')
+      return { sent: false, reason: `already sent${existing.ref ? ` (${existing.ref})` : ''}` };
+    if (existing.state === 'unknown')
+      return {
+        sent: false,
+        reason: `an earlier attempt's outcome is unknown (${existing.reason ?? 'no reason'}); not resent`,
+      };
     const age = o.now().getTime() - Date.parse(existing.at);
     if (age < IN_FLIGHT_GRACE_MS) {
-      throw new RetryLaterError(`${o.what}: another attempt is in flight`, IN_FLIGHT_GRACE_MS - age + 1000, { scope: 'job' });
+      throw new RetryLaterError(`${o.what}: another attempt is in flight`, IN_FLIGHT_GRACE_MS - age + 1000, {
+        scope: 'job',
+      });
     }
     // A `sending` marker nobody finished: the worker died between claiming and recording the answer.
     const reason = `attempt started at ${existing.at} never finished (worker stopped?)`;
     await o.ledger.write(o.callKey, o.recipient, { state: 'unknown', at: o.now().toISOString(), reason });
-    throw new OutcomeUnknownPermanentError(`${o.what}: outcome unknown, ${reason}; not resent automatically (see docs/notifications.md)`);
+    throw new OutcomeUnknownPermanentError(
+      `${o.what}: outcome unknown, ${reason}; not resent automatically (see docs/notifications.md)`,
+    );
   }
 
   let ref: string | undefined;
@@ -184,12 +196,19 @@ export async function sendOnce(o: SendOnceOptions): Promise<SendOnceResult> {
     if (o.outcomeUnknown(err)) {
       const reason = err instanceof Error ? err.message : String(err);
       await o.ledger.write(o.callKey, o.recipient, { state: 'unknown', at: o.now().toISOString(), reason });
-      throw new OutcomeUnknownPermanentError(`${o.what}: outcome unknown (${reason}); not resent automatically (see docs/notifications.md)`, { cause: err });
+      throw new OutcomeUnknownPermanentError(
+        `${o.what}: outcome unknown (${reason}); not resent automatically (see docs/notifications.md)`,
+        { cause: err },
+      );
     }
     await o.ledger.forget(o.callKey, o.recipient);
     await o.onDefiniteFailure?.();
     throw err;
   }
-  await o.ledger.write(o.callKey, o.recipient, { state: 'sent', at: o.now().toISOString(), ...(ref === undefined ? {} : { ref }) });
+  await o.ledger.write(o.callKey, o.recipient, {
+    state: 'sent',
+    at: o.now().toISOString(),
+    ...(ref === undefined ? {} : { ref }),
+  });
   return { sent: true, ref };
 }

@@ -35,7 +35,8 @@ export function smtpOutcomeUnknown(err: unknown): boolean {
   if (typeof e?.responseCode === 'number') return false; // the server answered with a refusal
   if (['EAUTH', 'EENVELOPE', 'EMESSAGE', 'EDNS', 'ETLS', 'EREQUIRETLS'].includes(e?.code ?? '')) return false;
   if (e?.code === 'ETIMEDOUT' && SETUP_TIMEOUTS.has(e.timeoutType ?? '')) return false;
-  if ([e?.code, e?.originalCode].some((c) => c === 'ECONNREFUSED' || c === 'ENOTFOUND' || c === 'EAI_AGAIN')) return false;
+  if ([e?.code, e?.originalCode].some((c) => c === 'ECONNREFUSED' || c === 'ENOTFOUND' || c === 'EAI_AGAIN'))
+    return false;
   return !requestCertainlyNotSent(e);
 }
 
@@ -48,7 +49,10 @@ export function smtpError(err: unknown): SinkError {
   const message = `SMTP: ${redactRemoteText(e?.message ?? String(err))}`;
   const status = typeof e?.responseCode === 'number' ? e.responseCode : undefined;
   if (e?.code === 'EAUTH' || status === 530 || status === 535) return new AuthError(message, { status, cause: err });
-  if (status !== undefined) return status >= 500 ? new PermanentError(message, { status, cause: err }) : new TransientError(message, { status, cause: err });
+  if (status !== undefined)
+    return status >= 500
+      ? new PermanentError(message, { status, cause: err })
+      : new TransientError(message, { status, cause: err });
   if (e?.code === 'EENVELOPE' || e?.code === 'EMESSAGE') return new PermanentError(message, { cause: err });
   return new TransientError(message, { cause: err });
 }

@@ -10,7 +10,9 @@ function escapeHtmlMultiline(value: string): string {
 
 /** Renders a template for a plain-text part or an SMS. */
 export function renderText(template: string, fields: Record<string, unknown>): string {
-  return renderTemplate(template, fields).replace(/\n{3,}/g, '\n\n').trim();
+  return renderTemplate(template, fields)
+    .replace(/\n{3,}/g, '\n\n')
+    .trim();
 }
 
 /** Renders the HTML part: from the HTML template (values escaped), or the escaped text in a pre-wrap block. */

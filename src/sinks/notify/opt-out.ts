@@ -40,7 +40,9 @@ export class OptOutList implements OptOutLookup {
     const trimmed = number.trim();
     const e164 = trimmed.startsWith('+') || region === undefined ? parseE164(trimmed) : nationalToE164(trimmed, region);
     if (e164 === undefined) {
-      throw new Error(`not a valid phone number: "${number}" (expected E.164 such as +4915112345678${region ? `, or a national number in ${region}` : ''})`);
+      throw new Error(
+        `not a valid phone number: "${number}" (expected E.164 such as +4915112345678${region ? `, or a national number in ${region}` : ''})`,
+      );
     }
     return e164;
   }
@@ -66,7 +68,10 @@ export class OptOutList implements OptOutLookup {
     const e164 = parseE164(number);
     if (e164 === undefined) return false;
     if ((await this.redis.sismember(this.key, e164)) === 1) return true;
-    return this.secret !== undefined && (await this.redis.sismember(this.key, recipientHash(await this.secret.get(), e164))) === 1;
+    return (
+      this.secret !== undefined &&
+      (await this.redis.sismember(this.key, recipientHash(await this.secret.get(), e164))) === 1
+    );
   }
 
   /**

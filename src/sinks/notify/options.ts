@@ -3,7 +3,10 @@
 import { z } from 'zod';
 import { isValidTimeZone } from './time.js';
 
-export const timeZoneSchema = z.string().min(1).refine(isValidTimeZone, { message: 'expected an IANA time zone such as Europe/Berlin' });
+export const timeZoneSchema = z
+  .string()
+  .min(1)
+  .refine(isValidTimeZone, { message: 'expected an IANA time zone such as Europe/Berlin' });
 
 /** A `{{variable}}` template (the one variable set shared with the CRM sinks). */
 export { templateSchema } from '../template-vars.js';

@@ -31,7 +31,11 @@ export function checkSmsRecipient(number: string | null, raw: string | null = nu
   if (!parsed?.isValid()) return { ok: false, reason: 'not a valid E.164 number' };
   const type = parsed.getType();
   if (type === undefined || !TEXTABLE.has(type)) {
-    return { ok: false, reason: type === 'FIXED_LINE' ? 'landline (not a mobile number)' : `not a mobile number (${type ?? 'unknown type'})` };
+    return {
+      ok: false,
+      reason:
+        type === 'FIXED_LINE' ? 'landline (not a mobile number)' : `not a mobile number (${type ?? 'unknown type'})`,
+    };
   }
   return { ok: true, number: parsed.number };
 }

@@ -50,10 +50,18 @@ function pack(sizes: Iterable<number>, single: number, perSegment: number): { un
 /** The encoding, size and segment count of an SMS text (an empty text is one segment). */
 export function smsLength(text: string): SmsLength {
   if (isGsm7(text)) {
-    const { units, segments } = pack(Array.from(text, (ch) => (GSM7_EXTENSION.has(ch) ? 2 : 1)), 160, 153);
+    const { units, segments } = pack(
+      Array.from(text, (ch) => (GSM7_EXTENSION.has(ch) ? 2 : 1)),
+      160,
+      153,
+    );
     return { encoding: 'gsm7', units, segments };
   }
-  const { units, segments } = pack(Array.from(text, (ch) => ch.length), 70, 67);
+  const { units, segments } = pack(
+    Array.from(text, (ch) => ch.length),
+    70,
+    67,
+  );
   return { encoding: 'ucs2', units, segments };
 }
 
@@ -88,7 +96,9 @@ export interface SmsLimits {
  */
 export function truncateSms(text: string, limits: SmsLimits): string {
   const trimmed = text.trim();
-  const fits = (t: string) => smsLength(t).segments <= limits.maxSegments && (limits.maxLength === undefined || textLength(t) <= limits.maxLength);
+  const fits = (t: string) =>
+    smsLength(t).segments <= limits.maxSegments &&
+    (limits.maxLength === undefined || textLength(t) <= limits.maxLength);
   if (fits(trimmed)) return trimmed;
   const graphemes = Array.from(segmenter.segment(trimmed), (s) => s.segment);
   const ellipsis = (t: string) => (isGsm7(t) ? '...' : '…');

@@ -63,8 +63,9 @@ const smsEnv = {
   TELEPHONY_SMS_ID: envString,
 } satisfies EnvShape;
 
-const NO_TELEPHONY = 'needs the platform API to send: set TELEPHONY_API_URL and TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN (or TELEPHONY_ACCESS_TOKEN)';
-const NO_SMS_ID = 'needs an SMS extension id: set TELEPHONY_SMS_ID or the sink\'s smsId';
+const NO_TELEPHONY =
+  'needs the platform API to send: set TELEPHONY_API_URL and TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN (or TELEPHONY_ACCESS_TOKEN)';
+const NO_SMS_ID = "needs an SMS extension id: set TELEPHONY_SMS_ID or the sink's smsId";
 
 /**
  * Sink dependencies plus the shared opt-out list (Redis set), when the process provides it.
@@ -148,7 +149,8 @@ class SmsSink implements Sink {
       const label = maskPhone(check.number) ?? '';
       const earlier = await this.ledger.read(call.key, check.number);
       if (earlier?.state === 'sent') skipped.push(`${label}: already sent`);
-      else if (earlier?.state === 'unknown') skipped.push(`${label}: an earlier attempt's outcome is unknown; not resent`);
+      else if (earlier?.state === 'unknown')
+        skipped.push(`${label}: an earlier attempt's outcome is unknown; not resent`);
       else if (await this.optedOut(check.number)) skipped.push(`${label}: opted out`);
       else candidates.push({ number: check.number, label });
     }
@@ -157,7 +159,9 @@ class SmsSink implements Sink {
     const quiet = this.quietHours();
     const quietEnd = quiet ? quietHoursEnd(now, quiet) : null;
     if (quietEnd && this.o.quietHoursMode === 'delay') {
-      throw new RetryLaterError(`quiet hours until ${quietEnd.toISOString()}`, quietEnd.getTime() - now.getTime(), { scope: 'job' });
+      throw new RetryLaterError(`quiet hours until ${quietEnd.toISOString()}`, quietEnd.getTime() - now.getTime(), {
+        scope: 'job',
+      });
     }
     // Quiet hours end within a day, well inside the platform's 30-day limit for sendAt.
     const sendAt = quietEnd ? Math.ceil(quietEnd.getTime() / 1000) : undefined;
@@ -168,7 +172,12 @@ class SmsSink implements Sink {
         skipped.push(`${c.label}: cooldown (${formatMs(this.o.cooldown ?? 0)})`);
         continue;
       }
-      const request: SendWebSmsRequest = { smsId: this.smsId, recipient: c.number, message, ...(sendAt === undefined ? {} : { sendAt }) };
+      const request: SendWebSmsRequest = {
+        smsId: this.smsId,
+        recipient: c.number,
+        message,
+        ...(sendAt === undefined ? {} : { sendAt }),
+      };
       const result = await sendOnce({
         ledger: this.ledger,
         callKey: call.key,
@@ -196,7 +205,9 @@ class SmsSink implements Sink {
 
   private targets(call: CanonicalCall): { number: string | null; raw: string | null }[] {
     if (this.o.to !== 'caller') return this.o.to.map((n) => ({ number: n, raw: n }));
-    return call.direction === 'in' ? [{ number: call.from, raw: call.fromRaw }] : [{ number: call.to, raw: call.toRaw }];
+    return call.direction === 'in'
+      ? [{ number: call.from, raw: call.fromRaw }]
+      : [{ number: call.to, raw: call.toRaw }];
   }
 
   private async optedOut(number: string): Promise<boolean> {
@@ -234,7 +245,11 @@ class SmsSink implements Sink {
   private finish(ctx: SinkContext, sent: [string, string][], skipped: string[]): SinkResult {
     if (skipped.length > 0) ctx.log.info({ sink: this.name, skipped }, 'sms skipped');
     if (sent.length === 0) return { status: 'skipped', reason: skipped.join('; ') || 'no recipient' };
-    return { status: 'done', refs: Object.fromEntries(sent), ...(skipped.length > 0 ? { reason: `also skipped: ${skipped.join('; ')}` } : {}) };
+    return {
+      status: 'done',
+      refs: Object.fromEntries(sent),
+      ...(skipped.length > 0 ? { reason: `also skipped: ${skipped.join('; ')}` } : {}),
+    };
   }
 }
 

@@ -19,7 +19,14 @@ export function createSmtpMailer(url: string, options: SmtpMailerOptions = {}): 
   return {
     async send(m) {
       try {
-        const info = await transport.sendMail({ from: m.from, to: m.to, subject: m.subject, text: m.text, html: m.html, messageId: m.messageId });
+        const info = await transport.sendMail({
+          from: m.from,
+          to: m.to,
+          subject: m.subject,
+          text: m.text,
+          html: m.html,
+          messageId: m.messageId,
+        });
         return { response: String(info.response ?? '') };
       } catch (err) {
         throw smtpError(err);

@@ -110,7 +110,13 @@ export function quietHoursEnd(now: Date, quiet: QuietHours): Date | null {
   const dayOffset = minute < end ? 0 : 1;
   const day = new Date(Date.UTC(local.year, local.month - 1, local.day + dayOffset));
   return zonedTimeToUtc(
-    { year: day.getUTCFullYear(), month: day.getUTCMonth() + 1, day: day.getUTCDate(), hour: Math.floor(end / 60), minute: end % 60 },
+    {
+      year: day.getUTCFullYear(),
+      month: day.getUTCMonth() + 1,
+      day: day.getUTCDate(),
+      hour: Math.floor(end / 60),
+      minute: end % 60,
+    },
     quiet.timeZone,
   );
 }
