@@ -112,6 +112,8 @@ test('24 × 10 MB at once, with Redis up and during an outage: 202 or 503, no cr
     SPOOL_ENABLED: 'true',
     SPOOL_DIR: join(dir, 'spool'),
     LOG_LEVEL: 'info',
+    // A deployment that raised the limit (default 8 MiB) for bodies of 10 MB.
+    WEBHOOK_BODY_LIMIT: String(16 * MB),
   });
   const url = await bounded(child.url, 60_000, 'the ingress to listen', child);
   const make = bodies();

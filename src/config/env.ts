@@ -83,8 +83,12 @@ const coreEnv = {
   HTTP_HEADERS_TIMEOUT_MS: int(10_000, 1),
   /** Connections the ingress holds open at once (idle keep-alive ones included); more are refused. Default 1000. */
   HTTP_MAX_CONNECTIONS: int(1000, 1),
-  /** Largest accepted webhook body in bytes. Default 16 MiB (a long call's transcript fits). */
-  WEBHOOK_BODY_LIMIT: int(16 * 1024 * 1024, 1),
+  /**
+   * Largest accepted webhook body in bytes. Default 8 MiB: the largest realistic call, 3 hours with
+   * its chunks, is about 0.7 MB (docs/reliability.md §9), so this leaves a tenfold margin while the
+   * ingress' body budget (32 MiB) still holds four such bodies at once.
+   */
+  WEBHOOK_BODY_LIMIT: int(8 * 1024 * 1024, 1),
   /**
    * Deepest nesting of arrays and objects in a webhook body (the body is level 1). Default 64; at
    * most 1000, as deeper JSON overflows the stack of the serializers downstream.
