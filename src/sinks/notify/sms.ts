@@ -161,33 +161,19 @@ class SmsSink implements Sink {
     // neither holds — the claim that makes "never twice" is made here, before the send.
     const skipped: string[] = [];
     const candidates: Candidate[] = [];
-    for (const target of this.targets(call)) {
-      const check = checkSmsRecipient(target.number, target.raw);
-      if (!check.ok) {
-        skipped.push(check.reason);
-        continue;
-      }
-      const label = maskPhone(check.number) ?? '';
-      const listed = this.optOut.has(check.number);
-      const probe = listed ? undefined : await this.deps.optOut?.probe?.(check.number);
-      const got = await this.ledger.claimChecked(call.key, check.number, now, {
-        ...(probe ? { set: probe } : {}),
-        take: !waits && !listed,
-      });
-      const earlier = got.existing;
-      if (earlier?.state === 'sent') skipped.push(`${label}: already sent`);
-      else if (earlier?.state === 'unknown')
-        skipped.push(`${label}: an earlier attempt's outcome is unknown; not resent`);
-      else if (listed || got.inSet || (!probe && (await this.optedOut(check.number))))
-        skipped.push(`${label}: opted out`);
-      else candidates.push({ number: check.number, label, earlier, taken: got.taken });
-    }
-    // A marker taken that this attempt did not send under is given back (nothing was sent).
-    const unsent = new Set(candidates.filter((c) => c.taken));
+    // A marker taken that this attempt did not send under is given back (nothing was sent), also
+    // when a later recipient's round trip fails.
+    const unsent = new Set<Candidate>();
     const giveBack = async () => {
       for (const c of unsent) await this.ledger.forget(call.key, c.number);
       unsent.clear();
     };
+    try {
+      await this.claimEach(call, now, waits, skipped, candidates, unsent);
+    } catch (err) {
+      await giveBack().catch(() => undefined);
+      throw err;
+    }
     if (candidates.length === 0) return this.finish(ctx, [], skipped);
 
     if (waits) {
@@ -243,6 +229,42 @@ class SmsSink implements Sink {
       await giveBack();
     }
     return this.finish(ctx, sent, skipped);
+  }
+
+  /** Per recipient one round trip (see deliver): the skipped ones with their reason, the others as candidates. */
+  private async claimEach(
+    call: CanonicalCall,
+    now: Date,
+    waits: boolean,
+    skipped: string[],
+    candidates: Candidate[],
+    unsent: Set<Candidate>,
+  ): Promise<void> {
+    for (const target of this.targets(call)) {
+      const check = checkSmsRecipient(target.number, target.raw);
+      if (!check.ok) {
+        skipped.push(check.reason);
+        continue;
+      }
+      const label = maskPhone(check.number) ?? '';
+      const listed = this.optOut.has(check.number);
+      const probe = listed ? undefined : await this.deps.optOut?.probe?.(check.number);
+      const got = await this.ledger.claimChecked(call.key, check.number, now, {
+        ...(probe ? { set: probe } : {}),
+        take: !waits && !listed,
+      });
+      const earlier = got.existing;
+      if (earlier?.state === 'sent') skipped.push(`${label}: already sent`);
+      else if (earlier?.state === 'unknown')
+        skipped.push(`${label}: an earlier attempt's outcome is unknown; not resent`);
+      else if (listed || got.inSet || (!probe && (await this.optedOut(check.number))))
+        skipped.push(`${label}: opted out`);
+      else {
+        const c: Candidate = { number: check.number, label, earlier, taken: got.taken };
+        candidates.push(c);
+        if (c.taken) unsent.add(c);
+      }
+    }
   }
 
   private targets(call: CanonicalCall): { number: string | null; raw: string | null }[] {
