@@ -17,7 +17,8 @@
 //                      a round trip: MONITOR does not show pipelining), those run inside scripts
 //                      (MONITOR's `lua` source), INFO commandstats' total, and the sent ones by name;
 //                      and the server's read events (INFO stats total_reads_processed, the
-//                      bench's own left out): round trips, a pipelined batch counted once.
+//                      bench's own left out): commands that arrived together (pipelined, or
+//                      written by many jobs at once) count once — depends on the load, a floor.
 //                      MONITOR slows Redis: use it with a small BENCH_N, not for the rates.
 //   BENCH_CALLSYNC_NODE_OPTIONS='--max-semi-space-size=16'   Node flags of the callsync processes
 //                      instead of the ones `npm start` uses (package.json)
@@ -445,7 +446,7 @@ routes:
       const per = (n: number) => round(n / Math.max(1, ingress.ok), 1);
       const commandsPerCall = {
         'sent per call (≥ round trips)': per(counted.sent),
-        'server reads per call (round trips)': per(counted.readEvents),
+        'server read events per call (batched; load-dependent)': per(counted.readEvents),
         'inside scripts per call': per(counted.inScripts),
         'all per call (commandstats)': per(counted.commandstats),
         'EVAL (script text resent)': per(
@@ -590,8 +591,8 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
   for (const c of [own, statsClient] as unknown as { stream?: { localPort?: number } }[]) {
     if (c.stream?.localPort) ownSources.add(`127.0.0.1:${c.stream.localPort}`);
   }
-  // Read events of the server (INFO stats total_reads_processed): a batch of commands a client
-  // wrote at once arrives in one read — the round trips MONITOR cannot tell apart. Less the bench's
+  // Read events of the server (INFO stats total_reads_processed): commands that arrive together
+  // (pipelined, or written by many jobs at once) are one read — load-dependent, a floor. Less the bench's
   // own: each of its commands one read, the INFO calls and MONITOR itself.
   const reads = async () =>
     Number(/total_reads_processed:(\d+)/.exec(String(await statsClient.info('stats')))?.[1] ?? 0);
