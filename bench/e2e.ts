@@ -15,7 +15,10 @@
 //   BENCH_COUNT_COMMANDS=1   (default topology only) watch Redis with MONITOR while the run lasts and
 //                      print per call: the commands callsync's clients sent (each an upper bound of
 //                      a round trip: MONITOR does not show pipelining), those run inside scripts
-//                      (MONITOR's `lua` source), INFO commandstats' total, and the sent ones by name.
+//                      (MONITOR's `lua` source), INFO commandstats' total, and the sent ones by name;
+//                      and the server's read events (INFO stats total_reads_processed, the
+//                      bench's own left out): commands that arrived together (pipelined, or
+//                      written by many jobs at once) count once — depends on the load, a floor.
 //                      MONITOR slows Redis: use it with a small BENCH_N, not for the rates.
 //   BENCH_CALLSYNC_NODE_OPTIONS='--max-semi-space-size=16'   Node flags of the callsync processes
 //                      instead of the ones `npm start` uses (package.json)
@@ -443,6 +446,7 @@ routes:
       const per = (n: number) => round(n / Math.max(1, ingress.ok), 1);
       const commandsPerCall = {
         'sent per call (≥ round trips)': per(counted.sent),
+        'server read events per call (batched; load-dependent)': per(counted.readEvents),
         'inside scripts per call': per(counted.inScripts),
         'all per call (commandstats)': per(counted.commandstats),
         'EVAL (script text resent)': per(
@@ -587,6 +591,12 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
   for (const c of [own, statsClient] as unknown as { stream?: { localPort?: number } }[]) {
     if (c.stream?.localPort) ownSources.add(`127.0.0.1:${c.stream.localPort}`);
   }
+  // Read events of the server (INFO stats total_reads_processed): commands that arrive together
+  // (pipelined, or written by many jobs at once) are one read — load-dependent, a floor. Less the bench's
+  // own: each of its commands one read, the INFO calls and MONITOR itself.
+  const reads = async () =>
+    Number(/total_reads_processed:(\d+)/.exec(String(await statsClient.info('stats')))?.[1] ?? 0);
+  const readsBefore = await reads();
   const before = await commandstats();
   const monitorClient = createRedis(settings, 'worker');
   const monitor = (await (monitorClient as unknown as { monitor(): Promise<unknown> }).monitor()) as {
@@ -596,8 +606,12 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
   let sent = 0;
   let inScripts = 0;
   const byName = new Map<string, number>();
+  let ownSent = 0;
   monitor.on('monitor', (_time, args, source) => {
-    if (ownSources.has(source)) return;
+    if (ownSources.has(source)) {
+      ownSent++;
+      return;
+    }
     if (source === 'lua') {
       inScripts++;
       return;
@@ -619,8 +633,10 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
       monitorClient.disconnect();
       // MONITOR and INFO themselves are not counted by commandstats' callers' share: one INFO each side.
       const all = (await commandstats()) - before - 1;
+      // Own: the polling client's commands (seen by MONITOR), INFO ×3 after the first, MONITOR's own.
+      const readEvents = Math.max(0, (await reads()) - readsBefore - ownSent - 4);
       statsClient.disconnect();
-      return { sent, inScripts, commandstats: all, byName };
+      return { sent, inScripts, commandstats: all, byName, readEvents };
     },
   };
 }

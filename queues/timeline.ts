@@ -3,7 +3,8 @@
 // its outcome — as one Redis list per call under the call's own hash tag (queues/keys.ts
 // `callTimeline`), capped per call and expiring CALL_TIMELINE_TTL_DAYS after its last event.
 //
-// Each event is one command (a small script: RPUSH, LTRIM, PEXPIRE). Beside the timelines, lookups
+// Each event is one command (a small script: RPUSH, LTRIM, PEXPIRE); a sink attempt's start and
+// outcome are one command together. Beside the timelines, lookups
 // for the CLI and the API: the calls by time (`calls:recent`), by call id, and by phone number — the
 // number only as an HMAC keyed with the privacy key (queues/privacy-key.ts: PRIVACY_HMAC_SECRET, else
 // a key generated once and kept in Redis), the same key as the notification ledger's.
@@ -54,6 +55,11 @@ export interface TimelineEntry {
   endpoint?: string;
   /** Sink events: the attempt (1 on the first try; a run cut short by a crash repeats its number). */
   attempt?: number;
+  /**
+   * attempt: this attempt was cut short (its worker stopped or lost the job) — written by the
+   * attempt that took the job over, at the time it did.
+   */
+  cutOff?: true;
   /** done/skipped/retry/dead-lettered: how long the attempt took. */
   durationMs?: number;
   /** done: what was written (object keys, CRM record ids, message ids). */
@@ -137,15 +143,30 @@ end
 return #KEYS
 `;
 
+/**
+ * Several entries appended to one timeline in one command (a sink attempt's start and outcome);
+ * with KEYS[2], only once: when KEYS[2] (a marker kept as long as the timeline) was not set yet.
+ * ARGV: max entries, TTL ms, then the entries.
+ */
+const APPEND_ENTRIES = `
+if #KEYS > 1 and not redis.call('SET', KEYS[2], '1', 'PX', ARGV[2], 'NX') then return 0 end
+for i = 3, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[1]), -1)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+`;
+
 interface TimelineScripts {
   callsyncTimeline(numKeys: number, ...args: (string | number)[]): Promise<number>;
   callsyncTimelineMany(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  callsyncTimelineEntries(numKeys: number, ...args: (string | number)[]): Promise<number>;
 }
 
 function scripted(redis: RedisClient): TimelineScripts {
   const r = redis as RedisClient & Partial<TimelineScripts>;
   if (!r.callsyncTimeline) redis.defineCommand('callsyncTimeline', { lua: APPEND_AND_INDEX });
   if (!r.callsyncTimelineMany) redis.defineCommand('callsyncTimelineMany', { lua: APPEND_MANY });
+  if (!r.callsyncTimelineEntries) redis.defineCommand('callsyncTimelineEntries', { lua: APPEND_ENTRIES });
   return r as RedisClient & TimelineScripts;
 }
 
@@ -174,6 +195,15 @@ function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'from
     : [];
   const scrubbed = numbers.length > 0 ? scrubEchoes(text, { numbers }) : text;
   return maskDigitRuns(scrubbed.replace(/\s+/g, ' ').trim()).slice(0, MAX_REASON);
+}
+
+/** A sink event made safe: its reason redacted and the call's numbers masked, in refs too. */
+function safeEntry<T extends Omit<TimelineEntry, 'at'>>(entry: T, call: CanonicalCall): T {
+  const safe: T = { ...entry };
+  if (safe.reason !== undefined) safe.reason = safeText(safe.reason, call);
+  if (safe.refs)
+    safe.refs = Object.fromEntries(Object.entries(safe.refs).map(([k, v]) => [k, scrubNumbers(String(v), call)]));
+  return safe;
 }
 
 /** HMACs of recent numbers (the own numbers of a deployment recur on most calls), by key. */
@@ -368,15 +398,32 @@ export class CallTimeline {
   }
 
   /**
-   * A sink event; `reason` is made safe here (redacted, the call's numbers masked). `id`: the call
-   * hash when known (a sink job id begins with it). Never rejects.
+   * Sink events of one attempt in one command (its start and its outcome); reasons are made safe
+   * here (redacted, the call's numbers masked, in refs too). `id`: the call hash when known (a sink
+   * job id begins with it). `once`: a name under which they are written at most once per call (the entry of an
+   * attempt cut short, noticed by each later attempt of its job). Never rejects.
    */
-  sinkEvent(call: CanonicalCall, entry: Omit<TimelineEntry, 'at'>, id?: string): Promise<void> {
-    const safe: Omit<TimelineEntry, 'at'> = { ...entry };
-    if (safe.reason !== undefined) safe.reason = safeText(safe.reason, call);
-    if (safe.refs)
-      safe.refs = Object.fromEntries(Object.entries(safe.refs).map(([k, v]) => [k, scrubNumbers(String(v), call)]));
-    return this.append(id ?? timelineId(call), safe);
+  sinkEvents(
+    call: CanonicalCall,
+    entries: (Omit<TimelineEntry, 'at'> & { at?: number })[],
+    id?: string,
+    once?: string,
+  ): Promise<void> {
+    const key = this.key(id ?? timelineId(call));
+    const now = this.now();
+    const texts = entries.map((e) => JSON.stringify({ at: e.at ?? now, ...safeEntry(e, call) }));
+    const keys = once === undefined ? [key] : [key, `${key}:once:${once}`];
+    try {
+      return scripted(this.redis)
+        .callsyncTimelineEntries(keys.length, ...keys, this.maxEntries, this.ttlMs, ...texts)
+        .then(
+          () => undefined,
+          (err: unknown) => this.failed(err),
+        );
+    } catch (err) {
+      this.failed(err);
+      return Promise.resolve();
+    }
   }
 
   /**
@@ -607,7 +654,9 @@ export function describeEntry(e: TimelineEntry): string {
     case 'fanned-out':
       return `routes ${(e.routes ?? []).join(', ') || '(none)'} → sinks ${(e.sinks ?? []).join(', ') || '(none)'}`;
     case 'attempt':
-      return `attempt ${e.attempt ?? '?'} started`;
+      return e.cutOff
+        ? `attempt ${e.attempt ?? '?'} cut short (its worker stopped or lost the job)`
+        : `attempt ${e.attempt ?? '?'} started`;
     case 'done':
       return (
         [

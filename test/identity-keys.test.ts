@@ -18,7 +18,7 @@ import { LocalFolderStore, type ObjectStore } from '../src/sinks/archive/store.j
 import { RecordMemory } from '../src/sinks/crm/common.js';
 import { callVars } from '../src/sinks/crm/vars.js';
 import { NotificationLedger } from '../src/sinks/notify/ledger.js';
-import type { KeyValueStore, LockRequest, TimedWrite } from '../src/state/kv.js';
+import type { ClaimRequest, KeyValueStore, LockRequest, TimedWrite } from '../src/state/kv.js';
 import { memoryLog } from './support/callsync.js';
 import { webhookPayload } from './support/calls.js';
 import { channelEvent } from './support/fake-telephony.js';
@@ -54,6 +54,12 @@ class MemoryKeyValueStore implements KeyValueStore {
     const acquired = holder === undefined || tookOver;
     if (acquired) this.data.set(this.prefix + lockKey, lock.token);
     return { acquired, tookOver, values: reads.map((k) => this.data.get(this.prefix + k) ?? null) };
+  }
+  async claim(key: string, value: string, _ttlMs: number, c: ClaimRequest) {
+    const values = c.reads.map((k) => this.data.get(this.prefix + k) ?? null);
+    const taken = c.take && !values.some((v) => v !== null) && !this.data.has(this.prefix + key);
+    if (taken) this.data.set(this.prefix + key, value);
+    return { values, inSet: false, taken };
   }
   async release(lockKey: string, token: string, writes: TimedWrite[]) {
     for (const w of writes) this.data.set(this.prefix + w.key, w.value);

@@ -94,6 +94,8 @@ after(async () => {
   if (prefix) await cleanupPrefix(prefix);
 });
 
+const state = (name: string) => new RedisKeyValueStore(redis, `${prefix}:state:`).scoped(name);
+
 function sink(name: string, options: Record<string, unknown>, deps: Partial<NotifySinkDeps> = {}): Sink {
   const parsed = smsSinkType.options.parse(options);
   const state = new RedisKeyValueStore(redis, `${prefix}:state:`).scoped(name);
@@ -250,6 +252,8 @@ describe('sms sink: who is not texted', () => {
     const second = await s.deliver(call('c-2'), ctx());
     assert.equal(second.status, 'skipped');
     assert.match(second.reason ?? '', /cooldown \(12 h\)/);
+    // The marker taken before the cooldown said no is given back: c-2 was not texted, and may be later.
+    assert.equal(await new NotificationLedger(state('missed-sms')).read(call('c-2').key, MOBILE), null);
     // Another number and another rule are not affected.
     assert.equal((await s.deliver(call('c-3', { from: OTHER_MOBILE, fromRaw: OTHER_MOBILE }), ctx())).status, 'done');
     assert.equal(

@@ -20,6 +20,12 @@ import { crmTestDeps } from './support/crm-deps.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { RedisKeyValueStore } from '../src/state/kv.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
+import { createLogger } from '../src/log.js';
+import { PermanentError } from '../src/errors.js';
+import { OptOutList } from '../src/sinks/notify/opt-out.js';
+import { smsSinkType, type NotifySinkDeps } from '../src/sinks/notify/sms.js';
+import { createTelephonyClient } from '../src/telephony/client.js';
+import { FakeTelephony } from './support/fake-telephony.js';
 
 interface Sent {
   name: string;
@@ -170,6 +176,72 @@ describe('sink state round trips', () => {
       await receiver.stop();
       await deps.close();
       await rm(dir, { recursive: true, force: true });
+    }
+  });
+  it('the SMS sink: one script reads the marker, tests the opt-out list and takes the marker; one SET after the send', async () => {
+    const api = await FakeTelephony.start();
+    try {
+      const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, timeoutMs: 300 });
+      const optOut = new OptOutList(redis, 'rt:{q}', 'test-privacy-key');
+      const sms = smsSinkType.create(
+        'sms',
+        smsSinkType.options.parse({ smsId: 's0', message: 'Hi {{time}}', timeZone: 'Europe/Berlin' }),
+        {
+          log: createLogger({ level: 'silent' }),
+          state: new RedisKeyValueStore(redis, 'rt:{q}:state:').scoped('sms'),
+          telephony: client,
+          now: () => new Date('2026-04-08T10:05:00Z'),
+          env: { PRIVACY_HMAC_SECRET: 'test-privacy-key' },
+          optOut,
+        } as unknown as NotifySinkDeps,
+      );
+      const ctx = {
+        jobId: 'sms-job',
+        attempt: 1,
+        log: createLogger({ level: 'silent' }),
+        signal: new AbortController().signal,
+      };
+      const mobile = '+4915112345678';
+      const call = (id: string, from = mobile) => ({
+        ...sampleCall(id),
+        from,
+        fromRaw: from,
+        direction: 'in' as const,
+      });
+      await sms.deliver(call('sms-warm-up', '+4915112340000'), ctx);
+
+      assert.deepEqual(await sentDuring(() => sms.deliver(call('sms-1'), ctx)), ['evalsha', 'set']);
+      assert.equal(api.sms.length, 2);
+      const again = await sentDuring(async () => {
+        const result = await sms.deliver(call('sms-1'), ctx);
+        assert.match(result.reason ?? '', /already sent/);
+      });
+      assert.deepEqual(again, ['evalsha'], 'a redelivery: one round trip, nothing sent');
+      assert.equal(api.sms.length, 2);
+
+      await optOut.add('+4917612345678');
+      const opted = await sentDuring(async () => {
+        const result = await sms.deliver(call('sms-2', '+4917612345678'), ctx);
+        assert.match(result.reason ?? '', /opted out/);
+      });
+      assert.deepEqual(opted, ['evalsha'], 'the opt-out list is tested in the same script, no marker taken');
+      assert.equal(api.sms.length, 2);
+      assert.deepEqual(await redis.keys('rt:{q}:state:sms:sent:*').then((k) => k.length), 2);
+
+      // An unknown outcome: the marker was taken before the send, so it becomes `unknown` (dead letters).
+      api.inject({ on: 'sms', delayMs: 800 });
+      const unknown = await sentDuring(async () => {
+        await assert.rejects(sms.deliver(call('sms-3'), ctx), (err: unknown) => {
+          assert.ok(err instanceof PermanentError);
+          assert.match(err.message, /outcome unknown/);
+          return true;
+        });
+      });
+      assert.deepEqual(unknown, ['evalsha', 'set']);
+      assert.match((await sms.deliver(call('sms-3'), ctx)).reason ?? '', /outcome is unknown; not resent/);
+      assert.equal(api.sms.length, 3, 'the late-answered one went out once, never again');
+    } finally {
+      await api.close();
     }
   });
 });

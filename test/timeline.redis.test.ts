@@ -3,6 +3,7 @@
 // its refs, skipped with the reason, retry with the kind and the next attempt's time, dead-lettered
 // with the reason — with no phone number in clear, and found again by call id, job id and number.
 import { after, before, describe, test } from 'node:test';
+import { Redis } from 'ioredis';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -118,6 +119,40 @@ describe('the timeline of a call', () => {
     assert.equal(withDuplicate.at(-1)?.event, 'received');
     assert.equal(withDuplicate.at(-1)?.revision, 'duplicate');
     assert.equal(summarize('x', withDuplicate).sinks.archive, 'done');
+  });
+
+  test("a sink attempt's start and outcome go to Redis in one command, when the attempt ends", async () => {
+    const watcher = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+    const monitor = (await watcher.monitor()) as unknown as {
+      on(e: 'monitor', fn: (time: string, args: string[], source: string) => void): void;
+      disconnect(): void;
+    };
+    const sent: string[][] = [];
+    monitor.on('monitor', (_time, args, source) => {
+      if (source !== 'lua') sent.push(args.map(String));
+    });
+    try {
+      const ackId = await post('ok-one-command');
+      const entries = await settled(ackId, 'done');
+      assert.deepEqual(
+        entries.map((e) => e.event),
+        ['received', 'fanned-out', 'attempt', 'done'],
+      );
+      const key = timeline.key(ackId.slice(0, 32));
+      const events = (args: string[]) =>
+        args.flatMap((a) => (/^\{"at":/.test(a) ? [(JSON.parse(a) as TimelineEntry).event] : []));
+      const writes = await waitFor(
+        () => {
+          const w = sent.filter((args) => args.includes(key) && events(args).some((e) => e === 'done'));
+          return w.length > 0 ? w : null;
+        },
+        { what: 'the outcome seen by MONITOR' },
+      );
+      assert.deepEqual(writes.map(events), [['attempt', 'done']]);
+    } finally {
+      monitor.disconnect();
+      watcher.disconnect();
+    }
   });
 
   test('a retry shows its error kind and next attempt time; a permanent failure is dead-lettered with the reason; a skip says why', async () => {

@@ -1,7 +1,9 @@
-// Every attempt of a sink job in its call's timeline (queues/timeline.ts): the start before the
-// sink runs (so an attempt cut short by a crash still shows), then its end — done with what was
-// written, skipped with the reason, retry with the error kind and the next attempt's time, or
-// dead-lettered with the redacted reason — written before the queue hears of it.
+// Every attempt of a sink job in its call's timeline (queues/timeline.ts): its start and its end —
+// done with what was written, skipped with the reason, retry with the error kind and the next
+// attempt's time, or dead-lettered with the redacted reason — in one command when it ends, written
+// before the queue hears of the outcome. An attempt cut short (its worker killed, or the job's lock
+// lost) never ends: the attempt that takes its job over (BullMQ counts the job's stalls) writes an
+// `attempt` entry for it (`cutOff`) before the sink runs, once per stall.
 //
 // The next attempt's time of a transient failure is the backoff the runner then uses: the delay is
 // drawn here (jitter included) and kept for the job until the runner's backoff strategy takes it.
@@ -73,10 +75,20 @@ export function recordAttempts<T extends JobPayload>(
     // A sink job's id begins with the call hash (queues/registry.ts sinkJobId): no hashing per event.
     const id = /^[0-9a-f]{32}/.exec(base.jobId)?.[0] ?? timelineId(call);
     const started = Date.now();
-    // Each event is written to the socket when it happens (ioredis sends at once on a ready
-    // connection), before the queue hears of the outcome: a crash later finds it sent. Not awaited:
-    // a job waits for no timeline round trip (the timeline never fails the work, see sinkEvent).
-    void timeline.sinkEvent(call, { event: 'attempt', ...base }, id);
+    // Taken over from a worker that stopped mid-attempt: that attempt shows, once per stall.
+    const stalls = job.stalledCounter ?? 0;
+    if (stalls > 0)
+      void timeline.sinkEvents(
+        call,
+        [{ event: 'attempt', ...base, at: started, cutOff: true }],
+        id,
+        `${queueName}:${base.jobId}:${stalls}`,
+      );
+    // The start and the outcome are written together when the attempt ends, to the socket at once
+    // (ioredis sends at once on a ready connection), before the queue hears of the outcome: a crash
+    // later finds it sent. Not awaited: a job waits for no timeline round trip (the timeline never
+    // fails the work, see sinkEvents).
+    const start = { event: 'attempt' as const, ...base, at: started };
     let entry: Omit<TimelineEntry, 'at'>;
     try {
       type Result = { status?: string; reason?: string; refs?: Record<string, string> } | undefined;
@@ -104,10 +116,11 @@ export function recordAttempts<T extends JobPayload>(
           ...(result?.reason ? { reason: result.reason } : {}),
         };
       }
-      void timeline.sinkEvent(call, entry, id);
+      void timeline.sinkEvents(call, [start, entry], id);
       return result;
     } catch (err) {
-      void timeline.sinkEvent(call, failureEntry(job, err, base, Date.now() - started, retries, maxDeferrals), id);
+      const failure = failureEntry(job, err, base, Date.now() - started, retries, maxDeferrals);
+      void timeline.sinkEvents(call, [start, failure], id);
       throw err;
     }
   };

@@ -1,5 +1,6 @@
 // A small durable key/value memory in Redis, namespaced per sink (CRM record ids, "already sent" markers).
 import type { Cluster, Redis } from 'ioredis';
+import { keySlot } from '../../queues/keys.js';
 
 export interface KeyValueStore {
   get(key: string): Promise<string | null>;
@@ -21,8 +22,32 @@ export interface KeyValueStore {
    * `token`; true when the lock was released.
    */
   release(lockKey: string, token: string, writes: TimedWrite[]): Promise<boolean>;
+  /**
+   * One round trip (on one server or slot): reads `claim.reads`, tests `claim.sets` for
+   * membership, and — when `claim.take` and none of the reads exists and no member is in its set —
+   * sets `key` to `value` (NX: it is one of the reads, absent) with its TTL.
+   */
+  claim(key: string, value: string, ttlMs: number, claim: ClaimRequest): Promise<Claimed>;
   /** A store whose keys live under `namespace` inside this one. */
   scoped(namespace: string): KeyValueStore;
+}
+
+export interface ClaimRequest {
+  /** Keys of this store read first (`key` itself among them when it must be absent). */
+  reads: string[];
+  /** A set outside the store (its full key) and the members that count as "in it". */
+  set?: { key: string; members: string[] };
+  /** False: only read and test, take nothing. */
+  take: boolean;
+}
+
+export interface Claimed {
+  /** The values of `reads`, in order (null: absent). */
+  values: (string | null)[];
+  /** Whether one of the members is in `set`. */
+  inSet: boolean;
+  /** Whether `key` was set now. */
+  taken: boolean;
 }
 
 export interface LockRequest {
@@ -73,10 +98,32 @@ for i = 2, #KEYS do redis.call('SET', KEYS[i], ARGV[2 * i - 2], 'PX', ARGV[2 * i
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`;
 
+// KEYS[1]: the key to take, KEYS[2..n+1]: keys to read, KEYS[n+2] (optional): a set. ARGV: value,
+// TTL ms, take (1/0), n, then the members to test in the set. Returns {taken, inSet, values...}.
+const CLAIM = `
+local n = tonumber(ARGV[4])
+local out = {0, 0}
+local found = false
+for i = 1, n do
+  local v = redis.call('GET', KEYS[i + 1])
+  out[i + 2] = v
+  if v then found = true end
+end
+if #KEYS > n + 1 then
+  for i = 5, #ARGV do
+    if redis.call('SISMEMBER', KEYS[n + 2], ARGV[i]) == 1 then out[2] = 1 break end
+  end
+end
+if ARGV[3] == '1' and not found and out[2] == 0 and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then
+  out[1] = 1
+end
+return out`;
+
 /** The scripts as commands of the client: EVALSHA, falling back to EVAL once on NOSCRIPT (ioredis defineCommand). */
 interface StateCommands {
   callsyncStateAcquire(numKeys: number, ...args: (string | number)[]): Promise<(number | string | null)[]>;
   callsyncStateRelease(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  callsyncStateClaim(numKeys: number, ...args: (string | number)[]): Promise<(number | string | null)[]>;
 }
 
 const defined = new WeakSet<object>();
@@ -84,6 +131,7 @@ function commands(redis: Redis | Cluster): StateCommands {
   if (!defined.has(redis)) {
     redis.defineCommand('callsyncStateAcquire', { lua: ACQUIRE });
     redis.defineCommand('callsyncStateRelease', { lua: RELEASE });
+    redis.defineCommand('callsyncStateClaim', { lua: CLAIM });
     defined.add(redis);
   }
   return redis as unknown as StateCommands;
@@ -145,6 +193,32 @@ export class RedisKeyValueStore implements KeyValueStore {
     const keys = [this.prefix + lockKey, ...writes.map((w) => this.prefix + w.key)];
     const args = writes.flatMap((w) => [w.value, ttl(w.ttlMs)]);
     return Number(await commands(this.redis).callsyncStateRelease(keys.length, ...keys, token, ...args)) === 1;
+  }
+
+  async claim(key: string, value: string, ttlMs: number, c: ClaimRequest): Promise<Claimed> {
+    const own = [this.prefix + key, ...c.reads.map((k) => this.prefix + k)];
+    let set = c.set && c.set.members.length > 0 ? c.set : undefined;
+    let inSet = false;
+    // A set in another slot of a cluster cannot be read by the same script: tested first, apart.
+    if (set && 'isCluster' in this.redis && this.redis.isCluster && keySlot(set.key) !== keySlot(own[0]!)) {
+      for (const m of set.members) if ((inSet = (await this.redis.sismember(set.key, m)) === 1)) break;
+      set = undefined;
+    }
+    const keys = set ? [...own, set.key] : own;
+    const reply = await commands(this.redis).callsyncStateClaim(
+      keys.length,
+      ...keys,
+      value,
+      ttl(ttlMs),
+      c.take && !inSet ? '1' : '0',
+      c.reads.length,
+      ...(set?.members ?? []),
+    );
+    return {
+      values: c.reads.map((_, i) => (reply[i + 2] ?? null) as string | null),
+      inSet: inSet || Number(reply[1]) === 1,
+      taken: Number(reply[0]) === 1,
+    };
   }
 
   scoped(namespace: string): KeyValueStore {

@@ -127,6 +127,29 @@ export class NotificationLedger {
     );
   }
 
+  /**
+   * One round trip: reads the marker (and one an earlier version wrote in clear), tests `o.set`
+   * (the opt-out list) for the recipient and, when `o.take` and neither holds, takes the marker for
+   * a send (`sending`) — the claim made before the send, as `claim` does.
+   */
+  async claimChecked(
+    callKey: string,
+    recipient: string,
+    now: Date,
+    o: { set?: { key: string; members: string[] }; take: boolean },
+  ): Promise<{ existing: LedgerEntry | null; inSet: boolean; taken: boolean }> {
+    const key = await this.key(callKey, recipient);
+    const legacy = this.legacyKey(callKey, recipient);
+    const entry: LedgerEntry = { state: 'sending', at: now.toISOString() };
+    const got = await this.store.claim(key, JSON.stringify(entry), this.ttlMs, {
+      reads: legacy === null ? [key] : [key, legacy],
+      ...(o.set ? { set: o.set } : {}),
+      take: o.take,
+    });
+    const raw = got.values.find((v) => v !== null) ?? null;
+    return { existing: raw === null ? null : parseEntry(raw), inSet: got.inSet, taken: got.taken };
+  }
+
   async write(callKey: string, recipient: string, entry: LedgerEntry): Promise<void> {
     await this.store.set(await this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs);
   }
@@ -167,28 +190,39 @@ export type SendOnceResult = { sent: true; ref: string | undefined } | { sent: f
  */
 export async function sendOnce(o: SendOnceOptions): Promise<SendOnceResult> {
   const existing = await o.ledger.claim(o.callKey, o.recipient, o.now());
-  if (existing !== null) {
-    if (existing.state === 'sent')
-      return { sent: false, reason: `already sent${existing.ref ? ` (${existing.ref})` : ''}` };
-    if (existing.state === 'unknown')
-      return {
-        sent: false,
-        reason: `an earlier attempt's outcome is unknown (${existing.reason ?? 'no reason'}); not resent`,
-      };
-    const age = o.now().getTime() - Date.parse(existing.at);
-    if (age < IN_FLIGHT_GRACE_MS) {
-      throw new RetryLaterError(`${o.what}: another attempt is in flight`, IN_FLIGHT_GRACE_MS - age + 1000, {
-        scope: 'job',
-      });
-    }
-    // A `sending` marker nobody finished: the worker died between claiming and recording the answer.
-    const reason = `attempt started at ${existing.at} never finished (worker stopped?)`;
-    await o.ledger.write(o.callKey, o.recipient, { state: 'unknown', at: o.now().toISOString(), reason });
-    throw new OutcomeUnknownPermanentError(
-      `${o.what}: outcome unknown, ${reason}; not resent automatically (see docs/notifications.md)`,
-    );
-  }
+  if (existing !== null) return settleExisting(o, existing);
+  return sendClaimed(o);
+}
 
+/**
+ * What a send finds when the marker was there already (`existing`, the claim not taken): a result
+ * without sending, RetryLaterError while another attempt may be in flight, or the PermanentError of
+ * an attempt that never finished (the marker becomes `unknown`).
+ */
+export async function settleExisting(o: SendOnceOptions, existing: LedgerEntry): Promise<SendOnceResult> {
+  if (existing.state === 'sent')
+    return { sent: false, reason: `already sent${existing.ref ? ` (${existing.ref})` : ''}` };
+  if (existing.state === 'unknown')
+    return {
+      sent: false,
+      reason: `an earlier attempt's outcome is unknown (${existing.reason ?? 'no reason'}); not resent`,
+    };
+  const age = o.now().getTime() - Date.parse(existing.at);
+  if (age < IN_FLIGHT_GRACE_MS) {
+    throw new RetryLaterError(`${o.what}: another attempt is in flight`, IN_FLIGHT_GRACE_MS - age + 1000, {
+      scope: 'job',
+    });
+  }
+  // A `sending` marker nobody finished: the worker died between claiming and recording the answer.
+  const reason = `attempt started at ${existing.at} never finished (worker stopped?)`;
+  await o.ledger.write(o.callKey, o.recipient, { state: 'unknown', at: o.now().toISOString(), reason });
+  throw new OutcomeUnknownPermanentError(
+    `${o.what}: outcome unknown, ${reason}; not resent automatically (see docs/notifications.md)`,
+  );
+}
+
+/** Sends under a marker this attempt has taken (`sending`), and records the outcome as sendOnce does. */
+export async function sendClaimed(o: SendOnceOptions): Promise<SendOnceResult> {
   let ref: string | undefined;
   try {
     ref = await o.send();

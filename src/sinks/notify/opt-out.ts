@@ -10,6 +10,11 @@ import { parseE164 } from './phone.js';
 /** What an SMS sink needs of the opt-out list. */
 export interface OptOutLookup {
   has(number: string): Promise<boolean>;
+  /**
+   * The set and the members that mean `number` is opted out, for a test inside the SMS sink's claim
+   * script (the same round trip as its ledger marker). Absent: only `has`.
+   */
+  probe?(number: string): Promise<{ key: string; members: string[] }>;
 }
 
 function nationalToE164(number: string, region: CountryCode): string | undefined {
@@ -62,6 +67,15 @@ export class OptOutList implements OptOutLookup {
   /** Every number on the list, sorted. */
   async list(): Promise<string[]> {
     return (await this.redis.smembers(this.key)).sort();
+  }
+
+  async probe(number: string): Promise<{ key: string; members: string[] }> {
+    const e164 = parseE164(number);
+    if (e164 === undefined) return { key: this.key, members: [] };
+    return {
+      key: this.key,
+      members: this.secret === undefined ? [e164] : [e164, recipientHash(await this.secret.get(), e164)],
+    };
   }
 
   async has(number: string): Promise<boolean> {

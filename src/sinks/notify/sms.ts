@@ -10,7 +10,16 @@ import { requestCertainlyNotSent, RetryLaterError, SinkError } from '../../error
 import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SyncSinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
-import { NotificationLedger, privacyKeyOf, recipientHash, sendOnce } from './ledger.js';
+import {
+  NotificationLedger,
+  privacyKeyOf,
+  recipientHash,
+  sendClaimed,
+  sendOnce,
+  settleExisting,
+  type LedgerEntry,
+  type SendOnceOptions,
+} from './ledger.js';
 import type { HmacKeySource } from '../../../queues/privacy-key.js';
 import { renderText } from './message.js';
 import { smsLength, truncateSms } from './sms-length.js';
@@ -104,6 +113,10 @@ function parseCooldown(raw: string | null): { callKey: string; until: number } |
 interface Candidate {
   number: string;
   label: string;
+  /** The marker found (`sending`: an attempt in flight or cut off), when not taken now. */
+  earlier: LedgerEntry | null;
+  /** This attempt took the marker (`sending`) in its first round trip. */
+  taken: boolean;
 }
 
 class SmsSink implements Sink {
@@ -138,27 +151,32 @@ class SmsSink implements Sink {
     const message = truncateSms(renderText(this.o.message, templateVars(call, { timeZone: this.o.timeZone })), this.o);
     if (message === '') return { status: 'skipped', reason: 'message empty for this call' };
 
+    const quiet = this.quietHours();
+    const quietEnd = quiet ? quietHoursEnd(now, quiet) : null;
+    // Delayed by quiet hours: only read, take no marker (the job waits in the queue).
+    const waits = quietEnd !== null && this.o.quietHoursMode === 'delay';
+
+    // One round trip per recipient before any send: the ledger's marker read (an earlier send, or
+    // one that may have happened), the opt-out list tested, and the marker taken (`sending`) when
+    // neither holds — the claim that makes "never twice" is made here, before the send.
     const skipped: string[] = [];
     const candidates: Candidate[] = [];
-    for (const target of this.targets(call)) {
-      const check = checkSmsRecipient(target.number, target.raw);
-      if (!check.ok) {
-        skipped.push(check.reason);
-        continue;
-      }
-      const label = maskPhone(check.number) ?? '';
-      const earlier = await this.ledger.read(call.key, check.number);
-      if (earlier?.state === 'sent') skipped.push(`${label}: already sent`);
-      else if (earlier?.state === 'unknown')
-        skipped.push(`${label}: an earlier attempt's outcome is unknown; not resent`);
-      else if (await this.optedOut(check.number)) skipped.push(`${label}: opted out`);
-      else candidates.push({ number: check.number, label });
+    // A marker taken that this attempt did not send under is given back (nothing was sent), also
+    // when a later recipient's round trip fails.
+    const unsent = new Set<Candidate>();
+    const giveBack = async () => {
+      for (const c of unsent) await this.ledger.forget(call.key, c.number);
+      unsent.clear();
+    };
+    try {
+      await this.claimEach(call, now, waits, skipped, candidates, unsent);
+    } catch (err) {
+      await giveBack().catch(() => undefined);
+      throw err;
     }
     if (candidates.length === 0) return this.finish(ctx, [], skipped);
 
-    const quiet = this.quietHours();
-    const quietEnd = quiet ? quietHoursEnd(now, quiet) : null;
-    if (quietEnd && this.o.quietHoursMode === 'delay') {
+    if (waits) {
       throw new RetryLaterError(`quiet hours until ${quietEnd.toISOString()}`, quietEnd.getTime() - now.getTime(), {
         scope: 'job',
       });
@@ -167,40 +185,86 @@ class SmsSink implements Sink {
     const sendAt = quietEnd ? Math.ceil(quietEnd.getTime() / 1000) : undefined;
 
     const sent: [string, string][] = [];
-    for (const c of candidates) {
-      if (!(await this.takeCooldown(c.number, call.key, sendAt === undefined ? 0 : sendAt * 1000 - now.getTime()))) {
-        skipped.push(`${c.label}: cooldown (${formatMs(this.o.cooldown ?? 0)})`);
-        continue;
+    try {
+      for (const c of candidates) {
+        if (!(await this.takeCooldown(c.number, call.key, sendAt === undefined ? 0 : sendAt * 1000 - now.getTime()))) {
+          skipped.push(`${c.label}: cooldown (${formatMs(this.o.cooldown ?? 0)})`);
+          continue;
+        }
+        const request: SendWebSmsRequest = {
+          smsId: this.smsId,
+          recipient: c.number,
+          message,
+          ...(sendAt === undefined ? {} : { sendAt }),
+        };
+        const once: SendOnceOptions = {
+          ledger: this.ledger,
+          callKey: call.key,
+          recipient: c.number,
+          what: `SMS to ${c.label}`,
+          now: this.deps.now,
+          outcomeUnknown: smsOutcomeUnknown,
+          send: async () => {
+            await this.telephony.sendSms(request, ctx.signal);
+            return sendAt === undefined ? 'sent' : `scheduled for ${new Date(sendAt * 1000).toISOString()}`;
+          },
+          // The retry of a definite failure must not find its own cooldown; an unknown outcome keeps it.
+          onDefiniteFailure: () => this.releaseCooldown(c.number, call.key),
+        };
+        unsent.delete(c);
+        const result = c.taken
+          ? await sendClaimed(once)
+          : c.earlier
+            ? await settleExisting(once, c.earlier)
+            : await sendOnce(once);
+        if (result.sent) {
+          const { encoding, segments } = smsLength(message);
+          ctx.log.info({ sink: this.name, to: c.label, sendAt, encoding, segments }, 'sms handed to the platform');
+          sent.push([c.label, result.ref ?? 'sent']);
+        } else {
+          skipped.push(`${c.label}: ${result.reason}`);
+        }
       }
-      const request: SendWebSmsRequest = {
-        smsId: this.smsId,
-        recipient: c.number,
-        message,
-        ...(sendAt === undefined ? {} : { sendAt }),
-      };
-      const result = await sendOnce({
-        ledger: this.ledger,
-        callKey: call.key,
-        recipient: c.number,
-        what: `SMS to ${c.label}`,
-        now: this.deps.now,
-        outcomeUnknown: smsOutcomeUnknown,
-        send: async () => {
-          await this.telephony.sendSms(request, ctx.signal);
-          return sendAt === undefined ? 'sent' : `scheduled for ${new Date(sendAt * 1000).toISOString()}`;
-        },
-        // The retry of a definite failure must not find its own cooldown; an unknown outcome keeps it.
-        onDefiniteFailure: () => this.releaseCooldown(c.number, call.key),
-      });
-      if (result.sent) {
-        const { encoding, segments } = smsLength(message);
-        ctx.log.info({ sink: this.name, to: c.label, sendAt, encoding, segments }, 'sms handed to the platform');
-        sent.push([c.label, result.ref ?? 'sent']);
-      } else {
-        skipped.push(`${c.label}: ${result.reason}`);
-      }
+    } finally {
+      await giveBack();
     }
     return this.finish(ctx, sent, skipped);
+  }
+
+  /** Per recipient one round trip (see deliver): the skipped ones with their reason, the others as candidates. */
+  private async claimEach(
+    call: CanonicalCall,
+    now: Date,
+    waits: boolean,
+    skipped: string[],
+    candidates: Candidate[],
+    unsent: Set<Candidate>,
+  ): Promise<void> {
+    for (const target of this.targets(call)) {
+      const check = checkSmsRecipient(target.number, target.raw);
+      if (!check.ok) {
+        skipped.push(check.reason);
+        continue;
+      }
+      const label = maskPhone(check.number) ?? '';
+      const listed = this.optOut.has(check.number);
+      const probe = listed ? undefined : await this.deps.optOut?.probe?.(check.number);
+      const got = await this.ledger.claimChecked(call.key, check.number, now, {
+        ...(probe ? { set: probe } : {}),
+        take: !waits && !listed,
+      });
+      const earlier = got.existing;
+      if (earlier?.state === 'sent') skipped.push(`${label}: already sent`);
+      else if (earlier?.state === 'unknown')
+        skipped.push(`${label}: an earlier attempt's outcome is unknown; not resent`);
+      else if (listed || got.inSet || (!probe && (await this.optedOut(check.number))))
+        skipped.push(`${label}: opted out`);
+      else {
+        const c: Candidate = { number: check.number, label, earlier, taken: got.taken };
+        candidates.push(c);
+        if (c.taken) unsent.add(c);
+      }
+    }
   }
 
   private targets(call: CanonicalCall): { number: string | null; raw: string | null }[] {
