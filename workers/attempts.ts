@@ -8,6 +8,7 @@
 // The next attempt's time of a transient failure is the backoff the runner then uses: the delay is
 // drawn here (jitter included) and kept for the job until the runner's backoff strategy takes it.
 import type { Job } from 'bullmq';
+import { settledWithin } from '../queues/connection.js';
 import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
 import { skipReason, timelineId, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
@@ -45,6 +46,9 @@ export class PlannedRetries {
     return delay;
   }
 }
+
+/** How long an attempt's outcome waits for its timeline write at most. */
+const OUTCOME_WRITE_MS = 2000;
 
 type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal) => Promise<unknown>;
 
@@ -84,10 +88,11 @@ export function recordAttempts<T extends JobPayload>(
         id,
         `${queueName}:${base.jobId}:${stalls}`,
       );
-    // The start and the outcome are written together when the attempt ends, to the socket at once
-    // (ioredis sends at once on a ready connection), before the queue hears of the outcome: a crash
-    // later finds it sent. Not awaited: a job waits for no timeline round trip (the timeline never
-    // fails the work, see sinkEvents).
+    // The start and the outcome are written together when the attempt ends, and Redis has them
+    // before the queue hears of the outcome: on a cluster the timeline and the queue are on different
+    // masters, so a write only sent could be lost to a SIGKILL while the job's completion was not
+    // (the chaos run on a cluster found 93 calls with an SMS "pending" for ever). Bounded: a timeline
+    // that does not answer within OUTCOME_WRITE_MS never holds up or fails the work (see sinkEvents).
     const start = { event: 'attempt' as const, ...base, at: started };
     let entry: Omit<TimelineEntry, 'at'>;
     try {
@@ -116,11 +121,11 @@ export function recordAttempts<T extends JobPayload>(
           ...(result?.reason ? { reason: result.reason } : {}),
         };
       }
-      void timeline.sinkEvents(call, [start, entry], id);
+      await settledWithin([timeline.sinkEvents(call, [start, entry], id)], OUTCOME_WRITE_MS);
       return result;
     } catch (err) {
       const failure = failureEntry(job, err, base, Date.now() - started, retries, maxDeferrals);
-      void timeline.sinkEvents(call, [start, failure], id);
+      await settledWithin([timeline.sinkEvents(call, [start, failure], id)], OUTCOME_WRITE_MS);
       throw err;
     }
   };
@@ -155,4 +160,36 @@ function failureEntry(
   if (kind === 'auth' || kind === 'disable') return { event: 'retry', ...common, paused: true };
   if (job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) return { event: 'dead-lettered', ...common };
   return { event: 'retry', ...common, nextAt: Date.now() + retries.plan(job, job.attemptsMade + 1) };
+}
+
+/** BullMQ's reason for a job it failed itself after too many stalls (no processor ran to say so). */
+const STALLED_TOO_OFTEN = 'job stalled more than allowable limit';
+
+/**
+ * A job that BullMQ dead-lettered itself because its workers kept dying under it: no attempt ran to
+ * write its end, so the timeline would show the sink pending for ever. Written from the worker's
+ * 'failed' event: the attempt cut short, then the dead letter with BullMQ's reason.
+ */
+export function recordStalledFailure(
+  queueName: string,
+  timeline: CallTimeline,
+  job: Job | undefined,
+  err: Error,
+): void {
+  if (!job || err.message !== STALLED_TOO_OFTEN) return;
+  const sink = sinkNameFromQueue(queueName);
+  const data = job.data as SinkDeliverJob | undefined;
+  const call = data?.kind === JobName.sinkDeliver ? data.call : undefined;
+  if (sink === null || !call || typeof call.key !== 'string') return;
+  const endpoint = endpointFromQueue(queueName) ?? undefined;
+  const base = { sink, ...(endpoint ? { endpoint } : {}), jobId: job.id ?? '', attempt: job.attemptsMade + 1 };
+  const id = /^[0-9a-f]{32}/.exec(base.jobId)?.[0] ?? timelineId(call);
+  void timeline.sinkEvents(
+    call,
+    [
+      { event: 'attempt', ...base, cutOff: true },
+      { event: 'dead-lettered', ...base, kind: 'transient', reason: err.message },
+    ],
+    id,
+  );
 }

@@ -15,7 +15,7 @@ import type { QueueLimit } from '../src/sinks/types.js';
 import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
 import { disableQueue, pauseQueue } from '../queues/disabled.js';
 import type { CallTimeline } from '../queues/timeline.js';
-import { PlannedRetries, recordAttempts } from './attempts.js';
+import { PlannedRetries, recordAttempts, recordStalledFailure } from './attempts.js';
 
 /** Hooks for metrics and tests; every one optional. */
 export interface RunnerEvents {
@@ -226,6 +226,7 @@ export function runWorker<T extends JobPayload>(
       err.name === 'UnrecoverableError' ||
       job.attemptsMade >= (job.opts.attempts ?? 1);
     options.events?.failed?.(queueName, job, err, final);
+    if (final && options.timeline) recordStalledFailure(queueName, options.timeline, job, err);
     if (final) log.error({ jobId: job?.id, reason: err.message }, 'job dead-lettered');
   });
   worker.on('error', (err) => logRepeated(log, 'error', 'worker error', queueName, err));
