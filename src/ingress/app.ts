@@ -3,7 +3,6 @@
 // store in Redis, answer as the source says.
 import type { IncomingMessage } from 'node:http';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
-import { every } from 'hono/combine';
 import type { Logger } from 'pino';
 import { requestLog } from '../log.js';
 import { callHash } from '../model/call.js';
@@ -109,6 +108,32 @@ function bodyCutOff(c: Context): boolean {
   return incoming !== undefined && !incoming.complete && (incoming.destroyed || incoming.errored !== null);
 }
 
+type SourceResult = Awaited<ReturnType<Source['receive']>>;
+
+/** What a call's slot in a source's list holds once the call was handed to the acceptor. */
+const RELEASED = null as unknown as SourceResult['calls'][number];
+
+/**
+ * `handler` behind `guards`, as one route handler: each guard (a middleware that throws or calls
+ * `next`, never answers itself) runs in order, an error propagates to the app's `onError` through
+ * the guards before it (their `finally` blocks run), as with `hono/combine`'s `every`.
+ */
+function guarded(guards: MiddlewareHandler[], handler: (c: Context) => Promise<Response>) {
+  return (c: Context): Promise<Response> => {
+    let response: Response | undefined;
+    const run = (i: number): Promise<void> =>
+      i === guards.length
+        ? handler(c).then((r) => {
+            response = r;
+          })
+        : (guards[i]!(c, () => run(i + 1)) as Promise<void>);
+    return run(0).then(() => {
+      if (response === undefined) throw new Error('a guard neither answered nor called next');
+      return response;
+    });
+  };
+}
+
 export function createIngressApp(deps: IngressDeps): Hono {
   const app = new Hono();
   const now = deps.now ?? (() => new Date());
@@ -144,6 +169,18 @@ export function createIngressApp(deps: IngressDeps): Hono {
     jsonGuards.push(sharedSecret({ header: deps.webhook.authHeader, tokens: deps.webhook.authTokens }));
   jsonGuards.push(jsonBody({ maxBytes: deps.webhook.bodyLimitBytes }), jsonLimits(deps.webhook.jsonLimits));
 
+  /** Hands call `i` to the acceptor and lets go of it (the list's slot emptied); answers what the ingress needs after. */
+  const startAccept = (calls: SourceResult['calls'], i: number, requestId: string | undefined) => {
+    const { call, rawJson } = calls[i]!;
+    calls[i] = RELEASED;
+    return {
+      pending: deps.acceptor.accept(call, { rawJson, requestId }),
+      key: call.key,
+      callSource: call.source,
+      agentId: call.agentId,
+    };
+  };
+
   const receive = (source: Source) => async (c: Context) => {
     const request: SourceRequest = {
       params: c.req.param() as Record<string, string>,
@@ -151,8 +188,13 @@ export function createIngressApp(deps: IngressDeps): Hono {
       url: c.req.url,
       receivedAt: now(),
     };
-    if (source.body === 'json') request.json = { value: c.get('jsonBody'), text: c.get('jsonText') };
-    else request.raw = await rawBody(c, source.maxBodyBytes ?? deps.webhook.bodyLimitBytes);
+    if (source.body === 'json') {
+      request.json = { value: c.get('jsonBody'), text: c.get('jsonText') };
+      // The source holds them from here on: nothing on the context keeps the body alive while the
+      // request waits for Redis (fewer live bytes across scavenges: docs/performance.md, round 7).
+      c.set('jsonBody', undefined);
+      c.set('jsonText', '');
+    } else request.raw = await rawBody(c, source.maxBodyBytes ?? deps.webhook.bodyLimitBytes);
     let result;
     try {
       result = await source.receive(request);
@@ -166,15 +208,21 @@ export function createIngressApp(deps: IngressDeps): Hono {
       if (err instanceof SourceUnavailable) throw new QueueUnavailableError(err.cause);
       throw err;
     }
+    request.json = undefined;
+    request.raw = undefined;
+    const { calls } = result;
     const accepted: SourceAccepted[] = [];
-    for (const { call, rawJson } of result.calls) {
-      const r = await deps.acceptor.accept(call, { rawJson, requestId: c.get('requestId') });
+    for (let i = 0; i < calls.length; i++) {
+      // Started by a function of its own, so this frame keeps only small values of the call (not the
+      // call, its parsed payload or its text) while the request waits for Redis.
+      const { pending, key, callSource, agentId } = startAccept(calls, i, c.get('requestId'));
+      const r = await pending;
       accepted.push(r);
       if (tracingOn())
         traceAccepted(
-          callHash(call.key),
+          callHash(key),
           {
-            source: call.source,
+            source: callSource,
             jobId: r.id,
             revision: r.duplicate ? 'duplicate' : r.update ? 'update' : 'new',
             spooled: r.spooled,
@@ -182,7 +230,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
           request.receivedAt.getTime(),
         );
       deps.events?.accepted?.(r.duplicate);
-      const fields = { jobId: r.id, source: source.name, agentId: call.agentId };
+      const fields = { jobId: r.id, source: source.name, agentId };
       if (r.duplicate) requestLog(deps.log, c.get('requestId')).info(fields, 'duplicate webhook acknowledged');
       else if (r.update)
         requestLog(deps.log, c.get('requestId')).info(fields, 'changed call acknowledged as an update');
@@ -204,9 +252,14 @@ export function createIngressApp(deps: IngressDeps): Hono {
   };
 
   for (const source of deps.sources ?? [aiAgentSource()]) {
-    const guarded = every(countReceived, allowList, budget, ...(source.body === 'json' ? jsonGuards : []));
+    // One route handler running the guards in order, then the source: no per-request composition
+    // (hono/combine's `every` built closures and a compose per request).
+    const handler = guarded(
+      [countReceived, allowList, budget, ...(source.body === 'json' ? jsonGuards : [])],
+      receive(source),
+    );
     for (const path of source.paths) {
-      app.post(path, guarded, receive(source));
+      app.post(path, handler);
       app.all(path, () => {
         throw new ApiError(405, 'use POST', { headers: { allow: 'POST' } });
       });

@@ -94,6 +94,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
       dedupeWindowMs: config.webhook.dedupeWindowMs,
       timeoutMs: config.webhook.enqueueTimeoutMs,
       timeline: deps.timelines.producer,
+      timelineConnection: redis.producer,
     });
     const spool = await openSpool(deps, inbound);
     // A spool holding events of an earlier run: this process was restarted during an outage (the
