@@ -227,6 +227,9 @@ function indexNumber(number: string): string {
   return number.replace(/[^\d+]/g, '');
 }
 
+/** What a `received` entry reads of a call (the ingress keeps only this while the append is under way). */
+export type ReceivedCall = Pick<CanonicalCall, 'key' | 'source' | 'callId' | 'direction' | 'from' | 'to' | 'startedAt'>;
+
 export class CallTimeline {
   private readonly ttlMs: number;
   private readonly maxEntries: number;
@@ -305,7 +308,7 @@ export class CallTimeline {
    * one-slot layout; two on a spread cluster (the lookups are in their own slot). Never rejects.
    */
   async received(
-    call: CanonicalCall,
+    call: ReceivedCall,
     info: { jobId: string; revision: Revision; requestId?: string; spooled?: boolean },
   ): Promise<void> {
     const id = timelineId(call);

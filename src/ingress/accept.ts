@@ -272,7 +272,6 @@ function noteReceived(timeline: CallTimeline, batch: Waiting[], outcomes: Append
     const revision = !outcome.stored ? 'duplicate' : outcome.update ? 'update' : 'new';
     const jobId = outcome.stored ? w.item.id : outcome.firstId;
     // `received` reads only the fields of ReceivedCall (queues/timeline.ts).
-    if (w.call)
-      void timeline.received(w.call as CanonicalCall, { jobId, revision, requestId: w.requestId, spooled: w.spooled });
+    if (w.call) void timeline.received(w.call, { jobId, revision, requestId: w.requestId, spooled: w.spooled });
   });
 }
