@@ -7,13 +7,14 @@
 // (process.cpuUsage over the loop only: module loading and setup left out), then exits.
 //
 // Env: the sink servers' (S3_ENDPOINT, ARCHIVE_S3_BUCKET, AWS_*), BARE_CRM_URL, BARE_SECRET,
-// BARE_SMS_URL, BARE_TOKEN_ID, BARE_TOKEN, BARE_N (calls), BARE_CONCURRENCY, BARE_WARMUP (calls first, not measured).
+// BARE_SMS_URL, BARE_TOKEN_ID, BARE_TOKEN, BARE_CALL_FILE (the call as JSON), BARE_N (calls), BARE_CONCURRENCY, BARE_WARMUP (calls first, not measured).
 import { createHmac, randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { renderVcon } from '../src/model/vcon.js';
 import { renderArchiveJson, renderTranscriptText } from '../src/sinks/archive/render.js';
-import { sampleCall } from '../test/support/calls.js';
+import type { CanonicalCall } from '../src/model/call.js';
 
 const env = process.env;
 const N = Number(env.BARE_N ?? 2000);
@@ -35,8 +36,9 @@ const agent = new Agent({ keepAlive: true, maxSockets: CONCURRENCY });
 const hmacKey = Buffer.from(env.BARE_SECRET!.slice('whsec_'.length), 'base64');
 const smsAuth = `Basic ${Buffer.from(`${env.BARE_TOKEN_ID}:${env.BARE_TOKEN}`).toString('base64')}`;
 const tag = randomBytes(3).toString('hex');
-// One call's content, as bench:e2e posts it (a mobile caller); each loop call gets its own id.
-const template = sampleCall('bare', { patch: (p) => (p.call.from = '+491701234567') });
+// One call's content, as bench:e2e posts it (a mobile caller), as JSON as the sink jobs carry it
+// (BARE_CALL_FILE, written by bench/e2e.ts); each loop call gets its own id.
+const template = JSON.parse(readFileSync(env.BARE_CALL_FILE!, 'utf8')) as CanonicalCall;
 
 function post(url: string, body: string, headers: Record<string, string>): Promise<void> {
   const u = new URL(url);

@@ -470,7 +470,7 @@ routes:
       printTable([ceiling]);
     }
     const bare = BARE
-      ? await bareLoop(build, r, Number(CONCURRENCY), workerCpuMsPerCall, (remote.smsRequests ?? 0) / ingress.ok)
+      ? await bareLoop(build, r, work, Number(CONCURRENCY), workerCpuMsPerCall, (remote.smsRequests ?? 0) / ingress.ok)
       : undefined;
     if (bare) {
       console.log('');
@@ -649,10 +649,14 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
 async function bareLoop(
   build: ReturnType<typeof compiled>,
   r: { s3Env: Record<string, string>; crmUrl: string; secret: string; smsUrl: string; tokenId: string; token: string },
+  work: string,
   concurrency: number,
   workerCpuMsPerCall: number,
   smsShare: number,
 ): Promise<Record<string, unknown>> {
+  // The call the run posted (a mobile caller), as its sink jobs carry it.
+  const callFile = join(work, 'bare-call.json');
+  await writeFile(callFile, JSON.stringify(sampleCall('bare', { patch: (p) => (p.call.from = '+491701234567') })));
   const proc = await startProcess(
     'bare-loop',
     build.run('bench/bare-loop.ts'),
@@ -663,6 +667,7 @@ async function bareLoop(
       BARE_SMS_URL: r.smsUrl,
       BARE_TOKEN_ID: r.tokenId,
       BARE_TOKEN: r.token,
+      BARE_CALL_FILE: callFile,
       BARE_N: String(BARE_N),
       BARE_CONCURRENCY: String(concurrency),
       BARE_SMS_SHARE: String(Math.min(1, smsShare)),
