@@ -192,11 +192,7 @@ export interface LogFanOutOptions extends FanOutDeps {
   /** Where entries go that cannot be fanned out here (the BullMQ `inbound` queue). */
   deadLetters: Queue<CallReceivedJob>;
   log: Logger;
-  /**
-   * Entries read at once. Default 50: a batch's records, calls and job payloads (~40 KB per entry) are
-   * held until Redis has the jobs; 200 at once (8 MB) outlived the young generation and was promoted
-   * to old space, which V8 does not give back (worker RSS, issue 26).
-   */
+  /** Entries read at once. Default 200. */
   batch?: number;
   /** How long one read waits for new entries. Default 1000 ms. */
   blockMs?: number;
@@ -273,7 +269,7 @@ class LogFanOut implements RunningLogFanOut {
     private readonly blocking: RedisClient,
     readonly consumer: string,
   ) {
-    this.batch = options.batch ?? 50;
+    this.batch = options.batch ?? 200;
     this.blockMs = options.blockMs ?? 1000;
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
     this.maxDeliveries = options.maxDeliveries ?? 5;
