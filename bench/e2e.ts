@@ -11,6 +11,12 @@
 //   BENCH_CEILING=1    also time a bare AWS SDK loop against the same s3rver: the call's two PUTs,
 //                      BENCH_CONCURRENCY at once, BENCH_CEILING_N calls (default 2000) — what the
 //                      archive sink could reach on this machine
+//   BENCH_BARE=0       skip the bare loop (bench/bare-loop.ts; on by default, issue 26 item 2): after
+//                      the run, in a process of its own on the same sink servers, the same external
+//                      work per call by hand — the three archive objects PUT with the AWS SDK, the
+//                      signed webhook and the SMS POSTed with node:http — BENCH_CONCURRENCY calls at once,
+//                      BENCH_BARE_N calls (default min(N, 3000)) after 200 unmeasured; prints its CPU
+//                      per call and `worker CPU × bare` (the aim: ≤ 1.5)
 //   BENCH_CPU_PROF=1   profile the ingress and the workers and print where their time goes
 //   BENCH_COUNT_COMMANDS=1   (default topology only) watch Redis with MONITOR while the run lasts and
 //                      print per call: the commands callsync's clients sent (each an upper bound of
@@ -80,6 +86,8 @@ const PROFILE = process.env.BENCH_CPU_PROF === '1';
 const RATE = process.env.BENCH_RATE ? Number(process.env.BENCH_RATE) : undefined;
 const CEILING = process.env.BENCH_CEILING === '1';
 const CEILING_N = Number(process.env.BENCH_CEILING_N ?? 2000);
+const BARE = process.env.BENCH_BARE !== '0';
+const BARE_N = Number(process.env.BENCH_BARE_N ?? Math.min(N, 3000));
 const TOPOLOGIES = process.env.BENCH_TOPOLOGIES
   ? process.env.BENCH_TOPOLOGIES.split(',')
       .map((t) => t.trim())
@@ -205,6 +213,7 @@ interface RunResult {
   perMaster: Record<string, unknown>[];
   redisCpuS: { masters: number; replicas: number };
   ceiling?: Record<string, unknown>;
+  bare?: Record<string, unknown>;
 }
 
 /** One end-to-end run on `target` with ACK_REPLICAS=`ackReplicas`: fresh sink servers and callsync processes. */
@@ -464,10 +473,18 @@ routes:
       console.log('');
       printTable([ceiling]);
     }
+    const bare = BARE
+      ? await bareLoop(build, r, work, Number(CONCURRENCY), workerCpuMsPerCall, (remote.smsRequests ?? 0) / ingress.ok)
+      : undefined;
+    if (bare) {
+      console.log('');
+      printTable([bare]);
+      summary['worker CPU × bare'] = bare['worker CPU × bare'];
+    }
     console.log(
       `\nremote side: ${JSON.stringify(remote)}  (sink jobs per sink: ${ingress.ok}; ack phase ${round((acked - started) / 1000, 1)} s)`,
     );
-    return { summary, perSink, rss, remote, perMaster, redisCpuS, ceiling };
+    return { summary, perSink, rss, remote, perMaster, redisCpuS, ceiling, bare };
   } finally {
     for (const p of procs.reverse()) await p.stop().catch(() => undefined);
     if (PROFILE) console.log(`\n${await summariseProfiles(work)}`);
@@ -487,7 +504,7 @@ async function main(): Promise<void> {
     try {
       const res = await runOnce(target, 0, build, false);
       console.log(
-        `\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary: res.summary, perSink: res.perSink, peakRssMb: res.rss, remote: res.remote, ceiling: res.ceiling })}`,
+        `\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary: res.summary, perSink: res.perSink, peakRssMb: res.rss, remote: res.remote, ceiling: res.ceiling, bare: res.bare })}`,
       );
     } finally {
       await target.destroy();
@@ -638,6 +655,59 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
       statsClient.disconnect();
       return { sent, inScripts, commandstats: all, byName, readEvents };
     },
+  };
+}
+
+/**
+ * The bare loop (bench/bare-loop.ts) in a process of its own, against the run's sink servers: its
+ * CPU per call for the same external work, and the worker's against it.
+ */
+async function bareLoop(
+  build: ReturnType<typeof compiled>,
+  r: { s3Env: Record<string, string>; crmUrl: string; secret: string; smsUrl: string; tokenId: string; token: string },
+  work: string,
+  concurrency: number,
+  workerCpuMsPerCall: number,
+  smsShare: number,
+): Promise<Record<string, unknown>> {
+  // The call the run posted (a mobile caller), as its sink jobs carry it.
+  const callFile = join(work, 'bare-call.json');
+  await writeFile(callFile, JSON.stringify(sampleCall('bare', { patch: (p) => (p.call.from = '+491701234567') })));
+  const proc = await startProcess(
+    'bare-loop',
+    build.run('bench/bare-loop.ts'),
+    {
+      ...r.s3Env,
+      BARE_CRM_URL: r.crmUrl,
+      BARE_SECRET: r.secret,
+      BARE_SMS_URL: r.smsUrl,
+      BARE_TOKEN_ID: r.tokenId,
+      BARE_TOKEN: r.token,
+      BARE_CALL_FILE: callFile,
+      BARE_N: String(BARE_N),
+      BARE_CONCURRENCY: String(concurrency),
+      BARE_SMS_SHARE: String(Math.min(1, smsShare)),
+      NODE_OPTIONS: callsyncNodeOptions(),
+    },
+    { timeoutMs: 300_000 },
+  );
+  await proc.stop(5_000);
+  const b = proc.ready as {
+    calls: number;
+    failed: number;
+    callsPerSecond: number;
+    cpuMsPerCall: number;
+    rssMb: number;
+  };
+  return {
+    'bare loop: calls': b.calls,
+    failed: b.failed,
+    'calls/s': Math.round(b.callsPerSecond),
+    'bare CPU ms/call': round(b.cpuMsPerCall, 2),
+    'worker CPU ms/call': workerCpuMsPerCall,
+    'worker CPU × bare': round(workerCpuMsPerCall / b.cpuMsPerCall, 2),
+    'SMS per call': round(Math.min(1, smsShare), 2),
+    'bare RSS MB': round(b.rssMb, 0),
   };
 }
 

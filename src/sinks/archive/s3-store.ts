@@ -1,5 +1,7 @@
 // The archive's S3 store (or any S3-compatible server). Imported only when a bucket is configured
 // (see createObjectStore in ./index.ts), so processes that archive nowhere never load the AWS SDK.
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import type { Readable } from 'node:stream';
 import {
   DeleteObjectCommand,
@@ -27,6 +29,52 @@ export interface S3StoreOptions {
   listPageSize?: number;
   /** Credentials; default: the AWS SDK's chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, roles...). */
   credentials?: { accessKeyId: string; secretAccessKey: string };
+  /**
+   * Small objects (`put`) go through the lean PutObject path (default true): the SDK's own endpoint
+   * rules (resolved once) and signer, one node:http(s) request on a keep-alive agent. Any failure
+   * there is tried once more through the SDK, which classifies the error. false: the SDK for every PUT.
+   */
+  leanPut?: boolean;
+}
+
+/** The parts of the S3 client's resolved configuration the lean PutObject path uses (the SDK's own). */
+interface ResolvedS3Config {
+  region: () => Promise<string>;
+  useFipsEndpoint: () => Promise<boolean>;
+  useDualstackEndpoint: () => Promise<boolean>;
+  forcePathStyle?: boolean;
+  systemClockOffset?: number;
+  endpointProvider(
+    params: Record<string, unknown>,
+    context: Record<string, unknown>,
+  ): { url: URL; properties?: { authSchemes?: { name: string; signingName?: string; signingRegion?: string }[] } };
+  signer(authScheme: unknown): Promise<{
+    sign(
+      request: Record<string, unknown>,
+      options: { signingDate: Date; signingRegion?: string; signingService?: string },
+    ): Promise<{ headers: Record<string, string> }>;
+  }>;
+}
+
+/** Where and how a PutObject of this bucket goes: resolved once per store by the SDK's endpoint rules and signer. */
+interface LeanTarget {
+  url: URL;
+  signingRegion?: string;
+  signingService?: string;
+  signer: Awaited<ReturnType<ResolvedS3Config['signer']>>;
+  config: ResolvedS3Config;
+  send: typeof httpRequest;
+  agent: HttpAgent;
+}
+
+/** A key as the SDK puts it in the path (`{Key+}`: every segment URI-encoded, `/` kept, `!'()*` encoded too). */
+function encodeKey(key: string): string {
+  return key
+    .split('/')
+    .map((part) =>
+      encodeURIComponent(part).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`),
+    )
+    .join('/');
 }
 
 /** Sorts an S3 SDK failure into the sink error kinds (errorFromHttp redacts the server's text). */
@@ -44,6 +92,8 @@ function errorFromS3(what: string, err: unknown): SinkError {
 export class S3Store implements ObjectStore {
   readonly location: string;
   readonly client: S3Client;
+  /** The lean PutObject path's target, resolved on first use; null once it cannot be used (then the SDK does every PUT). */
+  private lean: Promise<LeanTarget | null> | null;
 
   constructor(private readonly options: S3StoreOptions) {
     this.location = `s3://${options.bucket}`;
@@ -60,6 +110,115 @@ export class S3Store implements ObjectStore {
       responseChecksumValidation: 'WHEN_REQUIRED',
       requestHandler: { requestTimeout: options.timeoutMs ?? 30_000, connectionTimeout: 5_000 },
     });
+    this.lean = options.leanPut === false ? Promise.resolve(null) : null;
+  }
+
+  /** The lean path's target: the bucket's endpoint by the SDK's rules, the SDK's SigV4 signer; null where they say otherwise. */
+  private async leanTarget(): Promise<LeanTarget | null> {
+    const config = this.client.config as unknown as ResolvedS3Config;
+    const endpoint = config.endpointProvider(
+      {
+        Bucket: this.options.bucket,
+        Region: await config.region(),
+        UseFIPS: await config.useFipsEndpoint(),
+        UseDualStack: await config.useDualstackEndpoint(),
+        ForcePathStyle: config.forcePathStyle ?? false,
+        Endpoint: this.options.endpoint,
+        Accelerate: false,
+        UseGlobalEndpoint: false,
+        UseArnRegion: false,
+        DisableMultiRegionAccessPoints: false,
+      },
+      {},
+    );
+    const scheme = endpoint.properties?.authSchemes?.[0];
+    // SigV4A, S3 Express sessions, access points with query strings: the SDK's business.
+    if (scheme?.name !== 'sigv4' || endpoint.url.search !== '' || endpoint.url.username !== '') return null;
+    const https = endpoint.url.protocol === 'https:';
+    if (!https && endpoint.url.protocol !== 'http:') return null;
+    return {
+      url: endpoint.url,
+      signingRegion: scheme.signingRegion,
+      signingService: scheme.signingName,
+      signer: await config.signer(scheme),
+      config,
+      send: https ? (httpsRequest as typeof httpRequest) : httpRequest,
+      // Keep-alive, as the SDK's handler (50 sockets at most, its default); TLS verified by default.
+      agent: https
+        ? new HttpsAgent({ keepAlive: true, maxSockets: 50 })
+        : new HttpAgent({ keepAlive: true, maxSockets: 50 }),
+    };
+  }
+
+  /** PutObject without the SDK's middleware stack; false when it did not succeed (the caller asks the SDK). */
+  private async leanPut(key: string, body: string | Buffer, options: PutOptions): Promise<boolean> {
+    this.lean ??= this.leanTarget().catch(() => null);
+    const target = await this.lean;
+    if (target === null) return false;
+    const { url } = target;
+    const basePath = url.pathname.replace(/\/+$/, '');
+    const payload = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
+    const headers: Record<string, string> = {
+      host: url.host,
+      'content-type': options.contentType,
+      'content-length': String(payload.length),
+    };
+    if (this.options.sse) headers['x-amz-server-side-encryption'] = this.options.sse;
+    if (this.options.sse?.startsWith('aws:kms') && this.options.kmsKeyId)
+      headers['x-amz-server-side-encryption-aws-kms-key-id'] = this.options.kmsKeyId;
+    let signed;
+    try {
+      signed = await target.signer.sign(
+        {
+          method: 'PUT',
+          protocol: url.protocol,
+          hostname: url.hostname,
+          port: url.port === '' ? undefined : Number(url.port),
+          path: `${basePath}/${encodeKey(key)}`,
+          query: {},
+          headers,
+          body: payload,
+        },
+        {
+          signingDate: new Date(Date.now() + (target.config.systemClockOffset ?? 0)),
+          signingRegion: target.signingRegion,
+          signingService: target.signingService,
+        },
+      );
+    } catch {
+      // Credentials missing or not resolvable: the SDK says so in its own words.
+      return false;
+    }
+    const timeoutMs = this.options.timeoutMs ?? 30_000;
+    return new Promise<boolean>((resolve, reject) => {
+      const req = target.send(
+        {
+          protocol: url.protocol,
+          hostname: url.hostname,
+          port: url.port === '' ? undefined : url.port,
+          method: 'PUT',
+          path: `${basePath}/${encodeKey(key)}`,
+          headers: signed.headers,
+          agent: target.agent,
+          timeout: timeoutMs,
+        },
+        (res: IncomingMessage) => {
+          res.resume();
+          res.once('end', () => resolve(res.statusCode === 200));
+          res.once('error', () => resolve(false));
+        },
+      );
+      // A timeout is the job's failure at once (as the SDK's would be), not another full wait through the SDK.
+      req.once('timeout', () => {
+        const err = new Error(`timed out after ${timeoutMs} ms`);
+        err.name = 'TimeoutError';
+        req.destroy(err);
+        reject(errorFromNetwork(`S3 PutObject ${key}`, err));
+      });
+      // A reset keep-alive socket, a refused connection: the SDK tries again (its own retry included).
+      req.once('error', () => resolve(false));
+      req.end(payload);
+    });
   }
 
   private encryption() {
@@ -70,6 +229,7 @@ export class S3Store implements ObjectStore {
   }
 
   async put(key: string, body: string | Buffer, options: PutOptions): Promise<void> {
+    if (await this.leanPut(key, body, options)) return;
     try {
       await this.client.send(
         new PutObjectCommand({
