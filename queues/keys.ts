@@ -12,6 +12,10 @@
 //   is in one slot, and every multi-key script touches one area only.
 import type { RedisSettings } from './connection.js';
 import { sinkQueueName } from './registry.js';
+import { keySlot } from '../src/redis-slot.js';
+
+// The slot of a key is computed in src/redis-slot.ts (the sink state's scripts need it too, below the queues).
+export { keySlot };
 
 export type KeyLayout = 'one-slot' | 'spread';
 
@@ -128,23 +132,4 @@ export function asKeys(keys: RedisKeys | string): RedisKeys {
 export function redisKeys(settings: Pick<RedisSettings, 'clusterNodes' | 'prefix' | 'inboundShards'>): RedisKeys {
   const layout = keyLayout(settings);
   return new RedisKeys(settings.prefix, layout, settings.inboundShards ?? defaultInboundShards(layout));
-}
-
-function crc16(data: Buffer): number {
-  let crc = 0;
-  for (const byte of data) {
-    crc ^= byte << 8;
-    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-  }
-  return crc;
-}
-
-/** The Redis Cluster slot of `key`: CRC16 of its hash tag (the first non-empty `{…}`), or of the whole key. */
-export function keySlot(key: string): number {
-  const open = key.indexOf('{');
-  if (open >= 0) {
-    const close = key.indexOf('}', open + 1);
-    if (close > open + 1) key = key.slice(open + 1, close);
-  }
-  return crc16(Buffer.from(key)) % 16384;
 }

@@ -20,6 +20,7 @@ export const LAYERS: Record<string, number> = {
   'src/backoff': 0,
   'src/listen': 0,
   'src/env-values': 0,
+  'src/redis-slot': 0,
   'src/telemetry': 0,
   'src/model': 1,
   queues: 2,

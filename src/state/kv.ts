@@ -1,6 +1,6 @@
 // A small durable key/value memory in Redis, namespaced per sink (CRM record ids, "already sent" markers).
 import type { Cluster, Redis } from 'ioredis';
-import { keySlot } from '../../queues/keys.js';
+import { keySlot } from '../redis-slot.js';
 
 export interface KeyValueStore {
   get(key: string): Promise<string | null>;
