@@ -221,6 +221,24 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
     await waitFor(() => !alive(again.pid) || null, { timeoutMs: 10_000, what: 'the private Redis to stop again' });
   });
 
+  test('a SIGTERM while it starts (after the private Redis, before "callsync started") stops it cleanly and stops the private Redis', async () => {
+    const redisDir = join(dir, 'data', 'redis');
+    const child = start();
+    await waitFor(
+      () =>
+        child.lines.find((l) => String(l.msg).startsWith('no Redis configured or answering locally: started')) ?? null,
+      { timeoutMs: 30_000, what: 'the private Redis started' },
+    );
+    const server = JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number };
+    // The roles are still starting: the signal arrives before the process logged "callsync started".
+    assert.ok(!child.lines.some((l) => l.msg === 'callsync started'), 'signalled before the start was over');
+    child.proc.kill('SIGTERM');
+    // Before: no handler yet, the signal's default action ended the process (exit by signal) and
+    // left the redis-server it had just started running.
+    assert.equal(await bounded(child.exit, 30_000, 'callsync to stop', child), 0);
+    await waitFor(() => !alive(server.pid) || null, { timeoutMs: 10_000, what: 'the private Redis to stop' });
+  });
+
   test('check-config without a running Redis: the private one is named (not running, started by `callsync start`)', async () => {
     const check = await cli(['check-config']);
     assert.match(check.stdout, /^configuration OK/);

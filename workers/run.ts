@@ -92,8 +92,36 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
  * NoRedisError (exit 2, one line).
  */
 export async function runUntilSignalled(configured: Config, log: Logger): Promise<void> {
+  // Signals are taken from the first moment: a SIGTERM while the private Redis starts or the roles
+  // start is kept and acted on once that step is over (a signal's default action would end the
+  // process at once and leave the private redis-server it had just started running).
+  let signalled: NodeJS.Signals | undefined;
+  let running: RunningCallsync | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (signalled) {
+      log.warn({ signal }, 'second signal: exiting without waiting');
+      process.exit(1);
+    }
+    signalled = signal;
+    if (running) stopRunning(running, signal);
+    else log.info({ signal }, 'signal while starting: stopping once the start step under way is over');
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+
   for (const warning of configured.warnings) log.warn(warning);
   const redis = await resolveRedis(configured.redis, { log });
+  // The last process using a private Redis stops it (after its own connections closed).
+  const release = () =>
+    redis
+      .release()
+      .catch((err: unknown) =>
+        log.error({ err: { message: (err as Error).message } }, 'stopping the private Redis failed'),
+      );
+  if (signalled) {
+    await release();
+    process.exit(0);
+  }
   if (redis.origin === 'local')
     log.info({ redis: redis.where }, 'no Redis configured (REDIS_URL unset): using the one answering locally');
   if (redis.origin === 'private' && !redis.started)
@@ -104,37 +132,25 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
   const config: Config = { ...configured, redis: redis.settings };
   // OTEL_EXPORTER_OTLP_ENDPOINT set: one trace per call (src/telemetry.ts); else nothing is loaded.
   if (await startTracing(process.env)) log.info('OpenTelemetry traces on (OTEL_EXPORTER_OTLP_ENDPOINT)');
-  let running: RunningCallsync;
   try {
     running = await startWithOperations({ config, log });
   } catch (err) {
-    await redis.release().catch(() => undefined);
+    await release();
     throw err;
   }
   log.info(
     { role: config.role, url: running.callsync.url, opsUrl: running.operations.url, redis: redis.origin },
     'callsync started',
   );
-  let signalled = false;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (signalled) {
-      log.warn({ signal }, 'second signal: exiting without waiting');
-      process.exit(1);
-    }
-    signalled = true;
-    void running
+  if (signalled) stopRunning(running, signalled);
+
+  function stopRunning(started: RunningCallsync, signal: NodeJS.Signals): void {
+    void started
       .shutdown(signal)
-      // The last process using a private Redis stops it (after its own connections closed).
       .then(async (code) => {
-        await redis
-          .release()
-          .catch((err: unknown) =>
-            log.error({ err: { message: (err as Error).message } }, 'stopping the private Redis failed'),
-          );
+        await release();
         return code;
       })
       .then((code) => process.exit(code));
-  };
-  process.on('SIGTERM', onSignal);
-  process.on('SIGINT', onSignal);
+  }
 }
