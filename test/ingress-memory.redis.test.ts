@@ -167,3 +167,36 @@ test('floods of declared and chunked bodies, with Redis up and away: 202 or 503,
   child.proc.kill('SIGTERM');
   await bounded(child.exit, 30_000, 'the ingress to stop', child);
 });
+
+test('with a heap limit, a body the heap cannot hold is refused (413), not a crash; the next one is taken', async () => {
+  child = startCallsyncProcess({
+    NODE_OPTIONS: `${await startFlags()} --max-old-space-size=160`,
+    CALLSYNC_FROM_SOURCE: '1',
+    CALLSYNC_ROLE: 'ingress',
+    CALLSYNC_CONFIG: '',
+    REDIS_URL: redis.url,
+    QUEUE_PREFIX: uniquePrefix('ingress-heap'),
+    PORT: '0',
+    HOST: '127.0.0.1',
+    OPS_PORT: 'off',
+    WEBHOOK_ALLOWED_IPS: '127.0.0.1',
+    SPOOL_ENABLED: 'false',
+    LOG_LEVEL: 'info',
+    // A limit raised beyond what a 160 MB heap can hold: before the heap room was checked, a 48 MB
+    // body ran it out of memory (the process died; ECONNREFUSED for the next request).
+    WEBHOOK_BODY_LIMIT: String(64 * MB),
+  });
+  const url = await bounded(child.url, 60_000, 'the ingress to listen', child);
+  const large = bodies(48);
+  for (const chunked of [false, true]) {
+    const a = await post(url, large(`heap-${chunked}`), chunked);
+    assert.ok(a.status === 413 || a.status === 'EPIPE' || a.status === 'ECONNRESET', `answered ${a.status}`);
+    if (a.status === 413) assert.match(a.body, /heap limit/);
+    await new Promise((r) => setTimeout(r, 500));
+    assert.equal(child.proc.exitCode, null, `the ingress died: ${child.stderr.join('\n').slice(-2000)}`);
+  }
+  const small = await post(url, bodies(0.1)('heap-small'), false);
+  assert.equal(small.status, 202, small.body);
+  child.proc.kill('SIGTERM');
+  await bounded(child.exit, 30_000, 'the ingress to stop', child);
+});

@@ -5,8 +5,10 @@
 // they arrive (./read-body.ts calls `take` per chunk). A request that would go beyond the budget is
 // answered 503 with Retry-After — before its body is read, or as soon as its chunks pass the budget —
 // and its connection closed: the sender retries. One body is always let in alone, whatever its size
-// (the body limit refuses what is too large). The default budget is sized by what a body really
-// costs in memory (BODY_MEMORY_FACTOR), so the process stays under its stated RSS bound.
+// (the body limit refuses what is too large), unless a heap limit leaves no room for it: 413, not a
+// crash. The default budget is sized by what a body really costs in memory (BODY_MEMORY_FACTOR), so
+// the process stays under its stated RSS bound.
+import { getHeapStatistics } from 'node:v8';
 import type { MiddlewareHandler } from 'hono';
 import { ApiError } from '../errors.js';
 
@@ -42,8 +44,35 @@ const BODY_MEMORY_BYTES = 320 * 1024 * 1024;
 /** The default budget: 8 MiB of bodies (BODY_MEMORY_BYTES / BODY_MEMORY_FACTOR). */
 export const BODY_BUDGET_BYTES = BODY_MEMORY_BYTES / BODY_MEMORY_FACTOR;
 
+/**
+ * Bytes of V8 heap a body of one byte may take while it is handled (its decoded text, the parsed
+ * payload, the record serialized with `raw`, the Redis command flattened): with
+ * `--max-old-space-size=160`, a 24 MB body was stored and a 48 MB one ran the heap out of memory
+ * (×3–4; test/ingress-memory.redis.test.ts). With a heap limit, bodies are held to what fits in it,
+ * so the process answers 503 or 413 before it would die.
+ */
+const BODY_HEAP_FACTOR = 4;
+/** Heap the ingress takes without bodies, with room to spare. */
+const HEAP_AT_REST_BYTES = 96 * 1024 * 1024;
+
+/** Bytes of bodies the heap limit leaves room for (large without a limit: Node's default heap is GiBs). */
+function heapRoom(): number {
+  return Math.max(0, (getHeapStatistics().heap_size_limit - HEAP_AT_REST_BYTES) / BODY_HEAP_FACTOR);
+}
+
 export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
   let held = 0;
+  const room = heapRoom();
+  const maxBytes = Math.min(options.maxBytes, room);
+  const beyondHeap = (size: number) =>
+    new ApiError(
+      413,
+      `request body is larger than this ingress can hold with its heap limit (${Math.floor(room)} bytes)`,
+      {
+        headers: { connection: 'close' },
+        logFields: { bodyBytes: size, heapRoomBytes: Math.floor(room) },
+      },
+    );
   const refusal = (size: number) =>
     new ApiError(503, `the ingress holds as many request bodies as it can (${held} bytes): retry shortly`, {
       // The connection closes after the answer: reading (and dropping) the body the sender still
@@ -56,11 +85,13 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
     // A chunked body reserves nothing up front: its chunks are taken as they arrive.
     let mine =
       declared !== undefined && /^\d+$/.test(declared) ? Math.min(Number(declared), options.bodyLimitBytes + 1) : 0;
-    if (held > 0 && held + mine > options.maxBytes) throw refusal(mine);
+    if (mine > room) throw beyondHeap(mine);
+    if (held > 0 && held + mine > maxBytes) throw refusal(mine);
     held += mine;
     c.set('bodyBudgetTake', (bytes: number) => {
+      if (mine + bytes > room) throw beyondHeap(mine + bytes);
       // Alone (nothing held by others), a body may grow up to the body limit.
-      if (held - mine > 0 && held + bytes > options.maxBytes) throw refusal(mine + bytes);
+      if (held - mine > 0 && held + bytes > maxBytes) throw refusal(mine + bytes);
       held += bytes;
       mine += bytes;
     });
