@@ -21,6 +21,7 @@ import { BODY_BUDGET_BYTES, bodyBudget } from './middleware/body-budget.js';
 import { ipAllow } from './middleware/ip-allow.js';
 import { jsonBody } from './middleware/json-body.js';
 import { jsonLimits } from './middleware/json-limits.js';
+import { readBody } from './middleware/read-body.js';
 import { sharedSecret } from './middleware/shared-secret.js';
 import type { Config } from '../config/index.js';
 
@@ -48,7 +49,7 @@ export interface IngressDeps {
   before?: MiddlewareHandler[];
   /** The sources mounted (src/sources/index.ts); default: the AI-agent webhook alone. */
   sources?: Source[];
-  /** Bytes of request bodies held at once (./middleware/body-budget.ts). Default BODY_BUDGET_BYTES (32 MiB). */
+  /** Bytes of request bodies held at once (./middleware/body-budget.ts). Default BODY_BUDGET_BYTES (16 MiB). */
   bodyBudgetBytes?: number;
 }
 
@@ -88,18 +89,8 @@ const unreadLogged = new Set<string>();
 
 /** The body's bytes, refused with 413 beyond `maxBytes` (read as it arrives, never buffered past it). */
 async function rawBody(c: Context, maxBytes: number): Promise<Buffer> {
-  const declared = Number(c.req.header('content-length') ?? NaN);
-  if (declared > maxBytes) throw new ApiError(413, `the body is larger than ${maxBytes} bytes`);
-  const stream = c.req.raw.body;
-  if (!stream) return Buffer.alloc(0);
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) {
-    size += chunk.byteLength;
-    if (size > maxBytes) throw new ApiError(413, `the body is larger than ${maxBytes} bytes`);
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
+  const bytes = await readBody(c, maxBytes, `the body is larger than ${maxBytes} bytes`);
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
 /** The request's connection died before its body was complete (only over a real socket). */

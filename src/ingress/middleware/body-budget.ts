@@ -1,11 +1,14 @@
 // Bounds the request bodies the ingress holds at once, in bytes: a body is read, decoded, parsed,
 // normalized and serialized before it is stored, several copies of it alive until the answer, so
-// many large bodies at once would run the process out of memory. Each request reserves its declared
-// length until it is answered (a chunked one, whose length is unknown up front: CHUNKED_RESERVE, so
-// chunked bodies are bounded only by their number and the body limit — a known gap); a request that
-// would go beyond the budget is answered 503 with Retry-After at once, before its body is read, and
-// its connection closed — the sender retries. One body is always let in alone, whatever its size
-// (the body limit refuses what is too large).
+// many large bodies at once would run the process out of memory. A request with a Content-Length
+// reserves it before its body is read; a chunked one (length unknown up front) reserves its bytes as
+// they arrive (./read-body.ts calls `take` per chunk). A request that would go beyond the budget is
+// answered 503 with Retry-After — before its body is read, or as soon as its chunks pass the budget —
+// and its connection closed: the sender retries. One body is always let in alone, whatever its size
+// (the body limit refuses what is too large), unless a heap limit leaves no room for it: 413, not a
+// crash. The default budget is sized by what a body really costs in memory (BODY_MEMORY_FACTOR), so
+// the process stays under its stated RSS bound.
+import { getHeapStatistics } from 'node:v8';
 import type { MiddlewareHandler } from 'hono';
 import { ApiError } from '../errors.js';
 
@@ -18,36 +21,85 @@ export interface BodyBudgetOptions {
   retryAfterSeconds: string;
 }
 
+declare module 'hono' {
+  interface ContextVariableMap {
+    /**
+     * Reserves `bytes` more of the body budget for this request (a chunked body, as it arrives);
+     * throws the budget's 503 when they do not fit. Absent when no budget runs.
+     */
+    bodyBudgetTake: ((bytes: number) => void) | undefined;
+  }
+}
+
 /**
- * The default budget: 32 MiB of bodies. A 10 MB call alone took the ingress from ~130 MB to a peak
- * of ~560 MB RSS (its text, parsed payload, the record with `raw`, the Redis command, the spool
- * line); 24 × 10 MB at once stayed between 500 and 800 MB with this budget (docs/reliability.md §9).
+ * Bytes of memory a request body of one byte costs the ingress at its peak, measured: one 10 MB
+ * call took a `callsync start` ingress from ~142 MB to ~234 MB RSS (×9: the bytes, the decoded
+ * text, the parsed payload, the record serialized with `raw`, the Redis command and its socket
+ * buffer); a sustained flood of bodies admitted as soon as others were answered cost up to ×20 of
+ * the bytes held (garbage of answered bodies not yet collected). docs/operations.md "Memory".
  */
-export const BODY_BUDGET_BYTES = 32 * 1024 * 1024;
-/** What a chunked body (no Content-Length) reserves. */
-const CHUNKED_RESERVE = 1024 * 1024;
+const BODY_MEMORY_FACTOR = 40;
+/** Memory the ingress may spend on request bodies: a 512 MB RSS bound, less ~150 MB at rest and ~50 MB of margin. */
+const BODY_MEMORY_BYTES = 320 * 1024 * 1024;
+/** The default budget: 8 MiB of bodies (BODY_MEMORY_BYTES / BODY_MEMORY_FACTOR). */
+export const BODY_BUDGET_BYTES = BODY_MEMORY_BYTES / BODY_MEMORY_FACTOR;
+
+/**
+ * Bytes of V8 heap a body of one byte may take while it is handled (its decoded text, the parsed
+ * payload, the record serialized with `raw`, the Redis command flattened): with
+ * `--max-old-space-size=160`, a 24 MB body was stored and a 48 MB one ran the heap out of memory
+ * (×3–4; test/ingress-memory.redis.test.ts). With a heap limit, bodies are held to what fits in it,
+ * so the process answers 503 or 413 before it would die.
+ */
+const BODY_HEAP_FACTOR = 4;
+/** Heap the ingress takes without bodies, with room to spare. */
+const HEAP_AT_REST_BYTES = 96 * 1024 * 1024;
+
+/** Bytes of bodies the heap limit leaves room for (large without a limit: Node's default heap is GiBs). */
+function heapRoom(): number {
+  return Math.max(0, (getHeapStatistics().heap_size_limit - HEAP_AT_REST_BYTES) / BODY_HEAP_FACTOR);
+}
 
 export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
   let held = 0;
+  const room = heapRoom();
+  const maxBytes = Math.min(options.maxBytes, room);
+  const beyondHeap = (size: number) =>
+    new ApiError(
+      413,
+      `request body is larger than this ingress can hold with its heap limit (${Math.floor(room)} bytes)`,
+      {
+        headers: { connection: 'close' },
+        logFields: { bodyBytes: size, heapRoomBytes: Math.floor(room) },
+      },
+    );
+  const refusal = (size: number) =>
+    new ApiError(503, `the ingress holds as many request bodies as it can (${held} bytes): retry shortly`, {
+      // The connection closes after the answer: reading (and dropping) the body the sender still
+      // writes would cost as much memory, for a while, as keeping it.
+      headers: { 'retry-after': options.retryAfterSeconds, connection: 'close' },
+      logFields: { heldBytes: held, bodyBytes: size },
+    });
   return async function bodyBudgetMiddleware(c, next) {
     const declared = c.req.header('content-length');
-    const size =
-      declared !== undefined && /^\d+$/.test(declared)
-        ? Math.min(Number(declared), options.bodyLimitBytes + 1)
-        : Math.min(CHUNKED_RESERVE, options.bodyLimitBytes);
-    if (held > 0 && held + size > options.maxBytes) {
-      throw new ApiError(503, `the ingress holds as many request bodies as it can (${held} bytes): retry shortly`, {
-        // The connection closes after the answer: reading (and dropping) the body the sender still
-        // writes would cost as much memory, for a while, as keeping it.
-        headers: { 'retry-after': options.retryAfterSeconds, connection: 'close' },
-        logFields: { heldBytes: held, bodyBytes: size },
-      });
-    }
-    held += size;
+    // A chunked body reserves nothing up front: its chunks are taken as they arrive.
+    let mine =
+      declared !== undefined && /^\d+$/.test(declared) ? Math.min(Number(declared), options.bodyLimitBytes + 1) : 0;
+    if (mine > room) throw beyondHeap(mine);
+    if (held > 0 && held + mine > maxBytes) throw refusal(mine);
+    held += mine;
+    c.set('bodyBudgetTake', (bytes: number) => {
+      if (mine + bytes > room) throw beyondHeap(mine + bytes);
+      // Alone (nothing held by others), a body may grow up to the body limit.
+      if (held - mine > 0 && held + bytes > maxBytes) throw refusal(mine + bytes);
+      held += bytes;
+      mine += bytes;
+    });
     try {
       await next();
     } finally {
-      held -= size;
+      c.set('bodyBudgetTake', undefined);
+      held -= mine;
     }
   };
 }

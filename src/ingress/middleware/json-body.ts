@@ -1,9 +1,10 @@
-// Reads a JSON request body with a size limit (Content-Length checked up front, chunked bodies
-// counted as they stream) and a content-type check, decodes it in its declared charset
+// Reads a JSON request body (./read-body.ts: Content-Length checked up front, chunked bodies
+// counted as they stream, against the limit and the body budget) and a content-type check, decodes it in its declared charset
 // (../charset.ts); the parsed body and its text are put on the context.
 import type { Context, MiddlewareHandler } from 'hono';
 import { decodeBody, encodingOf } from '../charset.js';
 import { ApiError, WHOLE_REQUEST } from '../errors.js';
+import { readBody } from './read-body.js';
 
 export interface JsonBodyOptions {
   /** Largest accepted body in bytes. */
@@ -31,7 +32,6 @@ export function jsonBody(options: JsonBodyOptions): MiddlewareHandler {
 
 /** Reads, decodes and parses the body; puts the value and its text on the context. */
 async function readJsonBody(c: Context, maxBytes: number): Promise<void> {
-  const tooLarge = () => new ApiError(413, `request body is larger than ${maxBytes} bytes`);
   const type = c.req.header('content-type') ?? '';
   if (!JSON_TYPE.test(type)) {
     throw new ApiError(
@@ -44,37 +44,8 @@ async function readJsonBody(c: Context, maxBytes: number): Promise<void> {
   }
   // An unsupported charset is refused before the body is read.
   const encoding = encodingOf(type);
-  const declared = c.req.header('content-length');
-  if (declared !== undefined && Number(declared) > maxBytes) throw tooLarge();
-
-  const parts: Uint8Array[] = [];
-  let size = 0;
-  // With a Content-Length within the limit (Node's parser holds the body to it), read the body
-  // whole: @hono/node-server then skips building a web Request and stream (a third of the
-  // ingress' CPU, docs/performance.md). Chunked bodies are counted as they stream.
-  const stream = declared !== undefined && /^\d+$/.test(declared) ? null : c.req.raw.body;
-  if (!stream && declared !== undefined) {
-    const whole = new Uint8Array(await c.req.arrayBuffer());
-    // Hono's request caches the body it read: let go of it (read once, here).
-    delete c.req.bodyCache.arrayBuffer;
-    if (whole.byteLength > maxBytes) throw tooLarge();
-    parts.push(whole);
-    size = whole.byteLength;
-  }
-  if (stream) {
-    const reader = stream.getReader();
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      size += value.byteLength;
-      if (size > maxBytes) {
-        await reader.cancel().catch(() => undefined);
-        throw tooLarge();
-      }
-      parts.push(value);
-    }
-  }
-  const text = decodeBody(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size), encoding);
+  // The bytes are held by nothing once decoded (the text is what the record keeps).
+  const text = decodeBody(await readBody(c, maxBytes, `request body is larger than ${maxBytes} bytes`), encoding);
   if (text.trim() === '') throw new ApiError(400, 'request body is empty', { pointer: WHOLE_REQUEST });
   let parsed: unknown;
   try {
