@@ -3,7 +3,8 @@
 // item per store is a metric; the worker role's sweeper runs on its own (a retention of a second);
 // and ARCHIVE_RETENTION_DAYS for S3 is a bucket lifecycle rule that `callsync retention apply` sets
 // and `check-config` reports — against a small S3 lifecycle fake, since s3rver answers
-// NotImplemented to lifecycle requests (which `retention apply` then reports, exit 1).
+// NotImplemented to lifecycle requests (which `retention apply` then reports, exit 1). The age of
+// an S3 archive's oldest object is measured against s3rver.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
@@ -14,6 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { Queue } from 'bullmq';
+import { DeleteObjectsCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import pino from 'pino';
 import { sinkQueueName } from '../queues/registry.js';
 import { loadConfig } from '../src/config/index.js';
@@ -255,6 +257,56 @@ describe('ARCHIVE_RETENTION_DAYS on S3: a lifecycle rule', () => {
     assert.equal((await run(['retention', 'apply'], env60)).code, 0);
     assert.equal(fake.configs.get('calls')!.split('<ID>callsync-archive-retention</ID>').length, 2);
     assert.match((await run(['check-config'], env60)).text, /in place, objects expire after 60 days/);
+  });
+
+  test("the oldest S3 archive object's age: the oldest day's oldest object, under the archive's prefix only", async () => {
+    const env = envFor(s3.endpoint, { ARCHIVE_S3_BUCKET: s3.bucket, ARCHIVE_S3_PREFIX: 'oldest/' });
+    const log = pino({ level: 'silent' });
+    const conn = new Redis(REDIS_URL);
+    const now = Date.now();
+    const daysAgo = (d: number) => new Date(now - d * 24 * 3600_000);
+    try {
+      // Empty: 0, as for the other stores.
+      let result = await sweepRetention(loadConfig(env), conn, log, now);
+      assert.equal(result.oldestSeconds.archive_s3, 0);
+
+      // Keys are filed by the call's day; LastModified is when each was written.
+      const objects: [string, Date][] = [
+        ['oldest/transcripts/2026/01/05/a-1.json', daysAgo(10)],
+        ['oldest/transcripts/2026/01/05/a-2.json', daysAgo(3)],
+        ['oldest/transcripts/2026/03/01/b-1.json', daysAgo(1)],
+        ['oldest/recordings/2026/02/01/c-1-recording-0.mp3', daysAgo(5)],
+        // Another prefix of the bucket is not the archive's.
+        ['elsewhere/transcripts/2020/01/01/x.json', daysAgo(100)],
+      ];
+      for (const [key] of objects)
+        await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: key, Body: '{}' }));
+      for (const [key, at] of objects) await s3.setLastModified(key, at);
+
+      result = await sweepRetention(loadConfig(env), conn, log, now);
+      const tenDays = 10 * 24 * 3600;
+      // LastModified has whole seconds.
+      assert.ok(Math.abs(result.oldestSeconds.archive_s3! - tenDays) <= 2, String(result.oldestSeconds.archive_s3));
+      assert.match(
+        await registry.getSingleMetricAsString('callsync_retention_oldest_seconds'),
+        new RegExp(`callsync_retention_oldest_seconds\\{store="archive_s3"\\} ${result.oldestSeconds.archive_s3}\\b`),
+      );
+
+      // The lifecycle rule expired the oldest day: the next day's oldest object (recordings, 5 days) counts.
+      await s3.client.send(
+        new DeleteObjectsCommand({
+          Bucket: s3.bucket,
+          Delete: { Objects: [{ Key: objects[0]![0] }, { Key: objects[1]![0] }] },
+        }),
+      );
+      result = await sweepRetention(loadConfig(env), conn, log, now);
+      assert.ok(
+        Math.abs(result.oldestSeconds.archive_s3! - 5 * 24 * 3600) <= 2,
+        String(result.oldestSeconds.archive_s3),
+      );
+    } finally {
+      conn.disconnect();
+    }
   });
 
   test('s3rver does not implement lifecycle: apply says so (exit 1), check-config says it cannot read it', async () => {
