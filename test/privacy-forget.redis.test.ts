@@ -5,7 +5,10 @@
 // forgotten with the real command line, and every Redis key (SCAN, DUMP and its value by type), every
 // archive object (name and body), the spool folder and the captured logs of every process are
 // searched for that number in every format and for a sentence of its transcript: nothing is found,
-// while every other number's data is all still there. On a private Redis, so SCAN sees every key.
+// while every other number's data is all still there. On a private Redis, so SCAN sees every key;
+// with TEST_REDIS_CLUSTER=1 on the file's own Redis Cluster (spread keys: the queues, inbound shards
+// and the sinks' state on different masters), with TEST_REDIS_SENTINEL=1 on the file's own master
+// and replica behind a sentinel — there every data node, replicas included, is searched.
 // Nothing sets PRIVACY_HMAC_SECRET: the keyed hashes use the key kept in Redis, and forget needs no
 // configuration. "Never twice" markers an earlier version wrote in clear are seeded: forget rewrites
 // A's to the keyed hash and leaves B's.
@@ -19,6 +22,8 @@ import { Redis } from 'ioredis';
 import { Queue } from 'bullmq';
 import { GetObjectCommand } from '@aws-sdk/client-s3';
 import { sinkQueueName } from '../queues/registry.js';
+import type { RedisClient } from '../queues/connection.js';
+import { redisKeys, type RedisKeys } from '../queues/keys.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { runCli } from '../src/cli/index.js';
 import { OptOutList } from '../src/sinks/notify/opt-out.js';
@@ -32,7 +37,7 @@ import { FakePipedrive } from './support/fake-pipedrive.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { FakeTelephony } from './support/fake-telephony.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
-import { uniquePrefix, waitFor } from './support/redis.js';
+import { TEST_TOPOLOGY, testRedis, uniquePrefix, waitFor } from './support/redis.js';
 import { startS3, type TestS3, S3_ARCHIVE_SINK_YAML } from './support/s3.js';
 import { TestSmtpServer } from './support/smtp.js';
 
@@ -87,10 +92,57 @@ function hits(haystack: string, needles: readonly string[]): string[] {
   return needles.filter((n) => haystack.includes(n));
 }
 
+/** The Redis of the proof: a private one, or the file's cluster or Sentinel set-up (every node of it the file's own). */
+interface ProofRedis {
+  /** What names it for a callsync (REDIS_URL, or REDIS_CLUSTER_NODES / REDIS_SENTINELS). */
+  env: Record<string, string>;
+  keys: RedisKeys;
+  connect(): RedisClient;
+  /** Ports of every data node: the one Redis, or every master and replica. */
+  dataPorts(): Promise<number[]>;
+  destroy(): Promise<void>;
+}
+
+async function proofRedis(): Promise<{ prefix: string; redis: ProofRedis }> {
+  if (TEST_TOPOLOGY === 'single') {
+    const prefix = uniquePrefix('forget');
+    const own = await startPrivateRedis();
+    return {
+      prefix,
+      redis: {
+        env: { REDIS_URL: own.url },
+        keys: redisKeys({ clusterNodes: [], prefix }),
+        connect: () => new Redis(own.url),
+        dataPorts: async () => [Number(new URL(own.url).port)],
+        destroy: () => own.destroy(),
+      },
+    };
+  }
+  const target = await testRedis();
+  assert.ok(target.cluster ?? target.sentinel, 'the proof runs on a cluster or Sentinel set-up of its own');
+  const queues = QUEUES.map((q) => sinkQueueName(q.split('.')[0]!, q.split('.')[1]));
+  const prefix = await target.prefix('forget', queues);
+  return {
+    prefix,
+    redis: {
+      env: target.env(),
+      keys: target.keys(prefix),
+      connect: () => target.connect(),
+      dataPorts: async () =>
+        target.cluster
+          ? target.cluster.nodes.map((n) => n.port)
+          : [target.sentinel!.master.port, target.sentinel!.replica.port],
+      // The cluster or Sentinel set-up goes after the file (test/support/redis.ts).
+      destroy: async () => undefined,
+    },
+  };
+}
+
 describe('callsync forget <number>: nothing of the number is left anywhere, everything else stays', () => {
-  const prefix = uniquePrefix('forget');
+  let prefix: string;
+  let target: ProofRedis;
+  let k: RedisKeys;
   const hookSecret = `whsec_${randomBytes(32).toString('base64')}`;
-  let redis: PrivateRedis;
   let spoolRedis: PrivateRedis;
   let s3: TestS3;
   let hubspot: FakeHubSpot;
@@ -112,8 +164,9 @@ describe('callsync forget <number>: nothing of the number is left anywhere, ever
   const aRedisForms = [...aForms, createHash('sha256').update(A).digest('hex').slice(0, 32)];
 
   before(async () => {
-    [redis, spoolRedis, s3, hubspot, pipedrive, receiver, refuser, api, smtp] = await Promise.all([
-      startPrivateRedis(),
+    ({ prefix, redis: target } = await proofRedis());
+    k = target.keys;
+    [spoolRedis, s3, hubspot, pipedrive, receiver, refuser, api, smtp] = await Promise.all([
       startPrivateRedis(),
       startS3(),
       new FakeHubSpot().start(),
@@ -164,7 +217,7 @@ routes:
     );
     env = testEnv(prefix, {
       ...s3.env,
-      REDIS_URL: redis.url,
+      ...target.env,
       CALLSYNC_CONFIG: configPath,
       HUBSPOT_ACCESS_TOKEN: hubspot.token,
       PIPEDRIVE_API_TOKEN: pipedrive.token,
@@ -184,7 +237,7 @@ routes:
   after(async () => {
     await cs?.stop();
     await Promise.all([
-      redis?.destroy(),
+      target?.destroy(),
       spoolRedis?.destroy(),
       s3?.destroy(),
       hubspot?.stop(),
@@ -197,7 +250,31 @@ routes:
     await rm(dir, { recursive: true, force: true });
   });
 
-  async function everyRedisValue(conn: Redis): Promise<{ key: string; text: string }[]> {
+  /**
+   * Every key of every data node (masters and replicas, each once the writes so far reached its
+   * replicas: WAIT), with its DUMP and its value by type.
+   */
+  async function everyRedisValue(): Promise<{ key: string; text: string }[]> {
+    const out: { key: string; text: string }[] = [];
+    const nodes = (await target.dataPorts()).map((port) => new Redis({ host: '127.0.0.1', port, lazyConnect: true }));
+    try {
+      for (const node of nodes) {
+        await node.connect();
+        const replicas = Number(/connected_slaves:(\d+)/.exec(await node.info('replication'))?.[1] ?? 0);
+        if (replicas > 0) await node.call('WAIT', String(replicas), '5000');
+      }
+      for (const node of nodes) {
+        // A cluster replica answers for its master's slots only after READONLY.
+        if (TEST_TOPOLOGY === 'cluster') await node.call('READONLY');
+        for (const v of await nodeValues(node)) out.push({ key: `${node.options.port}:${v.key}`, text: v.text });
+      }
+    } finally {
+      for (const node of nodes) node.disconnect();
+    }
+    return out;
+  }
+
+  async function nodeValues(conn: Redis): Promise<{ key: string; text: string }[]> {
     const out: { key: string; text: string }[] = [];
     let cursor = '0';
     do {
@@ -252,7 +329,8 @@ routes:
       assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/${AGENT}`, payload)).status, 202);
     const queues = QUEUES.map((q) => {
       const [sink, endpoint] = q.split('.');
-      return new Queue(sinkQueueName(sink!, endpoint), { connection: cs.redis.worker, prefix });
+      const name = sinkQueueName(sink!, endpoint);
+      return new Queue(name, { connection: cs.redis.worker, prefix: k.queuePrefix(name) });
     });
     try {
       await waitFor(
@@ -274,8 +352,10 @@ routes:
     assert.ok(hubspot.calls.size >= all.length && pipedrive.callLogs.length >= all.length, 'both CRMs have every call');
 
     // 2. Two calls wait in the spool of an ingress whose Redis went away (and that then stopped).
+    // Its own single Redis (not the cluster's or the sentinel's), which then goes away.
+    const { REDIS_CLUSTER_NODES: _n, REDIS_SENTINELS: _s, REDIS_SENTINEL_NAME: _m, ...spoolEnv } = env;
     const spooler = await startTestCallsync({
-      ...env,
+      ...spoolEnv,
       REDIS_URL: spoolRedis.url,
       CALLSYNC_ROLE: 'ingress',
       SPOOL_ENABLED: 'true',
@@ -297,7 +377,7 @@ routes:
     assert.ok(spooledBefore.includes(A) && spooledBefore.includes(B), 'both spooled calls on disk');
 
     // 3. An entry of each of A and B parked (kept neither as sink jobs nor as a dead letter).
-    const parking = new Redis(redis.url);
+    const parking = target.connect();
     try {
       for (const [id, payload] of [
         ['fa-parked', call('fa-parked', { from: A, sentence: A_SENTENCE })],
@@ -311,7 +391,7 @@ routes:
           startedAt: '2026-04-08T10:00:00.000Z',
         };
         await parking.xadd(
-          `${prefix}:inbound-parked`,
+          `${k.inboundShard(0)}:inbound-parked`,
           '*',
           'entry',
           '0-1',
@@ -328,14 +408,14 @@ routes:
     }
 
     // The "never twice" markers of fa-1 and fb-1 as an earlier version wrote them: the number in clear.
-    const seeding = new Redis(redis.url);
+    const seeding = target.connect();
     try {
-      const key = await storedPrivacyKey(seeding, prefix);
+      const key = await storedPrivacyKey(seeding, k);
       for (const [id, number] of [
         ['fa-1', A],
         ['fb-1', B],
       ] as const) {
-        const marker = `${prefix}:state:sms:sent:${callHash(callKey('ai-agent', AGENT, id))}:`;
+        const marker = `${k.sinkState('sms')}sent:${callHash(callKey('ai-agent', AGENT, id))}:`;
         assert.equal(
           await seeding.rename(`${marker}${recipientHash(key, number)}`, `${marker}${number}`),
           'OK',
@@ -350,9 +430,9 @@ routes:
     cs = await startTestCallsync({ ...env, SPOOL_ENABLED: 'false' });
 
     // Before: A is everywhere (the search below can find it).
-    const conn = new Redis(redis.url);
+    const conn = target.connect();
     try {
-      const redisBefore = (await everyRedisValue(conn)).map((v) => v.text).join('\n');
+      const redisBefore = (await everyRedisValue()).map((v) => v.text).join('\n');
       assert.ok(hits(redisBefore, aForms).length > 0 && redisBefore.includes(A_SENTENCE), 'A in Redis before');
       const archiveBefore = (await everyArchiveObject()).map((v) => v.text).join('\n');
       assert.ok(archiveBefore.includes(A_SENTENCE), 'A in the archives before');
@@ -366,7 +446,7 @@ routes:
       const io = { env, out: (l: string) => cliOutput.push(l), err: (l: string) => cliOutput.push(l) };
       // A asks for no more SMS (before asking to be forgotten).
       assert.equal(await runCli(['opt-out', 'add', A], io), 0);
-      assert.ok((await conn.smembers(`${prefix}:optout`)).includes(A));
+      assert.ok((await conn.smembers(`${k.area('optout')}:optout`)).includes(A));
 
       // A dry run counts and changes nothing.
       cliOutput.length = 0;
@@ -383,7 +463,7 @@ routes:
         JSON.stringify(dry.stores),
       );
       assert.equal(
-        (await everyRedisValue(conn))
+        (await everyRedisValue())
           .map((v) => v.text)
           .join('\n')
           .includes(A_SENTENCE),
@@ -412,7 +492,7 @@ routes:
       assert.equal(code, 0, cliOutput.join('\n'));
 
       // 5. Nothing of A anywhere.
-      const leftInRedis = (await everyRedisValue(conn)).filter((v) => hits(v.text, aRedisForms).length > 0);
+      const leftInRedis = (await everyRedisValue()).filter((v) => hits(v.text, aRedisForms).length > 0);
       assert.deepEqual(
         leftInRedis.map((v) => `${v.key}: ${hits(v.text, aRedisForms).join(', ')}`),
         [],
@@ -457,11 +537,11 @@ routes:
       };
       assert.equal(receipt.calls, 5, 'three calls in Redis and the archives, one in the spool, one parked');
       assert.ok(
-        await new OptOutList(conn, prefix, new PrivacyKey(conn, prefix)).has(A),
+        await new OptOutList(conn, k.area('optout'), new PrivacyKey(conn, k)).has(A),
         'A is still opted out (as a keyed hash)',
       );
-      const generated = await storedPrivacyKey(conn, prefix);
-      const faMarker = `${prefix}:state:sms:sent:${callHash(callKey('ai-agent', AGENT, 'fa-1'))}:${recipientHash(generated, A)}`;
+      const generated = await storedPrivacyKey(conn, k);
+      const faMarker = `${k.sinkState('sms')}sent:${callHash(callKey('ai-agent', AGENT, 'fa-1'))}:${recipientHash(generated, A)}`;
       assert.equal(
         JSON.parse((await conn.get(faMarker)) ?? '{}').state,
         'sent',
@@ -486,11 +566,12 @@ routes:
       assert.ok(audit, 'an audit line');
 
       // 6. B and C intact.
-      const redisAfter = (await everyRedisValue(conn)).map((v) => v.text).join('\n');
+      const redisAfter = (await everyRedisValue()).map((v) => v.text).join('\n');
       assert.ok(redisAfter.includes(B_SENTENCE), "B's jobs are in Redis");
       for (const q of QUEUES) {
         const [sink, endpoint] = q.split('.');
-        const queue = new Queue(sinkQueueName(sink!, endpoint), { connection: conn, prefix });
+        const name = sinkQueueName(sink!, endpoint);
+        const queue = new Queue(name, { connection: conn, prefix: k.queuePrefix(name) });
         try {
           for (const id of ['fb-1', 'fb-2', 'fc-1']) {
             const job = await queue.getJob(callHash(callKey('ai-agent', AGENT, id)));
@@ -522,7 +603,7 @@ routes:
       const spoolAfter = (await spoolFiles()).map((f) => f.text).join('\n');
       assert.ok(spoolAfter.includes(B_SENTENCE), "B's spooled call is still in the spool");
       assert.deepEqual(
-        (await conn.xrange(`${prefix}:inbound-parked`, '-', '+')).map(([, f]) => f[f.indexOf('id') + 1]),
+        (await conn.xrange(`${k.inboundShard(0)}:inbound-parked`, '-', '+')).map(([, f]) => f[f.indexOf('id') + 1]),
         ['fb-parked-x'],
         "B's parked entry stays",
       );
@@ -554,7 +635,10 @@ routes:
       const archiveNow = await everyArchiveObject();
       assert.equal(archiveNow.filter((o) => o.key.includes('/fb-2-')).length, 0, 'no archive object of fb-2');
       assert.equal(archiveNow.filter((o) => o.key.includes('/fb-1-')).length, 6, 'fb-1 stays in both archives');
-      const hooks = new Queue(sinkQueueName('hooks', 'ok'), { connection: conn, prefix });
+      const hooks = new Queue(sinkQueueName('hooks', 'ok'), {
+        connection: conn,
+        prefix: k.queuePrefix(sinkQueueName('hooks', 'ok')),
+      });
       try {
         assert.equal(await hooks.getJob(callHash(callKey('ai-agent', AGENT, 'fb-2'))), undefined);
         assert.ok(await hooks.getJob(callHash(callKey('ai-agent', AGENT, 'fb-1'))));
@@ -566,7 +650,7 @@ routes:
       // 8. "Never twice" survives as a keyed hash: the platform resending A's call does not text A again.
       const smsToA = api.sms.filter((s) => s.recipient === A).length;
       assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/${AGENT}`, A_CALLS[0])).status, 202);
-      const sms = new Queue(sinkQueueName('sms'), { connection: conn, prefix });
+      const sms = new Queue(sinkQueueName('sms'), { connection: conn, prefix: k.queuePrefix(sinkQueueName('sms')) });
       try {
         const id = callHash(callKey('ai-agent', AGENT, 'fa-1'));
         await waitFor(async () => (await sms.getJob(id))?.isCompleted(), {

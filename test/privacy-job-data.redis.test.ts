@@ -3,6 +3,7 @@
 // the CRM note still links the archived transcript — while the archive and the signed webhook, which
 // send it on, get it whole. None of them but the webhook with `includeRaw` gets the raw payload. With
 // PRIVACY_HMAC_SECRET the SMS sink's ledger marker and cooldown name the number by its keyed hash.
+// The same holds for the jobs `callsync replay --sink` and `backfill --sink` queue straight to a sink.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -13,7 +14,8 @@ import { Queue } from 'bullmq';
 import { sinkQueueName, type SinkDeliverJob } from '../queues/registry.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { webhookPayload } from './support/calls.js';
-import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
+import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
+import { runCli } from '../src/cli/index.js';
 import { FakeHubSpot } from './support/fake-hubspot.js';
 import { FakePipedrive } from './support/fake-pipedrive.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
@@ -32,6 +34,7 @@ describe('sink jobs carry the transcript only where it is read', () => {
   let smtp: TestSmtpServer;
   let cs: TestCallsync;
   let dir: string;
+  let env: Record<string, string>;
 
   before(async () => {
     [hubspot, pipedrive, receiver, api, smtp] = await Promise.all([
@@ -57,7 +60,7 @@ routes:
   - to: [archive, hubspot, pipedrive, hooks, sms, mail]
 `,
     );
-    cs = await startTestCallsync({
+    env = {
       CALLSYNC_CONFIG: configPath,
       HUBSPOT_ACCESS_TOKEN: hubspot.token,
       PIPEDRIVE_API_TOKEN: pipedrive.token,
@@ -68,7 +71,8 @@ routes:
       SMTP_URL: smtp.url,
       SPOOL_ENABLED: 'false',
       PRIVACY_HMAC_SECRET: 'job-data-secret',
-    });
+    };
+    cs = await startTestCallsync(env);
   });
   after(async () => {
     await cs?.stop();
@@ -139,5 +143,37 @@ routes:
     // The CRM note still links the archived transcript.
     const [record] = [...hubspot.calls.values()];
     assert.match(String(record!.properties.hs_call_body), /Transcript: transcripts\/2026\/04\/08\/jd-1-/);
+  });
+
+  test('replay --sink: the jobs queued straight to a sink carry what the fan-out gives it, no more', async () => {
+    // jd-1 was archived by the test above (its day: 2026-04-08).
+    const lines: string[] = [];
+    const io = { env: testEnv(cs.prefix, env), out: (l: string) => lines.push(l), err: (l: string) => lines.push(l) };
+    for (const sink of ['sms', 'hubspot', 'hooks'])
+      assert.equal(
+        await runCli(['replay', '--from', '2026-04-08', '--to', '2026-04-08', '--sink', sink], io),
+        0,
+        lines.join('\n'),
+      );
+    const replayed = async (queueName: string) => {
+      const queue = new Queue<SinkDeliverJob>(queueName, { connection: cs.redis.worker, prefix: cs.prefix });
+      try {
+        const jobs = (await queue.getJobs(['waiting', 'active', 'completed', 'failed', 'delayed'])).filter((j) =>
+          j?.id?.startsWith('replay-'),
+        );
+        assert.equal(jobs.length, 1, `${queueName}: one replayed job`);
+        return JSON.stringify(jobs[0]!.data);
+      } finally {
+        await queue.close();
+      }
+    };
+    for (const sink of ['sms', 'hubspot']) {
+      const data = await replayed(sinkQueueName(sink));
+      assert.ok(!data.includes(SENTENCE), `${sink}'s replayed job carries no transcript text`);
+      assert.match(data, /"transcript":\{"content":"","chunks":\[\],"omitted":true\}/, `${sink}: there is one`);
+      assert.match(data, /"raw":null/, `${sink}'s replayed job carries no raw payload`);
+    }
+    // The webhook sends the transcript on: its replayed job (handed over to its endpoint's queue) keeps it.
+    assert.ok((await replayed(sinkQueueName('hooks'))).includes(SENTENCE), 'the webhook gets the transcript');
   });
 });

@@ -3,7 +3,10 @@
 // item per store is a metric; the worker role's sweeper runs on its own (a retention of a second);
 // and ARCHIVE_RETENTION_DAYS for S3 is a bucket lifecycle rule that `callsync retention apply` sets
 // and `check-config` reports — against a small S3 lifecycle fake, since s3rver answers
-// NotImplemented to lifecycle requests (which `retention apply` then reports, exit 1).
+// NotImplemented to lifecycle requests (which `retention apply` then reports, exit 1). The age of
+// an S3 archive's oldest object is measured against s3rver. The sweeps run on the shared Redis, or
+// with TEST_REDIS_CLUSTER=1 on a Redis Cluster with spread keys (queues and inbound shards on
+// several masters), with TEST_REDIS_SENTINEL=1 behind Sentinel.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
@@ -14,8 +17,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { Queue } from 'bullmq';
+import { DeleteObjectsCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import pino from 'pino';
 import { sinkQueueName } from '../queues/registry.js';
+import type { RedisClient } from '../queues/connection.js';
+import type { RedisKeys } from '../queues/keys.js';
 import { loadConfig } from '../src/config/index.js';
 import { runCli } from '../src/cli/index.js';
 import { registry } from '../src/metrics.js';
@@ -24,20 +30,21 @@ import { startRetentionSweeper } from '../workers/retention-sweeper.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
-import { REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { REDIS_URL, testRedis, uniquePrefix, waitFor } from './support/redis.js';
 import { startS3, type TestS3 } from './support/s3.js';
 
 const MINUTES = 2;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('retention per store', () => {
-  const prefix = uniquePrefix('retention');
+  let prefix: string;
+  let k: RedisKeys;
   const hookSecret = `whsec_${randomBytes(32).toString('base64')}`;
   let refuser: FakeWebhookReceiver;
   let cs: TestCallsync;
   let dir: string;
   let env: Record<string, string>;
-  let conn: Redis;
+  let conn: RedisClient;
 
   before(async () => {
     refuser = await new FakeWebhookReceiver(hookSecret).start();
@@ -48,7 +55,11 @@ describe('retention per store', () => {
       configPath,
       `sinks:\n  local:\n    type: archive\n    dir: ${join(dir, 'archive')}\n  hooks:\n    type: webhook\n    endpoints: [{ name: broken, url: "${refuser.url}" }]\nroutes:\n  - to: [local, hooks]\n`,
     );
+    const target = await testRedis();
+    prefix = await target.prefix('retention', [sinkQueueName('local'), sinkQueueName('hooks', 'broken')]);
+    k = target.keys(prefix);
     env = testEnv(prefix, {
+      ...target.env(),
       CALLSYNC_CONFIG: configPath,
       CRM_WEBHOOK_SECRET: hookSecret,
       SPOOL_ENABLED: 'false',
@@ -57,17 +68,21 @@ describe('retention per store', () => {
       FAILED_JOB_RETENTION_SECONDS: String(MINUTES * 60),
     });
     cs = await startTestCallsync(env);
-    conn = new Redis(REDIS_URL);
+    conn = target.connect();
   });
   after(async () => {
     conn?.disconnect();
     await cs?.stop();
     await refuser?.stop();
+    if (prefix) await (await testRedis()).cleanup(prefix);
     await rm(dir, { recursive: true, force: true });
   });
 
   const queue = (name: string, endpoint?: string) =>
-    new Queue(sinkQueueName(name, endpoint), { connection: conn, prefix });
+    new Queue(sinkQueueName(name, endpoint), {
+      connection: conn,
+      prefix: k.queuePrefix(sinkQueueName(name, endpoint)),
+    });
   const ids = async (q: Queue, state: 'completed' | 'failed') =>
     (await q.getJobs([state])).map((j) => (j.data as { call: { callId: string } }).call.callId).sort();
 
@@ -91,7 +106,7 @@ describe('retention per store', () => {
   }
 
   test(`a sweep with retentions of ${MINUTES} minutes (jobs, dead letters, parked) and a day (folder archive): old items gone, new ones stay`, async () => {
-    const parked = `${prefix}:inbound-parked`;
+    const parked = `${k.inboundShard(0)}:inbound-parked`;
     await conn.xadd(parked, '*', 'entry', '0-1', 'reason', 'old', 'call', '{"old":true}');
     await deliver(['old-1', 'old-2']);
     // The old archive objects were written three days ago.
@@ -139,7 +154,7 @@ describe('retention per store', () => {
   test('the worker role sweeper removes what passed a retention of a second, on its own', async () => {
     await deliver(['quick-1']);
     const config = loadConfig({ ...env, COMPLETED_JOB_RETENTION_SECONDS: '1', RETENTION_SWEEP_INTERVAL_SECONDS: '1' });
-    await conn.del(`${prefix}:retention:sweep`);
+    await conn.del(`${k.area('retention')}:retention:sweep`);
     const sweeper = startRetentionSweeper(config, conn, pino({ level: 'silent' }), 10)!;
     const local = queue('local');
     try {
@@ -255,6 +270,56 @@ describe('ARCHIVE_RETENTION_DAYS on S3: a lifecycle rule', () => {
     assert.equal((await run(['retention', 'apply'], env60)).code, 0);
     assert.equal(fake.configs.get('calls')!.split('<ID>callsync-archive-retention</ID>').length, 2);
     assert.match((await run(['check-config'], env60)).text, /in place, objects expire after 60 days/);
+  });
+
+  test("the oldest S3 archive object's age: the oldest day's oldest object, under the archive's prefix only", async () => {
+    const env = envFor(s3.endpoint, { ARCHIVE_S3_BUCKET: s3.bucket, ARCHIVE_S3_PREFIX: 'oldest/' });
+    const log = pino({ level: 'silent' });
+    const conn = new Redis(REDIS_URL);
+    const now = Date.now();
+    const daysAgo = (d: number) => new Date(now - d * 24 * 3600_000);
+    try {
+      // Empty: 0, as for the other stores.
+      let result = await sweepRetention(loadConfig(env), conn, log, now);
+      assert.equal(result.oldestSeconds.archive_s3, 0);
+
+      // Keys are filed by the call's day; LastModified is when each was written.
+      const objects: [string, Date][] = [
+        ['oldest/transcripts/2026/01/05/a-1.json', daysAgo(10)],
+        ['oldest/transcripts/2026/01/05/a-2.json', daysAgo(3)],
+        ['oldest/transcripts/2026/03/01/b-1.json', daysAgo(1)],
+        ['oldest/recordings/2026/02/01/c-1-recording-0.mp3', daysAgo(5)],
+        // Another prefix of the bucket is not the archive's.
+        ['elsewhere/transcripts/2020/01/01/x.json', daysAgo(100)],
+      ];
+      for (const [key] of objects)
+        await s3.client.send(new PutObjectCommand({ Bucket: s3.bucket, Key: key, Body: '{}' }));
+      for (const [key, at] of objects) await s3.setLastModified(key, at);
+
+      result = await sweepRetention(loadConfig(env), conn, log, now);
+      const tenDays = 10 * 24 * 3600;
+      // LastModified has whole seconds.
+      assert.ok(Math.abs(result.oldestSeconds.archive_s3! - tenDays) <= 2, String(result.oldestSeconds.archive_s3));
+      assert.match(
+        await registry.getSingleMetricAsString('callsync_retention_oldest_seconds'),
+        new RegExp(`callsync_retention_oldest_seconds\\{store="archive_s3"\\} ${result.oldestSeconds.archive_s3}\\b`),
+      );
+
+      // The lifecycle rule expired the oldest day: the next day's oldest object (recordings, 5 days) counts.
+      await s3.client.send(
+        new DeleteObjectsCommand({
+          Bucket: s3.bucket,
+          Delete: { Objects: [{ Key: objects[0]![0] }, { Key: objects[1]![0] }] },
+        }),
+      );
+      result = await sweepRetention(loadConfig(env), conn, log, now);
+      assert.ok(
+        Math.abs(result.oldestSeconds.archive_s3! - 5 * 24 * 3600) <= 2,
+        String(result.oldestSeconds.archive_s3),
+      );
+    } finally {
+      conn.disconnect();
+    }
   });
 
   test('s3rver does not implement lifecycle: apply says so (exit 1), check-config says it cannot read it', async () => {

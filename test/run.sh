@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `npm test`: every test. The suite on the one Redis (test/*.test.ts) and the replicated passes —
-# npm run test:cluster (pipeline, updates, poller and chaos on a Redis Cluster it starts on its own
+# npm run test:cluster (pipeline, updates, poller, forget and retention, chaos on a Redis Cluster it starts on its own
 # loopback ports), then npm run test:sentinel (the same on a master with a replica behind a
 # sentinel, likewise its own) — run side by side: they share no Redis and no key. Then the chaos
 # run on the one Redis (test/chaos) alone: it kills and restarts processes against deadlines and

@@ -1,13 +1,16 @@
 // Queuing calls straight to one sink's queue (backfill --sink, replay): the same job shape the
 // fan-out adds (workers/fanout.ts), so the sink's worker, retries and rate limits apply as for
-// every other job. The job id is deterministic: queuing the same call again adds nothing while
-// BullMQ keeps the first job, and a marker in Redis remembers it for longer than that.
+// every other job, and it carries what the fan-out would give the sink (no transcript text or raw
+// payload where the sink reads neither: src/privacy/job-data.ts). The job id is deterministic:
+// queuing the same call again adds nothing while BullMQ keeps the first job, and a marker in Redis
+// remembers it for longer than that.
 import { Queue } from 'bullmq';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys } from '../../queues/keys.js';
 import type { Config } from '../config/index.js';
 import type { CanonicalCall } from '../model/call.js';
 import { defaultJobOptions, JobName, sinkJobId, sinkQueueName, type SinkDeliverJob } from '../../queues/registry.js';
+import { callForSink } from '../privacy/job-data.js';
 import { UsageError } from './io.js';
 
 /** How long a queued-by-command marker is kept: a second replay within this time adds nothing. */
@@ -48,7 +51,11 @@ export class SinkQueuer {
     const jobId = this.jobId(call);
     const key = this.markerKey(jobId);
     if ((await this.redis.exists(key)) === 1) return false;
-    const data: SinkDeliverJob = { kind: JobName.sinkDeliver, sink: this.sink, call };
+    const data: SinkDeliverJob = {
+      kind: JobName.sinkDeliver,
+      sink: this.sink,
+      call: callForSink(this.config, this.sink, call),
+    };
     const existing = await this.queue.getJob(jobId);
     if (!existing) await this.queue.add(JobName.sinkDeliver, data, { jobId });
     await this.redis.set(key, '1', 'EX', MARKER_TTL_S);

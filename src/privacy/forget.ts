@@ -6,7 +6,9 @@
 // How: the calls are found first — in the spool, in every Redis key under QUEUE_PREFIX (SCAN on
 // every master: the inbound log's streams of every shard, the parked entries, every queue's jobs in
 // every state, the Push assemblies, anything else) and in every archive sink's records (both key
-// layouts) — as their call keys. Then, per store: the CRM records (with --crm, before the record
+// layouts) — as their call keys; for a number also the timeline's number index (queues/timeline.ts:
+// the calls by the number's keyed hash, kept for CALL_TIMELINE_TTL_DAYS, longer than their jobs) —
+// as their call hashes. Then, per store: the CRM records (with --crm, before the record
 // memory is deleted), the jobs (an active one is waited for, then removed), the stream entries, the
 // queues' event entries, the archive objects (json, txt, vCon, recordings, half-written temp files),
 // and every other key whose name holds one of the calls' hashes or the number, or whose value
@@ -36,6 +38,7 @@ import { PrivacyKey } from '../../queues/privacy-key.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
 import { eraseFromSpool } from '../ingress/spool-forget.js';
 import { eraseStreamEntries } from './stream-erase.js';
+import { CallTimeline } from '../../queues/timeline.js';
 
 /** Who or what to forget. */
 export type ForgetTarget = { kind: 'number'; e164: string } | { kind: 'call'; callId: string };
@@ -212,6 +215,8 @@ class Forgetter {
   private readonly keys: RedisKeys;
   private readonly matches: (text: string) => boolean;
   private readonly calls = new Map<string, FoundCall>();
+  /** Hashes of the number's calls the timeline's number index lists (their keys may be known nowhere else). */
+  private readonly indexed = new Set<string>();
   private readonly counts: Record<string, number> = {};
   /** The privacy key: PRIVACY_HMAC_SECRET, else the key kept in Redis (created if no process has yet). */
   private readonly privacyKey: PrivacyKey;
@@ -262,14 +267,35 @@ class Forgetter {
   private related(text: string): boolean {
     if (this.matches(text)) return true;
     for (const [hash, call] of this.calls) if (text.includes(hash) || text.includes(call.key)) return true;
+    for (const hash of this.indexed) if (text.includes(hash)) return true;
     return false;
+  }
+
+  /** A call hash of the target's: of a call found, or listed by the timeline's number index. */
+  private hashOfTarget(hash: string): boolean {
+    return this.calls.has(hash) || this.indexed.has(hash);
+  }
+
+  /**
+   * The number's calls in the timeline's number index (`calls:number:<keyed hash>`), the number
+   * indexed in any of the forms a call may have carried it (E.164, `00…`, digits, national).
+   */
+  private async fromTimelineIndex(): Promise<void> {
+    if (this.options.target.kind !== 'number') return;
+    const timeline = new CallTimeline(this.redis, this.keys, this.config.timeline);
+    const parsed = phoneLibMax().parsePhoneNumberFromString(this.options.target.e164)!;
+    const digits = `${parsed.countryCallingCode}${parsed.nationalNumber}`;
+    const forms = new Set([parsed.number, `00${digits}`, digits, parsed.formatNational().replace(/\D/g, '')]);
+    for (const form of forms)
+      for (const hash of await timeline.byNumber(form, 100_000)) if (CALL_HASH.test(hash)) this.indexed.add(hash);
   }
 
   /** A key name that belongs to the target: a segment is a found call's hash (or a job id of it), the call id, or the number. */
   private keyRelated(key: string): boolean {
     for (const segment of segmentsOf(key)) {
       const head = segment.slice(0, 32);
-      if (CALL_HASH.test(head) && this.calls.has(head) && (segment.length === 32 || segment[32] === '-')) return true;
+      if (CALL_HASH.test(head) && this.hashOfTarget(head) && (segment.length === 32 || segment[32] === '-'))
+        return true;
       if (this.options.target.kind === 'call' && segment === this.options.target.callId) return true;
     }
     if (this.options.target.kind === 'number') {
@@ -346,7 +372,7 @@ class Forgetter {
     const receipt: ForgetReceipt = {
       target: this.options.target.kind,
       dryRun,
-      calls: this.calls.size,
+      calls: this.callCount(),
       stores: { ...this.counts },
       passes,
     };
@@ -382,6 +408,7 @@ class Forgetter {
   // Redis
 
   private async collectRedis(): Promise<RedisWork> {
+    await this.fromTimelineIndex();
     const all = await deploymentKeys(this.redis, this.keys.prefix);
     const queues = queuesAmong(all, this.keys);
     const queueHeads = queues.map((q) => `${this.keys.queuePrefix(q)}:${q}:`);
@@ -400,7 +427,7 @@ class Forgetter {
               const data = job.data as { call?: CanonicalCall | null; text?: string } | undefined;
               const call = data?.call ?? (typeof data?.text === 'string' ? parseCallText(data.text) : null);
               const text = `${JSON.stringify(job.data ?? null)}\n${JSON.stringify(job.returnvalue ?? null)}\n${job.failedReason ?? ''}\n${(job.stacktrace ?? []).join('\n')}`;
-              const byHash = job.id !== undefined && this.calls.has(job.id.slice(0, 32));
+              const byHash = job.id !== undefined && this.hashOfTarget(job.id.slice(0, 32));
               if (this.callMatches(call ?? null) || this.matches(text) || byHash) {
                 if (call && (this.callMatches(call) || byHash)) this.found(call);
                 work.jobs.push({ queue: name, id: job.id!, state });
@@ -473,8 +500,8 @@ class Forgetter {
       // A marker naming its recipient by a keyed hash (or `mail`) is what "never twice" keeps: never
       // deleted; a forgotten call's is only trimmed to state and time.
       if (recipient === 'mail' || recipient.startsWith('h1.'))
-        return this.calls.has(hash) && /"(ref|reason)"/.test((await this.redis.get(key)) ?? '') ? 'ledger' : null;
-      if (this.calls.has(hash) || this.matches(recipient)) return 'ledger';
+        return this.hashOfTarget(hash) && /"(ref|reason)"/.test((await this.redis.get(key)) ?? '') ? 'ledger' : null;
+      if (this.hashOfTarget(hash) || this.matches(recipient)) return 'ledger';
     }
     if (key === `${this.keys.area('optout')}:optout`) {
       if (this.options.target.kind !== 'number') return null;
@@ -617,11 +644,16 @@ class Forgetter {
     return n;
   }
 
+  /** The calls of the target found: by their keys, or by their hashes alone (the timeline's index). */
+  private callCount(): number {
+    return new Set([...this.calls.keys(), ...this.indexed]).size;
+  }
+
   private receipt(): ForgetReceipt {
     return {
       target: this.options.target.kind,
       dryRun: this.options.dryRun,
-      calls: this.calls.size,
+      calls: this.callCount(),
       stores: { ...this.counts },
       passes: 0,
     };

@@ -5,7 +5,8 @@
 //   - dead letters (failed jobs) and parked log entries: FAILED_JOB_RETENTION_SECONDS;
 //   - archive sinks in a folder: ARCHIVE_RETENTION_DAYS by the object's write time (an S3 archive
 //     gets a lifecycle rule instead, `callsync retention apply`, ./lifecycle.ts).
-// The age of the oldest item per store is measured on each sweep: `callsync_retention_oldest_seconds`.
+// The age of the oldest item per store is measured on each sweep: `callsync_retention_oldest_seconds`
+// (an S3 archive's with a few requests whatever the bucket holds: `oldestInS3` below).
 import { Cluster } from 'ioredis';
 import { Queue } from 'bullmq';
 import type { Logger } from 'pino';
@@ -15,7 +16,7 @@ import type { Config } from '../config/index.js';
 import { retentionOldest, retentionRemoved } from '../metrics.js';
 import { archiveOptionsSchema, createObjectStore } from '../sinks/archive/index.js';
 import { normalizePrefix } from '../sinks/archive/keys.js';
-import { LocalFolderStore } from '../sinks/archive/store.js';
+import { LocalFolderStore, type ObjectStore } from '../sinks/archive/store.js';
 import { eraseStreamEntries } from './stream-erase.js';
 
 const DAY_MS = 24 * 3600_000;
@@ -36,12 +37,12 @@ function retentionSettings(config: Config): RetentionSettings {
   };
 }
 
-type RetentionStore = 'completed_jobs' | 'dead_letters' | 'parked' | 'inbound_log' | 'archive';
+type RetentionStore = 'completed_jobs' | 'dead_letters' | 'parked' | 'inbound_log' | 'archive' | 'archive_s3';
 
 export interface SweepResult {
   /** Items removed per store. */
   removed: Partial<Record<RetentionStore, number>>;
-  /** Age in seconds of the oldest item left per store (0: empty; archive: folders only). */
+  /** Age in seconds of the oldest item left per store (0: empty; archive: folders, archive_s3: S3 buckets). */
   oldestSeconds: Partial<Record<RetentionStore, number>>;
 }
 
@@ -72,6 +73,42 @@ async function queuesOf(redis: RedisClient, keys: RedisKeys): Promise<string[]> 
     if (name !== '' && body === `${keys.queuePrefix(name)}:${name}`) names.add(name);
   }
   return [...names].sort();
+}
+
+/** Keys of one page of the oldest day are read for their LastModified (S3's largest page). */
+const S3_OLDEST_PAGE = 1000;
+const DAY_PARTITION = /^\d{4}\/\d{2}\/\d{2}\//;
+
+/**
+ * When the oldest object of an S3 archive was written (null: none), with at most four
+ * list requests whatever the bucket holds: keys are partitioned by the call's day
+ * (`<prefix>transcripts/YYYY/MM/DD/…`, `<prefix>recordings/YYYY/MM/DD/…`, src/sinks/archive/keys.ts)
+ * and S3 lists in key order, so per folder one key names the oldest day and one page of that day
+ * (at most 1,000 keys) gives its oldest LastModified — what the lifecycle rule measures too. It
+ * misses an older object only in a later day's folder, which takes a call written long after
+ * its day (a backfill) to be the only object of the oldest day (docs/privacy.md, "Metrics").
+ * ListObjects (version 1): a page cut short comes with a plain marker, where s3rver's version-2
+ * continuation token needs DES, which Node 20's OpenSSL lacks (the tests' S3 answered 500).
+ */
+async function oldestInS3(store: ObjectStore, bucket: string, prefix: string): Promise<number | null> {
+  const { S3Store } = await import('../sinks/archive/s3-store.js');
+  const { ListObjectsCommand } = await import('@aws-sdk/client-s3');
+  if (!(store instanceof S3Store)) return null;
+  let oldestAt: number | null = null;
+  for (const top of [`${prefix}transcripts/`, `${prefix}recordings/`]) {
+    const first = await store.client.send(new ListObjectsCommand({ Bucket: bucket, Prefix: top, MaxKeys: 1 }));
+    const key = first.Contents?.[0]?.Key;
+    if (key === undefined) continue;
+    const day = DAY_PARTITION.exec(key.slice(top.length))?.[0] ?? '';
+    const page = await store.client.send(
+      new ListObjectsCommand({ Bucket: bucket, Prefix: `${top}${day}`, MaxKeys: S3_OLDEST_PAGE }),
+    );
+    for (const o of page.Contents ?? []) {
+      const at = o.LastModified?.getTime();
+      if (at !== undefined && (oldestAt === null || at < oldestAt)) oldestAt = at;
+    }
+  }
+  return oldestAt;
 }
 
 /** The ms part of a stream entry id. */
@@ -168,6 +205,24 @@ export async function sweepRetention(
       }
     }
     oldest('archive', oldestAt);
+  }
+
+  // Archives in S3: the lifecycle rule removes; the sweep only measures (a few requests per archive).
+  for (const sink of Object.values(config.sinks)) {
+    if (sink.type !== 'archive') continue;
+    const options = archiveOptionsSchema.parse(sink.options);
+    if (!options.bucket) continue;
+    try {
+      oldest(
+        'archive_s3',
+        await oldestInS3(await createObjectStore(options), options.bucket, normalizePrefix(options.prefix)),
+      );
+    } catch (err) {
+      log.warn(
+        { sink: sink.name, err: { message: (err as Error).message.split('\n')[0] } },
+        "retention sweep: the age of the S3 archive's oldest object is unknown (listing failed)",
+      );
+    }
   }
 
   for (const [store, n] of Object.entries(result.removed)) retentionRemoved.inc({ store }, n);

@@ -1,5 +1,5 @@
 // A real S3-compatible server on loopback (s3rver), with a bucket, for archive tests.
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, utimes } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
@@ -15,6 +15,8 @@ export interface TestS3 {
   env: Record<string, string>;
   list(prefix?: string): Promise<string[]>;
   get(key: string): Promise<{ body: string; contentType: string | undefined }>;
+  /** Sets an object's LastModified (s3rver reads it from its file's mtime): an object written `at`. */
+  setLastModified(key: string, at: Date): Promise<void>;
   /** Stops the server (keeps its files); `start()` brings it back on the same port. */
   stop(): Promise<void>;
   start(): Promise<void>;
@@ -83,6 +85,9 @@ export async function startS3(bucket = 'callsync-test'): Promise<TestS3> {
     async get(key) {
       const out = await client.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
       return { body: (await out.Body?.transformToString('utf8')) ?? '', contentType: out.ContentType };
+    },
+    async setLastModified(key, at) {
+      await utimes(join(directory, bucket, `${key}._S3rver_object`), at, at);
     },
     stop,
     start,
