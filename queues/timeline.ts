@@ -560,6 +560,8 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     sinks: {},
     reasons: {},
   };
+  /** Per sink: the job and attempt of its latest outcome that ends the job (done, skipped, dead-lettered). */
+  const ended = new Map<string, { jobId: string | undefined; attempt: number }>();
   for (const e of entries) {
     summary.lastAt = e.at;
     if (e.event === 'received') {
@@ -580,6 +582,19 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     }
     if (!e.sink) continue;
     const label = sinkLabel(e);
+    // An attempt that lost its job's lock (its worker stalled: the job was taken over and finished
+    // by another) may end after the one that finished the job, with the same attempt number — a
+    // failure the queue never took (its lock had passed). A new attempt of the job counts higher.
+    const end = ended.get(label);
+    if (
+      end &&
+      (e.event === 'attempt' || e.event === 'retry') &&
+      e.jobId === end.jobId &&
+      (e.attempt ?? 0) <= end.attempt
+    )
+      continue;
+    if (e.event === 'done' || e.event === 'skipped' || e.event === 'dead-lettered')
+      ended.set(label, { jobId: e.jobId, attempt: e.attempt ?? 0 });
     if (e.endpoint && summary.sinks[e.sink] === 'pending') delete summary.sinks[e.sink];
     const status: SinkStatus | undefined =
       e.event === 'attempt'
