@@ -11,15 +11,17 @@
 //
 // No phone number or transcript text is written in clear: numbers are masked as in logs
 // (maskPhone), reasons are the redacted error texts with the call's own numbers masked once more.
-// A timeline write never fails the work it describes: an error is logged (at most once a minute).
+// A timeline write never fails the work it describes: an error is logged (at most once a minute);
+// a sink attempt's entries are sent again while Redis is unavailable (RESEND_FOR_MS).
 import { createHmac } from 'node:crypto';
 import type { Logger } from 'pino';
-import type { RedisClient } from './connection.js';
+import { isRedisUnavailable, type RedisClient } from './connection.js';
 import type { RedisKeys } from './keys.js';
 import { PrivacyKey } from './privacy-key.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { maskDigitRuns, scrubEchoes } from '../src/redact.js';
 import { maskPhone } from '../src/log.js';
+import { backoffDelay } from '../src/backoff.js';
 
 type TimelineEvent = 'received' | 'fanned-out' | 'attempt' | 'done' | 'skipped' | 'retry' | 'dead-lettered';
 
@@ -115,6 +117,15 @@ export function skipReason(reason: string | undefined): SkipReason {
 const MAX_TIMELINE_ENTRIES = 200;
 /** Characters kept of a reason. */
 const MAX_REASON = 300;
+/**
+ * How long a sink attempt's entries are sent again while Redis cannot take them (connection lost,
+ * a cluster master failing over: ioredis gives up after its redirections, ~3 s, before the replica
+ * is promoted). The attempt waits for the first tries only (workers/attempts.ts); the rest go on
+ * in the background.
+ */
+const RESEND_FOR_MS = 120_000;
+/** Writes being sent again at once, per timeline, at most: beyond, a failed write is dropped (logged). */
+const MAX_RESENDING = 5000;
 
 const APPEND_AND_INDEX = `
 local lists = tonumber(ARGV[1])
@@ -237,6 +248,8 @@ export class CallTimeline {
   /** The key of the number index: the privacy key (the notification ledger's too). */
   private readonly privacyKey: PrivacyKey;
   private quietUntil = 0;
+  /** Writes waiting to be sent again (see RESEND_FOR_MS). */
+  private resending = 0;
 
   constructor(
     private readonly redis: RedisClient,
@@ -284,6 +297,32 @@ export class CallTimeline {
       { err: { message: err instanceof Error ? err.message : String(err) } },
       'call timeline not written (the work itself went on)',
     );
+  }
+
+  /**
+   * Sends a write, and again while Redis is unavailable (RESEND_FOR_MS, backing off up to 2 s
+   * between tries); an error about the write itself, or the time or MAX_RESENDING used up: logged,
+   * dropped. Never rejects. The waits do not keep the process alive.
+   */
+  private async sendUntilWritten(send: () => Promise<unknown>): Promise<void> {
+    let giveUpAt: number | undefined;
+    try {
+      for (let tries = 1; ; tries++) {
+        try {
+          await send();
+          return;
+        } catch (err) {
+          if (giveUpAt === undefined && isRedisUnavailable(err) && this.resending < MAX_RESENDING) {
+            this.resending++;
+            giveUpAt = Date.now() + RESEND_FOR_MS;
+          }
+          if (giveUpAt === undefined || !isRedisUnavailable(err) || Date.now() >= giveUpAt) return this.failed(err);
+          await new Promise((resolve) => setTimeout(resolve, backoffDelay(tries, 100, 2000)).unref());
+        }
+      }
+    } finally {
+      if (giveUpAt !== undefined) this.resending--;
+    }
   }
 
   /** Appends one entry to a call's timeline: one command. Never rejects. */
@@ -416,17 +455,11 @@ export class CallTimeline {
     const now = this.now();
     const texts = entries.map((e) => JSON.stringify({ at: e.at ?? now, ...safeEntry(e, call) }));
     const keys = once === undefined ? [key] : [key, `${key}:once:${once}`];
-    try {
-      return scripted(this.redis)
-        .callsyncTimelineEntries(keys.length, ...keys, this.maxEntries, this.ttlMs, ...texts)
-        .then(
-          () => undefined,
-          (err: unknown) => this.failed(err),
-        );
-    } catch (err) {
-      this.failed(err);
-      return Promise.resolve();
-    }
+    // Sent again while Redis is away: on a cluster the call's timeline may be on a master failing
+    // over while the job's queue, on another, goes on (the attempt's outcome would never show).
+    return this.sendUntilWritten(() =>
+      scripted(this.redis).callsyncTimelineEntries(keys.length, ...keys, this.maxEntries, this.ttlMs, ...texts),
+    );
   }
 
   /**
@@ -436,7 +469,9 @@ export class CallTimeline {
    */
   async read(id: string): Promise<TimelineEntry[]> {
     const raw = await this.redis.lrange(this.key(id), 0, -1);
-    const entries = raw.flatMap((text) => {
+    // A write sent again after its answer was lost (a connection dropped after Redis ran it) lands
+    // twice, the same text: shown once.
+    const entries = [...new Set(raw)].flatMap((text) => {
       try {
         return [JSON.parse(text) as TimelineEntry];
       } catch {
@@ -525,6 +560,8 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     sinks: {},
     reasons: {},
   };
+  /** Per sink: the job and attempt of its latest outcome that ends the job (done, skipped, dead-lettered). */
+  const ended = new Map<string, { jobId: string | undefined; attempt: number }>();
   for (const e of entries) {
     summary.lastAt = e.at;
     if (e.event === 'received') {
@@ -545,6 +582,19 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     }
     if (!e.sink) continue;
     const label = sinkLabel(e);
+    // An attempt that lost its job's lock (its worker stalled: the job was taken over and finished
+    // by another) may end after the one that finished the job, with the same attempt number — a
+    // failure the queue never took (its lock had passed). A new attempt of the job counts higher.
+    const end = ended.get(label);
+    if (
+      end &&
+      (e.event === 'attempt' || e.event === 'retry') &&
+      e.jobId === end.jobId &&
+      (e.attempt ?? 0) <= end.attempt
+    )
+      continue;
+    if (e.event === 'done' || e.event === 'skipped' || e.event === 'dead-lettered')
+      ended.set(label, { jobId: e.jobId, attempt: e.attempt ?? 0 });
     if (e.endpoint && summary.sinks[e.sink] === 'pending') delete summary.sinks[e.sink];
     const status: SinkStatus | undefined =
       e.event === 'attempt'

@@ -241,3 +241,25 @@ export async function traceAttempt<T>(
     span.end();
   }
 }
+
+/**
+ * An outbound request the fetch instrumentation does not see — the archive's S3 PUTs (node:http,
+ * the lean path's and the SDK's), an e-mail over SMTP (nodemailer) — as a child span (kind CLIENT)
+ * of the sink attempt under way; none outside an attempt's span. `attributes`: ids only.
+ */
+export async function traceClient<T>(name: string, attributes: Attributes, work: () => Promise<T>): Promise<T> {
+  if (!tracingEnabled) return work();
+  const parent = trace.getSpan(context.active());
+  if (!parent) return work();
+  const span = trace.getTracer(TRACER).startSpan(name, { kind: SpanKind.CLIENT, attributes }, context.active());
+  try {
+    return await context.with(trace.setSpan(context.active(), span), work);
+  } catch (err) {
+    // The error's class only: its message may echo what was sent.
+    span.setAttribute('error.type', err instanceof Error ? err.name : 'Error');
+    span.setStatus({ code: SpanStatusCode.ERROR });
+    throw err;
+  } finally {
+    span.end();
+  }
+}

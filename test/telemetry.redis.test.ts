@@ -1,7 +1,9 @@
 // OpenTelemetry (src/telemetry.ts): with OTEL_EXPORTER_OTLP_ENDPOINT pointing at a small OTLP/HTTP
 // receiver on loopback, one call gives one trace — the ingress' acceptance, the fan-out linked to it,
-// the sink attempt linked to the fan-out, and the signed webhook's HTTP request as a child of the
-// attempt — with ids and outcomes in the attributes and no phone number anywhere.
+// the sink attempts linked to the fan-out, and their outbound requests as children of the attempts
+// (the signed webhook's fetch; the archive's S3 PUTs over node:http and the e-mail over SMTP, which
+// the fetch instrumentation does not see) — with ids and outcomes in the attributes and no phone
+// number anywhere.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
@@ -13,6 +15,8 @@ import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { waitFor } from './support/redis.js';
+import { startS3, type TestS3 } from './support/s3.js';
+import { TestSmtpServer } from './support/smtp.js';
 
 interface OtlpSpan {
   traceId: string;
@@ -34,6 +38,8 @@ describe('OpenTelemetry: one trace per call', () => {
   const spans: OtlpSpan[] = [];
   const bodies: string[] = [];
   let hook: FakeWebhookReceiver;
+  let s3: TestS3;
+  let smtp: TestSmtpServer;
   let cs: TestCallsync;
 
   before(async () => {
@@ -54,13 +60,24 @@ describe('OpenTelemetry: one trace per call', () => {
     process.env.OTEL_EXPORTER_OTLP_ENDPOINT = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`;
     process.env.OTEL_BSP_SCHEDULE_DELAY = '100';
     assert.equal(await startTracing(process.env), true);
-    hook = await new FakeWebhookReceiver(`whsec_${randomBytes(32).toString('base64')}`).start();
-    cs = await startTestCallsync({ CRM_WEBHOOK_URL: hook.url, CRM_WEBHOOK_SECRET: hook.secret });
+    [hook, s3, smtp] = await Promise.all([
+      new FakeWebhookReceiver(`whsec_${randomBytes(32).toString('base64')}`).start(),
+      startS3('otel-archive'),
+      TestSmtpServer.start(),
+    ]);
+    cs = await startTestCallsync({
+      CRM_WEBHOOK_URL: hook.url,
+      CRM_WEBHOOK_SECRET: hook.secret,
+      ...s3.env,
+      SMTP_URL: smtp.url,
+      SMTP_FROM: 'calls@example.com',
+      NOTIFY_EMAIL_TO: 'team@example.com',
+    });
   });
   after(async () => {
     await cs?.stop();
     await stopTracing();
-    await hook?.stop();
+    await Promise.all([hook?.stop(), s3?.destroy(), smtp?.close()]);
     delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
     delete process.env.OTEL_BSP_SCHEDULE_DELAY;
     await new Promise((r) => collector.close(r));
@@ -80,9 +97,8 @@ describe('OpenTelemetry: one trace per call', () => {
     const ofCall = await waitFor(
       () => {
         const mine = spans.filter((s) => s.traceId === traceId);
-        return mine.some((s) => s.name === 'callsync.sink webhook') && mine.some((s) => s.kind === 3 && s.parentSpanId)
-          ? mine
-          : null;
+        const attempt = mine.find((s) => s.name === 'callsync.sink webhook');
+        return attempt && mine.some((s) => s.kind === 3 && s.parentSpanId === attempt.spanId) ? mine : null;
       },
       { timeoutMs: 20_000, what: 'the spans of the call' },
     );
@@ -109,5 +125,41 @@ describe('OpenTelemetry: one trace per call', () => {
     assert.match(String(attr(http, 'url.full')), /^http:\/\/127\.0\.0\.1:\d+\//);
     const all = bodies.join('\n');
     for (const digits of ['6355340', '55550100']) assert.ok(!all.includes(digits), 'no number in any span');
+  });
+
+  test('the S3 PUTs (node:http) and the e-mail (SMTP) are children of their attempts, with ids only', async () => {
+    const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('otel-2'));
+    assert.equal(res.status, 202);
+    const traceId = callHash('ai-agent:agent-1:otel-2');
+    const clientOf = (mine: OtlpSpan[], sink: string, name: string) => {
+      const attempt = mine.find((s) => s.name === `callsync.sink ${sink}`);
+      return attempt && mine.filter((s) => s.name === name && s.kind === 3 && s.parentSpanId === attempt.spanId);
+    };
+    const ofCall = await waitFor(
+      () => {
+        const mine = spans.filter((s) => s.traceId === traceId);
+        return clientOf(mine, 'archive', 'S3.PutObject')?.length && clientOf(mine, 'email', 'SMTP send')?.length
+          ? mine
+          : null;
+      },
+      { timeoutMs: 20_000, what: 'the S3 and SMTP spans of the call' },
+    ).catch((err: Error) => {
+      const mine = spans.filter((s) => s.traceId === traceId);
+      throw new Error(`${err.message}; spans: ${mine.map((s) => `${s.name}(${s.kind})`).join(', ')}`);
+    });
+    const puts = clientOf(ofCall, 'archive', 'S3.PutObject')!;
+    assert.ok(puts.length >= 2, 'the record and its text, each a PUT');
+    for (const put of puts) {
+      assert.equal(attr(put, 'rpc.service'), 'S3');
+      assert.equal(attr(put, 'aws.s3.bucket'), 'otel-archive');
+      assert.equal(attr(put, 'server.address'), new URL(s3.endpoint).host);
+    }
+    const [mail] = clientOf(ofCall, 'email', 'SMTP send')!;
+    assert.equal(attr(mail!, 'server.address'), '127.0.0.1');
+    assert.match(String(attr(mail!, 'callsync.message_id')), /^<.+@.+>$/);
+    assert.equal(smtp.messages.length >= 1, true, 'the e-mail was sent');
+    const all = bodies.join('\n');
+    for (const digits of ['6355340', '55550100']) assert.ok(!all.includes(digits), 'no number in any span');
+    assert.ok(!all.includes('team@example.com'), 'no address in any span');
   });
 });

@@ -134,12 +134,13 @@ describe('chaos: acknowledged means delivered', { timeout: 420_000 }, () => {
     // process that ends first failed to start, and the run would test less than it says.
     let exitCode: number | null | undefined;
     void exited.then((code) => (exitCode = code));
-    const deadline = Date.now() + 30_000;
+    // 90 s: on two shared cores under other load, tsx compiling the tree took a start past 30 s.
+    const deadline = Date.now() + 90_000;
     while ((await starts(name)) <= startedBefore) {
       if (exitCode !== undefined || Date.now() > deadline) {
         const lines = (await readFile(join(dir, `${name}.log`), 'utf8').catch(() => '')).trimEnd().split('\n');
         throw new Error(
-          `${name} ${exitCode !== undefined ? `exited (${exitCode})` : 'did not start within 30 s'}; its log ends:\n${lines.slice(-10).join('\n')}`,
+          `${name} ${exitCode !== undefined ? `exited (${exitCode})` : 'did not start within 90 s'}; its log ends:\n${lines.slice(-10).join('\n')}`,
         );
       }
       await new Promise((r) => setTimeout(r, 100));
@@ -662,17 +663,14 @@ routes:
           )
             unfinished.push(`${id}: ${JSON.stringify(summary.sinks)}`);
         }
-        // An open defect (issue 24, session note): on a Redis Cluster, after SIGKILLs, a few calls
-        // (7 of ~2,900 in CI) still show their SMS pending: printed here, asserted on one Redis
-        // and Sentinel, where it holds.
-        if (TEST_CLUSTER)
-          console.log(JSON.stringify({ timelinesUnfinished: unfinished.length, sample: unfinished.slice(0, 5) }));
-        else
-          assert.deepEqual(
-            unfinished.slice(0, 10),
-            [],
-            `${unfinished.length} acknowledged calls whose timeline does not end in done, skipped or dead-lettered for every sink`,
-          );
+        // Also on the cluster, where a call's timeline and a sink's queue are on different masters:
+        // an attempt ending while the timeline's master fails over has its outcome written once the
+        // replica took over (queues/timeline.ts sends it again; test/timeline-failover.redis.test.ts).
+        assert.deepEqual(
+          unfinished.slice(0, 10),
+          [],
+          `${unfinished.length} acknowledged calls whose timeline does not end in done, skipped or dead-lettered for every sink`,
+        );
         // A job a killed worker held shows both attempts: the one cut off, and the one that finished it.
         const oneAttempt: string[] = [];
         for (const [sink, key] of takenOver) {

@@ -3,6 +3,7 @@
 // e-mail sink's `create` only, so processes without an e-mail sink never load nodemailer.
 import nodemailer from 'nodemailer';
 import { smtpError, type Mailer } from './mailer.js';
+import { traceClient } from '../../telemetry.js';
 
 export interface SmtpMailerOptions {
   /** Connect, greeting and per-command socket timeouts in ms. Default 30 000. */
@@ -16,24 +17,35 @@ export function createSmtpMailer(url: string, options: SmtpMailerOptions = {}): 
     greetingTimeout: timeout,
     socketTimeout: timeout,
   } as Parameters<typeof nodemailer.createTransport>[1]);
+  // A send's span (a child of the sink attempt when traces are on): the server and the message id, no address.
+  const server = URL.canParse(url) ? new URL(url) : null;
+  const attributes = {
+    'network.protocol.name': 'smtp',
+    ...(server ? { 'server.address': server.hostname } : {}),
+    ...(server?.port ? { 'server.port': Number(server.port) } : {}),
+  };
   return {
-    async send(m) {
-      try {
-        const info = await transport.sendMail({
-          from: m.from,
-          to: m.to,
-          subject: m.subject,
-          text: m.text,
-          html: m.html,
-          messageId: m.messageId,
-        });
-        return { response: String(info.response ?? '') };
-      } catch (err) {
-        throw smtpError(err);
-      }
+    send(m) {
+      return traceClient('SMTP send', { ...attributes, 'callsync.message_id': m.messageId }, () => sendOne(m));
     },
     async close() {
       transport.close();
     },
   };
+
+  async function sendOne(m: Parameters<Mailer['send']>[0]): Promise<{ response: string }> {
+    try {
+      const info = await transport.sendMail({
+        from: m.from,
+        to: m.to,
+        subject: m.subject,
+        text: m.text,
+        html: m.html,
+        messageId: m.messageId,
+      });
+      return { response: String(info.response ?? '') };
+    } catch (err) {
+      throw smtpError(err);
+    }
+  }
 }
