@@ -36,8 +36,8 @@ const log = createLogger({
   }),
 });
 
-function ctx(): SinkContext {
-  return { jobId: 'job-1', attempt: 1, log, signal: new AbortController().signal };
+function ctx(jobId = 'job-1', attempt = 1): SinkContext {
+  return { jobId, attempt, log, signal: new AbortController().signal };
 }
 
 /** A call from the fixture, with `patch` applied. */
@@ -365,7 +365,18 @@ describe('sms sink: failures and never twice', () => {
     assert.equal(smsRequests(), 1, 'the request reached the platform');
     assert.equal(api.sms.length, 1, 'and the platform sent the SMS (its answer came too late)');
 
-    const again = await s.deliver(call('c-timeout'), ctx());
+    // The same job taken over (its first attempt had lost its lock, so the queue refused that
+    // attempt's failure): dead-lettered as the first attempt would have been, not completed as skipped.
+    await assert.rejects(s.deliver(call('c-timeout'), ctx('job-1', 2)), (err: unknown) => {
+      assert.ok(err instanceof PermanentError);
+      assert.match(
+        err.message,
+        /outcome unknown .*an earlier attempt of this job, cut short\); not resent automatically/,
+      );
+      return true;
+    });
+    // A later delivery of the call (another job): skipped.
+    const again = await s.deliver(call('c-timeout'), ctx('job-2'));
     assert.equal(again.status, 'skipped');
     assert.match(again.reason ?? '', /outcome is unknown; not resent/);
     assert.equal(smsRequests(), 1, 'nothing was resent');
@@ -377,7 +388,7 @@ describe('sms sink: failures and never twice', () => {
       MOBILE,
     );
     clock = new Date(clock.getTime() + 13 * 3600_000); // past the cooldown the unknown attempt kept
-    assert.equal((await s.deliver(call('c-timeout'), ctx())).status, 'done');
+    assert.equal((await s.deliver(call('c-timeout'), ctx('job-3'))).status, 'done');
     assert.equal(smsRequests(), 2);
     assert.equal(api.sms.length, 2, 'the resend the operator asked for');
   });

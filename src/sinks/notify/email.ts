@@ -132,6 +132,7 @@ class EmailSink implements Sink {
       what: `e-mail to ${this.o.to.length} recipient(s)`,
       now: this.deps.now,
       outcomeUnknown: smtpOutcomeUnknown,
+      jobId: ctx.jobId,
       send: async () => {
         await this.mailer.send(message);
         return message.messageId;

@@ -50,6 +50,8 @@ export interface LedgerEntry {
   ref?: string;
   /** Why the outcome is unknown. */
   reason?: string;
+  /** The job whose attempt left the outcome unknown (absent in markers of earlier versions). */
+  job?: string;
 }
 
 /** How long markers are kept: longer than any redelivery (webhook retries, poller replays, dead-letter replays). */
@@ -176,10 +178,33 @@ export interface SendOnceOptions {
   send: () => Promise<string | undefined>;
   /** Called after a definite failure, before the error is rethrown (e.g. to free a cooldown). */
   onDefiniteFailure?: () => Promise<void>;
+  /** The job sending (SinkContext.jobId): written into an `unknown` marker. */
+  jobId?: string;
 }
 
 /** This attempt may or may not have reached the remote; it is not resent (dead letters, with the reason). */
 class OutcomeUnknownPermanentError extends PermanentError {}
+
+function unknownEntry(o: SendOnceOptions, reason: string): LedgerEntry {
+  return { state: 'unknown', at: o.now().toISOString(), reason, ...(o.jobId === undefined ? {} : { job: o.jobId }) };
+}
+
+/**
+ * True when the marker says this very job left the outcome unknown: an attempt that had lost its
+ * lock (a stalled worker) wrote `unknown` and threw, but the queue refused that attempt's failure, and
+ * the attempt that took the job over finds the marker. The job goes to the dead letters as the first
+ * attempt would have; a later delivery of the call (another job) is skipped.
+ */
+export function unknownOfThisJob(existing: LedgerEntry, jobId: string | undefined): boolean {
+  return existing.state === 'unknown' && jobId !== undefined && existing.job === jobId;
+}
+
+/** The dead letter of a job whose earlier attempt left the outcome unknown (see unknownOfThisJob). */
+export function outcomeUnknownOfThisJob(what: string, existing: LedgerEntry): PermanentError {
+  return new OutcomeUnknownPermanentError(
+    `${what}: outcome unknown (${existing.reason ?? 'no reason'}; an earlier attempt of this job, cut short); not resent automatically (see docs/notifications.md)`,
+  );
+}
 
 export type SendOnceResult = { sent: true; ref: string | undefined } | { sent: false; reason: string };
 
@@ -202,6 +227,7 @@ export async function sendOnce(o: SendOnceOptions): Promise<SendOnceResult> {
 export async function settleExisting(o: SendOnceOptions, existing: LedgerEntry): Promise<SendOnceResult> {
   if (existing.state === 'sent')
     return { sent: false, reason: `already sent${existing.ref ? ` (${existing.ref})` : ''}` };
+  if (unknownOfThisJob(existing, o.jobId)) throw outcomeUnknownOfThisJob(o.what, existing);
   if (existing.state === 'unknown')
     return {
       sent: false,
@@ -215,7 +241,7 @@ export async function settleExisting(o: SendOnceOptions, existing: LedgerEntry):
   }
   // A `sending` marker nobody finished: the worker died between claiming and recording the answer.
   const reason = `attempt started at ${existing.at} never finished (worker stopped?)`;
-  await o.ledger.write(o.callKey, o.recipient, { state: 'unknown', at: o.now().toISOString(), reason });
+  await o.ledger.write(o.callKey, o.recipient, unknownEntry(o, reason));
   throw new OutcomeUnknownPermanentError(
     `${o.what}: outcome unknown, ${reason}; not resent automatically (see docs/notifications.md)`,
   );
@@ -229,7 +255,7 @@ export async function sendClaimed(o: SendOnceOptions): Promise<SendOnceResult> {
   } catch (err) {
     if (o.outcomeUnknown(err)) {
       const reason = err instanceof Error ? err.message : String(err);
-      await o.ledger.write(o.callKey, o.recipient, { state: 'unknown', at: o.now().toISOString(), reason });
+      await o.ledger.write(o.callKey, o.recipient, unknownEntry(o, reason));
       throw new OutcomeUnknownPermanentError(
         `${o.what}: outcome unknown (${reason}); not resent automatically (see docs/notifications.md)`,
         { cause: err },

@@ -17,6 +17,8 @@ import {
   sendClaimed,
   sendOnce,
   settleExisting,
+  outcomeUnknownOfThisJob,
+  unknownOfThisJob,
   type LedgerEntry,
   type SendOnceOptions,
 } from './ledger.js';
@@ -169,7 +171,7 @@ class SmsSink implements Sink {
       unsent.clear();
     };
     try {
-      await this.claimEach(call, now, waits, skipped, candidates, unsent);
+      await this.claimEach(call, now, waits, skipped, candidates, unsent, ctx.jobId);
     } catch (err) {
       await giveBack().catch(() => undefined);
       throw err;
@@ -204,6 +206,7 @@ class SmsSink implements Sink {
           what: `SMS to ${c.label}`,
           now: this.deps.now,
           outcomeUnknown: smsOutcomeUnknown,
+          jobId: ctx.jobId,
           send: async () => {
             await this.telephony.sendSms(request, ctx.signal);
             return sendAt === undefined ? 'sent' : `scheduled for ${new Date(sendAt * 1000).toISOString()}`;
@@ -239,6 +242,7 @@ class SmsSink implements Sink {
     skipped: string[],
     candidates: Candidate[],
     unsent: Set<Candidate>,
+    jobId: string,
   ): Promise<void> {
     for (const target of this.targets(call)) {
       const check = checkSmsRecipient(target.number, target.raw);
@@ -254,6 +258,7 @@ class SmsSink implements Sink {
         take: !waits && !listed,
       });
       const earlier = got.existing;
+      if (earlier && unknownOfThisJob(earlier, jobId)) throw outcomeUnknownOfThisJob(`SMS to ${label}`, earlier);
       if (earlier?.state === 'sent') skipped.push(`${label}: already sent`);
       else if (earlier?.state === 'unknown')
         skipped.push(`${label}: an earlier attempt's outcome is unknown; not resent`);
