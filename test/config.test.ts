@@ -501,3 +501,25 @@ routes:
   assert.match(text, /^sinks\.store \(archive\): accessKeyId and secretAccessKey .* go together/m);
   assert.equal(problems.length, 7, text);
 });
+
+test("each sink type's settings are the parsed values of the variables it declares, and nothing else", () => {
+  const config = loadConfig({
+    HUBSPOT_ACCESS_TOKEN: '  pat-token\n',
+    PHONE_DEFAULT_REGION: 'at',
+    SMTP_URL: 'smtp://mail.example.com:587',
+    PRIVACY_HMAC_SECRET: 'k',
+    TELEPHONY_SMS_ID: 's0',
+  });
+  const hubspot = config.sinkSettings.hubspot!;
+  assert.equal(hubspot.HUBSPOT_ACCESS_TOKEN, 'pat-token');
+  assert.equal(hubspot.PHONE_DEFAULT_REGION, 'AT');
+  assert.equal(hubspot.SMTP_URL, undefined);
+  assert.equal(hubspot.PRIVACY_HMAC_SECRET, undefined);
+  assert.deepEqual(config.sinkSettings.sms, { TELEPHONY_SMS_ID: 's0', PRIVACY_HMAC_SECRET: 'k' });
+  for (const type of sinkTypes.values())
+    assert.deepEqual(
+      Object.keys(config.sinkSettings[type.type]!).sort(),
+      Object.keys(type.env ?? {}).sort(),
+      type.type,
+    );
+});

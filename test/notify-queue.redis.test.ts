@@ -44,7 +44,7 @@ before(async () => {
     state: new RedisKeyValueStore(connection, `${prefix}:state:`).scoped(SINK),
     telephony: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, timeoutMs: 300 }),
     now: () => new Date(),
-    env: {},
+    settings: {},
     optOut: new OptOutList(connection, prefix),
   };
   const sink = smsSinkType.create(SINK, options, deps);

@@ -104,7 +104,7 @@ function sink(name: string, options: Record<string, unknown>, deps: Partial<Noti
     state,
     telephony: client,
     now: () => clock,
-    env: {},
+    settings: {},
     optOut,
     ...deps,
   } as NotifySinkDeps);
@@ -427,12 +427,15 @@ describe('sms sink: configuration', () => {
     const state = new RedisKeyValueStore(redis, `${prefix}:state:`);
     const deps = { log, state, now: () => clock };
     assert.throws(
-      () => smsSinkType.create('x', parsed, { ...deps, telephony: null, env: { TELEPHONY_SMS_ID: 's0' } }),
+      () => smsSinkType.create('x', parsed, { ...deps, telephony: null, settings: { TELEPHONY_SMS_ID: 's0' } }),
       /TELEPHONY_API_URL/,
     );
-    assert.throws(() => smsSinkType.create('x', parsed, { ...deps, telephony: client, env: {} }), /TELEPHONY_SMS_ID/);
+    assert.throws(
+      () => smsSinkType.create('x', parsed, { ...deps, telephony: client, settings: {} }),
+      /TELEPHONY_SMS_ID/,
+    );
     assert.equal(
-      smsSinkType.create('x', parsed, { ...deps, telephony: client, env: { TELEPHONY_SMS_ID: 's0' } }).type,
+      smsSinkType.create('x', parsed, { ...deps, telephony: client, settings: { TELEPHONY_SMS_ID: 's0' } }).type,
       'sms',
     );
   });

@@ -275,7 +275,7 @@ describe('the telephony API echoing an SMS', () => {
         state: new RedisKeyValueStore(connection, `${prefix}:state:`).scoped('missed-sms'),
         telephony: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, timeoutMs: 2000 }),
         now: () => new Date(),
-        env: {},
+        settings: {},
         optOut: new OptOutList(connection, prefix),
       } satisfies NotifySinkDeps,
     );

@@ -191,7 +191,7 @@ describe('sink state round trips', () => {
           state: new RedisKeyValueStore(redis, 'rt:{q}:state:').scoped('sms'),
           telephony: client,
           now: () => new Date('2026-04-08T10:05:00Z'),
-          env: { PRIVACY_HMAC_SECRET: 'test-privacy-key' },
+          settings: { PRIVACY_HMAC_SECRET: 'test-privacy-key' },
           optOut,
         } as unknown as NotifySinkDeps,
       );
