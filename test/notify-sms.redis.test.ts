@@ -10,7 +10,10 @@ import type { CanonicalCall } from '../src/model/call.js';
 import { PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { NotificationLedger } from '../src/sinks/notify/ledger.js';
 import { OptOutList } from '../src/sinks/notify/opt-out.js';
-import { smsSinkType, type NotifySinkDeps } from '../src/sinks/notify/sms.js';
+import { smsSinkType } from '../src/sinks/notify/sms.js';
+
+/** What the SMS sink type builds its sinks with (SinkDeps with its settings). */
+type NotifySinkDeps = Parameters<typeof smsSinkType.create>[2];
 import { smsLength } from '../src/sinks/notify/sms-length.js';
 import { zonedTimeToUtc, zonedParts } from '../src/sinks/notify/time.js';
 import type { Sink, SinkContext } from '../src/sinks/types.js';

@@ -17,6 +17,7 @@ import { z } from 'zod';
 import { callHash, OUTCOMES, type CanonicalCall, type Outcome, type Recording } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
 import { PermanentError, RetryLaterError, SinkError } from '../../errors.js';
+import { sinkErrorOf } from '../telephony-errors.js';
 import type { Download } from '../../telephony/types.js';
 import { recordingKey } from '../archive/keys.js';
 import { recordingExtension } from '../archive/recordings.js';
@@ -710,7 +711,8 @@ export class PipedriveSink implements Sink {
     let download: Download;
     try {
       download = await this.deps.telephony.download(recording.downloadUrl, ctx.signal);
-    } catch (err) {
+    } catch (thrown) {
+      const err = sinkErrorOf(thrown);
       if (err instanceof SinkError && err.kind === 'permanent') {
         log.warn({ reason: err.message }, 'pipedrive: recording not attached: the platform refused its download');
         return 'recording not attached (download refused)';

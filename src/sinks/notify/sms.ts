@@ -4,7 +4,8 @@
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
-import { OutcomeUnknownError } from '../../telephony/errors.js';
+import { OutcomeUnknownError, TelephonyApiError } from '../../telephony/errors.js';
+import { sinkErrorOf, telephonyCause } from '../telephony-errors.js';
 import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.js';
 import { requestCertainlyNotSent, RetryLaterError, SinkError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SyncSinkType } from '../types.js';
@@ -81,11 +82,8 @@ const NO_TELEPHONY =
   'needs the platform API to send: set TELEPHONY_API_URL and TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN (or TELEPHONY_ACCESS_TOKEN)';
 const NO_SMS_ID = "needs an SMS extension id: set TELEPHONY_SMS_ID or the sink's smsId";
 
-/**
- * Sink dependencies plus the shared opt-out list (Redis set), when the process provides it.
- * @internal Exported for its tests only (test/notify-queue.redis.test.ts, test/notify-sms.redis.test.ts …).
- */
-export interface NotifySinkDeps extends SinkDeps<SmsSettings> {
+/** Sink dependencies plus the shared opt-out list (Redis set), when the process provides it. */
+interface NotifySinkDeps extends SinkDeps<SmsSettings> {
   optOut?: OptOutLookup;
 }
 
@@ -94,8 +92,10 @@ export interface NotifySinkDeps extends SinkDeps<SmsSettings> {
  * when the request left but no answer came back; an HTTP answer or a request that provably never
  * left is definite; anything else unexplained is treated as unknown (the safe side).
  */
-function smsOutcomeUnknown(err: unknown): boolean {
+function smsOutcomeUnknown(thrown: unknown): boolean {
+  const err = telephonyCause(thrown);
   if (err instanceof OutcomeUnknownError) return true;
+  if (err instanceof TelephonyApiError && (err.status !== undefined || err.kind !== 'transient')) return false;
   if (err instanceof SinkError && (err.status !== undefined || err.kind !== 'transient')) return false;
   return !requestCertainlyNotSent(err);
 }
@@ -210,7 +210,11 @@ class SmsSink implements Sink {
           now: this.deps.now,
           outcomeUnknown: smsOutcomeUnknown,
           send: async () => {
-            await this.telephony.sendSms(request, ctx.signal);
+            try {
+              await this.telephony.sendSms(request, ctx.signal);
+            } catch (err) {
+              throw sinkErrorOf(err);
+            }
             return sendAt === undefined ? 'sent' : `scheduled for ${new Date(sendAt * 1000).toISOString()}`;
           },
           // The retry of a definite failure must not find its own cooldown; an unknown outcome keeps it.
