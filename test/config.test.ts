@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { ConfigError, loadConfig, NO_ARCHIVE_WARNING } from '../src/config/index.js';
+import { ConfigError, loadConfig } from '../src/config/index.js';
 import { envSchema } from '../src/config/env.js';
 import { sinkTypes } from '../src/sinks/registry.js';
 import { CALL_SOURCES, DIRECTIONS, OUTCOMES } from '../src/model/call.js';
@@ -408,6 +408,10 @@ test('each sink type declares the variables it reads in the one schema, values c
   assert.match(text, /^TELEPHONY_OAUTH_CLIENT_AUTH: "header" — use basic or post$/m);
   assert.doesNotMatch(text, /not-a-whsec-secret-value/, 'a bad secret is not echoed');
 });
+
+/** The warning loadConfig gives when no route reaches an archive sink, as operators read it at start. */
+const NO_ARCHIVE_WARNING =
+  'no route sends calls to an archive sink: calls are not archived (add a sink of type archive and a route to it, or set ARCHIVE_S3_BUCKET)';
 
 test('with a config file the file lists every sink: no implicit archive, and a warning when nothing archives calls', () => {
   const crmOnly = withFile('sinks:\n  crm: { type: hubspot, accessToken: t }\nroutes:\n  - to: crm\n');

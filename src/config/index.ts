@@ -102,8 +102,8 @@ export class ConfigError extends Error {
   }
 }
 
-/** @internal Exported for its tests only (test/config.test.ts). */
-export const NO_ARCHIVE_WARNING =
+/** What loadConfig warns of when no route reaches an archive sink (README and test/config.test.ts quote it). */
+const NO_ARCHIVE_WARNING =
   'no route sends calls to an archive sink: calls are not archived (add a sink of type archive and a route to it, or set ARCHIVE_S3_BUCKET)';
 
 // `poller`: its state (`<prefix>:state:poller:…` in the one-slot layout) would share the keys of the
