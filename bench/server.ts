@@ -98,7 +98,7 @@ async function main(): Promise<void> {
     HOST: '127.0.0.1',
     OPS_PORT: 'off',
   });
-  const log = createLogger({ level: config.env.LOG_LEVEL });
+  const log = createLogger({ level: config.logLevel });
   if (target === 'ingress-core') {
     const cs = await startCallsync(config, { log });
     console.log(`READY ${JSON.stringify({ url: cs.url })}`);

@@ -32,7 +32,9 @@ export function environmentReads(file: string, text: string): string[] {
     if (/^\s*(\/\/|\*)/.test(line)) return;
     if (/process\.env\b/.test(line) && !PROCESS_ENV_ALLOWED.has(file)) found.push(`${file}:${i + 1}: process.env`);
     const read =
-      /\b(?:config|cfg)\.env\.[A-Z][A-Z0-9_]*/.exec(line) ??
+      /\b(?:config|cfg)\.env\b(?:\.[A-Z][A-Z0-9_]*)?/.exec(line) ??
+      // A sink or source handed the environment instead of its settings (SinkDeps.settings).
+      /\b(?:deps|this\.deps)\.env\b|\benvOf\(/.exec(line) ??
       /(?<!process\.)\benv\.(?:OPS_|ADMIN_|SPOOL_|CALL_TIMELINE|CALL_INDEX|METRICS_TOKEN|RETENTION_|ARCHIVE_RETENTION|COMPLETED_JOB|FAILED_JOB|LOG_LEVEL|CALLSYNC_CONFIG|POLL_|PUSH_|WEBHOOK_|HTTP_|ACK_|REDIS_|QUEUE_PREFIX)[A-Z0-9_]*/.exec(
         line,
       );
@@ -57,4 +59,19 @@ test('the check sees a read', () => {
     'workers/x.ts:2: process.env',
   ]);
   assert.deepEqual(environmentReads('src/config/x.ts', 'process.env.X'), []);
+});
+
+test('the check sees a sink reading the environment instead of its settings', () => {
+  assert.deepEqual(
+    environmentReads(
+      'src/sinks/crm/x.ts',
+      [
+        'const token = options.apiToken ?? deps.env.X_API_TOKEN;',
+        'const env = envOf(xEnv, this.deps.env);',
+        'create(name, options, { ...deps, env: config.env });',
+        'const token = options.apiToken ?? deps.settings.X_API_TOKEN;',
+      ].join('\n'),
+    ),
+    ['src/sinks/crm/x.ts:1: deps.env', 'src/sinks/crm/x.ts:2: envOf(', 'src/sinks/crm/x.ts:3: config.env'],
+  );
 });

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { ConfigError, loadConfig, NO_ARCHIVE_WARNING } from '../src/config/index.js';
+import { ConfigError, loadConfig } from '../src/config/index.js';
 import { envSchema } from '../src/config/env.js';
 import { sinkTypes } from '../src/sinks/registry.js';
 import { CALL_SOURCES, DIRECTIONS, OUTCOMES } from '../src/model/call.js';
@@ -409,6 +409,10 @@ test('each sink type declares the variables it reads in the one schema, values c
   assert.doesNotMatch(text, /not-a-whsec-secret-value/, 'a bad secret is not echoed');
 });
 
+/** The warning loadConfig gives when no route reaches an archive sink, as operators read it at start. */
+const NO_ARCHIVE_WARNING =
+  'no route sends calls to an archive sink: calls are not archived (add a sink of type archive and a route to it, or set ARCHIVE_S3_BUCKET)';
+
 test('with a config file the file lists every sink: no implicit archive, and a warning when nothing archives calls', () => {
   const crmOnly = withFile('sinks:\n  crm: { type: hubspot, accessToken: t }\nroutes:\n  - to: crm\n');
   assert.deepEqual(Object.keys(crmOnly.sinks), ['crm']);
@@ -500,4 +504,26 @@ routes:
   assert.match(text, /^sinks\.store\.sse: "AES128"/m);
   assert.match(text, /^sinks\.store \(archive\): accessKeyId and secretAccessKey .* go together/m);
   assert.equal(problems.length, 7, text);
+});
+
+test("each sink type's settings are the parsed values of the variables it declares, and nothing else", () => {
+  const config = loadConfig({
+    HUBSPOT_ACCESS_TOKEN: '  pat-token\n',
+    PHONE_DEFAULT_REGION: 'at',
+    SMTP_URL: 'smtp://mail.example.com:587',
+    PRIVACY_HMAC_SECRET: 'k',
+    TELEPHONY_SMS_ID: 's0',
+  });
+  const hubspot = config.sinkSettings.hubspot!;
+  assert.equal(hubspot.HUBSPOT_ACCESS_TOKEN, 'pat-token');
+  assert.equal(hubspot.PHONE_DEFAULT_REGION, 'AT');
+  assert.equal(hubspot.SMTP_URL, undefined);
+  assert.equal(hubspot.PRIVACY_HMAC_SECRET, undefined);
+  assert.deepEqual(config.sinkSettings.sms, { TELEPHONY_SMS_ID: 's0', PRIVACY_HMAC_SECRET: 'k' });
+  for (const type of sinkTypes.values())
+    assert.deepEqual(
+      Object.keys(config.sinkSettings[type.type]!).sort(),
+      Object.keys(type.env ?? {}).sort(),
+      type.type,
+    );
 });

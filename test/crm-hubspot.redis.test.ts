@@ -10,7 +10,13 @@ import { HubSpotSink, hubspotSinkType, type HubSpotOptions, type HubSpotSinkHook
 import type { Outcome } from '../src/model/call.js';
 import { untilMidnightIn } from '../src/sinks/crm/common.js';
 import { sampleCall } from './support/calls.js';
-import { crmTestDeps, EXPECTED_DEFAULT_BODY, expectedDefaultBody, type CrmTestDeps } from './support/crm-deps.js';
+import {
+  crmTestDeps,
+  EXPECTED_DEFAULT_BODY,
+  expectedDefaultBody,
+  parsedSinkSettings,
+  type CrmTestDeps,
+} from './support/crm-deps.js';
 import { DEFAULT_DISPOSITIONS, FakeHubSpot } from './support/fake-hubspot.js';
 
 const EXPECTED_BODY = EXPECTED_DEFAULT_BODY;
@@ -627,7 +633,7 @@ describe('hubspot sink', () => {
   it('a service key (or any access token) goes out as `Authorization: Bearer <key>`, trimmed; one with inner whitespace is refused at start', async () => {
     const key = 'sk-na1-3f0c9a1e-77d2-4c1b-9d0a-5b8e2f6a1c44';
     fake.token = key;
-    deps.env.HUBSPOT_ACCESS_TOKEN = `  ${key}\n`; // pasted with a line break
+    deps.settings = parsedSinkSettings({ HUBSPOT_API_URL: fake.url, HUBSPOT_ACCESS_TOKEN: `  ${key}\n` }); // pasted with a line break
     await sink().deliver(sampleCall('t-1'), deps.ctx());
     assert.ok(fake.requests.length >= 3);
     assert.ok(fake.requests.every((r) => r.headers.authorization === `Bearer ${key}`));

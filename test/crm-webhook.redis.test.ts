@@ -14,7 +14,7 @@ import { WebhookSink, webhookEndpoints, webhookSinkType, type WebhookOptions } f
 import { STANDARD_WEBHOOKS_SCHEDULE } from '../src/sinks/retry.js';
 import { defaultRetryPolicy } from '../queues/registry.js';
 import { sampleCall } from './support/calls.js';
-import { crmTestDeps, type CrmTestDeps } from './support/crm-deps.js';
+import { crmTestDeps, parsedSinkSettings, type CrmTestDeps } from './support/crm-deps.js';
 import { FakeCrmServer, type RecordedRequest, type Reply } from './support/fake-crm-server.js';
 
 class Receiver extends FakeCrmServer {
@@ -105,7 +105,7 @@ describe('webhook sink', () => {
 
   it('reads several secrets from CRM_WEBHOOK_SECRET (rotation without a config file)', async () => {
     const next = newSecret();
-    deps.env.CRM_WEBHOOK_SECRET = `${secret}, ${next}`;
+    deps.settings = parsedSinkSettings({ CRM_WEBHOOK_SECRET: `${secret}, ${next}` });
     await sink().deliver(sampleCall('c-3'), deps.ctx());
     assert.doesNotThrow(() => new Webhook(next).verify(a.requests[0]!.rawBody, signed(a.requests[0]!)));
   });
@@ -171,7 +171,7 @@ describe('webhook sink', () => {
       /set by callsync/,
     );
     assert.throws(
-      () => new WebhookSink('w', webhookSinkType.options.parse({ urls: ['http://x'] }), { ...deps, env: {} }),
+      () => new WebhookSink('w', webhookSinkType.options.parse({ urls: ['http://x'] }), { ...deps, settings: {} }),
       /CRM_WEBHOOK_SECRET/,
     );
     assert.equal(webhookSinkType.fromEnv?.({}, { configFile: false }), null);
@@ -345,7 +345,10 @@ describe('webhook sink', () => {
         { name: 'bare', url: 'https://b/' },
       ],
     });
-    assert.throws(() => new WebhookSink('w', noSecret, { ...deps, env: {} }), /endpoint "bare" has no signing secret/);
+    assert.throws(
+      () => new WebhookSink('w', noSecret, { ...deps, settings: {} }),
+      /endpoint "bare" has no signing secret/,
+    );
   });
 
   it('retry: the Standard Webhooks schedule by default (ten attempts over three days); a schedule and attempts of its own', () => {

@@ -13,6 +13,7 @@ import { smtpOutcomeUnknown } from '../src/sinks/notify/mailer.js';
 import type { Sink, SinkContext } from '../src/sinks/types.js';
 import { RedisKeyValueStore } from '../src/state/kv.js';
 import { sampleCall } from './support/calls.js';
+import { parsedSinkSettings } from './support/crm-deps.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
 import { TestSmtpServer } from './support/smtp.js';
 
@@ -55,7 +56,7 @@ async function sink(name: string, options: Record<string, unknown>, env: Record<
     state,
     telephony: null,
     now: () => clock,
-    env: { SMTP_URL: smtp.url, ...env },
+    settings: parsedSinkSettings({ SMTP_URL: smtp.url, ...env }),
   });
   sinks.push(s);
   return s;

@@ -15,7 +15,10 @@ import {
 import { createLogger } from '../src/log.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import { OptOutList } from '../src/sinks/notify/opt-out.js';
-import { smsSinkType, type NotifySinkDeps } from '../src/sinks/notify/sms.js';
+import { smsSinkType } from '../src/sinks/notify/sms.js';
+
+/** What the SMS sink type builds its sinks with (SinkDeps with its settings). */
+type NotifySinkDeps = Parameters<typeof smsSinkType.create>[2];
 import { RedisKeyValueStore } from '../src/state/kv.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { createDeliverProcessor } from '../workers/deliver.js';
@@ -44,7 +47,7 @@ before(async () => {
     state: new RedisKeyValueStore(connection, `${prefix}:state:`).scoped(SINK),
     telephony: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, timeoutMs: 300 }),
     now: () => new Date(),
-    env: {},
+    settings: {},
     optOut: new OptOutList(connection, prefix),
   };
   const sink = smsSinkType.create(SINK, options, deps);

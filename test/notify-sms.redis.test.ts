@@ -10,7 +10,10 @@ import type { CanonicalCall } from '../src/model/call.js';
 import { PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { NotificationLedger } from '../src/sinks/notify/ledger.js';
 import { OptOutList } from '../src/sinks/notify/opt-out.js';
-import { smsSinkType, type NotifySinkDeps } from '../src/sinks/notify/sms.js';
+import { smsSinkType } from '../src/sinks/notify/sms.js';
+
+/** What the SMS sink type builds its sinks with (SinkDeps with its settings). */
+type NotifySinkDeps = Parameters<typeof smsSinkType.create>[2];
 import { smsLength } from '../src/sinks/notify/sms-length.js';
 import { zonedTimeToUtc, zonedParts } from '../src/sinks/notify/time.js';
 import type { Sink, SinkContext } from '../src/sinks/types.js';
@@ -104,7 +107,7 @@ function sink(name: string, options: Record<string, unknown>, deps: Partial<Noti
     state,
     telephony: client,
     now: () => clock,
-    env: {},
+    settings: {},
     optOut,
     ...deps,
   } as NotifySinkDeps);
@@ -438,12 +441,15 @@ describe('sms sink: configuration', () => {
     const state = new RedisKeyValueStore(redis, `${prefix}:state:`);
     const deps = { log, state, now: () => clock };
     assert.throws(
-      () => smsSinkType.create('x', parsed, { ...deps, telephony: null, env: { TELEPHONY_SMS_ID: 's0' } }),
+      () => smsSinkType.create('x', parsed, { ...deps, telephony: null, settings: { TELEPHONY_SMS_ID: 's0' } }),
       /TELEPHONY_API_URL/,
     );
-    assert.throws(() => smsSinkType.create('x', parsed, { ...deps, telephony: client, env: {} }), /TELEPHONY_SMS_ID/);
+    assert.throws(
+      () => smsSinkType.create('x', parsed, { ...deps, telephony: client, settings: {} }),
+      /TELEPHONY_SMS_ID/,
+    );
     assert.equal(
-      smsSinkType.create('x', parsed, { ...deps, telephony: client, env: { TELEPHONY_SMS_ID: 's0' } }).type,
+      smsSinkType.create('x', parsed, { ...deps, telephony: client, settings: { TELEPHONY_SMS_ID: 's0' } }).type,
       'sms',
     );
   });

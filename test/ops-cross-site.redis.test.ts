@@ -242,8 +242,8 @@ describe('sameOriginOnly', () => {
     );
 
     const configured = appWith({
-      origins: loadConfig(testEnv('unused', { ADMIN_ORIGIN: 'https://ops.example.com:443/, http://10.0.0.5:8080' })).env
-        .ADMIN_ORIGIN,
+      origins: loadConfig(testEnv('unused', { ADMIN_ORIGIN: 'https://ops.example.com:443/, http://10.0.0.5:8080' })).ops
+        .admin.origins,
     });
     assert.equal(
       (

@@ -25,7 +25,10 @@ import type { CanonicalCall } from '../src/model/call.js';
 import { S3Store } from '../src/sinks/archive/s3-store.js';
 import { createSmtpMailer } from '../src/sinks/notify/smtp.js';
 import { OptOutList } from '../src/sinks/notify/opt-out.js';
-import { smsSinkType, type NotifySinkDeps } from '../src/sinks/notify/sms.js';
+import { smsSinkType } from '../src/sinks/notify/sms.js';
+
+/** What the SMS sink type builds its sinks with (SinkDeps with its settings). */
+type NotifySinkDeps = Parameters<typeof smsSinkType.create>[2];
 import { RedisKeyValueStore } from '../src/state/kv.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { createDeliverProcessor, scrubCallEchoes } from '../workers/deliver.js';
@@ -275,7 +278,7 @@ describe('the telephony API echoing an SMS', () => {
         state: new RedisKeyValueStore(connection, `${prefix}:state:`).scoped('missed-sms'),
         telephony: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, timeoutMs: 2000 }),
         now: () => new Date(),
-        env: {},
+        settings: {},
         optOut: new OptOutList(connection, prefix),
       } satisfies NotifySinkDeps,
     );

@@ -23,7 +23,10 @@ import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js'
 import { createLogger } from '../src/log.js';
 import { PermanentError } from '../src/errors.js';
 import { OptOutList } from '../src/sinks/notify/opt-out.js';
-import { smsSinkType, type NotifySinkDeps } from '../src/sinks/notify/sms.js';
+import { smsSinkType } from '../src/sinks/notify/sms.js';
+
+/** What the SMS sink type builds its sinks with (SinkDeps with its settings). */
+type NotifySinkDeps = Parameters<typeof smsSinkType.create>[2];
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { FakeTelephony } from './support/fake-telephony.js';
 
@@ -191,7 +194,7 @@ describe('sink state round trips', () => {
           state: new RedisKeyValueStore(redis, 'rt:{q}:state:').scoped('sms'),
           telephony: client,
           now: () => new Date('2026-04-08T10:05:00Z'),
-          env: { PRIVACY_HMAC_SECRET: 'test-privacy-key' },
+          settings: { PRIVACY_HMAC_SECRET: 'test-privacy-key' },
           optOut,
         } as unknown as NotifySinkDeps,
       );

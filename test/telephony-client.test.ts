@@ -4,10 +4,20 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { AuthError, PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
+import { RetryLaterError, SinkError } from '../src/errors.js';
+import { sinkErrorOf } from '../src/sinks/telephony-errors.js';
 import { ConfigError, loadConfig } from '../src/config/index.js';
 import { createTelephonyClient, type TelephonyClientOptions } from '../src/telephony/client.js';
-import { OutcomeUnknownError, ResponseValidationError, type TelephonyError } from '../src/telephony/errors.js';
+import {
+  OutcomeUnknownError,
+  ResponseValidationError,
+  TelephonyApiError,
+  type TelephonyErrorKind,
+} from '../src/telephony/errors.js';
+
+/** The client throws TelephonyApiError (it is not a sink), of this kind. */
+const isKind = (err: unknown, kind: TelephonyErrorKind): err is TelephonyApiError =>
+  err instanceof TelephonyApiError && err.kind === kind;
 import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
 
 const fast = { retryMinDelayMs: 10, retryMaxDelayMs: 50, timeoutMs: 2000 } satisfies Partial<TelephonyClientOptions>;
@@ -53,7 +63,7 @@ describe('telephony client: channel inbox', () => {
     assert.ok(elapsed < 3000, `waited ${elapsed} ms`);
   });
 
-  it('throws RetryLaterError when Retry-After is longer than the client waits itself', async () => {
+  it('throws a retry-later error when Retry-After is longer than the client waits itself', async () => {
     const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast, maxRetryAfterMs: 5000 });
     api.inject({
       on: 'events',
@@ -65,8 +75,10 @@ describe('telephony client: channel inbox', () => {
       () => assert.fail('expected an error'),
       (e: unknown) => e,
     );
-    assert.ok(err instanceof RetryLaterError);
-    assert.equal(err.delayMs, 120_000);
+    assert.ok(isKind(err, 'retry-later'));
+    assert.equal(err.retryAfterMs, 120_000);
+    // The client is not a sink: none of its errors is a SinkError (a sink maps them: sinkErrorOf).
+    assert.ok(!(err instanceof SinkError));
     assert.equal(err.status, 429);
     assert.match(err.message, /rate limit of 10 requests per second exceeded/);
   });
@@ -80,11 +92,11 @@ describe('telephony client: channel inbox', () => {
     assert.equal(api.inboxRequests('ch1').length - before, 4);
   });
 
-  it('gives up after the retries with a TransientError carrying the DetailedError', async () => {
+  it('gives up after the retries with a transient error carrying the DetailedError', async () => {
     const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast, retries: 2 });
     api.inject({ on: 'events', status: 503, times: 3, title: 'Service Unavailable', detail: 'maintenance' });
-    const err = (await client.readChannelEvents('ch1', undefined, 5).catch((e: unknown) => e)) as TelephonyError;
-    assert.ok(err instanceof TransientError);
+    const err = (await client.readChannelEvents('ch1', undefined, 5).catch((e: unknown) => e)) as TelephonyApiError;
+    assert.ok(isKind(err, 'transient'));
     assert.equal(err.status, 503);
     assert.deepEqual(err.problems, [
       { status: 503, title: 'Service Unavailable', detail: 'maintenance', pointer: null },
@@ -113,19 +125,19 @@ describe('telephony client: channel inbox', () => {
     });
     api.inject({ on: 'events', delayMs: 600 });
     const err = await failing.readChannelEvents('ch1', undefined, 3).catch((e: unknown) => e);
-    assert.ok(err instanceof TransientError);
+    assert.ok(isKind(err, 'transient'));
     assert.match(err.message, /timed out/);
   });
 
-  it('401 and 403 are AuthErrors, not retried', async () => {
+  it('401 and 403 are auth errors, not retried', async () => {
     const client = createTelephonyClient({
       baseUrl: api.url,
       auth: { kind: 'basic', tokenId: 'token-id', token: 'wrong' },
       ...fast,
     });
     const before = api.inboxRequests('ch1').length;
-    const err = (await client.readChannelEvents('ch1', undefined, 3).catch((e: unknown) => e)) as TelephonyError;
-    assert.ok(err instanceof AuthError);
+    const err = (await client.readChannelEvents('ch1', undefined, 3).catch((e: unknown) => e)) as TelephonyApiError;
+    assert.ok(isKind(err, 'auth'));
     assert.equal(err.status, 401);
     assert.equal(err.problems[0]?.title, 'Unauthorized');
     assert.equal(api.inboxRequests('ch1').length - before, 1);
@@ -134,14 +146,16 @@ describe('telephony client: channel inbox', () => {
     const ok = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast });
     api.inject({ on: 'events', status: 403, detail: 'token lacks the channels scope' });
     const forbidden = await ok.readChannelEvents('ch1', undefined, 3).catch((e: unknown) => e);
-    assert.ok(forbidden instanceof AuthError);
+    assert.ok(isKind(forbidden, 'auth'));
     assert.match(forbidden.message, /token lacks the channels scope/);
   });
 
-  it('a 4xx with a pointer is a PermanentError naming the field', async () => {
+  it('a 4xx with a pointer is a permanent error naming the field', async () => {
     const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast });
-    const err = (await client.readChannelEvents('ch1', 'not-a-position', 3).catch((e: unknown) => e)) as TelephonyError;
-    assert.ok(err instanceof PermanentError);
+    const err = (await client
+      .readChannelEvents('ch1', 'not-a-position', 3)
+      .catch((e: unknown) => e)) as TelephonyApiError;
+    assert.ok(isKind(err, 'permanent'));
     assert.equal(err.status, 400);
     assert.deepEqual(err.problems[0], {
       status: 400,
@@ -177,7 +191,7 @@ describe('telephony client: channel inbox', () => {
       ...fast,
       channelEventsPath: '/inbox/{channelId}',
     });
-    const err = (await custom.readChannelEvents('ch1', undefined, 1).catch((e: unknown) => e)) as TelephonyError;
+    const err = (await custom.readChannelEvents('ch1', undefined, 1).catch((e: unknown) => e)) as TelephonyApiError;
     assert.equal(err.status, 404);
     assert.equal(api.requests.at(-1)?.path, '/v2/inbox/ch1');
   });
@@ -238,17 +252,17 @@ describe('telephony client: OAuth', () => {
         fresh.inboxRequests().map((r) => r.status),
         [200, 401, 200],
       );
-      // A 401 that persists after the refresh is an AuthError (one refresh, not a loop).
+      // A 401 that persists after the refresh is an auth error (one refresh, not a loop).
       fresh.inject({ on: 'events', status: 401, times: 2 });
       const err = await c.readChannelEvents('ch1', undefined, 5).catch((e: unknown) => e);
-      assert.ok(err instanceof AuthError);
+      assert.ok(isKind(err, 'auth'));
       assert.equal(fresh.tokenRefreshes, 3);
     } finally {
       await fresh.close();
     }
   });
 
-  it('a refresh token the server rejects is an AuthError naming the OAuth error', async () => {
+  it('a refresh token the server rejects is an auth error naming the OAuth error', async () => {
     const client = createTelephonyClient({
       baseUrl: api.url,
       auth: {
@@ -261,7 +275,7 @@ describe('telephony client: OAuth', () => {
       ...fast,
     });
     const err = await client.readChannelEvents('ch1', undefined, 5).catch((e: unknown) => e);
-    assert.ok(err instanceof AuthError, String(err));
+    assert.ok(isKind(err, 'auth'), String(err));
     assert.match(err.message, /invalid_grant/);
     assert.ok(!err.message.includes('stale-refresh-token'), 'the refresh token never appears in the message');
   });
@@ -281,32 +295,32 @@ describe('telephony client: sendSms', () => {
     assert.deepEqual(api.sms, [sms]);
   });
 
-  it('402 is a PermanentError with the DetailedError text', async () => {
+  it('402 is a permanent error with the DetailedError text', async () => {
     const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast });
     api.inject({ on: 'sms', status: 402, title: 'Payment Required', detail: 'insufficient balance' });
-    const err = (await client.sendSms(sms).catch((e: unknown) => e)) as TelephonyError;
-    assert.ok(err instanceof PermanentError);
+    const err = (await client.sendSms(sms).catch((e: unknown) => e)) as TelephonyApiError;
+    assert.ok(isKind(err, 'permanent'));
     assert.equal(err.status, 402);
     assert.match(err.message, /Payment Required: insufficient balance/);
   });
 
-  it('is never retried: a 500 is one request and a TransientError', async () => {
+  it('is never retried: a 500 is one request and a transient error', async () => {
     const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast });
     const smsRequests = () => api.requests.filter((r) => r.path === '/v2/sessions/sms').length;
     const before = smsRequests();
     api.inject({ on: 'sms', status: 500 });
     const err = await client.sendSms(sms).catch((e: unknown) => e);
-    assert.ok(err instanceof TransientError);
+    assert.ok(isKind(err, 'transient'));
     assert.ok(!(err instanceof OutcomeUnknownError));
     assert.equal(smsRequests(), before + 1);
   });
 
-  it('a timeout after sending is OutcomeUnknownError (a TransientError)', async () => {
+  it('a timeout after sending is OutcomeUnknownError (transient)', async () => {
     const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast, timeoutMs: 200 });
     api.inject({ on: 'sms', delayMs: 500 });
     const err = await client.sendSms({ ...sms, smsId: 's-timeout' }).catch((e: unknown) => e);
     assert.ok(err instanceof OutcomeUnknownError);
-    assert.ok(err instanceof TransientError);
+    assert.ok(isKind(err, 'transient'));
     assert.match(err.message, /outcome unknown \(no answer within 200 ms\)/);
     // The fake did take it (it answers late): exactly the case the caller must not resend blindly.
     await new Promise((r) => setTimeout(r, 400));
@@ -323,7 +337,7 @@ describe('telephony client: sendSms', () => {
     const port = await freePort();
     const refused = createTelephonyClient({ baseUrl: `http://127.0.0.1:${port}/v2`, auth: api.basicAuth, ...fast });
     const err = await refused.sendSms(sms).catch((e: unknown) => e);
-    assert.ok(err instanceof TransientError);
+    assert.ok(isKind(err, 'transient'));
     assert.ok(!(err instanceof OutcomeUnknownError), String(err));
   });
 
@@ -333,18 +347,20 @@ describe('telephony client: sendSms', () => {
     const err = await client
       .sendSms({ smsId: '', recipient: '+49151', message: 'x', sendAt: 1 })
       .catch((e: unknown) => e);
-    assert.ok(err instanceof PermanentError);
+    assert.ok(isKind(err, 'permanent'));
     assert.match(err.message, /smsId is required; sendAt is in the past/);
     assert.equal(api.requests.length, before);
   });
 
-  it('429 on send is a RetryLaterError for the whole queue', async () => {
+  it('429 on send is retry-later (for a sink: the whole queue)', async () => {
     const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, ...fast });
     api.inject({ on: 'sms', status: 429, retryAfter: '7' });
     const err = await client.sendSms(sms).catch((e: unknown) => e);
-    assert.ok(err instanceof RetryLaterError);
-    assert.equal(err.delayMs, 7000);
-    assert.equal(err.scope, 'queue');
+    assert.ok(isKind(err, 'retry-later'));
+    assert.equal(err.retryAfterMs, 7000);
+    // A sink using the client waits the whole queue: one account shares one rate limit.
+    const forSink = sinkErrorOf(err);
+    assert.ok(forSink instanceof RetryLaterError && forSink.delayMs === 7000 && forSink.scope === 'queue');
   });
 });
 
@@ -380,7 +396,7 @@ describe('telephony client: download', () => {
     for await (const c of dl.body) n += (c as Buffer).length;
     assert.equal(n, 1000);
     const err = await client.download('/recordings/missing').catch((e: unknown) => e);
-    assert.ok(err instanceof PermanentError);
+    assert.ok(isKind(err, 'permanent'));
     assert.equal(err.status, 404);
   });
 
@@ -393,8 +409,14 @@ describe('telephony client: download', () => {
     assert.equal(client.resolveDownloadUrl('recordings/1'), 'https://api.example.com/v2/recordings/1');
     assert.equal(client.resolveDownloadUrl('/v2/recordings/1?x=1'), 'https://api.example.com/v2/recordings/1?x=1');
     assert.equal(client.resolveDownloadUrl('https://api.example.com/files/1'), 'https://api.example.com/files/1');
-    assert.throws(() => client.resolveDownloadUrl('https://evil.example.net/r/1'), PermanentError);
-    assert.throws(() => client.resolveDownloadUrl('//evil.example.net/r/1'), PermanentError);
+    assert.throws(
+      () => client.resolveDownloadUrl('https://evil.example.net/r/1'),
+      (e) => isKind(e, 'permanent'),
+    );
+    assert.throws(
+      () => client.resolveDownloadUrl('//evil.example.net/r/1'),
+      (e) => isKind(e, 'permanent'),
+    );
   });
 
   it('follows a download redirect to another origin without sending the API credentials there', async () => {
@@ -431,7 +453,7 @@ describe('telephony client: download', () => {
     }
   });
 
-  it('a stalled body fails with a TransientError after the idle timeout', async () => {
+  it('a stalled body fails with a transient error after the idle timeout', async () => {
     // A server that sends headers and a first chunk, then nothing.
     const { createServer: createHttp } = await import('node:http');
     const server = createHttp((_req, res) => {
@@ -450,7 +472,7 @@ describe('telephony client: download', () => {
       const err = await (async () => {
         for await (const _c of dl.body) void _c;
       })().catch((e: unknown) => e);
-      assert.ok(err instanceof TransientError, String(err));
+      assert.ok(isKind(err, 'transient'), String(err));
       assert.match(err.message, /no data for 300 ms/);
     } finally {
       server.closeAllConnections();

@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
-import { AuthError } from '../src/errors.js';
+import { TelephonyApiError } from '../src/telephony/errors.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { RedisRefreshTokenStore, withRefreshTokenStore } from '../src/state/refresh-token.js';
 import { redisKeys } from '../queues/keys.js';
@@ -72,7 +72,10 @@ describe('OAuth refresh token kept in Redis', () => {
     const err = await createTelephonyClient(envOptions('env-refresh-1'))
       .readChannelEvents('ch1', undefined, 5)
       .catch((e: unknown) => e);
-    assert.ok(err instanceof AuthError && /invalid_grant/.test(err.message), String(err));
+    assert.ok(
+      err instanceof TelephonyApiError && err.kind === 'auth' && /invalid_grant/.test(err.message),
+      String(err),
+    );
   });
 
   it('another process that rotated the token meanwhile: the rejected one in memory gives way to the stored one', async () => {

@@ -19,7 +19,8 @@ import type { Logger } from '../src/log.js';
 import { logRepeated, maskPhone } from '../src/log.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { ChannelEventError, parseChannelEvent, toCanonical } from '../src/model/channel-event.js';
-import { AuthError, RetryLaterError, UnprocessableJobError, classify } from '../src/errors.js';
+import { UnprocessableJobError, classify } from '../src/errors.js';
+import { TelephonyApiError } from '../src/telephony/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import type { PollerSettings } from '../src/config/index.js';
 import { asKeys, JobName, POLL_DEAD_LETTER_QUEUE, type PollDeadLetterJob, type RedisKeys } from '../queues/index.js';
@@ -197,7 +198,7 @@ class ChannelPoller {
           this.log.warn('lost the channel lock while polling: another poller continues from the stored position');
           continue;
         }
-        if (error instanceof AuthError) {
+        if (error instanceof TelephonyApiError && error.kind === 'auth') {
           this.stateValue = 'stopped';
           this.stopReason = error.message;
           this.log.error(
@@ -207,9 +208,9 @@ class ChannelPoller {
           this.deps.events?.stopped?.(this.channelId, error.message);
           continue;
         }
-        if (error instanceof RetryLaterError) {
+        if (error instanceof TelephonyApiError && error.kind === 'retry-later') {
           // Not a failure: the API said exactly when to come back.
-          wait = error.delayMs;
+          wait = error.retryAfterMs;
           this.log.warn({ status: error.status, waitMs: wait }, 'telephony API asked to wait before the next poll');
         } else {
           failures += 1;
@@ -221,7 +222,12 @@ class ChannelPoller {
             this.random,
           );
           this.log.warn(
-            { reason: error.message, kind: classify(error), failures, retryInMs: wait },
+            {
+              reason: error.message,
+              kind: error instanceof TelephonyApiError ? error.kind : classify(error),
+              failures,
+              retryInMs: wait,
+            },
             'poll failed: backing off',
           );
           this.deps.events?.failed?.(this.channelId, error, wait);

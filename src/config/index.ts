@@ -21,6 +21,7 @@ import {
   retentionSection,
   sourcesSection,
   retrySection,
+  sinkSettingsSection,
   spoolSection,
   telephonySection,
   timelineSection,
@@ -37,8 +38,8 @@ import {
   type WebhookSection,
   type WorkerSection,
 } from './sections.js';
-import { archiveEnv } from '../sinks/archive/index.js';
-import { envOf } from '../sinks/types.js';
+import type { ArchiveSettings } from '../sinks/archive/index.js';
+import type { SinkSettings } from '../sinks/types.js';
 
 export type { PollerSettings } from './sections.js';
 
@@ -56,8 +57,6 @@ export interface SinkConfig {
 
 /** The configuration: one typed section per part, each built by one function (./sections.ts). */
 export interface Config {
-  /** The parsed environment: sink types read the variables they declare from it (SinkDeps.env); nothing else does. */
-  env: Env;
   role: Role;
   /** CALLSYNC_CONFIG: the config file, if one was given. */
   configFile: string | undefined;
@@ -80,6 +79,11 @@ export interface Config {
   /** The platform's REST API client settings (TELEPHONY_*), null when TELEPHONY_API_URL is unset. */
   telephony: TelephonyClientOptions | null;
   poll: PollerSettings;
+  /**
+   * Each sink type's section by its type (`archive`, `hubspot`, …): the parsed values of the
+   * variables its `env` declares, handed to its sinks as `SinkDeps.settings`.
+   */
+  sinkSettings: Readonly<Record<string, SinkSettings>>;
   sinks: Record<string, SinkConfig>;
   routes: ParsedRoute[];
   warnings: string[];
@@ -98,8 +102,8 @@ export class ConfigError extends Error {
   }
 }
 
-/** @internal Exported for its tests only (test/config.test.ts). */
-export const NO_ARCHIVE_WARNING =
+/** What loadConfig warns of when no route reaches an archive sink (README and test/config.test.ts quote it). */
+const NO_ARCHIVE_WARNING =
   'no route sends calls to an archive sink: calls are not archived (add a sink of type archive and a route to it, or set ARCHIVE_S3_BUCKET)';
 
 // `poller`: its state (`<prefix>:state:poller:…` in the one-slot layout) would share the keys of the
@@ -275,9 +279,8 @@ function readConfigFile(
  * SDK's default chain, which reads AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY itself (and
  * AWS_SESSION_TOKEN, which a static pair would drop). Only with a bucket: a folder needs none.
  */
-function withArchiveEnv(options: Record<string, unknown>, parsedEnv: Env): Record<string, unknown> {
+function withArchiveEnv(options: Record<string, unknown>, env: ArchiveSettings): Record<string, unknown> {
   if (options.bucket === undefined) return options;
-  const env = envOf(archiveEnv, parsedEnv);
   const out = { ...options };
   if (out.region === undefined && env.AWS_REGION) out.region = env.AWS_REGION;
   if (out.endpoint === undefined && env.S3_ENDPOINT) out.endpoint = env.S3_ENDPOINT;
@@ -385,7 +388,8 @@ interface SinksAndRoutes {
 }
 
 interface SinkContext {
-  env: Env;
+  /** Each sink type's settings (sinkSettingsSection). */
+  settings: Readonly<Record<string, SinkSettings>>;
   telephonyConfigured: boolean;
   problems: string[];
   out: SinksAndRoutes;
@@ -394,7 +398,7 @@ interface SinkContext {
 
 /** One sink: its name, its type, its options checked by its type, then what it needs to start. */
 function addSink(ctx: SinkContext, name: string, raw: unknown, origin: SinkConfig['origin'], where: string): void {
-  const { problems, env } = ctx;
+  const { problems } = ctx;
   ctx.declared.add(name);
   const nameOk = sinkNameSchema.safeParse(name);
   if (!nameOk.success) problems.push(`${where}: ${nameOk.error.issues[0]?.message}`);
@@ -413,9 +417,10 @@ function addSink(ctx: SinkContext, name: string, raw: unknown, origin: SinkConfi
     return;
   }
   const { type: _type, ...given } = raw;
-  const rest = origin === 'file' && raw.type === 'archive' ? withArchiveEnv(given, env) : given;
+  const settings = ctx.settings[type.type] ?? {};
+  const rest = origin === 'file' && raw.type === 'archive' ? withArchiveEnv(given, settings as ArchiveSettings) : given;
   const check = (options: unknown) => {
-    for (const problem of type.check?.(options, env, { telephony: ctx.telephonyConfigured }) ?? [])
+    for (const problem of type.check?.(options, settings, { telephony: ctx.telephonyConfigured }) ?? [])
       problems.push(`${where} (${raw.type}): ${problem}`);
   };
   const parsed = type.options.safeParse(rest, { reportInput: true });
@@ -459,9 +464,15 @@ function fileRoutes(file: ConfigFile, out: SinksAndRoutes, problems: string[]): 
  * shortcut is left out when the file defines a sink of its name or of its type: that sink reads the
  * same variables (e.g. its token), and a second sink would write every call twice.
  */
-function sinksSection(env: Env, file: ConfigFile, telephonyConfigured: boolean, report: SectionReport): SinksAndRoutes {
+function sinksSection(
+  env: Env,
+  settings: Readonly<Record<string, SinkSettings>>,
+  file: ConfigFile,
+  telephonyConfigured: boolean,
+  report: SectionReport,
+): SinksAndRoutes {
   const ctx: SinkContext = {
-    env,
+    settings,
     telephonyConfigured,
     problems: report.problems,
     out: { sinks: {}, routes: [] },
@@ -472,7 +483,7 @@ function sinksSection(env: Env, file: ConfigFile, telephonyConfigured: boolean, 
   const fileTypes = new Set(Object.values(file.sinks).map((raw) => (isMapping(raw) ? raw.type : undefined)));
   for (const type of sinkTypes.values()) {
     if (fileTypes.has(type.type)) continue;
-    const shortcut = type.fromEnv?.(env, { configFile: env.CALLSYNC_CONFIG !== undefined });
+    const shortcut = type.fromEnv?.(settings[type.type] ?? {}, { configFile: env.CALLSYNC_CONFIG !== undefined });
     if (!shortcut) continue;
     for (const [name, raw] of Object.entries(shortcut.sinks)) {
       if (file.sinks[name] !== undefined) continue;
@@ -526,7 +537,8 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   const file = configPath
     ? readConfigFile(configPath, processEnv, options, report.problems)
     : { sinks: {}, routes: [] as unknown[] };
-  const { sinks, routes } = sinksSection(env, file, telephonyConfigured, report);
+  const sinkSettings = sinkSettingsSection(env);
+  const { sinks, routes } = sinksSection(env, sinkSettings, file, telephonyConfigured, report);
   const ingress = ingressSection(env, report);
   const sources = sourcesSection(env, report);
   const poll = pollSection(env, telephonyConfigured, report);
@@ -539,7 +551,6 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
     if (own) sink.retry = own;
   }
   return {
-    env,
     role: env.CALLSYNC_ROLE,
     configFile: configPath,
     logLevel: env.LOG_LEVEL,
@@ -555,6 +566,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
     worker: workerSection(env),
     telephony,
     poll,
+    sinkSettings,
     sinks,
     routes,
     warnings: report.warnings,

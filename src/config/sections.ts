@@ -2,8 +2,8 @@
 // with the cross-checks that belong to it (src/config/index.ts composes them in loadConfig).
 //
 // The rule: only src/config reads the environment. Everything else reads its section of `Config`
-// (`config.ops`, `config.spool`, …); a sink type reads the variables its `env` declares through
-// `envOf` in its own hooks (its section). Outside src/config, only bin/ (which runs before any
+// (`config.ops`, `config.spool`, …); a sink type gets the parsed values of the variables its `env`
+// declares (`config.sinkSettings[type]`, picked here), in its hooks and its sinks. Outside src/config, only bin/ (which runs before any
 // configuration), src/log.ts's LOG_LEVEL fallback for loggers made before the configuration, and
 // src/telemetry.ts (the OpenTelemetry SDK's own OTEL_* variables) read process.env.
 import { join } from 'node:path';
@@ -12,8 +12,11 @@ import { PLATFORM_WEBHOOK_IPS, type Env } from './env.js';
 import type { AckReplicas } from '../../queues/inbound.js';
 import type { RetryPolicy } from '../../queues/registry.js';
 import type { CountryCode } from 'libphonenumber-js';
-import { privacySecret } from '../sinks/notify/ledger.js';
-import { resolveRegion } from '../sinks/region.js';
+import { privacyEnv } from '../sinks/notify/ledger.js';
+import { regionEnv, resolveRegion } from '../sinks/region.js';
+import { sinkTypes } from '../sinks/registry.js';
+import type { SinkSettings } from '../sinks/types.js';
+import type { EnvOf, EnvShape } from '../env-values.js';
 import { sourceTypes } from '../sources/registry.js';
 import { TelephonyConfigError, telephonyOptions, type TelephonyClientOptions } from '../telephony/client.js';
 
@@ -238,7 +241,7 @@ export interface TimelineSection {
 
 export const timelineSection = (env: Env): TimelineSection => ({
   ttlDays: env.CALL_TIMELINE_TTL_DAYS,
-  privacySecret: privacySecret(env),
+  privacySecret: pick(privacyEnv, env).PRIVACY_HMAC_SECRET,
 });
 
 export interface WorkerSection {
@@ -319,6 +322,23 @@ export interface PrivacySection {
 }
 
 export const privacySection = (env: Env): PrivacySection => ({
-  hmacSecret: privacySecret(env),
-  defaultRegion: resolveRegion(undefined, env),
+  hmacSecret: pick(privacyEnv, env).PRIVACY_HMAC_SECRET,
+  defaultRegion: resolveRegion(undefined, pick(regionEnv, env).PHONE_DEFAULT_REGION),
 });
+
+/**
+ * The parsed values of the variables `shape` declares, typed by it: the one schema parsed `env`
+ * (src/config/env.ts composes every part's shape into it), so each has its parsed value or default.
+ */
+function pick<S extends EnvShape>(shape: S, env: Env): EnvOf<S> {
+  return Object.fromEntries(Object.keys(shape).map((name) => [name, env[name]])) as EnvOf<S>;
+}
+
+/**
+ * Each sink type's section, by its type: the parsed values of the variables its `env` declares and
+ * nothing else (src/sinks/types.ts `SinkSettings`). Its hooks (`check`, `fromEnv`) and its sinks
+ * (`SinkDeps.settings`) get this, never the environment.
+ */
+export function sinkSettingsSection(env: Env): Readonly<Record<string, SinkSettings>> {
+  return Object.fromEntries([...sinkTypes.values()].map((type) => [type.type, pick(type.env ?? {}, env)]));
+}

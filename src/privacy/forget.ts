@@ -703,7 +703,7 @@ class Forgetter {
             state,
             telephony: null,
             now: () => new Date(),
-            env: this.config.env,
+            settings: this.config.sinkSettings[sink.type] ?? {},
           }));
       } catch (err) {
         throw new ForgetIncompleteError(

@@ -33,14 +33,7 @@ export const regionEnv = {
     }),
 } satisfies EnvShape;
 
-/** The default region from the options, else PHONE_DEFAULT_REGION (parsed environment), else DE. */
-export function resolveRegion(option: CountryCode | undefined, env: Readonly<Record<string, unknown>>): CountryCode {
-  if (option) return option;
-  const fromEnv = env.PHONE_DEFAULT_REGION;
-  // Sinks built outside the configuration (tests) may hand in the raw value: read it the same way.
-  if (typeof fromEnv === 'string' && fromEnv.trim() !== '') {
-    const s = fromEnv.trim().toUpperCase();
-    if (phoneLib().isSupportedCountry(s)) return s as CountryCode;
-  }
-  return DEFAULT_REGION;
+/** The default region from the options, else PHONE_DEFAULT_REGION (parsed by its schema above), else DE. */
+export function resolveRegion(option: CountryCode | undefined, fromEnv: CountryCode | undefined): CountryCode {
+  return option ?? fromEnv ?? DEFAULT_REGION;
 }

@@ -10,15 +10,11 @@ import type { EnvOf, EnvShape } from '../env-values.js';
 import type { HmacKeySource } from '../../queues/privacy-key.js';
 
 /**
- * The parsed environment (the one schema of src/config/env.ts), by variable name. A sink type reads
- * the variables its `env` declares, through `envOf`.
+ * A sink type's section of the configuration: the values of the variables its `env` declares, parsed
+ * once by the one environment schema and picked for it by src/config (`Config.sinkSettings`). Its
+ * hooks and its sinks get this, never the environment: a variable it did not declare is not there.
  */
-export type SinkEnv = Readonly<Record<string, unknown>>;
-
-/** A sink type's typed view of the parsed environment: the variables its shape declares. */
-export function envOf<S extends EnvShape>(_shape: S, env: SinkEnv): EnvOf<S> {
-  return env as EnvOf<S>;
-}
+export type SinkSettings<E extends EnvShape = EnvShape> = EnvOf<E>;
 
 export interface SinkContext {
   /** BullMQ job id; stable for the same call and sink. */
@@ -69,7 +65,7 @@ export interface Sink {
 }
 
 /** What every sink factory may use. Everything external comes through here, so tests hand in real local servers. */
-export interface SinkDeps {
+export interface SinkDeps<S = SinkSettings> {
   log: Logger;
   /** Small durable key/value memory per sink (CRM record ids, notification markers). */
   state: KeyValueStore;
@@ -77,8 +73,11 @@ export interface SinkDeps {
   telephony: TelephonyClient | null;
   /** Current time; tests pass a controllable clock. */
   now: () => Date;
-  /** The parsed environment (secrets are read from here, never copied into options). */
-  env: SinkEnv;
+  /**
+   * Its type's section of the configuration (`Config.sinkSettings[type]`): the parsed values of the
+   * variables the type declares (secrets are read from here, never copied into options).
+   */
+  settings: S;
   /**
    * The key of the keyed hashes that name phone numbers (queues/privacy-key.ts: PRIVACY_HMAC_SECRET,
    * else the key kept in Redis). The worker always gives it; without it (tools, tests without Redis)
@@ -115,32 +114,33 @@ export interface QueueLimit {
 }
 
 /** A sink type whose `create` is synchronous (nothing heavy to load). */
-export type SyncSinkType<O = unknown> = Omit<SinkType<O>, 'create'> & {
-  create(name: string, options: O, deps: SinkDeps): Sink;
+export type SyncSinkType<O = unknown, S = SinkSettings> = Omit<SinkType<O, S>, 'create'> & {
+  create(name: string, options: O, deps: SinkDeps<S>): Sink;
 };
 
 /** A kind of sink: how its options are validated, how it is built, and its environment shortcut. */
-export interface SinkType<O = unknown> {
+export interface SinkType<O = unknown, S = SinkSettings> {
   readonly type: string;
   /** zod schema of the sink's options in the config file (`sinks.<name>`, minus `type`). */
   readonly options: z.ZodType<O>;
   /**
    * The environment variables this sink type reads (its credentials, its shortcut), each with the
    * schema of its value. src/config/env.ts composes every type's into the one environment schema,
-   * so a bad value is reported with every other configuration problem.
+   * so a bad value is reported with every other configuration problem; src/config picks their parsed
+   * values into the type's settings (`S`, `SinkSettings<typeof env>`), which its hooks and sinks get.
    */
   readonly env?: EnvShape;
   /**
    * What keeps a sink with these options from starting, checked with the configuration so that
    * `check-config` and `start` report it in the same pass: credentials neither in the options nor
-   * in the environment, the platform API not configured. Each problem names what to set.
+   * in its settings, the platform API not configured. Each problem names what to set.
    */
-  check?(options: O, env: SinkEnv, context: SinkCheckContext): string[];
+  check?(options: O, settings: S, context: SinkCheckContext): string[];
   /**
    * Builds the sink. May be async: heavy client libraries (AWS SDK, nodemailer) are imported here,
    * so a process loads only those of the sinks it runs (the ingress none).
    */
-  create(name: string, options: O, deps: SinkDeps): Sink | Promise<Sink>;
+  create(name: string, options: O, deps: SinkDeps<S>): Sink | Promise<Sink>;
   /**
    * Whether the sink reads `call.raw` (the original payload). When false, the fan-out leaves it out
    * of this sink's jobs (less to store and parse per job). Absent: true.
@@ -165,7 +165,7 @@ export interface SinkType<O = unknown> {
    * the config file does not define a sink of the same name. `configFile` tells whether one was given.
    */
   fromEnv?(
-    env: SinkEnv,
+    settings: S,
     context: { configFile: boolean },
   ): { sinks: Record<string, { type: string } & Record<string, unknown>>; routes: Route[] } | null;
 }
@@ -175,6 +175,6 @@ export interface SinkType<O = unknown> {
  * registry. Sound because every method is called only with options its own `options` schema parsed
  * (src/config/index.ts); the one place that forgets O, instead of a cast at each registry line.
  */
-export function defineSinkType<O>(type: SinkType<O>): SinkType {
+export function defineSinkType<O, S>(type: SinkType<O, S>): SinkType {
   return type as unknown as SinkType;
 }

@@ -2,7 +2,8 @@
 // bearer token, or an OAuth 2.0 refresh-token grant that keeps a short-lived access token fresh.
 // The spec (section 5) does not show the scheme; docs/polling.md records the decision.
 import { z } from 'zod';
-import { AuthError, networkReason, TransientError } from '../errors.js';
+import { networkReason } from '../errors.js';
+import { TelephonyApiError } from './errors.js';
 import { redactRemoteText } from '../redact.js';
 import type { Logger } from '../log.js';
 
@@ -174,13 +175,13 @@ class OAuthRefresher implements AuthProvider {
         try {
           return await this.exchange(token, signal);
         } catch (err) {
-          if (!(err instanceof AuthError) || err.status !== 400) throw err;
+          if (!(err instanceof TelephonyApiError) || err.kind !== 'auth' || err.status !== 400) throw err;
           rejection = err;
         }
       }
       if (!this.options.tokenStore) break;
     }
-    throw rejection ?? new AuthError('OAuth token refresh: no refresh token');
+    throw rejection ?? refreshError('auth', 'OAuth token refresh: no refresh token');
   }
 
   private async exchange(refreshToken: string, signal?: AbortSignal): Promise<string> {
@@ -209,7 +210,7 @@ class OAuthRefresher implements AuthProvider {
     } catch (err) {
       const reason =
         err instanceof Error ? (err.name === 'TimeoutError' ? 'timed out' : networkReason(err)) : String(err);
-      throw new TransientError(`OAuth token refresh failed: ${reason}`, { cause: err });
+      throw refreshError('transient', `OAuth token refresh failed: ${reason}`, { cause: err });
     }
     const text = await res.text();
     if (!res.ok) {
@@ -224,20 +225,20 @@ class OAuthRefresher implements AuthProvider {
       const message = `OAuth token refresh answered ${res.status}${detail}`;
       // 400 invalid_grant / 401 invalid_client: the refresh token or client is no longer valid.
       if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429) {
-        throw new AuthError(message, { status: res.status });
+        throw refreshError('auth', message, { status: res.status });
       }
-      throw new TransientError(message, { status: res.status });
+      throw refreshError('transient', message, { status: res.status });
     }
     let json: unknown;
     try {
       json = JSON.parse(text);
     } catch {
-      throw new TransientError('OAuth token refresh answered a body that is not JSON');
+      throw refreshError('transient', 'OAuth token refresh answered a body that is not JSON');
     }
     const parsed = tokenResponseSchema.safeParse(json);
     if (!parsed.success) {
       const fields = parsed.error.issues.map((i) => i.path.join('.') || '(body)').join(', ');
-      throw new AuthError(`OAuth token response is missing or has invalid fields: ${fields}`);
+      throw refreshError('auth', `OAuth token response is missing or has invalid fields: ${fields}`);
     }
     const now = this.options.now();
     const expiresIn =
@@ -264,4 +265,13 @@ class OAuthRefresher implements AuthProvider {
     });
     return this.accessToken;
   }
+}
+
+/** A failed OAuth token refresh: `auth` when the token or client was refused, else `transient`. */
+function refreshError(
+  kind: 'auth' | 'transient',
+  message: string,
+  options: { status?: number; cause?: unknown } = {},
+): TelephonyApiError {
+  return new TelephonyApiError(kind, message, { operation: 'OAuth token refresh', ...options });
 }

@@ -7,15 +7,7 @@ import pRetry from 'p-retry';
 import { z } from 'zod';
 import type { Logger } from '../log.js';
 import { envEnum, envOptionalInt, envString, envUrl, type EnvOf, type EnvShape } from '../env-values.js';
-import {
-  PermanentError,
-  RetryLaterError,
-  SinkError,
-  TransientError,
-  classify,
-  networkReason,
-  requestCertainlyNotSent,
-} from '../errors.js';
+import { networkReason, requestCertainlyNotSent } from '../errors.js';
 import {
   createAuthProvider,
   type AuthProvider,
@@ -26,6 +18,7 @@ import {
 import {
   OutcomeUnknownError,
   ResponseValidationError,
+  TelephonyApiError,
   telephonyErrorFromResponse,
   telephonyNetworkError,
 } from './errors.js';
@@ -185,7 +178,14 @@ export class TelephonyApiClient implements TelephonyClient {
         );
         if (!response.ok) throw await this.failure(operation, response);
         if (response.body === null)
-          throw new TransientError(`Telephony API ${operation} answered ${response.status} without a body`);
+          throw new TelephonyApiError(
+            'transient',
+            `Telephony API ${operation} answered ${response.status} without a body`,
+            {
+              operation,
+              status: response.status,
+            },
+          );
         return { response, controller };
       } catch (err) {
         controller.abort();
@@ -201,11 +201,17 @@ export class TelephonyApiClient implements TelephonyClient {
     const source = Readable.fromWeb(response.body as unknown as WebReadableStream<Uint8Array>);
     const body = idleGuard(this.downloadIdleTimeoutMs, () => {
       controller.abort();
-      return new TransientError(`Telephony API ${operation}: no data for ${this.downloadIdleTimeoutMs} ms`);
+      return new TelephonyApiError(
+        'transient',
+        `Telephony API ${operation}: no data for ${this.downloadIdleTimeoutMs} ms`,
+        {
+          operation,
+        },
+      );
     });
     pipeline(source, body, (err) => {
       signal?.removeEventListener('abort', onAbort);
-      if (err) body.destroy(err instanceof TransientError ? err : telephonyNetworkError(operation, err));
+      if (err) body.destroy(err instanceof TelephonyApiError ? err : telephonyNetworkError(operation, err));
     });
     const length = response.headers.get('content-length');
     return {
@@ -229,7 +235,7 @@ export class TelephonyApiClient implements TelephonyClient {
       );
     } catch (err) {
       // Typed errors come from the OAuth refresh, before anything was sent: safe to retry as they say.
-      if (err instanceof SinkError) throw err;
+      if (err instanceof TelephonyApiError) throw err;
       if (requestCertainlyNotSent(err)) throw telephonyNetworkError(operation, err);
       const reason =
         err instanceof Error && err.name === 'TimeoutError'
@@ -259,7 +265,11 @@ export class TelephonyApiClient implements TelephonyClient {
       const absolute = new URL(relativeUrl, base);
       // Never send the API's credentials to another host.
       if (absolute.origin !== base.origin)
-        throw new PermanentError(`refusing to download from ${absolute.origin}: not the telephony API's origin`);
+        throw new TelephonyApiError(
+          'permanent',
+          `refusing to download from ${absolute.origin}: not the telephony API's origin`,
+          { operation: 'GET recording' },
+        );
       return absolute.toString();
     }
     const basePath = base.pathname.replace(/\/+$/, '');
@@ -343,19 +353,19 @@ export class TelephonyApiClient implements TelephonyClient {
           return await attempt();
         } catch (err) {
           if (signal?.aborted) throw signal.reason ?? err;
-          if (err instanceof RetryLaterError) {
-            if (err.delayMs <= this.maxRetryAfterMs && rateLimitWaits < MAX_RATE_LIMIT_WAITS) {
+          if (err instanceof TelephonyApiError && err.kind === 'retry-later') {
+            if (err.retryAfterMs <= this.maxRetryAfterMs && rateLimitWaits < MAX_RATE_LIMIT_WAITS) {
               rateLimitWaits++;
               this.log?.warn(
-                { operation, status: err.status, waitMs: err.delayMs },
+                { operation, status: err.status, waitMs: err.retryAfterMs },
                 'telephony API asked to wait; waiting',
               );
-              await sleep(err.delayMs, signal);
+              await sleep(err.retryAfterMs, signal);
               continue;
             }
             throw err;
           }
-          if (err instanceof SinkError) throw err;
+          if (err instanceof TelephonyApiError) throw err;
           throw telephonyNetworkError(operation, err);
         }
       }
@@ -366,9 +376,9 @@ export class TelephonyApiClient implements TelephonyClient {
       maxTimeout: this.retryMaxDelayMs,
       randomize: true,
       signal,
-      shouldRetry: ({ error }) => classify(error) === 'transient' && !(error instanceof ResponseValidationError),
+      shouldRetry: ({ error }) => retriable(error),
       onFailedAttempt: ({ error, attemptNumber, retriesLeft }) => {
-        if (classify(error) === 'transient' && retriesLeft > 0) {
+        if (retriable(error) && retriesLeft > 0) {
           this.log?.warn(
             { operation, attempt: attemptNumber, retriesLeft, err: error.message },
             'telephony API read failed; retrying',
@@ -377,6 +387,13 @@ export class TelephonyApiClient implements TelephonyClient {
       },
     });
   }
+}
+
+/** A read that failed transiently (network, timeout, 5xx), not one whose answer did not match the spec. */
+function retriable(error: unknown): boolean {
+  return (
+    error instanceof TelephonyApiError && error.kind === 'transient' && !(error instanceof ResponseValidationError)
+  );
 }
 
 export function createTelephonyClient(options: TelephonyClientOptions): TelephonyApiClient {
@@ -395,7 +412,10 @@ function validateSms(request: SendWebSmsRequest): void {
     else if (request.sendAt < nowS - 60) problems.push('sendAt is in the past');
     else if (request.sendAt > nowS + 30 * 24 * 3600) problems.push('sendAt is more than 30 days ahead');
   }
-  if (problems.length > 0) throw new PermanentError(`SendWebSmsRequest invalid: ${problems.join('; ')}`);
+  if (problems.length > 0)
+    throw new TelephonyApiError('permanent', `SendWebSmsRequest invalid: ${problems.join('; ')}`, {
+      operation: 'POST SMS',
+    });
 }
 
 async function readLimited(res: Response, max: number): Promise<string> {

@@ -1,10 +1,11 @@
-// Errors of the telephony REST API, sorted into the error kinds of ../errors.ts so the
-// queue runner, the poller and the SMS channel treat them alike, with the spec's DetailedError
-// body (section 7) kept as typed data and spelled out in the message that logs and dead letters show.
+// Errors of the telephony REST API: one type, TelephonyApiError, with the kind a caller acts on
+// (the poller waits, backs off or stops; a sink maps it to its SinkError: src/sinks/telephony-errors.ts)
+// and the spec's DetailedError body (section 7) kept as typed data and spelled out in the message
+// that logs and dead letters show. The client is not a sink: it throws no SinkError.
 // The API's texts are redacted on the way in (redactRemoteText): an error about an SMS may echo its
 // recipient or text.
 import { z } from 'zod';
-import { PermanentError, TransientError, errorFromHttp, networkReason, type SinkError } from '../errors.js';
+import { errorFromHttp, networkReason, RetryLaterError } from '../errors.js';
 import { redactRemoteText } from '../redact.js';
 
 /** One entry of the spec's error body `{ errors: [ { status, title, detail, source: { pointer } } ] }`. */
@@ -16,12 +17,43 @@ export interface ApiProblem {
   pointer: string | null;
 }
 
-/** A telephony API failure: the sink error kind plus what the API said. */
-export type TelephonyError = SinkError & {
-  /** `GET /channels/{id}/events` etc. */
+/**
+ * What a caller does about a failure: `permanent` — the same request fails again; `transient` —
+ * try again later (backoff); `auth` — the credentials were refused, nothing works until they are
+ * fixed; `retry-later` — the API said when to come back (`retryAfterMs`).
+ */
+export type TelephonyErrorKind = 'permanent' | 'transient' | 'auth' | 'retry-later';
+
+interface TelephonyErrorOptions {
+  /** `GET /channels/{id}/events`, `OAuth token refresh`, … */
+  operation: string;
+  status?: number;
+  problems?: ApiProblem[];
+  /** `retry-later`: how long the API asked to wait. */
+  retryAfterMs?: number;
+  cause?: unknown;
+}
+
+/** A failed request of the platform API: its kind, the HTTP status if any, and what the API said. */
+export class TelephonyApiError extends Error {
+  readonly status: number | undefined;
   readonly operation: string;
   readonly problems: ApiProblem[];
-};
+  /** `retry-later`: the wait the API asked for (Retry-After, or the default for a 429 without it); else 0. */
+  readonly retryAfterMs: number;
+  constructor(
+    readonly kind: TelephonyErrorKind,
+    message: string,
+    options: TelephonyErrorOptions,
+  ) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.operation = options.operation;
+    this.status = options.status;
+    this.problems = options.problems ?? [];
+    this.retryAfterMs = Math.max(0, Math.ceil(options.retryAfterMs ?? 0));
+  }
+}
 
 const problemSchema = z.looseObject({
   status: z.union([z.number(), z.string()]).nullish(),
@@ -72,12 +104,6 @@ function describeProblems(problems: ApiProblem[]): string {
     .join('; ');
 }
 
-function attach<E extends SinkError>(err: E, operation: string, problems: ApiProblem[]): E & TelephonyError {
-  Object.defineProperty(err, 'operation', { value: operation, enumerable: true });
-  Object.defineProperty(err, 'problems', { value: problems, enumerable: true });
-  return err as E & TelephonyError;
-}
-
 export interface ResponseFailure {
   status: number;
   operation: string;
@@ -88,8 +114,8 @@ export interface ResponseFailure {
   defaultRetryAfterMs?: number;
 }
 
-/** Sorts an API error answer into a sink error carrying the DetailedError problems. */
-export function telephonyErrorFromResponse(f: ResponseFailure): TelephonyError {
+/** Sorts an API error answer (by the HTTP rules of ../errors.ts) into a TelephonyApiError carrying the DetailedError problems. */
+export function telephonyErrorFromResponse(f: ResponseFailure): TelephonyApiError {
   const problems = parseProblems(f.body);
   const detail =
     problems.length > 0
@@ -97,16 +123,19 @@ export function telephonyErrorFromResponse(f: ResponseFailure): TelephonyError {
       : f.body.trim().startsWith('<')
         ? undefined
         : redactRemoteText(f.body) || undefined;
-  const err = errorFromHttp({
+  const sorted = errorFromHttp({
     status: f.status,
     what: `Telephony API ${f.operation}`,
     detail,
     retryAfter: f.retryAfter,
-    // One account shares one rate limit: a 429 concerns every job of the queue.
-    rateLimitScope: 'queue',
     defaultRetryAfterMs: f.defaultRetryAfterMs,
   });
-  return attach(err, f.operation, problems);
+  return new TelephonyApiError(sorted.kind as TelephonyErrorKind, sorted.message, {
+    operation: f.operation,
+    status: f.status,
+    problems,
+    ...(sorted instanceof RetryLaterError ? { retryAfterMs: sorted.delayMs } : {}),
+  });
 }
 
 /**
@@ -114,28 +143,22 @@ export function telephonyErrorFromResponse(f: ResponseFailure): TelephonyError {
  * the platform may or may not have acted on it. Callers with a "never twice" policy must not
  * resend blindly. Transient by kind, so a caller that does not know it still retries with backoff.
  */
-export class OutcomeUnknownError extends TransientError {
-  readonly operation: string;
-  readonly problems: ApiProblem[] = [];
+export class OutcomeUnknownError extends TelephonyApiError {
   constructor(operation: string, reason: string, options?: { status?: number; cause?: unknown }) {
-    super(`Telephony API ${operation}: outcome unknown (${reason})`, options);
-    this.operation = operation;
+    super('transient', `Telephony API ${operation}: outcome unknown (${reason})`, { operation, ...options });
   }
 }
 
 /** The API answered 2xx with a body that does not match the spec's record. */
-export class ResponseValidationError extends PermanentError {
-  readonly operation: string;
-  readonly problems: ApiProblem[] = [];
+export class ResponseValidationError extends TelephonyApiError {
   constructor(operation: string, message: string) {
-    super(`Telephony API ${operation}: ${message}`);
-    this.operation = operation;
+    super('permanent', `Telephony API ${operation}: ${message}`, { operation });
   }
 }
 
 /** A network failure (refused, reset, DNS, timeout) of an API request. */
-export function telephonyNetworkError(operation: string, cause: unknown): TelephonyError {
+export function telephonyNetworkError(operation: string, cause: unknown): TelephonyApiError {
   const reason =
     cause instanceof Error ? (cause.name === 'TimeoutError' ? 'timed out' : networkReason(cause)) : String(cause);
-  return attach(new TransientError(`Telephony API ${operation} failed: ${reason}`, { cause }), operation, []);
+  return new TelephonyApiError('transient', `Telephony API ${operation} failed: ${reason}`, { operation, cause });
 }

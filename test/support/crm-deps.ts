@@ -4,12 +4,21 @@ import { Redis } from 'ioredis';
 import { callKeySegment } from '../../src/model/call.js';
 import { RedisKeyValueStore } from '../../src/state/kv.js';
 import type { SinkContext, SinkDeps } from '../../src/sinks/types.js';
+import { loadConfig } from '../../src/config/index.js';
 import { memoryLog } from './callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix } from './redis.js';
 
-export interface CrmTestDeps extends SinkDeps {
-  /** Raw strings, as sinks built outside the configuration may get them (tests change them). */
-  env: NodeJS.ProcessEnv;
+/**
+ * What sinks get as `SinkDeps.settings` from these variables, through the one parse path
+ * (loadConfig's `sinkSettings`): every sink type's section merged, each sink reads its own.
+ */
+export function parsedSinkSettings(env: NodeJS.ProcessEnv = {}): Record<string, any> {
+  return Object.assign({}, ...Object.values(loadConfig(env).sinkSettings));
+}
+
+export interface CrmTestDeps extends SinkDeps<Record<string, any>> {
+  /** Every sink type's settings parsed from the test's variables (tests replace them: parsedSinkSettings). */
+  settings: Record<string, any>;
   prefix: string;
   redis: Redis;
   logs: Record<string, unknown>[];
@@ -37,7 +46,7 @@ export function crmTestDeps(env: NodeJS.ProcessEnv = {}): CrmTestDeps {
     state: new RedisKeyValueStore(redis, prefix),
     telephony: null,
     now: () => new Date(clock.now),
-    env,
+    settings: parsedSinkSettings(env),
     ctx: (attempt = 1) => ({ jobId: 'job-1', attempt, log, signal: new AbortController().signal }),
     async close() {
       redis.disconnect();

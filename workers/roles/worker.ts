@@ -71,7 +71,7 @@ async function createSinks({ config, options, log, redis, telephony }: RoleDeps)
       state,
       telephony,
       now,
-      env: config.env,
+      settings: config.sinkSettings[sink.type] ?? {},
       optOut,
       archive,
       privacyKey,

@@ -6,7 +6,7 @@ import { renderVcon } from '../../model/vcon.js';
 import { envBool, envString, envStringOr, envEnum, type EnvShape } from '../../env-values.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { REVISION_MEMORY_TTL_MS, RevisionGuard, type Held } from '../revisions.js';
-import { envOf, type ArchiveAccess, type Sink, type SinkContext, type SinkResult, type SinkType } from '../types.js';
+import type { ArchiveAccess, Sink, SinkContext, SinkResult, SinkSettings, SinkType } from '../types.js';
 import type { TelephonyClient } from '../../telephony/types.js';
 import { archiveAccess } from './access.js';
 import { callHash } from '../../model/call.js';
@@ -159,7 +159,10 @@ export async function createObjectStore(options: ArchiveOptions): Promise<Object
   return new LocalFolderStore(options.dir);
 }
 
-export const archiveSinkType: SinkType<ArchiveOptions> = {
+/** The archive type's section of the configuration: its variables, parsed. */
+export type ArchiveSettings = SinkSettings<typeof archiveEnv>;
+
+export const archiveSinkType: SinkType<ArchiveOptions, ArchiveSettings> = {
   type: 'archive',
   options: archiveOptionsSchema,
   create: async (name, options, deps) =>
@@ -172,8 +175,7 @@ export const archiveSinkType: SinkType<ArchiveOptions> = {
           "accessKeyId and secretAccessKey (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) go together; set both, or neither for the AWS SDK's default credentials",
         ];
   },
-  fromEnv(parsed, { configFile }) {
-    const env = envOf(archiveEnv, parsed);
+  fromEnv(env, { configFile }) {
     const bucket = env.ARCHIVE_S3_BUCKET;
     // Without a config file, `npm start` archives to a local folder so one machine works out of the box.
     if (!bucket && configFile) return null;

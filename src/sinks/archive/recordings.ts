@@ -5,6 +5,7 @@
 import type { Logger } from 'pino';
 import type { CanonicalCall } from '../../model/call.js';
 import { PermanentError } from '../../errors.js';
+import { sinkErrorOf } from '../telephony-errors.js';
 import type { TelephonyClient } from '../../telephony/types.js';
 import { recordingKey } from './keys.js';
 import type { ObjectStore } from './store.js';
@@ -61,7 +62,9 @@ export async function archiveRecordings(
     );
   }
   for (const [index, recording] of call.recordings.entries()) {
-    const download = await deps.telephony.download(recording.downloadUrl, deps.signal);
+    const download = await deps.telephony.download(recording.downloadUrl, deps.signal).catch((err: unknown) => {
+      throw sinkErrorOf(err);
+    });
     const key = recordingKey(
       call,
       recording.type,
@@ -77,7 +80,8 @@ export async function archiveRecordings(
     } catch (err) {
       // Free the HTTP connection of an unfinished download.
       download.body.destroy();
-      throw err;
+      // The download may have failed under way (a stalled body): the telephony client's error.
+      throw sinkErrorOf(err);
     }
     refs[`recording${index + 1}`] = key;
     deps.log.debug(

@@ -13,7 +13,7 @@ import { maskPhone } from '../../log.js';
 import { PermanentError, RetryLaterError } from '../../errors.js';
 import { archiveUrl } from '../archive/keys.js';
 import { RevisionGuard } from '../revisions.js';
-import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SinkType } from '../types.js';
+import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SinkType } from '../types.js';
 import { envOptionalBool, envString, envUrl, type EnvShape } from '../../env-values.js';
 import { archiveEnv } from '../archive/index.js';
 import { regionEnv } from '../region.js';
@@ -169,6 +169,9 @@ const hubspotEnv = {
   ARCHIVE_S3_PREFIX: archiveEnv.ARCHIVE_S3_PREFIX,
 } satisfies EnvShape;
 
+/** The hubspot type's section of the configuration: its variables, parsed. */
+type HubSpotSettings = SinkSettings<typeof hubspotEnv>;
+
 /**
  * Test seams: how the search limiter waits for its slot.
  * @internal Exported for its tests only (test/crm-hubspot.redis.test.ts).
@@ -260,13 +263,13 @@ export class HubSpotSink implements Sink {
   constructor(
     readonly name: string,
     private readonly options: HubSpotOptions,
-    private readonly deps: SinkDeps,
+    private readonly deps: SinkDeps<HubSpotSettings>,
     hooks: HubSpotSinkHooks = {},
   ) {
-    const env = envOf(hubspotEnv, deps.env);
+    const env = deps.settings;
     const token = (options.accessToken ?? env.HUBSPOT_ACCESS_TOKEN)?.trim();
     if (!token) throw new Error(`sink "${name}" (hubspot): ${NO_TOKEN}`);
-    this.region = resolveRegion(options.defaultRegion, deps.env);
+    this.region = resolveRegion(options.defaultRegion, env.PHONE_DEFAULT_REGION);
     this.archivePrefix = options.archive.prefix ?? env.ARCHIVE_S3_PREFIX;
     this.memory = new RecordMemory(deps.state);
     // A delivery makes a handful of requests, each within timeoutMs.
@@ -771,7 +774,7 @@ export class HubSpotSink implements Sink {
   }
 }
 
-export const hubspotSinkType: SinkType<HubSpotOptions> = {
+export const hubspotSinkType: SinkType<HubSpotOptions, HubSpotSettings> = {
   type: 'hubspot',
   options: hubspotOptionsSchema,
   create: (name, options, deps) => new HubSpotSink(name, options, deps),
@@ -779,9 +782,8 @@ export const hubspotSinkType: SinkType<HubSpotOptions> = {
   needsTranscript: () => false,
   limit: (options) => options.rateLimit,
   env: hubspotEnv,
-  check: (options, env) => ((options.accessToken ?? envOf(hubspotEnv, env).HUBSPOT_ACCESS_TOKEN) ? [] : [NO_TOKEN]),
-  fromEnv(parsed) {
-    const env = envOf(hubspotEnv, parsed);
+  check: (options, env) => ((options.accessToken ?? env.HUBSPOT_ACCESS_TOKEN) ? [] : [NO_TOKEN]),
+  fromEnv(env) {
     if (!env.HUBSPOT_ACCESS_TOKEN) return null;
     // The token stays in the environment (read at create), never in the sink config object.
     const sink: { type: string } & Record<string, unknown> = { type: 'hubspot' };

@@ -17,11 +17,12 @@ import { z } from 'zod';
 import { callHash, OUTCOMES, type CanonicalCall, type Outcome, type Recording } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
 import { PermanentError, RetryLaterError, SinkError } from '../../errors.js';
+import { sinkErrorOf } from '../telephony-errors.js';
 import type { Download } from '../../telephony/types.js';
 import { recordingKey } from '../archive/keys.js';
 import { recordingExtension } from '../archive/recordings.js';
 import { RevisionGuard } from '../revisions.js';
-import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SinkType } from '../types.js';
+import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SinkType } from '../types.js';
 import { envString, envUrl, type EnvShape } from '../../env-values.js';
 import { archiveEnv } from '../archive/index.js';
 import { regionEnv } from '../region.js';
@@ -109,6 +110,9 @@ const pipedriveEnv = {
   ARCHIVE_S3_PREFIX: archiveEnv.ARCHIVE_S3_PREFIX,
 } satisfies EnvShape;
 
+/** The pipedrive type's section of the configuration: its variables, parsed. */
+type PipedriveSettings = SinkSettings<typeof pipedriveEnv>;
+
 const NO_TOKEN = "no API token: set PIPEDRIVE_API_TOKEN or the sink's apiToken";
 
 /**
@@ -193,12 +197,12 @@ export class PipedriveSink implements Sink {
   constructor(
     readonly name: string,
     private readonly options: PipedriveOptions,
-    private readonly deps: SinkDeps,
+    private readonly deps: SinkDeps<PipedriveSettings>,
   ) {
-    const env = envOf(pipedriveEnv, deps.env);
+    const env = deps.settings;
     const token = options.apiToken ?? env.PIPEDRIVE_API_TOKEN;
     if (!token) throw new Error(`sink "${name}" (pipedrive): ${NO_TOKEN}`);
-    this.region = resolveRegion(options.defaultRegion, deps.env);
+    this.region = resolveRegion(options.defaultRegion, env.PHONE_DEFAULT_REGION);
     this.archivePrefix = options.archive.prefix ?? env.ARCHIVE_S3_PREFIX;
     this.memory = new RecordMemory(deps.state);
     // A delivery makes a handful of requests, each within timeoutMs, and perhaps one upload.
@@ -707,7 +711,8 @@ export class PipedriveSink implements Sink {
     let download: Download;
     try {
       download = await this.deps.telephony.download(recording.downloadUrl, ctx.signal);
-    } catch (err) {
+    } catch (thrown) {
+      const err = sinkErrorOf(thrown);
       if (err instanceof SinkError && err.kind === 'permanent') {
         log.warn({ reason: err.message }, 'pipedrive: recording not attached: the platform refused its download');
         return 'recording not attached (download refused)';
@@ -799,7 +804,7 @@ function multipartFile(
   };
 }
 
-export const pipedriveSinkType: SinkType<PipedriveOptions> = {
+export const pipedriveSinkType: SinkType<PipedriveOptions, PipedriveSettings> = {
   type: 'pipedrive',
   options: pipedriveOptionsSchema,
   create: (name, options, deps) => new PipedriveSink(name, options, deps),
@@ -807,9 +812,8 @@ export const pipedriveSinkType: SinkType<PipedriveOptions> = {
   needsTranscript: () => false,
   limit: (options) => options.rateLimit,
   env: pipedriveEnv,
-  check: (options, env) => ((options.apiToken ?? envOf(pipedriveEnv, env).PIPEDRIVE_API_TOKEN) ? [] : [NO_TOKEN]),
-  fromEnv(parsed) {
-    const env = envOf(pipedriveEnv, parsed);
+  check: (options, env) => ((options.apiToken ?? env.PIPEDRIVE_API_TOKEN) ? [] : [NO_TOKEN]),
+  fromEnv(env) {
     if (!env.PIPEDRIVE_API_TOKEN) return null;
     const sink: { type: string } & Record<string, unknown> = { type: 'pipedrive' };
     if (env.PIPEDRIVE_API_URL) sink.apiUrl = env.PIPEDRIVE_API_URL;

@@ -27,7 +27,7 @@ import { redactRemoteText } from '../../redact.js';
 import type { CanonicalCall } from '../../model/call.js';
 import { retryOptionsSchema, retryPolicy, STANDARD_WEBHOOKS_SCHEDULE } from '../retry.js';
 import { RevisionGuard } from '../revisions.js';
-import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SinkType } from '../types.js';
+import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { queueLimitSchema, timeoutSchema } from './common.js';
 import { CrmHttp, redirectTarget, stringField } from './http.js';
@@ -211,6 +211,9 @@ const webhookEnv = {
   }),
 } satisfies EnvShape;
 
+/** The webhook type's section of the configuration: its variables, parsed. */
+type WebhookSettings = SinkSettings<typeof webhookEnv>;
+
 const NO_SECRET = "no signing secret: set CRM_WEBHOOK_SECRET or the sink's secrets";
 
 /** Answers that disable an endpoint (the spec: 410 = stop sending; 3xx = update the URL instead of following). */
@@ -232,9 +235,9 @@ export class WebhookSink implements Sink {
   constructor(
     readonly name: string,
     private readonly options: WebhookOptions,
-    private readonly deps: SinkDeps,
+    private readonly deps: SinkDeps<WebhookSettings>,
   ) {
-    const sinkSecrets = options.secrets ?? splitList(envOf(webhookEnv, deps.env).CRM_WEBHOOK_SECRET);
+    const sinkSecrets = options.secrets ?? splitList(deps.settings.CRM_WEBHOOK_SECRET);
     for (const s of sinkSecrets) {
       if (secretKey(s) === null) throw new Error(`sink "${name}" (webhook): a signing secret is not a whsec_ secret`);
     }
@@ -382,7 +385,7 @@ export class WebhookSink implements Sink {
   }
 }
 
-export const webhookSinkType: SinkType<WebhookOptions> = {
+export const webhookSinkType: SinkType<WebhookOptions, WebhookSettings> = {
   type: 'webhook',
   options: webhookOptionsSchema as z.ZodType<WebhookOptions>,
   create: (name, options, deps) => new WebhookSink(name, options, deps),
@@ -390,13 +393,13 @@ export const webhookSinkType: SinkType<WebhookOptions> = {
   limit: (options) => options.rateLimit,
   env: webhookEnv,
   check: (options, env) => {
-    const fallback = options.secrets ?? splitList(envOf(webhookEnv, env).CRM_WEBHOOK_SECRET);
+    const fallback = options.secrets ?? splitList(env.CRM_WEBHOOK_SECRET);
     return webhookEndpoints(options).every((e) => (e.secrets ?? fallback).length > 0) ? [] : [NO_SECRET];
   },
   endpoints: (options) => webhookEndpoints(options).map((e) => e.name),
   retry: (options, global) => retryPolicy(options.retry, STANDARD_WEBHOOKS_SCHEDULE, global),
   fromEnv(env) {
-    const urls = splitList(envOf(webhookEnv, env).CRM_WEBHOOK_URL);
+    const urls = splitList(env.CRM_WEBHOOK_URL);
     if (urls.length === 0) return null;
     // Secrets stay in the environment (read at create).
     return {

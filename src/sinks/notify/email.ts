@@ -4,10 +4,10 @@
 import { z } from 'zod';
 import { callHash, type CanonicalCall } from '../../model/call.js';
 import { RetryLaterError } from '../../errors.js';
-import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SinkType } from '../types.js';
+import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SinkType } from '../types.js';
 import { envList, envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
-import { NotificationLedger, privacyKeyOf, sendOnce } from './ledger.js';
+import { NotificationLedger, privacyEnv, privacyKeyOf, sendOnce } from './ledger.js';
 import { smtpOutcomeUnknown, type Mailer } from './mailer.js';
 import { renderHtml, renderText } from './message.js';
 import { commonOptions, templateSchema, timeZoneSchema } from './options.js';
@@ -68,7 +68,11 @@ const emailEnv = {
   NOTIFY_TIME_ZONE: envString.refine((v) => v === undefined || timeZoneSchema.safeParse(v).success, {
     message: 'expected an IANA time zone such as Europe/Berlin',
   }),
+  PRIVACY_HMAC_SECRET: privacyEnv.PRIVACY_HMAC_SECRET,
 } satisfies EnvShape;
+
+/** The email type's section of the configuration: its variables, parsed. */
+type EmailSettings = SinkSettings<typeof emailEnv>;
 
 const NO_SMTP = 'needs an SMTP server: set SMTP_URL (e.g. smtp://user:pass@mail.example.com:587)';
 const NO_FROM = "needs a sender: set SMTP_FROM or the sink's from";
@@ -86,7 +90,7 @@ class EmailSink implements Sink {
     private readonly o: EmailOptions,
     private readonly from: string,
     private readonly mailer: Mailer,
-    private readonly deps: SinkDeps,
+    private readonly deps: SinkDeps<EmailSettings>,
   ) {
     this.ledger = new NotificationLedger(deps.state, undefined, privacyKeyOf(deps));
   }
@@ -153,28 +157,26 @@ function createEmailSinkType(
   // nodemailer is imported when the first e-mail sink is built, not when the config is read.
   createMailer: (url: string) => Mailer | Promise<Mailer> = async (url) =>
     (await import('./smtp.js')).createSmtpMailer(url),
-): SinkType<EmailOptions> {
+): SinkType<EmailOptions, EmailSettings> {
   return {
     type: 'email',
     options: emailOptionsSchema as z.ZodType<EmailOptions>,
     needsRaw: () => false,
     needsTranscript: () => false,
     env: emailEnv,
-    check(options, parsed) {
-      const env = envOf(emailEnv, parsed);
+    check(options, env) {
       return [...(env.SMTP_URL ? [] : [NO_SMTP]), ...((options.from ?? env.SMTP_FROM) ? [] : [NO_FROM])];
     },
     async create(name, options, deps) {
-      const env = envOf(emailEnv, deps.env);
-      const url = env.SMTP_URL?.trim();
+      const env = deps.settings;
+      const url = env.SMTP_URL;
       if (!url) throw new Error(`sink "${name}" (email) ${NO_SMTP}`);
-      const from = options.from ?? env.SMTP_FROM?.trim();
+      const from = options.from ?? env.SMTP_FROM;
       if (!from) throw new Error(`sink "${name}" (email) ${NO_FROM}`);
       return new EmailSink(name, options, from, await createMailer(url), deps);
     },
-    fromEnv(parsed) {
+    fromEnv(env) {
       // NOTIFY_EMAIL_TO alone (with SMTP_URL) gives the team a summary mail of every call that has one.
-      const env = envOf(emailEnv, parsed);
       const to = env.NOTIFY_EMAIL_TO ?? [];
       if (to.length === 0 || !env.SMTP_URL) return null;
       return {

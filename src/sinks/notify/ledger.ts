@@ -12,7 +12,6 @@ import { callHash } from '../../model/call.js';
 import type { KeyValueStore } from '../../state/kv.js';
 import { PermanentError, RetryLaterError } from '../../errors.js';
 import { envString, type EnvShape } from '../../env-values.js';
-import type { SinkEnv } from '../types.js';
 import { configuredKey, type HmacKeySource } from '../../../queues/privacy-key.js';
 
 /** The variable of the keyed hash (docs/privacy.md); read by the notification sinks and `callsync forget`. */
@@ -27,16 +26,16 @@ export const privacyEnv = {
   PRIVACY_HMAC_SECRET: envString,
 } satisfies EnvShape;
 
-/** PRIVACY_HMAC_SECRET, or undefined when not set (then the key kept in Redis is used: queues/privacy-key.ts). */
-export function privacySecret(env: SinkEnv): string | undefined {
-  const value = env.PRIVACY_HMAC_SECRET;
-  return typeof value === 'string' && value !== '' ? value : undefined;
-}
-
-/** The privacy key a notification sink names numbers with: the worker's (`SinkDeps.privacyKey`), else PRIVACY_HMAC_SECRET. */
-export function privacyKeyOf(deps: { env: SinkEnv; privacyKey?: HmacKeySource }): HmacKeySource | undefined {
+/**
+ * The privacy key a notification sink names numbers with: the worker's (`SinkDeps.privacyKey`), else
+ * PRIVACY_HMAC_SECRET from its settings (tools and tests without Redis), else none (numbers in clear).
+ */
+export function privacyKeyOf(deps: {
+  settings: { readonly PRIVACY_HMAC_SECRET?: string | undefined };
+  privacyKey?: HmacKeySource;
+}): HmacKeySource | undefined {
   if (deps.privacyKey) return deps.privacyKey;
-  const secret = privacySecret(deps.env);
+  const secret = deps.settings.PRIVACY_HMAC_SECRET;
   return secret === undefined ? undefined : configuredKey(secret);
 }
 

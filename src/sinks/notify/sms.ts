@@ -4,14 +4,16 @@
 import { z } from 'zod';
 import type { CanonicalCall } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
-import { OutcomeUnknownError } from '../../telephony/errors.js';
+import { OutcomeUnknownError, TelephonyApiError } from '../../telephony/errors.js';
+import { sinkErrorOf, telephonyCause } from '../telephony-errors.js';
 import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.js';
 import { requestCertainlyNotSent, RetryLaterError, SinkError } from '../../errors.js';
-import { envOf, type Sink, type SinkContext, type SinkDeps, type SinkResult, type SyncSinkType } from '../types.js';
+import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SyncSinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
 import {
   NotificationLedger,
+  privacyEnv,
   privacyKeyOf,
   recipientHash,
   sendClaimed,
@@ -72,17 +74,18 @@ export type SmsOptions = z.infer<typeof smsOptionsSchema>;
 const smsEnv = {
   /** SMS extension id (e.g. `s0`): the sinks' `smsId` default. */
   TELEPHONY_SMS_ID: envString,
+  PRIVACY_HMAC_SECRET: privacyEnv.PRIVACY_HMAC_SECRET,
 } satisfies EnvShape;
+
+/** The sms type's section of the configuration: its variables, parsed. */
+type SmsSettings = SinkSettings<typeof smsEnv>;
 
 const NO_TELEPHONY =
   'needs the platform API to send: set TELEPHONY_API_URL and TELEPHONY_TOKEN_ID + TELEPHONY_TOKEN (or TELEPHONY_ACCESS_TOKEN)';
 const NO_SMS_ID = "needs an SMS extension id: set TELEPHONY_SMS_ID or the sink's smsId";
 
-/**
- * Sink dependencies plus the shared opt-out list (Redis set), when the process provides it.
- * @internal Exported for its tests only (test/notify-queue.redis.test.ts, test/notify-sms.redis.test.ts …).
- */
-export interface NotifySinkDeps extends SinkDeps {
+/** Sink dependencies plus the shared opt-out list (Redis set), when the process provides it. */
+interface NotifySinkDeps extends SinkDeps<SmsSettings> {
   optOut?: OptOutLookup;
 }
 
@@ -91,8 +94,10 @@ export interface NotifySinkDeps extends SinkDeps {
  * when the request left but no answer came back; an HTTP answer or a request that provably never
  * left is definite; anything else unexplained is treated as unknown (the safe side).
  */
-function smsOutcomeUnknown(err: unknown): boolean {
+function smsOutcomeUnknown(thrown: unknown): boolean {
+  const err = telephonyCause(thrown);
   if (err instanceof OutcomeUnknownError) return true;
+  if (err instanceof TelephonyApiError && (err.status !== undefined || err.kind !== 'transient')) return false;
   if (err instanceof SinkError && (err.status !== undefined || err.kind !== 'transient')) return false;
   return !requestCertainlyNotSent(err);
 }
@@ -208,7 +213,11 @@ class SmsSink implements Sink {
           outcomeUnknown: smsOutcomeUnknown,
           jobId: ctx.jobId,
           send: async () => {
-            await this.telephony.sendSms(request, ctx.signal);
+            try {
+              await this.telephony.sendSms(request, ctx.signal);
+            } catch (err) {
+              throw sinkErrorOf(err);
+            }
             return sendAt === undefined ? 'sent' : `scheduled for ${new Date(sendAt * 1000).toISOString()}`;
           },
           // The retry of a definite failure must not find its own cooldown; an unknown outcome keeps it.
@@ -322,7 +331,7 @@ class SmsSink implements Sink {
   }
 }
 
-export const smsSinkType: SyncSinkType<SmsOptions> = {
+export const smsSinkType: SyncSinkType<SmsOptions, SmsSettings> = {
   type: 'sms',
   options: smsOptionsSchema as z.ZodType<SmsOptions>,
   needsRaw: () => false,
@@ -331,13 +340,13 @@ export const smsSinkType: SyncSinkType<SmsOptions> = {
   check(options, env, { telephony }) {
     const problems: string[] = [];
     if (!telephony) problems.push(NO_TELEPHONY);
-    if (!(options.smsId ?? envOf(smsEnv, env).TELEPHONY_SMS_ID)) problems.push(NO_SMS_ID);
+    if (!(options.smsId ?? env.TELEPHONY_SMS_ID)) problems.push(NO_SMS_ID);
     return problems;
   },
   create(name, options, deps) {
     if (deps.telephony === null) throw new Error(`sink "${name}" (sms) ${NO_TELEPHONY}`);
-    const smsId = options.smsId ?? envOf(smsEnv, deps.env).TELEPHONY_SMS_ID?.trim();
+    const smsId = options.smsId ?? deps.settings.TELEPHONY_SMS_ID;
     if (!smsId) throw new Error(`sink "${name}" (sms) ${NO_SMS_ID}`);
-    return new SmsSink(name, options, smsId, deps.telephony, deps as NotifySinkDeps);
+    return new SmsSink(name, options, smsId, deps.telephony, deps);
   },
 };
