@@ -196,6 +196,9 @@ export interface CallTimelineOptions {
   now?: () => number;
 }
 
+/** The index of the calls by the time they were received (a sorted set, trimmed to the TTL). */
+export const recentCallsKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:recent`;
+
 /** The call hash a timeline is kept under: from the call key. */
 export const timelineId = (call: Pick<CanonicalCall, 'key'>): string => callHash(call.key);
 
@@ -268,7 +271,7 @@ export class CallTimeline {
 
   /** The sorted set of every call by its last receipt (epoch ms), member the call hash. */
   recentKey(): string {
-    return `${this.keys.area('calls')}:calls:recent`;
+    return recentCallsKey(this.keys);
   }
 
   idKey(callId: string): string {

@@ -140,8 +140,10 @@ describe('retention per store', () => {
     assert.ok(left.length === 3 && left.every((n) => n.includes('/new-1-')), left.join(', '));
 
     // The oldest item per store, as a metric.
-    for (const store of ['completed_jobs', 'dead_letters', 'parked', 'archive', 'inbound_log'])
+    for (const store of ['completed_jobs', 'dead_letters', 'parked', 'archive', 'inbound_log', 'timelines'])
       assert.ok(result.oldestSeconds[store as 'archive'] !== undefined, store);
+    // The timelines' oldest: the old calls, received at least MINUTES minutes before `now`.
+    assert.ok(result.oldestSeconds.timelines! >= MINUTES * 60, String(result.oldestSeconds.timelines));
     assert.ok(result.oldestSeconds.completed_jobs! < MINUTES * 60 && result.oldestSeconds.completed_jobs! > 0);
     const text = await registry.getSingleMetricAsString('callsync_retention_oldest_seconds');
     assert.match(text, /callsync_retention_oldest_seconds\{store="dead_letters"\} \d+/);

@@ -5,6 +5,7 @@
 //   - dead letters (failed jobs) and parked log entries: FAILED_JOB_RETENTION_SECONDS;
 //   - archive sinks in a folder: ARCHIVE_RETENTION_DAYS by the object's write time (an S3 archive
 //     gets a lifecycle rule instead, `callsync retention apply`, ./lifecycle.ts).
+// Call timelines expire by Redis TTL (CALL_TIMELINE_TTL_DAYS, queues/timeline.ts): measured, not swept.
 // The age of the oldest item per store is measured on each sweep: `callsync_retention_oldest_seconds`
 // (an S3 archive's with a few requests whatever the bucket holds: `oldestInS3` below).
 import { Cluster } from 'ioredis';
@@ -12,6 +13,7 @@ import { Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
+import { recentCallsKey } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { retentionOldest, retentionRemoved } from '../metrics.js';
 import { archiveOptionsSchema, createObjectStore } from '../sinks/archive/index.js';
@@ -37,7 +39,8 @@ function retentionSettings(config: Config): RetentionSettings {
   };
 }
 
-type RetentionStore = 'completed_jobs' | 'dead_letters' | 'parked' | 'inbound_log' | 'archive' | 'archive_s3';
+type RetentionStore =
+  'completed_jobs' | 'dead_letters' | 'parked' | 'inbound_log' | 'timelines' | 'archive' | 'archive_s3';
 
 export interface SweepResult {
   /** Items removed per store. */
@@ -181,6 +184,10 @@ export async function sweepRetention(
       oldest('inbound_log', first ? idMs(first[0]) : null);
     }
   }
+
+  // Call timelines: the oldest call in the index by time (each timeline expires by its TTL).
+  const [, firstAt] = await redis.zrange(recentCallsKey(keys), 0, 0, 'WITHSCORES');
+  oldest('timelines', firstAt === undefined ? null : Number(firstAt));
 
   // Archives in a folder: by the time each object was written.
   for (const sink of Object.values(config.sinks)) {
