@@ -85,8 +85,9 @@ const coreEnv = {
   HTTP_MAX_CONNECTIONS: int(1000, 1),
   /**
    * Largest accepted webhook body in bytes. Default 8 MiB: the largest realistic call, 3 hours with
-   * its chunks, is about 0.7 MB (docs/reliability.md §9), so this leaves a tenfold margin while the
-   * ingress' body budget (32 MiB) still holds four such bodies at once.
+   * its chunks, is about 0.7 MB (docs/reliability.md §9), so this leaves a tenfold margin; the
+   * ingress' body budget (8 MiB, sized for a 512 MB RSS bound) holds eleven such calls at once, and a
+   * body of the full limit alone (docs/operations.md "Memory").
    */
   WEBHOOK_BODY_LIMIT: int(8 * 1024 * 1024, 1),
   /**
