@@ -197,7 +197,10 @@ describe('Redis Cluster, spread keys (plain QUEUE_PREFIX)', () => {
       QUEUE_PREFIX: prefix,
       ARCHIVE_DIR: dir,
       ACK_REPLICAS: '1',
-      ACK_REPLICAS_TIMEOUT_MS: '1000',
+      // The appends' replicas are not paused: a second is too short for them on loaded shared cores
+      // (a CI run got 503 once); the paused archive replica never confirms, whatever the timeout.
+      ACK_REPLICAS_TIMEOUT_MS: '4000',
+      ENQUEUE_TIMEOUT_MS: '6000',
       SPOOL_ENABLED: 'false',
     });
     const keys = redisKeys(cs2.config.redis);
