@@ -7,80 +7,13 @@
 // 10 MB (each counted as 1 MiB), 584–795 MB after rounds of 1 MB and 0.5 MB bodies.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { webhookPayload } from './support/calls.js';
+import { largeBodies, MB, postBody, RSS_BOUND_MB, startFlags, statusMb } from './support/large-bodies.js';
 import { bounded, startCallsyncProcess, type CallsyncProcess } from './support/callsync-process.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
 import { uniquePrefix } from './support/redis.js';
-
-const MB = 1024 * 1024;
-/** The bound stated in docs/operations.md ("Memory"). */
-// The stated bound (docs/operations.md "Memory"): the body budget is sized for 512 MB, which most runs
-// stay under (peaks 453–528 MB here); 640 MB is what is promised, on a loaded 2-core machine too.
-const RSS_BOUND_MB = 640;
-const ID_WIDTH = 12;
-
-/** The V8 flags `npm start` runs Node with (package.json), so the process measured is the one deployed. */
-async function startFlags(): Promise<string> {
-  const pkg = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as {
-    scripts: Record<string, string>;
-  };
-  return (pkg.scripts.start!.match(/--[\w-]+=\S+/g) ?? []).join(' ');
-}
-
-/** A body of about `mb` MB per call id (the large part shared: the test holds it once). */
-function bodies(mb: number): (id: string) => Buffer[] {
-  const marker = 'X'.repeat(ID_WIDTH);
-  const payload = webhookPayload(marker);
-  payload.assist.transcription.content = 'The caller and the agent talk it over at length. '.repeat(
-    Math.ceil((mb * MB) / 50),
-  );
-  const text = JSON.stringify(payload);
-  const at = text.indexOf(marker);
-  const head = Buffer.from(text.slice(0, at));
-  const tail = Buffer.from(text.slice(at + ID_WIDTH));
-  return (id) => [head, Buffer.from(id.padEnd(ID_WIDTH, '_').slice(0, ID_WIDTH)), tail];
-}
-
-interface Answer {
-  status: number | string;
-  body: string;
-}
-
-/** Posts one body, with a Content-Length or chunked (64 KiB writes, no length). */
-function post(url: string, parts: Buffer[], chunked: boolean): Promise<Answer> {
-  const length = parts.reduce((n, p) => n + p.length, 0);
-  const headers: Record<string, string | number> = { 'content-type': 'application/json', connection: 'close' };
-  if (!chunked) headers['content-length'] = length;
-  return new Promise((resolve) => {
-    const req = request(`${url}/webhooks/ai-agent/agent-1`, { method: 'POST', agent: false, headers }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      res.on('error', (err: NodeJS.ErrnoException) => resolve({ status: err.code ?? err.message, body }));
-      res.on('aborted', () => resolve({ status: 'ECONNRESET', body }));
-    });
-    // A 503 sent before the whole body was read closes the connection under the sender's feet.
-    req.on('error', (err: NodeJS.ErrnoException) => resolve({ status: err.code ?? err.message, body: '' }));
-    if (!chunked) {
-      for (const p of parts.slice(0, -1)) req.write(p);
-      req.end(parts.at(-1));
-      return;
-    }
-    for (const p of parts)
-      for (let i = 0; i < p.length; i += 64 * 1024) req.write(p.subarray(i, Math.min(p.length, i + 64 * 1024)));
-    req.end();
-  });
-}
-
-async function statusMb(pid: number, field: 'VmHWM' | 'VmRSS'): Promise<number> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8');
-  return Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)![1]) / 1024;
-}
 
 let redis: PrivateRedis;
 let dir: string;
@@ -118,10 +51,10 @@ test('floods of declared and chunked bodies, with Redis up and away: 202 or 503,
   const baseline = await statusMb(pid, 'VmRSS');
   const seen: Record<string, number> = {};
   const flood = async (what: string, count: number, mb: number, rounds: number, chunked: boolean) => {
-    const make = bodies(mb);
+    const make = largeBodies(mb);
     for (let round = 0; round < rounds; round++) {
       const answers = await Promise.all(
-        Array.from({ length: count }, (_, i) => post(url, make(`${what}${round}-${i}`), chunked)),
+        Array.from({ length: count }, (_, i) => postBody(url, make(`${what}${round}-${i}`), chunked)),
       );
       for (const a of answers) {
         assert.ok(
@@ -189,15 +122,15 @@ test('with a heap limit, a body the heap cannot hold is refused (413), not a cra
     WEBHOOK_BODY_LIMIT: String(64 * MB),
   });
   const url = await bounded(child.url, 60_000, 'the ingress to listen', child);
-  const large = bodies(48);
+  const large = largeBodies(48);
   for (const chunked of [false, true]) {
-    const a = await post(url, large(`heap-${chunked}`), chunked);
+    const a = await postBody(url, large(`heap-${chunked}`), chunked);
     assert.ok(a.status === 413 || a.status === 'EPIPE' || a.status === 'ECONNRESET', `answered ${a.status}`);
     if (a.status === 413) assert.match(a.body, /heap limit/);
     await new Promise((r) => setTimeout(r, 500));
     assert.equal(child.proc.exitCode, null, `the ingress died: ${child.stderr.join('\n').slice(-2000)}`);
   }
-  const small = await post(url, bodies(0.1)('heap-small'), false);
+  const small = await postBody(url, largeBodies(0.1)('heap-small'), false);
   assert.equal(small.status, 202, small.body);
   child.proc.kill('SIGTERM');
   await bounded(child.exit, 30_000, 'the ingress to stop', child);
