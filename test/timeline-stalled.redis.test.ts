@@ -19,14 +19,26 @@ import { runWorker } from '../workers/runner.js';
 import { sampleCall } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
-test('a job failed by BullMQ for stalling too often shows the attempt cut short and the dead letter', async () => {
-  const prefix = uniquePrefix('tlstalled');
+/** The archive sink's queue and a call timeline under a prefix of their own, on the test Redis. */
+function archiveQueue(tag: string) {
+  const prefix = uniquePrefix(tag);
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   const keys = new RedisKeys(prefix, 'one-slot', 1);
-  const timeline = new CallTimeline(redis, keys, { ttlDays: 1 });
   const queueName = sinkQueueName('archive');
   const queuePrefix = keys.queuePrefix(queueName);
-  const queue = new Queue(queueName, { connection: redis, prefix: queuePrefix });
+  return {
+    prefix,
+    redis,
+    keys,
+    timeline: new CallTimeline(redis, keys, { ttlDays: 1 }),
+    queueName,
+    queuePrefix,
+    queue: new Queue(queueName, { connection: redis, prefix: queuePrefix }),
+  };
+}
+
+test('a job failed by BullMQ for stalling too often shows the attempt cut short and the dead letter', async () => {
+  const { prefix, redis, keys, timeline, queueName, queuePrefix, queue } = archiveQueue('tlstalled');
   const dying = new Worker(queueName, null, {
     connection: redis,
     prefix: queuePrefix,
@@ -101,13 +113,7 @@ test('a job failed by BullMQ for stalling too often shows the attempt cut short 
 });
 
 test('an attempt that lost its lock fails after the attempt that took its job over finished it: the sink shows done', async () => {
-  const prefix = uniquePrefix('tloverlap');
-  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
-  const keys = new RedisKeys(prefix, 'one-slot', 1);
-  const timeline = new CallTimeline(redis, keys, { ttlDays: 1 });
-  const queueName = sinkQueueName('archive');
-  const queuePrefix = keys.queuePrefix(queueName);
-  const queue = new Queue(queueName, { connection: redis, prefix: queuePrefix });
+  const { prefix, redis, keys, timeline, queueName, queuePrefix, queue } = archiveQueue('tloverlap');
   let worker: ReturnType<typeof runWorker> | undefined;
   let letFirstEnd!: () => void;
   const firstMayEnd = new Promise<void>((resolve) => (letFirstEnd = resolve));
