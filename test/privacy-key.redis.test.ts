@@ -26,6 +26,7 @@ import { runCli } from '../src/cli/index.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
 import { FakeTelephony } from './support/fake-telephony.js';
+import { jobIn } from './support/jobs.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
 const N = '+491701234567';
@@ -115,13 +116,10 @@ describe('one privacy key: PRIVACY_HMAC_SECRET, else generated once and kept in 
     const queue = new Queue(sinkQueueName('sms'), { connection: redis, prefix: cs.prefix });
     try {
       const id = callHash(callKey('ai-agent', AGENT, callId));
-      const job = await waitFor(
-        async () => {
-          const j = await queue.getJob(id);
-          return j && (await j.isCompleted()) ? j : null;
-        },
-        { what: `the SMS job of ${callId} done`, timeoutMs: 30_000 },
-      );
+      const job = await waitFor(() => jobIn(queue, id, 'completed'), {
+        what: `the SMS job of ${callId} done`,
+        timeoutMs: 30_000,
+      });
       return job.returnvalue as { status: string; reason?: string };
     } finally {
       await queue.close();
