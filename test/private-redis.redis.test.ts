@@ -269,9 +269,11 @@ describe('no Redis configured, none answering, no redis-server', () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  test('`callsync start` exits 2 within 5 s with one line naming how to get Redis', async () => {
+  // It exits at once (no retry loop waiting for a Redis that will not come); the bound is generous
+  // because a loaded CI machine takes seconds just to start node: speed is not what this asserts.
+  test('`callsync start` exits 2 at once with one line naming how to get Redis', async () => {
     const child = startCallsyncProcess(env);
-    const code = await bounded(child.exit, 5000, 'callsync to exit', child).finally(() => {
+    const code = await bounded(child.exit, 30_000, 'callsync to exit', child).finally(() => {
       if (child.proc.exitCode === null) child.proc.kill('SIGKILL');
     });
     assert.equal(code, 2);
