@@ -172,22 +172,29 @@ export class InboundAcceptor implements CallAcceptor {
         return;
       }
       this.inFlightChars += item.call.length;
-      const received: ReceivedCall | null = this.options.timeline
-        ? {
-            key: call.key,
-            source: call.source,
-            callId: call.callId,
-            direction: call.direction,
-            from: call.from,
-            to: call.to,
-            startedAt: call.startedAt,
-          }
-        : null;
+      const timeline = this.options.timeline;
+      const spooled = options?.jobId !== undefined;
+      // The `received` entry goes with the call in the append script where it can (the one-slot
+      // layout); else it is written after the append, from the few fields kept here.
+      const inline = timeline?.receivedWrite(call, { requestId: options?.requestId, spooled }) ?? null;
+      if (inline) item.received = inline;
+      const received: ReceivedCall | null =
+        timeline && !inline
+          ? {
+              key: call.key,
+              source: call.source,
+              callId: call.callId,
+              direction: call.direction,
+              from: call.from,
+              to: call.to,
+              startedAt: call.startedAt,
+            }
+          : null;
       this.batch.push({
         item,
         call: received,
         requestId: options?.requestId,
-        spooled: options?.jobId !== undefined,
+        spooled,
         resolve,
         reject,
       });
@@ -232,7 +239,7 @@ export class InboundAcceptor implements CallAcceptor {
           return;
         }
         // Written before anyone is answered (not awaited: a write never holds up the acknowledgement).
-        if (this.options.timeline) {
+        if (this.options.timeline && batch.some((w) => w.call !== null)) {
           const uncork = corked(this.options.timelineConnection);
           try {
             noteReceived(this.options.timeline, batch, outcomes);
