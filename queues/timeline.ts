@@ -432,10 +432,14 @@ export class CallTimeline {
    * same command as the call: on the one-slot layout once the index key is known (null otherwise:
    * `received` writes the entry after the append, as before). The text is the one `received` writes.
    */
-  receivedWrite(call: ReceivedCall, info: { requestId?: string; spooled?: boolean }): ReceivedWrite | null {
+  receivedWrite(
+    call: ReceivedCall,
+    info: { requestId?: string; spooled?: boolean },
+    /** The call hash, when the caller has it already (the acceptor's dedupe id): one SHA-256 less. */
+    id = timelineId(call),
+  ): ReceivedWrite | null {
     const known = this.privacyKey.known;
     if (this.keys.layout !== 'one-slot' || !known) return null;
-    const id = timelineId(call);
     const at = this.now();
     const head = JSON.stringify({ at, event: 'received', source: call.source, callId: call.callId });
     const tail = JSON.stringify({

@@ -176,7 +176,7 @@ export class InboundAcceptor implements CallAcceptor {
       const spooled = options?.jobId !== undefined;
       // The `received` entry goes with the call in the append script where it can (the one-slot
       // layout); else it is written after the append, from the few fields kept here.
-      const inline = timeline?.receivedWrite(call, { requestId: options?.requestId, spooled }) ?? null;
+      const inline = timeline?.receivedWrite(call, { requestId: options?.requestId, spooled }, dedupeId) ?? null;
       if (inline) item.received = inline;
       const received: ReceivedCall | null =
         timeline && !inline
