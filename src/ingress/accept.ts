@@ -30,6 +30,12 @@ export interface AcceptOptions {
   rawJson?: string;
   /** The HTTP request's id, for the call's timeline. */
   requestId?: string;
+  /**
+   * Filled in with the stored record (`json`) as soon as the call is encoded, before `accept`
+   * returns: the spool wrapper keeps it instead of the call while the append is under way, and
+   * rebuilds the call from it should Redis fail (less held per waiting request).
+   */
+  record?: { json?: string };
 }
 
 /**
@@ -161,6 +167,7 @@ export class InboundAcceptor implements CallAcceptor {
     return new Promise<AcceptResult>((resolve, reject) => {
       const encoded = encodeCall(call, options?.rawJson);
       const item: AppendItem = { dedupeId, id, call: encoded.json, content: encoded.contentHash };
+      if (options?.record) options.record.json = encoded.json;
       if (this.inFlightChars > 0 && this.inFlightChars + item.call.length > this.maxInFlightChars) {
         reject(
           new QueueUnavailableError(
