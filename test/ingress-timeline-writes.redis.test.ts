@@ -1,6 +1,7 @@
 // The acceptor's `received` timeline entries of one stored batch leave over the connection in one
 // socket write (src/ingress/accept.ts corks it while they are sent), not one write per call — and
-// every call still has its entry, with its request id.
+// every call still has its entry, with its request id. Once the index key is known (one-slot
+// layout) the entries go inside the append script itself (queues/inbound.ts): no command of their own.
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
