@@ -11,6 +11,7 @@ import { Cluster } from 'ioredis';
 import type { RedisClient } from './connection.js';
 import { asKeys, keySlot, type RedisKeys } from './keys.js';
 import type { CanonicalCall } from '../src/model/call.js';
+import type { ReceivedWrite } from './timeline.js';
 
 // The keys sit outside every queue's own namespace (`<prefix>:<queue>:…`), so that cleaning or
 // obliterating a queue — the dead-letter queue `inbound` included — never touches the log. With
@@ -58,6 +59,12 @@ export interface AppendItem {
    * revision seen in the window is appended as an update; without it, any repeat is a duplicate.
    */
   content?: string;
+  /**
+   * The call's `received` timeline entry and lookups (queues/timeline.ts `receivedWrite`), written by
+   * the append script beside the call with the revision and job id it found: one command for both.
+   * Only where the timeline's keys share the log's slot (the one-slot layout).
+   */
+  received?: ReceivedWrite;
 }
 
 /** What append answers per item: stored (as the call's first revision or as an update), or a duplicate of the first delivery. */
@@ -85,19 +92,27 @@ const MAX_REMEMBERED_REVISIONS = 32;
 // worst a harmless no-op update, never a dropped correction. Items of one batch are handled one
 // after the other, so a repeat inside the batch behaves like one in a later batch.
 //
+// An item with timeline keys (its 5th value > 0: KEYS[k], KEYS[k + 1]… from the next unused key on)
+// also gets its `received` timeline entry (queues/timeline.ts `receivedWrite`: the text around the
+// revision and job id, filled in here), and, stored as new or as an update, its lookups (ZADD at
+// its time, trimmed to the TTL): the same writes as CallTimeline.received, in the same command.
+//
 // ARGV[4] = '1' (ACK_REPLICAS > 0): a batch that wrote nothing (duplicates only) still writes once —
 // it refreshes a duplicate's dedupe key with the time it has left — so that the WAIT after it
 // covers the first delivery too, whichever connection stored it (WAIT counts the replicas that
 // have this connection's last write, and the replication stream is in order).
 const APPEND = `
 local seen, ttl, keep, touch = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local maxEntries, timelineTtl = ARGV[5], ARGV[6]
 local out = {}
 local n = 0
+local k = 2
 local wrote = false
 local dup = nil
-for i = 5, #ARGV, 4 do
+for i = 7, #ARGV, 10 do
   n = n + 1
   local key, id, content, call = seen .. ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local first
   local cur = redis.call('GET', key)
   if not cur then
     if content == '' then
@@ -111,7 +126,7 @@ for i = 5, #ARGV, 4 do
     out[n] = ''
   else
     local sp = string.find(cur, ' ', 1, true)
-    local first = sp and string.sub(cur, 1, sp - 1) or cur
+    first = sp and string.sub(cur, 1, sp - 1) or cur
     local known = sp and string.sub(cur, sp + 1) or ''
     if content == '' or string.find(' ' .. known .. ' ', ' ' .. content .. ' ', 1, true) then
       out[n] = 'd' .. first
@@ -131,6 +146,23 @@ for i = 5, #ARGV, 4 do
       wrote = true
       out[n] = 'u'
     end
+  end
+  local nk = tonumber(ARGV[i + 4])
+  if nk > 0 then
+    local revision, job = 'new', id
+    if out[n] == 'u' then revision = 'update' elseif out[n] ~= '' then revision, job = 'duplicate', first end
+    local tl = KEYS[k]
+    redis.call('RPUSH', tl, '{' .. ARGV[i + 8] .. revision .. '","jobId":' .. cjson.encode(job) .. ARGV[i + 9])
+    redis.call('LTRIM', tl, -tonumber(maxEntries), -1)
+    redis.call('PEXPIRE', tl, timelineTtl)
+    if revision ~= 'duplicate' then
+      for j = k + 1, k + nk - 1 do
+        redis.call('ZADD', KEYS[j], ARGV[i + 5], ARGV[i + 7])
+        redis.call('ZREMRANGEBYSCORE', KEYS[j], '-inf', '(' .. ARGV[i + 6])
+        redis.call('PEXPIRE', KEYS[j], timelineTtl)
+      end
+    end
+    k = k + nk
   end
 end
 if touch and not wrote and dup then
@@ -161,14 +193,15 @@ return parked
 `;
 
 interface InboundCommands {
-  callsyncInboundAppend(key: string, ...args: string[]): Promise<string[]>;
+  /** The append script: the number of keys, the keys (the stream, then the timelines' keys), the arguments. */
+  callsyncInboundAppend(numKeys: number, ...args: string[]): Promise<string[]>;
   callsyncInboundAckDelete(key: string, ...args: string[]): Promise<number>;
   callsyncInboundPark(key: string, parkedKey: string, group: string, entryId: string, reason: string): Promise<string>;
 }
 
 function commands(redis: RedisClient): RedisClient & InboundCommands {
   const r = redis as RedisClient & Partial<InboundCommands>;
-  if (!r.callsyncInboundAppend) redis.defineCommand('callsyncInboundAppend', { numberOfKeys: 1, lua: APPEND });
+  if (!r.callsyncInboundAppend) redis.defineCommand('callsyncInboundAppend', { lua: APPEND });
   if (!r.callsyncInboundAckDelete)
     redis.defineCommand('callsyncInboundAckDelete', { numberOfKeys: 1, lua: ACK_DELETE });
   if (!r.callsyncInboundPark) redis.defineCommand('callsyncInboundPark', { numberOfKeys: 2, lua: PARK });
@@ -331,10 +364,12 @@ async function appendAndWait(
   dedupeWindowMs: number,
 ): Promise<AppendOutcome[][]> {
   const pipeline = commands(redis).pipeline() as ReturnType<RedisClient['pipeline']> & {
-    callsyncInboundAppend(key: string, ...args: string[]): unknown;
+    callsyncInboundAppend(numKeys: number, ...args: string[]): unknown;
   };
-  for (const { shard, items } of parts)
-    pipeline.callsyncInboundAppend(shard.key, ...shard.appendArgs(items, dedupeWindowMs));
+  for (const { shard, items } of parts) {
+    const args = shard.appendArgs(items, dedupeWindowMs);
+    pipeline.callsyncInboundAppend(args.numKeys, ...args.keysAndArgs);
+  }
   pipeline.call('WAIT', String(ack.replicas), String(ack.timeoutMs));
   const results = (await pipeline.exec()) ?? [];
   const appended = parts.map((_, i) => {
@@ -378,23 +413,35 @@ export class InboundShard {
    */
   async append(items: readonly AppendItem[], dedupeWindowMs: number): Promise<AppendOutcome[]> {
     if (items.length === 0) return [];
-    if (this.ack.replicas === 0)
-      return parseAppended(
-        await commands(this.redis).callsyncInboundAppend(this.key, ...this.appendArgs(items, dedupeWindowMs)),
-      );
+    if (this.ack.replicas === 0) {
+      const { numKeys, keysAndArgs } = this.appendArgs(items, dedupeWindowMs);
+      return parseAppended(await commands(this.redis).callsyncInboundAppend(numKeys, ...keysAndArgs));
+    }
     return (await appendAndWait(this.redis, this.ack, [{ shard: this, items }], dedupeWindowMs))[0]!;
   }
 
-  /** The append script's arguments after its key (the script: see `appendAndWait`). */
-  appendArgs(items: readonly AppendItem[], dedupeWindowMs: number): string[] {
+  /** The append script's keys and arguments (the script: APPEND), and how many of them are keys. */
+  appendArgs(items: readonly AppendItem[], dedupeWindowMs: number): { numKeys: number; keysAndArgs: string[] } {
+    const keys: string[] = [this.key];
+    const timeline = items.find((item) => item.received)?.received;
     const args: string[] = [
       this.seenPrefix,
       String(Math.max(1, Math.round(dedupeWindowMs))),
       String(MAX_REMEMBERED_REVISIONS),
       this.ack.replicas > 0 ? '1' : '0',
+      String(timeline?.maxEntries ?? 0),
+      String(timeline?.ttlMs ?? 0),
     ];
-    for (const item of items) args.push(item.dedupeId, item.id, item.content ?? '', item.call);
-    return args;
+    for (const { dedupeId, id, content, call, received: r } of items) {
+      if (!r) {
+        args.push(dedupeId, id, content ?? '', call, '0', '', '', '', '', '');
+        continue;
+      }
+      for (const key of r.keys) keys.push(key);
+      args.push(dedupeId, id, content ?? '', call, String(r.keys.length), String(r.at), String(r.cutoff), r.id);
+      args.push(r.head, r.tail);
+    }
+    return { numKeys: keys.length, keysAndArgs: [...keys, ...args] };
   }
 
   /** Creates the fan-out's consumer group (and the stream) if missing; from the start of the log. */

@@ -244,6 +244,29 @@ function indexNumber(number: string): string {
 /** What a `received` entry reads of a call (the ingress keeps only this while the append is under way). */
 export type ReceivedCall = Pick<CanonicalCall, 'key' | 'source' | 'callId' | 'direction' | 'from' | 'to' | 'startedAt'>;
 
+/**
+ * A call's `received` entry and lookups, for the inbound log's append script to write in the same
+ * command as the call (queues/inbound.ts; the one-slot layout, where all these keys share the log's
+ * slot). The script knows the revision and the job id only once it has deduplicated the call: it
+ * writes `'{' + head + revision + '","jobId":' + JSON job id + tail`, the text `received` writes.
+ */
+export interface ReceivedWrite {
+  /** The call's timeline, then the lookups (by time, by call id, by number) a new call or an update adds to. */
+  keys: string[];
+  /** The entry's JSON after its `{` up to the revision's value (`"at":…,"revision":"`: not a whole entry). */
+  head: string;
+  /** The entry's JSON after the job id (`,"requestId":…}`). */
+  tail: string;
+  /** The entry's time (the lookups' score), and the lookups' oldest score kept (`at` − TTL). */
+  at: number;
+  cutoff: number;
+  /** The call hash (the lookups' member). */
+  id: string;
+  /** Entries kept per timeline, and the TTL of the timeline and lookups (ms). */
+  maxEntries: number;
+  ttlMs: number;
+}
+
 export class CallTimeline {
   private readonly ttlMs: number;
   private readonly maxEntries: number;
@@ -370,18 +393,7 @@ export class CallTimeline {
     };
     if (info.revision === 'duplicate') return this.append(id, entry);
     try {
-      const numbers = [
-        ...new Set(
-          [call.from, call.to]
-            .filter((n): n is string => typeof n === 'string' && indexNumber(n).length >= 3)
-            .map(indexNumber),
-        ),
-      ];
-      const lookups = (key: Buffer) => [
-        this.recentKey(),
-        this.idKey(call.callId),
-        ...numbers.map((n) => this.numberKey(hmac(key, n))),
-      ];
+      const lookups = (key: Buffer) => this.lookupKeys(call, key);
       const args = [JSON.stringify(entry), this.maxEntries, this.ttlMs, entry.at, id, entry.at - this.ttlMs] as const;
       const script = scripted(this.redis);
       // The entry is sent at once (before the caller is answered); with the index key known and one
@@ -398,6 +410,56 @@ export class CallTimeline {
     } catch (err) {
       this.failed(err);
     }
+  }
+
+  /** The lookups a new call or an update is added to: by time, by call id, by each of its numbers (HMAC'd with `key`). */
+  private lookupKeys(call: ReceivedCall, key: Buffer): string[] {
+    const keys = [this.recentKey(), this.idKey(call.callId)];
+    const seen = new Set<string>();
+    for (const n of [call.from, call.to]) {
+      if (typeof n !== 'string') continue;
+      const number = indexNumber(n);
+      if (number.length < 3 || seen.has(number)) continue;
+      seen.add(number);
+      keys.push(this.numberKey(hmac(key, number)));
+    }
+    return keys;
+  }
+
+  /**
+   * The `received` entry of a delivery (its revision and job id left to the inbound log's append
+   * script, which knows them once it has deduplicated the call), for that script to write in the
+   * same command as the call: on the one-slot layout once the index key is known (null otherwise:
+   * `received` writes the entry after the append, as before). The text is the one `received` writes.
+   */
+  receivedWrite(
+    call: ReceivedCall,
+    info: { requestId?: string; spooled?: boolean },
+    /** The call hash, when the caller has it already (the acceptor's dedupe id): one SHA-256 less. */
+    id = timelineId(call),
+  ): ReceivedWrite | null {
+    const known = this.privacyKey.known;
+    if (this.keys.layout !== 'one-slot' || !known) return null;
+    const at = this.now();
+    const head = JSON.stringify({ at, event: 'received', source: call.source, callId: call.callId });
+    const tail = JSON.stringify({
+      ...(info.requestId ? { requestId: info.requestId } : {}),
+      ...(info.spooled ? { spooled: true as const } : {}),
+      direction: call.direction,
+      from: maskPhone(call.from),
+      to: maskPhone(call.to),
+      startedAt: call.startedAt,
+    });
+    return {
+      keys: [this.key(id), ...this.lookupKeys(call, known)],
+      head: `${head.slice(1, -1)},"revision":"`,
+      tail: tail === '{}' ? '}' : `,${tail.slice(1)}`,
+      at,
+      cutoff: at - this.ttlMs,
+      id,
+      maxEntries: this.maxEntries,
+      ttlMs: this.ttlMs,
+    };
   }
 
   /** The call was fanned out: the routes that matched and the sinks they name. Never rejects. */

@@ -30,6 +30,12 @@ export interface AcceptOptions {
   rawJson?: string;
   /** The HTTP request's id, for the call's timeline. */
   requestId?: string;
+  /**
+   * Filled in with the stored record (`json`) as soon as the call is encoded, before `accept`
+   * returns: the spool wrapper keeps it instead of the call while the append is under way, and
+   * rebuilds the call from it should Redis fail (less held per waiting request).
+   */
+  record?: { json?: string };
 }
 
 /**
@@ -161,6 +167,7 @@ export class InboundAcceptor implements CallAcceptor {
     return new Promise<AcceptResult>((resolve, reject) => {
       const encoded = encodeCall(call, options?.rawJson);
       const item: AppendItem = { dedupeId, id, call: encoded.json, content: encoded.contentHash };
+      if (options?.record) options.record.json = encoded.json;
       if (this.inFlightChars > 0 && this.inFlightChars + item.call.length > this.maxInFlightChars) {
         reject(
           new QueueUnavailableError(
@@ -172,22 +179,29 @@ export class InboundAcceptor implements CallAcceptor {
         return;
       }
       this.inFlightChars += item.call.length;
-      const received: ReceivedCall | null = this.options.timeline
-        ? {
-            key: call.key,
-            source: call.source,
-            callId: call.callId,
-            direction: call.direction,
-            from: call.from,
-            to: call.to,
-            startedAt: call.startedAt,
-          }
-        : null;
+      const timeline = this.options.timeline;
+      const spooled = options?.jobId !== undefined;
+      // The `received` entry goes with the call in the append script where it can (the one-slot
+      // layout); else it is written after the append, from the few fields kept here.
+      const inline = timeline?.receivedWrite(call, { requestId: options?.requestId, spooled }, dedupeId) ?? null;
+      if (inline) item.received = inline;
+      const received: ReceivedCall | null =
+        timeline && !inline
+          ? {
+              key: call.key,
+              source: call.source,
+              callId: call.callId,
+              direction: call.direction,
+              from: call.from,
+              to: call.to,
+              startedAt: call.startedAt,
+            }
+          : null;
       this.batch.push({
         item,
         call: received,
         requestId: options?.requestId,
-        spooled: options?.jobId !== undefined,
+        spooled,
         resolve,
         reject,
       });
@@ -232,7 +246,7 @@ export class InboundAcceptor implements CallAcceptor {
           return;
         }
         // Written before anyone is answered (not awaited: a write never holds up the acknowledgement).
-        if (this.options.timeline) {
+        if (this.options.timeline && batch.some((w) => w.call !== null)) {
           const uncork = corked(this.options.timelineConnection);
           try {
             noteReceived(this.options.timeline, batch, outcomes);

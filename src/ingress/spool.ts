@@ -26,6 +26,7 @@ import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { logRepeated } from '../log.js';
 import { callHash, type CanonicalCall } from '../model/call.js';
+import { parseStoredCall } from '../../queues/inbound.js';
 import { QueueUnavailableError, type AcceptOptions, type AcceptResult, type CallAcceptor } from './accept.js';
 import { SpooledRevisions } from './spool-revisions.js';
 
@@ -90,6 +91,16 @@ export const FREE_SPACE_TTL_MS = 1000;
 const SPACE_ERRORS = new Set(['ENOSPC', 'EDQUOT', 'EFBIG']);
 const LOCK_FILE = 'LOCK';
 const segmentName = (seq: number) => `${String(seq).padStart(16, '0')}.jsonl`;
+
+/** The call itself, for `toRedis` (a function of its own: its closure holds nothing else). */
+function keep(call: CanonicalCall): () => CanonicalCall {
+  return () => call;
+}
+
+/** The call rebuilt from its stored record (queues/inbound.ts), for `toRedis`: the record alone is held. */
+function rebuild(json: string): () => CanonicalCall | null {
+  return () => parseStoredCall(json);
+}
 
 /** Folders locked by this process (a second spool on the same folder in one process is refused too). */
 const heldHere = new Set<string>();
@@ -282,19 +293,32 @@ export class SpoolingAcceptor implements CallAcceptor {
     }
   }
 
-  async accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult> {
+  accept(call: CanonicalCall, options?: AcceptOptions): Promise<AcceptResult> {
     // Straight to Redis when nothing waits, or when Redis is back and no revision of this call
     // waits in the spool (per-call order; see the top of this file).
     if (this.pendingCount === 0 || this.closed || (this.redisBack && !this.waiting.waits(call))) {
-      try {
-        return await this.inner.accept(call, options);
-      } catch (err) {
-        if (!(err instanceof QueueUnavailableError) || this.closed || !this.opened) throw err;
-        this.redisBack = false;
-        logRepeated(this.log, 'warn', 'queue unavailable: spooling events to local disk', 'ingress', err);
-      }
+      // While Redis takes it, this keeps the record the inner acceptor filled in, not the call and
+      // its parsed payload (fewer live objects across scavenges: docs/performance.md, round 9); the
+      // call to spool is rebuilt from it should Redis fail. An acceptor that fills in no record: the call.
+      const record: { json?: string } = {};
+      const pending = this.inner.accept(call, { ...options, record });
+      return this.toRedis(pending, record.json === undefined ? keep(call) : rebuild(record.json));
     }
     return this.spool(call);
+  }
+
+  /** The inner acceptor's answer; should Redis fail, the call (`again()`) is spooled instead. */
+  private async toRedis(pending: Promise<AcceptResult>, again: () => CanonicalCall | null): Promise<AcceptResult> {
+    try {
+      return await pending;
+    } catch (err) {
+      if (!(err instanceof QueueUnavailableError) || this.closed || !this.opened) throw err;
+      this.redisBack = false;
+      logRepeated(this.log, 'warn', 'queue unavailable: spooling events to local disk', 'ingress', err);
+      const call = again();
+      if (call === null) throw err;
+      return this.spool(call);
+    }
   }
 
   private async spool(call: CanonicalCall): Promise<SpooledResult> {
