@@ -138,6 +138,13 @@ const coreEnv = {
   JOB_BACKOFF_MS: int(1000, 1),
   JOB_MAX_BACKOFF_MS: int(15 * 60_000, 1),
   WORKER_CONCURRENCY: int(8, 1),
+  /**
+   * How far V8 lets a worker process' old generation grow past what survived its last full GC, in
+   * percent (V8's `--heap-growing-percent`, set by `callsync start` when it runs the worker role).
+   * Default 40 (~160 MB RSS at full speed instead of ~270 MB, docs/performance.md round 9); 0: V8's
+   * own factor (up to 4× on a machine with ≥ 2 GB heap limit) or a `--heap-growing-percent` given to node.
+   */
+  WORKER_HEAP_GROWTH_PERCENT: int(40, 0),
   /** How often workers look for jobs whose worker died. Default 30 s. */
   WORKER_STALLED_INTERVAL_MS: int(30_000, 100),
   /** How long a job's lock lasts without renewal. Default 30 s. */
