@@ -111,7 +111,7 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
   process.on('SIGINT', onSignal);
 
   for (const warning of configured.warnings) log.warn(warning);
-  // A worker's old generation grows by WORKER_HEAP_GROWTH_PERCENT past what is live (workers/heap.ts).
+  // WORKER_HEAP_GROWTH_PERCENT > 0: a worker's old generation grows only that far past what is live (workers/heap.ts).
   if (configured.role === 'worker' || configured.role === 'all') limitHeapGrowth(configured.worker.heapGrowthPercent);
   const redis = await resolveRedis(configured.redis, { log });
   // The last process using a private Redis stops it (after its own connections closed).
