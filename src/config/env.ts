@@ -143,7 +143,7 @@ const coreEnv = {
    * percent (V8's `--heap-growing-percent`, set by `callsync start` when it runs the worker role).
    * Default 0: V8's own factor (up to 300 % on a machine where the heap may reach 2 GB), or a
    * `--heap-growing-percent` given to node. 40: ~160 MB RSS at full speed instead of ~270 MB, at
-   * ~15–25 % more worker CPU per call (docs/performance.md, round 9).
+   * ~20–25 % more worker CPU per call (docs/performance.md, round 9).
    */
   WORKER_HEAP_GROWTH_PERCENT: int(0, 0),
   /** How often workers look for jobs whose worker died. Default 30 s. */
