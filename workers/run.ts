@@ -7,6 +7,7 @@ import type { Config } from '../src/config/index.js';
 import { startCallsync, type Callsync, type CallsyncOptions } from './callsync.js';
 import { createOperations, type Operations } from './operations.js';
 import { resolveRedis } from '../queues/private-redis.js';
+import { limitHeapGrowth } from './heap.js';
 
 /** @internal Exported for its tests only (test/support/ops.ts). */
 export interface RunningCallsync {
@@ -110,6 +111,8 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
   process.on('SIGINT', onSignal);
 
   for (const warning of configured.warnings) log.warn(warning);
+  // WORKER_HEAP_GROWTH_PERCENT > 0: a worker's old generation grows only that far past what is live (workers/heap.ts).
+  if (configured.role === 'worker' || configured.role === 'all') limitHeapGrowth(configured.worker.heapGrowthPercent);
   const redis = await resolveRedis(configured.redis, { log });
   // The last process using a private Redis stops it (after its own connections closed).
   const release = () =>

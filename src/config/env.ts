@@ -138,6 +138,14 @@ const coreEnv = {
   JOB_BACKOFF_MS: int(1000, 1),
   JOB_MAX_BACKOFF_MS: int(15 * 60_000, 1),
   WORKER_CONCURRENCY: int(8, 1),
+  /**
+   * How far V8 lets a worker process' old generation grow past what survived its last full GC, in
+   * percent (V8's `--heap-growing-percent`, set by `callsync start` when it runs the worker role).
+   * Default 0: V8's own factor (up to 300 % on a machine where the heap may reach 2 GB), or a
+   * `--heap-growing-percent` given to node. 40: ~160 MB RSS at full speed instead of ~270 MB, at
+   * ~20–25 % more worker CPU per call (docs/performance.md, round 9).
+   */
+  WORKER_HEAP_GROWTH_PERCENT: int(0, 0),
   /** How often workers look for jobs whose worker died. Default 30 s. */
   WORKER_STALLED_INTERVAL_MS: int(30_000, 100),
   /** How long a job's lock lasts without renewal. Default 30 s. */

@@ -250,6 +250,8 @@ export interface WorkerSection {
   lockDurationMs: number;
   maxStalledCount: number;
   shutdownGraceMs: number;
+  /** V8's old-generation growth for a process running the worker role (percent; 0: V8's own). */
+  heapGrowthPercent: number;
 }
 
 export const workerSection = (env: Env): WorkerSection => ({
@@ -258,6 +260,7 @@ export const workerSection = (env: Env): WorkerSection => ({
   lockDurationMs: env.WORKER_LOCK_DURATION_MS,
   maxStalledCount: env.WORKER_MAX_STALLED_COUNT,
   shutdownGraceMs: env.SHUTDOWN_GRACE_MS,
+  heapGrowthPercent: env.WORKER_HEAP_GROWTH_PERCENT,
 });
 
 /** The global retry policy: the config file's `retry`, else JOB_ATTEMPTS, JOB_BACKOFF_MS, JOB_MAX_BACKOFF_MS. */
