@@ -202,6 +202,15 @@ export const recentCallsKey = (keys: RedisKeys): string => `${keys.area('calls')
 /** The call hash a timeline is kept under: from the call key. */
 export const timelineId = (call: Pick<CanonicalCall, 'key'>): string => callHash(call.key);
 
+const HASH_PREFIX = /^[0-9a-f]{32}/;
+
+/**
+ * The call hash of a sink job id (queues/registry.ts sinkJobId: it begins with it), else of the call
+ * key: no hashing per event.
+ */
+export const timelineIdOf = (jobId: string, call: Pick<CanonicalCall, 'key'>): string =>
+  HASH_PREFIX.exec(jobId)?.[0] ?? timelineId(call);
+
 /** Numbers of `call` masked in a text (a remote may echo them; redaction masked most already). */
 function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
   const numbers = call
@@ -211,13 +220,36 @@ function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'from
   return maskDigitRuns(scrubbed.replace(/\s+/g, ' ').trim()).slice(0, MAX_REASON);
 }
 
-/** A sink event made safe: its reason redacted and the call's numbers masked, in refs too. */
+/**
+ * A sink event made safe: its reason redacted and the call's numbers masked, in refs too. An entry
+ * with neither (an attempt's start) is itself; a ref that holds none of the call's numbers is kept
+ * as it is (scrubbing it would not change it).
+ */
 function safeEntry<T extends Omit<TimelineEntry, 'at'>>(entry: T, call: CanonicalCall): T {
+  if (entry.reason === undefined && entry.refs === undefined) return entry;
   const safe: T = { ...entry };
   if (safe.reason !== undefined) safe.reason = safeText(safe.reason, call);
-  if (safe.refs)
-    safe.refs = Object.fromEntries(Object.entries(safe.refs).map(([k, v]) => [k, scrubNumbers(String(v), call)]));
+  if (safe.refs) {
+    const numbers = ownNumbers(call);
+    const refs: Record<string, string> = {};
+    for (const k in safe.refs) {
+      const v = String(safe.refs[k]);
+      refs[k] = numbers.some((n) => v.includes(n)) ? scrubEchoes(v, { numbers }) : v;
+    }
+    safe.refs = refs;
+  }
   return safe;
+}
+
+/** The call's own numbers (at least 3 digits, trimmed as scrubEchoes trims them). */
+function ownNumbers(call: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string[] {
+  const out: string[] = [];
+  for (const n of [call.from, call.to, call.fromRaw, call.toRaw]) {
+    if (typeof n !== 'string') continue;
+    const t = n.trim();
+    if (t.replace(/\D/g, '').length >= 3) out.push(t);
+  }
+  return out;
 }
 
 /** HMACs of recent numbers (the own numbers of a deployment recur on most calls), by key. */
@@ -408,13 +440,16 @@ export class CallTimeline {
     return this.fannedOutMany([{ call, ...info }]);
   }
 
-  /** A batch fanned out: one command per MAX_BATCH calls on the one-slot layout, one per call when spread. Never rejects. */
+  /**
+   * A batch fanned out (`jobId`: the sink jobs' id, which begins with the call hash): one command
+   * per MAX_BATCH calls on the one-slot layout, one per call when spread. Never rejects.
+   */
   async fannedOutMany(
     list: readonly { call: Pick<CanonicalCall, 'key'>; jobId: string; routes: string[]; sinks: string[] }[],
   ): Promise<void> {
     const at = this.now();
     const items = list.map(({ call, jobId, routes, sinks }) => ({
-      id: timelineId(call),
+      id: timelineIdOf(jobId, call),
       entry: { at, event: 'fanned-out' as const, jobId, routes, sinks },
     }));
     if (this.keys.layout !== 'one-slot' || items.length === 1) {
@@ -455,14 +490,22 @@ export class CallTimeline {
     once?: string,
   ): Promise<void> {
     const key = this.key(id ?? timelineId(call));
-    const now = this.now();
-    const texts = entries.map((e) => JSON.stringify({ at: e.at ?? now, ...safeEntry(e, call) }));
+    const texts = this.entryTexts(call, entries);
     const keys = once === undefined ? [key] : [key, `${key}:once:${once}`];
     // Sent again while Redis is away: on a cluster the call's timeline may be on a master failing
     // over while the job's queue, on another, goes on (the attempt's outcome would never show).
     return this.sendUntilWritten(() =>
       scripted(this.redis).callsyncTimelineEntries(keys.length, ...keys, this.maxEntries, this.ttlMs, ...texts),
     );
+  }
+
+  /** Sink entries as stored: made safe (see safeEntry), `at` now where unset. */
+  entryTexts(call: CanonicalCall, entries: readonly (Omit<TimelineEntry, 'at'> & { at?: number })[]): string[] {
+    const now = this.now();
+    return entries.map((e) => {
+      const safe = safeEntry(e, call);
+      return JSON.stringify(safe.at === undefined ? { at: now, ...safe } : safe);
+    });
   }
 
   /**
@@ -514,14 +557,6 @@ export class CallTimeline {
     if (/^\+\d[\d\s\-()./]{4,}$/.test(trimmed)) return this.byNumber(trimmed);
     return this.byCallId(trimmed);
   }
-}
-
-/** The call's own numbers masked in a value (a reference such as a label). */
-function scrubNumbers(text: string, call: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
-  const numbers = [call.from, call.to, call.fromRaw, call.toRaw].filter(
-    (n): n is string => typeof n === 'string' && n.replace(/\D/g, '').length >= 3,
-  );
-  return numbers.length > 0 ? scrubEchoes(text, { numbers }) : text;
 }
 
 /** What became of a call at one sink (or endpoint), from its timeline. */

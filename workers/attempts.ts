@@ -11,7 +11,7 @@ import type { Job } from 'bullmq';
 import { settledWithin } from '../queues/connection.js';
 import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
-import { skipReason, timelineId, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
+import { skipReason, timelineIdOf, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
 import { traceAttempt } from '../src/telemetry.js';
 import {
   endpointFromQueue,
@@ -77,14 +77,14 @@ export function recordAttempts<T extends JobPayload>(
     if (!call || typeof call.key !== 'string') return processor(job, signal);
     const base = { sink, ...(endpoint ? { endpoint } : {}), jobId: job.id ?? '', attempt: job.attemptsMade + 1 };
     // A sink job's id begins with the call hash (queues/registry.ts sinkJobId): no hashing per event.
-    const id = /^[0-9a-f]{32}/.exec(base.jobId)?.[0] ?? timelineId(call);
+    const id = timelineIdOf(base.jobId, call);
     const started = Date.now();
     // Taken over from a worker that stopped mid-attempt: that attempt shows, once per stall.
     const stalls = job.stalledCounter ?? 0;
     if (stalls > 0)
       void timeline.sinkEvents(
         call,
-        [{ event: 'attempt', ...base, at: started, cutOff: true }],
+        [{ at: started, event: 'attempt', ...base, cutOff: true }],
         id,
         `${queueName}:${base.jobId}:${stalls}`,
       );
@@ -93,7 +93,7 @@ export function recordAttempts<T extends JobPayload>(
     // masters, so a write only sent could be lost to a SIGKILL while the job's completion was not
     // (the chaos run on a cluster found 93 calls with an SMS "pending" for ever). Bounded: a timeline
     // that does not answer within OUTCOME_WRITE_MS never holds up or fails the work (see sinkEvents).
-    const start = { event: 'attempt' as const, ...base, at: started };
+    const start = { at: started, event: 'attempt' as const, ...base };
     let entry: Omit<TimelineEntry, 'at'>;
     try {
       type Result = { status?: string; reason?: string; refs?: Record<string, string> } | undefined;
@@ -183,7 +183,7 @@ export function recordStalledFailure(
   if (sink === null || !call || typeof call.key !== 'string') return;
   const endpoint = endpointFromQueue(queueName) ?? undefined;
   const base = { sink, ...(endpoint ? { endpoint } : {}), jobId: job.id ?? '', attempt: job.attemptsMade + 1 };
-  const id = /^[0-9a-f]{32}/.exec(base.jobId)?.[0] ?? timelineId(call);
+  const id = timelineIdOf(base.jobId, call);
   void timeline.sinkEvents(
     call,
     [
