@@ -277,8 +277,10 @@ function indexNumber(number: string): string {
 export type ReceivedCall = Pick<CanonicalCall, 'key' | 'source' | 'callId' | 'direction' | 'from' | 'to' | 'startedAt'>;
 
 export class CallTimeline {
-  private readonly ttlMs: number;
-  private readonly maxEntries: number;
+  /** CALL_TIMELINE_TTL_DAYS in ms. */
+  readonly ttlMs: number;
+  /** Entries kept per call. */
+  readonly maxEntries: number;
   private readonly now: () => number;
   /** The key of the number index: the privacy key (the notification ledger's too). */
   private readonly privacyKey: PrivacyKey;

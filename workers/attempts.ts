@@ -13,6 +13,7 @@ import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
 import { skipReason, timelineIdOf, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
 import { traceAttempt } from '../src/telemetry.js';
+import type { AttemptOutcome, SinkResult } from '../src/sinks/types.js';
 import {
   endpointFromQueue,
   JobName,
@@ -50,7 +51,7 @@ export class PlannedRetries {
 /** How long an attempt's outcome waits for its timeline write at most. */
 const OUTCOME_WRITE_MS = 2000;
 
-type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal) => Promise<unknown>;
+type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal, outcome?: AttemptOutcome) => Promise<unknown>;
 
 function describe(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
@@ -94,33 +95,32 @@ export function recordAttempts<T extends JobPayload>(
     // (the chaos run on a cluster found 93 calls with an SMS "pending" for ever). Bounded: a timeline
     // that does not answer within OUTCOME_WRITE_MS never holds up or fails the work (see sinkEvents).
     const start = { at: started, event: 'attempt' as const, ...base };
-    let entry: Omit<TimelineEntry, 'at'>;
+    // A sink whose last step is its lock's release has these entries written by that script (one
+    // command less; src/sinks/revisions.ts holdToEnd): on the one-slot layout, where the lock and the
+    // timeline share a slot. Only when the attempt ends with that very result are they not written here.
+    let writtenFor: unknown;
+    const outcome: AttemptOutcome | undefined =
+      timeline.keys.layout === 'one-slot'
+        ? {
+            entries: (r) => ({
+              key: timeline.key(id),
+              values: timeline.entryTexts(call, [start, outcomeEntry(base, Date.now() - started, r)]),
+              max: timeline.maxEntries,
+              ttlMs: timeline.ttlMs,
+            }),
+            written: (r) => void (writtenFor = r),
+          }
+        : undefined;
     try {
-      type Result = { status?: string; reason?: string; refs?: Record<string, string> } | undefined;
+      type Result = SinkResult | undefined;
       const result = (await traceAttempt(
         id,
         base,
-        () => processor(job, signal) as Promise<Result>,
+        () => processor(job, signal, outcome) as Promise<Result>,
         (r) => (r?.status === 'skipped' ? { outcome: 'skipped', skip: skipReason(r.reason) } : { outcome: 'done' }),
       )) as Result;
-      const durationMs = Date.now() - started;
-      if (result?.status === 'skipped') {
-        entry = {
-          event: 'skipped',
-          ...base,
-          durationMs,
-          reason: result.reason ?? 'skipped',
-          skip: skipReason(result.reason),
-        };
-      } else {
-        entry = {
-          event: 'done',
-          ...base,
-          durationMs,
-          ...(result?.refs ? { refs: result.refs } : {}),
-          ...(result?.reason ? { reason: result.reason } : {}),
-        };
-      }
+      if (writtenFor !== undefined && writtenFor === result) return result;
+      const entry = outcomeEntry(base, Date.now() - started, result);
       await settledWithin([timeline.sinkEvents(call, [start, entry], id)], OUTCOME_WRITE_MS);
       return result;
     } catch (err) {
@@ -129,6 +129,26 @@ export function recordAttempts<T extends JobPayload>(
       throw err;
     }
   };
+}
+
+/** The outcome entry of an attempt that returned `result`: done with what was written, or skipped with the reason. */
+function outcomeEntry(
+  base: Omit<TimelineEntry, 'at' | 'event'>,
+  durationMs: number,
+  result: Partial<SinkResult> | undefined,
+): Omit<TimelineEntry, 'at'> {
+  if (result?.status === 'skipped')
+    return {
+      event: 'skipped',
+      ...base,
+      durationMs,
+      reason: result.reason ?? 'skipped',
+      skip: skipReason(result.reason),
+    };
+  const entry: Omit<TimelineEntry, 'at'> = { event: 'done', ...base, durationMs };
+  if (result?.refs) entry.refs = result.refs;
+  if (result?.reason) entry.reason = result.reason;
+  return entry;
 }
 
 /** How the runner will treat the failure (workers/runner.ts), as a timeline entry. */
