@@ -383,7 +383,7 @@ export class CallTimeline {
    * for a new call or an update the lookups by time, call id and numbers. One command on the
    * one-slot layout; two on a spread cluster (the lookups are in their own slot). Never rejects.
    */
-  async received(
+  received(
     call: ReceivedCall,
     info: { jobId: string; revision: Revision; requestId?: string; spooled?: boolean },
   ): Promise<void> {
@@ -402,22 +402,30 @@ export class CallTimeline {
       to: maskPhone(call.to),
       startedAt: call.startedAt,
     };
-    if (info.revision === 'duplicate') return this.append(id, entry);
-    try {
-      const numbers = [
-        ...new Set(
-          [call.from, call.to]
-            .filter((n): n is string => typeof n === 'string' && indexNumber(n).length >= 3)
-            .map(indexNumber),
-        ),
-      ];
-      const lookups = (key: Buffer) => [
-        this.recentKey(),
-        this.idKey(call.callId),
-        ...numbers.map((n) => this.numberKey(hmac(key, n))),
-      ];
-      const args = [JSON.stringify(entry), this.maxEntries, this.ttlMs, entry.at, id, entry.at - this.ttlMs] as const;
-      const script = scripted(this.redis);
+    const text = JSON.stringify(entry);
+    const script = scripted(this.redis);
+    // Sent again while Redis is unavailable (as a sink attempt's entries): a Redis that stopped
+    // between the call's append and this write would otherwise leave a delivered call without its
+    // receipt (the chaos run's Redis restart found three). Each try is sent at once (the ingress
+    // corks a batch's entries into one socket write).
+    if (info.revision === 'duplicate')
+      return this.sendUntilWritten(() =>
+        script.callsyncTimeline(1, this.key(id), 1, text, this.maxEntries, this.ttlMs),
+      );
+    const numbers = [
+      ...new Set(
+        [call.from, call.to]
+          .filter((n): n is string => typeof n === 'string' && indexNumber(n).length >= 3)
+          .map(indexNumber),
+      ),
+    ];
+    const lookups = (key: Buffer) => [
+      this.recentKey(),
+      this.idKey(call.callId),
+      ...numbers.map((n) => this.numberKey(hmac(key, n))),
+    ];
+    const args = [text, this.maxEntries, this.ttlMs, entry.at, id, entry.at - this.ttlMs] as const;
+    return this.sendUntilWritten(async () => {
       // The entry is sent at once (before the caller is answered); with the index key known and one
       // slot for all, the lookups go with it in the same command.
       const known = this.privacyKey.known;
@@ -427,11 +435,11 @@ export class CallTimeline {
         return;
       }
       const appended = script.callsyncTimeline(1, this.key(id), 1, ...args);
+      // Not left unhandled when the index key's read fails first.
+      appended.catch(() => undefined);
       const index = lookups(await this.indexKey());
       await Promise.all([appended, script.callsyncTimeline(index.length, ...index, 0, ...args)]);
-    } catch (err) {
-      this.failed(err);
-    }
+    });
   }
 
   /** The call was fanned out: the routes that matched and the sinks they name. Never rejects. */
