@@ -199,7 +199,10 @@ export interface CallTimelineOptions {
 /** The index of the calls by the time they were received (a sorted set, trimmed to the TTL). */
 export const recentCallsKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:recent`;
 
-/** The call hash a timeline is kept under: from the call key. */
+/**
+ * The call hash a timeline is kept under: from the call key.
+ * @internal Exported for its tests (test/timeline*.redis.test.ts, the chaos run); callsync itself uses timelineIdOf.
+ */
 export const timelineId = (call: Pick<CanonicalCall, 'key'>): string => callHash(call.key);
 
 const HASH_PREFIX = /^[0-9a-f]{32}/;
