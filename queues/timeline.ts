@@ -4,7 +4,8 @@
 // `callTimeline`), capped per call and expiring CALL_TIMELINE_TTL_DAYS after its last event.
 //
 // Each event is one command (a small script: RPUSH, LTRIM, PEXPIRE); a sink attempt's start and
-// outcome are one command together. Beside the timelines, lookups
+// outcome are one command together, or — for a sink whose last step is the release of its call's
+// lock, on the one-slot layout — part of that release's script (workers/attempts.ts, entryTexts). Beside the timelines, lookups
 // for the CLI and the API: the calls by time (`calls:recent`), by call id, and by phone number — the
 // number only as an HMAC keyed with the privacy key (queues/privacy-key.ts: PRIVACY_HMAC_SECRET, else
 // a key generated once and kept in Redis), the same key as the notification ledger's.
