@@ -2,9 +2,9 @@
 // done with what was written, skipped with the reason, retry with the error kind and the next
 // attempt's time, or dead-lettered with the redacted reason — in one command when it ends (or in the
 // script that releases the call's lock in the sink's state, src/sinks/revisions.ts holdToEnd),
-// written before the queue hears of the outcome. An attempt cut short (its worker killed, or the job's lock
-// lost) never ends: the attempt that takes its job over (BullMQ counts the job's stalls) writes an
-// `attempt` entry for it (`cutOff`) before the sink runs, once per stall.
+// written before the queue hears of the outcome. An attempt cut short (its worker killed, or the
+// job's lock lost) never ends: the attempt that takes its job over (BullMQ counts the job's stalls)
+// writes an `attempt` entry for it (`cutOff`) before the sink runs, once per stall.
 //
 // The next attempt's time of a transient failure is the backoff the runner then uses: the delay is
 // drawn here (jitter included) and kept for the job until the runner's backoff strategy takes it.
