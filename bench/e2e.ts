@@ -26,6 +26,13 @@
 //                      bench's own left out): commands that arrived together (pipelined, or
 //                      written by many jobs at once) count once — depends on the load, a floor.
 //                      MONITOR slows Redis: use it with a small BENCH_N, not for the rates.
+//   BENCH_TIMELINE=compare   the call timeline's cost (issue 24): BENCH_ROUNDS (default 2) rounds of
+//                      one run with the timeline off (CALL_TIMELINE=off in the ingress and the
+//                      workers) and one with it on, alternating (off/on, on/off, …), each on a fresh
+//                      redis-server, sink servers and callsync processes; prints each run's worker
+//                      CPU ms/call, ingress CPU ms/call and calls/s, the means per mode and the
+//                      overhead of the timeline on the worker's CPU per call (the budget: 10 %).
+//                      The bare loop is skipped. BENCH_TIMELINE=off: one run with the timeline off.
 //   BENCH_CALLSYNC_NODE_OPTIONS='--max-semi-space-size=16'   Node flags of the callsync processes
 //                      instead of the ones `npm start` uses (package.json)
 //
@@ -95,6 +102,9 @@ const TOPOLOGIES = process.env.BENCH_TOPOLOGIES
   : undefined;
 const ACK_REPLICAS = (process.env.BENCH_ACK_REPLICAS ?? '0').split(',').map((a) => Number(a.trim()));
 const COUNT_COMMANDS = process.env.BENCH_COUNT_COMMANDS === '1';
+/** `compare`: timeline off and on in alternating runs; `off`: one run without it; unset: one run with it. */
+const TIMELINE = process.env.BENCH_TIMELINE;
+const TIMELINE_ROUNDS = Math.max(1, Math.min(10, Number(process.env.BENCH_ROUNDS ?? 2)));
 const TIME_CAP_MS = Number(process.env.BENCH_TIME_CAP_S ?? 900) * 1000;
 const SINKS = ['archive', 'crm', 'sms'];
 /** The queue of each sink's jobs: the signed webhook's are in its endpoint's queue. */
@@ -223,6 +233,7 @@ async function runOnce(
   build: ReturnType<typeof compiled>,
   comparing: boolean,
   workers = WORKERS,
+  timeline: 'on' | 'off' | undefined = undefined,
 ): Promise<RunResult> {
   const work = await mkdtemp(join(tmpdir(), 'callsync-e2e-'));
   const procs: BenchProcess[] = [];
@@ -270,6 +281,7 @@ routes:
       LOG_LEVEL: 'info',
       // Node flags of the callsync processes (A/B, e.g. `--max-semi-space-size=16`); default: as `npm start` runs them.
       NODE_OPTIONS: callsyncNodeOptions(),
+      ...(timeline === 'off' ? { CALL_TIMELINE: 'off' } : {}),
       // The comparison: every 202 is a stored (and, with ACK_REPLICAS, replicated) call; one the
       // replicas do not confirm in time is a 503 here, not a 202 from the spool.
       ...(comparing ? { SPOOL_ENABLED: 'false', ACK_REPLICAS: String(ackReplicas) } : {}),
@@ -295,7 +307,11 @@ routes:
 
     // A mobile caller (the SMS goes to the caller), a unique call id per request.
     const body = JSON.stringify(webhookPayload('[<id>]', (p) => (p.call.from = '+491701234567')));
-    const where = comparing ? `  redis=${target.name} ACK_REPLICAS=${ackReplicas} prefix=${prefix}` : '';
+    const where = comparing
+      ? `  redis=${target.name} ACK_REPLICAS=${ackReplicas} prefix=${prefix}`
+      : timeline
+        ? `  timeline=${timeline}`
+        : '';
     console.log(
       `bench:e2e  N=${N} connections=${CONNECTIONS} workers=${workers} concurrency=${CONCURRENCY}/queue rate=${RATE ?? 'max'}/s body=${body.length} B  sinks=${SINKS.join(',')}${where}`,
     );
@@ -432,7 +448,7 @@ routes:
       'ack->done max ms': latencies[latencies.length - 1],
       'all done after s': round((allDone - started) / 1000, 1),
       'worker CPU ms/call': workerCpuMsPerCall,
-      ...(comparing ? { 'ingress CPU ms/call': ingressCpuMsPerCall } : {}),
+      ...(comparing || timeline ? { 'ingress CPU ms/call': ingressCpuMsPerCall } : {}),
       ...(comparing
         ? {
             'redis CPU s (masters+replicas)': `${redisCpuS.masters}+${redisCpuS.replicas}`,
@@ -473,9 +489,17 @@ routes:
       console.log('');
       printTable([ceiling]);
     }
-    const bare = BARE
-      ? await bareLoop(build, r, work, Number(CONCURRENCY), workerCpuMsPerCall, (remote.smsRequests ?? 0) / ingress.ok)
-      : undefined;
+    const bare =
+      BARE && TIMELINE !== 'compare'
+        ? await bareLoop(
+            build,
+            r,
+            work,
+            Number(CONCURRENCY),
+            workerCpuMsPerCall,
+            (remote.smsRequests ?? 0) / ingress.ok,
+          )
+        : undefined;
     if (bare) {
       console.log('');
       printTable([bare]);
@@ -494,6 +518,8 @@ routes:
 
 async function main(): Promise<void> {
   const build = compiled();
+  if (TIMELINE === 'compare') return compareTimeline(build);
+  if (TIMELINE !== undefined && TIMELINE !== 'off') throw new Error('BENCH_TIMELINE: compare or off');
   if (!TOPOLOGIES) {
     if (ACK_REPLICAS.some((a) => a !== 0))
       throw new Error('BENCH_ACK_REPLICAS needs BENCH_TOPOLOGIES (the default redis-server has no replica)');
@@ -502,7 +528,7 @@ async function main(): Promise<void> {
     const machineBefore = machine();
     const target = await startTarget('default', `e2e-${randomBytes(3).toString('hex')}`);
     try {
-      const res = await runOnce(target, 0, build, false);
+      const res = await runOnce(target, 0, build, false, WORKERS, TIMELINE === 'off' ? 'off' : undefined);
       console.log(
         `\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKERS, concurrency: CONCURRENCY, rate: RATE ?? null, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, summary: res.summary, perSink: res.perSink, peakRssMb: res.rss, remote: res.remote, ceiling: res.ceiling, bare: res.bare })}`,
       );
@@ -593,6 +619,65 @@ async function main(): Promise<void> {
   if (failedRuns.length > 0) console.log(`\nfailed: ${failedRuns.join(', ')}`);
   console.log(
     `\nRESULT ${JSON.stringify({ n: N, connections: CONNECTIONS, workers: WORKER_COUNTS, concurrency: CONCURRENCY, rate: RATE ?? null, topologies: TOPOLOGIES, ackReplicas: ACK_REPLICAS, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, runs: results, skipped, failed: failedRuns })}`,
+  );
+}
+
+/**
+ * BENCH_TIMELINE=compare: the timeline off and on in alternating runs (off/on, on/off, …), each on
+ * a fresh redis-server and fresh processes; the worker's CPU per call with and without it.
+ */
+async function compareTimeline(build: ReturnType<typeof compiled>): Promise<void> {
+  if (TOPOLOGIES) throw new Error('BENCH_TIMELINE=compare runs on the default redis-server: without BENCH_TOPOLOGIES');
+  const machineBefore = machine();
+  console.log(`bench:e2e timeline compare: ${TIMELINE_ROUNDS} rounds of off + on, N=${N} workers=${WORKERS}`);
+  console.log(`machine: ${JSON.stringify(machineBefore)}\n`);
+  const runs: { round: number; timeline: 'on' | 'off'; summary: Record<string, unknown> }[] = [];
+  for (let r = 0; r < TIMELINE_ROUNDS; r++) {
+    const order: ('on' | 'off')[] = r % 2 === 0 ? ['off', 'on'] : ['on', 'off'];
+    for (const mode of order) {
+      const target = await startTarget('default', `e2e-${randomBytes(3).toString('hex')}`);
+      try {
+        const res = await runOnce(target, 0, build, false, WORKERS, mode);
+        runs.push({ round: r + 1, timeline: mode, summary: res.summary });
+      } finally {
+        await target.destroy();
+      }
+      console.log('');
+    }
+  }
+  const num = (x: unknown) => Number(x);
+  const mean = (mode: 'on' | 'off', field: string) => {
+    const of = runs.filter((x) => x.timeline === mode).map((x) => num(x.summary[field]));
+    return of.reduce((a, v) => a + v, 0) / of.length;
+  };
+  console.log('=== timeline off vs on, same load ===');
+  printTable(
+    runs.map((x) => ({
+      round: x.round,
+      timeline: x.timeline,
+      'worker CPU ms/call': x.summary['worker CPU ms/call'],
+      'ingress CPU ms/call': x.summary['ingress CPU ms/call'],
+      'e2e calls/s': x.summary['e2e events/s'],
+      'ack->done p50 ms': x.summary['ack->done p50 ms'],
+    })),
+  );
+  const overhead = (field: string) => round((mean('on', field) / mean('off', field) - 1) * 100, 1);
+  const means = (['off', 'on'] as const).map((mode) => ({
+    timeline: mode,
+    'worker CPU ms/call': round(mean(mode, 'worker CPU ms/call'), 3),
+    'ingress CPU ms/call': round(mean(mode, 'ingress CPU ms/call'), 3),
+    'e2e calls/s': Math.round(mean(mode, 'e2e events/s')),
+  }));
+  console.log('');
+  printTable(means);
+  const result = {
+    'worker CPU overhead %': overhead('worker CPU ms/call'),
+    'ingress CPU overhead %': overhead('ingress CPU ms/call'),
+    'calls/s change %': overhead('e2e events/s'),
+  };
+  console.log(`\ntimeline: ${JSON.stringify(result)} (budget: worker CPU overhead ≤ 10 %)`);
+  console.log(
+    `\nRESULT ${JSON.stringify({ n: N, workers: WORKERS, concurrency: CONCURRENCY, rounds: TIMELINE_ROUNDS, machine: { ...machineBefore, loadavgAfter: machine().loadavg }, runs, means, ...result })}`,
   );
 }
 

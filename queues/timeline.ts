@@ -4,7 +4,8 @@
 // `callTimeline`), capped per call and expiring CALL_TIMELINE_TTL_DAYS after its last event.
 //
 // Each event is one command (a small script: RPUSH, LTRIM, PEXPIRE); a sink attempt's start and
-// outcome are one command together. Beside the timelines, lookups
+// outcome are one command together, or — for a sink whose last step is the release of its call's
+// lock, on the one-slot layout — part of that release's script (workers/attempts.ts, entryTexts). Beside the timelines, lookups
 // for the CLI and the API: the calls by time (`calls:recent`), by call id, and by phone number — the
 // number only as an HMAC keyed with the privacy key (queues/privacy-key.ts: PRIVACY_HMAC_SECRET, else
 // a key generated once and kept in Redis), the same key as the notification ledger's.
@@ -199,8 +200,20 @@ export interface CallTimelineOptions {
 /** The index of the calls by the time they were received (a sorted set, trimmed to the TTL). */
 export const recentCallsKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:recent`;
 
-/** The call hash a timeline is kept under: from the call key. */
+/**
+ * The call hash a timeline is kept under: from the call key.
+ * @internal Exported for its tests (test/timeline*.redis.test.ts, the chaos run); callsync itself uses timelineIdOf.
+ */
 export const timelineId = (call: Pick<CanonicalCall, 'key'>): string => callHash(call.key);
+
+const HASH_PREFIX = /^[0-9a-f]{32}/;
+
+/**
+ * The call hash of a sink job id (queues/registry.ts sinkJobId: it begins with it), else of the call
+ * key: no hashing per event.
+ */
+export const timelineIdOf = (jobId: string, call: Pick<CanonicalCall, 'key'>): string =>
+  HASH_PREFIX.exec(jobId)?.[0] ?? timelineId(call);
 
 /** Numbers of `call` masked in a text (a remote may echo them; redaction masked most already). */
 function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
@@ -211,13 +224,36 @@ function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'from
   return maskDigitRuns(scrubbed.replace(/\s+/g, ' ').trim()).slice(0, MAX_REASON);
 }
 
-/** A sink event made safe: its reason redacted and the call's numbers masked, in refs too. */
+/**
+ * A sink event made safe: its reason redacted and the call's numbers masked, in refs too. An entry
+ * with neither (an attempt's start) is itself; a ref that holds none of the call's numbers is kept
+ * as it is (scrubbing it would not change it).
+ */
 function safeEntry<T extends Omit<TimelineEntry, 'at'>>(entry: T, call: CanonicalCall): T {
+  if (entry.reason === undefined && entry.refs === undefined) return entry;
   const safe: T = { ...entry };
   if (safe.reason !== undefined) safe.reason = safeText(safe.reason, call);
-  if (safe.refs)
-    safe.refs = Object.fromEntries(Object.entries(safe.refs).map(([k, v]) => [k, scrubNumbers(String(v), call)]));
+  if (safe.refs) {
+    const numbers = ownNumbers(call);
+    const refs: Record<string, string> = {};
+    for (const k in safe.refs) {
+      const v = String(safe.refs[k]);
+      refs[k] = numbers.some((n) => v.includes(n)) ? scrubEchoes(v, { numbers }) : v;
+    }
+    safe.refs = refs;
+  }
   return safe;
+}
+
+/** The call's own numbers (at least 3 digits, trimmed as scrubEchoes trims them). */
+function ownNumbers(call: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string[] {
+  const out: string[] = [];
+  for (const n of [call.from, call.to, call.fromRaw, call.toRaw]) {
+    if (typeof n !== 'string') continue;
+    const t = n.trim();
+    if (t.replace(/\D/g, '').length >= 3) out.push(t);
+  }
+  return out;
 }
 
 /** HMACs of recent numbers (the own numbers of a deployment recur on most calls), by key. */
@@ -268,8 +304,10 @@ export interface ReceivedWrite {
 }
 
 export class CallTimeline {
-  private readonly ttlMs: number;
-  private readonly maxEntries: number;
+  /** CALL_TIMELINE_TTL_DAYS in ms. */
+  readonly ttlMs: number;
+  /** Entries kept per call. */
+  readonly maxEntries: number;
   private readonly now: () => number;
   /** The key of the number index: the privacy key (the notification ledger's too). */
   private readonly privacyKey: PrivacyKey;
@@ -372,7 +410,7 @@ export class CallTimeline {
    * for a new call or an update the lookups by time, call id and numbers. One command on the
    * one-slot layout; two on a spread cluster (the lookups are in their own slot). Never rejects.
    */
-  async received(
+  received(
     call: ReceivedCall,
     info: { jobId: string; revision: Revision; requestId?: string; spooled?: boolean },
   ): Promise<void> {
@@ -391,11 +429,19 @@ export class CallTimeline {
       to: maskPhone(call.to),
       startedAt: call.startedAt,
     };
-    if (info.revision === 'duplicate') return this.append(id, entry);
-    try {
-      const lookups = (key: Buffer) => this.lookupKeys(call, key);
-      const args = [JSON.stringify(entry), this.maxEntries, this.ttlMs, entry.at, id, entry.at - this.ttlMs] as const;
-      const script = scripted(this.redis);
+    const text = JSON.stringify(entry);
+    const script = scripted(this.redis);
+    // Sent again while Redis is unavailable (as a sink attempt's entries): a Redis that stopped
+    // between the call's append and this write would otherwise leave a delivered call without its
+    // receipt (the chaos run's Redis restart found three). Each try is sent at once (the ingress
+    // corks a batch's entries into one socket write).
+    if (info.revision === 'duplicate')
+      return this.sendUntilWritten(() =>
+        script.callsyncTimeline(1, this.key(id), 1, text, this.maxEntries, this.ttlMs),
+      );
+    const lookups = (key: Buffer) => this.lookupKeys(call, key);
+    const args = [text, this.maxEntries, this.ttlMs, entry.at, id, entry.at - this.ttlMs] as const;
+    return this.sendUntilWritten(async () => {
       // The entry is sent at once (before the caller is answered); with the index key known and one
       // slot for all, the lookups go with it in the same command.
       const known = this.privacyKey.known;
@@ -405,11 +451,11 @@ export class CallTimeline {
         return;
       }
       const appended = script.callsyncTimeline(1, this.key(id), 1, ...args);
+      // Not left unhandled when the index key's read fails first.
+      appended.catch(() => undefined);
       const index = lookups(await this.indexKey());
       await Promise.all([appended, script.callsyncTimeline(index.length, ...index, 0, ...args)]);
-    } catch (err) {
-      this.failed(err);
-    }
+    });
   }
 
   /** The lookups a new call or an update is added to: by time, by call id, by each of its numbers (HMAC'd with `key`). */
@@ -470,13 +516,16 @@ export class CallTimeline {
     return this.fannedOutMany([{ call, ...info }]);
   }
 
-  /** A batch fanned out: one command per MAX_BATCH calls on the one-slot layout, one per call when spread. Never rejects. */
+  /**
+   * A batch fanned out (`jobId`: the sink jobs' id, which begins with the call hash): one command
+   * per MAX_BATCH calls on the one-slot layout, one per call when spread. Never rejects.
+   */
   async fannedOutMany(
     list: readonly { call: Pick<CanonicalCall, 'key'>; jobId: string; routes: string[]; sinks: string[] }[],
   ): Promise<void> {
     const at = this.now();
     const items = list.map(({ call, jobId, routes, sinks }) => ({
-      id: timelineId(call),
+      id: timelineIdOf(jobId, call),
       entry: { at, event: 'fanned-out' as const, jobId, routes, sinks },
     }));
     if (this.keys.layout !== 'one-slot' || items.length === 1) {
@@ -517,14 +566,22 @@ export class CallTimeline {
     once?: string,
   ): Promise<void> {
     const key = this.key(id ?? timelineId(call));
-    const now = this.now();
-    const texts = entries.map((e) => JSON.stringify({ at: e.at ?? now, ...safeEntry(e, call) }));
+    const texts = this.entryTexts(call, entries);
     const keys = once === undefined ? [key] : [key, `${key}:once:${once}`];
     // Sent again while Redis is away: on a cluster the call's timeline may be on a master failing
     // over while the job's queue, on another, goes on (the attempt's outcome would never show).
     return this.sendUntilWritten(() =>
       scripted(this.redis).callsyncTimelineEntries(keys.length, ...keys, this.maxEntries, this.ttlMs, ...texts),
     );
+  }
+
+  /** Sink entries as stored: made safe (see safeEntry), `at` now where unset. */
+  entryTexts(call: CanonicalCall, entries: readonly (Omit<TimelineEntry, 'at'> & { at?: number })[]): string[] {
+    const now = this.now();
+    return entries.map((e) => {
+      const safe = safeEntry(e, call);
+      return JSON.stringify(safe.at === undefined ? { at: now, ...safe } : safe);
+    });
   }
 
   /**
@@ -576,14 +633,6 @@ export class CallTimeline {
     if (/^\+\d[\d\s\-()./]{4,}$/.test(trimmed)) return this.byNumber(trimmed);
     return this.byCallId(trimmed);
   }
-}
-
-/** The call's own numbers masked in a value (a reference such as a label). */
-function scrubNumbers(text: string, call: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
-  const numbers = [call.from, call.to, call.fromRaw, call.toRaw].filter(
-    (n): n is string => typeof n === 'string' && n.replace(/\D/g, '').length >= 3,
-  );
-  return numbers.length > 0 ? scrubEchoes(text, { numbers }) : text;
 }
 
 /** What became of a call at one sink (or endpoint), from its timeline. */

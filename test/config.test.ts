@@ -527,3 +527,10 @@ test("each sink type's settings are the parsed values of the variables it declar
       type.type,
     );
 });
+
+test('CALL_TIMELINE: on by default, off switches the call timelines off, anything else is refused', () => {
+  assert.equal(loadConfig({}).timeline.enabled, true);
+  assert.equal(loadConfig({ CALL_TIMELINE: 'on' }).timeline.enabled, true);
+  assert.equal(loadConfig({ CALL_TIMELINE: 'off' }).timeline.enabled, false);
+  assert.throws(() => loadConfig({ CALL_TIMELINE: 'no' }), /CALL_TIMELINE/);
+});

@@ -1,9 +1,10 @@
 // Every attempt of a sink job in its call's timeline (queues/timeline.ts): its start and its end —
 // done with what was written, skipped with the reason, retry with the error kind and the next
-// attempt's time, or dead-lettered with the redacted reason — in one command when it ends, written
-// before the queue hears of the outcome. An attempt cut short (its worker killed, or the job's lock
-// lost) never ends: the attempt that takes its job over (BullMQ counts the job's stalls) writes an
-// `attempt` entry for it (`cutOff`) before the sink runs, once per stall.
+// attempt's time, or dead-lettered with the redacted reason — in one command when it ends (or in the
+// script that releases the call's lock in the sink's state, src/sinks/revisions.ts holdToEnd),
+// written before the queue hears of the outcome. An attempt cut short (its worker killed, or the
+// job's lock lost) never ends: the attempt that takes its job over (BullMQ counts the job's stalls)
+// writes an `attempt` entry for it (`cutOff`) before the sink runs, once per stall.
 //
 // The next attempt's time of a transient failure is the backoff the runner then uses: the delay is
 // drawn here (jitter included) and kept for the job until the runner's backoff strategy takes it.
@@ -11,8 +12,9 @@ import type { Job } from 'bullmq';
 import { settledWithin } from '../queues/connection.js';
 import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, RetryLaterError, SinkError } from '../src/errors.js';
-import { skipReason, timelineId, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
+import { skipReason, timelineIdOf, type CallTimeline, type TimelineEntry } from '../queues/timeline.js';
 import { traceAttempt } from '../src/telemetry.js';
+import type { AttemptOutcome, SinkResult } from '../src/sinks/types.js';
 import {
   endpointFromQueue,
   JobName,
@@ -50,7 +52,7 @@ export class PlannedRetries {
 /** How long an attempt's outcome waits for its timeline write at most. */
 const OUTCOME_WRITE_MS = 2000;
 
-type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal) => Promise<unknown>;
+type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal, outcome?: AttemptOutcome) => Promise<unknown>;
 
 function describe(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
@@ -77,14 +79,14 @@ export function recordAttempts<T extends JobPayload>(
     if (!call || typeof call.key !== 'string') return processor(job, signal);
     const base = { sink, ...(endpoint ? { endpoint } : {}), jobId: job.id ?? '', attempt: job.attemptsMade + 1 };
     // A sink job's id begins with the call hash (queues/registry.ts sinkJobId): no hashing per event.
-    const id = /^[0-9a-f]{32}/.exec(base.jobId)?.[0] ?? timelineId(call);
+    const id = timelineIdOf(base.jobId, call);
     const started = Date.now();
     // Taken over from a worker that stopped mid-attempt: that attempt shows, once per stall.
     const stalls = job.stalledCounter ?? 0;
     if (stalls > 0)
       void timeline.sinkEvents(
         call,
-        [{ event: 'attempt', ...base, at: started, cutOff: true }],
+        [{ at: started, event: 'attempt', ...base, cutOff: true }],
         id,
         `${queueName}:${base.jobId}:${stalls}`,
       );
@@ -93,34 +95,33 @@ export function recordAttempts<T extends JobPayload>(
     // masters, so a write only sent could be lost to a SIGKILL while the job's completion was not
     // (the chaos run on a cluster found 93 calls with an SMS "pending" for ever). Bounded: a timeline
     // that does not answer within OUTCOME_WRITE_MS never holds up or fails the work (see sinkEvents).
-    const start = { event: 'attempt' as const, ...base, at: started };
-    let entry: Omit<TimelineEntry, 'at'>;
+    const start = { at: started, event: 'attempt' as const, ...base };
+    // A sink whose last step is its lock's release has these entries written by that script (one
+    // command less; src/sinks/revisions.ts holdToEnd): on the one-slot layout, where the lock and the
+    // timeline share a slot. Only when the attempt ends with that very result are they not written here.
+    let writtenFor: unknown;
+    const outcome: AttemptOutcome | undefined =
+      timeline.keys.layout === 'one-slot'
+        ? {
+            entries: (r) => ({
+              key: timeline.key(id),
+              values: timeline.entryTexts(call, [start, outcomeEntry(base, Date.now() - started, r)]),
+              max: timeline.maxEntries,
+              ttlMs: timeline.ttlMs,
+            }),
+            written: (r) => void (writtenFor = r),
+          }
+        : undefined;
     try {
-      type Result = { status?: string; reason?: string; refs?: Record<string, string> } | undefined;
+      type Result = SinkResult | undefined;
       const result = (await traceAttempt(
         id,
         base,
-        () => processor(job, signal) as Promise<Result>,
+        () => processor(job, signal, outcome) as Promise<Result>,
         (r) => (r?.status === 'skipped' ? { outcome: 'skipped', skip: skipReason(r.reason) } : { outcome: 'done' }),
       )) as Result;
-      const durationMs = Date.now() - started;
-      if (result?.status === 'skipped') {
-        entry = {
-          event: 'skipped',
-          ...base,
-          durationMs,
-          reason: result.reason ?? 'skipped',
-          skip: skipReason(result.reason),
-        };
-      } else {
-        entry = {
-          event: 'done',
-          ...base,
-          durationMs,
-          ...(result?.refs ? { refs: result.refs } : {}),
-          ...(result?.reason ? { reason: result.reason } : {}),
-        };
-      }
+      if (writtenFor !== undefined && writtenFor === result) return result;
+      const entry = outcomeEntry(base, Date.now() - started, result);
       await settledWithin([timeline.sinkEvents(call, [start, entry], id)], OUTCOME_WRITE_MS);
       return result;
     } catch (err) {
@@ -129,6 +130,26 @@ export function recordAttempts<T extends JobPayload>(
       throw err;
     }
   };
+}
+
+/** The outcome entry of an attempt that returned `result`: done with what was written, or skipped with the reason. */
+function outcomeEntry(
+  base: Omit<TimelineEntry, 'at' | 'event'>,
+  durationMs: number,
+  result: Partial<SinkResult> | undefined,
+): Omit<TimelineEntry, 'at'> {
+  if (result?.status === 'skipped')
+    return {
+      event: 'skipped',
+      ...base,
+      durationMs,
+      reason: result.reason ?? 'skipped',
+      skip: skipReason(result.reason),
+    };
+  const entry: Omit<TimelineEntry, 'at'> = { event: 'done', ...base, durationMs };
+  if (result?.refs) entry.refs = result.refs;
+  if (result?.reason) entry.reason = result.reason;
+  return entry;
 }
 
 /** How the runner will treat the failure (workers/runner.ts), as a timeline entry. */
@@ -183,7 +204,7 @@ export function recordStalledFailure(
   if (sink === null || !call || typeof call.key !== 'string') return;
   const endpoint = endpointFromQueue(queueName) ?? undefined;
   const base = { sink, ...(endpoint ? { endpoint } : {}), jobId: job.id ?? '', attempt: job.attemptsMade + 1 };
-  const id = /^[0-9a-f]{32}/.exec(base.jobId)?.[0] ?? timelineId(call);
+  const id = timelineIdOf(base.jobId, call);
   void timeline.sinkEvents(
     call,
     [

@@ -116,8 +116,11 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
           : null;
     const timeline = (conn: RedisClient) =>
       new CallTimeline(conn, redisKeys(config.redis), { ...config.timeline, log });
+    // CALL_TIMELINE=off (or the bench's option): no timeline entries from this process.
     const timelines =
-      options.timelines === false ? {} : { producer: timeline(redis.producer), worker: timeline(redis.worker) };
+      options.timelines === false || !config.timeline.enabled
+        ? {}
+        : { producer: timeline(redis.producer), worker: timeline(redis.worker) };
     const deps: RoleDeps = {
       config,
       options,

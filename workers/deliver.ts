@@ -7,7 +7,7 @@ import type { Logger } from 'pino';
 import { UnprocessableJobError } from '../src/errors.js';
 import { scrubEchoes, type EchoValues } from '../src/redact.js';
 import type { CanonicalCall } from '../src/model/call.js';
-import type { Sink, SinkResult } from '../src/sinks/types.js';
+import type { AttemptOutcome, Sink, SinkResult } from '../src/sinks/types.js';
 import type { SinkDeliverJob } from '../queues/registry.js';
 
 /** The personal texts of a call that a remote's error text may echo. */
@@ -38,9 +38,17 @@ export function scrubCallEchoes(err: unknown, call: Omit<CanonicalCall, 'revisio
   return err;
 }
 
-/** `endpoint`: the endpoint whose queue this processor serves (a sink with endpoints); the queue decides, not the job. */
+/**
+ * `endpoint`: the endpoint whose queue this processor serves (a sink with endpoints); the queue
+ * decides, not the job. `outcome`: how the sink may write the attempt's timeline entries
+ * (workers/attempts.ts), handed on in its context.
+ */
 export function createDeliverProcessor(sink: Sink, log: Logger, endpoint?: string) {
-  return async function deliver(job: Job<SinkDeliverJob>, signal: AbortSignal): Promise<SinkResult> {
+  return async function deliver(
+    job: Job<SinkDeliverJob>,
+    signal: AbortSignal,
+    outcome?: AttemptOutcome,
+  ): Promise<SinkResult> {
     const data = job.data?.call;
     if (!data || typeof data.key !== 'string')
       throw new UnprocessableJobError('sink job carries no canonical call record');
@@ -53,6 +61,7 @@ export function createDeliverProcessor(sink: Sink, log: Logger, endpoint?: strin
         attempt: job.attemptsMade + 1,
         ...(endpoint === undefined ? {} : { endpoint }),
         ...(revision ? { revision } : {}),
+        ...(outcome ? { outcome } : {}),
         // Built when the sink first logs: most deliveries log nothing at info.
         get log() {
           return (jobLog ??= log.child({

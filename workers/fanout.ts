@@ -21,7 +21,7 @@ import type { RedisClient } from '../queues/connection.js';
 import type { Logger } from 'pino';
 import { logRepeated } from '../src/log.js';
 import type { CanonicalCall } from '../src/model/call.js';
-import { routeMatches, sinksFor } from '../src/routing/router.js';
+import { routeMatches } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
 import { UnprocessableJobError } from '../src/errors.js';
 import { JobName, sinkJobId, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
@@ -81,9 +81,28 @@ function endpointJobs(sink: string, endpoints: readonly EndpointQueue[], call: C
   }));
 }
 
-/** The sink jobs of one call; throws UnprocessableJobError when a route names a sink without a queue. */
-function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: PlannedJob[] } {
-  const sinks = sinksFor(deps.routes, call);
+/** What the call's `fanned-out` event says: the routes that matched (by name, else `#<n>`) and their sinks. */
+interface FannedOutInfo {
+  call: CanonicalCall;
+  /** The sink jobs' id (it begins with the call hash). */
+  jobId: string;
+  routes: string[];
+  sinks: string[];
+}
+
+/**
+ * The sink jobs of one call, and what its `fanned-out` event says (the routes matched once, the
+ * job id hashed once); throws UnprocessableJobError when a route names a sink without a queue.
+ */
+function plan(deps: FanOutDeps, call: CanonicalCall): FannedOutInfo & { jobs: PlannedJob[] } {
+  const names = new Set<string>();
+  const routes: string[] = [];
+  deps.routes.forEach((route, i) => {
+    if (!routeMatches(route, call)) return;
+    routes.push(route.name ?? `#${i + 1}`);
+    for (const name of route.to) names.add(name);
+  });
+  const sinks = [...names];
   const jobId = sinkJobId(call);
   const jobs = sinks.flatMap((sink): PlannedJob[] => {
     let sinkCall = deps.withoutRaw?.has(sink) ? { ...call, raw: null } : call;
@@ -97,7 +116,7 @@ function plan(deps: FanOutDeps, call: CanonicalCall): { sinks: string[]; jobs: P
     const data: SinkDeliverJob = { kind: JobName.sinkDeliver, sink, call: sinkCall };
     return [{ queue, job: { name: JobName.sinkDeliver, data, opts: { jobId } } }];
   });
-  return { sinks, jobs };
+  return { call, jobId, routes, sinks, jobs };
 }
 
 /**
@@ -122,16 +141,12 @@ export function createHandOverProcessor(
   };
 }
 
-/** What the call's `fanned-out` event says: the routes that matched (by name, else `#<n>`) and their sinks. */
-function fannedOutInfo(deps: FanOutDeps, call: CanonicalCall, sinks: string[]) {
-  const routes = deps.routes.flatMap((route, i) => (routeMatches(route, call) ? [route.name ?? `#${i + 1}`] : []));
-  return { call, jobId: sinkJobId(call), routes, sinks };
-}
-
-/** The call's `fanned-out` event. Never rejects. */
-function noteFannedOut(deps: FanOutDeps, call: CanonicalCall, sinks: string[]): Promise<void> {
-  return deps.timeline ? deps.timeline.fannedOut(call, fannedOutInfo(deps, call, sinks)) : Promise.resolve();
-}
+const fannedOutInfo = ({ call, jobId, routes, sinks }: FannedOutInfo): FannedOutInfo => ({
+  call,
+  jobId,
+  routes,
+  sinks,
+});
 
 /** Fan-out of one BullMQ `inbound` job: the dead letters of the log (see above), retried by operators. */
 export function createFanOutProcessor(deps: FanOutDeps) {
@@ -141,12 +156,14 @@ export function createFanOutProcessor(deps: FanOutDeps) {
     if (!call || typeof call.key !== 'string' || typeof call.callId !== 'string') {
       throw new UnprocessableJobError(job.data?.reason ?? 'inbound job carries no canonical call record');
     }
-    const { sinks, jobs } = plan(deps, call);
+    const planned = plan(deps, call);
+    const { sinks, jobs } = planned;
     try {
       await Promise.all(jobs.map(({ queue, job: j }) => queue.add(j.name, j.data, j.opts)));
       await deps.replicated?.(jobs.map((j) => j.queue));
-      await noteFannedOut(deps, call, sinks);
-      if (tracingOn()) traceFannedOut(sinkJobId(call).slice(0, 32), fannedOutInfo(deps, call, sinks), Date.now());
+      // The call's `fanned-out` event (never rejects).
+      if (deps.timeline) await deps.timeline.fannedOut(call, fannedOutInfo(planned));
+      if (tracingOn()) traceFannedOut(planned.jobId.slice(0, 32), fannedOutInfo(planned), Date.now());
     } catch (err) {
       // The same data fails the same way on every attempt: a dead letter at once, with the reason.
       if (!isRedisUnavailable(err))
@@ -399,7 +416,7 @@ class LogFanOut implements RunningLogFanOut {
     const byQueue = new Map<Queue<SinkDeliverJob>, PlannedJob['job'][]>();
     const dead: [InboundEntry, string][] = [];
     let jobs = 0;
-    const fanned: [CanonicalCall, string[]][] = [];
+    const fanned: FannedOutInfo[] = [];
     for (const entry of entries) {
       if (!entry.call) {
         dead.push([entry, 'inbound entry is not a readable call record']);
@@ -409,7 +426,7 @@ class LogFanOut implements RunningLogFanOut {
       try {
         const p = plan(this.options, entry.call);
         planned = p.jobs;
-        if (this.options.timeline || tracingOn()) fanned.push([entry.call, p.sinks]);
+        if (this.options.timeline || tracingOn()) fanned.push(fannedOutInfo(p));
       } catch (err) {
         dead.push([entry, (err as Error).message]);
         continue;
@@ -428,9 +445,8 @@ class LogFanOut implements RunningLogFanOut {
     if (errors.length > 0) throw errors.find(isRedisUnavailable) ?? errors[0];
     // Before the entries leave the log: a crash here fans them out (and notes them) again.
     if (fanned.length > 0) {
-      const infos = fanned.map(([call, sinks]) => fannedOutInfo(this.options, call, sinks));
-      if (tracingOn()) for (const info of infos) traceFannedOut(info.jobId.slice(0, 32), info, startedAt);
-      if (this.options.timeline) await this.options.timeline.fannedOutMany(infos);
+      if (tracingOn()) for (const info of fanned) traceFannedOut(info.jobId.slice(0, 32), info, startedAt);
+      if (this.options.timeline) await this.options.timeline.fannedOutMany(fanned);
     }
     const kept = new Set(entries.map((e) => e.entryId));
     for (const [entry, reason] of dead) if (!(await this.deadLetter(entry, reason))) kept.delete(entry.entryId);

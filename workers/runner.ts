@@ -11,7 +11,7 @@ import { asKeys, type RedisKeys } from '../queues/keys.js';
 import type { Logger } from 'pino';
 import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, isRedisCondition, RetryLaterError, SinkError } from '../src/errors.js';
-import type { QueueLimit } from '../src/sinks/types.js';
+import type { AttemptOutcome, QueueLimit } from '../src/sinks/types.js';
 import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
 import { disableQueue, pauseQueue } from '../queues/disabled.js';
 import type { CallTimeline } from '../queues/timeline.js';
@@ -44,7 +44,12 @@ export interface RunnerOptions {
   timeline?: CallTimeline;
 }
 
-export type Processor<T extends JobPayload> = (job: Job<T>, signal: AbortSignal) => Promise<unknown>;
+/** `outcome`: given by workers/attempts.ts to a sink job's processor (its timeline entries; see SinkContext.outcome). */
+export type Processor<T extends JobPayload> = (
+  job: Job<T>,
+  signal: AbortSignal,
+  outcome?: AttemptOutcome,
+) => Promise<unknown>;
 
 /**
  * A job-scoped "retry later" may repeat this often before it counts as an ordinary failure. Waits

@@ -223,6 +223,8 @@ const coreEnv = {
   METRICS_TOKEN: optionalString,
   /** Days a call's timeline (and its lookup entries) is kept after its last event ("Where is my call?"). Default 30. */
   CALL_TIMELINE_TTL_DAYS: int(30, 1),
+  /** `off`: no call timelines are written (the Calls page, `callsync call(s)` and /api/calls then find nothing new). Default on. */
+  CALL_TIMELINE: envEnum(['on', 'off'], 'on'),
   /** HubSpot account (portal) id: the Calls page links a HubSpot call or contact id to its record in HubSpot's web app. Default: ids stay plain text. */
   HUBSPOT_PORTAL_ID: envString.refine(
     (v) => v === undefined || /^\d+$/.test(v),

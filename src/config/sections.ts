@@ -234,12 +234,15 @@ export function retentionSection(env: Env): RetentionSection {
 
 /** The call timelines ("Where is my call?"). */
 export interface TimelineSection {
+  /** CALL_TIMELINE: false when `off` (no timeline is written by this process). */
+  enabled: boolean;
   ttlDays: number;
   /** PRIVACY_HMAC_SECRET, the key of the number index; undefined: the key kept in Redis (queues/privacy-key.ts). */
   privacySecret: string | undefined;
 }
 
 export const timelineSection = (env: Env): TimelineSection => ({
+  enabled: env.CALL_TIMELINE !== 'off',
   ttlDays: env.CALL_TIMELINE_TTL_DAYS,
   privacySecret: pick(privacyEnv, env).PRIVACY_HMAC_SECRET,
 });

@@ -12,6 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { callHash, compareStamps, type CallRevision } from '../model/call.js';
 import type { KeyValueStore, TimedWrite } from '../state/kv.js';
 import { RetryLaterError } from '../errors.js';
+import type { ListAppend } from '../state/kv.js';
 import type { SinkContext, SinkResult } from './types.js';
 
 /** How long the stamp of the last written revision is kept: longer than any redelivery or dead-letter replay. */
@@ -49,20 +50,39 @@ export class RevisionGuard {
    * Writes this revision of the call (`write`) unless a newer one was written already, holding the
    * call's lock meanwhile. An older revision is answered `skipped` and its job completes. Two round
    * trips to Redis: one takes the lock and reads the stamp (and `reads`, for `write`), one writes
-   * the stamp (and what `write` set) and releases the lock.
+   * the stamp (and what `write` set) and releases the lock. `final`: what this answers is the
+   * sink's result for the attempt (nothing follows): the release carries its timeline entries.
    */
   async deliver(
     callKey: string,
-    ctx: Pick<SinkContext, 'jobId' | 'revision'>,
+    ctx: Pick<SinkContext, 'jobId' | 'revision' | 'outcome'>,
     write: (held: Held) => Promise<SinkResult>,
     reads: string[] = [],
+    final = false,
   ): Promise<SinkResult> {
-    return this.hold(callKey, ctx, reads, async (held) => {
+    const body = async (held: Held) => {
       if (held.superseded) return this.skipped();
       const result = await write(held);
       held.written();
       return result;
-    });
+    };
+    return final ? this.holdToEnd(callKey, ctx, reads, body) : this.hold(callKey, ctx, reads, body);
+  }
+
+  /**
+   * `hold` for a sink whose result for the attempt is `fn`'s (nothing follows the release): with
+   * `ctx.outcome`, the attempt's timeline entries for that result go in the release's script (one
+   * command less per attempt; Redis has them before the queue hears of the outcome, as
+   * workers/attempts.ts requires). Where the store cannot (another slot, no script), or a release
+   * without writes failed, the attempt writes them itself.
+   */
+  async holdToEnd(
+    callKey: string,
+    ctx: Pick<SinkContext, 'jobId' | 'revision' | 'outcome'>,
+    reads: string[],
+    fn: (held: Held) => Promise<SinkResult>,
+  ): Promise<SinkResult> {
+    return this.hold(callKey, ctx, reads, fn, ctx.outcome);
   }
 
   /** What an older revision answers. */
@@ -79,13 +99,15 @@ export class RevisionGuard {
    * Runs `fn` holding the call's lock (RetryLaterError, job scope, while another job holds it), with
    * `reads` (keys of this store) read in the same round trip as the lock is taken, and whether this
    * revision is superseded. What `fn` sets with `held.set` or `held.written` is written in the
-   * round trip that releases the lock, and only when `fn` succeeds.
+   * round trip that releases the lock, and only when `fn` succeeds. `append`: entries for `fn`'s
+   * result appended by the releasing script (holdToEnd), `written` told when they were.
    */
   async hold<T>(
     callKey: string,
     ctx: Pick<SinkContext, 'jobId' | 'revision'>,
     reads: string[],
     fn: (held: Held) => Promise<T>,
+    append?: { entries(result: T): ListAppend; written(result: T): void },
   ): Promise<T> {
     const key = `lock:${callHash(callKey)}`;
     const token = `${ctx.jobId} ${randomBytes(6).toString('hex')}`;
@@ -121,6 +143,15 @@ export class RevisionGuard {
       await this.kv.release(key, token, []).catch(() => false);
       throw err;
     }
+    const list = append && this.kv.releaseAppending ? listOf(append, result) : undefined;
+    if (list && append && this.kv.releaseAppending) {
+      const release = this.kv.releaseAppending(key, token, writes, list);
+      // With writes, their failure is the job's (as below); without, the lock is left to expire and
+      // the entries to the attempt. `append` hears of them only when the script ran.
+      const released = writes.length > 0 ? await release : await release.catch(() => undefined);
+      if (released?.appended) append.written(result);
+      return result;
+    }
     // With writes, their failure is the job's (the stamp must not be lost: Redis' trouble waits for Redis).
     if (writes.length > 0) await this.kv.release(key, token, writes);
     else await this.kv.release(key, token, []).catch(() => false);
@@ -141,5 +172,14 @@ export class RevisionGuard {
 
   private stampKey(callKey: string, scope: string | undefined): string {
     return scope ? `rev:${callHash(callKey)}:${scope}` : `rev:${callHash(callKey)}`;
+  }
+}
+
+/** The entries to append for `result`; undefined when they cannot be made (the attempt then writes them itself). */
+function listOf<T>(append: { entries(result: T): ListAppend }, result: T): ListAppend | undefined {
+  try {
+    return append.entries(result);
+  } catch {
+    return undefined;
   }
 }

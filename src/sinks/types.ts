@@ -2,7 +2,7 @@
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import type { CallRevision, CanonicalCall } from '../model/call.js';
-import type { KeyValueStore } from '../state/kv.js';
+import type { KeyValueStore, ListAppend } from '../state/kv.js';
 import type { TelephonyClient } from '../telephony/types.js';
 import type { Route } from '../routing/types.js';
 import type { RetryPolicy } from '../../queues/registry.js';
@@ -34,6 +34,20 @@ export interface SinkContext {
    * jobs queued before revisions existed: those count as the oldest revision (src/sinks/revisions.ts).
    */
   revision?: CallRevision;
+  /**
+   * The attempt's timeline entries (workers/attempts.ts), for a sink whose last step is the release
+   * of its call's lock (src/sinks/revisions.ts): written by the release's script, one command less.
+   * Absent: the attempt writes them itself.
+   */
+  outcome?: AttemptOutcome;
+}
+
+/** How a sink's last Redis script carries its attempt's timeline entries (see SinkContext.outcome). */
+export interface AttemptOutcome {
+  /** The entries of the attempt ending with `result` (its start and its outcome), as a list append. */
+  entries(result: SinkResult): ListAppend;
+  /** They were appended, for `result` (the attempt writes them no more when it ends with this very result). */
+  written(result: SinkResult): void;
 }
 
 export interface SinkResult {

@@ -23,6 +23,13 @@ export interface KeyValueStore {
    */
   release(lockKey: string, token: string, writes: TimedWrite[]): Promise<boolean>;
   /**
+   * `release`, and in the same script entries appended to a list outside the store (a call's
+   * timeline, src/sinks/revisions.ts) — only where one script may reach it (a single Redis, or the
+   * same cluster slot): `appended` false, and nothing appended, else. An append that fails inside
+   * the script (a key of another type) fails neither the writes nor the release. Absent: not offered.
+   */
+  releaseAppending?(lockKey: string, token: string, writes: TimedWrite[], append: ListAppend): Promise<Released>;
+  /**
    * One round trip (on one server or slot): reads `claim.reads`, tests `claim.sets` for
    * membership, and — when `claim.take` and none of the reads exists and no member is in its set —
    * sets `key` to `value` (NX: it is one of the reads, absent) with its TTL.
@@ -67,6 +74,22 @@ export interface Acquired {
   values: (string | null)[];
 }
 
+/** Entries appended to a list (RPUSH), the list trimmed to its newest `max` and expiring in `ttlMs`. */
+export interface ListAppend {
+  /** The list's full key (not in the store's namespace). */
+  key: string;
+  values: string[];
+  max: number;
+  ttlMs: number;
+}
+
+export interface Released {
+  /** True when the lock was released (it still held the token). */
+  released: boolean;
+  /** True when the entries were appended (by the same script). */
+  appended: boolean;
+}
+
 export interface TimedWrite {
   key: string;
   value: string;
@@ -98,6 +121,21 @@ for i = 2, #KEYS do redis.call('SET', KEYS[i], ARGV[2 * i - 2], 'PX', ARGV[2 * i
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`;
 
+// RELEASE, then entries appended to a list. KEYS[1]: the lock, KEYS[2..#KEYS-1]: keys to set,
+// KEYS[#KEYS]: the list. ARGV: token, max entries, list TTL ms, m (entries), the m entries, then value
+// and TTL ms per key to set. The list's commands are pcall'ed: their failure fails nothing else.
+const RELEASE_APPENDING = `
+local m = tonumber(ARGV[4])
+local w = 4 + m
+for i = 2, #KEYS - 1 do redis.call('SET', KEYS[i], ARGV[w + 2 * i - 3], 'PX', ARGV[w + 2 * i - 2]) end
+local released = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then released = redis.call('DEL', KEYS[1]) end
+local list = KEYS[#KEYS]
+for i = 5, w do redis.pcall('RPUSH', list, ARGV[i]) end
+redis.pcall('LTRIM', list, -tonumber(ARGV[2]), -1)
+redis.pcall('PEXPIRE', list, ARGV[3])
+return released`;
+
 // KEYS[1]: the key to take, KEYS[2..n+1]: keys to read, KEYS[n+2] (optional): a set. ARGV: value,
 // TTL ms, take (1/0), n, then the members to test in the set. Returns {taken, inSet, values...}.
 const CLAIM = `
@@ -123,6 +161,7 @@ return out`;
 interface StateCommands {
   callsyncStateAcquire(numKeys: number, ...args: (string | number)[]): Promise<(number | string | null)[]>;
   callsyncStateRelease(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  callsyncStateReleaseAppending(numKeys: number, ...args: (string | number)[]): Promise<number>;
   callsyncStateClaim(numKeys: number, ...args: (string | number)[]): Promise<(number | string | null)[]>;
 }
 
@@ -131,6 +170,7 @@ function commands(redis: Redis | Cluster): StateCommands {
   if (!defined.has(redis)) {
     redis.defineCommand('callsyncStateAcquire', { lua: ACQUIRE });
     redis.defineCommand('callsyncStateRelease', { lua: RELEASE });
+    redis.defineCommand('callsyncStateReleaseAppending', { lua: RELEASE_APPENDING });
     redis.defineCommand('callsyncStateClaim', { lua: CLAIM });
     defined.add(redis);
   }
@@ -193,6 +233,26 @@ export class RedisKeyValueStore implements KeyValueStore {
     const keys = [this.prefix + lockKey, ...writes.map((w) => this.prefix + w.key)];
     const args = writes.flatMap((w) => [w.value, ttl(w.ttlMs)]);
     return Number(await commands(this.redis).callsyncStateRelease(keys.length, ...keys, token, ...args)) === 1;
+  }
+
+  async releaseAppending(lockKey: string, token: string, writes: TimedWrite[], append: ListAppend): Promise<Released> {
+    const lock = this.prefix + lockKey;
+    // On a cluster the list must be in the lock's slot (the one-slot layout), else it is left to its owner.
+    if ('isCluster' in this.redis && this.redis.isCluster && keySlot(append.key) !== keySlot(lock))
+      return { released: await this.release(lockKey, token, writes), appended: false };
+    const keys = [lock, ...writes.map((w) => this.prefix + w.key), append.key];
+    const args = writes.flatMap((w) => [w.value, ttl(w.ttlMs)]);
+    const reply = await commands(this.redis).callsyncStateReleaseAppending(
+      keys.length,
+      ...keys,
+      token,
+      append.max,
+      ttl(append.ttlMs),
+      append.values.length,
+      ...append.values,
+      ...args,
+    );
+    return { released: Number(reply) === 1, appended: true };
   }
 
   async claim(key: string, value: string, ttlMs: number, c: ClaimRequest): Promise<Claimed> {

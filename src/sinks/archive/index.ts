@@ -89,6 +89,10 @@ export class ArchiveSink implements Sink {
     // day moves its objects (one call, one place; `callsync replay` of the old day finds nothing).
     const dayKey = `day:${callHash(call.key)}`;
     let movedFrom: string | null = null;
+    const refs = { location: this.store.location, json: keys.json, text: keys.text, vcon: keys.vcon };
+    // Without recordings the record is the last write: its result is the attempt's, and the lock's
+    // release carries the attempt's timeline entries (src/sinks/revisions.ts holdToEnd).
+    const final = call.recordings.length === 0;
     // An update of a call overwrites the same objects: the newest revision wins, whatever the order the jobs ran in.
     // With state, the day is read as the call's lock is taken, and written as it is released.
     const writeRecord = async (held?: Held): Promise<SinkResult> => {
@@ -110,12 +114,13 @@ export class ArchiveSink implements Sink {
         movedFrom = filed;
       }
       if (held && filed !== day) held.set(dayKey, day, REVISION_MEMORY_TTL_MS);
-      return { status: 'done' };
+      if (final) this.logArchived(ctx, keys.json, day, movedFrom);
+      return final ? { status: 'done', refs } : { status: 'done' };
     };
     const record = this.revisions
-      ? await this.revisions.deliver(call.key, ctx, writeRecord, [dayKey])
+      ? await this.revisions.deliver(call.key, ctx, writeRecord, [dayKey], final)
       : await writeRecord();
-    if (record.status === 'skipped') return record;
+    if (record.status === 'skipped' || final) return record;
     // Recordings last, streamed beside the transcript (src/sinks/archive/recordings.ts).
     const recordings = await archiveRecordings(call, {
       store: this.store,
@@ -124,13 +129,13 @@ export class ArchiveSink implements Sink {
       log: ctx.log,
       signal: ctx.signal,
     });
-    if (movedFrom !== null)
-      ctx.log.info({ from: movedFrom, to: day, key: keys.json }, 'archived call moved to its new start day');
-    ctx.log.debug({ location: this.store.location, key: keys.json }, 'archived call');
-    return {
-      status: 'done',
-      refs: { location: this.store.location, json: keys.json, text: keys.text, vcon: keys.vcon, ...recordings },
-    };
+    this.logArchived(ctx, keys.json, day, movedFrom);
+    return { status: 'done', refs: { ...refs, ...recordings } };
+  }
+
+  private logArchived(ctx: SinkContext, key: string, day: string, movedFrom: string | null): void {
+    if (movedFrom !== null) ctx.log.info({ from: movedFrom, to: day, key }, 'archived call moved to its new start day');
+    ctx.log.debug({ location: this.store.location, key }, 'archived call');
   }
 }
 

@@ -354,7 +354,8 @@ export class HubSpotSink implements Sink {
     await this.loadTimeZone(ctx.signal, log);
     // Outside the call's lock: a call waiting for its recording holds nothing.
     const recordingUrl = await this.recordingUrl(call, log);
-    return this.revisions.deliver(call.key, ctx, () => this.write(call, ctx, recordingUrl));
+    // Its result is the attempt's: the lock's release carries the attempt's timeline entries.
+    return this.revisions.deliver(call.key, ctx, () => this.write(call, ctx, recordingUrl), [], true);
   }
 
   private async write(call: CanonicalCall, ctx: SinkContext, recordingUrl: string | null): Promise<SinkResult> {

@@ -248,7 +248,8 @@ export class PipedriveSink implements Sink {
    * an update of a call PATCHes the activity its first revision created.
    */
   deliver(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {
-    return this.revisions.deliver(call.key, ctx, () => this.write(call, ctx));
+    // Its result is the attempt's: the lock's release carries the attempt's timeline entries.
+    return this.revisions.deliver(call.key, ctx, () => this.write(call, ctx), [], true);
   }
 
   private async write(call: CanonicalCall, ctx: SinkContext): Promise<SinkResult> {

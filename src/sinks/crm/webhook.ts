@@ -26,7 +26,7 @@ import { EndpointDisabledError } from '../../errors.js';
 import { redactRemoteText } from '../../redact.js';
 import type { CanonicalCall } from '../../model/call.js';
 import { retryOptionsSchema, retryPolicy, STANDARD_WEBHOOKS_SCHEDULE } from '../retry.js';
-import { RevisionGuard } from '../revisions.js';
+import { RevisionGuard, type Held } from '../revisions.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { queueLimitSchema, timeoutSchema } from './common.js';
@@ -295,7 +295,8 @@ export class WebhookSink implements Sink {
     const message = this.payload(call);
     if (ctx.endpoint === undefined) {
       const results: SinkResult[] = [];
-      for (const endpoint of this.endpoints.values()) results.push(await this.sendTo(endpoint, call, message, ctx));
+      for (const endpoint of this.endpoints.values())
+        results.push(await this.sendTo(endpoint, call, message, ctx, false));
       if (results.every((r) => r.status === 'skipped')) return results[0]!;
       const reasons = results.flatMap((r) => (r.reason ? [r.reason] : []));
       return {
@@ -309,20 +310,22 @@ export class WebhookSink implements Sink {
       throw new EndpointDisabledError(
         `sink "${this.name}" (webhook) has no endpoint "${ctx.endpoint}" (any more): its queue is disabled; add the endpoint back, or remove its jobs`,
       );
-    return this.sendTo(endpoint, call, message, ctx);
+    return this.sendTo(endpoint, call, message, ctx, true);
   }
 
+  /** `final`: its result is the attempt's (the lock's release then carries the attempt's timeline entries). */
   private sendTo(
     endpoint: Endpoint,
     call: CanonicalCall,
     message: { id: string; body: string },
     ctx: SinkContext,
+    final: boolean,
   ): Promise<SinkResult> {
     const { id, body } = message;
     const sentKey = `sent:${id}`;
     // Two round trips: the lock taken with the revision stamp and the "sent" marker read; the marker
     // and the stamp written as the lock is released.
-    return endpoint.revisions.hold(call.key, ctx, [sentKey], async (held) => {
+    const send = async (held: Held): Promise<SinkResult> => {
       const refs = { webhookId: id };
       if (held.superseded) return endpoint.revisions.skipped();
       if (held.values[0] !== null)
@@ -342,7 +345,10 @@ export class WebhookSink implements Sink {
         'webhook delivered',
       );
       return { status: 'done', refs };
-    });
+    };
+    return final
+      ? endpoint.revisions.holdToEnd(call.key, ctx, [sentKey], send)
+      : endpoint.revisions.hold(call.key, ctx, [sentKey], send);
   }
 
   private async post(
