@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { normalizeWebhook } from '../src/model/webhook.js';
-import { contentHash } from '../src/model/call.js';
+import { contentHash, encodeCall } from '../src/model/call.js';
 import { sinksFor } from '../src/routing/router.js';
 import { routeSchema } from '../src/routing/types.js';
 import { templateVars } from '../src/sinks/template-vars.js';
@@ -35,6 +35,15 @@ test('call.channel {id, name} becomes the channel id; a channel route matches th
   assert.equal(normalize(webhookPayload('ch-4', (p) => (p.call.channel = 'sales-line'))).channelId, 'sales-line');
   assert.equal(normalize(webhookPayload('ch-4b', (p) => (p.call.channel = true))).channelId, null);
   assert.equal(normalize(webhookPayload('ch-5')).channelId, null);
+});
+
+test('a channel object with a "__proto__" key is stored and hashed with it (kept verbatim, never a prototype)', () => {
+  const withKey = (value: string) =>
+    normalize(webhookPayload('ch-proto', (p) => (p.call.channel = JSON.parse(`{"id":"x","__proto__":"${value}"}`))));
+  const a = encodeCall(withKey('a'));
+  const b = encodeCall(withKey('b'));
+  assert.notEqual(a.contentHash, b.contentHash, 'the content differs in the channel\'s "__proto__" key');
+  assert.equal((JSON.parse(a.json) as { channel: Record<string, unknown> }).channel['__proto__'], 'a');
 });
 
 test('assist.callHeadline is the title of CRM records and the archive text; assist.provider is kept', () => {

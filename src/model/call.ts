@@ -205,7 +205,8 @@ export function compareStamps(a: string | undefined, b: string | undefined): num
 function canonical(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(canonical);
   if (value === null || typeof value !== 'object') return value;
-  const out: Record<string, unknown> = {};
+  // No prototype: a key named `__proto__` (JSON.parse makes it an own key) stays a key, not a prototype.
+  const out = Object.create(null) as Record<string, unknown>;
   for (const k of Object.keys(value).sort()) out[k] = canonical((value as Record<string, unknown>)[k]);
   return out;
 }
