@@ -3,15 +3,15 @@
 // server for processes without an ingress (workers, poller).
 import { logRepeated } from '../src/log.js';
 import { Queue } from 'bullmq';
-import { Hono, type MiddlewareHandler } from 'hono';
+import { Hono } from 'hono';
 import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { withTimeout } from '../src/ingress/accept.js';
 import { listen, type Listening } from '../src/listen.js';
 import { collectProcessMetrics, metrics } from '../src/metrics.js';
 import { opsPort, queueNames } from '../src/ops/index.js';
-import { addReadyzWarnings, createOpsApp, readyzWarnings, type OpsApp } from '../src/ops/app.js';
-import { requestContext, requestContextParts } from '../src/ops/request-context.js';
+import { createOpsApp, opsRoutes, readyzWarnings, type OpsApp } from '../src/ops/app.js';
+import { requestContext } from '../src/ops/request-context.js';
 import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.js';
 import {
   bullmqReady,
@@ -60,46 +60,6 @@ export interface Operations {
   beginShutdown(): void;
   /** Closes the ops server, the queue handles and their Redis connection. */
   close(): Promise<void>;
-}
-
-/**
- * What the ingress runs before its routes, as one middleware: request ids and the access line
- * (src/ops/request-context.ts), the shutdown gate, /readyz warnings and the ops routes (/metrics,
- * the dashboard), in that order — the same as `requestContext`, `gate.middleware`, `readyzWarnings`
- * and `opsRoutes` one after the other (the ops server still runs them so), without three layers of
- * Hono's compose and their closures per request.
- */
-function ingressFront(options: {
-  log: Logger;
-  gate: ShutdownGate;
-  warnings: () => string[];
-  ops: OpsApp;
-}): MiddlewareHandler {
-  const { gate, warnings, ops } = options;
-  const { begin, end } = requestContextParts({ log: options.log });
-  return async function ingressFrontMiddleware(c, next) {
-    const requestId = begin(c);
-    const started = performance.now();
-    try {
-      const refused = gate.turnAway(c);
-      if (refused) {
-        c.res = refused;
-        return;
-      }
-      gate.enter();
-      try {
-        if (ops.owns(c.req.path)) c.res = await ops.app.fetch(c.req.raw, c.env);
-        else {
-          await next();
-          await addReadyzWarnings(c, warnings);
-        }
-      } finally {
-        gate.leave(c);
-      }
-    } finally {
-      end(c, requestId, started);
-    }
-  };
 }
 
 export function createOperations(options: OperationsOptions): Operations {
@@ -193,7 +153,7 @@ export function createOperations(options: OperationsOptions): Operations {
       runnerEvents: combineEvents(runnerMetrics(), options.runnerEvents),
       ingressEvents: combineEvents(ingressMetrics(), options.ingressEvents),
       fanOutEvents: fanOutMetrics(),
-      ingressBefore: [ingressFront({ log, gate, warnings: () => warnings(), ops })],
+      ingressBefore: [requestContext({ log }), gate.middleware, readyzDetail, opsRoutes(ops)],
     },
     ops,
     gate,

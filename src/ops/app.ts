@@ -2,7 +2,7 @@
 // and (on the ops server of worker and poller processes) /healthz and /readyz. The ingress serves
 // the same app for the paths it owns (see `opsRoutes`). No other site's page may change anything
 // here (./same-origin.ts) or frame these pages (clicks in a frame would be our own requests).
-import { Hono, type Context, type MiddlewareHandler } from 'hono';
+import { Hono, type MiddlewareHandler } from 'hono';
 import type { Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import { errorBody } from '../ingress/errors.js';
@@ -183,6 +183,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   return { app, dashboard, owns };
 }
 
+/** Ingress middleware answering /metrics and /admin/queues from the ops app; everything else passes on. */
 /**
  * Adds what is worth knowing but does not make a process unready — e.g. another live process on the
  * prefix routing with a different configuration — to a ready answer of /readyz, whichever server
@@ -191,26 +192,20 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
 export function readyzWarnings(warnings: () => string[]): MiddlewareHandler {
   return async function readyzWarningsMiddleware(c, next) {
     await next();
-    await addReadyzWarnings(c, warnings);
+    if (c.req.path !== '/readyz' || c.res.status !== 200) return;
+    const list = warnings();
+    if (list.length === 0) return;
+    const body = (await c.res
+      .clone()
+      .json()
+      .catch(() => null)) as Record<string, unknown> | null;
+    if (body === null || typeof body !== 'object' || Array.isArray(body)) return;
+    const headers = new Headers(c.res.headers);
+    headers.delete('content-length');
+    c.res = new Response(JSON.stringify({ ...body, warnings: list }), { status: 200, headers });
   };
 }
 
-/** `readyzWarnings`' work after the handler answered (for a middleware that folds it with others). */
-export async function addReadyzWarnings(c: Context, warnings: () => string[]): Promise<void> {
-  if (c.req.path !== '/readyz' || c.res.status !== 200) return;
-  const list = warnings();
-  if (list.length === 0) return;
-  const body = (await c.res
-    .clone()
-    .json()
-    .catch(() => null)) as Record<string, unknown> | null;
-  if (body === null || typeof body !== 'object' || Array.isArray(body)) return;
-  const headers = new Headers(c.res.headers);
-  headers.delete('content-length');
-  c.res = new Response(JSON.stringify({ ...body, warnings: list }), { status: 200, headers });
-}
-
-/** Ingress middleware answering /metrics and /admin/queues from the ops app; everything else passes on. */
 export function opsRoutes(ops: OpsApp): MiddlewareHandler {
   return async function opsRoutesMiddleware(c, next) {
     if (!ops.owns(c.req.path)) return next();

@@ -3,7 +3,7 @@
 // with it, and logs one access line (at debug for probes, scrapes and accepted webhooks; at info
 // otherwise).
 import { randomUUID } from 'node:crypto';
-import type { Context, MiddlewareHandler } from 'hono';
+import type { MiddlewareHandler } from 'hono';
 import type { Logger } from 'pino';
 
 export interface RequestContextOptions {
@@ -21,53 +21,29 @@ export interface RequestContextOptions {
 
 const SANE_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 
-/** The two halves of `requestContext`, for a middleware that folds it with others (workers/operations.ts). */
-export interface RequestContextParts {
-  /** Sets the id on the context and the answer; returns it. */
-  begin(c: Context): string;
-  /** Puts the id on the answer (when a raw response replaced it) and logs the access line. */
-  end(c: Context, requestId: string, started: number): void;
-}
-
-export function requestContextParts(options: RequestContextOptions): RequestContextParts {
+export function requestContext(options: RequestContextOptions): MiddlewareHandler {
   const header = options.header ?? 'x-request-id';
   const quiet = new Set(options.quietPaths ?? ['/healthz', '/readyz', '/metrics']);
   const quietOk = options.quietWhenOk ?? ['/webhooks/'];
-  const { log } = options;
-  return {
-    begin(c) {
-      const incoming = c.req.header(header);
-      const requestId = incoming && SANE_ID.test(incoming) ? incoming : randomUUID();
-      c.set('requestId', requestId);
-      // Set before the handler answers, so c.json() builds the response with it. Setting a header on a
-      // finished response makes Hono copy it, which turns @hono/node-server's cached answer into a web
-      // Response with a stream (~30 µs a request); only raw responses (the ops app) still need that.
-      c.header(header, requestId);
-      return requestId;
-    },
-    end(c, requestId, started) {
-      if (c.res.headers.get(header) !== requestId) c.header(header, requestId);
-      const path = c.req.path;
-      const status = c.res.status;
-      const debug = quiet.has(path) || (status < 400 && quietOk.some((p) => path.startsWith(p)));
-      // A debug line is not built when debug is off (every accepted webhook's).
-      if (debug && !log.isLevelEnabled('debug')) return;
-      const line = { requestId, method: c.req.method, path, status, ms: Math.round(performance.now() - started) };
-      if (debug) log.debug(line, 'request');
-      else log.info(line, 'request');
-    },
-  };
-}
-
-export function requestContext(options: RequestContextOptions): MiddlewareHandler {
-  const { begin, end } = requestContextParts(options);
   return async function requestContextMiddleware(c, next) {
-    const requestId = begin(c);
+    const incoming = c.req.header(header);
+    const requestId = incoming && SANE_ID.test(incoming) ? incoming : randomUUID();
+    c.set('requestId', requestId);
     const started = performance.now();
+    // Set before the handler answers, so c.json() builds the response with it. Setting a header on a
+    // finished response makes Hono copy it, which turns @hono/node-server's cached answer into a web
+    // Response with a stream (~30 µs a request); only raw responses (the ops app) still need that.
+    c.header(header, requestId);
     try {
       await next();
     } finally {
-      end(c, requestId, started);
+      if (c.res.headers.get(header) !== requestId) c.header(header, requestId);
+      const path = c.req.path;
+      const status = c.res.status;
+      const line = { requestId, method: c.req.method, path, status, ms: Math.round(performance.now() - started) };
+      if (quiet.has(path) || (status < 400 && quietOk.some((p) => path.startsWith(p))))
+        options.log.debug(line, 'request');
+      else options.log.info(line, 'request');
     }
   };
 }

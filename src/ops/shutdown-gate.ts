@@ -1,7 +1,7 @@
 // Once shutdown starts, new requests get 503 with Retry-After (the sender tries again, another
 // instance takes it) while requests already inside finish normally. Probes of liveness and the
 // metrics scrape still answer.
-import type { Context, MiddlewareHandler } from 'hono';
+import type { MiddlewareHandler } from 'hono';
 import { errorBody } from '../ingress/errors.js';
 
 export interface ShutdownGateOptions {
@@ -15,13 +15,6 @@ export interface ShutdownGateOptions {
 
 export interface ShutdownGate {
   middleware: MiddlewareHandler;
-  /**
-   * The middleware in parts, for one that folds it with others (workers/operations.ts): `turnAway`
-   * answers a request refused (or returns null), `enter` and `leave` go around a request let in.
-   */
-  turnAway(c: Context): Response | null;
-  enter(): void;
-  leave(c: Context): void;
   /** From now on, new requests get 503. */
   close(): void;
   readonly closed: boolean;
@@ -34,37 +27,25 @@ export function createShutdownGate(options: ShutdownGateOptions = {}): ShutdownG
   const open = new Set(options.openPaths ?? ['/healthz', '/metrics']);
   let closed = false;
   let inFlight = 0;
-  const turnAway = (c: Context): Response | null => {
-    if (!closed || open.has(c.req.path)) return null;
-    options.onRejected?.(c.req.path);
-    return c.json(errorBody(503, 'callsync is shutting down; retry later'), 503, {
-      'retry-after': retryAfter,
-      connection: 'close',
-    });
-  };
-  const enter = () => {
-    inFlight++;
-  };
-  const leave = (c: Context) => {
-    inFlight--;
-    // Keep-alive clients should open their next connection elsewhere.
-    if (closed) c.header('connection', 'close');
-  };
   const middleware: MiddlewareHandler = async function shutdownGate(c, next) {
-    const refused = turnAway(c);
-    if (refused) return refused;
-    enter();
+    if (closed && !open.has(c.req.path)) {
+      options.onRejected?.(c.req.path);
+      return c.json(errorBody(503, 'callsync is shutting down; retry later'), 503, {
+        'retry-after': retryAfter,
+        connection: 'close',
+      });
+    }
+    inFlight++;
     try {
       await next();
     } finally {
-      leave(c);
+      inFlight--;
+      // Keep-alive clients should open their next connection elsewhere.
+      if (closed) c.header('connection', 'close');
     }
   };
   return {
     middleware,
-    turnAway,
-    enter,
-    leave,
     close() {
       closed = true;
     },
