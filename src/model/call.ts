@@ -205,9 +205,15 @@ export function compareStamps(a: string | undefined, b: string | undefined): num
 function canonical(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(canonical);
   if (value === null || typeof value !== 'object') return value;
-  // No prototype: a key named `__proto__` (JSON.parse makes it an own key) stays a key, not a prototype.
-  const out = Object.create(null) as Record<string, unknown>;
-  for (const k of Object.keys(value).sort()) out[k] = canonical((value as Record<string, unknown>)[k]);
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(value).sort()) {
+    const v = canonical((value as Record<string, unknown>)[k]);
+    // A key named `__proto__` (JSON.parse makes it an own key) stays a key, never the prototype. Not
+    // a prototype-less object for all: JSON.stringify of a call holding one used far more memory.
+    if (k === '__proto__')
+      Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+    else out[k] = v;
+  }
   return out;
 }
 
