@@ -8,11 +8,12 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm, symlink } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { webhookPayload } from './support/calls.js';
@@ -224,19 +225,30 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
   test('a SIGTERM while it starts (after the private Redis, before "callsync started") stops it cleanly and stops the private Redis', async () => {
     const redisDir = join(dir, 'data', 'redis');
     const child = start();
-    await waitFor(
-      () =>
-        child.lines.find((l) => String(l.msg).startsWith('no Redis configured or answering locally: started')) ?? null,
-      { timeoutMs: 30_000, what: 'the private Redis started' },
-    );
-    const server = JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number };
-    // The roles are still starting: the signal arrives before the process logged "callsync started".
-    assert.ok(!child.lines.some((l) => l.msg === 'callsync started'), 'signalled before the start was over');
-    child.proc.kill('SIGTERM');
-    // Before: no handler yet, the signal's default action ended the process (exit by signal) and
-    // left the redis-server it had just started running.
-    assert.equal(await bounded(child.exit, 30_000, 'callsync to stop', child), 0);
-    await waitFor(() => !alive(server.pid) || null, { timeoutMs: 10_000, what: 'the private Redis to stop' });
+    // Signalled the moment the private Redis' line arrives (a log poll would miss the window on a
+    // fast machine: the roles start within a few hundred milliseconds).
+    let startOverWhenSignalled: boolean | undefined;
+    let serverPid: number | undefined;
+    createInterface({ input: child.proc.stdout! }).on('line', (line) => {
+      if (startOverWhenSignalled !== undefined || !line.includes('no Redis configured or answering locally: started'))
+        return;
+      startOverWhenSignalled = child.lines.some((l) => l.msg === 'callsync started');
+      child.proc.kill('SIGTERM');
+      serverPid = (JSON.parse(readFileSync(join(redisDir, 'server.json'), 'utf8')) as { pid: number }).pid;
+    });
+    try {
+      // Before: no handler yet, the signal's default action ended the process (exit by signal) and
+      // left the redis-server it had just started running.
+      assert.equal(await bounded(child.exit, 30_000, 'callsync to stop', child), 0);
+      assert.equal(startOverWhenSignalled, false, 'signalled before the start was over');
+      assert.ok(serverPid !== undefined, 'the private Redis was running when signalled');
+      await waitFor(() => !alive(serverPid!) || null, { timeoutMs: 10_000, what: 'the private Redis to stop' });
+    } finally {
+      if (child.proc.exitCode === null) {
+        child.proc.kill('SIGTERM');
+        await bounded(child.exit, 30_000, 'callsync to stop after the test', child).catch(() => undefined);
+      }
+    }
   });
 
   test('check-config without a running Redis: the private one is named (not running, started by `callsync start`)', async () => {
