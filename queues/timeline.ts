@@ -528,32 +528,29 @@ export class CallTimeline {
       id: timelineIdOf(jobId, call),
       entry: { at, event: 'fanned-out' as const, jobId, routes, sinks },
     }));
-    const script = scripted(this.redis);
-    // Sent again while Redis is unavailable, as the other entries: a Redis restarted between the
-    // sink jobs' add and this write would leave the call without its fan-out (the fan-out waits
-    // for the first tries only, workers/fanout.ts).
     if (this.keys.layout !== 'one-slot' || items.length === 1) {
-      await Promise.all(
-        items.map((i) =>
-          this.sendUntilWritten(() =>
-            script.callsyncTimeline(1, this.key(i.id), 1, JSON.stringify(i.entry), this.maxEntries, this.ttlMs),
-          ),
-        ),
-      );
+      await Promise.all(items.map((i) => this.append(i.id, i.entry)));
       return;
     }
-    const sends: Promise<void>[] = [];
-    for (let i = 0; i < items.length; i += MAX_BATCH) {
-      const part = items.slice(i, i + MAX_BATCH);
-      const keys = part.map((p) => this.key(p.id));
-      const texts = part.map((p) => JSON.stringify(p.entry));
-      sends.push(
-        this.sendUntilWritten(() =>
-          script.callsyncTimelineMany(part.length, ...keys, this.maxEntries, this.ttlMs, ...texts),
-        ),
-      );
+    try {
+      const script = scripted(this.redis);
+      const sends: Promise<number>[] = [];
+      for (let i = 0; i < items.length; i += MAX_BATCH) {
+        const part = items.slice(i, i + MAX_BATCH);
+        sends.push(
+          script.callsyncTimelineMany(
+            part.length,
+            ...part.map((p) => this.key(p.id)),
+            this.maxEntries,
+            this.ttlMs,
+            ...part.map((p) => JSON.stringify(p.entry)),
+          ),
+        );
+      }
+      await Promise.all(sends);
+    } catch (err) {
+      this.failed(err);
     }
-    await Promise.all(sends);
   }
 
   /**
