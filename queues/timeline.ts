@@ -13,7 +13,7 @@
 // No phone number or transcript text is written in clear: numbers are masked as in logs
 // (maskPhone), reasons are the redacted error texts with the call's own numbers masked once more.
 // A timeline write never fails the work it describes: an error is logged (at most once a minute);
-// receipts, fan-outs and sink attempts are sent again while Redis is unavailable (RESEND_FOR_MS).
+// receipts and sink attempts are sent again while Redis is unavailable (RESEND_FOR_MS).
 import { createHmac } from 'node:crypto';
 import type { Logger } from 'pino';
 import { isRedisUnavailable, type RedisClient } from './connection.js';
