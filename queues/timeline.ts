@@ -303,6 +303,21 @@ export interface ReceivedWrite {
   ttlMs: number;
 }
 
+/** A `received` entry's fields after its job id, in the order both writers of the entry put them. */
+function receivedDetails(
+  call: ReceivedCall,
+  info: { requestId?: string; spooled?: boolean },
+): Pick<TimelineEntry, 'requestId' | 'spooled' | 'direction' | 'from' | 'to' | 'startedAt'> {
+  return {
+    ...(info.requestId ? { requestId: info.requestId } : {}),
+    ...(info.spooled ? { spooled: true as const } : {}),
+    direction: call.direction,
+    from: maskPhone(call.from),
+    to: maskPhone(call.to),
+    startedAt: call.startedAt,
+  };
+}
+
 export class CallTimeline {
   /** CALL_TIMELINE_TTL_DAYS in ms. */
   readonly ttlMs: number;
@@ -422,12 +437,7 @@ export class CallTimeline {
       callId: call.callId,
       revision: info.revision,
       jobId: info.jobId,
-      ...(info.requestId ? { requestId: info.requestId } : {}),
-      ...(info.spooled ? { spooled: true as const } : {}),
-      direction: call.direction,
-      from: maskPhone(call.from),
-      to: maskPhone(call.to),
-      startedAt: call.startedAt,
+      ...receivedDetails(call, info),
     };
     const text = JSON.stringify(entry);
     const script = scripted(this.redis);
@@ -488,14 +498,7 @@ export class CallTimeline {
     if (this.keys.layout !== 'one-slot' || !known) return null;
     const at = this.now();
     const head = JSON.stringify({ at, event: 'received', source: call.source, callId: call.callId });
-    const tail = JSON.stringify({
-      ...(info.requestId ? { requestId: info.requestId } : {}),
-      ...(info.spooled ? { spooled: true as const } : {}),
-      direction: call.direction,
-      from: maskPhone(call.from),
-      to: maskPhone(call.to),
-      startedAt: call.startedAt,
-    });
+    const tail = JSON.stringify(receivedDetails(call, info));
     return {
       keys: [this.key(id), ...this.lookupKeys(call, known)],
       head: `${head.slice(1, -1)},"revision":"`,
