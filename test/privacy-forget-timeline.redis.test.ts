@@ -94,6 +94,16 @@ describe('forget <number> after the jobs were swept: the timeline index finds th
       // Two days later the sweeper has removed the delivered jobs; the timelines are kept 30 days.
       const swept = await sweepRetention(config, conn, log, Date.now() + 2 * DAY_MS);
       assert.equal(swept.removed.completed_jobs, calls.length);
+      // On the one-slot layout the lookups go in the call's own append; on a spread cluster they
+      // are a second write after the acknowledgement, which can land after the delivery (seen
+      // ~200 ms late on a loaded machine): wait for them rather than race them.
+      await waitFor(
+        async () => (await timeline.byNumber(A)).length === 2 && (await timeline.byNumber(B)).length === 1,
+        {
+          what: "the number index lists A's two calls and B's one",
+          timeoutMs: 10_000,
+        },
+      );
       assert.deepEqual((await timeline.byNumber(A)).sort(), [hash('tl-a1'), hash('tl-a2')].sort());
       assert.ok((await timeline.read(hash('tl-a1'))).length > 0, "tl-a1's timeline is there");
 
