@@ -18,6 +18,7 @@ export const LAYERS: Record<string, number> = {
   'src/errors': 0.5,
   'src/log': 0,
   'src/backoff': 0,
+  'src/deadline': 0,
   'src/listen': 0,
   'src/env-values': 0,
   'src/redis-slot': 0,

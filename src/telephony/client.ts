@@ -5,6 +5,7 @@ import { Readable, Transform, pipeline } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import pRetry from 'p-retry';
 import { z } from 'zod';
+import { deadline } from '../deadline.js';
 import type { Logger } from '../log.js';
 import { envEnum, envOptionalInt, envString, envUrl, type EnvOf, type EnvShape } from '../env-values.js';
 import { networkReason, requestCertainlyNotSent } from '../errors.js';
@@ -224,14 +225,23 @@ export class TelephonyApiClient implements TelephonyClient {
   async sendSms(request: SendWebSmsRequest, signal?: AbortSignal): Promise<void> {
     validateSms(request);
     const operation = `POST ${this.smsPath}`;
-    const timeout = AbortSignal.timeout(this.timeoutMs);
+    // Cleared once the answer is read (AbortSignal.timeout would keep the request alive for the whole limit).
+    const limit = deadline(this.timeoutMs, signal);
+    try {
+      await this.sendSmsWithin(operation, request, limit.signal);
+    } finally {
+      limit.clear();
+    }
+  }
+
+  private async sendSmsWithin(operation: string, request: SendWebSmsRequest, signal: AbortSignal): Promise<void> {
     let res: Response;
     try {
       res = await this.send(
         operation,
         this.apiUrl(this.smsPath),
         { method: 'POST', json: request, accept: 'application/json' },
-        signal ? AbortSignal.any([signal, timeout]) : timeout,
+        signal,
       );
     } catch (err) {
       // Typed errors come from the OAuth refresh, before anything was sent: safe to retry as they say.
@@ -323,11 +333,16 @@ export class TelephonyApiClient implements TelephonyClient {
 
   private async readJson(operation: string, url: string, signal?: AbortSignal): Promise<unknown> {
     return this.withRetries(operation, signal, async () => {
-      const timeout = AbortSignal.timeout(this.timeoutMs);
-      const combined = signal ? AbortSignal.any([signal, timeout]) : timeout;
-      const res = await this.send(operation, url, { method: 'GET', accept: 'application/json' }, combined);
-      if (!res.ok) throw await this.failure(operation, res);
-      const text = await res.text();
+      const limit = deadline(this.timeoutMs, signal);
+      let res: Response;
+      let text: string;
+      try {
+        res = await this.send(operation, url, { method: 'GET', accept: 'application/json' }, limit.signal);
+        if (!res.ok) throw await this.failure(operation, res);
+        text = await res.text();
+      } finally {
+        limit.clear();
+      }
       try {
         return JSON.parse(text) as unknown;
       } catch {

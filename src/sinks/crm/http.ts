@@ -17,6 +17,7 @@ import {
   RetryLaterError,
   TransientError,
 } from '../../errors.js';
+import { deadline } from '../../deadline.js';
 import { redactRemoteText } from '../../redact.js';
 import { crmAuthFailures, crmRateLimited, crmRequests } from './metrics.js';
 
@@ -120,8 +121,9 @@ export class CrmHttp {
     } else if (req.rawBody !== undefined) payload = req.rawBody;
     else if (req.body !== undefined) payload = JSON.stringify(req.body);
     if (typeof payload === 'string') headers['content-type'] = 'application/json';
-    const timeout = AbortSignal.timeout(req.timeoutMs ?? this.config.timeoutMs);
-    const signal = req.signal ? AbortSignal.any([req.signal, timeout]) : timeout;
+    // Cleared once the answer is read (AbortSignal.timeout would keep the request alive for the whole limit).
+    const limit = deadline(req.timeoutMs ?? this.config.timeoutMs, req.signal);
+    const signal = limit.signal;
 
     let res: Response;
     let text: string;
@@ -141,6 +143,8 @@ export class CrmHttp {
       crmRequests.inc({ sink, crm, status: 'network' });
       if (req.signal?.aborted) throw new TransientError(`${what} abandoned: worker shutting down`, { cause: err });
       throw errorFromNetwork(what, err);
+    } finally {
+      limit.clear();
     }
     crmRequests.inc({ sink, crm, status: String(res.status) });
 
