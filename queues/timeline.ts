@@ -13,7 +13,8 @@
 // No phone number or transcript text is written in clear: numbers are masked as in logs
 // (maskPhone), reasons are the redacted error texts with the call's own numbers masked once more.
 // A timeline write never fails the work it describes: an error is logged (at most once a minute);
-// receipts and sink attempts are sent again while Redis is unavailable (RESEND_FOR_MS).
+// receipts, fan-outs (in the background) and sink attempts are sent again while Redis is unavailable
+// (RESEND_FOR_MS).
 import { createHmac } from 'node:crypto';
 import type { Logger } from 'pino';
 import { isRedisUnavailable, type RedisClient } from './connection.js';
@@ -531,28 +532,44 @@ export class CallTimeline {
       id: timelineIdOf(jobId, call),
       entry: { at, event: 'fanned-out' as const, jobId, routes, sinks },
     }));
+    const script = scripted(this.redis);
     if (this.keys.layout !== 'one-slot' || items.length === 1) {
-      await Promise.all(items.map((i) => this.append(i.id, i.entry)));
+      await Promise.all(
+        items.map((i) => {
+          const text = JSON.stringify(i.entry);
+          return this.tryThenResend(() =>
+            script.callsyncTimeline(1, this.key(i.id), 1, text, this.maxEntries, this.ttlMs),
+          );
+        }),
+      );
       return;
     }
+    const sends: Promise<void>[] = [];
+    for (let i = 0; i < items.length; i += MAX_BATCH) {
+      const part = items.slice(i, i + MAX_BATCH);
+      const keys = part.map((p) => this.key(p.id));
+      const texts = part.map((p) => JSON.stringify(p.entry));
+      sends.push(
+        this.tryThenResend(() =>
+          script.callsyncTimelineMany(part.length, ...keys, this.maxEntries, this.ttlMs, ...texts),
+        ),
+      );
+    }
+    await Promise.all(sends);
+  }
+
+  /**
+   * One try, awaited; while Redis cannot take it (a master failing over), sent again in the
+   * background as the receipts and sink attempts are (sendUntilWritten) — not awaited: the fan-out
+   * must not wait out a failover for its entries (it did, and a Sentinel chaos run stalled). Never
+   * rejects.
+   */
+  private async tryThenResend(send: () => Promise<unknown>): Promise<void> {
     try {
-      const script = scripted(this.redis);
-      const sends: Promise<number>[] = [];
-      for (let i = 0; i < items.length; i += MAX_BATCH) {
-        const part = items.slice(i, i + MAX_BATCH);
-        sends.push(
-          script.callsyncTimelineMany(
-            part.length,
-            ...part.map((p) => this.key(p.id)),
-            this.maxEntries,
-            this.ttlMs,
-            ...part.map((p) => JSON.stringify(p.entry)),
-          ),
-        );
-      }
-      await Promise.all(sends);
+      await send();
     } catch (err) {
-      this.failed(err);
+      if (isRedisUnavailable(err)) void this.sendUntilWritten(send);
+      else this.failed(err);
     }
   }
 

@@ -101,3 +101,49 @@ test('the timeline master fails over as an attempt ends: the outcome is in the t
     await cluster.destroy();
   }
 });
+
+test('the timeline master is down as a call is fanned out: the fan-out goes on, its entry lands once the replica took over', async () => {
+  const cluster = await startRedisCluster();
+  const settings = loadConfig({
+    REDIS_CLUSTER_NODES: cluster.seeds,
+    REDIS_URL: 'redis://127.0.0.1:1',
+    QUEUE_PREFIX: 'tlfanout',
+  }).redis;
+  const keys = redisKeys(settings);
+  const conn = createRedis(settings, 'worker');
+  const timeline = new CallTimeline(conn, keys, { ttlDays: 1 });
+  try {
+    const call = sampleCall('fanout-failover');
+    const id = timelineId(call);
+    const { master, replica } = await cluster.nodesOfKey(timeline.key(id));
+    await timeline.read(id); // the connection to that master is up before it dies
+    await master.kill();
+    // A batch of two (on a spread cluster one command per call; its other call may be elsewhere).
+    const other = sampleCall('fanout-failover-2');
+    await timeline.fannedOutMany([
+      { call, jobId: sinkJobId(call), routes: ['#0'], sinks: ['archive'] },
+      { call: other, jobId: sinkJobId(other), routes: ['#0'], sinks: ['archive'] },
+    ]);
+    await waitFor(async () => (await cluster.masters()).includes(replica.port), {
+      timeoutMs: 30_000,
+      intervalMs: 200,
+      what: 'the replica promoted',
+    });
+    const entries = await waitFor(
+      async () => {
+        const all = await timeline.read(id);
+        return all.some((e) => e.event === 'fanned-out') ? all : null;
+      },
+      { timeoutMs: 30_000, intervalMs: 250, what: 'the fanned-out entry in the timeline (not dropped)' },
+    );
+    assert.deepEqual(
+      entries.map((e) => [e.event, e.sinks]),
+      [['fanned-out', ['archive']]],
+    );
+    master.restart();
+    await cluster.waitHealthy();
+  } finally {
+    conn.disconnect();
+    await cluster.destroy();
+  }
+});
