@@ -19,17 +19,22 @@ import { sampleCall } from './support/calls.js';
 import { startRedisCluster } from './support/redis-cluster.js';
 import { waitFor } from './support/redis.js';
 
-test('the timeline master fails over as an attempt ends: the outcome is in the timeline once the replica took over', async () => {
+/** A private cluster (spread layout) and a worker's connection and timeline on it. */
+async function clusterTimeline(prefix: string) {
   const cluster = await startRedisCluster();
   const settings = loadConfig({
     REDIS_CLUSTER_NODES: cluster.seeds,
     REDIS_URL: 'redis://127.0.0.1:1',
-    QUEUE_PREFIX: 'tlfailover',
+    QUEUE_PREFIX: prefix,
   }).redis;
   const keys = redisKeys(settings);
   assert.equal(keys.layout, 'spread');
   const conn = createRedis(settings, 'worker');
-  const timeline = new CallTimeline(conn, keys, { ttlDays: 1 });
+  return { cluster, keys, conn, timeline: new CallTimeline(conn, keys, { ttlDays: 1 }) };
+}
+
+test('the timeline master fails over as an attempt ends: the outcome is in the timeline once the replica took over', async () => {
+  const { cluster, keys, conn, timeline } = await clusterTimeline('tlfailover');
   const queueName = sinkQueueName('sms');
   const queue = new Queue(queueName, { connection: conn, prefix: keys.queuePrefix(queueName) });
   let worker: ReturnType<typeof runWorker> | undefined;
@@ -103,15 +108,7 @@ test('the timeline master fails over as an attempt ends: the outcome is in the t
 });
 
 test('the timeline master is down as a call is fanned out: the fan-out goes on, its entry lands once the replica took over', async () => {
-  const cluster = await startRedisCluster();
-  const settings = loadConfig({
-    REDIS_CLUSTER_NODES: cluster.seeds,
-    REDIS_URL: 'redis://127.0.0.1:1',
-    QUEUE_PREFIX: 'tlfanout',
-  }).redis;
-  const keys = redisKeys(settings);
-  const conn = createRedis(settings, 'worker');
-  const timeline = new CallTimeline(conn, keys, { ttlDays: 1 });
+  const { cluster, conn, timeline } = await clusterTimeline('tlfanout');
   try {
     const call = sampleCall('fanout-failover');
     const id = timelineId(call);
