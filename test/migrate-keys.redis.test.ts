@@ -15,7 +15,7 @@ import { help, runCli } from '../src/cli/index.js';
 import type { CliIo } from '../src/cli/io.js';
 import { cursorKey } from '../workers/poller.js';
 import { startRedisCluster, type TestCluster } from './support/redis-cluster.js';
-import { scanKeys } from '../src/cli/dlq.js';
+import { scanKeys } from '../queues/scan.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
 async function cli(argv: string[], env: NodeJS.ProcessEnv) {

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../src/config/index.js';
 import { connectRedis } from '../src/cli/redis.js';
-import { queuesInRedis } from '../src/cli/dlq.js';
+import { queuesInRedis } from '../queues/scan.js';
 import { redisKeys } from '../queues/keys.js';
 import { InboundLog, inboundStreamKey, waitForReplicas } from '../queues/inbound.js';
 import { callHash } from '../src/model/call.js';

@@ -21,7 +21,7 @@ import { describeRedis, type RedisClient, type RedisNode, type RedisSettings } f
 import { inboundSeenPrefix } from '../../queues/inbound.js';
 import { RedisKeys, redisKeys } from '../../queues/keys.js';
 import type { Config } from '../config/index.js';
-import { globEscape, queuesInRedis, scanKeys } from './dlq.js';
+import { globEscape, queuesInRedis, scanKeys } from '../../queues/scan.js';
 import { table, UsageError, type CliIo } from './io.js';
 import { queuedMarkerKey } from './sink-queue.js';
 import { sourceTypes } from '../sources/registry.js';

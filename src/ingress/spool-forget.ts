@@ -8,9 +8,7 @@
 import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { open, readdir, readFile, rename, rm, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-
-const SEGMENT = /^\d{16}\.jsonl$/;
-const LOCK_FILE = 'LOCK';
+import { LOCK_FILE, SEGMENT, pidAlive } from './spool.js';
 
 export interface SpoolErasure {
   /** Lines removed from the segments (with `dryRun`: that would be removed). */
@@ -25,15 +23,6 @@ export class SpoolBusyError extends Error {
       `the spool folder ${dir} of running process ${pid} still holds ${left} matching call(s) after waiting for it to drain them into Redis; run forget again once that ingress reaches Redis`,
     );
     this.name = 'SpoolBusyError';
-  }
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

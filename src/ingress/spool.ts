@@ -79,7 +79,8 @@ interface SpoolEntry {
   call: CanonicalCall;
 }
 
-const SEGMENT = /^(\d{16})\.jsonl$/;
+/** A segment's file name: `<seq, 16 digits>.jsonl` (also read by ./spool-forget.ts). */
+export const SEGMENT = /^(\d{16})\.jsonl$/;
 /** Bytes read from a segment at a time. */
 const READ_CHUNK = 1024 * 1024;
 /**
@@ -89,7 +90,8 @@ const READ_CHUNK = 1024 * 1024;
 export const FREE_SPACE_TTL_MS = 1000;
 /** Errors that say the disk (or a file size limit) is full: they clear once a check finds room again. */
 const SPACE_ERRORS = new Set(['ENOSPC', 'EDQUOT', 'EFBIG']);
-const LOCK_FILE = 'LOCK';
+/** The folder's lock: the pid of the process that owns it (also read by ./spool-forget.ts). */
+export const LOCK_FILE = 'LOCK';
 const segmentName = (seq: number) => `${String(seq).padStart(16, '0')}.jsonl`;
 
 /** Records up to this many characters are held instead of their call while Redis takes them (see `accept`). */
@@ -116,7 +118,8 @@ export class SpoolLockedError extends Error {
   }
 }
 
-function pidAlive(pid: number): boolean {
+/** Whether a process with this pid runs (EPERM: it does, as another user's). */
+export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

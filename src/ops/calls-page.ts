@@ -290,14 +290,22 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
     });
   });
 
-  // Retries the dead letter of one sink of the call: the job its timeline names, in its queue.
-  app.post(`${path}/:id/retry`, async (c) => {
-    const id = c.req.param('id');
+  /** The call a retry or replay names in its path and the sink in its body `{"sink": …}`, or the error answer. */
+  const callAndSink = async (c: Context) => {
+    const id = c.req.param('id') ?? '';
     const body = (await c.req.json().catch(() => null)) as { sink?: unknown } | null;
     const sink = typeof body?.sink === 'string' ? body.sink : null;
-    if (!sink) return c.json(errorBody(400, 'expected {"sink": "<sink or sink.endpoint>"}', '/sink'), 400);
+    if (!sink) return { answer: c.json(errorBody(400, 'expected {"sink": "<sink or sink.endpoint>"}', '/sink'), 400) };
     const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
-    if (!call) return c.json(errorBody(404, `no call ${id}`), 404);
+    if (!call) return { answer: c.json(errorBody(404, `no call ${id}`), 404) };
+    return { call, sink };
+  };
+
+  // Retries the dead letter of one sink of the call: the job its timeline names, in its queue.
+  app.post(`${path}/:id/retry`, async (c) => {
+    const named = await callAndSink(c);
+    if ('answer' in named) return named.answer;
+    const { call, sink } = named;
     const dead = call.entries.filter((e) => e.event === 'dead-lettered' && e.sink && sinkLabel(e) === sink).at(-1);
     if (!dead?.jobId || call.sinks[sink] !== 'failed')
       return c.json(errorBody(409, `sink "${sink}" of this call is not failed`, '/sink'), 409);
@@ -317,12 +325,9 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
   // Replays the call to one sink: its latest job's data as a new job of that sink's queue (sinks
   // are idempotent: one that has it already may answer done or skipped without writing again).
   app.post(`${path}/:id/replay`, async (c) => {
-    const id = c.req.param('id');
-    const body = (await c.req.json().catch(() => null)) as { sink?: unknown } | null;
-    const sink = typeof body?.sink === 'string' ? body.sink : null;
-    if (!sink) return c.json(errorBody(400, 'expected {"sink": "<sink or sink.endpoint>"}', '/sink'), 400);
-    const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
-    if (!call) return c.json(errorBody(404, `no call ${id}`), 404);
+    const named = await callAndSink(c);
+    if ('answer' in named) return named.answer;
+    const { call, sink } = named;
     const last = call.entries.filter((e) => e.sink && e.jobId && sinkLabel(e) === sink).at(-1);
     if (!last) return c.json(errorBody(404, `the call was never routed to "${sink}"`, '/sink'), 404);
     const queue = queues.get(sinkQueueName(last.sink!, last.endpoint));

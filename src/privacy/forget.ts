@@ -18,7 +18,6 @@
 // earlier version wrote in clear included, and the opt-out list keeps the number as that hash. The
 // Redis part runs again until a pass finds nothing (a call being fanned out meanwhile), at most
 // MAX_PASSES times.
-import { Cluster } from 'ioredis';
 import { Queue, type Job, type JobType } from 'bullmq';
 import type { Logger } from 'pino';
 import type { CountryCode } from 'libphonenumber-js';
@@ -39,6 +38,7 @@ import { OptOutList } from '../sinks/notify/opt-out.js';
 import { eraseFromSpool } from '../ingress/spool-forget.js';
 import { eraseStreamEntries } from './stream-erase.js';
 import { CallTimeline } from '../../queues/timeline.js';
+import { globEscape, scanKeys } from '../../queues/scan.js';
 
 /** Who or what to forget. */
 export type ForgetTarget = { kind: 'number'; e164: string } | { kind: 'call'; callId: string };
@@ -155,27 +155,11 @@ function spoolFolder(config: Config): string {
   return config.spool.dir;
 }
 
-async function scanAll(redis: RedisClient, pattern: string): Promise<string[]> {
-  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
-  const found: string[] = [];
-  for (const node of nodes) {
-    let cursor = '0';
-    do {
-      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-      cursor = next;
-      found.push(...keys);
-    } while (cursor !== '0');
-  }
-  return [...new Set(found)];
-}
-
-const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
-
 /** Every key of this deployment: `<QUEUE_PREFIX>:…` and, on a spread cluster, `{<QUEUE_PREFIX>:…}…`. */
 async function deploymentKeys(redis: RedisClient, prefix: string): Promise<string[]> {
   const [plain, tagged] = await Promise.all([
-    scanAll(redis, `${globEscape(prefix)}:*`),
-    scanAll(redis, `{${globEscape(prefix)}:*`),
+    scanKeys(redis, `${globEscape(prefix)}:*`),
+    scanKeys(redis, `{${globEscape(prefix)}:*`),
   ]);
   return [...new Set([...plain, ...tagged])].filter((k) => k.startsWith(`${prefix}:`) || k.startsWith(`{${prefix}:`));
 }

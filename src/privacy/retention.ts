@@ -8,11 +8,11 @@
 // Call timelines expire by Redis TTL (CALL_TIMELINE_TTL_DAYS, queues/timeline.ts): measured, not swept.
 // The age of the oldest item per store is measured on each sweep: `callsync_retention_oldest_seconds`
 // (an S3 archive's with a few requests whatever the bucket holds: `oldestInS3` below).
-import { Cluster } from 'ioredis';
 import { Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import type { RedisClient } from '../../queues/connection.js';
-import { redisKeys, type RedisKeys } from '../../queues/keys.js';
+import { redisKeys } from '../../queues/keys.js';
+import { globEscape, queuesInRedis, scanKeys } from '../../queues/scan.js';
 import { recentCallsKey } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { retentionOldest, retentionRemoved } from '../metrics.js';
@@ -47,35 +47,6 @@ export interface SweepResult {
   removed: Partial<Record<RetentionStore, number>>;
   /** Age in seconds of the oldest item left per store (0: empty; archive: folders, archive_s3: S3 buckets). */
   oldestSeconds: Partial<Record<RetentionStore, number>>;
-}
-
-async function scanAll(redis: RedisClient, pattern: string): Promise<string[]> {
-  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis];
-  const found = new Set<string>();
-  for (const node of nodes) {
-    let cursor = '0';
-    do {
-      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-      cursor = next;
-      for (const k of keys) found.add(k);
-    } while (cursor !== '0');
-  }
-  return [...found];
-}
-
-const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`);
-
-/** The queues BullMQ keeps under these keys (a `meta` hash each), whatever this configuration runs. */
-async function queuesOf(redis: RedisClient, keys: RedisKeys): Promise<string[]> {
-  const pattern =
-    keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:*:meta` : `${globEscape(keys.prefix)}:*:meta`;
-  const names = new Set<string>();
-  for (const key of await scanAll(redis, pattern)) {
-    const body = key.slice(0, -':meta'.length);
-    const name = body.slice(body.lastIndexOf(':') + 1);
-    if (name !== '' && body === `${keys.queuePrefix(name)}:${name}`) names.add(name);
-  }
-  return [...names].sort();
 }
 
 /** Keys of one page of the oldest day are read for their LastModified (S3's largest page). */
@@ -141,7 +112,7 @@ export async function sweepRetention(
   oldest('dead_letters', null);
 
   // Jobs: BullMQ's clean measures from its own clock; the grace is set so the cut is `now - retention`.
-  for (const name of await queuesOf(redis, keys)) {
+  for (const name of await queuesInRedis(redis, keys)) {
     const queue = new Queue(name, { connection: redis, prefix: keys.queuePrefix(name) });
     try {
       for (const [state, store, ms] of [
@@ -162,7 +133,7 @@ export async function sweepRetention(
   oldest('parked', null);
   oldest('inbound_log', null);
   const streams = (
-    await scanAll(
+    await scanKeys(
       redis,
       keys.layout === 'spread' ? `{${globEscape(keys.prefix)}:*}:inbound-*` : `${globEscape(keys.prefix)}:*inbound-*`,
     )

@@ -15,7 +15,7 @@ import {
 import { keySlot, redisKeys, type RedisKeys } from '../../queues/keys.js';
 
 export { keySlot };
-import { scanKeys } from '../../src/cli/dlq.js';
+import { scanKeys } from '../../queues/scan.js';
 import {
   nodeCommand,
   startRedisCluster,
