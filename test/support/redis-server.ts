@@ -33,14 +33,30 @@ export interface PrivateRedis {
   destroy(): Promise<void>;
 }
 
-/** A free TCP port on 127.0.0.1 (the OS picks one; closed again before redis-server binds it). */
-export async function freePort(): Promise<number> {
+/** Whether `port` can be bound on 127.0.0.1 now. */
+async function bindable(port: number): Promise<boolean> {
   const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  const port = typeof address === 'object' && address ? address.port : 0;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
+  const ok = await new Promise<boolean>((resolve) => {
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => resolve(true));
+  });
+  if (ok) await new Promise<void>((resolve) => server.close(() => resolve()));
+  return ok;
+}
+
+/**
+ * A free TCP port on 127.0.0.1 for a server a test starts (closed again before redis-server binds
+ * it), below Linux's ephemeral range (32768–60999), as is its cluster bus port (+10000): a port the
+ * OS hands out for `listen(0)` is one it also hands to outgoing connections, and under load one
+ * of them took a cluster node's port between this check and redis-server's bind (CI: "timed out
+ * waiting for node 33019").
+ */
+export async function freePort(): Promise<number> {
+  for (let tries = 0; tries < 200; tries++) {
+    const port = 20_000 + Math.floor(Math.random() * 2_700);
+    if ((await bindable(port)) && (await bindable(port + 10_000))) return port;
+  }
+  throw new Error('no free port in 20000-22699 (with its +10000 cluster bus port) after 200 tries');
 }
 
 async function waitForPing(url: string, timeoutMs: number): Promise<void> {
