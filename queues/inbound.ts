@@ -10,7 +10,8 @@
 import { Cluster } from 'ioredis';
 import type { RedisClient } from './connection.js';
 import { asKeys, keySlot, type RedisKeys } from './keys.js';
-import type { CanonicalCall } from '../src/model/call.js';
+import { isTranscriptInRaw, type CanonicalCall } from '../src/model/call.js';
+import { transcriptOfPayload } from '../src/model/webhook.js';
 import type { ReceivedWrite } from './timeline.js';
 
 // The keys sit outside every queue's own namespace (`<prefix>:<queue>:…`), so that cleaning or
@@ -217,8 +218,11 @@ type RawEntry = [string, string[]];
 export function parseStoredCall(text: string): CanonicalCall | null {
   try {
     const parsed = JSON.parse(text) as CanonicalCall;
-    if (parsed && typeof parsed === 'object' && typeof parsed.key === 'string' && typeof parsed.callId === 'string')
+    if (parsed && typeof parsed === 'object' && typeof parsed.key === 'string' && typeof parsed.callId === 'string') {
+      // A transcript stored once, in the payload (src/model/call.ts, encodeCall): read from there again.
+      if (isTranscriptInRaw(parsed.transcript)) parsed.transcript = transcriptOfPayload(parsed.raw, parsed);
       return parsed;
+    }
   } catch {
     // not JSON (or too deep even for the parser): unreadable
   }

@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { callHash, encodeCall, type CanonicalCall } from '../model/call.js';
+import { transcriptFromPayload } from '../model/webhook.js';
 import type { AppendItem, AppendOutcome, InboundAppender } from '../../queues/inbound.js';
 import type { CallTimeline } from '../../queues/timeline.js';
 import type { RedisClient } from '../../queues/connection.js';
@@ -165,7 +166,8 @@ export class InboundAcceptor implements CallAcceptor {
     // A fresh id per delivery: the script answers a duplicate with the first delivery's id.
     const id = options?.jobId ?? `${dedupeId}-${PROCESS_TAG}${(++sequence).toString(36)}`;
     return new Promise<AcceptResult>((resolve, reject) => {
-      const encoded = encodeCall(call, options?.rawJson);
+      // The transcript the payload gives back is stored once, in the payload (less to write and to hold).
+      const encoded = encodeCall(call, options?.rawJson, transcriptFromPayload(call));
       const item: AppendItem = { dedupeId, id, call: encoded.json, content: encoded.contentHash };
       if (options?.record) options.record.json = encoded.json;
       if (this.inFlightChars > 0 && this.inFlightChars + item.call.length > this.maxInFlightChars) {

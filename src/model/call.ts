@@ -1,6 +1,6 @@
 // The canonical call record: every source (AI-agent webhook, channel events) is normalized into
 // this one shape before it is queued, and every sink reads only this shape.
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 
 // The closed value sets of the record, each written once: config schemas (routes, CRM maps) and the
 // normalizers take their `z.enum(...)` from these arrays, and the types are derived from them.
@@ -218,6 +218,29 @@ function canonical(value: unknown): unknown {
 }
 
 /**
+ * What a stored record holds as its `transcript` when the transcript is stored once, in the record's
+ * `raw` (see `encodeCall`); readers put back what the payload gives (queues/inbound.ts, `parseStoredCall`).
+ */
+const TRANSCRIPT_IN_RAW = '{"storedIn":"raw"}';
+
+/** True for the value `TRANSCRIPT_IN_RAW` parses to. */
+export function isTranscriptInRaw(value: unknown): boolean {
+  return (
+    value !== null &&
+    typeof value === 'object' &&
+    (value as { storedIn?: unknown }).storedIn === 'raw' &&
+    Object.keys(value).length === 1
+  );
+}
+
+/**
+ * Stands for the transcript while the rest of the call is serialized: a text no payload can hold
+ * (a NUL and 96 random bits drawn per process), found once in the JSON and replaced there.
+ */
+const PLACEHOLDER = `\u0000callsync-transcript-${randomBytes(12).toString('hex')}`;
+const PLACEHOLDER_JSON = JSON.stringify(PLACEHOLDER);
+
+/**
  * The call as stored in the inbound log, and the hash of its content.
  *
  * Content is everything callsync understood from the payload: the canonical record without
@@ -227,16 +250,38 @@ function canonical(value: unknown): unknown {
  * so it stays a duplicate instead of sending every CRM and webhook receiver a no-op update. The
  * one object kept verbatim in the record (`channel`) is hashed with its keys sorted.
  *
- * `rawJson`, when given, is the request body `raw` was parsed from: stored as it is.
+ * `rawJson`, when given, is the request body `raw` was parsed from: stored as it is. With
+ * `transcriptInRaw` (the transcript is the one the payload gives back: src/model/webhook.ts,
+ * `transcriptFromPayload`), the record's `transcript` is `TRANSCRIPT_IN_RAW` — the transcript is
+ * stored once, in `raw`, instead of twice (docs/reliability.md, section 3) — and the hash is the
+ * same as with the transcript in place.
  */
-export function encodeCall(call: CanonicalCall, rawJson?: string): { json: string; contentHash: string } {
+export function encodeCall(
+  call: CanonicalCall,
+  rawJson?: string,
+  transcriptInRaw = false,
+): { json: string; contentHash: string } {
   const { raw, receivedAt, revision: _revision, ...content } = call;
   if (content.channel !== null && typeof content.channel === 'object') content.channel = canonical(content.channel);
-  const body = JSON.stringify(content);
-  const contentHash = createHash('sha256').update(body).digest('hex').slice(0, 16);
   const rawText = rawJson ?? JSON.stringify(raw);
   const tail = `"receivedAt":${JSON.stringify(receivedAt)}${rawText === undefined ? '' : `,"raw":${rawText}`}}`;
-  return { json: `${body.slice(0, -1)}${body.length > 2 ? ',' : ''}${tail}`, contentHash };
+  const record = (body: string) => `${body.slice(0, -1)}${body.length > 2 ? ',' : ''}${tail}`;
+  if (transcriptInRaw && rawJson !== undefined && content.transcript !== null) {
+    const transcriptJson = JSON.stringify(content.transcript);
+    content.transcript = PLACEHOLDER as unknown as CanonicalCall['transcript'];
+    const body = JSON.stringify(content);
+    const at = body.indexOf(PLACEHOLDER_JSON);
+    if (at >= 0 && body.lastIndexOf(PLACEHOLDER_JSON) === at) {
+      const before = body.slice(0, at);
+      const after = body.slice(at + PLACEHOLDER_JSON.length);
+      const contentHash = createHash('sha256').update(before).update(transcriptJson).update(after).digest('hex');
+      return { json: record(`${before}${TRANSCRIPT_IN_RAW}${after}`), contentHash: contentHash.slice(0, 16) };
+    }
+    content.transcript = call.transcript;
+  }
+  const body = JSON.stringify(content);
+  const contentHash = createHash('sha256').update(body).digest('hex').slice(0, 16);
+  return { json: record(body), contentHash };
 }
 
 /** `encodeCall`'s content hash alone. */

@@ -753,5 +753,42 @@ export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
     ...(title !== null ? { title } : {}),
     ...(provider !== null ? { provider } : {}),
   };
+  if (transcript !== null) fromPayload.add(transcript);
   return { call, unread: unread.fields, dialect: legacy ? 'legacy' : 'current' };
+}
+
+/** Transcripts `readWebhook` read from a payload, untouched since (by identity). */
+const fromPayload = new WeakSet<object>();
+
+/**
+ * True when `call.transcript` is the one `readWebhook` read from `call.raw`: `transcriptOfPayload`
+ * gives it back from the payload and the call's fields, so the inbound log may store it once, in
+ * the payload (src/model/call.ts, `encodeCall`).
+ */
+export function transcriptFromPayload(call: Pick<CanonicalCall, 'transcript'>): boolean {
+  return call.transcript !== null && fromPayload.has(call.transcript);
+}
+
+/**
+ * The transcript `readWebhook` read from `raw`, read again: the same function on the same payload
+ * and the call fields it used (the dialect, the direction, the start and the duration).
+ */
+export function transcriptOfPayload(
+  raw: unknown,
+  call: Pick<CanonicalCall, 'payloadVersion' | 'direction' | 'startedAt' | 'durationSec'>,
+): CanonicalCall['transcript'] {
+  if (!isObject(raw)) return null;
+  const fields = call.payloadVersion === 'legacy' ? legacyAsCurrent(raw) : raw;
+  const unread = new Unread((pointer) => pointer);
+  const assist = readObject(fields.assist, ['assist'], unread);
+  if (!assist) return null;
+  const path = ['assist', 'transcription'];
+  return readTranscript(
+    assist.transcription,
+    path,
+    unread,
+    call.direction,
+    Date.parse(call.startedAt),
+    call.durationSec,
+  );
 }
