@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { ConfigError, loadConfig } from '../src/config/index.js';
 
-test('WORKER_HEAP_GROWTH_PERCENT: 0 (V8 alone) by default, a percent when set, no negative values', () => {
-  assert.equal(loadConfig({}).worker.heapGrowthPercent, 0);
+test('WORKER_HEAP_GROWTH_PERCENT: 30 by default, a percent when set (0: V8 alone), no negative values', () => {
+  assert.equal(loadConfig({}).worker.heapGrowthPercent, 30);
   assert.equal(loadConfig({ WORKER_HEAP_GROWTH_PERCENT: '40' }).worker.heapGrowthPercent, 40);
   assert.equal(loadConfig({ WORKER_HEAP_GROWTH_PERCENT: '0' }).worker.heapGrowthPercent, 0);
   assert.equal(loadConfig({ WORKER_HEAP_GROWTH_PERCENT: '25' }).worker.heapGrowthPercent, 25);

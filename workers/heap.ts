@@ -3,8 +3,10 @@
 // dies; V8 lets the old generation grow up to 4× what survived the last full GC before it
 // collects again (its factor on a machine where the heap may reach 2 GB or more), so a worker at
 // full speed held ~145 MB of old space for ~35 MB that was live, ~270 MB RSS in all. A fixed,
-// smaller factor (WORKER_HEAP_GROWTH_PERCENT) collects sooner: less memory, more CPU for the more
-// frequent full GCs (docs/performance.md, round 9); 0, the default, leaves V8's policy alone.
+// smaller factor (WORKER_HEAP_GROWTH_PERCENT, default 30) collects sooner: ~150 MB instead of
+// ~255 MB RSS, for the more frequent full GCs (~5–10 % more worker CPU per call at full speed since
+// the logs' redaction stopped allocating; docs/performance.md, rounds 9 and 11); 0 leaves V8's
+// policy alone.
 import { setFlagsFromString } from 'node:v8';
 
 /**

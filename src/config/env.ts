@@ -141,11 +141,11 @@ const coreEnv = {
   /**
    * How far V8 lets a worker process' old generation grow past what survived its last full GC, in
    * percent (V8's `--heap-growing-percent`, set by `callsync start` when it runs the worker role).
-   * Default 0: V8's own factor (up to 300 % on a machine where the heap may reach 2 GB), or a
-   * `--heap-growing-percent` given to node. 40: ~160 MB RSS at full speed instead of ~270 MB, at
-   * ~20–25 % more worker CPU per call (docs/performance.md, round 9).
+   * Default 30: ~150 MB RSS at full speed instead of ~255 MB, for ~5–10 % more worker CPU per call
+   * (docs/performance.md, rounds 9 and 11). 0: V8's own factor (up to 300 % on a machine where the
+   * heap may reach 2 GB), or a `--heap-growing-percent` given to node.
    */
-  WORKER_HEAP_GROWTH_PERCENT: int(0, 0),
+  WORKER_HEAP_GROWTH_PERCENT: int(30, 0),
   /** How often workers look for jobs whose worker died. Default 30 s. */
   WORKER_STALLED_INTERVAL_MS: int(30_000, 100),
   /** How long a job's lock lasts without renewal. Default 30 s. */
