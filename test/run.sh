@@ -6,12 +6,16 @@
 # run on the one Redis (test/chaos) alone: it kills and restarts processes against deadlines and
 # must not share the two cores. The replicated passes' output is printed when they are done; the
 # exit status fails when any part fails. (npm run test:single runs the one-Redis part alone.)
+# The two sides take their private servers' ports from halves of the test range
+# (TEST_PORT_RANGE, test/support/redis-server.ts): a port one side probes or binds is never one
+# the other side's killed node is coming back on.
 set -u
 cd "$(dirname "$0")/.."
 run=(node --import tsx --test --test-concurrency=1 --test-timeout=420000)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 (
+  export TEST_PORT_RANGE=21350-22699
   npm run --silent test:cluster
   clustered=$?
   echo "== npm run test:cluster: exit $clustered"
@@ -21,7 +25,7 @@ trap 'rm -f "$out"' EXIT
   [ "$clustered" -eq 0 ] && [ "$sentinel" -eq 0 ]
 ) >"$out" 2>&1 &
 replicated=$!
-"${run[@]}" test/*.test.ts
+TEST_PORT_RANGE=20000-21349 "${run[@]}" test/*.test.ts
 suite=$?
 wait "$replicated"
 replicas=$?

@@ -28,22 +28,32 @@ export interface ServerProcess {
   resume(): void;
   /** Starts the process again after `kill` (same arguments, same folder: a cluster node rejoins). */
   restart(): void;
+  /** Its state for a failure's message: running or how it exited, and the tail of its log file. */
+  describe(): Promise<string>;
 }
 
-function spawnServer(args: string[], port: number): ServerProcess & { exited: Promise<void> } {
+/**
+ * Starts redis-server with `args`. Its log goes to `logFile` (the `--logfile` among `args` unless
+ * given), read back by `describe()` when a wait times out: CI once printed only "timed out waiting
+ * for replica … in sync", with nothing to tell a node that never came back from a slow sentinel.
+ */
+function spawnServer(args: string[], port: number, logFile?: string): ServerProcess & { exited: Promise<void> } {
+  const log = logFile ?? args[args.indexOf('--logfile') + 1];
   let proc: ChildProcess;
   let running = false;
   let exited: Promise<void> = Promise.resolve();
+  let lastExit = '';
   const launch = () => {
-    const child = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'ignore'] });
     proc = child;
     running = true;
     // A test file that ends without its after() hooks (process.exit) still takes its servers along.
     const orphaned = () => child.kill('SIGKILL');
     process.once('exit', orphaned);
     exited = new Promise<void>((resolve) =>
-      child.once('exit', () => {
+      child.once('exit', (code, signal) => {
         process.removeListener('exit', orphaned);
+        lastExit = `pid ${child.pid} exited (${signal ?? `code ${code}`})`;
         if (proc === child) running = false;
         resolve();
       }),
@@ -76,19 +86,44 @@ function spawnServer(args: string[], port: number): ServerProcess & { exited: Pr
     resume() {
       if (running) proc.kill('SIGCONT');
     },
+    async describe() {
+      const state = running ? `pid ${proc.pid} running` : lastExit || 'not running';
+      const tail = log
+        ? await readFile(log, 'utf8').then(
+            (text) => text.trimEnd().split('\n').slice(-12).join('\n'),
+            (err: NodeJS.ErrnoException) => `(no log: ${err.code ?? String(err)})`,
+          )
+        : '(no log file)';
+      return `redis-server :${port}, ${state}; its log's last lines:\n${tail}`;
+    },
   };
 }
 
-async function waitFor(check: () => Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
+/**
+ * Polls `check` until it holds. On time-out the error names the last attempt's outcome (its error,
+ * or that it did not hold yet — never an error of an earlier attempt) and what `explain` finds.
+ */
+async function waitFor(
+  check: () => Promise<boolean>,
+  what: string,
+  timeoutMs = 20_000,
+  explain?: () => Promise<string>,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  let last: unknown;
   for (;;) {
+    let last: unknown;
     try {
       if (await check()) return;
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    if (Date.now() > deadline) {
+      const outcome = last ? String(last) : 'not yet';
+      const detail = explain ? await explain().catch((err: unknown) => `(explaining failed: ${String(err)})`) : '';
+      throw new Error(
+        `timed out waiting for ${what} (after ${timeoutMs} ms): ${outcome}${detail ? `\n${detail}` : ''}`,
+      );
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -219,8 +254,10 @@ const baseArgs = (port: number, dir: string) => [
   '',
   '--appendonly',
   'no',
+  '--logfile',
+  join(dir, 'redis.log'),
   '--loglevel',
-  'warning',
+  'notice',
   '--maxmemory-policy',
   'noeviction',
 ];
@@ -443,6 +480,8 @@ export async function startRedisSentinel(options: { password?: string; tls?: Tls
           : [`port ${sentinelPort}`]),
         'bind 127.0.0.1',
         `dir ${dir}`,
+        `logfile ${join(dir, 'sentinel.log')}`,
+        'loglevel notice',
         `sentinel monitor ${name} 127.0.0.1 ${masterPort} 1`,
         `sentinel down-after-milliseconds ${name} 1000`,
         `sentinel failover-timeout ${name} 5000`,
@@ -450,7 +489,7 @@ export async function startRedisSentinel(options: { password?: string; tls?: Tls
         '',
       ].join('\n'),
     );
-    const sentinel = spawnServer([conf, '--sentinel'], sentinelPort);
+    const sentinel = spawnServer([conf, '--sentinel'], sentinelPort, join(dir, 'sentinel.log'));
     procs.push(sentinel);
     await waitFor(
       async () => Array.isArray(await nodeCommand(sentinelPort, ['SENTINEL', 'get-master-addr-by-name', name])),
@@ -472,12 +511,39 @@ export async function startRedisSentinel(options: { password?: string; tls?: Tls
       roles,
       async waitHealthy() {
         const { master: now, replica: other } = await roles();
+        // What the sentinel and both nodes say, for a time-out's message.
+        const explain = async () => {
+          const ask = (port: number, args: string[], pw?: string) =>
+            nodeCommand(port, args, pw).then(
+              (reply) => (typeof reply === 'string' ? reply : JSON.stringify(reply)),
+              (err: unknown) => `(${String(err)})`,
+            );
+          const replicationOf = async (node: ServerProcess) =>
+            (await ask(node.port, ['INFO', 'replication'], options.password))
+              .split('\r\n')
+              .filter((l) =>
+                /^(\(|role|master_port|master_link_status|master_sync_in_progress|connected_slaves)/.test(l),
+              )
+              .join(' ');
+          return [
+            `the sentinel's replicas of ${name}: ${await ask(sentinelPort, ['SENTINEL', 'REPLICAS', name])}`,
+            `the sentinel's INFO: ${(await ask(sentinelPort, ['INFO', 'sentinel'])).replace(/\r\n/g, ' ').slice(0, 400)}`,
+            `master ${now.port}: ${await replicationOf(now)}`,
+            `replica ${other.port}: ${await replicationOf(other)}`,
+            await sentinel.describe(),
+            await now.describe(),
+            await other.describe(),
+          ].join('\n');
+        };
         await waitFor(
           async () => now.running && (await nodeCommand(now.port, ['PING'], options.password)) === 'PONG',
           `master ${now.port} up`,
           30_000,
+          explain,
         );
-        // The sentinel turns a restarted old master into the new master's replica (it starts as a master).
+        // The sentinel turns a restarted old master into the new master's replica (it starts as a
+        // master): after it has seen it up as a master for 8 s (Redis' sentinel.c), or 30 s more
+        // when it is in TILT (its timer stalled ≥ 2 s: a loaded machine). Then a full sync.
         await waitFor(
           async () => {
             const info = String(await nodeCommand(other.port, ['INFO', 'replication'], options.password));
@@ -489,7 +555,8 @@ export async function startRedisSentinel(options: { password?: string; tls?: Tls
             );
           },
           `replica ${other.port} of ${now.port} in sync`,
-          60_000,
+          120_000,
+          explain,
         );
       },
       destroy: () => stopAll(procs, dir),

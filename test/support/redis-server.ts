@@ -45,6 +45,23 @@ async function bindable(port: number): Promise<boolean> {
 }
 
 /**
+ * The ports this test process may take: `TEST_PORT_RANGE` (`low-high`), 20000-22699 by default.
+ * test/run.sh gives the suite and the replicated passes that run beside it a half each, so that
+ * neither takes a port the other's killed node is about to come back on.
+ */
+export function testPortRange(env: NodeJS.ProcessEnv = process.env): { low: number; high: number } {
+  const text = env.TEST_PORT_RANGE?.trim();
+  if (!text) return { low: 20_000, high: 22_699 };
+  const m = /^(\d+)-(\d+)$/.exec(text);
+  const low = Number(m?.[1]);
+  const high = Number(m?.[2]);
+  // Its cluster bus ports (+10000) stay below Linux's ephemeral range too.
+  if (!m || low < 1024 || high < low || high + 10_000 > 32_767)
+    throw new Error(`TEST_PORT_RANGE=${text}: expected low-high, 1024 <= low <= high <= 22767`);
+  return { low, high };
+}
+
+/**
  * A free TCP port on 127.0.0.1 for a server a test starts (closed again before redis-server binds
  * it), below Linux's ephemeral range (32768–60999), as is its cluster bus port (+10000): a port the
  * OS hands out for `listen(0)` is one it also hands to outgoing connections, and under load one
@@ -52,11 +69,12 @@ async function bindable(port: number): Promise<boolean> {
  * waiting for node 33019").
  */
 export async function freePort(): Promise<number> {
+  const { low, high } = testPortRange();
   for (let tries = 0; tries < 200; tries++) {
-    const port = 20_000 + Math.floor(Math.random() * 2_700);
+    const port = low + Math.floor(Math.random() * (high - low + 1));
     if ((await bindable(port)) && (await bindable(port + 10_000))) return port;
   }
-  throw new Error('no free port in 20000-22699 (with its +10000 cluster bus port) after 200 tries');
+  throw new Error(`no free port in ${low}-${high} (with its +10000 cluster bus port) after 200 tries`);
 }
 
 async function waitForPing(url: string, timeoutMs: number): Promise<void> {
