@@ -1,6 +1,6 @@
 // A preload for the callsync processes of a bench run: V8's sampling heap profiler with the objects
 // that died young and old kept in (what a process *allocates*, where, not what it holds), written
-// every 3 s to BENCH_ALLOC_PROBE_DIR/alloc-<pid>.heapprofile. bench/alloc-summary.ts reads it.
+// every 3 s and at exit to BENCH_ALLOC_PROBE_DIR/alloc-<pid>.heapprofile. bench/alloc-summary.ts reads it.
 //
 //   BENCH_ALLOC_PROBE_DIR=/tmp/alloc BENCH_CALLSYNC_NODE_OPTIONS='--max-semi-space-size=8 --import ./data/bench-build/bench/alloc-probe.js' \
 //     BENCH_N=5000 BENCH_BARE=0 npm run bench:e2e
@@ -21,9 +21,11 @@ if (dir) {
     includeObjectsCollectedByMajorGC: true,
     includeObjectsCollectedByMinorGC: true,
   });
-  setInterval(() => {
+  const write = () =>
     session.post('HeapProfiler.getSamplingProfile', (err, result) => {
       if (!err) writeFileSync(join(dir, `alloc-${process.pid}.heapprofile`), JSON.stringify(result.profile));
     });
-  }, 3000).unref();
+  setInterval(write, 3000).unref();
+  // And once more at the end (an in-process session answers at once): a short run is whole.
+  process.once('exit', write);
 }

@@ -8,6 +8,9 @@
 //   BENCH_CPU_PROF=1                          profile the ingress process and print where its time goes
 //   BENCH_TARGETS=bare,ingress                which targets (bench/server.ts): bare, ingress (as `callsync
 //                                             start` runs it), ingress-core (without request ids, access log, metrics),
+//                                             ingress-layers (the operations wired, only the layers in
+//                                             BENCH_LAYERS: context/gate/readyz/ops/metrics, e.g.
+//                                             `ingress-layers+BENCH_LAYERS=context/metrics`),
 //                                             and parts of the ingress: parse, normalize, app-no-redis;
 //                                             handwritten: bare Hono + BullMQ Queue.add, no validation
 //                                             (`CPU × handwritten`: the ingress' CPU per request against it)
@@ -109,7 +112,7 @@ async function main(): Promise<void> {
         rss[target] = Math.max(rss[target] ?? 0, peak);
         await proc.stop();
         // Only the ingress targets store what they acknowledge (bare and the parts answer without storing).
-        if (kind === 'ingress' || kind === 'ingress-core') acknowledged += warm.ok + r.ok;
+        if (kind === 'ingress' || kind === 'ingress-core' || kind === 'ingress-layers') acknowledged += warm.ok + r.ok;
         results[target]!.push(r);
         (cpu[target] ??= []).push(cpuUsPerRequest);
         rows.push({

@@ -99,6 +99,30 @@ async function main(): Promise<void> {
     OPS_PORT: 'off',
   });
   const log = createLogger({ level: config.logLevel });
+  if (target === 'ingress-layers') {
+    // The ingress with the operations wired (their Redis connection, queue handles, metrics) and only
+    // the per-request layers named in BENCH_LAYERS (context, gate, readyz, ops, metrics; `/` between them
+    // in a BENCH_TARGETS entry): which of
+    // them costs what, each against `ingress` and `ingress-core` in one run.
+    const layers = new Set((process.env.BENCH_LAYERS ?? '').split(/[,/]/).filter(Boolean));
+    const { createOperations } = await import('../workers/operations.js');
+    const operations = createOperations({ config, log });
+    await operations.listen();
+    const [context, gate, readyz, ops] = operations.hooks.ingressBefore ?? [];
+    const cs = await startCallsync(config, {
+      log,
+      ingressBefore: [
+        ...(layers.has('context') ? [context!] : []),
+        ...(layers.has('gate') ? [gate!] : []),
+        ...(layers.has('readyz') ? [readyz!] : []),
+        ...(layers.has('ops') ? [ops!] : []),
+      ],
+      ...(layers.has('metrics') ? { ingressEvents: operations.hooks.ingressEvents } : {}),
+    });
+    console.log(`READY ${JSON.stringify({ url: cs.url })}`);
+    process.on('SIGTERM', () => void cs.close().then(() => operations.close().then(() => process.exit(0))));
+    return;
+  }
   if (target === 'ingress-core') {
     const cs = await startCallsync(config, { log });
     console.log(`READY ${JSON.stringify({ url: cs.url })}`);
