@@ -4,14 +4,23 @@
 // record memory and external ids, and notification markers. Pure functions, a local folder and an
 // in-memory key/value store: no Redis needed.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
-import { callHash, callKey, callKeySegment, type CallSource, type CanonicalCall } from '../src/model/call.js';
+import {
+  callHash,
+  callKey,
+  callKeySegment,
+  contentHash,
+  encodeCall,
+  type CallSource,
+  type CanonicalCall,
+} from '../src/model/call.js';
 import { normalizeChannelEvent } from '../src/model/channel-event.js';
-import { normalizeWebhook } from '../src/model/webhook.js';
+import { normalizeWebhook, readWebhook, transcriptFromPayload } from '../src/model/webhook.js';
 import { archiveKeys, archiveUrl, recordingKey, transcriptLink } from '../src/sinks/archive/keys.js';
 import { ArchiveSink } from '../src/sinks/archive/index.js';
 import { LocalFolderStore, type ObjectStore } from '../src/sinks/archive/store.js';
@@ -278,5 +287,33 @@ describe('the archive sink and its users', () => {
       transcriptLink(call, { prefix: 'call logs', baseUrl: 'https://files.example.com/a' }).url,
     );
     assert.equal(archiveUrl('https://x.test///', 'p/a b.txt'), 'https://x.test/p/a%20b.txt');
+  });
+});
+
+// Ids and hashes are stored (job ids, dedupe keys, object keys, external ids, the inbound log's
+// content hash): computing them another way must not move them.
+describe('the hashes stay what they were', () => {
+  test('callHash: the first 128 bits of SHA-256 over the key as UTF-8, lone surrogates too', () => {
+    // Computed by the createHash implementation before the change.
+    assert.equal(callHash('ai-agent:agent-1:c-1'), 'a314ae88aa3f2978e1508ad22e014510');
+    assert.equal(callHash('ai-agent:-:\ud800x'), '5cc682a99050f8ec62b8ad377d090968');
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 0xffff }), { maxLength: 300 }), (units) => {
+        const key = String.fromCharCode(...units);
+        assert.equal(callHash(key), createHash('sha256').update(key).digest('hex').slice(0, 32));
+      }),
+      { numRuns: 2_000 },
+    );
+  });
+
+  test("the content hash of the documented payload's call, with its transcript in place or stored in the payload", () => {
+    const text = JSON.stringify(webhookPayload());
+    const { call } = readWebhook(JSON.parse(text), {
+      agentId: 'agent-1',
+      receivedAt: new Date('2026-04-08T10:00:00Z'),
+    });
+    // Computed by the createHash implementation before the change.
+    assert.equal(contentHash(call), 'c2331534fc63036d');
+    assert.equal(encodeCall(call, text, transcriptFromPayload(call)).contentHash, 'c2331534fc63036d');
   });
 });

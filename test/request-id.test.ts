@@ -63,10 +63,33 @@ test('every answer carries X-Request-Id; a sane caller id is kept, others are re
   }
   assert.equal(ids.size, answers.length, 'a fresh id per request');
 
+  // The accepted webhook's answer is built with plain headers (src/ingress/app.ts): both are there.
+  assert.equal(answers[0]![1].headers.get('content-type'), 'application/json');
+  assert.deepEqual(await answers[0]![1].json(), { id: 'id-1', duplicate: false });
+
   const kept = await post(JSON.stringify(webhookPayload('rid-3')), { 'x-request-id': 'platform-req-12345' });
   assert.equal(kept.headers.get('x-request-id'), 'platform-req-12345');
   const keptOnError = await post('{"call": ', { 'x-request-id': 'platform-req-67890' });
   assert.equal(keptOnError.headers.get('x-request-id'), 'platform-req-67890');
   const replaced = await post(JSON.stringify(webhookPayload('rid-4')), { 'x-request-id': 'bad id\twith spaces' });
   assert.match(replaced.headers.get('x-request-id') ?? '', UUID);
+});
+
+test('the request id in a header of another name: the accepted webhook answers in that one', async () => {
+  const app = createIngressApp({
+    webhook,
+    acceptor: { accept: async () => ({ id: 'id-1', duplicate: false }) },
+    ready: async () => true,
+    log,
+    remoteAddress: () => '217.116.118.254',
+    before: [requestContext({ log, header: 'x-correlation-id' })],
+  });
+  const res = await app.request('/webhooks/ai-agent/agent-1', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-correlation-id': 'platform-req-12345' },
+    body: JSON.stringify(webhookPayload('rid-5')),
+  });
+  assert.equal(res.status, 202);
+  assert.equal(res.headers.get('x-correlation-id'), 'platform-req-12345');
+  assert.equal(res.headers.get('x-request-id'), null);
 });
