@@ -258,7 +258,9 @@ describe('Sentinel (master, replica, one sentinel)', () => {
     await set.master.kill();
     await waitFor(async () => (await set.masterPort()) === set.replica.port, {
       what: 'the sentinel promotes the replica',
-      timeoutMs: 30_000,
+      // A sentinel in TILT (its timer stalled ≥ 2 s on a loaded machine) waits 30 s before acting.
+      timeoutMs: 60_000,
+      explain: () => set.describe(),
     });
     // Until callsync has reconnected to the new master the ingress may answer 503; then 202 again.
     await waitFor(

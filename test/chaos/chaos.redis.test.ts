@@ -477,10 +477,12 @@ routes:
         what: 'burst under way',
       });
       await master.kill();
+      // 60 s: a sentinel in TILT (its timer stalled ≥ 2 s on a loaded machine) waits 30 s before acting.
       await waitFor(async () => (await sentinel.masterPort()) === replica.port, {
-        timeoutMs: 30_000,
+        timeoutMs: 60_000,
         intervalMs: 200,
         what: 'the sentinel promoted the replica',
+        explain: () => sentinel.describe(),
       });
       // Only after the promotion: a master without persistence restarted before it would come back
       // empty as the master, and its replica would copy the emptiness (Redis' replication docs).

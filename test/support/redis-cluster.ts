@@ -322,7 +322,12 @@ export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: st
       );
     }
     for (const node of nodes)
-      await waitFor(async () => (await command(node.port, ['PING'])) === 'PONG', `node ${node.port}`);
+      await waitFor(
+        async () => (await command(node.port, ['PING'])) === 'PONG',
+        `node ${node.port}`,
+        20_000,
+        () => node.describe(),
+      );
     const cliTls = tls ? ['--tls', '--cacert', tls.ca, '--sni', 'localhost'] : [];
     await run(
       'redis-cli',
@@ -384,6 +389,7 @@ export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: st
           async () => /cluster_state:ok/.test(String(await command(node.port, ['CLUSTER', 'INFO']))),
           `cluster_state ok at ${node.port}`,
           30_000,
+          () => node.describe(),
         );
         // A replica counts for WAIT only once its first sync is done.
         await waitFor(
@@ -393,6 +399,7 @@ export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: st
           },
           `replica ${node.port} in sync`,
           30_000,
+          () => node.describe(),
         );
       }
     },
@@ -419,6 +426,8 @@ export interface TestSentinel {
    * replica, in sync (after a failover: the old master restarted and reconfigured by the sentinel).
    */
   waitHealthy(): Promise<void>;
+  /** What the sentinel and both data nodes say now (its view, their replication, logs): for failures. */
+  describe(): Promise<string>;
   destroy(): Promise<void>;
 }
 
@@ -501,6 +510,29 @@ export async function startRedisSentinel(options: { password?: string; tls?: Tls
       const port = await masterNow();
       return port === master.port ? { master, replica } : { master: replica, replica: master };
     };
+    /** What the sentinel and both data nodes say: for a time-out's message. */
+    const describe = async () => {
+      const { master: now, replica: other } = await roles().catch(() => ({ master, replica }));
+      const ask = (port: number, args: string[], pw?: string) =>
+        nodeCommand(port, args, pw).then(
+          (reply) => (typeof reply === 'string' ? reply : JSON.stringify(reply)),
+          (err: unknown) => `(${String(err)})`,
+        );
+      const replicationOf = async (node: ServerProcess) =>
+        (await ask(node.port, ['INFO', 'replication'], options.password))
+          .split('\r\n')
+          .filter((l) => /^(\(|role|master_port|master_link_status|master_sync_in_progress|connected_slaves)/.test(l))
+          .join(' ');
+      return [
+        `the sentinel's replicas of ${name}: ${await ask(sentinelPort, ['SENTINEL', 'REPLICAS', name])}`,
+        `the sentinel's INFO: ${(await ask(sentinelPort, ['INFO', 'sentinel'])).replace(/\r\n/g, ' ').slice(0, 400)}`,
+        `master ${now.port}: ${await replicationOf(now)}`,
+        `replica ${other.port}: ${await replicationOf(other)}`,
+        await sentinel.describe(),
+        await now.describe(),
+        await other.describe(),
+      ].join('\n');
+    };
     return {
       master,
       replica,
@@ -509,37 +541,14 @@ export async function startRedisSentinel(options: { password?: string; tls?: Tls
       sentinels: `127.0.0.1:${sentinelPort}`,
       masterPort: masterNow,
       roles,
+      describe,
       async waitHealthy() {
         const { master: now, replica: other } = await roles();
-        // What the sentinel and both nodes say, for a time-out's message.
-        const explain = async () => {
-          const ask = (port: number, args: string[], pw?: string) =>
-            nodeCommand(port, args, pw).then(
-              (reply) => (typeof reply === 'string' ? reply : JSON.stringify(reply)),
-              (err: unknown) => `(${String(err)})`,
-            );
-          const replicationOf = async (node: ServerProcess) =>
-            (await ask(node.port, ['INFO', 'replication'], options.password))
-              .split('\r\n')
-              .filter((l) =>
-                /^(\(|role|master_port|master_link_status|master_sync_in_progress|connected_slaves)/.test(l),
-              )
-              .join(' ');
-          return [
-            `the sentinel's replicas of ${name}: ${await ask(sentinelPort, ['SENTINEL', 'REPLICAS', name])}`,
-            `the sentinel's INFO: ${(await ask(sentinelPort, ['INFO', 'sentinel'])).replace(/\r\n/g, ' ').slice(0, 400)}`,
-            `master ${now.port}: ${await replicationOf(now)}`,
-            `replica ${other.port}: ${await replicationOf(other)}`,
-            await sentinel.describe(),
-            await now.describe(),
-            await other.describe(),
-          ].join('\n');
-        };
         await waitFor(
           async () => now.running && (await nodeCommand(now.port, ['PING'], options.password)) === 'PONG',
           `master ${now.port} up`,
           30_000,
-          explain,
+          describe,
         );
         // The sentinel turns a restarted old master into the new master's replica (it starts as a
         // master): after it has seen it up as a master for 8 s (Redis' sentinel.c), or 30 s more
@@ -556,7 +565,7 @@ export async function startRedisSentinel(options: { password?: string; tls?: Tls
           },
           `replica ${other.port} of ${now.port} in sync`,
           120_000,
-          explain,
+          describe,
         );
       },
       destroy: () => stopAll(procs, dir),

@@ -49,11 +49,12 @@ export async function cleanupPrefix(prefix: string): Promise<void> {
 /** Polls `check` until it returns a truthy value or the time runs out (bounded waits, never sleeps blindly). */
 export async function waitFor<T>(
   check: () => Promise<T> | T,
-  options: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
+  options: { timeoutMs?: number; intervalMs?: number; what?: string; explain?: () => Promise<string> } = {},
 ): Promise<NonNullable<T>> {
   const deadline = Date.now() + (options.timeoutMs ?? 10_000);
-  let last: unknown;
   for (;;) {
+    // The last attempt's error only: an early one (a node still starting) would mislead.
+    let last: unknown;
     try {
       const value = await check();
       if (value) return value as NonNullable<T>;
@@ -61,7 +62,12 @@ export async function waitFor<T>(
       last = err;
     }
     if (Date.now() > deadline) {
-      throw new Error(`timed out waiting for ${options.what ?? 'condition'}${last ? `: ${String(last)}` : ''}`);
+      const detail = options.explain
+        ? await options.explain().catch((err: unknown) => `(explaining failed: ${String(err)})`)
+        : '';
+      throw new Error(
+        `timed out waiting for ${options.what ?? 'condition'}${last ? `: ${String(last)}` : ''}${detail ? `\n${detail}` : ''}`,
+      );
     }
     await new Promise((r) => setTimeout(r, options.intervalMs ?? 50));
   }
