@@ -6,7 +6,7 @@
 //   BENCH_N=20000 BENCH_CONNECTIONS=64 BENCH_ROUNDS=1 npm run bench:ingress
 //   BENCH_REDIS_URL=redis://127.0.0.1:6379   use this Redis instead of a private redis-server (AOF everysec)
 //   BENCH_CPU_PROF=1                          profile the ingress process and print where its time goes
-//   BENCH_TARGETS=bare,ingress                which targets (bench/server.ts): bare, ingress (as `callsync
+//   BENCH_TARGETS=bare,ingress                which targets (bench/server.ts): bare, bare-node (node:http alone), ingress (as `callsync
 //                                             start` runs it), ingress-core (without request ids, access log, metrics),
 //                                             ingress-layers (the operations wired, only the layers in
 //                                             BENCH_LAYERS: context/gate/readyz/ops/metrics, e.g.

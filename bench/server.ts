@@ -77,6 +77,28 @@ async function main(): Promise<void> {
     );
     return;
   }
+  if (target === 'bare-node') {
+    // The bare handler on node:http alone (no Hono, no @hono/node-server): what those two cost per
+    // request, against `bare`.
+    const { createServer } = await import('node:http');
+    let n = 0;
+    const server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (chunk: Buffer) => chunks.push(chunk));
+      req.on('end', () => {
+        Buffer.concat(chunks).toString('utf8');
+        const body = JSON.stringify({ id: String(++n), duplicate: false });
+        res.writeHead(202, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+        res.end(body);
+      });
+    });
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address() as { port: number };
+      console.log(`READY ${JSON.stringify({ url: `http://127.0.0.1:${address.port}` })}`);
+    });
+    process.on('SIGTERM', () => server.close(() => process.exit(0)));
+    return;
+  }
   if (target === 'bare') {
     const app = new Hono();
     let n = 0;
