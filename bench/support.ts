@@ -108,7 +108,15 @@ export async function startProcess(
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  // A bench that fails half-way (a load error, a throw) still takes its processes along.
+  const orphaned = () => child.kill('SIGKILL');
+  process.once('exit', orphaned);
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', () => {
+      process.removeListener('exit', orphaned);
+      resolve();
+    }),
+  );
   const marker = options.readyMarker ?? /^READY (.*)$/;
   const stderr: string[] = [];
   createInterface({ input: child.stderr! }).on('line', (l) => {
