@@ -123,22 +123,31 @@ async function main(): Promise<void> {
   const log = createLogger({ level: config.logLevel });
   if (target === 'ingress-layers') {
     // The ingress with the operations wired (their Redis connection, queue handles, metrics) and only
-    // the per-request layers named in BENCH_LAYERS (context, gate, readyz, ops, metrics; `/` between them
-    // in a BENCH_TARGETS entry): which of
-    // them costs what, each against `ingress` and `ingress-core` in one run.
+    // the per-request layers named in BENCH_LAYERS (context, gate, readyz, ops, metrics; `/` between
+    // them in a BENCH_TARGETS entry): which of them costs what, against `ingress` and `ingress-core`.
     const layers = new Set((process.env.BENCH_LAYERS ?? '').split(/[,/]/).filter(Boolean));
+    // Each layer by the name of the function workers/operations.ts makes, in the order it runs them.
+    const names: Record<string, string> = {
+      context: 'requestContextMiddleware',
+      gate: 'shutdownGate',
+      readyz: 'readyzWarningsMiddleware',
+      ops: 'opsRoutesMiddleware',
+      metrics: '',
+    };
+    const unknown = [...layers].filter((l) => !(l in names));
+    if (unknown.length > 0)
+      throw new Error(`BENCH_LAYERS: unknown ${unknown.join(', ')} (known: ${Object.keys(names).join(', ')})`);
     const { createOperations } = await import('../workers/operations.js');
     const operations = createOperations({ config, log });
     await operations.listen();
-    const [context, gate, readyz, ops] = operations.hooks.ingressBefore ?? [];
+    const all = operations.hooks.ingressBefore ?? [];
+    for (const [layer, fn] of Object.entries(names))
+      if (fn && !all.some((mw) => mw.name === fn))
+        throw new Error(`layer ${layer} (${fn}) not among the operations' layers`);
+    const wanted = new Set([...layers].map((l) => names[l]));
     const cs = await startCallsync(config, {
       log,
-      ingressBefore: [
-        ...(layers.has('context') ? [context!] : []),
-        ...(layers.has('gate') ? [gate!] : []),
-        ...(layers.has('readyz') ? [readyz!] : []),
-        ...(layers.has('ops') ? [ops!] : []),
-      ],
+      ingressBefore: all.filter((mw) => wanted.has(mw.name)),
       ...(layers.has('metrics') ? { ingressEvents: operations.hooks.ingressEvents } : {}),
     });
     console.log(`READY ${JSON.stringify({ url: cs.url })}`);
