@@ -256,6 +256,22 @@ test('request timeout, headers timeout and connection cap: set, checked, headers
   assert.match(order.join('\n'), /HTTP_HEADERS_TIMEOUT_MS: 6000 is longer than WEBHOOK_REQUEST_TIMEOUT_MS/);
 });
 
+test('WEBHOOK_BODY_WAIT_MS: 2 s by default (half a shorter request timeout), 0 allowed, below the request timeout', () => {
+  assert.equal(loadConfig({}).webhook.bodyWaitMs, 2000);
+  // A short request timeout set before this variable existed stays valid: the default wait fits in it.
+  assert.equal(
+    loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '1000', HTTP_HEADERS_TIMEOUT_MS: '500' }).webhook.bodyWaitMs,
+    500,
+  );
+  assert.equal(loadConfig({ WEBHOOK_BODY_WAIT_MS: '0' }).webhook.bodyWaitMs, 0);
+  assert.match(
+    problemsOf(() => loadConfig({ WEBHOOK_BODY_WAIT_MS: '-1' })).join('\n'),
+    /WEBHOOK_BODY_WAIT_MS: expected a whole number >= 0/,
+  );
+  const over = problemsOf(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '5000', WEBHOOK_BODY_WAIT_MS: '5000' }));
+  assert.match(over.join('\n'), /WEBHOOK_BODY_WAIT_MS: 5000 must be below WEBHOOK_REQUEST_TIMEOUT_MS \(5000\)/);
+});
+
 test('one pass: environment, file keys, sink credentials and routes are reported together, with the expected value', () => {
   const problems = problemsOf(() =>
     withFile(

@@ -91,6 +91,12 @@ const coreEnv = {
    */
   WEBHOOK_BODY_LIMIT: int(8 * 1024 * 1024, 1),
   /**
+   * How long a webhook whose body does not fit in the body budget waits for room, in line, before it
+   * is answered 503 (below WEBHOOK_REQUEST_TIMEOUT_MS). Default 2 s, or half the request timeout when
+   * that is shorter; 0: refused at once.
+   */
+  WEBHOOK_BODY_WAIT_MS: optionalInt(0),
+  /**
    * Deepest nesting of arrays and objects in a webhook body (the body is level 1). Default 64; at
    * most 1000, as deeper JSON overflows the stack of the serializers downstream.
    */

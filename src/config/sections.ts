@@ -41,6 +41,9 @@ export interface HttpSection {
   maxConnections: number;
 }
 
+/** How long a body that does not fit in the body budget waits for room by default (WEBHOOK_BODY_WAIT_MS): well within a sender's time limit. */
+export const DEFAULT_BODY_WAIT_MS = 2000;
+
 export interface WebhookSection {
   /** `'*'` allows any source (a warning is logged at start). */
   allowedIps: string[] | '*';
@@ -51,6 +54,8 @@ export interface WebhookSection {
   authHeader: string | undefined;
   authTokens: string[];
   bodyLimitBytes: number;
+  /** How long a body that does not fit in the body budget waits for room (WEBHOOK_BODY_WAIT_MS); default DEFAULT_BODY_WAIT_MS. */
+  bodyWaitMs?: number;
   /** Shape limits of a webhook body (src/ingress/middleware/json-limits.ts); defaults there. */
   jsonLimits?: { maxDepth?: number; maxEntries?: number; maxValues?: number };
   dedupeWindowMs: number;
@@ -115,6 +120,15 @@ function checkIngress(env: Env, { problems, badKeys }: SectionReport): void {
     problems.push(
       `HTTP_HEADERS_TIMEOUT_MS: ${env.HTTP_HEADERS_TIMEOUT_MS} is longer than WEBHOOK_REQUEST_TIMEOUT_MS (${env.WEBHOOK_REQUEST_TIMEOUT_MS}); the headers are part of the request`,
     );
+  if (
+    env.WEBHOOK_BODY_WAIT_MS !== undefined &&
+    env.WEBHOOK_BODY_WAIT_MS >= env.WEBHOOK_REQUEST_TIMEOUT_MS &&
+    !badKeys.has('WEBHOOK_BODY_WAIT_MS') &&
+    !badKeys.has('WEBHOOK_REQUEST_TIMEOUT_MS')
+  )
+    problems.push(
+      `WEBHOOK_BODY_WAIT_MS: ${env.WEBHOOK_BODY_WAIT_MS} must be below WEBHOOK_REQUEST_TIMEOUT_MS (${env.WEBHOOK_REQUEST_TIMEOUT_MS}): the wait is part of the request's time`,
+    );
   if (env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length === 0)
     problems.push('WEBHOOK_AUTH_TOKENS: required when WEBHOOK_AUTH_HEADER is set');
   if (!env.WEBHOOK_AUTH_HEADER && env.WEBHOOK_AUTH_TOKENS.length > 0)
@@ -144,6 +158,8 @@ export function ingressSection(env: Env, report: SectionReport): IngressSection 
       authHeader: env.WEBHOOK_AUTH_HEADER?.toLowerCase(),
       authTokens: env.WEBHOOK_AUTH_TOKENS,
       bodyLimitBytes: env.WEBHOOK_BODY_LIMIT,
+      bodyWaitMs:
+        env.WEBHOOK_BODY_WAIT_MS ?? Math.min(DEFAULT_BODY_WAIT_MS, Math.floor(env.WEBHOOK_REQUEST_TIMEOUT_MS / 2)),
       jsonLimits: {
         maxDepth: env.WEBHOOK_MAX_DEPTH,
         maxEntries: env.WEBHOOK_MAX_ENTRIES,

@@ -24,6 +24,7 @@ import { jsonLimits } from './middleware/json-limits.js';
 import { readBody } from './middleware/read-body.js';
 import { sharedSecret } from './middleware/shared-secret.js';
 import type { Config } from '../config/index.js';
+import { DEFAULT_BODY_WAIT_MS } from '../config/sections.js';
 
 export interface IngressEvents {
   received?(): void;
@@ -49,7 +50,7 @@ export interface IngressDeps {
   before?: MiddlewareHandler[];
   /** The sources mounted (src/sources/index.ts); default: the AI-agent webhook alone. */
   sources?: Source[];
-  /** Bytes of request bodies held at once (./middleware/body-budget.ts). Default BODY_BUDGET_BYTES (16 MiB). */
+  /** Bytes of request bodies held at once (./middleware/body-budget.ts). Default BODY_BUDGET_BYTES (8 MiB). */
   bodyBudgetBytes?: number;
 }
 
@@ -148,11 +149,12 @@ export function createIngressApp(deps: IngressDeps): Hono {
     trustProxyHops: deps.webhook.trustProxyHops,
     remoteAddress: deps.remoteAddress,
   });
-  // Bodies held at once, by bytes (./middleware/body-budget.ts): beyond, 503 before reading.
+  // Bodies held at once, by bytes (./middleware/body-budget.ts): beyond, a wait in line, then 503 before reading.
   const budget = bodyBudget({
     maxBytes: deps.bodyBudgetBytes ?? BODY_BUDGET_BYTES,
     bodyLimitBytes: deps.webhook.bodyLimitBytes,
     retryAfterSeconds: RETRY_AFTER_SECONDS,
+    maxWaitMs: deps.webhook.bodyWaitMs ?? DEFAULT_BODY_WAIT_MS,
   });
   // JSON sources: the shared secret (when configured), then charset, size and shape limits.
   const jsonGuards: MiddlewareHandler[] = [];

@@ -2,14 +2,23 @@
 // normalized and serialized before it is stored, several copies of it alive until the answer, so
 // many large bodies at once would run the process out of memory. A request with a Content-Length
 // reserves it before its body is read; a chunked one (length unknown up front) reserves its bytes as
-// they arrive (./read-body.ts calls `take` per chunk). A request that would go beyond the budget is
-// answered 503 with Retry-After — before its body is read, or as soon as its chunks pass the budget —
-// and its connection closed: the sender retries. One body is always let in alone, whatever its size
-// (the body limit refuses what is too large), unless a heap limit leaves no room for it: 413, not a
-// crash. The default budget is sized by what a body really costs in memory (BODY_MEMORY_FACTOR), so
+// they arrive (./read-body.ts calls `take` per chunk).
+//
+// A declared body that does not fit waits for room, in line (first come, first in), before its body
+// is read — its sender's bytes stay in the socket meanwhile — for at most `maxWaitMs`
+// (WEBHOOK_BODY_WAIT_MS); then, or when `maxWaiters` already wait, it is answered 503 with
+// Retry-After and its connection closed: the sender retries. In line, a large body is not passed by
+// the small ones that keep coming (without the line, a body near the limit was refused until the
+// moment nothing else was held, which under steady traffic may never come: docs/performance.md,
+// round 13). A chunked body's chunks do not wait: one that passes the budget is refused with that
+// 503 at once. One body is always let in alone, whatever its size (the body limit refuses what is
+// too large), unless a heap limit leaves no room for it: 413, not a crash. A body larger than the
+// whole budget does not wait in line: it is let in alone, when nothing else is held, or refused at
+// once. The default budget is sized by what a body really costs in memory (BODY_MEMORY_FACTOR), so
 // the process stays under its stated RSS bound.
 import { getHeapStatistics } from 'node:v8';
-import type { MiddlewareHandler } from 'hono';
+import type { IncomingMessage } from 'node:http';
+import type { Context, MiddlewareHandler } from 'hono';
 import { ApiError } from '../errors.js';
 
 export interface BodyBudgetOptions {
@@ -19,6 +28,21 @@ export interface BodyBudgetOptions {
   bodyLimitBytes: number;
   /** Retry-After of the 503, seconds. */
   retryAfterSeconds: string;
+  /** Longest a declared body waits in line for room before it is refused (WEBHOOK_BODY_WAIT_MS); 0: refused at once. */
+  maxWaitMs: number;
+  /** Most requests waiting in line at once; one more is refused at once. Default MAX_WAITERS. */
+  maxWaiters?: number;
+}
+
+/**
+ * Requests waiting for room at most: each holds a connection and what Node buffered of its body
+ * (up to ~64 KB), so 256 of them are at most ~16 MB beside the budget.
+ */
+const MAX_WAITERS = 256;
+
+interface Waiter {
+  bytes: number;
+  admit(): void;
 }
 
 declare module 'hono' {
@@ -64,6 +88,19 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
   let held = 0;
   const room = heapRoom();
   const maxBytes = Math.min(options.maxBytes, room);
+  const maxWaitMs = options.maxWaitMs;
+  const maxWaiters = options.maxWaiters ?? MAX_WAITERS;
+  /** Requests waiting for room, in the order they came. */
+  const line: Waiter[] = [];
+  const fits = (bytes: number) => held === 0 || held + bytes <= maxBytes;
+  /** Lets in the requests at the head of the line that now fit, in order. */
+  const admitWaiting = () => {
+    while (line.length > 0 && fits(line[0]!.bytes)) {
+      const next = line.shift()!;
+      held += next.bytes;
+      next.admit();
+    }
+  };
   const beyondHeap = (size: number) =>
     new ApiError(
       413,
@@ -73,12 +110,55 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
         logFields: { bodyBytes: size, heapRoomBytes: Math.floor(room) },
       },
     );
-  const refusal = (size: number) =>
-    new ApiError(503, `the ingress holds as many request bodies as it can (${held} bytes): retry shortly`, {
-      // The connection closes after the answer: reading (and dropping) the body the sender still
-      // writes would cost as much memory, for a while, as keeping it.
-      headers: { 'retry-after': options.retryAfterSeconds, connection: 'close' },
-      logFields: { heldBytes: held, bodyBytes: size },
+  const refusal = (size: number, waitedMs?: number) =>
+    new ApiError(
+      503,
+      waitedMs === undefined
+        ? `the ingress holds as many request bodies as it can (${held} bytes): retry shortly`
+        : `the ingress held as many request bodies as it can (${held} bytes) for the ${waitedMs} ms this one waited: retry shortly`,
+      {
+        // The connection closes after the answer: reading (and dropping) the body the sender still
+        // writes would cost as much memory, for a while, as keeping it.
+        headers: { 'retry-after': options.retryAfterSeconds, connection: 'close' },
+        logFields: {
+          heldBytes: held,
+          bodyBytes: size,
+          waiting: line.length,
+          ...(waitedMs !== undefined && { waitedMs }),
+        },
+      },
+    );
+  /** Waits in line until `bytes` fit (they are then held); refused after maxWaitMs, or when the line is full. */
+  const wait = (c: Context, bytes: number) =>
+    new Promise<void>((resolve, reject) => {
+      if (maxWaitMs <= 0 || line.length >= maxWaiters) {
+        reject(refusal(bytes));
+        return;
+      }
+      const socket = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket;
+      const leave = (err: unknown) => {
+        const at = line.indexOf(waiter);
+        if (at < 0) return;
+        line.splice(at, 1);
+        clearTimeout(timer);
+        socket?.removeListener('close', gone);
+        reject(err);
+        // The head gave up: those behind it may fit now.
+        if (at === 0) admitWaiting();
+      };
+      const timer = setTimeout(() => leave(refusal(bytes, maxWaitMs)), maxWaitMs);
+      // A sender that hangs up while it waits leaves the line at once (its place would block those behind).
+      const gone = () => leave(new Error('the connection closed while the request waited for room'));
+      const waiter: Waiter = {
+        bytes,
+        admit: () => {
+          clearTimeout(timer);
+          socket?.removeListener('close', gone);
+          resolve();
+        },
+      };
+      socket?.once('close', gone);
+      line.push(waiter);
     });
   return async function bodyBudgetMiddleware(c, next) {
     const declared = c.req.header('content-length');
@@ -86,8 +166,13 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
     let mine =
       declared !== undefined && /^\d+$/.test(declared) ? Math.min(Number(declared), options.bodyLimitBytes + 1) : 0;
     if (mine > room) throw beyondHeap(mine);
-    if (held > 0 && held + mine > maxBytes) throw refusal(mine);
-    held += mine;
+    // Nobody passes those waiting in line.
+    if (line.length === 0 && fits(mine)) held += mine;
+    // A body larger than the whole budget (WEBHOOK_BODY_LIMIT raised above it) is outside what the
+    // budget is sized for: let in alone or refused, never lined up to come in back to back (24
+    // bodies of 10 MB at once took an ingress to ~620 MB through the line, ~450 MB without).
+    else if (mine > maxBytes) throw refusal(mine);
+    else await wait(c, mine);
     c.set('bodyBudgetTake', (bytes: number) => {
       if (mine + bytes > room) throw beyondHeap(mine + bytes);
       // Alone (nothing held by others), a body may grow up to the body limit.
@@ -100,6 +185,7 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
     } finally {
       c.set('bodyBudgetTake', undefined);
       held -= mine;
+      admitWaiting();
     }
   };
 }

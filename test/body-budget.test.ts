@@ -1,0 +1,257 @@
+// The body budget's line (src/ingress/middleware/body-budget.ts): a declared body that does not fit
+// waits for room before it is read, first come first in, so a large call is not passed for ever by
+// the small ones that keep coming (before, it was refused with 503 until the moment nothing else was
+// held); it is refused with 503 and Retry-After after WEBHOOK_BODY_WAIT_MS, when the line is full, or
+// at once with a wait of 0; a sender that hangs up while it waits leaves the line.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Server } from 'node:http';
+import { connect } from 'node:net';
+import { serve } from '@hono/node-server';
+import { Hono } from 'hono';
+import { createIngressApp } from '../src/ingress/app.js';
+import { ApiError, problemsBody } from '../src/ingress/errors.js';
+import { bodyBudget } from '../src/ingress/middleware/body-budget.js';
+import { createLogger } from '../src/log.js';
+import type { Config } from '../src/config/index.js';
+import type { CanonicalCall } from '../src/model/call.js';
+import { webhookPayload } from './support/calls.js';
+
+const log = createLogger({ level: 'silent' });
+const KB = 1024;
+
+function webhook(bodyWaitMs: number): Config['webhook'] {
+  return {
+    allowedIps: ['127.0.0.1', '::1'],
+    trustProxyHops: 0,
+    authHeader: undefined,
+    authTokens: [],
+    bodyLimitBytes: 1024 * KB,
+    bodyWaitMs,
+    dedupeWindowMs: 60_000,
+    enqueueTimeoutMs: 1000,
+  };
+}
+
+/** The documented payload with call id `id`, its transcript grown so the body is about `bytes` long. */
+function body(id: string, bytes: number): string {
+  return JSON.stringify(
+    webhookPayload(id, (p) => {
+      const t = p.assist.transcription as { content: string };
+      while (JSON.stringify(p).length < bytes) t.content += ' Caller: Friday morning, please.';
+    }),
+  );
+}
+
+/** An acceptor that holds each call (and so its body's share of the budget) until `release(id)`. */
+function holdingAcceptor() {
+  const entered: string[] = [];
+  const gates = new Map<string, () => void>();
+  return {
+    entered,
+    release(id: string) {
+      const open = gates.get(id);
+      assert.ok(open, `${id} is not held`);
+      open();
+    },
+    acceptor: {
+      accept: (call: CanonicalCall) =>
+        new Promise<{ id: string; duplicate: boolean }>((resolve) => {
+          entered.push(call.callId);
+          gates.set(call.callId, () => resolve({ id: call.callId, duplicate: false }));
+        }),
+    },
+  };
+}
+
+function ingress(bodyWaitMs: number, budgetBytes: number) {
+  const held = holdingAcceptor();
+  const app = createIngressApp({
+    webhook: webhook(bodyWaitMs),
+    acceptor: held.acceptor,
+    ready: async () => true,
+    log,
+    remoteAddress: () => '127.0.0.1',
+    bodyBudgetBytes: budgetBytes,
+  });
+  const post = (id: string, bytes: number) => {
+    const text = body(id, bytes);
+    return app.request('/webhooks/ai-agent/agent-1', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) },
+      body: text,
+    });
+  };
+  return { ...held, post };
+}
+
+const settle = (ms = 30) => new Promise((resolve) => setTimeout(resolve, ms));
+
+test('a body that does not fit waits in line, and smaller ones that come after it do not pass it', async () => {
+  const { entered, release, post } = ingress(5000, 20 * KB);
+  const a = post('a', 12 * KB);
+  await settle();
+  assert.deepEqual(entered, ['a']);
+  // 12 + 15 KB is beyond the 20 KB budget: b waits. c (3 KB) would fit beside a, but b came first.
+  const b = post('b', 15 * KB);
+  await settle();
+  const c = post('c', 3 * KB);
+  await settle();
+  assert.deepEqual(entered, ['a'], 'b waits for room, c waits behind b');
+  release('a');
+  assert.equal((await a).status, 202);
+  await settle();
+  assert.deepEqual(entered, ['a', 'b', 'c'], 'b goes in first, then c, which fits beside it');
+  release('b');
+  release('c');
+  assert.deepEqual([(await b).status, (await c).status], [202, 202]);
+});
+
+test('a body that waited WEBHOOK_BODY_WAIT_MS in vain gets 503 with Retry-After and the error body; the line is left clean', async () => {
+  const { entered, release, post } = ingress(150, 20 * KB);
+  const a = post('a', 12 * KB);
+  await settle();
+  const started = performance.now();
+  const b = await post('b', 15 * KB);
+  assert.ok(performance.now() - started >= 140, 'b waited for room before it was refused');
+  assert.equal(b.status, 503);
+  assert.equal(b.headers.get('retry-after'), '5');
+  assert.equal(b.headers.get('connection'), 'close');
+  const error = ((await b.json()) as { errors: { status: number; detail: string }[] }).errors[0]!;
+  assert.equal(error.status, 503);
+  assert.match(error.detail, /for the 150 ms this one waited: retry shortly/);
+  assert.deepEqual(entered, ['a'], 'the refused body was never handed on');
+  release('a');
+  assert.equal((await a).status, 202);
+  // Nothing is left in the line: the next body goes straight in.
+  const d = post('d', 15 * KB);
+  await settle();
+  assert.deepEqual(entered, ['a', 'd']);
+  release('d');
+  assert.equal((await d).status, 202);
+});
+
+test('when the head of the line gives up, those behind it that fit go in at once', async () => {
+  const { entered, release, post } = ingress(150, 20 * KB);
+  const a = post('a', 12 * KB);
+  await settle();
+  const b = post('b', 15 * KB);
+  await settle(60);
+  const c = post('c', 3 * KB);
+  // b is refused at ~150 ms; c (3 KB beside a's 12 KB) goes in then, not at the end of its own wait.
+  assert.equal((await b).status, 503);
+  await settle(20);
+  assert.deepEqual(entered, ['a', 'c']);
+  release('c');
+  release('a');
+  assert.deepEqual([(await c).status, (await a).status], [202, 202]);
+});
+
+test('WEBHOOK_BODY_WAIT_MS=0: a body that does not fit is refused at once, as before the line', async () => {
+  const { entered, release, post } = ingress(0, 20 * KB);
+  const a = post('a', 12 * KB);
+  await settle();
+  const b = await post('b', 15 * KB);
+  assert.equal(b.status, 503);
+  assert.match(
+    ((await b.json()) as { errors: { detail: string }[] }).errors[0]!.detail,
+    /holds as many request bodies/,
+  );
+  // One that fits beside a still goes in.
+  const c = post('c', 3 * KB);
+  await settle();
+  assert.deepEqual(entered, ['a', 'c']);
+  release('a');
+  release('c');
+  assert.deepEqual([(await a).status, (await c).status], [202, 202]);
+});
+
+test('a full line refuses at once; a body larger than the whole budget does not wait: alone or refused', async () => {
+  // The middleware alone: a budget of 100 bytes, a line of at most 2.
+  const gates: (() => void)[] = [];
+  const entered: string[] = [];
+  const app = new Hono();
+  app.use(
+    '*',
+    bodyBudget({ maxBytes: 100, bodyLimitBytes: 1000, retryAfterSeconds: '5', maxWaitMs: 5000, maxWaiters: 2 }),
+  );
+  app.post('/:id', async (c) => {
+    entered.push(c.req.param('id'));
+    await new Promise<void>((resolve) => gates.push(resolve));
+    return c.text('ok', 202);
+  });
+  app.onError((err, c) =>
+    err instanceof ApiError
+      ? c.json(problemsBody(err.status, err.problems), err.status, err.headers)
+      : c.text('?', 500),
+  );
+  const post = (id: string, bytes: number) =>
+    app.request(`/${id}`, { method: 'POST', headers: { 'content-length': String(bytes) }, body: 'x'.repeat(bytes) });
+  const a = post('a', 60);
+  await settle();
+  // 500 bytes is beyond the whole budget: refused at once while a is held, not lined up.
+  const big = await post('big', 500);
+  assert.equal(big.status, 503);
+  assert.equal(big.headers.get('retry-after'), '5');
+  const b = post('b', 50);
+  const c = post('c', 10);
+  await settle();
+  const d = await post('d', 10); // the line (b, c) is full
+  assert.equal(d.status, 503);
+  assert.deepEqual(entered, ['a']);
+  gates.shift()!();
+  assert.equal((await a).status, 202);
+  await settle();
+  assert.deepEqual(entered, ['a', 'b', 'c']);
+  gates.shift()!();
+  gates.shift()!();
+  assert.deepEqual([(await b).status, (await c).status], [202, 202]);
+  // Alone, the body beyond the budget is let in.
+  const again = post('big', 500);
+  await settle();
+  assert.deepEqual(entered, ['a', 'b', 'c', 'big']);
+  gates.shift()!();
+  assert.equal((await again).status, 202);
+});
+
+test('a sender that hangs up while it waits leaves the line: those behind it go in at once', async () => {
+  const held = holdingAcceptor();
+  // A wait far longer than the test: c can only go in because b left the line when its socket closed.
+  const app = createIngressApp({
+    webhook: webhook(25_000),
+    acceptor: held.acceptor,
+    ready: async () => true,
+    log,
+    bodyBudgetBytes: 20 * KB,
+  });
+  const server = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }) as Server;
+  await new Promise<void>((resolve) => server.once('listening', () => resolve()));
+  const port = (server.address() as { port: number }).port;
+  const url = `http://127.0.0.1:${port}/webhooks/ai-agent/agent-1`;
+  const post = (id: string, bytes: number) =>
+    fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: body(id, bytes) });
+  try {
+    const a = post('a', 12 * KB);
+    for (let i = 0; i < 100 && held.entered.length === 0; i++) await settle(10);
+    assert.deepEqual(held.entered, ['a']);
+    // b declares 15 KB, sends its headers only, and hangs up while it waits.
+    const b = connect(port, '127.0.0.1');
+    await new Promise<void>((resolve) => b.once('connect', () => resolve()));
+    b.write(
+      `POST /webhooks/ai-agent/agent-1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${15 * KB}\r\n\r\n`,
+    );
+    await settle(100);
+    const c = post('c', 3 * KB);
+    await settle(100);
+    assert.deepEqual(held.entered, ['a'], 'c waits behind b');
+    b.destroy();
+    for (let i = 0; i < 200 && held.entered.length < 2; i++) await settle(10);
+    assert.deepEqual(held.entered, ['a', 'c'], 'b left the line when it hung up; c went in');
+    held.release('a');
+    held.release('c');
+    assert.deepEqual([(await a).status, (await c).status], [202, 202]);
+  } finally {
+    server.close();
+    server.closeAllConnections();
+  }
+});
