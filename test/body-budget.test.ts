@@ -66,7 +66,10 @@ function holdingAcceptor() {
 
 function ingress(bodyWaitMs: number, budgetBytes: number) {
   const held = holdingAcceptor();
+  /** `status reason` of every refusal, as the metrics see them (callsync_webhooks_rejected_total). */
+  const rejected: string[] = [];
   const app = createIngressApp({
+    events: { rejected: (status, reason) => rejected.push(`${status} ${reason}`) },
     webhook: webhook(bodyWaitMs),
     acceptor: held.acceptor,
     ready: async () => true,
@@ -82,7 +85,7 @@ function ingress(bodyWaitMs: number, budgetBytes: number) {
       body: text,
     });
   };
-  return { ...held, post };
+  return { ...held, post, rejected };
 }
 
 const settle = (ms = 30) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -108,7 +111,7 @@ test('a body that does not fit waits in line, and smaller ones that come after i
 });
 
 test('a body that waited WEBHOOK_BODY_WAIT_MS in vain gets 503 with Retry-After and the error body; the line is left clean', async () => {
-  const { entered, release, post } = ingress(150, 20 * KB);
+  const { entered, release, post, rejected } = ingress(150, 20 * KB);
   const a = post('a', 12 * KB);
   await settle();
   const started = performance.now();
@@ -120,6 +123,8 @@ test('a body that waited WEBHOOK_BODY_WAIT_MS in vain gets 503 with Retry-After 
   const error = ((await b.json()) as { errors: { status: number; detail: string }[] }).errors[0]!;
   assert.equal(error.status, 503);
   assert.match(error.detail, /for the 150 ms this one waited: retry shortly/);
+  // Counted under its own reason: an operator tells the budget's 503 from Redis' (queue-unavailable).
+  assert.deepEqual(rejected, ['503 body-budget']);
   assert.deepEqual(entered, ['a'], 'the refused body was never handed on');
   release('a');
   assert.equal((await a).status, 202);

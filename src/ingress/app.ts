@@ -263,7 +263,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
 
   app.onError((err, c) => {
     if (err instanceof ApiError) {
-      deps.events?.rejected?.(err.status, String(err.status));
+      deps.events?.rejected?.(err.status, err.reason ?? String(err.status));
       const problems = listed(err.problems);
       // One line per refusal, saying why: the sender rarely tells, and the platform's retries are unknown.
       requestLog(deps.log, c.get('requestId')).warn(

@@ -43,6 +43,8 @@ export interface ApiErrorOptions {
   problems?: Problem[];
   /** Facts for the refusal's log line (never sent to the client). */
   logFields?: Record<string, unknown>;
+  /** The refusal's `reason` in callsync_webhooks_rejected_total; default: named by the status. */
+  reason?: string;
   cause?: unknown;
 }
 
@@ -52,12 +54,14 @@ export class ApiError extends HTTPException {
   readonly headers: Record<string, string>;
   readonly problems: Problem[];
   readonly logFields: Record<string, unknown>;
+  readonly reason: string | undefined;
   constructor(status: ContentfulStatusCode, detail: string, options: ApiErrorOptions = {}) {
     super(status, { message: detail, cause: options.cause });
     this.pointer = options.pointer || WHOLE_REQUEST;
     this.headers = options.headers ?? {};
     this.problems = options.problems?.length ? options.problems : [{ detail, pointer: this.pointer }];
     this.logFields = options.logFields ?? {};
+    this.reason = options.reason;
   }
 }
 

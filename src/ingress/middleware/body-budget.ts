@@ -120,6 +120,7 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
         // The connection closes after the answer: reading (and dropping) the body the sender still
         // writes would cost as much memory, for a while, as keeping it.
         headers: { 'retry-after': options.retryAfterSeconds, connection: 'close' },
+        reason: 'body-budget',
         logFields: {
           heldBytes: held,
           bodyBytes: size,
