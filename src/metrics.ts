@@ -23,6 +23,19 @@ const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed', 'prioritized', '
 
 /** Queues whose counts are read on every scrape; each process registers the handles it has. */
 const watched = new Set<() => Iterable<Queue>>();
+/** What the body budget gauges read (src/ingress/middleware/body-budget.ts). */
+interface BodyBudgetState {
+  heldBytes: number;
+  waiting: number;
+}
+/** The ingress' body budget, read on every scrape when a process registered it (the last one registered). */
+let watchedBodyBudget: (() => BodyBudgetState) | null = null;
+
+/** Reads `read` on every scrape for the body budget gauges. */
+export function watchBodyBudget(read: () => BodyBudgetState): void {
+  watchedBodyBudget = read;
+}
+
 /** The inbound log, read on every scrape when a process registered it. */
 let watchedLog: InboundLogCounts | null = null;
 
@@ -64,6 +77,28 @@ export const metrics = {
     'callsync_webhooks_rejected_total',
     'Webhooks answered with an error, by status and reason',
     ['status', 'reason'] as const,
+  ),
+  webhookBodiesWaiting: metric(
+    'callsync_webhook_bodies_waiting',
+    () =>
+      new client.Gauge({
+        name: 'callsync_webhook_bodies_waiting',
+        help: 'Webhooks waiting in line for room in the body budget, their bodies not yet read (at most 256; each waits WEBHOOK_BODY_WAIT_MS at most, then 503 body-budget)',
+        collect() {
+          this.set(watchedBodyBudget?.().waiting ?? 0);
+        },
+      }),
+  ),
+  webhookBodyBytesHeld: metric(
+    'callsync_webhook_body_bytes_held',
+    () =>
+      new client.Gauge({
+        name: 'callsync_webhook_body_bytes_held',
+        help: "Bytes of request bodies the ingress holds now (the body budget's count: 8 MiB at most, or one larger body alone)",
+        collect() {
+          this.set(watchedBodyBudget?.().heldBytes ?? 0);
+        },
+      }),
   ),
   webhookFieldsUnread: counter(
     'callsync_webhook_fields_unread_total',

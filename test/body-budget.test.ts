@@ -13,6 +13,8 @@ import { createIngressApp } from '../src/ingress/app.js';
 import { ApiError, problemsBody } from '../src/ingress/errors.js';
 import { bodyBudget } from '../src/ingress/middleware/body-budget.js';
 import { createLogger } from '../src/log.js';
+import { registry } from '../src/metrics.js';
+import { combineEvents, ingressMetrics } from '../workers/metric-events.js';
 import type { Config } from '../src/config/index.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import { webhookPayload } from './support/calls.js';
@@ -69,7 +71,8 @@ function ingress(bodyWaitMs: number, budgetBytes: number) {
   /** `status reason` of every refusal, as the metrics see them (callsync_webhooks_rejected_total). */
   const rejected: string[] = [];
   const app = createIngressApp({
-    events: { rejected: (status, reason) => rejected.push(`${status} ${reason}`) },
+    // The metrics' own hooks (the gauges read the budget at scrape time), and the refusals seen here.
+    events: combineEvents(ingressMetrics(), { rejected: (status, reason) => rejected.push(`${status} ${reason}`) }),
     webhook: webhook(bodyWaitMs),
     acceptor: held.acceptor,
     ready: async () => true,
@@ -101,6 +104,11 @@ test('a body that does not fit waits in line, and smaller ones that come after i
   const c = post('c', 3 * KB);
   await settle();
   assert.deepEqual(entered, ['a'], 'b waits for room, c waits behind b');
+  // The operator sees the line and what is held (/metrics).
+  const scrape = await registry.metrics();
+  assert.match(scrape, /^callsync_webhook_bodies_waiting 2$/m);
+  const heldNow = Number(/^callsync_webhook_body_bytes_held (\d+)$/m.exec(scrape)?.[1]);
+  assert.ok(heldNow > 12 * KB - 100 && heldNow < 13 * KB, `a's body is held: ${heldNow} bytes`);
   release('a');
   assert.equal((await a).status, 202);
   await settle();
@@ -108,6 +116,9 @@ test('a body that does not fit waits in line, and smaller ones that come after i
   release('b');
   release('c');
   assert.deepEqual([(await b).status, (await c).status], [202, 202]);
+  const after = await registry.metrics();
+  assert.match(after, /^callsync_webhook_bodies_waiting 0$/m);
+  assert.match(after, /^callsync_webhook_body_bytes_held 0$/m);
 });
 
 test('a body that waited WEBHOOK_BODY_WAIT_MS in vain gets 503 with Retry-After and the error body; the line is left clean', async () => {

@@ -1,6 +1,6 @@
 // The wiring between the roles' events and the metrics of src/metrics.ts: each role reports what
 // happened through its own small events interface; these hooks turn that into metric updates.
-import { metrics } from '../src/metrics.js';
+import { metrics, watchBodyBudget } from '../src/metrics.js';
 import type { IngressEvents } from '../src/ingress/app.js';
 import { sinkNameFromQueue } from '../queues/registry.js';
 import type { FanOutErrorKind, LogFanOutEvents } from './fanout.js';
@@ -50,6 +50,7 @@ export function ingressMetrics(): IngressEvents {
       metrics.webhooksRejected.inc({ status: String(status), reason: named });
     },
     unreadField: (field) => metrics.webhookFieldsUnread.inc({ field }),
+    bodyBudget: (read) => watchBodyBudget(read),
   };
 }
 

@@ -32,6 +32,8 @@ export interface IngressEvents {
   rejected?(status: number, reason: string): void;
   /** An accepted webhook had a value of this optional field callsync could not read (once per webhook and field). */
   unreadField?(field: string): void;
+  /** Called once, as the app is built, with a reader of the body budget's state (bytes held, requests in line). */
+  bodyBudget?(read: () => { heldBytes: number; waiting: number }): void;
 }
 
 export interface IngressDeps {
@@ -155,6 +157,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
     bodyLimitBytes: deps.webhook.bodyLimitBytes,
     retryAfterSeconds: RETRY_AFTER_SECONDS,
     maxWaitMs: deps.webhook.bodyWaitMs ?? DEFAULT_BODY_WAIT_MS,
+    observe: deps.events?.bodyBudget,
   });
   // JSON sources: the shared secret (when configured), then charset, size and shape limits.
   const jsonGuards: MiddlewareHandler[] = [];

@@ -32,6 +32,8 @@ export interface BodyBudgetOptions {
   maxWaitMs: number;
   /** Most requests waiting in line at once; one more is refused at once. Default MAX_WAITERS. */
   maxWaiters?: number;
+  /** Called once with a reader of the budget's state (the metrics read it at scrape time). */
+  observe?(read: () => { heldBytes: number; waiting: number }): void;
 }
 
 /**
@@ -93,6 +95,7 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
   /** Requests waiting for room, in the order they came. */
   const line: Waiter[] = [];
   const fits = (bytes: number) => held === 0 || held + bytes <= maxBytes;
+  options.observe?.(() => ({ heldBytes: held, waiting: line.length }));
   /** Lets in the requests at the head of the line that now fit, in order. */
   const admitWaiting = () => {
     while (line.length > 0 && fits(line[0]!.bytes)) {
