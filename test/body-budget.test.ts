@@ -230,6 +230,33 @@ test('a full line refuses at once; a body larger than the whole budget does not 
   assert.equal((await again).status, 202);
 });
 
+test('a chunked body (no length to reserve) takes its turn in line: it does not pass a body waiting for room', async () => {
+  const gates: (() => void)[] = [];
+  const entered: string[] = [];
+  const app = new Hono();
+  app.use('*', bodyBudget({ maxBytes: 100, bodyLimitBytes: 1000, retryAfterSeconds: '5', maxWaitMs: 5000 }));
+  app.post('/:id', async (c) => {
+    entered.push(c.req.param('id'));
+    await new Promise<void>((resolve) => gates.push(resolve));
+    return c.text('ok', 202);
+  });
+  const a = app.request('/a', { method: 'POST', headers: { 'content-length': '60' }, body: 'x'.repeat(60) });
+  await settle();
+  const b = app.request('/b', { method: 'POST', headers: { 'content-length': '50' }, body: 'x'.repeat(50) });
+  await settle();
+  // No Content-Length: nothing reserved up front, so it would fit at once, but b came first.
+  const chunked = app.request('/chunked', { method: 'POST', body: 'x'.repeat(10) });
+  await settle();
+  assert.deepEqual(entered, ['a']);
+  gates.shift()!();
+  assert.equal((await a).status, 202);
+  await settle();
+  assert.deepEqual(entered, ['a', 'b', 'chunked']);
+  gates.shift()!();
+  gates.shift()!();
+  assert.deepEqual([(await b).status, (await chunked).status], [202, 202]);
+});
+
 test('a sender that hangs up while it waits leaves the line: those behind it go in at once', async () => {
   const held = holdingAcceptor();
   // A wait far longer than the test: c can only go in because b left the line when its socket closed.
