@@ -1,7 +1,7 @@
 // OpenTelemetry traces, one trace per call: with OTEL_EXPORTER_OTLP_ENDPOINT (or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set, callsync exports over OTLP/HTTP the ingress' acceptance
-// of a call, its fan-out and one span per sink attempt, and the outbound HTTP requests (fetch: CRMs,
-// webhooks, the platform's API) as children of the attempt. Off when unset: nothing is loaded and
+// of a call, its fan-out and one span per sink attempt, and the outbound HTTP requests (CRMs,
+// webhooks, the platform's API: src/http-request.ts; fetch, for downloads) as children of the attempt. Off when unset: nothing is loaded and
 // every function here returns at once (no context manager, no cost).
 //
 // The trace id of a call is its call hash (32 hex digits, the sink job id's head), so every process
@@ -76,7 +76,8 @@ export async function startTracing(env: NodeJS.ProcessEnv = process.env): Promis
   });
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   trace.setGlobalTracerProvider(provider);
-  // fetch (undici): the CRMs, the signed webhook, the platform's API — children of the sink attempt.
+  // fetch (undici): the recording downloads and OAuth token requests — children of the sink attempt.
+  // (The CRMs, the signed webhook and the platform's API go through src/http-request.ts: `traceHttp`.)
   // Only inside a call's span, and query values left out of the URL (Pipedrive's api_token, a searched number).
   const undici = new UndiciInstrumentation({
     requireParentforSpans: true,
@@ -234,6 +235,53 @@ export async function traceAttempt<T>(
   } catch (err) {
     // The error's class only: its message may echo what the remote was sent.
     span.setAttribute('callsync.outcome', 'failed');
+    span.setAttribute('error.type', err instanceof Error ? err.name : 'Error');
+    span.setStatus({ code: SpanStatusCode.ERROR });
+    throw err;
+  } finally {
+    span.end();
+  }
+}
+
+/**
+ * An outbound HTTP request on node:http (src/http-request.ts: the CRMs, the signed webhook, the
+ * platform's API) as a child span (kind CLIENT) of the sink attempt under way, named and described as
+ * the undici instrumentation describes fetch's: the method; `http.request.method`, `url.full` and
+ * `url.query` with query values left out, `server.address`, `server.port`,
+ * `http.response.status_code` (an error status from 400 on), `error.type` when no answer came.
+ * None outside an attempt's span; nothing at all while tracing is off.
+ */
+export async function traceHttp<T extends { status: number }>(
+  method: string,
+  url: URL,
+  work: () => Promise<T>,
+): Promise<T> {
+  if (!tracingEnabled) return work();
+  const parent = trace.getSpan(context.active());
+  if (!parent) return work();
+  const query = redactQuery(url.search);
+  const span = trace.getTracer(TRACER).startSpan(
+    method,
+    {
+      kind: SpanKind.CLIENT,
+      attributes: {
+        'http.request.method': method,
+        'url.full': `${url.origin}${url.pathname}${query}`,
+        'url.path': url.pathname,
+        'url.query': query,
+        'url.scheme': url.protocol.replace(/:$/, ''),
+        'server.address': url.hostname,
+        'server.port': Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
+      },
+    },
+    context.active(),
+  );
+  try {
+    const answer = await work();
+    span.setAttribute('http.response.status_code', answer.status);
+    if (answer.status >= 400) span.setStatus({ code: SpanStatusCode.ERROR });
+    return answer;
+  } catch (err) {
     span.setAttribute('error.type', err instanceof Error ? err.name : 'Error');
     span.setStatus({ code: SpanStatusCode.ERROR });
     throw err;

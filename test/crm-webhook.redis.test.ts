@@ -170,6 +170,13 @@ describe('webhook sink', () => {
       () => webhookSinkType.options.parse({ urls: ['http://x'], headers: { 'Webhook-Signature': 'x' } }),
       /set by callsync/,
     );
+    // The connection's own headers too: fetch refused them at delivery; node:http would send them as given.
+    for (const name of ['Transfer-Encoding', 'connection', 'Keep-Alive', 'upgrade', 'Host', 'expect'])
+      assert.throws(
+        () => webhookSinkType.options.parse({ urls: ['http://x'], headers: { [name]: 'x' } }),
+        /set by callsync/,
+        name,
+      );
     assert.throws(
       () => new WebhookSink('w', webhookSinkType.options.parse({ urls: ['http://x'] }), { ...deps, settings: {} }),
       /CRM_WEBHOOK_SECRET/,

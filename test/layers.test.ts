@@ -19,6 +19,7 @@ export const LAYERS: Record<string, number> = {
   'src/log': 0,
   'src/backoff': 0,
   'src/deadline': 0,
+  'src/http-request': 0.5,
   'src/listen': 0,
   'src/env-values': 0,
   'src/redis-slot': 0,

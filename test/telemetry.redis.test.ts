@@ -123,6 +123,11 @@ describe('OpenTelemetry: one trace per call', () => {
     assert.equal(attr(attempt, 'callsync.attempt'), 1);
     assert.ok(http, 'the webhook request is a child of the attempt');
     assert.match(String(attr(http, 'url.full')), /^http:\/\/127\.0\.0\.1:\d+\//);
+    assert.equal(http.name, 'POST');
+    assert.equal(attr(http, 'http.request.method'), 'POST');
+    const status = Number(attr(http, 'http.response.status_code'));
+    assert.ok(status >= 200 && status < 300, `status ${status}`);
+    assert.equal(attr(http, 'server.address'), '127.0.0.1');
     const all = bodies.join('\n');
     for (const digits of ['6355340', '55550100']) assert.ok(!all.includes(digits), 'no number in any span');
   });

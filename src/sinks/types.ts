@@ -22,7 +22,7 @@ export interface SinkContext {
   /** 1 on the first try. */
   attempt: number;
   log: Logger;
-  /** Aborted when the worker shuts down; pass it to fetch() where a request can be abandoned. */
+  /** Aborted when the worker shuts down; pass it to the HTTP request (src/http-request.ts) where one can be abandoned. */
   signal: AbortSignal;
   /**
    * The endpoint this job delivers to, for a sink with endpoints (one queue each, see

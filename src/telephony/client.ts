@@ -6,6 +6,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import pRetry from 'p-retry';
 import { z } from 'zod';
 import { deadline } from '../deadline.js';
+import { httpRequest, redirectTarget, type HttpAnswer } from '../http-request.js';
 import type { Logger } from '../log.js';
 import { envEnum, envOptionalInt, envString, envUrl, type EnvOf, type EnvShape } from '../env-values.js';
 import { networkReason, requestCertainlyNotSent } from '../errors.js';
@@ -235,14 +236,9 @@ export class TelephonyApiClient implements TelephonyClient {
   }
 
   private async sendSmsWithin(operation: string, request: SendWebSmsRequest, signal: AbortSignal): Promise<void> {
-    let res: Response;
+    let res: HttpAnswer;
     try {
-      res = await this.send(
-        operation,
-        this.apiUrl(this.smsPath),
-        { method: 'POST', json: request, accept: 'application/json' },
-        signal,
-      );
+      res = await this.sendApi(operation, this.apiUrl(this.smsPath), { method: 'POST', json: request }, signal);
     } catch (err) {
       // Typed errors come from the OAuth refresh, before anything was sent: safe to retry as they say.
       if (err instanceof TelephonyApiError) throw err;
@@ -255,17 +251,11 @@ export class TelephonyApiClient implements TelephonyClient {
             : String(err);
       throw new OutcomeUnknownError(operation, reason, { cause: err });
     }
-    // Drain the body so the connection is reusable; its content is not needed on success.
-    if (res.ok) {
-      await res.arrayBuffer().catch(() => undefined);
-      return;
-    }
+    if (res.ok) return;
     // A gateway that gave up waiting (502/504) cannot say whether the platform sent the SMS.
-    if (res.status === 502 || res.status === 504) {
-      await res.arrayBuffer().catch(() => undefined);
+    if (res.status === 502 || res.status === 504)
       throw new OutcomeUnknownError(operation, `answered ${res.status}`, { status: res.status });
-    }
-    throw await this.failure(operation, res);
+    throw this.answerFailure(operation, res);
   }
 
   /** A relative URL (`/recordings/1`, `recordings/1`, `/v2/recordings/1`) resolved against the API root. */
@@ -292,25 +282,56 @@ export class TelephonyApiClient implements TelephonyClient {
     return `${this.baseUrl}/${path.replace(/^\/+/, '')}`;
   }
 
-  /** Sends one request with the current credentials; after a 401 with OAuth, refreshes and sends once more. */
+  /**
+   * An API request (JSON in and out) with the current credentials, on node:http (src/http-request.ts);
+   * after a 401 with OAuth, refreshes and sends once more. Never redirected: a 3xx is answered as
+   * it is, and reported as a permanent failure naming where it points (`answerFailure`).
+   */
+  private async sendApi(
+    operation: string,
+    url: string,
+    init: { method: string; json?: unknown },
+    signal: AbortSignal,
+  ): Promise<HttpAnswer> {
+    for (let attempt = 1; ; attempt++) {
+      const authorization = await this.auth.header(signal);
+      const headers: Record<string, string> = {
+        authorization,
+        accept: 'application/json',
+        'user-agent': this.userAgent,
+      };
+      if (init.json !== undefined) headers['content-type'] = 'application/json';
+      const res = await httpRequest(new URL(url), {
+        method: init.method,
+        headers,
+        body: init.json === undefined ? undefined : JSON.stringify(init.json),
+        signal,
+      });
+      if (res.status === 401 && attempt === 1 && this.auth.rejected(authorization)) {
+        this.log?.info({ operation }, 'telephony API rejected the access token; refreshing it once');
+        continue;
+      }
+      return res;
+    }
+  }
+
+  /** A download (`fetch`, following redirects) with the current credentials; after a 401 with OAuth, refreshes and sends once more. */
   private async send(
     operation: string,
     url: string,
-    init: { method: string; json?: unknown; accept: string; redirect?: 'error' | 'follow' },
+    init: { method: string; accept: string; redirect: 'follow' },
     signal: AbortSignal,
   ): Promise<Response> {
     for (let attempt = 1; ; attempt++) {
       const authorization = await this.auth.header(signal);
       const headers: Record<string, string> = { authorization, accept: init.accept, 'user-agent': this.userAgent };
-      if (init.json !== undefined) headers['content-type'] = 'application/json';
       const res = await fetch(url, {
         method: init.method,
         headers,
-        body: init.json === undefined ? undefined : JSON.stringify(init.json),
         signal,
-        // API calls are never redirected; a download may be (e.g. to a signed storage URL), and
-        // fetch drops the Authorization header when a redirect leaves the API's origin.
-        redirect: init.redirect ?? 'error',
+        // A download may be redirected (e.g. to a signed storage URL); fetch drops the Authorization
+        // header when a redirect leaves the API's origin.
+        redirect: init.redirect,
       });
       if (res.status === 401 && attempt === 1 && this.auth.rejected(authorization)) {
         await res.arrayBuffer().catch(() => undefined);
@@ -321,6 +342,23 @@ export class TelephonyApiClient implements TelephonyClient {
     }
   }
 
+  /** An API answer that is not 2xx, as a typed error (a redirect names where it points, never followed). */
+  private answerFailure(operation: string, res: HttpAnswer): Error {
+    if (res.status >= 300 && res.status < 400)
+      return new TelephonyApiError(
+        'permanent',
+        `Telephony API ${operation} answered ${res.status} redirect to ${redirectTarget(res.headers.get('location'), this.baseUrl)} (redirects are not followed: check TELEPHONY_API_URL)`,
+        { operation, status: res.status },
+      );
+    return telephonyErrorFromResponse({
+      status: res.status,
+      operation,
+      body: res.text.slice(0, MAX_ERROR_BODY),
+      retryAfter: res.headers.get('retry-after'),
+    });
+  }
+
+  /** A download answer that is not 2xx, as a typed error (its body read up to MAX_ERROR_BODY). */
   private async failure(operation: string, res: Response): Promise<Error> {
     const body = await readLimited(res, MAX_ERROR_BODY).catch(() => '');
     return telephonyErrorFromResponse({
@@ -334,17 +372,15 @@ export class TelephonyApiClient implements TelephonyClient {
   private async readJson(operation: string, url: string, signal?: AbortSignal): Promise<unknown> {
     return this.withRetries(operation, signal, async () => {
       const limit = deadline(this.timeoutMs, signal);
-      let res: Response;
-      let text: string;
+      let res: HttpAnswer;
       try {
-        res = await this.send(operation, url, { method: 'GET', accept: 'application/json' }, limit.signal);
-        if (!res.ok) throw await this.failure(operation, res);
-        text = await res.text();
+        res = await this.sendApi(operation, url, { method: 'GET' }, limit.signal);
       } finally {
         limit.clear();
       }
+      if (!res.ok) throw this.answerFailure(operation, res);
       try {
-        return JSON.parse(text) as unknown;
+        return JSON.parse(res.text) as unknown;
       } catch {
         throw new ResponseValidationError(operation, `answered ${res.status} with a body that is not JSON`);
       }

@@ -1,4 +1,4 @@
-// One small HTTP client shared by the CRM adapters: global fetch with a timeout, every answer sorted
+// One small HTTP client shared by the CRM adapters: node:http (../../http-request.ts) with a timeout, every answer sorted
 // into the sink error kinds, and the CRM's rate limit honoured for the whole sink queue:
 //   429                      -> RetryLaterError(scope 'queue') for Retry-After (or the CRM's window);
 //                               a request may answer 'job' instead (a search limit of its own)
@@ -18,12 +18,13 @@ import {
   TransientError,
 } from '../../errors.js';
 import { deadline } from '../../deadline.js';
+import { httpRequest, redirectTarget, type AnswerHeaders, type HttpAnswer } from '../../http-request.js';
 import { redactRemoteText } from '../../redact.js';
 import { crmAuthFailures, crmRateLimited, crmRequests } from './metrics.js';
 
 export interface CrmAnswer {
   status: number;
-  headers: Headers;
+  headers: AnswerHeaders;
   /** Parsed JSON, or undefined when the body was empty or not JSON. */
   body: unknown;
 }
@@ -47,7 +48,7 @@ export interface CrmHttpConfig {
   /** Wait after a 429 without Retry-After, from the CRM's headers or body. */
   rateLimitDelayMs(answer: CrmAnswer): number;
   /** When an answer's rate-limit headers say the window is used up: how long until it resets. */
-  windowExhaustedMs?(headers: Headers): number | undefined;
+  windowExhaustedMs?(headers: AnswerHeaders): number | undefined;
 }
 
 export interface CrmRequest {
@@ -57,7 +58,7 @@ export interface CrmRequest {
   body?: unknown;
   /** A body already serialized as JSON, sent byte for byte (signed payloads). */
   rawBody?: string;
-  /** A streamed body of its own content type (a multipart file upload); never retried by fetch. */
+  /** A streamed body of its own content type (a multipart file upload); never resent by the client. */
   stream?: { body: AsyncIterable<Uint8Array>; contentType: string; contentLength?: number };
   /** Time limit of this request (a large upload), instead of the sink's `timeoutMs`. */
   timeoutMs?: number;
@@ -71,17 +72,6 @@ export interface CrmRequest {
    */
   rateLimitScope?: 'queue' | 'job' | ((answer: CrmAnswer) => 'queue' | 'job');
   signal?: AbortSignal;
-}
-
-/** Where a redirect points, for a message: origin and path, never a query string or credentials. */
-export function redirectTarget(location: string | null, from: URL | string): string {
-  if (location === null || location.trim() === '') return 'nowhere (no Location header)';
-  try {
-    const to = new URL(location, from);
-    return `${to.origin}${to.pathname}`;
-  } catch {
-    return 'an unreadable Location';
-  }
 }
 
 export class CrmHttp {
@@ -112,7 +102,13 @@ export class CrmHttp {
     }
 
     for (const [k, v] of Object.entries({ ...req.query, ...this.config.query })) url.searchParams.set(k, v);
-    const headers: Record<string, string> = { accept: 'application/json', ...this.config.headers, ...req.headers };
+    // A user agent of our own unless the sink names one (fetch sent `node`; node:http sends none).
+    const headers: Record<string, string> = {
+      accept: 'application/json',
+      'user-agent': 'callsync',
+      ...this.config.headers,
+      ...req.headers,
+    };
     let payload: string | AsyncIterable<Uint8Array> | undefined;
     if (req.stream !== undefined) {
       payload = req.stream.body;
@@ -125,20 +121,10 @@ export class CrmHttp {
     const limit = deadline(req.timeoutMs ?? this.config.timeoutMs, req.signal);
     const signal = limit.signal;
 
-    let res: Response;
-    let text: string;
+    let res: HttpAnswer;
     try {
       // A redirect is answered as it is (reported below), never followed: it would resend the body elsewhere.
-      const init: RequestInit & { duplex?: 'half' } = {
-        method: req.method,
-        headers,
-        body: payload as RequestInit['body'],
-        signal,
-        redirect: 'manual',
-      };
-      if (req.stream !== undefined) init.duplex = 'half';
-      res = await fetch(url, init);
-      text = await res.text();
+      res = await httpRequest(url, { method: req.method, headers, body: payload, signal });
     } catch (err) {
       crmRequests.inc({ sink, crm, status: 'network' });
       if (req.signal?.aborted) throw new TransientError(`${what} abandoned: worker shutting down`, { cause: err });
@@ -146,6 +132,7 @@ export class CrmHttp {
     } finally {
       limit.clear();
     }
+    const text = res.text;
     crmRequests.inc({ sink, crm, status: String(res.status) });
 
     let body: unknown;
@@ -218,7 +205,7 @@ export class CrmHttp {
 }
 
 /** A header's value as a number, or undefined. */
-export function numberHeader(headers: Headers, name: string): number | undefined {
+export function numberHeader(headers: AnswerHeaders, name: string): number | undefined {
   const v = headers.get(name);
   if (v === null || v.trim() === '') return undefined;
   const n = Number(v);

@@ -29,6 +29,7 @@ import {
   untilMidnightIn,
   type CrmRecord,
 } from './common.js';
+import type { AnswerHeaders } from '../../http-request.js';
 import { CrmHttp, field, numberHeader, stringField, type CrmAnswer } from './http.js';
 import { WindowLimiter } from './limiter.js';
 import { counterpartNumber, displayNumber, phoneForms, samePhone, type CountryCode } from './phone.js';
@@ -336,7 +337,7 @@ export class HubSpotSink implements Sink {
     return numberHeader(answer.headers, 'x-hubspot-ratelimit-interval-milliseconds') ?? 10_000;
   }
 
-  private windowExhausted(headers: Headers): number | undefined {
+  private windowExhausted(headers: AnswerHeaders): number | undefined {
     if (numberHeader(headers, 'x-hubspot-ratelimit-daily-remaining') === 0) return this.untilDailyReset();
     if (numberHeader(headers, 'x-hubspot-ratelimit-remaining') === 0) {
       return numberHeader(headers, 'x-hubspot-ratelimit-interval-milliseconds') ?? 10_000;

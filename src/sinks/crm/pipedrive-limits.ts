@@ -5,6 +5,7 @@
 //   - the search API's own limit, 10 requests per 2 s on every plan -> a window of its own here,
 //     so searches wait among themselves and never use up the window of the call log writes.
 import { untilUtcMidnight } from './common.js';
+import type { AnswerHeaders } from '../../http-request.js';
 import { numberHeader } from './http.js';
 
 const HOUR_MS = 3600_000;
@@ -27,7 +28,7 @@ export class DailyBudget {
   constructor(private readonly now: () => Date) {}
 
   /** True when the headers say the budget is spent. */
-  static spent(headers: Headers): boolean {
+  static spent(headers: AnswerHeaders): boolean {
     return (
       numberHeader(headers, 'x-daily-ratelimit-token-remaining') === 0 ||
       numberHeader(headers, 'x-daily-requests-left') === 0
@@ -35,7 +36,7 @@ export class DailyBudget {
   }
 
   /** Reads an answer's headers; when they say the budget is spent, blocks and returns how long. */
-  observe(headers: Headers): number | undefined {
+  observe(headers: AnswerHeaders): number | undefined {
     const now = this.now().getTime();
     if (!DailyBudget.spent(headers)) {
       if (this.waitedFor !== null && now >= this.waitedFor) this.waitedFor = null;

@@ -30,7 +30,8 @@ import { RevisionGuard, type Held } from '../revisions.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { queueLimitSchema, timeoutSchema } from './common.js';
-import { CrmHttp, redirectTarget, stringField } from './http.js';
+import { redirectTarget } from '../../http-request.js';
+import { CrmHttp, stringField } from './http.js';
 
 const secretSchema = z
   .string()
@@ -39,7 +40,11 @@ const secretSchema = z
     message: 'expected a `whsec_` secret: whsec_ followed by base64 (at least 24 bytes)',
   });
 
-/** Header names a config may not set: the signature headers and what fetch owns. */
+/**
+ * Header names a config may not set: the signature headers and what the HTTP client owns — the
+ * body's type and framing, the host and the connection's own (hop-by-hop) headers, which `fetch`
+ * refused at delivery and node:http would send as given.
+ */
 const reservedHeaders = new Set([
   'webhook-id',
   'webhook-timestamp',
@@ -47,12 +52,19 @@ const reservedHeaders = new Set([
   'content-type',
   'content-length',
   'host',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'upgrade',
+  'te',
+  'trailer',
+  'expect',
 ]);
 
 const headersSchema = z
   .record(z.string().regex(/^[A-Za-z0-9-]+$/), z.string())
   .refine((h) => Object.keys(h).every((k) => !reservedHeaders.has(k.toLowerCase())), {
-    message: 'webhook-* and content headers are set by callsync',
+    message: 'webhook-*, content, host and connection headers are set by callsync',
   });
 
 const urlSchema = z.url({ protocol: /^https?$/ });
