@@ -21,7 +21,8 @@
 //   BENCH_COUNT_COMMANDS=1   (default topology only) watch Redis with MONITOR while the run lasts and
 //                      print per call: the commands callsync's clients sent (each an upper bound of
 //                      a round trip: MONITOR does not show pipelining), those run inside scripts
-//                      (MONITOR's `lua` source), INFO commandstats' total, and the sent ones by name;
+//                      (MONITOR's `lua` source) and by the script that ran them, INFO commandstats'
+//                      total, and the sent ones by name;
 //                      and the server's read events (INFO stats total_reads_processed, the
 //                      bench's own left out): commands that arrived together (pipelined, or
 //                      written by many jobs at once) count once — depends on the load, a floor.
@@ -482,6 +483,8 @@ routes:
       printTable([commandsPerCall]);
       const byName = [...counted.byName].sort((a, b) => b[1] - a[1]).map(([name, n]) => `${name} ${per(n)}`);
       console.log(`sent per call by name: ${byName.join(', ')}`);
+      const inside = [...counted.insideByScript].sort((a, b) => b[1] - a[1]).map(([name, n]) => `${name} ${per(n)}`);
+      console.log(`run inside scripts per call, by script: ${inside.join(', ')}`);
       summary.commands = commandsPerCall;
     }
     const ceiling = CEILING ? await s3Ceiling(r.s3Env, Number(CONCURRENCY), Math.min(CEILING_N, 20_000)) : undefined;
@@ -708,6 +711,9 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
   let sent = 0;
   let inScripts = 0;
   const byName = new Map<string, number>();
+  /** Commands run inside scripts, by the script that ran them (MONITOR shows a script's call before its commands). */
+  const insideByScript = new Map<string, number>();
+  let lastScript = '?';
   let ownSent = 0;
   monitor.on('monitor', (_time, args, source) => {
     if (ownSources.has(source)) {
@@ -716,17 +722,20 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
     }
     if (source === 'lua') {
       inScripts++;
+      insideByScript.set(lastScript, (insideByScript.get(lastScript) ?? 0) + 1);
       return;
     }
     sent++;
     let name = String(args[0] ?? '').toLowerCase();
     // A script by its first key's kind (call hashes and job ids left out): which script it is.
-    if (name === 'evalsha' || name === 'eval')
+    if (name === 'evalsha' || name === 'eval') {
       name += `(${String(args[3] ?? '')
         .split(':')
         .slice(-2)
         .map((p) => p.replace(/[0-9a-f]{16,}[^:]*/g, '*'))
         .join(':')})`;
+      lastScript = name.replace(/^evalsha|^eval/, 'script');
+    }
     byName.set(name, (byName.get(name) ?? 0) + 1);
   });
   return {
@@ -738,7 +747,7 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
       // Own: the polling client's commands (seen by MONITOR), INFO ×3 after the first, MONITOR's own.
       const readEvents = Math.max(0, (await reads()) - readsBefore - ownSent - 4);
       statsClient.disconnect();
-      return { sent, inScripts, commandstats: all, byName, readEvents };
+      return { sent, inScripts, commandstats: all, byName, insideByScript, readEvents };
     },
   };
 }
