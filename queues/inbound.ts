@@ -153,8 +153,9 @@ for i = 7, #ARGV, 10 do
     local revision, job = 'new', id
     if out[n] == 'u' then revision = 'update' elseif out[n] ~= '' then revision, job = 'duplicate', first end
     local tl = KEYS[k]
-    redis.call('RPUSH', tl, '{' .. ARGV[i + 8] .. revision .. '","jobId":' .. cjson.encode(job) .. ARGV[i + 9])
-    redis.call('LTRIM', tl, -tonumber(maxEntries), -1)
+    if redis.call('RPUSH', tl, '{' .. ARGV[i + 8] .. revision .. '","jobId":' .. cjson.encode(job) .. ARGV[i + 9]) > tonumber(maxEntries) then
+      redis.call('LTRIM', tl, -tonumber(maxEntries), -1)
+    end
     redis.call('PEXPIRE', tl, timelineTtl)
     if revision ~= 'duplicate' then
       for j = k + 1, k + nk - 1 do

@@ -3,7 +3,7 @@
 // its outcome — as one Redis list per call under the call's own hash tag (queues/keys.ts
 // `callTimeline`), capped per call and expiring CALL_TIMELINE_TTL_DAYS after its last event.
 //
-// Each event is one command (a small script: RPUSH, LTRIM, PEXPIRE); a sink attempt's start and
+// Each event is one command (a small script: RPUSH, LTRIM only when over the cap, PEXPIRE); a sink attempt's start and
 // outcome are one command together, or — for a sink whose last step is the release of its call's
 // lock, on the one-slot layout — part of that release's script (workers/attempts.ts, entryTexts). Beside the timelines, lookups
 // for the CLI and the API: the calls by time (`calls:recent`), by call id, and by phone number — the
@@ -133,8 +133,8 @@ const APPEND_AND_INDEX = `
 local lists = tonumber(ARGV[1])
 local ttl = ARGV[4]
 if lists == 1 then
-  redis.call('RPUSH', KEYS[1], ARGV[2])
-  redis.call('LTRIM', KEYS[1], -tonumber(ARGV[3]), -1)
+  local max = tonumber(ARGV[3])
+  if redis.call('RPUSH', KEYS[1], ARGV[2]) > max then redis.call('LTRIM', KEYS[1], -max, -1) end
   redis.call('PEXPIRE', KEYS[1], ttl)
 end
 for i = lists + 1, #KEYS do
@@ -147,10 +147,9 @@ return 1
 
 /** One entry appended to each of several timelines (KEYS[i] gets ARGV[i + 2]): a batch in one command. */
 const APPEND_MANY = `
-local max = -tonumber(ARGV[1])
+local max = tonumber(ARGV[1])
 for i = 1, #KEYS do
-  redis.call('RPUSH', KEYS[i], ARGV[i + 2])
-  redis.call('LTRIM', KEYS[i], max, -1)
+  if redis.call('RPUSH', KEYS[i], ARGV[i + 2]) > max then redis.call('LTRIM', KEYS[i], -max, -1) end
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
 end
 return #KEYS
@@ -163,8 +162,10 @@ return #KEYS
  */
 const APPEND_ENTRIES = `
 if #KEYS > 1 and not redis.call('SET', KEYS[2], '1', 'PX', ARGV[2], 'NX') then return 0 end
-for i = 3, #ARGV do redis.call('RPUSH', KEYS[1], ARGV[i]) end
-redis.call('LTRIM', KEYS[1], -tonumber(ARGV[1]), -1)
+local max = tonumber(ARGV[1])
+local length = 0
+for i = 3, #ARGV, 100 do length = redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 99, #ARGV))) end
+if length > max then redis.call('LTRIM', KEYS[1], -max, -1) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `;

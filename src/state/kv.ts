@@ -131,8 +131,10 @@ for i = 2, #KEYS - 1 do redis.call('SET', KEYS[i], ARGV[w + 2 * i - 3], 'PX', AR
 local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then released = redis.call('DEL', KEYS[1]) end
 local list = KEYS[#KEYS]
-for i = 5, w do redis.pcall('RPUSH', list, ARGV[i]) end
-redis.pcall('LTRIM', list, -tonumber(ARGV[2]), -1)
+local max = tonumber(ARGV[2])
+local length = 0
+for i = 5, w, 100 do length = redis.pcall('RPUSH', list, unpack(ARGV, i, math.min(i + 99, w))) end
+if type(length) == 'number' and length > max then redis.pcall('LTRIM', list, -max, -1) end
 redis.pcall('PEXPIRE', list, ARGV[3])
 return released`;
 
