@@ -98,7 +98,7 @@ export interface TimedWrite {
 
 const DELETE_IF_EQUALS = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
 
-// KEYS[1]: the lock, KEYS[2..]: keys to read. ARGV: token, TTL ms, job id. Returns {taken, tookOver, values...}.
+// KEYS[1]: the lock, KEYS[2..]: keys to read (one MGET). ARGV: token, TTL ms, job id. Returns {taken, tookOver, values...}.
 const ACQUIRE = `
 local taken, over = 1, 0
 if not redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then
@@ -112,7 +112,10 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then
   end
 end
 local out = {taken, over}
-for i = 2, #KEYS do out[i + 1] = redis.call('GET', KEYS[i]) end
+if #KEYS > 1 then
+  local values = redis.call('MGET', unpack(KEYS, 2))
+  for i = 2, #KEYS do out[i + 1] = values[i - 1] end
+end
 return out`;
 
 // KEYS[1]: the lock, KEYS[2..]: keys to set. ARGV: token, then value and TTL ms per key to set.
@@ -138,20 +141,23 @@ if type(length) == 'number' and length > max then redis.pcall('LTRIM', list, -ma
 redis.pcall('PEXPIRE', list, ARGV[3])
 return released`;
 
-// KEYS[1]: the key to take, KEYS[2..n+1]: keys to read, KEYS[n+2] (optional): a set. ARGV: value,
-// TTL ms, take (1/0), n, then the members to test in the set. Returns {taken, inSet, values...}.
+// KEYS[1]: the key to take, KEYS[2..n+1]: keys to read (one MGET), KEYS[n+2] (optional): a set (one
+// SMISMEMBER, Redis 6.2+). ARGV: value, TTL ms, take (1/0), n, then the members to test in the set.
+// Returns {taken, inSet, values...}.
 const CLAIM = `
 local n = tonumber(ARGV[4])
 local out = {0, 0}
 local found = false
-for i = 1, n do
-  local v = redis.call('GET', KEYS[i + 1])
-  out[i + 2] = v
-  if v then found = true end
+if n > 0 then
+  local values = redis.call('MGET', unpack(KEYS, 2, n + 1))
+  for i = 1, n do
+    out[i + 2] = values[i]
+    if values[i] then found = true end
+  end
 end
-if #KEYS > n + 1 then
-  for i = 5, #ARGV do
-    if redis.call('SISMEMBER', KEYS[n + 2], ARGV[i]) == 1 then out[2] = 1 break end
+if #KEYS > n + 1 and #ARGV >= 5 then
+  for _, member in ipairs(redis.call('SMISMEMBER', KEYS[n + 2], unpack(ARGV, 5))) do
+    if member == 1 then out[2] = 1 break end
   end
 end
 if ARGV[3] == '1' and not found and out[2] == 0 and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then
