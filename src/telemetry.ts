@@ -256,38 +256,25 @@ export async function traceHttp<T extends { status: number }>(
   url: URL,
   work: () => Promise<T>,
 ): Promise<T> {
-  if (!tracingEnabled) return work();
-  const parent = trace.getSpan(context.active());
-  if (!parent) return work();
+  if (!tracingEnabled || !trace.getSpan(context.active())) return work();
   const query = redactQuery(url.search);
-  const span = trace.getTracer(TRACER).startSpan(
-    method,
-    {
-      kind: SpanKind.CLIENT,
-      attributes: {
-        'http.request.method': method,
-        'url.full': `${url.origin}${url.pathname}${query}`,
-        'url.path': url.pathname,
-        'url.query': query,
-        'url.scheme': url.protocol.replace(/:$/, ''),
-        'server.address': url.hostname,
-        'server.port': Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
-      },
-    },
-    context.active(),
-  );
-  try {
+  const attributes = {
+    'http.request.method': method,
+    'url.full': `${url.origin}${url.pathname}${query}`,
+    'url.path': url.pathname,
+    'url.query': query,
+    'url.scheme': url.protocol.replace(/:$/, ''),
+    'server.address': url.hostname,
+    'server.port': Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
+  };
+  return traceClient(method, attributes, async () => {
     const answer = await work();
+    // The active span is the request's own here (traceClient runs `work` inside it).
+    const span = trace.getSpan(context.active())!;
     span.setAttribute('http.response.status_code', answer.status);
     if (answer.status >= 400) span.setStatus({ code: SpanStatusCode.ERROR });
     return answer;
-  } catch (err) {
-    span.setAttribute('error.type', err instanceof Error ? err.name : 'Error');
-    span.setStatus({ code: SpanStatusCode.ERROR });
-    throw err;
-  } finally {
-    span.end();
-  }
+  });
 }
 
 /**

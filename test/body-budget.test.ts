@@ -93,6 +93,33 @@ function ingress(bodyWaitMs: number, budgetBytes: number) {
 
 const settle = (ms = 30) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * The middleware alone, a budget of 100 bytes (and a line of at most `maxWaiters`), in front of a
+ * handler that holds each request until its gate is opened (`gates`, in the order they entered).
+ */
+function gatedBudget(maxWaiters?: number) {
+  const gates: (() => void)[] = [];
+  const entered: string[] = [];
+  const app = new Hono();
+  app.use(
+    '*',
+    bodyBudget({ maxBytes: 100, bodyLimitBytes: 1000, retryAfterSeconds: '5', maxWaitMs: 5000, maxWaiters }),
+  );
+  app.post('/:id', async (c) => {
+    entered.push(c.req.param('id'));
+    await new Promise<void>((resolve) => gates.push(resolve));
+    return c.text('ok', 202);
+  });
+  app.onError((err, c) =>
+    err instanceof ApiError
+      ? c.json(problemsBody(err.status, err.problems), err.status, err.headers)
+      : c.text('?', 500),
+  );
+  const post = (id: string, bytes: number) =>
+    app.request(`/${id}`, { method: 'POST', headers: { 'content-length': String(bytes) }, body: 'x'.repeat(bytes) });
+  return { app, gates, entered, post };
+}
+
 test('a body that does not fit waits in line, and smaller ones that come after it do not pass it', async () => {
   const { entered, release, post } = ingress(5000, 20 * KB);
   const a = post('a', 12 * KB);
@@ -184,25 +211,7 @@ test('WEBHOOK_BODY_WAIT_MS=0: a body that does not fit is refused at once, as be
 
 test('a full line refuses at once; a body larger than the whole budget does not wait: alone or refused', async () => {
   // The middleware alone: a budget of 100 bytes, a line of at most 2.
-  const gates: (() => void)[] = [];
-  const entered: string[] = [];
-  const app = new Hono();
-  app.use(
-    '*',
-    bodyBudget({ maxBytes: 100, bodyLimitBytes: 1000, retryAfterSeconds: '5', maxWaitMs: 5000, maxWaiters: 2 }),
-  );
-  app.post('/:id', async (c) => {
-    entered.push(c.req.param('id'));
-    await new Promise<void>((resolve) => gates.push(resolve));
-    return c.text('ok', 202);
-  });
-  app.onError((err, c) =>
-    err instanceof ApiError
-      ? c.json(problemsBody(err.status, err.problems), err.status, err.headers)
-      : c.text('?', 500),
-  );
-  const post = (id: string, bytes: number) =>
-    app.request(`/${id}`, { method: 'POST', headers: { 'content-length': String(bytes) }, body: 'x'.repeat(bytes) });
+  const { entered, gates, post } = gatedBudget(2);
   const a = post('a', 60);
   await settle();
   // 500 bytes is beyond the whole budget: refused at once while a is held, not lined up.
@@ -231,18 +240,10 @@ test('a full line refuses at once; a body larger than the whole budget does not 
 });
 
 test('a chunked body (no length to reserve) takes its turn in line: it does not pass a body waiting for room', async () => {
-  const gates: (() => void)[] = [];
-  const entered: string[] = [];
-  const app = new Hono();
-  app.use('*', bodyBudget({ maxBytes: 100, bodyLimitBytes: 1000, retryAfterSeconds: '5', maxWaitMs: 5000 }));
-  app.post('/:id', async (c) => {
-    entered.push(c.req.param('id'));
-    await new Promise<void>((resolve) => gates.push(resolve));
-    return c.text('ok', 202);
-  });
-  const a = app.request('/a', { method: 'POST', headers: { 'content-length': '60' }, body: 'x'.repeat(60) });
+  const { entered, gates, app, post } = gatedBudget();
+  const a = post('a', 60);
   await settle();
-  const b = app.request('/b', { method: 'POST', headers: { 'content-length': '50' }, body: 'x'.repeat(50) });
+  const b = post('b', 50);
   await settle();
   // No Content-Length: nothing reserved up front, so it would fit at once, but b came first.
   const chunked = app.request('/chunked', { method: 'POST', body: 'x'.repeat(10) });

@@ -71,13 +71,14 @@ function crm(baseUrl: string, timeoutMs = 2000): CrmHttp {
   });
 }
 
-describe('httpRequest (node:http)', () => {
-  let s: Awaited<ReturnType<typeof serve>>;
-  before(async () => {
-    s = await serve();
-  });
-  after(() => s.close());
+// One server for every test (each sets its answers with `handle`; they run one after another).
+let s: Awaited<ReturnType<typeof serve>>;
+before(async () => {
+  s = await serve();
+});
+after(() => s.close());
 
+describe('httpRequest (node:http)', () => {
   it('sends the method, headers and body with its length; answers status, headers (any case, repeats joined) and text', async () => {
     let seen: { method?: string; length?: string; auth?: string; body?: string } = {};
     s.handle((req, body, res) => {
@@ -169,12 +170,6 @@ describe('httpRequest (node:http)', () => {
 });
 
 describe('the CRM client and the telephony client on it', () => {
-  let s: Awaited<ReturnType<typeof serve>>;
-  before(async () => {
-    s = await serve();
-  });
-  after(() => s.close());
-
   it('a CRM that answers without end is cut off (a transient error naming the limit), not read until the timeout', async () => {
     s.handle((_req, _body, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });

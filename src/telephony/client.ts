@@ -172,12 +172,7 @@ export class TelephonyApiClient implements TelephonyClient {
       const onAbort = () => controller.abort(signal?.reason);
       signal?.addEventListener('abort', onAbort, { once: true });
       try {
-        const response = await this.send(
-          operation,
-          url,
-          { method: 'GET', accept: '*/*', redirect: 'follow' },
-          controller.signal,
-        );
+        const response = await this.fetchDownload(operation, url, controller.signal);
         if (!response.ok) throw await this.failure(operation, response);
         if (response.body === null)
           throw new TelephonyApiError(
@@ -283,31 +278,20 @@ export class TelephonyApiClient implements TelephonyClient {
   }
 
   /**
-   * An API request (JSON in and out) with the current credentials, on node:http (src/http-request.ts);
-   * after a 401 with OAuth, refreshes and sends once more. Never redirected: a 3xx is answered as
-   * it is, and reported as a permanent failure naming where it points (`answerFailure`).
+   * Sends a request with the current credentials; after a 401 with OAuth, refreshes the token and
+   * sends once more (`discard` first lets go of the rejected answer).
    */
-  private async sendApi(
+  private async authorized<T extends { status: number }>(
     operation: string,
-    url: string,
-    init: { method: string; json?: unknown },
     signal: AbortSignal,
-  ): Promise<HttpAnswer> {
+    send: (authorization: string) => Promise<T>,
+    discard?: (rejected: T) => Promise<unknown>,
+  ): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       const authorization = await this.auth.header(signal);
-      const headers: Record<string, string> = {
-        authorization,
-        accept: 'application/json',
-        'user-agent': this.userAgent,
-      };
-      if (init.json !== undefined) headers['content-type'] = 'application/json';
-      const res = await httpRequest(new URL(url), {
-        method: init.method,
-        headers,
-        body: init.json === undefined ? undefined : JSON.stringify(init.json),
-        signal,
-      });
+      const res = await send(authorization);
       if (res.status === 401 && attempt === 1 && this.auth.rejected(authorization)) {
+        await discard?.(res);
         this.log?.info({ operation }, 'telephony API rejected the access token; refreshing it once');
         continue;
       }
@@ -315,31 +299,45 @@ export class TelephonyApiClient implements TelephonyClient {
     }
   }
 
-  /** A download (`fetch`, following redirects) with the current credentials; after a 401 with OAuth, refreshes and sends once more. */
-  private async send(
+  /**
+   * An API request (JSON in and out) on node:http (src/http-request.ts). Never redirected: a 3xx is
+   * answered as it is, and reported as a permanent failure naming where it points (`answerFailure`).
+   */
+  private sendApi(
     operation: string,
     url: string,
-    init: { method: string; accept: string; redirect: 'follow' },
+    init: { method: string; json?: unknown },
     signal: AbortSignal,
-  ): Promise<Response> {
-    for (let attempt = 1; ; attempt++) {
-      const authorization = await this.auth.header(signal);
-      const headers: Record<string, string> = { authorization, accept: init.accept, 'user-agent': this.userAgent };
-      const res = await fetch(url, {
-        method: init.method,
-        headers,
-        signal,
-        // A download may be redirected (e.g. to a signed storage URL); fetch drops the Authorization
-        // header when a redirect leaves the API's origin.
-        redirect: init.redirect,
-      });
-      if (res.status === 401 && attempt === 1 && this.auth.rejected(authorization)) {
-        await res.arrayBuffer().catch(() => undefined);
-        this.log?.info({ operation }, 'telephony API rejected the access token; refreshing it once');
-        continue;
-      }
-      return res;
-    }
+  ): Promise<HttpAnswer> {
+    const body = init.json === undefined ? undefined : JSON.stringify(init.json);
+    return this.authorized(operation, signal, (authorization) => {
+      const headers: Record<string, string> = {
+        authorization,
+        accept: 'application/json',
+        'user-agent': this.userAgent,
+      };
+      if (body !== undefined) headers['content-type'] = 'application/json';
+      return httpRequest(new URL(url), { method: init.method, headers, body, signal });
+    });
+  }
+
+  /**
+   * A download (`fetch`): it may be redirected (e.g. to a signed storage URL), and fetch drops the
+   * Authorization header when a redirect leaves the API's origin.
+   */
+  private fetchDownload(operation: string, url: string, signal: AbortSignal): Promise<Response> {
+    return this.authorized(
+      operation,
+      signal,
+      (authorization) =>
+        fetch(url, {
+          method: 'GET',
+          headers: { authorization, accept: '*/*', 'user-agent': this.userAgent },
+          signal,
+          redirect: 'follow',
+        }),
+      (rejected) => rejected.arrayBuffer().catch(() => undefined),
+    );
   }
 
   /** An API answer that is not 2xx, as a typed error (a redirect names where it points, never followed). */
