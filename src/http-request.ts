@@ -48,15 +48,33 @@ export interface HttpAnswer {
   text: string;
 }
 
+/** The status line and headers of an answer whose body could not be read whole. */
+export interface AnswerHead {
+  status: number;
+  headers: AnswerHeaders;
+}
+
 /**
  * The answer's body was larger than `maxBodyBytes`.
  * @internal Exported for its tests only (test/http-request.test.ts).
  */
 export class AnswerTooLargeError extends Error {
-  constructor(readonly maxBytes: number) {
+  constructor(
+    readonly maxBytes: number,
+    readonly answer?: AnswerHead,
+  ) {
     super(`the answer's body is larger than ${maxBytes} bytes`);
     this.name = 'AnswerTooLargeError';
   }
+}
+
+/**
+ * The status and headers of an answer that came but whose body was too large or cut off (the
+ * request's error), for a caller to whom the status alone says enough — an SMS send answered 2xx
+ * was taken by the platform, whatever followed. Undefined for any other error.
+ */
+export function answerHeadOf(err: unknown): AnswerHead | undefined {
+  return err instanceof Error ? (err as { answer?: AnswerHead }).answer : undefined;
 }
 
 const DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024;
@@ -134,10 +152,11 @@ function send(url: URL, init: HttpRequestInit): Promise<HttpAnswer> {
       (res) => {
         const chunks: Buffer[] = [];
         let size = 0;
+        const head = (): AnswerHead => ({ status: res.statusCode ?? 0, headers: new Headerish(res.headers) });
         res.on('data', (chunk: Buffer) => {
           size += chunk.length;
           if (size > maxBytes) {
-            fail(new AnswerTooLargeError(maxBytes));
+            fail(new AnswerTooLargeError(maxBytes, head()));
             return;
           }
           chunks.push(chunk);
@@ -154,9 +173,11 @@ function send(url: URL, init: HttpRequestInit): Promise<HttpAnswer> {
             text: chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks, size).toString('utf8'),
           });
         });
-        res.on('error', fail);
+        // An error after the status line came (the body cut off): the status and headers go with it.
+        res.on('error', (err) => fail(Object.assign(err, { answer: head() })));
         res.on('close', () => {
-          if (!res.complete) fail(Object.assign(new Error('the answer was cut off'), { code: 'ECONNRESET' }));
+          if (!res.complete)
+            fail(Object.assign(new Error('the answer was cut off'), { code: 'ECONNRESET', answer: head() }));
         });
       },
     );

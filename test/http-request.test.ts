@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { deadline } from '../src/deadline.js';
 import { PermanentError, TransientError } from '../src/errors.js';
-import { AnswerTooLargeError, httpRequest } from '../src/http-request.js';
+import { AnswerTooLargeError, answerHeadOf, httpRequest } from '../src/http-request.js';
 import { CrmHttp } from '../src/sinks/crm/http.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { OutcomeUnknownError, TelephonyApiError } from '../src/telephony/errors.js';
@@ -55,6 +55,16 @@ async function closedPort(): Promise<number> {
   const { port } = s.address() as AddressInfo;
   await new Promise<void>((resolve) => s.close(() => resolve()));
   return port;
+}
+
+/** Writes `chunk` for ever (as fast as the client reads) after `first`, until the client goes away. */
+function writeEndlessly(res: ServerResponse, chunk: Buffer, first = ''): void {
+  const more = () => {
+    while (!res.destroyed && res.write(chunk));
+    if (!res.destroyed) res.once('drain', more);
+  };
+  if (first !== '') res.write(first);
+  more();
 }
 
 function crm(baseUrl: string, timeoutMs = 2000): CrmHttp {
@@ -134,12 +144,7 @@ describe('httpRequest (node:http)', () => {
   it('an answer larger than maxBodyBytes fails as soon as it passes it (an endless one too)', async () => {
     s.handle((_req, _body, res) => {
       res.writeHead(200);
-      const chunk = Buffer.alloc(64 * 1024, 0x61);
-      const more = () => {
-        while (!res.destroyed && res.write(chunk));
-        if (!res.destroyed) res.once('drain', more);
-      };
-      more();
+      writeEndlessly(res, Buffer.alloc(64 * 1024, 0x61));
     });
     const started = Date.now();
     const err = await httpRequest(new URL(s.url), { method: 'GET', maxBodyBytes: 1024 * 1024 }).catch(
@@ -147,6 +152,8 @@ describe('httpRequest (node:http)', () => {
     );
     assert.ok(err instanceof AnswerTooLargeError, String(err));
     assert.ok(Date.now() - started < 5000);
+    // The status and headers that came are kept with the error, for a caller whom they tell enough.
+    assert.equal(answerHeadOf(err)?.status, 200);
   });
 
   it("a signal ends the request with its reason (a deadline's TimeoutError), the server still silent", async () => {
@@ -173,13 +180,7 @@ describe('the CRM client and the telephony client on it', () => {
   it('a CRM that answers without end is cut off (a transient error naming the limit), not read until the timeout', async () => {
     s.handle((_req, _body, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
-      const chunk = Buffer.alloc(256 * 1024, 0x20);
-      const more = () => {
-        while (!res.destroyed && res.write(chunk));
-        if (!res.destroyed) res.once('drain', more);
-      };
-      res.write('{"results":[');
-      more();
+      writeEndlessly(res, Buffer.alloc(256 * 1024, 0x20), '{"results":[');
     });
     const err = await crm(s.url, 60_000)
       .request({ method: 'GET', path: '/v1/things' })
@@ -239,5 +240,46 @@ describe('the CRM client and the telephony client on it', () => {
       /answered 307 redirect to https:\/\/api\.example\/v2\/sessions\/sms \(redirects are not followed/,
     );
     assert.doesNotMatch(err.message, /sig=abc|fetch failed/);
+  });
+  describe('an SMS send answered with a status, its body too large or cut off: the status decides', () => {
+    const sms = () =>
+      createTelephonyClient({
+        baseUrl: `${s.url}/v2`,
+        auth: { kind: 'basic', tokenId: 'token-id', token: 'token-secret' },
+        timeoutMs: 60_000,
+      }).sendSms({ smsId: 's1', recipient: '+4915112345678', message: 'hi' });
+
+    it('answered 200 with an endless body: sent (not an "outcome unknown" that keeps the SMS from being confirmed)', async () => {
+      s.handle((_req, _body, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        writeEndlessly(res, Buffer.alloc(256 * 1024, 0x20), '{"id":"sms-1","pad":"');
+      });
+      await sms();
+    });
+
+    it('answered 202, then the connection cut mid-body: sent', async () => {
+      s.handle((_req, _body, res) => {
+        res.writeHead(202, { 'content-type': 'application/json', 'content-length': '1000' });
+        res.write('{"id":"sms-1"', () => res.destroy());
+      });
+      await sms();
+    });
+
+    it('answered 400 with an endless body: a permanent error with its status, not a send of unknown outcome', async () => {
+      s.handle((_req, _body, res) => {
+        res.writeHead(400, { 'content-type': 'application/json' });
+        writeEndlessly(res, Buffer.alloc(256 * 1024, 0x20), '{"message":"');
+      });
+      const err = await sms().catch((e: unknown) => e);
+      assert.ok(err instanceof TelephonyApiError && !(err instanceof OutcomeUnknownError), String(err));
+      assert.equal(err.kind, 'permanent');
+      assert.equal(err.status, 400);
+    });
+
+    it('a connection cut before any status: still an outcome unknown (the SMS may have been sent)', async () => {
+      s.handle((_req, _body, res) => res.socket?.destroy());
+      const err = await sms().catch((e: unknown) => e);
+      assert.ok(err instanceof OutcomeUnknownError, String(err));
+    });
   });
 });

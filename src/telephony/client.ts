@@ -6,7 +6,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import pRetry from 'p-retry';
 import { z } from 'zod';
 import { deadline } from '../deadline.js';
-import { httpRequest, redirectTarget, type HttpAnswer } from '../http-request.js';
+import { answerHeadOf, httpRequest, redirectTarget, type HttpAnswer } from '../http-request.js';
 import type { Logger } from '../log.js';
 import { envEnum, envOptionalInt, envString, envUrl, type EnvOf, type EnvShape } from '../env-values.js';
 import { networkReason, requestCertainlyNotSent } from '../errors.js';
@@ -237,20 +237,29 @@ export class TelephonyApiClient implements TelephonyClient {
     } catch (err) {
       // Typed errors come from the OAuth refresh, before anything was sent: safe to retry as they say.
       if (err instanceof TelephonyApiError) throw err;
-      if (requestCertainlyNotSent(err)) throw telephonyNetworkError(operation, err);
-      const reason =
-        err instanceof Error && err.name === 'TimeoutError'
-          ? `no answer within ${this.timeoutMs} ms`
-          : err instanceof Error
-            ? networkReason(err)
-            : String(err);
-      throw new OutcomeUnknownError(operation, reason, { cause: err });
+      // Answered, but the body was too large or cut off: the status alone says what the platform did
+      // with the SMS (the body of a 2xx is not read; an error's text is then unknown).
+      const head = answerHeadOf(err);
+      if (head) res = { ...head, ok: head.status >= 200 && head.status < 300, text: '' };
+      else throw this.sendFailure(operation, err);
     }
     if (res.ok) return;
     // A gateway that gave up waiting (502/504) cannot say whether the platform sent the SMS.
     if (res.status === 502 || res.status === 504)
       throw new OutcomeUnknownError(operation, `answered ${res.status}`, { status: res.status });
     throw this.answerFailure(operation, res);
+  }
+
+  /** An SMS send that failed without an answer: not sent (retry as the error says), or perhaps sent. */
+  private sendFailure(operation: string, err: unknown): Error {
+    if (requestCertainlyNotSent(err)) return telephonyNetworkError(operation, err);
+    const reason =
+      err instanceof Error && err.name === 'TimeoutError'
+        ? `no answer within ${this.timeoutMs} ms`
+        : err instanceof Error
+          ? networkReason(err)
+          : String(err);
+    return new OutcomeUnknownError(operation, reason, { cause: err });
   }
 
   /** A relative URL (`/recordings/1`, `recordings/1`, `/v2/recordings/1`) resolved against the API root. */
