@@ -21,7 +21,7 @@
 //   BENCH_COUNT_COMMANDS=1   (default topology only) watch Redis with MONITOR while the run lasts and
 //                      print per call: the commands callsync's clients sent (each an upper bound of
 //                      a round trip: MONITOR does not show pipelining), those run inside scripts
-//                      (MONITOR's `lua` source) and by the script that ran them, INFO commandstats'
+//                      (MONITOR's `lua` source), by the script that ran them and by command, INFO commandstats'
 //                      total, and the sent ones by name;
 //                      and the server's read events (INFO stats total_reads_processed, the
 //                      bench's own left out): commands that arrived together (pipelined, or
@@ -485,6 +485,16 @@ routes:
       console.log(`sent per call by name: ${byName.join(', ')}`);
       const inside = [...counted.insideByScript].sort((a, b) => b[1] - a[1]).map(([name, n]) => `${name} ${per(n)}`);
       console.log(`run inside scripts per call, by script: ${inside.join(', ')}`);
+      // Each script's share by command (what it would take to lower it: docs/performance.md round 15).
+      for (const [script, byCommand] of [...counted.insideByScriptCommand].sort(
+        (a, b) => (counted.insideByScript.get(b[0]) ?? 0) - (counted.insideByScript.get(a[0]) ?? 0),
+      )) {
+        const commands = [...byCommand]
+          .filter(([, n]) => n / Math.max(1, ingress.ok) >= 0.05)
+          .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
+          .map(([name, n]) => `${name} ${per(n)}`);
+        if (commands.length > 0) console.log(`  ${script}: ${commands.join(', ')}`);
+      }
       summary.commands = commandsPerCall;
     }
     const ceiling = CEILING ? await s3Ceiling(r.s3Env, Number(CONCURRENCY), Math.min(CEILING_N, 20_000)) : undefined;
@@ -713,6 +723,8 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
   const byName = new Map<string, number>();
   /** Commands run inside scripts, by the script that ran them (MONITOR shows a script's call before its commands). */
   const insideByScript = new Map<string, number>();
+  /** The same, by the command run: script → command → count. */
+  const insideByScriptCommand = new Map<string, Map<string, number>>();
   let lastScript = '?';
   let ownSent = 0;
   monitor.on('monitor', (_time, args, source) => {
@@ -723,6 +735,10 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
     if (source === 'lua') {
       inScripts++;
       insideByScript.set(lastScript, (insideByScript.get(lastScript) ?? 0) + 1);
+      const command = String(args[0] ?? '').toLowerCase();
+      let byCommand = insideByScriptCommand.get(lastScript);
+      if (!byCommand) insideByScriptCommand.set(lastScript, (byCommand = new Map()));
+      byCommand.set(command, (byCommand.get(command) ?? 0) + 1);
       return;
     }
     sent++;
@@ -747,7 +763,7 @@ async function countCommands(settings: RedisSettings, own: ReturnType<typeof cre
       // Own: the polling client's commands (seen by MONITOR), INFO ×3 after the first, MONITOR's own.
       const readEvents = Math.max(0, (await reads()) - readsBefore - ownSent - 4);
       statsClient.disconnect();
-      return { sent, inScripts, commandstats: all, byName, insideByScript, readEvents };
+      return { sent, inScripts, commandstats: all, byName, insideByScript, insideByScriptCommand, readEvents };
     },
   };
 }
