@@ -251,4 +251,95 @@ describe('sink state round trips', () => {
       await api.close();
     }
   });
+  it("the SMS sink with the attempt's timeline entries: the last recipient's marker and the entries in one script", async () => {
+    const api = await FakeTelephony.start();
+    try {
+      const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, timeoutMs: 300 });
+      const deps = {
+        log: createLogger({ level: 'silent' }),
+        state: new RedisKeyValueStore(redis, 'rt:{q}:state:').scoped('sms-tl'),
+        telephony: client,
+        now: () => new Date('2026-04-08T10:05:00Z'),
+        settings: { PRIVACY_HMAC_SECRET: 'test-privacy-key' },
+      } as unknown as NotifySinkDeps;
+      const create = (to?: string[]) =>
+        smsSinkType.create(
+          'sms-tl',
+          smsSinkType.options.parse({ smsId: 's0', message: 'Hi', ...(to ? { to } : {}) }),
+          deps,
+        );
+      const list = 'rt:{q}:timeline:sms-tl';
+      const written: unknown[] = [];
+      // As workers/attempts.ts builds it: the attempt's start and outcome, for the result it ends with.
+      const ctx = (jobId: string) => ({
+        jobId,
+        attempt: 1,
+        log: createLogger({ level: 'silent' }),
+        signal: new AbortController().signal,
+        outcome: {
+          entries: (r: { status: string }) => ({
+            key: list,
+            values: [JSON.stringify({ event: 'attempt', jobId }), JSON.stringify({ event: r.status, jobId })],
+            max: 200,
+            ttlMs: 60_000,
+          }),
+          written: (r: unknown) => void written.push(r),
+        },
+      });
+      const call = (id: string) => ({
+        ...sampleCall(id),
+        from: '+4915112345678',
+        fromRaw: '+4915112345678',
+        direction: 'in' as const,
+      });
+      const sms = create();
+      await sms.deliver(call('sms-tl-warm-up'), ctx('warm-up'));
+      await redis.del(list);
+      written.length = 0;
+
+      let result: unknown;
+      const commands = await sentDuring(async () => (result = await sms.deliver(call('sms-tl-1'), ctx('job-1'))));
+      assert.deepEqual(commands, ['evalsha', 'evalsha'], 'the claim; then the marker and the entries together');
+      assert.deepEqual(written, [result], 'the attempt hears that its entries are written, for this result');
+      assert.deepEqual(
+        (await redis.lrange(list, 0, -1)).map((t) => JSON.parse(t) as unknown),
+        [
+          { event: 'attempt', jobId: 'job-1' },
+          { event: 'done', jobId: 'job-1' },
+        ],
+      );
+      assert.ok((await redis.pttl(list)) > 0);
+      const markers = await redis.keys('rt:{q}:state:sms-tl:sent:*');
+      const states = await Promise.all(
+        markers.map(async (k) => (JSON.parse((await redis.get(k))!) as { state: string }).state),
+      );
+      assert.deepEqual(states, ['sent', 'sent']);
+      const again = await sms.deliver(call('sms-tl-1'), ctx('job-2'));
+      assert.match(again.reason ?? '', /already sent/);
+      assert.equal(api.sms.length, 2);
+
+      // Two recipients: the first's marker is written as soon as it is sent, the last's with the entries.
+      written.length = 0;
+      const two = create(['+4915112340001', '+4915112340002']);
+      assert.deepEqual(await sentDuring(() => two.deliver(call('sms-tl-2'), ctx('job-3'))), [
+        'evalsha',
+        'evalsha',
+        'set',
+        'evalsha',
+      ]);
+      assert.equal(written.length, 1);
+      assert.equal(api.sms.length, 4);
+
+      // An unknown outcome is written at once (`unknown`), as without entries; the attempt writes its own.
+      written.length = 0;
+      api.inject({ on: 'sms', delayMs: 800 });
+      const unknown = await sentDuring(() =>
+        assert.rejects(sms.deliver(call('sms-tl-3'), ctx('job-4')), /outcome unknown/),
+      );
+      assert.deepEqual(unknown, ['evalsha', 'set']);
+      assert.deepEqual(written, []);
+    } finally {
+      await api.close();
+    }
+  });
 });

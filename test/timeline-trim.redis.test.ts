@@ -1,9 +1,9 @@
 // A call's timeline is capped (CallTimeline `maxEntries`): every script that appends to it keeps the
 // newest entries up to the cap, whichever wrote them — one entry (`append`), one per call of a batch
 // (`fannedOutMany`), an attempt's entries (`sinkEvents`), the sink state's release
-// (`releaseAppending`), the inbound log's append (`received`, inline) — and trims only when the list is
-// over the cap (no LTRIM below it: docs/performance.md round 14, item 3). MONITOR, filtered to this
-// test's prefix, counts the LTRIMs run inside the scripts.
+// (`releaseAppending`), the SMS sink's marker (`setAppending`), the inbound log's append (`received`,
+// inline) — and trims only when the list is over the cap (no LTRIM below it: docs/performance.md
+// round 14, item 3). MONITOR, filtered to this test's prefix, counts the LTRIMs run inside the scripts.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
@@ -108,6 +108,28 @@ describe('the timeline cap', () => {
     assert.equal(await trimsOf(() => release(values(5, 254))), 1);
     assert.deepEqual(await texts(list), [251, 252, 253, 254]);
     assert.ok((await redis.pttl(list)) > 0);
+  });
+
+  test("the SMS sink's marker with the attempt's entries (setAppending): the marker set, the newest entries kept", async () => {
+    const store = new RedisKeyValueStore(redis, `${prefix}:state:`);
+    const list = `${prefix}:set-list`;
+    const values = (from: number, to: number) =>
+      Array.from({ length: to - from + 1 }, (_, i) => JSON.stringify({ n: from + i }));
+    const set = (v: string[]) =>
+      store.setAppending([{ key: 'marker', value: 'sent', ttlMs: 60_000 }], {
+        key: list,
+        values: v,
+        max: MAX,
+        ttlMs: 60_000,
+      });
+    assert.equal(await trimsOf(() => set(values(1, 2))), 0);
+    assert.equal(await trimsOf(() => set(values(3, 4))), 0);
+    assert.deepEqual(await texts(list), [1, 2, 3, 4]);
+    assert.equal(await trimsOf(() => set(values(5, 254))), 1);
+    assert.deepEqual(await texts(list), [251, 252, 253, 254]);
+    assert.ok((await redis.pttl(list)) > 0);
+    assert.equal(await redis.get(`${prefix}:state:marker`), 'sent');
+    assert.ok((await redis.pttl(`${prefix}:state:marker`)) > 0);
   });
 
   test("the inbound log's append (the received entry, inline): duplicates fill the list, then the newest kept", async () => {

@@ -30,6 +30,12 @@ export interface KeyValueStore {
    */
   releaseAppending?(lockKey: string, token: string, writes: TimedWrite[], append: ListAppend): Promise<Released>;
   /**
+   * One round trip: sets `writes` (each with its TTL) and appends entries to a list outside the store,
+   * as `releaseAppending` does without a lock; where one script cannot reach the list, the writes
+   * alone. True when the entries were appended. Absent: not offered.
+   */
+  setAppending?(writes: TimedWrite[], append: ListAppend): Promise<boolean>;
+  /**
    * One round trip (on one server or slot): reads `claim.reads`, tests `claim.sets` for
    * membership, and — when `claim.take` and none of the reads exists and no member is in its set —
    * sets `key` to `value` (NX: it is one of the reads, absent) with its TTL.
@@ -124,22 +130,37 @@ for i = 2, #KEYS do redis.call('SET', KEYS[i], ARGV[2 * i - 2], 'PX', ARGV[2 * i
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`;
 
+// Entries appended to the list KEYS[#KEYS]: ARGV[first .. first + m - 1], in RPUSHes of 100, the list
+// trimmed to its newest `max` only when RPUSH says it is over, and given its TTL (`listTtl`). The
+// list's commands are pcall'ed: their failure (a key of another type) fails nothing else. A part of
+// the scripts below, which set `m`, `max`, `listTtl` and `first` first.
+const APPEND_TO_LIST = `
+local list = KEYS[#KEYS]
+local length = 0
+for i = first, first + m - 1, 100 do length = redis.pcall('RPUSH', list, unpack(ARGV, i, math.min(i + 99, first + m - 1))) end
+if type(length) == 'number' and length > max then redis.pcall('LTRIM', list, -max, -1) end
+redis.pcall('PEXPIRE', list, listTtl)`;
+
 // RELEASE, then entries appended to a list. KEYS[1]: the lock, KEYS[2..#KEYS-1]: keys to set,
 // KEYS[#KEYS]: the list. ARGV: token, max entries, list TTL ms, m (entries), the m entries, then value
-// and TTL ms per key to set. The list's commands are pcall'ed: their failure fails nothing else.
+// and TTL ms per key to set.
 const RELEASE_APPENDING = `
-local m = tonumber(ARGV[4])
+local m, max, listTtl, first = tonumber(ARGV[4]), tonumber(ARGV[2]), ARGV[3], 5
 local w = 4 + m
 for i = 2, #KEYS - 1 do redis.call('SET', KEYS[i], ARGV[w + 2 * i - 3], 'PX', ARGV[w + 2 * i - 2]) end
 local released = 0
 if redis.call('GET', KEYS[1]) == ARGV[1] then released = redis.call('DEL', KEYS[1]) end
-local list = KEYS[#KEYS]
-local max = tonumber(ARGV[2])
-local length = 0
-for i = 5, w, 100 do length = redis.pcall('RPUSH', list, unpack(ARGV, i, math.min(i + 99, w))) end
-if type(length) == 'number' and length > max then redis.pcall('LTRIM', list, -max, -1) end
-redis.pcall('PEXPIRE', list, ARGV[3])
+${APPEND_TO_LIST}
 return released`;
+
+// Keys set, then entries appended to a list. KEYS[1..#KEYS-1]: keys to set, KEYS[#KEYS]: the list.
+// ARGV: max entries, list TTL ms, m (entries), the m entries, then value and TTL ms per key to set.
+const SET_APPENDING = `
+local m, max, listTtl, first = tonumber(ARGV[3]), tonumber(ARGV[1]), ARGV[2], 4
+local w = 3 + m
+for i = 1, #KEYS - 1 do redis.call('SET', KEYS[i], ARGV[w + 2 * i - 1], 'PX', ARGV[w + 2 * i]) end
+${APPEND_TO_LIST}
+return 1`;
 
 // KEYS[1]: the key to take, KEYS[2..n+1]: keys to read (one MGET), KEYS[n+2] (optional): a set (one
 // SMISMEMBER, Redis 6.2+). ARGV: value, TTL ms, take (1/0), n, then the members to test in the set.
@@ -170,6 +191,7 @@ interface StateCommands {
   callsyncStateAcquire(numKeys: number, ...args: (string | number)[]): Promise<(number | string | null)[]>;
   callsyncStateRelease(numKeys: number, ...args: (string | number)[]): Promise<number>;
   callsyncStateReleaseAppending(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  callsyncStateSetAppending(numKeys: number, ...args: (string | number)[]): Promise<number>;
   callsyncStateClaim(numKeys: number, ...args: (string | number)[]): Promise<(number | string | null)[]>;
 }
 
@@ -179,6 +201,7 @@ function commands(redis: Redis | Cluster): StateCommands {
     redis.defineCommand('callsyncStateAcquire', { lua: ACQUIRE });
     redis.defineCommand('callsyncStateRelease', { lua: RELEASE });
     redis.defineCommand('callsyncStateReleaseAppending', { lua: RELEASE_APPENDING });
+    redis.defineCommand('callsyncStateSetAppending', { lua: SET_APPENDING });
     redis.defineCommand('callsyncStateClaim', { lua: CLAIM });
     defined.add(redis);
   }
@@ -261,6 +284,29 @@ export class RedisKeyValueStore implements KeyValueStore {
       ...args,
     );
     return { released: Number(reply) === 1, appended: true };
+  }
+
+  async setAppending(writes: TimedWrite[], append: ListAppend): Promise<boolean> {
+    const own = writes.map((w) => this.prefix + w.key);
+    // On a cluster the list must be in the keys' slot (the one-slot layout), else it is left to its owner.
+    if (
+      own.length === 0 ||
+      ('isCluster' in this.redis && this.redis.isCluster && own.some((k) => keySlot(k) !== keySlot(append.key)))
+    ) {
+      for (const w of writes) await this.set(w.key, w.value, w.ttlMs);
+      return false;
+    }
+    await commands(this.redis).callsyncStateSetAppending(
+      own.length + 1,
+      ...own,
+      append.key,
+      append.max,
+      ttl(append.ttlMs),
+      append.values.length,
+      ...append.values,
+      ...writes.flatMap((w) => [w.value, ttl(w.ttlMs)]),
+    );
+    return true;
   }
 
   async claim(key: string, value: string, ttlMs: number, c: ClaimRequest): Promise<Claimed> {

@@ -9,7 +9,7 @@
 //    that nothing arrived clears the marker (NotificationLedger.forget) and replays the job.
 import { createHmac } from 'node:crypto';
 import { callHash } from '../../model/call.js';
-import type { KeyValueStore } from '../../state/kv.js';
+import type { KeyValueStore, ListAppend, TimedWrite } from '../../state/kv.js';
 import { PermanentError, RetryLaterError } from '../../errors.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { configuredKey, type HmacKeySource } from '../../../queues/privacy-key.js';
@@ -152,7 +152,23 @@ export class NotificationLedger {
   }
 
   async write(callKey: string, recipient: string, entry: LedgerEntry): Promise<void> {
-    await this.store.set(await this.key(callKey, recipient), JSON.stringify(entry), this.ttlMs);
+    const w = await this.markerWrite(callKey, recipient, entry);
+    await this.store.set(w.key, w.value, w.ttlMs);
+  }
+
+  /** The write of `entry` as the marker (for `writeAppending`). */
+  async markerWrite(callKey: string, recipient: string, entry: LedgerEntry): Promise<TimedWrite> {
+    return { key: await this.key(callKey, recipient), value: JSON.stringify(entry), ttlMs: this.ttlMs };
+  }
+
+  /**
+   * A marker's write (`markerWrite`) and, in the same script where the store can, entries appended to
+   * a list outside it (the attempt's timeline entries): true when they were appended.
+   */
+  async writeAppending(marker: TimedWrite, append: ListAppend): Promise<boolean> {
+    if (this.store.setAppending) return this.store.setAppending([marker], append);
+    await this.store.set(marker.key, marker.value, marker.ttlMs);
+    return false;
   }
 
   /** Removes the marker: after a definite failure, or by an operator to allow a resend. */
@@ -179,6 +195,11 @@ export interface SendOnceOptions {
   onDefiniteFailure?: () => Promise<void>;
   /** The job sending (SinkContext.jobId): written into an `unknown` marker. */
   jobId?: string;
+  /**
+   * A successful send does not write its `sent` marker but answers it (`SendOnceResult.marker`), for
+   * the caller to write with its attempt's timeline entries (`NotificationLedger.writeAppending`).
+   */
+  deferSentMarker?: boolean;
 }
 
 /** This attempt may or may not have reached the remote; it is not resent (dead letters, with the reason). */
@@ -205,7 +226,14 @@ export function outcomeUnknownOfThisJob(what: string, existing: LedgerEntry): Pe
   );
 }
 
-export type SendOnceResult = { sent: true; ref: string | undefined } | { sent: false; reason: string };
+export type SendOnceResult =
+  | {
+      sent: true;
+      ref: string | undefined;
+      /** With `deferSentMarker`: the `sent` marker, not written yet. */
+      marker?: TimedWrite;
+    }
+  | { sent: false; reason: string };
 
 /**
  * Sends at most once per marker. Returns `sent: false` with a reason when an earlier delivery
@@ -264,10 +292,8 @@ export async function sendClaimed(o: SendOnceOptions): Promise<SendOnceResult> {
     await o.onDefiniteFailure?.();
     throw err;
   }
-  await o.ledger.write(o.callKey, o.recipient, {
-    state: 'sent',
-    at: o.now().toISOString(),
-    ...(ref === undefined ? {} : { ref }),
-  });
+  const sent: LedgerEntry = { state: 'sent', at: o.now().toISOString(), ...(ref === undefined ? {} : { ref }) };
+  if (o.deferSentMarker) return { sent: true, ref, marker: await o.ledger.markerWrite(o.callKey, o.recipient, sent) };
+  await o.ledger.write(o.callKey, o.recipient, sent);
   return { sent: true, ref };
 }

@@ -25,6 +25,7 @@ import {
   type SendOnceOptions,
 } from './ledger.js';
 import type { HmacKeySource } from '../../../queues/privacy-key.js';
+import type { TimedWrite } from '../../state/kv.js';
 import { renderText } from './message.js';
 import { smsLength, truncateSms } from './sms-length.js';
 import type { OptOutLookup } from './opt-out.js';
@@ -192,6 +193,11 @@ class SmsSink implements Sink {
     const sendAt = quietEnd ? Math.ceil(quietEnd.getTime() / 1000) : undefined;
 
     const sent: [string, string][] = [];
+    // The last recipient's `sent` marker is written with the attempt's timeline entries, in one
+    // script (where the store can reach the timeline: one command less per SMS), once the result is
+    // known — nothing awaited between the send and that write but the result's making.
+    const last = ctx.outcome ? candidates[candidates.length - 1] : undefined;
+    let marker: TimedWrite | undefined;
     try {
       for (const c of candidates) {
         if (!(await this.takeCooldown(c.number, call.key, sendAt === undefined ? 0 : sendAt * 1000 - now.getTime()))) {
@@ -222,6 +228,7 @@ class SmsSink implements Sink {
           },
           // The retry of a definite failure must not find its own cooldown; an unknown outcome keeps it.
           onDefiniteFailure: () => this.releaseCooldown(c.number, call.key),
+          ...(c === last ? { deferSentMarker: true } : {}),
         };
         unsent.delete(c);
         const result = c.taken
@@ -230,6 +237,7 @@ class SmsSink implements Sink {
             ? await settleExisting(once, c.earlier)
             : await sendOnce(once);
         if (result.sent) {
+          marker = result.marker;
           const { encoding, segments } = smsLength(message);
           ctx.log.info({ sink: this.name, to: c.label, sendAt, encoding, segments }, 'sms handed to the platform');
           sent.push([c.label, result.ref ?? 'sent']);
@@ -237,10 +245,15 @@ class SmsSink implements Sink {
           skipped.push(`${c.label}: ${result.reason}`);
         }
       }
+      const result = this.finish(ctx, sent, skipped);
+      // A failed write fails the attempt, as when the marker was written right after the send: its
+      // retry finds the marker `sending` and never sends again (docs/notifications.md).
+      if (marker && ctx.outcome && (await this.ledger.writeAppending(marker, ctx.outcome.entries(result))))
+        ctx.outcome.written(result);
+      return result;
     } finally {
       await giveBack();
     }
-    return this.finish(ctx, sent, skipped);
   }
 
   /** Per recipient one round trip (see deliver): the skipped ones with their reason, the others as candidates. */
