@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { InboundAcceptor } from '../src/ingress/accept.js';
-import { RedisKeyValueStore } from '../src/state/kv.js';
+import { RedisKeyValueStore, type ListAppend } from '../src/state/kv.js';
 import { InboundLog } from '../queues/inbound.js';
 import { asKeys } from '../queues/keys.js';
 import { CallTimeline, timelineId } from '../queues/timeline.js';
@@ -95,39 +95,32 @@ describe('the timeline cap', () => {
     assert.equal(await redis.llen(timeline.key(timelineId(calls[1]!))), 2);
   });
 
-  test("the sink state's release (releaseAppending): 250 entries in one release, the newest kept", async () => {
-    const store = new RedisKeyValueStore(redis, `${prefix}:state:`);
-    const list = `${prefix}:release-list`;
+  /**
+   * A sink-state script that appends the entries it is given to `list`: two writes within the cap
+   * (no trim), then 250 entries in one write (one trim, the newest kept), the list given its TTL.
+   */
+  async function capsInOneScript(list: string, append: (entries: ListAppend) => Promise<unknown>): Promise<void> {
     const values = (from: number, to: number) =>
       Array.from({ length: to - from + 1 }, (_, i) => JSON.stringify({ n: from + i }));
-    const release = (v: string[]) =>
-      store.releaseAppending('lock', 'token', [], { key: list, values: v, max: MAX, ttlMs: 60_000 });
-    assert.equal(await trimsOf(() => release(values(1, 2))), 0);
-    assert.equal(await trimsOf(() => release(values(3, 4))), 0);
+    const write = (v: string[]) => append({ key: list, values: v, max: MAX, ttlMs: 60_000 });
+    assert.equal(await trimsOf(() => write(values(1, 2))), 0);
+    assert.equal(await trimsOf(() => write(values(3, 4))), 0);
     assert.deepEqual(await texts(list), [1, 2, 3, 4]);
-    assert.equal(await trimsOf(() => release(values(5, 254))), 1);
+    assert.equal(await trimsOf(() => write(values(5, 254))), 1);
     assert.deepEqual(await texts(list), [251, 252, 253, 254]);
     assert.ok((await redis.pttl(list)) > 0);
+  }
+
+  test("the sink state's release (releaseAppending): 250 entries in one release, the newest kept", async () => {
+    const store = new RedisKeyValueStore(redis, `${prefix}:state:`);
+    await capsInOneScript(`${prefix}:release-list`, (entries) => store.releaseAppending('lock', 'token', [], entries));
   });
 
   test("the SMS sink's marker with the attempt's entries (setAppending): the marker set, the newest entries kept", async () => {
     const store = new RedisKeyValueStore(redis, `${prefix}:state:`);
-    const list = `${prefix}:set-list`;
-    const values = (from: number, to: number) =>
-      Array.from({ length: to - from + 1 }, (_, i) => JSON.stringify({ n: from + i }));
-    const set = (v: string[]) =>
-      store.setAppending([{ key: 'marker', value: 'sent', ttlMs: 60_000 }], {
-        key: list,
-        values: v,
-        max: MAX,
-        ttlMs: 60_000,
-      });
-    assert.equal(await trimsOf(() => set(values(1, 2))), 0);
-    assert.equal(await trimsOf(() => set(values(3, 4))), 0);
-    assert.deepEqual(await texts(list), [1, 2, 3, 4]);
-    assert.equal(await trimsOf(() => set(values(5, 254))), 1);
-    assert.deepEqual(await texts(list), [251, 252, 253, 254]);
-    assert.ok((await redis.pttl(list)) > 0);
+    await capsInOneScript(`${prefix}:set-list`, (entries) =>
+      store.setAppending([{ key: 'marker', value: 'sent', ttlMs: 60_000 }], entries),
+    );
     assert.equal(await redis.get(`${prefix}:state:marker`), 'sent');
     assert.ok((await redis.pttl(`${prefix}:state:marker`)) > 0);
   });
