@@ -172,6 +172,31 @@ describe('email sink: never twice, failures, quiet hours', () => {
     assert.equal(smtp.messages.length, 2);
   });
 
+  test("with the attempt's timeline entries: the sent marker and the entries written together, once the mail went out", async () => {
+    const s = await summaryMail();
+    const list = `${prefix}:timeline`;
+    const written: unknown[] = [];
+    const withEntries = (): SinkContext => ({
+      ...ctx(),
+      outcome: {
+        entries: (r) => ({ key: list, values: [JSON.stringify({ event: r.status })], max: 200, ttlMs: 60_000 }),
+        written: (r) => void written.push(r),
+      },
+    });
+    const result = await s.deliver(call('c-entries'), withEntries());
+    assert.equal(result.status, 'done');
+    assert.deepEqual(written, [result]);
+    assert.deepEqual(await redis.lrange(list, 0, -1), ['{"event":"done"}']);
+    const [marker] = await redis.keys(`${prefix}:state:summary-mail:sent:*`);
+    assert.equal((JSON.parse((await redis.get(marker!))!) as { state: string }).state, 'sent');
+    // Not sent again, and a refusal writes no entries of the sink's own (the attempt writes them).
+    assert.match((await s.deliver(call('c-entries'), withEntries())).reason ?? '', /already sent/);
+    smtp.rejectData = { code: 550, message: 'mailbox unavailable' };
+    await assert.rejects(s.deliver(call('c-entries-refused'), withEntries()), PermanentError);
+    assert.equal(written.length, 1);
+    assert.equal(smtp.messages.length, 1, 'one mail went out; the refused one was not taken');
+  });
+
   test('a 5xx refusal is permanent (dead letters with the reason), a 4xx is transient; neither keeps the marker', async () => {
     const s = await summaryMail();
     smtp.rejectData = { code: 550, message: 'mailbox unavailable' };

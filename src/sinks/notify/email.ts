@@ -141,10 +141,14 @@ class EmailSink implements Sink {
         await this.mailer.send(message);
         return message.messageId;
       },
+      // The `sent` marker goes with the attempt's timeline entries, once the result is made.
+      deferSentMarker: true,
     });
     if (!result.sent) return { status: 'skipped', reason: result.reason };
     ctx.log.info({ sink: this.name, recipients: this.o.to.length, messageId: message.messageId }, 'e-mail sent');
-    return { status: 'done', refs: { messageId: message.messageId } };
+    const done: SinkResult = { status: 'done', refs: { messageId: message.messageId } };
+    if (result.marker) await this.ledger.writeSent(result.marker, done, ctx.outcome);
+    return done;
   }
 
   async close(): Promise<void> {

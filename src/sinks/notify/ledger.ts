@@ -9,7 +9,8 @@
 //    that nothing arrived clears the marker (NotificationLedger.forget) and replays the job.
 import { createHmac } from 'node:crypto';
 import { callHash } from '../../model/call.js';
-import type { KeyValueStore, ListAppend, TimedWrite } from '../../state/kv.js';
+import type { KeyValueStore, TimedWrite } from '../../state/kv.js';
+import type { AttemptOutcome, SinkResult } from '../types.js';
 import { PermanentError, RetryLaterError } from '../../errors.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { configuredKey, type HmacKeySource } from '../../../queues/privacy-key.js';
@@ -156,19 +157,23 @@ export class NotificationLedger {
     await this.store.set(w.key, w.value, w.ttlMs);
   }
 
-  /** The write of `entry` as the marker (for `writeAppending`). */
+  /** The write of `entry` as the marker (for `writeSent`). */
   async markerWrite(callKey: string, recipient: string, entry: LedgerEntry): Promise<TimedWrite> {
     return { key: await this.key(callKey, recipient), value: JSON.stringify(entry), ttlMs: this.ttlMs };
   }
 
   /**
-   * A marker's write (`markerWrite`) and, in the same script where the store can, entries appended to
-   * a list outside it (the attempt's timeline entries): true when they were appended.
+   * A `sent` marker a send left unwritten (`deferSentMarker`), written with the entries of the
+   * attempt that ends with `result` (SinkContext.outcome) in one script where the store can (one
+   * command less per message); the attempt hears of it then. A failed write fails the attempt: its
+   * retry finds the marker `sending` and does not send again.
    */
-  async writeAppending(marker: TimedWrite, append: ListAppend): Promise<boolean> {
-    if (this.store.setAppending) return this.store.setAppending([marker], append);
+  async writeSent(marker: TimedWrite, result: SinkResult, outcome: AttemptOutcome | undefined): Promise<void> {
+    if (outcome && this.store.setAppending) {
+      if (await this.store.setAppending([marker], outcome.entries(result))) outcome.written(result);
+      return;
+    }
     await this.store.set(marker.key, marker.value, marker.ttlMs);
-    return false;
   }
 
   /** Removes the marker: after a definite failure, or by an operator to allow a resend. */
@@ -197,7 +202,7 @@ export interface SendOnceOptions {
   jobId?: string;
   /**
    * A successful send does not write its `sent` marker but answers it (`SendOnceResult.marker`), for
-   * the caller to write with its attempt's timeline entries (`NotificationLedger.writeAppending`).
+   * the caller to write with its attempt's timeline entries (`NotificationLedger.writeSent`).
    */
   deferSentMarker?: boolean;
 }

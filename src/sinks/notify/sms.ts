@@ -246,10 +246,7 @@ class SmsSink implements Sink {
         }
       }
       const result = this.finish(ctx, sent, skipped);
-      // A failed write fails the attempt, as when the marker was written right after the send: its
-      // retry finds the marker `sending` and never sends again (docs/notifications.md).
-      if (marker && ctx.outcome && (await this.ledger.writeAppending(marker, ctx.outcome.entries(result))))
-        ctx.outcome.written(result);
+      if (marker) await this.ledger.writeSent(marker, result, ctx.outcome);
       return result;
     } finally {
       await giveBack();
