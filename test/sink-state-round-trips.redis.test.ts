@@ -338,6 +338,27 @@ describe('sink state round trips', () => {
       );
       assert.deepEqual(unknown, ['evalsha', 'set']);
       assert.deepEqual(written, []);
+
+      // The marker's write fails after the send (Redis refuses writes while the SMS is on its way):
+      // the attempt fails, nothing is written for it, and its retry finds the marker `sending` and
+      // does not send again (it waits, then dead-letters as "outcome unknown").
+      written.length = 0;
+      const before = api.sms.length;
+      api.inject({ on: 'sms', delayMs: 400 });
+      const failing = sms.deliver(call('sms-tl-4'), ctx('job-5'));
+      await new Promise((r) => setTimeout(r, 150));
+      await redis.config('SET', 'maxmemory-policy', 'noeviction');
+      await redis.config('SET', 'maxmemory', '1');
+      try {
+        await assert.rejects(failing, /OOM/);
+      } finally {
+        await redis.config('SET', 'maxmemory', '0');
+      }
+      assert.equal(api.sms.length, before + 1, 'the SMS went out');
+      assert.deepEqual(written, []);
+      assert.deepEqual(await redis.lrange(list, 0, -1).then((l) => l.filter((t) => t.includes('job-5'))), []);
+      await assert.rejects(sms.deliver(call('sms-tl-4'), ctx('job-5')), RetryLaterError);
+      assert.equal(api.sms.length, before + 1, 'never twice');
     } finally {
       await api.close();
     }
