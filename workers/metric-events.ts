@@ -30,6 +30,8 @@ const REJECT_REASONS: Record<number, string> = {
   403: 'forbidden',
   404: 'not-found',
   405: 'method-not-allowed',
+  // The Push API source's refusal of an event for a call whose events have expired (a replay).
+  409: 'late-event',
   413: 'too-large',
   415: 'unsupported-media-type',
   500: 'internal',

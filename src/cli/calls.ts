@@ -32,8 +32,9 @@ Options:
   -h, --help    show this help`,
   calls: `Usage: callsync calls --since 2h [--until TIME] [--sink NAME] [--status failed|skipped|pending|done] [--number +49…] [--limit N] [--json]
 
-Lists the calls received in a time range, newest first, with each sink's state: pending (waiting
-or retrying), done, skipped, failed (dead-lettered).
+Lists the calls received in a time range, newest first, with each sink's state: pending (waiting),
+retrying (an attempt failed, the next is scheduled), done, skipped, failed (dead-lettered).
+--status pending matches retrying too.
 
 Options:
   --since D     from this long ago (30m, 2h, 7d) or this time (ISO 8601); required

@@ -51,7 +51,8 @@ Commands:
                                              erase one caller or one call from every store
   retention apply|sweep [--json]             S3 lifecycle rule for ARCHIVE_RETENTION_DAYS; one retention sweep now
 
-Configuration comes from the environment (see docs/operations.md) and CALLSYNC_CONFIG.
+Configuration comes from the environment (README.md, "Configuration", lists every variable) and
+CALLSYNC_CONFIG.
 Run \`callsync <command> --help\` for a command's options.`,
   start: `Usage: callsync start [--role ingress|worker|poller|all]
 
