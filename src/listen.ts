@@ -1,6 +1,8 @@
-// Serves a Hono app on a port: one place for listening, the URL a log line shows, and closing; and
-// the admission of connections by who opens them (see `Admission`).
+// Serves a Hono app on a port: one place for listening, the URL a log line shows, and closing; the
+// admission of connections by who opens them (see `Admission`); and the answers Node's HTTP layer
+// gives itself, with the caller's error body (see `ErrorBody`).
 import type { AddressInfo, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { serve } from '@hono/node-server';
 
@@ -24,6 +26,49 @@ export interface ServerLimits {
   maxConnections?: number;
   /** Who may hold how many of them (default: anyone, up to maxConnections). */
   admission?: Admission;
+}
+
+/**
+ * The body of an answer the HTTP layer gives below the app (a request Node cannot parse, headers
+ * too large, a request or its headers too slow): JSON text, the platform's error body where the
+ * caller gives it (src/ingress/errors.ts; this layer imports nothing of the app's).
+ */
+export type ErrorBody = (status: number, detail: string) => string;
+
+/** Node's parser and timeout errors, answered as Node answers them (its `socketOnError`), with a body. */
+const CLIENT_ERRORS: Record<string, [number, string, string]> = {
+  HPE_HEADER_OVERFLOW: [431, 'Request Header Fields Too Large', 'the request headers are too large'],
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: [413, 'Payload Too Large', 'the chunk extensions are too large'],
+  ERR_HTTP_REQUEST_TIMEOUT: [408, 'Request Timeout', 'the request did not arrive in time'],
+};
+const BAD_REQUEST: [number, string, string] = [400, 'Bad Request', 'the request is not valid HTTP/1.1'];
+
+/** A whole HTTP/1.1 answer that closes the connection, with `errorBody`'s JSON (none without it). */
+function rawAnswer(status: number, reason: string, detail: string, errorBody: ErrorBody | undefined): string {
+  if (!errorBody) return `HTTP/1.1 ${status} ${reason}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`;
+  const body = errorBody(status, detail);
+  return (
+    `HTTP/1.1 ${status} ${reason}\r\nConnection: close\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+  );
+}
+
+/**
+ * Answers what Node's HTTP parser refuses, and requests that run out of time, with the error body
+ * — Node's own answers are bare. The same cases as Node's: nothing is written on a connection that
+ * has written before (an answer may be under way) or can no longer be written to.
+ */
+function answerClientErrors(server: Server, errorBody: ErrorBody): void {
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    const net = socket as Socket;
+    if (err.code === 'ECONNRESET' || !socket.writable || net.bytesWritten !== 0) {
+      socket.destroy();
+      return;
+    }
+    const [status, reason, detail] = CLIENT_ERRORS[err.code ?? ''] ?? BAD_REQUEST;
+    socket.write(rawAnswer(status, reason, detail, errorBody));
+    net.destroySoon();
+  });
 }
 
 /**
@@ -63,7 +108,7 @@ function peerOf(socket: Socket): string {
 }
 
 /** Counts connections by peer class and refuses the unlisted beyond their share. Attached to `server`. */
-function admit(server: Server, admission: Admission, limits: ServerLimits): void {
+function admit(server: Server, admission: Admission, limits: ServerLimits, errorBody: ErrorBody | undefined): void {
   const known = new Map<string, boolean>();
   const listed = (ip: string): boolean => {
     let decided = known.get(ip);
@@ -109,7 +154,7 @@ function admit(server: Server, admission: Admission, limits: ServerLimits): void
       const timer = setTimeout(() => {
         if (socket.destroyed) return;
         admission.onRefused?.(peer, 'headers-timeout');
-        socket.end('HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+        socket.write(rawAnswer(408, 'Request Timeout', 'the request headers did not arrive in time', errorBody));
         socket.destroySoon();
       }, headersMs);
       timer.unref();
@@ -135,7 +180,7 @@ function admit(server: Server, admission: Admission, limits: ServerLimits): void
 
 export async function listen(
   fetch: Parameters<typeof serve>[0]['fetch'],
-  at: { port: number; host: string; limits?: ServerLimits },
+  at: { port: number; host: string; limits?: ServerLimits; errorBody?: ErrorBody },
 ): Promise<Listening> {
   const limits = at.limits ?? {};
   const shortest = Math.min(limits.headersTimeoutMs ?? 60_000, limits.requestTimeoutMs ?? 300_000);
@@ -156,7 +201,8 @@ export async function listen(
   });
   if (limits.keepAliveTimeoutMs !== undefined) server.keepAliveTimeout = limits.keepAliveTimeoutMs;
   if (limits.maxConnections !== undefined) server.maxConnections = limits.maxConnections;
-  if (limits.admission) admit(server, limits.admission, limits);
+  if (limits.admission) admit(server, limits.admission, limits, at.errorBody);
+  if (at.errorBody) answerClientErrors(server, at.errorBody);
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${host === '0.0.0.0' ? '127.0.0.1' : host}:${address.port}`;

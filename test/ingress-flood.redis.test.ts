@@ -141,4 +141,11 @@ test('a peer not yet known good gets a short time for its headers (408, closed),
   socket.destroy();
   assert.equal(outcome, 'closed');
   assert.match(received, /^HTTP\/1\.1 408 /);
+  const body = JSON.parse(received.slice(received.indexOf('\r\n\r\n') + 4)) as {
+    errors: { status: number; detail: string; source: { pointer: string } }[];
+  };
+  assert.deepEqual(
+    body.errors.map((e) => [e.status, e.detail, e.source.pointer]),
+    [[408, 'the request headers did not arrive in time', '/']],
+  );
 });

@@ -75,6 +75,34 @@ function responses(stream: string): number[] {
   }
 }
 
+/** The first complete response's status and its body's first error (the spec's error body), else null. */
+interface SpecError {
+  status: number;
+  title: string;
+  detail: string;
+  source: { pointer: string };
+}
+function firstError(stream: string): { status: number; error: SpecError | null } {
+  const head = /^HTTP\/1\.1 (\d{3})[^\r]*\r\n([\s\S]*?)\r\n\r\n/.exec(stream);
+  assert.ok(head, `a response: ${JSON.stringify(stream.slice(0, 200))}`);
+  const length = Number(/content-length: *(\d+)/i.exec(head[2]!)?.[1] ?? 0);
+  const body = stream.slice(head[0].length, head[0].length + length);
+  const json =
+    /content-type: *application\/json/i.test(head[2]!) && body ? (JSON.parse(body) as { errors: SpecError[] }) : null;
+  return { status: Number(head[1]), error: json?.errors[0] ?? null };
+}
+
+/** Asserts the first response is `status` with the spec's error body for the request as a whole. */
+function assertErrorBody(stream: string, status: number, detail: RegExp): void {
+  const { status: got, error } = firstError(stream);
+  assert.equal(got, status);
+  assert.ok(error, `${status} carries the error body`);
+  assert.equal(error.status, status);
+  assert.equal(typeof error.title, 'string');
+  assert.match(error.detail, detail);
+  assert.equal(error.source.pointer, '/');
+}
+
 async function bounded<T>(promise: Promise<T>, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
@@ -163,6 +191,7 @@ describe('ingress request timeout, proxy trust and connection cap', () => {
     await bounded(slow.closed, 'the connection closed');
     assert.ok(sent < text.length - bodyStart, `the whole body went through (${sent} bytes)`);
     assert.deepEqual(responses(slow.received), [408]);
+    assertErrorBody(slow.received, 408, /did not arrive in time/);
     assert.equal(await stored('slow-1'), false, 'a cut-off body is never acknowledged');
     // Not an internal error: nothing logged at error level for it, one warning saying what happened.
     assert.deepEqual(
@@ -184,10 +213,37 @@ describe('ingress request timeout, proxy trust and connection cap', () => {
     await bounded(slow.closed, 'the connection closed');
     assert.ok(sent < 150, `${sent} bytes of headers went through`);
     assert.deepEqual(responses(slow.received), [408]);
+    assertErrorBody(slow.received, 408, /did not arrive in time/);
     // A connection that sends nothing at all is closed too.
     const silent = raw();
     await bounded(silent.closed, 'a silent connection closed');
     assert.deepEqual(responses(silent.received), [408]);
+    assertErrorBody(silent.received, 408, /did not arrive in time/);
+  });
+
+  test("what Node's HTTP parser refuses carries the error body too: 400 for what is not HTTP, 431 for headers too large", async () => {
+    const garbage = raw();
+    await garbage.send('HELLO THERE\r\n\r\n');
+    await bounded(garbage.closed, 'the connection closed');
+    assertErrorBody(garbage.received, 400, /not valid HTTP/);
+
+    const badLength = raw();
+    await badLength.send('POST /webhooks/ai-agent HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n');
+    await bounded(badLength.closed, 'the connection closed');
+    assertErrorBody(badLength.received, 400, /not valid HTTP/);
+
+    // Node's limit on the headers is 16 KiB.
+    const huge = raw();
+    await huge.send(`GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: ${'a'.repeat(20_000)}\r\n\r\n`);
+    await bounded(huge.closed, 'the connection closed');
+    assertErrorBody(huge.received, 431, /headers are too large/);
+
+    // A connection that was answered before gets no answer of the parser's (one may be under way), only closed.
+    const used = raw();
+    assert.equal(await used.request(get('/healthz')), 200);
+    await used.send('HELLO THERE\r\n\r\n');
+    await bounded(used.closed, 'the connection closed');
+    assert.deepEqual(responses(used.received), [200]);
   });
 
   test('forwarded headers over real sockets: read from the trusted proxy, ignored (and the connection closed) from anyone else', async () => {
@@ -277,6 +333,7 @@ describe('ingress headers timeout and keep-alive', () => {
     await bounded(trickle(slow, get('/healthz'), 100), 'slow headers cut off');
     await bounded(slow.closed, 'the connection closed');
     assert.deepEqual(responses(slow.received), [408]);
+    assertErrorBody(slow.received, 408, /did not arrive in time/);
   });
 
   test('a keep-alive connection idle for longer than the headers timeout serves its next request', async () => {

@@ -7,6 +7,7 @@ import { Hono } from 'hono';
 import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { withTimeout } from '../src/ingress/accept.js';
+import { errorBodyText } from '../src/ingress/errors.js';
 import { listen, type Listening } from '../src/listen.js';
 import { collectProcessMetrics, metrics } from '../src/metrics.js';
 import { opsPort, queueNames } from '../src/ops/index.js';
@@ -173,7 +174,7 @@ export function createOperations(options: OperationsOptions): Operations {
       const root = new Hono();
       root.use('*', requestContext({ log }), gate.middleware, readyzDetail);
       root.route('/', ops.app);
-      http = await listen(root.fetch, { port, host });
+      http = await listen(root.fetch, { port, host, errorBody: errorBodyText });
       log.info({ url: http.url }, 'ops server listening (/healthz, /readyz, /metrics, /admin/queues)');
     },
     watchFanOut(stalled) {

@@ -23,6 +23,7 @@ const titles: Record<number, string> = {
   413: 'Payload Too Large',
   415: 'Unsupported Media Type',
   429: 'Too Many Requests',
+  431: 'Request Header Fields Too Large',
   500: 'Internal Server Error',
   503: 'Service Unavailable',
 };
@@ -68,6 +69,9 @@ export class ApiError extends HTTPException {
 export function errorBody(status: number, detail: string, pointer = WHOLE_REQUEST): { errors: DetailedError[] } {
   return problemsBody(status, [{ detail, pointer }]);
 }
+
+/** The error body as JSON text, for the answers the HTTP server writes itself (src/listen.ts). */
+export const errorBodyText = (status: number, detail: string): string => JSON.stringify(errorBody(status, detail));
 
 /** The error body with one entry per problem; an empty pointer names the whole request (`/`). */
 export function problemsBody(status: number, problems: Problem[]): { errors: DetailedError[] } {

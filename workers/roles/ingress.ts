@@ -4,6 +4,7 @@ import type { Server } from 'node:http';
 import { isIPv4, isIPv6 } from 'node:net';
 import type { Hono } from 'hono';
 import { createIngressApp } from '../../src/ingress/app.js';
+import { errorBodyText } from '../../src/ingress/errors.js';
 import { InboundAcceptor, withTimeout, type CallAcceptor } from '../../src/ingress/accept.js';
 import { buildBlockList } from '../../src/ingress/middleware/ip-allow.js';
 import { SpoolingAcceptor, spoolDirWritable } from '../../src/ingress/spool.js';
@@ -145,6 +146,8 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
         // Peers that can never pass the allow list hold only a small share of the cap (src/listen.ts).
         admission: { listed: listedPeer(config.webhook), onRefused: warnUnlisted(log) },
       },
+      // Node's own answers (unparsable requests, too slow ones) carry the error body too.
+      errorBody: errorBodyText,
     });
     closers.add('stop http intake', () => http.close());
     http.server.on('drop', warnDropped(log, config.http.maxConnections));
