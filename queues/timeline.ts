@@ -31,6 +31,17 @@ type TimelineEvent = 'received' | 'fanned-out' | 'attempt' | 'done' | 'skipped' 
 export type Revision = 'new' | 'duplicate' | 'update';
 
 /** One event of a call's timeline. Which fields are set depends on `event`. */
+/** A call's fan-out, as its `fanned-out` entry says it (workers/fanout.ts). */
+export interface FannedOut {
+  call: Pick<CanonicalCall, 'key'>;
+  /** The sink jobs' id (it begins with the call hash). */
+  jobId: string;
+  routes: string[];
+  sinks: string[];
+  /** The endpoints given a job, per sink with endpoints. */
+  endpoints?: Record<string, string[]>;
+}
+
 export interface TimelineEntry {
   /** Epoch milliseconds. */
   at: number;
@@ -54,6 +65,8 @@ export interface TimelineEntry {
   /** fanned-out: the routes that matched (their names, else `#<index>`) and the sinks they name. */
   routes?: string[];
   sinks?: string[];
+  /** fanned-out: the endpoints each sink with endpoints was given a job for (entries before 2026-12 have none). */
+  endpoints?: Record<string, string[]>;
   /** Sink events: the sink, and the endpoint of a sink with endpoints. */
   sink?: string;
   endpoint?: string;
@@ -514,10 +527,7 @@ export class CallTimeline {
   }
 
   /** The call was fanned out: the routes that matched and the sinks they name. Never rejects. */
-  fannedOut(
-    call: Pick<CanonicalCall, 'key'>,
-    info: { jobId: string; routes: string[]; sinks: string[] },
-  ): Promise<void> {
+  fannedOut(call: Pick<CanonicalCall, 'key'>, info: Omit<FannedOut, 'call'>): Promise<void> {
     return this.fannedOutMany([{ call, ...info }]);
   }
 
@@ -525,13 +535,13 @@ export class CallTimeline {
    * A batch fanned out (`jobId`: the sink jobs' id, which begins with the call hash): one command
    * per MAX_BATCH calls on the one-slot layout, one per call when spread. Never rejects.
    */
-  async fannedOutMany(
-    list: readonly { call: Pick<CanonicalCall, 'key'>; jobId: string; routes: string[]; sinks: string[] }[],
-  ): Promise<void> {
+  async fannedOutMany(list: readonly FannedOut[]): Promise<void> {
     const at = this.now();
-    const items = list.map(({ call, jobId, routes, sinks }) => ({
+    const items = list.map(({ call, jobId, routes, sinks, endpoints }) => ({
       id: timelineIdOf(jobId, call),
-      entry: { at, event: 'fanned-out' as const, jobId, routes, sinks },
+      entry: endpoints
+        ? { at, event: 'fanned-out' as const, jobId, routes, sinks, endpoints }
+        : { at, event: 'fanned-out' as const, jobId, routes, sinks },
     }));
     const script = scripted(this.redis);
     if (this.keys.layout !== 'one-slot' || items.length === 1) {
@@ -656,7 +666,11 @@ export class CallTimeline {
   }
 }
 
-/** What became of a call at one sink (or endpoint), from its timeline. */
+/**
+ * What became of a call at one sink (or endpoint), from its timeline: `pending` (not attempted yet,
+ * or an attempt under way), `retrying` (an attempt failed; the next is due, or the queue waits for
+ * an operator), `done`, `skipped`, `failed` (dead-lettered).
+ */
 type SinkStatus = 'pending' | 'retrying' | 'done' | 'skipped' | 'failed';
 
 export interface CallSummary {
@@ -709,10 +723,19 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
       continue;
     }
     if (e.event === 'fanned-out') {
-      // An endpoint sink's endpoints show as they are attempted; the sink stands for them until then.
-      for (const sink of e.sinks ?? [])
-        if (!Object.keys(summary.sinks).some((s) => s === sink || s.startsWith(`${sink}.`)))
+      for (const sink of e.sinks ?? []) {
+        const endpoints = e.endpoints?.[sink];
+        // Each endpoint given a job is pending until its queue reports: a paused, disabled or busy
+        // endpoint shows as one the call still waits for, not as left out.
+        if (endpoints?.length) {
+          if (summary.sinks[sink] === 'pending') delete summary.sinks[sink];
+          for (const endpoint of endpoints) summary.sinks[sinkLabel({ sink, endpoint })] ??= 'pending';
+        }
+        // An entry without its endpoints (written before they were named): the sink stands for
+        // them until they are attempted.
+        else if (!Object.keys(summary.sinks).some((s) => s === sink || s.startsWith(`${sink}.`)))
           summary.sinks[sink] = 'pending';
+      }
       continue;
     }
     if (!e.sink) continue;
@@ -760,7 +783,7 @@ export interface CallQuery {
   /** Only calls routed to this sink (its name; a sink with endpoints: any of them). */
   sink?: string;
   /** Only calls with a sink (the `sink` one, when given) in this state; `pending` includes retrying. */
-  status?: 'done' | 'skipped' | 'failed' | 'pending';
+  status?: SinkStatus;
   /** Only calls with this number as caller or callee (looked up by its HMAC). */
   number?: string;
   /** At most this many calls (newest first). Default 50. */
@@ -839,8 +862,10 @@ export function describeEntry(e: TimelineEntry): string {
       ]
         .filter(Boolean)
         .join(', ');
-    case 'fanned-out':
-      return `routes ${(e.routes ?? []).join(', ') || '(none)'} → sinks ${(e.sinks ?? []).join(', ') || '(none)'}`;
+    case 'fanned-out': {
+      const sinks = (e.sinks ?? []).map((s) => (e.endpoints?.[s]?.length ? `${s} (${e.endpoints[s].join(', ')})` : s));
+      return `routes ${(e.routes ?? []).join(', ') || '(none)'} → sinks ${sinks.join(', ') || '(none)'}`;
+    }
     case 'attempt':
       return e.cutOff
         ? `attempt ${e.attempt ?? '?'} cut short (its worker stopped or lost the job)`
@@ -867,7 +892,8 @@ export function describeEntry(e: TimelineEntry): string {
   }
 }
 
-const STATUSES = ['failed', 'skipped', 'pending', 'done'] as const;
+/** The states a query may ask for (`pending` matches `retrying` too). */
+const STATUSES = ['failed', 'skipped', 'pending', 'retrying', 'done'] as const;
 
 /** A bad query parameter; the message starts with the parameter's name. */
 export class CallQueryError extends Error {

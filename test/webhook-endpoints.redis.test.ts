@@ -141,6 +141,29 @@ routes:
       await post('ep-401-2');
       await waitFor(() => received(b, 'ep-401-1') && received(b, 'ep-401-2'), { what: 'B got both calls' });
       assert.equal(await queues.get(B)!.isPaused(), false);
+      // The call waiting in A's paused queue, never attempted there, shows as waiting at A — not as
+      // done because B, the only endpoint that reported, is.
+      const sinksLine = await waitFor(
+        async () => {
+          const line = /^sinks: .*$/m.exec((await cli(['call', 'ep-401-2'])).out)?.[0];
+          return line?.includes('hooks.b:done') ? line : null;
+        },
+        { what: 'ep-401-2 done at B in its timeline' },
+      );
+      assert.deepEqual(sinksLine.slice('sinks: '.length).split(' ').sort(), ['hooks.a:pending', 'hooks.b:done']);
+      assert.match((await cli(['call', 'ep-401-2'])).out, /fanned-out .*→ sinks hooks \(a, b\)/);
+      const waitingAtA = await cli(['calls', '--since', '1h', '--sink', 'hooks.a', '--status', 'pending']);
+      assert.match(waitingAtA.out, /ep-401-2/, 'found among the calls waiting at A');
+      // The call A refused waits for an operator: `retrying` finds it alone (`pending` includes it).
+      const retrying = await cli(['calls', '--since', '1h', '--sink', 'hooks.a', '--status', 'retrying']);
+      assert.equal(retrying.code, 0, retrying.out);
+      assert.match(retrying.out, /ep-401-1/);
+      assert.doesNotMatch(retrying.out, /ep-401-2/);
+      assert.match(waitingAtA.out, /ep-401-1/);
+      const api = (await (
+        await fetch(`${cs.url}/api/calls/ep-401-2`, { headers: { authorization: `Bearer ${TOKEN}` } })
+      ).json()) as { calls: { sinks: Record<string, string> }[] };
+      assert.deepEqual(api.calls[0]!.sinks, { 'hooks.a': 'pending', 'hooks.b': 'done' });
       const metrics = await metricsText();
       assert.match(metrics, new RegExp(`callsync_queue_paused\\{queue="${A}",sink="hooks"\\} 1`));
       assert.match(metrics, new RegExp(`callsync_queue_paused\\{queue="${B}",sink="hooks"\\} 0`));

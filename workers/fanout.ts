@@ -88,6 +88,8 @@ interface FannedOutInfo {
   jobId: string;
   routes: string[];
   sinks: string[];
+  /** The endpoints given a job, per sink with endpoints (absent when there is none). */
+  endpoints?: Record<string, string[]>;
 }
 
 /**
@@ -104,19 +106,25 @@ function plan(deps: FanOutDeps, call: CanonicalCall): FannedOutInfo & { jobs: Pl
   });
   const sinks = [...names];
   const jobId = sinkJobId(call);
+  let endpointsOf: Record<string, string[]> | undefined;
   const jobs = sinks.flatMap((sink): PlannedJob[] => {
     let sinkCall = deps.withoutRaw?.has(sink) ? { ...call, raw: null } : call;
     if (deps.withoutTranscript?.has(sink) && sinkCall.transcript !== null && sinkCall.transcript !== undefined) {
       sinkCall = { ...sinkCall, transcript: { content: '', chunks: [], omitted: true } };
     }
     const endpoints = deps.endpointQueues?.get(sink);
-    if (endpoints) return endpointJobs(sink, endpoints, sinkCall);
+    if (endpoints) {
+      (endpointsOf ??= {})[sink] = endpoints.map((e) => e.endpoint);
+      return endpointJobs(sink, endpoints, sinkCall);
+    }
     const queue = deps.sinkQueues.get(sink);
     if (!queue) throw new UnprocessableJobError(`route names sink "${sink}", which has no queue`);
     const data: SinkDeliverJob = { kind: JobName.sinkDeliver, sink, call: sinkCall };
     return [{ queue, job: { name: JobName.sinkDeliver, data, opts: { jobId } } }];
   });
-  return { call, jobId, routes, sinks, jobs };
+  return endpointsOf
+    ? { call, jobId, routes, sinks, endpoints: endpointsOf, jobs }
+    : { call, jobId, routes, sinks, jobs };
 }
 
 /**
@@ -141,12 +149,8 @@ export function createHandOverProcessor(
   };
 }
 
-const fannedOutInfo = ({ call, jobId, routes, sinks }: FannedOutInfo): FannedOutInfo => ({
-  call,
-  jobId,
-  routes,
-  sinks,
-});
+const fannedOutInfo = ({ call, jobId, routes, sinks, endpoints }: FannedOutInfo): FannedOutInfo =>
+  endpoints ? { call, jobId, routes, sinks, endpoints } : { call, jobId, routes, sinks };
 
 /** Fan-out of one BullMQ `inbound` job: the dead letters of the log (see above), retried by operators. */
 export function createFanOutProcessor(deps: FanOutDeps) {

@@ -146,7 +146,7 @@ export function callsPage(options: CallsPageOptions): Hono {
         <label
           >Status
           <select name="status">
-            ${['', 'failed', 'skipped', 'pending', 'done'].map((s) => html`<option value="${s}" ${s === status ? raw(' selected') : ''}>${s || 'any'}</option>`)}
+            ${['', 'failed', 'skipped', 'pending', 'retrying', 'done'].map((s) => html`<option value="${s}" ${s === status ? raw(' selected') : ''}>${s || 'any'}</option>`)}
           </select></label
         >
         <button type="submit">Search</button>
