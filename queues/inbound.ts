@@ -149,7 +149,9 @@ for i = 7, #ARGV, 10 do
     end
   end
   local nk = tonumber(ARGV[i + 4])
-  if nk > 0 then
+  -- A duplicate under its own id is the same delivery again (the spool's drainer resending what a
+  -- write that timed out stored after all): its receipt is in the timeline already.
+  if nk > 0 and not (out[n] ~= '' and out[n] ~= 'u' and first == id) then
     local revision, job = 'new', id
     if out[n] == 'u' then revision = 'update' elseif out[n] ~= '' then revision, job = 'duplicate', first end
     local tl = KEYS[k]
@@ -164,8 +166,8 @@ for i = 7, #ARGV, 10 do
         redis.call('PEXPIRE', KEYS[j], timelineTtl)
       end
     end
-    k = k + nk
   end
+  k = k + nk
 end
 if touch and not wrote and dup then
   local left = redis.call('PTTL', dup)

@@ -225,6 +225,25 @@ describe('the timeline of a call', () => {
     assert.equal(entries[0]!.event, 'received');
     assert.equal(entries[0]!.spooled, true);
     assert.equal(entries[0]!.jobId, ackId);
+    // The same delivery again under its id (a drain batch sent twice, or a write that timed out and
+    // stored after all): a duplicate, with no second receipt in the timeline.
+    const again = await acceptor.accept(call, { jobId: ackId });
+    assert.deepEqual([again.id, again.duplicate], [ackId, true]);
+    const [id] = await timeline.resolve(ackId);
+    assert.deepEqual(
+      (await timeline.read(id!)).filter((e) => e.event === 'received').map((e) => [e.revision, e.jobId]),
+      [['new', ackId]],
+    );
+    // Another delivery of the call (another id) is a receipt of its own.
+    const other = await acceptor.accept(call, { jobId: `${callHash(call.key)}-spooled2` });
+    assert.deepEqual([other.id, other.duplicate], [ackId, true]);
+    assert.deepEqual(
+      (await timeline.read(id!)).filter((e) => e.event === 'received').map((e) => [e.revision, e.jobId]),
+      [
+        ['new', ackId],
+        ['duplicate', ackId],
+      ],
+    );
     const fresh = await post('not-spooled-1');
     assert.equal((await settled(fresh, 'done'))[0]!.spooled, undefined);
   });

@@ -285,6 +285,9 @@ function corked(connection: RedisClient | undefined): () => void {
 function noteReceived(timeline: CallTimeline, batch: Waiting[], outcomes: AppendOutcome[]): void {
   batch.forEach((w, i) => {
     const outcome = outcomes[i]!;
+    // A duplicate under its own id is the same delivery again (the spool's drainer resending what a
+    // write that timed out stored after all): its receipt is noted already.
+    if (!outcome.stored && outcome.firstId === w.item.id) return;
     const revision = !outcome.stored ? 'duplicate' : outcome.update ? 'update' : 'new';
     const jobId = outcome.stored ? w.item.id : outcome.firstId;
     // `received` reads only the fields of ReceivedCall (queues/timeline.ts).
