@@ -155,6 +155,68 @@ describe('SMS cut', () => {
   });
 });
 
+/** The cut as it was before the head bound: segments the whole text (quadratic on Node 20, fine for short texts). */
+function truncateWhole(text: string, limits: { maxSegments: number; maxLength?: number }): string {
+  const segmenter = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
+  const trimmed = text.trim();
+  const fits = (t: string) =>
+    smsLength(t).segments <= limits.maxSegments &&
+    (limits.maxLength === undefined || textLength(t) <= limits.maxLength);
+  if (fits(trimmed)) return trimmed;
+  const graphemes = Array.from(segmenter.segment(trimmed), (s) => s.segment);
+  const ellipsis = (t: string) => (isGsm7(t) ? '...' : '…');
+  const finish = (count: number) => {
+    let cut = graphemes.slice(0, count).join('');
+    const lastSpace = cut.search(/\s\S*$/);
+    if (lastSpace >= Math.floor(cut.length * 0.66)) cut = cut.slice(0, lastSpace);
+    cut = cut.replace(/[\s,;:.\-–—]+$/u, '');
+    return cut + ellipsis(cut);
+  };
+  let lo = 0;
+  let hi = graphemes.length - 1;
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    const prefix = graphemes.slice(0, mid).join('');
+    if (fits(prefix + ellipsis(prefix))) lo = mid;
+    else hi = mid - 1;
+  }
+  for (let count = lo; count > 0; count--) {
+    const candidate = finish(count);
+    if (fits(candidate)) return candidate;
+  }
+  return fits('...') ? '...' : '';
+}
+
+describe('SMS cut of a long text', () => {
+  test('only the head of a long text is looked at: the same cut as segmenting it whole', () => {
+    const alphabet = ['a', 'Z', ' ', '.', 'ü', '€', '\n', 'ж', '😀', '👍🏽', 'e\u0301', '🇩🇪', '\r\n'];
+    fc.assert(
+      fc.property(
+        // Around and beyond the bound (160 to 1,530 code units for 1 to 10 segments).
+        fc.array(fc.constantFrom(...alphabet), { minLength: 100, maxLength: 2200 }),
+        fc.integer({ min: 1, max: 10 }),
+        fc.option(fc.integer({ min: 20, max: 2000 }), { nil: undefined }),
+        (parts, maxSegments, maxLength) => {
+          const text = parts.join('');
+          assert.equal(truncateSms(text, { maxSegments, maxLength }), truncateWhole(text, { maxSegments, maxLength }));
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+
+  // Not a speed check: before, segmenting a 3 MB summary whole took hours and blocked the worker's
+  // event loop (ingress, health and every other sink with it). The limit is for a hang only.
+  test('a summary of 3 million characters is cut, not a hang', { timeout: 60_000 }, () => {
+    const summary = 'Frau Müller möchte ihren Vertrag kündigen, die Rechnung für März war zu hoch. '.repeat(40_000);
+    for (const maxSegments of [1, 3, 10]) {
+      const cut = truncateSms(`Thanks for calling. ${summary}`, { maxSegments, maxLength: 2000 });
+      assert.ok(cut.startsWith('Thanks for calling. Frau Müller') && cut.endsWith('...'), cut.slice(-20));
+      assert.ok(smsLength(cut).segments <= maxSegments);
+    }
+  });
+});
+
 describe('text length', () => {
   test('counts user-perceived characters, with a shortcut for plain ASCII', () => {
     assert.equal(textLength('Thanks for calling.\tAgreed: a visit'), 35);
