@@ -1,6 +1,6 @@
 // The timeline of one call ("Where is my call?", docs/operations.md): what happened to it, written
 // where the work happens — received (and how), fanned out (routes, sinks), every sink attempt with
-// its outcome — as one Redis list per call under the call's own hash tag (queues/keys.ts
+// its outcome, a dead letter an operator retried — as one Redis list per call under the call's own hash tag (queues/keys.ts
 // `callTimeline`), capped per call and expiring CALL_TIMELINE_TTL_DAYS after its last event.
 //
 // Each event is one command (a small script: RPUSH, LTRIM only when over the cap, PEXPIRE); a sink attempt's start and
@@ -25,7 +25,16 @@ import { maskDigitRuns, scrubEchoes } from '../src/redact.js';
 import { maskPhone } from '../src/log.js';
 import { backoffDelay } from '../src/backoff.js';
 
-type TimelineEvent = 'received' | 'fanned-out' | 'attempt' | 'done' | 'skipped' | 'retry' | 'dead-lettered';
+type TimelineEvent =
+  | 'received'
+  | 'fanned-out'
+  | 'attempt'
+  | 'done'
+  | 'skipped'
+  | 'retry'
+  | 'dead-lettered'
+  /** An operator put the sink's dead letter back (queues/dead-letters.ts): a new round of attempts, numbered from 1. */
+  | 'retried';
 
 /** How a delivery of the call was taken: its first, the same content again, or changed content. */
 export type Revision = 'new' | 'duplicate' | 'update';
@@ -70,7 +79,10 @@ export interface TimelineEntry {
   /** Sink events: the sink, and the endpoint of a sink with endpoints. */
   sink?: string;
   endpoint?: string;
-  /** Sink events: the attempt (1 on the first try; a run cut short by a crash repeats its number). */
+  /**
+   * Sink events: the attempt (1 on the first try; a run cut short by a crash repeats its number;
+   * after a `retried` entry the new round counts from 1 again).
+   */
   attempt?: number;
   /**
    * attempt: this attempt was cut short (its worker stopped or lost the job) — written by the
@@ -751,6 +763,8 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
       (e.attempt ?? 0) <= end.attempt
     )
       continue;
+    // A dead letter retried by an operator: a new round, whose attempts count from 1 again.
+    if (e.event === 'retried') ended.delete(label);
     if (e.event === 'done' || e.event === 'skipped' || e.event === 'dead-lettered')
       ended.set(label, { jobId: e.jobId, attempt: e.attempt ?? 0 });
     if (e.endpoint && summary.sinks[e.sink] === 'pending') delete summary.sinks[e.sink];
@@ -767,7 +781,9 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
               ? 'retrying'
               : e.event === 'dead-lettered'
                 ? 'failed'
-                : undefined;
+                : e.event === 'retried'
+                  ? 'pending'
+                  : undefined;
     if (status) summary.sinks[label] = status;
     if (e.reason && (e.event === 'skipped' || e.event === 'dead-lettered' || e.event === 'retry'))
       summary.reasons[label] = e.reason;
@@ -887,6 +903,8 @@ export function describeEntry(e: TimelineEntry): string {
       return `${e.kind ?? 'error'}: ${e.reason ?? ''}${e.paused ? ' (queue paused: waits for an operator)' : e.nextAt ? ` (next attempt ${iso(e.nextAt)})` : ''}`;
     case 'dead-lettered':
       return `${e.kind ?? 'error'}: ${e.reason ?? ''}`;
+    case 'retried':
+      return 'dead letter retried: a new round of attempts, numbered from 1';
     default:
       return '';
   }

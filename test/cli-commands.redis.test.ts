@@ -9,14 +9,17 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { Queue, UnrecoverableError, Worker } from 'bullmq';
+import { Queue, UnrecoverableError, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { InboundLog } from '../queues/inbound.js';
+import { sinkQueueName } from '../queues/registry.js';
+import type { TimelineEntry } from '../queues/timeline.js';
 import { help, runCli } from '../src/cli/index.js';
 import type { CliIo } from '../src/cli/io.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson } from './support/callsync.js';
 import { FlakySink } from './support/flaky-sink.js';
+import { jobIn } from './support/jobs.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 import { startPrivateRedis } from './support/redis-server.js';
@@ -286,7 +289,7 @@ describe('dlq and send-sample against a running callsync', () => {
     await waitFor(() => sink.delivered.includes('gate-cli-1'), { what: 'the retried job delivered' });
     const again = await cli(['dlq', 'retry', '--id', target.id], env);
     assert.equal(again.code, 1);
-    assert.match(again.err, /is (completed|active|waiting), not a dead letter/);
+    assert.match(again.err, /is not a dead letter: in sink-archive it is (completed|active|waiting)$/);
     const missing = await cli(['dlq', 'retry', '--id', 'no-such-job'], env);
     assert.equal(missing.code, 1);
     assert.match(missing.err, /no job no-such-job/);
@@ -440,6 +443,257 @@ describe('dlq sees the queues in Redis, not only those of its own configuration'
     } finally {
       await queue.close();
     }
+  });
+});
+
+describe('dlq retry gives a dead letter a whole new round of attempts', () => {
+  const ADMIN = 'cli-round-admin-token-7c2e';
+  let cs: OpsCallsync;
+  let dir: string;
+  let env: NodeJS.ProcessEnv;
+  let archive: Queue;
+  const sink = new FlakySink();
+  const tries = (callId: string) => sink.attempted.filter((id) => id === callId).length;
+  const callIdOf = (job: Job) => (job.data as { call?: { callId?: string } }).call?.callId;
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-cli-round-'));
+    cs = await startOpsCallsync(
+      { ARCHIVE_DIR: dir, JOB_ATTEMPTS: '3', ADMIN_TOKEN: ADMIN },
+      { sinks: new Map([['archive', sink]]) },
+    );
+    env = { QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir, JOB_ATTEMPTS: '3' };
+    archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
+  });
+  after(async () => {
+    await cs.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** Posts a call the sink fails transiently and waits for its dead letter (all 3 attempts used). */
+  async function deadLetter(callId: string): Promise<Job> {
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent`, webhookPayload(callId))).status, 202);
+    const job = await waitFor(
+      async () => {
+        const failed = (await archive.getFailed(0, 100)).find((j) => callIdOf(j) === callId);
+        return failed ? jobIn(archive, failed.id!, 'failed') : null;
+      },
+      { timeoutMs: 20_000, what: `${callId} dead-lettered` },
+    );
+    assert.equal(job.attemptsMade, 3);
+    assert.equal(tries(callId), 3);
+    return job;
+  }
+
+  /** The job dead-lettered again after `retried`, once the sink has seen `attempts` attempts in all. */
+  async function deadAgain(id: string, callId: string, attempts: number): Promise<Job> {
+    await waitFor(() => tries(callId) >= attempts, { timeoutMs: 20_000, what: `${attempts} attempts of ${callId}` });
+    return waitFor(() => jobIn(archive, id, 'failed'), { timeoutMs: 20_000, what: `${callId} dead-lettered again` });
+  }
+
+  /** The sink entries of the call's timeline from the operator's retry on: event and attempt number. */
+  async function roundAfterRetry(callId: string): Promise<string[]> {
+    const r = await cli(['call', callId, '--json'], env);
+    assert.equal(r.code, 0, r.err);
+    const [call] = (JSON.parse(r.out) as { calls: { entries: TimelineEntry[]; sinks: Record<string, string> }[] })
+      .calls;
+    const from = call!.entries.findIndex((e) => e.event === 'retried');
+    assert.ok(from > 0, `the timeline says the dead letter was retried: ${JSON.stringify(call!.entries)}`);
+    assert.equal(call!.sinks.archive, 'failed');
+    return call!.entries.slice(from).map((e) => `${e.event}${e.attempt === undefined ? '' : ` ${e.attempt}`}`);
+  }
+
+  test('retry --id: a transient failure after it is retried with backoff, dead-lettered only after a whole round', async () => {
+    const first = await deadLetter('down-round-1');
+    const r = await cli(['dlq', 'retry', '--id', first.id!], env);
+    assert.equal(r.code, 0, r.err);
+    assert.match(r.out, new RegExp(`^retrying sink-archive job ${first.id}$`, 'm'));
+    // Before the fix: one attempt more (attemptsMade 4), dead-lettered at once on its failure.
+    const again = await deadAgain(first.id!, 'down-round-1', 6);
+    assert.equal(tries('down-round-1'), 6, 'three more attempts');
+    assert.equal(again.attemptsMade, 3);
+    assert.deepEqual(again.data, first.data, 'the same data');
+    assert.equal(again.opts.attempts, 3, 'the same options');
+    assert.deepEqual(await roundAfterRetry('down-round-1'), [
+      'retried',
+      'attempt 1',
+      'retry 1',
+      'attempt 2',
+      'retry 2',
+      'attempt 3',
+      'dead-lettered 3',
+    ]);
+  });
+
+  test('retry of a whole queue: each dead letter gets a new round too, and is delivered once the remote is back', async () => {
+    const [first, second] = [await deadLetter('down-round-2'), await deadLetter('down-round-3')];
+    const r = await cli(['dlq', 'retry', '--queue', 'archive'], env);
+    assert.equal(r.code, 0, r.err);
+    // And the first test's, dead-lettered again.
+    assert.match(r.out, /^retrying 3 dead letter\(s\) of sink-archive$/m);
+    const again = await deadAgain(first.id!, 'down-round-2', 6);
+    assert.equal(again.attemptsMade, 3);
+    assert.equal(tries('down-round-2'), 6);
+    assert.deepEqual(await roundAfterRetry('down-round-2'), [
+      'retried',
+      'attempt 1',
+      'retry 1',
+      'attempt 2',
+      'retry 2',
+      'attempt 3',
+      'dead-lettered 3',
+    ]);
+    await deadAgain(second.id!, 'down-round-3', 6);
+    sink.failing = false;
+    assert.equal((await cli(['dlq', 'retry'], env)).code, 0);
+    await waitFor(() => sink.delivered.includes('down-round-2') && sink.delivered.includes('down-round-3'), {
+      what: 'both delivered',
+    });
+    sink.failing = true;
+  });
+
+  test("the dashboard's Retry buttons (the Calls page's, Bull Board's) start a new round too", async () => {
+    const [byPage, byBoard] = [await deadLetter('down-round-4'), await deadLetter('down-round-5')];
+    const headers = { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' };
+    const page = await fetch(`${cs.url}/admin/queues/calls/${byPage.id!.slice(0, 32)}/retry`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ sink: 'archive' }),
+    });
+    assert.equal(page.status, 200, await page.text());
+    const board = await fetch(`${cs.url}/admin/queues/api/queues/sink-archive/${byBoard.id}/retry`, {
+      method: 'PUT',
+      headers,
+    });
+    assert.equal(board.status, 204, await board.text());
+    for (const [job, callId] of [
+      [byPage, 'down-round-4'],
+      [byBoard, 'down-round-5'],
+    ] as const) {
+      const again = await deadAgain(job.id!, callId, 6);
+      assert.equal(again.attemptsMade, 3, callId);
+      assert.equal(tries(callId), 6, callId);
+      assert.equal((await roundAfterRetry(callId)).length, 7, callId);
+    }
+  });
+});
+
+describe('dlq retry and purge --id act on every dead letter of that id (one call, several queues)', () => {
+  const prefix = uniquePrefix('cli-dlq-ids');
+  const id = 'c0ffee00c0ffee00c0ffee00c0ffee00';
+  let connection: Redis;
+  let dir: string;
+  let env: NodeJS.ProcessEnv;
+  // A webhook sink with three endpoints: one call's job, under one id, in each endpoint's queue.
+  const [E500, E422, OK] = [sinkQueueName('hook', 'e500'), sinkQueueName('hook', 'e422'), sinkQueueName('hook', 'ok')];
+  const queues = new Map<string, Queue>();
+
+  /** The call's job in each endpoint queue: dead-lettered in e500 and e422, completed in ok. */
+  async function seed(): Promise<void> {
+    for (const q of queues.values()) await q.obliterate({ force: true });
+    const worker = (name: string) =>
+      new Worker(
+        name,
+        async () => {
+          if (name !== OK) throw new UnrecoverableError(`${name} refused the call`);
+        },
+        { connection, prefix },
+      );
+    const workers = [E500, E422, OK].map(worker);
+    try {
+      for (const q of queues.values())
+        await q.add('sink.deliver', { kind: 'sink.deliver', sink: 'hook', call: { callId: 'ids-1' } }, { jobId: id });
+      await waitFor(
+        async () =>
+          (await queues.get(E500)!.getFailedCount()) === 1 &&
+          (await queues.get(E422)!.getFailedCount()) === 1 &&
+          (await queues.get(OK)!.getCompletedCount()) === 1,
+        { what: 'two dead letters and a completed job' },
+      );
+    } finally {
+      await Promise.all(workers.map((w) => w.close()));
+    }
+  }
+
+  before(async () => {
+    connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+    dir = await mkdtemp(join(tmpdir(), 'callsync-cli-ids-'));
+    const config = join(dir, 'callsync.yaml');
+    await writeFile(
+      config,
+      `
+sinks:
+  hook:
+    type: webhook
+    secrets: ["whsec_${Buffer.from('a'.repeat(32)).toString('base64')}"]
+    endpoints:
+      - { name: e500, url: "http://127.0.0.1:9/a" }
+      - { name: e422, url: "http://127.0.0.1:9/b" }
+      - { name: ok, url: "http://127.0.0.1:9/c" }
+routes:
+  - to: [hook]
+`,
+    );
+    env = { QUEUE_PREFIX: prefix, CALLSYNC_CONFIG: config };
+    for (const name of [E500, E422, OK]) queues.set(name, new Queue(name, { connection, prefix }));
+  });
+  after(async () => {
+    await Promise.all([...queues.values()].map((q) => q.close()));
+    connection.disconnect();
+    await cleanupPrefix(prefix);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const states = async () => Promise.all([E500, E422, OK].map((name) => queues.get(name)!.getJobState(id)));
+
+  test('retry --id without --queue retries the dead letter of every queue, and leaves the completed job', async () => {
+    await seed();
+    const r = await cli(['dlq', 'retry', '--id', id], env);
+    assert.equal(r.code, 0, r.err);
+    assert.deepEqual(r.out.split('\n'), [`retrying ${E500} job ${id}`, `retrying ${E422} job ${id}`]);
+    assert.deepEqual(await states(), ['waiting', 'waiting', 'completed']);
+    const again = await cli(['dlq', 'retry', '--id', id], env);
+    assert.equal(again.code, 1);
+    assert.equal(
+      again.err,
+      `callsync dlq: job ${id} is not a dead letter: in ${E500} it is waiting; in ${E422} it is waiting; in ${OK} it is completed`,
+    );
+  });
+
+  test('retry --queue <sink> --id retries the dead letters of all its endpoint queues', async () => {
+    await seed();
+    const r = await cli(['dlq', 'retry', '--queue', 'hook', '--id', id], env);
+    assert.equal(r.code, 0, r.err);
+    assert.deepEqual(r.out.split('\n'), [`retrying ${E500} job ${id}`, `retrying ${E422} job ${id}`]);
+    assert.deepEqual(await states(), ['waiting', 'waiting', 'completed']);
+    const one = await cli(['dlq', 'retry', '--queue', OK, '--id', id], env);
+    assert.equal(one.code, 1);
+    assert.equal(one.err, `callsync dlq: job ${id} is not a dead letter: in ${OK} it is completed`);
+  });
+
+  test('list --id shows both; purge --id removes both, with --yes only', async () => {
+    await seed();
+    const listed = JSON.parse((await cli(['dlq', 'list', '--id', id, '--json'], env)).out) as { queue: string }[];
+    assert.deepEqual(
+      listed.map((row) => row.queue),
+      [E500, E422],
+    );
+    const dry = await cli(['dlq', 'purge', '--id', id], env);
+    assert.equal(dry.code, 1);
+    assert.match(dry.err, new RegExp(`would remove ${E500.replace('.', '\\.')} job ${id}`));
+    assert.match(dry.err, new RegExp(`would remove ${E422.replace('.', '\\.')} job ${id}`));
+    assert.match(dry.err, /add --yes/);
+    assert.deepEqual(await states(), ['failed', 'failed', 'completed'], 'nothing removed without --yes');
+    const purged = await cli(['dlq', 'purge', '--id', id, '--yes'], env);
+    assert.equal(purged.code, 0, purged.err);
+    assert.deepEqual(purged.out.split('\n'), [`removed ${E500} job ${id}`, `removed ${E422} job ${id}`]);
+    assert.deepEqual(await states(), ['unknown', 'unknown', 'completed']);
+    // One dead letter alone needs no --yes, as before.
+    await seed();
+    await queues.get(E422)!.remove(id);
+    const one = await cli(['dlq', 'purge', '--id', id], env);
+    assert.equal(one.code, 0, one.err);
+    assert.equal(one.out, `removed ${E500} job ${id}`);
   });
 });
 

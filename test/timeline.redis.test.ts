@@ -310,3 +310,24 @@ describe('the timeline of a call', () => {
     assert.equal((await cli(['calls', '--since', '2h', '--status', 'lost'])).code, 2);
   });
 });
+
+test("a dead letter an operator retried: the sink is pending again, and the new round's attempts (from 1) count", () => {
+  const base = { sink: 'hooks', endpoint: 'a', jobId: 'c0ffee00c0ffee00c0ffee00c0ffee00' };
+  const round: TimelineEntry[] = [
+    { at: 1, event: 'attempt', ...base, attempt: 1 },
+    { at: 2, event: 'retry', ...base, attempt: 1, kind: 'transient', reason: '500', nextAt: 3 },
+    { at: 3, event: 'attempt', ...base, attempt: 2 },
+    { at: 4, event: 'dead-lettered', ...base, attempt: 2, kind: 'transient', reason: '500' },
+  ];
+  assert.equal(summarize('x', round).sinks['hooks.a'], 'failed');
+  const retried: TimelineEntry[] = [...round, { at: 5, event: 'retried', ...base }];
+  assert.equal(summarize('x', retried).sinks['hooks.a'], 'pending');
+  const failing: TimelineEntry[] = [
+    ...retried,
+    { at: 6, event: 'attempt', ...base, attempt: 1 },
+    { at: 7, event: 'retry', ...base, attempt: 1, kind: 'transient', reason: '500', nextAt: 8 },
+  ];
+  assert.equal(summarize('x', failing).sinks['hooks.a'], 'retrying', 'not the old round\'s "failed"');
+  // Without the retry, a late attempt numbered no higher than the dead letter's is one that lost its lock.
+  assert.equal(summarize('x', [...round, ...failing.slice(5)]).sinks['hooks.a'], 'failed');
+});

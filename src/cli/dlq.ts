@@ -1,8 +1,10 @@
 // `callsync dlq list|retry|purge`: the dead letters of every queue are its BullMQ failed set.
 import { Queue, type Job } from 'bullmq';
 import type { RedisClient } from '../../queues/connection.js';
+import { retryDeadLetter, retryDeadLetters } from '../../queues/dead-letters.js';
 import { redisKeys } from '../../queues/keys.js';
 import { queuesInRedis } from '../../queues/scan.js';
+import { CallTimeline } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { sinkQueueName } from '../../queues/index.js';
 import { queueNames, sinkQueueNames } from '../ops/index.js';
@@ -76,16 +78,32 @@ async function withQueues<T>(
   }
 }
 
-/** Finds a dead letter by id in the given queues; it must be in the failed state. */
-async function findDeadLetter(queues: Queue[], id: string): Promise<{ queue: Queue; job: Job }> {
+interface FoundJob {
+  queue: Queue;
+  job: Job;
+  state: string;
+}
+
+/** The jobs with this id in the given queues, each with its state: every sink queue of a call has its job under the same id. */
+async function jobsWithId(queues: Queue[], id: string): Promise<FoundJob[]> {
+  const found: FoundJob[] = [];
   for (const queue of queues) {
     const job = await queue.getJob(id);
-    if (!job) continue;
-    const state = await job.getState();
-    if (state !== 'failed') throw new CliFailure(`job ${id} in queue ${queue.name} is ${state}, not a dead letter`);
-    return { queue, job };
+    if (job) found.push({ queue, job, state: await job.getState() });
   }
-  throw new CliFailure(`no job ${id} in ${queues.map((q) => q.name).join(', ')}`);
+  return found;
+}
+
+/** The dead letters (failed jobs) with this id in the given queues; exit 1 naming where it is when there is none. */
+async function deadLettersWithId(queues: Queue[], id: string): Promise<FoundJob[]> {
+  const found = await jobsWithId(queues, id);
+  if (found.length === 0) throw new CliFailure(`no job ${id} in ${queues.map((q) => q.name).join(', ')}`);
+  const dead = found.filter((f) => f.state === 'failed');
+  if (dead.length === 0)
+    throw new CliFailure(
+      `job ${id} is not a dead letter: ${found.map((f) => `in ${f.queue.name} it is ${f.state}`).join('; ')}`,
+    );
+  return dead;
 }
 
 /** The dead letters of one call in a queue, newest first: the failed set read page by page (it holds at most 100 000). */
@@ -106,7 +124,7 @@ export async function dlqList(config: Config, redis: RedisClient, options: DlqOp
     let total = 0;
     for (const queue of queues) {
       const jobs = options.id
-        ? [(await findDeadLetter([queue], options.id).catch(() => null))?.job].filter((j): j is Job => !!j)
+        ? (await jobsWithId([queue], options.id)).filter((f) => f.state === 'failed').map((f) => f.job)
         : options.call !== undefined
           ? await deadLettersOfCall(queue, options.call)
           : await queue.getFailed(0, options.limit - 1);
@@ -147,11 +165,17 @@ export async function dlqList(config: Config, redis: RedisClient, options: DlqOp
 
 export async function dlqRetry(config: Config, redis: RedisClient, options: DlqOptions, io: CliIo): Promise<number> {
   const { names, foundOnly } = await resolveQueues(config, redis, options.queue);
+  // Each retried sink job's call timeline says a new round of attempts began.
+  const timeline = new CallTimeline(redis, redisKeys(config.redis), config.timeline);
   return withQueues(config, redis, names, async (queues) => {
     if (options.id) {
-      const { queue, job } = await findDeadLetter(queues, options.id);
-      await job.retry('failed');
-      io.out(`retrying ${queue.name} job ${options.id}`);
+      // Every dead letter with the id in scope: one call's sink jobs share it (docs/reliability.md "Job ids").
+      for (const { queue, job } of await deadLettersWithId(queues, options.id)) {
+        await retryDeadLetter(job, timeline);
+        io.out(`retrying ${queue.name} job ${options.id}`);
+        if (foundOnly.has(queue.name))
+          io.err(`${queue.name}: no sink of this configuration works that queue: the job waits for a worker that does`);
+      }
       return 0;
     }
     let total = 0;
@@ -167,9 +191,10 @@ export async function dlqRetry(config: Config, redis: RedisClient, options: DlqO
         skipped += count;
         continue;
       }
-      await queue.retryJobs({ state: 'failed', count: 1000 });
-      io.out(`retrying ${count} dead letter(s) of ${queue.name}`);
-      total += count;
+      // One by one (Queue.retryJobs cannot start a new round of attempts: it keeps the counts).
+      const retried = await retryDeadLetters(queue, timeline);
+      io.out(`retrying ${retried} dead letter(s) of ${queue.name}`);
+      total += retried;
     }
     if (total === 0 && skipped === 0) io.out(`no dead letters in ${queues.map((q) => q.name).join(', ')}`);
     return 0;
@@ -180,9 +205,17 @@ export async function dlqPurge(config: Config, redis: RedisClient, options: DlqO
   const { names } = await resolveQueues(config, redis, options.queue);
   return withQueues(config, redis, names, async (queues) => {
     if (options.id) {
-      const { queue, job } = await findDeadLetter(queues, options.id);
-      await job.remove();
-      io.out(`removed ${queue.name} job ${options.id}`);
+      const dead = await deadLettersWithId(queues, options.id);
+      // One dead letter goes without confirmation, as ever; more (one call's, in several queues) need --yes.
+      if (dead.length > 1 && !options.yes) {
+        for (const { queue } of dead) io.err(`would remove ${queue.name} job ${options.id}`);
+        io.err('nothing removed: add --yes to remove them for good');
+        return 1;
+      }
+      for (const { queue, job } of dead) {
+        await job.remove();
+        io.out(`removed ${queue.name} job ${options.id}`);
+      }
       return 0;
     }
     const counts = await Promise.all(queues.map(async (q) => [q, await q.getFailedCount()] as const));

@@ -78,14 +78,17 @@ Options:
 The dead letters of a queue are its failed jobs: permanent errors, or all attempts used up.
 
   list    show dead letters (newest first) with their error
-  retry   put dead letters back into their queue for another round of attempts
-  purge   remove dead letters for good (all of a queue's need --yes)
+  retry   put dead letters back into their queue for a whole new round of attempts (their
+          attempt counts start again, with the usual backoff; the call's timeline says so)
+  purge   remove dead letters for good (more than one needs --yes)
 
 Options:
-  --queue NAME  one queue: inbound, sink-<name>, poll-dead-letters, or a sink name (default: all
-                of this configuration and every queue found in Redis under QUEUE_PREFIX; retry
-                without --queue leaves the queues no sink here works)
-  --id ID       one job
+  --queue NAME  one queue: inbound, sink-<name>, poll-dead-letters, or a sink name (all of its
+                queues; default: all of this configuration and every queue found in Redis under
+                QUEUE_PREFIX; retry without --queue or --id leaves the queues no sink here works)
+  --id ID       the job with this id in every queue in scope: one call's sink jobs share it, so
+                retry and purge act on each of its dead letters (a line per job) and exit 1 only
+                when none of them is one, saying where the id is and in which state
   --call CALL   list: the dead letters of this call id (the CALL column), in every queue or --queue
   --limit N     list at most N per queue (default 50)
   --json        list as JSON

@@ -153,7 +153,10 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     // saves. The import starts now, so the first page does not wait for it (and a failure shows early).
     const board = import('./dashboard.js').then(({ createDashboard }) => {
       const mounted = new Hono();
-      mounted.route(DASHBOARD_PATH, createDashboard({ queues: options.queues, basePath: DASHBOARD_PATH }));
+      mounted.route(
+        DASHBOARD_PATH,
+        createDashboard({ queues: options.queues, basePath: DASHBOARD_PATH, timeline: calls }),
+      );
       mounted.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));
       return mounted;
     });

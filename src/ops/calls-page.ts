@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { html, raw } from 'hono/html';
 import type { Queue } from 'bullmq';
+import { retryDeadLetter } from '../../queues/dead-letters.js';
 import { sinkQueueName } from '../../queues/registry.js';
 import {
   callsNamed,
@@ -301,7 +302,7 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
     return { call, sink };
   };
 
-  // Retries the dead letter of one sink of the call: the job its timeline names, in its queue.
+  // Retries the dead letter of one sink of the call (the job its timeline names, in its queue) for a new round of attempts.
   app.post(`${path}/:id/retry`, async (c) => {
     const named = await callAndSink(c);
     if ('answer' in named) return named.answer;
@@ -318,7 +319,7 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
         errorBody(409, `the job of "${sink}" is not in the dead letters (it is ${await job.getState()})`),
         409,
       );
-    await job.retry('failed');
+    await retryDeadLetter(job, timeline);
     return c.json({ retried: { sink, queue: queue.name, jobId: job.id } });
   });
 
