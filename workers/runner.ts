@@ -14,6 +14,7 @@ import { classify, isRedisCondition, RetryLaterError, SinkError } from '../src/e
 import type { AttemptOutcome, QueueLimit } from '../src/sinks/types.js';
 import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
 import { disableQueue, pauseQueue } from '../queues/disabled.js';
+import { HELD, holdQueue } from '../queues/hold.js';
 import type { CallTimeline } from '../queues/timeline.js';
 import { PlannedRetries, recordAttempts, recordStalledFailure } from './attempts.js';
 
@@ -56,6 +57,9 @@ export type Processor<T extends JobPayload> = (
  * for Redis count among these deferrals (BullMQ keeps one counter) but are never limited themselves.
  */
 const MAX_DEFERRALS = 200;
+
+/** The window of the limiter of a queue without a limit of its own: its count never reaches HELD, only a hold does. */
+const UNLIMITED_WINDOW_MS = 60_000;
 
 /** First and longest wait of a job for Redis (doubling in between, with jitter: half to all of it). */
 const REDIS_WAIT_MIN_MS = 250;
@@ -113,7 +117,11 @@ export function runWorker<T extends JobPayload>(
         return schedule ? scheduleDelay(attemptsMade, schedule) : backoffDelay(attemptsMade, backoffMs, maxBackoffMs);
       },
     },
-    limiter: options.limit ? { max: options.limit.max, duration: options.limit.durationMs } : undefined,
+    // Without a limit of its own, one that never limits: BullMQ reads a queue's hold only for a
+    // worker with a limiter (queues/hold.ts).
+    limiter: options.limit
+      ? { max: options.limit.max, duration: options.limit.durationMs }
+      : { max: HELD, duration: UNLIMITED_WINDOW_MS },
   };
 
   /** A disabling of the queue under way (see the 'disable' kind below). */
@@ -175,9 +183,16 @@ export function runWorker<T extends JobPayload>(
           if (deferrals <= MAX_DEFERRALS) {
             options.events?.deferred?.(queueName, job, err.delayMs, err.scope);
             jobLog().info({ delayMs: err.delayMs, scope: err.scope, status: err.status }, 'remote asked to wait');
+            // The job waits in the delayed set, its lock released: a wait longer than the lock is
+            // no stall, and a shutdown has nothing to wait for. A queue-wide wait holds the queue's
+            // other jobs back too (queues/hold.ts). Not BullMQ's worker.rateLimit and RateLimitError:
+            // they put the job back in the waiting list and leave the wait to this worker's memory,
+            // cut at 30 s (maximumRateLimitDelay) and raced by its concurrent fetches — the job was
+            // taken again in the middle, left unlocked, run again early, and closing waited for it.
             if (err.scope === 'queue') {
-              await worker.rateLimit(err.delayMs);
-              throw Worker.RateLimitError();
+              await holdQueue(queue, options.connection, err.delayMs).catch((holdErr: unknown) =>
+                jobLog().warn({ reason: errorMessage(holdErr) }, 'holding the queue back failed: only this job waits'),
+              );
             }
             await job.moveToDelayed(Date.now() + err.delayMs, token);
             throw new DelayedError();
@@ -224,7 +239,7 @@ export function runWorker<T extends JobPayload>(
   );
 
   worker.on('failed', (job, err) => {
-    if (err instanceof DelayedError || err.name === 'DelayedError' || err.name === 'RateLimitError') return;
+    if (err instanceof DelayedError || err.name === 'DelayedError') return;
     const final =
       job === undefined ||
       err instanceof UnrecoverableError ||
