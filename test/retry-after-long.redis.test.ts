@@ -114,6 +114,7 @@ describe('a Retry-After longer than the job lock, behind the queue runner', () =
         log: logged.log,
         timeline,
         events: { failed: (_q, job, err) => failed.push(`${job?.id}: ${err.message}`) },
+        queueWide: webhookSinkType.queueWide === true,
       },
     );
     worker.worker.on('stalled', (jobId) => stalled.push(jobId));
@@ -204,50 +205,55 @@ describe('a Retry-After longer than the job lock, behind the queue runner', () =
     assert.equal((await queue.getJob(jobId))?.attemptsMade, 1);
   });
 
-  it('a job-scoped wait longer than the lock: the same (no early run, no stall, a close that does not wait)', async () => {
-    const jobQueue = 'sink-waits';
-    const jobs = new Queue(jobQueue, { connection: redis, prefix: keys.queuePrefix(jobQueue) });
-    const ran: number[] = [];
-    const options = {
-      connection: redis,
-      prefix: keys,
-      retry: { attempts: 1, backoffMs: 50, maxBackoffMs: 200 },
-      concurrency: 8,
-      stalledIntervalMs: 300,
-      lockDurationMs: LOCK_MS,
-      maxStalledCount: 1,
-      log: logged.log,
-      events: {
-        failed: (_q: string, job: { id?: string } | undefined, err: Error) => failed.push(`${job?.id}: ${err.message}`),
-      },
-    };
-    const processor = async () => {
-      ran.push(Date.now());
-      if (ran.length === 1) throw new RetryLaterError('quiet hours', WAIT_MS, { scope: 'job' });
-      return { status: 'done' };
-    };
-    try {
-      await jobs.add('work', { kind: 'x' }, { jobId: 'w-1', attempts: 1 });
-      const first = runWorker(jobQueue, processor, options);
-      running.push(first);
-      first.worker.on('stalled', (id) => stalled.push(id));
-      await waitFor(() => ran.length === 1, { what: 'the first run' });
-      await sleep(LOCK_MS + 500);
-      const closing = Date.now();
-      await bounded(first.close(), WAIT_MS, 'the close');
-      assert.ok(Date.now() - closing < 1000, `closed in ${Date.now() - closing} ms`);
-      const second = runWorker(jobQueue, processor, options);
-      running.push(second);
-      await waitFor(async () => (await jobs.getJobState('w-1')) === 'completed', { timeoutMs: 20_000, what: 'w-1' });
-      assert.equal(ran.length, 2);
-      assert.ok(ran[1]! - ran[0]! >= WAIT_MS, `ran again after ${ran[1]! - ran[0]!} ms`);
-      assert.deepEqual(failed, []);
-      assert.deepEqual(stalled, []);
-      assert.deepEqual(errorLines(), []);
-    } finally {
-      await jobs.close();
-    }
-  });
+  for (const [scope, what] of [
+    ['job', 'a job-scoped wait'],
+    ['queue', 'a queue-wide wait of a sink whose queue is never held (queueWide unset: the job alone waits)'],
+  ] as const)
+    it(`${what} longer than the lock: the same (no early run, no stall, a close that does not wait)`, async () => {
+      const jobQueue = `sink-waits-${scope}`;
+      const jobs = new Queue(jobQueue, { connection: redis, prefix: keys.queuePrefix(jobQueue) });
+      const ran: number[] = [];
+      const options = {
+        connection: redis,
+        prefix: keys,
+        retry: { attempts: 1, backoffMs: 50, maxBackoffMs: 200 },
+        concurrency: 8,
+        stalledIntervalMs: 300,
+        lockDurationMs: LOCK_MS,
+        maxStalledCount: 1,
+        log: logged.log,
+        events: {
+          failed: (_q: string, job: { id?: string } | undefined, err: Error) =>
+            failed.push(`${job?.id}: ${err.message}`),
+        },
+      };
+      const processor = async () => {
+        ran.push(Date.now());
+        if (ran.length === 1) throw new RetryLaterError('quiet hours', WAIT_MS, { scope });
+        return { status: 'done' };
+      };
+      try {
+        await jobs.add('work', { kind: 'x' }, { jobId: 'w-1', attempts: 1 });
+        const first = runWorker(jobQueue, processor, options);
+        running.push(first);
+        first.worker.on('stalled', (id) => stalled.push(id));
+        await waitFor(() => ran.length === 1, { what: 'the first run' });
+        await sleep(LOCK_MS + 500);
+        const closing = Date.now();
+        await bounded(first.close(), WAIT_MS, 'the close');
+        assert.ok(Date.now() - closing < 1000, `closed in ${Date.now() - closing} ms`);
+        const second = runWorker(jobQueue, processor, options);
+        running.push(second);
+        await waitFor(async () => (await jobs.getJobState('w-1')) === 'completed', { timeoutMs: 20_000, what: 'w-1' });
+        assert.equal(ran.length, 2);
+        assert.ok(ran[1]! - ran[0]! >= WAIT_MS, `ran again after ${ran[1]! - ran[0]!} ms`);
+        assert.deepEqual(failed, []);
+        assert.deepEqual(stalled, []);
+        assert.deepEqual(errorLines(), []);
+      } finally {
+        await jobs.close();
+      }
+    });
 });
 
 test('SIGTERM to `callsync start` while an endpoint waits out a long Retry-After: exit 0 at once, the call sent after the wait', async () => {

@@ -41,6 +41,13 @@ export interface RunnerOptions {
   events?: RunnerEvents;
   /** Steady rate limit of the whole queue (e.g. a CRM's requests per 10 s). */
   limit?: QueueLimit;
+  /**
+   * The sink's remote may ask the whole queue to wait (RetryLaterError scope `queue`: a CRM's or the
+   * telephony API's 429): the queue is held back that long in every process (queues/hold.ts). Else
+   * such a wait delays the job alone, and the queue's worker has no limiter to read (3 commands
+   * less per job inside BullMQ's scripts, docs/performance.md round 16).
+   */
+  queueWide?: boolean;
   /** Each attempt of a sink job is written to its call's timeline (workers/attempts.ts); absent: not recorded. */
   timeline?: CallTimeline;
 }
@@ -117,11 +124,13 @@ export function runWorker<T extends JobPayload>(
         return schedule ? scheduleDelay(attemptsMade, schedule) : backoffDelay(attemptsMade, backoffMs, maxBackoffMs);
       },
     },
-    // Without a limit of its own, one that never limits: BullMQ reads a queue's hold only for a
-    // worker with a limiter (queues/hold.ts).
+    // Without a limit of its own but with queue-wide waits, one that never limits: BullMQ reads a
+    // queue's hold only for a worker with a limiter (queues/hold.ts).
     limiter: options.limit
       ? { max: options.limit.max, duration: options.limit.durationMs }
-      : { max: HELD, duration: UNLIMITED_WINDOW_MS },
+      : options.queueWide
+        ? { max: HELD, duration: UNLIMITED_WINDOW_MS }
+        : undefined,
   };
 
   /** A disabling of the queue under way (see the 'disable' kind below). */
@@ -189,7 +198,7 @@ export function runWorker<T extends JobPayload>(
             // they put the job back in the waiting list and leave the wait to this worker's memory,
             // cut at 30 s (maximumRateLimitDelay) and raced by its concurrent fetches — the job was
             // taken again in the middle, left unlocked, run again early, and closing waited for it.
-            if (err.scope === 'queue') {
+            if (err.scope === 'queue' && worker.opts.limiter) {
               await holdQueue(queue, options.connection, err.delayMs).catch((holdErr: unknown) =>
                 jobLog().warn({ reason: errorMessage(holdErr) }, 'holding the queue back failed: only this job waits'),
               );

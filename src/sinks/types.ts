@@ -168,6 +168,12 @@ export interface SinkType<O = unknown, S = SinkSettings> {
   /** Steady rate limit for the sink's queue (each endpoint's queue), if the remote has one. */
   limit?(options: O): QueueLimit | undefined;
   /**
+   * True when the sink's remote may ask the whole queue to wait (it throws RetryLaterError with
+   * scope `queue`): its queue is then held back in every process (workers/runner.ts). Absent: such a
+   * wait would delay only the job that got it.
+   */
+  queueWide?: true;
+  /**
    * The names of the sink's endpoints when each gets a queue of its own (`sink-<name>.<endpoint>`):
    * one job, one retry schedule, one dead letter and one pause per endpoint. Absent: one queue.
    */

@@ -245,10 +245,15 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       const configured = config.sinks[name];
       const type = configured ? sinkTypes.get(configured.type) : undefined;
       const limit = configured && type?.limit ? type.limit(configured.options) : undefined;
+      const queueWide = type?.queueWide === true;
       const endpoints = endpointQueues.get(name);
       if (!endpoints) {
         workers.push(
-          runWorker<SinkDeliverJob>(sinkQueueName(name), createDeliverProcessor(sink, log), { ...runner, limit }),
+          runWorker<SinkDeliverJob>(sinkQueueName(name), createDeliverProcessor(sink, log), {
+            ...runner,
+            limit,
+            queueWide,
+          }),
         );
         continue;
       }
@@ -260,6 +265,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
             ...runner,
             retry,
             limit,
+            queueWide,
           }),
         );
       }

@@ -777,6 +777,7 @@ export class HubSpotSink implements Sink {
 }
 
 export const hubspotSinkType: SinkType<HubSpotOptions, HubSpotSettings> = {
+  queueWide: true,
   type: 'hubspot',
   options: hubspotOptionsSchema,
   create: (name, options, deps) => new HubSpotSink(name, options, deps),

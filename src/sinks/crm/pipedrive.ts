@@ -806,6 +806,7 @@ function multipartFile(
 }
 
 export const pipedriveSinkType: SinkType<PipedriveOptions, PipedriveSettings> = {
+  queueWide: true,
   type: 'pipedrive',
   options: pipedriveOptionsSchema,
   create: (name, options, deps) => new PipedriveSink(name, options, deps),

@@ -404,6 +404,7 @@ export class WebhookSink implements Sink {
 }
 
 export const webhookSinkType: SinkType<WebhookOptions, WebhookSettings> = {
+  queueWide: true,
   type: 'webhook',
   options: webhookOptionsSchema as z.ZodType<WebhookOptions>,
   create: (name, options, deps) => new WebhookSink(name, options, deps),

@@ -342,6 +342,7 @@ class SmsSink implements Sink {
 }
 
 export const smsSinkType: SyncSinkType<SmsOptions, SmsSettings> = {
+  queueWide: true,
   type: 'sms',
   options: smsOptionsSchema as z.ZodType<SmsOptions>,
   needsRaw: () => false,
