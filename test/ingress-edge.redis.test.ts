@@ -343,6 +343,33 @@ describe('ingress edge (app.request, real Redis inbound log)', () => {
     assert.ok(!ids.has('cs-shift_jis') && !ids.has('cs-klingon'));
   });
 
+  test('a compressed body (Content-Encoding) is a 415 naming the coding, not a charset error; identity is read as it is', async () => {
+    const { gzipSync } = await import('node:zlib');
+    const text = JSON.stringify(minimalPayload('ce-gzip'));
+    for (const [coding, body] of [
+      ['gzip', gzipSync(text)],
+      ['br', text],
+      ['gzip, identity', text],
+    ] as const) {
+      const res = await app.request('/webhooks/ai-agent/edge', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'content-encoding': coding },
+        body: typeof body === 'string' ? body : new Uint8Array(body),
+      });
+      const answer = (await res.json()) as ErrorBody;
+      assert.equal(res.status, 415, `${coding}: ${JSON.stringify(answer)}`);
+      assert.equal(answer.errors[0]!.source.pointer, 'content-encoding');
+      assert.match(answer.errors[0]!.detail, /content encoding .* is not supported: send the body uncompressed/);
+    }
+    assert.ok(!(await storedIds()).has('ce-gzip'));
+    const plain = await app.request('/webhooks/ai-agent/edge', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-encoding': 'Identity' },
+      body: JSON.stringify(minimalPayload('ce-identity')),
+    });
+    assert.equal(plain.status, 202, await plain.text());
+  });
+
   test('5,000 nested arrays in an unknown field: 400 pointing where the nesting passed 64 levels, nothing stored', async () => {
     const err = await refused(withMember(minimalPayload('deep-unknown'), 'x', nest(5000)), 400);
     assert.equal(err.title, 'Bad Request');

@@ -8,8 +8,22 @@ import type { IncomingMessage } from 'node:http';
 import type { Context } from 'hono';
 import { ApiError } from '../errors.js';
 
-/** The body's bytes (a view of them: not a copy). */
+/** `Content-Encoding` values that leave the body as it is. */
+const IDENTITY = /^\s*(identity\s*)?$/i;
+
+/**
+ * The body's bytes (a view of them: not a copy). A body in a content coding (gzip, br, …) is
+ * refused with 415 before it is read (RFC 9110 §15.5.16): callsync reads bodies as they are sent,
+ * and would otherwise take compressed bytes for text in the wrong charset.
+ */
 export async function readBody(c: Context, maxBytes: number, tooLargeDetail: string): Promise<Uint8Array> {
+  const coding = c.req.header('content-encoding');
+  if (coding !== undefined && !IDENTITY.test(coding))
+    throw new ApiError(
+      415,
+      `content encoding ${JSON.stringify(coding.slice(0, 40))} is not supported: send the body uncompressed`,
+      { pointer: 'content-encoding' },
+    );
   const tooLarge = () => new ApiError(413, tooLargeDetail);
   const header = c.req.header('content-length');
   const declared = header !== undefined && /^\d+$/.test(header) ? Number(header) : undefined;
