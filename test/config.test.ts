@@ -522,6 +522,38 @@ routes:
   assert.equal(problems.length, 7, text);
 });
 
+test('a CRM token the sink would refuse at start is a configuration problem: whitespace inside, or only whitespace', () => {
+  const env = problemsOf(() => loadConfig({ HUBSPOT_ACCESS_TOKEN: 'pat-na1 abc' }));
+  assert.deepEqual(env, [
+    'environment shortcut for sink "hubspot" (hubspot): the access token (HUBSPOT_ACCESS_TOKEN) contains spaces, line breaks or non-ASCII characters; copy the key again',
+  ]);
+  const file = problemsOf(() =>
+    withFile(`
+sinks:
+  spaced: { type: hubspot, accessToken: "pat-na1 abc" }
+  broken: { type: hubspot, accessToken: "pat-na1\\nabc" }
+  umlaut: { type: hubspot, accessToken: "pat-na1-äbc" }
+  blank: { type: hubspot, accessToken: "   " }
+routes:
+  - to: [spaced, broken, umlaut, blank]
+`),
+  );
+  const text = file.join('\n');
+  for (const name of ['spaced', 'broken', 'umlaut'])
+    assert.match(
+      text,
+      new RegExp(
+        `^sinks\\.${name} \\(hubspot\\): the access token \\(the sink's accessToken\\) contains spaces, line breaks`,
+        'm',
+      ),
+    );
+  assert.match(text, /^sinks\.blank \(hubspot\): no access token: set HUBSPOT_ACCESS_TOKEN/m);
+  assert.equal(file.length, 4, text);
+  // Around the token, whitespace is trimmed (a line break pasted after it) as the sink does.
+  const padded = withFile('sinks:\n  crm: { type: hubspot, accessToken: " pat-na1-abc\\n" }\nroutes:\n  - to: crm\n');
+  assert.equal(padded.sinks.crm?.type, 'hubspot');
+});
+
 test("each sink type's settings are the parsed values of the variables it declares, and nothing else", () => {
   const config = loadConfig({
     HUBSPOT_ACCESS_TOKEN: '  pat-token\n',

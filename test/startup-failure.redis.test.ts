@@ -126,6 +126,17 @@ describe('callsync start exits when it cannot start', () => {
     );
   });
 
+  test('a hubspot token with a space inside: exit 2 before listening, the sink named (not exit 1 after)', async () => {
+    const file = await configFile('hubspot-spaced.yaml', 'sinks:\n  crm: { type: hubspot }\nroutes:\n  - to: crm\n');
+    const r = await start({ CALLSYNC_CONFIG: file, HUBSPOT_ACCESS_TOKEN: 'pat-na1 abc' });
+    assert.equal(r.code, 2, `exit code; stderr:\n${r.stderr}`);
+    assertOneLine(
+      r.stderr,
+      /^callsync start: invalid configuration \(1 problem\): sinks\.crm \(hubspot\): the access token \(HUBSPOT_ACCESS_TOKEN\) contains spaces, line breaks or non-ASCII characters; copy the key again$/,
+    );
+    assert.doesNotMatch(r.stdout, /listening/);
+  });
+
   test('an sms sink without TELEPHONY_API_URL: exit 2, every problem on the one line', async () => {
     const file = await configFile(
       'sms.yaml',

@@ -236,14 +236,24 @@ function results(body: unknown): { id: string; properties: Record<string, unknow
 const NO_TOKEN =
   "no access token: set HUBSPOT_ACCESS_TOKEN (a service key or private app token) or the sink's accessToken";
 
-/** Access tokens go into a header verbatim: whitespace or control characters in one are a setup error. */
-function checkedToken(token: string, sink: string): string {
+/**
+ * The token a sink uses (its `accessToken`, else HUBSPOT_ACCESS_TOKEN), trimmed, or what is wrong
+ * with it. Checked with the configuration (`check`) and again by the sink: an access token goes into
+ * a header verbatim, so whitespace or control characters inside one are a setup error, not a 401 later.
+ */
+function accessToken(
+  options: Pick<HubSpotOptions, 'accessToken'>,
+  env: HubSpotSettings,
+): { token: string } | { problem: string } {
+  const token = (options.accessToken ?? env.HUBSPOT_ACCESS_TOKEN)?.trim();
+  if (!token) return { problem: NO_TOKEN };
   if (!/^[\x21-\x7e]+$/.test(token)) {
-    throw new Error(
-      `sink "${sink}" (hubspot): the access token contains spaces, line breaks or non-ASCII characters; copy the key again`,
-    );
+    const from = options.accessToken !== undefined ? "the sink's accessToken" : 'HUBSPOT_ACCESS_TOKEN';
+    return {
+      problem: `the access token (${from}) contains spaces, line breaks or non-ASCII characters; copy the key again`,
+    };
   }
-  return token;
+  return { token };
 }
 
 /** @internal Exported for its tests only (test/crm-hubspot-recordings.redis.test.ts, test/crm-hubspot.redis.test.ts …). */
@@ -268,8 +278,8 @@ export class HubSpotSink implements Sink {
     hooks: HubSpotSinkHooks = {},
   ) {
     const env = deps.settings;
-    const token = (options.accessToken ?? env.HUBSPOT_ACCESS_TOKEN)?.trim();
-    if (!token) throw new Error(`sink "${name}" (hubspot): ${NO_TOKEN}`);
+    const checked = accessToken(options, env);
+    if ('problem' in checked) throw new Error(`sink "${name}" (hubspot): ${checked.problem}`);
     this.region = resolveRegion(options.defaultRegion, env.PHONE_DEFAULT_REGION);
     this.archivePrefix = options.archive.prefix ?? env.ARCHIVE_S3_PREFIX;
     this.memory = new RecordMemory(deps.state);
@@ -289,7 +299,7 @@ export class HubSpotSink implements Sink {
       crm: 'HubSpot',
       sink: name,
       baseUrl: options.apiUrl ?? env.HUBSPOT_API_URL ?? HUBSPOT_DEFAULT_URL,
-      headers: { authorization: `Bearer ${checkedToken(token, name)}` },
+      headers: { authorization: `Bearer ${checked.token}` },
       timeoutMs: options.timeoutMs,
       now: deps.now,
       authHint:
@@ -785,7 +795,10 @@ export const hubspotSinkType: SinkType<HubSpotOptions, HubSpotSettings> = {
   needsTranscript: () => false,
   limit: (options) => options.rateLimit,
   env: hubspotEnv,
-  check: (options, env) => ((options.accessToken ?? env.HUBSPOT_ACCESS_TOKEN) ? [] : [NO_TOKEN]),
+  check(options, env) {
+    const checked = accessToken(options, env);
+    return 'problem' in checked ? [checked.problem] : [];
+  },
   fromEnv(env) {
     if (!env.HUBSPOT_ACCESS_TOKEN) return null;
     // The token stays in the environment (read at create), never in the sink config object.
