@@ -554,6 +554,22 @@ routes:
   assert.equal(padded.sinks.crm?.type, 'hubspot');
 });
 
+test('a Pipedrive token with a line break or space inside is a configuration problem too (it would fail every request)', () => {
+  const env = problemsOf(() => loadConfig({ PIPEDRIVE_API_TOKEN: 'abc def' }));
+  assert.deepEqual(env, [
+    'environment shortcut for sink "pipedrive" (pipedrive): the API token (PIPEDRIVE_API_TOKEN) contains spaces, line breaks or non-ASCII characters; copy it again',
+  ]);
+  const file = problemsOf(() =>
+    withFile(
+      'sinks:\n  crm: { type: pipedrive, apiToken: "abc\\ndef" }\n  blank: { type: pipedrive, apiToken: " " }\nroutes:\n  - to: [crm, blank]\n',
+    ),
+  );
+  assert.deepEqual(file, [
+    "sinks.crm (pipedrive): the API token (the sink's apiToken) contains spaces, line breaks or non-ASCII characters; copy it again",
+    "sinks.blank (pipedrive): no API token: set PIPEDRIVE_API_TOKEN or the sink's apiToken",
+  ]);
+});
+
 test("each sink type's settings are the parsed values of the variables it declares, and nothing else", () => {
   const config = loadConfig({
     HUBSPOT_ACCESS_TOKEN: '  pat-token\n',

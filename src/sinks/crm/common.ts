@@ -23,6 +23,13 @@ export const archiveLinkSchema = z.strictObject({
   baseUrl: z.url().optional(),
 });
 
+/**
+ * Whether a CRM token can go into a header (or query) verbatim: printable ASCII only. Whitespace,
+ * a line break or a non-ASCII character inside one is a copy-and-paste mistake, refused with the
+ * configuration rather than answered 401 (or refused by the HTTP client) at every call.
+ */
+export const isPlainToken = (token: string): boolean => /^[\x21-\x7e]+$/.test(token);
+
 export const timeoutSchema = z.int().min(100).max(120_000).default(15_000);
 
 /** What a CRM sink remembers about one call: the CRM record it wrote, so a redelivery updates it. */

@@ -20,6 +20,7 @@ import { regionEnv } from '../region.js';
 import {
   archiveLinkSchema,
   isKnownTimeZone,
+  isPlainToken,
   queueLimitSchema,
   RecordMemory,
   regionSchema,
@@ -247,7 +248,7 @@ function accessToken(
 ): { token: string } | { problem: string } {
   const token = (options.accessToken ?? env.HUBSPOT_ACCESS_TOKEN)?.trim();
   if (!token) return { problem: NO_TOKEN };
-  if (!/^[\x21-\x7e]+$/.test(token)) {
+  if (!isPlainToken(token)) {
     const from = options.accessToken !== undefined ? "the sink's accessToken" : 'HUBSPOT_ACCESS_TOKEN';
     return {
       problem: `the access token (${from}) contains spaces, line breaks or non-ASCII characters; copy the key again`,

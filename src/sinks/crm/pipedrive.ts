@@ -28,6 +28,7 @@ import { archiveEnv } from '../archive/index.js';
 import { regionEnv } from '../region.js';
 import {
   archiveLinkSchema,
+  isPlainToken,
   queueLimitSchema,
   RecordMemory,
   regionSchema,
@@ -115,6 +116,20 @@ type PipedriveSettings = SinkSettings<typeof pipedriveEnv>;
 
 const NO_TOKEN = "no API token: set PIPEDRIVE_API_TOKEN or the sink's apiToken";
 
+/** The token a sink uses (its `apiToken`, else PIPEDRIVE_API_TOKEN), trimmed, or what is wrong with it. */
+function apiToken(
+  options: Pick<PipedriveOptions, 'apiToken'>,
+  env: PipedriveSettings,
+): { token: string } | { problem: string } {
+  const token = (options.apiToken ?? env.PIPEDRIVE_API_TOKEN)?.trim();
+  if (!token) return { problem: NO_TOKEN };
+  if (!isPlainToken(token)) {
+    const from = options.apiToken !== undefined ? "the sink's apiToken" : 'PIPEDRIVE_API_TOKEN';
+    return { problem: `the API token (${from}) contains spaces, line breaks or non-ASCII characters; copy it again` };
+  }
+  return { token };
+}
+
 /**
  * The POST /v1/callLogs body (https://developers.pipedrive.com/docs/api/v1/CallLogs#addCallLog).
  * @internal Part of a signature only tests use (exported with it).
@@ -200,8 +215,9 @@ export class PipedriveSink implements Sink {
     private readonly deps: SinkDeps<PipedriveSettings>,
   ) {
     const env = deps.settings;
-    const token = options.apiToken ?? env.PIPEDRIVE_API_TOKEN;
-    if (!token) throw new Error(`sink "${name}" (pipedrive): ${NO_TOKEN}`);
+    const checked = apiToken(options, env);
+    if ('problem' in checked) throw new Error(`sink "${name}" (pipedrive): ${checked.problem}`);
+    const { token } = checked;
     this.region = resolveRegion(options.defaultRegion, env.PHONE_DEFAULT_REGION);
     this.archivePrefix = options.archive.prefix ?? env.ARCHIVE_S3_PREFIX;
     this.memory = new RecordMemory(deps.state);
@@ -814,7 +830,10 @@ export const pipedriveSinkType: SinkType<PipedriveOptions, PipedriveSettings> = 
   needsTranscript: () => false,
   limit: (options) => options.rateLimit,
   env: pipedriveEnv,
-  check: (options, env) => ((options.apiToken ?? env.PIPEDRIVE_API_TOKEN) ? [] : [NO_TOKEN]),
+  check(options, env) {
+    const checked = apiToken(options, env);
+    return 'problem' in checked ? [checked.problem] : [];
+  },
   fromEnv(env) {
     if (!env.PIPEDRIVE_API_TOKEN) return null;
     const sink: { type: string } & Record<string, unknown> = { type: 'pipedrive' };
