@@ -7,7 +7,7 @@
 // last one to stop (its own file removed, no other user alive) shuts the server down. A process
 // that dies without stopping (SIGKILL) leaves the server running; the next callsync process finds
 // it through `server.json` and uses it (docs/operations.md "Redis on one machine").
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants, existsSync } from 'node:fs';
 import { access, mkdir, open, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
@@ -51,6 +51,13 @@ interface LogLike {
 const SERVER_FILE = 'server.json';
 const PASSWORD_FILE = 'password';
 const CONF_FILE = 'redis.conf';
+const LOG_FILE = 'redis.log';
+/** redis-server's stdout and stderr, rewritten at each start: where it says why a config file is refused. */
+const OUTPUT_FILE = 'redis.out';
+/** A failed start reads back at most this much of each (their ends), for its one line. */
+const REASON_BYTES = 4096;
+/** …and puts at most this much of it in that line (its end: the last thing said is the reason). */
+const REASON_CHARS = 600;
 const LOCK_FILE = 'start.lock';
 const USERS_DIR = 'users';
 /** A start lock older than this was left by a process that died while starting: taken over. */
@@ -208,22 +215,35 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
     `requirepass "${password}"`,
     'daemonize no',
     'loglevel warning',
-    `logfile "${join(dir, 'redis.log')}"`,
+    `logfile "${join(dir, LOG_FILE)}"`,
     '',
   ].join('\n');
   const confFile = join(dir, CONF_FILE);
   await writeFile(confFile, conf, { mode: 0o600 });
-  // Its own process group: a Ctrl-C on the terminal reaches callsync, which stops it when it is the last user.
-  const child = spawn(bin, [confFile], { detached: true, stdio: 'ignore' });
-  const exited = new Promise<number | null>((ok) => {
-    child.once('exit', (code) => ok(code ?? null));
-    child.once('error', () => ok(-1));
+  // Why a start fails is in what this start writes: redis-server's stderr (a refused config file
+  // goes there, before the log is open) and the lines it adds to its log (earlier runs' lines stay).
+  const logFile = join(dir, LOG_FILE);
+  const logFrom = await sizeOf(logFile);
+  // Its output goes to a file, not a pipe: the server outlives this process, and a pipe would end
+  // with it (or fill up unread); a file is valid for the server's whole life and holds nothing here.
+  const outputFile = join(dir, OUTPUT_FILE);
+  const output = await open(outputFile, 'w', 0o600);
+  let child: ChildProcess;
+  try {
+    // Its own process group: a Ctrl-C on the terminal reaches callsync, which stops it when it is the last user.
+    child = spawn(bin, [confFile], { detached: true, stdio: ['ignore', output.fd, output.fd] });
+  } finally {
+    await output.close();
+  }
+  const exited = new Promise<string>((ok) => {
+    child.once('exit', (code, signal) => ok(signal ? `killed by ${signal}` : `exited with code ${code}`));
+    child.once('error', (err) => ok(`could not run: ${err.message}`));
   });
   child.unref();
   const deadline = Date.now() + START_TIMEOUT_MS;
-  let gone = false;
-  void exited.then(() => (gone = true));
-  while (Date.now() < deadline && !gone) {
+  let gone: string | null = null;
+  void exited.then((how) => (gone ??= how));
+  while (Date.now() < deadline && gone === null) {
     if (await pingPrivate(port, password, 300)) {
       const server = { pid: child.pid!, port };
       await writeFile(join(dir, SERVER_FILE), `${JSON.stringify(server)}\n`);
@@ -235,15 +255,44 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
     }
     await new Promise((ok) => setTimeout(ok, 50));
   }
-  if (!gone) child.kill('SIGKILL');
-  const tail = (await readFile(join(dir, 'redis.log'), 'utf8').catch(() => ''))
-    .trim()
-    .split('\n')
-    .slice(-2)
+  if (gone === null) {
+    child.kill('SIGKILL');
+    gone = `no answer within ${START_TIMEOUT_MS / 1000} s`;
+    await exited;
+  }
+  const said = [...linesOf(await readSince(outputFile, 0)), ...linesOf(await readSince(logFile, logFrom)).slice(-3)]
     .join(' ')
-    .slice(0, 300);
-  throw new Error(`the private Redis (${bin}) did not start in ${dir}${tail ? `: ${tail}` : ''}`);
+    .replace(/\s+/g, ' ');
+  const reason = said.length > REASON_CHARS ? `…${said.slice(-REASON_CHARS)}` : said;
+  throw new Error(`the private Redis (${bin}) did not start in ${dir} (${gone})${reason ? `: ${reason}` : ''}`);
 }
+
+async function sizeOf(file: string): Promise<number> {
+  return stat(file).then(
+    (s) => s.size,
+    () => 0,
+  );
+}
+
+/** What `file` holds from byte `from` on (all of it when it shrank since), its last REASON_BYTES at most. */
+async function readSince(file: string, from: number): Promise<string> {
+  const handle = await open(file, 'r').catch(() => null);
+  if (handle === null) return '';
+  try {
+    const { size } = await handle.stat();
+    const start = Math.max(size < from ? 0 : from, size - REASON_BYTES);
+    const { buffer, bytesRead } = await handle.read(Buffer.alloc(size - start), 0, size - start, start);
+    return buffer.subarray(0, bytesRead).toString('utf8');
+  } finally {
+    await handle.close();
+  }
+}
+
+const linesOf = (text: string): string[] =>
+  text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '');
 
 async function addUser(dir: string): Promise<string> {
   await mkdir(join(dir, USERS_DIR), { recursive: true });

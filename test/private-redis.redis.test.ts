@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, symlink } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +20,8 @@ import { webhookPayload } from './support/calls.js';
 import { bounded, startCallsyncProcess, type CallsyncProcess } from './support/callsync-process.js';
 import { freePort } from './support/redis-server.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
+import { resolveRedis } from '../queues/private-redis.js';
+import { singleRedis } from '../queues/connection.js';
 
 const run = promisify(execFile);
 const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
@@ -309,5 +311,117 @@ describe('no Redis configured, none answering, no redis-server', () => {
         return true;
       },
     );
+  });
+});
+
+describe('a private Redis that does not start: the one line says why, from this start only', () => {
+  let dir: string;
+  const log = { info: () => undefined, warn: () => undefined };
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-redis-fails-'));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** A stand-in redis-server (REDIS_SERVER_BIN) running `body`; `$1` is the redis.conf it is given. */
+  async function standIn(name: string, body: string): Promise<string> {
+    const file = join(dir, name);
+    await writeFile(file, `#!/bin/sh\n${body}\n`, { mode: 0o755 });
+    return file;
+  }
+
+  /** The private Redis of a fresh folder whose redis.log has an earlier run's clean shutdown. */
+  async function resolveWith(serverBin: string): Promise<unknown> {
+    const redisDir = await mkdtemp(join(dir, 'data-'));
+    await writeFile(
+      join(redisDir, 'redis.log'),
+      '7:M 01 Jan 2025 10:00:00.000 # User requested shutdown...\n7:M 01 Jan 2025 10:00:00.100 # Redis is now ready to exit, bye bye...\n',
+    );
+    const settings = { ...singleRedis('redis://127.0.0.1:6379'), local: { probe: null, dir: redisDir, serverBin } };
+    return resolveRedis(settings, { log }).then(
+      async (r) => {
+        await r.release();
+        assert.fail('expected the start to fail');
+      },
+      (err: Error) => err.message,
+    );
+  }
+
+  test("a config file redis-server refuses on stderr: its reason, not the log's earlier lines", async () => {
+    const bin = await standIn(
+      'refuses-config',
+      `printf '\\n*** FATAL CONFIG FILE ERROR (Redis 7.0.15) ***\\n' >&2
+printf "Reading the configuration file, at line 2\\n>>> 'bind \\"127.0.0.1 -::1\\"'\\nInvalid bind address\\n" >&2
+exit 1`,
+    );
+    const message = await resolveWith(bin);
+    assert.match(
+      String(message),
+      /^the private Redis \(.*refuses-config\) did not start in .* \(exited with code 1\): \*\*\* FATAL CONFIG FILE ERROR \(Redis 7\.0\.15\) \*\*\* Reading the configuration file, at line 2 >>> 'bind "127\.0\.0\.1 -::1"' Invalid bind address$/,
+    );
+    assert.doesNotMatch(String(message), /bye bye|shutdown/);
+  });
+
+  test('a start that fails after opening its log: the lines this start wrote, and only those', async () => {
+    const bin = await standIn(
+      'fails-listening',
+      `log=$(sed -n 's/^logfile "\\(.*\\)"$/\\1/p' "$1")
+echo '9:M 02 Jan 2025 11:00:00.000 # Warning: Could not create server TCP listening socket 127.0.0.1:1: bind: Address already in use' >> "$log"
+echo '9:M 02 Jan 2025 11:00:00.001 # Failed listening on port 1 (tcp), aborting.' >> "$log"
+exit 1`,
+    );
+    const message = String(await resolveWith(bin));
+    assert.match(
+      message,
+      /\(exited with code 1\): .*Address already in use .*Failed listening on port 1 \(tcp\), aborting\.$/,
+    );
+    assert.doesNotMatch(message, /bye bye|shutdown/);
+  });
+
+  test('a long stderr: the line keeps its end (the reason), bounded', async () => {
+    const bin = await standIn(
+      'chatty',
+      `i=0; while [ $i -lt 2000 ]; do echo "noise line $i" >&2; i=$((i+1)); done; echo 'the real reason' >&2; exit 3`,
+    );
+    const message = String(await resolveWith(bin));
+    assert.match(message, /\(exited with code 3\): ….*noise line 1999 the real reason$/);
+    assert.ok(message.length < 1000, `bounded: ${message.length} characters`);
+  });
+});
+
+describe('a private Redis that starts: nothing of it keeps the process that started it alive', () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-redis-detached-'));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('a process that started it (and never released it) ends on its own; the server keeps running', async () => {
+    const redisDir = join(dir, 'redis');
+    // The private Redis started as callsync does; the process then has nothing left to do.
+    const script = `
+      import { resolveRedis } from ${JSON.stringify(new URL('../queues/private-redis.ts', import.meta.url).pathname)};
+      const r = await resolveRedis(
+        { url: 'redis://127.0.0.1:6379', clusterNodes: [], sentinels: [], tls: false, prefix: 'x', local: { probe: null, dir: ${JSON.stringify(redisDir)} } },
+        { log: { info: () => {}, warn: () => {} } },
+      );
+      console.log(r.where);
+    `;
+    const started = Date.now();
+    const { stdout } = await run(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      timeout: 30_000,
+    });
+    assert.match(stdout, /^private .* \(127\.0\.0\.1:\d+, pid \d+\)$/m);
+    assert.ok(Date.now() - started < 20_000);
+    const server = JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number; port: number };
+    try {
+      assert.ok(alive(server.pid), 'the server outlives the process that started it');
+      assert.equal(await rawReply(server.port, 'PING'), '-NOAUTH Authentication required.');
+    } finally {
+      process.kill(server.pid, 'SIGKILL');
+    }
   });
 });
