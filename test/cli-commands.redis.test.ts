@@ -124,6 +124,7 @@ describe('check-config', () => {
     assert.equal(r.code, 0, r.err);
     assert.match(r.out, /^configuration OK/);
     assert.match(r.out, /redis in use: configured, redis:\/\/127\.0\.0\.1:6379\/?: answers/);
+    assert.match(r.out, /^redis: +redis:\/\/127\.0\.0\.1:6379\/? +prefix "/m);
     // A configured Redis nobody answers at: check-config connects, so it is a problem, and the password is never printed.
     const wrong = await cli(['check-config'], {
       CALLSYNC_CONFIG: file,

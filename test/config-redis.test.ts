@@ -57,6 +57,46 @@ test('default: one Redis at the default URL, no password, no TLS; being unconfig
   }
 });
 
+test("check-config's redis line: with none configured it names the Redis in use, never the probe address as if configured", () => {
+  const redisLine = (env: Record<string, string>, reach?: Parameters<typeof describeConfig>[2]) =>
+    describeConfig(loadConfig(env), undefined, reach).find((l) => l.startsWith('redis:'));
+  const dir = join('data', 'redis');
+  assert.match(
+    redisLine({})!,
+    new RegExp(
+      `^redis: +none configured: the one answering at 127\\.0\\.0\\.1:6379, else a private Redis in ${dir} +prefix`,
+    ),
+  );
+  assert.match(redisLine({ REDIS_LOCAL_PROBE: 'off' })!, /^redis: +none configured: a private Redis in /);
+  const privateOne = {
+    origin: 'private' as const,
+    where: 'private … : answers',
+    url: 'redis://127.0.0.1:41234',
+    problem: null,
+  };
+  assert.match(
+    redisLine({}, privateOne)!,
+    /^redis: +redis:\/\/127\.0\.0\.1:41234 \(none configured: the private Redis in data\/redis\) +prefix/,
+  );
+  const notRunning = { origin: 'private' as const, where: 'private, not running', url: null, problem: null };
+  assert.match(
+    redisLine({}, notRunning)!,
+    /^redis: +none configured: the private Redis in data\/redis, not running +prefix/,
+  );
+  const local = {
+    origin: 'local' as const,
+    where: 'local 127.0.0.1:6379: answers',
+    url: 'redis://127.0.0.1:6379',
+    problem: null,
+  };
+  assert.match(
+    redisLine({}, local)!,
+    /^redis: +redis:\/\/127\.0\.0\.1:6379 \(none configured: the one answering at 127\.0\.0\.1:6379\) +prefix/,
+  );
+  // Configured: the configured one, as before (test/cli-commands.redis.test.ts, check-config).
+  assert.match(redisLine({ REDIS_CLUSTER_NODES: '10.0.0.1:7000' })!, /^redis: +cluster 10\.0\.0\.1:7000 +prefix/);
+});
+
 test('a cluster: nodes parsed (IPv6 too), TLS and a password never printed', () => {
   const { redis } = loadConfig({
     REDIS_CLUSTER_NODES: '10.0.0.1:7000, [::1]:7001',

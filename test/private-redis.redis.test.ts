@@ -188,6 +188,20 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
         `redis in use: private ${redisDir.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')} \\(127\\.0\\.0\\.1:${server.port}, pid ${server.pid}\\): answers`,
       ),
     );
+    // The `redis:` line names that one too, not the probe address or 127.0.0.1:6379 (nothing configured).
+    assert.match(
+      check.stdout,
+      new RegExp(
+        `^redis: +redis://127\\.0\\.0\\.1:${server.port} \\(none configured: the private Redis in .*\\) +prefix "`,
+        'm',
+      ),
+    );
+    assert.doesNotMatch(check.stdout, /^redis: .*:6379/m);
+    const asJson = JSON.parse((await cli(['check-config', '--json'])).stdout) as {
+      redis: { url: string; where: string };
+    };
+    assert.equal(asJson.redis.url, `redis://127.0.0.1:${server.port}`);
+    assert.match(asJson.redis.where, /none configured: the private Redis in /);
     const dlq = await cli(['dlq', 'list']);
     assert.doesNotMatch(dlq.stderr, /cannot reach|no Redis/);
 
@@ -257,6 +271,7 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
     const check = await cli(['check-config']);
     assert.match(check.stdout, /^configuration OK/);
     assert.match(check.stdout, /redis in use: private, not running \(`callsync start` starts it in /);
+    assert.match(check.stdout, /^redis: +none configured: the private Redis in .*, not running +prefix "/m);
     // Where each sink comes from: here the local archive, an environment shortcut (ARCHIVE_DIR).
     assert.match(check.stdout, /^sinks \(1\): from the config file: none; from environment shortcuts: archive$/m);
   });

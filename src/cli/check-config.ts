@@ -32,6 +32,21 @@ function describeLayout(keys: RedisKeys): string {
   return `one slot under "${keys.prefix}", ${shards}`;
 }
 
+/**
+ * The Redis of the `redis:` line: the configured one; with none configured (REDIS_URL & co. unset),
+ * the one check-config found in use (the local one or the private one), not the probe address.
+ */
+function describeRedisInUse(config: Config, reach: RedisReach | undefined): string {
+  const { local } = config.redis;
+  if (!local) return describeRedis(config.redis);
+  const probe = local.probe ? `${local.probe.host}:${local.probe.port}` : null;
+  if (reach?.url && reach.origin === 'local') return `${reach.url} (none configured: the one answering at ${probe})`;
+  if (reach?.url && reach.origin === 'private')
+    return `${reach.url} (none configured: the private Redis in ${local.dir})`;
+  if (reach?.origin === 'private') return `none configured: the private Redis in ${local.dir}, not running`;
+  return `none configured: ${probe ? `the one answering at ${probe}, else ` : ''}a private Redis in ${local.dir}`;
+}
+
 /** The worker processes live on this prefix (their routing fingerprints), or why they could not be read. */
 export type LiveProcesses = { entries: FingerprintEntry[] } | { unavailable: string };
 
@@ -79,13 +94,13 @@ function describeFingerprint(config: Config, live: LiveProcesses | undefined): {
 }
 
 /** @internal Exported for its tests only (test/config-redis.test.ts, test/config.test.ts …). */
-export function describeConfig(config: Config, live?: LiveProcesses): string[] {
+export function describeConfig(config: Config, live?: LiveProcesses, reach?: RedisReach): string[] {
   const { admin } = config.ops;
   const lines: string[] = [];
   const roles = config.role === 'all' ? 'ingress, worker, poller' : config.role;
   lines.push(`role:        ${config.role} (${roles})`);
   lines.push(
-    `redis:       ${describeRedis(config.redis)}${config.redis.password !== undefined ? ' (password set)' : ''}  prefix "${config.redis.prefix}"`,
+    `redis:       ${describeRedisInUse(config, reach)}${config.redis.password !== undefined ? ' (password set)' : ''}  prefix "${config.redis.prefix}"`,
   );
   const keys = redisKeys(config.redis);
   lines.push(`keys:        ${describeLayout(keys)}`);
@@ -163,8 +178,8 @@ export function printConfig(config: Config, io: CliIo, json: boolean, live?: Liv
           role: config.role,
           redis: {
             mode: redisMode(config.redis),
-            url: redactUrl(config.redis.url),
-            where: describeRedis(config.redis),
+            url: config.redis.local ? (reach?.url ?? null) : redactUrl(config.redis.url),
+            where: describeRedisInUse(config, reach),
             prefix: config.redis.prefix,
             layout: redisKeys(config.redis).layout,
             inboundShards: redisKeys(config.redis).inboundShards,
@@ -198,6 +213,6 @@ export function printConfig(config: Config, io: CliIo, json: boolean, live?: Liv
   }
   io.out(reach?.problem ? `problem: ${reach.problem}` : 'configuration OK');
   io.out('');
-  for (const line of describeConfig(config, live)) io.out(line);
+  for (const line of describeConfig(config, live, reach)) io.out(line);
   if (reach) io.out(`redis in use: ${reach.where}`);
 }

@@ -53,6 +53,8 @@ export interface RedisReach {
   origin: RedisOrigin | null;
   /** Where, never a password. */
   where: string;
+  /** The URL of the Redis in use (a password masked) when one was found, else null. */
+  url: string | null;
   /** Why callsync could not use it, or null. */
   problem: string | null;
 }
@@ -72,12 +74,14 @@ export async function reachRedis(config: Config): Promise<RedisReach> {
       return {
         origin: 'private',
         where: `private, not running (\`callsync start\` starts it in ${local.dir})`,
+        url: null,
         problem: null,
       };
     }
-    return { origin: null, where: 'none', problem: err.message };
+    return { origin: null, where: 'none', url: null, problem: err.message };
   }
-  const where = resolved.origin === 'configured' ? `configured, ${describeRedis(resolved.settings)}` : resolved.where;
+  const url = describeRedis(resolved.settings);
+  const where = resolved.origin === 'configured' ? `configured, ${url}` : resolved.where;
   try {
     const redis = await connectRedisTo(resolved.settings);
     try {
@@ -85,9 +89,14 @@ export async function reachRedis(config: Config): Promise<RedisReach> {
     } finally {
       redis.disconnect();
     }
-    return { origin: resolved.origin, where: `${where}: answers`, problem: null };
+    return { origin: resolved.origin, where: `${where}: answers`, url, problem: null };
   } catch (err) {
-    return { origin: resolved.origin, where, problem: `Redis unreachable (${where}): ${(err as Error).message}` };
+    return {
+      origin: resolved.origin,
+      where,
+      url,
+      problem: `Redis unreachable (${where}): ${(err as Error).message}`,
+    };
   } finally {
     await resolved.release();
   }
