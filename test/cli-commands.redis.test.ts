@@ -330,10 +330,28 @@ describe('dlq and send-sample against a running callsync', () => {
     assert.equal(r.code, 0, r.err);
     const [, callId, inboundId] = /^accepted: call (sample-\S+) \(inbound log id (\S+)\)$/m.exec(r.out) ?? [];
     assert.ok(callId && inboundId, r.out);
-    const jobId = /^job ([0-9a-f]{32}) in sink-archive: watch it on \/admin\/queues$/m.exec(r.out)?.[1];
+    // The dashboard is off here (no ADMIN_PASSWORD or ADMIN_TOKEN: /admin/queues answers 404), so
+    // the line points at `callsync call`, which finds the call by the id it names.
+    const jobId = new RegExp(
+      `^job ([0-9a-f]{32}) in sink-archive: follow it with \`callsync call ${callId}\`$`,
+      'm',
+    ).exec(r.out)?.[1];
     assert.ok(jobId, r.out);
+    assert.doesNotMatch(r.out, /admin\/queues/);
     assert.doesNotMatch(r.out, /spooled/, 'Redis is up: nothing said about a spool');
     await waitFor(() => sink.delivered.includes(callId), { what: 'the sample delivered to the sink' });
+    const followed = await cli(['call', callId], env);
+    assert.equal(followed.code, 0, followed.err);
+    assert.match(followed.out, new RegExp(`^call ${callId} `, 'm'));
+    // With the dashboard on, it is named too.
+    const withDashboard = await cli(['send-sample', '--url', `${cs.url}/webhooks/ai-agent/sample-agent`], {
+      ...env,
+      ADMIN_PASSWORD: 'change-me-please',
+    });
+    assert.match(
+      withDashboard.out,
+      /^job [0-9a-f]{32} in sink-archive: follow it with `callsync call sample-\S+` or on \/admin\/queues$/m,
+    );
     // The printed id is the sink job's (what /admin/queues lists), not the inbound log's.
     const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
     const job = await archive.getJob(jobId);
@@ -353,6 +371,20 @@ describe('dlq and send-sample against a running callsync', () => {
     assert.equal(refused.code, 1);
     assert.match(refused.err, /could not reach .*ECONNREFUSED/);
     assert.match(refused.err, /is callsync running\?/);
+    // Not a URL at all: a usage error (exit 2) that says so, not "could not reach … is callsync running?".
+    for (const url of ['notaurl', 'ftp://127.0.0.1/webhooks/ai-agent', '127.0.0.1:3000/webhooks/ai-agent']) {
+      for (const extra of [[], ['--outcome', 'missed']]) {
+        const bad = await cli(['send-sample', '--url', url, ...extra], env);
+        assert.equal(bad.code, 2, `${url} ${extra.join(' ')}: ${bad.err}`);
+        assert.match(
+          bad.err,
+          new RegExp(
+            `^callsync send-sample: --url "${url.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}" is not a valid URL: give the ingress's webhook URL with http:// or https://`,
+          ),
+        );
+        assert.doesNotMatch(bad.err, /could not reach|is callsync running/);
+      }
+    }
   });
 });
 
@@ -720,7 +752,10 @@ describe('send-sample while Redis is away', () => {
       assert.equal(r.code, 0, r.err);
       assert.match(r.out, /^spooled to local disk \(Redis unavailable\); it reaches the queues when Redis is back$/m);
       const inboundId = /\(inbound log id (\S+)\)/.exec(r.out)?.[1];
-      assert.match(r.out, /^job [0-9a-f]{32} in sink-archive \(once Redis is back\): watch it on \/admin\/queues$/m);
+      assert.match(
+        r.out,
+        /^job [0-9a-f]{32} in sink-archive \(once Redis is back\): follow it with `callsync call sample-\S+`$/m,
+      );
       // No archive path that does not exist yet: only spooled, nothing is archived.
       assert.match(r.out, /^archive archive: spooled — not archived yet/m);
       assert.doesNotMatch(r.out, /transcripts\//);

@@ -3,11 +3,13 @@
 // number, direction and outcome can be tried; a bad value is a usage error that says what to give.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli } from '../src/cli/index.js';
 import type { CliIo } from '../src/cli/io.js';
+import { sampleOptions } from '../src/cli/sample.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import type { Sink, SinkResult } from '../src/sinks/types.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
@@ -39,7 +41,7 @@ describe('send-sample flags: bad values', () => {
       [['--from', '0151 12345678'], /--from "0151 12345678" .*a national number \(0151 …\) is kept as text only/],
       [['--to', 'nobody'], /--to "nobody" is not a number the ingress reads/],
       [['--direction', 'sideways'], /--direction "sideways": use in or out/],
-      [['--outcome', 'lost'], /--outcome "lost": use answered, missed, rejected, busy, transferred, failed or unknown/],
+      [['--outcome', 'lost'], /--outcome "lost": use answered, missed, busy, transferred, failed or unknown\n/],
       [['--outcome', 'rejected'], /--outcome rejected: only channel events/],
     ];
     for (const [args, expected] of cases) {
@@ -47,6 +49,21 @@ describe('send-sample flags: bad values', () => {
       assert.equal(r.code, 2, args.join(' '));
       assert.match(r.err, expected);
     }
+  });
+
+  test('the outcomes the error offers are the ones --help and the README list, and each is accepted', async () => {
+    const offered = /use (.*)\n/.exec((await cli(['send-sample', '--outcome', 'lost'])).err)?.[1];
+    assert.ok(offered);
+    const words = offered.replace(' or ', ', ').split(', ');
+    const help = (await cli(['send-sample', '--help'])).out.replace(/\s+/g, ' ');
+    assert.match(
+      help,
+      new RegExp(`--outcome OUTCOME ${words[0]} \\(default\\), ${words.slice(1, -1).join(', ')} or ${words.at(-1)}\\.`),
+    );
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    assert.ok(readme.includes(`\`--outcome ${words.join('\\|')}\``), 'README lists the same outcomes');
+    assert.deepEqual(words, ['answered', 'missed', 'busy', 'transferred', 'failed', 'unknown']);
+    for (const outcome of words) assert.equal(sampleOptions({ outcome }).outcome, outcome);
   });
 });
 

@@ -15,7 +15,7 @@ import { checkSink } from './sink-queue.js';
 import { CliFailure, connectRedis, connectRedisTo, reachRedis } from './redis.js';
 import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
-import { sampleOptions } from './sample.js';
+import { sampleOptions, urlOption } from './sample.js';
 import { NoRedisError } from '../../queues/private-redis.js';
 import { forgetCommand, forgetHelp } from './forget.js';
 import { retentionCheckLines, retentionCommand, retentionHelp } from './retention.js';
@@ -108,10 +108,10 @@ Options:
   'send-sample': `Usage: callsync send-sample [--url URL] [--from NUMBER] [--to NUMBER] [--direction in|out] [--outcome OUTCOME]
 
 Posts a sample call-data webhook (synthetic data, with summary and transcript) to a running
-callsync, so you can watch it travel through the queues to the sinks. Prints the job id the
-dashboard (/admin/queues) shows in each sink queue, says when the ingress only spooled the call to
-local disk (Redis unavailable), and where each archive sink writes it (run it with the server's
-environment and config file).
+callsync, so you can watch it travel through the queues to the sinks. Prints the job id in each
+sink queue and how to follow it (\`callsync call <callId>\`, and the dashboard /admin/queues when
+it is on), says when the ingress only spooled the call to local disk (Redis unavailable), and where
+each archive sink writes it (run it with the server's environment and config file).
 
 The sample's caller is a landline (+4930901820) calling +4940809010, answered: to try rules on the
 number, direction or outcome (an SMS to a mobile caller after a missed call), choose them:
@@ -119,7 +119,8 @@ number, direction or outcome (an SMS to a mobile caller after a missed call), ch
   callsync send-sample --from +4915112345678 --outcome missed
 
 Options:
-  --url URL           webhook URL (default http://127.0.0.1:$PORT/webhooks/ai-agent/sample-agent)
+  --url URL           webhook URL, http:// or https:// (default
+                      http://127.0.0.1:$PORT/webhooks/ai-agent/sample-agent)
   --from NUMBER       the caller, as the ingress reads numbers: +4915112345678, +49 151 1234 5678,
                       004915112345678 or 4915112345678 (with the country code), or anonymous
   --to NUMBER         the number called, likewise
@@ -128,7 +129,8 @@ Options:
                       call is always answered; the others are sent as the Push API's events of
                       such a call (newCall, hangup with its cause) to /webhooks/push, which takes
                       them only from an instance started with PUSH_API_VERIFY=false (they carry no
-                      platform signature)
+                      platform signature). Not rejected: only channel events (the poller)
+                      report a rejected call
   -h, --help          show this help`,
   'opt-out': `Usage: callsync opt-out add|remove|list [NUMBER...]
 
@@ -401,7 +403,8 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (values.help) return (io.out(help['send-sample']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const sample = sampleOptions(values as { from?: string; to?: string; direction?: string; outcome?: string });
-      return sendSample(configFrom(io.env), values.url as string | undefined, io, sample);
+      const url = urlOption(values.url as string | undefined);
+      return sendSample(configFrom(io.env), url, io, sample);
     }
     case 'opt-out': {
       const { values, positionals } = parse(args, {}, command);

@@ -10,7 +10,7 @@ import { sinksFor } from '../routing/router.js';
 import { PUSH_PATH } from '../sources/push.js';
 import { sinkJobId, sinkQueueName } from '../../queues/registry.js';
 import type { CliIo } from './io.js';
-import { directionOf, type SampleOptions } from './sample.js';
+import { directionOf, followHint, type SampleOptions } from './sample.js';
 
 /** The hangup cause the platform sends for a call of each outcome (the reverse of src/model/push.ts causeOutcome). */
 const CAUSES: Partial<Record<Outcome, string>> = {
@@ -80,6 +80,6 @@ export async function sendPushSample(
     (name) => config.sinks[name]?.endpoints?.map((e) => sinkQueueName(name, e)) ?? [sinkQueueName(name)],
   );
   if (queues.length === 0) io.out('no sink takes this call in this configuration (see its routes)');
-  else io.out(`job ${sinkJobId(call)} in ${queues.join(', ')}: watch it on /admin/queues`);
+  else io.out(`job ${sinkJobId(call)} in ${queues.join(', ')}${followHint(config, callId)}`);
   return 0;
 }

@@ -1,5 +1,6 @@
 // A call-data webhook as the platform sends it (spec format v2, synthetic data), for `send-sample`,
-// and the checks of its --from, --to, --direction and --outcome.
+// the checks of its --url, --from, --to, --direction and --outcome, and where to follow the sample.
+import type { Config } from '../config/index.js';
 import { OUTCOMES, type Outcome } from '../model/call.js';
 import { isAnonymous, toE164 } from '../model/phone.js';
 import { oneOf } from '../env-values.js';
@@ -34,6 +35,18 @@ function numberOption(name: string, value: string | undefined): string | undefin
   );
 }
 
+/** The outcomes a sample can have: all but rejected, which only channel events (the poller) report. */
+const SAMPLE_OUTCOMES = OUTCOMES.filter((o) => o !== 'rejected');
+
+/** The checked --url: an http(s) URL (a usage error otherwise, not "could not reach"). */
+export function urlOption(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  if (URL.canParse(value) && /^https?:$/.test(new URL(value).protocol)) return value;
+  throw new UsageError(
+    `--url "${value}" is not a valid URL: give the ingress's webhook URL with http:// or https://, e.g. http://127.0.0.1:3000/webhooks/ai-agent/sample-agent`,
+  );
+}
+
 /** The checked --from, --to, --direction and --outcome; a clear usage error for each bad one. */
 export function sampleOptions(values: {
   from?: string;
@@ -54,7 +67,7 @@ export function sampleOptions(values: {
   if (values.outcome !== undefined) {
     const outcome = values.outcome.trim().toLowerCase();
     if (!(OUTCOMES as readonly string[]).includes(outcome))
-      throw new UsageError(`--outcome "${values.outcome}": use ${oneOf([...OUTCOMES])}`);
+      throw new UsageError(`--outcome "${values.outcome}": use ${oneOf([...SAMPLE_OUTCOMES])}`);
     if (outcome === 'rejected')
       throw new UsageError(
         '--outcome rejected: only channel events (the poller) report a rejected call; neither the webhook nor the Push API sends one',
@@ -62,6 +75,17 @@ export function sampleOptions(values: {
     options.outcome = outcome as Outcome;
   }
   return options;
+}
+
+/**
+ * Where to follow a sample's jobs: `callsync call <callId>` (its timeline, unless CALL_TIMELINE=off)
+ * and the dashboard, only when it is on (ADMIN_PASSWORD or ADMIN_TOKEN; otherwise /admin/queues is a 404).
+ */
+export function followHint(config: Config, callId: string): string {
+  const ways: string[] = [];
+  if (config.timeline.enabled) ways.push(`with \`callsync call ${callId}\``);
+  if (config.ops.admin.password || config.ops.admin.token) ways.push('on /admin/queues');
+  return ways.length === 0 ? '' : `: follow it ${ways.join(' or ')}`;
 }
 
 /** `in` or `out` of a direction word the ingress reads. */

@@ -7,7 +7,7 @@ import { archiveObjectAddress, type ArchiveOptions } from '../sinks/archive/inde
 import { archiveKeys } from '../sinks/archive/keys.js';
 import { sinkJobId, sinkQueueName } from '../../queues/registry.js';
 import type { CliIo } from './io.js';
-import { samplePayload, type SampleOptions } from './sample.js';
+import { followHint, samplePayload, type SampleOptions } from './sample.js';
 import { sendPushSample } from './sample-push.js';
 
 function defaultSampleUrl(config: Config): string {
@@ -110,10 +110,10 @@ export async function sendSample(
       (name) => config.sinks[name]?.endpoints?.map((e) => sinkQueueName(name, e)) ?? [sinkQueueName(name)],
     );
     if (queues.length === 0) io.out('no sink takes this call in this configuration (see its routes)');
-    // The dashboard lists jobs per sink queue under the sink job id, the same in each queue.
+    // The dashboard lists jobs per sink queue under the sink job id, the same in each queue; `callsync call` takes either id.
     else
       io.out(
-        `job ${sinkJobId(call)} in ${queues.join(', ')}${body.spooled ? ' (once Redis is back)' : ''}: watch it on /admin/queues`,
+        `job ${sinkJobId(call)} in ${queues.join(', ')}${body.spooled ? ' (once Redis is back)' : ''}${followHint(config, callId)}`,
       );
     const archives = sampleArchiveAddresses(config, call);
     for (const a of archives) {
