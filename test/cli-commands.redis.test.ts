@@ -57,6 +57,30 @@ describe('help', () => {
     }
   });
 
+  test("the main help and README's command table name every option of each command's own help", async () => {
+    const main = (await cli(['--help'])).out;
+    const readme = await readFile(new URL('../README.md', import.meta.url), 'utf8');
+    for (const [cmd, text] of Object.entries(help)) {
+      if (cmd === 'main') continue;
+      const options = [...text.matchAll(/^ {2}(--[a-z-]+)/gm)].map((m) => m[1]!).filter((o) => o !== '--help');
+      // The command's lines in the main help: from "  <cmd> " to the next command.
+      const entry = new RegExp(`^ {2}${cmd} [\\s\\S]*?(?=^ {2}[a-z-]+ |\\n\\n)`, 'm').exec(main)?.[0];
+      assert.ok(entry, `${cmd} in the main help`);
+      const rows = readme
+        .split('\n')
+        .filter((l) => l.startsWith(`| \`callsync ${cmd} `))
+        .map((l) => l.split('` |')[0])
+        .join(' ');
+      assert.ok(rows, `${cmd} in the README's table`);
+      for (const option of options) {
+        assert.ok(entry.includes(option), `the main help's ${cmd} names ${option}`);
+        assert.ok(rows.includes(option), `the README's ${cmd} names ${option}`);
+      }
+    }
+    // A signed webhook's endpoint has a queue of its own, which --queue takes.
+    assert.match(help.dlq, /--queue NAME +one queue: .*sink-<name>\.<endpoint>/);
+  });
+
   test('wrong usage exits 2 with the message and the command help on stderr', async () => {
     const none = await cli([]);
     assert.equal(none.code, 2);
@@ -902,6 +926,67 @@ describe('opt-out', () => {
     const r = await cli(['opt-out', 'list'], { QUEUE_PREFIX: prefix, REDIS_URL: 'redis://127.0.0.1:1' });
     assert.equal(r.code, 1);
     assert.match(r.err, /cannot reach Redis at redis:\/\/127\.0\.0\.1:1/);
+  });
+});
+
+describe('forget and call: what their arguments may be', () => {
+  const prefix = uniquePrefix('cli-forget-words');
+  let dir: string;
+  let env: Record<string, string>;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-cli-forget-'));
+    env = {
+      QUEUE_PREFIX: prefix,
+      ARCHIVE_DIR: join(dir, 'archive'),
+      SPOOL_DIR: join(dir, 'spool'),
+      PRIVACY_HMAC_SECRET: 'a-test-key-of-some-length-0123456789',
+    };
+  });
+  after(async () => {
+    await cleanupPrefix(prefix);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('forget takes a number in several words, as opt-out does (the help says "with or without spaces")', async () => {
+    assert.match(help.forget, /with or without spaces/);
+    assert.equal((await cli(['opt-out', 'add', '+4915112345678', '+4930901820'], env)).code, 0);
+    const r = await cli(['forget', '+49', '151', '1234', '5678', '--json'], env);
+    assert.equal(r.code, 0, r.err);
+    assert.equal((JSON.parse(r.out) as { target: string }).target, 'number');
+    // That number, and only it, left the opt-out list in clear (kept as its keyed hash).
+    const redis = new Redis(REDIS_URL);
+    try {
+      const listed = await redis.smembers(`${prefix}:optout`);
+      assert.ok(!listed.includes('+4915112345678'), listed.join(', '));
+      assert.ok(listed.includes('+4930901820'), listed.join(', '));
+      assert.ok(
+        listed.some((n) => n.startsWith('h1.')),
+        listed.join(', '),
+      );
+    } finally {
+      redis.disconnect();
+    }
+    // A national number in two words, as the shell splits the help's unquoted example.
+    const national = await cli(['forget', '0151', '12345678', '--dry-run'], env);
+    assert.equal(national.code, 0, national.err);
+    assert.match(national.out, /call\(s\) of this number/);
+  });
+
+  test('several words are one number or a usage error (exit 2): never a call id, never two numbers', async () => {
+    for (const [argv, message] of [
+      [['forget', 'c-2026', 'extra'], /unexpected argument "extra": give one call id \(one word\) or one phone number/],
+      [['forget', '+49', '151', 'abc'], /unexpected argument "abc"/],
+      [['forget', '+49', '151', '1234', '5678', '+49', '30', '901820'], /reads as 2 phone numbers: forget takes one/],
+      [['forget', '0151', '12345678', '0170', '1234567'], /reads as 2 phone numbers/],
+      [['forget', '12', '34'], /not a valid phone number/],
+      [['forget', ''], /expected a phone number/],
+      [['call', ''], /expected one call id, job id or \+number, not an empty argument/],
+      [['call', '  '], /not an empty argument/],
+    ] as const) {
+      const r = await cli([...argv], env);
+      assert.equal(r.code, 2, `${argv.join(' ')}: ${r.err}`);
+      assert.match(r.err, message, argv.join(' '));
+    }
   });
 });
 

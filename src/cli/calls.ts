@@ -81,6 +81,7 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
   if (values.help) return (io.out(callsHelp.call), 0);
   if (positionals.length !== 1) throw new UsageError('expected one call id, job id or +number');
   const ref = positionals[0]!;
+  if (ref.trim() === '') throw new UsageError('expected one call id, job id or +number, not an empty argument');
   const found = await callsNamed(timelineOf(config, redis), ref);
   if (values.json) {
     io.out(JSON.stringify({ calls: found }, null, 2));

@@ -12,9 +12,12 @@ import {
   forgetRegion,
   parseTarget,
   type ForgetReceipt,
+  type ForgetTarget,
 } from '../privacy/forget.js';
+import type { CountryCode } from 'libphonenumber-js';
 import { SpoolBusyError } from '../ingress/spool-forget.js';
 import { table, UsageError, type CliIo } from './io.js';
+import { numbersOfWords } from './number-words.js';
 import { CliFailure, connectRedis } from './redis.js';
 
 export const forgetHelp = `Usage: callsync forget <+number | callId> [--dry-run] [--crm] [--json]
@@ -28,7 +31,9 @@ and the opt-out list keep only a keyed hash (keyed with PRIVACY_HMAC_SECRET, els
 kept in Redis) of what "never twice" and the opt-out need. Idempotent; safe while other calls flow. See docs/privacy.md.
 
 A number starts with + (or 00), or is a valid national number in PHONE_DEFAULT_REGION; anything
-else is a call id.
+else is a call id. A number may be given unquoted in several words (callsync forget +49 151 1234
+5678), read as \`opt-out\` reads them; a call id is one word, and several words must make one
+number.
 
 Options:
   --dry-run     count what would be erased; change nothing
@@ -43,6 +48,36 @@ function receiptLines(receipt: ForgetReceipt): string[] {
     .map(([store, n]) => [store, String(n)]);
   const head = `${receipt.dryRun ? 'would erase' : 'erased'}: ${receipt.calls} call(s) of this ${receipt.target === 'number' ? 'number' : 'call id'}`;
   return [head, ...(rows.length === 0 ? ['nothing found'] : table([['store', 'items'], ...rows]))];
+}
+
+/** A word of a number typed in several words: digits and separators, `+` first. */
+const NUMBER_WORD = /^\+?[\d()./-]+$/;
+
+/**
+ * The target of the command line: one word is a number or a call id (parseTarget); several words
+ * are one phone number, read as `opt-out` reads them (`+49 151 1234 5678` unquoted) — never a call
+ * id, which is one word, and never two numbers at once.
+ */
+function targetOf(words: string[], region: CountryCode): ForgetTarget {
+  if (words.length === 1) {
+    try {
+      return parseTarget(words[0]!, region);
+    } catch (err) {
+      if (err instanceof ForgetInputError) throw new UsageError(err.message);
+      throw err;
+    }
+  }
+  const odd = words.find((w) => !NUMBER_WORD.test(w));
+  if (odd !== undefined)
+    throw new UsageError(
+      `unexpected argument "${odd === words[0] ? words[1] : odd}": give one call id (one word) or one phone number (+49 151 1234 5678, in one word or several)`,
+    );
+  const numbers = numbersOfWords(words, region);
+  if (numbers.length !== 1)
+    throw new UsageError(
+      `"${words.join(' ')}" reads as ${numbers.length} phone numbers: forget takes one (run it once per number)`,
+    );
+  return { kind: 'number', e164: numbers[0]! };
 }
 
 export async function forgetCommand(args: string[], io: CliIo, config: () => Config): Promise<number> {
@@ -64,18 +99,9 @@ export async function forgetCommand(args: string[], io: CliIo, config: () => Con
   }
   const { values, positionals } = parsed;
   if (values.help) return (io.out(forgetHelp), 0);
-  if (positionals.length !== 1)
-    throw new UsageError(
-      positionals.length === 0 ? 'expected a phone number or a call id' : `unexpected argument "${positionals[1]}"`,
-    );
+  if (positionals.length === 0) throw new UsageError('expected a phone number or a call id');
   const cfg = config();
-  let target;
-  try {
-    target = parseTarget(positionals[0]!, forgetRegion(cfg));
-  } catch (err) {
-    if (err instanceof ForgetInputError) throw new UsageError(err.message);
-    throw err;
-  }
+  const target = targetOf(positionals, forgetRegion(cfg));
   // The audit line goes to stderr, so --json's stdout stays one document.
   const audit = new Writable({
     write(chunk: Buffer, _enc, done) {

@@ -32,18 +32,18 @@ Usage: callsync <command> [options]
 Commands:
   start [--role ingress|worker|poller|all]   run callsync until SIGTERM / SIGINT
   check-config [--json]                      validate the environment and config file, print the routes
-  dlq list|retry|purge [--queue Q] [--id ID] [--call CALL]
+  dlq list|retry|purge [--queue Q] [--id ID] [--call CALL] [--limit N] [--json] [--yes]
                                              inspect and act on the dead letters (failed jobs)
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
   call <callId|jobId|+number> [--json]       what happened to a call: its timeline, every sink attempt
-  calls --since 2h [--sink S] [--status failed|skipped|pending|done] [--number +49…]
+  calls --since 2h [--until T] [--sink S] [--status failed|skipped|pending|done] [--number +49…] [--limit N] [--json]
                                              list the calls of a time range with each sink's state
   send-sample [--url URL] [--from N] [--to N] [--direction in|out] [--outcome O]
                                              post a sample call to a running callsync
   opt-out add|remove|list [NUMBER...]        numbers that never get an SMS
-  backfill --from ISO --to ISO [--sink NAME] [--dry-run]
+  backfill --from ISO --to ISO [--sink NAME] [--dry-run] [--page-size N]
                                              accept the platform's call history of a range
-  replay --from DATE --to DATE --sink NAME [--agent ID] [--dry-run]
+  replay --from DATE --to DATE --sink NAME [--archive NAME] [--agent ID] [--dry-run]
                                              queue archived calls of a range to one sink
   migrate-keys --from-url URL | --from-cluster-nodes H:P,… [--from-prefix PREFIX] [--dry-run] [--force]
                                              copy an old deployment's state into this key layout
@@ -73,7 +73,7 @@ Redis does not answer.
 Options:
   --json        print the effective sinks and routes as JSON
   -h, --help    show this help`,
-  dlq: `Usage: callsync dlq list|retry|purge [--queue NAME] [--id ID] [--call CALL]
+  dlq: `Usage: callsync dlq list|retry|purge [--queue NAME] [--id ID] [--call CALL] [--limit N] [--json] [--yes]
 
 The dead letters of a queue are its failed jobs: permanent errors, or all attempts used up.
 
@@ -83,9 +83,10 @@ The dead letters of a queue are its failed jobs: permanent errors, or all attemp
   purge   remove dead letters for good (more than one needs --yes)
 
 Options:
-  --queue NAME  one queue: inbound, sink-<name>, poll-dead-letters, or a sink name (all of its
-                queues; default: all of this configuration and every queue found in Redis under
-                QUEUE_PREFIX; retry without --queue or --id leaves the queues no sink here works)
+  --queue NAME  one queue: inbound, sink-<name>, sink-<name>.<endpoint> (a signed webhook's
+                endpoint), poll-dead-letters, or a sink name (all of its queues; default: all of
+                this configuration and every queue found in Redis under QUEUE_PREFIX; retry
+                without --queue or --id leaves the queues no sink here works)
   --id ID       the job with this id in every queue in scope: one call's sink jobs share it, so
                 retry and purge act on each of its dead letters (a line per job) and exit 1 only
                 when none of them is one, saying where the id is and in which state
