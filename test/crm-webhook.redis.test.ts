@@ -177,6 +177,19 @@ describe('webhook sink', () => {
         /set by callsync/,
         name,
       );
+    // A value pasted with its line break is refused with the configuration, without being repeated.
+    for (const value of ['key-123\n', 'a\r\nX-Evil: 1', 'nul\u0000'])
+      assert.throws(
+        () => webhookSinkType.options.parse({ urls: ['http://x'], headers: { 'X-Api-Key': value } }),
+        (err: Error) => /line breaks or other control characters/.test(err.message) && !err.message.includes('key-123'),
+        JSON.stringify(value),
+      );
+    assert.equal(
+      webhookSinkType.options.parse({ urls: ['http://x'], headers: { 'X-Api-Key': 'tab\tand ümlaut' } }).headers[
+        'X-Api-Key'
+      ],
+      'tab\tand ümlaut',
+    );
     assert.throws(
       () => new WebhookSink('w', webhookSinkType.options.parse({ urls: ['http://x'] }), { ...deps, settings: {} }),
       /CRM_WEBHOOK_SECRET/,

@@ -61,8 +61,17 @@ const reservedHeaders = new Set([
   'expect',
 ]);
 
+/**
+ * A header value as HTTP carries it: tab, visible ASCII and bytes from 0x80 (RFC 9110 §5.5). A line
+ * break or another control character — a secret pasted with its newline — is refused with the
+ * configuration, not by the HTTP client at every delivery. The message never repeats the value.
+ */
+const headerValueSchema = z
+  .string()
+  .regex(/^[\t\x20-\x7e\x80-\xff]*$/, 'a header value may not hold line breaks or other control characters');
+
 const headersSchema = z
-  .record(z.string().regex(/^[A-Za-z0-9-]+$/), z.string())
+  .record(z.string().regex(/^[A-Za-z0-9-]+$/), headerValueSchema)
   .refine((h) => Object.keys(h).every((k) => !reservedHeaders.has(k.toLowerCase())), {
     message: 'webhook-*, content, host and connection headers are set by callsync',
   });
