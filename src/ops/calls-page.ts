@@ -319,7 +319,15 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
         errorBody(409, `the job of "${sink}" is not in the dead letters (it is ${await job.getState()})`),
         409,
       );
-    await retryDeadLetter(job, timeline);
+    try {
+      await retryDeadLetter(job, timeline);
+    } catch (err) {
+      // Retried (or removed) by someone else between the check and the retry: say so, not a 500.
+      const state = await job.getState().catch(() => 'unknown');
+      if (state !== 'failed')
+        return c.json(errorBody(409, `the job of "${sink}" is not in the dead letters (it is ${state})`), 409);
+      throw err;
+    }
     return c.json({ retried: { sink, queue: queue.name, jobId: job.id } });
   });
 
