@@ -27,32 +27,74 @@ function maskDigitRun(run: string): string {
   return `${plus}****${digits.slice(digits.length >= 9 ? -3 : -2)}`;
 }
 
+/** Not glued to digits before it: no digit, `+` or `)` right before, nor one and a separator. */
+const ALONE_BEFORE = String.raw`(?<![\d+)]|[\d+)][\-./ ])`;
+const DATE = String.raw`(?:19|20|21)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])`;
+const TIME = String.raw`[T ](?:[01]\d|2[0-3]):[0-5]\d(?::(?:[0-5]\d|60)(?:[.,]\d{1,9})?)?(?:Z|[+-](?:[01]\d|2[0-3]):?[0-5]\d)?`;
+const OCTET = String.raw`(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)`;
+
 /**
- * Kept as they are: ISO dates and times, IPv4 addresses (with a port), and numbers followed by a
- * unit (`86400000 ms`, `1048576 bytes`). Everything else with 7 or more digits in one run (spaces,
- * `-`, `.`, `/`, parentheses between them) is masked, whether it is a phone number or a record id.
+ * Kept as they are, when nothing glues them to more digits (`0176-12-24-98-76` is a number, not a
+ * date): ISO dates with a valid month and day (years 1900–2199), alone or with a valid time
+ * (`2026-12-06T13:17:41Z`, `2026-04-08 10:03`); IPv4 addresses (octets up to 255, a port);
+ * UUIDs (with the version and variant nibbles of RFC 9562); hex ids of 24–64 characters with a
+ * letter among them (hashes, object ids). Everything else with 7 or more digits is masked.
  */
-const DIGIT_RUN = new RegExp(
+const KEPT = new RegExp(
   [
-    String.raw`(\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?)`,
-    String.raw`(\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b)`,
-    String.raw`(\d+\s?(?:ms|s|sec|seconds|bytes|B|KB|KiB|MB|MiB|GB|chars|characters)\b)`,
-    // Not inside a word or an id (`a1b2-1234-5678`), not before `-x` / `.x` (`12345678-abcd-…`).
-    String.raw`(?<![\w\-.])(\+?\(?\d[\d ()\-./]*\d)(?!\w|[\-.]\w)`,
+    String.raw`${ALONE_BEFORE}${DATE}(?:${TIME}(?![\d+]|[\-./]\d)|(?![\d+]|[\-./ ]\d))`,
+    String.raw`${ALONE_BEFORE}(?:${OCTET}\.){3}${OCTET}(?::\d{1,5})?(?!\d|[\-./ ]\d)`,
+    String.raw`(?<![\p{L}\p{N}_])[\da-f]{8}-[\da-f]{4}-[1-8][\da-f]{3}-[89ab][\da-f]{3}-[\da-f]{12}(?![\p{L}\p{N}_])`,
+    String.raw`(?<![\p{L}\p{N}_])(?=[\da-f]*[a-f])[\da-f]{24,64}(?![\p{L}\p{N}_])`,
   ].join('|'),
-  'g',
+  'giu',
 );
+
+/**
+ * A run of digits as a phone number is written: a leading `+` or `(`, then digits with spaces, `-`,
+ * `.`, `/` and parentheses between them. Whatever stands before or after it (`Nr.0176…`,
+ * `phone_49176…`, `…876.Check`, `…876s`): a run of 7 or more digits is masked.
+ */
+const DIGIT_RUN = /\+?\(?\d(?:[\d ()\-./]*\d)?/g;
+
+/** Characters that NFKC turns into digits or a number's separators (full-width `０１７６`, `＋`). */
+const DIGIT_LIKE = /\P{ASCII}/gu;
+
+/**
+ * Full-width and other compatibility forms of digits and of `+ - ( ) . /` as ASCII (NFKC, per
+ * character: the rest of the text, `…` included, stays as it is).
+ */
+function asciiDigits(text: string): string {
+  if (!/\P{ASCII}/u.test(text)) return text;
+  return text.replace(DIGIT_LIKE, (c) => {
+    const n = c.normalize('NFKC');
+    return n !== c && (/^[+\-()./]$/.test(n) || /^[\d+\-()./]*\d[\d+\-()./]*$/.test(n)) ? n : c;
+  });
+}
 
 const EMAIL = /[\w.%+-]+@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)/g;
 const QUERY_VALUE = /([?&][\w.\-[\]]+=)[^&\s"'<>#]+/g;
 const CREDENTIAL = /\b(Bearer|Basic|Token)\s+[\w\-.~+/=]{16,}/gi;
 
-/** Masks the digit runs that may be phone numbers (see DIGIT_RUN), keeps the rest of the text. */
+/**
+ * Masks the digit runs that may be phone numbers (every run of 7 or more digits, see DIGIT_RUN), keeps
+ * the rest of the text and what KEPT names. Full-width digits are read as digits.
+ */
 export function maskDigitRuns(text: string): string {
-  return text.replace(DIGIT_RUN, (match, date?: string, ip?: string, quantity?: string, run?: string) => {
-    if (date !== undefined || ip !== undefined || quantity !== undefined || run === undefined) return match;
-    return run.replace(/\D/g, '').length >= MIN_PHONE_DIGITS ? maskDigitRun(run) : match;
-  });
+  const ascii = asciiDigits(text);
+  let out = '';
+  let at = 0;
+  for (const kept of ascii.matchAll(KEPT)) {
+    out += maskRuns(ascii.slice(at, kept.index)) + kept[0];
+    at = kept.index + kept[0].length;
+  }
+  return out + maskRuns(ascii.slice(at));
+}
+
+function maskRuns(text: string): string {
+  return text.replace(DIGIT_RUN, (run) =>
+    run.replace(/\D/g, '').length >= MIN_PHONE_DIGITS ? maskDigitRun(run) : run,
+  );
 }
 
 /**

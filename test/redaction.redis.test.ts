@@ -79,8 +79,10 @@ describe('redactRemoteText', () => {
       'Property values were not valid: [{"isValid":false,"message":"hs_call_body is too long","error":"INVALID_VALUE","name":"hs_call_body"}] [VALIDATION_ERROR]';
     assert.equal(redactRemoteText(hubspot), hubspot);
     const kept =
-      'at 2026-04-08T10:03:00.000Z and 2026-04-08 10:03, retry in 86400000 ms, max 1048576 bytes, connect 192.168.100.200:587, error 40001, id a1b2c3d4-1234-5678-9abc-def012345678';
+      'at 2026-04-08T10:03:00.000Z and 2026-04-08 10:03, retry in 86400 s, max 65536 bytes, connect 192.168.100.200:587, error 40001, id a1b2c3d4-1234-5678-9abc-def012345678';
     assert.equal(redactRemoteText(kept), kept);
+    // A run of 7 or more digits before a unit is masked: `4917612349876 sec` is a number too.
+    assert.equal(redactRemoteText('retry in 86400000 ms'), 'retry in ****00 ms');
   });
 
   test('is one line, cut to 300 characters keeping the end (where HubSpot puts the category), and idempotent', () => {

@@ -1,0 +1,156 @@
+// src/redact.ts without servers: the numbers a remote echoes, in the spellings and with the glue
+// remotes write them, never survive redactRemoteText; dates, times, short codes and ids stay
+// readable. The same text through real servers and queues: test/redaction.redis.test.ts.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import fc from 'fast-check';
+import { maskDigitRuns, redactRemoteText } from '../src/redact.js';
+
+/** A German mobile number (fictitious) and the digit sequences of it a text must not hold. */
+const MOBILE_DIGITS = ['4917612349876', '017612349876', '17612349876', '12349876', '1234 9876'];
+
+function assertNoNumber(text: string, where: string): void {
+  const digits = text.replace(/\D/g, '');
+  for (const piece of MOBILE_DIGITS)
+    assert.ok(!digits.includes(piece.replace(/\D/g, '')), `${where}: "${piece}" survived in ${text}`);
+}
+
+describe('redactRemoteText: a number echoed by a remote is masked whatever it is glued to', () => {
+  const cases: [string, string][] = [
+    ['Nr.017612349876 invalid', 'Nr.****876 invalid'],
+    ['Tel.+4917612349876 invalid', 'Tel.+****876 invalid'],
+    ['recipient 0176-12-34-98-76 invalid', 'recipient ****876 invalid'],
+    // A valid month and day: still a number, with more digits glued on.
+    ['recipient 0176-12-24-98-76', 'recipient ****876'],
+    ['recipient 2026-12-06-98-76', 'recipient ****876'],
+    ['invalid number +4917612349876.Check format', 'invalid number +****876.Check format'],
+    ['invalid number +4917612349876-invalid', 'invalid number +****876-invalid'],
+    ['phone_4917612349876 bad', 'phone_****876 bad'],
+    ['number: 4917612349876s', 'number: ****876s'],
+    ['recipient 4917612349876 sec', 'recipient ****876 sec'],
+    ['recipient 4917612349876 ms', 'recipient ****876 ms'],
+    ['to=4917612349876&x', 'to=****876&x'],
+    ['recipient ０１７６１２３４９８７６ (full-width)', 'recipient ****876 (full-width)'],
+    ['recipient ＋４９　１７６　１２３４９８７６', 'recipient +****876'],
+    ['recipient +49.176.123.498.76', 'recipient +****876'],
+    ['tel:+49-176-12349876', 'tel:+****876'],
+    ['recipient +49 (0) 176 1234 9876', 'recipient +****876'],
+    ['recipient 0049 176 / 1234 98 76', 'recipient ****876'],
+    ['"to":"+4917612349876"', '"to":"+****876"'],
+    ['ab4917612349876cd', 'ab****876cd'],
+    [
+      'Empfaenger Nr.017687654321 ungueltig; Format 0176-87-65-43-21; recipient 4917687654321.Check format',
+      'Empfaenger Nr.****321 ungueltig; Format ****321; recipient ****321.Check format',
+    ],
+    // A date or an address with a number glued on is not kept whole.
+    ['recipient 2026-12-06 +4917612349876', 'recipient 2026-12-06 +****876'],
+    ['recipient 49 2026-12-06 98 76', 'recipient ****876'],
+  ];
+  for (const [input, expected] of cases)
+    test(input, () => {
+      assert.equal(redactRemoteText(input), expected);
+      assertNoNumber(redactRemoteText(input), input);
+    });
+
+  test('a 7-or-more-digit quantity is masked too (it may be a number written before a unit)', () => {
+    assert.equal(redactRemoteText('retry in 86400000 ms, max 1048576 bytes'), 'retry in ****00 ms, max ****76 bytes');
+  });
+});
+
+describe('redactRemoteText: what is clearly not a phone number stays readable', () => {
+  const kept = [
+    'HTTP 503 Service Unavailable',
+    'answered 429 after 86400 s, max 65536 bytes, code 123456',
+    'at 2026-12-06T13:17:41Z',
+    'at 2026-04-08T10:03:00.000Z and 2026-04-08 10:03 and 2026-04-08T10:03:00+02:00 and 1999-01-31',
+    '2026-12-06 10:03:00 503 Service Unavailable',
+    'connect 192.168.100.200:587, ECONNREFUSED 127.0.0.1:31555/hook400',
+    'id a1b2c3d4-1234-5678-9abc-def012345678',
+    'call 106a7ea4ddbe7cb0ad392d6b52aeec80 failed',
+    'error 40001, code 12-345, version 1.2.3',
+    '… and …',
+  ];
+  for (const text of kept) test(text, () => assert.equal(redactRemoteText(text), text));
+
+  test('an invalid date, time or address is read as digits', () => {
+    assert.equal(maskDigitRuns('on 2026-13-06 at'), 'on ****06 at');
+    assert.equal(maskDigitRuns('on 2026-12-32 at'), 'on ****32 at');
+    assert.equal(maskDigitRuns('at 2026-12-06T25:17:41Z'), 'at 2026-12-06T25:17:41Z', 'runs of 8 and 2 digits');
+    assert.equal(maskDigitRuns('at 0176-12-06'), 'at ****06');
+    assert.equal(maskDigitRuns('to 176.123.498.76'), 'to ****876');
+  });
+
+  test('is idempotent', () => {
+    const once = redactRemoteText('Nr.017612349876.Check; 2026-12-06; 0176-12-34-98-76; ０１７６１２３４９８７６');
+    assert.equal(once, 'Nr.****876.Check; 2026-12-06; ****876; ****876');
+    assert.equal(redactRemoteText(once), once);
+  });
+});
+
+/** A German mobile number in E.164, `+49 15x/16x/17x` and 7 or 8 more digits. */
+const germanMobile = fc
+  .tuple(
+    fc.constantFrom(
+      '151',
+      '152',
+      '157',
+      '159',
+      '160',
+      '162',
+      '163',
+      '170',
+      '171',
+      '172',
+      '175',
+      '176',
+      '177',
+      '178',
+      '179',
+    ),
+    fc.stringMatching(/^[0-9]{7,8}$/),
+  )
+  .map(([prefix, rest]) => ({ e164: `+49${prefix}${rest}`, national: `0${prefix}${rest}` }));
+
+/** Characters a remote may glue to a number: letters, punctuation, JSON and markup. */
+const glue = fc.string({
+  unit: fc.constantFrom(...'abcsxNr._-:;=&?#"\'<>/()[]{},+* \t\n|\\~@!äöü€'.split('')),
+  maxLength: 6,
+});
+
+/** A spelling of the number: E.164, 00…, digits only, national; grouped with one separator. */
+const spelling = fc
+  .tuple(
+    germanMobile,
+    fc.constantFrom('e164', '00', 'digits', 'national'),
+    fc.constantFrom('', ' ', '-', '.', '/'),
+    fc.integer({ min: 2, max: 5 }),
+  )
+  .map(([n, form, sep, group]) => {
+    const digits = n.e164.slice(1);
+    const [head, body] =
+      form === 'e164'
+        ? ['+', digits]
+        : form === '00'
+          ? ['00', digits]
+          : form === 'digits'
+            ? ['', digits]
+            : ['', n.national];
+    const groups = body.match(new RegExp(`.{1,${group}}`, 'g'))!;
+    return { n, text: head + groups.join(sep) };
+  });
+
+describe('redactRemoteText (property)', () => {
+  test('a German mobile number embedded with any glue never survives', () => {
+    fc.assert(
+      fc.property(glue, spelling, glue, (before, { n, text }, after) => {
+        const out = redactRemoteText(`${before}${text}${after}`);
+        const digits = out.replace(/\D/g, '');
+        const national = n.national.slice(1);
+        // Its last 3 digits may stay; 6 of them in a row never.
+        for (let i = 0; i + 6 <= national.length; i++)
+          assert.ok(!digits.includes(national.slice(i, i + 6)), `${JSON.stringify(before + text + after)} -> ${out}`);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
