@@ -21,6 +21,7 @@ import { isRedisUnavailable, type RedisClient } from './connection.js';
 import type { RedisKeys } from './keys.js';
 import { PrivacyKey } from './privacy-key.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
+import { numberSpellings } from '../src/model/phone.js';
 import { maskDigitRuns, scrubEchoes } from '../src/redact.js';
 import { maskPhone } from '../src/log.js';
 import { backoffDelay } from '../src/backoff.js';
@@ -244,42 +245,37 @@ export const timelineIdOf = (jobId: string, call: Pick<CanonicalCall, 'key'>): s
 
 /** Numbers of `call` masked in a text (a remote may echo them; redaction masked most already). */
 function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
-  const numbers = call
-    ? [call.from, call.to, call.fromRaw, call.toRaw].filter((n): n is string => typeof n === 'string' && n !== '')
-    : [];
+  const numbers = call && /\d/.test(text) ? ownNumbers(call) : [];
   const scrubbed = numbers.length > 0 ? scrubEchoes(text, { numbers }) : text;
   return maskDigitRuns(scrubbed.replace(/\s+/g, ' ').trim()).slice(0, MAX_REASON);
 }
 
 /**
- * A sink event made safe: its reason redacted and the call's numbers masked, in refs too. An entry
- * with neither (an attempt's start) is itself; a ref that holds none of the call's numbers is kept
- * as it is (scrubbing it would not change it).
+ * A sink event made safe: its reason redacted and the call's numbers masked (in any spelling), in
+ * refs too. An entry with neither (an attempt's start) is itself; a ref without a digit is kept as
+ * it is.
  */
 function safeEntry<T extends Omit<TimelineEntry, 'at'>>(entry: T, call: CanonicalCall): T {
   if (entry.reason === undefined && entry.refs === undefined) return entry;
   const safe: T = { ...entry };
   if (safe.reason !== undefined) safe.reason = safeText(safe.reason, call);
   if (safe.refs) {
-    const numbers = ownNumbers(call);
+    let numbers: string[] | undefined;
     const refs: Record<string, string> = {};
     for (const k in safe.refs) {
       const v = String(safe.refs[k]);
-      refs[k] = numbers.some((n) => v.includes(n)) ? scrubEchoes(v, { numbers }) : v;
+      refs[k] = /\d/.test(v) ? scrubEchoes(v, { numbers: (numbers ??= ownNumbers(call)) }) : v;
     }
     safe.refs = refs;
   }
   return safe;
 }
 
-/** The call's own numbers (at least 3 digits, trimmed as scrubEchoes trims them). */
+/** The call's own numbers, each in the spellings a text may hold it in (numberSpellings). */
 function ownNumbers(call: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string[] {
   const out: string[] = [];
-  for (const n of [call.from, call.to, call.fromRaw, call.toRaw]) {
-    if (typeof n !== 'string') continue;
-    const t = n.trim();
-    if (t.replace(/\D/g, '').length >= 3) out.push(t);
-  }
+  for (const n of [call.from, call.to, call.fromRaw, call.toRaw])
+    if (typeof n === 'string') out.push(...numberSpellings(n));
   return out;
 }
 

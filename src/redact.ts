@@ -131,8 +131,36 @@ export interface EchoValues {
   texts?: Iterable<string>;
   /** Names: each of their words is removed wherever it stands. */
   names?: Iterable<string>;
-  /** Phone numbers as the call holds them: masked like any digit run. */
+  /**
+   * Phone numbers, each in every spelling to find (numberSpellings, src/model/phone.ts: E.164 and
+   * national): found with any separators between their digits and a leading `+` or `00`
+   * (numberPattern), and masked like any digit run.
+   */
   numbers?: Iterable<string>;
+}
+
+/** Between two digits of a number as it is written: up to 3 of space, `-`, `_`, `(`, `)`, `.`, `/`. */
+const NUMBER_SEPARATOR = String.raw`[\s\-_().\/]{0,3}`;
+/** A number of fewer digits is found only as its digits exactly (an extension, not a phone number). */
+const SPACED_DIGITS = 7;
+
+/**
+ * A pattern finding the given numbers in a text, whatever surrounds them but a digit: each with a
+ * leading `+` or `00` or none, and, from 7 digits on, up to 3 separators between any two of its
+ * digits (`+49 (176) 1234-9876`, `0176 / 12 34 98 76`). Null when no number has 3 digits. Used by
+ * scrubEchoes and by `callsync forget` (src/privacy/forget.ts) to find a number in any spelling.
+ */
+export function numberPattern(numbers: Iterable<string>, flags = 'g'): RegExp | null {
+  const forms = new Set<string>();
+  for (const n of numbers) {
+    const digits = n.replace(/\D/g, '');
+    if (digits.length >= 3) forms.add(digits);
+  }
+  if (forms.size === 0) return null;
+  const spelled = [...forms]
+    .sort((a, b) => b.length - a.length)
+    .map((d) => (d.length >= SPACED_DIGITS ? d.split('').join(NUMBER_SEPARATOR) : d));
+  return new RegExp(String.raw`(?<!\d)(?:(?:\+|00)${NUMBER_SEPARATOR})?(?:${spelled.join('|')})(?!\d)`, flags);
 }
 
 const WORD = /[\p{L}\p{N}]+(?:['’][\p{L}\p{N}]+)*/gu;
@@ -148,11 +176,8 @@ function wordsOf(text: string): string[] {
  * shorter text whole), every word of a name, the numbers. Each removed stretch becomes `…`.
  */
 export function scrubEchoes(text: string, values: EchoValues): string {
-  let out = text;
-  for (const n of values.numbers ?? []) {
-    const number = n.trim();
-    if (number.replace(/\D/g, '').length >= 3) out = out.split(number).join(maskDigitRun(number));
-  }
+  const numbers = numberPattern(values.numbers ?? []);
+  const out = numbers ? asciiDigits(text).replace(numbers, maskDigitRun) : text;
   const phrases = new Set<string>();
   const lengths = new Set<number>();
   for (const t of values.texts ?? []) {

@@ -4,7 +4,10 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { maskDigitRuns, redactRemoteText } from '../src/redact.js';
+import { numberSpellings } from '../src/model/phone.js';
+import { maskDigitRuns, redactRemoteText, scrubEchoes } from '../src/redact.js';
+import { scrubCallEchoes } from '../workers/deliver.js';
+import { sampleCall } from './support/calls.js';
 
 /** A German mobile number (fictitious) and the digit sequences of it a text must not hold. */
 const MOBILE_DIGITS = ['4917612349876', '017612349876', '17612349876', '12349876', '1234 9876'];
@@ -152,5 +155,44 @@ describe('redactRemoteText (property)', () => {
       }),
       { numRuns: 2000 },
     );
+  });
+});
+
+describe("scrubEchoes: the call's numbers in the spellings a remote writes them", () => {
+  const numbers = ['+4917612349876', '+492116355340'].flatMap(numberSpellings);
+  const cases: [string, string][] = [
+    ['Empfaenger Nr.017612349876 ungueltig', 'Empfaenger Nr.****876 ungueltig'],
+    ['recipient 4917612349876.Check format', 'recipient ****876.Check format'],
+    ['recipient 004917612349876', 'recipient ****876'],
+    ['Format 0176-12-34-98-76', 'Format ****876'],
+    ['recipient 0176 / 1234 98 76', 'recipient ****876'],
+    ['recipient +49 (0) 176 1234 9876', 'recipient +****876'],
+    ['key phone_0176_1234_9876', 'key phone_****876'],
+    ['to ０１７６１２３４９８７６', 'to ****876'],
+    ['landline (0211) 635 53 40 and 0211/6355340', 'landline (****340 and ****340'],
+  ];
+  for (const [input, expected] of cases)
+    test(input, () => {
+      assert.equal(scrubEchoes(input, { numbers }), expected);
+      assertNoNumber(scrubEchoes(input, { numbers }), input);
+    });
+
+  test('other numbers and digits glued to the number stay as they are', () => {
+    const other = 'HTTP 503, code 123456, 2026-12-06T13:17:41Z, 01761234987 and 1017612349876';
+    assert.equal(scrubEchoes(other, { numbers }), other);
+  });
+
+  test('numberSpellings: E.164, national, with the trunk 0; a number without country code as it is', () => {
+    assert.deepEqual(numberSpellings('+49 176 1234 9876'), ['+4917612349876', '017612349876', '+49017612349876']);
+    assert.deepEqual(numberSpellings('+12133734253'), ['+12133734253', '2133734253']);
+    assert.deepEqual(numberSpellings('0176 12349876'), ['0176 12349876']);
+    assert.deepEqual(numberSpellings(' '), []);
+  });
+
+  test('a delivery error loses the number of its call in any spelling', () => {
+    const call = { ...sampleCall('c-spell'), from: '+4917612349876', fromRaw: '+49 176 12349876' };
+    const err = new Error('Telephony API answered 400: Empfaenger Nr.017612349876; recipient 4917612349876.Check');
+    scrubCallEchoes(err, call);
+    assert.equal(err.message, 'Telephony API answered 400: Empfaenger Nr.****876; recipient ****876.Check');
   });
 });

@@ -270,7 +270,8 @@ describe('the telephony API echoing an SMS', () => {
     connection.disconnect();
   });
 
-  test('a 400 quoting the recipient and the text: the dead letter and the logs hold neither', async () => {
+  /** An SMS job for `call` that the API refuses with `detail`: the settled job and the log lines. */
+  async function refusedSms(call: CanonicalCall, detail: string): Promise<{ job: Job; logs: string }> {
     const { lines, log } = memoryLog('debug');
     const sink = smsSinkType.create(
       'missed-sms',
@@ -300,37 +301,52 @@ describe('the telephony API echoing an SMS', () => {
       log,
     });
     try {
-      api.inject({
-        on: 'sms',
-        status: 400,
-        title: 'Bad Request',
-        detail: `recipient 0176 1234 5678 refused the message "We noted: ${SENTENCE}" for ${NAME}`,
-        pointer: '/recipient',
+      api.inject({ on: 'sms', status: 400, title: 'Bad Request', detail, pointer: '/recipient' });
+      const jobId = call.callId;
+      await queue.add(JobName.sinkDeliver, { kind: JobName.sinkDeliver, sink: 'missed-sms', call }, { jobId });
+      const job = await waitFor(async () => ((await queue.getJob(jobId))?.finishedOn ? queue.getJob(jobId) : null), {
+        what: 'the SMS job settled',
       });
-      const call: CanonicalCall = { ...sampleCall('red-sms'), from: MOBILE, fromRaw: MOBILE, outcome: 'missed' };
-      await queue.add(
-        JobName.sinkDeliver,
-        { kind: JobName.sinkDeliver, sink: 'missed-sms', call },
-        { jobId: 'red-sms' },
-      );
-      const job = await waitFor(
-        async () => ((await queue.getJob('red-sms'))?.finishedOn ? queue.getJob('red-sms') : null),
-        { what: 'the SMS job settled' },
-      );
       assert.ok(job);
       assert.equal(await job.getState(), 'failed');
-      const mobile = ['17612345678', '1234 5678'];
-      assertClean(job.failedReason, 'failedReason', mobile);
-      assertClean((job.stacktrace ?? []).join('\n'), 'stacktrace', mobile);
-      assertClean(JSON.stringify(lines), 'the logs', mobile);
-      assert.match(
-        job.failedReason,
-        /answered 400: Bad Request: recipient \*\*\*\*678 refused the message "We noted: …\.?" for … \(at \/recipient\)/,
-      );
+      return { job, logs: JSON.stringify(lines) };
     } finally {
       await running.close();
       await queue.close();
     }
+  }
+
+  test('a 400 quoting the recipient and the text: the dead letter and the logs hold neither', async () => {
+    const call: CanonicalCall = { ...sampleCall('red-sms'), from: MOBILE, fromRaw: MOBILE, outcome: 'missed' };
+    const { job, logs } = await refusedSms(
+      call,
+      `recipient 0176 1234 5678 refused the message "We noted: ${SENTENCE}" for ${NAME}`,
+    );
+    const mobile = ['17612345678', '1234 5678'];
+    assertClean(job.failedReason, 'failedReason', mobile);
+    assertClean((job.stacktrace ?? []).join('\n'), 'stacktrace', mobile);
+    assertClean(logs, 'the logs', mobile);
+    assert.match(
+      job.failedReason,
+      /answered 400: Bad Request: recipient \*\*\*\*678 refused the message "We noted: …\.?" for … \(at \/recipient\)/,
+    );
+  });
+
+  test('a 400 echoing the recipient glued to words and punctuation, national, digits only, grouped', async () => {
+    const call: CanonicalCall = { ...sampleCall('red-sms-forms'), from: MOBILE, fromRaw: MOBILE, outcome: 'missed' };
+    const { job, logs } = await refusedSms(
+      call,
+      'Empfaenger Nr.017612345678 ungueltig; Format 0176-12-34-56-78; recipient 4917612345678.Check format; ' +
+        'phone_4917612345678, +4917612345678-invalid, 4917612345678s, ０１７６１２３４５６７８',
+    );
+    const mobile = ['17612345678', '176-12-34-56-78', '１２３４５６７８'];
+    assertClean(job.failedReason, 'failedReason', mobile);
+    assertClean((job.stacktrace ?? []).join('\n'), 'stacktrace', mobile);
+    assertClean(logs, 'the logs', mobile);
+    assert.match(
+      job.failedReason,
+      /answered 400: Bad Request: Empfaenger Nr\.\*\*\*\*678 ungueltig; Format \*\*\*\*678; recipient \*\*\*\*678\.Check format; phone_\*\*\*\*678, \+\*\*\*\*678-invalid, \*\*\*\*678s, \*\*\*\*678 \(at \/recipient\)/,
+    );
   });
 });
 

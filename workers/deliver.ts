@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { UnprocessableJobError } from '../src/errors.js';
 import { scrubEchoes, type EchoValues } from '../src/redact.js';
 import type { CanonicalCall } from '../src/model/call.js';
+import { numberSpellings } from '../src/model/phone.js';
 import type { AttemptOutcome, Sink, SinkResult } from '../src/sinks/types.js';
 import type { SinkDeliverJob } from '../queues/registry.js';
 
@@ -22,7 +23,8 @@ function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues {
   const numbers = [call.from, call.to, call.fromRaw, call.toRaw, call.forwarding?.target ?? null];
   const present = (values: (string | null | undefined)[]) =>
     values.filter((v): v is string => typeof v === 'string' && v.trim() !== '');
-  return { texts: present(texts), names: present(names), numbers: present(numbers) };
+  // Each number in the spellings a remote may write it in (`0176…` for `+49176…`).
+  return { texts: present(texts), names: present(names), numbers: present(numbers).flatMap(numberSpellings) };
 }
 
 /**

@@ -1,4 +1,5 @@
 // Liberal phone number normalization for incoming data: E.164 when the number can be read as one.
+import { phoneLib } from './libphonenumber.js';
 
 const ANONYMOUS = /^(<?unknown>?|anonymous|anonym|private|restricted|withheld|unavailable|null)$/i;
 
@@ -20,4 +21,30 @@ export function toE164(raw: string | null | undefined): string | null {
 
 export function isAnonymous(raw: string | null | undefined): boolean {
   return raw === null || raw === undefined || raw.trim() === '' || ANONYMOUS.test(raw.trim());
+}
+
+const SPELLINGS_CACHED = 1000;
+const spellingsCache = new Map<string, string[]>();
+
+/**
+ * The spellings to look for a number in text (with numberPattern, src/redact.ts): E.164
+ * (`+4917612349876`, also found as `004917…` and `4917…`), with the trunk `0` after the country
+ * code (`+49 (0) 176…`) and national (`0176 12349876`). A number toE164 cannot read (an extension,
+ * a national number without a country code): itself.
+ */
+export function numberSpellings(raw: string): string[] {
+  const e164 = toE164(raw);
+  if (e164 === null) return raw.trim() === '' ? [] : [raw.trim()];
+  let spellings = spellingsCache.get(e164);
+  if (spellings) return spellings;
+  const parsed = phoneLib().parsePhoneNumberFromString(e164);
+  spellings = [e164];
+  if (parsed) {
+    const national = parsed.formatNational().replace(/\D/g, '');
+    spellings.push(national);
+    if (national !== parsed.nationalNumber) spellings.push(`+${parsed.countryCallingCode}${national}`);
+  }
+  if (spellingsCache.size >= SPELLINGS_CACHED) spellingsCache.clear();
+  spellingsCache.set(e164, spellings);
+  return spellings;
 }

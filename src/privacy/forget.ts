@@ -24,8 +24,10 @@ import type { CountryCode } from 'libphonenumber-js';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { callHash, callKeySegment, type CanonicalCall } from '../model/call.js';
+import { numberSpellings } from '../model/phone.js';
+import { numberPattern } from '../redact.js';
 import type { Config } from '../config/index.js';
-import { phoneLibMax } from '../sinks/libphonenumber.js';
+import { phoneLibMax } from '../model/libphonenumber.js';
 import { sinkTypes } from '../sinks/registry.js';
 import type { Sink } from '../sinks/types.js';
 import { RedisKeyValueStore } from '../state/kv.js';
@@ -85,24 +87,17 @@ export function parseTarget(input: string, region: CountryCode): ForgetTarget {
   return { kind: 'call', callId: text };
 }
 
-const SEP = '[\\s\\-().\\/]{0,3}';
-const spaced = (digits: string) => digits.split('').join(SEP);
-
 /**
  * What finds the target in text: the number in every format (E.164, with `00`, digits only, national,
- * with spaces, dashes, dots or brackets between the digits), or the call id as a JSON string.
+ * with spaces, dashes, dots or brackets between the digits: numberPattern), or the call id as a JSON
+ * string.
  */
 function targetMatcher(target: ForgetTarget): (text: string) => boolean {
   if (target.kind === 'call') {
     const quoted = JSON.stringify(target.callId);
     return (text) => text.includes(quoted);
   }
-  const parsed = phoneLibMax().parsePhoneNumberFromString(target.e164)!;
-  const international = `${parsed.countryCallingCode}${parsed.nationalNumber}`;
-  const national = parsed.formatNational().replace(/\D/g, '');
-  const re = new RegExp(
-    `(?<!\\d)(?:(?:\\+|00)${SEP}?${spaced(international)}|${spaced(international)}|${spaced(national)})(?!\\d)`,
-  );
+  const re = numberPattern(numberSpellings(target.e164), '')!;
   return (text) => re.test(text);
 }
 

@@ -3,7 +3,7 @@
 import { z } from 'zod';
 import type { CountryCode } from 'libphonenumber-js';
 import type { EnvShape } from '../env-values.js';
-import { phoneLib } from './libphonenumber.js';
+import { phoneLib } from '../model/libphonenumber.js';
 
 const DEFAULT_REGION: CountryCode = 'DE';
 

@@ -2,7 +2,7 @@
 // libphonenumber (national numbers read in the configured default region) before comparing, so a
 // contact stored as `0211 6355340` or `+49 211 6355340` matches a call from `+492116355340`.
 import type { CountryCode } from 'libphonenumber-js';
-import { phoneLib } from '../libphonenumber.js';
+import { phoneLib } from '../../model/libphonenumber.js';
 import type { CanonicalCall } from '../../model/call.js';
 import { isAnonymous } from '../../model/phone.js';
 

@@ -2,7 +2,7 @@
 // sink consults and the CLI edits. The numbers are stored in E.164.
 import type { Cluster, Redis } from 'ioredis';
 import type { CountryCode } from 'libphonenumber-js';
-import { phoneLibMax } from '../libphonenumber.js';
+import { phoneLibMax } from '../../model/libphonenumber.js';
 import { recipientHash } from './ledger.js';
 import { configuredKey, type HmacKeySource } from '../../../queues/privacy-key.js';
 import { parseE164 } from './phone.js';

@@ -1,6 +1,6 @@
 // Which numbers may get an SMS: valid E.164 mobile numbers only. Everything else is a deliberate
 // skip with a reason (anonymous caller, unusable number, landline), never a failure.
-import { phoneLibMax } from '../libphonenumber.js';
+import { phoneLibMax } from '../../model/libphonenumber.js';
 import { isAnonymous } from '../../model/phone.js';
 
 /**
