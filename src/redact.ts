@@ -163,6 +163,51 @@ export function numberPattern(numbers: Iterable<string>, flags = 'g'): RegExp | 
   return new RegExp(String.raw`(?<!\d)(?:(?:\+|00)${NUMBER_SEPARATOR})?(?:${spelled.join('|')})(?!\d)`, flags);
 }
 
+/** Combining marks of the HTML entities `&<letter><mark>;` (`&uuml;` is `u` and U+0308). */
+const ENTITY_MARKS: Record<string, string> = {
+  uml: '\u0308',
+  acute: '\u0301',
+  grave: '\u0300',
+  circ: '\u0302',
+  tilde: '\u0303',
+  ring: '\u030a',
+  cedil: '\u0327',
+};
+const ENTITIES: Record<string, string> = {
+  amp: '&',
+  lt: '<',
+  gt: '>',
+  quot: '"',
+  apos: "'",
+  nbsp: ' ',
+  szlig: 'ß',
+  aelig: 'æ',
+  AElig: 'Æ',
+  oslash: 'ø',
+  Oslash: 'Ø',
+  euro: '€',
+};
+/** JSON escapes (`\u00fc`, `\n`, `\"`, also escaped twice: `\\u00fc`) and HTML character references. */
+const ESCAPED = /\\+(?:u([\da-fA-F]{4})|([nrt"/]))|&(?:#(\d{1,7})|#[xX]([\da-fA-F]{1,6})|([A-Za-z]{2,8}));/g;
+
+/**
+ * A remote's text with its JSON escapes and HTML character references decoded (`Gr\u00fc\u00dfe`,
+ * `M&uuml;ller` -> `Grüße`, `Müller`; `\n`, `\t` -> a space), so that an echo is seen in the words
+ * it is made of. What is not an escape stays as it is.
+ */
+function decodeEscapes(text: string): string {
+  if (!text.includes('\\') && !text.includes('&')) return text;
+  return text.replace(ESCAPED, (m, hex?: string, c?: string, dec?: string, hexRef?: string, name?: string) => {
+    if (hex !== undefined) return String.fromCharCode(parseInt(hex, 16));
+    if (c !== undefined) return c === '"' || c === '/' ? c : ' ';
+    const code = dec !== undefined ? Number(dec) : hexRef !== undefined ? parseInt(hexRef, 16) : undefined;
+    if (code !== undefined) return code > 0 && code <= 0x10ffff ? String.fromCodePoint(code) : m;
+    const mark = ENTITY_MARKS[name!.slice(1)];
+    if (mark !== undefined) return `${name![0]}${mark}`.normalize('NFC');
+    return ENTITIES[name!] ?? m;
+  });
+}
+
 const WORD = /[\p{L}\p{N}]+(?:['’][\p{L}\p{N}]+)*/gu;
 /** Words in a row that count as an echo of a text; shorter texts count only whole. */
 const ECHO_WORDS = 4;
@@ -173,14 +218,20 @@ function wordsOf(text: string): string[] {
 
 /**
  * Removes from `text` what it echoes of the given values: runs of 4 words of a free text (or a
- * shorter text whole), every word of a name, the numbers. Each removed stretch becomes `…`.
+ * shorter text whole), every word of a name, the numbers. Each removed stretch becomes `…`. Given
+ * texts or names, JSON escapes and HTML character references in `text` are decoded first (the
+ * result is the decoded text).
  */
 export function scrubEchoes(text: string, values: EchoValues): string {
+  const texts = [...(values.texts ?? [])];
+  const names = [...(values.names ?? [])];
+  // An escaped echo is still an echo: its words are compared decoded (and written so).
+  const decoded = texts.length > 0 || names.length > 0 ? decodeEscapes(text) : text;
   const numbers = numberPattern(values.numbers ?? []);
-  const out = numbers ? asciiDigits(text).replace(numbers, maskDigitRun) : text;
+  const out = numbers ? asciiDigits(decoded).replace(numbers, maskDigitRun) : decoded;
   const phrases = new Set<string>();
   const lengths = new Set<number>();
-  for (const t of values.texts ?? []) {
+  for (const t of texts) {
     const words = wordsOf(t);
     if (words.length === 0 || words.join(' ').length < 3) continue;
     const n = Math.min(ECHO_WORDS, words.length);
@@ -188,7 +239,7 @@ export function scrubEchoes(text: string, values: EchoValues): string {
     for (let i = 0; i + n <= words.length; i++) phrases.add(words.slice(i, i + n).join(' '));
   }
   const nameWords = new Set<string>();
-  for (const name of values.names ?? []) for (const w of wordsOf(name)) if (w.length >= 2) nameWords.add(w);
+  for (const name of names) for (const w of wordsOf(name)) if (w.length >= 2) nameWords.add(w);
   if (phrases.size === 0 && nameWords.size === 0) return out;
 
   const spans = [...out.matchAll(WORD)].map((m) => ({

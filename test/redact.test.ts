@@ -196,3 +196,53 @@ describe("scrubEchoes: the call's numbers in the spellings a remote writes them"
     assert.equal(err.message, 'Telephony API answered 400: Empfaenger Nr.****876; recipient ****876.Check');
   });
 });
+
+describe('scrubEchoes: a transcript or summary echoed with escapes', () => {
+  const SUMMARY = 'Frau Müller möchte ihren Vertrag kündigen, weil die Rechnung für März zu hoch ist.';
+  const TRANSCRIPT = 'Grüß Gott, hier spricht Jürgen Weiß.\nIch möchte meinen Vertrag kündigen.';
+  const values = { texts: [SUMMARY, TRANSCRIPT], names: ['Jürgen Weiß'] };
+  /** What must not be left of the call's texts. */
+  const FORBIDDEN_WORDS = [
+    'Müller',
+    'M\\u00fcller',
+    'M&uuml;ller',
+    'Vertrag',
+    'Rechnung',
+    'Weiß',
+    'Wei\\u00df',
+    'Gott',
+  ];
+  /** Escaped the way Python's json.dumps and Jackson's ASCII mode write JSON. */
+  const asciiJson = (t: string) =>
+    JSON.stringify(t).replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  const cases: [string, string][] = [
+    [`validation failed for text: ${asciiJson(TRANSCRIPT)}`, 'validation failed for text: "…."'],
+    [
+      `{"status":400,"field":"message","value":${asciiJson(`Thanks for calling. ${SUMMARY}`)}}`,
+      '{"status":400,"field":"message","value":"Thanks for calling. …."}',
+    ],
+    // Escaped twice (JSON in a JSON string).
+    [`error: ${JSON.stringify(asciiJson(SUMMARY))}`, 'error: ""….""'],
+    [
+      '<p>Frau M&uuml;ller m&ouml;chte ihren Vertrag k&#252;ndigen, weil die Rechnung f&#xFC;r M&auml;rz zu hoch ist.</p>',
+      '<p>….</p>',
+    ],
+    ['text Grüß Gott, hier spricht\\nIch möchte meinen Vertrag kündigen rejected', 'text … rejected'],
+  ];
+  for (const [input, expected] of cases)
+    test(input.slice(0, 60), () => {
+      const out = scrubEchoes(input, values);
+      assert.equal(out, expected);
+      for (const w of FORBIDDEN_WORDS) assert.ok(!out.includes(w), `"${w}" in ${out}`);
+    });
+
+  test('names are found escaped too; text that echoes nothing is only decoded', () => {
+    assert.equal(scrubEchoes('contact J\\u00fcrgen Wei&szlig; failed', values), 'contact … failed');
+    assert.equal(scrubEchoes('bad value \\u00abx\\u00bb &amp; more', values), 'bad value «x» & more');
+    assert.equal(scrubEchoes('&unknown; &#0; \\x', values), '&unknown; &#0; \\x');
+  });
+
+  test('without texts or names (numbers only, as the timeline scrubs) the text is not decoded', () => {
+    assert.equal(scrubEchoes('M\\u00fcller &amp;', { numbers: ['+4917612349876'] }), 'M\\u00fcller &amp;');
+  });
+});

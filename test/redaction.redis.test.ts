@@ -348,6 +348,34 @@ describe('the telephony API echoing an SMS', () => {
       /answered 400: Bad Request: Empfaenger Nr\.\*\*\*\*678 ungueltig; Format \*\*\*\*678; recipient \*\*\*\*678\.Check format; phone_\*\*\*\*678, \+\*\*\*\*678-invalid, \*\*\*\*678s, \*\*\*\*678 \(at \/recipient\)/,
     );
   });
+
+  test('a 400 echoing the SMS text JSON-escaped (\\u00fc) or as HTML entities: no word of the summary is left', async () => {
+    const summary = 'Frau Müller möchte ihren Vertrag kündigen, die Rechnung für März ist zu hoch.';
+    const base = sampleCall('red-sms-esc');
+    const call: CanonicalCall = {
+      ...base,
+      from: MOBILE,
+      fromRaw: MOBILE,
+      outcome: 'missed',
+      summary: { ...base.summary!, content: summary },
+    };
+    const escaped = JSON.stringify(`We noted: ${summary}`).replace(
+      /[\u0080-\uffff]/g,
+      (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`,
+    );
+    const { job, logs } = await refusedSms(
+      call,
+      `validation failed for message: ${escaped}; as HTML: Frau M&uuml;ller m&ouml;chte ihren Vertrag k&#252;ndigen`,
+    );
+    const words = ['Müller', 'M\\u00fcller', 'M&uuml;ller', 'Vertrag', 'Rechnung', 'ndigen'];
+    assertClean(job.failedReason, 'failedReason', words);
+    assertClean((job.stacktrace ?? []).join('\n'), 'stacktrace', words);
+    assertClean(logs, 'the logs', words);
+    assert.match(
+      job.failedReason,
+      /answered 400: Bad Request: validation failed for message: "We noted: …\.?"; as HTML: …/,
+    );
+  });
 });
 
 describe('an SMTP server and S3 echoing what they were sent', () => {
