@@ -6,6 +6,7 @@ import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import type { Logger } from 'pino';
 import { requestLog } from '../log.js';
 import { callHash } from '../model/call.js';
+import { maskDigitRuns } from '../redact.js';
 import { traceAccepted, tracingOn } from '../telemetry.js';
 import { aiAgentSource } from '../sources/ai-agent.js';
 import {
@@ -85,6 +86,26 @@ function logSafeDetail(detail: string): string {
     .replace(/"[^]*"/g, '"…"')
     .replace(/'[^']*'/g, "'…'")
     .slice(0, 300);
+}
+
+/** Characters of a JSON pointer written to a log line. */
+const MAX_LOGGED_POINTER = 200;
+
+/**
+ * A pointer fit for the logs: it is made of the sender's keys, which may be phone numbers or
+ * sentences. Each segment's digit runs are masked (maskDigitRuns), a segment with whitespace
+ * becomes `…`, and the pointer is cut to 200 characters. The answer to the sender keeps it whole.
+ */
+function logSafePointer(pointer: string | undefined): string | undefined {
+  if (pointer === undefined) return undefined;
+  const safe = pointer
+    .split('/')
+    .map((segment) => {
+      const key = segment.replace(/~1/g, '/').replace(/~0/g, '~');
+      return /\s/.test(key) ? '…' : maskDigitRuns(key).replace(/~/g, '~0').replace(/\//g, '~1');
+    })
+    .join('/');
+  return safe.length <= MAX_LOGGED_POINTER ? safe : `${safe.slice(0, MAX_LOGGED_POINTER - 1)}…`;
 }
 
 /** Unread fields already logged by this process: each is logged once (the metric counts every one). */
@@ -237,7 +258,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
       unreadLogged.add(field);
       // The field, where this webhook had it, and the JSON type that came — never the value.
       requestLog(deps.log, c.get('requestId')).warn(
-        { source: source.name, field, pointer, detail },
+        { source: source.name, field, pointer: logSafePointer(pointer), detail },
         'webhook field not read: accepted without it (kept in the archived original; counted in callsync_webhook_fields_unread_total, logged once per field)',
       );
     }
@@ -275,8 +296,8 @@ export function createIngressApp(deps: IngressDeps): Hono {
           method: c.req.method,
           path: c.req.path,
           detail: logSafeDetail(err.message),
-          pointer: err.pointer,
-          errors: problems.map((p) => ({ pointer: p.pointer, detail: logSafeDetail(p.detail) })),
+          pointer: logSafePointer(err.pointer),
+          errors: problems.map((p) => ({ pointer: logSafePointer(p.pointer), detail: logSafeDetail(p.detail) })),
           ...err.logFields,
         },
         'webhook refused',
