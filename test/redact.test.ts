@@ -246,3 +246,27 @@ describe('scrubEchoes: a transcript or summary echoed with escapes', () => {
     assert.equal(scrubEchoes('M\\u00fcller &amp;', { numbers: ['+4917612349876'] }), 'M\\u00fcller &amp;');
   });
 });
+
+describe('redactRemoteText on hostile sizes', () => {
+  // Not a speed check: before, a long run of an e-mail's characters without an `@` was scanned to
+  // its end from each of its positions (80 KB took 4 s; a remote's megabytes, hours). The limit is
+  // for a hang only.
+  test(
+    'a megabyte of digits and dashes, or of characters an e-mail is made of, is redacted, not a hang',
+    { timeout: 60_000 },
+    () => {
+      for (const text of ['1-'.repeat(500_000), 'a.'.repeat(500_000), `${'x'.repeat(1_000_000)} +4917612349876`]) {
+        const out = redactRemoteText(text);
+        assert.ok(out.length <= 300, String(out.length));
+        assert.ok(!out.includes('17612349876'));
+      }
+    },
+  );
+
+  test('of a long text the head and the end are what is kept, masked', () => {
+    const text = `Nr.+4917612349876 refused; ${'filler '.repeat(5000)} caller 0176-12-34-98-76`;
+    const out = redactRemoteText(text);
+    assert.match(out, /^Nr\.\+\*\*\*\*876 refused; filler/);
+    assert.ok(out.endsWith('caller ****876'), out.slice(-40));
+  });
+});

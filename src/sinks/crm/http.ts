@@ -199,7 +199,9 @@ export class CrmHttp {
     const d = this.config.errorDetail(body, text);
     if (d !== undefined && d.trim() !== '') return redactRemoteText(d);
     // Non-JSON error pages: a short excerpt is still better than nothing.
-    const plain = redactRemoteText(text.replace(/<[^>]*>/g, ' '));
+    // A tag is at most 2,000 characters here: an unbounded `<[^>]*>` scans to the end from every `<`
+    // that is never closed (quadratic on a large answer full of them).
+    const plain = redactRemoteText(text.replace(/<[^<>]{0,2000}>/g, ' '));
     return plain === '' ? undefined : plain;
   }
 }
