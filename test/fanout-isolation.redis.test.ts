@@ -184,8 +184,15 @@ describe('a running callsync (role worker) with a poison entry in its log', () =
       await waitFor(
         async () => {
           const job = await queue.getJob('w-poison-entry');
-          // One more attempt, and failed (a transient failure would wait, delayed, for the next of 12).
-          return job && job.attemptsMade === 2 && (await job.getState()) === 'failed' ? job : null;
+          // A new round (its count starts again), whose first attempt fails for good: failed at once
+          // (a transient failure would wait, delayed, for the next of 12).
+          return job &&
+            job.attemptsMade === 1 &&
+            job.finishedOn !== undefined &&
+            job.finishedOn > letter.finishedOn! &&
+            (await job.getState()) === 'failed'
+            ? job
+            : null;
         },
         { timeoutMs: 15_000, what: 'the retried dead letter failed again' },
       );
