@@ -525,7 +525,7 @@ routes:
 test('a CRM token the sink would refuse at start is a configuration problem: whitespace inside, or only whitespace', () => {
   const env = problemsOf(() => loadConfig({ HUBSPOT_ACCESS_TOKEN: 'pat-na1 abc' }));
   assert.deepEqual(env, [
-    'environment shortcut for sink "hubspot" (hubspot): the access token (HUBSPOT_ACCESS_TOKEN) contains spaces, line breaks or non-ASCII characters; copy the key again',
+    'environment shortcut for sink "hubspot" (hubspot): the access token (HUBSPOT_ACCESS_TOKEN) contains spaces, line breaks or non-ASCII characters; copy it again',
   ]);
   const file = problemsOf(() =>
     withFile(`

@@ -19,7 +19,8 @@ const webhook: Config['webhook'] = {
   enqueueTimeoutMs: 1000,
 };
 
-test('a body nesting too deep under phone-number and sentence keys: the log masks the pointer, the answer keeps it', async () => {
+/** An ingress whose log lines are kept (as text) for the test to read. */
+function ingressLogging() {
   const lines: string[] = [];
   const log = createLogger({
     level: 'info',
@@ -37,6 +38,11 @@ test('a body nesting too deep under phone-number and sentence keys: the log mask
     log,
     remoteAddress: () => '127.0.0.1',
   });
+  return { app, lines };
+}
+
+test('a body nesting too deep under phone-number and sentence keys: the log masks the pointer, the answer keeps it', async () => {
+  const { app, lines } = ingressLogging();
   const keys = ['+4917612349876', '0176/1234-9876', 'Frau Müller will kündigen', 'phone_4917612349876'];
   let deep: unknown = 1;
   for (let i = 0; i < 70; i++) deep = { [keys[i % keys.length]!]: deep };
@@ -70,23 +76,7 @@ test('a body nesting too deep under phone-number and sentence keys: the log mask
 });
 
 test('array indices and plain field names in a logged pointer stay readable', async () => {
-  const lines: string[] = [];
-  const log = createLogger({
-    level: 'info',
-    destination: new Writable({
-      write(chunk: Buffer, _enc, done) {
-        lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
-        done();
-      },
-    }),
-  });
-  const app = createIngressApp({
-    webhook,
-    acceptor: { accept: async () => ({ id: 'id-1', duplicate: false }) },
-    ready: async () => true,
-    log,
-    remoteAddress: () => '127.0.0.1',
-  });
+  const { app, lines } = ingressLogging();
   const nested = `${'['.repeat(70)}${']'.repeat(70)}`;
   const body = `${JSON.stringify(minimalPayload('deep-arrays')).slice(0, -1)},"x":${nested}}`;
   const res = await app.request('/webhooks/ai-agent/agent-1', {

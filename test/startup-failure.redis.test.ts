@@ -132,7 +132,7 @@ describe('callsync start exits when it cannot start', () => {
     assert.equal(r.code, 2, `exit code; stderr:\n${r.stderr}`);
     assertOneLine(
       r.stderr,
-      /^callsync start: invalid configuration \(1 problem\): sinks\.crm \(hubspot\): the access token \(HUBSPOT_ACCESS_TOKEN\) contains spaces, line breaks or non-ASCII characters; copy the key again$/,
+      /^callsync start: invalid configuration \(1 problem\): sinks\.crm \(hubspot\): the access token \(HUBSPOT_ACCESS_TOKEN\) contains spaces, line breaks or non-ASCII characters; copy it again$/,
     );
     assert.doesNotMatch(r.stdout, /listening/);
   });

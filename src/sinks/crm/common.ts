@@ -28,7 +28,28 @@ export const archiveLinkSchema = z.strictObject({
  * a line break or a non-ASCII character inside one is a copy-and-paste mistake, refused with the
  * configuration rather than answered 401 (or refused by the HTTP client) at every call.
  */
-export const isPlainToken = (token: string): boolean => /^[\x21-\x7e]+$/.test(token);
+const isPlainToken = (token: string): boolean => /^[\x21-\x7e]+$/.test(token);
+
+/**
+ * The token a CRM sink uses — its own option, else the environment variable's — trimmed, or what is
+ * wrong with it: none (`missing`), or one that is not a plain token (named by where it came from).
+ * Checked with the configuration (`check`) and again by the sink.
+ */
+export function crmToken(
+  own: string | undefined,
+  fromEnv: string | undefined,
+  names: { option: string; variable: string; what: string; missing: string },
+): { token: string } | { problem: string } {
+  const token = (own ?? fromEnv)?.trim();
+  if (!token) return { problem: names.missing };
+  if (!isPlainToken(token)) {
+    const from = own !== undefined ? `the sink's ${names.option}` : names.variable;
+    return {
+      problem: `the ${names.what} (${from}) contains spaces, line breaks or non-ASCII characters; copy it again`,
+    };
+  }
+  return { token };
+}
 
 export const timeoutSchema = z.int().min(100).max(120_000).default(15_000);
 

@@ -20,7 +20,7 @@ import { regionEnv } from '../region.js';
 import {
   archiveLinkSchema,
   isKnownTimeZone,
-  isPlainToken,
+  crmToken,
   queueLimitSchema,
   RecordMemory,
   regionSchema,
@@ -246,15 +246,12 @@ function accessToken(
   options: Pick<HubSpotOptions, 'accessToken'>,
   env: HubSpotSettings,
 ): { token: string } | { problem: string } {
-  const token = (options.accessToken ?? env.HUBSPOT_ACCESS_TOKEN)?.trim();
-  if (!token) return { problem: NO_TOKEN };
-  if (!isPlainToken(token)) {
-    const from = options.accessToken !== undefined ? "the sink's accessToken" : 'HUBSPOT_ACCESS_TOKEN';
-    return {
-      problem: `the access token (${from}) contains spaces, line breaks or non-ASCII characters; copy the key again`,
-    };
-  }
-  return { token };
+  return crmToken(options.accessToken, env.HUBSPOT_ACCESS_TOKEN, {
+    option: 'accessToken',
+    variable: 'HUBSPOT_ACCESS_TOKEN',
+    what: 'access token',
+    missing: NO_TOKEN,
+  });
 }
 
 /** @internal Exported for its tests only (test/crm-hubspot-recordings.redis.test.ts, test/crm-hubspot.redis.test.ts …). */

@@ -28,7 +28,7 @@ import { archiveEnv } from '../archive/index.js';
 import { regionEnv } from '../region.js';
 import {
   archiveLinkSchema,
-  isPlainToken,
+  crmToken,
   queueLimitSchema,
   RecordMemory,
   regionSchema,
@@ -121,13 +121,12 @@ function apiToken(
   options: Pick<PipedriveOptions, 'apiToken'>,
   env: PipedriveSettings,
 ): { token: string } | { problem: string } {
-  const token = (options.apiToken ?? env.PIPEDRIVE_API_TOKEN)?.trim();
-  if (!token) return { problem: NO_TOKEN };
-  if (!isPlainToken(token)) {
-    const from = options.apiToken !== undefined ? "the sink's apiToken" : 'PIPEDRIVE_API_TOKEN';
-    return { problem: `the API token (${from}) contains spaces, line breaks or non-ASCII characters; copy it again` };
-  }
-  return { token };
+  return crmToken(options.apiToken, env.PIPEDRIVE_API_TOKEN, {
+    option: 'apiToken',
+    variable: 'PIPEDRIVE_API_TOKEN',
+    what: 'API token',
+    missing: NO_TOKEN,
+  });
 }
 
 /**
