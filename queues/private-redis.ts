@@ -232,14 +232,18 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
   try {
     // Its own process group: a Ctrl-C on the terminal reaches callsync, which stops it when it is the last user.
     child = spawn(bin, [confFile], { detached: true, stdio: ['ignore', output.fd, output.fd] });
-  } finally {
+  } catch (err) {
     await output.close();
+    throw err;
   }
+  // Listened to before anything is awaited: a server that fails at once may be gone by then, and
+  // its 'exit' would go unheard (the start then waited its whole time limit, and for that 'exit').
   const exited = new Promise<string>((ok) => {
     child.once('exit', (code, signal) => ok(signal ? `killed by ${signal}` : `exited with code ${code}`));
     child.once('error', (err) => ok(`could not run: ${err.message}`));
   });
   child.unref();
+  await output.close();
   const deadline = Date.now() + START_TIMEOUT_MS;
   let gone: string | null = null;
   void exited.then((how) => (gone ??= how));
@@ -258,7 +262,9 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
   if (gone === null) {
     child.kill('SIGKILL');
     gone = `no answer within ${START_TIMEOUT_MS / 1000} s`;
-    await exited;
+    // Its output is whole once it is gone; not waited for longer than a second (nothing else may
+    // keep this process alive meanwhile: the child is unref'd).
+    await Promise.race([exited, new Promise((ok) => setTimeout(ok, 1000))]);
   }
   const said = [...linesOf(await readSince(outputFile, 0)), ...linesOf(await readSince(logFile, logFrom)).slice(-3)]
     .join(' ')
