@@ -18,21 +18,13 @@ import { renderArchiveJson, renderTranscriptText } from '../src/sinks/archive/re
 import { InboundLog } from '../queues/inbound.js';
 import { ConfigError, loadConfig, type Config } from '../src/config/index.js';
 import { minimalPayload, webhookPayload } from './support/calls.js';
+import { webhookConfig } from './support/webhook-config.js';
 import { startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 
 const log = createLogger({ level: 'silent' });
 
-const webhook = (over: Partial<Config['webhook']> = {}): Config['webhook'] => ({
-  allowedIps: '*',
-  trustProxyHops: 0,
-  authHeader: undefined,
-  authTokens: [],
-  bodyLimitBytes: 1024 * 1024,
-  dedupeWindowMs: 60_000,
-  enqueueTimeoutMs: 1500,
-  ...over,
-});
+const webhook = webhookConfig;
 
 /** `n` arrays inside each other around `inner`. */
 const nest = (n: number, inner = '') => `${'['.repeat(n)}${inner}${']'.repeat(n)}`;

@@ -6,18 +6,10 @@ import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { createIngressApp } from '../src/ingress/app.js';
 import { createLogger } from '../src/log.js';
-import type { Config } from '../src/config/index.js';
 import { minimalPayload } from './support/calls.js';
+import { webhookConfig } from './support/webhook-config.js';
 
-const webhook: Config['webhook'] = {
-  allowedIps: '*',
-  trustProxyHops: 0,
-  authHeader: undefined,
-  authTokens: [],
-  bodyLimitBytes: 1024 * 1024,
-  dedupeWindowMs: 60_000,
-  enqueueTimeoutMs: 1000,
-};
+const webhook = webhookConfig();
 
 /** An ingress whose log lines are kept (as text) for the test to read. */
 function ingressLogging() {

@@ -15,7 +15,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { InboundLog } from '../queues/inbound.js';
-import type { Config } from '../src/config/index.js';
 import { InboundAcceptor } from '../src/ingress/accept.js';
 import { createIngressApp } from '../src/ingress/app.js';
 import { createLogger } from '../src/log.js';
@@ -24,6 +23,7 @@ import { archiveKeys } from '../src/sinks/archive/keys.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 import { webhookPayload } from './support/calls.js';
+import { webhookConfig } from './support/webhook-config.js';
 
 const CORPUS = new URL('./fixtures/platform/', import.meta.url);
 const files = readdirSync(CORPUS)
@@ -164,15 +164,7 @@ describe('the platform corpus: the original is stored byte for byte', () => {
   const prefix = uniquePrefix('corpus');
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1, enableOfflineQueue: false });
   const inbound = new InboundLog(redis, prefix);
-  const webhook: Config['webhook'] = {
-    allowedIps: '*',
-    trustProxyHops: 0,
-    authHeader: undefined,
-    authTokens: [],
-    bodyLimitBytes: 1024 * 1024,
-    dedupeWindowMs: 60_000,
-    enqueueTimeoutMs: 1500,
-  };
+  const webhook = webhookConfig();
   const app = createIngressApp({
     webhook,
     acceptor: new InboundAcceptor(inbound, { dedupeWindowMs: 60_000, timeoutMs: 1500 }),
