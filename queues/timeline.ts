@@ -676,10 +676,12 @@ export class CallTimeline {
 
 /**
  * What became of a call at one sink (or endpoint), from its timeline: `pending` (not attempted yet,
- * or an attempt under way), `retrying` (an attempt failed; the next is due, or the queue waits for
- * an operator), `done`, `skipped`, `failed` (dead-lettered).
+ * or an attempt under way), `retrying` (an attempt failed; the next is due), `paused` (an attempt
+ * was refused so that the queue was paused or disabled — credentials rejected, 410 Gone, a
+ * redirect —: nothing happens until an operator resumes it), `done`, `skipped`, `failed`
+ * (dead-lettered).
  */
-type SinkStatus = 'pending' | 'retrying' | 'done' | 'skipped' | 'failed';
+type SinkStatus = 'pending' | 'retrying' | 'paused' | 'done' | 'skipped' | 'failed';
 
 export interface CallSummary {
   id: string;
@@ -766,7 +768,7 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     if (e.endpoint && summary.sinks[e.sink] === 'pending') delete summary.sinks[e.sink];
     const status: SinkStatus | undefined =
       e.event === 'attempt'
-        ? summary.sinks[label] === 'retrying'
+        ? summary.sinks[label] === 'retrying' || summary.sinks[label] === 'paused'
           ? 'retrying'
           : 'pending'
         : e.event === 'done'
@@ -774,7 +776,9 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
           : e.event === 'skipped'
             ? 'skipped'
             : e.event === 'retry'
-              ? 'retrying'
+              ? e.paused
+                ? 'paused'
+                : 'retrying'
               : e.event === 'dead-lettered'
                 ? 'failed'
                 : e.event === 'retried'
@@ -794,7 +798,7 @@ export interface CallQuery {
   until?: number;
   /** Only calls routed to this sink (its name; a sink with endpoints: any of them). */
   sink?: string;
-  /** Only calls with a sink (the `sink` one, when given) in this state; `pending` includes retrying. */
+  /** Only calls with a sink (the `sink` one, when given) in this state; `pending` includes retrying and paused. */
   status?: SinkStatus;
   /** Only calls with this number as caller or callee (looked up by its HMAC). */
   number?: string;
@@ -835,7 +839,7 @@ export async function findCalls(
       const states = sinkStates(summary, query.sink);
       if (query.sink !== undefined && states.length === 0) continue;
       if (query.status !== undefined) {
-        const wanted = query.status === 'pending' ? ['pending', 'retrying'] : [query.status];
+        const wanted = query.status === 'pending' ? ['pending', 'retrying', 'paused'] : [query.status];
         if (!states.some(([, state]) => wanted.includes(state))) continue;
       }
       calls.push(summary);
@@ -906,8 +910,8 @@ export function describeEntry(e: TimelineEntry): string {
   }
 }
 
-/** The states a query may ask for (`pending` matches `retrying` too). */
-const STATUSES = ['failed', 'skipped', 'pending', 'retrying', 'done'] as const;
+/** The states a query may ask for (`pending` matches `retrying` and `paused` too). */
+const STATUSES = ['failed', 'skipped', 'pending', 'retrying', 'paused', 'done'] as const;
 
 /** A bad query parameter; the message starts with the parameter's name. */
 export class CallQueryError extends Error {

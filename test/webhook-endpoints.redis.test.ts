@@ -154,11 +154,15 @@ routes:
       assert.match((await cli(['call', 'ep-401-2'])).out, /fanned-out .*→ sinks hooks \(a, b\)/);
       const waitingAtA = await cli(['calls', '--since', '1h', '--sink', 'hooks.a', '--status', 'pending']);
       assert.match(waitingAtA.out, /ep-401-2/, 'found among the calls waiting at A');
-      // The call A refused waits for an operator: `retrying` finds it alone (`pending` includes it).
+      // The call A refused waits for an operator: `paused`, not `retrying` (nothing retries it until
+      // a resume); `--status paused` finds it alone, `pending` includes it.
+      assert.match((await cli(['call', 'ep-401-1'])).out, /^sinks: .*hooks\.a:paused/m);
+      const paused = await cli(['calls', '--since', '1h', '--sink', 'hooks.a', '--status', 'paused']);
+      assert.equal(paused.code, 0, paused.out);
+      assert.match(paused.out, /ep-401-1/);
+      assert.doesNotMatch(paused.out, /ep-401-2/);
       const retrying = await cli(['calls', '--since', '1h', '--sink', 'hooks.a', '--status', 'retrying']);
-      assert.equal(retrying.code, 0, retrying.out);
-      assert.match(retrying.out, /ep-401-1/);
-      assert.doesNotMatch(retrying.out, /ep-401-2/);
+      assert.doesNotMatch(retrying.out, /ep-401-1/);
       assert.match(waitingAtA.out, /ep-401-1/);
       const api = (await (
         await fetch(`${cs.url}/api/calls/ep-401-2`, { headers: { authorization: `Bearer ${TOKEN}` } })

@@ -30,11 +30,12 @@ with it, newest first). Timelines are kept CALL_TIMELINE_TTL_DAYS (default 30). 
 Options:
   --json        print the calls and their timelines as JSON
   -h, --help    show this help`,
-  calls: `Usage: callsync calls --since 2h [--until TIME] [--sink NAME] [--status failed|skipped|pending|retrying|done] [--number +49…] [--limit N] [--json]
+  calls: `Usage: callsync calls --since 2h [--until TIME] [--sink NAME] [--status failed|skipped|pending|retrying|paused|done] [--number +49…] [--limit N] [--json]
 
 Lists the calls received in a time range, newest first, with each sink's state: pending (waiting),
-retrying (an attempt failed, the next is scheduled), done, skipped, failed (dead-lettered).
---status pending matches retrying too.
+retrying (an attempt failed, the next is scheduled), paused (the queue was paused or disabled
+by an attempt's answer: waits for \`callsync resume\`), done, skipped, failed (dead-lettered).
+--status pending matches retrying and paused too.
 
 Options:
   --since D     from this long ago (30m, 2h, 7d) or this time (ISO 8601); required

@@ -36,7 +36,7 @@ Commands:
                                              inspect and act on the dead letters (failed jobs)
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
   call <callId|jobId|+number> [--json]       what happened to a call: its timeline, every sink attempt
-  calls --since 2h [--until T] [--sink S] [--status failed|skipped|pending|retrying|done] [--number +49…] [--limit N] [--json]
+  calls --since 2h [--until T] [--sink S] [--status failed|skipped|pending|retrying|paused|done] [--number +49…] [--limit N] [--json]
                                              list the calls of a time range with each sink's state
   send-sample [--url URL] [--from N] [--to N] [--direction in|out] [--outcome O]
                                              post a sample call to a running callsync

@@ -1,6 +1,6 @@
 // The calls' timelines as JSON for other tools ("Where is my call?", docs/operations.md), on the ops
 // endpoints behind the dashboard's credentials (./app.ts):
-//   GET /api/calls?since=2h[&until=…][&sink=…][&status=failed|skipped|pending|retrying|done][&number=+49…][&limit=N]
+//   GET /api/calls?since=2h[&until=…][&sink=…][&status=failed|skipped|pending|retrying|paused|done][&number=+49…][&limit=N]
 //   GET /api/calls/:ref   (a platform call id, a job id, or a number: every call with it)
 import { Hono } from 'hono';
 import { callsNamed, CallQueryError, findCalls, parseCallQuery, type CallTimeline } from '../../queues/timeline.js';

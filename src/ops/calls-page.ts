@@ -41,7 +41,7 @@ const STYLE = `body{font-family:system-ui,sans-serif;margin:1.5rem;background:#f
 a{color:#2251c9}table{border-collapse:collapse;width:100%;background:#fff}td,th{padding:.35rem .6rem;border-bottom:1px solid #e3e5e8;text-align:left;vertical-align:top;font-size:.9rem}
 form.search{display:flex;gap:.5rem;flex-wrap:wrap;margin:1rem 0}input,select,button{font:inherit;padding:.35rem .5rem}
 .chip{display:inline-block;border-radius:1rem;padding:.1rem .6rem;margin:0 .25rem .25rem 0;font-size:.8rem;color:#fff;background:#777}
-.chip.done{background:#23863a}.chip.skipped{background:#6b6f76}.chip.failed{background:#c62828}.chip.pending,.chip.retrying{background:#b26a00}
+.chip.done{background:#23863a}.chip.skipped{background:#6b6f76}.chip.failed{background:#c62828}.chip.pending,.chip.retrying{background:#b26a00}.chip.paused{background:#7b1fa2}
 .err{color:#c62828}nav{margin-bottom:1rem}`;
 
 const iso = (ms: number | null | undefined) =>
@@ -147,7 +147,7 @@ export function callsPage(options: CallsPageOptions): Hono {
         <label
           >Status
           <select name="status">
-            ${['', 'failed', 'skipped', 'pending', 'retrying', 'done'].map((s) => html`<option value="${s}" ${s === status ? raw(' selected') : ''}>${s || 'any'}</option>`)}
+            ${['', 'failed', 'skipped', 'pending', 'retrying', 'paused', 'done'].map((s) => html`<option value="${s}" ${s === status ? raw(' selected') : ''}>${s || 'any'}</option>`)}
           </select></label
         >
         <button type="submit">Search</button>
