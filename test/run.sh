@@ -18,22 +18,24 @@ trap 'rm -f "$out"' EXIT
   export TEST_PORT_RANGE=21350-22699
   npm run --silent test:cluster
   clustered=$?
-  echo "== npm run test:cluster: exit $clustered"
+  echo "== npm run test:cluster: exit $clustered (at ${SECONDS} s)"
   npm run --silent test:sentinel
   sentinel=$?
-  echo "== npm run test:sentinel: exit $sentinel"
+  echo "== npm run test:sentinel: exit $sentinel (at ${SECONDS} s)"
   [ "$clustered" -eq 0 ] && [ "$sentinel" -eq 0 ]
 ) >"$out" 2>&1 &
 replicated=$!
 TEST_PORT_RANGE=20000-21349 "${run[@]}" test/*.test.ts
 suite=$?
+echo "== the suite on the one Redis: exit $suite (${SECONDS} s)"
 wait "$replicated"
 replicas=$?
 echo
-echo "== npm run test:cluster, then npm run test:sentinel (ran beside the suite above): exit $replicas"
+echo "== npm run test:cluster, then npm run test:sentinel (ran beside the suite above): exit $replicas (${SECONDS} s since the start of npm test)"
 cat "$out"
 echo
 echo "== the chaos run on the one Redis (npm run test:chaos)"
 "${run[@]}" test/chaos/*.test.ts
 chaos=$?
+echo "== the chaos run: exit $chaos; npm test took ${SECONDS} s"
 [ "$suite" -eq 0 ] && [ "$replicas" -eq 0 ] && [ "$chaos" -eq 0 ]
