@@ -156,26 +156,29 @@ describe('dashboard: the Calls page', () => {
 
   test('retries of one dead letter at once: one retries it, the others are told it is not a dead letter (409), none fails (500)', async () => {
     const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
-    // perm-*: refused for good on every attempt, so the retried job is a dead letter again later.
-    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('perm-page-9'))).status, 202);
-    const id = callHash('ai-agent:agent-1:perm-page-9');
+    // gate-*: refused for good while the sink fails, delivered once it is fixed — so the retried job
+    // ends done, never a dead letter again that a later request could rightly retry once more.
+    sink.failing = true;
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('gate-page-9'))).status, 202);
+    const id = callHash('ai-agent:agent-1:gate-page-9');
     await waitFor(
       async () =>
         (await archive.getJob(id))?.failedReason !== undefined && (await archive.getJob(id))!.finishedOn !== undefined,
       {
         timeoutMs: 20_000,
-        what: 'perm-page-9 dead-lettered',
+        what: 'gate-page-9 dead-lettered',
       },
     );
     // Its timeline says failed (what the page checks first).
     await waitFor(
       async () => {
-        const page = await fetch(`${cs.url}/api/calls/perm-page-9`, { headers: { authorization: `Bearer ${TOKEN}` } });
+        const page = await fetch(`${cs.url}/api/calls/gate-page-9`, { headers: { authorization: `Bearer ${TOKEN}` } });
         const body = (await page.json()) as { calls?: { sinks: Record<string, string> }[] };
         return body.calls?.[0]?.sinks.archive === 'failed';
       },
-      { what: 'perm-page-9 failed in its timeline' },
+      { what: 'gate-page-9 failed in its timeline' },
     );
+    sink.failing = false;
     const statuses = await Promise.all(
       Array.from({ length: 6 }, () =>
         fetch(`${cs.url}/admin/queues/calls/${id}/retry`, {
