@@ -11,20 +11,13 @@ import { InboundLog } from '../queues/inbound.js';
 import type { Config } from '../src/config/index.js';
 import { minimalPayload, webhookPayload } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { webhookConfig } from './support/webhook-config.js';
 
 const PLATFORM_IP = '217.116.118.254';
 const log = createLogger({ level: 'silent' });
 
-const webhook = (over: Partial<Config['webhook']> = {}): Config['webhook'] => ({
-  allowedIps: ['217.116.118.254', '212.9.46.32'],
-  trustProxyHops: 0,
-  authHeader: undefined,
-  authTokens: [],
-  bodyLimitBytes: 1024 * 1024,
-  dedupeWindowMs: 60_000,
-  enqueueTimeoutMs: 1500,
-  ...over,
-});
+const webhook = (over: Partial<Config['webhook']> = {}): Config['webhook'] =>
+  webhookConfig({ allowedIps: ['217.116.118.254', '212.9.46.32'], ...over });
 
 describe('ingress', () => {
   const prefix = uniquePrefix('ingress');
