@@ -1,8 +1,9 @@
 // A queue held back for a remote's "retry later" (a 429 or 503 with Retry-After for the whole sink):
 // BullMQ's rate-limit key of the queue (`<prefix>:<queue>:limiter`) set to "used up" for the wait,
 // so no worker of any process is handed a job of that queue before the wait is over. BullMQ's
-// moveToActive script reads that key only for a worker with a limiter: the runner gives every
-// worker one (workers/runner.ts). A hold only ever grows: a shorter wait leaves a longer one be.
+// moveToActive script reads that key only for a worker with a limiter: the runner gives one to the
+// workers of sinks whose remote can hold their queue (`SinkType.queueWide`, workers/runner.ts). A hold
+// only ever grows: a shorter wait leaves a longer one be, and the job waits as long as the hold.
 import type { Queue } from 'bullmq';
 import type { RedisClient } from './connection.js';
 

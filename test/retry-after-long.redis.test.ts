@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { after, afterEach, before, beforeEach, describe, it, test } from 'node:test';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
+import { holdQueue } from '../queues/hold.js';
 import { RedisKeys } from '../queues/keys.js';
 import { BACKOFF_STRATEGY, JobName, sinkJobId, sinkQueueName, type SinkDeliverJob } from '../queues/registry.js';
 import { CallTimeline, timelineId, type TimelineEntry } from '../queues/timeline.js';
@@ -177,6 +178,53 @@ describe('a Retry-After longer than the job lock, behind the queue runner', () =
     assert.equal(retry.kind, 'retry-later');
     assert.ok(retry.nextAt !== undefined && retry.nextAt - asked.at >= WAIT_MS, 'next attempt: after the Retry-After');
     assert.ok(entries[2]!.at >= retry.nextAt, `ran at ${entries[2]!.at}, announced for ${retry.nextAt}`);
+  });
+
+  it('a shorter wait while the queue is held longer: the timeline names when the job really runs', async () => {
+    // Another process held the endpoint's queue for 3 s while this job's request was under way; the
+    // remote then asks this job to wait 1 s. The job cannot run before the hold ends, and its
+    // timeline says so (before: "next attempt" in 1 s, and it ran 2 s later than announced).
+    const { jobId, id } = await add('long-short');
+    let asked = 0;
+    const options = webhookSinkType.options.parse({ endpoints: [{ name: 'e429', url: receiver.url }] });
+    const deliver = createDeliverProcessor(new WebhookSink('hook', options, deps), logged.log, 'e429');
+    const worker = runWorker<SinkDeliverJob>(
+      queueName,
+      async (job, signal, outcome) => {
+        runs.push({ jobId: job.id ?? '', at: Date.now() });
+        if (runs.length > 1) return deliver(job, signal, outcome);
+        await holdQueue(queue, redis, WAIT_MS);
+        asked = Date.now();
+        throw new RetryLaterError('slow down', 1000, { status: 429, scope: 'queue' });
+      },
+      {
+        connection: redis,
+        prefix: keys,
+        retry: { attempts: 1, backoffMs: 50, maxBackoffMs: 200 },
+        concurrency: 8,
+        stalledIntervalMs: 300,
+        lockDurationMs: LOCK_MS,
+        maxStalledCount: 1,
+        log: logged.log,
+        timeline,
+        queueWide: true,
+      },
+    );
+    running.push(worker);
+    await waitFor(() => completed(jobId), { timeoutMs: 20_000, what: 'the job completed' });
+    assert.equal(runs.length, 2);
+    const entries: TimelineEntry[] = (await timeline.read(id)).filter((e) => e.sink === 'hook');
+    assert.deepEqual(
+      entries.map((e) => e.event),
+      ['attempt', 'retry', 'attempt', 'done'],
+    );
+    const retry = entries[1]!;
+    assert.ok(
+      retry.nextAt !== undefined && retry.nextAt - asked >= WAIT_MS - 100,
+      `next attempt announced ${retry.nextAt! - asked} ms after the 429; the queue was held ${WAIT_MS} ms`,
+    );
+    assert.ok(runs[1]!.at >= retry.nextAt, `ran ${retry.nextAt - runs[1]!.at} ms before it was announced`);
+    assert.ok(runs[1]!.at - retry.nextAt < 2000, `ran ${runs[1]!.at - retry.nextAt} ms after it was announced`);
   });
 
   it('closing the worker during the wait ends at once; a worker started later delivers after the wait', async () => {

@@ -104,9 +104,15 @@ export function runWorker<T extends JobPayload>(
 
   // The backoff of a failure the timeline recorded was drawn there, with its next attempt's time.
   const retries = new PlannedRetries(options.retry);
-  const run = options.timeline
-    ? recordAttempts(queueName, processor, options.timeline, retries, MAX_DEFERRALS)
-    : processor;
+  // Without a limit of its own but with queue-wide waits, one that never limits: BullMQ reads a
+  // queue's hold only for a worker with a limiter (queues/hold.ts).
+  const limiter = options.limit
+    ? { max: options.limit.max, duration: options.limit.durationMs }
+    : options.queueWide
+      ? { max: HELD, duration: UNLIMITED_WINDOW_MS }
+      : undefined;
+  const holding = limiter ? holdsQueue(processor, queue, options.connection, log) : processor;
+  const run = options.timeline ? recordAttempts(queueName, holding, options.timeline, retries, MAX_DEFERRALS) : holding;
   const workerOptions: WorkerOptions = {
     connection: options.connection,
     prefix,
@@ -124,13 +130,7 @@ export function runWorker<T extends JobPayload>(
         return schedule ? scheduleDelay(attemptsMade, schedule) : backoffDelay(attemptsMade, backoffMs, maxBackoffMs);
       },
     },
-    // Without a limit of its own but with queue-wide waits, one that never limits: BullMQ reads a
-    // queue's hold only for a worker with a limiter (queues/hold.ts).
-    limiter: options.limit
-      ? { max: options.limit.max, duration: options.limit.durationMs }
-      : options.queueWide
-        ? { max: HELD, duration: UNLIMITED_WINDOW_MS }
-        : undefined,
+    limiter,
   };
 
   /** A disabling of the queue under way (see the 'disable' kind below). */
@@ -194,15 +194,11 @@ export function runWorker<T extends JobPayload>(
             jobLog().info({ delayMs: err.delayMs, scope: err.scope, status: err.status }, 'remote asked to wait');
             // The job waits in the delayed set, its lock released: a wait longer than the lock is
             // no stall, and a shutdown has nothing to wait for. A queue-wide wait holds the queue's
-            // other jobs back too (queues/hold.ts). Not BullMQ's worker.rateLimit and RateLimitError:
+            // other jobs back too: `holdsQueue` below held it already, and made the wait the hold's
+            // when that was longer. Not BullMQ's worker.rateLimit and RateLimitError:
             // they put the job back in the waiting list and leave the wait to this worker's memory,
             // cut at 30 s (maximumRateLimitDelay) and raced by its concurrent fetches — the job was
             // taken again in the middle, left unlocked, run again early, and closing waited for it.
-            if (err.scope === 'queue' && worker.opts.limiter) {
-              await holdQueue(queue, options.connection, err.delayMs).catch((holdErr: unknown) =>
-                jobLog().warn({ reason: errorMessage(holdErr) }, 'holding the queue back failed: only this job waits'),
-              );
-            }
             await job.moveToDelayed(Date.now() + err.delayMs, token);
             throw new DelayedError();
           }
@@ -277,5 +273,43 @@ export function runWorker<T extends JobPayload>(
       })();
       return closing;
     },
+  };
+}
+
+/**
+ * A queue-wide "retry later" holds the queue (queues/hold.ts) as the attempt ends — before its
+ * timeline entry is written (workers/attempts.ts), so the entry's next attempt is when the job can
+ * really run: a hold already in place for longer (another job's, another process') makes the wait
+ * that long. Only for the waits the runner defers (MAX_DEFERRALS); a failed hold leaves the job
+ * alone to wait.
+ */
+function holdsQueue<T extends JobPayload>(
+  processor: Processor<T>,
+  queue: Queue,
+  connection: RedisClient,
+  log: Logger,
+): Processor<T> {
+  return async (job, signal, outcome) => {
+    try {
+      return await processor(job, signal, outcome);
+    } catch (err) {
+      if (
+        !(err instanceof RetryLaterError) ||
+        err.scope !== 'queue' ||
+        job.attemptsStarted - job.attemptsMade > MAX_DEFERRALS
+      )
+        throw err;
+      let heldMs: number;
+      try {
+        heldMs = await holdQueue(queue, connection, err.delayMs);
+      } catch (holdErr) {
+        log
+          .child({ jobId: job.id })
+          .warn({ reason: errorMessage(holdErr) }, 'holding the queue back failed: only this job waits');
+        throw err;
+      }
+      if (heldMs <= err.delayMs) throw err;
+      throw new RetryLaterError(err.message, heldMs, { status: err.status, cause: err, scope: 'queue' });
+    }
   };
 }
