@@ -226,6 +226,20 @@ function wordsOf(text: string): string[] {
 }
 
 /**
+ * Removes what `err`'s message echoes of the given values (`scrubEchoes`), from its stack too
+ * (BullMQ keeps both). Anything but an Error, or one with nothing to remove, is answered as it is;
+ * else the same Error, its class kept.
+ */
+export function scrubErrorEchoes(err: unknown, values: EchoValues): unknown {
+  if (!(err instanceof Error)) return err;
+  const message = scrubEchoes(err.message, values);
+  if (message === err.message) return err;
+  if (typeof err.stack === 'string') err.stack = err.stack.split(err.message).join(message);
+  err.message = message;
+  return err;
+}
+
+/**
  * Removes from `text` what it echoes of the given values: runs of 4 words of a free text (or a
  * shorter text whole), every word of a name, the numbers. Each removed stretch becomes `…`. Given
  * texts or names, JSON escapes and HTML character references in `text` are decoded first (the

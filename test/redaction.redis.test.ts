@@ -240,6 +240,36 @@ describe('a CRM and a webhook receiver echoing the call in their error answers',
     assert.ok(cs.logs.some((l) => l.msg === 'transient failure: will retry' && l.status === 500));
   });
 
+  test("HubSpot 400 echoing the matched contact's name (HubSpot's data, not the call's): not in the logs or the dead letter", async () => {
+    // The caller is a known contact; the call's properties are rendered with its name
+    // ({{contactName}}), and HubSpot quotes them back when it refuses them.
+    const contactId = hubspot.addContact({ firstname: 'Grace', lastname: 'Hopper', phone: NUMBER });
+    try {
+      hubspot.enqueue({
+        match: (r) => r.method === 'POST' && /^\/crm\/objects\/[^/]+\/calls$/.test(r.path),
+        status: 400,
+        body: {
+          status: 'error',
+          message:
+            'Property values were not valid: hs_call_title "Call with Hopper" is too long (contact Grace Hopper)',
+          category: 'VALIDATION_ERROR',
+        },
+      });
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('red-contact'))).status, 202);
+      const job = await deadLetter('sink-hubspot', 'red-contact');
+      const { logs, reason, stack } = await evidence(cs, job);
+      for (const [text, where] of [
+        [reason, 'failedReason'],
+        [stack, 'stacktrace'],
+        [logs, 'the logs'],
+      ] as const)
+        assertClean(text, where, ['Hopper', 'Grace']);
+      assert.match(reason, /answered 400: Property values were not valid: hs_call_title "Call with …" is too long/);
+    } finally {
+      hubspot.contacts.delete(contactId);
+    }
+  });
+
   test('a webhook receiver quoting the payload back: the reason keeps the status and its words, not the data', async () => {
     const job = await deadLetter('sink-webhook', 'red-400');
     const { logs, reason, stack } = await evidence(cs, job);

@@ -5,7 +5,7 @@
 import type { Job } from 'bullmq';
 import type { Logger } from 'pino';
 import { UnprocessableJobError } from '../src/errors.js';
-import { scrubEchoes, type EchoValues } from '../src/redact.js';
+import { scrubErrorEchoes, type EchoValues } from '../src/redact.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import { numberSpellings } from '../src/model/phone.js';
 import type { AttemptOutcome, Sink, SinkResult } from '../src/sinks/types.js';
@@ -32,12 +32,7 @@ function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues {
  * @internal Exported for its tests only (test/redaction.redis.test.ts).
  */
 export function scrubCallEchoes(err: unknown, call: Omit<CanonicalCall, 'revision'>): unknown {
-  if (!(err instanceof Error)) return err;
-  const message = scrubEchoes(err.message, echoValuesOf(call));
-  if (message === err.message) return err;
-  if (typeof err.stack === 'string') err.stack = err.stack.split(err.message).join(message);
-  err.message = message;
-  return err;
+  return err instanceof Error ? scrubErrorEchoes(err, echoValuesOf(call)) : err;
 }
 
 /**

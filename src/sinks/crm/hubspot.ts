@@ -10,6 +10,7 @@
 import { z } from 'zod';
 import { callHash, OUTCOMES, type CanonicalCall, type Outcome } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
+import { scrubErrorEchoes } from '../../redact.js';
 import { PermanentError, RetryLaterError } from '../../errors.js';
 import { archiveUrl } from '../archive/keys.js';
 import { RevisionGuard } from '../revisions.js';
@@ -377,6 +378,25 @@ export class HubSpotSink implements Sink {
       contact = await this.findContact(number, ctx.signal);
       if (contact === null && this.options.createContacts) contact = await this.createContact(number, ctx.signal);
     }
+    if (!contact?.name) return this.writeFor(call, ctx, contact, number, disposition, recordingUrl);
+    try {
+      return await this.writeFor(call, ctx, contact, number, disposition, recordingUrl);
+    } catch (err) {
+      // The contact's name (HubSpot's, not the call's) may be in what HubSpot answers when it
+      // refuses the properties it was rendered into: never in a log, a dead letter or the timeline.
+      throw scrubErrorEchoes(err, { names: [contact.name] });
+    }
+  }
+
+  private async writeFor(
+    call: CanonicalCall,
+    ctx: SinkContext,
+    contact: Contact | null,
+    number: string | null,
+    disposition: string | null,
+    recordingUrl: string | null,
+  ): Promise<SinkResult> {
+    const log = ctx.log.child({ sink: this.name, callId: call.callId });
     const properties = this.callProperties(call, contact, { disposition, recordingUrl });
     const createdReason =
       contact === null
