@@ -1,7 +1,7 @@
 // Dead letters (a queue's failed jobs) put back for a whole new round of attempts: `callsync dlq
 // retry`, the Calls page's Retry and Bull Board's all go through here.
 import type { Job, Queue, RetryOptions } from 'bullmq';
-import { settledWithin } from './connection.js';
+import { settledWithin, type RedisClient } from './connection.js';
 import { endpointFromQueue, JobName, sinkNameFromQueue, type SinkDeliverJob } from './registry.js';
 import { timelineIdOf, type CallTimeline } from './timeline.js';
 
@@ -14,6 +14,9 @@ import { timelineIdOf, type CallTimeline } from './timeline.js';
  */
 const NEW_ROUND: RetryOptions = { resetAttemptsMade: true, resetAttemptsStarted: true };
 
+// KEYS[1] the failed set, KEYS[2] the job's hash; ARGV[1] the job's id.
+const FORGET_STALLS = `if redis.call('ZSCORE', KEYS[1], ARGV[1]) then redis.call('HDEL', KEYS[2], 'stc') end`;
+
 /** How long a retry waits for its timeline entry at most (it is sent again in the background). */
 const TIMELINE_WRITE_MS = 2000;
 
@@ -25,8 +28,19 @@ const PAGE = 200;
  * job's call timeline says so (`retried`: the attempts that follow are numbered from 1 again).
  * Rejects as `Job.retry` does when the job is no longer failed.
  */
-export async function retryDeadLetter(job: Job, timeline?: CallTimeline): Promise<void> {
+export async function retryDeadLetter(queue: Queue, job: Job, timeline?: CallTimeline): Promise<void> {
   const at = Date.now();
+  // BullMQ's retry keeps the stall count, so a job that stalled before it failed would be
+  // dead-lettered again at its next stall: the new round forgets them (only while it is failed).
+  if (job.id !== undefined && (job.stalledCounter ?? 0) > 0)
+    // The Redis backend's client is ioredis' (BullMQ's interface names only the commands it uses).
+    await ((await queue.getBackend().client) as unknown as RedisClient).eval(
+      FORGET_STALLS,
+      2,
+      queue.toKey('failed'),
+      queue.toKey(job.id),
+      job.id,
+    );
   await job.retry('failed', NEW_ROUND);
   const data = job.data as SinkDeliverJob | undefined;
   const sink = sinkNameFromQueue(job.queueName);
@@ -56,7 +70,7 @@ export async function retryDeadLetters(queue: Queue, timeline?: CallTimeline): P
     for (const job of jobs) {
       seen.add(job.id!);
       try {
-        await retryDeadLetter(job, timeline);
+        await retryDeadLetter(queue, job, timeline);
         retried++;
       } catch (err) {
         if (await job.isFailed().catch(() => true)) throw err;

@@ -171,7 +171,7 @@ export async function dlqRetry(config: Config, redis: RedisClient, options: DlqO
     if (options.id) {
       // Every dead letter with the id in scope: one call's sink jobs share it (docs/reliability.md "Job ids").
       for (const { queue, job } of await deadLettersWithId(queues, options.id)) {
-        await retryDeadLetter(job, timeline);
+        await retryDeadLetter(queue, job, timeline);
         io.out(`retrying ${queue.name} job ${options.id}`);
         if (foundOnly.has(queue.name))
           io.err(`${queue.name}: no sink of this configuration works that queue: the job waits for a worker that does`);

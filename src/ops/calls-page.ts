@@ -320,7 +320,7 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
         409,
       );
     try {
-      await retryDeadLetter(job, timeline);
+      await retryDeadLetter(queue, job, timeline);
     } catch (err) {
       // Retried (or removed) by someone else between the check and the retry: say so, not a 500.
       const state = await job.getState().catch(() => 'unknown');
