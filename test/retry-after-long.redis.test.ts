@@ -93,8 +93,13 @@ describe('a Retry-After longer than the job lock, behind the queue runner', () =
     await deps.close();
   });
 
-  /** A worker of the endpoint's queue as `callsync start` runs it, with a 1 s lock and WORKER_CONCURRENCY's default. */
-  function start(): RunningWorker {
+  type Deliver = ReturnType<typeof createDeliverProcessor>;
+
+  /**
+   * A worker of the endpoint's queue as `callsync start` runs it, with a 1 s lock and
+   * WORKER_CONCURRENCY's default; `around` may stand in for the sink's delivery.
+   */
+  function start(around?: (deliver: Deliver, ...args: Parameters<Deliver>) => ReturnType<Deliver>): RunningWorker {
     const options = webhookSinkType.options.parse({ endpoints: [{ name: 'e429', url: receiver.url }] });
     const sink = new WebhookSink('hook', options, deps);
     const deliver = createDeliverProcessor(sink, logged.log, 'e429');
@@ -102,7 +107,7 @@ describe('a Retry-After longer than the job lock, behind the queue runner', () =
       queueName,
       (job, signal, outcome) => {
         runs.push({ jobId: job.id ?? '', at: Date.now() });
-        return deliver(job, signal, outcome);
+        return around ? around(deliver, job, signal, outcome) : deliver(job, signal, outcome);
       },
       {
         connection: redis,
@@ -186,31 +191,12 @@ describe('a Retry-After longer than the job lock, behind the queue runner', () =
     // timeline says so (before: "next attempt" in 1 s, and it ran 2 s later than announced).
     const { jobId, id } = await add('long-short');
     let asked = 0;
-    const options = webhookSinkType.options.parse({ endpoints: [{ name: 'e429', url: receiver.url }] });
-    const deliver = createDeliverProcessor(new WebhookSink('hook', options, deps), logged.log, 'e429');
-    const worker = runWorker<SinkDeliverJob>(
-      queueName,
-      async (job, signal, outcome) => {
-        runs.push({ jobId: job.id ?? '', at: Date.now() });
-        if (runs.length > 1) return deliver(job, signal, outcome);
-        await holdQueue(queue, redis, WAIT_MS);
-        asked = Date.now();
-        throw new RetryLaterError('slow down', 1000, { status: 429, scope: 'queue' });
-      },
-      {
-        connection: redis,
-        prefix: keys,
-        retry: { attempts: 1, backoffMs: 50, maxBackoffMs: 200 },
-        concurrency: 8,
-        stalledIntervalMs: 300,
-        lockDurationMs: LOCK_MS,
-        maxStalledCount: 1,
-        log: logged.log,
-        timeline,
-        queueWide: true,
-      },
-    );
-    running.push(worker);
+    start(async (deliver, job, signal, outcome) => {
+      if (runs.length > 1) return deliver(job, signal, outcome);
+      await holdQueue(queue, redis, WAIT_MS);
+      asked = Date.now();
+      throw new RetryLaterError('slow down', 1000, { status: 429, scope: 'queue' });
+    });
     await waitFor(() => completed(jobId), { timeoutMs: 20_000, what: 'the job completed' });
     assert.equal(runs.length, 2);
     const entries: TimelineEntry[] = (await timeline.read(id)).filter((e) => e.sink === 'hook');
