@@ -116,6 +116,9 @@ export function pollerMetrics(): PollerEvents {
     failed(channel) {
       metrics.pollerPolls.inc({ channel, outcome: 'failure' });
     },
+    rateLimited(channel) {
+      metrics.pollerPolls.inc({ channel, outcome: 'retry-later' });
+    },
     stopped(channel) {
       metrics.pollerPolls.inc({ channel, outcome: 'auth-failure' });
       metrics.pollerStopped.set({ channel }, 1);

@@ -9,7 +9,8 @@
 //   of its TTL; a crashed holder's channel is taken over once the TTL runs out. The cursor write
 //   is fenced by the lock (a poller that lost its lock cannot move the cursor).
 // - 401/403 stop that channel (error log + metric) until the process restarts; other API failures
-//   back off exponentially; a Retry-After is waited out exactly.
+//   back off exponentially; a Retry-After is waited out (at least POLL_INTERVAL_MS, at most
+//   POLL_MAX_BACKOFF_MS).
 import { createHash, randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Queue, type Job } from 'bullmq';
@@ -79,6 +80,8 @@ export interface PollerEvents {
     },
   ): void;
   failed?(channelId: string, err: Error, retryInMs: number): void;
+  /** The API answered 429/503 with a wait longer than the client waits itself; the poller waits `waitMs`. */
+  rateLimited?(channelId: string, waitMs: number): void;
   /** Polling of the channel stopped (credentials rejected). */
   stopped?(channelId: string, reason: string): void;
   deadLettered?(channelId: string, reason: string): void;
@@ -209,9 +212,16 @@ class ChannelPoller {
           continue;
         }
         if (error instanceof TelephonyApiError && error.kind === 'retry-later') {
-          // Not a failure: the API said exactly when to come back.
-          wait = error.retryAfterMs;
-          this.log.warn({ status: error.status, waitMs: wait }, 'telephony API asked to wait before the next poll');
+          // Not a failure: the API said when to come back. Never sooner than the poll interval (a
+          // Retry-After of 0 or a date in the past would otherwise make a tight request loop), never
+          // later than POLL_MAX_BACKOFF_MS (a huge one would stop the channel, and a timer past
+          // 2^31 ms fires at once).
+          wait = Math.min(Math.max(error.retryAfterMs, this.settings.intervalMs), this.settings.maxBackoffMs);
+          this.log.warn(
+            { status: error.status, retryAfterMs: error.retryAfterMs, waitMs: wait },
+            'telephony API asked to wait before the next poll',
+          );
+          this.deps.events?.rateLimited?.(this.channelId, wait);
         } else {
           failures += 1;
           // From the poll interval (at least 500 ms), doubling up to POLL_MAX_BACKOFF_MS.

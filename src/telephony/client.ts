@@ -414,11 +414,13 @@ export class TelephonyApiClient implements TelephonyClient {
           if (err instanceof TelephonyApiError && err.kind === 'retry-later') {
             if (err.retryAfterMs <= this.maxRetryAfterMs && rateLimitWaits < MAX_RATE_LIMIT_WAITS) {
               rateLimitWaits++;
+              // At least the first retry delay: a Retry-After of 0 or in the past must not resend at once.
+              const waitMs = Math.max(err.retryAfterMs, this.retryMinDelayMs);
               this.log?.warn(
-                { operation, status: err.status, waitMs: err.retryAfterMs },
+                { operation, status: err.status, retryAfterMs: err.retryAfterMs, waitMs },
                 'telephony API asked to wait; waiting',
               );
-              await sleep(err.retryAfterMs, signal);
+              await sleep(waitMs, signal);
               continue;
             }
             throw err;

@@ -1,0 +1,93 @@
+// The poller against hostile Retry-After values (0, a date in the past, a negative or huge number):
+// never a tight request loop, never a wait past POLL_MAX_BACKOFF_MS (a timer past 2^31 ms fires at once).
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { defaultRetryPolicy, type RedisClient } from '../queues/index.js';
+import { InboundLog } from '../queues/inbound.js';
+import { InboundAcceptor } from '../src/ingress/accept.js';
+import { createTelephonyClient } from '../src/telephony/client.js';
+import { startPoller, type RunningPoller } from '../workers/poller.js';
+import { memoryLog } from './support/callsync.js';
+import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
+import { testRedis, type TestRedis } from './support/redis.js';
+
+const runner = {
+  retry: defaultRetryPolicy,
+  concurrency: 1,
+  stalledIntervalMs: 1000,
+  lockDurationMs: 2000,
+  maxStalledCount: 1,
+};
+
+describe('poller: hostile Retry-After', () => {
+  let api: FakeTelephony;
+  let target: TestRedis;
+  before(async () => {
+    api = await FakeTelephony.start();
+    target = await testRedis();
+  });
+  after(() => api.close());
+
+  async function pollFor(channel: string, ms: number, settings: { intervalMs: number; maxBackoffMs: number }) {
+    const prefix = await target.prefix(`poll-ra-${channel}`);
+    const keys = target.keys(prefix);
+    const redis: RedisClient = target.connect('producer');
+    const worker: RedisClient = target.connect('worker');
+    const logs = memoryLog('debug');
+    let running: RunningPoller | undefined;
+    try {
+      running = startPoller({
+        settings: { channelIds: [channel], pageSize: 50, lockTtlMs: 1000, ...settings },
+        client: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth }),
+        acceptor: new InboundAcceptor(new InboundLog(redis, keys), { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
+        redis,
+        workerConnection: worker,
+        prefix: keys,
+        log: logs.log,
+        runner,
+      });
+      await new Promise((r) => setTimeout(r, ms));
+      return { requests: api.inboxRequests(channel), logs };
+    } finally {
+      await running?.close();
+      await Promise.all([redis, worker].map((r) => r.quit().catch(() => undefined)));
+      await target.cleanup(prefix);
+    }
+  }
+
+  for (const [name, value] of [
+    ['0', '0'],
+    ['a date in the past', 'Thu, 01 Jan 1970 00:00:00 GMT'],
+    ['a negative number', '-5'],
+  ] as const) {
+    it(`Retry-After ${name} on every 429 does not make the poller hammer the API`, async () => {
+      const channel = `ra-${name.replace(/\W+/g, '-')}`;
+      api.addEvents(channel, [channelEvent({ eventId: 'ev-1', channelId: channel })]);
+      api.inject({ on: 'events', channelId: channel, status: 429, retryAfter: value, times: Infinity });
+      try {
+        const { requests } = await pollFor(channel, 1500, { intervalMs: 200, maxBackoffMs: 1000 });
+        // With a 200 ms interval, a sane poller makes a handful of requests in 1.5 s.
+        assert.ok(requests.length <= 12, `${requests.length} inbox requests in 1.5 s`);
+      } finally {
+        api.clearFaults();
+      }
+    });
+  }
+
+  it('a Retry-After longer than POLL_MAX_BACKOFF_MS (even past the 2^31 ms timer limit) waits POLL_MAX_BACKOFF_MS', async () => {
+    const channel = 'ra-huge';
+    api.addEvents(channel, [channelEvent({ eventId: 'ev-1', channelId: channel })]);
+    // 30 years: past setTimeout's limit of 2^31-1 ms, which Node turns into 1 ms.
+    api.inject({ on: 'events', channelId: channel, status: 429, retryAfter: '999999999', times: Infinity });
+    try {
+      const { requests, logs } = await pollFor(channel, 2500, { intervalMs: 200, maxBackoffMs: 800 });
+      assert.ok(requests.length >= 2, `read again after POLL_MAX_BACKOFF_MS: ${requests.length} request(s)`);
+      assert.ok(requests.length <= 5, `${requests.length} inbox requests in 2.5 s with an 800 ms cap`);
+      const line = logs.lines.find((l) => typeof l.msg === 'string' && /asked to wait/.test(l.msg));
+      assert.ok(line, 'the wait is logged');
+      assert.equal(line.waitMs, 800, 'the wait logged is the one taken');
+    } finally {
+      api.clearFaults();
+    }
+  });
+});
