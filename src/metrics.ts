@@ -269,6 +269,11 @@ export const metrics = {
     'Channel events that could not be parsed and went to the poll dead letters',
     ['channel'] as const,
   ),
+  pollerFieldsUnread: counter(
+    'callsync_poller_fields_unread_total',
+    'Channel events queued with a value callsync could not read in an optional field (read as absent, kept in the record raw), by field: its dotted path with array indexes as *',
+    ['field'] as const,
+  ),
   pollerLockHeld: gauge(
     'callsync_poller_lock_held',
     '1 while this process holds the channel lock (polls the channel)',

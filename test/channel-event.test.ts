@@ -204,31 +204,90 @@ describe('unusable events', () => {
     assert.equal(err.eventId, null);
   });
 
-  it('a bad direction, timestamp or recording type', () => {
+  it('a bad direction, or no readable start time at all', () => {
     assert.match(
       errorOf(() => normalizeChannelEvent(channelEvent({ eventId: 'a', call: { direction: 'SIDEWAYS' } }), receivedAt))
         .message,
       /call\.direction: Invalid option/,
     );
     assert.match(
-      errorOf(() => normalizeChannelEvent(channelEvent({ eventId: 'b', call: { startedAt: 'yesterday' } }), receivedAt))
-        .message,
-      /call\.startedAt: expected an ISO-8601 timestamp/,
-    );
-    assert.match(
       errorOf(() =>
         normalizeChannelEvent(
-          channelEvent({ eventId: 'c', recordings: [{ downloadUrl: '/r', type: 'hologram' }] }),
+          channelEvent({ eventId: 'b', createdAt: 'never', call: { startedAt: 'yesterday', establishedAt: null } }),
           receivedAt,
         ),
       ).message,
-      /recordings\.0\.type/,
+      /ChannelEvent b: call\.startedAt: required field missing or not an ISO-8601 timestamp/,
     );
-    assert.match(
-      errorOf(() =>
-        normalizeChannelEvent(channelEvent({ eventId: 'd', recordings: [{ type: 'voicemail' }] }), receivedAt),
-      ).message,
-      /recordings\.0\.downloadUrl: required field missing/,
+  });
+
+  it('never refuses a call for an optional field it cannot read: read as absent, reported, kept in raw', () => {
+    const raw = channelEvent({
+      eventId: 'odd-1',
+      createdAt: 'soon',
+      recordings: [
+        { downloadUrl: '/r/1', type: 'hologram' },
+        { type: 'voicemail' },
+        'x',
+        { downloadUrl: '/r/2', type: 'voicemail' },
+      ],
+      call: {
+        startedAt: '2025-01-01T09:00:00Z',
+        establishedAt: '',
+        terminatedAt: 'later',
+        forwarding: 'none',
+        from: { number: '+4921112345' },
+        owner: 42,
+        state: ['FINISHED'],
+        terminatedReason: false,
+      },
+    });
+    const parsed = parseChannelEvent(raw);
+    assert.equal(parsed.kind, 'call');
+    if (parsed.kind !== 'call') return;
+    assert.deepEqual(parsed.unread.map((u) => u.field).sort(), [
+      'call.forwarding',
+      'call.from',
+      'call.state',
+      'call.terminatedAt',
+      'call.terminatedReason',
+      'createdAt',
+      'recordings.*',
+      'recordings.*.downloadUrl',
+      'recordings.*.type',
+    ]);
+    assert.ok(
+      parsed.unread.every((u) => !u.detail.includes('+49')),
+      'no value in the details',
+    );
+    const call = normalizeChannelEvent(raw, receivedAt, { channelId: 'c' });
+    assert.equal(call.callId, 'call-odd-1');
+    assert.equal(call.from, null);
+    assert.equal(call.owner, '42');
+    assert.equal(call.outcome, 'answered', 'no readable state, but an accepting owner on an incoming call');
+    assert.equal(call.endedAt, null);
+    assert.equal(call.forwarding, null);
+    assert.deepEqual(call.recordings, [{ downloadUrl: '/r/2', type: 'voicemail' }]);
+    assert.equal(call.startedAt, '2025-01-01T09:00:00.000Z');
+    assert.deepEqual(call.raw, raw, 'the event verbatim');
+
+    // An unreadable startedAt falls back to establishedAt, then createdAt.
+    const fallback = normalizeChannelEvent(
+      channelEvent({ eventId: 'odd-2', call: { startedAt: 'yesterday', establishedAt: '2025-01-01T09:00:05Z' } }),
+      receivedAt,
+      { channelId: 'c' },
+    );
+    assert.equal(fallback.startedAt, '2025-01-01T09:00:05.000Z');
+  });
+
+  it('an event without a type but with a call is a CALL event', () => {
+    const raw = channelEvent({ eventId: 'nt-1' });
+    delete raw.type;
+    assert.equal(normalizeChannelEvent(raw, receivedAt, { channelId: 'c' }).eventId, 'nt-1');
+    assert.deepEqual(
+      errorOf(() => parseChannelEvent({ eventId: 'nt-2' })).fields,
+      ['type'],
+      'no type and no call: nothing to read',
     );
   });
 

@@ -473,6 +473,40 @@ describe('poller: failures', () => {
     }
   });
 
+  it('queues an event with optional fields it cannot read (not a dead letter); counts and logs the fields', async () => {
+    const h = await Harness.open({ name: 'poll-unread' });
+    const channel = 'odd';
+    const odd = (eventId: string) =>
+      channelEvent({
+        eventId,
+        channelId: channel,
+        createdAt: '',
+        recordings: [{ downloadUrl: '/r/1', type: 'new_kind' }],
+        call: { establishedAt: 'n/a', forwarding: 'none', from: { number: '+4921112345' } },
+      });
+    api.addEvents(channel, [odd('ev-0'), odd('ev-1')]);
+    const deadLettered: string[] = [];
+    try {
+      h.poller(
+        api,
+        { channelIds: [channel] },
+        {
+          events: combineEvents<PollerEvents>(pollerMetrics(), { deadLettered: (_c, r) => deadLettered.push(r) }),
+        },
+      );
+      await waitFor(async () => (await h.inbound.length()) === 2, { what: 'both odd events queued' });
+      assert.deepEqual(deadLettered, []);
+      const counted = await metrics.pollerFieldsUnread.get();
+      const count = (field: string) => counted.values.find((v) => v.labels.field === field)?.value ?? 0;
+      assert.ok(count('recordings.*.type') >= 2 && count('call.forwarding') >= 2 && count('call.from') >= 2);
+      const warned = h.logs.lines.filter((l) => typeof l.msg === 'string' && l.msg.includes('cannot read'));
+      assert.equal(warned.length, 1, 'each field logged once');
+      assert.doesNotMatch(JSON.stringify(h.logs.lines), /4921112345/, 'no phone number in the logs');
+    } finally {
+      await h.close();
+    }
+  });
+
   it('an empty inbox is polled every POLL_INTERVAL_MS, and new events are picked up', async () => {
     const h = await Harness.open({ name: 'poll-empty' });
     const channel = 'quiet';

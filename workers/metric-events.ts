@@ -126,6 +126,9 @@ export function pollerMetrics(): PollerEvents {
     deadLettered(channel) {
       metrics.pollerDeadLetters.inc({ channel });
     },
+    unread(_channel, fields) {
+      for (const field of fields) metrics.pollerFieldsUnread.inc({ field });
+    },
     lock(channel, held) {
       metrics.pollerLockHeld.set({ channel }, held ? 1 : 0);
     },

@@ -19,7 +19,12 @@ import { backoffDelay } from '../src/backoff.js';
 import type { Logger } from '../src/log.js';
 import { logRepeated, maskPhone } from '../src/log.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
-import { ChannelEventError, parseChannelEvent, toCanonical } from '../src/model/channel-event.js';
+import {
+  ChannelEventError,
+  parseChannelEvent,
+  toCanonical,
+  type UnreadChannelField,
+} from '../src/model/channel-event.js';
 import { UnprocessableJobError, classify } from '../src/errors.js';
 import { TelephonyApiError } from '../src/telephony/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
@@ -85,6 +90,8 @@ export interface PollerEvents {
   /** Polling of the channel stopped (credentials rejected). */
   stopped?(channelId: string, reason: string): void;
   deadLettered?(channelId: string, reason: string): void;
+  /** A queued event had optional fields callsync could not read (read as absent): their paths. */
+  unread?(channelId: string, fields: string[]): void;
   /** This process took (true) or lost / gave back (false) the channel's lock. */
   lock?(channelId: string, held: boolean): void;
 }
@@ -124,6 +131,7 @@ class ChannelPoller {
   private readonly log: Logger;
   private readonly now: () => Date;
   private readonly random: () => number;
+  private readonly unreadLogged = new Set<string>();
 
   constructor(
     readonly channelId: string,
@@ -287,6 +295,7 @@ class ChannelPoller {
         this.log.debug({ eventId: parsed.event.eventId, type: parsed.event.type }, 'channel event skipped: not a call');
         continue;
       }
+      if (parsed.unread.length > 0) this.reportUnread(parsed.event.eventId, parsed.unread);
       let call: CanonicalCall;
       try {
         call = toCanonical(parsed.event, parsed.call, raw, receivedAt, { channelId: this.channelId });
@@ -348,6 +357,22 @@ class ChannelPoller {
     const limit = Math.min(this.settings.pageSize, page.limit > 0 ? page.limit : this.settings.pageSize);
     // A full page means more are waiting; a position that did not move would loop, so it waits.
     return page.events.length > 0 && page.events.length >= limit && page.position !== position;
+  }
+
+  /** Counts every unread optional field; logs each field once per channel and process (never the value). */
+  private reportUnread(eventId: string, unread: UnreadChannelField[]): void {
+    this.deps.events?.unread?.(
+      this.channelId,
+      unread.map((u) => u.field),
+    );
+    const fresh = unread.filter((u) => !this.unreadLogged.has(u.field));
+    for (const u of fresh) this.unreadLogged.add(u.field);
+    if (fresh.length > 0)
+      this.log.warn(
+        { eventId, fields: fresh.map((u) => `${u.field}: ${u.detail}`) },
+        'channel event has optional fields callsync cannot read: read as absent, kept verbatim in the record (logged once per field)',
+      );
+    else this.log.debug({ eventId, fields: unread.map((u) => u.field) }, 'channel event has unread optional fields');
   }
 
   // ---- lock ----

@@ -4,47 +4,63 @@
 // naming the event and the field.
 import { z } from 'zod';
 import { callKey, RECORDING_TYPES, type CanonicalCall, type Direction, type Outcome, type Recording } from './call.js';
+
+type RecordingType = (typeof RECORDING_TYPES)[number];
 import { toE164 } from './phone.js';
 
-const nullableString = z.string().nullish();
-/** ISO-8601 timestamp; anything Date cannot read is an error naming the field. */
-const timestamp = z
-  .string()
-  .refine((v) => !Number.isNaN(Date.parse(v)), { message: 'expected an ISO-8601 timestamp' })
-  .nullish();
-
-const channelRecordingSchema = z.looseObject({
-  downloadUrl: z.string().min(1, 'expected a non-empty relative URL'),
-  type: z.enum(RECORDING_TYPES),
+// What identifies a call, and what the record cannot be without, may refuse an event (README
+// STYLE: "only what identifies a call may refuse it"): `eventId`, `call.callSid`, `call.direction`,
+// and a readable start (`startedAt`, else `establishedAt`, else `createdAt`). Every other field is
+// read by hand: a value of a shape callsync cannot read is read as absent, reported as an unread
+// field (the poller logs and counts it), and kept verbatim in `raw`.
+const channelEventSchema = z.looseObject({
+  eventId: z.string().min(1, 'expected a non-empty event id'),
+  /** Only CALL is documented; other types are recognised and skipped (see parseChannelEvent). */
+  type: z.string().min(1).nullish(),
 });
 
 const channelCallSchema = z.looseObject({
   callSid: z.string().min(1, 'expected a non-empty call id'),
-  channelId: nullableString,
   direction: z.enum(['INCOMING', 'OUTGOING']),
-  establishedAt: timestamp,
-  forwarding: z.looseObject({ target: nullableString, type: nullableString }).nullish(),
-  from: nullableString,
-  owner: nullableString,
-  startedAt: timestamp,
+});
+
+export interface ParsedChannelRecording {
+  downloadUrl: string;
+  type: RecordingType;
+}
+
+export interface ParsedChannelEvent {
+  eventId: string;
+  type: string;
+  createdAt: string | null;
+  recordings: ParsedChannelRecording[];
+}
+
+export interface ParsedChannelCall {
+  callSid: string;
+  channelId: string | null;
+  direction: 'INCOMING' | 'OUTGOING';
+  establishedAt: string | null;
+  forwarding: { target: string | null; type: string | null } | null;
+  from: string | null;
+  owner: string | null;
+  startedAt: string | null;
   /** Kept as a string: a state added later maps to `unknown` instead of failing the event. */
-  state: nullableString,
-  terminatedAt: timestamp,
-  terminatedReason: nullableString,
-  to: nullableString,
-});
+  state: string | null;
+  terminatedAt: string | null;
+  terminatedReason: string | null;
+  to: string | null;
+}
 
-const channelEventSchema = z.looseObject({
-  eventId: z.string().min(1, 'expected a non-empty event id'),
-  /** Only CALL is documented; other types are recognised and skipped (see parseChannelEvent). */
-  type: z.string().min(1),
-  createdAt: timestamp,
-  call: z.unknown().optional(),
-  recordings: z.array(channelRecordingSchema).nullish(),
-});
-
-export type ParsedChannelCall = z.infer<typeof channelCallSchema>;
-export type ParsedChannelEvent = z.infer<typeof channelEventSchema>;
+/**
+ * An optional field of a channel event whose value callsync could not read: read as absent, kept
+ * verbatim in `raw`. `field` is a dotted path with array indexes as `*` (`recordings.*.type`): a
+ * closed set, fit for a metric label; `detail` says what was expected (never the value).
+ */
+export interface UnreadChannelField {
+  field: string;
+  detail: string;
+}
 
 /** A channel event that cannot become a call record; the message names the event and the field. */
 export class ChannelEventError extends Error {
@@ -82,8 +98,79 @@ function eventLabel(raw: unknown): { label: string; eventId: string | null } {
     : { label: 'ChannelEvent (no eventId)', eventId: null };
 }
 
+function jsonType(v: unknown): string {
+  return v === null ? 'null' : Array.isArray(v) ? 'a list' : typeof v;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Reads the optional fields of one event, collecting what it could not read (once per field). */
+class Reader {
+  readonly unread: UnreadChannelField[] = [];
+
+  add(field: string, detail: string): void {
+    if (!this.unread.some((u) => u.field === field)) this.unread.push({ field, detail });
+  }
+
+  /** Text: a string, or a number as its decimal text; null/absent -> null; other shapes unread. */
+  text(v: unknown, field: string): string | null {
+    if (v === null || v === undefined) return null;
+    if (typeof v === 'string') return v;
+    if (typeof v === 'number' && Number.isFinite(v)) return String(v);
+    this.add(field, `expected text, got ${jsonType(v)}`);
+    return null;
+  }
+
+  /** An ISO-8601 timestamp (anything Date reads); empty, null or absent -> null; others unread. */
+  timestamp(v: unknown, field: string): string | null {
+    if (v === null || v === undefined || v === '') return null;
+    if (typeof v === 'string' && !Number.isNaN(Date.parse(v))) return v;
+    this.add(
+      field,
+      typeof v === 'string' ? 'expected an ISO-8601 timestamp' : `expected a timestamp, got ${jsonType(v)}`,
+    );
+    return null;
+  }
+
+  recordings(v: unknown): ParsedChannelRecording[] {
+    if (v === null || v === undefined) return [];
+    if (!Array.isArray(v)) {
+      this.add('recordings', `expected a list, got ${jsonType(v)}`);
+      return [];
+    }
+    const out: ParsedChannelRecording[] = [];
+    for (const r of v) {
+      if (!isObject(r)) {
+        this.add('recordings.*', `expected an object, got ${jsonType(r)}`);
+        continue;
+      }
+      const url = r.downloadUrl;
+      const type = r.type;
+      if (typeof url !== 'string' || url === '') {
+        this.add('recordings.*.downloadUrl', 'expected a non-empty relative URL');
+        continue;
+      }
+      if (typeof type !== 'string' || !(RECORDING_TYPES as readonly string[]).includes(type)) {
+        this.add('recordings.*.type', `expected one of ${RECORDING_TYPES.join(', ')}`);
+        continue;
+      }
+      out.push({ downloadUrl: url, type: type as RecordingType });
+    }
+    return out;
+  }
+
+  forwarding(v: unknown): ParsedChannelCall['forwarding'] {
+    if (v === null || v === undefined) return null;
+    if (!isObject(v)) {
+      this.add('call.forwarding', `expected an object, got ${jsonType(v)}`);
+      return null;
+    }
+    return { target: this.text(v.target, 'call.forwarding.target'), type: this.text(v.type, 'call.forwarding.type') };
+  }
+}
+
 export type ChannelEventParse =
-  | { kind: 'call'; event: ParsedChannelEvent; call: ParsedChannelCall }
+  | { kind: 'call'; event: ParsedChannelEvent; call: ParsedChannelCall; unread: UnreadChannelField[] }
   /** A well-formed event of a type callsync does not handle (only CALL is documented). */
   | { kind: 'ignored'; event: ParsedChannelEvent; reason: string };
 
@@ -97,17 +184,50 @@ export function parseChannelEvent(raw: unknown): ChannelEventParse {
       ['(event)'],
     );
   }
-  const event = channelEventSchema.safeParse(raw);
-  if (!event.success) throw issuesError(label, eventId, event.error);
-  if (event.data.type.toUpperCase() !== 'CALL') {
-    return { kind: 'ignored', event: event.data, reason: `event type ${event.data.type} is not CALL` };
+  const fields = raw as Record<string, unknown>;
+  const head = channelEventSchema.safeParse(raw);
+  if (!head.success) throw issuesError(label, eventId, head.error);
+  const id = head.data.eventId;
+  // No type but a call: the only documented type.
+  const type = head.data.type ?? (isObject(fields.call) ? 'CALL' : null);
+  if (type === null) throw new ChannelEventError(`${label}: type: required field missing`, id, ['type']);
+  const read = new Reader();
+  if (type.toUpperCase() !== 'CALL') {
+    return {
+      kind: 'ignored',
+      event: { eventId: id, type, createdAt: null, recordings: [] },
+      reason: `event type ${type} is not CALL`,
+    };
   }
-  if (event.data.call === undefined || event.data.call === null) {
-    throw new ChannelEventError(`${label}: call: required field missing for a CALL event`, eventId, ['call']);
+  const event: ParsedChannelEvent = {
+    eventId: id,
+    type,
+    createdAt: read.timestamp(fields.createdAt, 'createdAt'),
+    recordings: read.recordings(fields.recordings),
+  };
+  const rawCall = fields.call;
+  if (rawCall === undefined || rawCall === null) {
+    throw new ChannelEventError(`${label}: call: required field missing for a CALL event`, id, ['call']);
   }
-  const call = channelCallSchema.safeParse(event.data.call);
-  if (!call.success) throw issuesError(label, eventId, call.error, ['call']);
-  return { kind: 'call', event: event.data, call: call.data };
+  if (!isObject(rawCall))
+    throw new ChannelEventError(`${label}: call: expected an object, got ${jsonType(rawCall)}`, id, ['call']);
+  const required = channelCallSchema.safeParse(rawCall);
+  if (!required.success) throw issuesError(label, id, required.error, ['call']);
+  const call: ParsedChannelCall = {
+    callSid: required.data.callSid,
+    direction: required.data.direction,
+    channelId: read.text(rawCall.channelId, 'call.channelId') || null,
+    establishedAt: read.timestamp(rawCall.establishedAt, 'call.establishedAt'),
+    forwarding: read.forwarding(rawCall.forwarding),
+    from: read.text(rawCall.from, 'call.from'),
+    owner: read.text(rawCall.owner, 'call.owner'),
+    startedAt: read.timestamp(rawCall.startedAt, 'call.startedAt'),
+    state: read.text(rawCall.state, 'call.state'),
+    terminatedAt: read.timestamp(rawCall.terminatedAt, 'call.terminatedAt'),
+    terminatedReason: read.text(rawCall.terminatedReason, 'call.terminatedReason'),
+    to: read.text(rawCall.to, 'call.to'),
+  };
+  return { kind: 'call', event, call, unread: read.unread };
 }
 
 export interface NormalizeOptions {
@@ -157,7 +277,7 @@ export function toCanonical(
   const startedAtRaw = call.startedAt ?? call.establishedAt ?? event.createdAt;
   if (startedAtRaw === null || startedAtRaw === undefined) {
     throw new ChannelEventError(
-      `${label}: call.startedAt: required field missing (no establishedAt or createdAt either)`,
+      `${label}: call.startedAt: required field missing or not an ISO-8601 timestamp (and no readable establishedAt or createdAt either)`,
       event.eventId,
       ['call.startedAt'],
     );
@@ -167,7 +287,7 @@ export function toCanonical(
   const endedAt = call.terminatedAt ? iso(call.terminatedAt) : null;
   const fromRaw = call.from ?? null;
   const toRaw = call.to ?? null;
-  const recordings: Recording[] = (event.recordings ?? []).map((r) => ({ downloadUrl: r.downloadUrl, type: r.type }));
+  const recordings: Recording[] = event.recordings.map((r) => ({ downloadUrl: r.downloadUrl, type: r.type }));
   return {
     key: callKey('channel', scope, event.eventId),
     source: 'channel',
