@@ -1,6 +1,8 @@
-// The poller against hostile Retry-After values (0, a date in the past, a negative or huge number):
-// never a tight request loop, never a wait past POLL_MAX_BACKOFF_MS (a timer past 2^31 ms fires at once).
+// The poller against a hostile API: Retry-After values of 0, in the past, negative or huge (never a
+// tight request loop, never a wait past POLL_MAX_BACKOFF_MS: a timer past 2^31 ms fires at once), and
+// full pages whose position goes back to one already read in this run (never read back to back forever).
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { defaultRetryPolicy, type RedisClient } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
@@ -88,6 +90,65 @@ describe('poller: hostile Retry-After', () => {
       assert.equal(line.waitMs, 800, 'the wait logged is the one taken');
     } finally {
       api.clearFaults();
+    }
+  });
+});
+
+describe('poller: a position that cycles', () => {
+  it('full pages whose position returns to one already read in this run wait POLL_INTERVAL_MS instead of looping', async () => {
+    const target = await testRedis();
+    // Always a full page of the same two events; the position alternates A -> B -> A ...
+    let requests = 0;
+    const server = createServer((req, res) => {
+      requests += 1;
+      const position = new URL(req.url ?? '/', 'http://x').searchParams.get('position');
+      const next = position === 'A' ? 'B' : 'A';
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(
+        JSON.stringify({
+          events: [
+            channelEvent({ eventId: 'ev-1', channelId: 'cyc' }),
+            channelEvent({ eventId: 'ev-2', channelId: 'cyc' }),
+          ],
+          limit: 2,
+          position: next,
+        }),
+      );
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as { port: number }).port;
+    const prefix = await target.prefix('poll-cycle');
+    const keys = target.keys(prefix);
+    const redis: RedisClient = target.connect('producer');
+    const worker: RedisClient = target.connect('worker');
+    const logs = memoryLog('debug');
+    let running: RunningPoller | undefined;
+    try {
+      running = startPoller({
+        settings: { channelIds: ['cyc'], pageSize: 2, lockTtlMs: 1000, intervalMs: 300, maxBackoffMs: 1000 },
+        client: createTelephonyClient({
+          baseUrl: `http://127.0.0.1:${port}/v2`,
+          auth: { kind: 'bearer', accessToken: 't' },
+        }),
+        acceptor: new InboundAcceptor(new InboundLog(redis, keys), { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
+        redis,
+        workerConnection: worker,
+        prefix: keys,
+        log: logs.log,
+        runner,
+      });
+      await new Promise((r) => setTimeout(r, 1500));
+      assert.ok(requests >= 2, `${requests} request(s)`);
+      assert.ok(requests <= 12, `${requests} inbox requests in 1.5 s with a 300 ms interval`);
+      assert.ok(
+        logs.lines.some((l) => typeof l.msg === 'string' && /already read/.test(l.msg)),
+        'the cycle is logged',
+      );
+    } finally {
+      await running?.close();
+      await Promise.all([redis, worker].map((r) => r.quit().catch(() => undefined)));
+      await target.cleanup(prefix);
+      await new Promise((r) => server.close(r));
     }
   });
 });

@@ -132,6 +132,8 @@ class ChannelPoller {
   private readonly now: () => Date;
   private readonly random: () => number;
   private readonly unreadLogged = new Set<string>();
+  /** The positions read in the current run of full pages (read back to back): a repeat is a cycle. */
+  private readonly runPositions = new Set<string>();
 
   constructor(
     readonly channelId: string,
@@ -355,8 +357,23 @@ class ChannelPoller {
       this.log.info({ events: page.events.length, accepted, duplicates, deadLettered, ignored }, 'channel page queued');
     }
     const limit = Math.min(this.settings.pageSize, page.limit > 0 ? page.limit : this.settings.pageSize);
-    // A full page means more are waiting; a position that did not move would loop, so it waits.
-    return page.events.length > 0 && page.events.length >= limit && page.position !== position;
+    // A full page means more are waiting; a position that did not move, or went back to one already
+    // read in this run of full pages, would loop (reading the same pages back to back), so it waits.
+    const full = page.events.length > 0 && page.events.length >= limit && page.position !== position;
+    if (!full) {
+      this.runPositions.clear();
+      return false;
+    }
+    if (position !== undefined) this.runPositions.add(position);
+    if (this.runPositions.has(page.position) || this.runPositions.size > MAX_RUN_POSITIONS) {
+      this.log.warn(
+        { runPages: this.runPositions.size },
+        'telephony API returned a full page whose next position was already read: waiting POLL_INTERVAL_MS before reading on',
+      );
+      this.runPositions.clear();
+      return false;
+    }
+    return true;
   }
 
   /** Counts every unread optional field; logs each field once per channel and process (never the value). */
@@ -471,6 +488,9 @@ class ChannelPoller {
     });
   }
 }
+
+/** After this many full pages back to back the poller waits POLL_INTERVAL_MS once (bounds runPositions). */
+const MAX_RUN_POSITIONS = 10_000;
 
 class LeaseLostError extends Error {
   constructor() {
