@@ -70,6 +70,11 @@ export class RetryLaterError extends SinkError {
     this.delayMs = Math.max(0, Math.ceil(delayMs));
     this.scope = options?.scope ?? 'job';
   }
+
+  /** The same wait for longer (a queue held longer already: workers/runner.ts), this error its cause. */
+  lasting(delayMs: number): RetryLaterError {
+    return new RetryLaterError(this.message, delayMs, { status: this.status, cause: this, scope: this.scope });
+  }
 }
 
 /**

@@ -309,7 +309,7 @@ function holdsQueue<T extends JobPayload>(
         throw err;
       }
       if (heldMs <= err.delayMs) throw err;
-      throw new RetryLaterError(err.message, heldMs, { status: err.status, cause: err, scope: 'queue' });
+      throw err.lasting(heldMs);
     }
   };
 }

@@ -4,9 +4,9 @@
 // naming the event and the field.
 import { z } from 'zod';
 import { callKey, RECORDING_TYPES, type CanonicalCall, type Direction, type Outcome, type Recording } from './call.js';
+import { toE164 } from './phone.js';
 
 type RecordingType = (typeof RECORDING_TYPES)[number];
-import { toE164 } from './phone.js';
 
 // What identifies a call, and what the record cannot be without, may refuse an event (README
 // STYLE: "only what identifies a call may refuse it"): `eventId`, `call.callSid`, `call.direction`,
