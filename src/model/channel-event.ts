@@ -24,7 +24,7 @@ const channelCallSchema = z.looseObject({
   direction: z.enum(['INCOMING', 'OUTGOING']),
 });
 
-export interface ParsedChannelRecording {
+interface ParsedChannelRecording {
   downloadUrl: string;
   type: RecordingType;
 }
