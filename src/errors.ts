@@ -91,6 +91,19 @@ export class UnprocessableJobError extends Error {
   }
 }
 
+/**
+ * A remote's "retry later" is waited at least a second and at most a day: a `Retry-After` of 0, a
+ * date in the past (or `-5`, which `Date.parse` reads as a year) would make a request loop of the
+ * runner's deferrals (MAX_DEFERRALS, workers/runner.ts), and one of years would hold the job — and a
+ * queue-wide wait the whole queue — for ever. A day covers the longest wait a CRM names (HubSpot's
+ * daily limit, until midnight).
+ */
+export const REMOTE_WAIT_MS = { min: 1000, max: 24 * 3600_000 } as const;
+
+export function remoteWaitMs(ms: number): number {
+  return Math.min(Math.max(ms, REMOTE_WAIT_MS.min), REMOTE_WAIT_MS.max);
+}
+
 /** Parses a Retry-After header (seconds or HTTP date) into milliseconds; undefined when absent or unusable. */
 export function parseRetryAfter(value: string | null | undefined, now: number = Date.now()): number | undefined {
   if (value === null || value === undefined || value.trim() === '') return undefined;
@@ -120,7 +133,7 @@ export function errorFromHttp(f: HttpFailure): SinkError {
   const message = `${f.what} answered ${f.status}${detail ? `: ${detail}` : ''}`;
   const retryAfterMs = parseRetryAfter(f.retryAfter);
   if (f.status === 429 || (f.status === 503 && retryAfterMs !== undefined)) {
-    return new RetryLaterError(message, retryAfterMs ?? f.defaultRetryAfterMs ?? 10_000, {
+    return new RetryLaterError(message, remoteWaitMs(retryAfterMs ?? f.defaultRetryAfterMs ?? 10_000), {
       status: f.status,
       scope: f.rateLimitScope ?? 'job',
     });

@@ -213,6 +213,43 @@ describe('a Retry-After longer than the job lock, behind the queue runner', () =
     assert.ok(runs[1]!.at - retry.nextAt < 2000, `ran ${runs[1]!.at - retry.nextAt} ms after it was announced`);
   });
 
+  it("a remote's Retry-After of 0, in the past or of years: waited between 1 s and a day, never a request loop", async () => {
+    const saved = receiver.answer;
+    const retryAfter: Record<string, string> = {
+      'ra-zero': '0',
+      'ra-past': 'Wed, 21 Oct 2015 07:28:00 GMT',
+      'ra-negative': '-5',
+      'ra-years': '999999999',
+    };
+    receiver.answer = (callId) => {
+      answers.push({ callId, at: Date.now(), status: 429 });
+      return { status: 429, headers: { 'retry-after': retryAfter[callId] ?? '0' }, body: { message: 'slow down' } };
+    };
+    try {
+      for (const callId of ['ra-zero', 'ra-past', 'ra-negative']) await add(callId);
+      start();
+      await sleep(2500);
+      const heard = (callId: string) => answers.filter((a) => a.callId === callId).length;
+      // Before: asked again at once, 200 times (MAX_DEFERRALS) in well under a second.
+      for (const callId of ['ra-zero', 'ra-past', 'ra-negative'])
+        assert.ok(heard(callId) >= 2 && heard(callId) <= 4, `${callId}: ${heard(callId)} requests in 2.5 s`);
+      // The endpoint's queue (held by each) waits a day at most; before: 31 years.
+      const years = await add('ra-years');
+      await waitFor(() => heard('ra-years') === 1, { what: 'the request of ra-years' });
+      await sleep(500);
+      const retry = (await timeline.read(years.id)).find((e) => e.event === 'retry');
+      assert.ok(retry?.nextAt !== undefined, 'the wait is in the timeline');
+      const ahead = retry.nextAt - Date.now();
+      assert.ok(ahead > 23 * 3600_000 && ahead <= 24 * 3600_000, `next attempt in ${ahead} ms`);
+      assert.equal(await queue.getJobState(years.jobId), 'delayed');
+      const held = await redis.pttl(queue.toKey('limiter'));
+      assert.ok(held > 23 * 3600_000 && held <= 24 * 3600_000, `the queue held for ${held} ms`);
+      assert.deepEqual(failed, [], 'no attempt spent');
+    } finally {
+      receiver.answer = saved;
+    }
+  });
+
   it('closing the worker during the wait ends at once; a worker started later delivers after the wait', async () => {
     limited.add('long-close');
     const { jobId } = await add('long-close');

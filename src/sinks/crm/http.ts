@@ -13,6 +13,7 @@ import {
   errorFromHttp,
   errorFromNetwork,
   parseRetryAfter,
+  remoteWaitMs,
   PermanentError,
   RetryLaterError,
   TransientError,
@@ -162,10 +163,12 @@ export class CrmHttp {
     const detail = this.detail(body, text);
     if (res.status === 429) {
       // A window the headers said is used up for longer (a daily budget) outlasts a short Retry-After.
-      const delay = Math.max(
-        parseRetryAfter(res.headers.get('retry-after'), this.config.now().getTime()) ??
-          this.config.rateLimitDelayMs(answer),
-        this.pausedForMs(),
+      const delay = remoteWaitMs(
+        Math.max(
+          parseRetryAfter(res.headers.get('retry-after'), this.config.now().getTime()) ??
+            this.config.rateLimitDelayMs(answer),
+          this.pausedForMs(),
+        ),
       );
       const scope =
         typeof req.rateLimitScope === 'function' ? req.rateLimitScope(answer) : (req.rateLimitScope ?? 'queue');
