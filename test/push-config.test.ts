@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ConfigError, loadConfig, type Config } from '../src/config/index.js';
-import { assemblePushCall, parsePushEvent } from '../src/model/push.js';
+import { assemblePushCall, parsePushEvent, unreadPushFields } from '../src/model/push.js';
 import { InvalidPayloadError } from '../src/model/webhook.js';
 import { pushPublicKey, subscribeXml, verifyPushSignature, type PushSettings } from '../src/sources/push.js';
 import { newCall, sign, testKeyPair } from './support/fake-push.js';
@@ -53,15 +53,33 @@ test('form bodies: repeated [] fields become lists, origCallId is read, bad even
   assert.deepEqual(e.lists.user, ['A', 'B']);
   assert.deepEqual(e.lists.userId, ['w0', 'w1']);
   assert.equal(e.fields.originalCallId, 'c0');
-  for (const bad of [
-    '',
-    'event=newCall',
-    'callId=c1',
-    'event=ring&callId=c1',
-    'event=newCall&callId=a%20b',
-    'event=newCall&callId=c1&direction=sideways',
-  ])
+  for (const bad of ['', 'event=newCall', 'callId=c1', 'event=ring&callId=c1', 'event=newCall&callId=a%20b'])
     assert.throws(() => parsePushEvent(bad), InvalidPayloadError, bad);
+});
+
+test('a direction callsync cannot read does not refuse the event: read as absent (in), reported unread, kept as sent', () => {
+  // Before: 400 for `direction=IN` — a hangup refused that way leaves its call open until
+  // PUSH_CALL_TIMEOUT_SECONDS, then closed as outcome unknown.
+  for (const [value, direction, unread] of [
+    ['IN', 'in', 0],
+    ['Out', 'out', 0],
+    ['outgoing', 'out', 0],
+    ['sideways', 'in', 1],
+    ['', 'in', 1],
+  ] as const) {
+    const e = parsePushEvent(`event=hangup&callId=c9&cause=normalClearing&direction=${value}&from=492111234567`);
+    assert.equal(unreadPushFields(e).length, unread, value);
+    if (unread)
+      assert.deepEqual(unreadPushFields(e)[0], {
+        field: 'direction',
+        pointer: '/direction',
+        detail: 'expected in or out',
+      });
+    const call = assemblePushCall('c9', { hangup: { at: Date.parse('2026-12-06T10:00:00Z'), event: e } }, new Date())!;
+    assert.equal(call.direction, direction, value);
+    assert.equal((call.raw as { hangup: Record<string, string> }).hangup.direction, value, 'kept as sent');
+  }
+  assert.deepEqual(unreadPushFields(parsePushEvent('event=dtmf&callId=c9&direction=x')), []);
 });
 
 test('an open call is no call yet; anonymous numbers have no E.164; out calls keep their direction', () => {

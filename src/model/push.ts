@@ -36,9 +36,31 @@ export function parsePushEvent(body: string): PushEvent {
   const callId = fields.callId;
   if (callId === undefined || !CALL_ID.test(callId))
     throw new InvalidPayloadError('/callId', 'expected a call id (1-200 of A-Z a-z 0-9 . _ : @ -)');
-  if (event !== 'dtmf' && fields.direction !== undefined && fields.direction !== 'in' && fields.direction !== 'out')
-    throw new InvalidPayloadError('/direction', 'expected in or out');
   return { event: event as PushEventName, callId, fields, lists };
+}
+
+/** `in` or `out` in any case (`IN`), also `incoming`/`outgoing`; null for anything else. */
+export function pushDirection(value: string | undefined): 'in' | 'out' | null {
+  switch (value?.trim().toLowerCase()) {
+    case 'in':
+    case 'incoming':
+      return 'in';
+    case 'out':
+    case 'outgoing':
+      return 'out';
+    default:
+      return null;
+  }
+}
+
+/**
+ * The fields of an event callsync cannot read: read as absent (the event is accepted; only the call
+ * id and the event's name may refuse it), kept verbatim in the call's `raw`, counted and logged
+ * once by the ingress. A direction it cannot read is taken as `in`, as a missing one.
+ */
+export function unreadPushFields(e: PushEvent): { field: string; pointer: string; detail: string }[] {
+  if (e.event === 'dtmf' || e.fields.direction === undefined || pushDirection(e.fields.direction) !== null) return [];
+  return [{ field: 'direction', pointer: '/direction', detail: 'expected in or out' }];
 }
 
 /** What is known of one call: the first of each event seen, with the time it arrived (ms). */
@@ -127,7 +149,7 @@ export function assemblePushCall(callId: string, state: PushCallState, receivedA
     );
   }
   const diversion = orNull(a?.diversion ?? base.diversion);
-  const direction = base.direction === 'out' ? 'out' : 'in';
+  const direction = pushDirection(base.direction) ?? 'in';
   return {
     key: callKey('push', null, callId),
     source: 'push',

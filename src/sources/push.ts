@@ -11,7 +11,7 @@
 // (webhook.ts: the XML response and its onAnswer/onHangup attributes; signatureVerifier.ts: the
 // signature check and the platform's public key, from which the default key below is taken).
 import { createPublicKey, createVerify, type KeyObject } from 'node:crypto';
-import { parsePushEvent } from '../model/push.js';
+import { parsePushEvent, unreadPushFields } from '../model/push.js';
 import { InvalidPayloadError } from '../model/webhook.js';
 import { envBool, envInt, envString, envUrl, type EnvShape } from '../env-values.js';
 import { PushAssembly } from './push-assembly.js';
@@ -142,7 +142,7 @@ export function pushSource(options: PushSourceOptions): Source {
         contentType: 'application/xml',
         body: event.event === 'newCall' ? subscribeXml(callbackUrl(request.url)) : EMPTY_XML,
       };
-      return { calls: call ? [{ call }] : [], reply: () => reply };
+      return { calls: call ? [{ call }] : [], unread: unreadPushFields(event), reply: () => reply };
     },
   };
 }
