@@ -201,6 +201,23 @@ describe('hubspot sink', () => {
     assert.equal(fake.requests.filter((r) => r.path === `${CALLS}/search`).length, 1);
   });
 
+  for (const [what, body] of [
+    ['a body that is not JSON', '<html>upstream glitch</html>'],
+    ['JSON without an id', '{"properties":{}}'],
+  ] as const) {
+    it(`a create answered 201 with ${what}: transient, and the retry finds the call instead of creating another`, async () => {
+      fake.enqueue({ match: (r) => r.method === 'POST' && r.path === CALLS, rawAfterHandling: { status: 201, body } });
+      const s = sink();
+      const err = await s.deliver(sampleCall('c-8b'), deps.ctx(1)).catch((e: unknown) => e);
+      assert.ok(err instanceof TransientError, `expected a TransientError, got ${String(err)}`);
+      assert.match((err as Error).message, /answered 201 without an id/);
+      assert.equal(fake.calls.size, 1, 'the create reached HubSpot');
+      const result = await s.deliver(sampleCall('c-8b'), deps.ctx(2));
+      assert.equal(fake.calls.size, 1, 'no second call record');
+      assert.equal(result.reason, 'updated');
+    });
+  }
+
   it('with externalIdProperty the call is written by batch/upsert on that property; the contact associated once', async () => {
     const contactId = fake.addContact({ phone: '+492116355340' });
     const first = await sink({ externalIdProperty: 'callsync_call_id' }).deliver(sampleCall('c-9'), deps.ctx());

@@ -459,6 +459,21 @@ describe('pipedrive sink', () => {
       assert.deepEqual(list?.query, { start: '0', limit: '50' });
     });
 
+    it('a call log answered 201 without data.id (not JSON): transient, and the retry finds it instead of logging the call twice', async () => {
+      fake.enqueue({
+        match: (r) => r.method === 'POST' && r.path === '/v1/callLogs',
+        rawAfterHandling: { status: 201, body: '<html>proxy glitch</html>' },
+      });
+      const s = sink();
+      const err = await s.deliver(sampleCall('c-8b'), deps.ctx(1)).catch((e: unknown) => e);
+      assert.ok(err instanceof TransientError, `expected a TransientError, got ${String(err)}`);
+      assert.match((err as Error).message, /answered 201 without data\.id/);
+      assert.equal(fake.callLogs.length, 1, 'the create reached Pipedrive');
+      const result = await s.deliver(sampleCall('c-8b'), deps.ctx(2));
+      assert.equal(fake.callLogs.length, 1, 'no second call log');
+      assert.equal(result.reason, 'updated');
+    });
+
     it("with userId set (another user's call logs are not listed) the retry finds the activity instead of creating another", async () => {
       fake.now = () => deps.clock.now;
       fake.enqueue({ match: (r) => r.method === 'POST' && r.path === '/v1/callLogs', dropAfterHandling: true });

@@ -26,6 +26,8 @@ export interface ScriptedAnswer {
   body?: unknown;
   /** Handle the request normally, then destroy the socket instead of answering (a crash after the write). */
   dropAfterHandling?: boolean;
+  /** Handle the request normally (the record is written), then answer this status and raw body instead (a broken proxy, an unexpected shape). */
+  rawAfterHandling?: { status: number; body: string };
   /** Handle the request normally, but only once this settles (a slow remote; the request is recorded at once). */
   hold?: Promise<unknown>;
 }
@@ -107,6 +109,12 @@ export abstract class FakeCrmServer {
       if (step.hold) {
         await step.hold.catch(() => undefined);
         this.send(res, this.handleSafely(recorded), recorded);
+        return;
+      }
+      if (step.rawAfterHandling) {
+        this.handle(recorded);
+        res.writeHead(step.rawAfterHandling.status, { 'content-type': 'application/json;charset=utf-8' });
+        res.end(step.rawAfterHandling.body);
         return;
       }
       if (step.dropAfterHandling) {

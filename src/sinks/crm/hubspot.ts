@@ -11,7 +11,7 @@ import { z } from 'zod';
 import { callHash, OUTCOMES, type CanonicalCall, type Outcome } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
 import { scrubErrorEchoes } from '../../redact.js';
-import { PermanentError, RetryLaterError } from '../../errors.js';
+import { PermanentError, RetryLaterError, TransientError } from '../../errors.js';
 import { archiveUrl } from '../archive/keys.js';
 import { RevisionGuard } from '../revisions.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SinkType } from '../types.js';
@@ -684,7 +684,7 @@ export class HubSpotSink implements Sink {
       signal,
     });
     const id = stringField(answer.body, 'id');
-    if (id === undefined) throw new PermanentError(`HubSpot POST ${path} answered without an id`);
+    if (id === undefined) throw createdWithoutId(path, answer.status);
     // Until HubSpot's search index has it (seconds), later calls from this number find it here.
     await this.deps.state.set(`contact:${callHash(e164)}`, id, 24 * 3600 * 1000);
     return { id, name: null };
@@ -707,7 +707,8 @@ export class HubSpotSink implements Sink {
     const path = this.objects('calls');
     const answer = await this.http.request({ method: 'POST', path, body, signal });
     const id = stringField(answer.body, 'id');
-    if (id === undefined) throw new PermanentError(`HubSpot POST ${path} answered without an id`);
+    // Transient, and inside `creating`: the marker stays, so the retry looks the call up (findExistingCall).
+    if (id === undefined) throw createdWithoutId(path, answer.status);
     return { id, contactId: contact?.id ?? null };
   }
 
@@ -802,6 +803,18 @@ export class HubSpotSink implements Sink {
     );
     return results(answer.body)[0]?.id ?? null;
   }
+}
+
+/**
+ * A create answered 2xx without a readable id (a body that is not JSON, an unexpected shape): HubSpot
+ * took the request, so the record probably exists. Not permanent — that would drop the create
+ * marker, and a retry of the dead letter would create a second record; the retry looks it up.
+ */
+function createdWithoutId(path: string, status: number): TransientError {
+  return new TransientError(
+    `HubSpot POST ${path} answered ${status} without an id (the record may exist: the retry looks it up)`,
+    { status },
+  );
 }
 
 export const hubspotSinkType: SinkType<HubSpotOptions, HubSpotSettings> = {

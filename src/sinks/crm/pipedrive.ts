@@ -16,7 +16,7 @@ import { basename } from 'node:path';
 import { z } from 'zod';
 import { callHash, OUTCOMES, type CanonicalCall, type Outcome, type Recording } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
-import { PermanentError, RetryLaterError, SinkError } from '../../errors.js';
+import { PermanentError, RetryLaterError, SinkError, TransientError } from '../../errors.js';
 import { sinkErrorOf } from '../telephony-errors.js';
 import type { Download } from '../../telephony/types.js';
 import { recordingKey } from '../archive/keys.js';
@@ -374,7 +374,13 @@ export class PipedriveSink implements Sink {
     );
     const data = field(answer.body, 'data');
     const id = stringField(data, 'id');
-    if (id === undefined) throw new PermanentError('Pipedrive POST /v1/callLogs answered without data.id');
+    // Pipedrive took the request: the call log probably exists. Transient, the create marker kept,
+    // so the retry looks it up (findExistingLog) instead of a dead letter whose retry logs it twice.
+    if (id === undefined)
+      throw new TransientError(
+        `Pipedrive POST /v1/callLogs answered ${answer.status} without data.id (the call log may exist: the retry looks it up)`,
+        { status: answer.status },
+      );
     const activityId = numericId(field(data, 'activity_id'));
     const created: CrmRecord = {
       id,
