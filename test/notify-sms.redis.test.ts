@@ -326,6 +326,30 @@ describe('sms sink: failures and never twice', () => {
     assert.equal(api.sms.length, 1);
   });
 
+  test("one fixed recipient refused (400 on /recipient) does not keep the others from their SMS; the dead letter's retry sends to none twice", async () => {
+    const third = '+447911123456';
+    api.inject({ on: 'sms', status: 400, detail: 'recipient not reachable', pointer: '/recipient' });
+    const s = sink('team-sms', { smsId: 's0', to: [OTHER_MOBILE, MOBILE, third], message: 'Call from {{caller}}' });
+    const err = await s.deliver(call('c-team-400'), ctx()).catch((e: unknown) => e);
+    assert.ok(err instanceof PermanentError, `expected a PermanentError, got ${String(err)}`);
+    assert.equal(err.status, 400);
+    assert.match(err.message, /recipient not reachable/);
+    // The refused recipient is named masked, the others are said to be sent; no number in clear.
+    assert.ok(!err.message.includes(OTHER_MOBILE) && !err.message.includes(MOBILE) && !err.message.includes(third));
+    assert.match(err.message, /sent to 2 of 3/);
+    assert.deepEqual(
+      api.sms.map((m) => m.recipient),
+      [MOBILE, third],
+    );
+    // The dead letter retried: the two sent are not sent again; the refused one is tried again.
+    const again = await s.deliver(call('c-team-400'), ctx('job-1', 2));
+    assert.equal(again.status, 'done');
+    assert.deepEqual(
+      api.sms.map((m) => m.recipient),
+      [MOBILE, third, OTHER_MOBILE],
+    );
+  });
+
   test('a 5xx is transient and the retry sends exactly once', async () => {
     api.inject({ on: 'sms', status: 500 });
     const s = missedCall();

@@ -7,7 +7,7 @@ import { maskPhone } from '../../log.js';
 import { OutcomeUnknownError, TelephonyApiError } from '../../telephony/errors.js';
 import { sinkErrorOf, telephonyCause } from '../telephony-errors.js';
 import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.js';
-import { requestCertainlyNotSent, RetryLaterError, SinkError } from '../../errors.js';
+import { classify, PermanentError, requestCertainlyNotSent, RetryLaterError, SinkError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SyncSinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
 import { templateVars } from '../template-vars.js';
@@ -193,6 +193,8 @@ class SmsSink implements Sink {
     const sendAt = quietEnd ? Math.ceil(quietEnd.getTime() / 1000) : undefined;
 
     const sent: [string, string][] = [];
+    /** Recipients whose SMS failed for good in this attempt (the others are still sent). */
+    const refused: { label: string; err: unknown }[] = [];
     // The last recipient's `sent` marker is written with the attempt's timeline entries, in one
     // script (where the store can reach the timeline: one command less per SMS), once the result is
     // known — nothing awaited between the send and that write but the result's making.
@@ -231,11 +233,20 @@ class SmsSink implements Sink {
           ...(c === last ? { deferSentMarker: true } : {}),
         };
         unsent.delete(c);
-        const result = c.taken
-          ? await sendClaimed(once)
-          : c.earlier
-            ? await settleExisting(once, c.earlier)
-            : await sendOnce(once);
+        let result;
+        try {
+          result = c.taken
+            ? await sendClaimed(once)
+            : c.earlier
+              ? await settleExisting(once, c.earlier)
+              : await sendOnce(once);
+        } catch (err) {
+          // A refusal of this one message (a 4xx, an outcome unknown: dead letters) does not keep the
+          // next recipients from theirs; anything else (auth, a rate limit, a 5xx) stops the round.
+          if (classify(err) !== 'permanent') throw err;
+          refused.push({ label: c.label, err });
+          continue;
+        }
         if (result.sent) {
           marker = result.marker;
           const { encoding, segments } = smsLength(message);
@@ -246,6 +257,11 @@ class SmsSink implements Sink {
         }
       }
       const result = this.finish(ctx, sent, skipped);
+      if (refused.length > 0) {
+        // The sent ones are marked sent (the dead letter's retry sends only to the refused ones).
+        if (marker) await this.ledger.writeSent(marker, result, undefined);
+        throw refusedError(refused, sent.length + refused.length + skipped.length, sent.length);
+      }
       if (marker) await this.ledger.writeSent(marker, result, ctx.outcome);
       return result;
     } finally {
@@ -339,6 +355,21 @@ class SmsSink implements Sink {
       ...(skipped.length > 0 ? { reason: `also skipped: ${skipped.join('; ')}` } : {}),
     };
   }
+}
+
+/**
+ * The dead letter of an attempt in which some recipients' SMS failed for good: the first refusal
+ * itself when it was the only recipient, else one PermanentError naming each refused recipient
+ * (masked) with its reason, and how many were sent.
+ */
+function refusedError(refused: { label: string; err: unknown }[], recipients: number, sent: number): unknown {
+  const first = refused[0]!.err;
+  if (recipients === 1) return first;
+  const reasons = refused.map((r) => `SMS to ${r.label}: ${r.err instanceof Error ? r.err.message : String(r.err)}`);
+  return new PermanentError(`${reasons.join('; ')} (sent to ${sent} of ${recipients} recipients)`, {
+    status: first instanceof SinkError ? first.status : undefined,
+    cause: first,
+  });
 }
 
 export const smsSinkType: SyncSinkType<SmsOptions, SmsSettings> = {
