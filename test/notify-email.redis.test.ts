@@ -40,6 +40,7 @@ beforeEach(() => {
   prefix = uniquePrefix('notify-mail');
   smtp.messages.length = 0;
   smtp.rejectData = undefined;
+  smtp.rejectRcpt = undefined;
   clock = new Date('2026-04-08T10:05:00Z');
 });
 
@@ -210,6 +211,30 @@ describe('email sink: never twice, failures, quiet hours', () => {
     await assert.rejects(s.deliver(call('c-550'), ctx()), TransientError);
     smtp.rejectData = undefined;
     assert.equal((await s.deliver(call('c-550'), ctx())).status, 'done');
+    assert.equal(smtp.messages.length, 1);
+  });
+
+  test('a recipient the server refuses (RCPT 550 or 450) is named in the result, masked; the others get the mail once', async () => {
+    const s = await sink('three-mail', {
+      from: 'a@example.com',
+      to: ['team@example.com', 'lead@example.com', 'boss@example.com'],
+    });
+    smtp.rejectRcpt = {
+      'lead@example.com': { code: 550, message: '5.1.1 <lead@example.com>: mailbox unavailable' },
+      'boss@example.com': { code: 450, message: '4.2.1 mailbox busy, try later' },
+    };
+    const result = await s.deliver(call('c-rcpt'), ctx());
+    assert.equal(result.status, 'done');
+    assert.deepEqual(
+      smtp.messages.map((m) => m.to),
+      [['team@example.com']],
+    );
+    assert.match(result.reason ?? '', /^sent to 1 of 3 recipients; refused: /);
+    assert.match(result.reason ?? '', /550 5\.1\.1 <\*\*\*@example\.com>: mailbox unavailable/);
+    assert.match(result.reason ?? '', /450 4\.2\.1 mailbox busy/);
+    assert.ok(!(result.reason ?? '').includes('lead@'), 'the refused address is masked');
+    // A redelivery sends nothing again.
+    assert.equal((await s.deliver(call('c-rcpt'), ctx())).reason, 'already sent');
     assert.equal(smtp.messages.length, 1);
   });
 

@@ -34,12 +34,15 @@ export interface TestSmtpOptions {
   pass?: string;
   /** Reply to DATA with this SMTP error instead of accepting (e.g. `{ code: 550, message: 'rejected' }`). */
   rejectData?: { code: number; message: string };
+  /** Refuse RCPT TO of these addresses (lower case) with this SMTP error; the others are accepted. */
+  rejectRcpt?: Record<string, { code: number; message: string }>;
 }
 
 export class TestSmtpServer {
   readonly messages: ReceivedMail[] = [];
   readonly url: string;
   rejectData: TestSmtpOptions['rejectData'];
+  rejectRcpt: TestSmtpOptions['rejectRcpt'];
 
   private constructor(
     private readonly server: SMTPServer,
@@ -52,6 +55,7 @@ export class TestSmtpServer {
         : '';
     this.url = `smtp://${auth}127.0.0.1:${port}?requireTLS=true&tls.rejectUnauthorized=false`;
     this.rejectData = options.rejectData;
+    this.rejectRcpt = options.rejectRcpt;
   }
 
   static async start(options: TestSmtpOptions = {}): Promise<TestSmtpServer> {
@@ -65,6 +69,13 @@ export class TestSmtpServer {
         if (auth.username === options.user && auth.password === (options.pass ?? ''))
           return callback(null, { user: auth.username });
         return callback(new Error('Invalid username or password'));
+      },
+      onRcptTo(address, _session, callback) {
+        const reject = holder.self?.rejectRcpt?.[address.address.toLowerCase()];
+        if (!reject) return callback();
+        const err = new Error(reject.message) as Error & { responseCode: number };
+        err.responseCode = reject.code;
+        return callback(err);
       },
       onData(stream, session, callback) {
         const chunks: Buffer[] = [];

@@ -129,6 +129,7 @@ class EmailSink implements Sink {
       html: renderHtml(this.o.html, text, fields),
       messageId: `<${callHash(call.key)}.${this.name.replace(/[^A-Za-z0-9._-]/g, '-')}@${domainOf(this.from)}>`,
     };
+    let refused: string[] = [];
     const result = await sendOnce({
       ledger: this.ledger,
       callKey: call.key,
@@ -138,7 +139,7 @@ class EmailSink implements Sink {
       outcomeUnknown: smtpOutcomeUnknown,
       jobId: ctx.jobId,
       send: async () => {
-        await this.mailer.send(message);
+        refused = (await this.mailer.send(message)).refused ?? [];
         return message.messageId;
       },
       // The `sent` marker goes with the attempt's timeline entries, once the result is made.
@@ -147,6 +148,11 @@ class EmailSink implements Sink {
     if (!result.sent) return { status: 'skipped', reason: result.reason };
     ctx.log.info({ sink: this.name, recipients: this.o.to.length, messageId: message.messageId }, 'e-mail sent');
     const done: SinkResult = { status: 'done', refs: { messageId: message.messageId } };
+    if (refused.length > 0) {
+      // The mail went to the others; resending it would send it to them twice. Said in the result (the call's timeline).
+      done.reason = `sent to ${this.o.to.length - refused.length} of ${this.o.to.length} recipients; refused: ${refused.join('; ')}`;
+      ctx.log.warn({ sink: this.name, refused }, 'e-mail: the server refused some recipients');
+    }
     if (result.marker) await this.ledger.writeSent(result.marker, done, ctx.outcome);
     return done;
   }

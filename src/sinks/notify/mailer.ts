@@ -14,8 +14,12 @@ interface MailMessage {
 }
 
 export interface Mailer {
-  /** Hands the message to the server; resolves with the server's answer. */
-  send(message: MailMessage): Promise<{ response: string }>;
+  /**
+   * Hands the message to the server; resolves with the server's answer once it took the message for
+   * at least one recipient. `refused`: the server's refusals of the other recipients (RCPT TO
+   * answered 4xx/5xx), redacted — the message went without them.
+   */
+  send(message: MailMessage): Promise<{ response: string; refused?: string[] }>;
   close(): Promise<void>;
 }
 

@@ -3,6 +3,7 @@
 // e-mail sink's `create` only, so processes without an e-mail sink never load nodemailer.
 import nodemailer from 'nodemailer';
 import { smtpError, type Mailer } from './mailer.js';
+import { redactRemoteText } from '../../redact.js';
 import { traceClient } from '../../telemetry.js';
 
 export interface SmtpMailerOptions {
@@ -43,7 +44,10 @@ export function createSmtpMailer(url: string, options: SmtpMailerOptions = {}): 
         html: m.html,
         messageId: m.messageId,
       });
-      return { response: String(info.response ?? '') };
+      // nodemailer sends to the recipients the server accepted and lists the others here.
+      const rejected = (info as { rejectedErrors?: { response?: unknown; message?: unknown }[] }).rejectedErrors ?? [];
+      const refused = rejected.map((e) => redactRemoteText(String(e.response ?? e.message ?? 'refused'), 200));
+      return { response: String(info.response ?? ''), ...(refused.length > 0 ? { refused } : {}) };
     } catch (err) {
       throw smtpError(err);
     }
