@@ -2,6 +2,8 @@
 // a local folder or S3 (s3rver, multipart), content type kept, memory far below the file size.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { mkdtemp, readdir, rm } from 'node:fs/promises';
@@ -15,11 +17,12 @@ import { normalizeChannelEvent } from '../src/model/channel-event.js';
 import { ArchiveSink } from '../src/sinks/archive/index.js';
 import { recordingExtension } from '../src/sinks/archive/recordings.js';
 import { LocalFolderStore } from '../src/sinks/archive/store.js';
-import { PermanentError } from '../src/errors.js';
+import { PermanentError, TransientError } from '../src/errors.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { memoryLog } from './support/callsync.js';
 import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
-import { startS3, type TestS3 } from './support/s3.js';
+import { startS3, TEST_CREDENTIALS, type TestS3 } from './support/s3.js';
+import { S3Store } from '../src/sinks/archive/s3-store.js';
 
 const MB = 1024 * 1024;
 const { log } = memoryLog('warn');
@@ -201,6 +204,67 @@ describe('recordings in the archive', () => {
     );
     const result = await sink.deliver(flaky, ctx());
     assert.match(result.refs?.recording1 ?? '', /call-flaky-[0-9a-f]{16}-in_call_feature-1\.wav$/);
+  });
+
+  it('a download that never ends (a trickle under the idle limit) fails the attempt at recordingTimeoutMs, as transient, on disk and on S3', async () => {
+    // The platform's recording endpoint sends 1 KiB every 50 ms, forever (no Content-Length).
+    const endless = createServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'audio/wav' });
+      const timer = setInterval(() => res.write(Buffer.alloc(1024, 1)), 50);
+      res.on('close', () => clearInterval(timer));
+    });
+    await new Promise<void>((resolve) => endless.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = endless.address() as AddressInfo;
+      const telephony = createTelephonyClient({
+        baseUrl: `http://127.0.0.1:${port}/v2`,
+        auth: api.basicAuth,
+        downloadIdleTimeoutMs: 500,
+      });
+      const call = normalizeChannelEvent(
+        channelEvent({
+          eventId: 'endless',
+          recordings: [{ downloadUrl: '/recordings/endless', type: 'call_recorder' }],
+        }),
+        new Date(),
+        { channelId: 'c' },
+      );
+      for (const store of [
+        new LocalFolderStore(dir),
+        new S3Store({
+          bucket: s3.bucket,
+          region: 'us-east-1',
+          endpoint: s3.endpoint,
+          forcePathStyle: true,
+          credentials: TEST_CREDENTIALS,
+        }),
+      ]) {
+        const sink = new ArchiveSink('archive', store, undefined, telephony, null, { recordingTimeoutMs: 1500 });
+        const started = Date.now();
+        const outcome = await Promise.race([
+          sink.deliver(call, ctx()).then(
+            () => 'done',
+            (e: unknown) => e,
+          ),
+          new Promise((resolve) => setTimeout(() => resolve('still running after 8 s'), 8000).unref()),
+        ]);
+        assert.ok(
+          outcome instanceof TransientError,
+          `${store.location}: expected a TransientError, got ${String(outcome)}`,
+        );
+        assert.match(outcome.message, /recording 1 of 1 .*did not finish within 1500 ms/);
+        assert.ok(Date.now() - started < 6000);
+      }
+      // Nothing half-written is left as an object.
+      const files = await readdir(join(dir, 'recordings'), { recursive: true }).catch(() => [] as string[]);
+      assert.deepEqual(
+        files.filter((f) => /endless/.test(f) && /\.(wav|tmp)$/.test(f)),
+        [],
+      );
+    } finally {
+      endless.closeAllConnections();
+      await new Promise<void>((resolve) => endless.close(() => resolve()));
+    }
   });
 
   it('recordings without a configured telephony API are a permanent failure naming the setting', async () => {

@@ -33,6 +33,12 @@ export const archiveOptionsSchema = z.strictObject({
   secretAccessKey: z.string().min(1).optional(),
   /** Local folder used when no bucket is set. Default `./data/archive`. */
   dir: z.string().default('./data/archive'),
+  /** Time limit of one recording, download and upload together, in ms. Default 30 minutes. */
+  recordingTimeoutMs: z
+    .int()
+    .min(1000)
+    .max(24 * 3600_000)
+    .optional(),
 });
 
 export type ArchiveOptions = z.infer<typeof archiveOptionsSchema>;
@@ -72,6 +78,7 @@ export class ArchiveSink implements Sink {
      * never overwrites a newer (src/sinks/revisions.ts). Without it (tools, tests), last write wins.
      */
     state: KeyValueStore | null = null,
+    private readonly limits: { recordingTimeoutMs?: number } = {},
   ) {
     this.revisions = state === null ? null : new RevisionGuard(state, { what: 'the archive', lockTtlMs: 120_000 });
     this.state = state;
@@ -128,6 +135,7 @@ export class ArchiveSink implements Sink {
       prefix: this.prefix,
       log: ctx.log,
       signal: ctx.signal,
+      timeoutMs: this.limits.recordingTimeoutMs,
     });
     this.logArchived(ctx, keys.json, day, movedFrom);
     return { status: 'done', refs: { ...refs, ...recordings } };
@@ -171,7 +179,9 @@ export const archiveSinkType: SinkType<ArchiveOptions, ArchiveSettings> = {
   type: 'archive',
   options: archiveOptionsSchema,
   create: async (name, options, deps) =>
-    new ArchiveSink(name, await createObjectStore(options), options.prefix, deps.telephony, deps.state),
+    new ArchiveSink(name, await createObjectStore(options), options.prefix, deps.telephony, deps.state, {
+      recordingTimeoutMs: options.recordingTimeoutMs,
+    }),
   env: archiveEnv,
   check(options) {
     return (options.accessKeyId === undefined) === (options.secretAccessKey === undefined)

@@ -4,7 +4,9 @@
 // into the object store (multipart upload on S3, a temp file + rename on disk).
 import type { Logger } from 'pino';
 import type { CanonicalCall } from '../../model/call.js';
-import { PermanentError } from '../../errors.js';
+import type { Readable } from 'node:stream';
+import { deadline } from '../../deadline.js';
+import { PermanentError, TransientError } from '../../errors.js';
 import { sinkErrorOf } from '../telephony-errors.js';
 import type { TelephonyClient } from '../../telephony/types.js';
 import { recordingKey } from './keys.js';
@@ -44,7 +46,15 @@ export interface ArchiveRecordingsDeps {
   prefix: string | undefined;
   log: Logger;
   signal?: AbortSignal;
+  /**
+   * Time limit of one recording, download and upload together (default RECORDING_TIMEOUT_MS). The
+   * download's idle limit does not end a body that trickles in forever, nor one far too slow.
+   */
+  timeoutMs?: number;
 }
+
+/** Default time limit of one recording (download and upload): 30 minutes. */
+export const RECORDING_TIMEOUT_MS = 30 * 60_000;
 
 /**
  * Streams every recording of the call into the store. Returns refs `recording<n>` -> object key.
@@ -61,31 +71,55 @@ export async function archiveRecordings(
       `call ${call.callId} has ${call.recordings.length} recording(s) but no telephony API is configured (TELEPHONY_API_URL) to download them`,
     );
   }
+  const timeoutMs = deps.timeoutMs ?? RECORDING_TIMEOUT_MS;
+  const count = call.recordings.length;
   for (const [index, recording] of call.recordings.entries()) {
-    const download = await deps.telephony.download(recording.downloadUrl, deps.signal).catch((err: unknown) => {
-      throw sinkErrorOf(err);
-    });
-    const key = recordingKey(
-      call,
-      recording.type,
-      index,
-      recordingExtension(download.contentType, recording.downloadUrl),
-      deps.prefix,
-    );
+    const limit = deadline(timeoutMs, deps.signal);
+    // The limit ran out (not the worker's shutdown): said as such, whatever the stream's error was.
+    const timedOut = () =>
+      limit.signal.aborted && !deps.signal?.aborted
+        ? new TransientError(
+            `recording ${index + 1} of ${count} (${recording.type}): download and upload did not finish within ${timeoutMs} ms`,
+          )
+        : null;
+    let key: string;
+    let body: Readable | undefined;
+    let stored: { bytes: number | null; contentType: string };
     try {
-      await deps.store.putStream(key, download.body, {
-        contentType: download.contentType,
-        contentLength: download.contentLength,
+      const download = await deps.telephony.download(recording.downloadUrl, limit.signal).catch((err: unknown) => {
+        throw timedOut() ?? sinkErrorOf(err);
       });
+      body = download.body;
+      stored = { bytes: download.contentLength, contentType: download.contentType };
+      key = recordingKey(
+        call,
+        recording.type,
+        index,
+        recordingExtension(download.contentType, recording.downloadUrl),
+        deps.prefix,
+      );
+      // The limit ends the body, and with it the upload (the store's temp file or multipart upload is dropped).
+      const onLimit = () => download.body.destroy(timedOut() ?? undefined);
+      limit.signal.addEventListener('abort', onLimit, { once: true });
+      try {
+        await deps.store.putStream(key, download.body, {
+          contentType: download.contentType,
+          contentLength: download.contentLength,
+        });
+      } finally {
+        limit.signal.removeEventListener('abort', onLimit);
+      }
     } catch (err) {
       // Free the HTTP connection of an unfinished download.
-      download.body.destroy();
+      body?.destroy();
       // The download may have failed under way (a stalled body): the telephony client's error.
-      throw sinkErrorOf(err);
+      throw timedOut() ?? sinkErrorOf(err);
+    } finally {
+      limit.clear();
     }
     refs[`recording${index + 1}`] = key;
     deps.log.debug(
-      { key, type: recording.type, bytes: download.contentLength, contentType: download.contentType },
+      { key, type: recording.type, bytes: stored.bytes, contentType: stored.contentType },
       'archived recording',
     );
   }
