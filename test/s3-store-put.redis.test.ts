@@ -8,6 +8,8 @@ import { createHash } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { Readable } from 'node:stream';
+import { classify, type SinkError } from '../src/errors.js';
 import { S3Store } from '../src/sinks/archive/s3-store.js';
 import { startS3, TEST_CREDENTIALS, type TestS3 } from './support/s3.js';
 
@@ -129,6 +131,32 @@ describe('S3Store.put: the lean PutObject path', () => {
       virtual.client.destroy();
     } finally {
       await fake.close();
+    }
+  });
+
+  test('a bucket that does not exist disables the archive queue (every call would fail alike), naming the bucket; not a dead letter per call', async () => {
+    const store = new S3Store({
+      bucket: 'no-such-bucket',
+      region: 'us-east-1',
+      endpoint: s3.endpoint,
+      forcePathStyle: true,
+      credentials: TEST_CREDENTIALS,
+    });
+    try {
+      for (const write of [
+        () => store.put('k.json', '{}', { contentType: 'application/json' }),
+        () => store.putStream('r.wav', Readable.from([Buffer.alloc(1000)]), { contentType: 'audio/wav' }),
+      ]) {
+        const err = await write().then(
+          () => assert.fail('a missing bucket must fail'),
+          (e: unknown) => e,
+        );
+        assert.equal(classify(err), 'disable', String(err));
+        assert.equal((err as SinkError).status, 404);
+        assert.match((err as Error).message, /bucket "no-such-bucket" does not exist/);
+      }
+    } finally {
+      store.client.destroy();
     }
   });
 

@@ -13,7 +13,7 @@ import {
   type ServerSideEncryption,
 } from '@aws-sdk/client-s3';
 import { Upload } from '@aws-sdk/lib-storage';
-import { AuthError, errorFromHttp, errorFromNetwork, type SinkError } from '../../errors.js';
+import { AuthError, EndpointDisabledError, errorFromHttp, errorFromNetwork, type SinkError } from '../../errors.js';
 import type { ObjectStore, PutOptions } from './store.js';
 import { traceClient } from '../../telemetry.js';
 
@@ -79,9 +79,16 @@ function encodeKey(key: string): string {
 }
 
 /** Sorts an S3 SDK failure into the sink error kinds (errorFromHttp redacts the server's text). */
-function errorFromS3(what: string, err: unknown): SinkError {
+function errorFromS3(what: string, err: unknown, bucket?: string): SinkError {
   if (err instanceof S3ServiceException) {
     const status = err.$metadata.httpStatusCode ?? 500;
+    // Every call would fail alike until an operator creates the bucket or fixes its name: the queue
+    // is disabled with the reason (its jobs wait), not one dead letter per call.
+    if (err.name === 'NoSuchBucket' && bucket !== undefined)
+      return new EndpointDisabledError(
+        `${what} answered ${status}: NoSuchBucket: bucket "${bucket}" does not exist. Create it or fix the archive's bucket (ARCHIVE_S3_BUCKET), then re-enable the queue (callsync resume)`,
+        { status },
+      );
     return errorFromHttp({ status, what, detail: `${err.name}: ${err.message}` });
   }
   // No credentials at all: every job would fail the same way until an operator fixes the setup.
@@ -261,7 +268,7 @@ export class S3Store implements ObjectStore {
         }),
       );
     } catch (err) {
-      throw errorFromS3(`S3 PutObject ${key}`, err);
+      throw errorFromS3(`S3 PutObject ${key}`, err, this.options.bucket);
     }
   }
 
@@ -272,7 +279,7 @@ export class S3Store implements ObjectStore {
       );
       return (page.Contents ?? []).flatMap((o) => (o.Key === undefined ? [] : [o.Key])).sort();
     } catch (err) {
-      throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err);
+      throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err, this.options.bucket);
     }
   }
 
@@ -300,7 +307,7 @@ export class S3Store implements ObjectStore {
       });
       await upload.done();
     } catch (err) {
-      throw errorFromS3(`S3 upload ${key}`, err);
+      throw errorFromS3(`S3 upload ${key}`, err, this.options.bucket);
     }
   }
 
@@ -319,7 +326,7 @@ export class S3Store implements ObjectStore {
           }),
         );
       } catch (err) {
-        throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err);
+        throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err, this.options.bucket);
       }
       for (const object of page.Contents ?? []) if (object.Key !== undefined) yield object.Key;
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
