@@ -10,6 +10,9 @@ import { callHash, type CanonicalCall } from '../src/model/call.js';
 import { PermanentError, RetryLaterError, TransientError } from '../src/errors.js';
 import { emailSinkType } from '../src/sinks/notify/email.js';
 import { smtpOutcomeUnknown } from '../src/sinks/notify/mailer.js';
+import { createSmtpMailer } from '../src/sinks/notify/smtp.js';
+import { SMTPServer } from 'smtp-server';
+import type { AddressInfo } from 'node:net';
 import type { Sink, SinkContext } from '../src/sinks/types.js';
 import { RedisKeyValueStore } from '../src/state/kv.js';
 import { sampleCall } from './support/calls.js';
@@ -262,6 +265,47 @@ describe('email sink: never twice, failures, quiet hours', () => {
       return true;
     });
     assert.equal(smtp.messages.length, 0);
+  });
+
+  test('a server that hangs after DATA: the mailer gives up after its timeout, and the outcome counts as unknown (never resent)', async () => {
+    // Takes the message, never answers it.
+    const hanging = new SMTPServer({
+      logger: false,
+      authOptional: true,
+      disabledCommands: ['STARTTLS'],
+      closeTimeout: 100,
+      onData(stream) {
+        stream.resume();
+      },
+    });
+    await new Promise<void>((resolve) => hanging.listen(0, '127.0.0.1', () => resolve()));
+    const { port } = hanging.server.address() as AddressInfo;
+    const mailer = createSmtpMailer(`smtp://127.0.0.1:${port}`, { timeoutMs: 1000 });
+    try {
+      const started = Date.now();
+      const outcome = await Promise.race([
+        mailer
+          .send({
+            from: 'a@example.com',
+            to: ['b@example.com'],
+            subject: 's',
+            text: 't',
+            html: '<p>t</p>',
+            messageId: '<hang@example.com>',
+          })
+          .then(
+            () => 'sent',
+            (e: unknown) => e,
+          ),
+        new Promise((resolve) => setTimeout(() => resolve('no answer after 8 s'), 8000).unref()),
+      ]);
+      assert.ok(outcome instanceof TransientError, `expected the timeout's error, got ${String(outcome)}`);
+      assert.ok(Date.now() - started < 6000);
+      assert.equal(smtpOutcomeUnknown(outcome), true);
+    } finally {
+      await mailer.close();
+      await new Promise<void>((resolve) => hanging.close(() => resolve()));
+    }
   });
 
   test('which SMTP failures leave the outcome unknown', () => {

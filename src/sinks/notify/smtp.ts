@@ -13,11 +13,15 @@ export interface SmtpMailerOptions {
 
 export function createSmtpMailer(url: string, options: SmtpMailerOptions = {}): Mailer {
   const timeout = options.timeoutMs ?? 30_000;
-  const transport = nodemailer.createTransport(url, {
+  // The URL inside the options object: createTransport's second argument is the messages' defaults,
+  // where the timeouts were ignored (nodemailer's own applied: a server silent after DATA held the
+  // job 10 minutes).
+  const transport = nodemailer.createTransport({
+    url,
     connectionTimeout: timeout,
     greetingTimeout: timeout,
     socketTimeout: timeout,
-  } as Parameters<typeof nodemailer.createTransport>[1]);
+  } as Parameters<typeof nodemailer.createTransport>[0]);
   // A send's span (a child of the sink attempt when traces are on): the server and the message id, no address.
   const server = URL.canParse(url) ? new URL(url) : null;
   const attributes = {
