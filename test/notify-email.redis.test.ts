@@ -308,6 +308,19 @@ describe('email sink: never twice, failures, quiet hours', () => {
     }
   });
 
+  test('a certificate the mailer does not trust fails before anything is sent: retried, not "outcome unknown"; once trusted the mail goes out', async () => {
+    const untrusted = smtp.url.replace('&tls.rejectUnauthorized=false', '');
+    const s = await sink('tls-mail', { from: 'a@example.com', to: 'b@example.com' }, { SMTP_URL: untrusted });
+    const err = await s.deliver(call('c-tls'), ctx()).catch((e: unknown) => e);
+    assert.ok(err instanceof TransientError, `expected a TransientError, got ${String(err)}`);
+    assert.match(err.message, /certificate/);
+    assert.equal(smtp.messages.length, 0);
+    // The certificate fixed (here: trusted): the retry sends, nothing was marked unknown.
+    const fixed = await sink('tls-mail', { from: 'a@example.com', to: 'b@example.com' });
+    assert.equal((await fixed.deliver(call('c-tls'), ctx())).status, 'done');
+    assert.equal(smtp.messages.length, 1);
+  });
+
   test('which SMTP failures leave the outcome unknown', () => {
     const e = (code: string, extra: Record<string, unknown> = {}) => Object.assign(new Error(code), { code, ...extra });
     assert.equal(smtpOutcomeUnknown(e('EENVELOPE')), false);
@@ -316,6 +329,12 @@ describe('email sink: never twice, failures, quiet hours', () => {
     assert.equal(smtpOutcomeUnknown(e('ETIMEDOUT', { timeoutType: 'GREETING_TIMEOUT' })), false);
     assert.equal(smtpOutcomeUnknown(e('ETIMEDOUT', { timeoutType: 'SOCKET_TIMEOUT' })), true);
     assert.equal(smtpOutcomeUnknown(e('ECONNECTION')), true);
+    // TLS handshake failures: no message command went over the connection.
+    assert.equal(smtpOutcomeUnknown(e('ESOCKET', { originalCode: 'CERT_HAS_EXPIRED' })), false);
+    assert.equal(smtpOutcomeUnknown(e('ESOCKET', { originalCode: 'DEPTH_ZERO_SELF_SIGNED_CERT' })), false);
+    assert.equal(smtpOutcomeUnknown(e('ESOCKET', { originalCode: 'ERR_TLS_CERT_ALTNAME_INVALID' })), false);
+    assert.equal(smtpOutcomeUnknown(e('ESOCKET', { originalCode: 'ERR_SSL_WRONG_VERSION_NUMBER' })), false);
+    assert.equal(smtpOutcomeUnknown(e('ESOCKET', { originalCode: 'ECONNRESET' })), true);
   });
 });
 

@@ -33,6 +33,13 @@ interface NodemailerError extends Error {
 /** Timeouts that end a connection before any message command was sent. */
 const SETUP_TIMEOUTS = new Set(['CONNECT_TIMEOUT', 'GREETING_TIMEOUT', 'UPGRADE_TIMEOUT', 'DNS_TIMEOUT']);
 
+/**
+ * A TLS handshake that failed (a certificate not trusted, expired or for another name; no TLS at
+ * all on the port): no message command went over the connection. OpenSSL's verify codes and Node's.
+ */
+const TLS_HANDSHAKE_CODE =
+  /^(CERT_\w+|UNABLE_TO_\w+|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|HOSTNAME_MISMATCH|INVALID_CA|INVALID_PURPOSE|ERR_TLS_CERT_ALTNAME_INVALID|ERR_SSL_WRONG_VERSION_NUMBER)$/;
+
 /** True when the server may have accepted the message although the send failed. */
 export function smtpOutcomeUnknown(err: unknown): boolean {
   const e = (err instanceof Error && err.cause instanceof Error ? err.cause : err) as NodemailerError;
@@ -41,6 +48,7 @@ export function smtpOutcomeUnknown(err: unknown): boolean {
   if (e?.code === 'ETIMEDOUT' && SETUP_TIMEOUTS.has(e.timeoutType ?? '')) return false;
   if ([e?.code, e?.originalCode].some((c) => c === 'ECONNREFUSED' || c === 'ENOTFOUND' || c === 'EAI_AGAIN'))
     return false;
+  if ([e?.code, e?.originalCode].some((c) => typeof c === 'string' && TLS_HANDSHAKE_CODE.test(c))) return false;
   return !requestCertainlyNotSent(e);
 }
 
