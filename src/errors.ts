@@ -175,6 +175,8 @@ export function requestCertainlyNotSent(err: unknown): boolean {
   for (let depth = 0; depth < 4 && current instanceof Error; depth++) {
     const code = (current as { code?: unknown }).code;
     if (typeof code === 'string' && NOT_SENT_CODES.has(code)) return true;
+    // src/http-request.ts: failed before its connection was up (TCP, TLS handshake).
+    if ((current as { notSent?: unknown }).notSent === true) return true;
     current = (current as { cause?: unknown }).cause;
   }
   return false;

@@ -181,7 +181,15 @@ function send(url: URL, init: HttpRequestInit): Promise<HttpAnswer> {
         });
       },
     );
-    req.on('error', fail);
+    // Whether the request's bytes could have reached the server: not before a new connection is up
+    // (TCP, and for https the TLS handshake — a certificate refused, a port without TLS). An error
+    // before that is marked `notSent` (src/errors.ts requestCertainlyNotSent): even a POST may be resent.
+    let connected = false;
+    req.on('socket', (socket) => {
+      if (!socket.connecting) connected = true;
+      else socket.once(secure ? 'secureConnect' : 'connect', () => (connected = true));
+    });
+    req.on('error', (err) => fail(connected ? err : Object.assign(err, { notSent: true })));
     signal?.addEventListener('abort', onAbort, { once: true });
     if (body === undefined) req.end();
     else if (typeof body === 'string') req.end(body);

@@ -378,6 +378,24 @@ describe('sms sink: failures and never twice', () => {
     assert.equal(api.sms.length, 1);
   });
 
+  test('a TLS handshake that fails (https:// to a server without TLS) sent nothing: transient, and the retry sends once', async () => {
+    const tlsClient = createTelephonyClient({
+      baseUrl: api.url.replace(/^http:/, 'https:'),
+      auth: api.basicAuth,
+      timeoutMs: 2000,
+    });
+    await assert.rejects(
+      sink('tls-sms', { smsId: 's0', message: 'Hi' }, { telephony: tlsClient }).deliver(call('c-tls'), ctx()),
+      (err: unknown) => {
+        assert.ok(err instanceof TransientError, `expected a TransientError, got ${String(err)}`);
+        return true;
+      },
+    );
+    assert.equal(api.sms.length, 0);
+    assert.equal((await sink('tls-sms', { smsId: 's0', message: 'Hi' }).deliver(call('c-tls'), ctx())).status, 'done');
+    assert.equal(api.sms.length, 1);
+  });
+
   test('a timeout after the request was sent is not resent: dead letters once, later deliveries skip', async () => {
     // The platform takes 800 ms to answer; the client gives up after 300 ms. The SMS did go out.
     api.inject({ on: 'sms', delayMs: 800 });
