@@ -98,7 +98,7 @@ export class UnprocessableJobError extends Error {
  * queue-wide wait the whole queue — for ever. A day covers the longest wait a CRM names (HubSpot's
  * daily limit, until midnight).
  */
-export const REMOTE_WAIT_MS = { min: 1000, max: 24 * 3600_000 } as const;
+const REMOTE_WAIT_MS = { min: 1000, max: 24 * 3600_000 } as const;
 
 export function remoteWaitMs(ms: number): number {
   return Math.min(Math.max(ms, REMOTE_WAIT_MS.min), REMOTE_WAIT_MS.max);

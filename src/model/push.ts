@@ -40,7 +40,7 @@ export function parsePushEvent(body: string): PushEvent {
 }
 
 /** `in` or `out` in any case (`IN`), also `incoming`/`outgoing`; null for anything else. */
-export function pushDirection(value: string | undefined): 'in' | 'out' | null {
+function pushDirection(value: string | undefined): 'in' | 'out' | null {
   switch (value?.trim().toLowerCase()) {
     case 'in':
     case 'incoming':

@@ -54,7 +54,7 @@ export interface ArchiveRecordingsDeps {
 }
 
 /** Default time limit of one recording (download and upload): 30 minutes. */
-export const RECORDING_TIMEOUT_MS = 30 * 60_000;
+const RECORDING_TIMEOUT_MS = 30 * 60_000;
 
 /**
  * Streams every recording of the call into the store. Returns refs `recording<n>` -> object key.
