@@ -218,6 +218,33 @@ describe('hubspot sink', () => {
     });
   }
 
+  it('a search answered 200 with a body it cannot read is no "nothing found": transient, no second record or contact', async (t) => {
+    // The create went through but its answer was lost; the retry's search for it answers garbage
+    // (a proxy's page). Before: read as no match, and a second call record was created.
+    const searchLimit = fake.searchLimit;
+    fake.searchLimit = 100;
+    t.after(() => void (fake.searchLimit = searchLimit));
+    fake.enqueue({ match: (r) => r.path === CALLS, dropAfterHandling: true });
+    const s = sink({ createContacts: true });
+    await assert.rejects(s.deliver(sampleCall('c-8c'), deps.ctx(1)), TransientError);
+    assert.equal(fake.calls.size, 1);
+    const contacts = fake.contacts.size;
+    for (const path of [`${CALLS}/search`, `${CONTACTS}/search`]) {
+      fake.enqueue({
+        match: (r) => r.path === path,
+        rawAfterHandling: { status: 200, body: '<html>upstream glitch</html>' },
+      });
+      const err = await s.deliver(sampleCall('c-8c'), deps.ctx(2)).catch((e: unknown) => e);
+      assert.ok(err instanceof TransientError, `${path}: expected a TransientError, got ${String(err)}`);
+      assert.match((err as Error).message, /answered 200 without a results list/);
+      assert.equal(fake.calls.size, 1, `${path}: no second call record`);
+      assert.equal(fake.contacts.size, contacts, `${path}: no contact created`);
+    }
+    const result = await s.deliver(sampleCall('c-8c'), deps.ctx(3));
+    assert.equal(result.reason, 'updated');
+    assert.equal(fake.calls.size, 1);
+  });
+
   it('with externalIdProperty the call is written by batch/upsert on that property; the contact associated once', async () => {
     const contactId = fake.addContact({ phone: '+492116355340' });
     const first = await sink({ externalIdProperty: 'callsync_call_id' }).deliver(sampleCall('c-9'), deps.ctx());

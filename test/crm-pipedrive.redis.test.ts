@@ -474,6 +474,32 @@ describe('pipedrive sink', () => {
       assert.equal(result.reason, 'updated');
     });
 
+    it('a lookup answered 200 with a body it cannot read is no "nothing found": transient, no second call log or person', async () => {
+      // Before: the call-log list read as empty, and the call was logged twice.
+      fake.enqueue({ match: (r) => r.method === 'POST' && r.path === '/v1/callLogs', dropAfterHandling: true });
+      const s = sink({ createPerson: true });
+      await assert.rejects(s.deliver(sampleCall('c-8d'), deps.ctx(1)), TransientError);
+      assert.equal(fake.callLogs.length, 1);
+      const persons = fake.persons.size;
+      for (const [method, path] of [
+        ['GET', '/v1/callLogs'],
+        ['GET', '/api/v2/persons/search'],
+      ] as const) {
+        fake.enqueue({
+          match: (r) => r.method === method && r.path === path,
+          rawAfterHandling: { status: 200, body: '<html>proxy glitch</html>' },
+        });
+        const err = await s.deliver(sampleCall('c-8d'), deps.ctx(2)).catch((e: unknown) => e);
+        assert.ok(err instanceof TransientError, `${path}: expected a TransientError, got ${String(err)}`);
+        assert.match((err as Error).message, /answered 200 without a readable list/);
+        assert.equal(fake.callLogs.length, 1, `${path}: no second call log`);
+        assert.equal(fake.persons.size, persons, `${path}: no person created`);
+      }
+      const result = await s.deliver(sampleCall('c-8d'), deps.ctx(3));
+      assert.equal(result.reason, 'updated');
+      assert.equal(fake.callLogs.length, 1);
+    });
+
     it("with userId set (another user's call logs are not listed) the retry finds the activity instead of creating another", async () => {
       fake.now = () => deps.clock.now;
       fake.enqueue({ match: (r) => r.method === 'POST' && r.path === '/v1/callLogs', dropAfterHandling: true });

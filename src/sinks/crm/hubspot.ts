@@ -218,9 +218,22 @@ function searchRateLimitScope(answer: CrmAnswer): 'job' | 'queue' {
   return policy === 'DAILY' || policy === 'TEN_SECONDLY_ROLLING' ? 'queue' : 'job';
 }
 
-function results(body: unknown): { id: string; properties: Record<string, unknown>; created: boolean }[] {
+/**
+ * The `results` of a search or batch answer. `what`: the request, for a 2xx answer without a results
+ * list (a proxy's page, a cut body): transient, never read as "nothing found" — after a create
+ * whose answer was lost, that would create the record a second time.
+ */
+function results(
+  body: unknown,
+  what: string,
+  status: number,
+): { id: string; properties: Record<string, unknown>; created: boolean }[] {
   const list = field(body, 'results');
-  if (!Array.isArray(list)) return [];
+  if (!Array.isArray(list)) {
+    // A batch answer with only errors is HubSpot's (the caller reads them).
+    if (Array.isArray(field(body, 'errors'))) return [];
+    throw new TransientError(`${what} answered ${status} without a results list`, { status });
+  }
   return list.flatMap((r) => {
     const id = stringField(r, 'id');
     const props = field(r, 'properties');
@@ -661,7 +674,7 @@ export class HubSpotSink implements Sink {
       },
       signal,
     );
-    for (const r of results(answer.body)) {
+    for (const r of results(answer.body, `HubSpot POST ${this.objects('contacts/search')}`, answer.status)) {
       const p = r.properties;
       const phone = typeof p.phone === 'string' ? p.phone : null;
       const mobile = typeof p.mobilephone === 'string' ? p.mobilephone : null;
@@ -764,7 +777,7 @@ export class HubSpotSink implements Sink {
       accept: [207],
       signal,
     });
-    const [result] = results(answer.body);
+    const [result] = results(answer.body, `HubSpot POST ${path}`, answer.status);
     if (result === undefined) {
       const errors = field(answer.body, 'errors');
       const detail = Array.isArray(errors) ? stringField(errors[0], 'message') : undefined;
@@ -801,7 +814,7 @@ export class HubSpotSink implements Sink {
       { filterGroups: [{ filters }], properties: ['hs_call_title'], limit: 1 },
       signal,
     );
-    return results(answer.body)[0]?.id ?? null;
+    return results(answer.body, `HubSpot POST ${this.objects('calls/search')}`, answer.status)[0]?.id ?? null;
   }
 }
 

@@ -183,6 +183,22 @@ function numericId(value: unknown): number | null {
 }
 
 /** RFC 3339 in whole seconds (the v2 API refuses fractions in `updated_since`). */
+/**
+ * The list a lookup answered (`data`, or `data.items` for a search; Pipedrive's empty list may be
+ * `null`). A 2xx answer that is not Pipedrive's (`success: true`): a proxy's page, a cut body — is
+ * transient, never read as "nothing found": after a create whose answer was lost, that would log
+ * the call (or create the person) a second time.
+ */
+function listOf(answer: { status: number; body: unknown }, what: string, items = false): unknown[] {
+  const data = field(answer.body, 'data');
+  const list = items ? field(data, 'items') : data;
+  if (field(answer.body, 'success') === true && (Array.isArray(list) || list === null || list === undefined))
+    return Array.isArray(list) ? list : [];
+  throw new TransientError(`Pipedrive ${what} answered ${answer.status} without a readable list`, {
+    status: answer.status,
+  });
+}
+
 function rfc3339(ms: number): string {
   return `${new Date(ms).toISOString().slice(0, 19)}Z`;
 }
@@ -493,15 +509,12 @@ export class PipedriveSink implements Sink {
         const query: Record<string, string> = { term, fields: 'phone', limit: '50' };
         if (cursor !== undefined) query.cursor = cursor;
         const answer = await this.request({ method: 'GET', path: '/api/v2/persons/search', query, signal }, 'search');
-        const items = field(field(answer.body, 'data'), 'items');
-        if (Array.isArray(items)) {
-          for (const entry of items) {
-            const item = field(entry, 'item');
-            const id = numericId(field(item, 'id'));
-            const phones = field(item, 'phones');
-            if (id === null || !Array.isArray(phones)) continue;
-            if (phones.some((p) => typeof p === 'string' && samePhone(p, e164, this.region))) return id;
-          }
+        for (const entry of listOf(answer, 'GET /api/v2/persons/search', true)) {
+          const item = field(entry, 'item');
+          const id = numericId(field(item, 'id'));
+          const phones = field(item, 'phones');
+          if (id === null || !Array.isArray(phones)) continue;
+          if (phones.some((p) => typeof p === 'string' && samePhone(p, e164, this.region))) return id;
         }
         const next = field(field(answer.body, 'additional_data'), 'next_cursor');
         if (typeof next !== 'string' || next === '') break;
@@ -601,8 +614,7 @@ export class PipedriveSink implements Sink {
         query: { start: String(start), limit: '50' },
         signal,
       });
-      const data = field(answer.body, 'data');
-      if (!Array.isArray(data)) return null;
+      const data = listOf(answer, 'GET /v1/callLogs');
       for (const log of data) {
         if (
           stringField(log, 'start_time') === callLog.start_time &&
@@ -655,17 +667,14 @@ export class PipedriveSink implements Sink {
       if (callLog.person_id !== undefined) query.person_id = String(callLog.person_id);
       if (cursor !== undefined) query.cursor = cursor;
       const answer = await this.request({ method: 'GET', path: '/api/v2/activities', query, signal });
-      const data = field(answer.body, 'data');
-      if (Array.isArray(data)) {
-        for (const activity of data) {
-          const id = numericId(field(activity, 'id'));
-          if (id === null || field(activity, 'type') !== 'call' || field(activity, 'subject') !== callLog.subject)
-            continue;
-          if ((numericId(field(activity, 'person_id')) ?? undefined) !== callLog.person_id) continue;
-          const added = Date.parse(String(field(activity, 'add_time')));
-          if (!Number.isNaN(added) && added < since - RECOVERY_SKEW_MS) continue;
-          candidates.push({ id, sameNote: field(activity, 'note') === callLog.note });
-        }
+      for (const activity of listOf(answer, 'GET /api/v2/activities')) {
+        const id = numericId(field(activity, 'id'));
+        if (id === null || field(activity, 'type') !== 'call' || field(activity, 'subject') !== callLog.subject)
+          continue;
+        if ((numericId(field(activity, 'person_id')) ?? undefined) !== callLog.person_id) continue;
+        const added = Date.parse(String(field(activity, 'add_time')));
+        if (!Number.isNaN(added) && added < since - RECOVERY_SKEW_MS) continue;
+        candidates.push({ id, sameNote: field(activity, 'note') === callLog.note });
       }
       const next = field(field(answer.body, 'additional_data'), 'next_cursor');
       if (typeof next !== 'string' || next === '') break;
