@@ -20,8 +20,14 @@ interface Seen {
   body: Buffer;
 }
 
-/** A fake S3 on loopback: records every request, answers `status` (with an S3 error document when not 200). */
-async function fakeS3(status: () => number) {
+/**
+ * A fake S3 on loopback: records every request, answers `status` (with an S3 error document when not
+ * 200: `AccessDenied`, or the `error` given, as XML elements).
+ */
+async function fakeS3(
+  status: () => number,
+  error: Record<string, string> = { Code: 'AccessDenied', Message: 'Access Denied' },
+) {
   const seen: Seen[] = [];
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -33,11 +39,11 @@ async function fakeS3(status: () => number) {
         res.writeHead(200, { etag: '"x"' }).end();
         return;
       }
-      res
-        .writeHead(code, { 'content-type': 'application/xml' })
-        .end(
-          `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message><RequestId>1</RequestId></Error>`,
-        );
+      res.writeHead(code, { 'content-type': 'application/xml' }).end(
+        `<?xml version="1.0" encoding="UTF-8"?><Error>${Object.entries(error)
+          .map(([k, v]) => `<${k}>${v}</${k}>`)
+          .join('')}<RequestId>1</RequestId></Error>`,
+      );
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -159,6 +165,56 @@ describe('S3Store.put: the lean PutObject path', () => {
       store.client.destroy();
     }
   });
+
+  for (const [status, error, names] of [
+    [
+      301,
+      {
+        Code: 'PermanentRedirect',
+        Message: 'The bucket you are attempting to access must be addressed using the specified endpoint.',
+        Endpoint: 'bkt.s3.eu-central-1.amazonaws.com',
+        Bucket: 'bkt',
+      },
+      /bkt\.s3\.eu-central-1\.amazonaws\.com/,
+    ],
+    [
+      400,
+      {
+        Code: 'AuthorizationHeaderMalformed',
+        Message: "The authorization header is malformed; the region 'us-east-1' is wrong; expecting 'eu-central-1'",
+        Region: 'eu-central-1',
+      },
+      /eu-central-1/,
+    ],
+  ] as const)
+    test(`a bucket in another region (${error.Code}) disables the archive queue naming where it is; not a dead letter per call`, async () => {
+      const fake = await fakeS3(() => status, error);
+      const store = new S3Store({
+        bucket: 'bkt',
+        region: 'us-east-1',
+        endpoint: `http://127.0.0.1:${fake.port}`,
+        forcePathStyle: true,
+        credentials: TEST_CREDENTIALS,
+      });
+      try {
+        for (const write of [
+          () => store.put('k.json', '{}', { contentType: 'application/json' }),
+          () => store.putStream('r.wav', Readable.from([Buffer.alloc(1000)]), { contentType: 'audio/wav' }),
+        ]) {
+          const err = await write().then(
+            () => assert.fail('a bucket elsewhere must fail'),
+            (e: unknown) => e,
+          );
+          assert.equal(classify(err), 'disable', String(err));
+          assert.match((err as Error).message, /bucket "bkt" is not in region us-east-1/);
+          assert.match((err as Error).message, names);
+          assert.match((err as Error).message, /AWS_REGION/);
+        }
+      } finally {
+        store.client.destroy();
+        await fake.close();
+      }
+    });
 
   test('an error answer is classified as on the SDK path (the SDK asked again, once)', async () => {
     const fake = await fakeS3(() => 403);

@@ -79,7 +79,20 @@ function encodeKey(key: string): string {
 }
 
 /** Sorts an S3 SDK failure into the sink error kinds (errorFromHttp redacts the server's text). */
-function errorFromS3(what: string, err: unknown, bucket?: string): SinkError {
+/** S3's answers to a request sent to a region its bucket is not in. */
+const WRONG_REGION = new Set([
+  'PermanentRedirect',
+  'AuthorizationHeaderMalformed',
+  'IllegalLocationConstraintException',
+]);
+
+/** A short text field S3's error document carried (the SDK puts its elements on the exception). */
+function field(err: object, name: string): string | undefined {
+  const v = (err as Record<string, unknown>)[name];
+  return typeof v === 'string' && /^[\w.:-]{1,200}$/.test(v) ? v : undefined;
+}
+
+function errorFromS3(what: string, err: unknown, bucket?: string, region?: string): SinkError {
   if (err instanceof S3ServiceException) {
     const status = err.$metadata.httpStatusCode ?? 500;
     // Every call would fail alike until an operator creates the bucket or fixes its name: the queue
@@ -89,6 +102,14 @@ function errorFromS3(what: string, err: unknown, bucket?: string): SinkError {
         `${what} answered ${status}: NoSuchBucket: bucket "${bucket}" does not exist. Create it or fix the archive's bucket (ARCHIVE_S3_BUCKET), then re-enable the queue (callsync resume)`,
         { status },
       );
+    // A bucket in another region than the one configured: the same for every call.
+    if (WRONG_REGION.has(err.name) && bucket !== undefined) {
+      const where = [field(err, 'Region'), field(err, 'Endpoint')].filter((v) => v !== undefined).join(', at ');
+      return new EndpointDisabledError(
+        `${what} answered ${status}: ${err.name}: bucket "${bucket}" is not in region ${region ?? 'the default'}${where ? `; it is in ${where}` : ''}. Set the archive's region (AWS_REGION) to the bucket's, then re-enable the queue (callsync resume)`,
+        { status },
+      );
+    }
     return errorFromHttp({ status, what, detail: `${err.name}: ${err.message}` });
   }
   // No credentials at all: every job would fail the same way until an operator fixes the setup.
@@ -268,7 +289,7 @@ export class S3Store implements ObjectStore {
         }),
       );
     } catch (err) {
-      throw errorFromS3(`S3 PutObject ${key}`, err, this.options.bucket);
+      throw errorFromS3(`S3 PutObject ${key}`, err, this.options.bucket, this.options.region);
     }
   }
 
@@ -279,7 +300,7 @@ export class S3Store implements ObjectStore {
       );
       return (page.Contents ?? []).flatMap((o) => (o.Key === undefined ? [] : [o.Key])).sort();
     } catch (err) {
-      throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err, this.options.bucket);
+      throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err, this.options.bucket, this.options.region);
     }
   }
 
@@ -307,7 +328,7 @@ export class S3Store implements ObjectStore {
       });
       await upload.done();
     } catch (err) {
-      throw errorFromS3(`S3 upload ${key}`, err, this.options.bucket);
+      throw errorFromS3(`S3 upload ${key}`, err, this.options.bucket, this.options.region);
     }
   }
 
@@ -326,7 +347,7 @@ export class S3Store implements ObjectStore {
           }),
         );
       } catch (err) {
-        throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err, this.options.bucket);
+        throw errorFromS3(`S3 ListObjectsV2 ${prefix}`, err, this.options.bucket, this.options.region);
       }
       for (const object of page.Contents ?? []) if (object.Key !== undefined) yield object.Key;
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
