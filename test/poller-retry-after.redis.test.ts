@@ -30,7 +30,13 @@ describe('poller: hostile Retry-After', () => {
   });
   after(() => api.close());
 
-  async function pollFor(channel: string, ms: number, settings: { intervalMs: number; maxBackoffMs: number }) {
+  /** Polls the channel for `ms`, or until `enough` says so; with how long it polled. */
+  async function pollFor(
+    channel: string,
+    ms: number,
+    settings: { intervalMs: number; maxBackoffMs: number },
+    enough?: (requests: number) => boolean,
+  ) {
     const prefix = await target.prefix(`poll-ra-${channel}`);
     const keys = target.keys(prefix);
     const redis: RedisClient = target.connect('producer');
@@ -48,8 +54,10 @@ describe('poller: hostile Retry-After', () => {
         log: logs.log,
         runner,
       });
-      await new Promise((r) => setTimeout(r, ms));
-      return { requests: api.inboxRequests(channel), logs };
+      const started = Date.now();
+      while (Date.now() - started < ms && !enough?.(api.inboxRequests(channel).length))
+        await new Promise((r) => setTimeout(r, 20));
+      return { requests: api.inboxRequests(channel), logs, elapsedMs: Date.now() - started };
     } finally {
       await running?.close();
       await Promise.all([redis, worker].map((r) => r.quit().catch(() => undefined)));
@@ -82,9 +90,15 @@ describe('poller: hostile Retry-After', () => {
     // 30 years: past setTimeout's limit of 2^31-1 ms, which Node turns into 1 ms.
     api.inject({ on: 'events', channelId: channel, status: 429, retryAfter: '999999999', times: Infinity });
     try {
-      const { requests, logs } = await pollFor(channel, 2500, { intervalMs: 200, maxBackoffMs: 800 });
+      const { requests, logs, elapsedMs } = await pollFor(
+        channel,
+        20_000,
+        { intervalMs: 200, maxBackoffMs: 800 },
+        (n) => n >= 2,
+      );
+      // Read again, after POLL_MAX_BACKOFF_MS (before: 789 requests in 2.5 s).
       assert.ok(requests.length >= 2, `read again after POLL_MAX_BACKOFF_MS: ${requests.length} request(s)`);
-      assert.ok(requests.length <= 5, `${requests.length} inbox requests in 2.5 s with an 800 ms cap`);
+      assert.ok(elapsedMs >= 750, `the second request ${elapsedMs} ms after the start, with an 800 ms cap`);
       const line = logs.lines.find((l) => typeof l.msg === 'string' && /asked to wait/.test(l.msg));
       assert.ok(line, 'the wait is logged');
       assert.equal(line.waitMs, 800, 'the wait logged is the one taken');
@@ -137,9 +151,13 @@ describe('poller: a position that cycles', () => {
         log: logs.log,
         runner,
       });
-      await new Promise((r) => setTimeout(r, 1500));
-      assert.ok(requests >= 2, `${requests} request(s)`);
-      assert.ok(requests <= 12, `${requests} inbox requests in 1.5 s with a 300 ms interval`);
+      // Five requests take at least one wait of POLL_INTERVAL_MS (A, B, then A again is a cycle);
+      // before: 675 requests in 1.5 s.
+      const started = Date.now();
+      while (requests < 5 && Date.now() - started < 20_000) await new Promise((r) => setTimeout(r, 20));
+      const elapsedMs = Date.now() - started;
+      assert.ok(requests >= 5, `${requests} request(s)`);
+      assert.ok(elapsedMs >= 250, `${requests} inbox requests in ${elapsedMs} ms with a 300 ms interval`);
       assert.ok(
         logs.lines.some((l) => typeof l.msg === 'string' && /already read/.test(l.msg)),
         'the cycle is logged',
