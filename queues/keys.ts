@@ -7,7 +7,7 @@
 // - spread (a Redis Cluster with a QUEUE_PREFIX without `{…}`): each area has its own hash tag
 //   `{QUEUE_PREFIX:area}`, so the areas land on different masters: each queue (`{callsync:sink-archive}`,
 //   with its sink's state beside it), each shard of the inbound log (`{callsync:inbound-3}`, with its
-//   dedupe keys), each polled channel (`{callsync:poller:<channel>}`: lock and cursor), the push
+//   dedupe keys), each polled channel (`{callsync:poller:<channel>}`: lock, cursor and state record), the push
 //   assembly, the opt-out list, the backfill cursors. BullMQ's rule holds: every key of one queue
 //   is in one slot, and every multi-key script touches one area only.
 import type { RedisSettings } from './connection.js';

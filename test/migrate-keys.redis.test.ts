@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto';
 import { loadConfig } from '../src/config/index.js';
 import { help, runCli } from '../src/cli/index.js';
 import type { CliIo } from '../src/cli/io.js';
-import { cursorKey } from '../workers/poller.js';
+import { cursorKey } from '../queues/poller-state.js';
 import { startRedisCluster, type TestCluster } from './support/redis-cluster.js';
 import { scanKeys } from '../queues/scan.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
@@ -54,6 +54,8 @@ async function seedState(redis: Redis | Cluster, p: string): Promise<void> {
   await redis.sadd(`${p}:optout`, ...NUMBERS);
   await redis.set(`${p}:state:poller:cursor:chan-1`, 'cursor-pos-4711');
   await redis.set(`${p}:state:poller:lock:chan-1`, 'poller-instance', 'PX', 30_000);
+  // What the poller last reported (`callsync poller`): not copied, the new pollers write their own.
+  await redis.set(`${p}:state:poller:status:chan-1`, '{"state":"polling"}', 'PX', 30_000);
   await redis.hset(`${p}:backfill:${BACKFILL}`, 'offset', '300');
   await redis.set(`${p}:replay:crm:replay-${'e'.repeat(16)}`, '1', 'EX', 180 * 24 * 3600);
   await redis.set(`${p}:inbound-seen:${H1}`, 'first-id-h1', 'PX', 3_600_000);
@@ -200,6 +202,7 @@ describe('migrate-keys, single Redis to single Redis under another prefix', () =
     assertNoValues(run.all);
     assert.match(run.out, /copied 10 key\(s\); kept 0/);
     assert.match(run.out, /not copied: .*2 lock\(s\)/);
+    assert.match(run.out, /not copied: .*1 poller state record\(s\)/);
 
     // Where this layout keeps each (one slot under the new prefix), via the key functions and literally.
     assert.equal(keys.layout, 'one-slot');
@@ -223,6 +226,7 @@ describe('migrate-keys, single Redis to single Redis under another prefix', () =
       await redis.exists(
         `${plain}:state:crm:lock:ccc`,
         `${plain}:state:poller:lock:chan-1`,
+        `${plain}:state:poller:status:chan-1`,
         `${plain}:push:call-9`,
         `${plain}:layout`,
       ),

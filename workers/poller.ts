@@ -11,6 +11,8 @@
 // - 401/403 stop that channel (error log + metric) until the process restarts; other API failures
 //   back off exponentially; a Retry-After is waited out (at least POLL_INTERVAL_MS, at most
 //   POLL_MAX_BACKOFF_MS).
+// - each channel's state (polling, backing-off, rate-limited, stopped: why, the last poll and the
+//   next) is written to Redis by the lock's holder after every poll, for `callsync poller`.
 import { createHash, randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Queue, type Job } from 'bullmq';
@@ -30,6 +32,16 @@ import { TelephonyApiError } from '../src/telephony/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import type { PollerSettings } from '../src/config/index.js';
 import { asKeys, JobName, POLL_DEAD_LETTER_QUEUE, type PollDeadLetterJob, type RedisKeys } from '../queues/index.js';
+import {
+  cursorKey,
+  lockKey,
+  writeChannelState,
+  type ChannelPollState,
+  type ChannelStateRecord,
+  type PageCounts,
+  type PollOutcome,
+} from '../queues/poller-state.js';
+import { redactRemoteText } from '../src/redact.js';
 import { runWorker, type RunnerOptions, type RunningWorker } from './runner.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -38,18 +50,9 @@ import { runWorker, type RunnerOptions, type RunningWorker } from './runner.js';
 // ---------------------------------------------------------------------------------------------
 // Redis keys and scripts
 
-/** Where a channel's stored position lives (delete it to re-read the inbox from the start). */
-// A channel's lock and cursor share the channel's slot (the cursor moves only under the lock, in
-// one script); channels are spread over a cluster's masters (queues/keys.ts).
-/** @internal Exported for its tests only (test/migrate-keys.redis.test.ts, test/poller.redis.test.ts). */
-export function cursorKey(keys: RedisKeys | string, channelId: string): string {
-  return `${asKeys(keys).state(`poller:${channelId}`)}poller:cursor:${channelId}`;
-}
-
-/** @internal Exported for its tests only (test/poller.redis.test.ts). */
-export function lockKey(keys: RedisKeys | string, channelId: string): string {
-  return `${asKeys(keys).state(`poller:${channelId}`)}poller:lock:${channelId}`;
-}
+// A channel's lock, cursor and state record share the channel's slot (the cursor moves only under
+// the lock, in one script); channels are spread over a cluster's masters (queues/keys.ts). The keys
+// are made in queues/poller-state.ts, where `callsync poller` reads them too.
 
 const RENEW = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end`;
 const RELEASE = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end`;
@@ -134,6 +137,10 @@ class ChannelPoller {
   private readonly unreadLogged = new Set<string>();
   /** The positions read in the current run of full pages (read back to back): a repeat is a cycle. */
   private readonly runPositions = new Set<string>();
+  /** What this poller last reported in the channel's state record (queues/poller-state.ts). */
+  private record: ChannelStateRecord | null = null;
+  private recordWrite: Promise<void> = Promise.resolve();
+  private recordWriteFailing = false;
 
   constructor(
     readonly channelId: string,
@@ -172,6 +179,7 @@ class ChannelPoller {
     this.shutdown.abort();
     await this.loop;
     this.stateValue = 'closed';
+    await this.recordWrite;
     await this.releaseLock();
   }
 
@@ -186,6 +194,8 @@ class ChannelPoller {
         // Credentials were rejected: no more requests from this process. The lock is kept (renewed)
         // so other processes do not take the channel over and hit the same 401 again.
         this.stateValue = 'stopped';
+        // The record lives while this process keeps the channel stopped (refreshed with its TTL).
+        this.writeRecord();
         await this.sleep(Math.max(50, Math.round(this.settings.lockTtlMs / 3)));
         continue;
       }
@@ -197,13 +207,15 @@ class ChannelPoller {
           await this.sleep(Math.max(50, Math.round(this.settings.lockTtlMs / 3)));
           continue;
         }
+        this.report('polling', { waitMs: 0 });
       }
       this.stateValue = 'polling';
       let wait: number;
       try {
-        const full = await this.pollOnce();
+        const { full, counts } = await this.pollOnce();
         failures = 0;
         wait = full ? 0 : this.settings.intervalMs;
+        this.report('polling', { outcome: 'ok', waitMs: wait, page: counts });
       } catch (err) {
         if (this.closing) break;
         const error = err instanceof Error ? err : new Error(String(err));
@@ -219,6 +231,7 @@ class ChannelPoller {
             'telephony API rejected the credentials: polling of this channel stopped until the process restarts with working credentials',
           );
           this.deps.events?.stopped?.(this.channelId, error.message);
+          this.report('stopped', { outcome: 'rejected', reason: error.message, waitMs: null });
           continue;
         }
         if (error instanceof TelephonyApiError && error.kind === 'retry-later') {
@@ -232,6 +245,7 @@ class ChannelPoller {
             'telephony API asked to wait before the next poll',
           );
           this.deps.events?.rateLimited?.(this.channelId, wait);
+          this.report('rate-limited', { outcome: 'rate-limited', reason: error.message, waitMs: wait });
         } else {
           failures += 1;
           // From the poll interval (at least 500 ms), doubling up to POLL_MAX_BACKOFF_MS.
@@ -251,14 +265,15 @@ class ChannelPoller {
             'poll failed: backing off',
           );
           this.deps.events?.failed?.(this.channelId, error, wait);
+          this.report('backing-off', { outcome: 'failed', reason: error.message, waitMs: wait, failures });
         }
       }
       if (wait > 0) await this.sleep(wait);
     }
   }
 
-  /** Reads one page and queues it; true when the page was full (read the next one at once). */
-  private async pollOnce(): Promise<boolean> {
+  /** Reads one page and queues it; `full` when the page was full (read the next one at once). */
+  private async pollOnce(): Promise<{ full: boolean; counts: PageCounts }> {
     const { redis, prefix, client } = this.deps;
     const lease = this.leaseSignal!;
     const signal = AbortSignal.any([lease.signal, this.shutdown.signal]);
@@ -360,9 +375,10 @@ class ChannelPoller {
     // A full page means more are waiting; a position that did not move, or went back to one already
     // read in this run of full pages, would loop (reading the same pages back to back), so it waits.
     const full = page.events.length > 0 && page.events.length >= limit && page.position !== position;
+    const counts: PageCounts = { events: page.events.length, accepted, duplicates, deadLettered, ignored };
     if (!full) {
       this.runPositions.clear();
-      return false;
+      return { full: false, counts };
     }
     if (position !== undefined) this.runPositions.add(position);
     if (this.runPositions.has(page.position) || this.runPositions.size > MAX_RUN_POSITIONS) {
@@ -371,9 +387,61 @@ class ChannelPoller {
         'telephony API returned a full page whose next position was already read: waiting POLL_INTERVAL_MS before reading on',
       );
       this.runPositions.clear();
-      return false;
+      return { full: false, counts };
     }
-    return true;
+    return { full: true, counts };
+  }
+
+  // ---- state record (for operators: `callsync poller`) ----
+
+  /**
+   * Records the channel's state after a change or a poll: one write per poll, never per event.
+   * `waitMs` null: no next poll planned (stopped). A reason is redacted again here (no credential,
+   * no number), whatever produced it.
+   */
+  private report(
+    state: ChannelPollState,
+    info: { outcome?: PollOutcome; reason?: string; waitMs: number | null; failures?: number; page?: PageCounts },
+  ): void {
+    const now = this.now();
+    const at = now.toISOString();
+    const previous = this.record;
+    this.record = {
+      state,
+      reason: info.reason === undefined ? null : redactRemoteText(info.reason),
+      since: previous !== null && previous.state === state ? previous.since : at,
+      instance: this.instanceId,
+      lastPollAt: info.outcome === undefined ? (previous?.lastPollAt ?? null) : at,
+      lastOutcome: info.outcome ?? previous?.lastOutcome ?? null,
+      nextPollAt: info.waitMs === null ? null : new Date(now.getTime() + info.waitMs).toISOString(),
+      failures: info.failures ?? 0,
+      lastPage: info.page === undefined ? (previous?.lastPage ?? null) : { ...info.page, at },
+    };
+    this.writeRecord();
+  }
+
+  /**
+   * Writes the record without waiting for it: a Redis that is away must not hold up polling. Its
+   * TTL reaches a few lock TTLs past the next poll, so a channel no longer polled leaves nothing.
+   */
+  private writeRecord(): void {
+    const record = this.record;
+    if (record === null) return;
+    const untilNext =
+      record.nextPollAt === null ? 0 : Math.max(0, Date.parse(record.nextPollAt) - this.now().getTime());
+    const ttlMs = untilNext + 3 * this.settings.lockTtlMs;
+    this.recordWrite = writeChannelState(this.deps.redis, this.deps.prefix, this.channelId, record, ttlMs).then(
+      () => {
+        this.recordWriteFailing = false;
+      },
+      (err: unknown) => {
+        const reason = err instanceof Error ? err.message : String(err);
+        // Warned once per run of failures; polling goes on either way.
+        if (this.recordWriteFailing) this.log.debug({ reason }, 'could not write the channel state record');
+        else this.log.warn({ reason }, 'could not write the channel state record (polling goes on)');
+        this.recordWriteFailing = true;
+      },
+    );
   }
 
   /** Counts every unread optional field; logs each field once per channel and process (never the value). */

@@ -20,6 +20,7 @@ import { Cluster } from 'ioredis';
 import { describeRedis, type RedisClient, type RedisNode, type RedisSettings } from '../../queues/connection.js';
 import { inboundSeenPrefix } from '../../queues/inbound.js';
 import { RedisKeys, redisKeys } from '../../queues/keys.js';
+import { cursorKey } from '../../queues/poller-state.js';
 import type { Config } from '../config/index.js';
 import { globEscape, queuesInRedis, scanKeys } from '../../queues/scan.js';
 import { table, UsageError, type CliIo } from './io.js';
@@ -132,7 +133,8 @@ interface CopyKey {
   target: string;
 }
 
-type LeftKind = 'lock' | 'queue' | 'inbound-log' | 'parked' | 'source' | 'layout' | 'fingerprints' | 'other';
+type LeftKind =
+  'lock' | 'poller-state' | 'queue' | 'inbound-log' | 'parked' | 'source' | 'layout' | 'fingerprints' | 'other';
 
 interface LeftKey {
   kind: LeftKind;
@@ -164,9 +166,10 @@ function classify(key: string, from: string, queues: ReadonlySet<string>, target
   const left = (kind: LeftKind): LeftKey => ({ kind, source: key });
   if (rest === 'optout') return copy(AREA.optOut, `${target.area('optout')}:optout`);
   let m = /^state:poller:cursor:(.+)$/s.exec(rest);
-  // workers/poller.ts cursorKey (a layer above the CLI; test/migrate-keys.redis.test.ts checks they agree).
-  if (m) return copy(AREA.poller, `${target.state(`poller:${m[1]}`)}poller:cursor:${m[1]}`);
+  if (m) return copy(AREA.poller, cursorKey(target, m[1]!));
   if (rest.startsWith('state:poller:lock:')) return left('lock');
+  // What a poller last reported (queues/poller-state.ts): the new pollers write their own.
+  if (rest.startsWith('state:poller:status:')) return left('poller-state');
   m = /^state:([^:]+):(.+)$/s.exec(rest);
   if (m && SINK_NAME.test(m[1]!))
     return isLock(m[2]!) ? left('lock') : copy(AREA.sink(m[1]!), `${target.sinkState(m[1]!)}${m[2]}`);
@@ -495,6 +498,7 @@ export async function migrateKeys(
       return n > 0 ? `${n} ${t.stateLabel} key(s)` : '';
     }),
     byKind('lock') > 0 ? `${byKind('lock')} lock(s)` : '',
+    byKind('poller-state') > 0 ? `${byKind('poller-state')} poller state record(s)` : '',
     byKind('fingerprints') > 0 ? "the live processes' configuration fingerprints" : '',
     byKind('other') > 0 ? `${byKind('other')} other key(s) under "${prefix}:" callsync does not know` : '',
   ].filter(Boolean);
