@@ -1,6 +1,6 @@
 // A polled channel's keys (lock, cursor, state) and the state record the poller writes for
-// operators. All three share the channel's slot (`{QUEUE_PREFIX:poller:<channel>}` on a spread
-// cluster: queues/keys.ts).
+// operators (`callsync poller`, docs/polling.md "Is the poller working?"). All three share the
+// channel's slot (`{QUEUE_PREFIX:poller:<channel>}` on a spread cluster: queues/keys.ts).
 import type { RedisClient } from './connection.js';
 import { asKeys, type RedisKeys } from './keys.js';
 
@@ -14,8 +14,11 @@ export function lockKey(keys: RedisKeys | string, channelId: string): string {
   return `${asKeys(keys).state(`poller:${channelId}`)}poller:lock:${channelId}`;
 }
 
-/** The channel's state record (JSON, with a TTL: a channel no longer polled leaves nothing behind). */
-function channelStateKey(keys: RedisKeys | string, channelId: string): string {
+/**
+ * The channel's state record (JSON, with a TTL: a channel no longer polled leaves nothing behind).
+ * @internal Exported for its tests only (test/poller-status.redis.test.ts).
+ */
+export function channelStateKey(keys: RedisKeys | string, channelId: string): string {
   return `${asKeys(keys).state(`poller:${channelId}`)}poller:status:${channelId}`;
 }
 
@@ -63,4 +66,61 @@ export async function writeChannelState(
   ttlMs: number,
 ): Promise<void> {
   await redis.set(channelStateKey(keys, channelId), JSON.stringify(record), 'PX', Math.max(1000, Math.round(ttlMs)));
+}
+
+/** What Redis holds about one channel, for the CLI. */
+export interface ChannelView {
+  channelId: string;
+  /** The instance id holding the lock, or null when it is free (no poller running for it). */
+  holder: string | null;
+  /** Milliseconds the lock has left (null when free). */
+  lockTtlMs: number | null;
+  cursor: string | null;
+  /** Null: never polled, or the record expired. A record that cannot be read is reported as such. */
+  record: ChannelStateRecord | null;
+  /** Set when the stored record is not one this version reads. */
+  unreadable?: string;
+}
+
+/** Reads lock, cursor and state record of each channel (three reads of one slot per channel). */
+export async function readChannels(
+  redis: RedisClient,
+  keys: RedisKeys | string,
+  channelIds: readonly string[],
+): Promise<ChannelView[]> {
+  const views: ChannelView[] = [];
+  for (const channelId of channelIds) {
+    const [holder, ttl, cursor, raw] = await Promise.all([
+      redis.get(lockKey(keys, channelId)),
+      redis.pttl(lockKey(keys, channelId)),
+      redis.get(cursorKey(keys, channelId)),
+      redis.get(channelStateKey(keys, channelId)),
+    ]);
+    const view: ChannelView = {
+      channelId,
+      holder,
+      lockTtlMs: holder === null || ttl < 0 ? null : ttl,
+      cursor,
+      record: null,
+    };
+    if (raw !== null) {
+      const record = parseRecord(raw);
+      if (record) view.record = record;
+      else view.unreadable = 'the stored state is not JSON of a known shape';
+    }
+    views.push(view);
+  }
+  return views;
+}
+
+const STATES: readonly string[] = ['polling', 'backing-off', 'rate-limited', 'stopped'];
+
+function parseRecord(raw: string): ChannelStateRecord | null {
+  try {
+    const value = JSON.parse(raw) as Partial<ChannelStateRecord> | null;
+    if (typeof value !== 'object' || value === null || !STATES.includes(String(value.state))) return null;
+    return value as ChannelStateRecord;
+  } catch {
+    return null;
+  }
 }

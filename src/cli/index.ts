@@ -20,6 +20,7 @@ import { NoRedisError } from '../../queues/private-redis.js';
 import { forgetCommand, forgetHelp } from './forget.js';
 import { retentionCheckLines, retentionCommand, retentionHelp } from './retention.js';
 import { callCommand, callsCommand, callsHelp } from './calls.js';
+import { pollerHelp, pollerStatus } from './poller.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
 
@@ -38,6 +39,7 @@ Commands:
   call <callId|jobId|+number> [--json]       what happened to a call: its timeline, every sink attempt
   calls --since 2h [--until T] [--sink S] [--status failed|skipped|pending|retrying|paused|done] [--number +49…] [--limit N] [--json]
                                              list the calls of a time range with each sink's state
+  poller [--json]                            each polled channel: who polls it, its state, cursor and last poll
   send-sample [--url URL] [--from N] [--to N] [--direction in|out] [--outcome O]
                                              post a sample call to a running callsync
   opt-out add|remove|list [NUMBER...]        numbers that never get an SMS
@@ -204,6 +206,7 @@ Options:
   forget: forgetHelp,
   retention: retentionHelp,
   ...callsHelp,
+  poller: pollerHelp,
 } as const;
 
 type Command = keyof typeof help;
@@ -532,6 +535,13 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       } finally {
         source.disconnect();
       }
+    }
+    case 'poller': {
+      const { values, positionals } = parse(args, { json: { type: 'boolean' } }, command);
+      if (values.help) return (io.out(help.poller), 0);
+      if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+      const config = configFrom(io.env);
+      return pollerStatus(config, () => connectRedis(config), values.json === true, io);
     }
     case 'forget':
       return forgetCommand(args, io, () => configFrom(io.env));
