@@ -514,17 +514,57 @@ function sinksSection(
 }
 
 /** The environment through the one schema; bad variables are reported and left at their defaults. */
+/**
+ * The longest delay a Node timer takes: 2^31 - 1 ms (24.8 days). A longer one fires after 1 ms, so
+ * e.g. RETENTION_SWEEP_INTERVAL_SECONDS=3600000 (an hour written in ms) swept — sent Redis a SET — in
+ * a loop, and a SHUTDOWN_GRACE_MS that long gave no grace at all.
+ */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Durations Redis keeps a key for (PEXPIRE, SET PX): 100 years, far below where Redis refuses the TTL. */
+const MAX_TTL_DAYS = 36_500;
+
+/**
+ * The upper bound of a duration variable, or undefined: every `…_MS` is a timer's delay (at most
+ * MAX_TIMER_MS); the seconds and days below are a timer's or a Redis TTL's.
+ */
+function durationLimit(name: string): { max: number; unit: string; why: string } | undefined {
+  const timer = 'the longest delay a timer can wait (24.8 days)';
+  const ttl = 'a Redis key is kept for at most 100 years here';
+  if (name.endsWith('_MS')) return { max: MAX_TIMER_MS, unit: 'ms', why: timer };
+  if (name === 'RETENTION_SWEEP_INTERVAL_SECONDS')
+    return { max: Math.floor(MAX_TIMER_MS / 1000), unit: 'seconds', why: timer };
+  if (name === 'DEDUPE_WINDOW_SECONDS') return { max: MAX_TTL_DAYS * 86_400, unit: 'seconds', why: ttl };
+  if (name === 'CALL_TIMELINE_TTL_DAYS') return { max: MAX_TTL_DAYS, unit: 'days', why: ttl };
+  return undefined;
+}
+
+/** Durations beyond what their timer or Redis TTL can hold (a value in the wrong unit, most often). */
+function checkDurations(env: Env, problems: string[], badKeys: Set<string>): void {
+  for (const [name, value] of Object.entries(env)) {
+    const limit = durationLimit(name);
+    if (limit === undefined || typeof value !== 'number' || value <= limit.max) continue;
+    problems.push(
+      `${name}: ${value} is more than ${limit.max} ${limit.unit}, ${limit.why} (the value is in ${limit.unit})`,
+    );
+    badKeys.add(name);
+  }
+}
+
 function parseEnv(processEnv: NodeJS.ProcessEnv, problems: string[]): { env: Env; badKeys: Set<string> } {
   const envSchema = currentEnvSchema();
   const parsed = envSchema.safeParse(processEnv, { reportInput: true });
-  if (parsed.success) return { env: parsed.data, badKeys: new Set() };
+  if (parsed.success) {
+    const badKeys = new Set<string>();
+    checkDurations(parsed.data, problems, badKeys);
+    return { env: parsed.data, badKeys };
+  }
   problems.push(...describeIssues(parsed.error.issues));
   // Keep checking the rest (the config file too) with the bad variables left at their defaults.
   const badKeys = new Set(parsed.error.issues.map((i) => String(i.path[0])));
-  return {
-    env: envSchema.parse(Object.fromEntries(Object.entries(processEnv).filter(([k]) => !badKeys.has(k)))),
-    badKeys,
-  };
+  const env = envSchema.parse(Object.fromEntries(Object.entries(processEnv).filter(([k]) => !badKeys.has(k))));
+  checkDurations(env, problems, badKeys);
+  return { env, badKeys };
 }
 
 export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): Config {
