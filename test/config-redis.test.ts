@@ -97,6 +97,29 @@ test("check-config's redis line: with none configured it names the Redis in use,
   assert.match(redisLine({ REDIS_CLUSTER_NODES: '10.0.0.1:7000' })!, /^redis: +cluster 10\.0\.0\.1:7000 +prefix/);
 });
 
+test('REDIS_URL that ioredis cannot read (no URL, no host, a database that is no number): refused, naming it, never echoed', () => {
+  for (const url of [
+    'redis://:pass/word-s3cr3t@127.0.0.1:6379', // an unescaped "/" in the password
+    'redis://:pass#word-s3cr3t@127.0.0.1:6379',
+    'redis://:s3cr3t@127.0.0.1:99999',
+    'redis://:s3cr3t@127.0.0.1:6379/cache',
+    'redis://:s3cr3t@127.0.0.1:6379/0?x=s3cr3t',
+    'redis://',
+  ]) {
+    const problems = problemsOf({ REDIS_URL: url });
+    assert.equal(problems.length, 1, `${url}: ${problems.join('; ')}`);
+    assert.match(problems[0]!, /^REDIS_URL: /, url);
+    assert.doesNotMatch(problems[0]!, /s3cr3t/, url);
+  }
+  for (const url of [
+    'redis://127.0.0.1:6379',
+    'redis://:p%2Fw@cache:6379/0',
+    'rediss://u:p@cache.example:6380/',
+    'redis://[::1]:6379',
+  ])
+    assert.equal(loadConfig({ REDIS_URL: url }).redis.url, url);
+});
+
 test('a cluster: nodes parsed (IPv6 too), TLS and a password never printed', () => {
   const { redis } = loadConfig({
     REDIS_CLUSTER_NODES: '10.0.0.1:7000, [::1]:7001',

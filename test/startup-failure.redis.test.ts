@@ -137,6 +137,13 @@ describe('callsync start exits when it cannot start', () => {
     assert.doesNotMatch(r.stdout, /listening/);
   });
 
+  test('a REDIS_URL whose password has an unescaped "/": exit 2 naming REDIS_URL, the password not echoed (not exit 1 "Invalid URL")', async () => {
+    const r = await start({ REDIS_URL: 'redis://:pass/word-s3cr3t@127.0.0.1:6379' });
+    assert.equal(r.code, 2, `exit code; stderr:\n${r.stderr}`);
+    assertOneLine(r.stderr, /^callsync start: invalid configuration \(1 problem\): REDIS_URL: not a valid URL/);
+    assert.doesNotMatch(r.stderr + r.stdout, /s3cr3t/);
+  });
+
   test('an sms sink without TELEPHONY_API_URL: exit 2, every problem on the one line', async () => {
     const file = await configFile(
       'sms.yaml',

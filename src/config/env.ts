@@ -24,6 +24,22 @@ const optionalInt = envOptionalInt;
 const optionalBool = envOptionalBool;
 const optionalString = envString;
 
+/**
+ * What is wrong with a REDIS_URL, or undefined. ioredis reads a URL it cannot parse as no URL at all
+ * and a database that is no number as NaN: once `callsync start` failed with "Invalid URL" (exit 1)
+ * and a bad database looked like an unreachable Redis.
+ */
+function redisUrlProblem(value: string): string | undefined {
+  if (!/^rediss?:\/\//.test(value)) return 'expected redis://host:port or rediss://… (TLS)';
+  if (!URL.canParse(value))
+    return 'not a valid URL (a port from 1 to 65535; a password with /, #, ? or @ percent-encoded, or set in REDIS_PASSWORD)';
+  const url = new URL(value);
+  if (url.hostname === '') return 'expected redis://host:port or rediss://… (TLS): no host';
+  if (!/^\/?(\d+)?$/.test(url.pathname)) return 'the path is the database number (redis://host:6379/0)';
+  if (url.search || url.hash) return 'expected redis://host:port[/database], without ? or #';
+  return undefined;
+}
+
 /** The platform's documented webhook source addresses (spec section 5). */
 export const PLATFORM_WEBHOOK_IPS = ['217.116.118.254', '212.9.46.32'];
 
@@ -37,8 +53,11 @@ const coreEnv = {
    * The Redis, `redis://[user:password@]host:port` or `rediss://…` (TLS). Unset (and no cluster or
    * Sentinel): the Redis answering at REDIS_LOCAL_PROBE, else a private one in DATA_DIR/redis.
    */
-  REDIS_URL: optionalString.refine((v) => v === undefined || /^rediss?:\/\//.test(v), {
-    message: 'expected redis://host:port or rediss://… (TLS)',
+  REDIS_URL: optionalString.superRefine((v, ctx) => {
+    if (v === undefined) return;
+    // Never echoed: it may hold the password.
+    const problem = redisUrlProblem(v);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
   }),
   /** Where callsync looks for a local Redis when none is configured, `host:port` or `off`. Default 127.0.0.1:6379. */
   REDIS_LOCAL_PROBE: envStringOr('127.0.0.1:6379'),
