@@ -91,6 +91,16 @@ export const envOptionalBool = z
   .optional()
   .transform((v, ctx): boolean | undefined => (v === undefined || v.trim() === '' ? undefined : readBool(v, ctx)));
 
+/**
+ * A URL as an error may show it: without user info, query or fragment, which may hold credentials
+ * (`https://user:password@…`, HubSpot's old `?hapikey=…`).
+ */
+export function shownUrl(text: string): string {
+  const head = text.split(/[?#]/, 1)[0] ?? '';
+  const cut = head.length < text.length ? `${head}?…` : head;
+  return cut.replace(/^([a-z][a-z0-9+.-]*:\/\/)?[^/@]*@/i, (_m, scheme: string | undefined) => `${scheme ?? ''}***@`);
+}
+
 /** An http(s) URL, or undefined when unset or blank. */
 export const envUrl = z
   .string()
@@ -100,7 +110,10 @@ export const envUrl = z
     const s = v.trim();
     const protocol = URL.canParse(s) ? new URL(s).protocol : '';
     if (protocol !== 'http:' && protocol !== 'https:') {
-      ctx.addIssue({ code: 'custom', message: `expected an http(s) URL such as https://api.example.com, got "${s}"` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `expected an http(s) URL such as https://api.example.com, got "${shownUrl(s)}"`,
+      });
       return z.NEVER;
     }
     return s;

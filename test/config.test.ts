@@ -598,3 +598,20 @@ test('CALL_TIMELINE: on by default, off switches the call timelines off, anythin
   assert.equal(loadConfig({ CALL_TIMELINE: 'off' }).timeline.enabled, false);
   assert.throws(() => loadConfig({ CALL_TIMELINE: 'no' }), /CALL_TIMELINE/);
 });
+
+test('a bad URL variable is named, never echoed with its credentials (user info, query)', () => {
+  const cases: Record<string, string> = {
+    HUBSPOT_API_URL: 'api.hubapi.com/?hapikey=s3cr3t',
+    TELEPHONY_API_URL: 'ftp://user:s3cr3t@api.example.com/v2',
+    PIPEDRIVE_API_URL: 'pipedrive.com/v1?api_token=s3cr3t',
+    ADMIN_ORIGIN: 'https://admin:s3cr3t@ops.example.com',
+  };
+  for (const [name, value] of Object.entries(cases)) {
+    const problems = problemsOf(() => loadConfig({ [name]: value }));
+    assert.equal(problems.length, 1, problems.join('; '));
+    assert.ok(problems[0]!.startsWith(`${name}: expected`), problems[0]);
+    assert.doesNotMatch(problems[0]!, /s3cr3t/, problems[0]);
+  }
+  // What helps find the mistake is still shown: the missing scheme.
+  assert.match(problemsOf(() => loadConfig({ PIPEDRIVE_API_URL: 'pipedrive.com' }))[0]!, /got "pipedrive\.com"$/);
+});

@@ -12,6 +12,7 @@ import {
   envOptionalInt,
   envString,
   envStringOr,
+  shownUrl,
   type EnvShape,
 } from '../env-values.js';
 import { sinkEnv } from '../sinks/registry.js';
@@ -236,7 +237,7 @@ const coreEnv = {
       ) {
         ctx.addIssue({
           code: 'custom',
-          message: `expected origins like https://ops.example.com (scheme, host, optional port; no path), got "${value}"`,
+          message: `expected origins like https://ops.example.com (scheme, host, optional port; no path), got "${shownUrl(value)}"`,
         });
         return z.NEVER;
       }
