@@ -73,7 +73,8 @@ test('the sweeper at the largest accepted interval: one marker SET in a second, 
   const prefix = uniquePrefix('durations');
   const config = loadConfig({ REDIS_URL, QUEUE_PREFIX: prefix, RETENTION_SWEEP_INTERVAL_SECONDS: '2147483' });
   const redis = new Redis(REDIS_URL);
-  const monitor = await new Redis(REDIS_URL).monitor();
+  const monitorBase = new Redis(REDIS_URL);
+  const monitor = await monitorBase.monitor();
   const sets: string[] = [];
   monitor.on('monitor', (_time: string, args: string[]) => {
     if (String(args[0]).toLowerCase() === 'set' && String(args[1]).includes(prefix)) sets.push(String(args[1]));
@@ -90,6 +91,7 @@ test('the sweeper at the largest accepted interval: one marker SET in a second, 
   } finally {
     process.off('warning', onWarning);
     monitor.disconnect();
+    monitorBase.disconnect();
     redis.disconnect();
     await cleanupPrefix(prefix);
   }
