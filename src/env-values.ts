@@ -37,6 +37,9 @@ export const envList = z
       .filter((s) => s.length > 0),
   );
 
+/** The value as a whole number written in decimal digits, else NaN (`Number` reads `0x10` as 16, `1e3` as 1000). */
+export const decimal = (v: string): number => (/^\d+$/.test(v.trim()) ? Number(v) : NaN);
+
 /** A whole number >= `min` (and <= `max`); `def` when unset or blank. */
 export const envInt = (def: number, min = 0, max = Number.MAX_SAFE_INTEGER) =>
   z
@@ -44,7 +47,7 @@ export const envInt = (def: number, min = 0, max = Number.MAX_SAFE_INTEGER) =>
     .optional()
     .transform((v, ctx) => {
       if (v === undefined || v.trim() === '') return def;
-      const n = Number(v);
+      const n = decimal(v);
       if (!Number.isInteger(n) || n < min || n > max) {
         ctx.addIssue({
           code: 'custom',
@@ -62,7 +65,7 @@ export const envOptionalInt = (min = 0) =>
     .optional()
     .transform((v, ctx): number | undefined => {
       if (v === undefined || v.trim() === '') return undefined;
-      const n = Number(v);
+      const n = decimal(v);
       if (!Number.isInteger(n) || n < min) {
         ctx.addIssue({ code: 'custom', message: `expected a whole number >= ${min}, got "${v}"` });
         return z.NEVER;

@@ -615,3 +615,21 @@ test('a bad URL variable is named, never echoed with its credentials (user info,
   // What helps find the mistake is still shown: the missing scheme.
   assert.match(problemsOf(() => loadConfig({ PIPEDRIVE_API_URL: 'pipedrive.com' }))[0]!, /got "pipedrive\.com"$/);
 });
+
+test('numbers are decimal digits: 0x10, 1e3, 0b1 are refused, naming the variable', () => {
+  for (const [name, value] of [
+    ['PORT', '0x10'],
+    ['WORKER_CONCURRENCY', '1e3'],
+    ['INBOUND_SHARDS', '0b1'],
+    ['OPS_PORT', '0o17'],
+    ['COMPLETED_JOB_RETENTION_SECONDS', '-5'],
+  ] as const) {
+    const problems = problemsOf(() => loadConfig({ [name]: value }));
+    assert.ok(
+      problems.some((p) => p.startsWith(`${name}: expected`) && p.includes(`got "${value}"`)),
+      problems.join('; '),
+    );
+  }
+  assert.equal(loadConfig({ PORT: ' 3001 ' }).http.port, 3001);
+  assert.equal(loadConfig({ PORT: '0' }).http.port, 0);
+});

@@ -5,6 +5,7 @@
 // against this schema by test/config-docs.test.ts.
 import { z } from 'zod';
 import {
+  decimal,
   envEnum,
   envInt,
   envList,
@@ -203,7 +204,7 @@ const coreEnv = {
     .transform((v, ctx) => {
       if (v === undefined || v.trim() === '') return undefined;
       if (v.trim().toLowerCase() === 'off') return 'off' as const;
-      const n = Number(v);
+      const n = decimal(v);
       if (!Number.isInteger(n) || n < 0 || n > 65535) {
         ctx.addIssue({ code: 'custom', message: `expected a port number or "off", got "${v}"` });
         return z.NEVER;
