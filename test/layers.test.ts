@@ -179,12 +179,15 @@ test('sink errors are made by sink code only; the mailer needs nothing of the te
 
 test('tests named without .redis need no Redis: they import no Redis client, queue or Redis-backed test support', () => {
   const testDir = join(ROOT, 'test');
-  // What a test uses to reach Redis or start servers: a Redis client or queue, the Redis-backed helpers.
+  // What a test uses to reach Redis or start servers: a Redis client or queue, the Redis-backed helpers
+  // (the support's REDIS_URL imported, not the variable's name in a configuration).
   const redisSupport =
-    /from '(ioredis|bullmq)'|\b(startTestCallsync|startOpsCallsync|crmTestDeps|startS3|startSmtp|RedisServer|REDIS_URL|cleanupPrefix)\b/;
+    /from '(ioredis|bullmq)'|\b(startTestCallsync|startOpsCallsync|crmTestDeps|startS3|startSmtp|RedisServer|cleanupPrefix)\b|import\s*\{[^}]*\bREDIS_URL\b[^}]*\}\s*from/;
   const wrong = readdirSync(testDir)
     .filter((name) => name.endsWith('.test.ts') && !name.endsWith('.redis.test.ts') && name !== 'layers.test.ts')
     .filter((name) => redisSupport.test(readFileSync(join(testDir, name), 'utf8')));
   assert.deepEqual(wrong, [], 'rename these to *.redis.test.ts (npm run test:unit runs the others without Redis)');
   assert.ok(redisSupport.test("import { Redis } from 'ioredis';"), 'the check sees a Redis import');
+  assert.ok(redisSupport.test("import { REDIS_URL } from './support/redis.js';"), "the check sees the support's URL");
+  assert.ok(!redisSupport.test("loadConfig({ REDIS_URL: 'redis://h:1' })"), 'a configuration key is no Redis');
 });

@@ -513,7 +513,6 @@ function sinksSection(
   return ctx.out;
 }
 
-/** The environment through the one schema; bad variables are reported and left at their defaults. */
 /**
  * The longest delay a Node timer takes: 2^31 - 1 ms (24.8 days). A longer one fires after 1 ms, so
  * e.g. RETENTION_SWEEP_INTERVAL_SECONDS=3600000 (an hour written in ms) swept — sent Redis a SET — in
@@ -551,6 +550,7 @@ function checkDurations(env: Env, problems: string[], badKeys: Set<string>): voi
   }
 }
 
+/** The environment through the one schema; bad variables are reported and left at their defaults. */
 function parseEnv(processEnv: NodeJS.ProcessEnv, problems: string[]): { env: Env; badKeys: Set<string> } {
   const envSchema = currentEnvSchema();
   const parsed = envSchema.safeParse(processEnv, { reportInput: true });
