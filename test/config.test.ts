@@ -633,3 +633,21 @@ test('numbers are decimal digits: 0x10, 1e3, 0b1 are refused, naming the variabl
   assert.equal(loadConfig({ PORT: ' 3001 ' }).http.port, 3001);
   assert.equal(loadConfig({ PORT: '0' }).http.port, 0);
 });
+
+test('an OTLP endpoint or an S3 endpoint that is no http(s) URL is refused; a short PRIVACY_HMAC_SECRET is warned about', () => {
+  // Before: both passed check-config.
+  assert.match(
+    problemsOf(() => loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'notaurl' }))[0]!,
+    /^OTEL_EXPORTER_OTLP_ENDPOINT: expected an http\(s\) URL/,
+  );
+  assert.match(
+    problemsOf(() => loadConfig({ ARCHIVE_S3_BUCKET: 'b', S3_ENDPOINT: 's3:x@' }))[0]!,
+    /endpoint: expected an http\(s\) URL/,
+  );
+  assert.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).warnings.length, 0);
+  const short = loadConfig({ PRIVACY_HMAC_SECRET: 'short' }).warnings;
+  assert.equal(short.length, 1);
+  assert.match(short[0]!, /^PRIVACY_HMAC_SECRET is shorter than 16 characters/);
+  assert.doesNotMatch(short[0]!, /short\b(?! a key)/, 'the key itself is not repeated');
+  assert.deepEqual(loadConfig({ PRIVACY_HMAC_SECRET: 'x'.repeat(32) }).warnings, []);
+});

@@ -13,6 +13,7 @@ import {
   envOptionalInt,
   envString,
   envStringOr,
+  envUrl,
   shownUrl,
   type EnvShape,
 } from '../env-values.js';
@@ -269,7 +270,7 @@ const coreEnv = {
    * OTLP/HTTP endpoint for traces (`http://collector:4318`): set, callsync exports one trace per
    * call (src/telemetry.ts). Read by the OpenTelemetry SDK, with the other standard OTEL_* variables.
    */
-  OTEL_EXPORTER_OTLP_ENDPOINT: optionalString,
+  OTEL_EXPORTER_OTLP_ENDPOINT: envUrl,
   /** Read by bin/callsync.js only: `1` runs the TypeScript source even when dist/ exists. */
   CALLSYNC_FROM_SOURCE: envEnum(['0', '1']),
 } satisfies EnvShape;

@@ -567,6 +567,9 @@ function parseEnv(processEnv: NodeJS.ProcessEnv, problems: string[]): { env: Env
   return { env, badKeys };
 }
 
+/** The shortest PRIVACY_HMAC_SECRET not warned about (characters). */
+const MIN_PRIVACY_SECRET = 16;
+
 export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options: LoadOptions = {}): Config {
   const report: SectionReport = { problems: [], warnings: [], badKeys: new Set() };
   const { env, badKeys } = parseEnv(processEnv, report.problems);
@@ -583,6 +586,11 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
   const sources = sourcesSection(env, report);
   const poll = pollSection(env, telephonyConfigured, report);
   const redis = redisSettings(env, report.problems, report.warnings);
+  const privacy = privacySection(env);
+  if (privacy.hmacSecret !== undefined && privacy.hmacSecret.length < MIN_PRIVACY_SECRET)
+    report.warnings.push(
+      `PRIVACY_HMAC_SECRET is shorter than ${MIN_PRIVACY_SECRET} characters: so short a key can be found by trying keys against one known number, and with it the number behind every hash in Redis. Use a random one, e.g. \`openssl rand -base64 32\` (a new key forgets which calls were texted and the calls' number index)`,
+    );
   if (report.problems.length > 0) throw new ConfigError(report.problems);
 
   const retry = retrySection(env, file.retry);
@@ -600,7 +608,7 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
     spool: spoolSection(env),
     retention: retentionSection(env),
     timeline: timelineSection(env),
-    privacy: privacySection(env),
+    privacy,
     sources,
     retry,
     worker: workerSection(env),

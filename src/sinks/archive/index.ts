@@ -24,7 +24,7 @@ export const archiveOptionsSchema = z.strictObject({
   prefix: z.string().optional(),
   region: z.string().default('us-east-1'),
   /** S3-compatible endpoint (MinIO, ...). */
-  endpoint: z.url().optional(),
+  endpoint: z.url({ protocol: /^https?$/, error: 'expected an http(s) URL such as http://minio:9000' }).optional(),
   forcePathStyle: z.boolean().default(false),
   sse: z.enum(SSE_MODES).optional(),
   kmsKeyId: z.string().optional(),
