@@ -204,6 +204,21 @@ describe('unusable events', () => {
     assert.equal(err.eventId, null);
   });
 
+  it('a direction in another case (incoming, Out) is read; it is needed, so one that is neither refuses', () => {
+    for (const [given, direction] of [
+      ['incoming', 'in'],
+      [' Outgoing ', 'out'],
+      ['IN', 'in'],
+      ['out', 'out'],
+    ] as const)
+      assert.equal(
+        normalizeChannelEvent(channelEvent({ eventId: `d-${given}`, call: { direction: given } }), receivedAt)
+          .direction,
+        direction,
+        given,
+      );
+  });
+
   it('a bad direction, or no readable start time at all', () => {
     assert.match(
       errorOf(() => normalizeChannelEvent(channelEvent({ eventId: 'a', call: { direction: 'SIDEWAYS' } }), receivedAt))

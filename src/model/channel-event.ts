@@ -21,7 +21,15 @@ const channelEventSchema = z.looseObject({
 
 const channelCallSchema = z.looseObject({
   callSid: z.string().min(1, 'expected a non-empty call id'),
-  direction: z.enum(['INCOMING', 'OUTGOING']),
+  /** In any case; `IN` and `OUT` too. Needed to tell the caller from the callee: anything else refuses. */
+  direction: z.preprocess(
+    (v) => {
+      if (typeof v !== 'string') return v;
+      const d = v.trim().toUpperCase();
+      return d === 'IN' ? 'INCOMING' : d === 'OUT' ? 'OUTGOING' : d;
+    },
+    z.enum(['INCOMING', 'OUTGOING']),
+  ),
 });
 
 interface ParsedChannelRecording {
