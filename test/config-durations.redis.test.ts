@@ -13,18 +13,9 @@ import { envVariables } from '../src/config/env.js';
 import { startRetentionSweeper } from '../workers/retention-sweeper.js';
 import type { RedisClient } from '../queues/connection.js';
 import { REDIS_URL, cleanupPrefix, uniquePrefix } from './support/redis.js';
+import { configProblems } from './support/config.js';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
-
-function problemsOf(env: Record<string, string>): string[] {
-  try {
-    loadConfig(env);
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, String(err));
-    return err.problems;
-  }
-  assert.fail(`expected a ConfigError for ${JSON.stringify(env)}`);
-}
 
 /** A value each variable accepts besides the limit (the ones with a lower bound above 1 or cross-checks). */
 const FITS: Record<string, Record<string, string>> = {
@@ -36,7 +27,7 @@ test('every …_MS variable: more than 2^31 - 1 ms is refused, naming it; 2^31 -
   const names = envVariables().filter((name) => name.endsWith('_MS'));
   assert.ok(names.length >= 15, names.join(', '));
   for (const name of names) {
-    const problems = problemsOf({ [name]: String(MAX_TIMER_MS + 1) });
+    const problems = configProblems({ [name]: String(MAX_TIMER_MS + 1) });
     assert.ok(
       problems.some((p) => p.startsWith(`${name}: ${MAX_TIMER_MS + 1} is more than ${MAX_TIMER_MS} ms`)),
       `${name}: ${problems.join('; ')}`,
@@ -55,15 +46,18 @@ test('every …_MS variable: more than 2^31 - 1 ms is refused, naming it; 2^31 -
 });
 
 test('an hour written in ms into RETENTION_SWEEP_INTERVAL_SECONDS, huge TTLs: refused, naming the variable', () => {
-  assert.deepEqual(problemsOf({ RETENTION_SWEEP_INTERVAL_SECONDS: '3600000' }), [
+  assert.deepEqual(configProblems({ RETENTION_SWEEP_INTERVAL_SECONDS: '3600000' }), [
     'RETENTION_SWEEP_INTERVAL_SECONDS: 3600000 is more than 2147483 seconds, the longest delay a timer can wait (24.8 days) (the value is in seconds)',
   ]);
-  assert.match(problemsOf({ SHUTDOWN_GRACE_MS: '3000000000' })[0]!, /^SHUTDOWN_GRACE_MS: 3000000000 is more than/);
+  assert.match(configProblems({ SHUTDOWN_GRACE_MS: '3000000000' })[0]!, /^SHUTDOWN_GRACE_MS: 3000000000 is more than/);
   // 10^9 days in ms is no integer Redis takes for PEXPIRE: every timeline write failed.
-  assert.match(problemsOf({ CALL_TIMELINE_TTL_DAYS: '1000000000' })[0]!, /^CALL_TIMELINE_TTL_DAYS: .*100 years/);
-  assert.match(problemsOf({ DEDUPE_WINDOW_SECONDS: '9000000000000000' })[0]!, /^DEDUPE_WINDOW_SECONDS: .*100 years/);
+  assert.match(configProblems({ CALL_TIMELINE_TTL_DAYS: '1000000000' })[0]!, /^CALL_TIMELINE_TTL_DAYS: .*100 years/);
+  assert.match(
+    configProblems({ DEDUPE_WINDOW_SECONDS: '9000000000000000' })[0]!,
+    /^DEDUPE_WINDOW_SECONDS: .*100 years/,
+  );
   // Reported with the other bad variables.
-  const both = problemsOf({ LOG_LEVEL: 'loud', POLL_INTERVAL_MS: '9999999999' });
+  const both = configProblems({ LOG_LEVEL: 'loud', POLL_INTERVAL_MS: '9999999999' });
   assert.equal(both.length, 2, both.join('; '));
   assert.equal(loadConfig({ RETENTION_SWEEP_INTERVAL_SECONDS: '2147483' }).retention.sweepIntervalMs, 2_147_483_000);
   assert.equal(loadConfig({ CALL_TIMELINE_TTL_DAYS: '36500' }).timeline.ttlDays, 36_500);

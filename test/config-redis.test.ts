@@ -4,19 +4,10 @@
 import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ConfigError, loadConfig } from '../src/config/index.js';
+import { loadConfig } from '../src/config/index.js';
 import { describeConfig } from '../src/cli/check-config.js';
 import { redisKeys } from '../queues/keys.js';
-
-function problemsOf(env: Record<string, string>): string[] {
-  try {
-    loadConfig(env);
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, String(err));
-    return err.problems;
-  }
-  assert.fail('expected a ConfigError');
-}
+import { configProblems } from './support/config.js';
 
 test('default: one Redis at the default URL, no password, no TLS; being unconfigured, it may be the local one or a private one', () => {
   const { redis } = loadConfig({});
@@ -44,7 +35,7 @@ test('default: one Redis at the default URL, no password, no TLS; being unconfig
   assert.equal(loadConfig({ REDIS_LOCAL_PROBE: '127.0.0.1:7777' }).redis.url, 'redis://127.0.0.1:7777');
   assert.equal(loadConfig({ REDIS_LOCAL_PROBE: 'off' }).redis.local?.probe, null);
   assert.ok(
-    problemsOf({ REDIS_LOCAL_PROBE: 'nowhere' }).some((p) =>
+    configProblems({ REDIS_LOCAL_PROBE: 'nowhere' }).some((p) =>
       p.startsWith('REDIS_LOCAL_PROBE: "nowhere" is not host:port'),
     ),
   );
@@ -106,7 +97,7 @@ test('REDIS_URL that ioredis cannot read (no URL, no host, a database that is no
     'redis://:s3cr3t@127.0.0.1:6379/0?x=s3cr3t',
     'redis://',
   ]) {
-    const problems = problemsOf({ REDIS_URL: url });
+    const problems = configProblems({ REDIS_URL: url });
     assert.equal(problems.length, 1, `${url}: ${problems.join('; ')}`);
     assert.match(problems[0]!, /^REDIS_URL: /, url);
     assert.doesNotMatch(problems[0]!, /s3cr3t/, url);
@@ -142,11 +133,11 @@ test('a cluster: nodes parsed (IPv6 too), TLS and a password never printed', () 
   assert.match(lines, /cluster 10\.0\.0\.1:7000 \(password set\)/);
   assert.ok(!lines.includes('s3cret'), 'check-config never prints the password');
   assert.ok(
-    problemsOf({ REDIS_CLUSTER_NODES: 'host-without-port' }).some((p) =>
+    configProblems({ REDIS_CLUSTER_NODES: 'host-without-port' }).some((p) =>
       p.startsWith('REDIS_CLUSTER_NODES: "host-without-port"'),
     ),
   );
-  assert.ok(problemsOf({ REDIS_CLUSTER_NODES: 'h:70000' }).some((p) => p.startsWith('REDIS_CLUSTER_NODES:')));
+  assert.ok(configProblems({ REDIS_CLUSTER_NODES: 'h:70000' }).some((p) => p.startsWith('REDIS_CLUSTER_NODES:')));
 });
 
 test('key layout: spread on a cluster with a plain QUEUE_PREFIX, one slot otherwise; the combinations check-config refuses or warns about', () => {
@@ -188,14 +179,14 @@ test('key layout: spread on a cluster with a plain QUEUE_PREFIX, one slot otherw
   // Braces that make no hash tag would split a queue's keys over slots.
   for (const prefix of ['callsync{', 'call{}sync', '}callsync{']) {
     assert.ok(
-      problemsOf({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', QUEUE_PREFIX: prefix }).some((p) =>
+      configProblems({ REDIS_CLUSTER_NODES: '10.0.0.1:7000', QUEUE_PREFIX: prefix }).some((p) =>
         p.startsWith(`QUEUE_PREFIX: "${prefix}" has braces but no {hash-tag}`),
       ),
       prefix,
     );
   }
-  assert.ok(problemsOf({ INBOUND_SHARDS: '65' }).some((p) => p.startsWith('INBOUND_SHARDS: 65 is more than 64')));
-  assert.ok(problemsOf({ INBOUND_SHARDS: '0' }).some((p) => p.startsWith('INBOUND_SHARDS')));
+  assert.ok(configProblems({ INBOUND_SHARDS: '65' }).some((p) => p.startsWith('INBOUND_SHARDS: 65 is more than 64')));
+  assert.ok(configProblems({ INBOUND_SHARDS: '0' }).some((p) => p.startsWith('INBOUND_SHARDS')));
 });
 
 test('Sentinel: the sentinels and the master name, each needing the other; not with a cluster', () => {
@@ -209,12 +200,12 @@ test('Sentinel: the sentinels and the master name, each needing the other; not w
     { host: 's2', port: 26379 },
   ]);
   assert.equal(redis.sentinelName, 'mymaster');
-  assert.ok(problemsOf({ REDIS_SENTINELS: 's1:26379' }).some((p) => p.startsWith('REDIS_SENTINEL_NAME: required')));
+  assert.ok(configProblems({ REDIS_SENTINELS: 's1:26379' }).some((p) => p.startsWith('REDIS_SENTINEL_NAME: required')));
   assert.ok(
-    problemsOf({ REDIS_SENTINEL_NAME: 'mymaster' }).some((p) => p.startsWith('REDIS_SENTINEL_NAME: set without')),
+    configProblems({ REDIS_SENTINEL_NAME: 'mymaster' }).some((p) => p.startsWith('REDIS_SENTINEL_NAME: set without')),
   );
   assert.ok(
-    problemsOf({
+    configProblems({
       REDIS_SENTINELS: 's1:26379',
       REDIS_SENTINEL_NAME: 'm',
       REDIS_CLUSTER_NODES: 'n:7000',
@@ -230,9 +221,9 @@ test('ACK_REPLICAS: 0 by default; its timeout must leave room inside ENQUEUE_TIM
     timeoutMs: 250,
   });
   assert.ok(
-    problemsOf({ ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '1500' }).some((p) =>
+    configProblems({ ACK_REPLICAS: '1', ACK_REPLICAS_TIMEOUT_MS: '1500' }).some((p) =>
       p.startsWith('ACK_REPLICAS_TIMEOUT_MS: 1500 must be below ENQUEUE_TIMEOUT_MS (1500)'),
     ),
   );
-  assert.ok(problemsOf({ ACK_REPLICAS: '-1' }).some((p) => p.startsWith('ACK_REPLICAS')));
+  assert.ok(configProblems({ ACK_REPLICAS: '-1' }).some((p) => p.startsWith('ACK_REPLICAS')));
 });

@@ -2,26 +2,17 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { ConfigError, loadConfig } from '../src/config/index.js';
+import { loadConfig } from '../src/config/index.js';
 import { envSchema } from '../src/config/env.js';
 import { sinkTypes } from '../src/sinks/registry.js';
 import { CALL_SOURCES, DIRECTIONS, OUTCOMES } from '../src/model/call.js';
 import { sinksFor } from '../src/routing/router.js';
 import { sampleCall } from './support/calls.js';
 import { describeConfig } from '../src/cli/check-config.js';
+import { configProblems } from './support/config.js';
 
 const withFile = (yaml: string, env: Record<string, string> = {}) =>
   loadConfig({ CALLSYNC_CONFIG: '/etc/callsync.yaml', ...env }, { readFile: () => yaml });
-
-function problemsOf(fn: () => unknown): string[] {
-  try {
-    fn();
-  } catch (err) {
-    assert.ok(err instanceof ConfigError, String(err));
-    return err.problems;
-  }
-  assert.fail('expected a ConfigError');
-}
 
 test('defaults: all roles, port 3000, local Redis, the platform allow list, a local archive', () => {
   const config = loadConfig({});
@@ -95,7 +86,7 @@ retry: { attempts: 3, backoffMs: 200 }
 });
 
 test('every bad key is reported at once, with what was expected', () => {
-  const problems = problemsOf(() =>
+  const problems = configProblems(() =>
     withFile(
       `
 sinks:
@@ -128,23 +119,23 @@ routes:
 });
 
 test('unset ${VARS}, unknown route targets, unreadable files and bad YAML are reported', () => {
-  const missingVar = problemsOf(() => withFile('sinks:\n  a:\n    type: archive\n    bucket: ${NOPE}\n'));
+  const missingVar = configProblems(() => withFile('sinks:\n  a:\n    type: archive\n    bucket: ${NOPE}\n'));
   assert.match(missingVar.join('\n'), /sinks\.a\.bucket: environment variable NOPE is not set/);
-  const noSink = problemsOf(() => withFile('routes:\n  - to: [ghost]\n'));
+  const noSink = configProblems(() => withFile('routes:\n  - to: [ghost]\n'));
   assert.match(noSink.join('\n'), /routes\[0\]\.to: no sink named "ghost"/);
-  const badYaml = problemsOf(() => withFile('sinks: [unclosed'));
+  const badYaml = configProblems(() => withFile('sinks: [unclosed'));
   assert.match(badYaml.join('\n'), /not valid YAML/);
-  const unreadable = problemsOf(() => loadConfig({ CALLSYNC_CONFIG: '/nonexistent/callsync.yaml' }));
+  const unreadable = configProblems(() => loadConfig({ CALLSYNC_CONFIG: '/nonexistent/callsync.yaml' }));
   assert.match(unreadable.join('\n'), /cannot read/);
 });
 
 test('the sink name "poller" is refused: its state would share the channel poller\'s keys', () => {
-  const problems = problemsOf(() => withFile('sinks:\n  poller:\n    type: archive\n'));
+  const problems = configProblems(() => withFile('sinks:\n  poller:\n    type: archive\n'));
   assert.match(problems.join('\n'), /the sink name "poller" is reserved/);
 });
 
 test('shared credential settings come in pairs; "*" opens the allow list with a warning', () => {
-  assert.match(problemsOf(() => loadConfig({ WEBHOOK_AUTH_HEADER: 'x-token' })).join('\n'), /WEBHOOK_AUTH_TOKENS/);
+  assert.match(configProblems(() => loadConfig({ WEBHOOK_AUTH_HEADER: 'x-token' })).join('\n'), /WEBHOOK_AUTH_TOKENS/);
   const config = loadConfig({ WEBHOOK_AUTH_HEADER: 'X-Token', WEBHOOK_AUTH_TOKENS: 'a, b', WEBHOOK_ALLOWED_IPS: '*' });
   assert.equal(config.webhook.authHeader, 'x-token');
   assert.deepEqual(config.webhook.authTokens, ['a', 'b']);
@@ -174,7 +165,7 @@ routes:
   assert.deepEqual(config.routes[0]?.when[0]?.direction, [...DIRECTIONS]);
 
   // A value outside the model's sets is refused by each of them.
-  const text = problemsOf(() =>
+  const text = configProblems(() =>
     withFile(`
 sinks:
   hs: { type: hubspot, accessToken: t, statusMap: { voicemail: BUSY } }
@@ -207,7 +198,7 @@ routes:
 
 test('TRUST_PROXY_HOPS without TRUSTED_PROXIES is an error naming both (a forged X-Forwarded-For got in)', () => {
   for (const hops of ['1', '3']) {
-    const problems = problemsOf(() => loadConfig({ TRUST_PROXY_HOPS: hops }));
+    const problems = configProblems(() => loadConfig({ TRUST_PROXY_HOPS: hops }));
     assert.equal(problems.length, 1, problems.join('\n'));
     assert.match(problems[0]!, /^TRUST_PROXY_HOPS: .*TRUSTED_PROXIES/);
   }
@@ -229,10 +220,10 @@ test('TRUST_PROXY_HOPS without TRUSTED_PROXIES is an error naming both (a forged
 });
 
 test('TRUSTED_PROXIES entries must be IPs or CIDRs, never "*"', () => {
-  const problems = problemsOf(() => loadConfig({ TRUSTED_PROXIES: '10.0.0.0/33,proxy.local,*' }));
+  const problems = configProblems(() => loadConfig({ TRUSTED_PROXIES: '10.0.0.0/33,proxy.local,*' }));
   const text = problems.join('\n');
   assert.match(text, /TRUSTED_PROXIES: "\*" would believe X-Forwarded-For from anyone/);
-  const bad = problemsOf(() => loadConfig({ TRUSTED_PROXIES: '10.0.0.0/33,proxy.local' })).join('\n');
+  const bad = configProblems(() => loadConfig({ TRUSTED_PROXIES: '10.0.0.0/33,proxy.local' })).join('\n');
   assert.match(bad, /TRUSTED_PROXIES: "10\.0\.0\.0\/33" is not an IP address or CIDR/);
   assert.match(bad, /TRUSTED_PROXIES: "proxy\.local" is not an IP address or CIDR/);
 });
@@ -246,13 +237,15 @@ test('request timeout, headers timeout and connection cap: set, checked, headers
   assert.equal(config.http.requestTimeoutMs, 5000);
   assert.equal(config.http.headersTimeoutMs, 2000);
   assert.equal(config.http.maxConnections, 50);
-  const text = problemsOf(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '0', HTTP_MAX_CONNECTIONS: 'many' })).join(
+  const text = configProblems(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '0', HTTP_MAX_CONNECTIONS: 'many' })).join(
     '\n',
   );
   assert.match(text, /WEBHOOK_REQUEST_TIMEOUT_MS: expected a whole number >= 1/);
   assert.match(text, /HTTP_MAX_CONNECTIONS: expected a whole number >= 1/);
   // Node refuses a headers timeout above the request timeout (or silently swaps them when set later).
-  const order = problemsOf(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '5000', HTTP_HEADERS_TIMEOUT_MS: '6000' }));
+  const order = configProblems(() =>
+    loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '5000', HTTP_HEADERS_TIMEOUT_MS: '6000' }),
+  );
   assert.match(order.join('\n'), /HTTP_HEADERS_TIMEOUT_MS: 6000 is longer than WEBHOOK_REQUEST_TIMEOUT_MS/);
 });
 
@@ -265,15 +258,15 @@ test('WEBHOOK_BODY_WAIT_MS: 2 s by default (half a shorter request timeout), 0 a
   );
   assert.equal(loadConfig({ WEBHOOK_BODY_WAIT_MS: '0' }).webhook.bodyWaitMs, 0);
   assert.match(
-    problemsOf(() => loadConfig({ WEBHOOK_BODY_WAIT_MS: '-1' })).join('\n'),
+    configProblems(() => loadConfig({ WEBHOOK_BODY_WAIT_MS: '-1' })).join('\n'),
     /WEBHOOK_BODY_WAIT_MS: expected a whole number >= 0/,
   );
-  const over = problemsOf(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '5000', WEBHOOK_BODY_WAIT_MS: '5000' }));
+  const over = configProblems(() => loadConfig({ WEBHOOK_REQUEST_TIMEOUT_MS: '5000', WEBHOOK_BODY_WAIT_MS: '5000' }));
   assert.match(over.join('\n'), /WEBHOOK_BODY_WAIT_MS: 5000 must be below WEBHOOK_REQUEST_TIMEOUT_MS \(5000\)/);
 });
 
 test('one pass: environment, file keys, sink credentials and routes are reported together, with the expected value', () => {
-  const problems = problemsOf(() =>
+  const problems = configProblems(() =>
     withFile(
       `
 sinks:
@@ -311,7 +304,7 @@ colour: blue
 });
 
 test('one pass: a value in a list, a list of conditions and a bad file part each point at their place', () => {
-  const text = problemsOf(() =>
+  const text = configProblems(() =>
     withFile(`
 sinks:
   a: { type: archive }
@@ -348,7 +341,7 @@ routes:
   });
   assert.deepEqual(Object.keys(ok.sinks).sort(), ['crm', 'texts']);
   // SMS without its extension id, with the API configured: only that is missing.
-  const noSmsId = problemsOf(() =>
+  const noSmsId = configProblems(() =>
     withFile(file, {
       HUBSPOT_ACCESS_TOKEN: 'pat-test',
       TELEPHONY_API_URL: 'https://api.example.com/v2',
@@ -357,7 +350,7 @@ routes:
   );
   assert.deepEqual(noSmsId, ["sinks.texts (sms): needs an SMS extension id: set TELEPHONY_SMS_ID or the sink's smsId"]);
   // The API half-configured: its own problem, not a second "set TELEPHONY_API_URL" from the sink.
-  const halfApi = problemsOf(() =>
+  const halfApi = configProblems(() =>
     withFile(file, {
       HUBSPOT_ACCESS_TOKEN: 'pat-test',
       TELEPHONY_API_URL: 'https://api.example.com/v2',
@@ -367,7 +360,7 @@ routes:
   assert.equal(halfApi.length, 1, halfApi.join('\n'));
   assert.match(halfApi[0]!, /TELEPHONY_API_URL is set but no credentials/);
   // Environment shortcuts are checked the same way: SMTP_URL + NOTIFY_EMAIL_TO without a sender.
-  const mail = problemsOf(() =>
+  const mail = configProblems(() =>
     loadConfig({ SMTP_URL: 'smtp://mail.example.com:587', NOTIFY_EMAIL_TO: 'team@example.com' }),
   );
   assert.deepEqual(mail, [
@@ -402,7 +395,7 @@ test('each sink type declares the variables it reads in the one schema, values c
     for (const name of Object.keys(type.env ?? {}))
       assert.ok(variables.has(name), `${type.type} reads ${name}, which is in the schema`);
   }
-  const text = problemsOf(() =>
+  const text = configProblems(() =>
     loadConfig({
       HUBSPOT_CREATE_CONTACTS: 'maybe',
       HUBSPOT_API_URL: 'api.hubapi.com',
@@ -499,7 +492,7 @@ test('an archive sink of the config file reads S3_ENDPOINT, S3_FORCE_PATH_STYLE,
 });
 
 test('one pass: a route that is wrong names its unknown sinks too; a sink with several problems shows them all', () => {
-  const problems = problemsOf(() =>
+  const problems = configProblems(() =>
     withFile(`
 sinks:
   archive: { type: archive }
@@ -523,11 +516,11 @@ routes:
 });
 
 test('a CRM token the sink would refuse at start is a configuration problem: whitespace inside, or only whitespace', () => {
-  const env = problemsOf(() => loadConfig({ HUBSPOT_ACCESS_TOKEN: 'pat-na1 abc' }));
+  const env = configProblems(() => loadConfig({ HUBSPOT_ACCESS_TOKEN: 'pat-na1 abc' }));
   assert.deepEqual(env, [
     'environment shortcut for sink "hubspot" (hubspot): the access token (HUBSPOT_ACCESS_TOKEN) contains spaces, line breaks or non-ASCII characters; copy it again',
   ]);
-  const file = problemsOf(() =>
+  const file = configProblems(() =>
     withFile(`
 sinks:
   spaced: { type: hubspot, accessToken: "pat-na1 abc" }
@@ -555,11 +548,11 @@ routes:
 });
 
 test('a Pipedrive token with a line break or space inside is a configuration problem too (it would fail every request)', () => {
-  const env = problemsOf(() => loadConfig({ PIPEDRIVE_API_TOKEN: 'abc def' }));
+  const env = configProblems(() => loadConfig({ PIPEDRIVE_API_TOKEN: 'abc def' }));
   assert.deepEqual(env, [
     'environment shortcut for sink "pipedrive" (pipedrive): the API token (PIPEDRIVE_API_TOKEN) contains spaces, line breaks or non-ASCII characters; copy it again',
   ]);
-  const file = problemsOf(() =>
+  const file = configProblems(() =>
     withFile(
       'sinks:\n  crm: { type: pipedrive, apiToken: "abc\\ndef" }\n  blank: { type: pipedrive, apiToken: " " }\nroutes:\n  - to: [crm, blank]\n',
     ),
@@ -607,13 +600,13 @@ test('a bad URL variable is named, never echoed with its credentials (user info,
     ADMIN_ORIGIN: 'https://admin:s3cr3t@ops.example.com',
   };
   for (const [name, value] of Object.entries(cases)) {
-    const problems = problemsOf(() => loadConfig({ [name]: value }));
+    const problems = configProblems(() => loadConfig({ [name]: value }));
     assert.equal(problems.length, 1, problems.join('; '));
     assert.ok(problems[0]!.startsWith(`${name}: expected`), problems[0]);
     assert.doesNotMatch(problems[0]!, /s3cr3t/, problems[0]);
   }
   // What helps find the mistake is still shown: the missing scheme.
-  assert.match(problemsOf(() => loadConfig({ PIPEDRIVE_API_URL: 'pipedrive.com' }))[0]!, /got "pipedrive\.com"$/);
+  assert.match(configProblems(() => loadConfig({ PIPEDRIVE_API_URL: 'pipedrive.com' }))[0]!, /got "pipedrive\.com"$/);
 });
 
 test('numbers are decimal digits: 0x10, 1e3, 0b1 are refused, naming the variable', () => {
@@ -624,7 +617,7 @@ test('numbers are decimal digits: 0x10, 1e3, 0b1 are refused, naming the variabl
     ['OPS_PORT', '0o17'],
     ['COMPLETED_JOB_RETENTION_SECONDS', '-5'],
   ] as const) {
-    const problems = problemsOf(() => loadConfig({ [name]: value }));
+    const problems = configProblems(() => loadConfig({ [name]: value }));
     assert.ok(
       problems.some((p) => p.startsWith(`${name}: expected`) && p.includes(`got "${value}"`)),
       problems.join('; '),
@@ -637,11 +630,11 @@ test('numbers are decimal digits: 0x10, 1e3, 0b1 are refused, naming the variabl
 test('an OTLP endpoint or an S3 endpoint that is no http(s) URL is refused; a short PRIVACY_HMAC_SECRET is warned about', () => {
   // Before: both passed check-config.
   assert.match(
-    problemsOf(() => loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'notaurl' }))[0]!,
+    configProblems(() => loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'notaurl' }))[0]!,
     /^OTEL_EXPORTER_OTLP_ENDPOINT: expected an http\(s\) URL/,
   );
   assert.match(
-    problemsOf(() => loadConfig({ ARCHIVE_S3_BUCKET: 'b', S3_ENDPOINT: 's3:x@' }))[0]!,
+    configProblems(() => loadConfig({ ARCHIVE_S3_BUCKET: 'b', S3_ENDPOINT: 's3:x@' }))[0]!,
     /endpoint: expected an http\(s\) URL/,
   );
   assert.equal(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).warnings.length, 0);

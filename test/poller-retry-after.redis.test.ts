@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { after, before, describe, it } from 'node:test';
-import { defaultRetryPolicy, type RedisClient } from '../queues/index.js';
+import { type RedisClient } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
 import { InboundAcceptor } from '../src/ingress/accept.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
@@ -12,14 +12,9 @@ import { startPoller, type RunningPoller } from '../workers/poller.js';
 import { memoryLog } from './support/callsync.js';
 import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
 import { testRedis, type TestRedis } from './support/redis.js';
+import { pollerRunner } from './support/poller.js';
 
-const runner = {
-  retry: defaultRetryPolicy,
-  concurrency: 1,
-  stalledIntervalMs: 1000,
-  lockDurationMs: 2000,
-  maxStalledCount: 1,
-};
+const runner = pollerRunner;
 
 describe('poller: hostile Retry-After', () => {
   let api: FakeTelephony;

@@ -3,7 +3,7 @@
 // holder and the cursor — against the loopback fake API and real Redis.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { defaultRetryPolicy, type RedisClient, type RedisKeys } from '../queues/index.js';
+import { type RedisClient, type RedisKeys } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
 import { channelStateKey, type ChannelStateRecord } from '../queues/poller-state.js';
 import { help, runCli } from '../src/cli/index.js';
@@ -14,14 +14,9 @@ import { startPoller, type RunningPoller } from '../workers/poller.js';
 import { memoryLog } from './support/callsync.js';
 import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
 import { testRedis, waitFor, type TestRedis } from './support/redis.js';
+import { pollerRunner } from './support/poller.js';
 
-const runner = {
-  retry: defaultRetryPolicy,
-  concurrency: 1,
-  stalledIntervalMs: 1000,
-  lockDurationMs: 2000,
-  maxStalledCount: 1,
-};
+const runner = pollerRunner;
 
 describe('callsync poller: the state of each polled channel', () => {
   let api: FakeTelephony;

@@ -13,7 +13,6 @@ import { Queue } from 'bullmq';
 import {
   type RedisClient,
   type RedisKeys,
-  defaultRetryPolicy,
   INBOUND_QUEUE,
   POLL_DEAD_LETTER_QUEUE,
   sinkQueueName,
@@ -34,14 +33,9 @@ import { assertSpread, memoryLog, startTestCallsync } from './support/callsync.j
 import { FakeTelephony, channelEvent } from './support/fake-telephony.js';
 import { testRedis, waitFor, type TestRedis } from './support/redis.js';
 import { archivedRecords } from './support/s3.js';
+import { pollerRunner } from './support/poller.js';
 
-const runner = {
-  retry: defaultRetryPolicy,
-  concurrency: 1,
-  stalledIntervalMs: 1000,
-  lockDurationMs: 2000,
-  maxStalledCount: 1,
-};
+const runner = pollerRunner;
 
 /** Redis connections, the inbound log and an acceptor on one test prefix (in the key layout of the file's Redis). */
 class Harness {
