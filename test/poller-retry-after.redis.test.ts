@@ -16,6 +16,48 @@ import { pollerRunner } from './support/poller.js';
 
 const runner = pollerRunner;
 
+/**
+ * Runs a poller of one channel for `ms`, or until `enough` says so of the requests counted so far;
+ * its log and how long it polled.
+ */
+async function pollUntil(
+  target: TestRedis,
+  o: {
+    channel: string;
+    client: ReturnType<typeof createTelephonyClient>;
+    settings: { pageSize: number; intervalMs: number; maxBackoffMs: number };
+    requests: () => number;
+    ms: number;
+    enough?: (requests: number) => boolean;
+  },
+) {
+  const prefix = await target.prefix(`poll-ra-${o.channel}`);
+  const keys = target.keys(prefix);
+  const redis: RedisClient = target.connect('producer');
+  const worker: RedisClient = target.connect('worker');
+  const logs = memoryLog('debug');
+  let running: RunningPoller | undefined;
+  try {
+    running = startPoller({
+      settings: { channelIds: [o.channel], lockTtlMs: 1000, ...o.settings },
+      client: o.client,
+      acceptor: new InboundAcceptor(new InboundLog(redis, keys), { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
+      redis,
+      workerConnection: worker,
+      prefix: keys,
+      log: logs.log,
+      runner,
+    });
+    const started = Date.now();
+    while (Date.now() - started < o.ms && !o.enough?.(o.requests())) await new Promise((r) => setTimeout(r, 20));
+    return { logs, elapsedMs: Date.now() - started };
+  } finally {
+    await running?.close();
+    await Promise.all([redis, worker].map((r) => r.quit().catch(() => undefined)));
+    await target.cleanup(prefix);
+  }
+}
+
 describe('poller: hostile Retry-After', () => {
   let api: FakeTelephony;
   let target: TestRedis;
@@ -25,39 +67,22 @@ describe('poller: hostile Retry-After', () => {
   });
   after(() => api.close());
 
-  /** Polls the channel for `ms`, or until `enough` says so; with how long it polled. */
+  /** Polls the fake API's channel for `ms`, or until `enough` says so. */
   async function pollFor(
     channel: string,
     ms: number,
     settings: { intervalMs: number; maxBackoffMs: number },
     enough?: (requests: number) => boolean,
   ) {
-    const prefix = await target.prefix(`poll-ra-${channel}`);
-    const keys = target.keys(prefix);
-    const redis: RedisClient = target.connect('producer');
-    const worker: RedisClient = target.connect('worker');
-    const logs = memoryLog('debug');
-    let running: RunningPoller | undefined;
-    try {
-      running = startPoller({
-        settings: { channelIds: [channel], pageSize: 50, lockTtlMs: 1000, ...settings },
-        client: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth }),
-        acceptor: new InboundAcceptor(new InboundLog(redis, keys), { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
-        redis,
-        workerConnection: worker,
-        prefix: keys,
-        log: logs.log,
-        runner,
-      });
-      const started = Date.now();
-      while (Date.now() - started < ms && !enough?.(api.inboxRequests(channel).length))
-        await new Promise((r) => setTimeout(r, 20));
-      return { requests: api.inboxRequests(channel), logs, elapsedMs: Date.now() - started };
-    } finally {
-      await running?.close();
-      await Promise.all([redis, worker].map((r) => r.quit().catch(() => undefined)));
-      await target.cleanup(prefix);
-    }
+    const polled = await pollUntil(target, {
+      channel,
+      client: createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth }),
+      settings: { pageSize: 50, ...settings },
+      requests: () => api.inboxRequests(channel).length,
+      ms,
+      enough,
+    });
+    return { ...polled, requests: api.inboxRequests(channel) };
   }
 
   for (const [name, value] of [
@@ -126,31 +151,20 @@ describe('poller: a position that cycles', () => {
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const port = (server.address() as { port: number }).port;
-    const prefix = await target.prefix('poll-cycle');
-    const keys = target.keys(prefix);
-    const redis: RedisClient = target.connect('producer');
-    const worker: RedisClient = target.connect('worker');
-    const logs = memoryLog('debug');
-    let running: RunningPoller | undefined;
     try {
-      running = startPoller({
-        settings: { channelIds: ['cyc'], pageSize: 2, lockTtlMs: 1000, intervalMs: 300, maxBackoffMs: 1000 },
+      // Five requests take at least one wait of POLL_INTERVAL_MS (A, B, then A again is a cycle);
+      // before: 675 requests in 1.5 s.
+      const { logs, elapsedMs } = await pollUntil(target, {
+        channel: 'cyc',
         client: createTelephonyClient({
           baseUrl: `http://127.0.0.1:${port}/v2`,
           auth: { kind: 'bearer', accessToken: 't' },
         }),
-        acceptor: new InboundAcceptor(new InboundLog(redis, keys), { dedupeWindowMs: 3_600_000, timeoutMs: 2000 }),
-        redis,
-        workerConnection: worker,
-        prefix: keys,
-        log: logs.log,
-        runner,
+        settings: { pageSize: 2, intervalMs: 300, maxBackoffMs: 1000 },
+        requests: () => requests,
+        ms: 20_000,
+        enough: (n) => n >= 5,
       });
-      // Five requests take at least one wait of POLL_INTERVAL_MS (A, B, then A again is a cycle);
-      // before: 675 requests in 1.5 s.
-      const started = Date.now();
-      while (requests < 5 && Date.now() - started < 20_000) await new Promise((r) => setTimeout(r, 20));
-      const elapsedMs = Date.now() - started;
       assert.ok(requests >= 5, `${requests} request(s)`);
       assert.ok(elapsedMs >= 250, `${requests} inbox requests in ${elapsedMs} ms with a 300 ms interval`);
       assert.ok(
@@ -158,9 +172,6 @@ describe('poller: a position that cycles', () => {
         'the cycle is logged',
       );
     } finally {
-      await running?.close();
-      await Promise.all([redis, worker].map((r) => r.quit().catch(() => undefined)));
-      await target.cleanup(prefix);
       await new Promise((r) => server.close(r));
     }
   });
