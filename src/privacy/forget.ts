@@ -264,7 +264,9 @@ class Forgetter {
     const timeline = new CallTimeline(this.redis, this.keys, this.config.timeline);
     const parsed = phoneLibMax().parsePhoneNumberFromString(this.options.target.e164)!;
     const digits = `${parsed.countryCallingCode}${parsed.nationalNumber}`;
-    const forms = new Set([parsed.number, `00${digits}`, digits, parsed.formatNational().replace(/\D/g, '')]);
+    const national = parsed.formatNational().replace(/\D/g, '');
+    // A payload's `+49 (0) 176…` is kept (and indexed) as `+490176…`: the trunk prefix after the country code.
+    const forms = new Set([parsed.number, `00${digits}`, digits, national, `+${parsed.countryCallingCode}${national}`]);
     for (const form of forms)
       for (const hash of await timeline.byNumber(form, 100_000)) if (CALL_HASH.test(hash)) this.indexed.add(hash);
   }

@@ -1,0 +1,100 @@
+// `callsync forget`, tried where the other privacy tests do not look (issue 25, an adversarial pass):
+// - a call whose payload spelled the number with the trunk `0` after the country code
+//   (`+49 (0) 170 1234567`, which the call record keeps as `+4901701234567`), a day later when its
+//   jobs are swept: the timeline's number index names it by that spelling, and forget must find it
+//   there as it finds the E.164 spelling;
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Queue } from 'bullmq';
+import pino from 'pino';
+import { sinkQueueName } from '../queues/registry.js';
+import { CallTimeline } from '../queues/timeline.js';
+import type { RedisClient } from '../queues/connection.js';
+import { callHash, callKey } from '../src/model/call.js';
+import { loadConfig } from '../src/config/index.js';
+import { forget, parseTarget } from '../src/privacy/forget.js';
+import { sweepRetention } from '../src/privacy/retention.js';
+import { webhookPayload } from './support/calls.js';
+import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
+import { FakeWebhookReceiver } from './support/fake-sink-server.js';
+import { testRedis, waitFor, type TestRedis } from './support/redis.js';
+
+const A = '+491701234567';
+const DAY_MS = 24 * 3600_000;
+
+describe('forget <number> finds, by the timeline index, a call that spelled it +49 (0) …', () => {
+  const secret = `whsec_${randomBytes(32).toString('base64')}`;
+  let target: TestRedis;
+  let conn: RedisClient;
+  let receiver: FakeWebhookReceiver;
+  let cs: TestCallsync;
+  let dir: string;
+  let env: Record<string, string>;
+  let prefix: string;
+
+  before(async () => {
+    target = await testRedis();
+    conn = target.connect();
+    receiver = await new FakeWebhookReceiver(secret).start();
+    dir = await mkdtemp(join(tmpdir(), 'forget-trunk-'));
+    const configPath = join(dir, 'callsync.yaml');
+    // No archive: a record there would name the call by its key, and the index is what is tried.
+    await writeFile(
+      configPath,
+      `sinks:\n  hooks:\n    type: webhook\n    endpoints: [{ name: r, url: "${receiver.url}" }]\nroutes:\n  - to: [hooks]\n`,
+    );
+    prefix = await target.prefix('forgettrunk');
+    env = testEnv(prefix, {
+      ...target.env(),
+      CALLSYNC_CONFIG: configPath,
+      CRM_WEBHOOK_SECRET: secret,
+      SPOOL_ENABLED: 'false',
+    });
+    cs = await startTestCallsync(env);
+  });
+  after(async () => {
+    await cs?.stop();
+    await receiver?.stop();
+    await target.cleanup(prefix);
+    conn?.disconnect();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('the trunk-0 spelling is the number: its call, timeline and lookups go', async () => {
+    const spelled = '+49 (0) 170 1234567';
+    const payload = webhookPayload('trunk-1', (p) => (p.call.from = spelled));
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, payload)).status, 202);
+    const name = sinkQueueName('hooks', 'r');
+    const queue = new Queue(name, { connection: conn, prefix: target.keys(prefix).queuePrefix(name) });
+    const config = loadConfig(env);
+    const log = pino({ level: 'silent' });
+    const timeline = new CallTimeline(conn, target.keys(prefix), config.timeline);
+    const hash = callHash(callKey('ai-agent', 'agent-1', 'trunk-1'));
+    try {
+      await waitFor(async () => (await queue.getJobCounts('completed')).completed === 1, {
+        what: 'the call delivered',
+        timeoutMs: 30_000,
+      });
+      const job = await queue.getJob(hash);
+      assert.equal((job?.data as { call: { from: string } }).call.from, '+4901701234567', 'the record keeps the 0');
+      // Two days later the delivered job is swept; the timeline stays 30 days.
+      assert.equal((await sweepRetention(config, conn, log, Date.now() + 2 * DAY_MS)).removed.completed_jobs, 1);
+      await waitFor(async () => (await timeline.byNumber(spelled)).length === 1 || null, {
+        what: 'the number index lists the call under the spelling it came in',
+        timeoutMs: 10_000,
+      });
+
+      const receipt = await forget(config, conn, log, { target: parseTarget(A, 'DE'), dryRun: false, crm: false });
+      assert.equal(receipt.calls, 1, JSON.stringify(receipt));
+      assert.deepEqual(await timeline.byNumber(spelled), [], '`callsync call "+49 (0) 170 1234567"` finds nothing');
+      assert.deepEqual(await timeline.read(hash), [], 'no timeline of the call');
+      assert.deepEqual(await timeline.byCallId('trunk-1'), [], 'no lookup by its call id');
+    } finally {
+      await queue.close();
+    }
+  });
+});
