@@ -3,6 +3,8 @@
 //   (`+49 (0) 170 1234567`, which the call record keeps as `+4901701234567`), a day later when its
 //   jobs are swept: the timeline's number index names it by that spelling, and forget must find it
 //   there as it finds the E.164 spelling;
+// - `forget --crm` while the number's HubSpot job is delivering: the CRM record that job creates
+//   after forget's CRM step is deleted too, not orphaned with its record memory erased;
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -18,8 +20,10 @@ import { callHash, callKey } from '../src/model/call.js';
 import { loadConfig } from '../src/config/index.js';
 import { forget, parseTarget } from '../src/privacy/forget.js';
 import { sweepRetention } from '../src/privacy/retention.js';
+import type { Sink } from '../src/sinks/types.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
+import { FakeHubSpot } from './support/fake-hubspot.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { testRedis, waitFor, type TestRedis } from './support/redis.js';
 
@@ -95,6 +99,75 @@ describe('forget <number> finds, by the timeline index, a call that spelled it +
       assert.deepEqual(await timeline.byCallId('trunk-1'), [], 'no lookup by its call id');
     } finally {
       await queue.close();
+    }
+  });
+});
+
+describe('forget --crm while the number’s HubSpot job is delivering', () => {
+  let hubspot: FakeHubSpot;
+  let cs: TestCallsync;
+  let dir: string;
+
+  before(async () => {
+    hubspot = await new FakeHubSpot().start();
+    dir = await mkdtemp(join(tmpdir(), 'forget-crm-active-'));
+    const configPath = join(dir, 'callsync.yaml');
+    await writeFile(
+      configPath,
+      `sinks:\n  hubspot:\n    type: hubspot\n    apiUrl: ${hubspot.url}\n    rateLimit: { max: 1000, durationMs: 1000 }\nroutes:\n  - to: [hubspot]\n`,
+    );
+    cs = await startTestCallsync({
+      CALLSYNC_CONFIG: configPath,
+      HUBSPOT_ACCESS_TOKEN: hubspot.token,
+      SPOOL_ENABLED: 'false',
+    });
+  });
+  after(async () => {
+    await cs?.stop();
+    await hubspot?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('the record the job creates after forget’s CRM step is deleted too', async () => {
+    // HubSpot takes A's call record only once released: the job is active while forget starts.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const writesCall = (req: { method: string; path: string }) =>
+      req.method === 'POST' && /\/crm\/objects\/[^/]+\/calls(\/batch\/upsert)?$/.test(req.path);
+    hubspot.enqueue({ match: writesCall, hold: held });
+    try {
+      const payload = webhookPayload('crm-active-1', (p) => (p.call.from = A));
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, payload)).status, 202);
+      await waitFor(() => hubspot.requests.some(writesCall) || null, { what: 'the call record being written' });
+
+      // The live sink, watched: the record is released once forget has asked it to erase A's call.
+      const real = cs.sinks.get('hubspot')!;
+      const asked: string[] = [];
+      const watched = Object.create(real) as Sink;
+      watched.eraseCall = async (key, options) => {
+        asked.push(key);
+        return real.eraseCall!(key, options);
+      };
+      const key = callKey('ai-agent', 'agent-1', 'crm-active-1');
+      const running = forget(cs.config, cs.redis.worker, pino({ level: 'silent' }), {
+        target: parseTarget(A, 'DE'),
+        dryRun: false,
+        crm: true,
+        sinks: new Map([['hubspot', watched]]),
+      });
+      await waitFor(() => asked.includes(key) || null, { what: "forget's CRM step for the call" });
+      release();
+      const receipt = await running;
+
+      assert.equal(receipt.stores['jobs (active)'], 1, JSON.stringify(receipt.stores));
+      assert.deepEqual(
+        [...hubspot.calls.values()].map((c) => c.id),
+        [],
+        'HubSpot keeps no call record of A (none orphaned with its record memory gone)',
+      );
+      assert.equal(receipt.stores['crm records (hubspot)'], 1, JSON.stringify(receipt.stores));
+    } finally {
+      release();
     }
   });
 });

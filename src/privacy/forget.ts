@@ -295,7 +295,6 @@ class Forgetter {
     const dryRun = this.options.dryRun;
     const spoolDir = spoolFolder(this.config);
     const spoolMatches = (line: string) => this.spoolLineMatches(line);
-    const crmDone = new Set<string>();
     let passes: number;
     try {
       // 1. Find the calls everywhere first, erasing nothing: the spool, the archives, Redis. Then the
@@ -308,7 +307,7 @@ class Forgetter {
       for (const { store, prefix } of archives) archived.set(store, await this.findInArchive(store, prefix));
       let work = await this.collectRedis();
       passes = 1;
-      if (this.options.crm) await this.eraseCrm(crmDone);
+      if (this.options.crm) await this.eraseCrm();
 
       if (dryRun) {
         this.count('spool lines', spoolFound.removed);
@@ -322,7 +321,7 @@ class Forgetter {
         this.count('spool lines', spool.removed);
         if (spool.drained > 0) {
           work = await this.collectRedis();
-          if (this.options.crm) await this.eraseCrm(crmDone);
+          if (this.options.crm) await this.eraseCrm();
         }
         // 3. Redis, pass after pass (a call being fanned out meanwhile shows up in the next).
         for (;;) {
@@ -331,7 +330,7 @@ class Forgetter {
           if (passes >= MAX_PASSES) break;
           passes++;
           work = await this.collectRedis();
-          if (this.options.crm) await this.eraseCrm(crmDone);
+          if (this.options.crm) await this.eraseCrm();
         }
       }
 
@@ -643,11 +642,15 @@ class Forgetter {
   // ---------------------------------------------------------------------------------------------
   // CRM
 
-  private async eraseCrm(done: Set<string>): Promise<Set<string>> {
+  /**
+   * Deletes the CRM records of every call found so far, each pass again: a job of the call that was
+   * delivering during an earlier pass (waited for, then removed) may have created its record since,
+   * and its record memory goes with the Redis keys. A call whose memory is gone costs one read.
+   */
+  private async eraseCrm(): Promise<void> {
     const sinks = await this.crmSinks();
     const controller = new AbortController();
-    for (const [hash, call] of this.calls) {
-      if (done.has(hash)) continue;
+    for (const call of this.calls.values()) {
       for (const sink of sinks) {
         let n: number;
         try {
@@ -661,9 +664,7 @@ class Forgetter {
         }
         this.count(`crm records (${sink.name})`, n);
       }
-      done.add(hash);
     }
-    return done;
   }
 
   private crm: Sink[] | null = null;
