@@ -5,6 +5,7 @@
 //   there as it finds the E.164 spelling;
 // - `forget --crm` while the number's HubSpot job is delivering: the CRM record that job creates
 //   after forget's CRM step is deleted too, not orphaned with its record memory erased;
+// - the number given as a `tel:` URI (RFC 3966), as payloads and CRMs spell it, is a number.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -29,6 +30,14 @@ import { testRedis, waitFor, type TestRedis } from './support/redis.js';
 
 const A = '+491701234567';
 const DAY_MS = 24 * 3600_000;
+
+test('a tel: URI is a number, not a call id', () => {
+  assert.deepEqual(parseTarget('tel:+491701234567', 'DE'), { kind: 'number', e164: A });
+  assert.deepEqual(parseTarget('TEL:+49-170-1234567', 'DE'), { kind: 'number', e164: A });
+  assert.deepEqual(parseTarget('tel:0170 1234567', 'DE'), { kind: 'number', e164: A });
+  assert.deepEqual(parseTarget('c-2026-04-08-0001', 'DE'), { kind: 'call', callId: 'c-2026-04-08-0001' });
+  assert.deepEqual(parseTarget('tel:desk-7', 'DE'), { kind: 'call', callId: 'tel:desk-7' });
+});
 
 describe('forget <number> finds, by the timeline index, a call that spelled it +49 (0) …', () => {
   const secret = `whsec_${randomBytes(32).toString('base64')}`;

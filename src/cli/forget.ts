@@ -30,10 +30,10 @@ assemblies, and every other key under QUEUE_PREFIX that names the call. The noti
 and the opt-out list keep only a keyed hash (keyed with PRIVACY_HMAC_SECRET, else with the key
 kept in Redis) of what "never twice" and the opt-out need. Idempotent; safe while other calls flow. See docs/privacy.md.
 
-A number starts with + (or 00), or is a valid national number in PHONE_DEFAULT_REGION; anything
-else is a call id. A number may be given unquoted in several words (callsync forget +49 151 1234
-5678), read as \`opt-out\` reads them; a call id is one word, and several words must make one
-number.
+A number starts with + (or 00, also after tel:), or is a valid national number in
+PHONE_DEFAULT_REGION; anything else is a call id. A number may be given unquoted in several words
+(callsync forget +49 151 1234 5678), read as \`opt-out\` reads them; a call id is one word, and
+several words must make one number.
 
 Options:
   --dry-run     count what would be erased; change nothing

@@ -69,7 +69,9 @@ export class ForgetIncompleteError extends Error {
  * (PHONE_DEFAULT_REGION) or as an international one without `+`/`00`; anything else is a call id.
  */
 export function parseTarget(input: string, region: CountryCode): ForgetTarget {
-  const text = input.trim();
+  const given = input.trim();
+  // A `tel:` URI (RFC 3966), as payloads and CRMs spell a number, is that number.
+  const text = /^tel:\s*[+\d(]/i.test(given) ? given.slice(4).trim() : given;
   if (text === '') throw new ForgetInputError('expected a phone number (+4915112345678) or a call id');
   const lib = phoneLibMax();
   if (text.startsWith('+') || text.startsWith('00')) {
@@ -84,7 +86,7 @@ export function parseTarget(input: string, region: CountryCode): ForgetTarget {
     const international = lib.parsePhoneNumberFromString(`+${text.replace(/\D/g, '')}`);
     if (international?.isValid()) return { kind: 'number', e164: international.number };
   }
-  return { kind: 'call', callId: text };
+  return { kind: 'call', callId: given };
 }
 
 /**
