@@ -3,6 +3,8 @@
 //   (`+49 (0) 170 1234567`, which the call record keeps as `+4901701234567`), a day later when its
 //   jobs are swept: the timeline's number index names it by that spelling, and forget must find it
 //   there as it finds the E.164 spelling;
+// - another number's state whose value names a call key that merely begins with the forgotten
+//   call's (`…:k10` and `…:k1`) is not the forgotten call's, and stays;
 // - `forget --crm` while the number's HubSpot job is delivering: the CRM record that job creates
 //   after forget's CRM step is deleted too, not orphaned with its record memory erased;
 // - the number given as a `tel:` URI (RFC 3966), as payloads and CRMs spell it, is a number.
@@ -22,6 +24,8 @@ import { loadConfig } from '../src/config/index.js';
 import { forget, parseTarget } from '../src/privacy/forget.js';
 import { sweepRetention } from '../src/privacy/retention.js';
 import type { Sink } from '../src/sinks/types.js';
+import { recipientHash } from '../src/sinks/notify/ledger.js';
+import { PrivacyKey } from '../queues/privacy-key.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
 import { FakeHubSpot } from './support/fake-hubspot.js';
@@ -29,6 +33,7 @@ import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { testRedis, waitFor, type TestRedis } from './support/redis.js';
 
 const A = '+491701234567';
+const B = '+491761234599';
 const DAY_MS = 24 * 3600_000;
 
 test('a tel: URI is a number, not a call id', () => {
@@ -106,6 +111,40 @@ describe('forget <number> finds, by the timeline index, a call that spelled it +
       assert.deepEqual(await timeline.byNumber(spelled), [], '`callsync call "+49 (0) 170 1234567"` finds nothing');
       assert.deepEqual(await timeline.read(hash), [], 'no timeline of the call');
       assert.deepEqual(await timeline.byCallId('trunk-1'), [], 'no lookup by its call id');
+    } finally {
+      await queue.close();
+    }
+  });
+
+  test("another number's state naming a call key that begins with the forgotten call's stays", async () => {
+    // A's call `k1`; B's SMS cooldown is held by B's call `k10` (whose key begins with k1's).
+    const payload = webhookPayload('k1', (p) => (p.call.from = A));
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, payload)).status, 202);
+    const name = sinkQueueName('hooks', 'r');
+    const queue = new Queue(name, { connection: conn, prefix: target.keys(prefix).queuePrefix(name) });
+    const k = target.keys(prefix);
+    const config = loadConfig(env);
+    try {
+      await waitFor(
+        async () => (await (await queue.getJob(callHash(callKey('ai-agent', 'agent-1', 'k1'))))?.isCompleted()) || null,
+        {
+          what: "A's call delivered",
+          timeoutMs: 30_000,
+        },
+      );
+      const secret = await new PrivacyKey(conn, k, config.privacy.hmacSecret).get();
+      const cooldown = `${k.sinkState('sms')}cooldown:${recipientHash(secret, B)}`;
+      const held = JSON.stringify({ callKey: callKey('ai-agent', 'agent-1', 'k10'), until: Date.now() + 3600_000 });
+      await conn.set(cooldown, held, 'PX', 3600_000);
+
+      const receipt = await forget(config, conn, pino({ level: 'silent' }), {
+        target: parseTarget(A, 'DE'),
+        dryRun: false,
+        crm: false,
+      });
+      assert.equal(receipt.calls, 1, JSON.stringify(receipt));
+      assert.equal(await queue.getJob(callHash(callKey('ai-agent', 'agent-1', 'k1'))), undefined, "A's job went");
+      assert.equal(await conn.get(cooldown), held, "B's cooldown stays");
     } finally {
       await queue.close();
     }

@@ -189,6 +189,21 @@ function fieldsText(fields: readonly string[]): string {
   return fields.join('\n');
 }
 
+/**
+ * Whether `text` names the call key `key` whole: as a JSON string (`"callKey":"ai-agent:a:c1"`, also
+ * escaped once more), or as the text or one of its lines (a stream's fields) — not as the start of
+ * another call's key (`ai-agent:a:c10`).
+ */
+function mentionsKey(text: string, key: string): boolean {
+  if (text.includes(JSON.stringify(key))) return true;
+  for (let i = text.indexOf(key); i >= 0; i = text.indexOf(key, i + 1)) {
+    const before = i === 0 ? '' : text[i - 1]!;
+    const after = text.slice(i + key.length, i + key.length + 2);
+    if (['', '"', '\n'].includes(before) && (after === '' || /^("|\n|\\")/.test(after))) return true;
+  }
+  return false;
+}
+
 /** The segments of a key name (between `:`, `{` and `}`). */
 const segmentsOf = (key: string) => key.split(/[:{}]/).filter(Boolean);
 
@@ -247,7 +262,7 @@ class Forgetter {
   /** Text that belongs to the target: it mentions the number / call id, or the hash or key of a call found. */
   private related(text: string): boolean {
     if (this.matches(text)) return true;
-    for (const [hash, call] of this.calls) if (text.includes(hash) || text.includes(call.key)) return true;
+    for (const [hash, call] of this.calls) if (text.includes(hash) || mentionsKey(text, call.key)) return true;
     for (const hash of this.indexed) if (text.includes(hash)) return true;
     return false;
   }
