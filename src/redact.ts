@@ -148,8 +148,12 @@ export interface EchoValues {
   numbers?: Iterable<string>;
 }
 
-/** Between two digits of a number as it is written: up to 3 of space, `-`, `_`, `(`, `)`, `.`, `/`. */
-const NUMBER_SEPARATOR = String.raw`[\s\-_().\/]{0,3}`;
+/**
+ * Between two digits of a number as it is written: up to 3 of space, `-`, `_`, `(`, `)`, `.`, `/`,
+ * and the typographic dashes (U+2010–U+2015: hyphen, non-breaking hyphen, figure, en and em dash;
+ * U+2212 minus) word processors and speech-to-text write for `-`.
+ */
+const NUMBER_SEPARATOR = String.raw`[\s\-_().\/\u2010-\u2015\u2212]{0,3}`;
 /** A number of fewer digits is found only as its digits exactly (an extension, not a phone number). */
 const SPACED_DIGITS = 7;
 

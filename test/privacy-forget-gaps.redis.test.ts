@@ -5,6 +5,7 @@
 //   there as it finds the E.164 spelling;
 // - another number's state whose value names a call key that merely begins with the forgotten
 //   call's (`…:k10` and `…:k1`) is not the forgotten call's, and stays;
+// - a transcript giving the number with a typographic dash (`0170 – 1234567`) mentions it;
 // - `forget --crm` while the number's HubSpot job is delivering: the CRM record that job creates
 //   after forget's CRM step is deleted too, not orphaned with its record memory erased;
 // - the number given as a `tel:` URI (RFC 3966), as payloads and CRMs spell it, is a number.
@@ -111,6 +112,38 @@ describe('forget <number> finds, by the timeline index, a call that spelled it +
       assert.deepEqual(await timeline.byNumber(spelled), [], '`callsync call "+49 (0) 170 1234567"` finds nothing');
       assert.deepEqual(await timeline.read(hash), [], 'no timeline of the call');
       assert.deepEqual(await timeline.byCallId('trunk-1'), [], 'no lookup by its call id');
+    } finally {
+      await queue.close();
+    }
+  });
+
+  test('a call that mentions the number with a typographic dash (0170 – 1234567) is erased whole', async () => {
+    // B's call, whose transcript gives A's number with an en dash (as word processors and some
+    // speech-to-text models write it) and a non-breaking hyphen.
+    const mentions = ['0170 \u2013 1234567', '+49\u2011170\u20111234567'];
+    for (const [i, text] of mentions.entries()) {
+      const payload = webhookPayload(`dash-${i}`, (p) => {
+        p.call.from = B;
+        p.assist.transcription.content = `Caller: Please call my colleague back at ${text}.`;
+        p.assist.transcription.chunks[0].content = `Please call my colleague back at ${text}.`;
+      });
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, payload)).status, 202);
+    }
+    const name = sinkQueueName('hooks', 'r');
+    const queue = new Queue(name, { connection: conn, prefix: target.keys(prefix).queuePrefix(name) });
+    const ids = mentions.map((_, i) => callHash(callKey('ai-agent', 'agent-1', `dash-${i}`)));
+    try {
+      await waitFor(
+        async () =>
+          (await Promise.all(ids.map(async (id) => (await queue.getJob(id))?.isCompleted()))).every(Boolean) || null,
+        { what: "B's calls delivered", timeoutMs: 30_000 },
+      );
+      const receipt = await forget(loadConfig(env), conn, pino({ level: 'silent' }), {
+        target: parseTarget(A, 'DE'),
+        dryRun: false,
+        crm: false,
+      });
+      for (const id of ids) assert.equal(await queue.getJob(id), undefined, JSON.stringify(receipt));
     } finally {
       await queue.close();
     }
