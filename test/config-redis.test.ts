@@ -93,6 +93,7 @@ test('REDIS_URL that ioredis cannot read (no URL, no host, a database that is no
     'redis://:pass/word-s3cr3t@127.0.0.1:6379', // an unescaped "/" in the password
     'redis://:pass#word-s3cr3t@127.0.0.1:6379',
     'redis://:s3cr3t@127.0.0.1:99999',
+    'redis://:s3cr3t@127.0.0.1:0',
     'redis://:s3cr3t@127.0.0.1:6379/cache',
     'redis://:s3cr3t@127.0.0.1:6379/0?x=s3cr3t',
     'redis://',

@@ -38,6 +38,7 @@ function redisUrlProblem(value: string): string | undefined {
     return 'not a valid URL (a port from 1 to 65535; a password with /, #, ? or @ percent-encoded, or set in REDIS_PASSWORD)';
   const url = new URL(value);
   if (url.hostname === '') return 'expected redis://host:port or rediss://… (TLS): no host';
+  if (url.port === '0') return 'a port from 1 to 65535 (0 is no port to connect to)';
   if (!/^\/?(\d+)?$/.test(url.pathname)) return 'the path is the database number (redis://host:6379/0)';
   if (url.search || url.hash) return 'expected redis://host:port[/database], without ? or #';
   return undefined;
