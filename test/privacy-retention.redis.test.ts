@@ -169,6 +169,42 @@ describe('retention per store', () => {
       await sweeper.close();
     }
   });
+
+  test('a lowered CALL_TIMELINE_TTL_DAYS reaches the timelines kept already: past it they go, with their lookups', async () => {
+    await deliver(['ttl-old', 'ttl-new']);
+    const calls = k.area('calls');
+    const hashOf = async (callId: string) => (await conn.zrange(`${calls}:calls:id:${callId}`, 0, -1))[0]!;
+    const [old, fresh] = [await hashOf('ttl-old'), await hashOf('ttl-new')];
+    const log = pino({ level: 'silent' });
+    // The timelines were written under the default (30 days).
+    await sweepRetention(loadConfig(env), conn, log);
+    assert.ok((await conn.pttl(k.callTimeline(old))) > 29 * 24 * 3600_000);
+    // The last event of ttl-old is made 3 days old; the setting is lowered to 2 days.
+    const threeDaysAgo = Date.now() - 3 * 24 * 3600_000;
+    const entries = await conn.lrange(k.callTimeline(old), 0, -1);
+    await conn.del(k.callTimeline(old));
+    await conn.rpush(
+      k.callTimeline(old),
+      ...entries.map((e) => JSON.stringify({ ...(JSON.parse(e) as object), at: threeDaysAgo })),
+    );
+    await conn.pexpire(k.callTimeline(old), 30 * 24 * 3600_000);
+    await conn.zadd(`${calls}:calls:id:ttl-old`, threeDaysAgo, old);
+    await conn.zadd(`${calls}:calls:recent`, threeDaysAgo, old);
+
+    // Before: nothing changed until the call's next event (never, for a call that is over).
+    const result = await sweepRetention(loadConfig({ ...env, CALL_TIMELINE_TTL_DAYS: '2' }), conn, log);
+    assert.ok((result.removed.timelines ?? 0) >= 1, JSON.stringify(result.removed));
+    assert.equal(await conn.exists(k.callTimeline(old)), 0, 'the timeline past 2 days is gone');
+    assert.deepEqual(await conn.zrange(`${calls}:calls:id:ttl-old`, 0, -1), [], 'and its lookups');
+    assert.equal(await conn.zscore(`${calls}:calls:recent`, old), null);
+    const left = await conn.pttl(k.callTimeline(fresh));
+    assert.ok(left > 0 && left <= 2 * 24 * 3600_000, `the fresh timeline expires within 2 days: ${left} ms`);
+    assert.ok((await conn.zscore(`${calls}:calls:id:ttl-new`, fresh)) !== null, 'its lookups stay');
+    // Raised again: nothing is scanned or extended (the next writes set the longer expiry).
+    const again = await sweepRetention(loadConfig(env), conn, log);
+    assert.equal(again.removed.timelines, undefined);
+    assert.ok((await conn.pttl(k.callTimeline(fresh))) <= 2 * 24 * 3600_000);
+  });
 });
 
 /** A small S3 on loopback that keeps one lifecycle configuration per bucket (GET/PUT/?lifecycle), as S3 documents it. */

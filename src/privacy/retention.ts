@@ -5,13 +5,14 @@
 //   - dead letters (failed jobs) and parked log entries: FAILED_JOB_RETENTION_SECONDS;
 //   - archive sinks in a folder: ARCHIVE_RETENTION_DAYS by the object's write time (an S3 archive
 //     gets a lifecycle rule instead, `callsync retention apply`, ./lifecycle.ts).
-// Call timelines expire by Redis TTL (CALL_TIMELINE_TTL_DAYS, queues/timeline.ts): measured, not swept.
+// Call timelines expire by Redis TTL (CALL_TIMELINE_TTL_DAYS, queues/timeline.ts): measured; a lowered
+// TTL is brought to the timelines and lookups kept already, once (`applyTimelineTtl`).
 // The age of the oldest item per store is measured on each sweep: `callsync_retention_oldest_seconds`
 // (an S3 archive's with a few requests whatever the bucket holds: `oldestInS3` below).
 import { Queue } from 'bullmq';
 import type { Logger } from 'pino';
 import type { RedisClient } from '../../queues/connection.js';
-import { redisKeys } from '../../queues/keys.js';
+import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { globEscape, queuesInRedis, scanKeys } from '../../queues/scan.js';
 import { recentCallsKey } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
@@ -92,6 +93,64 @@ const idMs = (id: string) => Number(id.slice(0, id.indexOf('-')));
  * One sweep: removes what is older than the settings allow and measures the oldest item left per
  * store. `now` is the time the ages are measured against (tests pass one).
  */
+/**
+ * Brings CALL_TIMELINE_TTL_DAYS to the timelines and lookups kept already, when it is lower than the
+ * one last applied (recorded in Redis; unknown at the first sweep after an upgrade): a timeline's
+ * expiry is set as it is written, so one of a call that has no new event kept the expiry it was given
+ * under the longer setting — 30 days of a call's events after a data-protection officer set 7. Each
+ * timeline then expires CALL_TIMELINE_TTL_DAYS after its last entry (removed at once when that is
+ * past), and each lookup loses its entries older than that. Answers how many timelines it removed.
+ */
+async function applyTimelineTtl(redis: RedisClient, keys: RedisKeys, ttlMs: number, now: number): Promise<number> {
+  const calls = keys.area('calls');
+  const applied = `${calls}:calls:ttl-applied`;
+  const before = Number(await redis.get(applied));
+  if (Number.isFinite(before) && before > 0 && ttlMs >= before) {
+    if (ttlMs > before) await redis.set(applied, String(ttlMs));
+    return 0;
+  }
+  let removed = 0;
+  const own = (key: string) => key.startsWith(`${keys.prefix}:`) || key.startsWith(`{${keys.prefix}:`);
+  const timelines =
+    keys.layout === 'spread'
+      ? `{${globEscape(keys.prefix)}:call:*}:timeline`
+      : `${globEscape(keys.prefix)}:call:*:timeline`;
+  for (const key of (await scanKeys(redis, timelines)).filter(own)) {
+    const [last] = await redis.lrange(key, -1, -1);
+    const at = lastAt(last);
+    if (at === null) continue;
+    const expireAt = at + ttlMs;
+    if (expireAt <= now) removed += await redis.del(key);
+    else {
+      const left = await redis.pttl(key);
+      if (left < 0 || now + left > expireAt) await redis.pexpireat(key, expireAt);
+    }
+  }
+  const lookups = [
+    recentCallsKey(keys),
+    ...(await scanKeys(redis, `${globEscape(calls)}:calls:id:*`)),
+    ...(await scanKeys(redis, `${globEscape(calls)}:calls:number:*`)),
+  ].filter(own);
+  for (const key of lookups) {
+    await redis.zremrangebyscore(key, '-inf', String(now - ttlMs));
+    const left = await redis.pttl(key);
+    if (left > ttlMs) await redis.pexpire(key, ttlMs);
+  }
+  await redis.set(applied, String(ttlMs));
+  return removed;
+}
+
+/** The time (epoch ms) of a timeline entry's text, or null. */
+function lastAt(text: string | undefined): number | null {
+  if (text === undefined) return null;
+  try {
+    const at = (JSON.parse(text) as { at?: unknown }).at;
+    return typeof at === 'number' && Number.isFinite(at) ? at : null;
+  } catch {
+    return null;
+  }
+}
+
 export async function sweepRetention(
   config: Config,
   redis: RedisClient,
@@ -156,7 +215,9 @@ export async function sweepRetention(
     }
   }
 
-  // Call timelines: the oldest call in the index by time (each timeline expires by its TTL).
+  // Call timelines expire by their TTL, set as they are written; a lowered CALL_TIMELINE_TTL_DAYS is
+  // brought to the ones kept already, once. Then the oldest call in the index by time.
+  add('timelines', await applyTimelineTtl(redis, keys, Math.round(config.timeline.ttlDays * DAY_MS), now));
   const [, firstAt] = await redis.zrange(recentCallsKey(keys), 0, 0, 'WITHSCORES');
   oldest('timelines', firstAt === undefined ? null : Number(firstAt));
 
