@@ -157,3 +157,22 @@ describe('README', () => {
     }
   });
 });
+
+describe('hostile text', () => {
+  /** A lone surrogate (half of a character outside the BMP): invalid UTF-16, U+FFFD or a refusal downstream. */
+  const loneSurrogate = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+  test('a long CRM title is cut between characters, never inside one', () => {
+    for (const tail of ['😀😀', '👨‍👩‍👧 x', 'é'.normalize('NFD').repeat(3)]) {
+      const title = renderTitle('{{title}}', { title: 'a'.repeat(248) + tail });
+      assert.ok(title.length <= 250, `${title.length} units`);
+      assert.ok(title.endsWith('…'));
+      assert.doesNotMatch(title, loneSurrogate);
+      const kept = title.slice(248, -1);
+      assert.ok(tail.startsWith(kept), JSON.stringify(kept));
+      // Whatever is kept of the tail is whole characters: the first grapheme or none of it.
+      const first = [...new Intl.Segmenter(undefined, { granularity: 'grapheme' }).segment(tail)][0]!.segment;
+      assert.ok(kept === '' || kept.startsWith(first), JSON.stringify(kept));
+    }
+  });
+});

@@ -58,10 +58,23 @@ export function renderHtmlBody(template: string, vars: Record<string, unknown>):
     .replace(/\n/g, '<br>\n');
 }
 
-/** Renders a one-line title: values as text, whitespace folded, cut to `max` characters. */
+const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
+
+/**
+ * Renders a one-line title: values as text, whitespace folded, cut to `max` UTF-16 units with an
+ * ellipsis. The cut falls between graphemes: half a surrogate pair is invalid UTF-16 (U+FFFD or a
+ * refusal at the CRM), half an emoji sequence or a letter without its accent shows wrong.
+ */
 export function renderTitle(template: string, vars: Record<string, unknown>, max = 250): string {
   const text = renderTemplate(template, vars).replace(/\s+/g, ' ').trim();
-  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+  if (text.length <= max) return text;
+  // Boundaries inside the head are those of the whole text; only the head is segmented (a long text is slow to).
+  let cut = '';
+  for (const { segment } of graphemes.segment(text.slice(0, max))) {
+    if (cut.length + segment.length > max - 1) break;
+    cut += segment;
+  }
+  return `${cut.trimEnd()}…`;
 }
 
 /** Default HubSpot / Pipedrive templates (the operator overrides them per sink in the config file). */
