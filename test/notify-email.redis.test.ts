@@ -152,6 +152,23 @@ describe('email sink: what the SMTP server receives', () => {
     );
   });
 
+  test('the subject is one line of at most 250 characters: control characters fold, a long one is cut between characters', async () => {
+    const s = await sink('hostile-subject', {
+      from: 'calls@example.com',
+      to: 'team@example.com',
+      subject: 'S: {{summary}}',
+    });
+    const content = `a\u0000b\u001b[31mc\u0085d\u2028e ${'word '.repeat(46)}😀😀 ${'x'.repeat(5000)}`;
+    await s.deliver(call('c-hostile', { summary: { content, keyPoints: [], topics: [] } }), ctx());
+    const subject = smtp.messages[0]!.subject;
+    assert.ok(subject.startsWith('S: a b [31mc d e word word'), JSON.stringify(subject.slice(0, 40)));
+    // eslint-disable-next-line no-control-regex -- none may be left
+    assert.doesNotMatch(subject, /[\u0000-\u001f\u007f-\u009f\u2028\ufffd]/);
+    assert.equal(subject.length, 250);
+    assert.ok(subject.endsWith(' word 😀…'), JSON.stringify(subject.slice(-12)));
+    assert.match(smtp.messages[0]!.text ?? '', /\u0085/, 'the text part keeps the text as it is');
+  });
+
   test('the sender defaults to SMTP_FROM', async () => {
     await (
       await sink('env-from', { to: 'team@example.com' }, { SMTP_FROM: 'noreply@example.org' })

@@ -175,4 +175,11 @@ describe('hostile text', () => {
       assert.ok(kept === '' || kept.startsWith(first), JSON.stringify(kept));
     }
   });
+
+  test('a CRM title is one line: control characters (NUL, ESC, NEL) fold like whitespace', () => {
+    assert.equal(
+      renderTitle('{{title}} ({{outcome}})', { title: 'a\u0000b\u001b[1m\u0085c\u2028d', outcome: 'x' }),
+      'a b [1m c d (x)',
+    );
+  });
 });

@@ -44,6 +44,29 @@ export function templateFields(template: string): string[] {
   return [...names];
 }
 
+/** C0 and C1 control characters (NUL, ESC, DEL, NEL …) besides the whitespace `\s` already matches. */
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+const CONTROLS = /[\u0000-\u0008\u000e-\u001f\u007f-\u009f]/g;
+const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
+
+/**
+ * Text as one line of at most `max` UTF-16 units (a CRM title, an e-mail subject): line breaks,
+ * other whitespace and control characters fold into single spaces; a longer text is cut with an
+ * ellipsis between graphemes (half a surrogate pair is invalid UTF-16, half an emoji sequence or a
+ * letter without its accent shows wrong).
+ */
+export function oneLine(text: string, max: number): string {
+  const line = text.replace(CONTROLS, ' ').replace(/\s+/g, ' ').trim();
+  if (line.length <= max) return line;
+  // Boundaries inside the head are those of the whole text; only the head is segmented (a long text is slow to).
+  let cut = '';
+  for (const { segment } of graphemes.segment(line.slice(0, max))) {
+    if (cut.length + segment.length > max - 1) break;
+    cut += segment;
+  }
+  return `${cut.trimEnd()}…`;
+}
+
 const HTML_ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
 
 /** Escapes text for HTML element content and attribute values. */

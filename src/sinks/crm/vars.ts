@@ -3,7 +3,7 @@
 // contact, and the link to the archived transcript.
 import { hasTranscript, type CanonicalCall } from '../../model/call.js';
 import { transcriptLink } from '../archive/keys.js';
-import { escapeHtml, renderTemplate } from '../template.js';
+import { escapeHtml, oneLine, renderTemplate } from '../template.js';
 import { templateVars, type TemplateVars } from '../template-vars.js';
 import { displayNumber, type CountryCode } from './phone.js';
 
@@ -58,23 +58,9 @@ export function renderHtmlBody(template: string, vars: Record<string, unknown>):
     .replace(/\n/g, '<br>\n');
 }
 
-const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
-
-/**
- * Renders a one-line title: values as text, whitespace folded, cut to `max` UTF-16 units with an
- * ellipsis. The cut falls between graphemes: half a surrogate pair is invalid UTF-16 (U+FFFD or a
- * refusal at the CRM), half an emoji sequence or a letter without its accent shows wrong.
- */
+/** Renders a one-line title: values as text, on one line, cut to `max` characters (`oneLine`). */
 export function renderTitle(template: string, vars: Record<string, unknown>, max = 250): string {
-  const text = renderTemplate(template, vars).replace(/\s+/g, ' ').trim();
-  if (text.length <= max) return text;
-  // Boundaries inside the head are those of the whole text; only the head is segmented (a long text is slow to).
-  let cut = '';
-  for (const { segment } of graphemes.segment(text.slice(0, max))) {
-    if (cut.length + segment.length > max - 1) break;
-    cut += segment;
-  }
-  return `${cut.trimEnd()}…`;
+  return oneLine(renderTemplate(template, vars), max);
 }
 
 /** Default HubSpot / Pipedrive templates (the operator overrides them per sink in the config file). */

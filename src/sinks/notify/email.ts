@@ -6,6 +6,7 @@ import { callHash, type CanonicalCall } from '../../model/call.js';
 import { RetryLaterError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SinkType } from '../types.js';
 import { envList, envString, type EnvShape } from '../../env-values.js';
+import { oneLine, renderTemplate } from '../template.js';
 import { templateVars } from '../template-vars.js';
 import { NotificationLedger, privacyEnv, privacyKeyOf, sendOnce } from './ledger.js';
 import { smtpOutcomeUnknown, type Mailer } from './mailer.js';
@@ -21,6 +22,8 @@ const addressSchema = z
 const DEFAULT_SUBJECT = 'Call {{caller}} → {{callee}} ({{outcome}}, {{date}} {{time}})';
 /** The default subject of a call with a headline (`assist.callHeadline`): the headline first. */
 const DEFAULT_SUBJECT_WITH_TITLE = '{{title}} — {{caller}} → {{callee}} ({{outcome}}, {{date}} {{time}})';
+/** Longest subject in UTF-16 units (the CRM titles' length); a longer one is cut with an ellipsis. */
+const SUBJECT_MAX = 250;
 const DEFAULT_TEXT = `{{direction}} call from {{caller}} to {{callee}}
 When: {{dateTime}} ({{timeZone}}), duration {{duration}}
 Outcome: {{outcome}}
@@ -120,11 +123,14 @@ class EmailSink implements Sink {
     const message = {
       from: this.from,
       to: this.o.to,
-      // A subject is one line.
-      subject: renderText(
-        this.o.subject === DEFAULT_SUBJECT && call.title ? DEFAULT_SUBJECT_WITH_TITLE : this.o.subject,
-        fields,
-      ).replace(/\s+/g, ' '),
+      // A subject is one line, of a length a mail client shows.
+      subject: oneLine(
+        renderTemplate(
+          this.o.subject === DEFAULT_SUBJECT && call.title ? DEFAULT_SUBJECT_WITH_TITLE : this.o.subject,
+          fields,
+        ),
+        SUBJECT_MAX,
+      ),
       text,
       html: renderHtml(this.o.html, text, fields),
       messageId: `<${callHash(call.key)}.${this.name.replace(/[^A-Za-z0-9._-]/g, '-')}@${domainOf(this.from)}>`,
