@@ -152,18 +152,18 @@ describe('email sink: what the SMTP server receives', () => {
     );
   });
 
-  test('the subject is one line of at most 250 characters: control characters fold, a long one is cut between characters', async () => {
+  test('the subject is one line of at most 250 characters: control and bidi characters go, a long one is cut between characters', async () => {
     const s = await sink('hostile-subject', {
       from: 'calls@example.com',
       to: 'team@example.com',
       subject: 'S: {{summary}}',
     });
-    const content = `a\u0000b\u001b[31mc\u0085d\u2028e ${'word '.repeat(46)}😀😀 ${'x'.repeat(5000)}`;
+    const content = `a\u0000b\u001b[31mc\u0085d\u2028e\u202e ${'word '.repeat(46)}😀😀 ${'x'.repeat(5000)}`;
     await s.deliver(call('c-hostile', { summary: { content, keyPoints: [], topics: [] } }), ctx());
     const subject = smtp.messages[0]!.subject;
     assert.ok(subject.startsWith('S: a b [31mc d e word word'), JSON.stringify(subject.slice(0, 40)));
     // eslint-disable-next-line no-control-regex -- none may be left
-    assert.doesNotMatch(subject, /[\u0000-\u001f\u007f-\u009f\u2028\ufffd]/);
+    assert.doesNotMatch(subject, /[\u0000-\u001f\u007f-\u009f\u2028\u202a-\u202e\ufffd]/);
     assert.equal(subject.length, 250);
     assert.ok(subject.endsWith(' word 😀…'), JSON.stringify(subject.slice(-12)));
     assert.match(smtp.messages[0]!.text ?? '', /\u0085/, 'the text part keeps the text as it is');

@@ -176,6 +176,11 @@ describe('hostile text', () => {
     }
   });
 
+  test('a bidi override in a value does not reverse the rest of a title (the numbers after it)', () => {
+    const title = renderTitle('{{title}} {{caller}}', { title: 'Anna \u202egnudnuK\u2067x', caller: '+4930123' });
+    assert.equal(title, 'Anna gnudnuKx +4930123');
+  });
+
   test('a CRM title is one line: control characters (NUL, ESC, NEL) fold like whitespace', () => {
     assert.equal(
       renderTitle('{{title}} ({{outcome}})', { title: 'a\u0000b\u001b[1m\u0085c\u2028d', outcome: 'x' }),

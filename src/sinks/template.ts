@@ -47,16 +47,21 @@ export function templateFields(template: string): string[] {
 /** C0 and C1 control characters (NUL, ESC, DEL, NEL …) besides the whitespace `\s` already matches. */
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
 const CONTROLS = /[\u0000-\u0008\u000e-\u001f\u007f-\u009f]/g;
+/**
+ * Bidi embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069): one left open in a value
+ * reverses the rest of the line, e.g. the numbers after a caller's name ("Trojan Source" spoofing).
+ */
+const BIDI_CONTROLS = /[\u202a-\u202e\u2066-\u2069]/g;
 const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
 
 /**
  * Text as one line of at most `max` UTF-16 units (a CRM title, an e-mail subject): line breaks,
- * other whitespace and control characters fold into single spaces; a longer text is cut with an
- * ellipsis between graphemes (half a surrogate pair is invalid UTF-16, half an emoji sequence or a
- * letter without its accent shows wrong).
+ * other whitespace and control characters fold into single spaces, bidi controls are dropped (each
+ * script keeps its own direction); a longer text is cut with an ellipsis between graphemes (half a
+ * surrogate pair is invalid UTF-16, half an emoji sequence or a letter without its accent shows wrong).
  */
 export function oneLine(text: string, max: number): string {
-  const line = text.replace(CONTROLS, ' ').replace(/\s+/g, ' ').trim();
+  const line = text.replace(BIDI_CONTROLS, '').replace(CONTROLS, ' ').replace(/\s+/g, ' ').trim();
   if (line.length <= max) return line;
   // Boundaries inside the head are those of the whole text; only the head is segmented (a long text is slow to).
   let cut = '';
