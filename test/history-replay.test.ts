@@ -171,3 +171,16 @@ describe('progress and listing', () => {
     }
   });
 });
+
+describe('backfill --from/--to', () => {
+  test('take ISO-8601 days and times; a bare number or a time without a zone is a usage error', async () => {
+    const { isoOption } = await import('../src/cli/backfill.js');
+    assert.equal(isoOption('from', '2026-10-01'), '2026-10-01T00:00:00.000Z');
+    assert.equal(isoOption('from', '2026-10-01T08:30:00Z'), '2026-10-01T08:30:00.000Z');
+    assert.equal(isoOption('from', '2026-10-01T10:30+02:00'), '2026-10-01T08:30:00.000Z');
+    // V8 reads these as dates (1 and -1: 2001-01-01, 0: 2000-01-01, local time), which backfilled
+    // a range of years nobody asked for; a zone-less time was read in the machine's time zone.
+    for (const value of ['1', '0', '-1', '12', '2026-10-01T08:30', '2026-10-01 08:30', 'October 1, 2026', '2026-02-30'])
+      assert.throws(() => isoOption('from', value), { name: 'UsageError' }, value);
+  });
+});

@@ -41,12 +41,22 @@ export function backfillCursorKey(
   return `${asKeys(keys).area('backfill')}:backfill:${options.from}|${options.to}|${options.sink ?? '*'}`;
 }
 
-/** A date option as ISO-8601 UTC, or a usage error. */
+/** A day (UTC) or a time with its zone: what Date.parse would otherwise guess at. */
+const ISO_DAY_OR_TIME = /^(\d{4}-\d{2}-\d{2})(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2}))?$/i;
+
+/**
+ * A date option as ISO-8601 UTC, or a usage error. Only a day (read as UTC) or a time with its zone:
+ * Date.parse also takes `1` or `0` (2001-01-01, 2000-01-01 in local time: a backfill of decades),
+ * a time without a zone in the machine's time zone, and 2026-02-30 as 2 March.
+ */
 export function isoOption(name: string, value: string | undefined): string {
   if (value === undefined) throw new UsageError(`--${name} is required`);
-  const ms = Date.parse(value);
-  if (Number.isNaN(ms))
-    throw new UsageError(`--${name} must be an ISO-8601 date or time (e.g. 2026-10-01 or 2026-10-01T00:00:00Z)`);
+  const day = ISO_DAY_OR_TIME.exec(value.trim())?.[1];
+  const ms = Date.parse(value.trim());
+  if (day === undefined || Number.isNaN(ms) || new Date(`${day}T00:00:00Z`).toISOString().slice(0, 10) !== day)
+    throw new UsageError(
+      `--${name} must be an ISO-8601 day or a time with its zone (e.g. 2026-10-01 or 2026-10-01T00:00:00Z), got "${value}"`,
+    );
   return new Date(ms).toISOString();
 }
 

@@ -156,7 +156,8 @@ are then duplicates within DEDUPE_WINDOW_SECONDS). Needs the telephony API (TELE
 A progress bar on a terminal, a line per page otherwise.
 
 Options:
-  --from ISO      start of the range, inclusive (2026-10-01 or 2026-10-01T00:00:00Z)
+  --from ISO      start of the range, inclusive: a day (2026-10-01, UTC) or a time with its
+                  zone (2026-10-01T00:00:00Z, 2026-10-01T02:00+02:00)
   --to ISO        end of the range, exclusive
   --sink NAME     queue the calls to this sink only, skipping the routes
   --dry-run       read the history and count; write nothing
