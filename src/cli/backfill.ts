@@ -55,7 +55,7 @@ export function isoOption(name: string, value: string | undefined): string {
   const ms = Date.parse(value.trim());
   if (day === undefined || Number.isNaN(ms) || new Date(`${day}T00:00:00Z`).toISOString().slice(0, 10) !== day)
     throw new UsageError(
-      `--${name} must be an ISO-8601 day or a time with its zone (e.g. 2026-10-01 or 2026-10-01T00:00:00Z), got "${value}"`,
+      `--${name} must be an ISO-8601 date: a day or a time with its zone (e.g. 2026-10-01 or 2026-10-01T00:00:00Z), got "${value}"`,
     );
   return new Date(ms).toISOString();
 }
