@@ -857,11 +857,18 @@ function parseDuration(text: string): number | null {
   return Math.round(Number(m[1]) * unit);
 }
 
-/** `--since` / `since=`: a duration back from `now` (`2h`) or a time (ISO 8601); null when it is neither. */
+/** An ISO 8601 day or time (its zone optional, as the CLI has always taken it). */
+const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/i;
+
+/**
+ * `--since` / `since=`: a duration back from `now` (`2h`) or a time (ISO 8601); null when it is
+ * neither. Date.parse alone also took `-1`, `0` or `12` as days of 2000/2001 (a range of decades).
+ */
 function parseSince(text: string, now: number = Date.now()): number | null {
   const duration = parseDuration(text);
   if (duration !== null) return now - duration;
-  const at = Date.parse(text);
+  if (!ISO_TIME.test(text.trim())) return null;
+  const at = Date.parse(text.trim());
   return Number.isNaN(at) ? null : at;
 }
 
@@ -938,6 +945,7 @@ export function parseCallQuery(
   const untilText = text('until');
   const until = untilText === undefined ? now : parseSince(untilText, now);
   if (until === null) throw new CallQueryError('until', `must be an ISO time or a duration ago, got "${untilText}"`);
+  if (until < since) throw new CallQueryError('until', `is before since ("${untilText}" < "${sinceText}")`);
   const status = text('status');
   if (status !== undefined && !(STATUSES as readonly string[]).includes(status))
     throw new CallQueryError('status', `must be one of ${STATUSES.join(', ')}, got "${status}"`);

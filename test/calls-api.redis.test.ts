@@ -115,4 +115,25 @@ describe('GET /api/calls', () => {
     assert.equal(problem.errors[0]!.source.pointer, '/query/since');
     assert.equal((await get('/api/calls')).status, 400, 'since is required');
   });
+
+  test('a number that is no time or duration, or a range ending before it starts: 400 with the error body', async () => {
+    // V8 reads `-1`, `0`, `12` as dates of 2000/2001: since=-1 listed every call of 25 years.
+    for (const [query, pointer] of [
+      ['since=-1', '/query/since'],
+      ['since=0', '/query/since'],
+      ['since=12', '/query/since'],
+      ['since=1h&until=-1', '/query/until'],
+      ['since=1h&until=2h', '/query/until'],
+      ['since=2026-10-02T00:00:00Z&until=2026-10-01T00:00:00Z', '/query/until'],
+    ] as const) {
+      const res = await get(`/api/calls?${query}`);
+      assert.equal(res.status, 400, query);
+      const problem = (await res.json()) as { errors: { status: number; source: { pointer: string } }[] };
+      assert.equal(problem.errors[0]!.status, 400, query);
+      assert.equal(problem.errors[0]!.source.pointer, pointer, query);
+    }
+    // A day or a time with its zone still works, and so does a duration.
+    for (const query of ['since=2026-01-01', 'since=2026-01-01T00:00:00Z&until=1s', 'since=2h&until=1h'])
+      assert.equal((await get(`/api/calls?${query}`)).status, 200, query);
+  });
 });
