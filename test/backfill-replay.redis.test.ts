@@ -9,13 +9,15 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { PutObjectCommand } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { inboundStreamKey } from '../queues/inbound.js';
 import { sinkQueueName } from '../queues/registry.js';
 import { backfill, backfillCursorKey } from '../src/cli/backfill.js';
 import { runCli } from '../src/cli/index.js';
+import { replay } from '../src/cli/replay.js';
+import { createObjectStore, type ArchiveOptions } from '../src/sinks/archive/index.js';
 import type { CliIo } from '../src/cli/io.js';
 import { loadConfig } from '../src/config/index.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
@@ -368,6 +370,54 @@ routes:
     } finally {
       await queue.close();
     }
+  });
+
+  test('replay skips a record deleted after it was listed (retention, forget) and queues the rest', async () => {
+    const record = (callId: string) =>
+      JSON.stringify({
+        schema: 'callsync.archive.v1',
+        call: {
+          source: 'ai-agent',
+          callId,
+          agentId: 'agent-gone',
+          startedAt: '2026-10-12T09:00:00.000Z',
+          direction: 'in',
+          outcome: 'answered',
+          receivedAt: '2026-10-12T09:00:00.000Z',
+        },
+        original: {},
+      });
+    for (const id of ['gone-1', 'kept-1'])
+      await s3.client.send(
+        new PutObjectCommand({ Bucket: s3.bucket, Key: `transcripts/2026/10/12/${id}.json`, Body: record(id) }),
+      );
+    const config = loadConfig(env);
+    const store = await createObjectStore(config.sinks.archive!.options as ArchiveOptions);
+    const listAll = store.list.bind(store);
+    // The retention sweep deletes one record between replay's listing and its reading.
+    store.list = async function* (prefix: string) {
+      const keys: string[] = [];
+      for await (const key of listAll(prefix)) keys.push(key);
+      if (keys.length > 0)
+        await s3.client.send(new DeleteObjectCommand({ Bucket: s3.bucket, Key: 'transcripts/2026/10/12/gone-1.json' }));
+      yield* keys;
+    };
+    const out: string[] = [];
+    const err: string[] = [];
+    const io: CliIo = { env, out: (l) => out.push(l), err: (l) => err.push(l) };
+    const conn = new Redis(REDIS_URL);
+    try {
+      const options = { from: '2026-10-12', to: '2026-10-12', sink: 'late', dryRun: false };
+      assert.equal(await replay(config, conn, options, io, { isTTY: false, write: () => undefined }, store), 0);
+    } finally {
+      conn.disconnect();
+    }
+    assert.match(
+      out.join('\n'),
+      /replay done: 2 records read from s3:\/\/callsync-test, 1 queued to sink late, 0 replayed before, 1 gone/,
+    );
+    assert.match(err.join('\n'), /skipped transcripts\/2026\/10\/12\/gone-1\.json: gone since it was listed/);
+    await waitFor(() => late.byCall.has('kept-1'), { what: 'kept-1 replayed', timeoutMs: 30_000 });
   });
 
   test('a vCon posted to the AI-agent route is accepted as a call and archived with its .vcon.json beside it', async () => {

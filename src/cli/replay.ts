@@ -80,6 +80,21 @@ function archiveSinkOf(config: Config, name: string | undefined): { name: string
   return { name: archives[0]![0], options: archives[0]![1].options as ArchiveOptions };
 }
 
+/**
+ * The record's text, or null when it was deleted after the listing (the retention sweep, `forget`):
+ * the folder's ENOENT, S3's 404 (s3-store.ts errorFromS3). Any other failure ends the replay (a
+ * second run queues nothing twice).
+ */
+async function readUnlessGone(store: ObjectStore, key: string): Promise<string | null> {
+  try {
+    return await store.get(key);
+  } catch (err) {
+    const failure = err as { code?: unknown; status?: unknown };
+    if (failure.code === 'ENOENT' || failure.status === 404) return null;
+    throw err;
+  }
+}
+
 export async function replay(
   config: Config,
   redis: RedisClient | null,
@@ -99,12 +114,16 @@ export async function replay(
     }
   }
   const queuer = redis !== null && !options.dryRun ? new SinkQueuer(redis, config, options.sink, 'replay') : null;
-  const counts = { queued: 0, already: 0, otherAgent: 0, unreadable: 0 };
+  const counts = { queued: 0, already: 0, otherAgent: 0, unreadable: 0, gone: 0 };
   const progress = new Progress(progressOut, options.dryRun ? 'replay (dry run)' : 'replay');
   try {
     for (const [i, key] of keys.entries()) {
-      const call = archivedCall(await source.get(key));
-      if (call === null) {
+      const text = await readUnlessGone(source, key);
+      const call = text === null ? null : archivedCall(text);
+      if (text === null) {
+        counts.gone++;
+        io.err(`skipped ${key}: gone since it was listed (retention or \`callsync forget\`)`);
+      } else if (call === null) {
         counts.unreadable++;
         io.err(`skipped ${key}: not an archived call record`);
       } else if (options.agent !== undefined && call.agentId !== options.agent) {
@@ -125,7 +144,7 @@ export async function replay(
     await queuer?.close();
   }
   const agent = options.agent !== undefined ? `, ${counts.otherAgent} of other agents left out` : '';
-  const unreadable = counts.unreadable ? `, ${counts.unreadable} unreadable` : '';
+  const unreadable = `${counts.unreadable ? `, ${counts.unreadable} unreadable` : ''}${counts.gone ? `, ${counts.gone} gone` : ''}`;
   io.out(
     options.dryRun
       ? `dry run: ${counts.queued} archived calls of ${options.from} .. ${options.to} in ${source.location} would be queued to sink ${options.sink}${agent}${unreadable}; nothing queued`
