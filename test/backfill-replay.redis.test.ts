@@ -420,6 +420,51 @@ routes:
     await waitFor(() => late.byCall.has('kept-1'), { what: 'kept-1 replayed', timeoutMs: 30_000 });
   });
 
+  test('backfill and replay refuse a notification sink without maxAge: it would message the callers of old calls', async () => {
+    const configPath = join(dir, 'notify.yaml');
+    await writeFile(
+      configPath,
+      `
+sinks:
+${S3_ARCHIVE_SINK_YAML}  texts:
+    type: sms
+    smsId: s0
+    message: "Sorry we missed your call"
+  mail: { type: email, to: team@example.com }
+  recent: { type: sms, smsId: s0, message: "Sorry we missed your call", maxAge: 6h }
+routes:
+  - to: [archive]
+`,
+    );
+    const notifyEnv = {
+      ...env,
+      CALLSYNC_CONFIG: configPath,
+      SMTP_URL: 'smtp://127.0.0.1:2525',
+      SMTP_FROM: 'a@example.com',
+    };
+    const run = async (argv: string[]) => {
+      const out: string[] = [];
+      const err: string[] = [];
+      const code = await runCli(argv, { env: notifyEnv, out: (l) => out.push(l), err: (l) => err.push(l) });
+      return { code, out: out.join('\n'), err: err.join('\n') };
+    };
+    const requests = api.requests.length;
+    for (const [argv, sink] of [
+      [['backfill', '--from', '2026-10-05', '--to', '2026-10-06', '--sink', 'texts', '--dry-run'], 'texts'],
+      [['backfill', '--from', '2026-10-05', '--to', '2026-10-06', '--sink', 'mail'], 'mail'],
+      [['replay', '--from', '2026-10-05', '--to', '2026-10-05', '--sink', 'texts'], 'texts'],
+      [['replay', '--from', '2026-10-05', '--to', '2026-10-05', '--sink', 'mail', '--dry-run'], 'mail'],
+    ] as const) {
+      const r = await run([...argv]);
+      assert.equal(r.code, 2, `${argv.join(' ')}: ${r.out}${r.err}`);
+      assert.match(r.err, new RegExp(`--sink: sink "${sink}" \\((sms|email)\\) has no maxAge`));
+    }
+    assert.equal(api.requests.length, requests, 'the history was not read');
+    // With maxAge the sink skips the old calls itself: allowed.
+    const dry = await run(['backfill', '--from', '2026-10-09', '--to', '2026-10-10', '--sink', 'recent', '--dry-run']);
+    assert.equal(dry.code, 0, dry.err);
+  });
+
   test('a vCon posted to the AI-agent route is accepted as a call and archived with its .vcon.json beside it', async () => {
     const vcon = {
       uuid: '019f15a6-a752-826f-b9a2-279e0d16bc46',

@@ -159,7 +159,8 @@ Options:
   --from ISO      start of the range, inclusive: a day (2026-10-01, UTC) or a time with its
                   zone (2026-10-01T00:00:00Z, 2026-10-01T02:00+02:00)
   --to ISO        end of the range, exclusive
-  --sink NAME     queue the calls to this sink only, skipping the routes
+  --sink NAME     queue the calls to this sink only, skipping the routes (an sms or email sink
+                  only with maxAge)
   --dry-run       read the history and count; write nothing
   --page-size N   entries per history request (default 100)
   -h, --help      show this help`,
@@ -173,7 +174,7 @@ call replayed to a sink before is not queued again. A progress bar on a terminal
 Options:
   --from DATE     first day, inclusive (YYYY-MM-DD, UTC)
   --to DATE       last day, inclusive
-  --sink NAME     the sink to queue to
+  --sink NAME     the sink to queue to (an sms or email sink only with maxAge)
   --archive NAME  the archive sink to read (default: the only archive sink configured)
   --agent ID      only calls of this AI agent
   --dry-run       list and count; queue nothing
@@ -446,7 +447,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 1000)
         throw new UsageError('--page-size must be a whole number from 1 to 1000');
       const config = configFrom(io.env);
-      const sink = values.sink === undefined ? undefined : checkSink(config, values.sink as string);
+      const sink = values.sink === undefined ? undefined : checkSink(config, values.sink as string, 'backfill');
       const dryRun = values['dry-run'] === true;
       const redis = dryRun ? null : await connectRedis(config);
       try {
@@ -475,7 +476,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (from > to) throw new UsageError('--from must not be after --to');
       if (values.sink === undefined) throw new UsageError('--sink is required');
       const config = configFrom(io.env);
-      const sink = checkSink(config, values.sink as string);
+      const sink = checkSink(config, values.sink as string, 'replay');
       const dryRun = values['dry-run'] === true;
       const redis = dryRun ? null : await connectRedis(config);
       try {

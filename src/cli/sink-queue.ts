@@ -67,11 +67,23 @@ export class SinkQueuer {
   }
 }
 
-/** The sink named by `--sink`, checked against the configuration. */
-export function checkSink(config: Config, name: string): string {
-  if (!(name in config.sinks))
+/** Sink types that message the caller or the team: a call of last month must not reach them unasked. */
+const NOTIFICATION_TYPES = new Set(['sms', 'email']);
+
+/**
+ * The sink named by `--sink`, checked against the configuration. A notification sink without
+ * `maxAge` is refused: backfill and replay feed it old calls, and each would be an SMS or e-mail
+ * now ("sorry we missed your call" for a call of March). With `maxAge` it skips old calls itself.
+ */
+export function checkSink(config: Config, name: string, command: 'backfill' | 'replay'): string {
+  const sink = config.sinks[name];
+  if (!sink)
     throw new UsageError(
       `--sink: no sink "${name}" in this configuration (sinks: ${Object.keys(config.sinks).join(', ') || 'none'})`,
+    );
+  if (NOTIFICATION_TYPES.has(sink.type) && (sink.options as { maxAge?: unknown }).maxAge === undefined)
+    throw new UsageError(
+      `--sink: sink "${name}" (${sink.type}) has no maxAge: ${command} would send a message for every old call of the range. Give it a maxAge (e.g. 6h: older calls are skipped) or pick another sink`,
     );
   return name;
 }
