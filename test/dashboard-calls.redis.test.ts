@@ -94,6 +94,20 @@ describe('dashboard: the Calls page', () => {
     assert.equal(unrouted.status, 404);
   });
 
+  test('a bad filter shows its error with 400, not a 200 page listing nothing', async () => {
+    for (const query of ['status=bogus', 'limit=100000000', 'since=-1', 'since=1h&until=2h']) {
+      const res = await fetch(`${cs.url}/admin/queues/calls?${query}`, {
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      assert.equal(res.status, 400, query);
+      assert.match(await res.text(), /<p class="err" role="alert">/, query);
+    }
+    const fine = await fetch(`${cs.url}/admin/queues/calls?since=2h&status=failed`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    assert.equal(fine.status, 200);
+  });
+
   test('in a browser: search → call page → retry → the chip turns to done', async (t) => {
     if (!existsSync(CHROMIUM)) {
       t.skip(`${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium) to run the browser test`);

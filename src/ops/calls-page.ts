@@ -137,6 +137,8 @@ export function callsPage(options: CallsPageOptions): Hono {
     } catch (err) {
       if (!(err instanceof CallQueryError)) throw err;
       error = err.message;
+      // The form with the error, as the JSON routes answer a bad parameter: 400, not a 200 page of no calls.
+      c.status(400);
     }
     const status = c.req.query('status') ?? '';
     const body = html`<h1>Calls</h1>
