@@ -244,6 +244,30 @@ routes:
     assert.equal([...hook.records.values()].filter((x) => x.callId.startsWith('call-oct6-')).length, 23);
   });
 
+  test('the platform failing mid-backfill: exit 1, saying how far it got and that the same command continues there', async () => {
+    const out: string[] = [];
+    const err: string[] = [];
+    let pages = 0;
+    const io: CliIo = {
+      env,
+      out: (l) => out.push(l),
+      err: (l) => err.push(l),
+      // After the first page, the platform refuses the rest.
+      progress: { isTTY: false, write: () => void (++pages === 1 && api.inject({ on: 'history', status: 403 })) },
+    };
+    const argv = ['backfill', '--from', '2026-10-05T00:00:00Z', '--to', '2026-10-05T12:00:00Z', '--page-size', '10'];
+    const code = await runCli(argv, io);
+    assert.equal(code, 1);
+    assert.match(
+      err.join('\n'),
+      /^callsync backfill: Telephony API GET \/history answered 403: .*; 10 entries of the range were read and kept: run the same command again to continue at entry 10$/,
+    );
+    const again = await cli(argv);
+    assert.equal(again.code, 0, again.err);
+    assert.match(again.out, /at entry 10/);
+    assert.match(again.out, /backfill done: 15 entries read/);
+  });
+
   test('backfill --sink queues to that sink only, skipping the routes; again adds nothing', async () => {
     const r = await cli(['backfill', '--from', '2026-10-09', '--to', '2026-10-10', '--sink', 'late']);
     assert.equal(r.code, 0, r.err);

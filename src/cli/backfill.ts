@@ -60,6 +60,14 @@ export function isoOption(name: string, value: string | undefined): string {
   return new Date(ms).toISOString();
 }
 
+/** Where a failed run stopped, and what running it again does. */
+function stoppedAt(offset: number, kept: boolean): string {
+  if (!kept) return `${offset} entries of the range were read; nothing was written`;
+  return offset === 0
+    ? 'no entry of the range was read'
+    : `${offset} entries of the range were read and kept: run the same command again to continue at entry ${offset}`;
+}
+
 export async function backfill(
   config: Config,
   redis: RedisClient | null,
@@ -104,13 +112,18 @@ export async function backfill(
   const receivedAt = new Date();
   try {
     for (;;) {
-      const page = await history.readHistory({
-        types: ['CALL'],
-        from: options.from,
-        to: options.to,
-        offset,
-        limit: options.pageSize,
-      });
+      let page: HistoryPage;
+      try {
+        page = await history.readHistory({
+          types: ['CALL'],
+          from: options.from,
+          to: options.to,
+          offset,
+          limit: options.pageSize,
+        });
+      } catch (err) {
+        throw new CliFailure(`${(err as Error).message}; ${stoppedAt(offset, cursorKey !== null && !options.dryRun)}`);
+      }
       for (const item of page.items) {
         counts.read++;
         let call;
