@@ -36,11 +36,14 @@ export function daysOf(from: string, to: string): string[] {
   return days;
 }
 
+/** The version the archive writes (render.ts renderArchiveJson); a record without one is older still. */
+const ARCHIVE_SCHEMA = 'callsync.archive.v1';
+
 /**
  * The canonical call of an archived JSON record: `{ schema, call, original }` as the archive writes
  * it (render.ts), whatever its object's name (`<readable>-<hash>.json`, or `<callId>.json` of the
  * older layout). A record without a call key (written before keys existed) gets the key its source
- * gives it. Null when the text is not such a record.
+ * gives it. Null when the text is not such a record, or one of another version (its fields may mean other things).
  * @internal Exported for its tests only (test/history-replay.test.ts, test/ingress-edge.redis.test.ts).
  */
 export function archivedCall(text: string): CanonicalCall | null {
@@ -51,6 +54,8 @@ export function archivedCall(text: string): CanonicalCall | null {
     return null;
   }
   if (doc === null || typeof doc !== 'object') return null;
+  const schema = (doc as { schema?: unknown }).schema;
+  if (schema !== undefined && schema !== ARCHIVE_SCHEMA) return null;
   const record = (doc as { call?: unknown }).call;
   if (record === null || typeof record !== 'object') return null;
   const call = record as Partial<CanonicalCall>;
@@ -125,7 +130,7 @@ export async function replay(
         io.err(`skipped ${key}: gone since it was listed (retention or \`callsync forget\`)`);
       } else if (call === null) {
         counts.unreadable++;
-        io.err(`skipped ${key}: not an archived call record`);
+        io.err(`skipped ${key}: not an archived call record (${ARCHIVE_SCHEMA})`);
       } else if (options.agent !== undefined && call.agentId !== options.agent) {
         counts.otherAgent++;
       } else if (queuer === null) {
