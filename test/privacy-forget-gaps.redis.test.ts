@@ -11,7 +11,6 @@
 // - the number given as a `tel:` URI (RFC 3966), as payloads and CRMs spell it, is a number.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,10 +27,10 @@ import type { Sink } from '../src/sinks/types.js';
 import { recipientHash } from '../src/sinks/notify/ledger.js';
 import { PrivacyKey } from '../queues/privacy-key.js';
 import { webhookPayload } from './support/calls.js';
-import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
+import { postJson, startTestCallsync, type TestCallsync } from './support/callsync.js';
 import { FakeHubSpot } from './support/fake-hubspot.js';
-import { FakeWebhookReceiver } from './support/fake-sink-server.js';
-import { testRedis, waitFor, type TestRedis } from './support/redis.js';
+import { waitFor, type TestRedis } from './support/redis.js';
+import { startWebhookCallsync, stopWebhookCallsync, type WebhookCallsync } from './support/webhook-callsync.js';
 
 const A = '+491701234567';
 const B = '+491761234599';
@@ -46,42 +45,18 @@ test('a tel: URI is a number, not a call id', () => {
 });
 
 describe('forget <number> finds, by the timeline index, a call that spelled it +49 (0) …', () => {
-  const secret = `whsec_${randomBytes(32).toString('base64')}`;
   let target: TestRedis;
   let conn: RedisClient;
-  let receiver: FakeWebhookReceiver;
   let cs: TestCallsync;
-  let dir: string;
   let env: Record<string, string>;
   let prefix: string;
 
+  let setup: WebhookCallsync | undefined;
   before(async () => {
-    target = await testRedis();
-    conn = target.connect();
-    receiver = await new FakeWebhookReceiver(secret).start();
-    dir = await mkdtemp(join(tmpdir(), 'forget-trunk-'));
-    const configPath = join(dir, 'callsync.yaml');
-    // No archive: a record there would name the call by its key, and the index is what is tried.
-    await writeFile(
-      configPath,
-      `sinks:\n  hooks:\n    type: webhook\n    endpoints: [{ name: r, url: "${receiver.url}" }]\nroutes:\n  - to: [hooks]\n`,
-    );
-    prefix = await target.prefix('forgettrunk');
-    env = testEnv(prefix, {
-      ...target.env(),
-      CALLSYNC_CONFIG: configPath,
-      CRM_WEBHOOK_SECRET: secret,
-      SPOOL_ENABLED: 'false',
-    });
-    cs = await startTestCallsync(env);
+    setup = await startWebhookCallsync('forgettrunk');
+    ({ target, conn, cs, env, prefix } = setup);
   });
-  after(async () => {
-    await cs?.stop();
-    await receiver?.stop();
-    await target.cleanup(prefix);
-    conn?.disconnect();
-    await rm(dir, { recursive: true, force: true });
-  });
+  after(() => stopWebhookCallsync(setup));
 
   test('the trunk-0 spelling is the number: its call, timeline and lookups go', async () => {
     const spelled = '+49 (0) 170 1234567';

@@ -6,10 +6,6 @@
 // or with TEST_REDIS_CLUSTER=1 on a Redis Cluster with spread keys.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import pino from 'pino';
 import { sinkQueueName } from '../queues/registry.js';
@@ -20,50 +16,27 @@ import { loadConfig } from '../src/config/index.js';
 import { forget, parseTarget } from '../src/privacy/forget.js';
 import { sweepRetention } from '../src/privacy/retention.js';
 import { webhookPayload } from './support/calls.js';
-import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
-import { FakeWebhookReceiver } from './support/fake-sink-server.js';
-import { testRedis, waitFor, type TestRedis } from './support/redis.js';
+import { postJson, type TestCallsync } from './support/callsync.js';
+import { waitFor, type TestRedis } from './support/redis.js';
+import { startWebhookCallsync, stopWebhookCallsync, type WebhookCallsync } from './support/webhook-callsync.js';
 
 const A = '+491701234567';
 const B = '+491761234599';
 const DAY_MS = 24 * 3600_000;
 
 describe('forget <number> after the jobs were swept: the timeline index finds the calls', () => {
-  const secret = `whsec_${randomBytes(32).toString('base64')}`;
   let target: TestRedis;
   let conn: RedisClient;
-  let receiver: FakeWebhookReceiver;
   let cs: TestCallsync;
-  let dir: string;
   let env: Record<string, string>;
   let prefix: string;
 
+  let setup: WebhookCallsync | undefined;
   before(async () => {
-    target = await testRedis();
-    conn = target.connect();
-    receiver = await new FakeWebhookReceiver(secret).start();
-    dir = await mkdtemp(join(tmpdir(), 'forget-timeline-'));
-    const configPath = join(dir, 'callsync.yaml');
-    await writeFile(
-      configPath,
-      `sinks:\n  hooks:\n    type: webhook\n    endpoints: [{ name: r, url: "${receiver.url}" }]\nroutes:\n  - to: [hooks]\n`,
-    );
-    prefix = await target.prefix('forgettl');
-    env = testEnv(prefix, {
-      ...target.env(),
-      CALLSYNC_CONFIG: configPath,
-      CRM_WEBHOOK_SECRET: secret,
-      SPOOL_ENABLED: 'false',
-    });
-    cs = await startTestCallsync(env);
+    setup = await startWebhookCallsync('forgettl');
+    ({ target, conn, cs, env, prefix } = setup);
   });
-  after(async () => {
-    await cs?.stop();
-    await receiver?.stop();
-    await target.cleanup(prefix);
-    conn?.disconnect();
-    await rm(dir, { recursive: true, force: true });
-  });
+  after(() => stopWebhookCallsync(setup));
 
   test('the index, the timelines and the call-id lookups of the number go; the other number keeps its', async () => {
     const calls: [string, Record<string, any>][] = [
