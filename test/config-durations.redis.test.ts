@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import pino from 'pino';
 import { ConfigError, loadConfig } from '../src/config/index.js';
 import { envVariables } from '../src/config/env.js';
-import { startRetentionSweeper } from '../workers/retention-sweeper.js';
+import { startRetentionSweeper, sweepMarkerKey } from '../workers/retention-sweeper.js';
 import type { RedisClient } from '../queues/connection.js';
 import { REDIS_URL, cleanupPrefix, uniquePrefix } from './support/redis.js';
 import { configProblems } from './support/config.js';
@@ -68,10 +68,11 @@ test('the sweeper at the largest accepted interval: one marker SET in a second, 
   const config = loadConfig({ REDIS_URL, QUEUE_PREFIX: prefix, RETENTION_SWEEP_INTERVAL_SECONDS: '2147483' });
   const redis = new Redis(REDIS_URL);
   const monitorBase = new Redis(REDIS_URL);
+  const marker = sweepMarkerKey(config);
   const monitor = await monitorBase.monitor();
   const sets: string[] = [];
   monitor.on('monitor', (_time: string, args: string[]) => {
-    if (String(args[0]).toLowerCase() === 'set' && String(args[1]).includes(prefix)) sets.push(String(args[1]));
+    if (String(args[0]).toLowerCase() === 'set' && String(args[1]) === marker) sets.push(String(args[1]));
   });
   const warnings: string[] = [];
   const onWarning = (w: Error) => warnings.push(w.name);

@@ -54,7 +54,7 @@ sinks:
   hubspot: { type: hubspot, apiUrl: "${hubspot.url}" }
   pipedrive: { type: pipedrive, apiUrl: "${pipedrive.url}" }
   hooks: { type: webhook, endpoints: [{ name: r, url: "${receiver.url}" }] }
-  sms: { type: sms, smsId: s0, to: caller, message: "Thanks: {{summary}}", cooldown: 1h }
+  sms: { type: sms, smsId: s0, to: caller, message: "Thanks: {{summary}}", cooldown: 1h, maxAge: 3650d }
   mail: { type: email, from: calls@example.com, to: [team@example.com], subject: "Call from {{caller}}" }
 routes:
   - to: [archive, hubspot, pipedrive, hooks, sms, mail]

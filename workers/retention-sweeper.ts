@@ -12,8 +12,11 @@ export interface RetentionSweeper {
   close(): Promise<void>;
 }
 
-/** The marker one process takes per interval (`<area retention>:retention:sweep`). */
-function sweepMarkerKey(config: Config): string {
+/**
+ * The marker one process takes per interval (`<area retention>:retention:sweep`).
+ * @internal Exported for its tests only (test/config-durations.redis.test.ts).
+ */
+export function sweepMarkerKey(config: Config): string {
   return `${redisKeys(config.redis).area('retention')}:retention:sweep`;
 }
 
