@@ -124,3 +124,27 @@ test('the newCall answer escapes the URL for XML', () => {
     /onAnswer="https:\/\/x\.example\/a\?b=1&amp;c=&quot;2&quot;"/,
   );
 });
+
+test("the platform's documented Push API requests are read whole: no field refused or unread", () => {
+  // Read 2026-12-06 from the stored copies of the platform's public documentation:
+  // - sipgate.io's Push API page, "Inspect incoming network traffic" (a captured newCall);
+  // - github.com/sipgate-io/io-labs-webhook-who-is-calling README, "What is a webhook?" (its example
+  //   payload, shown converted to JSON; here as the form it is sent as, `user` as `user[]`).
+  const documented = [
+    'event=newCall&direction=in&from=anonymous&to=445603000514&callId=4932215337270853042',
+    'event=newCall&direction=in&from=492111234567&to=4915791234567&callId=12345678&origCallId=12345678&user%5B%5D=Alice&xcid=123abc456def789&diversion=1a2b3d4e5f',
+  ];
+  for (const body of documented) {
+    const e = parsePushEvent(body);
+    assert.equal(e.event, 'newCall');
+    assert.deepEqual(unreadPushFields(e), [], body);
+    const hangup = parsePushEvent(`event=hangup&callId=${e.callId}&cause=normalClearing`);
+    const call = assemblePushCall(
+      e.callId,
+      { newCall: { at: 0, event: e }, hangup: { at: 60_000, event: hangup } },
+      new Date(60_000),
+    )!;
+    assert.equal(call.direction, 'in', body);
+    assert.equal(call.fromRaw, e.fields.from);
+  }
+});

@@ -14,7 +14,7 @@ import type { Logger } from 'pino';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { globEscape, queuesInRedis, scanKeys } from '../../queues/scan.js';
-import { recentCallsKey } from '../../queues/timeline.js';
+import { callIdKey, numberKey, recentCallsKey } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { retentionOldest, retentionRemoved } from '../metrics.js';
 import { archiveOptionsSchema, createObjectStore } from '../sinks/archive/index.js';
@@ -128,8 +128,8 @@ async function applyTimelineTtl(redis: RedisClient, keys: RedisKeys, ttlMs: numb
   }
   const lookups = [
     recentCallsKey(keys),
-    ...(await scanKeys(redis, `${globEscape(calls)}:calls:id:*`)),
-    ...(await scanKeys(redis, `${globEscape(calls)}:calls:number:*`)),
+    ...(await scanKeys(redis, callIdKey(globEscape(calls), '*'))),
+    ...(await scanKeys(redis, numberKey(globEscape(calls), '*'))),
   ].filter(own);
   for (const key of lookups) {
     await redis.zremrangebyscore(key, '-inf', String(now - ttlMs));
