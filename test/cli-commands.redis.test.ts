@@ -14,6 +14,7 @@ import { Redis } from 'ioredis';
 import { InboundLog } from '../queues/inbound.js';
 import { sinkQueueName } from '../queues/registry.js';
 import type { TimelineEntry } from '../queues/timeline.js';
+import { callCommand, callsCommand } from '../src/cli/calls.js';
 import { help, runCli } from '../src/cli/index.js';
 import type { CliIo } from '../src/cli/io.js';
 import { webhookPayload } from './support/calls.js';
@@ -57,7 +58,7 @@ describe('help', () => {
     }
   });
 
-  test("the main help and README's command table name every option of each command's own help", async () => {
+  test("the main help, README's command table and the command's Usage line name every option of its help", async () => {
     const main = (await cli(['--help'])).out;
     const readme = await readFile(new URL('../README.md', import.meta.url), 'utf8');
     for (const [cmd, text] of Object.entries(help)) {
@@ -72,13 +73,42 @@ describe('help', () => {
         .map((l) => l.split('` |')[0])
         .join(' ');
       assert.ok(rows, `${cmd} in the README's table`);
+      const usage = text.split('\n')[0]!;
       for (const option of options) {
+        assert.ok(usage.includes(option), `the Usage line of callsync ${cmd} --help names ${option}`);
         assert.ok(entry.includes(option), `the main help's ${cmd} names ${option}`);
         assert.ok(rows.includes(option), `the README's ${cmd} names ${option}`);
       }
     }
     // A signed webhook's endpoint has a queue of its own, which --queue takes.
     assert.match(help.dlq, /--queue NAME +one queue: .*sink-<name>\.<endpoint>/);
+  });
+
+  test("every option a command's help lists is one its parser takes", async () => {
+    const io: CliIo = { env: {}, out: () => undefined, err: () => undefined };
+    // With --help a command parses its arguments and prints its help (exit 0) before it reads the
+    // configuration; an option it does not know is a usage error (exit 2). `call` and `calls` answer
+    // --help before parsing in runCli, so their own parsers are asked.
+    const takes = async (cmd: string, option: string) => {
+      for (const args of [
+        [`${option}=x`, '--help'],
+        [option, '--help'],
+      ]) {
+        const code =
+          cmd === 'call' || cmd === 'calls'
+            ? await (cmd === 'call' ? callCommand : callsCommand)(null as never, null as never, args, io).catch(() => 2)
+            : await runCli([cmd, ...args], io);
+        if (code === 0) return true;
+      }
+      return false;
+    };
+    for (const [cmd, text] of Object.entries(help)) {
+      if (cmd === 'main') continue;
+      const options = [...text.matchAll(/^ {2}(?:-[a-z], )?(--[a-z-]+)/gm)].map((m) => m[1]!);
+      assert.ok(options.includes('--help'), `${cmd} lists --help`);
+      for (const option of options) assert.ok(await takes(cmd, option), `callsync ${cmd} takes ${option}`);
+      assert.equal(await takes(cmd, '--no-such-option'), false, `callsync ${cmd} refuses an option it does not list`);
+    }
   });
 
   test('wrong usage exits 2 with the message and the command help on stderr', async () => {

@@ -146,7 +146,7 @@ Example: callsync opt-out add 0151 12345678 +49 30 901820
 
 Options:
   -h, --help    show this help`,
-  backfill: `Usage: callsync backfill --from ISO --to ISO [--sink NAME] [--dry-run]
+  backfill: `Usage: callsync backfill --from ISO --to ISO [--sink NAME] [--dry-run] [--page-size N]
 
 Pages through the platform's call history (GET /history, type CALL, created in [from, to)) and
 accepts each entry as a call of source "history" through the inbound log, deduplicated like every
@@ -164,7 +164,7 @@ Options:
   --dry-run       read the history and count; write nothing
   --page-size N   entries per history request (default 100)
   -h, --help      show this help`,
-  replay: `Usage: callsync replay --from DATE --to DATE --sink NAME [--agent ID] [--dry-run]
+  replay: `Usage: callsync replay --from DATE --to DATE --sink NAME [--archive NAME] [--agent ID] [--dry-run]
 
 Reads the calls archived in the range (transcripts/YYYY/MM/DD/*.json of an archive sink, in S3 or
 a folder) and queues them to the named sink, e.g. to fill a newly connected CRM with last month's
