@@ -1,7 +1,8 @@
 // The documentation of the configuration cannot drift from the code: README's variable table lists
-// exactly the variables of the one environment schema, README names no variable callsync does not
-// read, the tests' Redis variable is the one README names, and the retry time README and
-// docs/reliability.md state for JOB_ATTEMPTS is computed from the backoff and the defaults.
+// exactly the variables of the one environment schema with the schema's defaults (.env.example's
+// values too), README names no variable callsync does not read, the tests' Redis variable is the one
+// README names, and the retry time README and docs/reliability.md state for JOB_ATTEMPTS is computed
+// from the backoff and the defaults.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -11,16 +12,35 @@ import { backoffDelay } from '../src/backoff.js';
 const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
 const readme = read('README.md');
 
-/** The variable names in the first column of README's table under "## Configuration". */
-function tableVariables(): string[] {
+/** The rows of README's table under "## Configuration": the variables of the first column, the default cell. */
+function tableRows(): { names: string[]; defaults: string }[] {
   const section = readme.slice(readme.indexOf('\n## Configuration\n'));
   const table = /\n(\| variable \|[^\n]*\n(?:\|[^\n]*\n)+)/.exec(section)?.[1] ?? '';
   assert.ok(table.length > 0, 'README has the variable table under "## Configuration"');
-  const rows = table
+  return table
     .split('\n')
     .filter((r) => r.startsWith('|'))
-    .slice(2);
-  return rows.flatMap((row) => [...(row.split('|')[1] ?? '').matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map((m) => m[1]!));
+    .slice(2)
+    .map((row) => {
+      const [, names = '', defaults = ''] = row.split('|').map((c) => c.trim());
+      return { names: [...names.matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map((m) => m[1]!), defaults };
+    });
+}
+
+/** The variable names in the first column of README's table under "## Configuration". */
+const tableVariables = (): string[] => tableRows().flatMap((r) => r.names);
+
+/** A schema default as the docs write it: `30000`, `true`, `./data`; byte sizes may read `1 GiB`. */
+function defaultTexts(value: unknown): string[] {
+  const text = String(value);
+  const texts = [`\`${text}\``];
+  if (typeof value === 'number')
+    for (const [unit, size] of [
+      ['GiB', 2 ** 30],
+      ['MiB', 2 ** 20],
+    ] as const)
+      if (value >= size && value % size === 0) texts.push(`${value / size} ${unit}`);
+  return texts;
 }
 
 test("README's configuration table lists exactly the variables of the schema", () => {
@@ -32,6 +52,35 @@ test("README's configuration table lists exactly the variables of the schema", (
     'every variable of the schema is in the table, and only those',
   );
   assert.equal(documented.length, new Set(documented).size, 'each variable once');
+});
+
+test("README's configuration table and .env.example give each variable the default of the schema", () => {
+  const defaults = envSchema.parse({}) as Record<string, unknown>;
+  // Variables whose default is decided by their reader (undefined or [] in the schema) are not checked here.
+  const fixed = (name: string) =>
+    defaults[name] !== undefined && !(Array.isArray(defaults[name]) && defaults[name].length === 0);
+  const wrong: string[] = [];
+  let checked = 0;
+  for (const { names, defaults: cell } of tableRows()) {
+    // `A` / `B` | `1` / `2`: one default per variable, in the same order.
+    const cells = names.length > 1 ? cell.split(' / ') : [cell];
+    names.forEach((name, i) => {
+      if (!fixed(name)) return;
+      checked++;
+      const documented = (cells.length === names.length ? cells[i] : cell)!.trim();
+      if (!defaultTexts(defaults[name]).some((t) => documented.startsWith(t)))
+        wrong.push(`README ${name}: "${documented}", the schema's default is ${String(defaults[name])}`);
+    });
+  }
+  assert.ok(checked > 40, `the defaults were found (${checked})`);
+  // .env.example: `# NAME=value`, the value the default (or empty when the reader decides).
+  for (const [, name, value] of read('.env.example').matchAll(/^# ([A-Z][A-Z0-9_]*)=(.*)$/gm)) {
+    if (!fixed(name!)) continue;
+    const def = defaults[name!];
+    if (value !== (Array.isArray(def) ? def.join(',') : String(def)))
+      wrong.push(`.env.example ${name}: "${value}", the schema's default is ${String(def)}`);
+  }
+  assert.deepEqual(wrong, []);
 });
 
 test('README names no environment variable that callsync does not read', () => {

@@ -186,7 +186,6 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   return { app, dashboard, owns };
 }
 
-/** Ingress middleware answering /metrics and /admin/queues from the ops app; everything else passes on. */
 /**
  * Adds what is worth knowing but does not make a process unready — e.g. another live process on the
  * prefix routing with a different configuration — to a ready answer of /readyz, whichever server
@@ -209,6 +208,7 @@ export function readyzWarnings(warnings: () => string[]): MiddlewareHandler {
   };
 }
 
+/** Ingress middleware answering the ops app's paths (`owns`) from the ops app; everything else passes on. */
 export function opsRoutes(ops: OpsApp): MiddlewareHandler {
   return async function opsRoutesMiddleware(c, next) {
     if (!ops.owns(c.req.path)) return next();

@@ -61,7 +61,7 @@ const DAY_PARTITION = /^\d{4}\/\d{2}\/\d{2}\//;
  * and S3 lists in key order, so per folder one key names the oldest day and one page of that day
  * (at most 1,000 keys) gives its oldest LastModified — what the lifecycle rule measures too. It
  * misses an older object only in a later day's folder, which takes a call written long after
- * its day (a backfill) to be the only object of the oldest day (docs/privacy.md, "Metrics").
+ * its day (a backfill) to be the only object of the oldest day (docs/privacy.md, "Retention").
  * ListObjects (version 1): a page cut short comes with a plain marker, where s3rver's version-2
  * continuation token needs DES, which Node 20's OpenSSL lacks (the tests' S3 answered 500).
  */
