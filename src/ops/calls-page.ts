@@ -315,7 +315,13 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
     const queue = queues.get(sinkQueueName(dead.sink!, dead.endpoint));
     const job = queue ? await queue.getJob(dead.jobId) : undefined;
     if (!queue || !job)
-      return c.json(errorBody(404, `the dead letter of "${sink}" is gone (dead letters are kept 14 days)`), 404);
+      return c.json(
+        errorBody(
+          404,
+          `the dead letter of "${sink}" is gone (dead letters are kept FAILED_JOB_RETENTION_SECONDS, 14 days by default)`,
+        ),
+        404,
+      );
     if (!(await job.isFailed()))
       return c.json(
         errorBody(409, `the job of "${sink}" is not in the dead letters (it is ${await job.getState()})`),
@@ -347,7 +353,7 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
       return c.json(
         errorBody(
           404,
-          `the job of "${sink}" is gone (done jobs are kept a day): replay from the archive with \`callsync replay\``,
+          `the job of "${sink}" is gone (done jobs are kept COMPLETED_JOB_RETENTION_SECONDS, a day by default): replay from the archive with \`callsync replay\``,
         ),
         404,
       );
