@@ -10,7 +10,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants, existsSync } from 'node:fs';
-import { access, mkdir, open, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import { access, chmod, mkdir, open, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import { createServer, Socket } from 'node:net';
 import { delimiter, join, resolve } from 'node:path';
 import { Redis } from 'ioredis';
@@ -382,6 +382,15 @@ export async function resolveRedis(settings: RedisSettings, options: ResolveOpti
     throw new NoRedisError(`no Redis: REDIS_URL is unset, ${probed} and ${what}; ${INSTALL_HINT}`);
   }
   await mkdir(dir, { recursive: true, mode: 0o700 });
+  // The folder holds the password and the append-only file (every call, the privacy key): this
+  // user's only, also when it existed before (mkdir's mode is for a folder it creates; Redis writes
+  // its files 0644).
+  await chmod(dir, 0o700).catch((err: NodeJS.ErrnoException) =>
+    options.log.warn(
+      { dir, code: err.code },
+      'the private Redis folder could not be made private (chmod 700): other users may read its append-only file',
+    ),
+  );
   const password = await passwordOf(dir);
   // A user before anything runs or is found: a process stopping meanwhile sees this one and leaves the server up.
   const userFile = await addUser(dir);

@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -437,6 +437,45 @@ describe('a private Redis that starts: nothing of it keeps the process that star
       assert.equal(await rawReply(server.port, 'PING'), '-NOAUTH Authentication required.');
     } finally {
       process.kill(server.pid, 'SIGKILL');
+    }
+  });
+});
+
+describe("the private Redis' folder is its user's only", () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-redis-mode-'));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('a folder that existed already (mkdir -p data/redis, umask 022) is made 0700: the AOF holds every call', async () => {
+    const redisDir = join(dir, 'data', 'redis');
+    const umask = process.umask(0o022);
+    try {
+      await mkdir(redisDir, { recursive: true });
+      assert.equal((await stat(redisDir)).mode & 0o777, 0o755);
+      const settings = { ...singleRedis('redis://127.0.0.1:6379'), local: { probe: null, dir: redisDir } };
+      const r = await resolveRedis(settings, { log: { info: () => undefined, warn: () => undefined } });
+      try {
+        const modes = async (names: string[]) =>
+          Object.fromEntries(
+            await Promise.all(
+              names.map(async (n) => [n, ((await stat(join(redisDir, n))).mode & 0o777).toString(8)] as const),
+            ),
+          );
+        // The append-only files Redis writes (0644 by its own umask) are reached through the folder only.
+        assert.deepEqual(await modes(['.', 'password', 'redis.conf']), {
+          '.': '700',
+          password: '600',
+          'redis.conf': '600',
+        });
+      } finally {
+        await r.release();
+      }
+    } finally {
+      process.umask(umask);
     }
   });
 });

@@ -8,7 +8,7 @@
 import { closeSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { open, readdir, readFile, rename, rm, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { LOCK_FILE, SEGMENT, pidAlive } from './spool.js';
+import { LOCK_FILE, SEGMENT, SPOOL_FILE_MODE, pidAlive } from './spool.js';
 
 export interface SpoolErasure {
   /** Lines removed from the segments (with `dryRun`: that would be removed). */
@@ -59,7 +59,7 @@ function takeLock(dir: string): boolean {
   const path = join(dir, LOCK_FILE);
   for (let tries = 0; tries < 2; tries++) {
     try {
-      const fd = openSync(path, 'wx');
+      const fd = openSync(path, 'wx', SPOOL_FILE_MODE);
       writeSync(fd, String(process.pid));
       closeSync(fd);
       return true;
@@ -124,7 +124,7 @@ async function rewrite(dir: string, matches: (line: string) => boolean): Promise
       continue;
     }
     const tmp = `${path}.forget.tmp`;
-    const handle = await open(tmp, 'w');
+    const handle = await open(tmp, 'w', SPOOL_FILE_MODE);
     try {
       await handle.writeFile(kept.join('\n'));
       await handle.sync();

@@ -92,6 +92,12 @@ export const FREE_SPACE_TTL_MS = 1000;
 const SPACE_ERRORS = new Set(['ENOSPC', 'EDQUOT', 'EFBIG']);
 /** The folder's lock: the pid of the process that owns it (also read by ./spool-forget.ts). */
 export const LOCK_FILE = 'LOCK';
+/**
+ * The spool holds whole call records: its folders and files are for callsync's own user only,
+ * whatever the umask lets through (a umask of 022 made them readable by every local user).
+ */
+const SPOOL_DIR_MODE = 0o700;
+export const SPOOL_FILE_MODE = 0o600;
 const segmentName = (seq: number) => `${String(seq).padStart(16, '0')}.jsonl`;
 
 /** Records up to this many characters are held instead of their call while Redis takes them (see `accept`). */
@@ -131,7 +137,7 @@ export function pidAlive(pid: number): boolean {
 /** Whether `dir` exists (or can be created) and is writable: the default for SPOOL_ENABLED. */
 export async function spoolDirWritable(dir: string): Promise<boolean> {
   try {
-    await mkdir(dir, { recursive: true });
+    await mkdir(dir, { recursive: true, mode: SPOOL_DIR_MODE });
     await access(dir, constants.W_OK);
     return true;
   } catch {
@@ -277,7 +283,7 @@ export class SpoolingAcceptor implements CallAcceptor {
   /** Takes the folder's lock, reads what an earlier process left, and starts draining it. */
   async open(): Promise<void> {
     if (this.opened) return;
-    await mkdir(this.dir, { recursive: true });
+    await mkdir(this.dir, { recursive: true, mode: SPOOL_DIR_MODE });
     this.lock();
     this.opened = true;
     const segments = await this.segments();
@@ -462,7 +468,7 @@ export class SpoolingAcceptor implements CallAcceptor {
   private async startSegment(): Promise<void> {
     await this.seal();
     const seq = this.nextSeq++;
-    const handle = await open(this.segmentPath(seq), 'a');
+    const handle = await open(this.segmentPath(seq), 'a', SPOOL_FILE_MODE);
     try {
       // The new file's name must survive a power cut too, not only its contents.
       await fsyncDir(this.dir);
@@ -671,7 +677,7 @@ export class SpoolingAcceptor implements CallAcceptor {
     const path = join(this.dir, LOCK_FILE);
     for (let tries = 0; tries < 2; tries++) {
       try {
-        const fd = openSync(path, 'wx');
+        const fd = openSync(path, 'wx', SPOOL_FILE_MODE);
         writeSync(fd, String(process.pid));
         closeSync(fd);
         heldHere.add(this.dir);

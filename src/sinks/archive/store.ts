@@ -33,6 +33,14 @@ export interface ObjectStore {
   delete(key: string): Promise<boolean>;
 }
 
+/**
+ * The archive holds everything of a call, recordings included: the folders the store creates and
+ * its files are for callsync's own user only, whatever the umask lets through (a umask of 022 made
+ * them readable by every local user). A folder that exists already keeps its mode.
+ */
+const ARCHIVE_DIR_MODE = 0o700;
+const ARCHIVE_FILE_MODE = 0o600;
+
 /** Writes `<root>/<key>` atomically (temp file + rename), so a reader never sees half an object. */
 export class LocalFolderStore implements ObjectStore {
   readonly location: string;
@@ -51,10 +59,10 @@ export class LocalFolderStore implements ObjectStore {
 
   async put(key: string, body: string | Buffer): Promise<void> {
     const path = this.pathOf(key);
-    await mkdir(dirname(path), { recursive: true });
+    await mkdir(dirname(path), { recursive: true, mode: ARCHIVE_DIR_MODE });
     const tmp = `${path}.${randomUUID()}.tmp`;
     try {
-      await writeFile(tmp, body);
+      await writeFile(tmp, body, { mode: ARCHIVE_FILE_MODE });
       await rename(tmp, path);
     } catch (err) {
       await rm(tmp, { force: true });
@@ -154,10 +162,10 @@ export class LocalFolderStore implements ObjectStore {
 
   async putStream(key: string, body: Readable): Promise<void> {
     const path = this.pathOf(key);
-    await mkdir(dirname(path), { recursive: true });
+    await mkdir(dirname(path), { recursive: true, mode: ARCHIVE_DIR_MODE });
     const tmp = `${path}.${randomUUID()}.tmp`;
     try {
-      await pipeline(body, createWriteStream(tmp));
+      await pipeline(body, createWriteStream(tmp, { mode: ARCHIVE_FILE_MODE }));
       await rename(tmp, path);
     } catch (err) {
       await rm(tmp, { force: true });
