@@ -211,7 +211,8 @@ describe('check-config', () => {
         'sinks:',
         '  crm-hook:',
         '    type: webhook',
-        '    urls: [ "https://hook-user:hook-pass-3141@crm.example.com/hooks/calls" ]',
+        // A query value may be the credential (an Azure Function's `?code=`, a `?token=`).
+        '    urls: [ "https://hook-user:hook-pass-3141@crm.example.com/hooks/calls", "https://fn.example.net/api/calls?code=fn-key-5772&tenant=acme" ]',
         '    headers: { X-Api-Key: "${CRM_HOOK_API_KEY}", X-Tenant: acme-tenant-2718 }',
         '    secrets: [ "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" ]',
         '    eventType: "Bearer eyJhbGciOiJIUzI1NiJ9.payload"',
@@ -229,11 +230,17 @@ describe('check-config', () => {
         'hook-pass-3141',
         'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
         'eyJhbGciOiJIUzI1NiJ9',
+        'fn-key-5772',
       ]) {
         assert.ok(!r.out.includes(secret), `${secret} is not printed (${json ? 'json' : 'text'}):\n${r.out}`);
       }
       assert.match(r.out, /X-Api-Key/, 'header names stay');
       assert.match(r.out, /crm\.example\.com/, 'the host stays');
+      assert.match(
+        r.out,
+        /fn\.example\.net\/api\/calls\?code=\*\*\*&tenant=\*\*\*/,
+        'the path and the query names stay',
+      );
     }
     // The same file without the secret: the sink could not start, so check-config does not say OK.
     const noSecret = join(dir, 'hook-no-secret.yaml');

@@ -7,12 +7,15 @@ const SECRET_MAPS = new Set(['headers']);
 /** Values that are secrets whatever their key: signing secrets, tokens with a known prefix, `Bearer …`. */
 const SECRET_VALUE = /^(whsec_|pat-|sk_|xox[abp]-|ghp_|glpat-)|^bearer\s/i;
 
-/** A sink's options with anything secret-looking replaced: secret keys, header values, secret values, URL passwords. */
+/** A URL with user info (`https://user:pass@…`) or a query (`?code=…`, `?api_token=…`): either may hold a credential. */
+const URL_WITH_CREDENTIALS = /^[a-z][a-z0-9+.-]*:\/\/(?:[^/?#\s]*@|[^?#\s]*\?)/i;
+
+/** A sink's options with anything secret-looking replaced: secret keys, header values, secret values, URL credentials. */
 export function redactOptions(value: unknown, key = ''): unknown {
   if (key && SECRET_KEY.test(key)) return '[redacted]';
   if (typeof value === 'string') {
     if (SECRET_VALUE.test(value.trim())) return '[redacted]';
-    return /^[a-z][a-z0-9+.-]*:\/\/[^/\s]*@/i.test(value) ? redactUrl(value) : value;
+    return URL_WITH_CREDENTIALS.test(value) ? redactUrl(value) : value;
   }
   if (Array.isArray(value)) return value.map((v) => redactOptions(v));
   if (value !== null && typeof value === 'object') {
@@ -22,13 +25,18 @@ export function redactOptions(value: unknown, key = ''): unknown {
   return value;
 }
 
-/** `redis://user:secret@host` -> `redis://user:***@host`. */
+/**
+ * `redis://user:secret@host` -> `redis://user:***@host`; `https://host/fn?code=key&x=1` ->
+ * `https://host/fn?code=***&x=***` (a query value may be the credential: an Azure Function's
+ * `code`, Pipedrive's `api_token`; the names stay).
+ */
 export function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';
     // A credential without a user name (`https://token@host`) is the user part.
     else if (u.username) u.username = '***';
+    if (u.search) u.search = u.search.replace(/([?&][^=&]*=)[^&]*/g, '$1***');
     return u.toString();
   } catch {
     return url;
