@@ -156,18 +156,25 @@ export interface EchoValues {
 const NUMBER_SEPARATOR = String.raw`[\s\-_().\/\u2010-\u2015\u2212]{0,3}`;
 /** A number of fewer digits is found only as its digits exactly (an extension, not a phone number). */
 const SPACED_DIGITS = 7;
+/**
+ * A number of more digits is not looked for: no phone number is that long (E.164 has at most 15,
+ * with a trunk 0 and an extension far fewer than this), and each digit is a piece of the pattern —
+ * a sender's `from` of 20,000 digits made one V8 cannot compile, thrown from every delivery of the
+ * call. Such a run is still masked wherever a text passes maskDigitRuns (every run of 7 or more).
+ */
+const MAX_NUMBER_DIGITS = 32;
 
 /**
  * A pattern finding the given numbers in a text, whatever surrounds them but a digit: each with a
  * leading `+` or `00` or none, and, from 7 digits on, up to 3 separators between any two of its
- * digits (`+49 (176) 1234-9876`, `0176 / 12 34 98 76`). Null when no number has 3 digits. Used by
+ * digits (`+49 (176) 1234-9876`, `0176 / 12 34 98 76`). Null when no number has 3 to 32 digits. Used by
  * scrubEchoes and by `callsync forget` (src/privacy/forget.ts) to find a number in any spelling.
  */
 export function numberPattern(numbers: Iterable<string>, flags = 'g'): RegExp | null {
   const forms = new Set<string>();
   for (const n of numbers) {
     const digits = n.replace(/\D/g, '');
-    if (digits.length >= 3) forms.add(digits);
+    if (digits.length >= 3 && digits.length <= MAX_NUMBER_DIGITS) forms.add(digits);
   }
   if (forms.size === 0) return null;
   const spelled = [...forms]

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { numberSpellings } from '../src/model/phone.js';
-import { maskDigitRuns, redactRemoteText, scrubEchoes } from '../src/redact.js';
+import { maskDigitRuns, numberPattern, redactRemoteText, scrubEchoes } from '../src/redact.js';
 import { scrubCallEchoes } from '../workers/deliver.js';
 import { sampleCall } from './support/calls.js';
 
@@ -187,6 +187,20 @@ describe("scrubEchoes: the call's numbers in the spellings a remote writes them"
     assert.deepEqual(numberSpellings('+12133734253'), ['+12133734253', '2133734253']);
     assert.deepEqual(numberSpellings('0176 12349876'), ['0176 12349876']);
     assert.deepEqual(numberSpellings(' '), []);
+  });
+
+  test('a "number" of thousands of digits (a sender\'s garbage in call.from) is no pattern, and breaks nothing', () => {
+    // Each digit is a piece of the pattern: 20,000 of them made one V8 could not compile ("Invalid
+    // regular expression … Stack overflow"), thrown from every delivery of the call.
+    for (const digits of [100, 5_000, 20_000]) {
+      const long = '7'.repeat(digits);
+      assert.doesNotThrow(() => numberPattern(numberSpellings(long)), `${digits} digits`);
+      const text = `remote: recipient 0176-12349876 and ${'7'.repeat(40)} refused`;
+      const out = scrubEchoes(text, { numbers: [...numberSpellings(long), ...numberSpellings('+4917612349876')] });
+      assert.equal(out, `remote: recipient ****876 and ${'7'.repeat(40)} refused`, `${digits} digits`);
+    }
+    // A number of any length a phone number has (with a country code, a trunk 0 and an extension) still is one.
+    assert.equal(scrubEchoes('to 004917612349876123', { numbers: ['+4917612349876123'] }), 'to ****123');
   });
 
   test('a delivery error loses the number of its call in any spelling', () => {
