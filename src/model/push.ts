@@ -19,14 +19,27 @@ export interface PushEvent {
 
 const CALL_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
 
-/** Parses a form-urlencoded Push API body; a body that is not one event is refused (400). */
+/** The fields that identify an event: one given twice with two values is refused (which would it be?). */
+const IDENTIFYING = ['event', 'callId'];
+
+/**
+ * Parses a form-urlencoded Push API body; a body that is not one event is refused (400). Any other
+ * field is kept as sent, whatever its name: the maps have no prototype, so `__proto__[]`,
+ * `constructor[]` or `toString=` are fields like any other (before, `toString[]=x` threw a
+ * TypeError, refused as "not UTF-8", and `__proto__=x` was dropped).
+ */
 export function parsePushEvent(body: string): PushEvent {
   const params = new URLSearchParams(body);
-  const fields: Record<string, string> = {};
-  const lists: Record<string, string[]> = {};
+  const fields: Record<string, string> = Object.create(null) as Record<string, string>;
+  const lists: Record<string, string[]> = Object.create(null) as Record<string, string[]>;
   for (const [name, value] of params) {
     if (name.endsWith('[]')) (lists[name.slice(0, -2)] ??= []).push(value);
-    else fields[name] = value;
+    else {
+      const before = fields[name];
+      if (before !== undefined && before !== value && IDENTIFYING.includes(name))
+        throw new InvalidPayloadError(`/${name}`, `given twice with different values`);
+      fields[name] = value;
+    }
   }
   // Older senders name it origCallId (the library renames it too).
   if (fields.origCallId !== undefined && fields.originalCallId === undefined) fields.originalCallId = fields.origCallId;

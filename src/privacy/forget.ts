@@ -38,6 +38,7 @@ import { recipientHash } from '../sinks/notify/ledger.js';
 import { PrivacyKey } from '../../queues/privacy-key.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
 import { eraseFromSpool } from '../ingress/spool-forget.js';
+import { pushCallIdOfKey } from '../sources/push-assembly.js';
 import { eraseStreamEntries } from './stream-erase.js';
 import { CallTimeline } from '../../queues/timeline.js';
 import { globEscape, scanKeys } from '../../queues/scan.js';
@@ -571,7 +572,7 @@ class Forgetter {
         if (this.options.target.kind === 'number' && (await list.keepHashedOnly(this.options.target.e164)))
           this.count('opt-out list (kept as keyed hash)');
       } else if (action === 'push') {
-        const callId = key.slice(key.lastIndexOf(':push:') + ':push:'.length);
+        const callId = pushCallIdOfKey(key);
         await this.redis.zrem(`${key.slice(0, key.lastIndexOf(':push:'))}:push:open`, callId);
         this.count('push assemblies', await this.redis.del(key));
       } else if (action === 'members') {

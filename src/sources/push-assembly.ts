@@ -1,11 +1,12 @@
 // Assembling the Push API events of one call in Redis: a hash per call (`<prefix>:push:<callId>`,
-// one field per event type, the first delivery of each kept, so repeats change nothing) and a sorted
-// set of the calls still open (`<prefix>:push:open`, scored by the time they are given up on). A
-// hangup closes the call; `sweep` closes the calls whose hangup never came, as outcome `unknown`.
-// Beside each hash, a marker that the call was seen (`<prefix>:push-seen:<callId>`, the call id
-// alone, kept SEEN_MEMORY_MS longer than the hash): an event arriving once the call's events have
-// expired is late — a replay, or a delivery days late — and is refused rather than assembled alone
-// into a degraded record that would overwrite the call at the sinks.
+// see pushCallKey; one field per event type, the first delivery of each kept, so repeats change
+// nothing) and a sorted set of the calls still open (`<prefix>:push:open`, scored by the time they
+// are given up on). A hangup closes the call; `sweep` closes the calls whose hangup never came, as
+// outcome `unknown`. Beside each hash, a marker that the call was seen
+// (`<prefix>:push-seen:<callId>`, the call id alone, kept SEEN_MEMORY_MS longer than the hash): an
+// event arriving once the call's events have expired is late — a replay, or a delivery days late —
+// and is refused rather than assembled alone into a degraded record that would overwrite the call
+// at the sinks.
 import type { RedisClient } from '../../queues/connection.js';
 import { assemblePushCall, type PushCallState, type PushEvent } from '../model/push.js';
 import type { CanonicalCall } from '../model/call.js';
@@ -35,6 +36,23 @@ if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'hangup'
 redis.call('HSETNX', KEYS[1], 'timedOutAt', ARGV[2])
 return redis.call('HGETALL', KEYS[1])`;
 
+/**
+ * The hash of a call's events: `<prefix>:push:<callId>`, except for the call id `open`, which is
+ * the set of open calls' name (`<prefix>:push:open`): its hash is `<prefix>:push:%open` (`%` is in
+ * no call id, so no other call's). Before, a call named `open` wrote its events into that set:
+ * refused with 503 for good, and, when no call was open, it made the set a hash and every Push
+ * call after it 503 for a day.
+ */
+function pushCallKey(prefix: string, callId: string): string {
+  return `${prefix}:push:${callId === 'open' ? '%open' : callId}`;
+}
+
+/** The call id of a hash `pushCallKey` named (`…:push:<callId>`, `…:push:%open`). */
+export function pushCallIdOfKey(key: string): string {
+  const id = key.slice(key.lastIndexOf(':push:') + ':push:'.length);
+  return id === '%open' ? 'open' : id;
+}
+
 export interface PushAssemblyOptions {
   prefix: string;
   /** A call without hangup is closed as `unknown` this long after its first event (PUSH_CALL_TIMEOUT_SECONDS). */
@@ -63,7 +81,7 @@ export class PushAssembly {
   }
 
   private hashKey(callId: string): string {
-    return `${this.options.prefix}:push:${callId}`;
+    return pushCallKey(this.options.prefix, callId);
   }
 
   private seenKey(callId: string): string {

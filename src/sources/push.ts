@@ -111,16 +111,25 @@ export function pushSource(options: PushSourceOptions): Source {
     async receive(request) {
       const body = request.raw ?? Buffer.alloc(0);
       if (options.verify && !verifyPushSignature(key, body, request.headers.get('x-sipgate-signature')))
-        throw new SourceRefusal(401, 'X-Sipgate-Signature is missing or does not match the body');
+        throw new SourceRefusal(
+          401,
+          'X-Sipgate-Signature is missing or does not match the body',
+          'x-sipgate-signature',
+        );
       const type = (request.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
       if (type !== 'application/x-www-form-urlencoded')
-        throw new SourceRefusal(415, 'expected Content-Type application/x-www-form-urlencoded');
+        throw new SourceRefusal(415, 'expected Content-Type application/x-www-form-urlencoded', 'content-type');
+      let text;
+      try {
+        text = new TextDecoder('utf-8', { fatal: true }).decode(body);
+      } catch {
+        throw new SourceRefusal(400, 'the body is not UTF-8');
+      }
       let event;
       try {
-        event = parsePushEvent(new TextDecoder('utf-8', { fatal: true }).decode(body));
+        event = parsePushEvent(text);
       } catch (err) {
         if (err instanceof InvalidPayloadError) throw new SourceRefusal(400, err.detail, err.pointer);
-        if (err instanceof TypeError) throw new SourceRefusal(400, 'the body is not UTF-8');
         throw err;
       }
       let recorded;
