@@ -27,6 +27,7 @@ import {
   toCanonical,
   type UnreadChannelField,
 } from '../src/model/channel-event.js';
+import { MAX_KEPT_DEPTH, TOO_DEEP_MARKER, withinDepth } from '../src/model/json-depth.js';
 import { UnprocessableJobError, classify } from '../src/errors.js';
 import { TelephonyApiError } from '../src/telephony/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
@@ -290,9 +291,12 @@ class ChannelPoller {
     let deadLettered = 0;
     let ignored = 0;
     let newest: number | null = null;
-    for (const raw of page.events) {
+    for (const read of page.events) {
       // Shutdown or a lost lease abandons the page before its cursor is stored: it is read again.
       if (lease.signal.aborted) throw new LeaseLostError();
+      // An event nested deeper than anything can store (JSON.stringify overflows its stack) would
+      // fail the page at every read, and the channel with it: its deeper parts become a marker.
+      const { value: raw, cut, firstCutUnder } = withinDepth(read);
       let parsed;
       try {
         parsed = parseChannelEvent(raw);
@@ -312,6 +316,11 @@ class ChannelPoller {
         this.log.debug({ eventId: parsed.event.eventId, type: parsed.event.type }, 'channel event skipped: not a call');
         continue;
       }
+      if (cut > 0)
+        parsed.unread.push({
+          field: firstCutUnder ?? '(event)',
+          detail: `nested deeper than ${MAX_KEPT_DEPTH} levels: ${cut} value(s) kept as "${TOO_DEEP_MARKER}"`,
+        });
       if (parsed.unread.length > 0) this.reportUnread(parsed.event.eventId, parsed.unread);
       let call: CanonicalCall;
       try {

@@ -3,6 +3,7 @@
 // platform's library (sipgateio-node lib/history/history.types.ts, CallHistoryEntry).
 import { z } from 'zod';
 import { callKey, type CanonicalCall, type Direction, type Outcome, type Recording } from './call.js';
+import { withinDepth } from './json-depth.js';
 import { toE164 } from './phone.js';
 
 export class HistoryEntryError extends Error {
@@ -78,7 +79,12 @@ export function normalizeHistoryEntry(raw: unknown, options: HistoryNormalizeOpt
   if (e.type != null && e.type !== 'CALL')
     throw new HistoryEntryError(`HistoryEntry ${e.id}: type ${e.type} is not a call`, e.id);
   const startedAt = new Date(e.created).toISOString();
-  const durationSec = e.duration ?? null;
+  // A duration that would end the call past the last time a date can hold (`1e300`) is none: read
+  // as absent, not a RangeError that stopped the backfill at this entry on every run.
+  const durationSec =
+    e.duration != null && Number.isFinite(new Date(Date.parse(startedAt) + e.duration * 1000).getTime())
+      ? e.duration
+      : null;
   const recordings: Recording[] = [];
   // Recordings the archive can fetch with the API's credentials: URLs relative to the API root
   // only (the client refuses other origins, which would fail the archive job for good).
@@ -112,6 +118,7 @@ export function normalizeHistoryEntry(raw: unknown, options: HistoryNormalizeOpt
     recordings,
     payloadVersion: null,
     receivedAt: options.receivedAt.toISOString(),
-    raw,
+    // As read, but what is nested deeper than anything can store (./json-depth.ts).
+    raw: withinDepth(raw).value,
   };
 }
