@@ -103,6 +103,13 @@ describe('GET /api/calls', () => {
       calls: unknown[];
     };
     assert.equal(byNumber.calls.length, 2);
+    // The request's access line (info) names its path: the number looked up is masked there, as in
+    // every log line, its `+` written out or percent-encoded; a call id stays.
+    assert.equal((await get('/api/calls/+492116355340')).status, 200);
+    const access = cs.rawLogs.filter((l) => l.includes('"msg":"request"') && l.includes('/api/calls/'));
+    assert.ok(access.length >= 3, access.join('\n'));
+    for (const line of access) assert.ok(!line.includes('6355340'), `a number in the access line: ${line}`);
+    assert.ok(access.some((l) => l.includes('"path":"/api/calls/api-ok-1"')));
 
     const missing = await get('/api/calls/no-such-call');
     assert.equal(missing.status, 404);

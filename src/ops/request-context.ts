@@ -1,10 +1,11 @@
 // Gives every HTTP request an id (the caller's `X-Request-Id` when it is sane, else a new one),
 // puts it on the context (`c.get('requestId')`: handlers log with `requestLog(log, id)`), answers
 // with it, and logs one access line (at debug for probes, scrapes and accepted webhooks; at info
-// otherwise).
+// otherwise), numbers in its path masked.
 import { randomUUID } from 'node:crypto';
 import type { MiddlewareHandler } from 'hono';
 import type { Logger } from 'pino';
+import { maskDigitRuns } from '../redact.js';
 
 export interface RequestContextOptions {
   log: Logger;
@@ -40,10 +41,20 @@ export function requestContext(options: RequestContextOptions): MiddlewareHandle
       if (c.res.headers.get(header) !== requestId) c.header(header, requestId);
       const path = c.req.path;
       const status = c.res.status;
-      const line = { requestId, method: c.req.method, path, status, ms: Math.round(performance.now() - started) };
-      if (quiet.has(path) || (status < 400 && quietOk.some((p) => path.startsWith(p))))
-        options.log.debug(line, 'request');
-      else options.log.info(line, 'request');
+      const level = quiet.has(path) || (status < 400 && quietOk.some((p) => path.startsWith(p))) ? 'debug' : 'info';
+      if (options.log.isLevelEnabled(level))
+        options.log[level](
+          // A path may name a number (`GET /api/calls/%2B4915112345678`, a lookup by number): its
+          // digit runs are masked as in a remote's text (src/redact.ts); ids and hashes stay.
+          {
+            requestId,
+            method: c.req.method,
+            path: maskDigitRuns(path),
+            status,
+            ms: Math.round(performance.now() - started),
+          },
+          'request',
+        );
     }
   };
 }
