@@ -4,7 +4,7 @@
 // a running callsync: test/hostile-shapes.redis.test.ts.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { encodeCall } from '../src/model/call.js';
+import { callHash, callKey, encodeCall } from '../src/model/call.js';
 import { normalizeChannelEvent } from '../src/model/channel-event.js';
 import { normalizeHistoryEntry } from '../src/model/history.js';
 import { MAX_KEPT_DEPTH, TOO_DEEP_MARKER, withinDepth } from '../src/model/json-depth.js';
@@ -91,6 +91,25 @@ describe('channel events and history entries from the API', () => {
     assert.equal(long.durationSec, null);
     assert.equal(long.endedAt, null);
     assert.equal(long.startedAt, '2026-10-05T08:00:00.000Z');
+  });
+
+  test('event ids differing only in a lone surrogate are two calls, not one and its duplicate', () => {
+    // callHash reads the key as UTF-8, where every lone surrogate is U+FFFD: "e\ud800" and
+    // "e\udfff" had one key, so the second event was answered as the first's duplicate and lost.
+    const ids = ['e\ud800', 'e\udfff', 'e\ufffd', 'e%uD800', 'e'];
+    const keys = ids.map(
+      (eventId) => normalizeChannelEvent(channelEvent({ eventId }), new Date(), { channelId: 'ch\ud800' }).key,
+    );
+    assert.equal(new Set(keys.map(callHash)).size, ids.length, keys.join(' | '));
+    // An id without lone surrogates keeps the key it had.
+    assert.equal(callKey('channel', 'ch1', 'ev-1:a%b'), 'channel:ch1:ev-1%3Aa%25b');
+    assert.equal(
+      normalizeHistoryEntry(
+        { id: 'h\udc00', direction: 'INCOMING', created: '2026-10-05T08:00:00Z' },
+        { receivedAt: new Date() },
+      ).key,
+      'history:-:h%uDC00',
+    );
   });
 
   test('a channel event nested deep, made storable by withinDepth, normalizes as any other', () => {

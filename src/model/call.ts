@@ -147,12 +147,26 @@ export interface CallRevision {
  * The call key `<source>:<scope>:<id>` (`CanonicalCall.key`), written so that two distinct
  * identities never share one: the id comes last with `%` and `:` percent-encoded, so the key splits
  * at its first and last `:` whatever the scope holds (agent ids may contain `:`); a missing scope is
- * `-`, and a scope that is literally `-` or holds `%` is percent-encoded. Ids and scopes without
- * those characters give the same key as before that encoding (docs/reliability.md, section 3).
+ * `-`, and a scope that is literally `-` or holds `%` is percent-encoded; lone surrogates are
+ * `%uXXXX` in both. Ids and scopes without those characters give the same key as before that
+ * encoding (docs/reliability.md, section 3).
  */
 export function callKey(source: CallSource, scope: string | null, id: string): string {
-  const s = scope === null ? '-' : scope === '-' ? '%2D' : scope.replace(/%/g, '%25');
-  return `${source}:${s}:${id.replace(/%/g, '%25').replace(/:/g, '%3A')}`;
+  const s = scope === null ? '-' : scope === '-' ? '%2D' : unpaired(scope.replace(/%/g, '%25'));
+  return `${source}:${s}:${unpaired(id.replace(/%/g, '%25').replace(/:/g, '%3A'))}`;
+}
+
+/** A lone surrogate (a surrogate pair is one code point under `u`, so only unpaired halves match). */
+const LONE_SURROGATE = /\p{Cs}/gu;
+
+/**
+ * Lone surrogates written as `%uD800`: `callHash` reads the key as UTF-8, where each is U+FFFD, so
+ * two ids differing only in one (an event id of the platform's API, `"e\ud800"` and `"e\udfff"`)
+ * would share a key and one be taken for the other's duplicate. `%` is `%25` before, so no other id
+ * spells the same; a key without them is unchanged.
+ */
+function unpaired(text: string): string {
+  return text.replace(LONE_SURROGATE, (c) => `%u${c.charCodeAt(0).toString(16).toUpperCase()}`);
 }
 
 /**
