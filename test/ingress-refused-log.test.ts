@@ -80,3 +80,15 @@ test('array indices and plain field names in a logged pointer stay readable', as
   const refused = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'webhook refused');
   assert.equal(refused?.pointer, `/x${'/0'.repeat(63)}`);
 });
+
+test('a number in the path of a refused webhook is masked in its line', async () => {
+  const { app, lines } = ingressLogging();
+  const res = await app.request('/webhooks/ai-agent/+4917612349876', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(minimalPayload('path-number')),
+  });
+  assert.equal(res.status, 400);
+  const refused = lines.map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'webhook refused');
+  assert.equal(refused?.path, '/webhooks/ai-agent/+****876');
+});

@@ -294,7 +294,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
         {
           status: err.status,
           method: c.req.method,
-          path: c.req.path,
+          path: maskDigitRuns(c.req.path),
           detail: logSafeDetail(err.message),
           pointer: logSafePointer(err.pointer),
           errors: problems.map((p) => ({ pointer: logSafePointer(p.pointer), detail: logSafeDetail(p.detail) })),
@@ -318,7 +318,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
       // Node answered 408 and closed the socket (WEBHOOK_REQUEST_TIMEOUT_MS), or the sender hung up.
       deps.events?.rejected?.(408, 'incomplete');
       requestLog(deps.log, c.get('requestId')).warn(
-        { status: 408, method: c.req.method, path: c.req.path, reason: err.message },
+        { status: 408, method: c.req.method, path: maskDigitRuns(c.req.path), reason: err.message },
         'webhook not received: the connection closed before the whole request arrived (slower than WEBHOOK_REQUEST_TIMEOUT_MS, or the sender went away)',
       );
       return c.json(errorBody(408, 'the request did not arrive in time'), 408);
