@@ -10,6 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { redisKeys } from '../queues/keys.js';
+import { runCli } from '../src/cli/index.js';
+import type { CliIo } from '../src/cli/io.js';
 import { CallTimeline, callsNamed } from '../queues/timeline.js';
 import { TOO_DEEP_MARKER } from '../src/model/json-depth.js';
 import { webhookPayload } from './support/calls.js';
@@ -20,6 +22,9 @@ import { channelEvent, FakeTelephony } from './support/fake-telephony.js';
 import { waitFor } from './support/redis.js';
 
 const CHANNEL = 'ch-hostile';
+/** What a terminal acts on instead of showing: control characters (a line break aside), bidi overrides. */
+// eslint-disable-next-line no-control-regex -- control characters are what must not be printed
+const UNPRINTABLE_BUT_NEWLINE = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e]/;
 
 describe('hostile shapes through a running callsync', () => {
   let cs: TestCallsync;
@@ -27,6 +32,8 @@ describe('hostile shapes through a running callsync', () => {
   let api: FakeTelephony;
   let dir: string;
   let timeline: CallTimeline;
+  /** The environment `callsync` commands read (the test instance's Redis and prefix). */
+  let cliEnv: Record<string, string>;
 
   before(async () => {
     const secret = `whsec_${randomBytes(32).toString('base64')}`;
@@ -47,22 +54,22 @@ describe('hostile shapes through a running callsync', () => {
         '',
       ].join('\n'),
     );
-    cs = await startTestCallsync(
-      testEnv('unused', {
-        CALLSYNC_CONFIG: join(dir, 'callsync.yaml'),
-        CRM_WEBHOOK_SECRET: secret,
-        SPOOL_ENABLED: 'false',
-        PUSH_API_VERIFY: 'false',
-        TELEPHONY_API_URL: api.url,
-        TELEPHONY_TOKEN_ID: 'token-id',
-        TELEPHONY_TOKEN: 'token-secret',
-        POLL_CHANNEL_IDS: CHANNEL,
-        POLL_INTERVAL_MS: '200',
-        POLL_MAX_BACKOFF_MS: '1000',
-        JOB_ATTEMPTS: '2',
-      }),
-    );
+    const env: Record<string, string> = {
+      CALLSYNC_CONFIG: join(dir, 'callsync.yaml'),
+      CRM_WEBHOOK_SECRET: secret,
+      SPOOL_ENABLED: 'false',
+      PUSH_API_VERIFY: 'false',
+      TELEPHONY_API_URL: api.url,
+      TELEPHONY_TOKEN_ID: 'token-id',
+      TELEPHONY_TOKEN: 'token-secret',
+      POLL_CHANNEL_IDS: CHANNEL,
+      POLL_INTERVAL_MS: '200',
+      POLL_MAX_BACKOFF_MS: '1000',
+      JOB_ATTEMPTS: '2',
+    };
+    cs = await startTestCallsync(env);
     timeline = new CallTimeline(cs.redis.producer, redisKeys(cs.config.redis), cs.config.timeline);
+    cliEnv = testEnv(cs.prefix, env);
   });
 
   after(async () => {
@@ -102,6 +109,37 @@ describe('hostile shapes through a running callsync', () => {
     assert.equal(res.status, 202);
     assert.deepEqual(await sinksOf('hostile-digits'), DELIVERED);
     assert.equal(receiver.byCall.get('hostile-digits')?.size, 1);
+  });
+
+  test('a call id with terminal escapes is shown escaped by `callsync call`, `calls` and `dlq list`, never run', async () => {
+    // ESC ] 52 writes the operator's clipboard in many terminals; ESC [ 2 J clears the screen; CR and
+    // a cursor move overwrite what was printed; U+202E reverses what follows.
+    const callId = 'esc-1\u001b]52;c;cHduZWQ=\u0007\u001b[2J\u001b[1A\r\u202einnocent';
+    receiver.poison.add(callId);
+    try {
+      const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(callId));
+      assert.equal(res.status, 202);
+      assert.equal((await sinksOf(callId)).sinks['hooks.r'], 'failed');
+      const shown = 'esc-1\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\x1b[1A\\x0d\\u202einnocent';
+      for (const argv of [
+        ['call', callId],
+        ['calls', '--since', '1h'],
+        ['dlq', 'list'],
+      ]) {
+        const out: string[] = [];
+        const io: CliIo = { env: cliEnv, out: (l) => out.push(l), err: (l) => out.push(l) };
+        assert.equal(await runCli(argv, io), 0, argv[0]);
+        const text = out.join('\n');
+        assert.doesNotMatch(text, UNPRINTABLE_BUT_NEWLINE, `${argv[0]}: ${JSON.stringify(text)}`);
+        assert.ok(text.includes(shown), `${argv[0]} names the call: ${JSON.stringify(text)}`);
+      }
+      // As JSON the id is the id (escaped by JSON itself).
+      const json: string[] = [];
+      await runCli(['call', callId, '--json'], { env: cliEnv, out: (l) => json.push(l), err: (l) => json.push(l) });
+      assert.equal((JSON.parse(json.join('')) as { calls: { callId: string }[] }).calls[0]!.callId, callId);
+    } finally {
+      receiver.poison.delete(callId);
+    }
   });
 
   test('Push API: fields named __proto__[], constructor[], toString[] are kept; the call is delivered', async () => {

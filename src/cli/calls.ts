@@ -15,7 +15,7 @@ import {
   type CallSummary,
 } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
-import { table, UsageError, type CliIo } from './io.js';
+import { printable, table, UsageError, type CliIo } from './io.js';
 
 export const callsHelp = {
   call: `Usage: callsync call <callId | jobId | +number> [--json]
@@ -97,9 +97,11 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
   for (const [n, s] of found.entries()) {
     if (n > 0) io.out('');
     io.out(
-      `call ${s.callId ?? '?'} (${s.source ?? '?'}, ${s.direction ?? '?'}, ${s.from ?? 'anonymous'} → ${s.to ?? '?'})  id ${s.id}`,
+      printable(
+        `call ${s.callId ?? '?'} (${s.source ?? '?'}, ${s.direction ?? '?'}, ${s.from ?? 'anonymous'} → ${s.to ?? '?'})  id ${s.id}`,
+      ),
     );
-    io.out(`sinks: ${sinkColumn(s)}`);
+    io.out(printable(`sinks: ${sinkColumn(s)}`));
     const rows = [['time', 'event', 'sink', 'try', 'detail']];
     for (const e of s.entries)
       rows.push([

@@ -51,8 +51,25 @@ export const processIo = (): CliIo => {
   };
 };
 
-/** Left-aligned columns for terminal tables. */
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g;
+
+/**
+ * Text that came from a call or a remote (a call id, a failure's reason) fit for a terminal: control
+ * characters (C0, DEL, C1) and bidi embeddings, overrides and isolates written as `\x1b`, `\u202e`.
+ * A call id is anything its sender wrote: raw, `ESC ] 52 …` set the operator's clipboard in many
+ * terminals, `ESC [ 2 J` cleared the screen, a CR or a cursor move overwrote the lines above.
+ */
+export function printable(text: string): string {
+  return text.replace(UNPRINTABLE, (c) => {
+    const code = c.charCodeAt(0);
+    return code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16)}`;
+  });
+}
+
+/** Left-aligned columns for terminal tables; every cell made `printable`. */
 export function table(rows: string[][]): string[] {
+  rows = rows.map((row) => row.map(printable));
   const widths: number[] = [];
   for (const row of rows) row.forEach((cell, i) => (widths[i] = Math.max(widths[i] ?? 0, cell.length)));
   return rows.map((row) =>
