@@ -10,7 +10,21 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants, existsSync } from 'node:fs';
-import { access, chmod, mkdir, open, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
+import {
+  access,
+  chmod,
+  link,
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  readlink,
+  realpath,
+  rm,
+  stat,
+  unlink,
+  writeFile,
+} from 'node:fs/promises';
 import { createServer, Socket } from 'node:net';
 import { delimiter, join, resolve } from 'node:path';
 import { Redis } from 'ioredis';
@@ -160,17 +174,38 @@ async function pingPrivate(port: number, password: string, timeoutMs = 1000): Pr
   }
 }
 
+/**
+ * The password of the private Redis of `dir`, made on first use. Processes starting at once on a
+ * fresh folder all end up with the same one: it is written whole under a name of this process's and
+ * linked into place, and only the first link succeeds (each had made its own and started a server
+ * with it: several redis-servers on one folder, each with a password the others did not have).
+ */
 async function passwordOf(dir: string): Promise<string> {
   const file = join(dir, PASSWORD_FILE);
-  try {
-    const existing = (await readFile(file, 'utf8')).trim();
+  for (;;) {
+    const existing = await readFile(file, 'utf8').then(
+      (text) => text.trim(),
+      (err: NodeJS.ErrnoException) => {
+        if (err.code === 'ENOENT') return null;
+        throw err;
+      },
+    );
     if (existing) return existing;
-  } catch {
-    // none yet
+    // An empty file (an earlier version's write cut short by a full disk) counts as none.
+    if (existing === '') await unlink(file).catch(() => undefined);
+    const password = randomBytes(24).toString('hex');
+    const mine = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
+    try {
+      await writeFile(mine, `${password}\n`, { mode: 0o600 });
+      await link(mine, file);
+      return password;
+    } catch (err) {
+      // Another process linked its own first: read that one.
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    } finally {
+      await unlink(mine).catch(() => undefined);
+    }
   }
-  const password = randomBytes(24).toString('hex');
-  await writeFile(file, `${password}\n`, { mode: 0o600 });
-  return password;
 }
 
 /** The private Redis of `dir` when it runs and answers: its port. */
@@ -178,6 +213,49 @@ async function runningServer(dir: string, password: string): Promise<ServerFile 
   const server = await readJson<ServerFile>(join(dir, SERVER_FILE));
   if (!server || !alive(server.pid)) return null;
   return (await pingPrivate(server.port, password)) ? server : null;
+}
+
+/**
+ * Whether process `pid` is the redis-server of `dir`: on Linux, by its working folder (redis-server
+ * moves to `dir` as it reads its config); elsewhere, or when that cannot be read, not known.
+ */
+async function serverOfDir(pid: number, dir: string): Promise<boolean | null> {
+  if (process.platform !== 'linux') return null;
+  const [cwd, real] = await Promise.all([
+    readlink(`/proc/${pid}/cwd`).catch(() => null),
+    realpath(dir).catch(() => dir),
+  ]);
+  if (cwd === null) return null;
+  return cwd === real;
+}
+
+/**
+ * A server named in server.json that runs but does not answer yet: one whose starter died before
+ * it answered (SIGKILL, a second Ctrl-C while starting). Waited for like a start of this process's
+ * own; one that still does not answer is ended when it is known to be this folder's. Starting
+ * another beside it would put two redis-servers on one folder, each appending to the same AOF.
+ */
+async function awaitStarting(dir: string, password: string): Promise<ServerFile | null> {
+  const server = await readJson<ServerFile>(join(dir, SERVER_FILE));
+  if (!server || !alive(server.pid)) return null;
+  const ours = await serverOfDir(server.pid, dir);
+  // Another program under a reused pid (after a reboot): nothing to wait for.
+  if (ours === false) return null;
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  while (alive(server.pid) && Date.now() < deadline) {
+    if (await pingPrivate(server.port, password, 300)) return server;
+    await new Promise((ok) => setTimeout(ok, 50));
+  }
+  if (ours && alive(server.pid)) {
+    try {
+      process.kill(server.pid, 'SIGKILL');
+    } catch {
+      // gone meanwhile
+    }
+    const gone = Date.now() + 2000;
+    while (alive(server.pid) && Date.now() < gone) await new Promise((ok) => setTimeout(ok, 20));
+  }
+  return null;
 }
 
 /** Takes the start lock of `dir` (one process starts the server, the others wait for it); returns its release. */
@@ -231,7 +309,8 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
   let child: ChildProcess;
   try {
     // Its own process group: a Ctrl-C on the terminal reaches callsync, which stops it when it is the last user.
-    child = spawn(bin, [confFile], { detached: true, stdio: ['ignore', output.fd, output.fd] });
+    // Started in its folder: that is how a later process tells it from another program (serverOfDir).
+    child = spawn(bin, [confFile], { cwd: dir, detached: true, stdio: ['ignore', output.fd, output.fd] });
   } catch (err) {
     await output.close();
     throw err;
@@ -244,13 +323,16 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
   });
   child.unref();
   await output.close();
+  // Named in server.json from its first moment: should this process die before the server answers
+  // (SIGKILL, a second Ctrl-C), the next one finds the server and waits for it instead of
+  // starting a second redis-server on the same folder (runOrStart).
+  const server = child.pid === undefined ? null : { pid: child.pid, port };
+  if (server) await writeFile(join(dir, SERVER_FILE), `${JSON.stringify(server)}\n`);
   const deadline = Date.now() + START_TIMEOUT_MS;
   let gone: string | null = null;
   void exited.then((how) => (gone ??= how));
-  while (Date.now() < deadline && gone === null) {
+  while (server && Date.now() < deadline && gone === null) {
     if (await pingPrivate(port, password, 300)) {
-      const server = { pid: child.pid!, port };
-      await writeFile(join(dir, SERVER_FILE), `${JSON.stringify(server)}\n`);
       log.info(
         { dir, port, pid: child.pid },
         'no Redis configured or answering locally: started a private Redis (loopback only, AOF; stopped when the last callsync process using it stops)',
@@ -266,6 +348,7 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
     // keep this process alive meanwhile: the child is unref'd).
     await Promise.race([exited, new Promise((ok) => setTimeout(ok, 1000))]);
   }
+  await rm(join(dir, SERVER_FILE), { force: true });
   const said = [...linesOf(await readSince(outputFile, 0)), ...linesOf(await readSince(logFile, logFrom)).slice(-3)]
     .join(' ')
     .replace(/\s+/g, ' ');
@@ -433,7 +516,7 @@ async function runOrStart(
     if (unlock) {
       try {
         // Another process may have started it between the look above and the lock.
-        const again = await runningServer(dir, password);
+        const again = (await runningServer(dir, password)) ?? (await awaitStarting(dir, password));
         if (again) return { server: again, started: false };
         return { server: await startServer(bin, dir, password, options.log), started: true };
       } finally {

@@ -98,10 +98,18 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
   // process at once and leave the private redis-server it had just started running).
   let signalled: NodeJS.Signals | undefined;
   let running: RunningCallsync | undefined;
+  /** This process stops using its Redis (the last user of a private Redis stops it); nothing to do until one is found. */
+  let release = async (): Promise<void> => undefined;
+  let forced = false;
   const onSignal = (signal: NodeJS.Signals) => {
+    if (forced) process.exit(1);
     if (signalled) {
+      // A second Ctrl-C: work in progress is not waited for, but the private Redis is not left
+      // running behind either (it was, with no callsync process to stop it). A third exits at once.
+      forced = true;
       log.warn({ signal }, 'second signal: exiting without waiting');
-      process.exit(1);
+      void release().finally(() => process.exit(1));
+      return;
     }
     signalled = signal;
     if (running) stopRunning(running, signal);
@@ -109,13 +117,17 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
+  // A hang-up (the terminal closed, the SSH session dropped) stops it like SIGTERM. Its default
+  // action ended the process at once, leaving a private Redis running; Node resets a SIGHUP
+  // ignored by its parent (nohup) to that default anyway, so nothing that ran on after a hang-up stops.
+  process.on('SIGHUP', onSignal);
 
   for (const warning of configured.warnings) log.warn(warning);
   // WORKER_HEAP_GROWTH_PERCENT > 0: a worker's old generation grows only that far past what is live (workers/heap.ts).
   if (configured.role === 'worker' || configured.role === 'all') limitHeapGrowth(configured.worker.heapGrowthPercent);
   const redis = await resolveRedis(configured.redis, { log });
   // The last process using a private Redis stops it (after its own connections closed).
-  const release = () =>
+  release = () =>
     redis
       .release()
       .catch((err: unknown) =>

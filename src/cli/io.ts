@@ -19,16 +19,18 @@ const guarded = new WeakSet<NodeJS.WriteStream>();
 const closedStreams = new WeakSet<NodeJS.WriteStream>();
 
 /**
- * Writes to `stream` that end quietly once its reader is gone (`callsync dlq list | head -1`: EPIPE).
- * What follows is dropped and the command finishes its work with its own exit code, as `head`
- * expects of a writer; before, the unhandled 'error' event killed the process with a stack trace
- * and exit 1. The same listener keeps pino's lines (`start` logs to stdout) from crashing the process.
+ * Writes to `stream` that end quietly once its reader is gone (`callsync dlq list | head -1`: EPIPE;
+ * the terminal closed under `npm start`: EIO). What follows is dropped and the command finishes its
+ * work with its own exit code, as `head` expects of a writer; before, the unhandled 'error' event
+ * killed the process with a stack trace and exit 1 — after a hang-up, in the middle of the
+ * shutdown it started, leaving the private Redis running. The same listener keeps pino's lines
+ * (`start` logs to stdout) from crashing the process.
  */
 function quietOnClosedPipe(stream: NodeJS.WriteStream): (text: string) => void {
   if (!guarded.has(stream)) {
     guarded.add(stream);
     stream.on('error', (err: NodeJS.ErrnoException) => {
-      if (err.code === 'EPIPE' || err.code === 'ERR_STREAM_DESTROYED') {
+      if (err.code === 'EPIPE' || err.code === 'EIO' || err.code === 'ERR_STREAM_DESTROYED') {
         closedStreams.add(stream);
         return;
       }

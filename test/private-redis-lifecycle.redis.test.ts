@@ -1,0 +1,248 @@
+// The private Redis (queues/private-redis.ts) when several processes meet it at awkward moments:
+// starting at once on a fresh folder, a starter killed before its server answered, a second
+// Ctrl-C, a hang-up. Whatever happens, one folder has at most one redis-server (two would append to
+// the same AOF, each with data the other's clients never see), and none is left behind by a
+// process that was told to stop. The servers of a folder are found by their working folder
+// (/proc/<pid>/cwd: redis-server moves to its `dir`), so these run on Linux only.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readdir, readFile, readlink, realpath, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { bounded, startCallsyncProcess, type CallsyncProcess } from './support/callsync-process.js';
+import { freePort } from './support/redis-server.js';
+import { uniquePrefix, waitFor } from './support/redis.js';
+import { resolveRedis } from '../queues/private-redis.js';
+import { singleRedis } from '../queues/connection.js';
+
+const linux = process.platform === 'linux' && existsSync('/proc/self/cwd');
+const quiet = { info: () => undefined, warn: () => undefined };
+const PRIVATE_REDIS = new URL('../queues/private-redis.ts', import.meta.url).pathname;
+const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The processes whose working folder is `dir`: the redis-servers of that folder. */
+async function serversIn(dir: string): Promise<number[]> {
+  const real = await realpath(dir);
+  const pids: number[] = [];
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const cwd = await readlink(`/proc/${name}/cwd`).catch(() => null);
+    if (cwd === real) pids.push(Number(name));
+  }
+  return pids;
+}
+
+async function killServersIn(dir: string): Promise<void> {
+  if (!existsSync(dir)) return;
+  for (const pid of await serversIn(dir)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+}
+
+const settingsFor = (dir: string, serverBin?: string) => ({
+  ...singleRedis('redis://127.0.0.1:6379'),
+  local: { probe: null, dir, serverBin },
+});
+
+describe(
+  'the private Redis of one folder, met by several processes',
+  { skip: linux ? false : 'Linux only (/proc)' },
+  () => {
+    let dir: string;
+    before(async () => {
+      dir = await mkdtemp(join(tmpdir(), 'callsync-redis-lifecycle-'));
+    });
+    after(async () => {
+      for (const name of await readdir(dir).catch(() => [] as string[])) await killServersIn(join(dir, name));
+      await rm(dir, { recursive: true, force: true });
+    });
+
+    test('starts at once on a fresh folder share one server and one password', async () => {
+      // Before, each made a password of its own before the start lock: the one holding the lock
+      // started a server with its password, the others could not log in to it and started their own.
+      for (let round = 0; round < 5; round++) {
+        const redisDir = join(dir, `fresh-${round}`);
+        const resolved = await Promise.all([1, 2, 3, 4].map(() => resolveRedis(settingsFor(redisDir), { log: quiet })));
+        try {
+          const password = (await readFile(join(redisDir, 'password'), 'utf8')).trim();
+          assert.deepEqual(
+            resolved.map((r) => [r.where, r.settings.password]),
+            resolved.map(() => [resolved[0]!.where, password]),
+            `round ${round}: one server, the password in the file`,
+          );
+          assert.equal(resolved.filter((r) => r.started).length, 1, `round ${round}: one of them started it`);
+          assert.equal((await serversIn(redisDir)).length, 1, `round ${round}: one redis-server on the folder`);
+          assert.deepEqual(
+            (await readdir(redisDir)).filter((n) => n.startsWith('password')),
+            ['password'],
+            'no password file of a process left beside it',
+          );
+        } finally {
+          for (const r of resolved) await r.release();
+          await killServersIn(redisDir);
+        }
+      }
+    });
+
+    test('a starter killed before its server answered: the next process waits for that server, not a second one beside it', async () => {
+      const redisDir = join(dir, 'killed-starter');
+      // A redis-server that takes a moment to come up, as one reading a long AOF does.
+      const slow = join(dir, 'slow-redis-server');
+      await writeFile(slow, `#!/bin/sh\nsleep 1.5\nexec redis-server "$@"\n`, { mode: 0o755 });
+      const script = `
+      import { resolveRedis } from ${JSON.stringify(PRIVATE_REDIS)};
+      await resolveRedis(
+        { url: 'redis://127.0.0.1:6379', clusterNodes: [], sentinels: [], tls: false, prefix: 'x', local: { probe: null, dir: ${JSON.stringify(redisDir)}, serverBin: ${JSON.stringify(slow)} } },
+        { log: { info: () => {}, warn: () => {} } },
+      );
+    `;
+      const starter = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+        stdio: 'ignore',
+      });
+      try {
+        // Its server is spawned (and sleeping) once the start lock is taken and redis.out is opened.
+        await waitFor(() => existsSync(join(redisDir, 'redis.out')) || null, {
+          timeoutMs: 20_000,
+          what: 'the starter to spawn its server',
+        });
+        await new Promise((ok) => setTimeout(ok, 200));
+        starter.kill('SIGKILL');
+        await new Promise((ok) => starter.once('exit', ok));
+        const r = await resolveRedis(settingsFor(redisDir, slow), { log: quiet });
+        try {
+          assert.equal(r.started, false, 'the server the killed process started is used');
+          const servers = await serversIn(redisDir);
+          assert.equal(servers.length, 1, `one redis-server on the folder, not ${servers.length}`);
+          assert.match(r.where, new RegExp(`pid ${servers[0]}\\)$`));
+        } finally {
+          await r.release();
+        }
+        assert.deepEqual(await serversIn(redisDir), [], 'the last user stopped it');
+      } finally {
+        if (starter.exitCode === null) starter.kill('SIGKILL');
+        await killServersIn(redisDir);
+      }
+    });
+  },
+);
+
+describe(
+  '`callsync start` told to stop by a second signal or a hang-up leaves no private Redis running',
+  { skip: linux ? false : 'Linux only (/proc)' },
+  () => {
+    let dir: string;
+    let env: NodeJS.ProcessEnv;
+    const children: CallsyncProcess[] = [];
+    before(async () => {
+      dir = await mkdtemp(join(tmpdir(), 'callsync-redis-signals-'));
+      env = {
+        REDIS_URL: '',
+        REDIS_LOCAL_PROBE: `127.0.0.1:${await freePort()}`,
+        ARCHIVE_DIR: join(dir, 'archive'),
+        SPOOL_DIR: join(dir, 'spool'),
+        QUEUE_PREFIX: uniquePrefix('signals'),
+        PORT: '0',
+        OPS_PORT: 'off',
+        LOG_LEVEL: 'info',
+      };
+    });
+    after(async () => {
+      for (const child of children) if (child.proc.exitCode === null) child.proc.kill('SIGKILL');
+      for (const name of await readdir(dir).catch(() => [] as string[])) await killServersIn(join(dir, name, 'redis'));
+      await rm(dir, { recursive: true, force: true });
+    });
+
+    /** A `callsync start` with a data folder of its own, once it said "callsync started"; and its server's pid. */
+    async function started(name: string): Promise<{ child: CallsyncProcess; server: number; redisDir: string }> {
+      const child = startCallsyncProcess({ ...env, DATA_DIR: join(dir, name) });
+      children.push(child);
+      await waitFor(() => child.lines.find((l) => l.msg === 'callsync started') ?? null, {
+        timeoutMs: 30_000,
+        what: 'callsync started',
+      });
+      const redisDir = join(dir, name, 'redis');
+      const server = (JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number }).pid;
+      assert.ok(alive(server));
+      return { child, server, redisDir };
+    }
+
+    test('Ctrl-C twice: exits 1 without waiting, and stops the private Redis it was the last user of', async () => {
+      const { child, server, redisDir } = await started('twice');
+      // The second signal arrives while the first's shutdown is under way.
+      let second = false;
+      createInterface({ input: child.proc.stdout! }).on('line', (line) => {
+        if (!second && line.includes('shutting down')) {
+          second = true;
+          child.proc.kill('SIGINT');
+        }
+      });
+      child.proc.kill('SIGINT');
+      assert.equal(await bounded(child.exit, 30_000, 'callsync to exit', child), 1);
+      assert.ok(child.lines.some((l) => l.msg === 'second signal: exiting without waiting'));
+      // Before: the second signal exited at once and the redis-server ran on, with no callsync left.
+      await waitFor(() => !alive(server) || null, { timeoutMs: 10_000, what: 'the private Redis to stop' });
+      assert.deepEqual(await serversIn(redisDir), []);
+    });
+
+    test('SIGHUP (the terminal closed): a graceful stop, exit 0, the private Redis stopped', async () => {
+      const { child, server, redisDir } = await started('hangup');
+      child.proc.kill('SIGHUP');
+      // Before: killed by the signal (exit code null, signal SIGHUP), the redis-server left running.
+      assert.equal(await bounded(child.exit, 30_000, 'callsync to exit', child), 0);
+      assert.ok(child.lines.some((l) => l.msg === 'stopped'));
+      await waitFor(() => !alive(server) || null, { timeoutMs: 10_000, what: 'the private Redis to stop' });
+      assert.deepEqual(await serversIn(redisDir), []);
+    });
+
+    test(
+      'the terminal `npm start` runs in goes away: the shutdown is not cut short by its log lines (EIO), the private Redis stopped',
+      { skip: spawnSync('script', ['--version']).status === 0 ? false : 'needs script (util-linux) for a terminal' },
+      async () => {
+        const dataDir = join(dir, 'terminal');
+        const redisDir = join(dataDir, 'redis');
+        const command = `exec ${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} start`;
+        // A terminal of its own (a pseudo-terminal that `script` holds); killing `script` hangs it up.
+        const terminal = spawn('script', ['-qfec', command, '/dev/null'], {
+          cwd: dir,
+          env: { ...process.env, ...env, DATA_DIR: dataDir },
+          stdio: ['ignore', 'pipe', 'ignore'],
+        });
+        let output = '';
+        terminal.stdout!.on('data', (d: Buffer) => (output += d.toString()));
+        try {
+          await waitFor(() => output.includes('"msg":"callsync started"') || null, {
+            timeoutMs: 30_000,
+            what: 'callsync started in the terminal',
+          });
+          const server = (JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number }).pid;
+          const [callsync] = (await readdir(join(redisDir, 'users'))).map(Number);
+          assert.ok(callsync && alive(callsync) && alive(server));
+          terminal.kill('SIGKILL');
+          // Before: SIGHUP ended it at once; handled, its first log line then hit the closed
+          // terminal (EIO), and that error ended it in the middle of the shutdown.
+          await waitFor(() => !alive(callsync) || null, { timeoutMs: 30_000, what: 'callsync to end' });
+          await waitFor(() => !alive(server) || null, { timeoutMs: 10_000, what: 'the private Redis to stop' });
+          assert.ok(!existsSync(join(redisDir, 'server.json')), 'stopped by the last user, not left to die');
+        } finally {
+          if (terminal.exitCode === null) terminal.kill('SIGKILL');
+        }
+      },
+    );
+  },
+);
