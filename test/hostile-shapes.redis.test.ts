@@ -208,6 +208,20 @@ describe('hostile shapes through a running callsync', () => {
     );
   });
 
+  test('poller: a page larger than an answer may be (16 MiB) is read again in smaller pages, not retried forever', async () => {
+    // Before: the client refused the answer at 16 MiB, the poll failed, and the next poll asked for
+    // the same page: the channel stopped at it for good.
+    const pad = 'p'.repeat(1024 * 1024);
+    const ids = Array.from({ length: 30 }, (_, i) => `big-${i}`);
+    api.addEvents(
+      CHANNEL,
+      ids.map((eventId) => channelEvent({ eventId, channelId: CHANNEL, 'x-pad': pad })),
+    );
+    for (const id of [ids[0]!, ids[29]!]) assert.deepEqual(await sinksOf(`call-${id}`), DELIVERED);
+    const limits = api.inboxRequests(CHANNEL).map((r) => Number(r.query.limit));
+    assert.ok(limits.includes(100) && limits.some((l) => l < 16), `page sizes asked: ${limits.join(' ')}`);
+  });
+
   /** The original a call's archived record keeps (`original`), found by its id in the archive folder. */
   async function archivedOriginal(callId: string): Promise<Record<string, any>> {
     const root = join(dir, 'archive');

@@ -29,6 +29,7 @@ import {
 } from '../src/model/channel-event.js';
 import { MAX_KEPT_DEPTH, TOO_DEEP_MARKER, withinDepth } from '../src/model/json-depth.js';
 import { UnprocessableJobError, classify } from '../src/errors.js';
+import { AnswerTooLargeError } from '../src/http-request.js';
 import { TelephonyApiError } from '../src/telephony/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import type { PollerSettings } from '../src/config/index.js';
@@ -138,6 +139,8 @@ class ChannelPoller {
   private readonly unreadLogged = new Set<string>();
   /** The positions read in the current run of full pages (read back to back): a repeat is a cycle. */
   private readonly runPositions = new Set<string>();
+  /** Events asked for per page: POLL_PAGE_SIZE, halved while a page is too large to read (then grown back). */
+  private pageSize: number;
   /** What this poller last reported in the channel's state record (queues/poller-state.ts). */
   private record: ChannelStateRecord | null = null;
   private recordWrite: Promise<void> = Promise.resolve();
@@ -152,6 +155,7 @@ class ChannelPoller {
     this.log = deps.log.child({ channel: channelId });
     this.now = deps.now ?? (() => new Date());
     this.random = deps.random ?? Math.random;
+    this.pageSize = settings.pageSize;
   }
 
   get state(): ChannelPollerState {
@@ -224,6 +228,16 @@ class ChannelPoller {
           this.log.warn('lost the channel lock while polling: another poller continues from the stored position');
           continue;
         }
+        if (error instanceof TelephonyApiError && error.cause instanceof AnswerTooLargeError && this.pageSize > 1) {
+          // A page larger than an answer may be (the client reads 16 MiB at most): the same page
+          // would be refused at every poll. Half as many events, at once.
+          this.pageSize = Math.max(1, Math.floor(this.pageSize / 2));
+          this.log.warn(
+            { reason: error.message, pageSize: this.pageSize },
+            'channel page too large to read: reading it in smaller pages',
+          );
+          continue;
+        }
         if (error instanceof TelephonyApiError && error.kind === 'auth') {
           this.stateValue = 'stopped';
           this.stopReason = error.message;
@@ -280,7 +294,7 @@ class ChannelPoller {
     const signal = AbortSignal.any([lease.signal, this.shutdown.signal]);
     const position = (await redis.get(cursorKey(prefix, this.channelId))) ?? undefined;
     const page = await client
-      .readChannelEvents(this.channelId, position, this.settings.pageSize, signal)
+      .readChannelEvents(this.channelId, position, this.pageSize, signal)
       .catch((err: unknown) => {
         if (lease.signal.aborted) throw new LeaseLostError();
         throw err;
@@ -380,7 +394,10 @@ class ChannelPoller {
     if (page.events.length > 0) {
       this.log.info({ events: page.events.length, accepted, duplicates, deadLettered, ignored }, 'channel page queued');
     }
-    const limit = Math.min(this.settings.pageSize, page.limit > 0 ? page.limit : this.settings.pageSize);
+    const asked = this.pageSize;
+    // A page that fit: the next may be larger again, up to POLL_PAGE_SIZE.
+    this.pageSize = Math.min(this.settings.pageSize, this.pageSize * 2);
+    const limit = Math.min(asked, page.limit > 0 ? page.limit : asked);
     // A full page means more are waiting; a position that did not move, or went back to one already
     // read in this run of full pages, would loop (reading the same pages back to back), so it waits.
     const full = page.events.length > 0 && page.events.length >= limit && page.position !== position;

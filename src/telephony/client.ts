@@ -6,7 +6,7 @@ import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import pRetry from 'p-retry';
 import { z } from 'zod';
 import { deadline } from '../deadline.js';
-import { answerHeadOf, httpRequest, redirectTarget, type HttpAnswer } from '../http-request.js';
+import { AnswerTooLargeError, answerHeadOf, httpRequest, redirectTarget, type HttpAnswer } from '../http-request.js';
 import type { Logger } from '../log.js';
 import { envEnum, envOptionalInt, envString, envUrl, type EnvOf, type EnvShape } from '../env-values.js';
 import { networkReason, requestCertainlyNotSent } from '../errors.js';
@@ -452,7 +452,11 @@ export class TelephonyApiClient implements TelephonyClient {
 /** A read that failed transiently (network, timeout, 5xx), not one whose answer did not match the spec. */
 function retriable(error: unknown): boolean {
   return (
-    error instanceof TelephonyApiError && error.kind === 'transient' && !(error instanceof ResponseValidationError)
+    error instanceof TelephonyApiError &&
+    error.kind === 'transient' &&
+    !(error instanceof ResponseValidationError) &&
+    // The same request gets the same answer, as large: its caller asks for less (workers/poller.ts).
+    !(error.cause instanceof AnswerTooLargeError)
   );
 }
 
