@@ -236,6 +236,35 @@ function wordsOf(text: string): string[] {
   return (text.match(WORD) ?? []).map((w) => w.toLowerCase());
 }
 
+/** The first `n` words of `text` (fewer when it has fewer), read no further. */
+function firstWords(text: string, n: number): string[] {
+  const words: string[] = [];
+  for (const m of text.matchAll(WORD)) {
+    words.push(m[0].toLowerCase());
+    if (words.length === n) break;
+  }
+  return words;
+}
+
+/**
+ * Adds to `found` each run of ECHO_WORDS words of `text` that is one of `grams` (the message's), in
+ * one pass and constant memory: a run is joined only when all its words are among `words`.
+ */
+function echoedGrams(text: string, words: Set<string>, grams: Set<string>, found: Set<string>): void {
+  const window: string[] = [];
+  let known = 0; // how many of the last words, in a row, are among `words`
+  for (const m of text.matchAll(WORD)) {
+    const word = m[0].toLowerCase();
+    window.push(word);
+    if (window.length > ECHO_WORDS) window.shift();
+    known = words.has(word) ? known + 1 : 0;
+    if (known >= ECHO_WORDS) {
+      const gram = window.join(' ');
+      if (grams.has(gram)) found.add(gram);
+    }
+  }
+}
+
 /**
  * Removes what `err`'s message echoes of the given values (`scrubEchoes`), from its stack too
  * (BullMQ keeps both). Anything but an Error, or one with nothing to remove, is answered as it is;
@@ -263,24 +292,36 @@ export function scrubEchoes(text: string, values: EchoValues): string {
   const decoded = texts.length > 0 || names.length > 0 ? decodeEscapes(text) : text;
   const numbers = numberPattern(values.numbers ?? []);
   const out = numbers ? asciiDigits(decoded).replace(numbers, maskDigitRun) : decoded;
-  const phrases = new Set<string>();
-  const lengths = new Set<number>();
-  for (const t of texts) {
-    const words = wordsOf(t);
-    if (words.length === 0 || words.join(' ').length < 3) continue;
-    const n = Math.min(ECHO_WORDS, words.length);
-    lengths.add(n);
-    for (let i = 0; i + n <= words.length; i++) phrases.add(words.slice(i, i + n).join(' '));
-  }
-  const nameWords = new Set<string>();
-  for (const name of names) for (const w of wordsOf(name)) if (w.length >= 2) nameWords.add(w);
-  if (phrases.size === 0 && nameWords.size === 0) return out;
-
   const spans = [...out.matchAll(WORD)].map((m) => ({
     start: m.index,
     end: m.index + m[0].length,
     word: m[0].toLowerCase(),
   }));
+  // The phrases of the texts that the message holds: a text's runs of 4 words are looked up among
+  // the message's, not collected (a transcript of a million words made a set of a million phrases,
+  // 200 MB and 3 s, at every failed attempt of its call).
+  const messageWords = new Set(spans.map((s) => s.word));
+  const messageGrams = new Set<string>();
+  for (let i = 0; i + ECHO_WORDS <= spans.length; i++)
+    messageGrams.add(
+      spans
+        .slice(i, i + ECHO_WORDS)
+        .map((s) => s.word)
+        .join(' '),
+    );
+  const phrases = new Set<string>();
+  const lengths = new Set<number>();
+  for (const t of texts) {
+    const head = firstWords(t, ECHO_WORDS);
+    if (head.length === 0 || head.join(' ').length < 3) continue;
+    lengths.add(head.length);
+    if (head.length < ECHO_WORDS) phrases.add(head.join(' '));
+    else if (messageGrams.size > 0) echoedGrams(t, messageWords, messageGrams, phrases);
+  }
+  const nameWords = new Set<string>();
+  for (const name of names) for (const w of wordsOf(name)) if (w.length >= 2) nameWords.add(w);
+  if (phrases.size === 0 && nameWords.size === 0) return out;
+
   const hit = spans.map((s) => nameWords.has(s.word));
   for (const n of lengths) {
     for (let i = 0; i + n <= spans.length; i++) {
