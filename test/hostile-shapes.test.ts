@@ -10,7 +10,8 @@ import { normalizeChannelEvent } from '../src/model/channel-event.js';
 import { normalizeHistoryEntry } from '../src/model/history.js';
 import { MAX_KEPT_DEPTH, TOO_DEEP_MARKER, withinDepth } from '../src/model/json-depth.js';
 import { assemblePushCall, parsePushEvent } from '../src/model/push.js';
-import { InvalidPayloadError } from '../src/model/webhook.js';
+import { InvalidPayloadError, readWebhook } from '../src/model/webhook.js';
+import { webhookPayload } from './support/calls.js';
 import { channelEvent } from './support/fake-telephony.js';
 
 /** `{"a":[[[…]]]}`-like: `depth` arrays nested inside the key `key` of `base` (JSON.parse copes with any depth). */
@@ -193,5 +194,42 @@ describe('a failed delivery of a call with a long transcript', () => {
       { cwd: new URL('..', import.meta.url), encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
     );
     assert.equal(out.trim(), 'HubSpot answered 400: "…" rejected (code 7)');
+  });
+});
+
+describe('webhook: a duration that cannot be the call between its start and its end', () => {
+  const read = (duration: unknown) =>
+    readWebhook(
+      webhookPayload('dur', (p) => (p.call.duration = duration)),
+      { agentId: 'a', receivedAt: new Date() },
+    );
+
+  test('longer than from start to end (1e300, 1.8e308, 1e29 s): the span is the duration, the field unread', () => {
+    // The fixture's call lasts 135 s from startTime to endTime. Before, 1e300 became the record's
+    // duration: HubSpot refused "1e+303" as hs_call_duration and Pipedrive its duration, each
+    // dead-lettering a call whose times were fine.
+    for (const duration of [1e300, 1.7976931348623157e308, 1.2345678901234568e29, 10_000_000]) {
+      const { call, unread } = read(duration);
+      assert.equal(call.durationSec, 135, String(duration));
+      assert.deepEqual(
+        unread.map((u) => u.pointer),
+        ['/call/duration'],
+        String(duration),
+      );
+    }
+  });
+
+  test('within a minute of the span, in seconds or milliseconds, or shorter (talk time): kept as sent', () => {
+    for (const [duration, seconds] of [
+      [135, 135],
+      [135_000, 135],
+      [190, 190],
+      [120, 120],
+      [0, 0],
+    ] as const) {
+      const { call, unread } = read(duration);
+      assert.equal(call.durationSec, seconds, String(duration));
+      assert.ok(!unread.some((u) => u.pointer === '/call/duration'), String(duration));
+    }
   });
 });

@@ -685,7 +685,14 @@ export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
     refuse([
       { pointer: '/call/endTime', detail: 'the call ends before it starts (endTime is earlier than startTime)' },
     ]);
-  const durationSec = durationSeconds(c.duration, startMs, endMs);
+  let durationSec = durationSeconds(c.duration, startMs, endMs);
+  // Longer than from its start to its end, it cannot be the call's (a shorter one may be its talk
+  // time): with both times known the duration is not needed, so it is read from them instead of
+  // refusing the call — before, `1e300` went to the CRMs as the duration, and each refused the call.
+  if (durationSec !== null && endMs !== null && durationSec * 1000 > endMs - startMs + CHUNK_TIME_SLACK_MS) {
+    durationSec = Math.round((endMs - startMs) / 1000);
+    unread.add(['call', 'duration'], 'longer than the call from its start to its end: read from those times');
+  }
   const endedMs = endMs ?? (durationSec !== null ? startMs + durationSec * 1000 : null);
   if (endedMs !== null && Math.abs(endedMs) > MAX_DATE_MS)
     refuse([{ pointer: '/call/duration', detail: 'the call would end past the last representable time' }]);
