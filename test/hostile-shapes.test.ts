@@ -12,7 +12,8 @@ import { MAX_KEPT_DEPTH, TOO_DEEP_MARKER, withinDepth } from '../src/model/json-
 import { assemblePushCall, parsePushEvent } from '../src/model/push.js';
 import { InvalidPayloadError, readWebhook } from '../src/model/webhook.js';
 import { webhookPayload } from './support/calls.js';
-import { channelEvent } from './support/fake-telephony.js';
+import { createTelephonyClient } from '../src/telephony/client.js';
+import { channelEvent, FakeTelephony } from './support/fake-telephony.js';
 
 /** `{"a":[[[…]]]}`-like: `depth` arrays nested inside the key `key` of `base` (JSON.parse copes with any depth). */
 function nestedIn(base: Record<string, unknown>, key: string, depth: number): Record<string, unknown> {
@@ -230,6 +231,36 @@ describe('webhook: a duration that cannot be the call between its start and its 
       const { call, unread } = read(duration);
       assert.equal(call.durationSec, seconds, String(duration));
       assert.ok(!unread.some((u) => u.pointer === '/call/duration'), String(duration));
+    }
+  });
+});
+
+describe("the API's answer with a byte-order mark", () => {
+  test('a channel page or a history page that begins with a BOM is read (as the ingress reads a webhook)', async () => {
+    // Before: JSON.parse met U+FEFF: "answered 200 with a body that is not JSON", at every poll of
+    // the page — the channel stopped there.
+    const api = await FakeTelephony.start();
+    try {
+      const client = createTelephonyClient({ baseUrl: api.url, auth: api.basicAuth, retries: 0 });
+      const event = channelEvent({ eventId: 'bom-1', channelId: 'ch1' });
+      api.inject({
+        on: 'events',
+        status: 200,
+        body: `\ufeff${JSON.stringify({ events: [event], position: 'p1' })}`,
+      });
+      const page = await client.readChannelEvents('ch1', undefined, 10);
+      assert.deepEqual(page.events, [event]);
+      api.inject({ on: 'history', status: 200, body: `\ufeff${JSON.stringify({ items: [], totalCount: 0 })}` });
+      const history = await client.readHistory({
+        types: ['CALL'],
+        from: '2026-01-01T00:00:00Z',
+        to: '2026-01-02T00:00:00Z',
+        offset: 0,
+        limit: 10,
+      });
+      assert.deepEqual(history, { items: [], totalCount: 0 });
+    } finally {
+      await api.close();
     }
   });
 });

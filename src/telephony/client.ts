@@ -387,7 +387,9 @@ export class TelephonyApiClient implements TelephonyClient {
       }
       if (!res.ok) throw this.answerFailure(operation, res);
       try {
-        return JSON.parse(res.text) as unknown;
+        // A byte-order mark before the JSON is not part of it (as the ingress reads a webhook):
+        // JSON.parse refused it, at every poll of the page.
+        return JSON.parse(res.text.startsWith('\ufeff') ? res.text.slice(1) : res.text) as unknown;
       } catch {
         throw new ResponseValidationError(operation, `answered ${res.status} with a body that is not JSON`);
       }
