@@ -250,6 +250,14 @@ describe("the API's answer with a byte-order mark", () => {
       });
       const page = await client.readChannelEvents('ch1', undefined, 10);
       assert.deepEqual(page.events, [event]);
+      // The page's `limit` is only an echo of what was asked: a value of another shape is not a reason
+      // to refuse the page (which the poller would read again, and again).
+      for (const limit of ['"10"', '1.5', '-3', '{"n":10}', '1e400', 'null']) {
+        const body = `${JSON.stringify({ events: [event], position: 'p1' }).slice(0, -1)},"limit":${limit}}`;
+        api.inject({ on: 'events', status: 200, body });
+        const odd = await client.readChannelEvents('ch1', undefined, 10);
+        assert.deepEqual(odd, { events: [event], limit: 10, position: 'p1' }, limit);
+      }
       api.inject({ on: 'history', status: 200, body: `\ufeff${JSON.stringify({ items: [], totalCount: 0 })}` });
       const history = await client.readHistory({
         types: ['CALL'],

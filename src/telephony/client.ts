@@ -64,7 +64,9 @@ export interface TelephonyClientOptions {
 
 const inboxSchema = z.looseObject({
   events: z.array(z.unknown()),
-  limit: z.number().int().nullish(),
+  // Only an echo of the limit asked for: read when it is a whole number above 0, else that limit. A
+  // value of another shape (`"100"`, `1.5`) refused the page, which the poller then read again forever.
+  limit: z.unknown().optional(),
   position: z.union([z.string(), z.number()]).transform(String),
 });
 
@@ -138,7 +140,12 @@ export class TelephonyApiClient implements TelephonyClient {
         operation,
         describeZodError(`ChannelInbox of channel ${channelId}`, parsed.error),
       );
-    return { events: parsed.data.events, limit: parsed.data.limit ?? limit, position: parsed.data.position };
+    const echoed = parsed.data.limit;
+    return {
+      events: parsed.data.events,
+      limit: Number.isSafeInteger(echoed) && (echoed as number) > 0 ? (echoed as number) : limit,
+      position: parsed.data.position,
+    };
   }
 
   /**
