@@ -7,7 +7,7 @@
 // last one to stop (its own file removed, no other user alive) shuts the server down. A process
 // that dies without stopping (SIGKILL) leaves the server running; the next callsync process finds
 // it through `server.json` and uses it (docs/operations.md "Redis on one machine").
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants, existsSync } from 'node:fs';
 import {
@@ -56,6 +56,57 @@ export class NoRedisError extends Error {
 /** How to get a Redis, in the one line callsync prints when it has none. */
 const INSTALL_HINT =
   'install redis-server (`apt install redis-server`, `brew install redis`) so callsync starts its own, run one (`docker run -d -p 127.0.0.1:6379:6379 redis:7`), or set REDIS_URL to yours';
+
+/**
+ * The oldest Redis callsync runs on: XPENDING's IDLE (the fan-out takes over what a dead worker
+ * left), SMISMEMBER (the notifications' opt-out) and the private Redis' optional bind address
+ * `-::1` came with 6.2. Ubuntu 22.04 and Debian 11 still install 6.0.
+ */
+const NEEDED_REDIS = '6.2';
+
+/** How to get a newer one, in the line callsync prints when a Redis is too old. */
+const UPGRADE_HINT =
+  "install a newer redis-server (Redis' own packages for Debian and Ubuntu at packages.redis.io, `brew install redis`) or point REDIS_SERVER_BIN at one, run one (`docker run -d -p 127.0.0.1:6379:6379 redis:7`), or set REDIS_URL to yours";
+
+/** Whether a Redis version (`6.0.16`, INFO's redis_version) is older than NEEDED_REDIS; false when it is no version. */
+function olderThanNeeded(version: string): boolean {
+  const [major, minor] = NEEDED_REDIS.split('.').map(Number) as [number, number];
+  const found = /^(\d+)\.(\d+)/.exec(version);
+  if (!found) return false;
+  const [hasMajor, hasMinor] = [Number(found[1]), Number(found[2])];
+  return hasMajor < major || (hasMajor === major && hasMinor < minor);
+}
+
+/**
+ * Why the Redis behind `client` (connected) cannot be callsync's, or null: older than NEEDED_REDIS
+ * (INFO's redis_version). Its commands would fail call by call instead (the fan-out's recovery of a
+ * dead worker's entries, every notification). An INFO refused (renamed by a managed Redis): not
+ * known, null.
+ */
+export async function redisVersionProblem(
+  client: { info(section: string): Promise<string> },
+  where: string,
+): Promise<string | null> {
+  const info = await client.info('server').catch(() => null);
+  const version = info === null ? undefined : /^redis_version:(\S+)/m.exec(info)?.[1];
+  if (version === undefined || !olderThanNeeded(version)) return null;
+  return `the Redis at ${where} is ${version} and callsync needs ${NEEDED_REDIS} or newer (XPENDING with IDLE, SMISMEMBER): upgrade it, or set REDIS_URL to another`;
+}
+
+/**
+ * Why the redis-server `bin` cannot be the private Redis, or null: it is older than callsync needs
+ * (`redis-server --version` says `Redis server v=6.0.16 …`). Before, Redis 6.0 refused the
+ * private config file's `-::1`, and the start failed with a line about a bind address.
+ */
+export async function serverBinProblem(bin: string): Promise<string | null> {
+  const version = await new Promise<string | null>((ok) =>
+    execFile(bin, ['--version'], { timeout: 5000 }, (err, stdout) =>
+      ok(err ? null : (/\bv=(\d+\.\d+\.\d+)/.exec(stdout)?.[1] ?? null)),
+    ),
+  );
+  if (version === null || !olderThanNeeded(version)) return null;
+  return `${bin} is Redis ${version} and callsync needs ${NEEDED_REDIS} or newer; ${UPGRADE_HINT}`;
+}
 
 interface LogLike {
   info(obj: object, msg: string): void;
@@ -518,6 +569,8 @@ async function runOrStart(
         // Another process may have started it between the look above and the lock.
         const again = (await runningServer(dir, password)) ?? (await awaitStarting(dir, password));
         if (again) return { server: again, started: false };
+        const tooOld = await serverBinProblem(bin);
+        if (tooOld) throw new NoRedisError(`no Redis: REDIS_URL is unset, ${probed}, and ${tooOld}`);
         return { server: await startServer(bin, dir, password, options.log), started: true };
       } finally {
         await unlock();

@@ -6,7 +6,8 @@ import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { startCallsync, type Callsync, type CallsyncOptions } from './callsync.js';
 import { createOperations, type Operations } from './operations.js';
-import { resolveRedis } from '../queues/private-redis.js';
+import { NoRedisError, redisVersionProblem, resolveRedis } from '../queues/private-redis.js';
+import { createRedis, describeRedis, STARTUP_REDIS_WAIT_MS, type RedisSettings } from '../queues/connection.js';
 import { limitHeapGrowth } from './heap.js';
 
 /** @internal Exported for its tests only (test/support/ops.ts). */
@@ -87,6 +88,29 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
 }
 
 /**
+ * Why the Redis of `settings` cannot be callsync's (older than it needs), asked on a connection of
+ * its own before any queue connects (BullMQ warns on each of an old one) or a job is taken; null
+ * when it is new enough, or not reached within STARTUP_REDIS_WAIT_MS (the start goes on: an outage
+ * at start is the spool's).
+ */
+async function versionProblem(settings: RedisSettings): Promise<string | null> {
+  const client = createRedis(settings, 'producer', {
+    lazyConnect: true,
+    connectTimeout: STARTUP_REDIS_WAIT_MS,
+    retryStrategy: () => null,
+  });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    return await redisVersionProblem(client, describeRedis(settings));
+  } catch {
+    return null;
+  } finally {
+    client.disconnect();
+  }
+}
+
+/**
  * `callsync start`: finds its Redis (the configured one; else the one answering at
  * REDIS_LOCAL_PROBE; else a private one it starts or shares, queues/private-redis.ts), runs until
  * SIGTERM / SIGINT, then exits with the shutdown's code. No Redis and no redis-server to start:
@@ -145,6 +169,11 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
       'no Redis configured (REDIS_URL unset): sharing the private Redis another callsync process started',
     );
   const config: Config = { ...configured, redis: redis.settings };
+  const tooOld = await versionProblem(config.redis);
+  if (tooOld) {
+    await release();
+    throw new NoRedisError(tooOld);
+  }
   // OTEL_EXPORTER_OTLP_ENDPOINT set: one trace per call (src/telemetry.ts); else nothing is loaded.
   if (await startTracing(process.env)) log.info('OpenTelemetry traces on (OTEL_EXPORTER_OTLP_ENDPOINT)');
   try {

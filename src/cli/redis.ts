@@ -2,7 +2,14 @@
 // Made by the same factory as callsync's own (one Redis, a cluster or Sentinel; password, TLS).
 import { createRedis, describeRedis, type RedisClient, type RedisSettings } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
-import { findRedisServer, NoRedisError, resolveRedis, type RedisOrigin } from '../../queues/private-redis.js';
+import {
+  findRedisServer,
+  NoRedisError,
+  redisVersionProblem,
+  resolveRedis,
+  serverBinProblem,
+  type RedisOrigin,
+} from '../../queues/private-redis.js';
 
 export class CliFailure extends Error {
   constructor(message: string) {
@@ -61,7 +68,7 @@ export interface RedisReach {
 
 /**
  * Connects to the Redis callsync would use (never starting one) and says which it is. A private
- * Redis that is not running is no problem when redis-server is there to start it.
+ * Redis that is not running is no problem when redis-server is there to start it (and new enough).
  */
 export async function reachRedis(config: Config): Promise<RedisReach> {
   let resolved;
@@ -70,7 +77,11 @@ export async function reachRedis(config: Config): Promise<RedisReach> {
   } catch (err) {
     if (!(err instanceof NoRedisError)) throw err;
     const local = config.redis.local;
-    if (local && (await findRedisServer(local.serverBin)) !== null) {
+    const bin = local ? await findRedisServer(local.serverBin) : null;
+    // One that `callsync start` would refuse to start is no answer either.
+    const tooOld = bin === null ? null : await serverBinProblem(bin);
+    if (tooOld) return { origin: null, where: 'none', url: null, problem: `no usable redis-server: ${tooOld}` };
+    if (local && bin !== null) {
       return {
         origin: 'private',
         where: `private, not running (\`callsync start\` starts it in ${local.dir})`,
@@ -84,12 +95,14 @@ export async function reachRedis(config: Config): Promise<RedisReach> {
   const where = resolved.origin === 'configured' ? `configured, ${url}` : resolved.where;
   try {
     const redis = await connectRedisTo(resolved.settings);
+    let tooOld: string | null;
     try {
       await redis.ping();
+      tooOld = await redisVersionProblem(redis, url);
     } finally {
       redis.disconnect();
     }
-    return { origin: resolved.origin, where: `${where}: answers`, url, problem: null };
+    return { origin: resolved.origin, where: `${where}: answers`, url, problem: tooOld };
   } catch (err) {
     return {
       origin: resolved.origin,
