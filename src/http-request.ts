@@ -55,8 +55,8 @@ export interface AnswerHead {
 }
 
 /**
- * The answer's body was larger than `maxBodyBytes`.
- * @internal Exported for its tests only (test/http-request.test.ts).
+ * The answer's body was larger than `maxBodyBytes`. The telephony client does not retry it (the same
+ * request gets it again); the poller asks for a smaller page (workers/poller.ts).
  */
 export class AnswerTooLargeError extends Error {
   constructor(
