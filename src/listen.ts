@@ -178,9 +178,31 @@ function admit(server: Server, admission: Admission, limits: ServerLimits, error
   });
 }
 
+/** The settings a port and address came from (`PORT`, `HOST`), for the line a failed listen ends the start with. */
+export interface ListenSettings {
+  port: string;
+  host: string;
+}
+
+/**
+ * A listen that failed, said with the setting to change: `PORT=3000 is taken (listen EADDRINUSE: …)`.
+ * Before, Node's line alone (`listen EADDRINUSE: address already in use 0.0.0.0:3000`) named no variable.
+ */
+function listenFailure(err: NodeJS.ErrnoException, port: number, host: string, names: ListenSettings): Error {
+  const why =
+    err.code === 'EADDRINUSE'
+      ? `${names.port}=${port} is taken: another process listens there (stop it, or set ${names.port} to a free port)`
+      : err.code === 'EACCES'
+        ? `${names.port}=${port} is not allowed to this user (ports below 1024 need privileges: set ${names.port} to 1024 or above)`
+        : err.code === 'EADDRNOTAVAIL' || err.code === 'ENOTFOUND' || err.code === 'EAI_AGAIN'
+          ? `${names.host}=${host} is no address of this machine (0.0.0.0 listens on all)`
+          : null;
+  return why === null ? err : Object.assign(new Error(`${why} (${err.message})`), { code: err.code });
+}
+
 export async function listen(
   fetch: Parameters<typeof serve>[0]['fetch'],
-  at: { port: number; host: string; limits?: ServerLimits; errorBody?: ErrorBody },
+  at: { port: number; host: string; limits?: ServerLimits; errorBody?: ErrorBody; settings?: ListenSettings },
 ): Promise<Listening> {
   const limits = at.limits ?? {};
   const shortest = Math.min(limits.headersTimeoutMs ?? 60_000, limits.requestTimeoutMs ?? 300_000);
@@ -197,7 +219,9 @@ export async function listen(
       { fetch, port: at.port, hostname: at.host, serverOptions: at.limits ? serverOptions : undefined },
       () => resolve(s as Server),
     ) as Server;
-    s.once('error', reject);
+    s.once('error', (err: NodeJS.ErrnoException) =>
+      reject(at.settings ? listenFailure(err, at.port, at.host, at.settings) : err),
+    );
   });
   if (limits.keepAliveTimeoutMs !== undefined) server.keepAliveTimeout = limits.keepAliveTimeoutMs;
   if (limits.maxConnections !== undefined) server.maxConnections = limits.maxConnections;

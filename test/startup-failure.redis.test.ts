@@ -190,7 +190,11 @@ describe('callsync start exits when it cannot start', () => {
         LOG_LEVEL: 'info',
       });
       assert.equal(r.code, 1, `exit code; stderr:\n${r.stderr}`);
-      assertOneLine(r.stderr, /^callsync start: start failed: .*EADDRINUSE/);
+      // The setting to change is named (before: only Node's "listen EADDRINUSE: … 127.0.0.1:N").
+      assertOneLine(
+        r.stderr,
+        /^callsync start: start failed: OPS_PORT=\d+ is taken: another process listens there \(stop it, or set OPS_PORT to a free port\) \(listen EADDRINUSE: address already in use 127\.0\.0\.1:\d+\)$/,
+      );
       assert.doesNotMatch(r.stdout, /workers started/, 'no worker started');
       assert.ok(await call.left(), 'the waiting call was not read by a fan-out');
     } finally {
@@ -206,13 +210,26 @@ describe('callsync start exits when it cannot start', () => {
     try {
       const r = await start({ PORT: String((blocker.address() as AddressInfo).port), LOG_LEVEL: 'info' });
       assert.equal(r.code, 1, `exit code; stderr:\n${r.stderr}`);
-      assertOneLine(r.stderr, /^callsync start: start failed: .*EADDRINUSE/);
+      assertOneLine(
+        r.stderr,
+        /^callsync start: start failed: PORT=\d+ is taken: .*set PORT to a free port.*EADDRINUSE/,
+      );
       assert.doesNotMatch(r.stdout, /workers started/, 'no worker started');
       assert.ok(await call.left(), 'the waiting call was not read by a fan-out');
     } finally {
       call.close();
       blocker.close();
     }
+  });
+
+  test('HOST an address this machine does not have: exit 1, HOST named', async () => {
+    // 192.0.2.1: TEST-NET-1 (RFC 5737), never a local address.
+    const r = await start({ HOST: '192.0.2.1', CALLSYNC_ROLE: 'ingress' });
+    assert.equal(r.code, 1, `exit code; stderr:\n${r.stderr}`);
+    assertOneLine(
+      r.stderr,
+      /^callsync start: start failed: HOST=192\.0\.2\.1 is no address of this machine \(0\.0\.0\.0 listens on all\) \(listen EADDRNOTAVAIL: .*\)$/,
+    );
   });
 });
 

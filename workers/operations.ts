@@ -174,7 +174,13 @@ export function createOperations(options: OperationsOptions): Operations {
       const root = new Hono();
       root.use('*', requestContext({ log }), gate.middleware, readyzDetail);
       root.route('/', ops.app);
-      http = await listen(root.fetch, { port, host, errorBody: errorBodyText });
+      http = await listen(root.fetch, {
+        port,
+        host,
+        errorBody: errorBodyText,
+        // OPS_HOST defaults to HOST: the one the address came from, by its value.
+        settings: { port: 'OPS_PORT', host: host === config.http.host ? 'HOST' : 'OPS_HOST' },
+      });
       log.info({ url: http.url }, 'ops server listening (/healthz, /readyz, /metrics, /admin/queues)');
     },
     watchFanOut(stalled) {

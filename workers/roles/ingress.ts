@@ -134,6 +134,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
     const http = await listen(app.fetch, {
       port: config.http.port,
       host: config.http.host,
+      settings: { port: 'PORT', host: 'HOST' },
       limits: {
         // A slow sender is cut off (408) instead of holding a connection for Node's default 300 s.
         requestTimeoutMs: config.http.requestTimeoutMs,
