@@ -515,6 +515,34 @@ export async function resolveRedis(settings: RedisSettings, options: ResolveOpti
         : 'redis-server is not on PATH';
     throw new NoRedisError(`no Redis: REDIS_URL is unset, ${probed} and ${what}; ${INSTALL_HINT}`);
   }
+  try {
+    return await usePrivate(dir, rest, bin, probed, options);
+  } catch (err) {
+    throw inFolder(err, dir);
+  }
+}
+
+/** System calls on files: an error of one of these while the private Redis is prepared is its folder's. */
+const FILE_CALLS = new Set(['access', 'chmod', 'link', 'mkdir', 'open', 'read', 'scandir', 'stat', 'unlink', 'write']);
+
+/**
+ * A file error in the private Redis' folder said with the folder and the setting that chose it:
+ * a full disk's `ENOSPC: no space left on device, write` named no path at all.
+ */
+function inFolder(err: unknown, dir: string): unknown {
+  const { syscall, code } = err as NodeJS.ErrnoException;
+  if (!(err instanceof Error) || syscall === undefined || !FILE_CALLS.has(syscall)) return err;
+  return Object.assign(new Error(`the private Redis' folder ${dir} (DATA_DIR/redis): ${err.message}`), { code });
+}
+
+/** The private Redis of `dir`: the folder prepared, this process a user, the server found or started. */
+async function usePrivate(
+  dir: string,
+  rest: Omit<RedisSettings, 'local'>,
+  bin: string | null,
+  probed: string,
+  options: ResolveOptions,
+): Promise<ResolvedRedis> {
   await mkdir(dir, { recursive: true, mode: 0o700 });
   // The folder holds the password and the append-only file (every call, the privacy key): this
   // user's only, also when it existed before (mkdir's mode is for a folder it creates; Redis writes

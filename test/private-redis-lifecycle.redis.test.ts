@@ -246,3 +246,75 @@ describe(
     );
   },
 );
+
+describe('a DATA_DIR the private Redis cannot use: one line naming its folder', () => {
+  let dir: string;
+  let env: NodeJS.ProcessEnv;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-redis-folder-'));
+    env = {
+      ...process.env,
+      REDIS_URL: '',
+      REDIS_LOCAL_PROBE: `127.0.0.1:${await freePort()}`,
+      ARCHIVE_DIR: join(dir, 'archive'),
+      SPOOL_DIR: join(dir, 'spool'),
+      PORT: '0',
+      OPS_PORT: 'off',
+    };
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('DATA_DIR under a file: exit 1, the folder named', async () => {
+    await writeFile(join(dir, 'a-file'), '');
+    const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(process.execPath, [BIN, 'start'], {
+        env: { ...env, DATA_DIR: join(dir, 'a-file') },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      });
+      let stderr = '';
+      child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+      child.once('exit', (code) => resolve({ code, stderr }));
+    });
+    assert.equal(r.code, 1, r.stderr);
+    assert.equal(
+      r.stderr,
+      `callsync start: start failed: the private Redis' folder ${join(dir, 'a-file', 'redis')} (DATA_DIR/redis): ENOTDIR: not a directory, mkdir '${join(dir, 'a-file', 'redis')}'\n`,
+    );
+  });
+
+  test(
+    'DATA_DIR on a full disk: exit 1, the folder named (the error alone named no path)',
+    {
+      skip:
+        spawnSync('unshare', ['--mount', 'true']).status === 0
+          ? false
+          : 'unshare --mount is not permitted here (needs root)',
+    },
+    async () => {
+      const disk = join(dir, 'disk');
+      // A small file system of its own (a mount namespace), filled up before callsync starts.
+      const script = `set -e
+mkdir -p ${JSON.stringify(disk)}
+mount -t tmpfs -o size=64k tmpfs ${JSON.stringify(disk)}
+dd if=/dev/zero of=${JSON.stringify(join(disk, 'fill'))} bs=1k count=128 2>/dev/null || true
+mkdir -p ${JSON.stringify(join(disk, 'data', 'redis'))}
+exec ${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} start`;
+      const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+        const child = spawn('unshare', ['--mount', 'sh', '-c', script], {
+          env: { ...env, DATA_DIR: join(disk, 'data') },
+          stdio: ['ignore', 'ignore', 'pipe'],
+        });
+        let stderr = '';
+        child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+        child.once('exit', (code) => resolve({ code, stderr }));
+      });
+      assert.equal(r.code, 1, r.stderr);
+      assert.equal(
+        r.stderr,
+        `callsync start: start failed: the private Redis' folder ${join(disk, 'data', 'redis')} (DATA_DIR/redis): ENOSPC: no space left on device, write\n`,
+      );
+    },
+  );
+});
