@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -184,6 +185,13 @@ describe('docker-compose.yml', () => {
     );
     assert.equal(s.worker.ports, undefined);
     assert.equal(s.poller.ports, undefined);
+  });
+
+  test('the containers listen on all their interfaces whatever .env says (HOST set by the file, not from .env)', () => {
+    // Before: HOST=127.0.0.1 in a .env written for `npm start` on the host reached the containers
+    // (env_file), and the published webhook answered nothing — while the healthcheck said healthy.
+    for (const role of ['ingress', 'worker', 'poller'])
+      assert.equal(interpolate(String(s[role].environment.HOST), { HOST: '127.0.0.1' }), '0.0.0.0', role);
   });
 
   test('workers scale: no fixed container name, no host port', () => {
@@ -436,5 +444,32 @@ describe('bin/healthcheck.js', () => {
       }),
       (err: { code: number }) => err.code === 1,
     );
+  });
+
+  test('asks the address the server listens on: HOST (OPS_HOST for the ops server) when it is one address', async () => {
+    // Before: always 127.0.0.1, so a container listening on its own address only was "unhealthy".
+    const script = new URL('bin/healthcheck.js', root).pathname;
+    const healthz = createHttpServer((req, res) => res.writeHead(req.url === '/healthz' ? 200 : 404).end());
+    await new Promise<void>((resolve) => healthz.listen(0, '127.0.0.2', resolve));
+    const port = String((healthz.address() as AddressInfo).port);
+    try {
+      const ingress = await run(process.execPath, [script], {
+        env: { ...process.env, CALLSYNC_ROLE: 'ingress', HOST: '127.0.0.2', PORT: port, OPS_PORT: '', OPS_HOST: '' },
+      });
+      assert.equal(ingress.stderr, '');
+      const worker = await run(process.execPath, [script], {
+        env: { ...process.env, CALLSYNC_ROLE: 'worker', HOST: '0.0.0.0', OPS_HOST: '127.0.0.2', OPS_PORT: port },
+      });
+      assert.equal(worker.stderr, '');
+      // HOST on every interface: asked on loopback, where nothing listens on that port here.
+      await assert.rejects(
+        run(process.execPath, [script], {
+          env: { ...process.env, CALLSYNC_ROLE: 'ingress', HOST: '0.0.0.0', PORT: port, OPS_PORT: '' },
+        }),
+        (err: { code: number }) => err.code === 1,
+      );
+    } finally {
+      await new Promise((resolve) => healthz.close(resolve));
+    }
   });
 });
