@@ -25,6 +25,7 @@ import { numberSpellings } from '../src/model/phone.js';
 import { maskDigitRuns, scrubEchoes } from '../src/redact.js';
 import { maskPhone } from '../src/log.js';
 import { backoffDelay } from '../src/backoff.js';
+import { decimal } from '../src/env-values.js';
 
 type TimelineEvent =
   | 'received'
@@ -954,7 +955,7 @@ export function parseCallQuery(
   if (status !== undefined && !(STATUSES as readonly string[]).includes(status))
     throw new CallQueryError('status', `must be one of ${STATUSES.join(', ')}, got "${status}"`);
   const limitText = text('limit');
-  const limit = limitText === undefined ? 50 : Number(limitText);
+  const limit = limitText === undefined ? 50 : decimal(limitText);
   if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
     throw new CallQueryError('limit', `must be a whole number from 1 to 1000, got "${limitText}"`);
   const number = text('number');

@@ -130,6 +130,14 @@ describe('help', () => {
         ['backfill', '--from', '2026-10-01', '--to', '2026-10-02', '--page-size', '0'],
         /--page-size must be a whole number from 1 to 1000/,
       ],
+      // Decimal digits only: Number() reads 1e2 as 100 and 0x10 as 16, " 5" as 5.
+      [
+        ['backfill', '--from', '2026-10-01', '--to', '2026-10-02', '--page-size', '1e2'],
+        /--page-size must be a whole number from 1 to 1000/,
+      ],
+      [['dlq', 'list', '--limit', '0x10'], /--limit must be a whole number >= 1/],
+      [['dlq', 'list', '--limit', '1e3'], /--limit must be a whole number >= 1/],
+      [['calls', '--since', '2h', '--limit', '0x10'], /limit must be a whole number from 1 to 1000/],
       [['replay', '--from', '2026-10-01', '--to', '2026-10-02'], /--sink is required/],
       [['replay', '--from', '2026-10-01', '--to', '2026-02-30', '--sink', 'x'], /--to must be a day YYYY-MM-DD/],
       [['replay', '--from', '2026-10-03', '--to', '2026-10-02', '--sink', 'x'], /--from must not be after --to/],

@@ -2,6 +2,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, loadConfig, type Config } from '../config/index.js';
 import { createLogger } from '../log.js';
+import { decimal } from '../env-values.js';
 import type { Logger } from 'pino';
 import { liveProcesses, printConfig } from './check-config.js';
 import { dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
@@ -355,7 +356,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (action === undefined || !['list', 'retry', 'purge'].includes(action))
         throw new UsageError('expected list, retry or purge');
       if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
-      const limit = values.limit === undefined ? 50 : Number(values.limit);
+      const limit = values.limit === undefined ? 50 : decimal(values.limit as string);
       if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit must be a whole number >= 1');
       const call = values.call as string | undefined;
       if (call !== undefined && action !== 'list')
@@ -443,7 +444,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const from = isoOption('from', values.from as string | undefined);
       const to = isoOption('to', values.to as string | undefined);
-      const pageSize = values['page-size'] === undefined ? 100 : Number(values['page-size']);
+      const pageSize = values['page-size'] === undefined ? 100 : decimal(values['page-size'] as string);
       if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 1000)
         throw new UsageError('--page-size must be a whole number from 1 to 1000');
       const config = configFrom(io.env);
