@@ -4,6 +4,8 @@
 // endpoint), endpoint names and the retry schedule. Behind the real queues: webhook-endpoints.test.ts.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, afterEach, before, beforeEach, describe, it } from 'node:test';
 import { Webhook } from 'standardwebhooks';
 import { describeConfig } from '../src/cli/check-config.js';
@@ -153,6 +155,43 @@ describe('webhook sink', () => {
       .deliver(sampleCall('c-8'), deps.ctx())
       .catch((e: unknown) => e);
     assert.ok(e3 instanceof PermanentError && /answered 400: unknown field callId/.test(e3.message));
+  });
+
+  it('a 2xx is delivered whatever its body: too large, or cut off after the status (never sent again)', async () => {
+    // The receiver took the message with its 2xx; what it says after is not needed. Read as a failed
+    // request, the retry sent the same message again and again (each answered the same way).
+    let posts = 0;
+    const big = 'x'.repeat(17 * 1024 * 1024);
+    const server = createServer((req, res) => {
+      posts++;
+      req.resume();
+      req.on('end', () => {
+        if (req.url === '/big') {
+          res.writeHead(200, { 'content-type': 'text/plain' });
+          res.end(big);
+        } else {
+          res.writeHead(202, { 'content-type': 'application/json', 'content-length': '1000' });
+          res.write('{"ok":');
+          setTimeout(() => res.destroy(), 20);
+        }
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      for (const path of ['/big', '/cut']) {
+        posts = 0;
+        const s = sink({ urls: [`${base}${path}`] });
+        const call = sampleCall(`c-2xx${path.slice(1)}`);
+        const result = await s.deliver(call, deps.ctx(1));
+        assert.match(String(result.refs?.webhookId), /^msg_/, path);
+        await s.deliver(call, deps.ctx(2));
+        assert.equal(posts, 1, `${path}: delivered once, remembered`);
+      }
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 
   it('bare payload without envelope; raw only when asked', async () => {

@@ -19,7 +19,7 @@ import {
   TransientError,
 } from '../../errors.js';
 import { deadline } from '../../deadline.js';
-import { httpRequest, redirectTarget, type AnswerHeaders, type HttpAnswer } from '../../http-request.js';
+import { answerHeadOf, httpRequest, redirectTarget, type AnswerHeaders, type HttpAnswer } from '../../http-request.js';
 import { redactRemoteText } from '../../redact.js';
 import { crmAuthFailures, crmRateLimited, crmRequests } from './metrics.js';
 
@@ -72,6 +72,12 @@ export interface CrmRequest {
    * too) or only this job (an endpoint with a limit of its own, e.g. HubSpot's search).
    */
   rateLimitScope?: 'queue' | 'job' | ((answer: CrmAnswer) => 'queue' | 'job');
+  /**
+   * The status alone answers this request (a signed webhook's receiver took the message with its
+   * 2xx): an answer whose body is too large or cut off after the status line is returned with no
+   * body, instead of failing the request (its retry would send the message again).
+   */
+  statusOnly?: boolean;
   signal?: AbortSignal;
 }
 
@@ -127,9 +133,13 @@ export class CrmHttp {
       // A redirect is answered as it is (reported below), never followed: it would resend the body elsewhere.
       res = await httpRequest(url, { method: req.method, headers, body: payload, signal });
     } catch (err) {
-      crmRequests.inc({ sink, crm, status: 'network' });
-      if (req.signal?.aborted) throw new TransientError(`${what} abandoned: worker shutting down`, { cause: err });
-      throw errorFromNetwork(what, err);
+      const head = req.statusOnly ? answerHeadOf(err) : undefined;
+      if (head === undefined) {
+        crmRequests.inc({ sink, crm, status: 'network' });
+        if (req.signal?.aborted) throw new TransientError(`${what} abandoned: worker shutting down`, { cause: err });
+        throw errorFromNetwork(what, err);
+      }
+      res = { status: head.status, ok: head.status >= 200 && head.status < 300, headers: head.headers, text: '' };
     } finally {
       limit.clear();
     }

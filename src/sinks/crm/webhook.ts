@@ -392,6 +392,8 @@ export class WebhookSink implements Sink {
       headers,
       signal,
       accept: DISABLING,
+      // The receiver's 2xx is the delivery; a body too large or cut off after it changes nothing.
+      statusOnly: true,
     });
     if (answer.status < 300) return;
     const url = new URL(endpoint.url);
