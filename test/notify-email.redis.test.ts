@@ -102,14 +102,35 @@ describe('email sink: what the SMTP server receives', () => {
         'The caller asked to move her dentist appointment to Friday morning.',
         '',
         'Key points:',
-        '- Appointment moved to Friday 9:00',
-        '- Caller prefers SMS confirmation',
+        '• Appointment moved to Friday 9:00',
+        '• Caller prefers SMS confirmation',
         '',
         'Topics: appointment, rescheduling',
       ].join('\n'),
     );
     assert.match(m.html ?? '', /white-space: pre-wrap">incoming call from \+492116355340/);
-    assert.match(m.html ?? '', /- Caller prefers SMS confirmation/);
+    assert.match(m.html ?? '', /• Caller prefers SMS confirmation/);
+  });
+
+  test('the default text has no empty headings: a summary without key points or topics, a call without agent', async () => {
+    const s = await summaryMail();
+    const base = sampleCall('c-bare');
+    await s.deliver(call('c-bare', { agentId: null, summary: { ...base.summary!, keyPoints: [], topics: [] } }), ctx());
+    await s.deliver(call('c-nothing', { summary: null }), ctx());
+    const [withSummary, without] = smtp.messages.map((m) => m.text?.replace(/\r\n/g, '\n').trim());
+    assert.equal(
+      withSummary,
+      [
+        'incoming call from +492116355340 to +4921155550100',
+        'When: 2026-04-08 12:00 (Europe/Berlin), duration 2 min 15 s',
+        'Outcome: answered',
+        '',
+        'Summary:',
+        base.summary!.content,
+      ].join('\n'),
+    );
+    assert.doesNotMatch(without ?? '', /Summary:|Key points:|Topics:/);
+    assert.match(without ?? '', /^Agent: agent-1$/m);
   });
 
   test("the default subject leads with the call's headline when it has one (assist.callHeadline)", async () => {

@@ -45,9 +45,11 @@ export const TEMPLATE_VARS = [
   'topics',
   'answers',
   'answersList',
+  'summarySection',
   'keyPointsSection',
   'topicsLine',
   'answersSection',
+  'agentLine',
   'recordingCount',
   'hasTranscript',
   'transcriptKey',
@@ -157,6 +159,7 @@ export function templateVars(call: CanonicalCall, opts: TemplateVarsOptions = {}
       })),
     ),
   );
+  const summary = call.summary?.content.trim() ?? '';
   const answersList = answers.map((a) => `${a.question}: ${a.answer}`).join('\n');
   const transcriptRef = opts.transcript ? opts.transcript.url || opts.transcript.key : '';
 
@@ -190,13 +193,14 @@ export function templateVars(call: CanonicalCall, opts: TemplateVarsOptions = {}
     owner: call.owner ?? '',
     users: userDisplayNames(call),
     contactName: opts.contactName ?? '',
-    summary: call.summary?.content.trim() ?? '',
+    summary,
     keyPoints: keyPoints.map((p) => `- ${p.trim()}`).join('\n'),
     keyPointsList: bullet(keyPoints),
     topics,
     answers,
     answersList,
     // Ready-made blocks that are '' when empty, so a default body has no dangling headings.
+    summarySection: summary !== '' ? `Summary:\n${summary}` : '',
     keyPointsSection: keyPoints.length > 0 ? `Key points:\n${bullet(keyPoints)}` : '',
     topicsLine: topics.length > 0 ? `Topics: ${topics.join(', ')}` : '',
     answersSection: answers.length > 0 ? `Answers:\n${answersList}` : '',
@@ -206,6 +210,7 @@ export function templateVars(call: CanonicalCall, opts: TemplateVarsOptions = {}
     transcriptJsonKey: opts.transcript?.jsonKey ?? '',
     transcriptUrl: opts.transcript?.url ?? '',
     transcriptLine: transcriptRef ? `Transcript: ${transcriptRef}` : '',
+    agentLine: call.agentId ? `Agent: ${call.agentId}` : '',
   };
   const aliases = Object.fromEntries(
     Object.entries(TEMPLATE_ALIASES).map(([old, name]) => [old, vars[name]]),

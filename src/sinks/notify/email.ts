@@ -27,15 +27,13 @@ const SUBJECT_MAX = 250;
 const DEFAULT_TEXT = `{{direction}} call from {{caller}} to {{callee}}
 When: {{dateTime}} ({{timeZone}}), duration {{duration}}
 Outcome: {{outcome}}
-Agent: {{agentId}}
+{{agentLine}}
 
-Summary:
-{{summary}}
+{{summarySection}}
 
-Key points:
-{{keyPoints}}
+{{keyPointsSection}}
 
-Topics: {{topics}}`;
+{{topicsLine}}`;
 
 const emailOptionsSchema = z.strictObject({
   /** Sender. Default: SMTP_FROM. */
