@@ -599,6 +599,19 @@ describe('hubspot sink', () => {
     assert.equal(props?.hs_call_body, '<b>a &lt; b &amp; c</b><br>\nappointment, rescheduling');
   });
 
+  it('a body longer than HubSpot takes is cut to its 65,536 characters, between whole characters and entities', async () => {
+    // HubSpot refuses a text property over 65,536 characters (knowledge.hubspot.com, "Property field
+    // types in HubSpot", updated 2024-03-14): the call was dead-lettered for a long summary.
+    const long = 'a & b 😀 '.repeat(12_000);
+    await sink().deliver(sampleCall('c-long', { patch: (p) => (p.assist.summary.content = long) }), deps.ctx());
+    const body = [...fake.calls.values()][0]?.properties.hs_call_body ?? '';
+    assert.ok(body.length <= 65_536, `${body.length} characters`);
+    assert.ok(body.length > 60_000, `${body.length} characters: cut near the limit, not emptied`);
+    assert.match(body, /…$/);
+    assert.doesNotMatch(body, /&[a-z#0-9]*…$/, 'no entity cut in half');
+    assert.doesNotMatch(body, /[\ud800-\udbff]…$/, 'no emoji cut in half');
+  });
+
   it('rejects a template with an unknown field and an unknown status when the config is parsed', () => {
     assert.throws(
       () => hubspotSinkType.options.parse({ bodyTemplate: '{{sumary}}' }),

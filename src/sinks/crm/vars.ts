@@ -47,15 +47,37 @@ export function callVars(call: CanonicalCall, opts: CallVarsOptions): TemplateVa
  * template's own markup stays, line breaks become `<br>`, and runs of empty lines (from empty
  * values) collapse so an absent summary leaves no gap.
  */
-export function renderHtmlBody(template: string, vars: Record<string, unknown>): string {
+export function renderHtmlBody(template: string, vars: Record<string, unknown>, max = BODY_MAX): string {
   const text = renderTemplate(template, vars, { escape: escapeHtml });
-  return text
-    .split('\n')
-    .map((l) => l.trimEnd())
-    .join('\n')
-    .replace(/\n{3,}/g, '\n\n')
-    .trim()
-    .replace(/\n/g, '<br>\n');
+  return cutHtml(
+    text
+      .split('\n')
+      .map((l) => l.trimEnd())
+      .join('\n')
+      .replace(/\n{3,}/g, '\n\n')
+      .trim()
+      .replace(/\n/g, '<br>\n'),
+    max,
+  );
+}
+
+/**
+ * Longest body in UTF-16 units: HubSpot refuses a text property longer than 65,536 characters
+ * (knowledge.hubspot.com, "Property field types in HubSpot", updated 2024-03-14), and a refused body
+ * dead-lettered the call. Pipedrive names no limit for an activity's note; the same bound is kept.
+ */
+const BODY_MAX = 65_536;
+
+/**
+ * HTML cut to at most `max` UTF-16 units with an ellipsis: never inside a character (a surrogate
+ * pair), an entity (`&amp;`) or a tag (`<br>`). Tags the template opened stay open; the CRM closes them.
+ */
+function cutHtml(html: string, max: number): string {
+  if (html.length <= max) return html;
+  let head = html.slice(0, max - 1);
+  if (/[\ud800-\udbff]$/.test(head)) head = head.slice(0, -1);
+  head = head.replace(/&[A-Za-z0-9#]{0,32}$/, '').replace(/<[^<>]*$/, '');
+  return `${head.trimEnd()}…`;
 }
 
 /** Renders a one-line title: values as text, on one line, cut to `max` characters (`oneLine`). */
