@@ -489,6 +489,65 @@ routes:
     assert.equal(dry.code, 0, dry.err);
   });
 
+  test('backfill without --sink refuses when a route would send the old calls to a notification sink without maxAge', async () => {
+    // The routes fan the history calls out like any other: a "missed calls get an SMS" route texted
+    // the callers of every missed call of the range, weeks later.
+    const write = async (name: string, routes: string) => {
+      const path = join(dir, name);
+      await writeFile(
+        path,
+        `
+sinks:
+${S3_ARCHIVE_SINK_YAML}  texts: { type: sms, smsId: s0, message: "Sorry we missed your call" }
+  mail: { type: email, to: team@example.com }
+  recent: { type: sms, smsId: s0, message: "Sorry we missed your call", maxAge: 6h }
+routes:
+  - to: [archive]
+${routes}`,
+      );
+      return path;
+    };
+    const run = async (configPath: string, extra: string[] = []) => {
+      const out: string[] = [];
+      const err: string[] = [];
+      const argv = ['backfill', '--from', '2026-10-09', '--to', '2026-10-10', '--dry-run', ...extra];
+      const code = await runCli(argv, {
+        env: { ...env, CALLSYNC_CONFIG: configPath, SMTP_URL: 'smtp://127.0.0.1:2525', SMTP_FROM: 'a@example.com' },
+        out: (l) => out.push(l),
+        err: (l) => err.push(l),
+      });
+      return { code, err: err.join('\n') };
+    };
+    const requests = api.requests.length;
+    const missed = await run(
+      await write(
+        'routes-missed.yaml',
+        '  - name: missed calls\n    when: { outcome: missed }\n    to: [texts, recent]\n',
+      ),
+    );
+    assert.equal(missed.code, 2, missed.err);
+    assert.match(
+      missed.err,
+      /route "missed calls" sends the history's calls to sink "texts" \(sms\), which has no maxAge/,
+    );
+    assert.doesNotMatch(missed.err, /"recent"/, 'a sink with maxAge skips old calls itself');
+    const any = await run(await write('routes-any.yaml', '  - to: mail\n'));
+    assert.equal(any.code, 2, any.err);
+    assert.match(any.err, /route 2 sends the history's calls to sink "mail" \(email\)/);
+    assert.equal(api.requests.length, requests, 'the history was not read');
+    // Routes that cannot take a history call: other sources only, or calls with a summary (a
+    // history entry has none). And --sink skips the routes.
+    for (const routes of [
+      '  - when: { source: [ai-agent, channel, push], outcome: missed }\n    to: texts\n',
+      '  - when: { hasSummary: true }\n    to: [mail, texts]\n',
+    ]) {
+      const r = await run(await write('routes-ok.yaml', routes));
+      assert.equal(r.code, 0, `${routes}: ${r.err}`);
+    }
+    const direct = await run(await write('routes-direct.yaml', '  - to: texts\n'), ['--sink', 'archive']);
+    assert.equal(direct.code, 0, direct.err);
+  });
+
   test('a vCon posted to the AI-agent route is accepted as a call and archived with its .vcon.json beside it', async () => {
     const vcon = {
       uuid: '019f15a6-a752-826f-b9a2-279e0d16bc46',

@@ -12,7 +12,7 @@ import { optOut } from './opt-out.js';
 import { resume } from './resume.js';
 import { progressOf } from './progress.js';
 import { replay } from './replay.js';
-import { checkSink } from './sink-queue.js';
+import { checkBackfillRoutes, checkSink } from './sink-queue.js';
 import { CliFailure, connectRedis, connectRedisTo, reachRedis } from './redis.js';
 import { migrateKeys, sourceSettings } from './migrate-keys.js';
 import { sendSample } from './send-sample.js';
@@ -449,6 +449,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         throw new UsageError('--page-size must be a whole number from 1 to 1000');
       const config = configFrom(io.env);
       const sink = values.sink === undefined ? undefined : checkSink(config, values.sink as string, 'backfill');
+      if (sink === undefined) checkBackfillRoutes(config);
       const dryRun = values['dry-run'] === true;
       const redis = dryRun ? null : await connectRedis(config);
       try {

@@ -8,7 +8,9 @@ import { Queue } from 'bullmq';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys } from '../../queues/keys.js';
 import type { Config } from '../config/index.js';
-import type { CanonicalCall } from '../model/call.js';
+import { DIRECTIONS, OUTCOMES, type CanonicalCall } from '../model/call.js';
+import { normalizeHistoryEntry } from '../model/history.js';
+import { sinksFor } from '../routing/router.js';
 import { defaultJobOptions, JobName, sinkJobId, sinkQueueName, type SinkDeliverJob } from '../../queues/registry.js';
 import { callForSink } from '../privacy/job-data.js';
 import { UsageError } from './io.js';
@@ -86,4 +88,39 @@ export function checkSink(config: Config, name: string, command: 'backfill' | 'r
       `--sink: sink "${name}" (${sink.type}) has no maxAge: ${command} would send a message for every old call of the range. Give it a maxAge (e.g. 6h: older calls are skipped) or pick another sink`,
     );
   return name;
+}
+
+/**
+ * Without `--sink`, backfill's calls go through the routes like every other call: refused when a
+ * route can send one to a notification sink without `maxAge` (a "missed calls get an SMS" route
+ * would text the callers of every missed call of the range, weeks later). Which routes can take a
+ * history call is asked of the router itself, with a call of every direction, outcome and with and
+ * without a recording (what a history entry can vary in; it never has a summary or an agent).
+ */
+export function checkBackfillRoutes(config: Config): void {
+  const base = normalizeHistoryEntry(
+    { id: 'probe', type: 'CALL', created: '2026-01-01T00:00:00Z', direction: 'INCOMING' },
+    { receivedAt: new Date(0) },
+  );
+  const reached = new Map<string, string>();
+  for (const direction of DIRECTIONS)
+    for (const outcome of OUTCOMES)
+      for (const recordings of [[], [{ downloadUrl: '/probe', type: 'call_recorder' as const }]]) {
+        const probe: CanonicalCall = { ...base, direction, outcome, recordings };
+        for (const [i, route] of config.routes.entries()) {
+          for (const name of sinksFor([route], probe)) {
+            const sink = config.sinks[name];
+            if (!sink || !NOTIFICATION_TYPES.has(sink.type) || reached.has(name)) continue;
+            if ((sink.options as { maxAge?: unknown }).maxAge !== undefined) continue;
+            reached.set(
+              name,
+              `route ${route.name ? `"${route.name}"` : i + 1} sends the history's calls to sink "${name}" (${sink.type}), which has no maxAge`,
+            );
+          }
+        }
+      }
+  if (reached.size > 0)
+    throw new UsageError(
+      `${[...reached.values()].join('; ')}: each old call would be a message now. Give the sink a maxAge (e.g. 6h: older calls are skipped), keep history out of the route (when: { source: [ai-agent, channel, push] }), or backfill with --sink NAME for each sink you want`,
+    );
 }
