@@ -151,7 +151,8 @@ Options:
 
 Pages through the platform's call history (GET /history, type CALL, created in [from, to)) and
 accepts each entry as a call of source "history" through the inbound log, deduplicated like every
-other source and routed like them. An interrupted run continues where it stopped (a cursor per
+other source and routed like them (refused when a route would send them to an sms or email sink
+without maxAge). An interrupted run continues where it stopped (a cursor per
 range in Redis under <QUEUE_PREFIX>:backfill:...); a finished range can be run again (its calls
 are then duplicates within DEDUPE_WINDOW_SECONDS). Needs the telephony API (TELEPHONY_API_URL).
 A progress bar on a terminal, a line per page otherwise.
