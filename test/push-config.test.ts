@@ -53,8 +53,20 @@ test('form bodies: repeated [] fields become lists, origCallId is read, bad even
   assert.deepEqual(e.lists.user, ['A', 'B']);
   assert.deepEqual(e.lists.userId, ['w0', 'w1']);
   assert.equal(e.fields.originalCallId, 'c0');
-  for (const bad of ['', 'event=newCall', 'callId=c1', 'event=ring&callId=c1', 'event=newCall&callId=a%20b'])
+  for (const bad of ['', 'event=newCall', 'callId=c1', 'event=&callId=c1', 'event=newCall&callId=a%20b'])
     assert.throws(() => parsePushEvent(bad), InvalidPayloadError, bad);
+});
+
+test('an event callsync does not know is taken and not stored, reported unread: it identifies no call of ours', () => {
+  // Before: 400 for `event=ring` — an event type the platform adds (or one of another product)
+  // was answered as an error on every call.
+  const e = parsePushEvent('event=ringing&callId=c1&direction=sideways');
+  assert.equal(e.event, 'other');
+  assert.equal(e.callId, 'c1');
+  assert.equal(e.fields.event, 'ringing', 'kept as sent');
+  assert.deepEqual(unreadPushFields(e), [
+    { field: 'event', pointer: '/event', detail: 'expected newCall, answer, hangup or dtmf; not stored' },
+  ]);
 });
 
 test('a direction callsync cannot read does not refuse the event: read as absent (in), reported unread, kept as sent', () => {

@@ -371,15 +371,20 @@ describe('Push API source', () => {
     assert.equal(closed[0]!.outcome, 'unknown');
   });
 
-  test('bad input: not a form, an unknown event, no call id, not UTF-8, too large; dtmf stores nothing', async () => {
+  test('bad input: not a form, no event, no call id, not UTF-8, too large; dtmf stores nothing', async () => {
     const asJson = await post('{"event":"newCall"}', { contentType: 'application/json' });
     assert.equal(asJson.status, 415);
-    const unknown = await post('event=ringing&callId=x1');
-    assert.equal(unknown.status, 400);
+    const none = await post('callId=x1');
+    assert.equal(none.status, 400);
     assert.equal(
-      ((await unknown.json()) as { errors: { source: { pointer: string } }[] }).errors[0]!.source.pointer,
+      ((await none.json()) as { errors: { source: { pointer: string } }[] }).errors[0]!.source.pointer,
       '/event',
     );
+    // An event of a kind callsync does not know is taken and not stored (as dtmf).
+    const unknown = await post('event=ringing&callId=x1');
+    assert.equal(unknown.status, 200);
+    assert.match(await unknown.text(), /<Response\/>\n$/);
+    assert.equal(await redis.exists(`${prefix}:push:x1`), 0);
     assert.equal((await post('event=answer')).status, 400);
     assert.equal((await post('event=answer&callId=a%2Fb')).status, 400);
     const latin1 = Buffer.from('event=newCall&callId=enc-1&from=M\xfcller', 'latin1');

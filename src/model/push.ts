@@ -7,7 +7,8 @@ import { toE164 } from './phone.js';
 import { InvalidPayloadError } from './webhook.js';
 
 const PUSH_EVENTS = ['newCall', 'answer', 'hangup', 'dtmf'] as const;
-type PushEventName = (typeof PUSH_EVENTS)[number];
+/** `other`: an event of a kind callsync does not know (its name as sent in `fields.event`). */
+type PushEventName = (typeof PUSH_EVENTS)[number] | 'other';
 
 /** One event as sent: single fields as strings, the `[]` fields (`user[]`, …) as lists. */
 export interface PushEvent {
@@ -43,13 +44,15 @@ export function parsePushEvent(body: string): PushEvent {
   }
   // Older senders name it origCallId (the library renames it too).
   if (fields.origCallId !== undefined && fields.originalCallId === undefined) fields.originalCallId = fields.origCallId;
+  // An event of a kind callsync does not know is taken (and not stored): only a missing one refuses.
   const event = fields.event;
-  if (!(PUSH_EVENTS as readonly string[]).includes(event ?? ''))
+  if (event === undefined || event.trim() === '')
     throw new InvalidPayloadError('/event', `expected event ${PUSH_EVENTS.join(', ')}`);
   const callId = fields.callId;
   if (callId === undefined || !CALL_ID.test(callId))
     throw new InvalidPayloadError('/callId', 'expected a call id (1-200 of A-Z a-z 0-9 . _ : @ -)');
-  return { event: event as PushEventName, callId, fields, lists };
+  const known = (PUSH_EVENTS as readonly string[]).includes(event);
+  return { event: known ? (event as PushEventName) : 'other', callId, fields, lists };
 }
 
 /** `in` or `out` in any case (`IN`), also `incoming`/`outgoing`; null for anything else. */
@@ -72,6 +75,8 @@ function pushDirection(value: string | undefined): 'in' | 'out' | null {
  * once by the ingress. A direction it cannot read is taken as `in`, as a missing one.
  */
 export function unreadPushFields(e: PushEvent): { field: string; pointer: string; detail: string }[] {
+  if (e.event === 'other')
+    return [{ field: 'event', pointer: '/event', detail: 'expected newCall, answer, hangup or dtmf; not stored' }];
   if (e.event === 'dtmf' || e.fields.direction === undefined || pushDirection(e.fields.direction) !== null) return [];
   return [{ field: 'direction', pointer: '/direction', detail: 'expected in or out' }];
 }

@@ -103,7 +103,7 @@ export class PushAssembly {
    * `late`: the call's events expired before this one came (see above); nothing was recorded.
    */
   async recordEvent(event: PushEvent): Promise<{ call: CanonicalCall | null; late: boolean }> {
-    if (event.event === 'dtmf') return { call: null, late: false };
+    if (event.event === 'dtmf' || event.event === 'other') return { call: null, late: false };
     const now = this.now();
     const flat = (await this.redis.eval(
       RECORD,
