@@ -614,14 +614,21 @@ ${routes}`,
       ['I need an appointment.', 'Tuesday at ten?'],
     );
     assert.deepEqual(written.analysis.find((a: { type: string }) => a.type === 'topics').body, ['appointment']);
-    // A vCon that cannot be a call is a 400 with the spec's error body, never a 5xx.
+    // Only the uuid refuses a vCon: a 400 with the spec's error body, never a 5xx. A dialog without
+    // a start is read as absent: the call is taken.
     const bad = await postJson(`${cs.url}/webhooks/ai-agent/agent-v`, {
-      uuid: 'x',
+      uuid: ' ',
       parties: [],
       dialog: [{ type: 'text' }],
     });
     assert.equal(bad.status, 400);
-    assert.match(JSON.stringify(bad.body), /dialog\/0\/start/);
+    assert.match(JSON.stringify(bad.body), /"pointer":"\/uuid"/);
+    const odd = await postJson(`${cs.url}/webhooks/ai-agent/agent-v`, {
+      uuid: 'x-odd',
+      parties: [],
+      dialog: [{ type: 'text' }],
+    });
+    assert.equal(odd.status, 202, JSON.stringify(odd.body));
   });
 
   test('the S3 store lists every key across ListObjectsV2 pages (continuation tokens)', async () => {

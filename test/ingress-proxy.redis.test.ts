@@ -11,6 +11,7 @@ import { forwardedAddress, resolveClient } from '../src/ingress/middleware/ip-al
 import { requestContext } from '../src/ops/request-context.js';
 import { InboundLog } from '../queues/inbound.js';
 import type { Config } from '../src/config/index.js';
+import { SourceRefusal, type Source } from '../src/sources/types.js';
 import { minimalPayload } from './support/calls.js';
 import { memoryLog } from './support/callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
@@ -314,10 +315,11 @@ describe('refusal log lines', () => {
     await cleanupPrefix(prefix);
   });
 
-  const setup = (over: Partial<Config['webhook']> = {}) => {
+  const setup = (over: Partial<Config['webhook']> = {}, sources?: Source[]) => {
     const memory = memoryLog('info');
     const app = createIngressApp({
       webhook: webhook(over),
+      ...(sources ? { sources } : {}),
       acceptor,
       ready: async () => true,
       log: memory.log,
@@ -422,10 +424,19 @@ describe('refusal log lines', () => {
   });
 
   test('many problems: the body lists twenty, the last says how many more', async () => {
-    const { post } = setup();
-    // A call-data webhook can no longer have that many (only its required fields refuse it); a vCon
-    // whose 50 parties are not objects can.
-    const res = await post({ vcon: '0.0.1', uuid: 'many', parties: Array.from({ length: 50 }, (_, i) => i) });
+    // The built-in sources refuse a call only for the few fields that identify it; a source of one's
+    // own (src/sources, a plugin) may name fifty problems.
+    const strict: Source = {
+      name: 'strict',
+      paths: ['/webhooks/strict'],
+      body: 'json',
+      receive: async () => {
+        const problems = Array.from({ length: 50 }, (_, i) => ({ pointer: `/parties/${i}`, detail: 'not a party' }));
+        throw new SourceRefusal(400, problems[0]!.detail, problems[0]!.pointer, problems);
+      },
+    };
+    const { post } = setup({}, [strict]);
+    const res = await post({ parties: [] }, {}, '/webhooks/strict');
     assert.equal(res.status, 400);
     const body = (await res.json()) as any;
     assert.equal(body.errors.length, 20);

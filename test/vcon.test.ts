@@ -113,7 +113,8 @@ describe('vCon posted in', () => {
   test('round trip: parties, transcript, summary, key points and topics come back', () => {
     const call = withTranscript();
     const vcon = JSON.parse(JSON.stringify(renderVcon(call))) as Record<string, unknown>;
-    const back = normalizeVcon(vcon, { agentId: 'agent-1', receivedAt });
+    const { call: back, unread } = normalizeVcon(vcon, { agentId: 'agent-1', receivedAt });
+    assert.deepEqual(unread, [], 'a vCon callsync wrote is read whole');
     assert.equal(back.source, 'ai-agent');
     assert.equal(back.callId, vcon.uuid);
     assert.equal(back.key, `ai-agent:agent-1:${String(vcon.uuid)}`);
@@ -139,50 +140,89 @@ describe('vCon posted in', () => {
     assert.equal((renderVcon(back) as { uuid: string }).uuid, vcon.uuid);
   });
 
-  test('a vCon that cannot be a call is refused with pointers to the problems', () => {
-    const bad = { uuid: '', parties: ['x'], dialog: [{ type: 'text' }], analysis: {} };
+  test('only the uuid refuses a vCon: what callsync cannot read elsewhere is read as absent and reported', () => {
+    // Before: a 400 for a bad created_at, a party that is not an object, an analysis that is not a
+    // list, a dialog without a start or with a duration beyond reason — none of them identifies the call.
     assert.throws(
-      () => normalizeVcon(bad, { agentId: null, receivedAt }),
-      (e: unknown) =>
-        e instanceof InvalidPayloadError &&
-        JSON.stringify(e.problems.map((p) => p.pointer)) ===
-          JSON.stringify(['/uuid', '/parties/0', '/analysis', '/dialog/0/start']),
+      () => normalizeVcon({ uuid: '', parties: [] }, { agentId: null, receivedAt }),
+      (e: unknown) => e instanceof InvalidPayloadError && e.pointer === '/uuid',
+    );
+    const odd = {
+      uuid: 'u-odd',
+      created_at: 'yesterday',
+      parties: ['x', { tel: '+4915112345678' }],
+      dialog: [
+        { type: 'text' },
+        'hello',
+        { type: 'text', start: '2026-10-05T09:00:00Z', duration: 1e300, originator: 1, body: 'kept' },
+        { type: 'text', start: '2026-10-05T09:00:05Z', duration: 5, originator: 0, body: 'read' },
+      ],
+      analysis: {},
+    };
+    const { call, unread } = normalizeVcon(odd, { agentId: null, receivedAt });
+    assert.equal(call.callId, 'u-odd');
+    assert.equal(call.from, null);
+    assert.equal(call.to, '+4915112345678');
+    assert.equal(call.startedAt, '2026-10-05T09:00:00.000Z');
+    assert.deepEqual(
+      call.transcript?.chunks.map((c) => [c.speaker, c.content]),
+      [
+        ['callee', 'kept'],
+        ['caller', 'read'],
+      ],
+    );
+    assert.equal(call.summary, null);
+    assert.deepEqual(call.raw, odd, 'kept as sent');
+    assert.deepEqual(
+      unread.map((u) => [u.field, u.pointer]),
+      [
+        ['/created_at', '/created_at'],
+        ['/parties/*', '/parties/0'],
+        ['/analysis', '/analysis'],
+        ['/dialog/*/start', '/dialog/0/start'],
+        ['/dialog/*', '/dialog/1'],
+        ['/dialog/*/duration', '/dialog/2/duration'],
+      ],
+    );
+    for (const detail of unread.map((u) => u.detail)) assert.doesNotMatch(detail, /yesterday|hello/, 'never the value');
+    // A dialog list that is not a list, and no dates at all: the call starts when it came.
+    const bare = normalizeVcon({ uuid: 'u-bare', parties: [], dialog: 'none' }, { agentId: null, receivedAt });
+    assert.equal(bare.call.startedAt, receivedAt.toISOString());
+    assert.deepEqual(
+      bare.unread.map((u) => u.field),
+      ['/dialog'],
     );
   });
 
-  test('durations beyond reason and dates beyond range are a 400, never a crash; many dialogs are fine', () => {
+  test('durations beyond reason and dates beyond range are read as absent, never a crash; many dialogs are fine', () => {
     const base = { uuid: 'u-1', parties: [{}, {}] };
     for (const duration of [-1, 1e300, 'long', null]) {
-      assert.throws(
-        () =>
-          normalizeVcon(
-            { ...base, dialog: [{ type: 'text', start: '2026-10-05T09:00:00Z', duration }] },
-            { agentId: null, receivedAt },
-          ),
-        (e: unknown) => e instanceof InvalidPayloadError && e.pointer === '/dialog/0/duration',
+      const { call, unread } = normalizeVcon(
+        { ...base, dialog: [{ type: 'text', start: '2026-10-05T09:00:00Z', duration }] },
+        { agentId: null, receivedAt },
       );
+      assert.equal(call.endedAt, '2026-10-05T09:00:00.000Z', String(duration));
+      assert.equal(unread[0]?.pointer, '/dialog/0/duration', String(duration));
     }
-    assert.throws(
-      () =>
-        normalizeVcon(
-          { ...base, dialog: [{ type: 'text', start: '+275760-09-13T00:00:00Z', duration: 600000 }] },
-          { agentId: null, receivedAt },
-        ),
-      InvalidPayloadError,
+    const edge = normalizeVcon(
+      { ...base, dialog: [{ type: 'text', start: '+275760-09-13T00:00:00Z', duration: 600000 }] },
+      { agentId: null, receivedAt },
     );
+    assert.equal(edge.call.startedAt, '+275760-09-13T00:00:00.000Z');
+    assert.equal(edge.unread[0]?.pointer, '/dialog/0/duration');
     const many = Array.from({ length: 150_000 }, (_, i) => ({
       type: 'text',
       start: new Date(Date.parse('2026-10-05T09:00:00Z') + i).toISOString(),
       body: 'x',
       encoding: 'none',
     }));
-    const call = normalizeVcon({ ...base, dialog: many }, { agentId: null, receivedAt });
+    const { call } = normalizeVcon({ ...base, dialog: many }, { agentId: null, receivedAt });
     assert.equal(call.transcript?.chunks.length, 150_000);
     assert.equal(call.startedAt, '2026-10-05T09:00:00.000Z');
   });
 
   test('base64url bodies and a transcript given only as analysis are read', () => {
-    const back = normalizeVcon(
+    const { call: back } = normalizeVcon(
       {
         uuid: '019f15a6-a752-826f-b9a2-279e0d16bc46',
         created_at: '2026-10-05T09:00:00Z',

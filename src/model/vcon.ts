@@ -16,7 +16,7 @@
 import { createHash } from 'node:crypto';
 import { callKey, type CanonicalCall, type Speaker, type TranscriptChunk } from './call.js';
 import { toE164 } from './phone.js';
-import { InvalidPayloadError, type PayloadProblem } from './webhook.js';
+import { InvalidPayloadError, type UnreadField } from './webhook.js';
 
 type Json = Record<string, unknown>;
 
@@ -68,52 +68,67 @@ function speakerOf(originator: unknown): Speaker {
   return originator === 0 ? 'caller' : originator === 1 ? 'callee' : 'unknown';
 }
 
-/** The vCon as a canonical call; InvalidPayloadError (a 400 at the ingress) when it cannot be one. */
-export function normalizeVcon(body: unknown, options: VconNormalizeOptions): CanonicalCall {
-  const problems: PayloadProblem[] = [];
+/** Collects the fields of a vCon callsync could not read, once per field (indexes as `*`). */
+class VconUnread {
+  readonly fields: UnreadField[] = [];
+  add(pointer: string, detail: string): void {
+    const field = pointer.replace(/\/\d+(?=\/|$)/g, '/*');
+    if (!this.fields.some((f) => f.field === field)) this.fields.push({ field, pointer, detail });
+  }
+}
+
+/**
+ * The vCon as a canonical call. Only its `uuid` (the call id) refuses it (InvalidPayloadError, a
+ * 400 at the ingress); any other value callsync cannot read — a date, a party, a dialog or its
+ * start or duration, the analysis list — is read as absent, kept as sent in `raw` and reported in
+ * `unread` (counted and logged once by the ingress, as for the platform's payload). A dialog without
+ * a readable start is left out of the transcript; a call without dates starts when it came.
+ */
+export function normalizeVcon(
+  body: unknown,
+  options: VconNormalizeOptions,
+): { call: CanonicalCall; unread: UnreadField[] } {
   if (!isObject(body)) throw new InvalidPayloadError('', 'a vCon is a JSON object');
   const uuid = body.uuid;
-  if (typeof uuid !== 'string' || uuid.trim() === '')
-    problems.push({ pointer: '/uuid', detail: 'required string missing' });
-  if (body.created_at !== undefined && dateOf(body.created_at) === null)
-    problems.push({ pointer: '/created_at', detail: 'not an RFC 3339 date-time' });
+  if (typeof uuid !== 'string' || uuid.trim() === '') throw new InvalidPayloadError('/uuid', 'required string missing');
+  const unread = new VconUnread();
+  const createdAt = dateOf(body.created_at);
+  if (body.created_at !== undefined && createdAt === null) unread.add('/created_at', 'not an RFC 3339 date-time');
   const parties = Array.isArray(body.parties) ? body.parties : [];
   parties.forEach((p, i) => {
-    if (!isObject(p)) problems.push({ pointer: `/parties/${i}`, detail: 'a party is an object' });
+    if (!isObject(p)) unread.add(`/parties/${i}`, 'a party is an object');
   });
-  const dialogs = body.dialog === undefined ? [] : body.dialog;
-  if (!Array.isArray(dialogs)) problems.push({ pointer: '/dialog', detail: 'must be an array' });
-  const analyses = body.analysis === undefined ? [] : body.analysis;
-  if (!Array.isArray(analyses)) problems.push({ pointer: '/analysis', detail: 'must be an array' });
-  const dialogList = Array.isArray(dialogs) ? dialogs : [];
-  dialogList.forEach((d, i) => {
-    if (!isObject(d)) problems.push({ pointer: `/dialog/${i}`, detail: 'a dialog is an object' });
-    else if (dateOf(d.start) === null)
-      problems.push({ pointer: `/dialog/${i}/start`, detail: 'required RFC 3339 date-time missing' });
-    else if (
-      d.duration !== undefined &&
-      !(typeof d.duration === 'number' && d.duration >= 0 && d.duration <= MAX_DURATION_S)
-    ) {
-      problems.push({
-        pointer: `/dialog/${i}/duration`,
-        detail: `must be a number of seconds from 0 to ${MAX_DURATION_S}`,
-      });
-    }
-  });
-  if (problems.length > 0) throw InvalidPayloadError.of(problems);
+  let dialogs: unknown[] = [];
+  if (Array.isArray(body.dialog)) dialogs = body.dialog;
+  else if (body.dialog !== undefined) unread.add('/dialog', 'must be an array');
+  let analyses: unknown[] = [];
+  if (Array.isArray(body.analysis)) analyses = body.analysis;
+  else if (body.analysis !== undefined) unread.add('/analysis', 'must be an array');
 
-  const dialogObjects = dialogList as Json[];
-  const starts = dialogObjects.map((d) => dateOf(d.start)!);
-  const ends = dialogObjects.map((d, i) => starts[i]! + (typeof d.duration === 'number' ? d.duration * 1000 : 0));
+  // The dialogs with a start, each with its start and end (ms); a duration that is not a number of
+  // seconds from 0 to a week, or that ends beyond the dates JSON can carry, is read as absent.
+  const dialogObjects: Json[] = [];
+  const starts: number[] = [];
+  const ends: number[] = [];
+  dialogs.forEach((d, i) => {
+    if (!isObject(d)) return unread.add(`/dialog/${i}`, 'a dialog is an object');
+    const start = dateOf(d.start);
+    if (start === null) return unread.add(`/dialog/${i}/start`, 'required RFC 3339 date-time missing');
+    let end = start;
+    if (d.duration !== undefined) {
+      const ok = typeof d.duration === 'number' && d.duration >= 0 && d.duration <= MAX_DURATION_S;
+      if (ok && !Number.isNaN(new Date(start + (d.duration as number) * 1000).getTime()))
+        end = start + (d.duration as number) * 1000;
+      else unread.add(`/dialog/${i}/duration`, `must be a number of seconds from 0 to ${MAX_DURATION_S}`);
+    }
+    dialogObjects.push(d);
+    starts.push(start);
+    ends.push(end);
+  });
   // Not Math.min(...starts): a vCon may hold more dialogs than a call's arguments can.
   const startMs =
-    starts.length > 0
-      ? starts.reduce((a, b) => Math.min(a, b))
-      : (dateOf(body.created_at) ?? options.receivedAt.getTime());
+    starts.length > 0 ? starts.reduce((a, b) => Math.min(a, b)) : (createdAt ?? options.receivedAt.getTime());
   const endMs = ends.length > 0 ? ends.reduce((a, b) => Math.max(a, b)) : null;
-  if (Number.isNaN(new Date(startMs).getTime()) || (endMs !== null && Number.isNaN(new Date(endMs).getTime()))) {
-    throw new InvalidPayloadError('/dialog', 'the dialogs end beyond the dates JSON can carry');
-  }
 
   const chunks: TranscriptChunk[] = [];
   dialogObjects.forEach((d, i) => {
@@ -123,7 +138,7 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
     const from = starts[i]! - startMs;
     chunks.push({ speaker: speakerOf(d.originator), startOffsetMs: from, endOffsetMs: ends[i]! - startMs, content });
   });
-  const analysisObjects = (analyses as unknown[]).filter(isObject);
+  const analysisObjects = analyses.filter(isObject);
   const byType = (type: string) => analysisObjects.find((a) => a.type === type);
   const summaryEntry = byType('summary');
   const summaryText = summaryEntry ? textBody(summaryEntry) : null;
@@ -144,8 +159,8 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
   const fromRaw = telOf(caller);
   const toRaw = telOf(callee);
   const incomplete = dialogObjects.some((d) => d.type === 'incomplete');
-  const callId = (uuid as string).trim();
-  return {
+  const callId = uuid.trim();
+  const call: CanonicalCall = {
     key: callKey('ai-agent', options.agentId, callId),
     source: 'ai-agent',
     callId,
@@ -180,6 +195,7 @@ export function normalizeVcon(body: unknown, options: VconNormalizeOptions): Can
     receivedAt: options.receivedAt.toISOString(),
     raw: body,
   };
+  return { call, unread: unread.fields };
 }
 
 /**

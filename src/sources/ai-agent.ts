@@ -1,5 +1,6 @@
 // Source `ai-agent`: the AI agent's call-data webhook (JSON), `POST /webhooks/ai-agent[/:agentId]`.
 // The payload's normalization lives in src/model/webhook.ts; this file is the HTTP side of it.
+import type { CanonicalCall } from '../model/call.js';
 import { isVcon, normalizeVcon } from '../model/vcon.js';
 import { InvalidPayloadError, readWebhook, type UnreadField } from '../model/webhook.js';
 import { defineSourceType, SourceRefusal, type Source } from './types.js';
@@ -15,22 +16,21 @@ export function aiAgentSource(): Source {
       const agentId = request.params.agentId ?? null;
       if (agentId !== null && !AGENT_ID.test(agentId))
         throw new SourceRefusal(400, 'agent id in the path is not valid');
-      let call;
-      let unread: UnreadField[] = [];
+      let read: { call: CanonicalCall; unread: UnreadField[] };
       try {
         // A vCon (IETF draft) on the same route becomes the same canonical call; so does the legacy
         // AI Assistant Webhook, recognised by its shape inside readWebhook.
         const body = request.json?.value;
-        if (isVcon(body)) call = normalizeVcon(body, { agentId, receivedAt: request.receivedAt });
-        else ({ call, unread } = readWebhook(body, { agentId, receivedAt: request.receivedAt }));
+        const options = { agentId, receivedAt: request.receivedAt };
+        read = isVcon(body) ? normalizeVcon(body, options) : readWebhook(body, options);
       } catch (err) {
         if (err instanceof InvalidPayloadError) throw new SourceRefusal(400, err.detail, err.pointer, err.problems);
         throw err;
       }
       return {
         // The payload is stored as received (normalizeWebhook keeps the parsed body as `raw`).
-        calls: [{ call, rawJson: request.json?.text }],
-        unread,
+        calls: [{ call: read.call, rawJson: request.json?.text }],
+        unread: read.unread,
         reply: ([result]) => {
           // `update` only on an update, `spooled` only when spooled: the plain answer stays `{id, duplicate}`.
           const body: { id: string; duplicate: boolean; update?: true; spooled?: true } = {
