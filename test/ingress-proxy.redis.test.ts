@@ -423,6 +423,19 @@ describe('refusal log lines', () => {
       assert.ok(!text.includes(secret), `${secret} in ${text}`);
   });
 
+  test('a huge agent id (part of the call key) is logged cut short on a duplicate, not in full', async () => {
+    const { post, lines } = setup();
+    const payload = minimalPayload(`huge-agent-${uniquePrefix()}`);
+    payload.call.agentId = 'agent-'.repeat(5_000);
+    assert.equal((await post(payload)).status, 202);
+    assert.equal((await post(payload)).status, 202);
+    const line = lines.find((l) => l.msg === 'duplicate webhook acknowledged');
+    assert.ok(line, 'the duplicate is logged');
+    const logged = String(line.agentId);
+    assert.ok(logged.length < 300, `${logged.length} characters of agent id in one log line`);
+    assert.match(logged, /^agent-agent-.*… \(30000 characters\)$/);
+  });
+
   test('many problems: the body lists twenty, the last says how many more', async () => {
     // The built-in sources refuse a call only for the few fields that identify it; a source of one's
     // own (src/sources, a plugin) may name fifty problems.

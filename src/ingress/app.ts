@@ -78,6 +78,14 @@ function listed(problems: Problem[]): Problem[] {
 }
 
 /**
+ * An id for a log line: an agent id is part of a call's key and may be as long as the body allows;
+ * past 200 characters it is cut, with its length (every duplicate wrote megabytes to the log).
+ */
+function shortId(id: string | null): string | null {
+  return id === null || id.length <= 200 ? id : `${id.slice(0, 200)}… (${id.length} characters)`;
+}
+
+/**
  * A refusal's detail fit for the logs: quoted text (values from the payload, JSON.parse's snippet
  * of the body) becomes "…", so no payload text or phone number reaches a log line.
  */
@@ -247,7 +255,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
           request.receivedAt.getTime(),
         );
       deps.events?.accepted?.(r.duplicate);
-      const fields = { jobId: r.id, source: source.name, agentId };
+      const fields = { jobId: r.id, source: source.name, agentId: shortId(agentId) };
       if (r.duplicate) requestLog(deps.log, c.get('requestId')).info(fields, 'duplicate webhook acknowledged');
       else if (r.update)
         requestLog(deps.log, c.get('requestId')).info(fields, 'changed call acknowledged as an update');
