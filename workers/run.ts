@@ -100,13 +100,18 @@ async function versionProblem(settings: RedisSettings): Promise<string | null> {
     retryStrategy: () => null,
   });
   client.on('error', () => undefined);
+  // Bounded as a whole: a Sentinel client keeps trying unreachable sentinels, its connect unsettled.
+  const asked = client.connect().then(() => redisVersionProblem(client, describeRedis(settings)));
   try {
-    await client.connect();
-    return await redisVersionProblem(client, describeRedis(settings));
+    return await Promise.race([
+      asked,
+      new Promise<null>((resolve) => setTimeout(resolve, STARTUP_REDIS_WAIT_MS, null).unref()),
+    ]);
   } catch {
     return null;
   } finally {
     client.disconnect();
+    asked.catch(() => undefined);
   }
 }
 
