@@ -266,17 +266,18 @@ describe('a DATA_DIR the private Redis cannot use: one line naming its folder', 
     await rm(dir, { recursive: true, force: true });
   });
 
-  test('DATA_DIR under a file: exit 1, the folder named', async () => {
-    await writeFile(join(dir, 'a-file'), '');
-    const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-      const child = spawn(process.execPath, [BIN, 'start'], {
-        env: { ...env, DATA_DIR: join(dir, 'a-file') },
-        stdio: ['ignore', 'ignore', 'pipe'],
-      });
+  /** `command` run to its end: its exit code and stderr. */
+  const ended = (command: string, args: string[], childEnv: NodeJS.ProcessEnv) =>
+    new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = spawn(command, args, { env: childEnv, stdio: ['ignore', 'ignore', 'pipe'] });
       let stderr = '';
       child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
       child.once('exit', (code) => resolve({ code, stderr }));
     });
+
+  test('DATA_DIR under a file: exit 1, the folder named', async () => {
+    await writeFile(join(dir, 'a-file'), '');
+    const r = await ended(process.execPath, [BIN, 'start'], { ...env, DATA_DIR: join(dir, 'a-file') });
     assert.equal(r.code, 1, r.stderr);
     assert.equal(
       r.stderr,
@@ -301,15 +302,7 @@ mount -t tmpfs -o size=64k tmpfs ${JSON.stringify(disk)}
 dd if=/dev/zero of=${JSON.stringify(join(disk, 'fill'))} bs=1k count=128 2>/dev/null || true
 mkdir -p ${JSON.stringify(join(disk, 'data', 'redis'))}
 exec ${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} start`;
-      const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-        const child = spawn('unshare', ['--mount', 'sh', '-c', script], {
-          env: { ...env, DATA_DIR: join(disk, 'data') },
-          stdio: ['ignore', 'ignore', 'pipe'],
-        });
-        let stderr = '';
-        child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-        child.once('exit', (code) => resolve({ code, stderr }));
-      });
+      const r = await ended('unshare', ['--mount', 'sh', '-c', script], { ...env, DATA_DIR: join(disk, 'data') });
       assert.equal(r.code, 1, r.stderr);
       assert.equal(
         r.stderr,
