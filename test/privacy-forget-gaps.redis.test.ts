@@ -22,6 +22,8 @@ import type { RedisClient } from '../queues/connection.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { loadConfig } from '../src/config/index.js';
 import { forget, parseTarget } from '../src/privacy/forget.js';
+import { parsePushEvent } from '../src/model/push.js';
+import { PushAssembly, pushCallKey } from '../src/sources/push-assembly.js';
 import { sweepRetention } from '../src/privacy/retention.js';
 import type { Sink } from '../src/sinks/types.js';
 import { recipientHash } from '../src/sinks/notify/ledger.js';
@@ -57,6 +59,22 @@ describe('forget <number> finds, by the timeline index, a call that spelled it +
     ({ target, conn, cs, env, prefix } = setup);
   });
   after(() => stopWebhookCallsync(setup));
+
+  test("a Push API call being assembled goes, also when its call id has a ':' (the API allows one)", async () => {
+    const assembly = new PushAssembly(conn, { prefix: target.keys(prefix).area('push'), timeoutMs: 3600_000 });
+    for (const callId of ['push-plain', 'push:with:colons', 'open'])
+      await assembly.recordEvent(
+        parsePushEvent(`event=newCall&callId=${callId}&from=491701234567&to=4921100000&direction=in`),
+      );
+    const keys = ['push-plain', 'push:with:colons', 'open'].map((id) =>
+      pushCallKey(target.keys(prefix).area('push'), id),
+    );
+    for (const key of keys) assert.equal(await conn.exists(key), 1, key);
+    const config = loadConfig(env);
+    await forget(config, conn, pino({ level: 'silent' }), { target: parseTarget(A, 'DE'), dryRun: false, crm: false });
+    for (const key of keys) assert.equal(await conn.exists(key), 0, `${key}: the caller's number is still there`);
+    assert.equal(await conn.zcard(`${target.keys(prefix).area('push')}:push:open`), 0, 'no open call left');
+  });
 
   test('the trunk-0 spelling is the number: its call, timeline and lookups go', async () => {
     const spelled = '+49 (0) 170 1234567';

@@ -43,6 +43,12 @@ import { eraseStreamEntries } from './stream-erase.js';
 import { CallTimeline } from '../../queues/timeline.js';
 import { globEscape, scanKeys } from '../../queues/scan.js';
 
+/**
+ * A Push call's events being assembled: a hash `…:push:<callId>` (src/sources/push-assembly.ts). A
+ * call id may hold `:` (the Push API allows it), so whatever follows `:push:` is the id.
+ */
+const isPushAssembly = (key: string, type: string): boolean => type === 'hash' && /:push:./.test(key);
+
 /** Who or what to forget. */
 export type ForgetTarget = { kind: 'number'; e164: string } | { kind: 'call'; callId: string };
 
@@ -456,7 +462,7 @@ class Forgetter {
         if (ids.length > 0) work.streamEntries.push({ key, ids });
         continue;
       }
-      if (type === 'hash' && /:push:[^:]+$/.test(key)) {
+      if (isPushAssembly(key, type)) {
         // A Push call being assembled: its events name the numbers.
         const text = Object.values(await this.redis.hgetall(key)).join('\n');
         if (this.keyRelated(key) || this.matches(text)) work.keys.push({ key, type, action: 'push' });
@@ -465,7 +471,7 @@ class Forgetter {
     }
     // With the calls known, the keys that name them or whose values mention them.
     for (const [key, type] of types) {
-      if (type === 'stream' || (type === 'hash' && /:push:[^:]+$/.test(key))) continue;
+      if (type === 'stream' || isPushAssembly(key, type)) continue;
       const action = await this.keyAction(key, type);
       if (action !== null) work.keys.push({ key, type, action });
     }
@@ -573,7 +579,7 @@ class Forgetter {
           this.count('opt-out list (kept as keyed hash)');
       } else if (action === 'push') {
         const callId = pushCallIdOfKey(key);
-        await this.redis.zrem(`${key.slice(0, key.lastIndexOf(':push:'))}:push:open`, callId);
+        await this.redis.zrem(`${key.slice(0, key.indexOf(':push:'))}:push:open`, callId);
         this.count('push assemblies', await this.redis.del(key));
       } else if (action === 'members') {
         this.count('other keys', await this.removeMembers(key, type));

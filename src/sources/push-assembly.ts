@@ -42,14 +42,16 @@ return redis.call('HGETALL', KEYS[1])`;
  * no call id, so no other call's). Before, a call named `open` wrote its events into that set:
  * refused with 503 for good, and, when no call was open, it made the set a hash and every Push
  * call after it 503 for a day.
+ * @internal Exported for its tests only (test/privacy-forget-gaps.redis.test.ts).
  */
-function pushCallKey(prefix: string, callId: string): string {
+export function pushCallKey(prefix: string, callId: string): string {
   return `${prefix}:push:${callId === 'open' ? '%open' : callId}`;
 }
 
 /** The call id of a hash `pushCallKey` named (`…:push:<callId>`, `…:push:%open`). */
 export function pushCallIdOfKey(key: string): string {
-  const id = key.slice(key.lastIndexOf(':push:') + ':push:'.length);
+  // The first `:push:`: a call id may hold `:` and even `push:` (the prefix holds neither).
+  const id = key.slice(key.indexOf(':push:') + ':push:'.length);
   return id === '%open' ? 'open' : id;
 }
 
