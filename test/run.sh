@@ -27,9 +27,10 @@ trap 'rm -f "$out"' EXIT
 replicated=$!
 # The tests that need no Redis in one process (test/unit.ts: a process per file spent ~1.5 s each
 # loading tsx and the code), then those that do, a process per file.
-TEST_PORT_RANGE=20000-21349 node --import tsx test/unit.ts
+ports=(env TEST_PORT_RANGE=20000-21349)
+"${ports[@]}" node --import tsx test/unit.ts
 unit=$?
-TEST_PORT_RANGE=20000-21349 "${run[@]}" test/*.redis.test.ts
+"${ports[@]}" "${run[@]}" test/*.redis.test.ts
 suite=$?
 [ "$unit" -eq 0 ] || suite=$unit
 echo "== the tests without Redis (one process): exit $unit"
