@@ -12,6 +12,7 @@ import { mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { alive } from './support/pids.js';
 
 const run = promisify(execFile);
 const ROOT = new URL('../', import.meta.url).pathname;
@@ -19,15 +20,6 @@ const namespaces = spawnSync('unshare', ['--net', 'true']).status === 0;
 
 let dir: string;
 let tree: string;
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'callsync-fresh-clone-'));

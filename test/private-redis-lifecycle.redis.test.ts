@@ -17,20 +17,12 @@ import { freePort } from './support/redis-server.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
 import { resolveRedis } from '../queues/private-redis.js';
 import { singleRedis } from '../queues/connection.js';
+import { alive } from './support/pids.js';
 
 const linux = process.platform === 'linux' && existsSync('/proc/self/cwd');
 const quiet = { info: () => undefined, warn: () => undefined };
 const PRIVATE_REDIS = new URL('../queues/private-redis.ts', import.meta.url).pathname;
 const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** The processes whose working folder is `dir`: the redis-servers of that folder. */
 async function serversIn(dir: string): Promise<number[]> {

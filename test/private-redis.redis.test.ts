@@ -22,18 +22,10 @@ import { freePort } from './support/redis-server.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
 import { resolveRedis } from '../queues/private-redis.js';
 import { singleRedis } from '../queues/connection.js';
+import { alive } from './support/pids.js';
 
 const run = promisify(execFile);
 const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 async function archivedJson(dir: string): Promise<string[]> {
   const out: string[] = [];
