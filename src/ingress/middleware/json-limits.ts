@@ -18,8 +18,8 @@ export interface JsonLimits {
 
 /**
  * The spec's payload nests 8 levels (assist.callScenarios[].smartAnswers[].setItems[].question) and
- * its longest list is a transcript's chunks: about 2,500 for a two-hour call, 5 values each. These
- * defaults are far beyond that (100,000 chunks are ~11 hours of word-by-word chunks), and far below
+ * its longest list is a transcript's chunks: about 2,200 for a three-hour call (chunks of ~5 s), 5
+ * values each. These defaults are far beyond that (100,000 chunks are ~11 hours of word-by-word chunks), and far below
  * what overflows a stack (a few thousand levels) or makes one job's JSON a gigabyte of heap.
  * @internal Exported for its tests only (test/ingress-edge.redis.test.ts).
  */
