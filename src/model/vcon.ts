@@ -16,7 +16,7 @@
 import { createHash } from 'node:crypto';
 import { callKey, type CanonicalCall, type Speaker, type TranscriptChunk } from './call.js';
 import { toE164 } from './phone.js';
-import { InvalidPayloadError, type UnreadField } from './webhook.js';
+import { InvalidPayloadError, Unread, type UnreadField } from './webhook.js';
 
 type Json = Record<string, unknown>;
 
@@ -68,15 +68,6 @@ function speakerOf(originator: unknown): Speaker {
   return originator === 0 ? 'caller' : originator === 1 ? 'callee' : 'unknown';
 }
 
-/** Collects the fields of a vCon callsync could not read, once per field (indexes as `*`). */
-class VconUnread {
-  readonly fields: UnreadField[] = [];
-  add(pointer: string, detail: string): void {
-    const field = pointer.replace(/\/\d+(?=\/|$)/g, '/*');
-    if (!this.fields.some((f) => f.field === field)) this.fields.push({ field, pointer, detail });
-  }
-}
-
 /**
  * The vCon as a canonical call. Only its `uuid` (the call id) refuses it (InvalidPayloadError, a
  * 400 at the ingress); any other value callsync cannot read — a date, a party, a dialog or its
@@ -91,19 +82,19 @@ export function normalizeVcon(
   if (!isObject(body)) throw new InvalidPayloadError('', 'a vCon is a JSON object');
   const uuid = body.uuid;
   if (typeof uuid !== 'string' || uuid.trim() === '') throw new InvalidPayloadError('/uuid', 'required string missing');
-  const unread = new VconUnread();
+  const unread = new Unread();
   const createdAt = dateOf(body.created_at);
-  if (body.created_at !== undefined && createdAt === null) unread.add('/created_at', 'not an RFC 3339 date-time');
+  if (body.created_at !== undefined && createdAt === null) unread.add(['created_at'], 'not an RFC 3339 date-time');
   const parties = Array.isArray(body.parties) ? body.parties : [];
   parties.forEach((p, i) => {
-    if (!isObject(p)) unread.add(`/parties/${i}`, 'a party is an object');
+    if (!isObject(p)) unread.add(['parties', i], 'a party is an object');
   });
   let dialogs: unknown[] = [];
   if (Array.isArray(body.dialog)) dialogs = body.dialog;
-  else if (body.dialog !== undefined) unread.add('/dialog', 'must be an array');
+  else if (body.dialog !== undefined) unread.add(['dialog'], 'must be an array');
   let analyses: unknown[] = [];
   if (Array.isArray(body.analysis)) analyses = body.analysis;
-  else if (body.analysis !== undefined) unread.add('/analysis', 'must be an array');
+  else if (body.analysis !== undefined) unread.add(['analysis'], 'must be an array');
 
   // The dialogs with a start, each with its start and end (ms); a duration that is not a number of
   // seconds from 0 to a week, or that ends beyond the dates JSON can carry, is read as absent.
@@ -111,15 +102,15 @@ export function normalizeVcon(
   const starts: number[] = [];
   const ends: number[] = [];
   dialogs.forEach((d, i) => {
-    if (!isObject(d)) return unread.add(`/dialog/${i}`, 'a dialog is an object');
+    if (!isObject(d)) return unread.add(['dialog', i], 'a dialog is an object');
     const start = dateOf(d.start);
-    if (start === null) return unread.add(`/dialog/${i}/start`, 'required RFC 3339 date-time missing');
+    if (start === null) return unread.add(['dialog', i, 'start'], 'required RFC 3339 date-time missing');
     let end = start;
     if (d.duration !== undefined) {
       const ok = typeof d.duration === 'number' && d.duration >= 0 && d.duration <= MAX_DURATION_S;
       if (ok && !Number.isNaN(new Date(start + (d.duration as number) * 1000).getTime()))
         end = start + (d.duration as number) * 1000;
-      else unread.add(`/dialog/${i}/duration`, `must be a number of seconds from 0 to ${MAX_DURATION_S}`);
+      else unread.add(['dialog', i, 'duration'], `must be a number of seconds from 0 to ${MAX_DURATION_S}`);
     }
     dialogObjects.push(d);
     starts.push(start);

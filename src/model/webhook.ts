@@ -76,11 +76,11 @@ export interface UnreadField {
 /** A path in the payload: strings are keys, numbers array indexes. */
 type Path = readonly (string | number)[];
 
-/** Collects the unread fields of one payload, once per field. */
-class Unread {
+/** Collects the unread fields of one payload, once per field (also a vCon's: ./vcon.ts). */
+export class Unread {
   readonly fields: UnreadField[] = [];
   private readonly seen = new Set<string>();
-  constructor(private readonly remap: (pointer: string) => string) {}
+  constructor(private readonly remap: (pointer: string) => string = (pointer) => pointer) {}
 
   add(path: Path, detail: string): void {
     const field = this.remap(path.map((p) => `/${typeof p === 'number' ? '*' : p}`).join(''));
@@ -786,7 +786,7 @@ export function transcriptOfPayload(
 ): CanonicalCall['transcript'] {
   if (!isObject(raw)) return null;
   const fields = call.payloadVersion === 'legacy' ? legacyAsCurrent(raw) : raw;
-  const unread = new Unread((pointer) => pointer);
+  const unread = new Unread();
   const assist = readObject(fields.assist, ['assist'], unread);
   if (!assist) return null;
   const path = ['assist', 'transcription'];
