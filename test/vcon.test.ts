@@ -103,6 +103,32 @@ describe('vCon written by the archive', () => {
 });
 
 describe('vCon posted in', () => {
+  test("the draft's own example vCons are calls, read whole (test/fixtures/vcon/SOURCE.md)", () => {
+    const example = (name: string) =>
+      JSON.parse(readFileSync(new URL(`./fixtures/vcon/examples/${name}`, import.meta.url), 'utf8')) as unknown;
+    const simple = example('simple-vcon.vcon');
+    assert.equal(isVcon(simple), true);
+    const bare = normalizeVcon(simple, { agentId: null, receivedAt });
+    assert.deepEqual(bare.unread, []);
+    assert.equal(bare.call.callId, '0199e054-ed10-8035-b9a2-279e0d16bc46');
+    assert.equal(bare.call.from, '+12345678901');
+    assert.equal(bare.call.to, '+19876543210');
+    assert.equal(bare.call.startedAt, receivedAt.toISOString(), 'no dialog and no created_at: when it came');
+    assert.equal(bare.call.transcript, null);
+    assert.equal(bare.call.summary, null);
+
+    const recorded = example('ab_call_ext_rec.vcon');
+    assert.equal(isVcon(recorded), true);
+    const { call, unread } = normalizeVcon(recorded, { agentId: 'agent-1', receivedAt });
+    assert.deepEqual(unread, []);
+    assert.equal(call.key, 'ai-agent:agent-1:0199e054-ed10-8035-b9a2-279e0d16bc46');
+    assert.equal(call.startedAt, '2022-06-21T17:53:26.000Z');
+    assert.equal(call.endedAt, '2022-06-21T17:53:59.120Z');
+    assert.equal(call.durationSec, 33);
+    assert.equal(call.outcome, 'answered');
+    assert.deepEqual(call.raw, recorded, 'kept as sent');
+  });
+
   test('isVcon tells a vCon from the platform payload', () => {
     assert.equal(isVcon(renderVcon(withTranscript())), true);
     assert.equal(isVcon(webhookPayload('c-1')), false);
