@@ -72,6 +72,11 @@ export class SinkQueuer {
 /** Sink types that message the caller or the team: a call of last month must not reach them unasked. */
 const NOTIFICATION_TYPES = new Set(['sms', 'email']);
 
+/** A notification sink that would message old calls: one without `maxAge` (with it, it skips them). */
+function messagesOldCalls(sink: Config['sinks'][string]): boolean {
+  return NOTIFICATION_TYPES.has(sink.type) && (sink.options as { maxAge?: unknown }).maxAge === undefined;
+}
+
 /**
  * The sink named by `--sink`, checked against the configuration. A notification sink without
  * `maxAge` is refused: backfill and replay feed it old calls, and each would be an SMS or e-mail
@@ -83,7 +88,7 @@ export function checkSink(config: Config, name: string, command: 'backfill' | 'r
     throw new UsageError(
       `--sink: no sink "${name}" in this configuration (sinks: ${Object.keys(config.sinks).join(', ') || 'none'})`,
     );
-  if (NOTIFICATION_TYPES.has(sink.type) && (sink.options as { maxAge?: unknown }).maxAge === undefined)
+  if (messagesOldCalls(sink))
     throw new UsageError(
       `--sink: sink "${name}" (${sink.type}) has no maxAge: ${command} would send a message for every old call of the range. Give it a maxAge (e.g. 6h: older calls are skipped) or pick another sink`,
     );
@@ -110,8 +115,7 @@ export function checkBackfillRoutes(config: Config): void {
         for (const [i, route] of config.routes.entries()) {
           for (const name of sinksFor([route], probe)) {
             const sink = config.sinks[name];
-            if (!sink || !NOTIFICATION_TYPES.has(sink.type) || reached.has(name)) continue;
-            if ((sink.options as { maxAge?: unknown }).maxAge !== undefined) continue;
+            if (!sink || !messagesOldCalls(sink) || reached.has(name)) continue;
             reached.set(
               name,
               `route ${route.name ? `"${route.name}"` : i + 1} sends the history's calls to sink "${name}" (${sink.type}), which has no maxAge`,
