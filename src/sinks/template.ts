@@ -63,13 +63,19 @@ const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
 export function oneLine(text: string, max: number): string {
   const line = text.replace(BIDI_CONTROLS, '').replace(CONTROLS, ' ').replace(/\s+/g, ' ').trim();
   if (line.length <= max) return line;
-  // Boundaries inside the head are those of the whole text; only the head is segmented (a long text is slow to).
+  return `${wholeGraphemes(line, max - 1).trimEnd()}…`;
+}
+
+/** The longest start of `text` of at most `max` UTF-16 units that ends between graphemes. */
+export function wholeGraphemes(text: string, max: number): string {
+  // Only the head and one unit more are segmented (a long text is slow to): a grapheme that goes
+  // on past `max` shows as a segment too long to fit, so boundaries are those of the whole text.
   let cut = '';
-  for (const { segment } of graphemes.segment(line.slice(0, max))) {
-    if (cut.length + segment.length > max - 1) break;
+  for (const { segment } of graphemes.segment(text.slice(0, max + 1))) {
+    if (cut.length + segment.length > max) break;
     cut += segment;
   }
-  return `${cut.trimEnd()}…`;
+  return cut;
 }
 
 const HTML_ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };

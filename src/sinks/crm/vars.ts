@@ -3,7 +3,7 @@
 // contact, and the link to the archived transcript.
 import { hasTranscript, type CanonicalCall } from '../../model/call.js';
 import { transcriptLink } from '../archive/keys.js';
-import { escapeHtml, oneLine, renderTemplate } from '../template.js';
+import { escapeHtml, oneLine, renderTemplate, wholeGraphemes } from '../template.js';
 import { templateVars, type TemplateVars } from '../template-vars.js';
 import { displayNumber, type CountryCode } from './phone.js';
 
@@ -69,14 +69,15 @@ export function renderHtmlBody(template: string, vars: Record<string, unknown>, 
 const BODY_MAX = 65_536;
 
 /**
- * HTML cut to at most `max` UTF-16 units with an ellipsis: never inside a character (a surrogate
- * pair), an entity (`&amp;`) or a tag (`<br>`). Tags the template opened stay open; the CRM closes them.
+ * HTML cut to at most `max` UTF-16 units with an ellipsis: between graphemes (never half an emoji
+ * or a letter without its accent), never inside an entity (`&amp;`) or a tag (`<br>`). Tags the
+ * template opened stay open; the CRM closes them.
  */
 function cutHtml(html: string, max: number): string {
   if (html.length <= max) return html;
-  let head = html.slice(0, max - 1);
-  if (/[\ud800-\udbff]$/.test(head)) head = head.slice(0, -1);
-  head = head.replace(/&[A-Za-z0-9#]{0,32}$/, '').replace(/<[^<>]*$/, '');
+  const head = wholeGraphemes(html, max - 1)
+    .replace(/&[A-Za-z0-9#]{0,32}$/, '')
+    .replace(/<[^<>]*$/, '');
   return `${head.trimEnd()}…`;
 }
 
