@@ -209,9 +209,12 @@ test('legacy: refusals and unread fields name the legacy fields', () => {
 
 // ---- bad times (issue 23, item 6) ---------------------------------------------------------------
 
-test('bad times: a negative duration and an end before the start are refused with a pointer', () => {
+test('bad times: a negative duration (with nothing else giving the end) and an end before the start are refused with a pointer', () => {
   refused(
-    webhookPayload('t1', (p) => (p.call.duration = -5)),
+    webhookPayload('t1', (p) => {
+      delete p.call.endTime;
+      p.call.duration = -5;
+    }),
     '/call/duration',
     /negative/,
   );
@@ -242,6 +245,44 @@ test('bad times: a negative duration and an end before the start are refused wit
       }),
     ).durationSec,
     0,
+  );
+});
+
+test('the end from one of endTime and duration: the other, unreadable, is read as absent and counted, not refused', () => {
+  for (const [duration, id] of [
+    [-5, 'd-negative'],
+    ['five', 'd-text'],
+    [{ s: 5 }, 'd-object'],
+  ] as const) {
+    const { call, unread } = read(webhookPayload(id, (p) => (p.call.duration = duration)));
+    const given = webhookPayload(id).call;
+    assert.equal(call.durationSec, Math.round((given.endTime - given.startTime) / 1000), id);
+    assert.deepEqual(
+      unread.map((u) => u.field),
+      ['/call/duration'],
+      id,
+    );
+  }
+  const { call, unread } = read(
+    webhookPayload('e-bad', (p) => {
+      p.call.endTime = -1e20;
+      p.call.duration = 60;
+    }),
+  );
+  assert.equal(call.durationSec, 60);
+  assert.equal(call.endedAt, new Date(Date.parse(call.startedAt) + 60_000).toISOString());
+  assert.deepEqual(
+    unread.map((u) => u.field),
+    ['/call/endTime'],
+  );
+  // Neither readable: refused, as before.
+  refused(
+    webhookPayload('neither', (p) => {
+      p.call.endTime = 'later';
+      p.call.duration = -5;
+    }),
+    '/call/endTime',
+    /./,
   );
 });
 

@@ -640,6 +640,28 @@ export function normalizeWebhook(body: unknown, ctx: NormalizeContext): Canonica
 }
 
 /**
+ * The call's end is `endTime`, or `startTime` + `duration`: one of the two is needed, not both. When
+ * one reads and the other does not (a negative or non-numeric duration, an endTime that is no time),
+ * the other is read as absent and counted unread, instead of refusing the call for a field it does
+ * not need. A shallow copy; `fields` itself is unchanged (the original is kept as sent).
+ */
+function unneededEndLeftOut(fields: Record<string, unknown>, unread: Unread): Record<string, unknown> {
+  const call = fields.call;
+  if (!isObject(call)) return fields;
+  const end = optionalInstant(call.endTime);
+  const duration = optionalDuration(call.duration);
+  if (duration === false && typeof end === 'number') {
+    unread.add(['call', 'duration'], "expected a non-negative number: the call's end is read from endTime");
+    return { ...fields, call: { ...call, duration: undefined } };
+  }
+  if (end === false && typeof duration === 'number') {
+    unread.add(['call', 'endTime'], "expected a time: the call's end is read from startTime and duration");
+    return { ...fields, call: { ...call, endTime: undefined } };
+  }
+  return fields;
+}
+
+/**
  * Parses and normalizes a webhook body (the current payload, or the legacy one by its shape);
  * throws InvalidPayloadError when a required field cannot be understood, and reports the optional
  * fields it could not read.
@@ -648,8 +670,9 @@ export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
   if (!isObject(body)) throw new InvalidPayloadError('', 'the body must be a JSON object');
   const legacy = isLegacyWebhook(body);
   const remap = legacy ? legacyPointer : (p: string) => p;
-  const fields = legacy ? legacyAsCurrent(body) : body;
+  const given = legacy ? legacyAsCurrent(body) : body;
   const unread = new Unread(remap);
+  const fields = unneededEndLeftOut(given, unread);
   const refuse = (problems: PayloadProblem[]): never => {
     throw InvalidPayloadError.of(problems.map((p) => ({ ...p, pointer: remap(p.pointer) })));
   };
