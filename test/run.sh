@@ -10,8 +10,8 @@
 # (TEST_PORT_RANGE, test/support/redis-server.ts): a port one side probes or binds is never one
 # the other side's killed node is coming back on.
 #
-# The replicated passes end long before the suite (~370 of ~860 s on 2 idle cores), so a few of the
-# suite's slower files (`beside` below: ~200 s, each waiting on servers more than computing) then run
+# The replicated passes end long before the suite (~410 of ~810 s in CI), so a few of the suite's
+# slower files (`beside` below: ~300 s, mostly waiting on servers rather than computing) then run
 # on that side instead, on a redis-server of their own (TEST_REDIS_URL, a port of that side's range):
 # Redis-wide settings a test makes (maxmemory, CLIENT PAUSE) or watches (MONITOR) stay on its side.
 set -u
@@ -26,6 +26,10 @@ beside=(
   test/crm-hubspot.redis.test.ts
   test/backfill-replay.redis.test.ts
   test/ack-replicas.redis.test.ts
+  test/start-truth.redis.test.ts
+  test/poller.redis.test.ts
+  test/redis-cluster-spread.redis.test.ts
+  test/migrate-keys.redis.test.ts
 )
 suite=()
 for file in test/*.redis.test.ts; do
