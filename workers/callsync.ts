@@ -14,6 +14,8 @@ import type { TelephonyClient } from '../src/telephony/types.js';
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { withRefreshTokenStore } from '../src/state/refresh-token.js';
 import { FingerprintHeartbeat } from '../src/state/config-fingerprint.js';
+import { StrandedQueuesWatch } from '../src/ops/stranded-queues.js';
+import { queueNames } from '../src/ops/index.js';
 import { routingFingerprint } from '../src/config/fingerprint.js';
 import { InboundLog } from '../queues/inbound.js';
 import { pausedQueues } from '../queues/disabled.js';
@@ -51,6 +53,8 @@ export interface Callsync {
   fanOut: RunningLogFanOut | null;
   /** This worker process's routing-configuration fingerprint in Redis, compared with the other live ones' (`warnings()` feeds /readyz). */
   fingerprint: FingerprintHeartbeat | null;
+  /** Queues of sinks this configuration lacks that still hold jobs no process works (`warnings()` feeds /readyz). */
+  stranded: StrandedQueuesWatch | null;
   redis: { producer: RedisClient; worker: RedisClient };
   close(): Promise<void>;
 }
@@ -167,6 +171,14 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       await fingerprint.start();
       closers.add('remove configuration fingerprint', () => fingerprint.close());
     }
+    // Queues of sinks no longer configured, with jobs no process works (src/ops/stranded-queues.ts).
+    const stranded = workerRole
+      ? new StrandedQueuesWatch(redis.worker, redisKeys(config.redis), queueNames(config), { log })
+      : null;
+    if (stranded) {
+      await stranded.start();
+      closers.add('stop looking for stranded queues', () => stranded.close());
+    }
     if (runsPoller(config.role)) {
       const poller = startPollerRole(deps);
       closers.add('stop poller role', () => poller.close());
@@ -183,6 +195,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       spool: ingress?.spool ?? null,
       fanOut: workerRole?.fanOut ?? null,
       fingerprint,
+      stranded,
       redis,
       close: () => closers.close(),
     };

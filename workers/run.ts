@@ -46,7 +46,10 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
     });
     const running = started;
     operations.watchFanOut(() => running.fanOut?.stalled() ?? null);
-    operations.watchWarnings(() => running.fingerprint?.warnings() ?? []);
+    operations.watchWarnings(() => [
+      ...(running.fingerprint?.warnings() ?? []),
+      ...(running.stranded?.warnings() ?? []),
+    ]);
   } catch (err) {
     // A failed start closes everything it opened (a failing startCallsync closes its own part), so
     // the process ends instead of running workers without the ops server it was asked for.

@@ -11,6 +11,7 @@ import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { redactOptions, redactUrl } from '../config/redact.js';
 import { routingFingerprint } from '../config/fingerprint.js';
 import { liveFingerprints, shortFingerprint, type FingerprintEntry } from '../state/config-fingerprint.js';
+import { strandedLine, strandedOf, unconfiguredQueues, type StrandedQueue } from '../ops/stranded-queues.js';
 import type { RedisClient } from '../../queues/connection.js';
 
 function describeCondition(c: Condition): string {
@@ -48,7 +49,13 @@ function describeRedisInUse(config: Config, reach: RedisReach | undefined): stri
 }
 
 /** The worker processes live on this prefix (their routing fingerprints), or why they could not be read. */
-export type LiveProcesses = { entries: FingerprintEntry[] } | { unavailable: string };
+export type LiveProcesses =
+  | {
+      entries: FingerprintEntry[];
+      /** Queues this configuration lacks whose jobs no process works (src/ops/stranded-queues.ts). */
+      stranded?: StrandedQueue[];
+    }
+  | { unavailable: string };
 
 export async function liveProcesses(config: Config, connect: () => Promise<RedisClient>): Promise<LiveProcesses> {
   let redis: RedisClient;
@@ -58,12 +65,20 @@ export async function liveProcesses(config: Config, connect: () => Promise<Redis
     return { unavailable: (err as Error).message };
   }
   try {
-    return { entries: await liveFingerprints(redis, redisKeys(config.redis).configFingerprintsKey()) };
+    const keys = redisKeys(config.redis);
+    const entries = await liveFingerprints(redis, keys.configFingerprintsKey());
+    const stranded = await strandedOf(redis, keys, await unconfiguredQueues(redis, keys, queueNames(config)));
+    return { entries, stranded };
   } catch (err) {
     return { unavailable: (err as Error).message };
   } finally {
     redis.disconnect();
   }
+}
+
+/** A warning per queue whose sink this configuration lacks and whose jobs no process works. */
+function strandedWarnings(live: LiveProcesses | undefined): string[] {
+  return live && 'entries' in live ? (live.stranded ?? []).map(strandedLine) : [];
 }
 
 /** The fingerprint line, and how the live processes on the prefix compare (a warning when one differs). */
@@ -160,7 +175,7 @@ export function describeConfig(config: Config, live?: LiveProcesses, reach?: Red
   for (const name of Object.keys(config.sinks)) {
     if (!config.routes.some((r) => r.to.includes(name))) lines.push(`  note: no route sends calls to sink "${name}"`);
   }
-  const warnings = [...config.warnings, ...fingerprint.warnings];
+  const warnings = [...config.warnings, ...fingerprint.warnings, ...strandedWarnings(live)];
   if (warnings.length > 0) {
     lines.push('');
     lines.push('warnings:');
@@ -203,7 +218,7 @@ export function printConfig(config: Config, io: CliIo, json: boolean, live?: Liv
                         startedAt: e.startedAt,
                       })),
               }),
-          warnings: [...config.warnings, ...fingerprint.warnings],
+          warnings: [...config.warnings, ...fingerprint.warnings, ...strandedWarnings(live)],
         },
         null,
         2,
