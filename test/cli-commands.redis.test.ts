@@ -24,17 +24,10 @@ import { jobIn } from './support/jobs.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 import { startPrivateRedis } from './support/redis-server.js';
+import { cli } from './support/cli.js';
 
 const run = promisify(execFile);
 const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
-
-async function cli(argv: string[], env: NodeJS.ProcessEnv = {}) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const io: CliIo = { env: { REDIS_URL, ...env }, out: (l) => out.push(l), err: (l) => err.push(l) };
-  const code = await runCli(argv, io);
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
 
 describe('help', () => {
   test('the main help lists every command; every command has --help', async () => {

@@ -9,22 +9,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../src/config/index.js';
 import { routingFingerprint } from '../src/config/fingerprint.js';
-import { runCli } from '../src/cli/index.js';
-import type { CliIo } from '../src/cli/io.js';
 import { redisKeys } from '../queues/keys.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
 import { Redis } from 'ioredis';
+import { cli } from './support/cli.js';
 
 const WARNING = /another live process on this QUEUE_PREFIX routes with a different configuration/;
-
-async function cli(argv: string[], env: NodeJS.ProcessEnv) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const io: CliIo = { env: { REDIS_URL, ...env }, out: (l) => out.push(l), err: (l) => err.push(l) };
-  const code = await runCli(argv, io);
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
 
 async function readyz(url: string): Promise<{ status: number; body: { status?: string; warnings?: string[] } }> {
   const res = await fetch(`${url}/readyz`);

@@ -7,21 +7,12 @@ import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runCli } from '../src/cli/index.js';
-import type { CliIo } from '../src/cli/io.js';
 import { sampleOptions } from '../src/cli/sample.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import type { Sink, SinkResult } from '../src/sinks/types.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
-import { REDIS_URL, waitFor } from './support/redis.js';
-
-async function cli(argv: string[], env: NodeJS.ProcessEnv = {}) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const io: CliIo = { env: { REDIS_URL, ...env }, out: (l) => out.push(l), err: (l) => err.push(l) };
-  const code = await runCli(argv, io);
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
+import { waitFor } from './support/redis.js';
+import { cli } from './support/cli.js';
 
 /** A sink that keeps the calls it is given. */
 class RecordingSink implements Sink {

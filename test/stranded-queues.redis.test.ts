@@ -9,24 +9,15 @@ import { join } from 'node:path';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { loadConfig } from '../src/config/index.js';
-import { runCli } from '../src/cli/index.js';
-import type { CliIo } from '../src/cli/io.js';
 import { redisKeys } from '../queues/keys.js';
 import { strandedOf } from '../src/ops/stranded-queues.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { testEnv } from './support/callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { cli } from './support/cli.js';
 
 const STRANDED =
   /^queue sink-gone holds jobs no process works \(2 waiting, 1 delayed; 0 dead letters\): its sink is not in this configuration/;
-
-async function cli(argv: string[], env: NodeJS.ProcessEnv) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const io: CliIo = { env: { REDIS_URL, ...env }, out: (l) => out.push(l), err: (l) => err.push(l) };
-  const code = await runCli(argv, io);
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
 
 describe('queues of sinks no longer configured', () => {
   const prefix = uniquePrefix('stranded');
