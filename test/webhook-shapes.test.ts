@@ -209,7 +209,7 @@ test('legacy: refusals and unread fields name the legacy fields', () => {
 
 // ---- bad times (issue 23, item 6) ---------------------------------------------------------------
 
-test('bad times: a negative duration (with nothing else giving the end) and an end before the start are refused with a pointer', () => {
+test('bad times: a negative duration or an end before the start, with nothing else giving the end, is refused with a pointer', () => {
   refused(
     webhookPayload('t1', (p) => {
       delete p.call.endTime;
@@ -227,12 +227,18 @@ test('bad times: a negative duration (with nothing else giving the end) and an e
     /negative/,
   );
   refused(
-    webhookPayload('t3', (p) => (p.call.endTime = p.call.startTime - 1000)),
+    webhookPayload('t3', (p) => {
+      p.call.endTime = p.call.startTime - 1000;
+      delete p.call.duration;
+    }),
     '/call/endTime',
     /ends before it starts/,
   );
   refused(
-    legacy((p) => (p.call.endTime = 1718201000000)),
+    legacy((p) => {
+      p.call.endTime = 1718201000000;
+      delete p.call.duration;
+    }),
     '/call/endTime',
     /ends before it starts/,
   );
@@ -273,6 +279,17 @@ test('the end from one of endTime and duration: the other, unreadable, is read a
   assert.equal(call.endedAt, new Date(Date.parse(call.startedAt) + 60_000).toISOString());
   assert.deepEqual(
     unread.map((u) => u.field),
+    ['/call/endTime'],
+  );
+  // An end before the start beside a duration: the end is read from the duration.
+  const early = read(webhookPayload('e-early', (p) => (p.call.endTime = p.call.startTime - 1000)));
+  assert.equal(early.call.durationSec, webhookPayload('x').call.duration);
+  assert.equal(
+    early.call.endedAt,
+    new Date(Date.parse(early.call.startedAt) + webhookPayload('x').call.duration * 1000).toISOString(),
+  );
+  assert.deepEqual(
+    early.unread.map((u) => u.field),
     ['/call/endTime'],
   );
   // Neither readable: refused, as before.

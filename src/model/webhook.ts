@@ -701,13 +701,18 @@ export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
   const c = p.call;
   const rawCall = fields.call as Record<string, unknown>;
   const startMs = c.startTime;
-  const endMs = c.endTime ?? null;
+  let endMs = c.endTime ?? null;
   if (endTimeUnknown(endMs, c.duration)) refuse([NO_END_TIME]);
-  // Bad times (README): a call cannot end before it starts.
-  if (endMs !== null && endMs < startMs)
-    refuse([
-      { pointer: '/call/endTime', detail: 'the call ends before it starts (endTime is earlier than startTime)' },
-    ]);
+  // Bad times (README): a call cannot end before it starts. With a duration the end is known
+  // without endTime, which is then read as absent; without one, nothing says when the call ended.
+  if (endMs !== null && endMs < startMs) {
+    if (c.duration === null || c.duration === undefined)
+      refuse([
+        { pointer: '/call/endTime', detail: 'the call ends before it starts (endTime is earlier than startTime)' },
+      ]);
+    unread.add(['call', 'endTime'], "earlier than startTime: the call's end is read from startTime and duration");
+    endMs = null;
+  }
   let durationSec = durationSeconds(c.duration, startMs, endMs);
   // Longer than from its start to its end, it cannot be the call's (a shorter one may be its talk
   // time): with both times known the duration is not needed, so it is read from them instead of
