@@ -1,6 +1,7 @@
 // A sink taken out of the configuration leaves jobs in its queue that no process will run: the
-// worker says so at start, once in its log and in /readyz (still ready), and `callsync check-config`
-// lists it. Not stranded: a queue with dead letters only, an emptied one, one another process works.
+// worker says so at start, once in its log and in /readyz (still ready), `callsync check-config`
+// lists it, and `callsync call` says where such a call's job waits. Not stranded: an emptied queue,
+// one another process works.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -10,6 +11,8 @@ import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { loadConfig } from '../src/config/index.js';
 import { redisKeys } from '../queues/keys.js';
+import { CallTimeline } from '../queues/timeline.js';
+import { callHash, callKey } from '../src/model/call.js';
 import { strandedOf } from '../src/ops/stranded-queues.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { testEnv } from './support/callsync.js';
@@ -69,6 +72,21 @@ describe('queues of sinks no longer configured', () => {
     assert.equal(check.code, 0, check.err);
     assert.match(check.out, /- queue sink-gone holds jobs no process works \(2 waiting, 1 delayed; 0 dead letters\)/);
     assert.doesNotMatch(check.out, /sink-emptied/);
+  });
+
+  test('callsync call says of a call waiting for such a sink where its job waits', async () => {
+    const config = loadConfig(testEnv(prefix, env));
+    const timeline = new CallTimeline(redis, redisKeys(config.redis), config.timeline);
+    const call = { key: callKey('ai-agent', 'agent-1', 'c-1') };
+    const jobId = callHash(call.key);
+    await timeline.fannedOut(call, { jobId, routes: ['all'], sinks: ['archive', 'gone'] });
+    const shown = await cli(['call', jobId], env);
+    assert.equal(shown.code, 0, shown.err);
+    assert.match(
+      shown.out,
+      /^note: sink gone is not in this configuration: the job waits in queue sink-gone for a worker whose configuration has it/m,
+    );
+    assert.doesNotMatch(shown.out, /note: sink archive/);
   });
 
   test('a queue another process works is not stranded; once emptied, the warning goes', async () => {

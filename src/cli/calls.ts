@@ -3,6 +3,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys } from '../../queues/keys.js';
+import { sinkQueueName } from '../../queues/registry.js';
 import {
   callsNamed,
   CallQueryError,
@@ -102,6 +103,7 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
       ),
     );
     io.out(printable(`sinks: ${sinkColumn(s)}`));
+    for (const line of unconfiguredSinks(config, s)) io.out(printable(line));
     const rows = [['time', 'event', 'sink', 'try', 'detail']];
     for (const e of s.entries)
       rows.push([
@@ -114,6 +116,25 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
     for (const line of table(rows)) io.out(line);
   }
   return 0;
+}
+
+/**
+ * A note for each sink the call still waits for that this configuration lacks: its job waits in a
+ * queue no worker here runs (docs/operations.md, "A sink taken out of the configuration").
+ */
+function unconfiguredSinks(config: Config, summary: CallSummary): string[] {
+  const notes: string[] = [];
+  for (const [label, status] of Object.entries(summary.sinks)) {
+    if (status === 'done' || status === 'skipped' || status === 'failed') continue;
+    const dot = label.indexOf('.');
+    const sink = dot === -1 ? label : label.slice(0, dot);
+    if (config.sinks[sink]) continue;
+    const queue = sinkQueueName(sink, dot === -1 ? undefined : label.slice(dot + 1));
+    notes.push(
+      `note: sink ${sink} is not in this configuration: the job waits in queue ${queue} for a worker whose configuration has it (docs/operations.md, "A sink taken out of the configuration")`,
+    );
+  }
+  return notes;
 }
 
 /** `callsync calls …`. */
