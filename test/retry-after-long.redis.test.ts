@@ -148,6 +148,9 @@ describe('a Retry-After longer than the job lock, behind the queue runner', () =
     const first = await add('long-1');
     start();
     const asked = await waitFor(() => answers.find((a) => a.status === 429), { what: 'the 429' });
+    // The worker has read the 429 and held the queue (it logs that after the hold): before, under
+    // load, the second job could be added and started between the receiver's answer and the hold.
+    await waitFor(() => logged.lines.some((l) => l.msg === 'remote asked to wait'), { what: 'the queue held' });
     // A job of the same endpoint arriving during the wait waits too: it is not even started.
     const second = await add('long-2');
     await waitFor(async () => (await completed(first.jobId)) && (await completed(second.jobId)), {
