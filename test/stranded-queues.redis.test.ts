@@ -61,6 +61,11 @@ describe('queues of sinks no longer configured', () => {
     assert.equal(lines.length, 1, JSON.stringify(cs.logs.map((l) => l.msg)));
     assert.equal(lines[0]?.level, 40);
     assert.match(String(lines[0]?.msg), /add the sink back, or start a worker whose configuration has it/);
+    // The command the line names runs as written.
+    const named = /\((callsync dlq [^)]*) shows its dead letters\)/.exec(String(lines[0]?.msg))?.[1];
+    assert.ok(named, String(lines[0]?.msg));
+    const listed = await cli(named.split(' ').slice(1), env);
+    assert.equal(listed.code, 0, listed.err);
     const res = await fetch(`${cs.url}/readyz`);
     const body = (await res.json()) as { status: string; warnings?: string[] };
     assert.equal(res.status, 200);
