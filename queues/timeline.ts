@@ -26,6 +26,7 @@ import { maskDigitRuns, scrubEchoes } from '../src/redact.js';
 import { maskPhone } from '../src/log.js';
 import { backoffDelay } from '../src/backoff.js';
 import { decimal } from '../src/env-values.js';
+import { sinkQueueName } from './registry.js';
 
 type TimelineEvent =
   | 'received'
@@ -224,6 +225,11 @@ export interface CallTimelineOptions {
   /** Events kept per call. Default MAX_TIMELINE_ENTRIES. */
   maxEntries?: number;
   now?: () => number;
+  /**
+   * The queues this configuration has (`queueNames`): a sink a call still waits for whose queue is
+   * not among them is named in its summary's `unconfigured`, with the reason. Absent: none named.
+   */
+  configuredQueues?: readonly string[];
 }
 
 /** The index of the calls by the time they were received (a sorted set, trimmed to the TTL). */
@@ -355,6 +361,8 @@ export class CallTimeline {
   /** The key of the number index: the privacy key (the notification ledger's too). */
   private readonly privacyKey: PrivacyKey;
   private quietUntil = 0;
+  /** CallTimelineOptions.configuredQueues. */
+  private readonly configured: ReadonlySet<string> | null;
   /** Writes waiting to be sent again (see RESEND_FOR_MS). */
   private resending = 0;
 
@@ -367,10 +375,17 @@ export class CallTimeline {
     this.maxEntries = options.maxEntries ?? MAX_TIMELINE_ENTRIES;
     this.now = options.now ?? Date.now;
     this.privacyKey = new PrivacyKey(redis, keys, options.privacySecret);
+    this.configured = options.configuredQueues ? new Set(options.configuredQueues) : null;
   }
 
   key(id: string): string {
     return this.keys.callTimeline(id);
+  }
+
+  /** A call's summary from its entries; with `configuredQueues`, naming the sinks no worker here runs. */
+  summarize(id: string, entries: readonly TimelineEntry[]): CallSummary {
+    const summary = summarize(id, entries);
+    return this.configured ? noteUnconfigured(summary, this.configured) : summary;
   }
 
   /** The sorted set of every call by its last receipt (epoch ms), member the call hash. */
@@ -700,8 +715,17 @@ export interface CallSummary {
   to: string | null;
   /** Per sink (`sink` or `sink.endpoint`): the outcome of its latest attempt. */
   sinks: Record<string, SinkStatus>;
-  /** The reason of each sink's last skip or failure. */
+  /**
+   * The reason of each sink's last skip, failure or retry; for a sink named in `unconfigured`, that
+   * its job waits for a worker whose configuration has it.
+   */
   reasons: Record<string, string>;
+  /**
+   * The sinks the call still waits for (pending, retrying, paused) that this configuration lacks,
+   * each with the queue its job waits in: no worker here runs it (docs/operations.md, "A sink taken
+   * out of the configuration"). Absent when there are none, or no configuration was given.
+   */
+  unconfigured?: Record<string, string>;
 }
 
 export const sinkLabel = (e: Pick<TimelineEntry, 'sink' | 'endpoint'>): string =>
@@ -796,6 +820,29 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
   return summary;
 }
 
+/** Why a sink the call waits for gets no attempt: its queue is not in this configuration. */
+function unconfiguredReason(label: string, queue: string, last: string | undefined): string {
+  const dot = label.indexOf('.');
+  const what = dot === -1 ? `sink ${label}` : `endpoint ${label.slice(dot + 1)} of sink ${label.slice(0, dot)}`;
+  return `${what} is not in this configuration: the job waits in queue ${queue} for a worker whose configuration has it${last ? ` (last: ${last})` : ''}`;
+}
+
+/**
+ * Names in `summary.unconfigured` each sink the call still waits for whose queue is not among
+ * `configured`, and gives it that reason (the last attempt's reason kept after it).
+ */
+function noteUnconfigured(summary: CallSummary, configured: ReadonlySet<string>): CallSummary {
+  for (const [label, status] of Object.entries(summary.sinks)) {
+    if (status === 'done' || status === 'skipped' || status === 'failed') continue;
+    const dot = label.indexOf('.');
+    const queue = dot === -1 ? sinkQueueName(label) : sinkQueueName(label.slice(0, dot), label.slice(dot + 1));
+    if (configured.has(queue)) continue;
+    (summary.unconfigured ??= {})[label] = queue;
+    summary.reasons[label] = unconfiguredReason(label, queue, summary.reasons[label]);
+  }
+  return summary;
+}
+
 /** What `findCalls` filters on. */
 export interface CallQuery {
   /** Received from (epoch ms, inclusive) … until (default now). */
@@ -838,7 +885,7 @@ export async function findCalls(
     for (const [j, entries] of timelines.entries()) {
       scanned++;
       if (entries.length === 0) continue;
-      const summary = summarize(ids[j]!, entries);
+      const summary = timeline.summarize(ids[j]!, entries);
       const at = summary.lastAt ?? 0;
       if (at < query.since || (summary.receivedAt ?? at) > until) continue;
       const states = sinkStates(summary, query.sink);
@@ -980,5 +1027,7 @@ export async function callsNamed(
 ): Promise<(CallSummary & { entries: TimelineEntry[] })[]> {
   const ids = (await timeline.resolve(ref)).slice(0, max);
   const found = await Promise.all(ids.map(async (id) => ({ id, entries: await timeline.read(id) })));
-  return found.filter((c) => c.entries.length > 0).map((c) => ({ ...summarize(c.id, c.entries), entries: c.entries }));
+  return found
+    .filter((c) => c.entries.length > 0)
+    .map((c) => ({ ...timeline.summarize(c.id, c.entries), entries: c.entries }));
 }

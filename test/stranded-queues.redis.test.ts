@@ -4,14 +4,14 @@
 // one another process works.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { loadConfig } from '../src/config/index.js';
 import { redisKeys } from '../queues/keys.js';
-import { CallTimeline } from '../queues/timeline.js';
+import { CallTimeline, type CallSummary } from '../queues/timeline.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { strandedOf } from '../src/ops/stranded-queues.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
@@ -19,6 +19,7 @@ import { testEnv } from './support/callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 import { cli } from './support/cli.js';
 
+const TOKEN = 'stranded-admin-token-41c9';
 const STRANDED =
   /^queue sink-gone holds jobs no process works \(2 waiting, 1 delayed; 0 dead letters\): its sink is not in this configuration/;
 
@@ -46,7 +47,22 @@ describe('queues of sinks no longer configured', () => {
     const emptied = queue('sink-emptied');
     await (await emptied.add('sink.deliver', { call: { callId: 'c-4' } }, { jobId: 'j4' })).remove();
     await Promise.all([gone.close(), emptied.close()]);
-    env = { QUEUE_PREFIX: prefix, ARCHIVE_DIR: join(dir, 'archive'), SPOOL_DIR: join(dir, 'spool') };
+    // Configured: the archive, and a signed webhook with one endpoint ("a"); its endpoint "b" is gone.
+    const config = join(dir, 'callsync.yaml');
+    await writeFile(
+      config,
+      `sinks:
+  archive: { type: archive, dir: ${join(dir, 'archive')} }
+  hook:
+    type: webhook
+    secrets: ["whsec_${Buffer.from('a'.repeat(32)).toString('base64')}"]
+    endpoints:
+      - { name: a, url: "http://127.0.0.1:9/a" }
+routes:
+  - to: [archive, hook]
+`,
+    );
+    env = { QUEUE_PREFIX: prefix, CALLSYNC_CONFIG: config, SPOOL_DIR: join(dir, 'spool'), ADMIN_TOKEN: TOKEN };
   });
   after(async () => {
     await cs?.stop();
@@ -79,19 +95,66 @@ describe('queues of sinks no longer configured', () => {
     assert.doesNotMatch(check.out, /sink-emptied/);
   });
 
-  test('callsync call says of a call waiting for such a sink where its job waits', async () => {
+  test('a call waiting for such a sink says where its job waits: callsync call and calls, the API, the page', async () => {
     const config = loadConfig(testEnv(prefix, env));
     const timeline = new CallTimeline(redis, redisKeys(config.redis), config.timeline);
-    const call = { key: callKey('ai-agent', 'agent-1', 'c-1') };
-    const jobId = callHash(call.key);
-    await timeline.fannedOut(call, { jobId, routes: ['all'], sinks: ['archive', 'gone'] });
-    const shown = await cli(['call', jobId], env);
+    /** A call received and fanned out, its sinks not yet attempted. */
+    const fannedOut = async (callId: string, sinks: string[], endpoints?: Record<string, string[]>) => {
+      const call = {
+        key: callKey('ai-agent', 'agent-1', callId),
+        source: 'ai-agent' as const,
+        callId,
+        direction: 'in' as const,
+        from: null,
+        to: null,
+        startedAt: new Date().toISOString(),
+      };
+      const jobId = callHash(call.key);
+      await timeline.received(call, { jobId, revision: 'new' });
+      await timeline.fannedOut(call, { jobId, routes: ['all'], sinks, ...(endpoints ? { endpoints } : {}) });
+      return jobId;
+    };
+    const gone = await fannedOut('c-1', ['archive', 'gone']);
+    const endpoint = await fannedOut('c-2', ['archive', 'hook'], { hook: ['a', 'b'] });
+    const GONE =
+      'sink gone is not in this configuration: the job waits in queue sink-gone for a worker whose configuration has it';
+    const B =
+      'endpoint b of sink hook is not in this configuration: the job waits in queue sink-hook.b for a worker whose configuration has it';
+
+    const shown = await cli(['call', gone], env);
     assert.equal(shown.code, 0, shown.err);
-    assert.match(
-      shown.out,
-      /^note: sink gone is not in this configuration: the job waits in queue sink-gone for a worker whose configuration has it/m,
-    );
+    assert.match(shown.out, new RegExp(`^note: ${GONE} \\(docs/operations.md`, 'm'));
     assert.doesNotMatch(shown.out, /note: sink archive/);
+    const json = await cli(['call', gone, '--json'], env);
+    const [call] = (JSON.parse(json.out) as { calls: CallSummary[] }).calls;
+    assert.deepEqual(call?.unconfigured, { gone: 'sink-gone' });
+    assert.deepEqual(call?.sinks, { archive: 'pending', gone: 'pending' });
+    assert.equal(call?.reasons.gone, GONE);
+
+    // An endpoint taken out of a sink still configured.
+    const byEndpoint = await cli(['call', endpoint], env);
+    assert.match(byEndpoint.out, new RegExp(`^note: ${B.replace('.', '\\.')}`, 'm'));
+    assert.doesNotMatch(byEndpoint.out, /note: endpoint a|note: sink archive/);
+
+    const listed = await cli(['calls', '--since', '1h'], env);
+    assert.equal(listed.code, 0, listed.err);
+    assert.match(listed.out, /archive:pending gone:pending\*/);
+    assert.match(listed.out, /archive:pending hook\.a:pending hook\.b:pending\*/);
+    assert.match(listed.out, /^\* not in this configuration: the job waits for a worker whose configuration has it/m);
+
+    // The calls' JSON API and the Calls page say the same.
+    const api = (path: string) => fetch(`${cs!.url}${path}`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    const one = (await (await api(`/api/calls/${endpoint}`)).json()) as { calls: CallSummary[] };
+    assert.deepEqual(one.calls[0]?.unconfigured, { 'hook.b': 'sink-hook.b' });
+    assert.equal(one.calls[0]?.reasons['hook.b'], B);
+    const list = (await (await api('/api/calls?since=1h')).json()) as { calls: CallSummary[] };
+    assert.deepEqual(
+      list.calls.map((c) => c.unconfigured),
+      [{ 'hook.b': 'sink-hook.b' }, { gone: 'sink-gone' }],
+    );
+    const page = await (await api(`/admin/queues/calls/${gone}`)).text();
+    assert.match(page, new RegExp(`<p class="unconfigured" data-sink="gone">${GONE}</p>`));
+    assert.match(page, />gone: pending \(not configured\)</);
   });
 
   test('a queue another process works is not stranded; once emptied, the warning goes', async () => {

@@ -116,7 +116,7 @@ export function createOperations(options: OperationsOptions): Operations {
     auth: { username: admin.username, password: admin.password, token: admin.token },
     origins: admin.origins,
     metricsToken: config.ops.metricsToken,
-    calls: new CallTimeline(connection, keys, { ...config.timeline, log }),
+    calls: new CallTimeline(connection, keys, { ...config.timeline, log, configuredQueues: queueNames(config) }),
     archives,
     crmLinks: config.ops.crmLinks,
     trustedProxies: config.webhook.trustedProxies,

@@ -3,7 +3,6 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys } from '../../queues/keys.js';
-import { sinkQueueName } from '../../queues/registry.js';
 import {
   callsNamed,
   CallQueryError,
@@ -16,6 +15,7 @@ import {
   type CallSummary,
 } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
+import { queueNames } from '../ops/index.js';
 import { printable, table, UsageError, type CliIo } from './io.js';
 
 export const callsHelp = {
@@ -24,7 +24,8 @@ export const callsHelp = {
 Prints what happened to a call, from its timeline: received (source, request id, new / duplicate /
 update, spooled), fanned out (routes, sinks), and each sink attempt with its outcome — done with
 what was written, skipped with the reason, retry with the error and the next attempt's time,
-dead-lettered with the reason. Numbers are masked. A call is named by its platform call id, by a
+dead-lettered with the reason; a note for a sink the call still waits for that this configuration
+lacks (its job waits in a queue no worker here runs). Numbers are masked. A call is named by its platform call id, by a
 job id (the 202's id, or a sink job id from the dashboard), or by a phone number (+49…: every call
 with it, newest first). Timelines are kept CALL_TIMELINE_TTL_DAYS (default 30). Exit 1: none found.
 
@@ -36,6 +37,7 @@ Options:
 Lists the calls received in a time range, newest first, with each sink's state: pending (waiting),
 retrying (an attempt failed, the next is scheduled), paused (the queue was paused or disabled
 by an attempt's answer: waits for \`callsync resume\`), done, skipped, failed (dead-lettered).
+A \`*\` marks a sink this configuration lacks: its job waits for a worker whose configuration has it.
 --status pending matches retrying and paused too.
 
 Options:
@@ -52,7 +54,7 @@ Options:
 const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
 
 function timelineOf(config: Config, redis: RedisClient): CallTimeline {
-  return new CallTimeline(redis, redisKeys(config.redis), config.timeline);
+  return new CallTimeline(redis, redisKeys(config.redis), { ...config.timeline, configuredQueues: queueNames(config) });
 }
 
 function options(args: string[], spec: ParseArgsConfig['options']) {
@@ -69,10 +71,11 @@ function options(args: string[], spec: ParseArgsConfig['options']) {
   }
 }
 
+/** Each sink's state; `*` marks one this configuration lacks (see `CallSummary.unconfigured`). */
 function sinkColumn(summary: CallSummary): string {
   return (
     Object.entries(summary.sinks)
-      .map(([sink, state]) => `${sink}:${state}`)
+      .map(([sink, state]) => `${sink}:${state}${summary.unconfigured?.[sink] ? '*' : ''}`)
       .join(' ') || '-'
   );
 }
@@ -103,7 +106,8 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
       ),
     );
     io.out(printable(`sinks: ${sinkColumn(s)}`));
-    for (const line of unconfiguredSinks(config, s)) io.out(printable(line));
+    for (const sink of Object.keys(s.unconfigured ?? {}))
+      io.out(printable(`note: ${s.reasons[sink]} (docs/operations.md, "A sink taken out of the configuration")`));
     const rows = [['time', 'event', 'sink', 'try', 'detail']];
     for (const e of s.entries)
       rows.push([
@@ -116,25 +120,6 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
     for (const line of table(rows)) io.out(line);
   }
   return 0;
-}
-
-/**
- * A note for each sink the call still waits for that this configuration lacks: its job waits in a
- * queue no worker here runs (docs/operations.md, "A sink taken out of the configuration").
- */
-function unconfiguredSinks(config: Config, summary: CallSummary): string[] {
-  const notes: string[] = [];
-  for (const [label, status] of Object.entries(summary.sinks)) {
-    if (status === 'done' || status === 'skipped' || status === 'failed') continue;
-    const dot = label.indexOf('.');
-    const sink = dot === -1 ? label : label.slice(0, dot);
-    if (config.sinks[sink]) continue;
-    const queue = sinkQueueName(sink, dot === -1 ? undefined : label.slice(dot + 1));
-    notes.push(
-      `note: sink ${sink} is not in this configuration: the job waits in queue ${queue} for a worker whose configuration has it (docs/operations.md, "A sink taken out of the configuration")`,
-    );
-  }
-  return notes;
 }
 
 /** `callsync calls …`. */
@@ -168,6 +153,10 @@ export async function callsCommand(config: Config, redis: RedisClient, args: str
         sinkColumn(s),
       ]);
     for (const line of table(rows)) io.out(line);
+    if (result.calls.some((s) => s.unconfigured))
+      io.out(
+        '* not in this configuration: the job waits for a worker whose configuration has it (callsync call <id> names its queue)',
+      );
   }
   if (result.truncated)
     io.out(`(only the newest ${result.scanned} calls of the range were looked at: narrow --since/--until)`);

@@ -53,7 +53,7 @@ function chips(summary: CallSummary) {
   return sinks.map(
     ([sink, state]) =>
       html`<span class="chip ${state}" data-sink="${sink}" title="${summary.reasons[sink] ?? state}"
-        >${sink}: ${state}</span
+        >${sink}: ${state}${summary.unconfigured?.[sink] ? ' (not configured)' : ''}</span
       >`,
   );
 }
@@ -207,7 +207,10 @@ export function callsPage(options: CallsPageOptions): Hono {
     const settled = Object.entries(call.sinks)
       .filter(([, state]) => state === 'done' || state === 'skipped')
       .map(([sink]) => sink);
-    const waiting = Object.values(call.sinks).some((state) => state === 'pending' || state === 'retrying');
+    // A sink this configuration lacks waits for another worker: no reason to refresh for it.
+    const waiting = Object.entries(call.sinks).some(
+      ([sink, state]) => (state === 'pending' || state === 'retrying') && !call.unconfigured?.[sink],
+    );
     const objects = new Set(archivedObjects(call.entries, options.archives).map((o) => `${o.sink}\n${o.key}`));
     const objectUrl = (sink: string, key: string) =>
       objects.has(`${sink}\n${key}`)
@@ -219,6 +222,7 @@ export function callsPage(options: CallsPageOptions): Hono {
         ${iso(call.receivedAt)}; job id <code>${call.id}</code>
       </p>
       <p id="sinks">${chips(call)}</p>
+      ${Object.keys(call.unconfigured ?? {}).map((sink) => html`<p class="unconfigured" data-sink="${sink}">${call.reasons[sink]}</p>`)}
       ${failed.map((sink) => html`<p><button type="button" data-action="retry" data-sink="${sink}">Retry ${sink}</button> <span class="err">${call.reasons[sink] ?? ''}</span></p>`)}
       <p>
         ${settled.map((sink) => html`<button type="button" data-action="replay" data-sink="${sink}">Replay to ${sink}</button> `)}
