@@ -79,7 +79,7 @@ function asciiDigits(text: string): string {
 // `@` was scanned to its end from each of its positions (80 KB of `1-1-1-…` took 4 s).
 const EMAIL = /[\w.%+-]{1,64}@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)/g;
 const QUERY_VALUE = /([?&][\w.\-[\]]+=)[^&\s"'<>#]+/g;
-const CREDENTIAL = /\b(Bearer|Basic|Token)\s+[\w\-.~+/=]{16,}/gi;
+const CREDENTIAL = /\b(Bearer|Basic|Token)\s+[\w\-.~+/=*]{16,}/gi;
 
 /**
  * Masks the digit runs that may be phone numbers (every run of 7 or more digits, see DIGIT_RUN), keeps
@@ -125,12 +125,13 @@ export function redactRemoteText(text: string, max: number = MAX_REMOTE_TEXT): s
   const scanned =
     text.length > SCAN_HEAD + SCAN_TAIL ? `${text.slice(0, SCAN_HEAD)} … ${text.slice(-SCAN_TAIL)}` : text;
   const oneLine = scanned.replace(/\s+/g, ' ').trim();
-  const masked = maskDigitRuns(
-    oneLine
-      .replace(EMAIL, (_m, domain: string) => `***@${domain}`)
-      .replace(QUERY_VALUE, '$1…')
-      .replace(CREDENTIAL, '$1 …'),
-  );
+  // Digit runs are masked before query values and credentials are cut: a number that begins in a
+  // query value and goes on after a space (`&to=01512 34567 8`) was masked only up to the space,
+  // and the rest (`34567 8`) was too short to be taken for a number. A masked credential keeps its
+  // length (`*` is in CREDENTIAL's characters), so it is still cut whole.
+  const masked = maskDigitRuns(oneLine.replace(EMAIL, (_m, domain: string) => `***@${domain}`))
+    .replace(QUERY_VALUE, '$1…')
+    .replace(CREDENTIAL, '$1 …');
   return clipText(masked, max);
 }
 

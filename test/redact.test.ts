@@ -48,12 +48,23 @@ describe('redactRemoteText: a number echoed by a remote is masked whatever it is
     // A date or an address with a number glued on is not kept whole.
     ['recipient 2026-12-06 +4917612349876', 'recipient 2026-12-06 +****876'],
     ['recipient 49 2026-12-06 98 76', 'recipient ****876'],
+    // A number that begins in a query value and goes on after a space (the property found it).
+    ['GET /sms?x=1&to=01761 23498 7 refused', 'GET /sms?x=…&to=… refused'],
+    ['&a=01761 23498 76', '&a=…'],
   ];
   for (const [input, expected] of cases)
     test(input, () => {
       assert.equal(redactRemoteText(input), expected);
       assertNoNumber(redactRemoteText(input), input);
     });
+
+  test('a credential with a digit run is still cut whole (digits are masked first)', () => {
+    assert.equal(
+      redactRemoteText('Authorization: Bearer abcdefgh12345678ijklmnopqrstuv refused'),
+      'Authorization: Bearer … refused',
+    );
+    assert.equal(redactRemoteText('see /p?api_token=abc1234567890def&x=1'), 'see /p?api_token=…&x=…');
+  });
 
   test('a 7-or-more-digit quantity is masked too (it may be a number written before a unit)', () => {
     assert.equal(redactRemoteText('retry in 86400000 ms, max 1048576 bytes'), 'retry in ****00 ms, max ****76 bytes');
