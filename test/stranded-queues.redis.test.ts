@@ -76,7 +76,10 @@ routes:
     const lines = cs.logs.filter((l) => typeof l.msg === 'string' && STRANDED.test(l.msg));
     assert.equal(lines.length, 1, JSON.stringify(cs.logs.map((l) => l.msg)));
     assert.equal(lines[0]?.level, 40);
-    assert.match(String(lines[0]?.msg), /add the sink back, or start a worker whose configuration has it/);
+    assert.match(
+      String(lines[0]?.msg),
+      /add the sink back, start a worker whose configuration has it, or give its jobs up as dead letters with callsync dlq abandon --queue sink-gone/,
+    );
     // The command the line names runs as written.
     const named = /\((callsync dlq [^)]*) shows its dead letters\)/.exec(String(lines[0]?.msg))?.[1];
     assert.ok(named, String(lines[0]?.msg));
@@ -184,5 +187,151 @@ routes:
     await cs!.callsync.stranded!.lookOnce();
     const res = await fetch(`${cs!.url}/readyz`);
     assert.deepEqual(await res.json(), { status: 'ready' });
+  });
+});
+
+describe('callsync dlq abandon: the jobs of a queue no worker runs become dead letters', () => {
+  const prefix = uniquePrefix('abandon');
+  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+  let dir: string;
+  let env: Record<string, string>;
+  let keys: ReturnType<typeof redisKeys>;
+  const queue = (name: string) => new Queue(name, { connection: redis, prefix: keys.queuePrefix(name) });
+  /** A sink job as the fan-out adds it: its id begins with the call hash. */
+  const job = (callId: string) => {
+    const key = callKey('ai-agent', 'agent-1', callId);
+    return { data: { kind: 'sink.deliver', sink: 'gone', call: { key, callId } }, jobId: callHash(key) };
+  };
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-abandon-'));
+    const config = join(dir, 'callsync.yaml');
+    await writeFile(
+      config,
+      `sinks:
+  archive: { type: archive, dir: ${join(dir, 'archive')} }
+  hook:
+    type: webhook
+    secrets: ["whsec_${Buffer.from('a'.repeat(32)).toString('base64')}"]
+    endpoints:
+      - { name: a, url: "http://127.0.0.1:9/a" }
+routes:
+  - to: [archive, hook]
+`,
+    );
+    env = { QUEUE_PREFIX: prefix, CALLSYNC_CONFIG: config, SPOOL_DIR: join(dir, 'spool') };
+    keys = redisKeys(loadConfig(testEnv(prefix, env)).redis);
+    const gone = queue('sink-gone');
+    for (const id of ['a-1', 'a-2']) {
+      const j = job(id);
+      await gone.add('sink.deliver', j.data, { jobId: j.jobId, attempts: 8 });
+    }
+    const later = job('a-3');
+    await gone.add('sink.deliver', later.data, { jobId: later.jobId, attempts: 8, delay: 3_600_000 });
+    await gone.pause();
+    await gone.close();
+    // An endpoint taken out of a sink still configured.
+    const b = queue('sink-hook.b');
+    const j = job('b-1');
+    await b.add('sink.deliver', { ...j.data, sink: 'hook', endpoint: 'b' }, { jobId: j.jobId });
+    await b.close();
+  });
+  after(async () => {
+    redis.disconnect();
+    await cleanupPrefix(prefix);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('refused for a queue this configuration has, and for one another process works', async () => {
+    const configured = await cli(['dlq', 'abandon', '--queue', 'sink-archive'], env);
+    assert.equal(configured.code, 1);
+    assert.match(configured.err, /sink-archive: in this configuration, its worker runs its jobs: nothing abandoned/);
+    const byId = await cli(['dlq', 'abandon', '--id', 'x'], env);
+    assert.equal(byId.code, 2);
+    assert.match(byId.err, /abandon takes --queue/);
+
+    // Another process's worker of that queue (not taking jobs here, so they stay for the next test).
+    const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+    const worker = new Worker('sink-hook.b', async () => undefined, {
+      connection,
+      prefix: keys.queuePrefix('sink-hook.b'),
+      autorun: false,
+    });
+    try {
+      await worker.waitUntilReady();
+      await waitFor(async () => (await strandedOf(redis, keys, ['sink-hook.b'])).length === 0 || null, {
+        what: 'the other process counted as a worker',
+      });
+      const worked = await cli(['dlq', 'abandon', '--queue', 'sink-hook.b'], env);
+      assert.equal(worked.code, 1);
+      assert.match(worked.err, /sink-hook\.b: a live worker runs it .*: nothing abandoned/);
+    } finally {
+      await worker.close();
+      connection.disconnect();
+    }
+  });
+
+  test('--dry-run says what it would do and changes nothing', async () => {
+    const dry = await cli(['dlq', 'abandon', '--queue', 'gone', '--dry-run'], env);
+    assert.equal(dry.code, 0, dry.err);
+    assert.equal(dry.out, 'would abandon 3 job(s) of sink-gone (2 waiting, 1 delayed)');
+    const gone = queue('sink-gone');
+    try {
+      assert.deepEqual(await gone.getJobCounts('waiting', 'delayed', 'failed'), { waiting: 2, delayed: 1, failed: 0 });
+      assert.equal(await gone.isPaused(), true);
+    } finally {
+      await gone.close();
+    }
+  });
+
+  test('every waiting and delayed job becomes a dead letter with the reason; the timeline says so; retry puts them back', async () => {
+    const done = await cli(['dlq', 'abandon', '--queue', 'sink-gone'], env);
+    assert.equal(done.code, 0, done.err);
+    assert.equal(done.out, 'abandoned 3 job(s) of sink-gone: dead letters now (callsync dlq list --queue sink-gone)');
+    const gone = queue('sink-gone');
+    try {
+      const counts = await gone.getJobCounts('waiting', 'prioritized', 'delayed', 'active', 'failed');
+      assert.deepEqual(counts, { waiting: 0, prioritized: 0, delayed: 0, active: 0, failed: 3 });
+      const reason =
+        'abandoned by callsync dlq abandon: sink gone is not in this configuration and no worker runs queue sink-gone';
+      for (const j of await gone.getFailed()) assert.equal(j.failedReason, reason);
+      const listed = await cli(['dlq', 'list', '--queue', 'sink-gone', '--json'], env);
+      assert.deepEqual(
+        (JSON.parse(listed.out) as { call: string; reason: string }[]).map((r) => [r.call, r.reason]).sort(),
+        [
+          ['a-1', reason],
+          ['a-2', reason],
+          ['a-3', reason],
+        ],
+      );
+      // The call's timeline: the sink failed, with the reason; nothing waits for it any more.
+      const shown = await cli(['call', job('a-3').jobId, '--json'], env);
+      const [call] = (JSON.parse(shown.out) as { calls: CallSummary[] }).calls;
+      assert.equal(call?.sinks.gone, 'failed');
+      assert.equal(call?.reasons.gone, reason);
+      assert.equal(call?.unconfigured, undefined);
+
+      // Nothing left to abandon there; the endpoint queue is found without --queue.
+      const all = await cli(['dlq', 'abandon'], env);
+      assert.equal(all.code, 0, all.err);
+      assert.equal(
+        all.out,
+        'abandoned 1 job(s) of sink-hook.b: dead letters now (callsync dlq list --queue sink-hook.b)',
+      );
+      const b = await cli(['call', job('b-1').jobId, '--json'], env);
+      assert.equal(
+        (JSON.parse(b.out) as { calls: CallSummary[] }).calls[0]?.reasons['hook.b'],
+        'abandoned by callsync dlq abandon: endpoint b of sink hook is not in this configuration and no worker runs queue sink-hook.b',
+      );
+      const again = await cli(['dlq', 'abandon'], env);
+      assert.equal(again.out, 'no jobs to abandon in sink-gone, sink-hook.b');
+
+      // A worker runs the queue again: its dead letters go back for a new round.
+      const retried = await cli(['dlq', 'retry', '--queue', 'sink-gone'], env);
+      assert.equal(retried.code, 0, retried.err);
+      assert.equal((await gone.getJobCounts('waiting')).waiting, 3);
+    } finally {
+      await gone.close();
+    }
   });
 });

@@ -1,10 +1,15 @@
-// `callsync dlq list|retry|purge`: the dead letters of every queue are its BullMQ failed set.
-import { Queue, type Job } from 'bullmq';
+// `callsync dlq list|retry|purge|abandon`: the dead letters of every queue are its BullMQ failed set;
+// `abandon` makes dead letters of the jobs a queue no worker runs holds (a sink taken out).
+import { randomUUID } from 'node:crypto';
+import { Queue, UnrecoverableError, Worker, type Job } from 'bullmq';
+import { Cluster } from 'ioredis';
 import type { RedisClient } from '../../queues/connection.js';
 import { retryDeadLetter, retryDeadLetters } from '../../queues/dead-letters.js';
 import { redisKeys } from '../../queues/keys.js';
 import { queuesInRedis } from '../../queues/scan.js';
-import { CallTimeline } from '../../queues/timeline.js';
+import { CallTimeline, timelineIdOf } from '../../queues/timeline.js';
+import { endpointFromQueue, sinkNameFromQueue } from '../../queues/registry.js';
+import { strandedOf } from '../ops/stranded-queues.js';
 import type { Config } from '../config/index.js';
 import { sinkQueueName } from '../../queues/index.js';
 import { queueNames, sinkQueueNames } from '../ops/index.js';
@@ -19,6 +24,8 @@ export interface DlqOptions {
   limit: number;
   json: boolean;
   yes: boolean;
+  /** abandon: say what would be abandoned, change nothing. */
+  dryRun?: boolean;
 }
 
 export interface ResolvedQueues {
@@ -243,4 +250,120 @@ export async function dlqPurge(config: Config, redis: RedisClient, options: DlqO
     }
     return 0;
   });
+}
+
+/** The reason an abandoned job's dead letter and its call's timeline give. */
+function abandonReason(queue: string): string {
+  const sink = sinkNameFromQueue(queue);
+  const endpoint = endpointFromQueue(queue);
+  const what = sink === null ? 'it' : endpoint === null ? `sink ${sink}` : `endpoint ${endpoint} of sink ${sink}`;
+  return `abandoned by callsync dlq abandon: ${what} is not in this configuration and no worker runs queue ${queue}`;
+}
+
+/**
+ * `dlq abandon`: the jobs still to run (waiting, delayed) of queues this configuration lacks and no
+ * live worker runs — a sink taken out of the configuration (docs/operations.md, "A sink taken out of
+ * the configuration") — become dead letters with the reason, each call's timeline says so, and
+ * retention removes them like any other (FAILED_JOB_RETENTION_SECONDS); `dlq retry --queue` puts them back
+ * once a worker runs the queue again. Taken one by one through BullMQ's own fetch and failure (a
+ * worker of this process with no processor), so a job a worker elsewhere takes meanwhile is not
+ * touched. Active jobs (their worker died holding them) are left: BullMQ's stalled check of a worker
+ * gives them back once their lock has expired.
+ */
+export async function dlqAbandon(config: Config, redis: RedisClient, options: DlqOptions, io: CliIo): Promise<number> {
+  const { names, foundOnly } = await resolveQueues(config, redis, options.queue);
+  if (options.queue !== undefined) {
+    const configured = names.filter((name) => !foundOnly.has(name));
+    if (configured.length > 0)
+      throw new CliFailure(
+        `${configured.join(', ')}: in this configuration, its worker runs its jobs: nothing abandoned (only the queues of sinks taken out of the configuration can be)`,
+      );
+  }
+  const candidates = names.filter((name) => foundOnly.has(name));
+  const keys = redisKeys(config.redis);
+  const stranded = await strandedOf(redis, keys, candidates);
+  if (options.queue !== undefined && stranded.length === 0) {
+    const [name] = candidates;
+    const queue = new Queue(name!, { connection: redis, prefix: keys.queuePrefix(name!) });
+    queue.on('error', () => undefined);
+    try {
+      const c = await queue.getJobCounts('waiting', 'prioritized', 'delayed', 'active');
+      const toRun = (c.waiting ?? 0) + (c.prioritized ?? 0) + (c.delayed ?? 0) + (c.active ?? 0);
+      if (toRun > 0)
+        throw new CliFailure(
+          `${name}: a live worker runs it (another process's configuration has its sink): nothing abandoned`,
+        );
+    } finally {
+      await queue.close().catch(() => undefined);
+    }
+  }
+  if (stranded.length === 0) {
+    io.out(
+      candidates.length === 0
+        ? 'no queue to abandon: every queue in Redis is in this configuration'
+        : `no jobs to abandon in ${candidates.join(', ')}`,
+    );
+    return 0;
+  }
+  if (options.dryRun) {
+    for (const q of stranded)
+      io.out(
+        `would abandon ${q.waiting + q.delayed} job(s) of ${q.queue} (${q.waiting} waiting, ${q.delayed} delayed)${q.active > 0 ? `; ${q.active} active left` : ''}`,
+      );
+    return 0;
+  }
+  const timeline = new CallTimeline(redis, keys, config.timeline);
+  // A connection of its own for the worker (BullMQ's workers need maxRetriesPerRequest null).
+  const connection =
+    redis instanceof Cluster
+      ? redis.duplicate(undefined, { redisOptions: { ...redis.options.redisOptions, maxRetriesPerRequest: null } })
+      : redis.duplicate({ maxRetriesPerRequest: null });
+  try {
+    for (const q of stranded) {
+      const reason = abandonReason(q.queue);
+      const queue = new Queue(q.queue, { connection, prefix: keys.queuePrefix(q.queue) });
+      const worker = new Worker(q.queue, null, { connection, prefix: keys.queuePrefix(q.queue), autorun: false });
+      queue.on('error', () => undefined);
+      worker.on('error', () => undefined);
+      const token = randomUUID();
+      let abandoned = 0;
+      try {
+        // Delayed jobs (next attempt later, or a Retry-After) wait no longer; a pause (credentials
+        // rejected) holds nothing back any more: no worker would ever resume it.
+        await queue.promoteJobs();
+        if (await queue.isPaused()) await queue.resume();
+        for (
+          let job = await worker.getNextJob(token, { block: false });
+          job;
+          job = await worker.getNextJob(token, { block: false })
+        ) {
+          await job.moveToFailed(new UnrecoverableError(reason), token, false);
+          const data = job.data as { call?: { key?: unknown } } | undefined;
+          const key = data?.call?.key;
+          if (typeof key === 'string' && job.id) {
+            const sink = sinkNameFromQueue(q.queue);
+            const endpoint = endpointFromQueue(q.queue);
+            await timeline.append(timelineIdOf(job.id, { key }), {
+              event: 'dead-lettered',
+              jobId: job.id,
+              ...(sink ? { sink } : {}),
+              ...(endpoint ? { endpoint } : {}),
+              kind: 'permanent',
+              reason,
+            });
+          }
+          abandoned++;
+        }
+      } finally {
+        await worker.close().catch(() => undefined);
+        await queue.close().catch(() => undefined);
+      }
+      io.out(
+        `abandoned ${abandoned} job(s) of ${q.queue}: dead letters now (callsync dlq list --queue ${q.queue})${q.active > 0 ? `; ${q.active} active left (their worker died holding them: a worker's stalled check gives them back once their lock expires)` : ''}`,
+      );
+    }
+    return 0;
+  } finally {
+    connection.disconnect();
+  }
 }

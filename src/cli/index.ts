@@ -5,7 +5,7 @@ import { createLogger } from '../log.js';
 import { decimal } from '../env-values.js';
 import type { Logger } from 'pino';
 import { liveProcesses, printConfig } from './check-config.js';
-import { dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
+import { dlqAbandon, dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
 import { UsageError, type CliIo } from './io.js';
 import { backfill, isoOption } from './backfill.js';
 import { optOut } from './opt-out.js';
@@ -34,7 +34,7 @@ Usage: callsync <command> [options]
 Commands:
   start [--role ingress|worker|poller|all]   run callsync until SIGTERM / SIGINT
   check-config [--json]                      validate the environment and config file, print the routes
-  dlq list|retry|purge [--queue Q] [--id ID] [--call CALL] [--limit N] [--json] [--yes]
+  dlq list|retry|purge|abandon [--queue Q] [--id ID] [--call CALL] [--limit N] [--json] [--yes] [--dry-run]
                                              inspect and act on the dead letters (failed jobs)
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
   call <callId|jobId|+number> [--json]       what happened to a call: its timeline, every sink attempt
@@ -76,7 +76,7 @@ Redis does not answer.
 Options:
   --json        print the effective sinks and routes as JSON
   -h, --help    show this help`,
-  dlq: `Usage: callsync dlq list|retry|purge [--queue NAME] [--id ID] [--call CALL] [--limit N] [--json] [--yes]
+  dlq: `Usage: callsync dlq list|retry|purge|abandon [--queue NAME] [--id ID] [--call CALL] [--limit N] [--json] [--yes] [--dry-run]
 
 The dead letters of a queue are its failed jobs: permanent errors, or all attempts used up.
 
@@ -84,6 +84,9 @@ The dead letters of a queue are its failed jobs: permanent errors, or all attemp
   retry   put dead letters back into their queue for a whole new round of attempts (their
           attempt counts start again, with the usual backoff; the call's timeline says so)
   purge   remove dead letters for good (more than one needs --yes)
+  abandon make dead letters of the jobs still to run (waiting, delayed) of queues this
+          configuration lacks that no live worker runs (a sink taken out): each with the
+          reason, each call's timeline saying so; retry --queue puts them back
 
 Options:
   --queue NAME  one queue: inbound, sink-<name>, sink-<name>.<endpoint> (a signed webhook's
@@ -97,6 +100,7 @@ Options:
   --limit N     list at most N per queue (default 50)
   --json        list as JSON
   --yes         confirm purging more than one job
+  --dry-run     abandon: say what would be abandoned, change nothing
   -h, --help    show this help`,
   resume: `Usage: callsync resume [--queue NAME]
 
@@ -349,13 +353,19 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
           limit: { type: 'string' },
           json: { type: 'boolean' },
           yes: { type: 'boolean' },
+          'dry-run': { type: 'boolean' },
         },
         command,
       );
       if (values.help) return (io.out(help.dlq), 0);
       const [action, ...extra] = positionals;
-      if (action === undefined || !['list', 'retry', 'purge'].includes(action))
-        throw new UsageError('expected list, retry or purge');
+      if (action === undefined || !['list', 'retry', 'purge', 'abandon'].includes(action))
+        throw new UsageError('expected list, retry, purge or abandon');
+      if (action === 'abandon' && (values.id !== undefined || values.call !== undefined))
+        throw new UsageError(
+          'abandon takes --queue (default: every queue no sink of this configuration works), not --id or --call',
+        );
+      if (values['dry-run'] === true && action !== 'abandon') throw new UsageError('--dry-run is for dlq abandon');
       if (extra.length > 0) throw new UsageError(`unexpected argument "${extra[0]}"`);
       const limit = values.limit === undefined ? 50 : decimal(values.limit as string);
       if (!Number.isInteger(limit) || limit < 1) throw new UsageError('--limit must be a whole number >= 1');
@@ -373,12 +383,14 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         limit,
         json: values.json === true,
         yes: values.yes === true,
+        dryRun: values['dry-run'] === true,
       };
       const config = configFrom(io.env);
       const redis = await connectRedis(config);
       try {
         if (action === 'list') return await dlqList(config, redis, options, io);
         if (action === 'retry') return await dlqRetry(config, redis, options, io);
+        if (action === 'abandon') return await dlqAbandon(config, redis, options, io);
         return await dlqPurge(config, redis, options, io);
       } finally {
         redis.disconnect();

@@ -62,7 +62,7 @@ export async function strandedOf(
 /** One line for a log, /readyz or check-config: the queue, its jobs, and what to do. */
 export function strandedLine(q: StrandedQueue): string {
   const jobs = [`${q.waiting} waiting`, `${q.delayed} delayed`, ...(q.active > 0 ? [`${q.active} active`] : [])];
-  return `queue ${q.queue} holds jobs no process works (${jobs.join(', ')}; ${q.failed} dead letters): its sink is not in this configuration and no live worker runs it — add the sink back, or start a worker whose configuration has it (callsync dlq list --queue ${q.queue} shows its dead letters)`;
+  return `queue ${q.queue} holds jobs no process works (${jobs.join(', ')}; ${q.failed} dead letters): its sink is not in this configuration and no live worker runs it — add the sink back, start a worker whose configuration has it, or give its jobs up as dead letters with callsync dlq abandon --queue ${q.queue} (callsync dlq list --queue ${q.queue} shows its dead letters)`;
 }
 
 export interface StrandedQueuesWatchOptions {
