@@ -2,7 +2,14 @@
 // retry`, the Calls page's Retry and Bull Board's all go through here.
 import type { Job, Queue, RetryOptions } from 'bullmq';
 import { settledWithin, type RedisClient } from './connection.js';
-import { endpointFromQueue, JobName, sinkNameFromQueue, type SinkDeliverJob } from './registry.js';
+import {
+  endpointFromQueue,
+  INBOUND_QUEUE,
+  JobName,
+  sinkNameFromQueue,
+  type CallReceivedJob,
+  type SinkDeliverJob,
+} from './registry.js';
 import { timelineIdOf, type CallTimeline } from './timeline.js';
 
 /**
@@ -42,6 +49,17 @@ export async function retryDeadLetter(queue: Queue, job: Job, timeline?: CallTim
       job.id,
     );
   await job.retry('failed', NEW_ROUND);
+  // An inbound dead letter (a fan-out that failed): its call's timeline says it is fanned out again.
+  if (timeline && job.queueName === INBOUND_QUEUE && job.id) {
+    const call = (job.data as CallReceivedJob | undefined)?.call;
+    const id = /^[0-9a-f]{32}/.test(job.id)
+      ? job.id.slice(0, 32)
+      : typeof call?.key === 'string'
+        ? timelineIdOf(job.id, call)
+        : null;
+    if (id) await settledWithin([timeline.append(id, { at, event: 'retried', jobId: job.id })], TIMELINE_WRITE_MS);
+    return;
+  }
   const data = job.data as SinkDeliverJob | undefined;
   const sink = sinkNameFromQueue(job.queueName);
   if (!timeline || sink === null || data?.kind !== JobName.sinkDeliver || typeof data.call?.key !== 'string') return;

@@ -447,6 +447,17 @@ export class CallTimeline {
     }
   }
 
+  /**
+   * The call's fan-out failed for good: its inbound dead letter `jobId` (the id it was acknowledged
+   * with, which begins with the call hash; else the hash of `call`), with the reason made safe (the
+   * call's numbers and any digit run masked: a parse error quotes the text it read). Never rejects.
+   */
+  fanOutFailed(jobId: string, reason: string, call?: CanonicalCall | null): Promise<void> {
+    const id = HASH_PREFIX.exec(jobId)?.[0] ?? (call && typeof call.key === 'string' ? timelineId(call) : null);
+    if (id === null) return Promise.resolve();
+    return this.append(id, { event: 'dead-lettered', jobId, reason: safeText(reason, call ?? undefined) });
+  }
+
   /** Appends one entry to a call's timeline: one command. Never rejects. */
   append(id: string, entry: Omit<TimelineEntry, 'at'> & { at?: number }): Promise<void> {
     const full = { at: entry.at ?? this.now(), ...entry };
@@ -726,6 +737,11 @@ export interface CallSummary {
    * out of the configuration"). Absent when there are none, or no configuration was given.
    */
   unconfigured?: Record<string, string>;
+  /**
+   * Its fan-out failed for good: the call is an inbound dead letter (`jobId` in the queue
+   * `inbound`) and no sink got a job. Absent once it was fanned out or that dead letter retried.
+   */
+  fanOutFailed?: { reason: string; jobId: string };
 }
 
 export const sinkLabel = (e: Pick<TimelineEntry, 'sink' | 'endpoint'>): string =>
@@ -762,6 +778,7 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
       continue;
     }
     if (e.event === 'fanned-out') {
+      delete summary.fanOutFailed;
       for (const sink of e.sinks ?? []) {
         const endpoints = e.endpoints?.[sink];
         // Each endpoint given a job is pending until its queue reports: a paused, disabled or busy
@@ -777,7 +794,12 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
       }
       continue;
     }
-    if (!e.sink) continue;
+    if (!e.sink) {
+      // The fan-out's own outcomes (an inbound dead letter, an operator's retry of it).
+      if (e.event === 'dead-lettered') summary.fanOutFailed = { reason: e.reason ?? '', jobId: e.jobId ?? '' };
+      else if (e.event === 'retried') delete summary.fanOutFailed;
+      continue;
+    }
     const label = sinkLabel(e);
     // An attempt that lost its job's lock (its worker stalled: the job was taken over and finished
     // by another) may end after the one that finished the job, with the same attempt number — a
@@ -892,7 +914,9 @@ export async function findCalls(
       if (query.sink !== undefined && states.length === 0) continue;
       if (query.status !== undefined) {
         const wanted = query.status === 'pending' ? ['pending', 'retrying', 'paused'] : [query.status];
-        if (!states.some(([, state]) => wanted.includes(state))) continue;
+        // A failed fan-out is the call's failure (no sink got a job).
+        const fanOut = query.sink === undefined && summary.fanOutFailed && query.status === 'failed';
+        if (!fanOut && !states.some(([, state]) => wanted.includes(state))) continue;
       }
       calls.push(summary);
       if (calls.length >= limit) break;
@@ -961,9 +985,13 @@ export function describeEntry(e: TimelineEntry): string {
     case 'retry':
       return `${e.kind ?? 'error'}: ${e.reason ?? ''}${e.paused ? ' (queue paused: waits for an operator)' : e.nextAt ? ` (next attempt ${iso(e.nextAt)})` : ''}`;
     case 'dead-lettered':
-      return `${e.kind ?? 'error'}: ${e.reason ?? ''}`;
+      return e.sink
+        ? `${e.kind ?? 'error'}: ${e.reason ?? ''}`
+        : `fan-out failed, no sink got a job; inbound dead letter ${e.jobId ?? ''}: ${e.reason ?? ''}`;
     case 'retried':
-      return 'dead letter retried: a new round of attempts, numbered from 1';
+      return e.sink
+        ? 'dead letter retried: a new round of attempts, numbered from 1'
+        : 'inbound dead letter retried: fanned out again';
     default:
       return '';
   }

@@ -23,8 +23,14 @@ import { startOpsCallsync } from './support/ops.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
 import { archivedRecords } from './support/s3.js';
+import { testEnv } from './support/callsync.js';
+import { loadConfig } from '../src/config/index.js';
+import { redisKeys } from '../queues/keys.js';
+import { CallTimeline, type CallSummary, type TimelineEntry } from '../queues/timeline.js';
+import { callHash } from '../src/model/call.js';
 
 const silent = createLogger({ level: 'silent' });
+const ADMIN = 'poison-admin-token-5d1e';
 
 /** The value of one sample of the Prometheus text, or undefined. */
 function sample(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
@@ -120,7 +126,7 @@ describe('a running callsync (role worker) with a poison entry in its log', () =
   let cs: Awaited<ReturnType<typeof startOpsCallsync>>;
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-poison-'));
-    cs = await startOpsCallsync({ CALLSYNC_ROLE: 'worker', OPS_PORT: '0', ARCHIVE_DIR: dir });
+    cs = await startOpsCallsync({ CALLSYNC_ROLE: 'worker', OPS_PORT: '0', ARCHIVE_DIR: dir, ADMIN_TOKEN: ADMIN });
   });
   after(async () => {
     await cs.stop();
@@ -210,6 +216,72 @@ describe('a running callsync (role worker) with a poison entry in its log', () =
     assert.equal(delta('callsync_fanout_dead_lettered_total'), 1);
     assert.equal(sample(text, 'callsync_fanout_stalled'), 0);
     assert.equal((await fetch(`${cs.url}/readyz`)).status, 200);
+  });
+
+  test("the poison call's timeline says its fan-out failed, where `callsync call` and `calls --status failed` look; a retry says so too", async () => {
+    const producer = cs.callsync.redis.producer;
+    const inbound = new InboundLog(producer, cs.prefix);
+    const env = { REDIS_URL, QUEUE_PREFIX: cs.prefix };
+    const config = loadConfig(testEnv(cs.prefix));
+    const timeline = new CallTimeline(producer, redisKeys(config.redis), config.timeline);
+    // Acknowledged as the ingress does: an id that begins with the call hash, and a `received` entry.
+    const body = deepWebhookBody('w-poison-2');
+    const call = normalizeWebhook(JSON.parse(body), { agentId: 'agent-1', receivedAt: new Date() });
+    const hash = callHash(call.key);
+    const ackId = `${hash}-t1`;
+    await timeline.received(call, { jobId: ackId, revision: 'new' });
+    await producer.xadd(inbound.key, '*', 'id', ackId, 'call', serializeCall(call, body));
+
+    const summary = async () => {
+      const out: string[] = [];
+      const io = { env, out: (l: string) => out.push(l), err: (l: string) => out.push(l) };
+      assert.equal(await runCli(['call', hash, '--json'], io), 0, out.join('\n'));
+      return (JSON.parse(out.join('\n')) as { calls: (CallSummary & { entries: TimelineEntry[] })[] }).calls[0]!;
+    };
+    const failed = await waitFor(async () => ((await summary()).fanOutFailed ? summary() : null), {
+      timeoutMs: 15_000,
+      what: "the call's fan-out failure in its timeline",
+    });
+    assert.equal(failed.fanOutFailed?.jobId, ackId);
+    assert.match(failed.fanOutFailed!.reason, /Maximum call stack size exceeded/);
+    assert.deepEqual(failed.sinks, {});
+
+    const out: string[] = [];
+    const io = { env, out: (l: string) => out.push(l), err: (l: string) => out.push(l) };
+    assert.equal(await runCli(['call', hash], io), 0);
+    assert.match(
+      out.join('\n'),
+      new RegExp(
+        `^note: its fan-out failed, no sink got a job \\(.*\\): it is an inbound dead letter — callsync dlq retry --queue inbound --id ${ackId} fans it out again$`,
+        'm',
+      ),
+    );
+    assert.match(out.join('\n'), /^sinks: fan-out:failed$/m);
+    out.length = 0;
+    assert.equal(await runCli(['calls', '--since', '1h', '--status', 'failed', '--json'], io), 0);
+    const listed = JSON.parse(out.join('\n')) as { calls: CallSummary[] };
+    assert.ok(listed.calls.some((c) => c.id === hash && c.fanOutFailed));
+    const page = await (
+      await fetch(`${cs.url}/admin/queues/calls/${hash}`, { headers: { authorization: `Bearer ${ADMIN}` } })
+    ).text();
+    assert.match(page, />fan-out: failed</);
+    assert.match(page, new RegExp(`callsync dlq retry --queue inbound --id ${ackId}</code> fans it out again`));
+
+    // Retried, it fails the same way: the timeline says retried, then failed again.
+    out.length = 0;
+    assert.equal(await runCli(['dlq', 'retry', '--queue', 'inbound', '--id', ackId], io), 0, out.join('\n'));
+    const again = await waitFor(
+      async () => {
+        const s = await summary();
+        return s.entries.filter((e) => e.event === 'dead-lettered').length === 2 ? s : null;
+      },
+      { timeoutMs: 15_000, what: 'the retried dead letter failed again' },
+    );
+    assert.deepEqual(
+      again.entries.map((e) => e.event),
+      ['received', 'dead-lettered', 'retried', 'dead-lettered'],
+    );
+    assert.equal(again.fanOutFailed?.jobId, ackId);
   });
 });
 

@@ -12,7 +12,13 @@ import type { Logger } from 'pino';
 import { backoffDelay, scheduleDelay } from '../src/backoff.js';
 import { classify, isRedisCondition, RetryLaterError, SinkError } from '../src/errors.js';
 import type { AttemptOutcome, QueueLimit } from '../src/sinks/types.js';
-import { BACKOFF_STRATEGY, type JobPayload, type RetryPolicy } from '../queues/registry.js';
+import {
+  BACKOFF_STRATEGY,
+  INBOUND_QUEUE,
+  type CallReceivedJob,
+  type JobPayload,
+  type RetryPolicy,
+} from '../queues/registry.js';
 import { disableQueue, pauseQueue } from '../queues/disabled.js';
 import { HELD, holdQueue } from '../queues/hold.js';
 import type { CallTimeline } from '../queues/timeline.js';
@@ -251,7 +257,14 @@ export function runWorker<T extends JobPayload>(
       err.name === 'UnrecoverableError' ||
       job.attemptsMade >= (job.opts.attempts ?? 1);
     options.events?.failed?.(queueName, job, err, final);
-    if (final && options.timeline) recordStalledFailure(queueName, options.timeline, job, err);
+    if (final && options.timeline) {
+      recordStalledFailure(queueName, options.timeline, job, err);
+      // A call the fan-out could not fan out: its timeline says it is an inbound dead letter.
+      if (queueName === INBOUND_QUEUE && job?.id) {
+        const data = job.data as CallReceivedJob | undefined;
+        void options.timeline.fanOutFailed(job.id, err.message, data?.call);
+      }
+    }
     if (final) log.error({ jobId: job?.id, reason: err.message }, 'job dead-lettered');
   });
   worker.on('error', (err) => logRepeated(log, 'error', 'worker error', queueName, err));

@@ -74,9 +74,12 @@ function options(args: string[], spec: ParseArgsConfig['options']) {
 /** Each sink's state; `*` marks one this configuration lacks (see `CallSummary.unconfigured`). */
 function sinkColumn(summary: CallSummary): string {
   return (
-    Object.entries(summary.sinks)
-      .map(([sink, state]) => `${sink}:${state}${summary.unconfigured?.[sink] ? '*' : ''}`)
-      .join(' ') || '-'
+    [
+      ...(summary.fanOutFailed ? ['fan-out:failed'] : []),
+      ...Object.entries(summary.sinks).map(
+        ([sink, state]) => `${sink}:${state}${summary.unconfigured?.[sink] ? '*' : ''}`,
+      ),
+    ].join(' ') || '-'
   );
 }
 
@@ -106,6 +109,12 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
       ),
     );
     io.out(printable(`sinks: ${sinkColumn(s)}`));
+    if (s.fanOutFailed)
+      io.out(
+        printable(
+          `note: its fan-out failed, no sink got a job (${s.fanOutFailed.reason}): it is an inbound dead letter — callsync dlq retry --queue inbound --id ${s.fanOutFailed.jobId} fans it out again`,
+        ),
+      );
     for (const sink of Object.keys(s.unconfigured ?? {}))
       io.out(printable(`note: ${s.reasons[sink]} (docs/operations.md, "A sink taken out of the configuration")`));
     const rows = [['time', 'event', 'sink', 'try', 'detail']];

@@ -49,13 +49,19 @@ const iso = (ms: number | null | undefined) =>
 
 function chips(summary: CallSummary) {
   const sinks = Object.entries(summary.sinks);
-  if (sinks.length === 0) return html`<span class="chip">no sink</span>`;
-  return sinks.map(
-    ([sink, state]) =>
-      html`<span class="chip ${state}" data-sink="${sink}" title="${summary.reasons[sink] ?? state}"
-        >${sink}: ${state}${summary.unconfigured?.[sink] ? ' (not configured)' : ''}</span
-      >`,
-  );
+  const fanOut = summary.fanOutFailed
+    ? html`<span class="chip failed" data-fan-out title="${summary.fanOutFailed.reason}">fan-out: failed</span>`
+    : '';
+  if (sinks.length === 0) return fanOut || html`<span class="chip">no sink</span>`;
+  return [
+    fanOut,
+    ...sinks.map(
+      ([sink, state]) =>
+        html`<span class="chip ${state}" data-sink="${sink}" title="${summary.reasons[sink] ?? state}"
+          >${sink}: ${state}${summary.unconfigured?.[sink] ? ' (not configured)' : ''}</span
+        >`,
+    ),
+  ];
 }
 
 /** A ref's value as a link when it is an http(s) URL (a CRM record, a pre-signed object), else text. */
@@ -222,6 +228,7 @@ export function callsPage(options: CallsPageOptions): Hono {
         ${iso(call.receivedAt)}; job id <code>${call.id}</code>
       </p>
       <p id="sinks">${chips(call)}</p>
+      ${call.fanOutFailed ? html`<p class="err" id="fan-out">Its fan-out failed, no sink got a job: ${call.fanOutFailed.reason}. It is an inbound dead letter: <code>callsync dlq retry --queue inbound --id ${call.fanOutFailed.jobId}</code> fans it out again.</p>` : ''}
       ${Object.keys(call.unconfigured ?? {}).map((sink) => html`<p class="unconfigured" data-sink="${sink}">${call.reasons[sink]}</p>`)}
       ${failed.map((sink) => html`<p><button type="button" data-action="retry" data-sink="${sink}">Retry ${sink}</button> <span class="err">${call.reasons[sink] ?? ''}</span></p>`)}
       <p>
