@@ -23,6 +23,7 @@ import {
   rm,
   stat,
   unlink,
+  utimes,
   writeFile,
 } from 'node:fs/promises';
 import { createServer, Socket } from 'node:net';
@@ -125,9 +126,25 @@ const REASON_BYTES = 4096;
 const REASON_CHARS = 600;
 const LOCK_FILE = 'start.lock';
 const USERS_DIR = 'users';
-/** A start lock older than this was left by a process that died while starting: taken over. */
+/**
+ * A start lock older than this was left by a process that died while starting: taken over. Its
+ * holder touches it every third of this while it starts (a load of a large AOF takes minutes).
+ */
 const STALE_LOCK_MS = 15_000;
+/**
+ * A private Redis that says nothing for this long — no answer, or, while it loads its data, no
+ * further progress — is given up (a server that started by someone else is then ended when it is
+ * known to be this folder's; one this process started always is).
+ */
 const START_TIMEOUT_MS = 10_000;
+/**
+ * The longest a private Redis loading its data is waited for. redis-server reads its whole AOF
+ * before it answers anything but AUTH and INFO (`-LOADING`): weeks of calls take longer than
+ * START_TIMEOUT_MS, and were killed at every start. A load still under way after this is given up.
+ */
+const LOAD_TIMEOUT_MS = 10 * 60_000;
+/** A load is logged this often (how far it is) while it is waited for. */
+const LOAD_LOG_MS = 5_000;
 
 interface ServerFile {
   pid: number;
@@ -202,26 +219,169 @@ async function freeLoopbackPort(): Promise<number> {
   return port;
 }
 
-/** PONG from the private Redis with its password. */
-async function pingPrivate(port: number, password: string, timeoutMs = 1000): Promise<boolean> {
-  const redis = new Redis({
-    host: '127.0.0.1',
-    port,
-    password,
-    lazyConnect: true,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    connectTimeout: timeoutMs,
-    enableOfflineQueue: false,
+/** How far a private Redis loading its data is (INFO persistence; null: not said). */
+interface Loading {
+  loaded: number | null;
+  total: number | null;
+}
+
+/** What the private Redis said: ready (PONG), loading its data (`-LOADING`), or nothing usable. */
+type Answer = { state: 'ready' } | ({ state: 'loading' } & Loading) | { state: 'none' };
+
+/** One command in RESP (the password may hold any character: never inline). */
+const command = (...args: string[]): string =>
+  `*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`;
+
+/** The first `count` replies in `buffer` (a status or error line as it is, a bulk string's text), or null while incomplete. */
+function repliesIn(buffer: Buffer, count: number): string[] | null {
+  const replies: string[] = [];
+  let at = 0;
+  while (replies.length < count) {
+    const end = buffer.indexOf('\r\n', at);
+    if (end < 0) return null;
+    const line = buffer.toString('latin1', at, end);
+    at = end + 2;
+    const length = line.startsWith('$') ? Number(line.slice(1)) : NaN;
+    if (!Number.isInteger(length) || length < 0) {
+      replies.push(line);
+      continue;
+    }
+    if (buffer.length < at + length + 2) return null;
+    replies.push(buffer.toString('utf8', at, at + length));
+    at += length + 2;
+  }
+  return replies;
+}
+
+const number = (info: string, field: string): number | null => {
+  const found = new RegExp(`^${field}:(\\d+)`, 'm').exec(info);
+  return found ? Number(found[1]) : null;
+};
+
+/**
+ * The private Redis at `port` asked AUTH, PING and INFO persistence on a connection of its own,
+ * within `timeoutMs`. A raw connection, not a client's: a client's ready check waited out a whole
+ * load without a time limit (INFO's `loading:1`, retried), and a server that accepted the
+ * connection and never answered was waited for forever.
+ */
+async function probePrivate(port: number, password: string, timeoutMs: number): Promise<Answer> {
+  return new Promise((resolveAnswer) => {
+    const socket = new Socket();
+    let done = false;
+    let received = Buffer.alloc(0);
+    const finish = (answer: Answer) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      socket.destroy();
+      resolveAnswer(answer);
+    };
+    const timer = setTimeout(() => finish({ state: 'none' }), timeoutMs);
+    socket.once('error', () => finish({ state: 'none' }));
+    socket.once('close', () => finish({ state: 'none' }));
+    socket.on('data', (data) => {
+      received = Buffer.concat([received, data]);
+      const replies = repliesIn(received, 3);
+      if (replies === null) return;
+      const [auth, ping, info] = replies as [string, string, string];
+      if (ping === '+PONG') finish({ state: 'ready' });
+      else if ([auth, ping].some((r) => r.startsWith('-LOADING')))
+        finish({
+          state: 'loading',
+          loaded: number(info, 'loading_loaded_bytes'),
+          total: number(info, 'loading_total_bytes'),
+        });
+      else finish({ state: 'none' });
+    });
+    socket.connect(port, '127.0.0.1', () =>
+      socket.write(command('AUTH', password) + command('PING') + command('INFO', 'persistence')),
+    );
   });
-  redis.on('error', () => undefined);
-  try {
-    await redis.connect();
-    return (await redis.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    redis.disconnect();
+}
+
+/** `412 MB`, `1.2 GB`. */
+function bytes(count: number): string {
+  const units = ['bytes', 'KB', 'MB', 'GB', 'TB'];
+  let value = count;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${unit > 0 && value < 10 ? value.toFixed(1) : Math.round(value)} ${units[unit]}`;
+}
+
+/** How far a load is, for a log line or a failure: `412 MB of 1.2 GB`. */
+function progressOf(loading: Loading): string {
+  if (loading.loaded === null) return 'how far not said';
+  return loading.total ? `${bytes(loading.loaded)} of ${bytes(loading.total)}` : `${bytes(loading.loaded)} so far`;
+}
+
+/** Why a wait for the private Redis ended without it: which limit (or that it is gone). */
+interface GivenUp {
+  why: string;
+  /** It was still loading its data after LOAD_TIMEOUT_MS: starting it again would take as long. */
+  tooLong: boolean;
+}
+
+/**
+ * Until the private Redis `server` answers PING (null), or why it is given up. While it answers
+ * `-LOADING` (reading its AOF) and loads further, it is waited for up to LOAD_TIMEOUT_MS, its
+ * progress logged every LOAD_LOG_MS; START_TIMEOUT_MS is the limit of no answer and no progress.
+ * `gone` says why the server can no longer answer (it exited), null while it runs.
+ */
+async function awaitReady(
+  server: ServerFile,
+  password: string,
+  dir: string,
+  log: LogLike,
+  gone: () => string | null,
+): Promise<GivenUp | null> {
+  const since = Date.now();
+  let heard = since;
+  let logged = since;
+  let loading: Loading | null = null;
+  for (;;) {
+    const exited = gone();
+    if (exited !== null) return { why: exited, tooLong: false };
+    // Long enough to catch a loading server between two reads (it answers only then), never past the limit.
+    const timeout = Math.min(5000, Math.max(300, heard + START_TIMEOUT_MS - Date.now()));
+    const answer = await probePrivate(server.port, password, timeout);
+    if (answer.state === 'ready') return null;
+    const now = Date.now();
+    if (answer.state === 'loading') {
+      // Progress: the first `-LOADING`, more bytes read, or a server that does not say how far (its answer is then all there is).
+      if (loading === null || answer.loaded === null || answer.loaded !== loading.loaded) heard = now;
+      loading = { loaded: answer.loaded, total: answer.total };
+      if (now - logged >= LOAD_LOG_MS) {
+        logged = now;
+        log.info(
+          {
+            dir,
+            pid: server.pid,
+            port: server.port,
+            loadedBytes: loading.loaded,
+            totalBytes: loading.total,
+            seconds: Math.round((now - since) / 1000),
+          },
+          `private Redis loading its data: ${progressOf(loading)}`,
+        );
+      }
+    }
+    if (loading !== null && now - since >= LOAD_TIMEOUT_MS)
+      return {
+        why: `still loading its data after ${LOAD_TIMEOUT_MS / 60_000} min, the longest a load is waited for (${progressOf(loading)})`,
+        tooLong: true,
+      };
+    if (now - heard >= START_TIMEOUT_MS)
+      return {
+        why:
+          loading === null
+            ? `no answer within ${START_TIMEOUT_MS / 1000} s`
+            : `its load made no progress for ${START_TIMEOUT_MS / 1000} s (${progressOf(loading)})`,
+        tooLong: false,
+      };
+    await new Promise((ok) => setTimeout(ok, loading === null ? 50 : 250));
   }
 }
 
@@ -259,11 +419,22 @@ async function passwordOf(dir: string): Promise<string> {
   }
 }
 
-/** The private Redis of `dir` when it runs and answers: its port. */
-async function runningServer(dir: string, password: string): Promise<ServerFile | null> {
+/**
+ * The private Redis of `dir` when it runs and answers: its port. One still loading its data (started
+ * by another process, or by one that died since) is waited for, as its starter does (awaitReady);
+ * one that stops loading, or exits, is not this process's to end: null (the start lock decides).
+ */
+async function runningServer(dir: string, password: string, log: LogLike): Promise<ServerFile | null> {
   const server = await readJson<ServerFile>(join(dir, SERVER_FILE));
   if (!server || !alive(server.pid)) return null;
-  return (await pingPrivate(server.port, password)) ? server : null;
+  const answer = await probePrivate(server.port, password, 1000);
+  if (answer.state === 'ready') return server;
+  if (answer.state === 'none') return null;
+  const givenUp = await awaitReady(server, password, dir, log, () => (alive(server.pid) ? null : 'it exited'));
+  if (givenUp === null) return server;
+  if (givenUp.tooLong)
+    throw new Error(`the private Redis in ${dir} (pid ${server.pid}) did not come up: ${givenUp.why}`);
+  return null;
 }
 
 /**
@@ -286,17 +457,14 @@ async function serverOfDir(pid: number, dir: string): Promise<boolean | null> {
  * own; one that still does not answer is ended when it is known to be this folder's. Starting
  * another beside it would put two redis-servers on one folder, each appending to the same AOF.
  */
-async function awaitStarting(dir: string, password: string): Promise<ServerFile | null> {
+async function awaitStarting(dir: string, password: string, log: LogLike): Promise<ServerFile | null> {
   const server = await readJson<ServerFile>(join(dir, SERVER_FILE));
   if (!server || !alive(server.pid)) return null;
   const ours = await serverOfDir(server.pid, dir);
   // Another program under a reused pid (after a reboot): nothing to wait for.
   if (ours === false) return null;
-  const deadline = Date.now() + START_TIMEOUT_MS;
-  while (alive(server.pid) && Date.now() < deadline) {
-    if (await pingPrivate(server.port, password, 300)) return server;
-    await new Promise((ok) => setTimeout(ok, 50));
-  }
+  const givenUp = await awaitReady(server, password, dir, log, () => (alive(server.pid) ? null : 'it exited'));
+  if (givenUp === null) return server;
   if (ours && alive(server.pid)) {
     try {
       process.kill(server.pid, 'SIGKILL');
@@ -306,6 +474,9 @@ async function awaitStarting(dir: string, password: string): Promise<ServerFile 
     const gone = Date.now() + 2000;
     while (alive(server.pid) && Date.now() < gone) await new Promise((ok) => setTimeout(ok, 20));
   }
+  // A load longer than LOAD_TIMEOUT_MS: one started again would take as long.
+  if (givenUp.tooLong)
+    throw new Error(`the private Redis in ${dir} (pid ${server.pid}) did not come up: ${givenUp.why}`);
   return null;
 }
 
@@ -379,22 +550,20 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
   // starting a second redis-server on the same folder (runOrStart).
   const server = child.pid === undefined ? null : { pid: child.pid, port };
   if (server) await writeFile(join(dir, SERVER_FILE), `${JSON.stringify(server)}\n`);
-  const deadline = Date.now() + START_TIMEOUT_MS;
   let gone: string | null = null;
   void exited.then((how) => (gone ??= how));
-  while (server && Date.now() < deadline && gone === null) {
-    if (await pingPrivate(port, password, 300)) {
-      log.info(
-        { dir, port, pid: child.pid },
-        'no Redis configured or answering locally: started a private Redis (loopback only, AOF; stopped when the last callsync process using it stops)',
-      );
-      return server;
-    }
-    await new Promise((ok) => setTimeout(ok, 50));
+  // Waited for while it loads its data (a large AOF: minutes, progress logged), not only START_TIMEOUT_MS.
+  const givenUp = server ? await awaitReady(server, password, dir, log, () => gone) : null;
+  if (server && givenUp === null) {
+    log.info(
+      { dir, port, pid: child.pid },
+      'no Redis configured or answering locally: started a private Redis (loopback only, AOF; stopped when the last callsync process using it stops)',
+    );
+    return server;
   }
   if (gone === null) {
     child.kill('SIGKILL');
-    gone = `no answer within ${START_TIMEOUT_MS / 1000} s`;
+    gone = givenUp?.why ?? `no answer within ${START_TIMEOUT_MS / 1000} s`;
     // Its output is whole once it is gone; not waited for longer than a second (nothing else may
     // keep this process alive meanwhile: the child is unref'd).
     await Promise.race([exited, new Promise((ok) => setTimeout(ok, 1000))]);
@@ -579,9 +748,11 @@ async function runOrStart(
   probed: string,
   options: ResolveOptions,
 ): Promise<{ server: ServerFile; started: boolean }> {
-  const deadline = Date.now() + START_TIMEOUT_MS + 5000;
+  // A holder of the start lock keeps it fresh while it starts (a load: up to LOAD_TIMEOUT_MS); one
+  // that stops doing so loses it after STALE_LOCK_MS. This bound is the last resort beyond both.
+  const deadline = Date.now() + LOAD_TIMEOUT_MS + START_TIMEOUT_MS + STALE_LOCK_MS;
   for (;;) {
-    const running = await runningServer(dir, password);
+    const running = await runningServer(dir, password, options.log);
     if (running) return { server: running, started: false };
     if (options.start === false)
       throw new NoRedisError(
@@ -593,14 +764,22 @@ async function runOrStart(
       );
     const unlock = await lockStart(dir);
     if (unlock) {
+      const lockFile = join(dir, LOCK_FILE);
+      const fresh = setInterval(() => {
+        const now = new Date();
+        void utimes(lockFile, now, now).catch(() => undefined);
+      }, STALE_LOCK_MS / 3);
+      fresh.unref();
       try {
         // Another process may have started it between the look above and the lock.
-        const again = (await runningServer(dir, password)) ?? (await awaitStarting(dir, password));
+        const again =
+          (await runningServer(dir, password, options.log)) ?? (await awaitStarting(dir, password, options.log));
         if (again) return { server: again, started: false };
         const tooOld = await serverBinProblem(bin);
         if (tooOld) throw new NoRedisError(`no Redis: REDIS_URL is unset, ${probed}, and ${tooOld}`);
         return { server: await startServer(bin, dir, password, options.log), started: true };
       } finally {
+        clearInterval(fresh);
         await unlock();
       }
     }
