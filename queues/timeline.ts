@@ -232,6 +232,33 @@ export interface CallTimelineOptions {
   configuredQueues?: readonly string[];
 }
 
+/**
+ * The webhooks refused with their call id readable (a sorted set by time: see CallTimeline.refused).
+ * @internal Exported for its tests (test/refused-calls.redis.test.ts).
+ */
+export const refusedCallsKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:refused`;
+/**
+ * Refusals kept at most, the newest, for all call ids together: a sender refused a million times
+ * with a million call ids holds at most this many (~4 MB), never Redis' memory.
+ * @internal Exported for its tests (test/refused-calls.redis.test.ts).
+ */
+export const MAX_REFUSALS = 10_000;
+
+/**
+ * A webhook refused (4xx) whose call id could be read: what `callsync call <callId>` shows for a
+ * call the platform sent and callsync did not take. No phone number or text of the body: the
+ * detail and pointer as logged (quoted values left out, digit runs masked).
+ */
+export interface Refusal {
+  at: number;
+  callId: string;
+  source: string;
+  status: number;
+  pointer: string;
+  detail: string;
+  requestId?: string;
+}
+
 /** The index of the calls by the time they were received (a sorted set, trimmed to the TTL). */
 export const recentCallsKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:recent`;
 /** The lookup of a call id's calls (`*` in a SCAN pattern: every one; the area then glob-escaped by the caller). */
@@ -456,6 +483,49 @@ export class CallTimeline {
     const id = HASH_PREFIX.exec(jobId)?.[0] ?? (call && typeof call.key === 'string' ? timelineId(call) : null);
     if (id === null) return Promise.resolve();
     return this.append(id, { event: 'dead-lettered', jobId, reason: safeText(reason, call ?? undefined) });
+  }
+
+  /**
+   * Keeps a refusal (one transaction: added, then the set trimmed to the TTL and to MAX_REFUSALS).
+   * Never rejects, never waited for: a refusal is answered whatever Redis does.
+   */
+  refused(refusal: Refusal): void {
+    const key = refusedCallsKey(this.keys);
+    const at = refusal.at;
+    const member = JSON.stringify({ ...refusal, callId: refusal.callId.slice(0, 200) });
+    try {
+      this.redis
+        .multi()
+        .zadd(key, at, member)
+        .zremrangebyscore(key, '-inf', `(${at - this.ttlMs}`)
+        .zremrangebyrank(key, 0, -(MAX_REFUSALS + 1))
+        .pexpire(key, this.ttlMs)
+        .exec()
+        .then(
+          () => undefined,
+          (err: unknown) => this.failed(err),
+        );
+    } catch (err) {
+      this.failed(err);
+    }
+  }
+
+  /** The refusals of a call id kept (newest first), at most `max`. */
+  async refusals(callId: string, max = 20): Promise<Refusal[]> {
+    const wanted = callId.slice(0, 200);
+    const since = this.now() - this.ttlMs;
+    const found: Refusal[] = [];
+    for (const member of await this.redis.zrevrangebyscore(refusedCallsKey(this.keys), '+inf', since)) {
+      let r: Refusal;
+      try {
+        r = JSON.parse(member) as Refusal;
+      } catch {
+        continue;
+      }
+      if (r.callId === wanted) found.push(r);
+      if (found.length >= max) break;
+    }
+    return found;
   }
 
   /** Appends one entry to a call's timeline: one command. Never rejects. */

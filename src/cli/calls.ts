@@ -13,6 +13,7 @@ import {
   sinkLabel,
   type CallQuery,
   type CallSummary,
+  type Refusal,
 } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { queueNames } from '../ops/index.js';
@@ -90,12 +91,20 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
   if (positionals.length !== 1) throw new UsageError('expected one call id, job id or +number');
   const ref = positionals[0]!;
   if (ref.trim() === '') throw new UsageError('expected one call id, job id or +number, not an empty argument');
-  const found = await callsNamed(timelineOf(config, redis), ref);
+  const timeline = timelineOf(config, redis);
+  const found = await callsNamed(timeline, ref);
+  // Webhooks refused (4xx) under this call id: why a call the platform sent is missing, or came late.
+  const refused = ref.startsWith('+') ? [] : await timeline.refusals(ref);
   if (values.json) {
-    io.out(JSON.stringify({ calls: found }, null, 2));
+    io.out(JSON.stringify(refused.length > 0 ? { calls: found, refused } : { calls: found }, null, 2));
     return found.length > 0 ? 0 : 1;
   }
   if (found.length === 0) {
+    if (refused.length > 0) {
+      io.out(printable(`call "${ref}" was refused, never stored (${refused.length} refusal(s), newest first):`));
+      for (const line of refusalTable(refused)) io.out(line);
+      return 1;
+    }
     io.err(
       `no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.timeline.ttlDays} days)`,
     );
@@ -128,7 +137,20 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
       ]);
     for (const line of table(rows)) io.out(line);
   }
+  if (refused.length > 0) {
+    io.out('');
+    io.out(`refused before (${refused.length}, newest first):`);
+    for (const line of refusalTable(refused)) io.out(line);
+  }
   return 0;
+}
+
+/** Refusals as a table: when, the source, the status, the field and why, the request. */
+function refusalTable(refused: readonly Refusal[]): string[] {
+  return table([
+    ['time', 'source', 'status', 'pointer', 'detail', 'request'],
+    ...refused.map((r) => [iso(r.at), r.source, String(r.status), r.pointer, r.detail, r.requestId ?? '']),
+  ]);
 }
 
 /** `callsync calls …`. */

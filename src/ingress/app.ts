@@ -1,6 +1,7 @@
 // The Hono ingress: the sources' webhooks (src/sources: the AI-agent call data, the Push API),
 // health and readiness. Thin on purpose: check the sender, let the source parse and normalize,
 // store in Redis, answer as the source says.
+import type { CallTimeline } from '../../queues/timeline.js';
 import type { IncomingMessage } from 'node:http';
 import { Hono, type Context, type MiddlewareHandler } from 'hono';
 import type { Logger } from 'pino';
@@ -55,6 +56,8 @@ export interface IngressDeps {
   sources?: Source[];
   /** Bytes of request bodies held at once (./middleware/body-budget.ts). Default BODY_BUDGET_BYTES (8 MiB). */
   bodyBudgetBytes?: number;
+  /** Where refusals of calls with a readable call id are kept (the call timelines'); absent: nowhere. */
+  refusals?: Pick<CallTimeline, 'refused'>;
 }
 
 declare module 'hono' {
@@ -228,7 +231,8 @@ export function createIngressApp(deps: IngressDeps): Hono {
         throw new ApiError(err.status, err.detail, {
           pointer: err.pointer,
           problems: err.problems,
-          logFields: { source: source.name },
+          logFields: { source: source.name, ...(err.callId ? { callId: err.callId } : {}) },
+          ...(err.callId ? { refusedCall: { callId: err.callId, source: source.name } } : {}),
         });
       if (err instanceof SourceUnavailable) throw new QueueUnavailableError(err.cause);
       throw err;
@@ -310,6 +314,17 @@ export function createIngressApp(deps: IngressDeps): Hono {
         },
         'webhook refused',
       );
+      // Kept under its call id: `callsync call <callId>` says why a call the platform sent is not there.
+      if (err.refusedCall && deps.refusals)
+        deps.refusals.refused({
+          at: now().getTime(),
+          callId: err.refusedCall.callId,
+          source: err.refusedCall.source,
+          status: err.status,
+          pointer: logSafePointer(err.pointer) ?? '/',
+          detail: logSafeDetail(err.message),
+          ...(c.get('requestId') ? { requestId: c.get('requestId') } : {}),
+        });
       return c.json(problemsBody(err.status, problems), err.status, err.headers);
     }
     if (err instanceof QueueUnavailableError) {

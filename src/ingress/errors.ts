@@ -47,6 +47,8 @@ export interface ApiErrorOptions {
   /** The refusal's `reason` in callsync_webhooks_rejected_total; default: named by the status. */
   reason?: string;
   cause?: unknown;
+  /** A refused call whose id could be read: kept as a refusal under that id (IngressDeps.refusals). */
+  refusedCall?: { callId: string; source: string };
 }
 
 /** A typed HTTP failure; `app.onError` turns it into the spec's error body. */
@@ -56,6 +58,7 @@ export class ApiError extends HTTPException {
   readonly problems: Problem[];
   readonly logFields: Record<string, unknown>;
   readonly reason: string | undefined;
+  readonly refusedCall: ApiErrorOptions['refusedCall'];
   constructor(status: ContentfulStatusCode, detail: string, options: ApiErrorOptions = {}) {
     super(status, { message: detail, cause: options.cause });
     this.pointer = options.pointer || WHOLE_REQUEST;
@@ -63,6 +66,7 @@ export class ApiError extends HTTPException {
     this.problems = options.problems?.length ? options.problems : [{ detail, pointer: this.pointer }];
     this.logFields = options.logFields ?? {};
     this.reason = options.reason;
+    this.refusedCall = options.refusedCall;
   }
 }
 

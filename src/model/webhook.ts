@@ -661,6 +661,20 @@ function unneededEndLeftOut(fields: Record<string, unknown>, unread: Unread): Re
   return fields;
 }
 
+/** The call id a webhook body was sent with (current or legacy shape), trimmed, or null: what a refusal names. */
+export function sentCallId(body: unknown): string | null {
+  if (!isObject(body)) return null;
+  let call: unknown;
+  try {
+    call = (isLegacyWebhook(body) ? legacyAsCurrent(body) : body).call;
+  } catch {
+    return null;
+  }
+  const id = isObject(call) ? call.id : undefined;
+  if (typeof id === 'number' && Number.isFinite(id)) return String(id);
+  return typeof id === 'string' && id.trim() !== '' ? id.trim().slice(0, 200) : null;
+}
+
 /**
  * Parses and normalizes a webhook body (the current payload, or the legacy one by its shape);
  * throws InvalidPayloadError when a required field cannot be understood, and reports the optional

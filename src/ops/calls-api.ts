@@ -23,12 +23,21 @@ export function callsApi(timeline: CallTimeline): Hono {
   app.get(`${CALLS_API_PATH}/:ref`, async (c) => {
     const ref = c.req.param('ref');
     const calls = await callsNamed(timeline, ref);
-    if (calls.length === 0)
+    const refused = ref.startsWith('+') ? [] : await timeline.refusals(ref);
+    if (calls.length === 0) {
+      const last = refused[0];
+      const named = ref.startsWith('+') ? 'that number' : `"${ref.slice(0, 200)}"`;
       return c.json(
-        errorBody(404, `no call found for ${ref.startsWith('+') ? 'that number' : `"${ref.slice(0, 200)}"`}`),
+        errorBody(
+          404,
+          last
+            ? `no call stored for ${named}: refused ${refused.length} time(s), the last at ${new Date(last.at).toISOString()} (${last.status} ${last.pointer}: ${last.detail})`
+            : `no call found for ${named}`,
+        ),
         404,
       );
-    return c.json({ calls });
+    }
+    return c.json(refused.length > 0 ? { calls, refused } : { calls });
   });
   return app;
 }

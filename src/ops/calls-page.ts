@@ -18,6 +18,7 @@ import {
   sinkLabel,
   type CallSummary,
   type CallTimeline,
+  type Refusal,
   type TimelineEntry,
 } from '../../queues/timeline.js';
 import { errorBody } from '../ingress/errors.js';
@@ -135,10 +136,11 @@ export function callsPage(options: CallsPageOptions): Hono {
       ...pick(c.req.query(), ['until', 'sink', 'status', 'limit']),
     };
     let calls: CallSummary[] = [];
+    let refused: Refusal[] = [];
     let error: string | null = null;
     try {
       if (q.startsWith('+')) calls = (await findCalls(timeline, { ...parseCallQuery(values), number: q })).calls;
-      else if (q !== '') calls = await callsNamed(timeline, q);
+      else if (q !== '') [calls, refused] = await Promise.all([callsNamed(timeline, q), timeline.refusals(q)]);
       else calls = (await findCalls(timeline, parseCallQuery(values))).calls;
     } catch (err) {
       if (!(err instanceof CallQueryError)) throw err;
@@ -190,7 +192,38 @@ export function callsPage(options: CallsPageOptions): Hono {
               </tr>`,
           )}
         </tbody>
-      </table>`;
+      </table>
+      ${
+        refused.length > 0
+          ? html`<h2>Refused</h2>
+              <p>Webhooks with this call id answered with an error (never stored), newest first:</p>
+              <table id="refused">
+                <thead>
+                  <tr>
+                    <th>time</th>
+                    <th>source</th>
+                    <th>status</th>
+                    <th>field</th>
+                    <th>why</th>
+                    <th>request</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  ${refused.map(
+                    (r) =>
+                      html`<tr>
+                        <td>${iso(r.at)}</td>
+                        <td>${r.source}</td>
+                        <td>${r.status}</td>
+                        <td><code>${r.pointer}</code></td>
+                        <td>${r.detail}</td>
+                        <td>${r.requestId ?? ''}</td>
+                      </tr>`,
+                  )}
+                </tbody>
+              </table>`
+          : ''
+      }`;
     return page(c, 'callsync: calls', body);
   });
 

@@ -2,10 +2,17 @@
 // The payload's normalization lives in src/model/webhook.ts; this file is the HTTP side of it.
 import type { CanonicalCall } from '../model/call.js';
 import { isVcon, normalizeVcon } from '../model/vcon.js';
-import { InvalidPayloadError, readWebhook, type UnreadField } from '../model/webhook.js';
+import { InvalidPayloadError, readWebhook, sentCallId, type UnreadField } from '../model/webhook.js';
 import { defineSourceType, SourceRefusal, type Source } from './types.js';
 
 const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
+
+/** The call id of a refused body (a vCon's `uuid`, a webhook's `call.id`), or null. */
+function callIdSent(body: unknown): string | null {
+  if (!isVcon(body)) return sentCallId(body);
+  const uuid = (body as { uuid?: unknown }).uuid;
+  return typeof uuid === 'string' && uuid.trim() !== '' ? uuid.trim().slice(0, 200) : null;
+}
 
 export function aiAgentSource(): Source {
   return {
@@ -24,7 +31,8 @@ export function aiAgentSource(): Source {
         const options = { agentId, receivedAt: request.receivedAt };
         read = isVcon(body) ? normalizeVcon(body, options) : readWebhook(body, options);
       } catch (err) {
-        if (err instanceof InvalidPayloadError) throw new SourceRefusal(400, err.detail, err.pointer, err.problems);
+        if (err instanceof InvalidPayloadError)
+          throw new SourceRefusal(400, err.detail, err.pointer, err.problems, callIdSent(request.json?.value));
         throw err;
       }
       return {

@@ -129,7 +129,10 @@ export function pushSource(options: PushSourceOptions): Source {
       try {
         event = parsePushEvent(text);
       } catch (err) {
-        if (err instanceof InvalidPayloadError) throw new SourceRefusal(400, err.detail, err.pointer);
+        if (err instanceof InvalidPayloadError) {
+          const sent = new URLSearchParams(text).get('callId')?.trim();
+          throw new SourceRefusal(400, err.detail, err.pointer, undefined, sent ? sent.slice(0, 200) : null);
+        }
         throw err;
       }
       let recorded;
@@ -143,6 +146,8 @@ export function pushSource(options: PushSourceOptions): Source {
           409,
           `call ${event.callId} was closed and its events have expired: a ${event.event} event this late (a replay?) cannot change it`,
           '/callId',
+          undefined,
+          event.callId,
         );
       }
       const call = recorded.call;

@@ -78,6 +78,8 @@ export class SourceRefusal extends Error {
     readonly detail: string,
     readonly pointer = '/',
     readonly problems?: { detail: string; pointer: string }[],
+    /** The refused call's id as sent, when it could be read: the refusal is kept under it (`callsync call`). */
+    readonly callId?: string | null,
   ) {
     super(detail);
     this.name = 'SourceRefusal';

@@ -127,6 +127,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
         return redisUp || ((await spool?.checkAccepting()) ?? false);
       },
       log,
+      refusals: deps.timelines.producer,
       readyDetail: roleOptions.readyDetail,
       events: options.ingressEvents,
       before: options.ingressBefore,

@@ -1,0 +1,180 @@
+// "The platform says it sent call X; callsync has no call X": a webhook refused (4xx) with its call
+// id readable is kept under that id, and `callsync call X`, GET /api/calls/X and the Calls page say
+// why — when, the status, the field and the reason, the request id. The log line names the call id.
+// Kept bounded (MAX_REFUSALS in all, CALL_TIMELINE_TTL_DAYS long), erased by `callsync forget`.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { loadConfig } from '../src/config/index.js';
+import { redisKeys } from '../queues/keys.js';
+import { CallTimeline, MAX_REFUSALS, refusedCallsKey, type Refusal } from '../queues/timeline.js';
+import { webhookPayload } from './support/calls.js';
+import { postJson, testEnv } from './support/callsync.js';
+import { cli } from './support/cli.js';
+import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
+import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+
+const TOKEN = 'refused-admin-token-9a4f';
+
+describe('a refused call is kept under its call id', () => {
+  let cs: OpsCallsync;
+  let dir: string;
+  let env: Record<string, string>;
+  const api = (path: string) => fetch(`${cs.url}${path}`, { headers: { authorization: `Bearer ${TOKEN}` } });
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'callsync-refused-'));
+    env = { ARCHIVE_DIR: dir, ADMIN_TOKEN: TOKEN, PUSH_API_VERIFY: 'false' };
+    cs = await startOpsCallsync(env);
+    env.QUEUE_PREFIX = cs.prefix;
+  });
+  after(async () => {
+    await cs?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('callsync call, the JSON API and the Calls page say why; accepted later, the call shows its refusals', async () => {
+    // The platform's documented example, its start time unreadable: the call cannot be placed in time.
+    const bad = await postJson(
+      `${cs.url}/webhooks/ai-agent/agent-1`,
+      webhookPayload('ref-1', (p) => (p.call.startTime = 'soon')),
+    );
+    assert.equal(bad.status, 400);
+    const requestId = bad.headers.get('x-request-id');
+    assert.ok(requestId);
+
+    const shown = await waitFor(
+      async () => {
+        const r = await cli(['call', 'ref-1'], env);
+        return /was refused/.test(r.out) ? r : null;
+      },
+      { what: 'the refusal kept' },
+    );
+    assert.equal(shown.code, 1);
+    const lines = shown.out.split('\n');
+    assert.equal(lines[0], 'call "ref-1" was refused, never stored (1 refusal(s), newest first):');
+    assert.match(lines[1]!, /^time\s+source\s+status\s+pointer\s+detail\s+request$/);
+    assert.match(lines[2]!, new RegExp(`^\\S+Z\\s+ai-agent\\s+400\\s+/call/startTime\\s+.+\\s+${requestId}$`));
+
+    const json = await cli(['call', 'ref-1', '--json'], env);
+    const body = JSON.parse(json.out) as { calls: unknown[]; refused: Refusal[] };
+    assert.deepEqual(body.calls, []);
+    assert.equal(body.refused.length, 1);
+    assert.deepEqual(
+      { ...body.refused[0], at: 0, detail: '' },
+      { at: 0, callId: 'ref-1', source: 'ai-agent', status: 400, pointer: '/call/startTime', detail: '', requestId },
+    );
+
+    // The log line of the refusal names the call id.
+    const logged = cs.logs.find((l) => l.msg === 'webhook refused' && l.callId === 'ref-1');
+    assert.ok(logged, JSON.stringify(cs.logs.filter((l) => l.msg === 'webhook refused')));
+
+    const notFound = await api('/api/calls/ref-1');
+    assert.equal(notFound.status, 404);
+    const error = (await notFound.json()) as { errors: { detail: string }[] };
+    assert.match(
+      error.errors[0]!.detail,
+      /^no call stored for "ref-1": refused 1 time\(s\), the last at \S+ \(400 \/call\/startTime: /,
+    );
+    const page = await (await api('/admin/queues/calls?q=ref-1')).text();
+    assert.match(page, /<table id="refused">/);
+    assert.match(page, /<code>\/call\/startTime<\/code>/);
+
+    // Sent again, readable: accepted; its refusal still shows beside it.
+    const good = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('ref-1'));
+    assert.equal(good.status, 202);
+    const later = await waitFor(
+      async () => {
+        const r = await cli(['call', 'ref-1'], env);
+        return r.code === 0 ? r : null;
+      },
+      { what: 'the call stored' },
+    );
+    assert.match(later.out, /^refused before \(1, newest first\):$/m);
+    const found = (await (await api('/api/calls/ref-1')).json()) as { calls: unknown[]; refused: Refusal[] };
+    assert.equal(found.calls.length, 1);
+    assert.equal(found.refused.length, 1);
+  });
+
+  test('a Push API event refused with its call id readable is kept too; a body without a call id is not', async () => {
+    const push = await fetch(`${cs.url}/webhooks/push`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'callId=push-ref-1&direction=in',
+    });
+    assert.equal(push.status, 400);
+    const shown = await waitFor(
+      async () => {
+        const r = await cli(['call', 'push-ref-1', '--json'], env);
+        return r.out.includes('"refused"') ? (JSON.parse(r.out) as { refused: Refusal[] }) : null;
+      },
+      { what: 'the push refusal kept' },
+    );
+    assert.equal(shown.refused[0]?.source, 'push');
+    assert.equal(shown.refused[0]?.pointer, '/event');
+
+    const members = async () =>
+      cs.callsync.redis.producer.zcard(refusedCallsKey(redisKeys(loadConfig(testEnv(cs.prefix)).redis)));
+    const before = await members();
+    const noId = await postJson(
+      `${cs.url}/webhooks/ai-agent/agent-1`,
+      webhookPayload('x', (p) => delete p.call.id),
+    );
+    assert.equal(noId.status, 400);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(await members(), before);
+  });
+
+  test('callsync forget <callId> erases its refusals', async () => {
+    const forgot = await cli(['forget', 'ref-1'], env);
+    assert.equal(forgot.code, 0, forgot.err);
+    const after = await cli(['call', 'ref-1', '--json'], env);
+    assert.doesNotMatch(after.out, /"refused"/);
+    assert.match((await cli(['call', 'push-ref-1', '--json'], env)).out, /"refused"/, 'other calls keep theirs');
+  });
+});
+
+describe('refusals are bounded', () => {
+  const prefix = uniquePrefix('refused-bound');
+  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+  after(async () => {
+    redis.disconnect();
+    await cleanupPrefix(prefix);
+  });
+
+  test(`a flood of refused call ids keeps the newest ${MAX_REFUSALS}; those older than the TTL go`, async () => {
+    const config = loadConfig(testEnv(prefix));
+    let now = Date.now();
+    const timeline = new CallTimeline(redis, redisKeys(config.redis), { ...config.timeline, now: () => now });
+    const key = refusedCallsKey(redisKeys(config.redis));
+    const refusal = (i: number): Refusal => ({
+      at: now,
+      callId: `flood-${i}`,
+      source: 'ai-agent',
+      status: 400,
+      pointer: '/call/startTime',
+      detail: 'Expected number, received string',
+    });
+    const total = MAX_REFUSALS + 500;
+    for (let i = 0; i < total; i++) {
+      timeline.refused(refusal(i));
+      if (i % 1000 === 999) await redis.ping();
+    }
+    await waitFor(async () => (await redis.zscore(key, JSON.stringify(refusal(total - 1)))) !== null, {
+      what: 'the last refusal written',
+    });
+    assert.equal(await redis.zcard(key), MAX_REFUSALS);
+    assert.deepEqual(await timeline.refusals('flood-0'), [], 'the oldest went');
+    assert.equal((await timeline.refusals(`flood-${total - 1}`)).length, 1);
+    const ttl = await redis.pttl(key);
+    assert.ok(ttl > 0 && ttl <= timeline.ttlMs, String(ttl));
+
+    // A TTL later, one more refusal: the rest are older than the TTL and go.
+    now += timeline.ttlMs + 1000;
+    timeline.refused(refusal(total));
+    await waitFor(async () => (await redis.zcard(key)) === 1, { what: 'the old refusals trimmed' });
+  });
+});
