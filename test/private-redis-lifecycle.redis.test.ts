@@ -8,44 +8,21 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, readlink, realpath, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { bounded, startCallsyncProcess, type CallsyncProcess } from './support/callsync-process.js';
 import { freePort } from './support/redis-server.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
+import { killServersIn, serversIn, spawnPrivateRedisStarter } from './support/private-redis.js';
 import { resolveRedis } from '../queues/private-redis.js';
 import { singleRedis } from '../queues/connection.js';
 import { alive } from './support/pids.js';
 
 const linux = process.platform === 'linux' && existsSync('/proc/self/cwd');
 const quiet = { info: () => undefined, warn: () => undefined };
-const PRIVATE_REDIS = new URL('../queues/private-redis.ts', import.meta.url).pathname;
 const BIN = new URL('../bin/callsync.js', import.meta.url).pathname;
-
-/** The processes whose working folder is `dir`: the redis-servers of that folder. */
-async function serversIn(dir: string): Promise<number[]> {
-  const real = await realpath(dir);
-  const pids: number[] = [];
-  for (const name of await readdir('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    const cwd = await readlink(`/proc/${name}/cwd`).catch(() => null);
-    if (cwd === real) pids.push(Number(name));
-  }
-  return pids;
-}
-
-async function killServersIn(dir: string): Promise<void> {
-  if (!existsSync(dir)) return;
-  for (const pid of await serversIn(dir)) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone
-    }
-  }
-}
 
 const settingsFor = (dir: string, serverBin?: string) => ({
   ...singleRedis('redis://127.0.0.1:6379'),
@@ -97,16 +74,7 @@ describe(
       // A redis-server that takes a moment to come up, as one reading a long AOF does.
       const slow = join(dir, 'slow-redis-server');
       await writeFile(slow, `#!/bin/sh\nsleep 1.5\nexec redis-server "$@"\n`, { mode: 0o755 });
-      const script = `
-      import { resolveRedis } from ${JSON.stringify(PRIVATE_REDIS)};
-      await resolveRedis(
-        { url: 'redis://127.0.0.1:6379', clusterNodes: [], sentinels: [], tls: false, prefix: 'x', local: { probe: null, dir: ${JSON.stringify(redisDir)}, serverBin: ${JSON.stringify(slow)} } },
-        { log: { info: () => {}, warn: () => {} } },
-      );
-    `;
-      const starter = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
-        stdio: 'ignore',
-      });
+      const starter = spawnPrivateRedisStarter(redisDir, slow);
       try {
         // Its server is spawned (and sleeping) once the start lock is taken and redis.out is opened.
         await waitFor(() => existsSync(join(redisDir, 'redis.out')) || null, {

@@ -10,20 +10,19 @@
 // a folder's redis-servers are found by their working folder (/proc/<pid>/cwd).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, readlink, realpath, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { bounded } from './support/callsync-process.js';
 import { waitFor } from './support/redis.js';
+import { killServersIn, serversIn, spawnPrivateRedisStarter } from './support/private-redis.js';
 import { resolveRedis, type ResolvedRedis } from '../queues/private-redis.js';
 import { singleRedis } from '../queues/connection.js';
 
 const linux = process.platform === 'linux' && existsSync('/proc/self/cwd');
-const PRIVATE_REDIS = new URL('../queues/private-redis.ts', import.meta.url).pathname;
 /** ~1.2 ms each with a delay of 1000 µs: a load of ~15 s, longer than the start's 10 s. */
 const KEYS = 13_000;
 
@@ -36,28 +35,6 @@ function recorder() {
   const lines: Line[] = [];
   const add = (obj: object, msg: string) => lines.push({ msg, obj: obj as Record<string, unknown> });
   return { lines, log: { info: add, warn: add } };
-}
-
-/** The processes whose working folder is `dir`: the redis-servers of that folder. */
-async function serversIn(dir: string): Promise<number[]> {
-  const real = await realpath(dir);
-  const pids: number[] = [];
-  for (const name of await readdir('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    if ((await readlink(`/proc/${name}/cwd`).catch(() => null)) === real) pids.push(Number(name));
-  }
-  return pids;
-}
-
-async function killServersIn(dir: string): Promise<void> {
-  if (!existsSync(dir)) return;
-  for (const pid of await serversIn(dir)) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone
-    }
-  }
 }
 
 /** What a server says to AUTH and PING on a raw connection (both replies, as they came). */
@@ -190,16 +167,7 @@ describe(
     });
 
     test('a server loading that another process started (its starter killed): waited for past 10 s, not ended', async () => {
-      const script = `
-      import { resolveRedis } from ${JSON.stringify(PRIVATE_REDIS)};
-      await resolveRedis(
-        { url: 'redis://127.0.0.1:6379', clusterNodes: [], sentinels: [], tls: false, prefix: 'x', local: { probe: null, dir: ${JSON.stringify(redisDir)}, serverBin: ${JSON.stringify(slow)} } },
-        { log: { info: () => {}, warn: () => {} } },
-      );
-    `;
-      const starter = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
-        stdio: 'ignore',
-      });
+      const starter = spawnPrivateRedisStarter(redisDir, slow);
       try {
         // Killed once its server is loading (it answers -LOADING between reads): ~14 s of load are left.
         const server = await waitFor(

@@ -23,6 +23,25 @@ const TOKEN = 'stranded-admin-token-41c9';
 const STRANDED =
   /^queue sink-gone holds jobs no process works \(2 waiting, 1 delayed; 0 dead letters\): its sink is not in this configuration/;
 
+/** The configuration of these tests: the archive, and a signed webhook with one endpoint ("a"). */
+async function writeConfig(dir: string): Promise<string> {
+  const config = join(dir, 'callsync.yaml');
+  await writeFile(
+    config,
+    `sinks:
+  archive: { type: archive, dir: ${join(dir, 'archive')} }
+  hook:
+    type: webhook
+    secrets: ["whsec_${Buffer.from('a'.repeat(32)).toString('base64')}"]
+    endpoints:
+      - { name: a, url: "http://127.0.0.1:9/a" }
+routes:
+  - to: [archive, hook]
+`,
+  );
+  return config;
+}
+
 describe('queues of sinks no longer configured', () => {
   const prefix = uniquePrefix('stranded');
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
@@ -48,20 +67,7 @@ describe('queues of sinks no longer configured', () => {
     await (await emptied.add('sink.deliver', { call: { callId: 'c-4' } }, { jobId: 'j4' })).remove();
     await Promise.all([gone.close(), emptied.close()]);
     // Configured: the archive, and a signed webhook with one endpoint ("a"); its endpoint "b" is gone.
-    const config = join(dir, 'callsync.yaml');
-    await writeFile(
-      config,
-      `sinks:
-  archive: { type: archive, dir: ${join(dir, 'archive')} }
-  hook:
-    type: webhook
-    secrets: ["whsec_${Buffer.from('a'.repeat(32)).toString('base64')}"]
-    endpoints:
-      - { name: a, url: "http://127.0.0.1:9/a" }
-routes:
-  - to: [archive, hook]
-`,
-    );
+    const config = await writeConfig(dir);
     env = { QUEUE_PREFIX: prefix, CALLSYNC_CONFIG: config, SPOOL_DIR: join(dir, 'spool'), ADMIN_TOKEN: TOKEN };
   });
   after(async () => {
@@ -205,20 +211,7 @@ describe('callsync dlq abandon: the jobs of a queue no worker runs become dead l
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'callsync-abandon-'));
-    const config = join(dir, 'callsync.yaml');
-    await writeFile(
-      config,
-      `sinks:
-  archive: { type: archive, dir: ${join(dir, 'archive')} }
-  hook:
-    type: webhook
-    secrets: ["whsec_${Buffer.from('a'.repeat(32)).toString('base64')}"]
-    endpoints:
-      - { name: a, url: "http://127.0.0.1:9/a" }
-routes:
-  - to: [archive, hook]
-`,
-    );
+    const config = await writeConfig(dir);
     env = { QUEUE_PREFIX: prefix, CALLSYNC_CONFIG: config, SPOOL_DIR: join(dir, 'spool') };
     keys = redisKeys(loadConfig(testEnv(prefix, env)).redis);
     const gone = queue('sink-gone');
