@@ -282,6 +282,28 @@ describe('a running callsync (role worker) with a poison entry in its log', () =
       ['received', 'dead-lettered', 'retried', 'dead-lettered'],
     );
     assert.equal(again.fanOutFailed?.jobId, ackId);
+
+    // The Calls page's Retry fan-out does the same (a same-origin JSON POST with the credentials).
+    const retry = (id: string) =>
+      fetch(`${cs.url}/admin/queues/calls/${id}/retry-fan-out`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+        body: '{}',
+      });
+    assert.match(
+      await (
+        await fetch(`${cs.url}/admin/queues/calls/${hash}`, { headers: { authorization: `Bearer ${ADMIN}` } })
+      ).text(),
+      /data-action="retry-fan-out"/,
+    );
+    const byPage = await retry(hash);
+    assert.equal(byPage.status, 200, await byPage.clone().text());
+    assert.deepEqual(await byPage.json(), { retried: { queue: 'inbound', jobId: ackId } });
+    await waitFor(
+      async () => ((await summary()).entries.filter((e) => e.event === 'dead-lettered').length === 3 ? true : null),
+      { timeoutMs: 15_000, what: 'the page-retried dead letter failed again' },
+    );
+    assert.equal((await retry('0'.repeat(32))).status, 404);
   });
 });
 

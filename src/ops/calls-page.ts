@@ -8,7 +8,7 @@ import { Hono, type Context } from 'hono';
 import { html, raw } from 'hono/html';
 import type { Queue } from 'bullmq';
 import { retryDeadLetter } from '../../queues/dead-letters.js';
-import { sinkQueueName } from '../../queues/registry.js';
+import { INBOUND_QUEUE, sinkQueueName } from '../../queues/registry.js';
 import {
   callsNamed,
   CallQueryError,
@@ -261,7 +261,17 @@ export function callsPage(options: CallsPageOptions): Hono {
         ${iso(call.receivedAt)}; job id <code>${call.id}</code>
       </p>
       <p id="sinks">${chips(call)}</p>
-      ${call.fanOutFailed ? html`<p class="err" id="fan-out">Its fan-out failed, no sink got a job: ${call.fanOutFailed.reason}. It is an inbound dead letter: <code>callsync dlq retry --queue inbound --id ${call.fanOutFailed.jobId}</code> fans it out again.</p>` : ''}
+      ${
+        call.fanOutFailed
+          ? html`<p id="fan-out">
+              <button type="button" data-action="retry-fan-out" data-sink="fan-out">Retry fan-out</button>
+              <span class="err"
+                >Its fan-out failed, no sink got a job: ${call.fanOutFailed.reason}. It is an inbound dead letter:
+                <code>callsync dlq retry --queue inbound --id ${call.fanOutFailed.jobId}</code> fans it out again.</span
+              >
+            </p>`
+          : ''
+      }
       ${Object.keys(call.unconfigured ?? {}).map((sink) => html`<p class="unconfigured" data-sink="${sink}">${call.reasons[sink]}</p>`)}
       ${failed.map((sink) => html`<p><button type="button" data-action="retry" data-sink="${sink}">Retry ${sink}</button> <span class="err">${call.reasons[sink] ?? ''}</span></p>`)}
       <p>
@@ -381,6 +391,29 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
       throw err;
     }
     return c.json({ retried: { sink, queue: queue.name, jobId: job.id } });
+  });
+
+  // Retries a call whose fan-out failed: its inbound dead letter, fanned out again (a new round).
+  app.post(`${path}/:id/retry-fan-out`, async (c) => {
+    const id = c.req.param('id');
+    const [call] = /^[0-9a-f]{32}$/.test(id) ? await callsNamed(timeline, id, 1) : [];
+    if (!call) return c.json(errorBody(404, `no call ${id}`), 404);
+    if (!call.fanOutFailed) return c.json(errorBody(409, 'the fan-out of this call did not fail'), 409);
+    const queue = queues.get(INBOUND_QUEUE);
+    const job = queue ? await queue.getJob(call.fanOutFailed.jobId) : undefined;
+    if (!queue || !job)
+      return c.json(
+        errorBody(
+          404,
+          'its inbound dead letter is gone (dead letters are kept FAILED_JOB_RETENTION_SECONDS, 14 days by default)',
+        ),
+        404,
+      );
+    const state = await job.getState();
+    if (state !== 'failed')
+      return c.json(errorBody(409, `its inbound dead letter is not in the dead letters (it is ${state})`), 409);
+    await retryDeadLetter(queue, job, timeline);
+    return c.json({ retried: { queue: queue.name, jobId: job.id } });
   });
 
   // Replays the call to one sink: its latest job's data as a new job of that sink's queue (sinks
