@@ -14,6 +14,7 @@ import { redisKeys } from '../queues/keys.js';
 import { CallTimeline, type CallSummary } from '../queues/timeline.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { strandedOf } from '../src/ops/stranded-queues.js';
+import { pauseQueue, pauseState } from '../queues/disabled.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { testEnv } from './support/callsync.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
@@ -221,7 +222,8 @@ describe('callsync dlq abandon: the jobs of a queue no worker runs become dead l
     }
     const later = job('a-3');
     await gone.add('sink.deliver', later.data, { jobId: later.jobId, attempts: 8, delay: 3_600_000 });
-    await gone.pause();
+    // Paused when its sink's credentials were rejected (the reason kept beside it).
+    await pauseQueue(gone, redis, 'HubSpot answered 401: token expired');
     await gone.close();
     // An endpoint taken out of a sink still configured.
     const b = queue('sink-hook.b');
@@ -283,6 +285,8 @@ describe('callsync dlq abandon: the jobs of a queue no worker runs become dead l
     assert.equal(done.out, 'abandoned 3 job(s) of sink-gone: dead letters now (callsync dlq list --queue sink-gone)');
     const gone = queue('sink-gone');
     try {
+      assert.equal(await pauseState(gone), null, 'resumed');
+      assert.equal(await redis.exists(gone.toKey('callsync-paused')), 0, 'its pause marker gone');
       const counts = await gone.getJobCounts('waiting', 'prioritized', 'delayed', 'active', 'failed');
       assert.deepEqual(counts, { waiting: 0, prioritized: 0, delayed: 0, active: 0, failed: 3 });
       const reason =

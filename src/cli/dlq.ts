@@ -8,6 +8,7 @@ import { retryDeadLetter, retryDeadLetters } from '../../queues/dead-letters.js'
 import { redisKeys } from '../../queues/keys.js';
 import { queuesInRedis } from '../../queues/scan.js';
 import { CallTimeline, timelineIdOf } from '../../queues/timeline.js';
+import { enableQueue } from '../../queues/disabled.js';
 import { endpointFromQueue, sinkNameFromQueue } from '../../queues/registry.js';
 import { strandedOf } from '../ops/stranded-queues.js';
 import type { Config } from '../config/index.js';
@@ -329,9 +330,10 @@ export async function dlqAbandon(config: Config, redis: RedisClient, options: Dl
       let abandoned = 0;
       try {
         // Delayed jobs (next attempt later, or a Retry-After) wait no longer; a pause (credentials
-        // rejected) holds nothing back any more: no worker would ever resume it.
+        // rejected, an endpoint disabled) holds nothing back any more, its marker gone with it: no
+        // worker would ever resume it.
         await queue.promoteJobs();
-        if (await queue.isPaused()) await queue.resume();
+        if (await queue.isPaused()) await enableQueue(queue);
         for (
           let job = await worker.getNextJob(token, { block: false });
           job;
