@@ -139,7 +139,11 @@ describe('callsync poller: the state of each polled channel', () => {
     const s = await setUp('429', [channel], { maxRetryAfterMs: 100 });
     try {
       const before = Date.now();
-      const record = await waitFor(() => s.record(channel));
+      // The record of the first poll's outcome (the one written as the poll starts says `polling`).
+      const record = await waitFor(async () => {
+        const r = await s.record(channel);
+        return r?.lastOutcome ? r : null;
+      });
       assert.equal(record.state, 'rate-limited');
       assert.equal(record.lastOutcome, 'rate-limited');
       assert.match(record.reason ?? '', /answered 429/);
