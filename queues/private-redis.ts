@@ -6,7 +6,10 @@
 // Lifetime: every process using the private Redis leaves a file named by its pid in `users/`; the
 // last one to stop (its own file removed, no other user alive) shuts the server down. A process
 // that dies without stopping (SIGKILL) leaves the server running; the next callsync process finds
-// it through `server.json` and uses it (docs/operations.md "Redis on one machine").
+// it through `server.json` and uses it (docs/operations.md "Redis on one machine"). A wait that is
+// stopped (ResolveOptions.signal: a SIGTERM or Ctrl-C while a large AOF loads) goes by the same
+// rule: its user file goes, and a server this process started is stopped when no other user is
+// left; one it found (another's, or a dead starter's) loads on for the next process.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants, existsSync } from 'node:fs';
@@ -52,6 +55,37 @@ export class NoRedisError extends Error {
     super(message);
     this.name = 'NoRedisError';
   }
+}
+
+/**
+ * The wait for the private Redis was stopped (ResolveOptions.signal aborted: a SIGTERM or Ctrl-C
+ * while it loads its data). What the wait had taken is given back before this is thrown.
+ */
+export class RedisWaitStopped extends Error {
+  constructor(dir: string) {
+    super(`the wait for the private Redis in ${dir} was stopped`);
+    this.name = 'RedisWaitStopped';
+  }
+}
+
+/** Throws RedisWaitStopped once `signal` is aborted. */
+function stopIfAsked(signal: AbortSignal | undefined, dir: string): void {
+  if (signal?.aborted) throw new RedisWaitStopped(dir);
+}
+
+/** `ms` of waiting, cut short by `signal` (RedisWaitStopped). */
+async function pause(ms: number, signal: AbortSignal | undefined, dir: string): Promise<void> {
+  stopIfAsked(signal, dir);
+  await new Promise<void>((ok) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      ok();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+  stopIfAsked(signal, dir);
 }
 
 /** How to get a Redis, in the one line callsync prints when it has none. */
@@ -264,19 +298,24 @@ const number = (info: string, field: string): number | null => {
  * load without a time limit (INFO's `loading:1`, retried), and a server that accepted the
  * connection and never answered was waited for forever.
  */
-async function probePrivate(port: number, password: string, timeoutMs: number): Promise<Answer> {
+async function probePrivate(port: number, password: string, timeoutMs: number, signal?: AbortSignal): Promise<Answer> {
   return new Promise((resolveAnswer) => {
     const socket = new Socket();
     let done = false;
     let received = Buffer.alloc(0);
+    const stop = () => finish({ state: 'none' });
     const finish = (answer: Answer) => {
       if (done) return;
       done = true;
       clearTimeout(timer);
+      signal?.removeEventListener('abort', stop);
       socket.destroy();
       resolveAnswer(answer);
     };
     const timer = setTimeout(() => finish({ state: 'none' }), timeoutMs);
+    // A stopped wait does not sit out a probe of up to 5 s.
+    if (signal?.aborted) stop();
+    else signal?.addEventListener('abort', stop, { once: true });
     socket.once('error', () => finish({ state: 'none' }));
     socket.once('close', () => finish({ state: 'none' }));
     socket.on('data', (data) => {
@@ -328,13 +367,14 @@ interface GivenUp {
  * Until the private Redis `server` answers PING (null), or why it is given up. While it answers
  * `-LOADING` (reading its AOF) and loads further, it is waited for up to LOAD_TIMEOUT_MS, its
  * progress logged every LOAD_LOG_MS; START_TIMEOUT_MS is the limit of no answer and no progress.
- * `gone` says why the server can no longer answer (it exited), null while it runs.
+ * `gone` says why the server can no longer answer (it exited), null while it runs. Each progress
+ * line is also told to `onLoading`; an aborted `signal` ends the wait (RedisWaitStopped).
  */
 async function awaitReady(
   server: ServerFile,
   password: string,
   dir: string,
-  log: LogLike,
+  { log, onLoading, signal }: ResolveOptions,
   gone: () => string | null,
 ): Promise<GivenUp | null> {
   const since = Date.now();
@@ -342,11 +382,13 @@ async function awaitReady(
   let logged = since;
   let loading: Loading | null = null;
   for (;;) {
+    stopIfAsked(signal, dir);
     const exited = gone();
     if (exited !== null) return { why: exited, tooLong: false };
     // Long enough to catch a loading server between two reads (it answers only then), never past the limit.
     const timeout = Math.min(5000, Math.max(300, heard + START_TIMEOUT_MS - Date.now()));
-    const answer = await probePrivate(server.port, password, timeout);
+    const answer = await probePrivate(server.port, password, timeout, signal);
+    stopIfAsked(signal, dir);
     if (answer.state === 'ready') return null;
     const now = Date.now();
     if (answer.state === 'loading') {
@@ -366,6 +408,7 @@ async function awaitReady(
           },
           `private Redis loading its data: ${progressOf(loading)}`,
         );
+        onLoading?.(progressOf(loading));
       }
     }
     if (loading !== null && now - since >= LOAD_TIMEOUT_MS)
@@ -381,7 +424,7 @@ async function awaitReady(
             : `its load made no progress for ${START_TIMEOUT_MS / 1000} s (${progressOf(loading)})`,
         tooLong: false,
       };
-    await new Promise((ok) => setTimeout(ok, loading === null ? 50 : 250));
+    await pause(loading === null ? 50 : 250, signal, dir);
   }
 }
 
@@ -424,13 +467,16 @@ async function passwordOf(dir: string): Promise<string> {
  * by another process, or by one that died since) is waited for, as its starter does (awaitReady);
  * one that stops loading, or exits, is not this process's to end: null (the start lock decides).
  */
-async function runningServer(dir: string, password: string, log: LogLike): Promise<ServerFile | null> {
+async function runningServer(dir: string, password: string, options: ResolveOptions): Promise<ServerFile | null> {
   const server = await readJson<ServerFile>(join(dir, SERVER_FILE));
   if (!server || !alive(server.pid)) return null;
-  const answer = await probePrivate(server.port, password, 1000);
+  // Long enough to catch a loading server between two reads (it answers only then: a command,
+  // which never starts one, took a load's silence for no server at all).
+  const answer = await probePrivate(server.port, password, 3000, options.signal);
+  stopIfAsked(options.signal, dir);
   if (answer.state === 'ready') return server;
   if (answer.state === 'none') return null;
-  const givenUp = await awaitReady(server, password, dir, log, () => (alive(server.pid) ? null : 'it exited'));
+  const givenUp = await awaitReady(server, password, dir, options, () => (alive(server.pid) ? null : 'it exited'));
   if (givenUp === null) return server;
   if (givenUp.tooLong)
     throw new Error(`the private Redis in ${dir} (pid ${server.pid}) did not come up: ${givenUp.why}`);
@@ -457,13 +503,14 @@ async function serverOfDir(pid: number, dir: string): Promise<boolean | null> {
  * own; one that still does not answer is ended when it is known to be this folder's. Starting
  * another beside it would put two redis-servers on one folder, each appending to the same AOF.
  */
-async function awaitStarting(dir: string, password: string, log: LogLike): Promise<ServerFile | null> {
+async function awaitStarting(dir: string, password: string, options: ResolveOptions): Promise<ServerFile | null> {
   const server = await readJson<ServerFile>(join(dir, SERVER_FILE));
   if (!server || !alive(server.pid)) return null;
   const ours = await serverOfDir(server.pid, dir);
   // Another program under a reused pid (after a reboot): nothing to wait for.
   if (ours === false) return null;
-  const givenUp = await awaitReady(server, password, dir, log, () => (alive(server.pid) ? null : 'it exited'));
+  // Stopped meanwhile (RedisWaitStopped): it is not this process's, and loads on for the next one.
+  const givenUp = await awaitReady(server, password, dir, options, () => (alive(server.pid) ? null : 'it exited'));
   if (givenUp === null) return server;
   if (ours && alive(server.pid)) {
     try {
@@ -500,7 +547,8 @@ async function lockStart(dir: string): Promise<(() => Promise<void>) | null> {
   }
 }
 
-async function startServer(bin: string, dir: string, password: string, log: LogLike): Promise<ServerFile> {
+async function startServer(bin: string, dir: string, password: string, options: ResolveOptions): Promise<ServerFile> {
+  const { log } = options;
   const port = await freeLoopbackPort();
   // The password goes in a file only this user reads, never on a command line (`ps` shows those).
   const conf = [
@@ -553,7 +601,13 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
   let gone: string | null = null;
   void exited.then((how) => (gone ??= how));
   // Waited for while it loads its data (a large AOF: minutes, progress logged), not only START_TIMEOUT_MS.
-  const givenUp = server ? await awaitReady(server, password, dir, log, () => gone) : null;
+  let givenUp: GivenUp | null = null;
+  try {
+    if (server) givenUp = await awaitReady(server, password, dir, options, () => gone);
+  } catch (err) {
+    if (err instanceof RedisWaitStopped && server && gone === null) await stopStarted(dir, server, child, exited, log);
+    throw err;
+  }
   if (server && givenUp === null) {
     log.info(
       { dir, port, pid: child.pid },
@@ -574,6 +628,40 @@ async function startServer(bin: string, dir: string, password: string, log: LogL
     .replace(/\s+/g, ' ');
   const reason = said.length > REASON_CHARS ? `…${said.slice(-REASON_CHARS)}` : said;
   throw new Error(`the private Redis (${bin}) did not start in ${dir} (${gone})${reason ? `: ${reason}` : ''}`);
+}
+
+/**
+ * A start stopped while the server it started loads (RedisWaitStopped): the last user stops it, as
+ * the lifetime rule says — the server is ended (SIGTERM: a loading redis-server exits without
+ * writing; SIGKILL after 3 s) and its server.json removed. When another process uses it or waits
+ * for it (a user file of a live process: another start, a command), it loads on for that one.
+ */
+async function stopStarted(
+  dir: string,
+  server: ServerFile,
+  child: ChildProcess,
+  exited: Promise<string>,
+  log: LogLike,
+): Promise<void> {
+  const others = await otherUsers(dir);
+  if (others.length > 0) {
+    log.info(
+      { dir, pid: server.pid, users: others },
+      'the wait for the private Redis was stopped: it loads on for the other callsync processes using it',
+    );
+    return;
+  }
+  // Not unref'd: nothing else may keep this process alive meanwhile (the child is unref'd), and it
+  // ended before it had stopped the server.
+  const ended = (ms: number) => Promise.race([exited, new Promise((ok) => setTimeout(ok, ms))]);
+  child.kill('SIGTERM');
+  await ended(3000);
+  if (alive(server.pid)) {
+    child.kill('SIGKILL');
+    await ended(1000);
+  }
+  await rm(join(dir, SERVER_FILE), { force: true });
+  log.info({ dir, pid: server.pid }, 'the wait for the private Redis was stopped: the server it started is stopped');
 }
 
 async function sizeOf(file: string): Promise<number> {
@@ -652,6 +740,17 @@ export interface ResolveOptions {
   log: LogLike;
   /** Whether this process may start a private Redis (check-config only looks for one). Default true. */
   start?: boolean;
+  /**
+   * Told how far a load waited for is (`412 MB of 1.2 GB`), as often as `log` is (every 5 s): a
+   * CLI command says it on stderr. Never given the password.
+   */
+  onLoading?: (progress: string) => void;
+  /**
+   * Aborted: the wait for the private Redis ends at once (a SIGTERM or Ctrl-C while it loads for
+   * minutes), resolveRedis rejecting with RedisWaitStopped once it gave back what it took: the
+   * start lock, its user file, and a server it started when no other process uses it.
+   */
+  signal?: AbortSignal;
 }
 
 const unchanged = (settings: RedisSettings, origin: RedisOrigin, where: string): ResolvedRedis => ({
@@ -752,7 +851,8 @@ async function runOrStart(
   // that stops doing so loses it after STALE_LOCK_MS. This bound is the last resort beyond both.
   const deadline = Date.now() + LOAD_TIMEOUT_MS + START_TIMEOUT_MS + STALE_LOCK_MS;
   for (;;) {
-    const running = await runningServer(dir, password, options.log);
+    stopIfAsked(options.signal, dir);
+    const running = await runningServer(dir, password, options);
     if (running) return { server: running, started: false };
     if (options.start === false)
       throw new NoRedisError(
@@ -772,12 +872,11 @@ async function runOrStart(
       fresh.unref();
       try {
         // Another process may have started it between the look above and the lock.
-        const again =
-          (await runningServer(dir, password, options.log)) ?? (await awaitStarting(dir, password, options.log));
+        const again = (await runningServer(dir, password, options)) ?? (await awaitStarting(dir, password, options));
         if (again) return { server: again, started: false };
         const tooOld = await serverBinProblem(bin);
         if (tooOld) throw new NoRedisError(`no Redis: REDIS_URL is unset, ${probed}, and ${tooOld}`);
-        return { server: await startServer(bin, dir, password, options.log), started: true };
+        return { server: await startServer(bin, dir, password, options), started: true };
       } finally {
         clearInterval(fresh);
         await unlock();
@@ -785,7 +884,7 @@ async function runOrStart(
     }
     if (Date.now() > deadline)
       throw new Error(`the private Redis in ${dir} did not come up: another process holds ${join(dir, LOCK_FILE)}`);
-    await new Promise((ok) => setTimeout(ok, 100));
+    await pause(100, options.signal, dir);
   }
 }
 

@@ -8,16 +8,23 @@
 // adds `--key-load-delay <µs>` (a sleep per key, or per command of an AOF, read). The AOF holds
 // KEYS keys written through a first, ordinary start of the private Redis. These run on Linux only:
 // a folder's redis-servers are found by their working folder (/proc/<pid>/cwd).
+//
+// A command (`callsync dlq list`) that meets such a load says how far it is on stderr; a SIGTERM
+// or Ctrl-C to a `callsync start` waiting for one ends it within seconds (before, both waited the
+// whole load: the command in silence, the start deaf to the signal).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { bounded } from './support/callsync-process.js';
-import { waitFor } from './support/redis.js';
+import { bounded, startCallsyncProcess, type CallsyncProcess } from './support/callsync-process.js';
+import { cli } from './support/cli.js';
+import { uniquePrefix, waitFor } from './support/redis.js';
+import { alive } from './support/pids.js';
 import { killServersIn, serversIn, spawnPrivateRedisStarter } from './support/private-redis.js';
 import { resolveRedis, type ResolvedRedis } from '../queues/private-redis.js';
 import { singleRedis } from '../queues/connection.js';
@@ -70,7 +77,8 @@ describe(
     async function assertData(r: ResolvedRedis): Promise<void> {
       const client = new Redis(r.settings.url!, { password: r.settings.password, maxRetriesPerRequest: 1 });
       try {
-        assert.equal(await client.dbsize(), KEYS);
+        // Its own keys: a command run on it (dlq list) adds a few of callsync's.
+        assert.equal((await client.keys('call:*')).length, KEYS);
         assert.equal(await client.get(`call:${KEYS - 1}`), `v${KEYS - 1}`);
       } finally {
         client.disconnect();
@@ -88,6 +96,49 @@ describe(
         `bytes loaded rise: ${loaded.join(', ')}`,
       );
       assert.ok(!JSON.stringify(lines).includes(password), 'no password logged');
+    }
+
+    /** The server `starter` started, once it is loading (it answers -LOADING between reads). */
+    async function loadingServerOf(starter: ChildProcess): Promise<{ pid: number; port: number }> {
+      return waitFor(
+        async () => {
+          const named = await readFile(join(redisDir, 'server.json'), 'utf8').then(
+            (t) => JSON.parse(t) as { pid: number; port: number },
+            () => null,
+          );
+          return named && (await authPing(named.port, password)).includes('-LOADING') ? named : null;
+        },
+        { timeoutMs: 20_000, what: `the server of the starter (pid ${starter.pid}) to be loading` },
+      );
+    }
+
+    /** The environment of a `callsync` command or start using the slow private Redis in `dir`/redis. */
+    const env = (): NodeJS.ProcessEnv => ({
+      REDIS_URL: '',
+      REDIS_LOCAL_PROBE: 'off',
+      REDIS_SERVER_BIN: slow,
+      DATA_DIR: dir,
+      ARCHIVE_DIR: join(dir, 'archive'),
+      SPOOL_DIR: join(dir, 'spool'),
+      QUEUE_PREFIX: uniquePrefix('loading'),
+      PORT: '0',
+      OPS_PORT: 'off',
+      LOG_LEVEL: 'info',
+    });
+
+    /** What process `pid` took in the folder is given back: the start lock (when it held it), its user file. */
+    async function assertReleased(pid: number): Promise<void> {
+      const holder = await readFile(join(redisDir, 'start.lock'), 'utf8').catch(() => null);
+      assert.notEqual(holder?.trim(), String(pid), 'the start lock it held is given back');
+      const users = await readdir(join(redisDir, 'users')).catch(() => [] as string[]);
+      assert.ok(!users.includes(String(pid)), `its user file is removed: ${users.join(', ')}`);
+    }
+
+    /** Until `child` logs how far a load it waits for is (5 s into its wait). */
+    async function progressLine(child: CallsyncProcess): Promise<void> {
+      const what = 'a progress line of callsync start';
+      const found = () => child.lines.find((l) => String(l.msg).startsWith('private Redis loading its data: ')) ?? null;
+      await bounded(waitFor(found, { timeoutMs: 20_000, what }), 25_000, what, child);
     }
 
     before(async () => {
@@ -170,16 +221,7 @@ describe(
       const starter = spawnPrivateRedisStarter(redisDir, slow);
       try {
         // Killed once its server is loading (it answers -LOADING between reads): ~14 s of load are left.
-        const server = await waitFor(
-          async () => {
-            const named = await readFile(join(redisDir, 'server.json'), 'utf8').then(
-              (t) => JSON.parse(t) as { pid: number; port: number },
-              () => null,
-            );
-            return named && (await authPing(named.port, password)).includes('-LOADING') ? named : null;
-          },
-          { timeoutMs: 20_000, what: 'the server of the starter to be loading' },
-        );
+        const server = await loadingServerOf(starter);
         starter.kill('SIGKILL');
         await new Promise((ok) => starter.once('exit', ok));
         const { lines, log } = recorder();
@@ -199,6 +241,116 @@ describe(
         assert.deepEqual(await serversIn(redisDir), [], 'the last user stopped it');
       } finally {
         if (starter.exitCode === null && starter.signalCode === null) starter.kill('SIGKILL');
+      }
+    });
+
+    test('a command meeting the load says how far it is on stderr while it waits, and nothing else of the wait', async () => {
+      const starter = spawnPrivateRedisStarter(redisDir, slow);
+      try {
+        const server = await loadingServerOf(starter);
+        starter.kill('SIGKILL');
+        await new Promise((ok) => starter.once('exit', ok));
+        const since = Date.now();
+        // In this process, as `callsync dlq list` runs it (stderr through CliIo.err).
+        const r = await bounded(cli(['dlq', 'list'], env()), 40_000, 'dlq list to wait for the load');
+        const took = Date.now() - since;
+        assert.equal(r.code, 0, r.err);
+        assert.ok(took > 5_000, `it waited for the load: ${took} ms`);
+        const lines = r.err.split('\n').filter((l) => l !== '');
+        // Before: nothing at all on stderr for the whole load.
+        assert.ok(lines.length >= 1, `a progress line on stderr: ${JSON.stringify(r.err)}`);
+        for (const line of lines)
+          assert.match(
+            line,
+            /^callsync: the private Redis is loading its data: [\d.]+ KB of [\d.]+ KB; waiting for it$/,
+          );
+        assert.ok(!r.err.includes(password) && !r.out.includes(password), 'no password printed');
+        // The command was the last user: its connection's end stops the server.
+        await waitFor(() => !alive(server.pid) || null, { timeoutMs: 10_000, what: 'the private Redis to stop' });
+      } finally {
+        if (starter.exitCode === null && starter.signalCode === null) starter.kill('SIGKILL');
+        await killServersIn(redisDir);
+      }
+    });
+
+    test('SIGTERM while `callsync start` waits for the load it started: exits 0 within seconds, the server stopped, the folder free', async () => {
+      const child = startCallsyncProcess(env());
+      try {
+        await progressLine(child);
+        const server = (JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number }).pid;
+        const since = Date.now();
+        child.proc.kill('SIGTERM');
+        // Before: the signal was kept until the load was over (~10 s more here, minutes for weeks of calls).
+        const code = await bounded(child.exit, 5_000, 'callsync start to exit on SIGTERM during the load', child);
+        const took = Date.now() - since;
+        assert.equal(code, 0, child.stderr.join('\n'));
+        assert.ok(took < 5_000, `exited ${took} ms after SIGTERM`);
+        // Its stdout may be read after its exit is heard.
+        await waitFor(() => child.lines.find((l) => l.msg === 'stopped while waiting for the private Redis') ?? null, {
+          timeoutMs: 2_000,
+          what: 'the line saying why it stopped',
+        });
+        // It started the server and was its only user: the last user stops it.
+        assert.ok(!alive(server), 'the server it started is stopped');
+        assert.deepEqual(await serversIn(redisDir), []);
+        assert.ok(!existsSync(join(redisDir, 'server.json')));
+        await assertReleased(child.proc.pid!);
+        assert.ok(!existsSync(join(redisDir, 'start.lock')), 'no start lock left');
+        // A new start works: the data is all there.
+        const r = await bounded(resolveRedis(settings('redis-server'), { log: recorder().log }), 30_000, 'a new start');
+        try {
+          assert.equal(r.started, true);
+          await assertData(r);
+        } finally {
+          await r.release();
+        }
+      } finally {
+        if (child.proc.exitCode === null && child.proc.signalCode === null) child.proc.kill('SIGKILL');
+        await killServersIn(redisDir);
+      }
+    });
+
+    test('SIGTERM while `callsync start` waits for a load another started: exits 0 within seconds, the server loads on for the next', async () => {
+      const starter = spawnPrivateRedisStarter(redisDir, slow);
+      let child: CallsyncProcess | undefined;
+      try {
+        const server = await loadingServerOf(starter);
+        starter.kill('SIGKILL');
+        await new Promise((ok) => starter.once('exit', ok));
+        // Started once the server loads: it finds it through server.json and waits for it.
+        const waiting = startCallsyncProcess(env());
+        child = waiting;
+        await progressLine(waiting);
+        const since = Date.now();
+        waiting.proc.kill('SIGTERM');
+        const code = await bounded(waiting.exit, 5_000, 'callsync start to exit on SIGTERM during the load', waiting);
+        const took = Date.now() - since;
+        assert.equal(code, 0, waiting.stderr.join('\n'));
+        assert.ok(took < 5_000, `exited ${took} ms after SIGTERM`);
+        await waitFor(
+          () => waiting.lines.find((l) => l.msg === 'stopped while waiting for the private Redis') ?? null,
+          {
+            timeoutMs: 2_000,
+            what: 'the line saying why it stopped',
+          },
+        );
+        // Not this process' server: it loads on, found by the next process through server.json.
+        assert.ok(alive(server.pid), 'the server another process started loads on');
+        assert.deepEqual(await serversIn(redisDir), [server.pid]);
+        await assertReleased(waiting.proc.pid!);
+        const r = await bounded(resolveRedis(settings(slow), { log: recorder().log }), 30_000, 'the load to be shared');
+        try {
+          assert.equal(r.started, false);
+          assert.match(r.where, new RegExp(`pid ${server.pid}\\)$`));
+          await assertData(r);
+        } finally {
+          await r.release();
+        }
+        assert.deepEqual(await serversIn(redisDir), [], 'the last user stopped it');
+      } finally {
+        if (starter.exitCode === null && starter.signalCode === null) starter.kill('SIGKILL');
+        if (child && child.proc.exitCode === null && child.proc.signalCode === null) child.proc.kill('SIGKILL');
+        await killServersIn(redisDir);
       }
     });
   },

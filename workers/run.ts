@@ -6,7 +6,13 @@ import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { startCallsync, type Callsync, type CallsyncOptions } from './callsync.js';
 import { createOperations, type Operations } from './operations.js';
-import { NoRedisError, redisVersionProblem, resolveRedis } from '../queues/private-redis.js';
+import {
+  NoRedisError,
+  RedisWaitStopped,
+  redisVersionProblem,
+  resolveRedis,
+  type ResolvedRedis,
+} from '../queues/private-redis.js';
 import { createRedis, describeRedis, STARTUP_REDIS_WAIT_MS, type RedisSettings } from '../queues/connection.js';
 import { limitHeapGrowth } from './heap.js';
 
@@ -125,10 +131,13 @@ async function versionProblem(settings: RedisSettings): Promise<string | null> {
  * NoRedisError (exit 2, one line).
  */
 export async function runUntilSignalled(configured: Config, log: Logger): Promise<void> {
-  // Signals are taken from the first moment: a SIGTERM while the private Redis starts or the roles
-  // start is kept and acted on once that step is over (a signal's default action would end the
-  // process at once and leave the private redis-server it had just started running).
+  // Signals are taken from the first moment: a SIGTERM while the roles start is kept and acted on
+  // once that step is over (a signal's default action would end the process at once and leave the
+  // private redis-server it had just started running). The wait for a private Redis loading its
+  // data (minutes for a large AOF) is stopped at once instead: before, Ctrl-C did nothing until
+  // the load was over.
   let signalled: NodeJS.Signals | undefined;
+  const waiting = new AbortController();
   let running: RunningCallsync | undefined;
   /** This process stops using its Redis (the last user of a private Redis stops it); nothing to do until one is found. */
   let release = async (): Promise<void> => undefined;
@@ -145,7 +154,10 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
     }
     signalled = signal;
     if (running) stopRunning(running, signal);
-    else log.info({ signal }, 'signal while starting: stopping once the start step under way is over');
+    else {
+      log.info({ signal }, 'signal while starting: stopping once the start step under way is over');
+      waiting.abort();
+    }
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
@@ -157,7 +169,16 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
   for (const warning of configured.warnings) log.warn(warning);
   // WORKER_HEAP_GROWTH_PERCENT > 0: a worker's old generation grows only that far past what is live (workers/heap.ts).
   if (configured.role === 'worker' || configured.role === 'all') limitHeapGrowth(configured.worker.heapGrowthPercent);
-  const redis = await resolveRedis(configured.redis, { log });
+  let redis: ResolvedRedis;
+  try {
+    redis = await resolveRedis(configured.redis, { log, signal: waiting.signal });
+  } catch (err) {
+    // Stopped by the signal: what the wait took is given back (the start lock, this process' user
+    // file, a loading server it started and nobody else waits for); exit as a signalled start does.
+    if (!(err instanceof RedisWaitStopped)) throw err;
+    log.info({ signal: signalled }, 'stopped while waiting for the private Redis');
+    process.exit(0);
+  }
   // The last process using a private Redis stops it (after its own connections closed).
   release = () =>
     redis

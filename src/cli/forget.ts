@@ -110,7 +110,7 @@ export async function forgetCommand(args: string[], io: CliIo, config: () => Con
     },
   });
   const log = createLogger({ level: cfg.logLevel, destination: audit });
-  const redis = await connectRedis(cfg);
+  const redis = await connectRedis(cfg, io);
   try {
     const receipt = await forget(cfg, redis, log, {
       target,

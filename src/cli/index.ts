@@ -335,10 +335,10 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const config = configFrom(io.env);
       // The Redis it would use, connected to (configured, local, or the private one; never started
       // here), and the worker processes live on this prefix with their routing fingerprints.
-      const reach = await reachRedis(config);
+      const reach = await reachRedis(config, io);
       const live = reach.problem
         ? { unavailable: reach.problem }
-        : await liveProcesses(config, () => connectRedis(config));
+        : await liveProcesses(config, () => connectRedis(config, io));
       printConfig(config, io, values.json === true, live, reach);
       if (values.json !== true && !reach.problem) for (const line of await retentionCheckLines(config)) io.out(line);
       return reach.problem ? 2 : 0;
@@ -386,7 +386,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         dryRun: values['dry-run'] === true,
       };
       const config = configFrom(io.env);
-      const redis = await connectRedis(config);
+      const redis = await connectRedis(config, io);
       try {
         if (action === 'list') return await dlqList(config, redis, options, io);
         if (action === 'retry') return await dlqRetry(config, redis, options, io);
@@ -401,7 +401,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (values.help) return (io.out(help.resume), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const config = configFrom(io.env);
-      const redis = await connectRedis(config);
+      const redis = await connectRedis(config, io);
       try {
         return await resume(config, redis, values.queue as string | undefined, io);
       } finally {
@@ -434,7 +434,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         throw new UsageError('expected add, remove or list');
       if (action === 'list' && numbers.length > 0) throw new UsageError('opt-out list takes no NUMBER');
       const config = configFrom(io.env);
-      const redis = await connectRedis(config);
+      const redis = await connectRedis(config, io);
       try {
         return await optOut(config, redis, action, numbers, io);
       } finally {
@@ -464,7 +464,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const sink = values.sink === undefined ? undefined : checkSink(config, values.sink as string, 'backfill');
       if (sink === undefined) checkBackfillRoutes(config);
       const dryRun = values['dry-run'] === true;
-      const redis = dryRun ? null : await connectRedis(config);
+      const redis = dryRun ? null : await connectRedis(config, io);
       try {
         return await backfill(config, redis, { from, to, sink, dryRun, pageSize }, io, progressOf(io));
       } finally {
@@ -493,7 +493,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       const config = configFrom(io.env);
       const sink = checkSink(config, values.sink as string, 'replay');
       const dryRun = values['dry-run'] === true;
-      const redis = dryRun ? null : await connectRedis(config);
+      const redis = dryRun ? null : await connectRedis(config, io);
       try {
         return await replay(
           config,
@@ -536,7 +536,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       });
       const source = await connectRedisTo(from, 'the source Redis');
       try {
-        const target = await connectRedis(config);
+        const target = await connectRedis(config, io);
         try {
           return await migrateKeys(
             config,
@@ -558,7 +558,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       if (values.help) return (io.out(help.poller), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const config = configFrom(io.env);
-      return pollerStatus(config, () => connectRedis(config), values.json === true, io);
+      return pollerStatus(config, () => connectRedis(config, io), values.json === true, io);
     }
     case 'forget':
       return forgetCommand(args, io, () => configFrom(io.env));
@@ -568,7 +568,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
     case 'calls': {
       if (args.includes('-h') || args.includes('--help')) return (io.out(help[command]), 0);
       const config = configFrom(io.env);
-      const redis = await connectRedis(config);
+      const redis = await connectRedis(config, io);
       try {
         return await (command === 'call' ? callCommand : callsCommand)(config, redis, args, io);
       } finally {

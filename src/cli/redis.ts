@@ -2,6 +2,7 @@
 // Made by the same factory as callsync's own (one Redis, a cluster or Sentinel; password, TLS).
 import { createRedis, describeRedis, type RedisClient, type RedisSettings } from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
+import type { CliIo } from './io.js';
 import {
   findRedisServer,
   NoRedisError,
@@ -9,6 +10,7 @@ import {
   resolveRedis,
   serverBinProblem,
   type RedisOrigin,
+  type ResolveOptions,
 } from '../../queues/private-redis.js';
 
 export class CliFailure extends Error {
@@ -22,9 +24,10 @@ export class CliFailure extends Error {
  * A connection to callsync's Redis: the configured one, else the one answering at
  * REDIS_LOCAL_PROBE, else the private Redis a running `callsync start` shares (a command never
  * starts one; it counts as a user of it until the connection ends, so it is not stopped under it).
+ * A private Redis loading its data is waited for (up to 10 min), saying so on `io.err` every 5 s.
  */
-export async function connectRedis(config: Config): Promise<RedisClient> {
-  const resolved = await resolveRedis(config.redis, { log: quiet, start: false });
+export async function connectRedis(config: Config, io?: Pick<CliIo, 'err'>): Promise<RedisClient> {
+  const resolved = await resolveRedis(config.redis, lookOnly(io));
   try {
     const redis = await connectRedisTo(resolved.settings);
     redis.once('end', () => void resolved.release());
@@ -36,6 +39,22 @@ export async function connectRedis(config: Config): Promise<RedisClient> {
 }
 
 const quiet = { info: () => undefined, warn: () => undefined };
+
+/**
+ * How a command looks for its Redis: never starting one, and of what that says only how far a load
+ * of the private Redis it waits for is, on stderr (before, a command waited out a load of minutes
+ * in silence). The rest of the log (a start's lines) is not a command's to print.
+ */
+function lookOnly(io: Pick<CliIo, 'err'> | undefined): ResolveOptions {
+  return {
+    log: quiet,
+    start: false,
+    ...(io && {
+      onLoading: (progress: string) =>
+        io.err(`callsync: the private Redis is loading its data: ${progress}; waiting for it`),
+    }),
+  };
+}
 
 /** A connection to the Redis of `settings` (another deployment's, for migrate-keys); `what` names it in the error. */
 export async function connectRedisTo(settings: RedisSettings, what = 'Redis'): Promise<RedisClient> {
@@ -70,10 +89,10 @@ export interface RedisReach {
  * Connects to the Redis callsync would use (never starting one) and says which it is. A private
  * Redis that is not running is no problem when redis-server is there to start it (and new enough).
  */
-export async function reachRedis(config: Config): Promise<RedisReach> {
+export async function reachRedis(config: Config, io?: Pick<CliIo, 'err'>): Promise<RedisReach> {
   let resolved;
   try {
-    resolved = await resolveRedis(config.redis, { log: quiet, start: false });
+    resolved = await resolveRedis(config.redis, lookOnly(io));
   } catch (err) {
     if (!(err instanceof NoRedisError)) throw err;
     const local = config.redis.local;

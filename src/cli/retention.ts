@@ -71,7 +71,7 @@ export async function retentionCommand(args: string[], io: CliIo, config: () => 
     return 0;
   }
   const { sweepRetention } = await import('../privacy/retention.js');
-  const redis = await connectRedis(cfg);
+  const redis = await connectRedis(cfg, io);
   try {
     const result = await sweepRetention(cfg, redis, createLogger({ level: 'silent' }));
     if (values.json) io.out(JSON.stringify(result));
