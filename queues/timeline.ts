@@ -510,6 +510,21 @@ export class CallTimeline {
     }
   }
 
+  /** The refusals kept from `since` to `until` (epoch ms), newest first, at most `limit`. */
+  async refusalsBetween(since: number, until: number, limit: number): Promise<Refusal[]> {
+    const from = Math.max(since, this.now() - this.ttlMs);
+    const members = await this.redis.zrevrangebyscore(refusedCallsKey(this.keys), until, from, 'LIMIT', 0, limit);
+    const found: Refusal[] = [];
+    for (const member of members) {
+      try {
+        found.push(JSON.parse(member) as Refusal);
+      } catch {
+        // not one of ours: passed over
+      }
+    }
+    return found;
+  }
+
   /** The refusals of a call id kept (newest first), at most `max`. */
   async refusals(callId: string, max = 20): Promise<Refusal[]> {
     const wanted = callId.slice(0, 200);

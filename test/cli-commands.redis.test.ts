@@ -14,7 +14,7 @@ import { Redis } from 'ioredis';
 import { InboundLog } from '../queues/inbound.js';
 import { sinkQueueName } from '../queues/registry.js';
 import type { TimelineEntry } from '../queues/timeline.js';
-import { callCommand, callsCommand } from '../src/cli/calls.js';
+import { callCommand, callsCommand, refusedCommand } from '../src/cli/calls.js';
 import { help, runCli } from '../src/cli/index.js';
 import type { CliIo } from '../src/cli/io.js';
 import { webhookPayload } from './support/calls.js';
@@ -81,16 +81,16 @@ describe('help', () => {
     const io: CliIo = { env: {}, out: () => undefined, err: () => undefined };
     // With --help a command parses its arguments and prints its help (exit 0) before it reads the
     // configuration; an option it does not know is a usage error (exit 2). `call` and `calls` answer
-    // --help before parsing in runCli, so their own parsers are asked.
+    // --help before parsing in runCli (and `refused`), so their own parsers are asked.
     const takes = async (cmd: string, option: string) => {
       for (const args of [
         [`${option}=x`, '--help'],
         [option, '--help'],
       ]) {
-        const code =
-          cmd === 'call' || cmd === 'calls'
-            ? await (cmd === 'call' ? callCommand : callsCommand)(null as never, null as never, args, io).catch(() => 2)
-            : await runCli([cmd, ...args], io);
+        const own = { call: callCommand, calls: callsCommand, refused: refusedCommand }[cmd];
+        const code = own
+          ? await own(null as never, null as never, args, io).catch(() => 2)
+          : await runCli([cmd, ...args], io);
         if (code === 0) return true;
       }
       return false;

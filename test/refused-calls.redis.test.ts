@@ -128,6 +128,28 @@ describe('a refused call is kept under its call id', () => {
     assert.equal(await members(), before);
   });
 
+  test('callsync refused lists the refusals of a time range, newest first', async () => {
+    const listed = await cli(['refused', '--since', '1h'], env);
+    assert.equal(listed.code, 0, listed.err);
+    const lines = listed.out.split('\n');
+    assert.match(lines[0]!, /^time\s+call\s+source\s+status\s+pointer\s+detail\s+request$/);
+    assert.match(lines[1]!, /^\S+Z\s+push-ref-1\s+push\s+400\s+\/event\s/);
+    assert.match(lines[2]!, /^\S+Z\s+ref-1\s+ai-agent\s+400\s+\/call\/startTime\s/);
+    assert.equal(lines.length, 3);
+    const json = JSON.parse((await cli(['refused', '--since', '1h', '--limit', '1', '--json'], env)).out) as {
+      refused: Refusal[];
+    };
+    assert.deepEqual(
+      json.refused.map((r) => r.callId),
+      ['push-ref-1'],
+    );
+    const none = await cli(['refused', '--since', '2h', '--until', '1h'], env);
+    assert.equal(none.out, 'no refusals kept in that range');
+    const bad = await cli(['refused'], env);
+    assert.equal(bad.code, 2);
+    assert.match(bad.err, /--since is required/);
+  });
+
   test('callsync forget <callId> erases its refusals', async () => {
     const forgot = await cli(['forget', 'ref-1'], env);
     assert.equal(forgot.code, 0, forgot.err);

@@ -50,6 +50,19 @@ Options:
   --limit N     at most N calls (default 50)
   --json        print as JSON
   -h, --help    show this help`,
+  refused: `Usage: callsync refused --since 2h [--until TIME] [--limit N] [--json]
+
+Lists the webhooks refused (4xx) in a time range whose call id could be read, newest first: when,
+the call id, the source, the status, the field and the reason, the request id (the X-Request-Id of
+the answer and of the log line \`webhook refused\`). Nothing of such a call was stored; the platform
+may send it again. Kept CALL_TIMELINE_TTL_DAYS, at most the newest 10,000.
+
+Options:
+  --since D     from this long ago (30m, 2h, 7d) or this time (ISO 8601); required
+  --until TIME  up to this time (ISO 8601, or a duration ago); default now
+  --limit N     at most N (default 50, at most 1000)
+  --json        print as JSON
+  -h, --help    show this help`,
 } as const;
 
 const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
@@ -202,4 +215,36 @@ function callQuery(values: Record<string, string | boolean | undefined>, now: nu
     if (err instanceof CallQueryError) throw new UsageError(`--${err.message}`);
     throw err;
   }
+}
+
+/** `callsync refused …`: the refusals of a time range. */
+export async function refusedCommand(config: Config, redis: RedisClient, args: string[], io: CliIo): Promise<number> {
+  const { values, positionals } = options(args, {
+    since: { type: 'string' },
+    until: { type: 'string' },
+    limit: { type: 'string' },
+    json: { type: 'boolean' },
+  });
+  if (values.help) return (io.out(callsHelp.refused), 0);
+  if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
+  const query = callQuery(values);
+  const refused = await timelineOf(config, redis).refusalsBetween(
+    query.since,
+    query.until ?? Date.now(),
+    query.limit ?? 50,
+  );
+  if (values.json) {
+    io.out(JSON.stringify({ refused }, null, 2));
+    return 0;
+  }
+  if (refused.length === 0) {
+    io.out('no refusals kept in that range');
+    return 0;
+  }
+  for (const line of table([
+    ['time', 'call', 'source', 'status', 'pointer', 'detail', 'request'],
+    ...refused.map((r) => [iso(r.at), r.callId, r.source, String(r.status), r.pointer, r.detail, r.requestId ?? '']),
+  ]))
+    io.out(line);
+  return 0;
 }

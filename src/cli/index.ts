@@ -20,7 +20,7 @@ import { sampleOptions, urlOption } from './sample.js';
 import { NoRedisError } from '../../queues/private-redis.js';
 import { forgetCommand, forgetHelp } from './forget.js';
 import { retentionCheckLines, retentionCommand, retentionHelp } from './retention.js';
-import { callCommand, callsCommand, callsHelp } from './calls.js';
+import { callCommand, callsCommand, callsHelp, refusedCommand } from './calls.js';
 import { pollerHelp, pollerStatus } from './poller.js';
 
 const ROLES = ['ingress', 'worker', 'poller', 'all'] as const;
@@ -40,6 +40,8 @@ Commands:
   call <callId|jobId|+number> [--json]       what happened to a call: its timeline, every sink attempt
   calls --since 2h [--until T] [--sink S] [--status failed|skipped|pending|retrying|paused|done] [--number +49…] [--limit N] [--json]
                                              list the calls of a time range with each sink's state
+  refused --since 2h [--until T] [--limit N] [--json]
+                                             the webhooks refused (4xx) in a time range, by call id, and why
   poller [--json]                            each polled channel: who polls it, its state, cursor and last poll
   send-sample [--url URL] [--from N] [--to N] [--direction in|out] [--outcome O]
                                              post a sample call to a running callsync
@@ -565,12 +567,14 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
     case 'retention':
       return retentionCommand(args, io, () => configFrom(io.env));
     case 'call':
-    case 'calls': {
+    case 'calls':
+    case 'refused': {
       if (args.includes('-h') || args.includes('--help')) return (io.out(help[command]), 0);
       const config = configFrom(io.env);
       const redis = await connectRedis(config, io);
       try {
-        return await (command === 'call' ? callCommand : callsCommand)(config, redis, args, io);
+        const run = command === 'call' ? callCommand : command === 'calls' ? callsCommand : refusedCommand;
+        return await run(config, redis, args, io);
       } finally {
         redis.disconnect();
       }
