@@ -322,7 +322,8 @@ export function createIngressApp(deps: IngressDeps): Hono {
           source: err.refusedCall.source,
           status: err.status,
           pointer: logSafePointer(err.pointer) ?? '/',
-          detail: logSafeDetail(err.message),
+          // As logged, and no digit run a number could hide in (a detail may quote the sender's values).
+          detail: maskDigitRuns(logSafeDetail(err.message)),
           ...(c.get('requestId') ? { requestId: c.get('requestId') } : {}),
         });
       return c.json(problemsBody(err.status, problems), err.status, err.headers);
