@@ -148,6 +148,22 @@ describe('a refused call is kept under its call id', () => {
     const bad = await cli(['refused'], env);
     assert.equal(bad.code, 2);
     assert.match(bad.err, /--since is required/);
+
+    // The same as JSON for other tools, behind the dashboard's credentials.
+    const viaApi = (await (await api('/api/refusals?since=1h')).json()) as { refused: Refusal[] };
+    assert.deepEqual(
+      viaApi.refused.map((r) => r.callId),
+      ['push-ref-1', 'ref-1'],
+    );
+    assert.equal((await fetch(`${cs.url}/api/refusals?since=1h`)).status, 401);
+    const noSince = await api('/api/refusals');
+    assert.equal(noSince.status, 400);
+    assert.equal(
+      ((await noSince.json()) as { errors: { source: { pointer: string } }[] }).errors[0]!.source.pointer,
+      '/query/since',
+    );
+    const unknown = await api('/api/refusals?since=1h&sink=x');
+    assert.equal(unknown.status, 400);
   });
 
   test('callsync forget <callId> erases its refusals', async () => {

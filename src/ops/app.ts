@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { errorBody } from '../ingress/errors.js';
 import { pausedQueues } from '../../queues/disabled.js';
 import type { CallTimeline } from '../../queues/timeline.js';
-import { CALLS_API_PATH, callsApi } from './calls-api.js';
+import { CALLS_API_PATH, callsApi, REFUSALS_API_PATH } from './calls-api.js';
 import { callsPage } from './calls-page.js';
 import type { ArchiveStores, CrmLinkSettings } from './call-links.js';
 import { requestLog } from '../log.js';
@@ -169,6 +169,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   if (calls) {
     app.use(CALLS_API_PATH, operatorAuth(auth));
     app.use(`${CALLS_API_PATH}/*`, operatorAuth(auth));
+    app.use(REFUSALS_API_PATH, operatorAuth(auth));
     app.route('/', callsApi(calls));
   }
 
@@ -181,7 +182,8 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
   const owns = (path: string) =>
     path === '/metrics' ||
     (dashboard && (path === DASHBOARD_PATH || path.startsWith(`${DASHBOARD_PATH}/`))) ||
-    (calls !== undefined && (path === CALLS_API_PATH || path.startsWith(`${CALLS_API_PATH}/`))) ||
+    (calls !== undefined &&
+      (path === CALLS_API_PATH || path.startsWith(`${CALLS_API_PATH}/`) || path === REFUSALS_API_PATH)) ||
     (login !== null && (path === LOGIN_PATH || path === LOGOUT_PATH));
   return { app, dashboard, owns };
 }

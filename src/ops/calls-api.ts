@@ -2,11 +2,13 @@
 // endpoints behind the dashboard's credentials (./app.ts):
 //   GET /api/calls?since=2h[&until=…][&sink=…][&status=failed|skipped|pending|retrying|paused|done][&number=+49…][&limit=N]
 //   GET /api/calls/:ref   (a platform call id, a job id, or a number: every call with it)
+//   GET /api/refusals?since=2h[&until=…][&limit=N]   (webhooks refused with a readable call id)
 import { Hono } from 'hono';
 import { callsNamed, CallQueryError, findCalls, parseCallQuery, type CallTimeline } from '../../queues/timeline.js';
 import { errorBody } from '../ingress/errors.js';
 
 export const CALLS_API_PATH = '/api/calls';
+export const REFUSALS_API_PATH = '/api/refusals';
 
 export function callsApi(timeline: CallTimeline): Hono {
   const app = new Hono();
@@ -19,6 +21,22 @@ export function callsApi(timeline: CallTimeline): Hono {
       throw err;
     }
     return c.json(await findCalls(timeline, query));
+  });
+  app.get(REFUSALS_API_PATH, async (c) => {
+    const values = c.req.query();
+    for (const name of Object.keys(values))
+      if (!['since', 'until', 'limit'].includes(name))
+        return c.json(errorBody(400, `unknown parameter ${name} (since, until, limit)`, `/query/${name}`), 400);
+    let query;
+    try {
+      query = parseCallQuery(values);
+    } catch (err) {
+      if (err instanceof CallQueryError) return c.json(errorBody(400, err.message, `/query/${err.param}`), 400);
+      throw err;
+    }
+    return c.json({
+      refused: await timeline.refusalsBetween(query.since, query.until ?? Date.now(), query.limit ?? 50),
+    });
   });
   app.get(`${CALLS_API_PATH}/:ref`, async (c) => {
     const ref = c.req.param('ref');
