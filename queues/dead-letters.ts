@@ -52,12 +52,7 @@ export async function retryDeadLetter(queue: Queue, job: Job, timeline?: CallTim
   // An inbound dead letter (a fan-out that failed): its call's timeline says it is fanned out again.
   if (timeline && job.queueName === INBOUND_QUEUE && job.id) {
     const call = (job.data as CallReceivedJob | undefined)?.call;
-    const id = /^[0-9a-f]{32}/.test(job.id)
-      ? job.id.slice(0, 32)
-      : typeof call?.key === 'string'
-        ? timelineIdOf(job.id, call)
-        : null;
-    if (id) await settledWithin([timeline.append(id, { at, event: 'retried', jobId: job.id })], TIMELINE_WRITE_MS);
+    await settledWithin([timeline.fanOutRetried(job.id, call, at)], TIMELINE_WRITE_MS);
     return;
   }
   const data = job.data as SinkDeliverJob | undefined;

@@ -27,6 +27,7 @@ import { maskPhone } from '../src/log.js';
 import { backoffDelay } from '../src/backoff.js';
 import { decimal } from '../src/env-values.js';
 import { sinkQueueName } from './registry.js';
+import { globEscape } from './scan.js';
 
 type TimelineEvent =
   | 'received'
@@ -281,6 +282,10 @@ const HASH_PREFIX = /^[0-9a-f]{32}/;
 export const timelineIdOf = (jobId: string, call: Pick<CanonicalCall, 'key'>): string =>
   HASH_PREFIX.exec(jobId)?.[0] ?? timelineId(call);
 
+/** The timeline of an inbound dead letter's call: by its job id (the acknowledgement id), else its call's key; null without either. */
+const fanOutTimelineId = (jobId: string, call: Pick<CanonicalCall, 'key'> | null | undefined): string | null =>
+  HASH_PREFIX.exec(jobId)?.[0] ?? (call && typeof call.key === 'string' ? timelineId(call) : null);
+
 /** Numbers of `call` masked in a text (a remote may echo them; redaction masked most already). */
 function safeText(text: string, call?: Pick<CanonicalCall, 'from' | 'to' | 'fromRaw' | 'toRaw'>): string {
   const numbers = call && /\d/.test(text) ? ownNumbers(call) : [];
@@ -480,9 +485,15 @@ export class CallTimeline {
    * call's numbers and any digit run masked: a parse error quotes the text it read). Never rejects.
    */
   fanOutFailed(jobId: string, reason: string, call?: CanonicalCall | null): Promise<void> {
-    const id = HASH_PREFIX.exec(jobId)?.[0] ?? (call && typeof call.key === 'string' ? timelineId(call) : null);
+    const id = fanOutTimelineId(jobId, call);
     if (id === null) return Promise.resolve();
     return this.append(id, { event: 'dead-lettered', jobId, reason: safeText(reason, call ?? undefined) });
+  }
+
+  /** An operator retried the call's inbound dead letter `jobId` (`at`: before the retry): it is fanned out again. Never rejects. */
+  fanOutRetried(jobId: string, call: CanonicalCall | null | undefined, at: number): Promise<void> {
+    const id = fanOutTimelineId(jobId, call);
+    return id === null ? Promise.resolve() : this.append(id, { at, event: 'retried', jobId });
   }
 
   /**
@@ -529,18 +540,23 @@ export class CallTimeline {
   async refusals(callId: string, max = 20): Promise<Refusal[]> {
     const wanted = callId.slice(0, 200);
     const since = this.now() - this.ttlMs;
+    // Redis picks out the call id's members (ZSCAN MATCH): not the whole set (up to MAX_REFUSALS) per lookup.
+    const pattern = `*"callId":${globEscape(JSON.stringify(wanted))}*`;
     const found: Refusal[] = [];
-    for (const member of await this.redis.zrevrangebyscore(refusedCallsKey(this.keys), '+inf', since)) {
-      let r: Refusal;
-      try {
-        r = JSON.parse(member) as Refusal;
-      } catch {
-        continue;
+    let cursor = '0';
+    do {
+      const [next, flat] = await this.redis.zscan(refusedCallsKey(this.keys), cursor, 'MATCH', pattern, 'COUNT', 1000);
+      cursor = next;
+      for (let i = 0; i < flat.length; i += 2) {
+        try {
+          const r = JSON.parse(flat[i]!) as Refusal;
+          if (r.callId === wanted && r.at >= since) found.push(r);
+        } catch {
+          // not one of ours: passed over
+        }
       }
-      if (r.callId === wanted) found.push(r);
-      if (found.length >= max) break;
-    }
-    return found;
+    } while (cursor !== '0');
+    return found.sort((a, b) => b.at - a.at).slice(0, max);
   }
 
   /** Appends one entry to a call's timeline: one command. Never rejects. */

@@ -210,6 +210,16 @@ describe('refusals are bounded', () => {
     const ttl = await redis.pttl(key);
     assert.ok(ttl > 0 && ttl <= timeline.ttlMs, String(ttl));
 
+    // A call id with a pattern's characters is looked up as written, not as a pattern.
+    for (const callId of ['glob*[1]', 'glob-x[1]', 'glob*[1]x']) timeline.refused({ ...refusal(0), callId });
+    await waitFor(async () => (await timeline.refusals('glob*[1]x')).length === 1 || null, {
+      what: 'the glob refusals written',
+    });
+    assert.deepEqual(
+      (await timeline.refusals('glob*[1]')).map((r) => r.callId),
+      ['glob*[1]'],
+    );
+
     // A TTL later, one more refusal: the rest are older than the TTL and go.
     now += timeline.ttlMs + 1000;
     timeline.refused(refusal(total));
