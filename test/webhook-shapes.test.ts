@@ -7,7 +7,13 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { encodeCall } from '../src/model/call.js';
-import { CHUNK_TIME_SLACK_MS, InvalidPayloadError, normalizeWebhook, readWebhook } from '../src/model/webhook.js';
+import {
+  CHUNK_TIME_SLACK_MS,
+  InvalidPayloadError,
+  normalizeWebhook,
+  readWebhook,
+  sentCallId,
+} from '../src/model/webhook.js';
 import { renderTranscriptText } from '../src/sinks/archive/render.js';
 import { minimalPayload, webhookPayload } from './support/calls.js';
 
@@ -55,6 +61,18 @@ test('the documented payloads (test/fixtures/platform) are read whole: no field 
     const { unread } = read(JSON.parse(readFileSync(new URL(file, corpus), 'utf8')));
     assert.deepEqual(unread, [], file);
   }
+});
+
+test('a refusal names the call id the documented payloads carry, in each shape (sentCallId)', () => {
+  const corpus = new URL('./fixtures/platform/', import.meta.url);
+  for (const file of readdirSync(corpus).filter((f) => f.endsWith('.json'))) {
+    const body = JSON.parse(readFileSync(new URL(file, corpus), 'utf8')) as unknown;
+    assert.equal(sentCallId(body), read(body).call.callId, file);
+  }
+  assert.equal(sentCallId({ call: { id: '  c-7 ' } }), 'c-7');
+  assert.equal(sentCallId({ call: { id: 42 } }), '42');
+  for (const body of [null, [], { call: null }, { call: { id: '  ' } }, { call: { id: {} } }, { id: 'x' }])
+    assert.equal(sentCallId(body), null, JSON.stringify(body));
 });
 
 // ---- both shapes ------------------------------------------------------------------------------
