@@ -138,7 +138,9 @@ describe('docker-compose.yml', () => {
     const { sinkEnv } = await import('../src/sinks/registry.js');
     const sinkVariables = new Set(Object.keys(sinkEnv));
     for (const role of ['ingress', 'worker', 'poller']) {
-      const set = Object.keys(s[role].environment).filter((name) => sinkVariables.has(name));
+      // ARCHIVE_DIR is set: the folder of the archive's volume, which adds no sink by itself (the
+      // config file's sinks below are the only ones).
+      const set = Object.keys(s[role].environment).filter((name) => sinkVariables.has(name) && name !== 'ARCHIVE_DIR');
       assert.deepEqual(set, [], `${role} sets sink variables`);
     }
     // The worker's environment as Compose hands it over with an empty .env, beside a config file
@@ -192,6 +194,23 @@ describe('docker-compose.yml', () => {
     // (env_file), and the published webhook answered nothing — while the healthcheck said healthy.
     for (const role of ['ingress', 'worker', 'poller'])
       assert.equal(interpolate(String(s[role].environment.HOST), { HOST: '127.0.0.1' }), '0.0.0.0', role);
+  });
+
+  test('the archive and the spool go to the volumes whatever .env says (their folders set by the file)', () => {
+    // Before: ARCHIVE_DIR or SPOOL_DIR with a host path in .env reached the containers (env_file),
+    // and the archive and spool went to a folder of the container's own layer, lost with it.
+    const mounts = (role: string) => (s[role].volumes as string[]).map((v) => v.split(':')[1]);
+    for (const role of ['ingress', 'worker', 'poller']) {
+      const env = s[role].environment as Record<string, string>;
+      assert.equal(env.ARCHIVE_DIR, '/app/data/archive', role);
+      assert.equal(env.DATA_DIR, '/app/data', role);
+      assert.equal(env.SPOOL_DIR, '/app/data/spool', role);
+      assert.ok(mounts(role).includes(env.ARCHIVE_DIR), `${role}: ARCHIVE_DIR is a mounted volume`);
+    }
+    assert.ok(
+      mounts('ingress').some((m) => s.ingress.environment.SPOOL_DIR.startsWith(`${m}/`)),
+      'the ingress spool is on a volume',
+    );
   });
 
   test('workers scale: no fixed container name, no host port', () => {
