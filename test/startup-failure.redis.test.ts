@@ -275,3 +275,37 @@ test('the ops server answers /readyz 503 "starting" until the roles run', async 
     await bounded(child.exit, 60_000, 'the process to exit', child);
   }
 });
+
+// A REDIS_URL that nothing answers (a typo, Redis not up yet) and a Ctrl-C: the process stopped
+// after about 8 s (the fan-out waited out its blocking read's time and 2 s more for a connection
+// that was never there, the configuration fingerprint 1 s for a delete that could not be sent).
+// Now the shutdown gives up on what cannot answer at once: about 2 s, the BullMQ handles' set-up wait.
+test('every role, Redis never reached: SIGTERM stops the started process within seconds, exit 0', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'callsync-away-stop-'));
+  const child = startCallsyncProcess({
+    CALLSYNC_FROM_SOURCE: '1',
+    CALLSYNC_ROLE: 'all',
+    PORT: '0',
+    OPS_PORT: '0',
+    HOST: '127.0.0.1',
+    REDIS_URL: 'redis://127.0.0.1:1',
+    QUEUE_PREFIX: uniquePrefix('away-stop'),
+    ARCHIVE_DIR: join(dir, 'archive'),
+    SPOOL_DIR: join(dir, 'spool'),
+    DATA_DIR: dir,
+    LOG_LEVEL: 'info',
+  });
+  try {
+    await waitFor(() => child.lines.some((l) => l.msg === 'callsync started'), {
+      timeoutMs: 60_000,
+      what: 'callsync started',
+    });
+    child.proc.kill('SIGTERM');
+    const code = await bounded(child.exit, 5_000, 'callsync start to exit on SIGTERM with Redis away', child);
+    assert.equal(code, 0);
+    assert.ok(child.lines.some((l) => l.msg === 'stopped'));
+  } finally {
+    child.proc.kill('SIGKILL');
+    await rm(dir, { recursive: true, force: true });
+  }
+});

@@ -271,6 +271,8 @@ class LogFanOut implements RunningLogFanOut {
   private readonly log: Logger;
   private readonly events: LogFanOutEvents | undefined;
   private closed = false;
+  /** Ends the wait between failed rounds at once (close). */
+  private wake: (() => void) | null = null;
   /** When a round last finished, or entries were last acknowledged. */
   private lastProgressAt = Date.now();
   /** Queues jobs were added to since entries last left the log (`replicated` waits for them). */
@@ -575,7 +577,14 @@ class LogFanOut implements RunningLogFanOut {
             { inHand: inHand.length, failures: this.failures },
           );
         else this.log.error(fields, 'fan-out round failed: retrying');
-        await sleep(delay);
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, delay).unref();
+          this.wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        this.wake = null;
       }
     }
   }
@@ -584,12 +593,16 @@ class LogFanOut implements RunningLogFanOut {
     this.closed = true;
     clearInterval(this.watch);
     if (this.reportedStalled) this.events?.stalled?.(false);
-    // A read blocks at most blockMs; while Redis is away it waits for the reconnect, so give up then.
-    const finished = await Promise.race([this.running.then(() => true), sleep(this.blockMs + 2000).then(() => false)]);
+    this.wake?.();
+    // A read blocks at most blockMs; while Redis is away it waits for the reconnect, so give up
+    // then — at once when the connection is away already: nothing it sent can come back.
+    const away = this.blocking.status !== 'ready';
+    const finished =
+      !away && (await Promise.race([this.running.then(() => true), sleep(this.blockMs + 2000).then(() => false)]));
     if (!finished) {
       this.blocking.disconnect();
       // Still waiting for Redis to write a batch: what is unacknowledged is taken over later.
-      await Promise.race([this.running, sleep(2000)]);
+      await Promise.race([this.running, sleep(away ? 200 : 2000)]);
     }
     // Leave the group tidy: a consumer with nothing pending can go.
     if (finished && this.blocking.status === 'ready') {

@@ -151,6 +151,8 @@ export class FingerprintHeartbeat {
   async close(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
+    // Redis away: the delete would only wait in the offline queue (the entry ages out unrenewed).
+    if (this.redis.status !== 'ready') return;
     let timer: NodeJS.Timeout | undefined;
     const gaveUp = new Promise<void>((resolve) => (timer = setTimeout(resolve, 1000)));
     await Promise.race([this.redis.hdel(this.key, this.id).catch(() => undefined), gaveUp]);
