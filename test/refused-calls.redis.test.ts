@@ -164,6 +164,22 @@ describe('a refused call is kept under its call id', () => {
     );
     const unknown = await api('/api/refusals?since=1h&sink=x');
     assert.equal(unknown.status, 400);
+
+    // The Calls page's range lists them too, each call id a link to its search; not for a query by
+    // sink or by a state a refusal is not, nor for a range without them.
+    const page = await (await api('/admin/queues/calls?since=1h')).text();
+    const table = /<table id="refused">[\s\S]*?<\/table>/.exec(page)?.[0] ?? '';
+    assert.deepEqual(
+      [...table.matchAll(/<a href="\/admin\/queues\/calls\?q=([^"]+)">/g)].map((m) => m[1]),
+      ['push-ref-1', 'ref-1'],
+    );
+    assert.match(page, /Webhooks of this range answered with an error/);
+    assert.match(table, /<code>\/call\/startTime<\/code>/);
+    for (const query of ['since=1h&status=done', 'since=1h&sink=archive', 'since=2h&until=1h'])
+      assert.doesNotMatch(await (await api(`/admin/queues/calls?${query}`)).text(), /id="refused"/, query);
+    assert.match(await (await api('/admin/queues/calls?since=1h&status=failed')).text(), /id="refused"/);
+    const first = await (await api('/admin/queues/calls?since=1h&limit=1')).text();
+    assert.match(first, /newest first, the first 1:/);
   });
 
   test('callsync forget <callId> erases its refusals', async () => {

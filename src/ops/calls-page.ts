@@ -138,10 +138,20 @@ export function callsPage(options: CallsPageOptions): Hono {
     let calls: CallSummary[] = [];
     let refused: Refusal[] = [];
     let error: string | null = null;
+    // A range without a sink or a state other than "failed" also lists the webhooks refused in it
+    // (after a change of the platform's payload: which calls, on which field), each with its call id.
+    const inRange = q === '';
     try {
       if (q.startsWith('+')) calls = (await findCalls(timeline, { ...parseCallQuery(values), number: q })).calls;
       else if (q !== '') [calls, refused] = await Promise.all([callsNamed(timeline, q), timeline.refusals(q)]);
-      else calls = (await findCalls(timeline, parseCallQuery(values))).calls;
+      else {
+        const query = parseCallQuery(values);
+        const withRefusals = query.sink === undefined && (query.status === undefined || query.status === 'failed');
+        [calls, refused] = await Promise.all([
+          findCalls(timeline, query).then((found) => found.calls),
+          withRefusals ? timeline.refusalsBetween(query.since, query.until ?? Date.now(), query.limit ?? 50) : [],
+        ]);
+      }
     } catch (err) {
       if (!(err instanceof CallQueryError)) throw err;
       error = err.message;
@@ -196,11 +206,18 @@ export function callsPage(options: CallsPageOptions): Hono {
       ${
         refused.length > 0
           ? html`<h2>Refused</h2>
-              <p>Webhooks with this call id answered with an error (never stored), newest first:</p>
+              <p>
+                ${
+                  inRange
+                    ? `Webhooks of this range answered with an error (never stored), newest first${refused.length === (Number(values.limit) || 50) ? `, the first ${refused.length}` : ''}:`
+                    : 'Webhooks with this call id answered with an error (never stored), newest first:'
+                }
+              </p>
               <table id="refused">
                 <thead>
                   <tr>
                     <th>time</th>
+                    ${inRange ? html`<th>call</th>` : ''}
                     <th>source</th>
                     <th>status</th>
                     <th>field</th>
@@ -213,6 +230,7 @@ export function callsPage(options: CallsPageOptions): Hono {
                     (r) =>
                       html`<tr>
                         <td>${iso(r.at)}</td>
+                        ${inRange ? html`<td><a href="${path}?q=${encodeURIComponent(r.callId)}">${r.callId}</a></td>` : ''}
                         <td>${r.source}</td>
                         <td>${r.status}</td>
                         <td><code>${r.pointer}</code></td>
