@@ -180,6 +180,27 @@ describe('a refused call is kept under its call id', () => {
     assert.match(await (await api('/admin/queues/calls?since=1h&status=failed')).text(), /id="refused"/);
     const first = await (await api('/admin/queues/calls?since=1h&limit=1')).text();
     assert.match(first, /newest first, the first 1:/);
+
+    // A call id is the sender's text: shown escaped, never as markup on the operator's page.
+    const hostile = '<img src=x onerror=alert(1)>"&';
+    const sent = await postJson(
+      `${cs.url}/webhooks/ai-agent/agent-1`,
+      webhookPayload(hostile, (p) => (p.call.startTime = 'soon')),
+    );
+    assert.equal(sent.status, 400);
+    const escaped = await waitFor(
+      async () => {
+        const text = await (await api('/admin/queues/calls?since=1h')).text();
+        return text.includes('&lt;img') ? text : null;
+      },
+      { what: 'the hostile call id listed' },
+    );
+    assert.doesNotMatch(escaped, /<img/);
+    assert.ok(
+      escaped.includes(`?q=${encodeURIComponent(hostile).replace(/&/g, '&amp;')}"`),
+      'the link carries the id encoded',
+    );
+    await cli(['forget', hostile], env);
   });
 
   test('callsync forget <callId> erases its refusals', async () => {
