@@ -252,7 +252,8 @@ export const MAX_REFUSALS = 10_000;
  */
 export interface Refusal {
   at: number;
-  callId: string;
+  /** The call id as sent; null when it could not be read (a body refused for it, or not JSON). */
+  callId: string | null;
   source: string;
   status: number;
   pointer: string;
@@ -503,7 +504,10 @@ export class CallTimeline {
   refused(refusal: Refusal): void {
     const key = refusedCallsKey(this.keys);
     const at = refusal.at;
-    const member = JSON.stringify({ ...refusal, callId: refusal.callId.slice(0, 200) });
+    const member = JSON.stringify({
+      ...refusal,
+      callId: refusal.callId === null ? null : refusal.callId.slice(0, 200),
+    });
     try {
       this.redis
         .multi()

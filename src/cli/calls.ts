@@ -52,10 +52,11 @@ Options:
   -h, --help    show this help`,
   refused: `Usage: callsync refused --since 2h [--until TIME] [--limit N] [--json]
 
-Lists the webhooks refused (4xx) in a time range whose call id could be read, newest first: when,
-the call id, the source, the status, the field and the reason, the request id (the X-Request-Id of
+Lists the webhooks refused (4xx) in a time range, newest first: when, the call id (- when it could
+not be read), the source, the status, the field and the reason, the request id (the X-Request-Id of
 the answer and of the log line \`webhook refused\`). Nothing of such a call was stored; the platform
-may send it again. Kept CALL_TIMELINE_TTL_DAYS, at most the newest 10,000.
+may send it again. Refusals before the sender is known (the allow list, the credentials, a Push
+API signature) are not kept. Kept CALL_TIMELINE_TTL_DAYS, at most the newest 10,000.
 
 Options:
   --since D     from this long ago (30m, 2h, 7d) or this time (ISO 8601); required
@@ -243,7 +244,15 @@ export async function refusedCommand(config: Config, redis: RedisClient, args: s
   }
   for (const line of table([
     ['time', 'call', 'source', 'status', 'pointer', 'detail', 'request'],
-    ...refused.map((r) => [iso(r.at), r.callId, r.source, String(r.status), r.pointer, r.detail, r.requestId ?? '']),
+    ...refused.map((r) => [
+      iso(r.at),
+      r.callId ?? '-',
+      r.source,
+      String(r.status),
+      r.pointer,
+      r.detail,
+      r.requestId ?? '',
+    ]),
   ]))
     io.out(line);
   return 0;

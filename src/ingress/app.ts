@@ -124,7 +124,14 @@ const unreadLogged = new Set<string>();
 
 /** The body's bytes, refused with 413 beyond `maxBytes` (read as it arrives, never buffered past it). */
 async function rawBody(c: Context, maxBytes: number): Promise<Buffer> {
-  const bytes = await readBody(c, maxBytes, `the body is larger than ${maxBytes} bytes`);
+  let bytes;
+  try {
+    bytes = await readBody(c, maxBytes, `the body is larger than ${maxBytes} bytes`);
+  } catch (err) {
+    // Read before the source checks who sent it (a Push API signature): not kept as a refusal.
+    if (err instanceof ApiError) err.gate = true;
+    throw err;
+  }
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
@@ -142,9 +149,15 @@ const RELEASED = null as unknown as SourceResult['calls'][number];
 /**
  * `handler` behind `guards`, as one route handler: each guard (a middleware that throws or calls
  * `next`, never answers itself) runs in order, an error propagates to the app's `onError` through
- * the guards before it (their `finally` blocks run), as with `hono/combine`'s `every`.
+ * the guards before it (their `finally` blocks run), as with `hono/combine`'s `every`. A 4xx on the
+ * way, but for one of the gate's, is a refusal of `source` to keep (its call id named where read).
  */
-function guarded(guards: MiddlewareHandler[], handler: (c: Context) => Promise<Response>) {
+function guarded(guards: MiddlewareHandler[], handler: (c: Context) => Promise<Response>, source: string) {
+  const refused = (err: unknown): never => {
+    if (err instanceof ApiError && !err.gate && err.refusedCall === undefined && err.status >= 400 && err.status < 500)
+      err.refusedCall = { callId: null, source };
+    throw err;
+  };
   return (c: Context): Promise<Response> => {
     let response: Response | undefined;
     const run = (i: number): Promise<void> =>
@@ -156,7 +169,7 @@ function guarded(guards: MiddlewareHandler[], handler: (c: Context) => Promise<R
     return run(0).then(() => {
       if (response === undefined) throw new Error('a guard neither answered nor called next');
       return response;
-    });
+    }, refused);
   };
 }
 
@@ -232,6 +245,8 @@ export function createIngressApp(deps: IngressDeps): Hono {
           pointer: err.pointer,
           problems: err.problems,
           logFields: { source: source.name, ...(err.callId ? { callId: err.callId } : {}) },
+          // A Push API signature that does not match: anyone could send it (not kept).
+          ...(err.status === 401 ? { gate: true as const } : {}),
           ...(err.callId ? { refusedCall: { callId: err.callId, source: source.name } } : {}),
         });
       if (err instanceof SourceUnavailable) throw new QueueUnavailableError(err.cause);
@@ -286,6 +301,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
     const handler = guarded(
       [countReceived, allowList, budget, ...(source.body === 'json' ? jsonGuards : [])],
       receive(source),
+      source.name,
     );
     for (const path of source.paths) {
       app.post(path, handler);
@@ -314,7 +330,8 @@ export function createIngressApp(deps: IngressDeps): Hono {
         },
         'webhook refused',
       );
-      // Kept under its call id: `callsync call <callId>` says why a call the platform sent is not there.
+      // Kept (under its call id when read): `callsync call <callId>` says why a call the platform sent
+      // is not there, `callsync refused` lists a time range's refusals.
       if (err.refusedCall && deps.refusals)
         deps.refusals.refused({
           at: now().getTime(),

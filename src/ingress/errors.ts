@@ -47,8 +47,22 @@ export interface ApiErrorOptions {
   /** The refusal's `reason` in callsync_webhooks_rejected_total; default: named by the status. */
   reason?: string;
   cause?: unknown;
-  /** A refused call whose id could be read: kept as a refusal under that id (IngressDeps.refusals). */
-  refusedCall?: { callId: string; source: string };
+  /**
+   * A refusal of a source's webhook, kept (IngressDeps.refusals) under the call id when it could be
+   * read, else without one; set for every 4xx of a source's route but those of `gate`.
+   */
+  refusedCall?: RefusedCall;
+  /**
+   * Refused before the sender was known (the allow list, the credentials, the body budget): not kept
+   * as a refusal — anyone could send those, and push a known sender's refusals out of the bounded store.
+   */
+  gate?: true;
+}
+
+/** What a kept refusal names: the call id as sent (null when it could not be read) and the source. */
+export interface RefusedCall {
+  callId: string | null;
+  source: string;
 }
 
 /** A typed HTTP failure; `app.onError` turns it into the spec's error body. */
@@ -58,7 +72,9 @@ export class ApiError extends HTTPException {
   readonly problems: Problem[];
   readonly logFields: Record<string, unknown>;
   readonly reason: string | undefined;
-  readonly refusedCall: ApiErrorOptions['refusedCall'];
+  /** Set by the ingress for a source's refusal (see ApiErrorOptions.refusedCall). */
+  refusedCall: RefusedCall | undefined;
+  gate: boolean;
   constructor(status: ContentfulStatusCode, detail: string, options: ApiErrorOptions = {}) {
     super(status, { message: detail, cause: options.cause });
     this.pointer = options.pointer || WHOLE_REQUEST;
@@ -67,6 +83,7 @@ export class ApiError extends HTTPException {
     this.logFields = options.logFields ?? {};
     this.reason = options.reason;
     this.refusedCall = options.refusedCall;
+    this.gate = options.gate === true;
   }
 }
 

@@ -2,7 +2,7 @@
 // endpoints behind the dashboard's credentials (./app.ts):
 //   GET /api/calls?since=2h[&until=…][&sink=…][&status=failed|skipped|pending|retrying|paused|done][&number=+49…][&limit=N]
 //   GET /api/calls/:ref   (a platform call id, a job id, or a number: every call with it)
-//   GET /api/refusals?since=2h[&until=…][&limit=N]   (webhooks refused with a readable call id)
+//   GET /api/refusals?since=2h[&until=…][&limit=N]   (webhooks refused, callId null where unreadable)
 import { Hono } from 'hono';
 import { callsNamed, CallQueryError, findCalls, parseCallQuery, type CallTimeline } from '../../queues/timeline.js';
 import { errorBody } from '../ingress/errors.js';

@@ -230,7 +230,17 @@ export function callsPage(options: CallsPageOptions): Hono {
                     (r) =>
                       html`<tr>
                         <td>${iso(r.at)}</td>
-                        ${inRange ? html`<td><a href="${path}?q=${encodeURIComponent(r.callId)}">${r.callId}</a></td>` : ''}
+                        ${
+                          inRange
+                            ? html`<td>
+                                ${
+                                  r.callId === null
+                                    ? html`<span title="its call id could not be read">-</span>`
+                                    : html`<a href="${path}?q=${encodeURIComponent(r.callId)}">${r.callId}</a>`
+                                }
+                              </td>`
+                            : ''
+                        }
                         <td>${r.source}</td>
                         <td>${r.status}</td>
                         <td><code>${r.pointer}</code></td>

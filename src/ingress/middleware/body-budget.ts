@@ -109,6 +109,7 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
       413,
       `request body is larger than this ingress can hold with its heap limit (${Math.floor(room)} bytes)`,
       {
+        gate: true,
         headers: { connection: 'close' },
         logFields: { bodyBytes: size, heapRoomBytes: Math.floor(room) },
       },

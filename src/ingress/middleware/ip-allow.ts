@@ -170,6 +170,7 @@ export function ipAllow(options: IpAllowOptions): MiddlewareHandler {
         const peerTrusted = who.peer !== undefined && trusted(who.peer);
         const xff = c.req.header('x-forwarded-for');
         throw new ApiError(403, `source address ${who.client ?? 'unknown'} is not allowed to post webhooks`, {
+          gate: true,
           // A refused direct client gives its connection back (the connection cap counts idle ones).
           headers: peerTrusted ? {} : { connection: 'close' },
           logFields: {

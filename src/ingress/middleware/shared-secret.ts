@@ -19,6 +19,7 @@ export function sharedSecret(options: SharedSecretOptions): MiddlewareHandler {
     const presented = c.req.header(options.header);
     if (presented === undefined || presented === '') {
       throw new ApiError(401, `missing credential header ${options.header}`, {
+        gate: true,
         pointer: options.header,
         headers: { 'www-authenticate': 'SharedSecret' },
       });
@@ -27,7 +28,8 @@ export function sharedSecret(options: SharedSecretOptions): MiddlewareHandler {
     // Compare against every accepted value so timing does not reveal which one (or whether any) matched.
     let ok = false;
     for (const value of accepted) ok = timingSafeEqual(value, presentedDigest) || ok;
-    if (!ok) throw new ApiError(401, `credential in ${options.header} is not valid`, { pointer: options.header });
+    if (!ok)
+      throw new ApiError(401, `credential in ${options.header} is not valid`, { gate: true, pointer: options.header });
     await next();
   };
 }
