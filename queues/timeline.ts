@@ -525,10 +525,17 @@ export class CallTimeline {
     }
   }
 
-  /** The refusals kept from `since` to `until` (epoch ms), newest first, at most `limit`. */
-  async refusalsBetween(since: number, until: number, limit: number): Promise<Refusal[]> {
+  /**
+   * The refusals kept from `since` to `until` (epoch ms), newest first, at most `limit`; `total`:
+   * how many the range holds (more than listed: the list was cut at `limit`).
+   */
+  async refusalsBetween(since: number, until: number, limit: number): Promise<{ refused: Refusal[]; total: number }> {
     const from = Math.max(since, this.now() - this.ttlMs);
-    const members = await this.redis.zrevrangebyscore(refusedCallsKey(this.keys), until, from, 'LIMIT', 0, limit);
+    const key = refusedCallsKey(this.keys);
+    const [members, total] = await Promise.all([
+      this.redis.zrevrangebyscore(key, until, from, 'LIMIT', 0, limit),
+      this.redis.zcount(key, from, until),
+    ]);
     const found: Refusal[] = [];
     for (const member of members) {
       try {
@@ -537,7 +544,7 @@ export class CallTimeline {
         // not one of ours: passed over
       }
     }
-    return found;
+    return { refused: found, total: Math.max(total, found.length) };
   }
 
   /** The refusals of a call id kept (newest first), at most `max`. */

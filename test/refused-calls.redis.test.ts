@@ -140,10 +140,19 @@ describe('a refused call is kept under its call id', () => {
     assert.equal(lines.length, 4);
     const json = JSON.parse((await cli(['refused', '--since', '1h', '--limit', '2', '--json'], env)).out) as {
       refused: Refusal[];
+      total: number;
     };
     assert.deepEqual(
       json.refused.map((r) => r.callId),
       [null, 'push-ref-1'],
+    );
+    assert.equal(json.total, 3);
+    // Cut at --limit, the text says so (before, it listed two and said nothing of the third).
+    const cut = (await cli(['refused', '--since', '1h', '--limit', '2'], env)).out.split('\n');
+    assert.equal(cut.length, 4);
+    assert.equal(
+      cut[3],
+      'the newest 2 of 3 in that range: a larger --limit (up to 1000) or an earlier --until for the rest',
     );
     const none = await cli(['refused', '--since', '2h', '--until', '1h'], env);
     assert.equal(none.out, 'no refusals kept in that range');
@@ -152,7 +161,8 @@ describe('a refused call is kept under its call id', () => {
     assert.match(bad.err, /--since is required/);
 
     // The same as JSON for other tools, behind the dashboard's credentials.
-    const viaApi = (await (await api('/api/refusals?since=1h')).json()) as { refused: Refusal[] };
+    const viaApi = (await (await api('/api/refusals?since=1h')).json()) as { refused: Refusal[]; total: number };
+    assert.equal(viaApi.total, 3);
     assert.deepEqual(
       viaApi.refused.map((r) => r.callId),
       [null, 'push-ref-1', 'ref-1'],
@@ -182,7 +192,10 @@ describe('a refused call is kept under its call id', () => {
       assert.doesNotMatch(await (await api(`/admin/queues/calls?${query}`)).text(), /id="refused"/, query);
     assert.match(await (await api('/admin/queues/calls?since=1h&status=failed')).text(), /id="refused"/);
     const first = await (await api('/admin/queues/calls?since=1h&limit=1')).text();
-    assert.match(first, /newest first, the first 1:/);
+    assert.match(
+      first,
+      /newest\s+first, the newest 1 of\s+3 \(<a\s+href="\/admin\/queues\/calls\?since=1h&amp;limit=1000"\s*>up to 1000<\/a\s*>\):/,
+    );
 
     // A call id is the sender's text: shown escaped, never as markup on the operator's page.
     const hostile = '<img src=x onerror=alert(1)>"&';

@@ -229,13 +229,13 @@ export async function refusedCommand(config: Config, redis: RedisClient, args: s
   if (values.help) return (io.out(callsHelp.refused), 0);
   if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
   const query = callQuery(values);
-  const refused = await timelineOf(config, redis).refusalsBetween(
+  const { refused, total } = await timelineOf(config, redis).refusalsBetween(
     query.since,
     query.until ?? Date.now(),
     query.limit ?? 50,
   );
   if (values.json) {
-    io.out(JSON.stringify({ refused }, null, 2));
+    io.out(JSON.stringify({ refused, total }, null, 2));
     return 0;
   }
   if (refused.length === 0) {
@@ -255,5 +255,10 @@ export async function refusedCommand(config: Config, redis: RedisClient, args: s
     ]),
   ]))
     io.out(line);
+  // Cut at --limit: say so, and how to see the rest.
+  if (total > refused.length)
+    io.out(
+      `the newest ${refused.length} of ${total} in that range: a larger --limit (up to 1000) or an earlier --until for the rest`,
+    );
   return 0;
 }

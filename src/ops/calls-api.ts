@@ -34,9 +34,8 @@ export function callsApi(timeline: CallTimeline): Hono {
       if (err instanceof CallQueryError) return c.json(errorBody(400, err.message, `/query/${err.param}`), 400);
       throw err;
     }
-    return c.json({
-      refused: await timeline.refusalsBetween(query.since, query.until ?? Date.now(), query.limit ?? 50),
-    });
+    // `total`: how many the range holds (more than listed when cut at `limit`).
+    return c.json(await timeline.refusalsBetween(query.since, query.until ?? Date.now(), query.limit ?? 50));
   });
   app.get(`${CALLS_API_PATH}/:ref`, async (c) => {
     const ref = c.req.param('ref');

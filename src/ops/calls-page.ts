@@ -137,6 +137,7 @@ export function callsPage(options: CallsPageOptions): Hono {
     };
     let calls: CallSummary[] = [];
     let refused: Refusal[] = [];
+    let refusedTotal = 0;
     let error: string | null = null;
     // A range without a sink or a state other than "failed" also lists the webhooks refused in it
     // (after a change of the platform's payload: which calls, on which field), each with its call id.
@@ -147,10 +148,13 @@ export function callsPage(options: CallsPageOptions): Hono {
       else {
         const query = parseCallQuery(values);
         const withRefusals = query.sink === undefined && (query.status === undefined || query.status === 'failed');
-        [calls, refused] = await Promise.all([
+        let kept;
+        [calls, kept] = await Promise.all([
           findCalls(timeline, query).then((found) => found.calls),
-          withRefusals ? timeline.refusalsBetween(query.since, query.until ?? Date.now(), query.limit ?? 50) : [],
+          withRefusals ? timeline.refusalsBetween(query.since, query.until ?? Date.now(), query.limit ?? 50) : null,
         ]);
+        refused = kept?.refused ?? [];
+        refusedTotal = kept?.total ?? 0;
       }
     } catch (err) {
       if (!(err instanceof CallQueryError)) throw err;
@@ -209,7 +213,20 @@ export function callsPage(options: CallsPageOptions): Hono {
               <p>
                 ${
                   inRange
-                    ? `Webhooks of this range answered with an error (never stored), newest first${refused.length === (Number(values.limit) || 50) ? `, the first ${refused.length}` : ''}:`
+                    ? html`Webhooks of this range answered with an error (never stored), newest
+                      first${
+                        refusedTotal > refused.length
+                          ? html`, the newest ${refused.length} of
+                            ${refusedTotal}${
+                              refused.length < 1000
+                                ? html` (<a
+                                      href="${path}?${new URLSearchParams({ ...values, limit: '1000' }).toString()}"
+                                      >up to 1000</a
+                                    >)`
+                                : ''
+                            }`
+                          : ''
+                      }:`
                     : 'Webhooks with this call id answered with an error (never stored), newest first:'
                 }
               </p>
