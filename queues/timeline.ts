@@ -1005,7 +1005,7 @@ function sinkStates(summary: CallSummary, sink: string | undefined): [string, Si
 export async function findCalls(
   timeline: CallTimeline,
   query: CallQuery,
-): Promise<{ calls: CallSummary[]; scanned: number; truncated: boolean }> {
+): Promise<{ calls: CallSummary[]; scanned: number; truncated: boolean; more: boolean }> {
   const until = query.until ?? Date.now();
   const limit = query.limit ?? 50;
   let candidates: string[];
@@ -1034,7 +1034,13 @@ export async function findCalls(
       if (calls.length >= limit) break;
     }
   }
-  return { calls, scanned, truncated: candidates.length >= MAX_SCANNED_CALLS };
+  return {
+    calls,
+    scanned,
+    truncated: candidates.length >= MAX_SCANNED_CALLS,
+    // Stopped at the limit with older calls of the range not looked at: more may match.
+    more: calls.length >= limit && scanned < candidates.length,
+  };
 }
 
 /** A duration like `2h`, `30m`, `90s`, `7d` in ms; null when it is none. */

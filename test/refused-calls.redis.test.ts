@@ -192,6 +192,17 @@ describe('a refused call is kept under its call id', () => {
       assert.doesNotMatch(await (await api(`/admin/queues/calls?${query}`)).text(), /id="refused"/, query);
     assert.match(await (await api('/admin/queues/calls?since=1h&status=failed')).text(), /id="refused"/);
     const first = await (await api('/admin/queues/calls?since=1h&limit=1')).text();
+    // A second call stored: with a limit of 1 the list of calls says it stopped there.
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('ref-2'))).status, 202);
+    const cutCalls = await waitFor(
+      async () => {
+        const text = await (await api('/admin/queues/calls?since=1h&limit=1')).text();
+        return /class="more"/.test(text) ? text : null;
+      },
+      { what: 'the Calls page to say its list stopped at the limit' },
+    );
+    assert.match(cutCalls, /The newest 1 that match; older calls of the range were not looked at/);
+    assert.doesNotMatch(await (await api('/admin/queues/calls?since=1h')).text(), /class="more"/);
     assert.match(
       first,
       /newest\s+first, the newest 1 of\s+3 \(<a\s+href="\/admin\/queues\/calls\?since=1h&amp;limit=1000"\s*>up to 1000<\/a\s*>\):/,

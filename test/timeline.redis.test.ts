@@ -292,6 +292,16 @@ describe('the timeline of a call', () => {
       calls: { callId: string }[];
     };
     assert.ok(['ok-1', 'flaky-1', 'perm-1', 'skip-1', 'cli-1'].every((id) => all.calls.some((c) => c.callId === id)));
+    // A list cut at --limit says so (before: one call listed, nothing said of the others).
+    const one = await cli(['calls', '--since', '1h', '--limit', '1']);
+    assert.match(
+      one.out,
+      /^\(stopped at --limit 1: older calls of the range were not looked at; a larger --limit \(up to 1000\) or an earlier --until for the rest\)$/m,
+    );
+    assert.equal(JSON.parse((await cli(['calls', '--since', '1h', '--limit', '1', '--json'])).out).more, true);
+    const whole = await cli(['calls', '--since', '1h']);
+    assert.doesNotMatch(whole.out, /stopped at --limit/);
+    assert.equal(JSON.parse((await cli(['calls', '--since', '1h', '--json'])).out).more, false);
     assert.equal(
       JSON.parse((await cli(['calls', '--since', '1h', '--number', '+4915199999999', '--json'])).out).calls.length,
       0,

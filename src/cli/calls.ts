@@ -203,7 +203,11 @@ export async function callsCommand(config: Config, redis: RedisClient, args: str
         '* not in this configuration: the job waits for a worker whose configuration has it (callsync call <id> names its queue)',
       );
   }
-  if (result.truncated)
+  if (result.more)
+    io.out(
+      `(stopped at --limit ${result.calls.length}: older calls of the range were not looked at; a larger --limit (up to 1000) or an earlier --until for the rest)`,
+    );
+  else if (result.truncated)
     io.out(`(only the newest ${result.scanned} calls of the range were looked at: narrow --since/--until)`);
   return 0;
 }

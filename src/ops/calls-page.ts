@@ -138,19 +138,24 @@ export function callsPage(options: CallsPageOptions): Hono {
     let calls: CallSummary[] = [];
     let refused: Refusal[] = [];
     let refusedTotal = 0;
+    /** The list stopped at its limit with older calls of the range not looked at. */
+    let more = false;
     let error: string | null = null;
     // A range without a sink or a state other than "failed" also lists the webhooks refused in it
     // (after a change of the platform's payload: which calls, on which field), each with its call id.
     const inRange = q === '';
     try {
-      if (q.startsWith('+')) calls = (await findCalls(timeline, { ...parseCallQuery(values), number: q })).calls;
+      if (q.startsWith('+')) ({ calls, more } = await findCalls(timeline, { ...parseCallQuery(values), number: q }));
       else if (q !== '') [calls, refused] = await Promise.all([callsNamed(timeline, q), timeline.refusals(q)]);
       else {
         const query = parseCallQuery(values);
         const withRefusals = query.sink === undefined && (query.status === undefined || query.status === 'failed');
         let kept;
         [calls, kept] = await Promise.all([
-          findCalls(timeline, query).then((found) => found.calls),
+          findCalls(timeline, query).then((found) => {
+            more = found.more;
+            return found.calls;
+          }),
           withRefusals ? timeline.refusalsBetween(query.since, query.until ?? Date.now(), query.limit ?? 50) : null,
         ]);
         refused = kept?.refused ?? [];
@@ -207,6 +212,21 @@ export function callsPage(options: CallsPageOptions): Hono {
           )}
         </tbody>
       </table>
+      ${
+        more
+          ? html`<p class="more">
+              The newest ${calls.length} that match; older calls of the range were not looked at
+              ${
+                calls.length < 1000
+                  ? html`(<a
+                        href="${path}?${new URLSearchParams({ ...values, ...(q ? { q } : {}), limit: '1000' }).toString()}"
+                        >up to 1000</a
+                      >)`
+                  : '(narrow the range)'
+              }.
+            </p>`
+          : ''
+      }
       ${
         refused.length > 0
           ? html`<h2>Refused</h2>
