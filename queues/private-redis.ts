@@ -185,21 +185,27 @@ interface ServerFile {
   port: number;
 }
 
-/** True when something at `node` accepts a connection and replies to PING (PONG or an error such as NOAUTH) within `timeoutMs`. */
-async function redisAnswers(node: RedisNode, timeoutMs = 500): Promise<boolean> {
+/**
+ * What answers a PING at `node` within `timeoutMs`: `redis` (PONG, or an error such as LOADING),
+ * `password` (a Redis that asks for a password callsync was not given: NOAUTH), or null (nothing).
+ */
+async function probeLocal(node: RedisNode, timeoutMs = 500): Promise<'redis' | 'password' | null> {
   return new Promise((resolveAnswer) => {
     const socket = new Socket();
     let done = false;
-    const finish = (answer: boolean) => {
+    const finish = (answer: 'redis' | 'password' | null) => {
       if (done) return;
       done = true;
       clearTimeout(timer);
       socket.destroy();
       resolveAnswer(answer);
     };
-    const timer = setTimeout(() => finish(false), timeoutMs);
-    socket.once('error', () => finish(false));
-    socket.once('data', (data) => finish(/^[+-]/.test(data.toString('latin1'))));
+    const timer = setTimeout(() => finish(null), timeoutMs);
+    socket.once('error', () => finish(null));
+    socket.once('data', (data) => {
+      const reply = data.toString('latin1');
+      finish(/^-(NOAUTH|NOPERM|WRONGPASS)\b/.test(reply) ? 'password' : /^[+-]/.test(reply) ? 'redis' : null);
+    });
     socket.connect(node.port, node.host, () => socket.write('PING\r\n'));
   });
 }
@@ -769,12 +775,25 @@ const unchanged = (settings: RedisSettings, origin: RedisOrigin, where: string):
 export async function resolveRedis(settings: RedisSettings, options: ResolveOptions): Promise<ResolvedRedis> {
   const { local, ...rest } = settings;
   if (!local) return unchanged(rest, 'configured', 'configured');
-  if (local.probe && (await redisAnswers(local.probe))) {
+  const answer = local.probe ? await probeLocal(local.probe) : null;
+  const at = local.probe ? `${local.probe.host}:${local.probe.port}` : '';
+  if (local.probe && answer === 'redis') {
     const url = `redis://${local.probe.host.includes(':') ? `[${local.probe.host}]` : local.probe.host}:${local.probe.port}`;
-    return unchanged({ ...rest, url }, 'local', `local ${local.probe.host}:${local.probe.port}`);
+    return unchanged({ ...rest, url }, 'local', `local ${at}`);
   }
+  // A Redis that asks for a password is some other program's (a system Redis with requirepass):
+  // taken without one, every command failed NOAUTH and callsync ran on, answering 503 for ever.
+  if (answer === 'password')
+    options.log.warn(
+      { at },
+      `no Redis configured (REDIS_URL unset): the Redis at ${at} asks for a password, so callsync does not use it (a private Redis instead); to use it, set REDIS_URL with its password`,
+    );
   const dir = resolve(local.dir);
-  const probed = local.probe ? `nothing answers at ${local.probe.host}:${local.probe.port}` : 'REDIS_LOCAL_PROBE=off';
+  const probed = !local.probe
+    ? 'REDIS_LOCAL_PROBE=off'
+    : answer === 'password'
+      ? `the Redis at ${at} asks for a password (set REDIS_URL with it to use that one)`
+      : `nothing answers at ${at}`;
   const bin = await findRedisServer(local.serverBin);
   if (bin === null && !existsSync(join(dir, SERVER_FILE))) {
     const what =

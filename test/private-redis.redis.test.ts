@@ -18,7 +18,7 @@ import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { webhookPayload } from './support/calls.js';
 import { bounded, startCallsyncProcess, type CallsyncProcess } from './support/callsync-process.js';
-import { freePort } from './support/redis-server.js';
+import { freePort, startPrivateRedis } from './support/redis-server.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
 import { resolveRedis } from '../queues/private-redis.js';
 import { singleRedis } from '../queues/connection.js';
@@ -256,6 +256,49 @@ describe('no Redis configured, none on the probe address, redis-server on PATH',
         child.proc.kill('SIGTERM');
         await bounded(child.exit, 30_000, 'callsync to stop after the test', child).catch(() => undefined);
       }
+    }
+  });
+
+  // Some other program's Redis with a password on the probe address (a system Redis with
+  // requirepass): before, callsync took it, every command failed NOAUTH, and it ran on answering
+  // 503 (or spooling) for ever. Now it is passed over with a line saying why and how to use it.
+  test('a Redis that asks for a password at the probe address: not used, a private Redis instead, and a line says so', async () => {
+    const other = await startPrivateRedis({ appendonly: false });
+    const admin = new Redis(other.url, { maxRetriesPerRequest: 1 });
+    try {
+      await admin.call('CONFIG', 'SET', 'requirepass', 'someone-elses-secret');
+      admin.disconnect();
+      const probe = { REDIS_LOCAL_PROBE: `127.0.0.1:${other.port}` };
+      const child = start(probe);
+      const url = await bounded(child.url, 30_000, 'callsync to listen', child);
+      await started(child);
+      const warned = child.lines.find((l) => String(l.msg).includes('asks for a password'));
+      assert.ok(warned, JSON.stringify(child.lines.map((l) => l.msg)));
+      assert.equal(
+        warned.msg,
+        `no Redis configured (REDIS_URL unset): the Redis at 127.0.0.1:${other.port} asks for a password, so callsync does not use it (a private Redis instead); to use it, set REDIS_URL with its password`,
+      );
+      assert.ok(child.lines.some((l) => String(l.msg).startsWith('no Redis configured or answering locally: started')));
+      const res = await fetch(`${url}/webhooks/ai-agent/agent-1`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(webhookPayload('password-probe-1')),
+      });
+      assert.equal(res.status, 202, await res.text());
+      await waitFor(
+        async () => (await archivedJson(join(dir, 'archive'))).some((f) => f.includes('password-probe-1')) || null,
+        { timeoutMs: 20_000, what: 'the call archived through the private Redis' },
+      );
+      // A command finds the same private Redis.
+      const check = await run(process.execPath, [BIN, 'check-config'], {
+        env: { ...process.env, ...env, ...probe },
+        timeout: 30_000,
+      });
+      assert.match(check.stdout, /redis in use: private /);
+      assert.equal(await stop(child), 0);
+    } finally {
+      admin.disconnect();
+      await other.destroy();
     }
   });
 
