@@ -129,6 +129,23 @@ export async function redisVersionProblem(
 }
 
 /**
+ * Why the Redis behind `client` may lose what callsync accepted, or null: it evicts keys when its
+ * memory is full (`maxmemory-policy` other than `noeviction`, as managed Redis services often
+ * default to) — an evicted job or inbound log entry is a call lost, an evicted marker one sent
+ * twice. BullMQ only prints a plain line on stderr for each connection; callsync says it in its log,
+ * /readyz and check-config. Null too when INFO cannot be read.
+ */
+export async function redisEvictionProblem(
+  client: { info(section: string): Promise<string> },
+  where: string,
+): Promise<string | null> {
+  const info = await client.info('memory').catch(() => null);
+  const policy = info === null ? undefined : /^maxmemory_policy:(\S+)/m.exec(info)?.[1];
+  if (policy === undefined || policy === 'noeviction') return null;
+  return `the Redis at ${where} evicts keys when its memory is full (maxmemory-policy ${policy}): an evicted job or inbound log entry is an accepted call lost; set maxmemory-policy noeviction`;
+}
+
+/**
  * Why the redis-server `bin` cannot be the private Redis, or null: it is older than callsync needs
  * (`redis-server --version` says `Redis server v=6.0.16 …`). Before, Redis 6.0 refused the
  * private config file's `-::1`, and the start failed with a line about a bind address.

@@ -9,6 +9,7 @@ import { createOperations, type Operations } from './operations.js';
 import {
   NoRedisError,
   RedisWaitStopped,
+  redisEvictionProblem,
   redisVersionProblem,
   resolveRedis,
   type ResolvedRedis,
@@ -28,6 +29,8 @@ export interface RunningCallsync {
 export interface StartOptions extends Partial<CallsyncOptions> {
   config: Config;
   log: Logger;
+  /** Warnings /readyz carries as long as the process runs (a Redis that evicts keys). */
+  warnings?: string[];
 }
 
 /**
@@ -35,7 +38,7 @@ export interface StartOptions extends Partial<CallsyncOptions> {
  * @internal Exported for its tests only (bench/server.ts, test/support/ops.ts).
  */
 export async function startWithOperations(options: StartOptions): Promise<RunningCallsync> {
-  const { config, log, runnerEvents, ingressEvents, ingressBefore, ...rest } = options;
+  const { config, log, runnerEvents, ingressEvents, ingressBefore, warnings = [], ...rest } = options;
   const operations = createOperations({ config, log, runnerEvents, ingressEvents });
   let started: Callsync | undefined;
   try {
@@ -53,6 +56,7 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
     const running = started;
     operations.watchFanOut(() => running.fanOut?.stalled() ?? null);
     operations.watchWarnings(() => [
+      ...warnings,
       ...(running.fingerprint?.warnings() ?? []),
       ...(running.stranded?.warnings() ?? []),
     ]);
@@ -97,12 +101,14 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
 }
 
 /**
- * Why the Redis of `settings` cannot be callsync's (older than it needs), asked on a connection of
- * its own before any queue connects (BullMQ warns on each of an old one) or a job is taken; null
- * when it is new enough, or not reached within STARTUP_REDIS_WAIT_MS (the start goes on: an outage
- * at start is the spool's).
+ * What is wrong with the Redis of `settings`, asked on a connection of its own before any queue
+ * connects (BullMQ warns on each) or a job is taken: `tooOld`, why it cannot be callsync's (older
+ * than it needs); `evicts`, why it may lose accepted calls (an eviction policy). Nulls when all is
+ * well, or when it is not reached within STARTUP_REDIS_WAIT_MS (the start goes on: an outage at
+ * start is the spool's).
  */
-async function versionProblem(settings: RedisSettings): Promise<string | null> {
+async function redisProblems(settings: RedisSettings): Promise<{ tooOld: string | null; evicts: string | null }> {
+  const none = { tooOld: null, evicts: null };
   const client = createRedis(settings, 'producer', {
     lazyConnect: true,
     connectTimeout: STARTUP_REDIS_WAIT_MS,
@@ -110,14 +116,18 @@ async function versionProblem(settings: RedisSettings): Promise<string | null> {
   });
   client.on('error', () => undefined);
   // Bounded as a whole: a Sentinel client keeps trying unreachable sentinels, its connect unsettled.
-  const asked = client.connect().then(() => redisVersionProblem(client, describeRedis(settings)));
+  const where = describeRedis(settings);
+  const asked = client.connect().then(async () => ({
+    tooOld: await redisVersionProblem(client, where),
+    evicts: await redisEvictionProblem(client, where),
+  }));
   try {
     return await Promise.race([
       asked,
-      new Promise<null>((resolve) => setTimeout(resolve, STARTUP_REDIS_WAIT_MS, null).unref()),
+      new Promise<typeof none>((resolve) => setTimeout(resolve, STARTUP_REDIS_WAIT_MS, none).unref()),
     ]);
   } catch {
-    return null;
+    return none;
   } finally {
     client.disconnect();
     asked.catch(() => undefined);
@@ -198,15 +208,17 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
       'no Redis configured (REDIS_URL unset): sharing the private Redis another callsync process started',
     );
   const config: Config = { ...configured, redis: redis.settings };
-  const tooOld = await versionProblem(config.redis);
+  const { tooOld, evicts } = await redisProblems(config.redis);
   if (tooOld) {
     await release();
     throw new NoRedisError(tooOld);
   }
+  // Not refused (it loses nothing until its memory is full), but said at once and on /readyz.
+  if (evicts) log.error(evicts);
   // OTEL_EXPORTER_OTLP_ENDPOINT set: one trace per call (src/telemetry.ts); else nothing is loaded.
   if (await startTracing(process.env)) log.info('OpenTelemetry traces on (OTEL_EXPORTER_OTLP_ENDPOINT)');
   try {
-    running = await startWithOperations({ config, log });
+    running = await startWithOperations({ config, log, ...(evicts ? { warnings: [evicts] } : {}) });
   } catch (err) {
     await release();
     throw err;

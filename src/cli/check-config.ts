@@ -175,7 +175,7 @@ export function describeConfig(config: Config, live?: LiveProcesses, reach?: Red
   for (const name of Object.keys(config.sinks)) {
     if (!config.routes.some((r) => r.to.includes(name))) lines.push(`  note: no route sends calls to sink "${name}"`);
   }
-  const warnings = [...config.warnings, ...fingerprint.warnings, ...strandedWarnings(live)];
+  const warnings = [...config.warnings, ...(reach?.warnings ?? []), ...fingerprint.warnings, ...strandedWarnings(live)];
   if (warnings.length > 0) {
     lines.push('');
     lines.push('warnings:');
@@ -218,7 +218,12 @@ export function printConfig(config: Config, io: CliIo, json: boolean, live?: Liv
                         startedAt: e.startedAt,
                       })),
               }),
-          warnings: [...config.warnings, ...fingerprint.warnings, ...strandedWarnings(live)],
+          warnings: [
+            ...config.warnings,
+            ...(reach?.warnings ?? []),
+            ...fingerprint.warnings,
+            ...strandedWarnings(live),
+          ],
         },
         null,
         2,

@@ -6,6 +6,7 @@ import type { CliIo } from './io.js';
 import {
   findRedisServer,
   NoRedisError,
+  redisEvictionProblem,
   redisVersionProblem,
   resolveRedis,
   serverBinProblem,
@@ -83,6 +84,8 @@ export interface RedisReach {
   url: string | null;
   /** Why callsync could not use it, or null. */
   problem: string | null;
+  /** What may go wrong with it (it evicts keys), for check-config's warnings. */
+  warnings?: string[];
 }
 
 /**
@@ -115,13 +118,21 @@ export async function reachRedis(config: Config, io?: Pick<CliIo, 'err'>): Promi
   try {
     const redis = await connectRedisTo(resolved.settings);
     let tooOld: string | null;
+    let evicts: string | null;
     try {
       await redis.ping();
       tooOld = await redisVersionProblem(redis, url);
+      evicts = await redisEvictionProblem(redis, url);
     } finally {
       redis.disconnect();
     }
-    return { origin: resolved.origin, where: `${where}: answers`, url, problem: tooOld };
+    return {
+      origin: resolved.origin,
+      where: `${where}: answers`,
+      url,
+      problem: tooOld,
+      ...(evicts ? { warnings: [evicts] } : {}),
+    };
   } catch (err) {
     return {
       origin: resolved.origin,
