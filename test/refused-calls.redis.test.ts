@@ -12,6 +12,7 @@ import { loadConfig } from '../src/config/index.js';
 import { redisKeys } from '../queues/keys.js';
 import { CallTimeline, MAX_REFUSALS, refusedCallsKey, type Refusal } from '../queues/timeline.js';
 import { webhookPayload } from './support/calls.js';
+import { hangup, newCall } from './support/fake-push.js';
 import { postJson, testEnv } from './support/callsync.js';
 import { cli } from './support/cli.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
@@ -228,6 +229,55 @@ describe('a refused call is kept under its call id', () => {
       'the link carries the id encoded',
     );
     await cli(['forget', hostile], env);
+  });
+
+  // "The platform says call X is going on; callsync has no call X": a Push API call is stored at its
+  // hangup. Before, `callsync call X` said "no call found" while its events were being assembled.
+  test('a Push API call in progress is named so, with its events and when it will be stored; at its hangup it is a call', async () => {
+    const push = (body: string) =>
+      fetch(`${cs.url}/webhooks/push`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body,
+      });
+    assert.equal((await push(newCall('open-1'))).status, 200);
+    const shown = await cli(['call', 'open-1'], env);
+    assert.equal(shown.code, 0, shown.err);
+    assert.match(
+      shown.out,
+      /^call "open-1" is in progress \(Push API: newCall at \S+Z\): it is stored at its hangup, or with outcome unknown at \S+Z \(PUSH_CALL_TIMEOUT_SECONDS\) — until then it has no timeline$/,
+    );
+    const json = JSON.parse((await cli(['call', 'open-1', '--json'], env)).out) as {
+      calls: unknown[];
+      inProgress: { events: { event: string }[]; closesAt: number };
+    };
+    assert.deepEqual(json.calls, []);
+    assert.deepEqual(
+      json.inProgress.events.map((e) => e.event),
+      ['newCall'],
+    );
+    assert.ok(json.inProgress.closesAt > Date.now());
+    const viaApi = await api('/api/calls/open-1');
+    assert.equal(viaApi.status, 404);
+    const body = (await viaApi.json()) as { errors: { detail: string }[]; inProgress: unknown };
+    assert.match(body.errors[0]!.detail, /^call "open-1" is in progress/);
+    assert.ok(body.inProgress);
+    assert.match(
+      await (await api('/admin/queues/calls?q=open-1')).text(),
+      /class="in-progress">call &quot;open-1&quot; is in progress/,
+    );
+
+    assert.equal((await push(hangup('open-1'))).status, 200);
+    const stored = await waitFor(
+      async () => {
+        const r = await cli(['call', 'open-1'], env);
+        return /^call open-1 \(push, /m.test(r.out) ? r : null;
+      },
+      { what: 'the call stored at its hangup' },
+    );
+    assert.doesNotMatch(stored.out, /in progress/);
+    // An unknown id is still none.
+    assert.equal((await cli(['call', 'never-seen-1'], env)).code, 1);
   });
 
   test('callsync forget <callId> erases its refusals', async () => {

@@ -25,6 +25,7 @@ import {
 } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
 import { CallTimeline } from '../queues/timeline.js';
+import { openPushCall } from '../src/sources/push-assembly.js';
 import { archiveOptionsSchema, createObjectStore } from '../src/sinks/archive/index.js';
 import type { ObjectStore } from '../src/sinks/archive/store.js';
 import { combineEvents, fanOutMetrics, ingressMetrics, runnerMetrics } from './metric-events.js';
@@ -117,6 +118,7 @@ export function createOperations(options: OperationsOptions): Operations {
     origins: admin.origins,
     metricsToken: config.ops.metricsToken,
     calls: new CallTimeline(connection, keys, { ...config.timeline, log, configuredQueues: queueNames(config) }),
+    inProgress: (callId) => openPushCall(connection, keys.area('push'), callId),
     archives,
     crmLinks: config.ops.crmLinks,
     trustedProxies: config.webhook.trustedProxies,

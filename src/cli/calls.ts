@@ -18,6 +18,7 @@ import {
 import type { Config } from '../config/index.js';
 import { queueNames } from '../ops/index.js';
 import { printable, table, UsageError, type CliIo } from './io.js';
+import { describeOpenPushCall, openPushCall } from '../sources/push-assembly.js';
 
 export const callsHelp = {
   call: `Usage: callsync call <callId | jobId | +number> [--json]
@@ -109,16 +110,29 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
   const found = await callsNamed(timeline, ref);
   // Webhooks refused (4xx) under this call id: why a call the platform sent is missing, or came late.
   const refused = ref.startsWith('+') ? [] : await timeline.refusals(ref);
+  // A Push API call still being assembled (events in, no hangup): no timeline yet, but not unknown.
+  const open =
+    found.length === 0 && !ref.startsWith('+')
+      ? await openPushCall(redis, redisKeys(config.redis).area('push'), ref)
+      : null;
   if (values.json) {
-    io.out(JSON.stringify(refused.length > 0 ? { calls: found, refused } : { calls: found }, null, 2));
-    return found.length > 0 ? 0 : 1;
+    io.out(
+      JSON.stringify(
+        { calls: found, ...(refused.length > 0 ? { refused } : {}), ...(open ? { inProgress: open } : {}) },
+        null,
+        2,
+      ),
+    );
+    return found.length > 0 || open ? 0 : 1;
   }
   if (found.length === 0) {
+    if (open) io.out(printable(describeOpenPushCall(open)));
     if (refused.length > 0) {
       io.out(printable(`call "${ref}" was refused, never stored (${refused.length} refusal(s), newest first):`));
       for (const line of refusalTable(refused)) io.out(line);
-      return 1;
+      return open ? 0 : 1;
     }
+    if (open) return 0;
     io.err(
       `no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.timeline.ttlDays} days)`,
     );

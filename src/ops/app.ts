@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { errorBody } from '../ingress/errors.js';
 import { pausedQueues } from '../../queues/disabled.js';
 import type { CallTimeline } from '../../queues/timeline.js';
-import { CALLS_API_PATH, callsApi, REFUSALS_API_PATH } from './calls-api.js';
+import { CALLS_API_PATH, callsApi, REFUSALS_API_PATH, type OpenPushCallLookup } from './calls-api.js';
 import { callsPage } from './calls-page.js';
 import type { ArchiveStores, CrmLinkSettings } from './call-links.js';
 import { requestLog } from '../log.js';
@@ -47,6 +47,8 @@ export interface OpsAppOptions {
   ready: () => Promise<boolean | string>;
   /** The calls' timelines: with the dashboard on, served as JSON at /api/calls behind its credentials. */
   calls?: CallTimeline;
+  /** A Push API call still assembled (no timeline yet), for a search by its call id. */
+  inProgress?: OpenPushCallLookup;
   /** The archive sinks' stores, by sink name: the Calls page opens a call's archived objects. */
   archives?: ArchiveStores;
   /** The CRM accounts the Calls page links record ids to. */
@@ -147,6 +149,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
           dashboardPath: DASHBOARD_PATH,
           archives: options.archives,
           crmLinks: options.crmLinks,
+          inProgress: options.inProgress,
         }),
       );
     // Bull Board (and ejs) is imported only when the dashboard is on: ~25 MB a process without it
@@ -170,7 +173,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     app.use(CALLS_API_PATH, operatorAuth(auth));
     app.use(`${CALLS_API_PATH}/*`, operatorAuth(auth));
     app.use(REFUSALS_API_PATH, operatorAuth(auth));
-    app.route('/', callsApi(calls));
+    app.route('/', callsApi(calls, options.inProgress));
   }
 
   app.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));

@@ -6,11 +6,15 @@
 import { Hono } from 'hono';
 import { callsNamed, CallQueryError, findCalls, parseCallQuery, type CallTimeline } from '../../queues/timeline.js';
 import { errorBody } from '../ingress/errors.js';
+import { describeOpenPushCall, type OpenPushCall } from '../sources/push-assembly.js';
 
 export const CALLS_API_PATH = '/api/calls';
 export const REFUSALS_API_PATH = '/api/refusals';
 
-export function callsApi(timeline: CallTimeline): Hono {
+/** A Push API call still assembled under a call id (src/sources/push-assembly.ts), or null. */
+export type OpenPushCallLookup = (callId: string) => Promise<OpenPushCall | null>;
+
+export function callsApi(timeline: CallTimeline, inProgress?: OpenPushCallLookup): Hono {
   const app = new Hono();
   app.get(CALLS_API_PATH, async (c) => {
     let query;
@@ -42,6 +46,8 @@ export function callsApi(timeline: CallTimeline): Hono {
     const calls = await callsNamed(timeline, ref);
     const refused = ref.startsWith('+') ? [] : await timeline.refusals(ref);
     if (calls.length === 0) {
+      const open = ref.startsWith('+') ? null : ((await inProgress?.(ref)) ?? null);
+      if (open) return c.json({ ...errorBody(404, describeOpenPushCall(open)), inProgress: open }, 404);
       const last = refused[0];
       const named = ref.startsWith('+') ? 'that number' : `"${ref.slice(0, 200)}"`;
       return c.json(

@@ -23,6 +23,8 @@ import {
 } from '../../queues/timeline.js';
 import { errorBody } from '../ingress/errors.js';
 import { archivedObjects, crmRecordUrl, type ArchiveStores, type CrmLinkSettings } from './call-links.js';
+import type { OpenPushCallLookup } from './calls-api.js';
+import { describeOpenPushCall, type OpenPushCall } from '../sources/push-assembly.js';
 
 export interface CallsPageOptions {
   timeline: CallTimeline;
@@ -36,6 +38,8 @@ export interface CallsPageOptions {
   archives?: ArchiveStores;
   /** The CRM accounts a record id links to (HUBSPOT_PORTAL_ID, PIPEDRIVE_COMPANY_DOMAIN). */
   crmLinks?: CrmLinkSettings;
+  /** A Push API call still assembled (no timeline yet), for a search by its call id. */
+  inProgress?: OpenPushCallLookup;
 }
 
 const STYLE = `body{font-family:system-ui,sans-serif;margin:1.5rem;background:#f4f5f7;color:#222}
@@ -140,14 +144,18 @@ export function callsPage(options: CallsPageOptions): Hono {
     let refusedTotal = 0;
     /** The list stopped at its limit with older calls of the range not looked at. */
     let more = false;
+    /** A Push API call searched for that is still assembled. */
+    let open: OpenPushCall | null = null;
     let error: string | null = null;
     // A range without a sink or a state other than "failed" also lists the webhooks refused in it
     // (after a change of the platform's payload: which calls, on which field), each with its call id.
     const inRange = q === '';
     try {
       if (q.startsWith('+')) ({ calls, more } = await findCalls(timeline, { ...parseCallQuery(values), number: q }));
-      else if (q !== '') [calls, refused] = await Promise.all([callsNamed(timeline, q), timeline.refusals(q)]);
-      else {
+      else if (q !== '') {
+        [calls, refused] = await Promise.all([callsNamed(timeline, q), timeline.refusals(q)]);
+        if (calls.length === 0) open = (await options.inProgress?.(q)) ?? null;
+      } else {
         const query = parseCallQuery(values);
         const withRefusals = query.sink === undefined && (query.status === undefined || query.status === 'failed');
         let kept;
@@ -196,7 +204,9 @@ export function callsPage(options: CallsPageOptions): Hono {
           ${
             calls.length === 0
               ? html`<tr>
-                  <td colspan="5">no calls match</td>
+                  <td colspan="5">
+                    ${open ? html`<span class="in-progress">${describeOpenPushCall(open)}</span>` : 'no calls match'}
+                  </td>
                 </tr>`
               : ''
           }

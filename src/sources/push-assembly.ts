@@ -55,6 +55,39 @@ export function pushCallIdOfKey(key: string): string {
   return id === '%open' ? 'open' : id;
 }
 
+/** A Push API call whose events callsync assembles (no hangup yet): it has no timeline until it closes. */
+export interface OpenPushCall {
+  callId: string;
+  /** The events recorded so far (`newCall`, `answer`), by arrival (epoch ms). */
+  events: { event: string; at: number }[];
+  /** When it is closed with outcome `unknown` should no hangup come (epoch ms; PUSH_CALL_TIMEOUT_SECONDS after its first event). */
+  closesAt: number;
+}
+
+/**
+ * The Push API call `callId` while it is assembled (on the open set, no hangup, not closed by the
+ * sweeper), else null. `prefix`: the keys' `push` area (`keys.area('push')`).
+ */
+export async function openPushCall(redis: RedisClient, prefix: string, callId: string): Promise<OpenPushCall | null> {
+  const [flat, closesAt] = await Promise.all([
+    redis.hgetall(pushCallKey(prefix, callId)),
+    redis.zscore(`${prefix}:push:open`, callId),
+  ]);
+  if (closesAt === null) return null;
+  const state = stateOf(Object.entries(flat).flat());
+  if (state.hangup || state.timedOutAt !== undefined) return null;
+  const events = (['newCall', 'answer'] as const)
+    .flatMap((name) => (state[name] ? [{ event: name, at: state[name].at }] : []))
+    .sort((a, b) => a.at - b.at);
+  return { callId, events, closesAt: Number(closesAt) };
+}
+
+/** One line for an operator: what is known of an open Push API call, and when it will be stored. */
+export function describeOpenPushCall(open: OpenPushCall): string {
+  const events = open.events.map((e) => `${e.event} at ${new Date(e.at).toISOString()}`).join(', ');
+  return `call "${open.callId}" is in progress (Push API${events ? `: ${events}` : ''}): it is stored at its hangup, or with outcome unknown at ${new Date(open.closesAt).toISOString()} (PUSH_CALL_TIMEOUT_SECONDS) — until then it has no timeline`;
+}
+
 export interface PushAssemblyOptions {
   prefix: string;
   /** A call without hangup is closed as `unknown` this long after its first event (PUSH_CALL_TIMEOUT_SECONDS). */
