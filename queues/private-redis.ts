@@ -31,7 +31,7 @@ import {
 } from 'node:fs/promises';
 import { createServer, Socket } from 'node:net';
 import { delimiter, join, resolve } from 'node:path';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import type { RedisNode, RedisSettings } from './connection.js';
 
 /** Where the Redis in use came from: REDIS_URL & co., the probe address, or a private redis-server. */
@@ -133,16 +133,31 @@ export async function redisVersionProblem(
  * memory is full (`maxmemory-policy` other than `noeviction`, as managed Redis services often
  * default to) — an evicted job or inbound log entry is a call lost, an evicted marker one sent
  * twice. BullMQ only prints a plain line on stderr for each connection; callsync says it in its log,
- * /readyz and check-config. Null too when INFO cannot be read.
+ * /readyz and check-config. A cluster: each master is asked (INFO goes to one node), and those that
+ * evict are named. Null too when INFO cannot be read.
  */
 export async function redisEvictionProblem(
   client: { info(section: string): Promise<string> },
   where: string,
 ): Promise<string | null> {
-  const info = await client.info('memory').catch(() => null);
-  const policy = info === null ? undefined : /^maxmemory_policy:(\S+)/m.exec(info)?.[1];
+  const policyOf = async (node: { info(section: string): Promise<string> }) => {
+    const info = await node.info('memory').catch(() => null);
+    return info === null ? undefined : /^maxmemory_policy:(\S+)/m.exec(info)?.[1];
+  };
+  const hint = 'an evicted job or inbound log entry is an accepted call lost; set maxmemory-policy noeviction';
+  if (client instanceof Cluster) {
+    const evicting: string[] = [];
+    for (const node of client.nodes('master')) {
+      const policy = await policyOf(node);
+      if (policy !== undefined && policy !== 'noeviction')
+        evicting.push(`${policy} on ${node.options.host ?? '?'}:${node.options.port ?? '?'}`);
+    }
+    if (evicting.length === 0) return null;
+    return `the Redis at ${where} evicts keys when its memory is full (maxmemory-policy ${evicting.join(', ')}): ${hint}`;
+  }
+  const policy = await policyOf(client);
   if (policy === undefined || policy === 'noeviction') return null;
-  return `the Redis at ${where} evicts keys when its memory is full (maxmemory-policy ${policy}): an evicted job or inbound log entry is an accepted call lost; set maxmemory-policy noeviction`;
+  return `the Redis at ${where} evicts keys when its memory is full (maxmemory-policy ${policy}): ${hint}`;
 }
 
 /**

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../src/config/index.js';
 import { connectRedis } from '../src/cli/redis.js';
+import { redisEvictionProblem } from '../queues/private-redis.js';
 import { queuesInRedis } from '../queues/scan.js';
 import { redisKeys } from '../queues/keys.js';
 import { InboundLog, inboundStreamKey, waitForReplicas } from '../queues/inbound.js';
@@ -130,6 +131,27 @@ describe('Redis Cluster, spread keys (plain QUEUE_PREFIX)', () => {
     const masters = await cluster.masters();
     const perMaster = await Promise.all(masters.map(async (port) => Number(await nodeCommand(port, ['DBSIZE']))));
     assert.ok(perMaster.filter((n) => n > 0).length >= 2, `keys per master: ${perMaster.join(', ')}`);
+  });
+
+  test('a master that evicts keys is named, whichever node INFO would have asked', async () => {
+    const config = loadConfig({ REDIS_URL: NOWHERE, REDIS_CLUSTER_NODES: cluster.seeds, QUEUE_PREFIX: prefix });
+    const redis = await connectRedis(config);
+    const [, second] = await cluster.masters();
+    try {
+      assert.equal(await redisEvictionProblem(redis, 'the cluster'), null);
+      await nodeCommand(second!, ['CONFIG', 'SET', 'maxmemory-policy', 'volatile-lru']);
+      // Before, one node was asked (INFO goes to one master): two times in three, all seemed well.
+      for (let i = 0; i < 3; i++)
+        assert.match(
+          String(await redisEvictionProblem(redis, 'the cluster')),
+          new RegExp(
+            `^the Redis at the cluster evicts keys when its memory is full \\(maxmemory-policy volatile-lru on 127\\.0\\.0\\.1:${second}\\): `,
+          ),
+        );
+    } finally {
+      await nodeCommand(second!, ['CONFIG', 'SET', 'maxmemory-policy', 'noeviction']);
+      redis.disconnect();
+    }
   });
 
   test('the CLI finds the queues on every master', async () => {
