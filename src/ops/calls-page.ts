@@ -99,6 +99,9 @@ export function callsPage(options: CallsPageOptions): Hono {
   const app = new Hono();
   const { path, timeline } = options;
   const queues = new Map(options.queues.map((q) => [q.name, q]));
+  /** A link to the same list with up to 1000 rows (a list cut at its limit). */
+  const upTo1000 = (params: Record<string, string>) =>
+    html`<a href="${path}?${new URLSearchParams({ ...params, limit: '1000' }).toString()}">up to 1000</a>`;
 
   const page = (c: Context, title: string, body: unknown, script = '') => {
     const nonce = randomBytes(16).toString('base64');
@@ -226,14 +229,7 @@ export function callsPage(options: CallsPageOptions): Hono {
         more
           ? html`<p class="more">
               The newest ${calls.length} that match; older calls of the range were not looked at
-              ${
-                calls.length < 1000
-                  ? html`(<a
-                        href="${path}?${new URLSearchParams({ ...values, ...(q ? { q } : {}), limit: '1000' }).toString()}"
-                        >up to 1000</a
-                      >)`
-                  : '(narrow the range)'
-              }.
+              ${calls.length < 1000 ? html`(${upTo1000({ ...values, ...(q ? { q } : {}) })})` : '(narrow the range)'}.
             </p>`
           : ''
       }
@@ -247,14 +243,7 @@ export function callsPage(options: CallsPageOptions): Hono {
                       first${
                         refusedTotal > refused.length
                           ? html`, the newest ${refused.length} of
-                            ${refusedTotal}${
-                              refused.length < 1000
-                                ? html` (<a
-                                      href="${path}?${new URLSearchParams({ ...values, limit: '1000' }).toString()}"
-                                      >up to 1000</a
-                                    >)`
-                                : ''
-                            }`
+                            ${refusedTotal}${refused.length < 1000 ? html` (${upTo1000(values)})` : ''}`
                           : ''
                       }:`
                     : 'Webhooks with this call id answered with an error (never stored), newest first:'

@@ -7,11 +7,9 @@ import { defineSourceType, SourceRefusal, type Source } from './types.js';
 
 const AGENT_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
 
-/** The call id of a refused body (a vCon's `uuid`, a webhook's `call.id`), or null. */
+/** The call id of a refused body (a webhook's `call.id`), or null: a vCon is refused only for a missing `uuid`. */
 function callIdSent(body: unknown): string | null {
-  if (!isVcon(body)) return sentCallId(body);
-  const uuid = (body as { uuid?: unknown }).uuid;
-  return typeof uuid === 'string' && uuid.trim() !== '' ? uuid.trim().slice(0, 200) : null;
+  return isVcon(body) ? null : sentCallId(body);
 }
 
 export function aiAgentSource(): Source {

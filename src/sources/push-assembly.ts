@@ -48,6 +48,9 @@ export function pushCallKey(prefix: string, callId: string): string {
   return `${prefix}:push:${callId === 'open' ? '%open' : callId}`;
 }
 
+/** The set of the calls still open, scored by the time they are given up on: `<prefix>:push:open`. */
+export const pushOpenKey = (prefix: string): string => `${prefix}:push:open`;
+
 /** The call id of a hash `pushCallKey` named (`…:push:<callId>`, `…:push:%open`). */
 export function pushCallIdOfKey(key: string): string {
   // The first `:push:`: a call id may hold `:` and even `push:` (the prefix holds neither).
@@ -71,7 +74,7 @@ export interface OpenPushCall {
 export async function openPushCall(redis: RedisClient, prefix: string, callId: string): Promise<OpenPushCall | null> {
   const [flat, closesAt] = await Promise.all([
     redis.hgetall(pushCallKey(prefix, callId)),
-    redis.zscore(`${prefix}:push:open`, callId),
+    redis.zscore(pushOpenKey(prefix), callId),
   ]);
   if (closesAt === null) return null;
   const state = stateOf(Object.entries(flat).flat());
@@ -124,7 +127,7 @@ export class PushAssembly {
   }
 
   private get openKey(): string {
-    return `${this.options.prefix}:push:open`;
+    return pushOpenKey(this.options.prefix);
   }
 
   /** Seconds the events of a call are kept: past the timeout, so a late hangup still finds them. */

@@ -14,7 +14,7 @@ import { createPublicKey, createVerify, type KeyObject } from 'node:crypto';
 import { parsePushEvent, unreadPushFields } from '../model/push.js';
 import { InvalidPayloadError } from '../model/webhook.js';
 import { envBool, envInt, envString, envUrl, type EnvShape } from '../env-values.js';
-import { PushAssembly } from './push-assembly.js';
+import { PushAssembly, pushOpenKey } from './push-assembly.js';
 import {
   defineSourceType,
   every,
@@ -233,7 +233,7 @@ export const pushSourceType = defineSourceType<PushSettings>({
   background: (settings, deps) => [pushSweeper(settings, deps)],
   stateLabel: 'Push assembly',
   async leftBehind(redis, areaPrefix) {
-    const open = await redis.zcard(`${areaPrefix}:push:open`);
+    const open = await redis.zcard(pushOpenKey(areaPrefix));
     return open > 0
       ? `push: ${open} call(s) being assembled from Push API events (their events so far stay here; the new deployment sees only the later ones)`
       : null;
