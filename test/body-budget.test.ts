@@ -120,6 +120,48 @@ function gatedBudget(maxWaiters?: number) {
   return { app, gates, entered, post };
 }
 
+/**
+ * The middleware alone with a budget of 1 MiB and the RSS it reads set by the test: a large body
+ * (64 KiB or more) beside others only while `rss.mb` is under `crowdedRssBytes` (448 MB here).
+ */
+function memoryBudget(maxWaitMs = 5000) {
+  const rss = { mb: 300 };
+  const app = new Hono();
+  const gates: (() => void)[] = [];
+  const entered: string[] = [];
+  app.use(
+    '*',
+    bodyBudget({
+      maxBytes: 1024 * KB,
+      bodyLimitBytes: 8192 * KB,
+      retryAfterSeconds: '5',
+      maxWaitMs,
+      crowdedRssBytes: 448 * 1024 * KB,
+      residentBytes: () => rss.mb * 1024 * KB,
+    }),
+  );
+  app.post('/:id', async (c) => {
+    entered.push(c.req.param('id'));
+    // `?take=N`: the handler takes N bytes more of the budget, as a chunked body's reader does.
+    const take = Number(c.req.query('take') ?? 0);
+    if (take > 0) c.get('bodyBudgetTake')!(take);
+    await new Promise<void>((resolve) => gates.push(resolve));
+    return c.text('ok', 202);
+  });
+  app.onError((err, c) =>
+    err instanceof ApiError
+      ? c.json(problemsBody(err.status, err.problems), err.status, err.headers)
+      : c.text('?', 500),
+  );
+  const post = (id: string, bytes: number, take = 0) =>
+    app.request(`/${id}${take > 0 ? `?take=${take}` : ''}`, {
+      method: 'POST',
+      headers: bytes > 0 ? { 'content-length': String(bytes) } : {},
+      body: 'x'.repeat(bytes),
+    });
+  return { rss, gates, entered, post };
+}
+
 test('a body that does not fit waits in line, and smaller ones that come after it do not pass it', async () => {
   const { entered, release, post } = ingress(5000, 20 * KB);
   const a = post('a', 12 * KB);
@@ -298,4 +340,64 @@ test('a sender that hangs up while it waits leaves the line: those behind it go 
     server.close();
     server.closeAllConnections();
   }
+});
+
+test('near the memory bound (RSS over 448 MB) a large body waits for the others to be answered; small ones still go in', async () => {
+  // The budget's bytes are an average (×40 of what is held); a flood on a loaded machine once took
+  // an ingress to 668 MB RSS, over the 640 MB bound, with the bytes held inside the budget.
+  const { rss, gates, entered, post } = memoryBudget();
+  const a = post('a', 200 * KB);
+  const b = post('b', 200 * KB);
+  await settle();
+  assert.deepEqual(entered, ['a', 'b'], 'under the bound, large bodies go in side by side');
+  rss.mb = 500;
+  await settle(10); // the RSS is read again after 5 ms
+  const c = post('c', 200 * KB);
+  await settle();
+  assert.deepEqual(entered, ['a', 'b'], 'c fits the bytes, but waits while a and b are held');
+  gates.shift()!();
+  assert.equal((await a).status, 202);
+  await settle();
+  assert.deepEqual(entered, ['a', 'b'], 'c waits until nothing else is held');
+  gates.shift()!();
+  assert.equal((await b).status, 202);
+  await settle();
+  assert.deepEqual(entered, ['a', 'b', 'c'], 'alone, c goes in');
+  // A small body (under 64 KiB) goes in beside it, whatever the RSS.
+  const d = post('d', 10 * KB);
+  await settle();
+  assert.deepEqual(entered, ['a', 'b', 'c', 'd']);
+  // A chunked body growing past 64 KiB beside others is refused at once (its chunks do not wait).
+  const e = await post('e', 0, 100 * KB);
+  assert.equal(e.status, 503);
+  assert.equal(e.headers.get('connection'), 'close');
+  assert.match(
+    ((await e.json()) as { errors: { detail: string }[] }).errors[0]!.detail,
+    /^the ingress is near its memory bound \(RSS 500 MB\), letting in large bodies only one at a time \(\d+ bytes held\): retry shortly$/,
+  );
+  // Back under the bound: large bodies side by side again.
+  rss.mb = 400;
+  await settle(10);
+  const f = post('f', 200 * KB);
+  await settle();
+  assert.deepEqual(entered, ['a', 'b', 'c', 'd', 'e', 'f']);
+  for (const open of gates.splice(0)) open();
+  assert.deepEqual([(await c).status, (await d).status, (await f).status], [202, 202, 202]);
+});
+
+test('a large body that waits near the memory bound for WEBHOOK_BODY_WAIT_MS in vain gets 503 naming the bound', async () => {
+  const { rss, gates, entered, post } = memoryBudget(100);
+  rss.mb = 600;
+  const a = post('a', 200 * KB);
+  await settle();
+  assert.deepEqual(entered, ['a'], 'alone, a large body goes in whatever the RSS');
+  const b = await post('b', 200 * KB);
+  assert.equal(b.status, 503);
+  assert.equal(b.headers.get('retry-after'), '5');
+  assert.match(
+    ((await b.json()) as { errors: { detail: string }[] }).errors[0]!.detail,
+    /^the ingress was near its memory bound \(RSS 600 MB\), letting in large bodies only one at a time \(\d+ bytes held\) for the 100 ms this one waited: retry shortly$/,
+  );
+  gates.shift()!();
+  assert.equal((await a).status, 202);
 });

@@ -5,6 +5,7 @@
 // beyond what it can hold it answers 503 with the spec's error body, it never crashes.
 // On the code before the chunked count and the measured budget: 1,313 MB after 24 chunked bodies of
 // 10 MB (each counted as 1 MiB), 584–795 MB after rounds of 1 MB and 0.5 MB bodies.
+// Above 448 MB RSS a large body is let in only alone (test/body-budget.test.ts holds that rule).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';

@@ -15,7 +15,11 @@
 // too large), unless a heap limit leaves no room for it: 413, not a crash. A body larger than the
 // whole budget does not wait in line: it is let in alone, when nothing else is held, or refused at
 // once. The default budget is sized by what a body really costs in memory (BODY_MEMORY_FACTOR), so
-// the process stays under its stated RSS bound.
+// the process stays under its stated RSS bound. That sizing is an average: under a flood on a loaded
+// machine the garbage of answered bodies can outrun the collector (a peak of 668 MB once, against
+// 330–520 MB in most runs), so the process' RSS is read too — above CROWDED_RSS_BYTES, a body of
+// CHECKED_BODY_BYTES or more is let in only alone (it waits in line for the others to be answered; a
+// chunked one is refused), until the RSS is back under it.
 import { getHeapStatistics } from 'node:v8';
 import type { IncomingMessage } from 'node:http';
 import type { Context, MiddlewareHandler } from 'hono';
@@ -32,6 +36,13 @@ export interface BodyBudgetOptions {
   maxWaitMs: number;
   /** Most requests waiting in line at once; one more is refused at once. Default MAX_WAITERS. */
   maxWaiters?: number;
+  /**
+   * RSS above which a body of CHECKED_BODY_BYTES or more is let in only alone. Default
+   * CROWDED_RSS_BYTES (448 MB); `Infinity`: never.
+   */
+  crowdedRssBytes?: number;
+  /** The process' resident bytes (tests give their own). Default `process.memoryUsage.rss`. */
+  residentBytes?: () => number;
   /** Called once with a reader of the budget's state (the metrics read it at scrape time). */
   observe?(read: () => { heldBytes: number; waiting: number }): void;
 }
@@ -70,6 +81,19 @@ const BODY_MEMORY_BYTES = 320 * 1024 * 1024;
 /** The default budget: 8 MiB of bodies (BODY_MEMORY_BYTES / BODY_MEMORY_FACTOR). */
 export const BODY_BUDGET_BYTES = BODY_MEMORY_BYTES / BODY_MEMORY_FACTOR;
 
+const MB = 1024 * 1024;
+/**
+ * RSS above which a body of CHECKED_BODY_BYTES or more is let in only alone: 70 % of the 640 MB
+ * bound, so what the bodies already in cost on top of it (up to the budget's 320 MB at worst, ~100 MB
+ * in the floods measured) stays under the bound. A process running every role counts its workers'
+ * memory too: there, large bodies come in one at a time sooner.
+ */
+const CROWDED_RSS_BYTES = 448 * MB;
+/** Bodies below this are let in whatever the RSS: they cost little, and reading the RSS costs ~2.5 µs. */
+const CHECKED_BODY_BYTES = 64 * 1024;
+/** How long an RSS reading is used before it is read again, ms. */
+const RSS_READ_EVERY_MS = 5;
+
 /**
  * Bytes of V8 heap a body of one byte may take while it is handled (its decoded text, the parsed
  * payload, the record serialized with `raw`, the Redis command flattened): with
@@ -94,7 +118,24 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
   const maxWaiters = options.maxWaiters ?? MAX_WAITERS;
   /** Requests waiting for room, in the order they came. */
   const line: Waiter[] = [];
-  const fits = (bytes: number) => held === 0 || held + bytes <= maxBytes;
+  const crowdedRss = options.crowdedRssBytes ?? CROWDED_RSS_BYTES;
+  const residentBytes = options.residentBytes ?? process.memoryUsage.rss;
+  let rss = 0;
+  let rssReadAt = -Infinity;
+  /** Whether the process' RSS is above `crowdedRss` (read at most every RSS_READ_EVERY_MS). */
+  const crowded = () => {
+    if (crowdedRss === Infinity) return false;
+    const now = performance.now();
+    if (now - rssReadAt >= RSS_READ_EVERY_MS) {
+      rss = residentBytes();
+      rssReadAt = now;
+    }
+    return rss > crowdedRss;
+  };
+  /** A body of `bytes` fits beside `others` bytes held by other requests. */
+  const fitsBeside = (others: number, bytes: number) =>
+    others === 0 || (others + bytes <= maxBytes && (bytes < CHECKED_BODY_BYTES || !crowded()));
+  const fits = (bytes: number) => fitsBeside(held, bytes);
   options.observe?.(() => ({ heldBytes: held, waiting: line.length }));
   /** Lets in the requests at the head of the line that now fit, in order. */
   const admitWaiting = () => {
@@ -114,25 +155,28 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
         logFields: { bodyBytes: size, heapRoomBytes: Math.floor(room) },
       },
     );
-  const refusal = (size: number, waitedMs?: number) =>
-    new ApiError(
-      503,
-      waitedMs === undefined
-        ? `the ingress holds as many request bodies as it can (${held} bytes): retry shortly`
-        : `the ingress held as many request bodies as it can (${held} bytes) for the ${waitedMs} ms this one waited: retry shortly`,
-      {
-        // The connection closes after the answer: reading (and dropping) the body the sender still
-        // writes would cost as much memory, for a while, as keeping it.
-        headers: { 'retry-after': options.retryAfterSeconds, connection: 'close' },
-        reason: 'body-budget',
-        logFields: {
-          heldBytes: held,
-          bodyBytes: size,
-          waiting: line.length,
-          ...(waitedMs !== undefined && { waitedMs }),
-        },
+  /** The budget's 503 for a body of `size` bytes, `others` held by other requests. */
+  const refusal = (size: number, waitedMs?: number, others = held) => {
+    // Why it did not fit: the bytes held, or (a large body that would have fitted) the RSS.
+    const memory = size >= CHECKED_BODY_BYTES && others + size <= maxBytes && rss > crowdedRss;
+    const now = waitedMs === undefined;
+    const what = memory
+      ? `the ingress ${now ? 'is' : 'was'} near its memory bound (RSS ${Math.round(rss / MB)} MB), letting in large bodies only one at a time (${others} bytes held)`
+      : `the ingress ${now ? 'holds' : 'held'} as many request bodies as it can (${others} bytes)`;
+    return new ApiError(503, `${what}${now ? '' : ` for the ${waitedMs} ms this one waited`}: retry shortly`, {
+      // The connection closes after the answer: reading (and dropping) the body the sender still
+      // writes would cost as much memory, for a while, as keeping it.
+      headers: { 'retry-after': options.retryAfterSeconds, connection: 'close' },
+      reason: 'body-budget',
+      logFields: {
+        heldBytes: others,
+        bodyBytes: size,
+        waiting: line.length,
+        ...(waitedMs !== undefined && { waitedMs }),
+        ...(memory && { rssBytes: rss }),
       },
-    );
+    });
+  };
   /** Waits in line until `bytes` fit (they are then held); refused after maxWaitMs, or when the line is full. */
   const wait = (c: Context, bytes: number) =>
     new Promise<void>((resolve, reject) => {
@@ -181,7 +225,7 @@ export function bodyBudget(options: BodyBudgetOptions): MiddlewareHandler {
     c.set('bodyBudgetTake', (bytes: number) => {
       if (mine + bytes > room) throw beyondHeap(mine + bytes);
       // Alone (nothing held by others), a body may grow up to the body limit.
-      if (held - mine > 0 && held + bytes > maxBytes) throw refusal(mine + bytes);
+      if (!fitsBeside(held - mine, mine + bytes)) throw refusal(mine + bytes, undefined, held - mine);
       held += bytes;
       mine += bytes;
     });
