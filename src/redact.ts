@@ -55,10 +55,11 @@ const KEPT = new RegExp(
 
 /**
  * A run of digits as a phone number is written: a leading `+` or `(`, then digits with spaces, `-`,
- * `.`, `/` and parentheses between them. Whatever stands before or after it (`Nr.0176…`,
- * `phone_49176…`, `…876.Check`, `…876s`): a run of 7 or more digits is masked.
+ * `.`, `/`, parentheses or `+` between them (a form-encoded space: `%2B49+176+1234+9876`). Whatever
+ * stands before or after it (`Nr.0176…`, `phone_49176…`, `…876.Check`, `…876s`): a run of 7 or more
+ * digits is masked.
  */
-const DIGIT_RUN = /\+?\(?\d(?:[\d ()\-./]*\d)?/g;
+const DIGIT_RUN = /\+?\(?\d(?:[\d ()\-./+]*\d)?/g;
 
 /** Characters that NFKC turns into digits or a number's separators (full-width `０１７６`, `＋`). */
 const DIGIT_LIKE = /\P{ASCII}/gu;
@@ -73,6 +74,30 @@ function asciiDigits(text: string): string {
     const n = c.normalize('NFKC');
     return n !== c && (/^[+\-()./]$/.test(n) || /^[\d+\-()./]*\d[\d+\-()./]*$/.test(n)) ? n : c;
   });
+}
+
+/** Percent-escaped bytes (`%20`, `%2B49`, `%C3%BC`), a run of them at a time. */
+const PERCENT_ESCAPED = /(?:%[\da-fA-F]{2})+/g;
+/** Rounds of decoding: a text escaped twice (`%252B49`) is read too, and decoding stays bounded. */
+const PERCENT_ROUNDS = 3;
+const utf8 = new TextDecoder();
+
+/**
+ * A remote's text with its percent-escapes decoded (`Reach%20me%20at%20%2B49%20176` -> `Reach me at
+ * +49 176`): an API that echoes a form or a URL it was sent writes the call's words and numbers so,
+ * and escaped, a number was runs of 2 to 6 digits (under the 7 that are masked) and a sentence one
+ * word (`20secret`) that no echo matched. Bytes that are no UTF-8 become U+FFFD.
+ */
+function decodePercent(text: string): string {
+  let out = text;
+  for (let round = 0; round < PERCENT_ROUNDS && out.includes('%'); round++) {
+    const next = out.replace(PERCENT_ESCAPED, (run) =>
+      utf8.decode(Uint8Array.from(run.slice(1).split('%'), (hex) => parseInt(hex, 16))),
+    );
+    if (next === out) break;
+    out = next;
+  }
+  return out;
 }
 
 // The local part bounded (RFC 5321: 64 at most): unbounded, a long run of its characters without an
@@ -114,8 +139,8 @@ export function clipText(text: string, max: number = MAX_REMOTE_TEXT): string {
 }
 
 /**
- * A remote's error text made fit for logs and dead letters: on one line, phone-number-like digit
- * runs masked (`+****678`), e-mail addresses masked (`***@example.com`), query-string values and
+ * A remote's error text made fit for logs and dead letters: percent-escapes decoded, on one line,
+ * phone-number-like digit runs masked (`+****678`), e-mail addresses masked (`***@example.com`), query-string values and
  * bearer-like credentials replaced by `…`, cut to MAX_REMOTE_TEXT (300) characters. What an operator
  * needs stays: the vendor's words, error codes and categories, field names, dates. Idempotent.
  */
@@ -124,7 +149,7 @@ export function redactRemoteText(text: string, max: number = MAX_REMOTE_TEXT): s
   // a remote's answer may be megabytes, and the patterns below need not run through it whole.
   const scanned =
     text.length > SCAN_HEAD + SCAN_TAIL ? `${text.slice(0, SCAN_HEAD)} … ${text.slice(-SCAN_TAIL)}` : text;
-  const oneLine = scanned.replace(/\s+/g, ' ').trim();
+  const oneLine = decodePercent(scanned).replace(/\s+/g, ' ').trim();
   // Digit runs are masked before query values and credentials are cut: a number that begins in a
   // query value and goes on after a space (`&to=01512 34567 8`) was masked only up to the space,
   // and the rest (`34567 8`) was too short to be taken for a number. A masked credential keeps its
@@ -150,11 +175,11 @@ export interface EchoValues {
 }
 
 /**
- * Between two digits of a number as it is written: up to 3 of space, `-`, `_`, `(`, `)`, `.`, `/`,
- * and the typographic dashes (U+2010–U+2015: hyphen, non-breaking hyphen, figure, en and em dash;
+ * Between two digits of a number as it is written: up to 5 (`0176  –  1234`) of space, `-`, `_`,
+ * `(`, `)`, `.`, `/`, `+` (a form-encoded space), and the typographic dashes (U+2010–U+2015: hyphen, non-breaking hyphen, figure, en and em dash;
  * U+2212 minus) word processors and speech-to-text write for `-`.
  */
-const NUMBER_SEPARATOR = String.raw`[\s\-_().\/\u2010-\u2015\u2212]{0,3}`;
+const NUMBER_SEPARATOR = String.raw`[\s\-_().\/+\u2010-\u2015\u2212]{0,5}`;
 /** A number of fewer digits is found only as its digits exactly (an extension, not a phone number). */
 const SPACED_DIGITS = 7;
 /**
@@ -167,9 +192,10 @@ const MAX_NUMBER_DIGITS = 32;
 
 /**
  * A pattern finding the given numbers in a text, whatever surrounds them but a digit: each with a
- * leading `+` or `00` or none, and, from 7 digits on, up to 3 separators between any two of its
+ * leading `+` or `00` or none, and, from 7 digits on, up to 5 separators between any two of its
  * digits (`+49 (176) 1234-9876`, `0176 / 12 34 98 76`). Null when no number has 3 to 32 digits. Used by
- * scrubEchoes and by `callsync forget` (src/privacy/forget.ts) to find a number in any spelling.
+ * scrubEchoes and numberFinder (`callsync forget`) to find a number in any spelling.
+ * @internal Exported for its tests only (test/redact.test.ts).
  */
 export function numberPattern(numbers: Iterable<string>, flags = 'g'): RegExp | null {
   const forms = new Set<string>();
@@ -182,6 +208,15 @@ export function numberPattern(numbers: Iterable<string>, flags = 'g'): RegExp | 
     .sort((a, b) => b.length - a.length)
     .map((d) => (d.length >= SPACED_DIGITS ? d.split('').join(NUMBER_SEPARATOR) : d));
   return new RegExp(String.raw`(?<!\d)(?:(?:\+|00)${NUMBER_SEPARATOR})?(?:${spelled.join('|')})(?!\d)`, flags);
+}
+
+/**
+ * Whether a text holds one of the given numbers (numberPattern), full-width digits (`０１７６…`)
+ * read as digits; null when no number can be looked for. `callsync forget` finds a caller so.
+ */
+export function numberFinder(numbers: Iterable<string>): ((text: string) => boolean) | null {
+  const re = numberPattern(numbers, '');
+  return re && ((text) => re.test(asciiDigits(text)));
 }
 
 /** Combining marks of the HTML entities `&<letter><mark>;` (`&uuml;` is `u` and U+0308). */
@@ -212,11 +247,12 @@ const ENTITIES: Record<string, string> = {
 const ESCAPED = /\\+(?:u([\da-fA-F]{4})|([nrt"/]))|&(?:#(\d{1,7})|#[xX]([\da-fA-F]{1,6})|([A-Za-z]{2,8}));/g;
 
 /**
- * A remote's text with its JSON escapes and HTML character references decoded (`Gr\u00fc\u00dfe`,
- * `M&uuml;ller` -> `Grüße`, `Müller`; `\n`, `\t` -> a space), so that an echo is seen in the words
+ * A remote's text with its percent-escapes, JSON escapes and HTML character references decoded
+ * (`Gr%C3%BC%C3%9Fe`, `Gr\u00fc\u00dfe`, `M&uuml;ller` -> `Grüße`, `Müller`; `\n`, `\t` -> a space), so that an echo is seen in the words
  * it is made of. What is not an escape stays as it is.
  */
-function decodeEscapes(text: string): string {
+function decodeEscapes(escaped: string): string {
+  const text = decodePercent(escaped);
   if (!text.includes('\\') && !text.includes('&')) return text;
   return text.replace(ESCAPED, (m, hex?: string, c?: string, dec?: string, hexRef?: string, name?: string) => {
     if (hex !== undefined) return String.fromCharCode(parseInt(hex, 16));

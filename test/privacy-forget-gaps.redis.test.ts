@@ -5,7 +5,8 @@
 //   there as it finds the E.164 spelling;
 // - another number's state whose value names a call key that merely begins with the forgotten
 //   call's (`…:k10` and `…:k1`) is not the forgotten call's, and stays;
-// - a transcript giving the number with a typographic dash (`0170 – 1234567`) mentions it;
+// - a transcript giving the number with a typographic dash (`0170 – 1234567`), in full-width digits
+//   or without its trunk 0 (`170 123 45 67`) mentions it;
 // - `forget --crm` while the number's HubSpot job is delivering: the CRM record that job creates
 //   after forget's CRM step is deleted too, not orphaned with its record memory erased;
 // - the number given as a `tel:` URI (RFC 3966), as payloads and CRMs spell it, is a number.
@@ -110,10 +111,17 @@ describe('forget <number> finds, by the timeline index, a call that spelled it +
     }
   });
 
-  test('a call that mentions the number with a typographic dash (0170 – 1234567) is erased whole', async () => {
+  test('a call that mentions the number with a typographic dash, in full-width digits or without its trunk 0 is erased whole', async () => {
     // B's call, whose transcript gives A's number with an en dash (as word processors and some
-    // speech-to-text models write it) and a non-breaking hyphen.
-    const mentions = ['0170 \u2013 1234567', '+49\u2011170\u20111234567'];
+    // speech-to-text models write it), a non-breaking hyphen, in full-width digits (CJK input), with
+    // a dash between two spaces each side, and without the trunk 0. The last three stayed before.
+    const mentions = [
+      '0170 \u2013 1234567',
+      '+49\u2011170\u20111234567',
+      '\uff10\uff11\uff17\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17',
+      '0170  \u2013  1234567',
+      '170 123 45 67',
+    ];
     for (const [i, text] of mentions.entries()) {
       const payload = webhookPayload(`dash-${i}`, (p) => {
         p.call.from = B;

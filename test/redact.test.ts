@@ -58,6 +58,21 @@ describe('redactRemoteText: a number echoed by a remote is masked whatever it is
       assertNoNumber(redactRemoteText(input), input);
     });
 
+  // An API that echoes a form or a URL it was sent writes the call's number percent-escaped: runs of
+  // 2 to 6 digits, none of which was masked before.
+  for (const [input, expected] of [
+    ['cannot parse Reach%20me%20at%20%2B49%20176%201234%209876.', 'cannot parse Reach me at +****876.'],
+    ['to=%2B49+176+1234+9876&x', 'to=+****876&x'],
+    ['bad recipient 0176%2F1234%205678%2090', 'bad recipient ****890'],
+    ['escaped twice: %252B49%2520176%25201234%25209876', 'escaped twice: +****876'],
+    ['recipient %EF%BC%90%EF%BC%91%EF%BC%97%EF%BC%96 1234 9876', 'recipient ****876'],
+  ] as [string, string][])
+    test(`percent-escaped: ${input}`, () => {
+      assert.equal(redactRemoteText(input), expected);
+      assertNoNumber(redactRemoteText(input), input);
+      assert.equal(redactRemoteText(redactRemoteText(input)), redactRemoteText(input), 'idempotent');
+    });
+
   test('a credential with a digit run is still cut whole (digits are masked first)', () => {
     assert.equal(
       redactRemoteText('Authorization: Bearer abcdefgh12345678ijklmnopqrstuv refused'),
@@ -181,6 +196,10 @@ describe("scrubEchoes: the call's numbers in the spellings a remote writes them"
     ['key phone_0176_1234_9876', 'key phone_****876'],
     ['to ０１７６１２３４９８７６', 'to ****876'],
     ['landline (0211) 635 53 40 and 0211/6355340', 'landline (****340 and ****340'],
+    // Five separators between two digits, a form-encoded `+`, no trunk 0 nor country code.
+    ['recipient 0176  –  12349876', 'recipient ****876'],
+    ['text=call+me+on+%2B49+176+1234+9876', 'text=call+me+on+%2B****876'],
+    ['recipient 176 1234 9876', 'recipient ****876'],
   ];
   for (const [input, expected] of cases)
     test(input, () => {
@@ -194,7 +213,12 @@ describe("scrubEchoes: the call's numbers in the spellings a remote writes them"
   });
 
   test('numberSpellings: E.164, national, with the trunk 0; a number without country code as it is', () => {
-    assert.deepEqual(numberSpellings('+49 176 1234 9876'), ['+4917612349876', '017612349876', '+49017612349876']);
+    assert.deepEqual(numberSpellings('+49 176 1234 9876'), [
+      '+4917612349876',
+      '017612349876',
+      '+49017612349876',
+      '17612349876',
+    ]);
     assert.deepEqual(numberSpellings('+12133734253'), ['+12133734253', '2133734253']);
     assert.deepEqual(numberSpellings('0176 12349876'), ['0176 12349876']);
     assert.deepEqual(numberSpellings(' '), []);
@@ -260,6 +284,16 @@ describe('scrubEchoes: a transcript or summary echoed with escapes', () => {
       assert.equal(out, expected);
       for (const w of FORBIDDEN_WORDS) assert.ok(!out.includes(w), `"${w}" in ${out}`);
     });
+
+  test('a transcript echoed percent-escaped (a form or URL the remote was sent) is found in its words', () => {
+    const echoed = `{"message":"cannot parse ${encodeURIComponent(`Thanks for calling. ${SUMMARY}`)}"}`;
+    // As a delivery sees it: the remote's text redacted where it came in, then the call's echoes removed.
+    const out = scrubEchoes(redactRemoteText(echoed, 10_000), values);
+    assert.equal(out, '{"message":"cannot parse Thanks for calling. …."}');
+    for (const w of FORBIDDEN_WORDS) assert.ok(!out.includes(w), `"${w}" in ${out}`);
+    // scrubEchoes decodes on its own too.
+    assert.equal(scrubEchoes(`x ${encodeURIComponent(TRANSCRIPT)}`, values), 'x ….');
+  });
 
   test('names are found escaped too; text that echoes nothing is only decoded', () => {
     assert.equal(scrubEchoes('contact J\\u00fcrgen Wei&szlig; failed', values), 'contact … failed');

@@ -379,6 +379,23 @@ describe('the telephony API echoing an SMS', () => {
     );
   });
 
+  test('a 400 echoing the form it was sent, percent-escaped: neither the recipient nor the text is left', async () => {
+    // An API that quotes the request it could not parse writes it escaped: `%20` between the words,
+    // the number in runs of 2 to 6 digits. Before, the summary, the name and the number all got through.
+    const call: CanonicalCall = { ...sampleCall('red-sms-pct'), from: MOBILE, fromRaw: MOBILE, outcome: 'missed' };
+    const form = `to=${encodeURIComponent('+49 176 1234 5678')}&text=${encodeURIComponent(`We noted: ${SENTENCE} (${NAME})`)}`;
+    const message = encodeURIComponent(`We noted: ${SENTENCE} (${NAME}) +49 176 1234 5678`);
+    const { job, logs } = await refusedSms(call, `cannot parse ${message} / ${form.replace(/%20/g, '+')}`);
+    const pieces = ['1234%205678', '176+1234', '5678', 'dentist', 'Lovelace', 'appointment'];
+    assertClean(job.failedReason, 'failedReason', pieces);
+    assertClean((job.stacktrace ?? []).join('\n'), 'stacktrace', pieces);
+    assertClean(logs, 'the logs', pieces);
+    assert.match(
+      job.failedReason,
+      /answered 400: Bad Request: cannot parse We noted: …\) \+\*\*\*\*678 \/ to=\+\*\*\*\*678&text=…/,
+    );
+  });
+
   test('a 400 echoing the SMS text JSON-escaped (\\u00fc) or as HTML entities: no word of the summary is left', async () => {
     const summary = 'Frau Müller möchte ihren Vertrag kündigen, die Rechnung für März ist zu hoch.';
     const base = sampleCall('red-sms-esc');

@@ -29,7 +29,8 @@ const spellingsCache = new Map<string, string[]>();
 /**
  * The spellings to look for a number in text (with numberPattern, src/redact.ts): E.164
  * (`+4917612349876`, also found as `004917…` and `4917…`), with the trunk `0` after the country
- * code (`+49 (0) 176…`) and national (`0176 12349876`). A number toE164 cannot read (an extension,
+ * code (`+49 (0) 176…`), national (`0176 12349876`) and, where that has a trunk prefix, without it
+ * (`176 12349876`). A number toE164 cannot read (an extension,
  * a national number without a country code): itself.
  */
 export function numberSpellings(raw: string): string[] {
@@ -42,7 +43,12 @@ export function numberSpellings(raw: string): string[] {
   if (parsed) {
     const national = parsed.formatNational().replace(/\D/g, '');
     spellings.push(national);
-    if (national !== parsed.nationalNumber) spellings.push(`+${parsed.countryCallingCode}${national}`);
+    if (national !== parsed.nationalNumber) {
+      spellings.push(`+${parsed.countryCallingCode}${national}`);
+      // Without the trunk 0 nor a country code (`176 1234 9876`), as a caller may say it; from 7
+      // digits on only, as numberPattern looks for shorter ones exactly.
+      if (parsed.nationalNumber.length >= 7) spellings.push(parsed.nationalNumber);
+    }
   }
   if (spellingsCache.size >= SPELLINGS_CACHED) spellingsCache.clear();
   spellingsCache.set(e164, spellings);

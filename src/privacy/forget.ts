@@ -25,7 +25,7 @@ import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { callHash, callKeySegment, type CanonicalCall } from '../model/call.js';
 import { numberSpellings } from '../model/phone.js';
-import { numberPattern } from '../redact.js';
+import { numberFinder } from '../redact.js';
 import type { Config } from '../config/index.js';
 import { phoneLibMax } from '../model/libphonenumber.js';
 import { sinkTypes } from '../sinks/registry.js';
@@ -98,16 +98,15 @@ export function parseTarget(input: string, region: CountryCode): ForgetTarget {
 
 /**
  * What finds the target in text: the number in every format (E.164, with `00`, digits only, national,
- * with spaces, dashes, dots or brackets between the digits: numberPattern), or the call id as a JSON
- * string.
+ * with spaces, dashes, dots or brackets between the digits, full-width digits: numberFinder), or the
+ * call id as a JSON string.
  */
 function targetMatcher(target: ForgetTarget): (text: string) => boolean {
   if (target.kind === 'call') {
     const quoted = JSON.stringify(target.callId);
     return (text) => text.includes(quoted);
   }
-  const re = numberPattern(numberSpellings(target.e164), '')!;
-  return (text) => re.test(text);
+  return numberFinder(numberSpellings(target.e164))!;
 }
 
 export interface ForgetOptions {
