@@ -123,8 +123,32 @@ describe('retention per store', () => {
     // The sweep measures ages as if it ran MINUTES minutes after the new calls came in, less a second:
     // the old ones are past the retention, the new ones are not.
     const now = newStart + MINUTES * 60_000 - 1000;
+    const oldJobIds = new Set<string>();
+    for (const [q, state] of [
+      [queue('local'), 'completed'],
+      [queue('hooks', 'broken'), 'failed'],
+    ] as const) {
+      for (const j of await q.getJobs([state]))
+        if ((j.data as { call: { callId: string } }).call.callId.startsWith('old-')) oldJobIds.add(j.id!);
+      await q.close();
+    }
+    assert.equal(oldJobIds.size, 2, "the old calls' job ids (the call hash, the same in both queues)");
     const result = await sweepRetention(loadConfig(env), conn, pino({ level: 'silent' }), now);
-    assert.deepEqual(result.removed, { completed_jobs: 2, dead_letters: 2, parked: 1, archive: 6 });
+    const { queue_events: events, ...removed } = result.removed;
+    assert.deepEqual(removed, { completed_jobs: 2, dead_letters: 2, parked: 1, archive: 6 });
+    // The queues' event streams: the old calls' events (a dead letter's reason among them) are gone
+    // with their jobs; before, they stayed until 10,000 newer events pushed them out.
+    assert.ok(events !== undefined && events > 0, JSON.stringify(result.removed));
+    const cut = now - MINUTES * 60_000;
+    for (const name of [sinkQueueName('local'), sinkQueueName('hooks', 'broken')]) {
+      const stream = (await conn.xrange(`${k.queuePrefix(name)}:${name}:events`, '-', '+')) as [string, string[]][];
+      assert.ok(stream.length > 0, `${name}: the new call's events stay`);
+      for (const [id, fields] of stream) {
+        assert.ok(Number(id.split('-')[0]) >= cut, `${name}: an event from before the cut: ${id}`);
+        const jobId = fields[fields.indexOf('jobId') + 1];
+        assert.ok(!oldJobIds.has(jobId!), `${name}: an old call's event: ${fields.join(' ')}`);
+      }
+    }
     const [local, broken] = [queue('local'), queue('hooks', 'broken')];
     try {
       assert.deepEqual(await ids(local, 'completed'), ['new-1']);
@@ -140,7 +164,15 @@ describe('retention per store', () => {
     assert.ok(left.length === 3 && left.every((n) => n.includes('/new-1-')), left.join(', '));
 
     // The oldest item per store, as a metric.
-    for (const store of ['completed_jobs', 'dead_letters', 'parked', 'archive', 'inbound_log', 'timelines'])
+    for (const store of [
+      'completed_jobs',
+      'dead_letters',
+      'queue_events',
+      'parked',
+      'archive',
+      'inbound_log',
+      'timelines',
+    ])
       assert.ok(result.oldestSeconds[store as 'archive'] !== undefined, store);
     // The timelines' oldest: the old calls, received at least MINUTES minutes before `now`.
     assert.ok(result.oldestSeconds.timelines! >= MINUTES * 60, String(result.oldestSeconds.timelines));

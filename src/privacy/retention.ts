@@ -3,6 +3,9 @@
 //   - completed jobs: COMPLETED_JOB_RETENTION_SECONDS (BullMQ's own age limit runs only while a
 //     queue is active; a queue that went quiet kept its jobs for ever);
 //   - dead letters (failed jobs) and parked log entries: FAILED_JOB_RETENTION_SECONDS;
+//   - the queues' event streams (BullMQ's, `failedReason` and `returnvalue` of recent jobs, capped
+//     only by count): the shorter of the two, so a dead letter's reason does not outlive its retention
+//     there in a queue that went quiet;
 //   - archive sinks in a folder: ARCHIVE_RETENTION_DAYS by the object's write time (an S3 archive
 //     gets a lifecycle rule instead, `callsync retention apply`, ./lifecycle.ts).
 // Call timelines expire by Redis TTL (CALL_TIMELINE_TTL_DAYS, queues/timeline.ts): measured; a lowered
@@ -41,7 +44,14 @@ function retentionSettings(config: Config): RetentionSettings {
 }
 
 type RetentionStore =
-  'completed_jobs' | 'dead_letters' | 'parked' | 'inbound_log' | 'timelines' | 'archive' | 'archive_s3';
+  | 'completed_jobs'
+  | 'dead_letters'
+  | 'queue_events'
+  | 'parked'
+  | 'inbound_log'
+  | 'timelines'
+  | 'archive'
+  | 'archive_s3';
 
 export interface SweepResult {
   /** Items removed per store. */
@@ -169,6 +179,8 @@ export async function sweepRetention(
   };
   oldest('completed_jobs', null);
   oldest('dead_letters', null);
+  oldest('queue_events', null);
+  const eventsCut = Math.max(0, now - Math.min(settings.completedMs, settings.failedMs));
 
   // Jobs: BullMQ's clean measures from its own clock; the grace is set so the cut is `now - retention`.
   for (const name of await queuesInRedis(redis, keys)) {
@@ -183,6 +195,11 @@ export async function sweepRetention(
         const [first] = await queue.getJobs([state], 0, 0, true);
         oldest(store, first?.finishedOn ?? null);
       }
+      // The queue's events (ids are their times): those before the cut go, the rest is BullMQ's.
+      const events = `${keys.queuePrefix(name)}:${name}:events`;
+      add('queue_events', Number(await redis.xtrim(events, 'MINID', String(eventsCut))));
+      const [first] = (await redis.xrange(events, '-', '+', 'COUNT', 1)) as [string, string[]][];
+      oldest('queue_events', first ? idMs(first[0]) : null);
     } finally {
       await queue.close();
     }
