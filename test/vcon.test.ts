@@ -8,6 +8,11 @@ import { createRequire } from 'node:module';
 import type { CanonicalCall } from '../src/model/call.js';
 import { isVcon, normalizeVcon, renderVcon, vconUuid } from '../src/model/vcon.js';
 import { InvalidPayloadError } from '../src/model/webhook.js';
+import { createIngressApp } from '../src/ingress/app.js';
+import { createLogger } from '../src/log.js';
+import { aiAgentSource } from '../src/sources/ai-agent.js';
+import type { Refusal } from '../queues/timeline.js';
+import { webhookConfig } from './support/webhook-config.js';
 import { sampleCall, webhookPayload } from './support/calls.js';
 
 // ajv 6 (a devDependency; eslint uses the same one): draft-07 is its default meta-schema.
@@ -279,5 +284,73 @@ describe('vCon posted in', () => {
     assert.equal(back.summary?.content, 'Wants a callback');
     assert.equal(back.durationSec, 42);
     assert.equal(back.from, '+4921155550100');
+  });
+});
+
+describe('a vCon posted to the AI-agent route', () => {
+  // Through app.request(), no Redis: an acceptor that takes every call, refusals kept in a list.
+  function ingress() {
+    const kept: Refusal[] = [];
+    const app = createIngressApp({
+      webhook: webhookConfig(),
+      acceptor: { accept: async () => ({ id: 'id-1', duplicate: false }) },
+      ready: async () => true,
+      log: createLogger({ level: 'silent' }),
+      refusals: { refused: (r: Refusal) => void kept.push(r) },
+      sources: [aiAgentSource()],
+    });
+    const post = (body: unknown) =>
+      app.request('/webhooks/ai-agent/probe', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    return { kept, post };
+  }
+  const parties = [{ tel: '+12345678901' }, { tel: '+19876543210' }];
+
+  test('without a usable uuid: 400 pointing at /uuid (not /version and /call), kept without a call id', async () => {
+    // Before: a body with `vcon` but no string uuid, or no parties array, was read as the platform's
+    // payload and refused for its `/version` and `/call`.
+    const { kept, post } = ingress();
+    const refused = [
+      { vcon: '0.0.1', parties, dialog: [] },
+      { vcon: '0.0.1', uuid: 123, parties, dialog: [] },
+      { vcon: '0.0.1', uuid: '  ', parties },
+      { vcon: '0.0.1' },
+      { vcon: '0.0.1', parties: {} },
+      { uuid: null, parties },
+    ];
+    for (const body of refused) {
+      const res = await post(body);
+      assert.equal(res.status, 400, JSON.stringify(body));
+      const answer = (await res.json()) as { errors: { source: { pointer: string } }[] };
+      assert.deepEqual(
+        answer.errors.map((e) => e.source.pointer),
+        ['/uuid'],
+        JSON.stringify(body),
+      );
+    }
+    assert.deepEqual(
+      kept.map((r) => [r.callId, r.pointer]),
+      refused.map(() => [null, '/uuid']),
+    );
+  });
+
+  test('with a uuid, anything else missing or unreadable is accepted', async () => {
+    const { kept, post } = ingress();
+    for (const body of [
+      { vcon: '0.0.1', uuid: 'v-1' },
+      { vcon: '0.0.1', uuid: 'v-2', parties: {} },
+      { vcon: '0.0.1', uuid: 'v-3', parties, dialog: [] },
+    ])
+      assert.equal((await post(body)).status, 202, JSON.stringify(body));
+    assert.deepEqual(kept, []);
+    // A `parties` that is no list is read as absent and reported, as `dialog` and `analysis` are.
+    const { unread } = normalizeVcon({ vcon: '0.0.1', uuid: 'v-2', parties: {} }, { agentId: null, receivedAt });
+    assert.deepEqual(
+      unread.map((u) => u.field),
+      ['/parties'],
+    );
   });
 });

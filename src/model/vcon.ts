@@ -16,7 +16,7 @@
 import { createHash } from 'node:crypto';
 import { callKey, type CanonicalCall, type Speaker, type TranscriptChunk } from './call.js';
 import { toE164 } from './phone.js';
-import { InvalidPayloadError, Unread, type UnreadField } from './webhook.js';
+import { InvalidPayloadError, jsonType, Unread, type UnreadField } from './webhook.js';
 
 type Json = Record<string, unknown>;
 
@@ -26,11 +26,14 @@ const MAX_DURATION_S = 7 * 24 * 3600;
 const isObject = (v: unknown): v is Json => v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /**
- * A vCon rather than the platform's call-data payload: an object with a string `uuid` and a
- * `parties` array, and no `call` object (the webhook's payload always has one).
+ * A vCon rather than the platform's call-data payload: an object without `call` (the webhook's
+ * payload always has one) that says it is a vCon (its `vcon` version) or has a vCon's `uuid` and
+ * `parties` array. Whatever its `uuid` or `parties`, it is then read as a vCon: only a missing
+ * `uuid` refuses it, with a pointer to `/uuid` rather than to the webhook's `/version` and `/call`.
  */
 export function isVcon(body: unknown): boolean {
-  return isObject(body) && typeof body.uuid === 'string' && Array.isArray(body.parties) && !('call' in body);
+  if (!isObject(body) || 'call' in body) return false;
+  return 'vcon' in body || ('uuid' in body && Array.isArray(body.parties));
 }
 
 export interface VconNormalizeOptions {
@@ -81,11 +84,14 @@ export function normalizeVcon(
 ): { call: CanonicalCall; unread: UnreadField[] } {
   if (!isObject(body)) throw new InvalidPayloadError('', 'a vCon is a JSON object');
   const uuid = body.uuid;
-  if (typeof uuid !== 'string' || uuid.trim() === '') throw new InvalidPayloadError('/uuid', 'required string missing');
+  if (uuid === undefined || uuid === null) throw new InvalidPayloadError('/uuid', 'required field is missing');
+  if (typeof uuid !== 'string') throw new InvalidPayloadError('/uuid', `expected a string, got ${jsonType(uuid)}`);
+  if (uuid.trim() === '') throw new InvalidPayloadError('/uuid', 'the uuid is empty');
   const unread = new Unread();
   const createdAt = dateOf(body.created_at);
   if (body.created_at !== undefined && createdAt === null) unread.add(['created_at'], 'not an RFC 3339 date-time');
   const parties = Array.isArray(body.parties) ? body.parties : [];
+  if (!Array.isArray(body.parties) && body.parties !== undefined) unread.add(['parties'], 'must be an array');
   parties.forEach((p, i) => {
     if (!isObject(p)) unread.add(['parties', i], 'a party is an object');
   });

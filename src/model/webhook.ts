@@ -91,7 +91,7 @@ export class Unread {
 }
 
 /** The JSON type of a value, for details that never echo the value. */
-function jsonType(v: unknown): string {
+export function jsonType(v: unknown): string {
   if (v === null) return 'null';
   if (Array.isArray(v)) return 'an array';
   if (typeof v === 'object') return 'an object';
