@@ -79,6 +79,24 @@ describe('ingress', () => {
     assert.equal(entries.filter((e) => e.call?.callId === 'dup-1').length, 2);
   });
 
+  test('a vCon without dates sent again unchanged is a duplicate, though its start is its arrival', async () => {
+    // Before: the start came from the arrival time and counted as content, so every resend was an update.
+    const vcon = {
+      vcon: '0.0.1',
+      uuid: 'rep-vc-1',
+      parties: [{ tel: '+12345678901' }, { tel: '+19876543210' }],
+      analysis: [{ type: 'summary', vendor: 'x', body: 'hi' }],
+    };
+    const first = (await (await post('/webhooks/ai-agent/probe', vcon)).json()) as { id: string };
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const again = await post('/webhooks/ai-agent/probe', vcon);
+    assert.deepEqual(await again.json(), { id: first.id, duplicate: true });
+    // Other content is still an update.
+    const changed = { ...vcon, analysis: [{ type: 'summary', vendor: 'x', body: 'hi again' }] };
+    const update = (await (await post('/webhooks/ai-agent/probe', changed)).json()) as { update?: true };
+    assert.equal(update.update, true);
+  });
+
   test('400 for invalid JSON, with the spec error body', async () => {
     const res = await post('/webhooks/ai-agent', '{"version": "v1", "call": ');
     assert.equal(res.status, 400);

@@ -258,7 +258,8 @@ const PLACEHOLDER_JSON = JSON.stringify(PLACEHOLDER);
  * The call as stored in the inbound log, and the hash of its content.
  *
  * Content is everything callsync understood from the payload: the canonical record without
- * `receivedAt` (when callsync took it), `raw` (the payload verbatim) and `revision`. `raw` is left
+ * `receivedAt` (when callsync took it), `raw` (the payload verbatim) and `revision` — and, for a
+ * vCon, without `startedAt` when that is `receivedAt` (a start the sender did not give). `raw` is left
  * out on purpose: a resend that differs only in fields callsync does not read (a sender's delivery
  * timestamp or attempt counter, an extra object) changes nothing any sink writes from the record,
  * so it stays a duplicate instead of sending every CRM and webhook receiver a no-op update. The
@@ -271,6 +272,19 @@ const PLACEHOLDER_JSON = JSON.stringify(PLACEHOLDER);
  * same as with the transcript in place.
  */
 export function encodeCall(
+  call: CanonicalCall,
+  rawJson?: string,
+  transcriptInRaw = false,
+): { json: string; contentHash: string } {
+  const encoded = encodeRecord(call, rawJson, transcriptInRaw);
+  // A start that is only the arrival (a vCon without any date starts when it came) says nothing of
+  // the call: hashed, it would make every resend of the same vCon an update. Only a vCon's: the
+  // platform's payload always brings its own start, even one that falls on the arrival.
+  if (call.payloadVersion !== 'vcon' || call.startedAt !== call.receivedAt) return encoded;
+  return { json: encoded.json, contentHash: encodeRecord({ ...call, startedAt: '' }).contentHash };
+}
+
+function encodeRecord(
   call: CanonicalCall,
   rawJson?: string,
   transcriptInRaw = false,
