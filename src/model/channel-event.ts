@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { callKey, RECORDING_TYPES, type CanonicalCall, type Direction, type Outcome, type Recording } from './call.js';
 import { toE164 } from './phone.js';
+import { parseUtc } from './utc-time.js';
 
 type RecordingType = (typeof RECORDING_TYPES)[number];
 
@@ -329,14 +330,14 @@ export function toCanonical(
 }
 
 function iso(value: string): string {
-  return new Date(value).toISOString();
+  return new Date(parseUtc(value)).toISOString();
 }
 
 /** Talk time: from establishedAt to terminatedAt; 0 for an ended call nobody answered; null while it runs. */
 function durationSec(call: ParsedChannelCall, endedAt: string | null): number | null {
   if (endedAt === null) return null;
   if (!call.establishedAt) return 0;
-  return Math.max(0, Math.round((Date.parse(endedAt) - Date.parse(call.establishedAt)) / 1000));
+  return Math.max(0, Math.round((Date.parse(endedAt) - parseUtc(call.establishedAt)) / 1000));
 }
 
 /**

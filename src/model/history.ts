@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { callKey, type CanonicalCall, type Direction, type Outcome, type Recording } from './call.js';
 import { withinDepth } from './json-depth.js';
 import { toE164 } from './phone.js';
+import { parseUtc } from './utc-time.js';
 
 export class HistoryEntryError extends Error {
   constructor(
@@ -78,7 +79,7 @@ export function normalizeHistoryEntry(raw: unknown, options: HistoryNormalizeOpt
   const e = parsed.data;
   if (e.type != null && e.type !== 'CALL')
     throw new HistoryEntryError(`HistoryEntry ${e.id}: type ${e.type} is not a call`, e.id);
-  const startedAt = new Date(e.created).toISOString();
+  const startedAt = new Date(parseUtc(e.created)).toISOString();
   // A duration that would end the call past the last time a date can hold (`1e300`) is none: read
   // as absent, not a RangeError that stopped the backfill at this entry on every run.
   const durationSec =

@@ -16,6 +16,7 @@
 import { createHash } from 'node:crypto';
 import { callKey, type CanonicalCall, type Speaker, type TranscriptChunk } from './call.js';
 import { toE164 } from './phone.js';
+import { parseUtc } from './utc-time.js';
 import { InvalidPayloadError, jsonType, Unread, type UnreadField } from './webhook.js';
 
 type Json = Record<string, unknown>;
@@ -43,7 +44,7 @@ export interface VconNormalizeOptions {
 
 function dateOf(value: unknown): number | null {
   if (typeof value !== 'string') return null;
-  const ms = Date.parse(value);
+  const ms = parseUtc(value);
   return Number.isNaN(ms) ? null : ms;
 }
 

@@ -27,6 +27,7 @@ import {
 } from './call.js';
 import { isLegacyWebhook, legacyAsCurrent, legacyPointer } from './legacy-webhook.js';
 import { toE164 } from './phone.js';
+import { parseUtc } from './utc-time.js';
 
 /** One field that cannot be understood, with a JSON pointer to it. */
 export interface PayloadProblem {
@@ -161,7 +162,7 @@ function instantMs(v: number | string): number | null {
     const n = Number(v);
     ms = Math.abs(n) < EPOCH_MS_MIN ? n * 1000 : n;
   } else {
-    ms = Date.parse(v);
+    ms = parseUtc(v);
   }
   // A JavaScript Date spans +-8.64e15 ms; beyond that no time can be written down (and toISOString throws).
   if (!Number.isFinite(ms) || Math.abs(ms) > MAX_DATE_MS) return null;
@@ -499,7 +500,7 @@ function readChunkTime(v: unknown, path: Path, unread: Unread): ChunkTime | null
     return n >= EPOCH_MS_MIN ? { kind: 'absolute', ms: n } : { kind: 'offset', ms: n };
   }
   if (typeof v === 'string') {
-    const ms = Date.parse(v);
+    const ms = parseUtc(v);
     if (!Number.isNaN(ms)) return { kind: 'absolute', ms };
     unread.add(path, 'expected epoch milliseconds, an offset or an ISO-8601 time, got text that is none of them');
     return null;
