@@ -148,6 +148,30 @@ test('ISO-8601 strings and epoch seconds where the spec says epoch milliseconds'
   assert.equal(seconds.durationSec, 135);
 });
 
+test('epoch microseconds are recognised; a start that cannot be a call is refused at /call/startTime', () => {
+  // Before: 1775642400000000 (µs) was taken as ms, a call in the year 58237; 12345 a call in 1970.
+  const micro = normalize(
+    webhookPayload('us', (p) => {
+      p.call.startTime = 1775642400000000;
+      p.call.endTime = '1775642535000000';
+    }),
+  );
+  assert.equal(micro.startedAt, '2026-04-08T10:00:00.000Z');
+  assert.equal(micro.durationSec, 135);
+  const at = (startTime: unknown) =>
+    webhookPayload('bad-start', (p) => {
+      p.call.startTime = startTime;
+      delete p.call.endTime;
+    });
+  rejects(at(12345), '/call/startTime', /1970-01-01T03:25:45.000Z is before 2000-01-01/);
+  rejects(at(0), '/call/startTime', /before 2000-01-01/);
+  rejects(at('1999-12-31T23:59:59Z'), '/call/startTime', /before 2000-01-01/);
+  rejects(at(Date.parse('2026-04-09T10:05:01Z')), '/call/startTime', /more than a day after the call arrived/);
+  // A sender's clock up to a day ahead is a clock, not a wrong unit: kept.
+  assert.equal(normalize(at('2026-04-09T10:05:00Z')).startedAt, '2026-04-09T10:05:00.000Z');
+  assert.equal(normalize(at('2000-01-01T00:00:00Z')).startedAt, '2000-01-01T00:00:00.000Z');
+});
+
 test('durations in milliseconds are recognised from start and end', () => {
   assert.equal(normalize(webhookPayload('ms', (p) => (p.call.duration = 135000))).durationSec, 135);
   assert.equal(normalize(webhookPayload('s', (p) => (p.call.duration = 135))).durationSec, 135);

@@ -138,9 +138,10 @@ const idText = z.union([z.string(), z.number()], { error: 'expected a string' })
 });
 
 const EPOCH_MS_MIN = 1e11; // below this a number is taken as epoch seconds (1973 in ms)
+const EPOCH_US_MIN = 1e14; // from this on a number is taken as epoch microseconds (5138 in ms, 1973 in µs)
 const MAX_DATE_MS = 8.64e15;
 
-/** Epoch milliseconds, epoch seconds, a numeric string or an ISO-8601 string -> epoch ms. */
+/** Epoch milliseconds, seconds or microseconds, a numeric string or an ISO-8601 string -> epoch ms. */
 const instant = z
   .union([z.number(), z.string()], { error: 'expected epoch milliseconds or an ISO-8601 time' })
   .transform((v, ctx) => {
@@ -160,7 +161,7 @@ function instantMs(v: number | string): number | null {
   let ms: number;
   if (typeof v === 'number' || /^\s*-?\d+(\.\d+)?\s*$/.test(v)) {
     const n = Number(v);
-    ms = Math.abs(n) < EPOCH_MS_MIN ? n * 1000 : n;
+    ms = Math.abs(n) < EPOCH_MS_MIN ? n * 1000 : Math.abs(n) >= EPOCH_US_MIN ? n / 1000 : n;
   } else {
     ms = parseUtc(v);
   }
@@ -628,6 +629,21 @@ function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
   return v;
 }
 
+/** The earliest start of a call: before it, a time is a unit or a clock gone wrong (12345 is 1970). */
+const EARLIEST_START_MS = Date.UTC(2000, 0, 1);
+/** How far after its arrival a call may start: a sender's clock a day off, not more. */
+const START_AFTER_ARRIVAL_MS = 24 * 3600_000;
+
+/** Why `startMs` cannot be the start of a call that arrived at `receivedAt`, or null when it can. */
+function startProblem(startMs: number, receivedAt: Date): PayloadProblem | null {
+  const at = new Date(startMs).toISOString();
+  if (startMs < EARLIEST_START_MS)
+    return { pointer: '/call/startTime', detail: `${at} is before 2000-01-01: not a call's start` };
+  if (startMs > receivedAt.getTime() + START_AFTER_ARRIVAL_MS)
+    return { pointer: '/call/startTime', detail: `${at} is more than a day after the call arrived: not its start` };
+  return null;
+}
+
 const NO_END_TIME: PayloadProblem = {
   pointer: '/call/endTime',
   detail: 'required field is missing (and no duration to derive it from)',
@@ -716,6 +732,8 @@ export function readWebhook(body: unknown, ctx: NormalizeContext): ReadWebhook {
   const c = p.call;
   const rawCall = fields.call as Record<string, unknown>;
   const startMs = c.startTime;
+  const badStart = startProblem(startMs, ctx.receivedAt);
+  if (badStart) refuse([badStart]);
   let endMs = c.endTime ?? null;
   if (endTimeUnknown(endMs, c.duration)) refuse([NO_END_TIME]);
   // Bad times (README): a call cannot end before it starts. With a duration the end is known
