@@ -176,8 +176,8 @@ describe('ingress', () => {
     assert.equal(array.status, 400);
   });
 
-  test('415 for a non-JSON content type', async () => {
-    for (const type of ['text/plain', 'application/x-www-form-urlencoded', '']) {
+  test('415 for a declared non-JSON content type; none, text/json and +json are read as JSON', async () => {
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded']) {
       const res = await app.request('/webhooks/ai-agent', {
         method: 'POST',
         headers: type ? { 'content-type': type } : {},
@@ -192,6 +192,26 @@ describe('ingress', () => {
       'content-type': 'application/json; charset=utf-8',
     });
     assert.equal(charset.status, 202);
+    // Before: 415 for each of these, and the call was lost. (Bytes: a string body gets text/plain.)
+    const bytes = (text: string) => new TextEncoder().encode(text);
+    const untyped = await app.request('/webhooks/ai-agent', {
+      method: 'POST',
+      body: bytes(JSON.stringify(minimalPayload('ct-none'))),
+    });
+    assert.equal(untyped.status, 202, 'no content type');
+    for (const [i, type] of ['text/json', 'application/vnd.call+json; charset=utf-8'].entries())
+      assert.equal((await post('/webhooks/ai-agent', minimalPayload(`ct-${i}`), { 'content-type': type })).status, 202);
+    // Without a content type, a body that is not JSON is what it is: a 400.
+    const form = await app.request('/webhooks/ai-agent', { method: 'POST', body: bytes('version=v1') });
+    assert.equal(form.status, 400);
+  });
+
+  test('a trailing slash on a webhook route is the same route', async () => {
+    // Before: 404 for `/webhooks/ai-agent/`.
+    for (const path of ['/webhooks/ai-agent/', '/webhooks/ai-agent/agent-9/']) {
+      const res = await post(path, minimalPayload('slash-1'));
+      assert.equal(res.status, 202, path);
+    }
   });
 
   test('413 above the body limit, declared or streamed (chunked)', async () => {

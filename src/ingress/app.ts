@@ -174,7 +174,8 @@ function guarded(guards: MiddlewareHandler[], handler: (c: Context) => Promise<R
 }
 
 export function createIngressApp(deps: IngressDeps): Hono {
-  const app = new Hono();
+  // Not strict: `/webhooks/ai-agent/` is `/webhooks/ai-agent`, as a sender pasting the URL means it.
+  const app = new Hono({ strict: false });
   const now = deps.now ?? (() => new Date());
   for (const mw of deps.before ?? []) app.use('*', mw);
 
