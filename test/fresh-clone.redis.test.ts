@@ -117,3 +117,41 @@ exit 0
     assert.ok(!existsSync(join(tree, 'data', 'redis', 'server.json')), 'the private Redis stopped with callsync');
   },
 );
+
+test(
+  'npm test without a running Redis: one is started on 127.0.0.1:6379 for the run and stopped after it; without redis-server, one line and exit 1',
+  { skip: namespaces ? false : 'unshare --net is not permitted here (needs root)' },
+  async () => {
+    // What test/run.sh does first (test/support/test-redis.sh), in a namespace where nothing answers
+    // at 127.0.0.1:6379. Before, the suite ran on into minutes of ECONNREFUSED stack traces.
+    const script = `ip link set lo up
+cd "${tree}"
+source test/support/test-redis.sh
+ensure_test_redis
+echo "ensure exit $?"
+redis-cli -p 6379 ping
+stop_test_redis
+redis-cli -p 6379 ping 2>&1 | head -n 1
+REDIS_SERVER_BIN=/nonexistent/redis-server ensure_test_redis 2>&1
+echo "without redis-server exit $?"
+TEST_REDIS_URL=redis://127.0.0.1:6390 ensure_test_redis 2>&1
+echo "TEST_REDIS_URL away exit $?"
+`;
+    const r = spawnSync('unshare', ['--net', 'bash', '-c', script], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(r.status, 0, r.stderr);
+    const lines = r.stdout.trim().split('\n');
+    assert.match(
+      lines[0]!,
+      /^== no Redis answered at 127\.0\.0\.1:6379: npm test started one there for this run \(redis-server, pid \d+\)$/,
+    );
+    assert.deepEqual(lines.slice(1), [
+      'ensure exit 0',
+      'PONG',
+      'Could not connect to Redis at 127.0.0.1:6379: Connection refused',
+      'npm test: no Redis answers at 127.0.0.1:6379 and there is no /nonexistent/redis-server to start one: install Redis 7 (apt install redis-server, brew install redis) or set TEST_REDIS_URL; npm run test:unit runs the tests that need none',
+      'without redis-server exit 1',
+      'npm test: no Redis answers at TEST_REDIS_URL (127.0.0.1:6390); start it, or unset TEST_REDIS_URL and npm test starts one on 127.0.0.1:6379',
+      'TEST_REDIS_URL away exit 1',
+    ]);
+  },
+);

@@ -16,6 +16,10 @@
 # Redis-wide settings a test makes (maxmemory, CLIENT PAUSE) or watches (MONITOR) stay on its side.
 set -u
 cd "$(dirname "$0")/.."
+# The one Redis: the one at TEST_REDIS_URL (127.0.0.1:6379), or one started there for the run.
+source test/support/test-redis.sh
+ensure_test_redis || exit 1
+trap stop_test_redis EXIT
 run=(node --import tsx --test --test-concurrency=1 --test-timeout=420000)
 beside=(
   test/redis-tls.redis.test.ts
@@ -37,7 +41,7 @@ for file in test/*.redis.test.ts; do
 done
 out=$(mktemp)
 lane=$(mktemp -d)
-trap 'rm -rf "$out" "$lane"' EXIT
+trap 'rm -rf "$out" "$lane"; stop_test_redis' EXIT
 (
   export TEST_PORT_RANGE=21350-22699
   npm run --silent test:cluster
