@@ -148,7 +148,7 @@ echo "TEST_REDIS_URL away exit $?"
       'ensure exit 0',
       'PONG',
       'Could not connect to Redis at 127.0.0.1:6379: Connection refused',
-      'npm test: no Redis answers at 127.0.0.1:6379 and there is no /nonexistent/redis-server to start one: install Redis 7 (apt install redis-server, brew install redis) or set TEST_REDIS_URL; npm run test:unit runs the tests that need none',
+      'npm test: no Redis answers at 127.0.0.1:6379 and there is no /nonexistent/redis-server to start one: install Redis 6.2 or later (apt install redis-server, brew install redis) or set TEST_REDIS_URL; npm run test:unit runs the tests that need none',
       'without redis-server exit 1',
       'npm test: no Redis answers at TEST_REDIS_URL (127.0.0.1:6390); start it, or unset TEST_REDIS_URL and npm test starts one on 127.0.0.1:6379',
       'TEST_REDIS_URL away exit 1',

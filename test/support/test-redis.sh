@@ -40,7 +40,7 @@ ensure_test_redis() {
   fi
   local bin=${REDIS_SERVER_BIN:-redis-server}
   if ! command -v "$bin" >/dev/null 2>&1; then
-    echo "npm test: no Redis answers at 127.0.0.1:6379 and there is no $bin to start one: install Redis 7 (apt install redis-server, brew install redis) or set TEST_REDIS_URL; npm run test:unit runs the tests that need none" >&2
+    echo "npm test: no Redis answers at 127.0.0.1:6379 and there is no $bin to start one: install Redis 6.2 or later (apt install redis-server, brew install redis) or set TEST_REDIS_URL; npm run test:unit runs the tests that need none" >&2
     return 1
   fi
   test_redis_dir=$(mktemp -d)
