@@ -134,6 +134,27 @@ async function redisProblems(settings: RedisSettings): Promise<{ tooOld: string 
   }
 }
 
+/** How often a callsync run by npm checks that npm's shell, its parent, is still there. */
+const PARENT_CHECK_MS = 1000;
+
+/**
+ * Run by `npm start`, callsync is the child of npm's shell, and a SIGTERM to npm (`kill $!` after
+ * `npm start &`) ended npm and the shell but not callsync: it ran on, re-parented, holding its
+ * port and its private Redis, and the next `npm start` found the port taken. When its parent is
+ * gone, it stops as on SIGTERM. Only under npm (npm_lifecycle_event): a callsync started by a shell
+ * that then exits (nohup, a script) is meant to run on.
+ */
+function stopWhenNpmIsGone(stop: () => void): void {
+  if (process.env.npm_lifecycle_event === undefined) return;
+  const parent = process.ppid;
+  const timer = setInterval(() => {
+    if (process.ppid === parent) return;
+    clearInterval(timer);
+    stop();
+  }, PARENT_CHECK_MS);
+  timer.unref();
+}
+
 /**
  * `callsync start`: finds its Redis (the configured one; else the one answering at
  * REDIS_LOCAL_PROBE; else a private one it starts or shares, queues/private-redis.ts), runs until
@@ -175,6 +196,10 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
   // action ended the process at once, leaving a private Redis running; Node resets a SIGHUP
   // ignored by its parent (nohup) to that default anyway, so nothing that ran on after a hang-up stops.
   process.on('SIGHUP', onSignal);
+  stopWhenNpmIsGone(() => {
+    log.warn('npm ended without stopping callsync (its shell exited): stopping as on SIGTERM');
+    onSignal('SIGTERM');
+  });
 
   for (const warning of configured.warnings) log.warn(warning);
   // WORKER_HEAP_GROWTH_PERCENT > 0: a worker's old generation grows only that far past what is live (workers/heap.ts).
