@@ -136,6 +136,37 @@ test('channel: {id, name} or a string id, at the top or in call', () => {
   );
 });
 
+test('a chunk speaker callsync cannot place is read as unknown and counted, not dropped silently', () => {
+  const r = read(
+    webhookPayload('sp1', (p) => {
+      p.assist.transcription.chunks[0].speaker = 'Customer Service';
+      p.assist.transcription.chunks[1].speaker = 12345;
+      p.assist.transcription.chunks[2].speaker = '';
+    }),
+  );
+  assert.deepEqual(
+    r.call.transcript?.chunks.map((c) => c.speaker),
+    ['unknown', 'unknown', 'unknown'],
+  );
+  assert.deepEqual(
+    r.unread.map((u) => [u.field, u.pointer]),
+    [['/assist/transcription/chunks/*/speaker', '/assist/transcription/chunks/0/speaker']],
+  );
+  // The roles callsync places, and a speaker not sent, are read: nothing counted.
+  const placed = read(
+    webhookPayload('sp2', (p) => {
+      p.assist.transcription.chunks[0].speaker = 'CALLER';
+      p.assist.transcription.chunks[1].speaker = 'agent';
+      p.assist.transcription.chunks[2].speaker = null;
+    }),
+  );
+  assert.deepEqual(
+    placed.call.transcript?.chunks.map((c) => c.speaker),
+    ['caller', 'callee', 'unknown'],
+  );
+  assert.deepEqual(placed.unread, []);
+});
+
 test('reading the other shape changes nothing for dedupe: the same payload twice has the same content hash, another headline another', () => {
   const a = encodeCall(normalize(fullPayload('d1'))).contentHash;
   const b = encodeCall(normalize(fullPayload('d1'))).contentHash;

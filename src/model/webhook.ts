@@ -459,8 +459,8 @@ function readChannel(v: unknown, path: Path, unread: Unread): { channel: unknown
   return { channel: null, channelId: null };
 }
 
-function speakerOf(raw: string | null, dir: Direction): Speaker {
-  const s = (raw ?? '').trim().toLowerCase();
+function speakerOf(raw: string, dir: Direction): Speaker {
+  const s = raw.trim().toLowerCase();
   if (s === 'caller') return 'caller';
   if (s === 'callee') return 'callee';
   // The AI agent answers inbound calls (callee) and places outbound ones (caller).
@@ -469,6 +469,19 @@ function speakerOf(raw: string | null, dir: Direction): Speaker {
   if (['agent', 'ai', 'assistant', 'bot', 'ai_agent', 'ai-agent'].includes(s)) return agentSide;
   if (['customer', 'user', 'human', 'client', 'contact'].includes(s)) return otherSide;
   return 'unknown';
+}
+
+/**
+ * A chunk's speaker: the side `speakerOf` places it on. A label it cannot place (`Customer Service`,
+ * `12345`, `""`) is read as `unknown` and counted unread: the record has room for the two sides only
+ * (the archive's labels, the vCon's `originator`), the label stays in the original.
+ */
+function readSpeaker(v: unknown, path: Path, unread: Unread, dir: Direction): Speaker {
+  const raw = readText(v, path, unread);
+  if (raw === null) return 'unknown';
+  const speaker = speakerOf(raw, dir);
+  if (speaker === 'unknown') unread.add(path, 'expected caller or callee (or agent, customer, …), got other text');
+  return speaker;
 }
 
 /**
@@ -519,7 +532,7 @@ function readChunkTime(v: unknown, path: Path, unread: Unread): ChunkTime | null
 export const CHUNK_TIME_SLACK_MS = 60_000;
 
 interface RawChunk {
-  speaker: string | null;
+  speaker: Speaker;
   content: string | null;
   start: ChunkTime | null;
   end: ChunkTime | null;
@@ -587,7 +600,7 @@ function readTranscript(
     if (!c) return;
     raw.push({
       index: i,
-      speaker: readText(c.speaker, [...chunksPath, i, 'speaker'], unread),
+      speaker: readSpeaker(c.speaker, [...chunksPath, i, 'speaker'], unread, dir),
       content: readText(c.content, [...chunksPath, i, 'content'], unread),
       start: readChunkTime(c.startTime, [...chunksPath, i, 'startTime'], unread),
       end: readChunkTime(c.endTime, [...chunksPath, i, 'endTime'], unread),
@@ -595,7 +608,7 @@ function readTranscript(
   });
   const offsets = chunkOffsets(raw, startMs, durationSec, chunksPath, unread);
   const chunks: TranscriptChunk[] = raw.map((ch, i) => ({
-    speaker: speakerOf(ch.speaker, dir),
+    speaker: ch.speaker,
     startOffsetMs: offsets[i]!.start,
     endOffsetMs: offsets[i]!.end,
     content: ch.content ?? '',
