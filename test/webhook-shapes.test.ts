@@ -136,6 +136,24 @@ test('channel: {id, name} or a string id, at the top or in call', () => {
   );
 });
 
+test('key points and topics: text or numbers; an object, list or boolean is left out and counted, never sent on as JSON', () => {
+  const r = read(
+    webhookPayload('kp1', (p) => {
+      p.assist.summary.keyPoints = ['Call back', { text: 'Moved to Friday' }, true, 42, null];
+      p.assist.summary.topics = [['a'], 'billing'];
+    }),
+  );
+  assert.deepEqual(r.call.summary?.keyPoints, ['Call back', '42']);
+  assert.deepEqual(r.call.summary?.topics, ['billing']);
+  assert.deepEqual(
+    r.unread.map((u) => [u.field, u.pointer, u.detail]),
+    [
+      ['/assist/summary/keyPoints/*', '/assist/summary/keyPoints/1', 'expected text, got an object'],
+      ['/assist/summary/topics/*', '/assist/summary/topics/0', 'expected text, got an array'],
+    ],
+  );
+});
+
 test('a chunk speaker callsync cannot place is read as unknown and counted, not dropped silently', () => {
   const r = read(
     webhookPayload('sp1', (p) => {

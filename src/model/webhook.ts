@@ -293,14 +293,13 @@ function readText(v: unknown, path: Path, unread: Unread): string | null {
   return null;
 }
 
-/** An optional list of strings: nulls dropped, other values as their JSON; not a list -> unread, empty. */
+/**
+ * An optional list of texts: each element read as `readText` reads a text field (an object, a list
+ * or a boolean is left out and counted, never sent on as its JSON), nulls dropped; not a list ->
+ * unread, empty.
+ */
 function readStrings(v: unknown, path: Path, unread: Unread): string[] {
-  if (v === null || v === undefined) return [];
-  if (!Array.isArray(v)) {
-    unread.add(path, `expected a list, got ${jsonType(v)}`);
-    return [];
-  }
-  return v.filter((x) => x !== null && x !== undefined).map((x) => (typeof x === 'string' ? x : JSON.stringify(x)));
+  return readList(v, path, unread).flatMap((x, i) => readText(x, [...path, i], unread) ?? []);
 }
 
 /** An optional list: its elements, or (not a list) unread and empty. */
