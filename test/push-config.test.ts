@@ -94,6 +94,35 @@ test('a direction callsync cannot read does not refuse the event: read as absent
   assert.deepEqual(unreadPushFields(parsePushEvent('event=dtmf&callId=c9&direction=x')), []);
 });
 
+test("a hangup's cause callsync does not know is reported unread: the outcome is unknown, the cause kept as sent", () => {
+  const newCall = parsePushEvent('event=newCall&callId=c8&direction=in&from=492111234567');
+  const outcome = (cause: string) => {
+    const hangup = parsePushEvent(`event=hangup&callId=c8&cause=${cause}`);
+    const call = assemblePushCall(
+      'c8',
+      { newCall: { at: 0, event: newCall }, hangup: { at: 5000, event: hangup } },
+      new Date(5000),
+    )!;
+    assert.equal((call.raw as { hangup: Record<string, string> }).hangup.cause, cause, 'kept as sent');
+    return [call.outcome, unreadPushFields(hangup).map((u) => u.field)];
+  };
+  assert.deepEqual(outcome('callRejected'), ['unknown', ['cause']]);
+  assert.deepEqual(outcome(''), ['unknown', ['cause']]);
+  assert.deepEqual(outcome('toString'), ['unknown', ['cause']]);
+  for (const [cause, known] of [
+    ['normalClearing', 'answered'],
+    ['busy', 'busy'],
+    ['cancel', 'missed'],
+    ['noAnswer', 'missed'],
+    ['congestion', 'failed'],
+    ['notFound', 'failed'],
+    ['forwarded', 'transferred'],
+  ] as const)
+    assert.deepEqual(outcome(cause), [known, []], cause);
+  assert.deepEqual(unreadPushFields(parsePushEvent('event=hangup&callId=c8')), [], 'no cause: absent, not unread');
+  assert.deepEqual(unreadPushFields(parsePushEvent('event=answer&callId=c8&cause=x')), [], 'only a hangup has one');
+});
+
 test('an open call is no call yet; anonymous numbers have no E.164; out calls keep their direction', () => {
   const ev = parsePushEvent('event=newCall&callId=c2&direction=out&from=anonymous&to=4921100000');
   const state = { newCall: { at: 0, event: ev } };

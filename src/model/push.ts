@@ -69,16 +69,36 @@ function pushDirection(value: string | undefined): 'in' | 'out' | null {
   }
 }
 
+/** The outcome of a call by its hangup's `cause` (the library's HangUpCause), unless it was answered. */
+const CAUSE_OUTCOMES = new Map<string, Outcome>([
+  // A normal end of a call whose answer event was not (yet) seen: the platform only clears
+  // normally what was answered, and the hangup names the answering number then.
+  ['normalClearing', 'answered'],
+  ['busy', 'busy'],
+  ['cancel', 'missed'],
+  ['noAnswer', 'missed'],
+  ['congestion', 'failed'],
+  ['notFound', 'failed'],
+  ['forwarded', 'transferred'],
+]);
+
 /**
  * The fields of an event callsync cannot read: read as absent (the event is accepted; only the call
  * id and the event's name may refuse it), kept verbatim in the call's `raw`, counted and logged
- * once by the ingress. A direction it cannot read is taken as `in`, as a missing one.
+ * once by the ingress. A direction it cannot read is taken as `in`, as a missing one; a hangup's
+ * cause it does not know gives the outcome `unknown` (unless the call was answered), as a missing one.
  */
 export function unreadPushFields(e: PushEvent): { field: string; pointer: string; detail: string }[] {
   if (e.event === 'other')
     return [{ field: 'event', pointer: '/event', detail: 'expected newCall, answer, hangup or dtmf; not stored' }];
-  if (e.event === 'dtmf' || e.fields.direction === undefined || pushDirection(e.fields.direction) !== null) return [];
-  return [{ field: 'direction', pointer: '/direction', detail: 'expected in or out' }];
+  if (e.event === 'dtmf') return [];
+  const unread = [];
+  const { direction, cause } = e.fields;
+  if (direction !== undefined && pushDirection(direction) === null)
+    unread.push({ field: 'direction', pointer: '/direction', detail: 'expected in or out' });
+  if (e.event === 'hangup' && cause !== undefined && !CAUSE_OUTCOMES.has(cause))
+    unread.push({ field: 'cause', pointer: '/cause', detail: `expected ${[...CAUSE_OUTCOMES.keys()].join(', ')}` });
+  return unread;
 }
 
 /** What is known of one call: the first of each event seen, with the time it arrived (ms). */
@@ -93,22 +113,7 @@ export interface PushCallState {
 function causeOutcome(cause: string | undefined, answered: boolean): Outcome {
   if (cause === 'forwarded') return 'transferred';
   if (answered) return 'answered';
-  switch (cause) {
-    case 'normalClearing':
-      // A normal end of a call whose answer event was not (yet) seen: the platform only clears
-      // normally what was answered, and the hangup names the answering number then.
-      return 'answered';
-    case 'busy':
-      return 'busy';
-    case 'cancel':
-    case 'noAnswer':
-      return 'missed';
-    case 'congestion':
-    case 'notFound':
-      return 'failed';
-    default:
-      return 'unknown';
-  }
+  return CAUSE_OUTCOMES.get(cause ?? '') ?? 'unknown';
 }
 
 const user = (userId: string | null, fullUserId: string | null, name: string | null): CallUser => ({
