@@ -225,6 +225,63 @@ describe('vCon posted in', () => {
     );
   });
 
+  test('numbers as text, a body that is an object with text read by it; what is still unread is counted, never dropped silently', () => {
+    // Before: the number's tel, the {text} bodies and the plain key points were read as absent, and
+    // nothing counted (nor the originator of no party).
+    const odd = {
+      vcon: '0.0.1',
+      uuid: 'vcb-1',
+      created_at: '2026-04-08T10:00:00Z',
+      parties: [{ tel: 4921163553400 }, { tel: '+4921155550100' }],
+      dialog: [
+        { type: 'text', start: '2026-04-08T10:00:01Z', duration: 3, parties: [0], originator: 0, body: { text: 'hi' } },
+        { type: 'text', start: '2026-04-08T10:00:05Z', duration: 2, parties: [1], originator: 1, body: 'hello' },
+        { type: 'text', start: '2026-04-08T10:00:08Z', duration: 1, parties: [1], originator: 5, body: 'who?' },
+        { type: 'text', start: '2026-04-08T10:00:09Z', duration: 1, parties: [1], originator: 1, body: [true] },
+      ],
+      analysis: [
+        { type: 'summary', vendor: 'v', body: { text: 'sum' } },
+        { type: 'key_points', vendor: 'v', body: 'a; b' },
+        { type: 'topics', vendor: 'v', encoding: 'json', body: '["billing", 7, {"x": 1}]' },
+        'not an analysis',
+      ],
+    };
+    const { call, unread } = normalizeVcon(odd, { agentId: 'agent-1', receivedAt });
+    assert.equal(call.fromRaw, '4921163553400');
+    assert.equal(call.from, '+4921163553400');
+    assert.equal(call.to, '+4921155550100');
+    assert.deepEqual(
+      call.transcript?.chunks.map((c) => [c.speaker, c.content]),
+      [
+        ['caller', 'hi'],
+        ['callee', 'hello'],
+        ['unknown', 'who?'],
+      ],
+    );
+    assert.deepEqual(call.summary, { content: 'sum', keyPoints: ['a; b'], topics: ['billing', '7'] });
+    assert.deepEqual(call.raw, odd, 'kept as sent');
+    assert.deepEqual(
+      unread.map((u) => [u.field, u.pointer]),
+      [
+        ['/analysis/*', '/analysis/3'],
+        ['/dialog/*/originator', '/dialog/2/originator'],
+        ['/dialog/*/body', '/dialog/3/body'],
+        ['/analysis/*/body/*', '/analysis/2/body/2'],
+      ],
+    );
+    // A body of no readable shape: absent, not an empty summary.
+    const bare = normalizeVcon(
+      { uuid: 'vcb-2', parties: [{ tel: true }], analysis: [{ type: 'summary', body: { html: '<b>x</b>' } }] },
+      { agentId: null, receivedAt },
+    );
+    assert.equal(bare.call.summary, null);
+    assert.equal(bare.call.fromRaw, null);
+    assert.deepEqual(
+      bare.unread.map((u) => u.field),
+      ['/analysis/*/body', '/parties/*/tel'],
+    );
+  });
+
   test('durations beyond reason and dates beyond range are read as absent, never a crash; many dialogs are fine', () => {
     const base = { uuid: 'u-1', parties: [{}, {}] };
     for (const duration of [-1, 1e300, 'long', null]) {

@@ -10,14 +10,22 @@
 // Mapping, both ways: parties[0] is the caller, parties[1] the callee (a `tel` in E.164 when the
 // number is known); a text dialog's `originator` is its speaker (0 caller, 1 callee); its `start`
 // is the call's start plus the utterance's offset and `duration` its length in seconds. Analysis
-// `summary` (text), `key_points` and `topics` (JSON arrays of strings). The core vCon has no call
+// `summary` (text), `key_points` and `topics` (JSON arrays of strings; read in, plain text is one entry). The core vCon has no call
 // direction: a vCon read in is an inbound call (what the AI agent answers), written out the
 // caller is always party 0.
 import { createHash } from 'node:crypto';
 import { callKey, type CanonicalCall, type Speaker, type TranscriptChunk } from './call.js';
 import { toE164 } from './phone.js';
 import { parseUtc } from './utc-time.js';
-import { InvalidPayloadError, jsonType, Unread, type UnreadField } from './webhook.js';
+import {
+  InvalidPayloadError,
+  jsonType,
+  readStrings,
+  readText,
+  Unread,
+  type Path,
+  type UnreadField,
+} from './webhook.js';
 
 type Json = Record<string, unknown>;
 
@@ -48,28 +56,44 @@ function dateOf(value: unknown): number | null {
   return Number.isNaN(ms) ? null : ms;
 }
 
-/** A dialog's or analysis' inline body as text (`none`, absent or `base64url` encoding). */
-function textBody(entry: Json): string | null {
-  const body = entry.body;
-  if (typeof body !== 'string') return null;
-  if (entry.encoding === 'base64url') return Buffer.from(body, 'base64url').toString('utf8');
-  return body;
+/**
+ * A dialog's or analysis' inline body as text: a string (`base64url` decoded), a number's decimal
+ * text, or the `text` of an object (a vendor's structured body, `{"text": "…"}`); absent -> null;
+ * another shape is read as absent and counted (`/dialog/*\/body`, `/analysis/*\/body`).
+ */
+function bodyText(body: unknown, encoding: unknown, path: Path, unread: Unread): string | null {
+  const at = [...path, 'body'];
+  if (typeof body === 'string' && encoding === 'base64url') return Buffer.from(body, 'base64url').toString('utf8');
+  if (isObject(body) && 'text' in body) return readText(body.text, [...at, 'text'], unread);
+  return readText(body, at, unread);
 }
 
-function stringList(entry: Json): string[] {
+/**
+ * A `key_points` / `topics` body as a list of texts: a JSON array (inline, or as text with encoding
+ * `json`), its elements read as the webhook's key points are; a body `bodyText` reads is one entry,
+ * as sent (`"a; b"`: callsync does not guess where one point ends).
+ */
+function textList(entry: Json, path: Path, unread: Unread): string[] {
   let body = entry.body;
   if (typeof body === 'string' && entry.encoding === 'json') {
     try {
       body = JSON.parse(body);
     } catch {
+      unread.add([...path, 'body'], 'encoding json, but the body is not JSON');
       return [];
     }
   }
-  return Array.isArray(body) ? body.filter((x): x is string => typeof x === 'string') : [];
+  if (Array.isArray(body)) return readStrings(body, [...path, 'body'], unread);
+  const text = bodyText(body, entry.encoding, path, unread);
+  return text === null ? [] : [text];
 }
 
-function speakerOf(originator: unknown): Speaker {
-  return originator === 0 ? 'caller' : originator === 1 ? 'callee' : 'unknown';
+/** A text dialog's speaker: party 0 is the caller, 1 the callee; another originator is read as unknown and counted. */
+function speakerOf(originator: unknown, path: Path, unread: Unread): Speaker {
+  if (originator === 0) return 'caller';
+  if (originator === 1) return 'callee';
+  if (originator !== undefined && originator !== null) unread.add(path, 'expected 0 (the caller) or 1 (the callee)');
+  return 'unknown';
 }
 
 /**
@@ -102,10 +126,14 @@ export function normalizeVcon(
   let analyses: unknown[] = [];
   if (Array.isArray(body.analysis)) analyses = body.analysis;
   else if (body.analysis !== undefined) unread.add(['analysis'], 'must be an array');
+  analyses.forEach((a, i) => {
+    if (!isObject(a)) unread.add(['analysis', i], 'an analysis is an object');
+  });
 
   // The dialogs with a start, each with its start and end (ms); a duration that is not a number of
   // seconds from 0 to a week, or that ends beyond the dates JSON can carry, is read as absent.
   const dialogObjects: Json[] = [];
+  const dialogIndexes: number[] = [];
   const starts: number[] = [];
   const ends: number[] = [];
   dialogs.forEach((d, i) => {
@@ -120,6 +148,7 @@ export function normalizeVcon(
       else unread.add(['dialog', i, 'duration'], `must be a number of seconds from 0 to ${MAX_DURATION_S}`);
     }
     dialogObjects.push(d);
+    dialogIndexes.push(i);
     starts.push(start);
     ends.push(end);
   });
@@ -131,15 +160,22 @@ export function normalizeVcon(
   const chunks: TranscriptChunk[] = [];
   dialogObjects.forEach((d, i) => {
     if (d.type !== 'text') return;
-    const content = textBody(d);
+    const path = ['dialog', dialogIndexes[i]!];
+    const content = bodyText(d.body, d.encoding, path, unread);
     if (content === null) return;
     const from = starts[i]! - startMs;
-    chunks.push({ speaker: speakerOf(d.originator), startOffsetMs: from, endOffsetMs: ends[i]! - startMs, content });
+    const speaker = speakerOf(d.originator, [...path, 'originator'], unread);
+    chunks.push({ speaker, startOffsetMs: from, endOffsetMs: ends[i]! - startMs, content });
   });
-  const analysisObjects = analyses.filter(isObject);
-  const byType = (type: string) => analysisObjects.find((a) => a.type === type);
+  // The first analysis of a type, with its path (for what cannot be read in it).
+  const byType = (type: string): { entry: Json; path: Path } | null => {
+    const i = analyses.findIndex((a) => isObject(a) && a.type === type);
+    return i < 0 ? null : { entry: analyses[i] as Json, path: ['analysis', i] };
+  };
   const summaryEntry = byType('summary');
-  const summaryText = summaryEntry ? textBody(summaryEntry) : null;
+  const summaryText = summaryEntry
+    ? bodyText(summaryEntry.entry.body, summaryEntry.entry.encoding, summaryEntry.path, unread)
+    : null;
   const keyPoints = byType('key_points');
   const topics = byType('topics');
   const transcriptAnalysis = byType('transcript');
@@ -147,15 +183,14 @@ export function normalizeVcon(
     chunks.length > 0
       ? chunks.map((c) => c.content).join('\n')
       : transcriptAnalysis
-        ? textBody(transcriptAnalysis)
+        ? bodyText(transcriptAnalysis.entry.body, transcriptAnalysis.entry.encoding, transcriptAnalysis.path, unread)
         : null;
 
-  const party = (i: number): Json | null => (isObject(parties[i]) ? (parties[i] as Json) : null);
-  const telOf = (p: Json | null): string | null => (p && typeof p.tel === 'string' ? p.tel : null);
-  const caller = party(0);
-  const callee = party(1);
-  const fromRaw = telOf(caller);
-  const toRaw = telOf(callee);
+  // A party's number: its `tel` as text (a number as its decimal text, as in the webhook).
+  const telOf = (i: number): string | null =>
+    isObject(parties[i]) ? readText(parties[i].tel, ['parties', i, 'tel'], unread) : null;
+  const fromRaw = telOf(0);
+  const toRaw = telOf(1);
   const incomplete = dialogObjects.some((d) => d.type === 'incomplete');
   const callId = uuid.trim();
   const call: CanonicalCall = {
@@ -183,8 +218,8 @@ export function normalizeVcon(
         ? null
         : {
             content: summaryText ?? '',
-            keyPoints: keyPoints ? stringList(keyPoints) : [],
-            topics: topics ? stringList(topics) : [],
+            keyPoints: keyPoints ? textList(keyPoints.entry, keyPoints.path, unread) : [],
+            topics: topics ? textList(topics.entry, topics.path, unread) : [],
           },
     scenarios: [],
     transcript: transcriptText === null ? null : { content: transcriptText, chunks },

@@ -75,7 +75,7 @@ export interface UnreadField {
 }
 
 /** A path in the payload: strings are keys, numbers array indexes. */
-type Path = readonly (string | number)[];
+export type Path = readonly (string | number)[];
 
 /** Collects the unread fields of one payload, once per field (also a vCon's: ./vcon.ts). */
 export class Unread {
@@ -285,7 +285,7 @@ export function requiredFieldsFast(fields: Record<string, unknown>): RequiredFie
 // ---- optional fields: read by hand, never refused -----------------------------------------------
 
 /** An optional text: a string, or a number as its decimal text; null/absent -> null; other shapes unread. */
-function readText(v: unknown, path: Path, unread: Unread): string | null {
+export function readText(v: unknown, path: Path, unread: Unread): string | null {
   if (v === null || v === undefined) return null;
   if (typeof v === 'string') return v;
   if (typeof v === 'number') return String(v);
@@ -298,7 +298,7 @@ function readText(v: unknown, path: Path, unread: Unread): string | null {
  * or a boolean is left out and counted, never sent on as its JSON), nulls dropped; not a list ->
  * unread, empty.
  */
-function readStrings(v: unknown, path: Path, unread: Unread): string[] {
+export function readStrings(v: unknown, path: Path, unread: Unread): string[] {
   return readList(v, path, unread).flatMap((x, i) => readText(x, [...path, i], unread) ?? []);
 }
 
