@@ -371,7 +371,7 @@ describe('Push API source', () => {
     assert.equal(closed[0]!.outcome, 'unknown');
   });
 
-  test('bad input: not a form, no event, no call id, not UTF-8, too large; dtmf stores nothing', async () => {
+  test('bad input: not a form, no event, no call id, too large; dtmf stores nothing', async () => {
     const asJson = await post('{"event":"newCall"}', { contentType: 'application/json' });
     assert.equal(asJson.status, 415);
     const none = await post('callId=x1');
@@ -387,18 +387,6 @@ describe('Push API source', () => {
     assert.equal(await redis.exists(`${prefix}:push:x1`), 0);
     assert.equal((await post('event=answer')).status, 400);
     assert.equal((await post('event=answer&callId=a%2Fb')).status, 400);
-    const latin1 = Buffer.from('event=newCall&callId=enc-1&from=M\xfcller', 'latin1');
-    const res = await app.request('/webhooks/push', {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/x-www-form-urlencoded',
-        'x-test-peer': PLATFORM_IP,
-        'x-sipgate-signature': sign(keys, latin1),
-      },
-      body: latin1,
-    });
-    assert.equal(res.status, 400, 'a form body is percent-encoded ASCII; raw bytes that are not UTF-8 are refused');
-    assert.match(((await res.json()) as { errors: { detail: string }[] }).errors[0]!.detail, /UTF-8/);
     const big = `event=newCall&callId=big-1&pad=${'a'.repeat(70 * 1024)}`;
     assert.equal((await post(big)).status, 413);
     assert.equal((await post(dtmf('dtmf-1'))).status, 200);
@@ -407,6 +395,51 @@ describe('Push API source', () => {
       (await app.request('/webhooks/push', { method: 'GET', headers: { 'x-test-peer': PLATFORM_IP } })).status,
       405,
     );
+  });
+
+  test('charsets: the declared one is decoded (escapes too); bytes that are not text in it are read as windows-1252 and counted, never a 400', async () => {
+    // Before: 400 "the body is not UTF-8" for a declared ISO-8859-1 body, and for a name sent in
+    // Latin-1 without a charset — the call's event was lost for a name nothing needs.
+    const postBytes = (body: Buffer, contentType: string) =>
+      app.request('/webhooks/push', {
+        method: 'POST',
+        headers: { 'content-type': contentType, 'x-test-peer': PLATFORM_IP, 'x-sipgate-signature': sign(keys, body) },
+        body,
+      });
+    const form = 'application/x-www-form-urlencoded';
+    const latin1 = (text: string) => Buffer.from(text, 'latin1');
+    const userOf = async (callId: string, newCallBody: Buffer, contentType: string) => {
+      assert.equal((await postBytes(newCallBody, contentType)).status, 200, callId);
+      assert.equal((await post(hangup(callId, 'cancel'))).status, 200, callId);
+      const [call] = await callsOf(callId);
+      return call?.users[0]?.fullName;
+    };
+    const iso = `${form}; charset=ISO-8859-1`;
+    assert.equal(await userOf('cs-1', latin1('event=newCall&callId=cs-1&user[]=M\xfcller'), iso), 'Müller');
+    assert.equal(await userOf('cs-2', latin1('event=newCall&callId=cs-2&user%5B%5D=M%FCller+S.'), iso), 'Müller S.');
+    assert.equal(
+      await userOf('cs-3', Buffer.from('event=newCall&callId=cs-3&user[]=M%C3%BCller+%26+Co', 'utf8'), form),
+      'Müller & Co',
+      'UTF-8 as before',
+    );
+    const notRead = () =>
+      memory.lines.filter((l) => l.field === 'user' && String(l.msg).startsWith('webhook field not read'));
+    assert.equal(notRead().length, 0, 'text in its charset is read');
+    // No charset, not UTF-8: read as windows-1252 (every byte kept), counted and logged once.
+    assert.equal(await userOf('cs-4', latin1('event=newCall&callId=cs-4&user[]=M\xfcller'), form), 'Müller');
+    assert.equal(await userOf('cs-5', latin1('event=newCall&callId=cs-5&user%5B%5D=M%FCller'), form), 'Müller');
+    assert.equal(notRead().length, 1);
+    assert.match(String(notRead()[0]!.detail), /windows-1252/);
+    assert.ok(!JSON.stringify(memory.lines).includes('Müller'), 'no value reaches the log');
+    // A charset callsync does not decode, or UTF-16 (a form's `&` and `=` are single bytes): 415.
+    for (const charset of ['koi8-r', 'utf-16le']) {
+      const res = await postBytes(latin1('event=newCall&callId=cs-6'), `${form}; charset=${charset}`);
+      assert.equal(res.status, 415, charset);
+      assert.equal(
+        ((await res.json()) as { errors: { source: { pointer: string } }[] }).errors[0]!.source.pointer,
+        'content-type',
+      );
+    }
   });
 
   test('PUSH_API_VERIFY=false: unsigned requests are taken', async () => {

@@ -24,12 +24,13 @@ const CALL_ID = /^[A-Za-z0-9._:@-]{1,200}$/;
 const IDENTIFYING = ['event', 'callId'];
 
 /**
- * Parses a form-urlencoded Push API body; a body that is not one event is refused (400). Any other
+ * Parses a form-urlencoded Push API body (its text, or its name/value pairs as decoded by the
+ * source); a body that is not one event is refused (400). Any other
  * field is kept as sent, whatever its name: the maps have no prototype, so `__proto__[]`,
  * `constructor[]` or `toString=` are fields like any other (before, `toString[]=x` threw a
  * TypeError, refused as "not UTF-8", and `__proto__=x` was dropped).
  */
-export function parsePushEvent(body: string): PushEvent {
+export function parsePushEvent(body: string | [string, string][]): PushEvent {
   const params = new URLSearchParams(body);
   const fields: Record<string, string> = Object.create(null) as Record<string, string>;
   const lists: Record<string, string[]> = Object.create(null) as Record<string, string[]>;
@@ -82,13 +83,31 @@ const CAUSE_OUTCOMES = new Map<string, Outcome>([
   ['forwarded', 'transferred'],
 ]);
 
+/** The fields `assemblePushCall` reads (lists by their name without `[]`); any other is only kept. */
+const READ_FIELDS = new Set([
+  'direction',
+  'from',
+  'to',
+  'user',
+  'userId',
+  'fullUserId',
+  'answeringNumber',
+  'diversion',
+  'cause',
+]);
+
 /**
  * The fields of an event callsync cannot read: read as absent (the event is accepted; only the call
  * id and the event's name may refuse it), kept verbatim in the call's `raw`, counted and logged
  * once by the ingress. A direction it cannot read is taken as `in`, as a missing one; a hangup's
  * cause it does not know gives the outcome `unknown` (unless the call was answered), as a missing one.
+ * `notText`: the fields whose bytes were not text in the body's charset (read as windows-1252 by
+ * the source); those callsync reads are counted too.
  */
-export function unreadPushFields(e: PushEvent): { field: string; pointer: string; detail: string }[] {
+export function unreadPushFields(
+  e: PushEvent,
+  notText: ReadonlySet<string> = new Set(),
+): { field: string; pointer: string; detail: string }[] {
   if (e.event === 'other')
     return [{ field: 'event', pointer: '/event', detail: 'expected newCall, answer, hangup or dtmf; not stored' }];
   if (e.event === 'dtmf') return [];
@@ -98,6 +117,14 @@ export function unreadPushFields(e: PushEvent): { field: string; pointer: string
     unread.push({ field: 'direction', pointer: '/direction', detail: 'expected in or out' });
   if (e.event === 'hangup' && cause !== undefined && !CAUSE_OUTCOMES.has(cause))
     unread.push({ field: 'cause', pointer: '/cause', detail: `expected ${[...CAUSE_OUTCOMES.keys()].join(', ')}` });
+  for (const field of notText) {
+    if (READ_FIELDS.has(field) && !unread.some((u) => u.field === field))
+      unread.push({
+        field,
+        pointer: `/${field}`,
+        detail: "not text in the body's charset (UTF-8 unless declared): read as windows-1252",
+      });
+  }
   return unread;
 }
 

@@ -11,6 +11,7 @@
 // (webhook.ts: the XML response and its onAnswer/onHangup attributes; signatureVerifier.ts: the
 // signature check and the platform's public key, from which the default key below is taken).
 import { createPublicKey, createVerify, type KeyObject } from 'node:crypto';
+import { declaredEncoding, textIn } from '../charset.js';
 import { parsePushEvent, unreadPushFields } from '../model/push.js';
 import { InvalidPayloadError } from '../model/webhook.js';
 import { envBool, envInt, envString, envUrl, type EnvShape } from '../env-values.js';
@@ -95,6 +96,42 @@ export function subscribeXml(url: string): string {
 
 const EMPTY_XML = `${XML_HEAD}<Response/>\n`;
 
+/** A form name's or value's bytes: `+` a space, `%XX` its byte (WHATWG's percent-decode: a stray `%` is itself). */
+function formBytes(part: string): Buffer {
+  const bytes = part
+    .replace(/\+/g, ' ')
+    .replace(/%([0-9A-Fa-f]{2})/g, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+  return Buffer.from(bytes, 'latin1');
+}
+
+/** A form name or value as text in `encoding`; one that is not text in it as windows-1252, `ok` false. */
+function formText(part: string, encoding: string): { text: string; ok: boolean } {
+  const bytes = formBytes(part);
+  const text = textIn(bytes, encoding);
+  return text === null ? { text: textIn(bytes, 'windows-1252')!, ok: false } : { text, ok: true };
+}
+
+/**
+ * The form's name/value pairs (WHATWG's form-urlencoded parsing), decoded in the body's charset —
+ * its escapes too: `%FC` is ü in ISO-8859-1. A name or value that is not text in it is read as
+ * windows-1252 (every byte a character: none lost) and its field named in `notText` (`user[]` as
+ * `user`): a name that is not UTF-8 is no reason to lose a call's event.
+ */
+function formFields(body: Buffer, encoding: string): { pairs: [string, string][]; notText: Set<string> } {
+  const pairs: [string, string][] = [];
+  const notText = new Set<string>();
+  // Latin-1 maps each byte to one character: the split is on the bytes `&` and `=`.
+  for (const sequence of body.toString('latin1').split('&')) {
+    if (sequence === '') continue;
+    const eq = sequence.indexOf('=');
+    const name = formText(eq < 0 ? sequence : sequence.slice(0, eq), encoding);
+    const value = formText(eq < 0 ? '' : sequence.slice(eq + 1), encoding);
+    if (!name.ok || !value.ok) notText.add(name.text.replace(/\[\]$/, ''));
+    pairs.push([name.text, value.text]);
+  }
+  return { pairs, notText };
+}
+
 /** @internal Exported for its tests only (test/push.redis.test.ts). */
 export function pushSource(options: PushSourceOptions): Source {
   const key = pushPublicKey(options.publicKeyPem);
@@ -116,21 +153,25 @@ export function pushSource(options: PushSourceOptions): Source {
           'X-Sipgate-Signature is missing or does not match the body',
           'x-sipgate-signature',
         );
-      const type = (request.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
+      const contentType = request.headers.get('content-type') ?? '';
+      const type = contentType.split(';')[0]!.trim().toLowerCase();
       if (type !== 'application/x-www-form-urlencoded')
         throw new SourceRefusal(415, 'expected Content-Type application/x-www-form-urlencoded', 'content-type');
-      let text;
-      try {
-        text = new TextDecoder('utf-8', { fatal: true }).decode(body);
-      } catch {
-        throw new SourceRefusal(400, 'the body is not UTF-8');
-      }
+      // The webhook's charsets (README "Charsets"), but not UTF-16: a form's `&`, `=` and `%` are single bytes.
+      const declared = declaredEncoding(contentType);
+      if (!('encoding' in declared) || declared.encoding.startsWith('utf-16'))
+        throw new SourceRefusal(
+          415,
+          'charset not supported for a form: send utf-8 or iso-8859-1 (latin1, windows-1252, us-ascii)',
+          'content-type',
+        );
+      const { pairs, notText } = formFields(body, declared.encoding);
       let event;
       try {
-        event = parsePushEvent(text);
+        event = parsePushEvent(pairs);
       } catch (err) {
         if (err instanceof InvalidPayloadError) {
-          const sent = new URLSearchParams(text).get('callId')?.trim();
+          const sent = new URLSearchParams(pairs).get('callId')?.trim();
           throw new SourceRefusal(400, err.detail, err.pointer, undefined, sent ? sent.slice(0, 200) : null);
         }
         throw err;
@@ -156,7 +197,7 @@ export function pushSource(options: PushSourceOptions): Source {
         contentType: 'application/xml',
         body: event.event === 'newCall' ? subscribeXml(callbackUrl(request.url)) : EMPTY_XML,
       };
-      return { calls: call ? [{ call }] : [], unread: unreadPushFields(event), reply: () => reply };
+      return { calls: call ? [{ call }] : [], unread: unreadPushFields(event, notText), reply: () => reply };
     },
   };
 }
