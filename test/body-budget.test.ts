@@ -94,55 +94,28 @@ function ingress(bodyWaitMs: number, budgetBytes: number) {
 const settle = (ms = 30) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
- * The middleware alone, a budget of 100 bytes (and a line of at most `maxWaiters`), in front of a
- * handler that holds each request until its gate is opened (`gates`, in the order they entered).
+ * The middleware alone — by default a budget of 100 bytes (and a line of at most `maxWaiters`) — in
+ * front of a handler that holds each request until its gate is opened (`gates`, in the order they
+ * entered). `post(id, bytes, take)`: a body of `bytes` declared (none: 0), and `take` bytes more taken
+ * by the handler, as a chunked body's reader takes them.
  */
-function gatedBudget(maxWaiters?: number) {
+function gatedBudget(maxWaiters?: number, options: Partial<Parameters<typeof bodyBudget>[0]> = {}) {
   const gates: (() => void)[] = [];
   const entered: string[] = [];
   const app = new Hono();
-  app.use(
-    '*',
-    bodyBudget({ maxBytes: 100, bodyLimitBytes: 1000, retryAfterSeconds: '5', maxWaitMs: 5000, maxWaiters }),
-  );
-  app.post('/:id', async (c) => {
-    entered.push(c.req.param('id'));
-    await new Promise<void>((resolve) => gates.push(resolve));
-    return c.text('ok', 202);
-  });
-  app.onError((err, c) =>
-    err instanceof ApiError
-      ? c.json(problemsBody(err.status, err.problems), err.status, err.headers)
-      : c.text('?', 500),
-  );
-  const post = (id: string, bytes: number) =>
-    app.request(`/${id}`, { method: 'POST', headers: { 'content-length': String(bytes) }, body: 'x'.repeat(bytes) });
-  return { app, gates, entered, post };
-}
-
-/**
- * The middleware alone with a budget of 1 MiB and the RSS it reads set by the test: a large body
- * (64 KiB or more) beside others only while `rss.mb` is under `crowdedRssBytes` (448 MB here).
- */
-function memoryBudget(maxWaitMs = 5000) {
-  const rss = { mb: 300 };
-  const app = new Hono();
-  const gates: (() => void)[] = [];
-  const entered: string[] = [];
   app.use(
     '*',
     bodyBudget({
-      maxBytes: 1024 * KB,
-      bodyLimitBytes: 8192 * KB,
+      maxBytes: 100,
+      bodyLimitBytes: 1000,
       retryAfterSeconds: '5',
-      maxWaitMs,
-      crowdedRssBytes: 448 * 1024 * KB,
-      residentBytes: () => rss.mb * 1024 * KB,
+      maxWaitMs: 5000,
+      maxWaiters,
+      ...options,
     }),
   );
   app.post('/:id', async (c) => {
     entered.push(c.req.param('id'));
-    // `?take=N`: the handler takes N bytes more of the budget, as a chunked body's reader does.
     const take = Number(c.req.query('take') ?? 0);
     if (take > 0) c.get('bodyBudgetTake')!(take);
     await new Promise<void>((resolve) => gates.push(resolve));
@@ -159,7 +132,23 @@ function memoryBudget(maxWaitMs = 5000) {
       headers: bytes > 0 ? { 'content-length': String(bytes) } : {},
       body: 'x'.repeat(bytes),
     });
-  return { rss, gates, entered, post };
+  return { app, gates, entered, post };
+}
+
+/**
+ * A budget of 1 MiB whose RSS the test sets: a large body (64 KiB or more) beside others only while
+ * `rss.mb` is under `crowdedRssBytes` (448 MB here).
+ */
+function memoryBudget(maxWaitMs = 5000) {
+  const rss = { mb: 300 };
+  const budget = gatedBudget(undefined, {
+    maxBytes: 1024 * KB,
+    bodyLimitBytes: 8192 * KB,
+    maxWaitMs,
+    crowdedRssBytes: 448 * 1024 * KB,
+    residentBytes: () => rss.mb * 1024 * KB,
+  });
+  return { ...budget, rss };
 }
 
 test('a body that does not fit waits in line, and smaller ones that come after it do not pass it', async () => {
