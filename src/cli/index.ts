@@ -536,7 +536,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
         fromClusterNodes: values['from-cluster-nodes'] as string | undefined,
         fromPrefix,
       });
-      const source = await connectRedisTo(from, 'the source Redis');
+      const source = await connectRedisTo(from, 'the source Redis', '--from-url or REDIS_PASSWORD');
       try {
         const target = await connectRedis(config, io);
         try {

@@ -57,22 +57,75 @@ function lookOnly(io: Pick<CliIo, 'err'> | undefined): ResolveOptions {
   };
 }
 
-/** A connection to the Redis of `settings` (another deployment's, for migrate-keys); `what` names it in the error. */
-export async function connectRedisTo(settings: RedisSettings, what = 'Redis'): Promise<RedisClient> {
+/** How long a command waits for Redis to answer a connection. */
+const CONNECT_TIMEOUT_MS = 3000;
+
+/**
+ * A connection to the Redis of `settings` (another deployment's, for migrate-keys); `what` names it
+ * in the error, `passwordFrom` where its password comes from.
+ */
+export async function connectRedisTo(
+  settings: RedisSettings,
+  what = 'Redis',
+  passwordFrom = 'REDIS_URL or REDIS_PASSWORD',
+): Promise<RedisClient> {
   const redis = createRedis(settings, 'producer', {
     lazyConnect: true,
     enableOfflineQueue: true,
-    connectTimeout: 3000,
+    connectTimeout: CONNECT_TIMEOUT_MS,
     retryStrategy: (times) => (times > 3 ? null : 200 * times),
   });
-  redis.on('error', () => undefined);
+  // connect() fails with only "Connection is closed."; the cause is in the 'error' events before it
+  // (a cluster's: 'node error', and the last node's error on its own 'error').
+  let cause: Error | undefined;
+  const keep = (err: Error & { lastNodeError?: Error }) => (cause = err.lastNodeError ?? err);
+  redis.on('error', keep);
+  redis.on('node error', keep);
   try {
     await redis.connect();
   } catch (err) {
     redis.disconnect();
-    throw new CliFailure(`cannot reach ${what} at ${describeRedis(settings)}: ${(err as Error).message}`);
+    throw new RedisConnectFailure(what, describeRedis(settings), whyNot(cause ?? (err as Error), passwordFrom));
   }
   return redis;
+}
+
+/** Network errors as a person reads them; the code stays beside, for searching. */
+const NETWORK_REASONS: Record<string, (err: NodeJS.ErrnoException & { hostname?: string }) => string> = {
+  ECONNREFUSED: () => 'connection refused',
+  ENOTFOUND: (err) => `host "${err.hostname ?? '?'}" not found`,
+  EAI_AGAIN: (err) => `host "${err.hostname ?? '?'}" could not be looked up (DNS did not answer)`,
+  ETIMEDOUT: () => `no answer within ${CONNECT_TIMEOUT_MS / 1000} s`,
+  ECONNRESET: () => 'connection reset',
+  EHOSTUNREACH: () => 'host unreachable',
+  ENETUNREACH: () => 'network unreachable',
+};
+
+/** Redis answered but refused the credentials: the first word of its reply, and what to do. */
+const CREDENTIAL_REPLIES: Record<string, (passwordFrom: string) => string> = {
+  WRONGPASS: (from) => `refused the password (WRONGPASS): check ${from}`,
+  NOAUTH: (from) => `wants a password (NOAUTH): set it in ${from}`,
+};
+
+/** Why connecting failed, in a few words; `answered` when Redis answered but refused the credentials. */
+function whyNot(cause: Error, passwordFrom: string): { reason: string; answered: boolean } {
+  const credentials = CREDENTIAL_REPLIES[cause.message.split(' ')[0]!];
+  if (credentials) return { reason: credentials(passwordFrom), answered: true };
+  const code = (cause as NodeJS.ErrnoException).code;
+  const network = code === undefined ? undefined : NETWORK_REASONS[code];
+  return { reason: network ? `${network(cause)} (${code})` : cause.message.split('\n')[0]!, answered: false };
+}
+
+/** Connecting to a Redis failed: a credentials refusal is no network problem, and says so. */
+class RedisConnectFailure extends CliFailure {
+  constructor(
+    what: string,
+    where: string,
+    readonly why: { reason: string; answered: boolean },
+  ) {
+    super(why.answered ? `${what} at ${where} ${why.reason}` : `cannot reach ${what} at ${where}: ${why.reason}`);
+    this.name = 'RedisConnectFailure';
+  }
 }
 
 /** What check-config found: which Redis (configured, local, private) and whether it answered. */
@@ -134,13 +187,15 @@ export async function reachRedis(config: Config, io?: Pick<CliIo, 'err'>): Promi
       ...(evicts ? { warnings: [evicts] } : {}),
     };
   } catch (err) {
-    return {
-      origin: resolved.origin,
-      where,
-      url,
-      problem: `Redis unreachable (${where}): ${(err as Error).message}`,
-    };
+    return { origin: resolved.origin, where, url, problem: reachProblem(where, err as Error) };
   } finally {
     await resolved.release();
   }
+}
+
+/** check-config's problem line for a Redis it could not use. */
+function reachProblem(where: string, err: Error): string {
+  if (!(err instanceof RedisConnectFailure)) return `Redis unreachable (${where}): ${err.message}`;
+  const { reason, answered } = err.why;
+  return answered ? `Redis (${where}) ${reason}` : `Redis unreachable (${where}): ${reason}`;
 }
