@@ -1022,7 +1022,7 @@ describe('forget and call: what their arguments may be', () => {
       [['forget', '0151', '12345678', '0170', '1234567'], /reads as 2 phone numbers/],
       [['forget', '12', '34'], /not a valid phone number/],
       [['forget', ''], /expected a phone number/],
-      [['call', ''], /expected one call id, job id or \+number, not an empty argument/],
+      [['call', ''], /expected one call id, job id or phone number, not an empty argument/],
       [['call', '  '], /not an empty argument/],
     ] as const) {
       const r = await cli([...argv], env);

@@ -1,4 +1,4 @@
-// `callsync call <callId | jobId | +number>` and `callsync calls --since 2h …`: what happened to a
+// `callsync call <callId | jobId | number>` and `callsync calls --since 2h …`: what happened to a
 // call, from its timeline (queues/timeline.ts) — "Where is my call?" in docs/operations.md.
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { RedisClient } from '../../queues/connection.js';
@@ -19,17 +19,21 @@ import type { Config } from '../config/index.js';
 import { queueNames } from '../ops/index.js';
 import { printable, table, UsageError, type CliIo } from './io.js';
 import { describeOpenPushCall, openPushCall } from '../sources/push-assembly.js';
+import { numberOption, targetOfWords } from './number-words.js';
 
 export const callsHelp = {
-  call: `Usage: callsync call <callId | jobId | +number> [--json]
+  call: `Usage: callsync call <callId | jobId | number> [--json]
 
 Prints what happened to a call, from its timeline: received (source, request id, new / duplicate /
 update, spooled), fanned out (routes, sinks), and each sink attempt with its outcome — done with
 what was written, skipped with the reason, retry with the error and the next attempt's time,
 dead-lettered with the reason; a note for a sink the call still waits for that this configuration
 lacks (its job waits in a queue no worker here runs). Numbers are masked. A call is named by its platform call id, by a
-job id (the 202's id, or a sink job id from the dashboard), or by a phone number (+49…: every call
-with it, newest first). Timelines are kept CALL_TIMELINE_TTL_DAYS (default 30). Exit 1: none found.
+job id (the 202's id, or a sink job id from the dashboard), or by a phone number (every call with
+it, newest first), read as \`forget\` reads one: +4930901820, 004930901820, national (030 901820,
+in PHONE_DEFAULT_REGION, default DE), in one word or several. A word of digits only that reads as a
+number is looked up as a call id too (a platform call id may be all digits): the calls of both,
+the call id's first. Timelines are kept CALL_TIMELINE_TTL_DAYS (default 30). Exit 1: none found.
 
 Options:
   --json        print the calls and their timelines as JSON
@@ -47,7 +51,8 @@ Options:
   --until TIME  up to this time (ISO 8601, or a duration ago); default now
   --sink NAME   only calls routed to this sink
   --status S    only calls with a sink (the --sink one) in state S
-  --number N    only calls from or to this number (looked up by its keyed hash, never stored in clear)
+  --number N    only calls from or to this number, in a form \`call\` reads (quoted when it has spaces:
+                "030 901820"); looked up by its keyed hash, never stored in clear
   --limit N     at most N calls (default 50)
   --json        print as JSON
   -h, --help    show this help`,
@@ -99,21 +104,42 @@ function sinkColumn(summary: CallSummary): string {
   );
 }
 
+/**
+ * What `call <ref>` looks up: a call id (a job id, a call hash), a phone number (in the formats and
+ * words `forget` reads), or both — a word of digits only that reads as a number may be a call id too.
+ */
+function lookupsOf(words: string[], config: Config): { callId: string | null; number: string | null } {
+  const target = targetOfWords(words, config.privacy.defaultRegion, 'call');
+  if (target.kind === 'call') return { callId: target.callId, number: null };
+  const digits = words.length === 1 && /^\d+$/.test(words[0]!.trim());
+  return { callId: digits ? words[0]!.trim() : null, number: target.e164 };
+}
+
+/** The calls of a call id and of a number, the call id's first, each once. */
+async function callsOf(timeline: CallTimeline, callId: string | null, number: string | null) {
+  const found = [
+    ...(callId === null ? [] : await callsNamed(timeline, callId)),
+    ...(number === null ? [] : await callsNamed(timeline, number)),
+  ];
+  return found.filter((call, i) => found.findIndex((c) => c.id === call.id) === i);
+}
+
 /** `callsync call …`. */
 export async function callCommand(config: Config, redis: RedisClient, args: string[], io: CliIo): Promise<number> {
   const { values, positionals } = options(args, { json: { type: 'boolean' } });
   if (values.help) return (io.out(callsHelp.call), 0);
-  if (positionals.length !== 1) throw new UsageError('expected one call id, job id or +number');
-  const ref = positionals[0]!;
-  if (ref.trim() === '') throw new UsageError('expected one call id, job id or +number, not an empty argument');
+  if (positionals.length === 0) throw new UsageError('expected one call id, job id or phone number');
+  if (positionals.join('').trim() === '')
+    throw new UsageError('expected one call id, job id or phone number, not an empty argument');
+  const { callId, number } = lookupsOf(positionals, config);
   const timeline = timelineOf(config, redis);
-  const found = await callsNamed(timeline, ref);
+  const found = await callsOf(timeline, callId, number);
   // Webhooks refused (4xx) under this call id: why a call the platform sent is missing, or came late.
-  const refused = ref.startsWith('+') ? [] : await timeline.refusals(ref);
+  const refused = callId === null ? [] : await timeline.refusals(callId);
   // A Push API call still being assembled (events in, no hangup): no timeline yet, but not unknown.
   const open =
-    found.length === 0 && !ref.startsWith('+')
-      ? await openPushCall(redis, redisKeys(config.redis).area('push'), ref)
+    found.length === 0 && callId !== null
+      ? await openPushCall(redis, redisKeys(config.redis).area('push'), callId)
       : null;
   if (values.json) {
     io.out(
@@ -128,14 +154,14 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
   if (found.length === 0) {
     if (open) io.out(printable(describeOpenPushCall(open)));
     if (refused.length > 0) {
-      io.out(printable(`call "${ref}" was refused, never stored (${refused.length} refusal(s), newest first):`));
+      io.out(printable(`call "${callId}" was refused, never stored (${refused.length} refusal(s), newest first):`));
       for (const line of refusalTable(refused)) io.out(line);
       return open ? 0 : 1;
     }
     if (open) return 0;
-    io.err(
-      `no call found for ${ref.startsWith('+') ? 'that number' : `"${ref}"`} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.timeline.ttlDays} days)`,
-    );
+    const named =
+      callId === null ? 'that number' : number === null ? `"${callId}"` : `"${callId}" (as a call id or a number)`;
+    io.err(`no call found for ${named} (timelines are kept CALL_TIMELINE_TTL_DAYS, ${config.timeline.ttlDays} days)`);
     return 1;
   }
   for (const [n, s] of found.entries()) {
@@ -194,7 +220,9 @@ export async function callsCommand(config: Config, redis: RedisClient, args: str
   });
   if (values.help) return (io.out(callsHelp.calls), 0);
   if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-  const query = callQuery(values);
+  const number =
+    values.number === undefined ? undefined : numberOption(values.number as string, config.privacy.defaultRegion);
+  const query = callQuery({ ...values, number });
   const result = await findCalls(timelineOf(config, redis), query);
   if (values.json) {
     io.out(JSON.stringify(result, null, 2));

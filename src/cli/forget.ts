@@ -5,19 +5,10 @@ import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import type { Config } from '../config/index.js';
 import { createLogger } from '../log.js';
-import {
-  forget,
-  ForgetIncompleteError,
-  ForgetInputError,
-  forgetRegion,
-  parseTarget,
-  type ForgetReceipt,
-  type ForgetTarget,
-} from '../privacy/forget.js';
-import type { CountryCode } from 'libphonenumber-js';
+import { forget, ForgetIncompleteError, forgetRegion, type ForgetReceipt } from '../privacy/forget.js';
 import { SpoolBusyError } from '../ingress/spool-forget.js';
 import { table, UsageError, type CliIo } from './io.js';
-import { numbersOfWords } from './number-words.js';
+import { targetOfWords } from './number-words.js';
 import { CliFailure, connectRedis } from './redis.js';
 
 export const forgetHelp = `Usage: callsync forget <+number | callId> [--dry-run] [--crm] [--json]
@@ -50,36 +41,6 @@ function receiptLines(receipt: ForgetReceipt): string[] {
   return [head, ...(rows.length === 0 ? ['nothing found'] : table([['store', 'items'], ...rows]))];
 }
 
-/** A word of a number typed in several words: digits and separators, `+` first. */
-const NUMBER_WORD = /^\+?[\d()./-]+$/;
-
-/**
- * The target of the command line: one word is a number or a call id (parseTarget); several words
- * are one phone number, read as `opt-out` reads them (`+49 151 1234 5678` unquoted) — never a call
- * id, which is one word, and never two numbers at once.
- */
-function targetOf(words: string[], region: CountryCode): ForgetTarget {
-  if (words.length === 1) {
-    try {
-      return parseTarget(words[0]!, region);
-    } catch (err) {
-      if (err instanceof ForgetInputError) throw new UsageError(err.message);
-      throw err;
-    }
-  }
-  const odd = words.find((w) => !NUMBER_WORD.test(w));
-  if (odd !== undefined)
-    throw new UsageError(
-      `unexpected argument "${odd === words[0] ? words[1] : odd}": give one call id (one word) or one phone number (+49 151 1234 5678, in one word or several)`,
-    );
-  const numbers = numbersOfWords(words, region);
-  if (numbers.length !== 1)
-    throw new UsageError(
-      `"${words.join(' ')}" reads as ${numbers.length} phone numbers: forget takes one (run it once per number)`,
-    );
-  return { kind: 'number', e164: numbers[0]! };
-}
-
 export async function forgetCommand(args: string[], io: CliIo, config: () => Config): Promise<number> {
   let parsed;
   try {
@@ -101,7 +62,7 @@ export async function forgetCommand(args: string[], io: CliIo, config: () => Con
   if (values.help) return (io.out(forgetHelp), 0);
   if (positionals.length === 0) throw new UsageError('expected a phone number or a call id');
   const cfg = config();
-  const target = targetOf(positionals, forgetRegion(cfg));
+  const target = targetOfWords(positionals, forgetRegion(cfg), 'forget');
   // The audit line goes to stderr, so --json's stdout stays one document.
   const audit = new Writable({
     write(chunk: Buffer, _enc, done) {

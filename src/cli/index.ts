@@ -37,7 +37,7 @@ Commands:
   dlq list|retry|purge|abandon [--queue Q] [--id ID] [--call CALL] [--limit N] [--json] [--yes] [--dry-run]
                                              inspect and act on the dead letters (failed jobs)
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
-  call <callId|jobId|+number> [--json]       what happened to a call: its timeline, every sink attempt
+  call <callId|jobId|number> [--json]        what happened to a call: its timeline, every sink attempt
   calls --since 2h [--until T] [--sink S] [--status failed|skipped|pending|retrying|paused|done] [--number +49…] [--limit N] [--json]
                                              list the calls of a time range with each sink's state
   refused --since 2h [--until T] [--limit N] [--json]

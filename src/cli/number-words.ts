@@ -1,6 +1,8 @@
 // Phone numbers typed on the command line in several words (the shell splits an unquoted
-// `0151 12345678` or `+49 151 1234 5678`): `callsync opt-out` and `callsync forget` read them alike.
+// `0151 12345678` or `+49 151 1234 5678`): `callsync opt-out`, `forget`, `call` and `calls --number`
+// read them alike.
 import type { CountryCode } from 'libphonenumber-js';
+import { ForgetInputError, parseTarget, type ForgetTarget } from '../privacy/forget.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
 import { UsageError } from './io.js';
 
@@ -55,4 +57,52 @@ export function numbersOfWords(words: string[], region: CountryCode): string[] {
     }
   }
   return numbers;
+}
+
+/** A word of a number typed in several words: digits and separators, `+` first. */
+const NUMBER_WORD = /^\+?[\d()./-]+$/;
+
+/**
+ * The one number or call id of the command line (`forget`, `call`): one word is a number or a call
+ * id (parseTarget: a number starts with + or 00, or reads as a valid national number in `region`);
+ * several words are one phone number, read as `opt-out` reads them (`+49 151 1234 5678` unquoted) —
+ * never a call id, which is one word, and never two numbers at once.
+ */
+export function targetOfWords(words: string[], region: CountryCode, command: string): ForgetTarget {
+  if (words.length === 1) {
+    try {
+      return parseTarget(words[0]!, region);
+    } catch (err) {
+      if (err instanceof ForgetInputError) throw new UsageError(err.message);
+      throw err;
+    }
+  }
+  const odd = words.find((w) => !NUMBER_WORD.test(w));
+  if (odd !== undefined)
+    throw new UsageError(
+      `unexpected argument "${odd === words[0] ? words[1] : odd}": give one call id (one word) or one phone number (+49 151 1234 5678, in one word or several)`,
+    );
+  const numbers = numbersOfWords(words, region);
+  if (numbers.length !== 1)
+    throw new UsageError(
+      `"${words.join(' ')}" reads as ${numbers.length} phone numbers: ${command} takes one (run it once per number)`,
+    );
+  return { kind: 'number', e164: numbers[0]! };
+}
+
+/** `calls --number`: one phone number in a format `call` reads (in one word), in E.164; else a usage error. */
+export function numberOption(value: string, region: CountryCode): string {
+  const bad = () =>
+    new UsageError(
+      `--number must be one phone number (+4930901820, 004930901820, or 030 901820 read in PHONE_DEFAULT_REGION, ${region}), got "${value}"`,
+    );
+  let target: ForgetTarget;
+  try {
+    target = targetOfWords(value.trim().split(/\s+/), region, 'calls --number');
+  } catch (err) {
+    if (err instanceof UsageError) throw bad();
+    throw err;
+  }
+  if (target.kind !== 'number') throw bad();
+  return target.e164;
 }
