@@ -3,6 +3,7 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys } from '../../queues/keys.js';
+import { queuesInRedis } from '../../queues/scan.js';
 import {
   callsNamed,
   CallQueryError,
@@ -49,7 +50,8 @@ A \`*\` marks a sink this configuration lacks: its job waits for a worker whose 
 Options:
   --since D     from this long ago (30m, 2h, 7d) or this time (ISO 8601); required
   --until TIME  up to this time (ISO 8601, or a duration ago); default now
-  --sink NAME   only calls routed to this sink
+  --sink NAME   only calls routed to this sink (or endpoint, sink.endpoint): one of this configuration
+                or with a queue in Redis; another is a usage error naming those
   --status S    only calls with a sink (the --sink one) in state S
   --number N    only calls from or to this number, in a form \`call\` reads (quoted when it has spaces:
                 "030 901820"); looked up by its keyed hash, never stored in clear
@@ -223,6 +225,7 @@ export async function callsCommand(config: Config, redis: RedisClient, args: str
   const number =
     values.number === undefined ? undefined : numberOption(values.number as string, config.privacy.defaultRegion);
   const query = callQuery({ ...values, number });
+  if (query.sink !== undefined) await checkSinkName(config, redis, query.sink);
   const result = await findCalls(timelineOf(config, redis), query);
   if (values.json) {
     io.out(JSON.stringify(result, null, 2));
@@ -252,6 +255,16 @@ export async function callsCommand(config: Config, redis: RedisClient, args: str
   else if (result.truncated)
     io.out(`(only the newest ${result.scanned} calls of the range were looked at: narrow --since/--until)`);
   return 0;
+}
+
+/**
+ * `--sink`: a sink of this configuration or one with a queue in Redis (a sink taken out, whose calls
+ * still show), or an endpoint of one (`hook.crm`); else a usage error naming them, as dlq's --queue.
+ */
+async function checkSinkName(config: Config, redis: RedisClient, sink: string): Promise<void> {
+  const queues = new Set([...queueNames(config), ...(await queuesInRedis(redis, redisKeys(config.redis)))]);
+  const known = [...queues].filter((q) => q.startsWith('sink-')).map((q) => q.slice('sink-'.length));
+  if (!known.includes(sink)) throw new UsageError(`unknown sink "${sink}" (known: ${known.join(', ') || 'none'})`);
 }
 
 /** The query of `calls` options (the JSON API's parameters have the same names); UsageError when one is bad. */
