@@ -39,7 +39,7 @@ the call id's first. Timelines are kept CALL_TIMELINE_TTL_DAYS (default 30). Exi
 Options:
   --json        print the calls and their timelines as JSON
   -h, --help    show this help`,
-  calls: `Usage: callsync calls --since 2h [--until TIME] [--sink NAME] [--status failed|skipped|pending|retrying|paused|done] [--number +49…] [--limit N] [--json]
+  calls: `Usage: callsync calls --since 2h [--until TIME] [--sink NAME] [--status failed|skipped|pending|retrying|paused|done] [--number N] [--limit N] [--json]
 
 Lists the calls received in a time range, newest first, with each sink's state: pending (waiting),
 retrying (an attempt failed, the next is scheduled), paused (the queue was paused or disabled

@@ -38,7 +38,7 @@ Commands:
                                              inspect and act on the dead letters (failed jobs)
   resume [--queue Q]                         list paused queues, or resume one (re-enables a disabled webhook endpoint)
   call <callId|jobId|number> [--json]        what happened to a call: its timeline, every sink attempt
-  calls --since 2h [--until T] [--sink S] [--status failed|skipped|pending|retrying|paused|done] [--number +49…] [--limit N] [--json]
+  calls --since 2h [--until T] [--sink S] [--status failed|skipped|pending|retrying|paused|done] [--number N] [--limit N] [--json]
                                              list the calls of a time range with each sink's state
   refused --since 2h [--until T] [--limit N] [--json]
                                              the webhooks refused (4xx) in a time range, by call id, and why
