@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import { type RedisClient, type RedisKeys } from '../queues/index.js';
 import { InboundLog } from '../queues/inbound.js';
 import { channelStateKey, type ChannelStateRecord } from '../queues/poller-state.js';
-import { help, runCli } from '../src/cli/index.js';
+import { runCli } from '../src/cli/index.js';
 import type { CliIo } from '../src/cli/io.js';
 import { InboundAcceptor } from '../src/ingress/accept.js';
 import { createTelephonyClient, type TelephonyClientOptions } from '../src/telephony/client.js';
@@ -331,11 +331,11 @@ describe('callsync poller: the state of each polled channel', () => {
     assert.deepEqual(JSON.parse(json.out), { channels: [] });
   });
 
-  it('an unknown option or an argument exits 2 with the message and the help', async () => {
+  it('an unknown option or an argument exits 2 with the message and where the help is', async () => {
     const r = await cli(['poller', '--channel', 'x'], { ...target.env() });
     assert.equal(r.code, 2);
     assert.match(r.err, /callsync poller: .*--channel/);
-    assert.ok(r.err.includes(help.poller));
+    assert.match(r.err, /\nsee callsync poller --help$/);
     const extra = await cli(['poller', 'list'], { ...target.env() });
     assert.equal(extra.code, 2);
     assert.match(extra.err, /unexpected argument "list"/);

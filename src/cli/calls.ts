@@ -1,6 +1,5 @@
 // `callsync call <callId | jobId | number>` and `callsync calls --since 2h …`: what happened to a
 // call, from its timeline (queues/timeline.ts) — "Where is my call?" in docs/operations.md.
-import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys } from '../../queues/keys.js';
 import { queuesInRedis } from '../../queues/scan.js';
@@ -21,6 +20,7 @@ import { queueNames } from '../ops/index.js';
 import { printable, table, UsageError, type CliIo } from './io.js';
 import { describeOpenPushCall, openPushCall } from '../sources/push-assembly.js';
 import { numberOption, targetOfWords } from './number-words.js';
+import { parseCommandLine } from './args.js';
 
 export const callsHelp = {
   call: `Usage: callsync call <callId | jobId | number> [--json]
@@ -80,20 +80,6 @@ function timelineOf(config: Config, redis: RedisClient): CallTimeline {
   return new CallTimeline(redis, redisKeys(config.redis), { ...config.timeline, configuredQueues: queueNames(config) });
 }
 
-function options(args: string[], spec: ParseArgsConfig['options']) {
-  try {
-    const { values, positionals } = parseArgs({
-      args,
-      options: { ...spec, help: { type: 'boolean', short: 'h' } },
-      allowPositionals: true,
-      strict: true,
-    });
-    return { values: values as Record<string, string | boolean | undefined>, positionals };
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-}
-
 /** Each sink's state; `*` marks one this configuration lacks (see `CallSummary.unconfigured`). */
 function sinkColumn(summary: CallSummary): string {
   return (
@@ -128,7 +114,7 @@ async function callsOf(timeline: CallTimeline, callId: string | null, number: st
 
 /** `callsync call …`. */
 export async function callCommand(config: Config, redis: RedisClient, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = options(args, { json: { type: 'boolean' } });
+  const { values, positionals } = parseCommandLine(args, { json: { type: 'boolean' } });
   if (values.help) return (io.out(callsHelp.call), 0);
   if (positionals.length === 0) throw new UsageError('expected one call id, job id or phone number');
   if (positionals.join('').trim() === '')
@@ -211,7 +197,7 @@ function refusalTable(refused: readonly Refusal[]): string[] {
 
 /** `callsync calls …`. */
 export async function callsCommand(config: Config, redis: RedisClient, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = options(args, {
+  const { values, positionals } = parseCommandLine(args, {
     since: { type: 'string' },
     until: { type: 'string' },
     sink: { type: 'string' },
@@ -279,7 +265,7 @@ function callQuery(values: Record<string, string | boolean | undefined>, now: nu
 
 /** `callsync refused …`: the refusals of a time range. */
 export async function refusedCommand(config: Config, redis: RedisClient, args: string[], io: CliIo): Promise<number> {
-  const { values, positionals } = options(args, {
+  const { values, positionals } = parseCommandLine(args, {
     since: { type: 'string' },
     until: { type: 'string' },
     limit: { type: 'string' },

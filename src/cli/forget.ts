@@ -2,13 +2,13 @@
 // from every store (src/privacy/forget.ts, docs/privacy.md). Prints a receipt of counts per store;
 // the audit line (stderr, JSON) names neither the number nor the call.
 import { Writable } from 'node:stream';
-import { parseArgs } from 'node:util';
 import type { Config } from '../config/index.js';
 import { createLogger } from '../log.js';
 import { forget, ForgetIncompleteError, forgetRegion, type ForgetReceipt } from '../privacy/forget.js';
 import { SpoolBusyError } from '../ingress/spool-forget.js';
 import { table, UsageError, type CliIo } from './io.js';
 import { targetOfWords } from './number-words.js';
+import { parseCommandLine } from './args.js';
 import { CliFailure, connectRedis } from './redis.js';
 
 export const forgetHelp = `Usage: callsync forget <+number | callId> [--dry-run] [--crm] [--json]
@@ -42,23 +42,11 @@ function receiptLines(receipt: ForgetReceipt): string[] {
 }
 
 export async function forgetCommand(args: string[], io: CliIo, config: () => Config): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args,
-      options: {
-        'dry-run': { type: 'boolean' },
-        crm: { type: 'boolean' },
-        json: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      allowPositionals: true,
-      strict: true,
-    });
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-  const { values, positionals } = parsed;
+  const { values, positionals } = parseCommandLine(args, {
+    'dry-run': { type: 'boolean' },
+    crm: { type: 'boolean' },
+    json: { type: 'boolean' },
+  });
   if (values.help) return (io.out(forgetHelp), 0);
   if (positionals.length === 0) throw new UsageError('expected a phone number or a call id');
   const cfg = config();

@@ -1,5 +1,4 @@
 // The `callsync` command line: one entry, a subcommand per job of the person on call.
-import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, loadConfig, type Config } from '../config/index.js';
 import { createLogger } from '../log.js';
 import { decimal } from '../env-values.js';
@@ -7,6 +6,7 @@ import type { Logger } from 'pino';
 import { liveProcesses, printConfig } from './check-config.js';
 import { dlqAbandon, dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
 import { UsageError, type CliIo } from './io.js';
+import { closest, parseCommandLine } from './args.js';
 import { backfill, isoOption } from './backfill.js';
 import { optOut } from './opt-out.js';
 import { resume } from './resume.js';
@@ -240,24 +240,6 @@ export function oneLine(err: unknown): string {
   return message.replace(/\s*\n\s*/g, ' ').trim() || 'unknown error';
 }
 
-function parse(
-  args: string[],
-  options: ParseArgsConfig['options'],
-  command: Command,
-): { values: Record<string, string | boolean | undefined>; positionals: string[] } {
-  try {
-    const { values, positionals } = parseArgs({
-      args,
-      options: { ...options, help: { type: 'boolean', short: 'h' } },
-      allowPositionals: true,
-      strict: true,
-    });
-    return { values: values as Record<string, string | boolean | undefined>, positionals };
-  } catch (err) {
-    throw Object.assign(new UsageError((err as Error).message), { command });
-  }
-}
-
 function configFrom(env: NodeJS.ProcessEnv, overrides: Record<string, string> = {}): Config {
   return loadConfig({ ...env, ...overrides });
 }
@@ -278,8 +260,12 @@ export async function runCli(argv: string[], io: CliIo, runners: CliRunners = {}
     return name === undefined ? 2 : 0;
   }
   if (!(name in help) || name === 'main') {
-    io.err(`unknown command "${name}"\n`);
-    io.err(help.main);
+    const guess = closest(
+      name,
+      Object.keys(help).filter((c) => c !== 'main'),
+    );
+    io.err(`callsync: unknown command "${name}"${guess ? ` (did you mean ${guess}?)` : ''}`);
+    io.err('see callsync --help');
     return 2;
   }
   const command = name as Command;
@@ -287,8 +273,9 @@ export async function runCli(argv: string[], io: CliIo, runners: CliRunners = {}
     return await dispatch(command, rest, io, runners);
   } catch (err) {
     if (err instanceof UsageError) {
-      io.err(`callsync ${command}: ${err.message}\n`);
-      io.err(help[command]);
+      // One line and where the help is: the whole help after it buried the line (10–30 lines).
+      io.err(`callsync ${command}: ${err.message}`);
+      io.err(`see callsync ${command} --help`);
       return 2;
     }
     if (err instanceof ConfigError) {
@@ -318,7 +305,7 @@ export async function runCli(argv: string[], io: CliIo, runners: CliRunners = {}
 async function dispatch(command: Command, args: string[], io: CliIo, runners: CliRunners): Promise<number | 'running'> {
   switch (command) {
     case 'start': {
-      const { values, positionals } = parse(args, { role: { type: 'string' } }, command);
+      const { values, positionals } = parseCommandLine(args, { role: { type: 'string' } });
       if (values.help) return (io.out(help.start), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const role = values.role as string | undefined;
@@ -331,7 +318,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       return 'running';
     }
     case 'check-config': {
-      const { values, positionals } = parse(args, { json: { type: 'boolean' } }, command);
+      const { values, positionals } = parseCommandLine(args, { json: { type: 'boolean' } });
       if (values.help) return (io.out(help['check-config']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const config = configFrom(io.env);
@@ -346,19 +333,15 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       return reach.problem ? 2 : 0;
     }
     case 'dlq': {
-      const { values, positionals } = parse(
-        args,
-        {
-          queue: { type: 'string' },
-          id: { type: 'string' },
-          call: { type: 'string' },
-          limit: { type: 'string' },
-          json: { type: 'boolean' },
-          yes: { type: 'boolean' },
-          'dry-run': { type: 'boolean' },
-        },
-        command,
-      );
+      const { values, positionals } = parseCommandLine(args, {
+        queue: { type: 'string' },
+        id: { type: 'string' },
+        call: { type: 'string' },
+        limit: { type: 'string' },
+        json: { type: 'boolean' },
+        yes: { type: 'boolean' },
+        'dry-run': { type: 'boolean' },
+      });
       if (values.help) return (io.out(help.dlq), 0);
       const [action, ...extra] = positionals;
       if (action === undefined || !['list', 'retry', 'purge', 'abandon'].includes(action))
@@ -399,7 +382,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       }
     }
     case 'resume': {
-      const { values, positionals } = parse(args, { queue: { type: 'string' } }, command);
+      const { values, positionals } = parseCommandLine(args, { queue: { type: 'string' } });
       if (values.help) return (io.out(help.resume), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const config = configFrom(io.env);
@@ -411,17 +394,13 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       }
     }
     case 'send-sample': {
-      const { values, positionals } = parse(
-        args,
-        {
-          url: { type: 'string' },
-          from: { type: 'string' },
-          to: { type: 'string' },
-          direction: { type: 'string' },
-          outcome: { type: 'string' },
-        },
-        command,
-      );
+      const { values, positionals } = parseCommandLine(args, {
+        url: { type: 'string' },
+        from: { type: 'string' },
+        to: { type: 'string' },
+        direction: { type: 'string' },
+        outcome: { type: 'string' },
+      });
       if (values.help) return (io.out(help['send-sample']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const sample = sampleOptions(values as { from?: string; to?: string; direction?: string; outcome?: string });
@@ -429,7 +408,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       return sendSample(configFrom(io.env), url, io, sample);
     }
     case 'opt-out': {
-      const { values, positionals } = parse(args, {}, command);
+      const { values, positionals } = parseCommandLine(args, {});
       if (values.help) return (io.out(help['opt-out']), 0);
       const [action, ...numbers] = positionals;
       if (action === undefined || !['add', 'remove', 'list'].includes(action))
@@ -444,17 +423,13 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       }
     }
     case 'backfill': {
-      const { values, positionals } = parse(
-        args,
-        {
-          from: { type: 'string' },
-          to: { type: 'string' },
-          sink: { type: 'string' },
-          'dry-run': { type: 'boolean' },
-          'page-size': { type: 'string' },
-        },
-        command,
-      );
+      const { values, positionals } = parseCommandLine(args, {
+        from: { type: 'string' },
+        to: { type: 'string' },
+        sink: { type: 'string' },
+        'dry-run': { type: 'boolean' },
+        'page-size': { type: 'string' },
+      });
       if (values.help) return (io.out(help.backfill), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const from = isoOption('from', values.from as string | undefined);
@@ -474,18 +449,14 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       }
     }
     case 'replay': {
-      const { values, positionals } = parse(
-        args,
-        {
-          from: { type: 'string' },
-          to: { type: 'string' },
-          sink: { type: 'string' },
-          archive: { type: 'string' },
-          agent: { type: 'string' },
-          'dry-run': { type: 'boolean' },
-        },
-        command,
-      );
+      const { values, positionals } = parseCommandLine(args, {
+        from: { type: 'string' },
+        to: { type: 'string' },
+        sink: { type: 'string' },
+        archive: { type: 'string' },
+        agent: { type: 'string' },
+        'dry-run': { type: 'boolean' },
+      });
       if (values.help) return (io.out(help.replay), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const from = dayOption('from', values.from as string | undefined);
@@ -516,17 +487,13 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       }
     }
     case 'migrate-keys': {
-      const { values, positionals } = parse(
-        args,
-        {
-          'from-url': { type: 'string' },
-          'from-cluster-nodes': { type: 'string' },
-          'from-prefix': { type: 'string' },
-          'dry-run': { type: 'boolean' },
-          force: { type: 'boolean' },
-        },
-        command,
-      );
+      const { values, positionals } = parseCommandLine(args, {
+        'from-url': { type: 'string' },
+        'from-cluster-nodes': { type: 'string' },
+        'from-prefix': { type: 'string' },
+        'dry-run': { type: 'boolean' },
+        force: { type: 'boolean' },
+      });
       if (values.help) return (io.out(help['migrate-keys']), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const config = configFrom(io.env);
@@ -556,7 +523,7 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
       }
     }
     case 'poller': {
-      const { values, positionals } = parse(args, { json: { type: 'boolean' } }, command);
+      const { values, positionals } = parseCommandLine(args, { json: { type: 'boolean' } });
       if (values.help) return (io.out(help.poller), 0);
       if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
       const config = configFrom(io.env);

@@ -7,7 +7,7 @@ export interface CliIo {
   progress?: { isTTY?: boolean; write(text: string): void };
 }
 
-/** Wrong arguments: the message and the command's help go to stderr, exit code 2. */
+/** Wrong arguments: the message and where the command's help is go to stderr, exit code 2. */
 export class UsageError extends Error {
   constructor(message: string) {
     super(message);

@@ -1,10 +1,10 @@
 // `callsync retention apply|sweep`: ARCHIVE_RETENTION_DAYS as an S3 lifecycle rule on every S3
 // archive (src/privacy/lifecycle.ts), or one retention sweep now (src/privacy/retention.ts, what the
 // worker role runs every RETENTION_SWEEP_INTERVAL_SECONDS). And the lines check-config adds.
-import { parseArgs } from 'node:util';
 import type { Config } from '../config/index.js';
 import { createLogger } from '../log.js';
 import { UsageError, type CliIo } from './io.js';
+import { parseCommandLine } from './args.js';
 import { CliFailure, connectRedis } from './redis.js';
 
 export const retentionHelp = `Usage: callsync retention apply|sweep [--json]
@@ -23,18 +23,7 @@ Options:
 See docs/privacy.md "Retention".`;
 
 export async function retentionCommand(args: string[], io: CliIo, config: () => Config): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args,
-      options: { json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
-      allowPositionals: true,
-      strict: true,
-    });
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-  const { values, positionals } = parsed;
+  const { values, positionals } = parseCommandLine(args, { json: { type: 'boolean' } });
   if (values.help) return (io.out(retentionHelp), 0);
   const [action, ...extra] = positionals;
   if (action !== 'apply' && action !== 'sweep') throw new UsageError('expected apply or sweep');
