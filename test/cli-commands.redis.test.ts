@@ -51,6 +51,16 @@ describe('help', () => {
     }
   });
 
+  test('--version and -v print the version of package.json, exit 0', async () => {
+    const { version } = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as {
+      version: string;
+    };
+    for (const flag of ['--version', '-v']) {
+      const r = await cli([flag]);
+      assert.deepEqual([r.code, r.out, r.err], [0, version, ''], flag);
+    }
+  });
+
   test("the main help, README's command table and the command's Usage line name every option of its help", async () => {
     const main = (await cli(['--help'])).out;
     const readme = await readFile(new URL('../README.md', import.meta.url), 'utf8');

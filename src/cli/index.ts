@@ -7,6 +7,7 @@ import { liveProcesses, printConfig } from './check-config.js';
 import { dlqAbandon, dlqList, dlqPurge, dlqRetry, type DlqOptions } from './dlq.js';
 import { UsageError, type CliIo } from './io.js';
 import { closest, parseCommandLine } from './args.js';
+import { packageVersion } from './version.js';
 import { backfill, isoOption } from './backfill.js';
 import { optOut } from './opt-out.js';
 import { resume } from './resume.js';
@@ -55,6 +56,10 @@ Commands:
   forget <+number | callId> [--dry-run] [--crm] [--json]
                                              erase one caller or one call from every store
   retention apply|sweep [--json]             S3 lifecycle rule for ARCHIVE_RETENTION_DAYS; one retention sweep now
+
+Options:
+  -h, --help                                 this help
+  -v, --version                              print callsync's version
 
 Configuration comes from the environment (README.md, "Configuration", lists every variable) and
 CALLSYNC_CONFIG.
@@ -255,6 +260,7 @@ export interface CliRunners {
  */
 export async function runCli(argv: string[], io: CliIo, runners: CliRunners = {}): Promise<number | 'running'> {
   const [name, ...rest] = argv;
+  if (name === '--version' || name === '-v') return (io.out(packageVersion()), 0);
   if (name === undefined || name === '-h' || name === '--help' || name === 'help') {
     (name === undefined ? io.err : io.out)(help.main);
     return name === undefined ? 2 : 0;
