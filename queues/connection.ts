@@ -205,9 +205,63 @@ export function readyOnce(client: RedisClient): () => boolean {
   return () => reached;
 }
 
-/** The reason /readyz gives while Redis was never reached since start. */
-export function neverReachedReason(settings: RedisSettings): string {
-  return `Redis not reached since start (${describeRedis(settings)})`;
+/**
+ * The last error `client` reported (a cluster's: the last node's), cleared when it is ready: why a
+ * connection was never made — connect() itself fails with only "Connection is closed.".
+ */
+export function lastRedisError(client: RedisClient): () => Error | undefined {
+  let last: Error | undefined;
+  const keep = (err: Error & { lastNodeError?: Error }) => (last = err.lastNodeError ?? err);
+  client.on('error', keep);
+  client.on('node error', keep);
+  client.on('ready', () => (last = undefined));
+  return () => last;
+}
+
+/** Network errors as a person reads them; the code stays beside, for searching. */
+const NETWORK_REASONS: Record<
+  string,
+  (err: NodeJS.ErrnoException & { hostname?: string }, timeoutMs?: number) => string
+> = {
+  ECONNREFUSED: () => 'connection refused',
+  ENOTFOUND: (err) => `host "${err.hostname ?? '?'}" not found`,
+  EAI_AGAIN: (err) => `host "${err.hostname ?? '?'}" could not be looked up (DNS did not answer)`,
+  ETIMEDOUT: (_err, timeoutMs) =>
+    timeoutMs === undefined ? 'no answer in time' : `no answer within ${timeoutMs / 1000} s`,
+  ECONNRESET: () => 'connection reset',
+  EHOSTUNREACH: () => 'host unreachable',
+  ENETUNREACH: () => 'network unreachable',
+};
+
+/** Redis answered but refused the credentials: the first word of its reply, and what to do. */
+const CREDENTIAL_REPLIES: Record<string, (passwordFrom: string) => string> = {
+  WRONGPASS: (from) => `refused the password (WRONGPASS): check ${from}`,
+  NOAUTH: (from) => `wants a password (NOAUTH): set it in ${from}`,
+};
+
+/**
+ * Why connecting to Redis failed, in a few words (`connection refused (ECONNREFUSED)`, `host "x"
+ * not found (ENOTFOUND)`); `answered` when Redis answered but refused the credentials, and then
+ * where the password comes from (`passwordFrom`) is named.
+ */
+export function redisFailure(
+  cause: Error,
+  passwordFrom = 'REDIS_URL or REDIS_PASSWORD',
+  timeoutMs?: number,
+): { reason: string; answered: boolean } {
+  const credentials = CREDENTIAL_REPLIES[cause.message.split(' ')[0]!];
+  if (credentials) return { reason: credentials(passwordFrom), answered: true };
+  const code = (cause as NodeJS.ErrnoException).code;
+  const network = code === undefined ? undefined : NETWORK_REASONS[code];
+  return {
+    reason: network ? `${network(cause, timeoutMs)} (${code})` : cause.message.split('\n')[0]!,
+    answered: false,
+  };
+}
+
+/** The reason /readyz gives while Redis was never reached since start, with the last error's cause. */
+export function neverReachedReason(settings: RedisSettings, cause?: Error): string {
+  return `Redis not reached since start (${describeRedis(settings)})${cause ? `: ${redisFailure(cause).reason}` : ''}`;
 }
 
 /** Network failures of the connection to Redis (Node's error codes). */

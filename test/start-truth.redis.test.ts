@@ -53,6 +53,8 @@ test('/readyz is 503 until Redis was first reached, ready during a later outage 
   const before = await readyz(url);
   assert.equal(before.status, 503, before.body);
   assert.match(before.body, /Redis not reached since start \(redis:\/\/127\.0\.0\.1:\d+\/?\)/);
+  // With the cause, as the CLI names it (before: only "not reached").
+  assert.match(before.body, /Redis not reached since start \([^)]*\): connection refused \(ECONNREFUSED\)/);
 
   await redis.start();
   await waitFor(async () => (await readyz(url)).status === 200 || null, {

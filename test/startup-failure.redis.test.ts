@@ -17,7 +17,7 @@ import { InboundAcceptor } from '../src/ingress/accept.js';
 import { sampleCall } from './support/calls.js';
 import { bounded, startCallsyncProcess } from './support/callsync-process.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
-import { freePort } from './support/redis-server.js';
+import { freePort, startPrivateRedis } from './support/redis-server.js';
 
 const CHILD = fileURLToPath(new URL('./support/failed-start-process.ts', import.meta.url));
 
@@ -135,6 +135,34 @@ describe('callsync start exits when it cannot start', () => {
       /^callsync start: invalid configuration \(1 problem\): sinks\.crm \(hubspot\): the access token \(HUBSPOT_ACCESS_TOKEN\) contains spaces, line breaks or non-ASCII characters; copy it again$/,
     );
     assert.doesNotMatch(r.stdout, /listening/);
+  });
+
+  test('a Redis that refuses the password, or wants one: exit 2, the cause named, the password not echoed', async () => {
+    // Before: "callsync started", then WRONGPASS for every command until stopped, and /readyz said
+    // only "Redis not reached since start".
+    const locked = await startPrivateRedis({ appendonly: false });
+    try {
+      const admin = new Redis(locked.url);
+      await admin.config('SET', 'requirepass', 'the-right-one');
+      admin.disconnect();
+      const where = locked.url.replace('redis://', '');
+      const wrong = await start({ REDIS_URL: `redis://:wr0ng-s3cr3t@${where}` });
+      assert.equal(wrong.code, 2, `exit code; stderr:\n${wrong.stderr}`);
+      assertOneLine(
+        wrong.stderr,
+        /^callsync start: Redis at redis:\/\/:\*\*\*@127\.0\.0\.1:\d+\/? refused the password \(WRONGPASS\): check REDIS_URL or REDIS_PASSWORD$/,
+      );
+      assert.doesNotMatch(wrong.stderr + wrong.stdout, /s3cr3t/);
+      assert.doesNotMatch(wrong.stdout, /callsync started/);
+      const none = await start({ REDIS_URL: locked.url });
+      assert.equal(none.code, 2, `exit code; stderr:\n${none.stderr}`);
+      assertOneLine(
+        none.stderr,
+        /^callsync start: Redis at redis:\/\/127\.0\.0\.1:\d+\/? wants a password \(NOAUTH\): set it in REDIS_URL or REDIS_PASSWORD$/,
+      );
+    } finally {
+      await locked.destroy();
+    }
   });
 
   test('a REDIS_URL whose password has an unescaped "/": exit 2 naming REDIS_URL, the password not echoed (not exit 1 "Invalid URL")', async () => {

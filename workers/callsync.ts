@@ -23,6 +23,7 @@ import { CallTimeline } from '../queues/timeline.js';
 import {
   bullmqReady,
   createRedis,
+  lastRedisError,
   readyOnce,
   redisKeys,
   STARTUP_REDIS_WAIT_MS,
@@ -131,6 +132,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       log,
       redis,
       redisReached: readyOnce(redis.producer),
+      redisError: lastRedisError(redis.producer),
       inboundLog: new InboundLog(redis.producer, redisKeys(config.redis), config.ack),
       telephony,
       runner: { ...runnerOptions(config, redis.worker, options), timeline: timelines.worker },

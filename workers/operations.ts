@@ -17,6 +17,7 @@ import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.
 import {
   bullmqReady,
   createRedis,
+  lastRedisError,
   neverReachedReason,
   readyOnce,
   redisKeys,
@@ -70,6 +71,7 @@ export function createOperations(options: OperationsOptions): Operations {
   const connection = createRedis(config.redis, 'producer');
   const keys = redisKeys(config.redis);
   const reached = readyOnce(connection);
+  const lastError = lastRedisError(connection);
   connection.on('error', (err) => logRepeated(log, 'warn', 'redis connection error', 'ops', err));
   const queues = queueNames(config).map((name) => {
     const queue = new Queue(name, { connection, prefix: keys.queuePrefix(name) });
@@ -130,7 +132,7 @@ export function createOperations(options: OperationsOptions): Operations {
         (r) => r === 'PONG',
         () => false,
       );
-      if (!redisUp) return reached() ? false : neverReachedReason(config.redis);
+      if (!redisUp) return reached() ? false : neverReachedReason(config.redis, lastError());
       return stalled() ?? true;
     },
     stopping: () => gate.closed,

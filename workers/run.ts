@@ -14,7 +14,14 @@ import {
   resolveRedis,
   type ResolvedRedis,
 } from '../queues/private-redis.js';
-import { createRedis, describeRedis, STARTUP_REDIS_WAIT_MS, type RedisSettings } from '../queues/connection.js';
+import {
+  createRedis,
+  describeRedis,
+  lastRedisError,
+  redisFailure,
+  STARTUP_REDIS_WAIT_MS,
+  type RedisSettings,
+} from '../queues/connection.js';
 import { limitHeapGrowth } from './heap.js';
 
 /** @internal Exported for its tests only (test/support/ops.ts). */
@@ -105,16 +112,18 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
  * connects (BullMQ warns on each) or a job is taken: `tooOld`, why it cannot be callsync's (older
  * than it needs); `evicts`, why it may lose accepted calls (an eviction policy). Nulls when all is
  * well, or when it is not reached within STARTUP_REDIS_WAIT_MS (the start goes on: an outage at
- * start is the spool's).
+ * start is the spool's); `refused`, why not, when it answered and refused the password.
  */
-async function redisProblems(settings: RedisSettings): Promise<{ tooOld: string | null; evicts: string | null }> {
+async function redisProblems(
+  settings: RedisSettings,
+): Promise<{ tooOld: string | null; evicts: string | null; refused?: string }> {
   const none = { tooOld: null, evicts: null };
   const client = createRedis(settings, 'producer', {
     lazyConnect: true,
     connectTimeout: STARTUP_REDIS_WAIT_MS,
     retryStrategy: () => null,
   });
-  client.on('error', () => undefined);
+  const cause = lastRedisError(client);
   // Bounded as a whole: a Sentinel client keeps trying unreachable sentinels, its connect unsettled.
   const where = describeRedis(settings);
   const asked = client.connect().then(async () => ({
@@ -126,8 +135,11 @@ async function redisProblems(settings: RedisSettings): Promise<{ tooOld: string 
       asked,
       new Promise<typeof none>((resolve) => setTimeout(resolve, STARTUP_REDIS_WAIT_MS, none).unref()),
     ]);
-  } catch {
-    return none;
+  } catch (err) {
+    // A Redis that answers and refuses the password will not take it later: said at once, not
+    // after a start that then fails every command for ever (its /readyz said only "not reached").
+    const failure = redisFailure(cause() ?? (err as Error));
+    return failure.answered ? { ...none, refused: `Redis at ${where} ${failure.reason}` } : none;
   } finally {
     client.disconnect();
     asked.catch(() => undefined);
@@ -233,10 +245,10 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
       'no Redis configured (REDIS_URL unset): sharing the private Redis another callsync process started',
     );
   const config: Config = { ...configured, redis: redis.settings };
-  const { tooOld, evicts } = await redisProblems(config.redis);
-  if (tooOld) {
+  const { tooOld, evicts, refused } = await redisProblems(config.redis);
+  if (tooOld || refused) {
     await release();
-    throw new NoRedisError(tooOld);
+    throw new NoRedisError((tooOld ?? refused)!);
   }
   // Not refused (it loses nothing until its memory is full), but said at once and on /readyz.
   if (evicts) log.error(evicts);

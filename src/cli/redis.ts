@@ -1,6 +1,13 @@
 // A Redis connection for one CLI command: fails fast with a readable message when Redis is away.
 // Made by the same factory as callsync's own (one Redis, a cluster or Sentinel; password, TLS).
-import { createRedis, describeRedis, type RedisClient, type RedisSettings } from '../../queues/connection.js';
+import {
+  createRedis,
+  describeRedis,
+  lastRedisError,
+  redisFailure,
+  type RedisClient,
+  type RedisSettings,
+} from '../../queues/connection.js';
 import type { Config } from '../config/index.js';
 import type { CliIo } from './io.js';
 import {
@@ -75,45 +82,19 @@ export async function connectRedisTo(
     connectTimeout: CONNECT_TIMEOUT_MS,
     retryStrategy: (times) => (times > 3 ? null : 200 * times),
   });
-  // connect() fails with only "Connection is closed."; the cause is in the 'error' events before it
-  // (a cluster's: 'node error', and the last node's error on its own 'error').
-  let cause: Error | undefined;
-  const keep = (err: Error & { lastNodeError?: Error }) => (cause = err.lastNodeError ?? err);
-  redis.on('error', keep);
-  redis.on('node error', keep);
+  // connect() fails with only "Connection is closed."; the cause is in the 'error' events before it.
+  const cause = lastRedisError(redis);
   try {
     await redis.connect();
   } catch (err) {
     redis.disconnect();
-    throw new RedisConnectFailure(what, describeRedis(settings), whyNot(cause ?? (err as Error), passwordFrom));
+    throw new RedisConnectFailure(
+      what,
+      describeRedis(settings),
+      redisFailure(cause() ?? (err as Error), passwordFrom, CONNECT_TIMEOUT_MS),
+    );
   }
   return redis;
-}
-
-/** Network errors as a person reads them; the code stays beside, for searching. */
-const NETWORK_REASONS: Record<string, (err: NodeJS.ErrnoException & { hostname?: string }) => string> = {
-  ECONNREFUSED: () => 'connection refused',
-  ENOTFOUND: (err) => `host "${err.hostname ?? '?'}" not found`,
-  EAI_AGAIN: (err) => `host "${err.hostname ?? '?'}" could not be looked up (DNS did not answer)`,
-  ETIMEDOUT: () => `no answer within ${CONNECT_TIMEOUT_MS / 1000} s`,
-  ECONNRESET: () => 'connection reset',
-  EHOSTUNREACH: () => 'host unreachable',
-  ENETUNREACH: () => 'network unreachable',
-};
-
-/** Redis answered but refused the credentials: the first word of its reply, and what to do. */
-const CREDENTIAL_REPLIES: Record<string, (passwordFrom: string) => string> = {
-  WRONGPASS: (from) => `refused the password (WRONGPASS): check ${from}`,
-  NOAUTH: (from) => `wants a password (NOAUTH): set it in ${from}`,
-};
-
-/** Why connecting failed, in a few words; `answered` when Redis answered but refused the credentials. */
-function whyNot(cause: Error, passwordFrom: string): { reason: string; answered: boolean } {
-  const credentials = CREDENTIAL_REPLIES[cause.message.split(' ')[0]!];
-  if (credentials) return { reason: credentials(passwordFrom), answered: true };
-  const code = (cause as NodeJS.ErrnoException).code;
-  const network = code === undefined ? undefined : NETWORK_REASONS[code];
-  return { reason: network ? `${network(cause)} (${code})` : cause.message.split('\n')[0]!, answered: false };
 }
 
 /** Connecting to a Redis failed: a credentials refusal is no network problem, and says so. */

@@ -88,7 +88,7 @@ export interface IngressRoleOptions {
 }
 
 export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleOptions = {}): Promise<IngressRole> {
-  const { config, options, log, redis, inboundLog, redisReached } = deps;
+  const { config, options, log, redis, inboundLog, redisReached, redisError } = deps;
   const closers = new Closers(log);
   return closers.opening(async () => {
     const inbound = new InboundAcceptor(inboundLog, {
@@ -120,7 +120,7 @@ export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleO
           (r) => r === 'PONG',
           () => false,
         );
-        if (!redisUp && !redisReached() && !restartedInOutage) return neverReachedReason(config.redis);
+        if (!redisUp && !redisReached() && !restartedInOutage) return neverReachedReason(config.redis, redisError());
         // Redis answers and still the fan-out makes no progress: not ready (an outage is the spool's case).
         const stalled = redisUp ? (roleOptions.fanOutStalled?.() ?? null) : null;
         if (stalled) return stalled;

@@ -39,6 +39,8 @@ export interface RoleDeps {
   redis: { producer: RedisClient; worker: RedisClient };
   /** True once the producer connection was ready (readiness: never reached is not an outage). */
   redisReached: () => boolean;
+  /** The last error of that connection since it was ready (why it was never reached). */
+  redisError: () => Error | undefined;
   /** The inbound log on the producer connection (the acceptors append to it). */
   inboundLog: InboundLog;
   /** The platform's API client (SMS and recordings for workers, channel events for the poller). */
