@@ -37,6 +37,20 @@ test('defaults: all roles, port 3000, local Redis, the platform allow list, a lo
   assert.deepEqual(sinksFor(config.routes, sampleCall('x')), ['archive']);
 });
 
+test('DATA_DIR holds the spool and the local archive unless SPOOL_DIR / ARCHIVE_DIR name others', () => {
+  // Before, a second instance given its own DATA_DIR still spooled into ./data/spool — which the
+  // first one held, so it ran without a spool — and archived into ./data/archive.
+  const config = loadConfig({ DATA_DIR: '/srv/second/', QUEUE_PREFIX: 'cs' });
+  assert.equal(config.spool.dir, '/srv/second/spool/cs');
+  assert.equal((config.sinks.archive?.options as { dir: string }).dir, '/srv/second/archive');
+  const file = withFile('sinks:\n  store: { type: archive }\nroutes:\n  - to: store\n', { DATA_DIR: '/srv/second' });
+  assert.equal((file.sinks.store?.options as { dir: string }).dir, '/srv/second/archive', "a file's folder sink");
+  const named = loadConfig({ DATA_DIR: '/srv/second', SPOOL_DIR: '/var/spool/cs', ARCHIVE_DIR: '/calls' });
+  assert.equal(named.spool.dir, '/var/spool/cs/callsync');
+  assert.equal((named.sinks.archive?.options as { dir: string }).dir, '/calls');
+  assert.equal(loadConfig({}).spool.dir, 'data/spool/callsync', 'the defaults as before');
+});
+
 test('ARCHIVE_S3_BUCKET alone archives every call with a transcript or a summary to S3', () => {
   const config = loadConfig({
     ARCHIVE_S3_BUCKET: 'calls',

@@ -138,9 +138,11 @@ describe('docker-compose.yml', () => {
     const { sinkEnv } = await import('../src/sinks/registry.js');
     const sinkVariables = new Set(Object.keys(sinkEnv));
     for (const role of ['ingress', 'worker', 'poller']) {
-      // ARCHIVE_DIR is set: the folder of the archive's volume, which adds no sink by itself (the
-      // config file's sinks below are the only ones).
-      const set = Object.keys(s[role].environment).filter((name) => sinkVariables.has(name) && name !== 'ARCHIVE_DIR');
+      // ARCHIVE_DIR and DATA_DIR are set: the folders of the volumes, which add no sink by themselves
+      // (the config file's sinks below are the only ones).
+      const set = Object.keys(s[role].environment).filter(
+        (name) => sinkVariables.has(name) && name !== 'ARCHIVE_DIR' && name !== 'DATA_DIR',
+      );
       assert.deepEqual(set, [], `${role} sets sink variables`);
     }
     // The worker's environment as Compose hands it over with an empty .env, beside a config file

@@ -148,8 +148,8 @@ const coreEnv = {
    * queue in order when it returns (docs/reliability.md). Default: on when SPOOL_DIR is writable.
    */
   SPOOL_ENABLED: optionalBool,
-  /** Folder of the ingress spool (one subfolder per QUEUE_PREFIX; one ingress process per folder). Default ./data/spool. */
-  SPOOL_DIR: envStringOr('./data/spool'),
+  /** Folder of the ingress spool (one subfolder per QUEUE_PREFIX; one ingress process per folder). Default DATA_DIR/spool. */
+  SPOOL_DIR: envString,
   /** Beyond this many bytes spooled, the ingress answers 503 again. Default 1 GiB. */
   SPOOL_MAX_BYTES: int(1024 * 1024 * 1024, 1),
   /** The spool refuses events (503, not ready) when its filesystem would keep less than this many bytes free. Default 16 MiB. */

@@ -38,7 +38,7 @@ import {
   type WebhookSection,
   type WorkerSection,
 } from './sections.js';
-import type { ArchiveSettings } from '../sinks/archive/index.js';
+import { archiveDir, type ArchiveSettings } from '../sinks/archive/index.js';
 import type { SinkSettings } from '../sinks/types.js';
 
 export type { PollerSettings } from './sections.js';
@@ -277,10 +277,11 @@ function readConfigFile(
  * "archive" rows) for what the file leaves out: S3_ENDPOINT, S3_FORCE_PATH_STYLE, AWS_REGION, and
  * the other half of a credential pair. Credentials the file names neither of are left to the AWS
  * SDK's default chain, which reads AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY itself (and
- * AWS_SESSION_TOKEN, which a static pair would drop). Only with a bucket: a folder needs none.
+ * AWS_SESSION_TOKEN, which a static pair would drop). A folder sink without `dir` takes ARCHIVE_DIR,
+ * else DATA_DIR/archive.
  */
 function withArchiveEnv(options: Record<string, unknown>, env: ArchiveSettings): Record<string, unknown> {
-  if (options.bucket === undefined) return options;
+  if (options.bucket === undefined) return options.dir === undefined ? { ...options, dir: archiveDir(env) } : options;
   const out = { ...options };
   if (out.region === undefined && env.AWS_REGION) out.region = env.AWS_REGION;
   if (out.endpoint === undefined && env.S3_ENDPOINT) out.endpoint = env.S3_ENDPOINT;

@@ -214,7 +214,7 @@ export function opsSection(env: Env): OpsSection {
 export interface SpoolSection {
   /** SPOOL_ENABLED; undefined: on when `dir` is writable. */
   enabled: boolean | undefined;
-  /** The folder of this queue prefix: SPOOL_DIR/<prefix> (one spool per prefix). */
+  /** The folder of this queue prefix: SPOOL_DIR/<prefix>, SPOOL_DIR by default DATA_DIR/spool (one spool per prefix). */
   dir: string;
   maxBytes: number;
   minFreeBytes: number;
@@ -223,7 +223,7 @@ export interface SpoolSection {
 export function spoolSection(env: Env): SpoolSection {
   return {
     enabled: env.SPOOL_ENABLED,
-    dir: join(env.SPOOL_DIR, env.QUEUE_PREFIX.replace(/[^A-Za-z0-9._{}-]/g, '_')),
+    dir: join(env.SPOOL_DIR ?? join(env.DATA_DIR, 'spool'), env.QUEUE_PREFIX.replace(/[^A-Za-z0-9._{}-]/g, '_')),
     maxBytes: env.SPOOL_MAX_BYTES,
     minFreeBytes: env.SPOOL_MIN_FREE_BYTES,
   };

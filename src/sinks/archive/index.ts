@@ -31,7 +31,7 @@ export const archiveOptionsSchema = z.strictObject({
   /** Static credentials; default: the AWS SDK's chain (environment of the process, instance roles...). */
   accessKeyId: z.string().min(1).optional(),
   secretAccessKey: z.string().min(1).optional(),
-  /** Local folder used when no bucket is set. Default `./data/archive`. */
+  /** Local folder used when no bucket is set. The config sets it when the file does not: ARCHIVE_DIR, else DATA_DIR/archive. */
   dir: z.string().default('./data/archive'),
   /** Time limit of one recording, download and upload together, in ms. Default 30 minutes. */
   recordingTimeoutMs: z
@@ -58,9 +58,19 @@ export const archiveEnv = {
   /** Static S3 credentials (both, or neither: then the AWS SDK's default chain). */
   AWS_ACCESS_KEY_ID: envString,
   AWS_SECRET_ACCESS_KEY: envString,
-  /** Local archive folder of the shortcut when no bucket is set. */
-  ARCHIVE_DIR: envStringOr('./data/archive'),
+  /** Local archive folder when no bucket is set (the shortcut's, or a file's sink without `dir`). Default DATA_DIR/archive. */
+  ARCHIVE_DIR: envString,
+  /** callsync's local state (src/config/env.ts): the archive folder's default is in it. */
+  DATA_DIR: envStringOr('./data'),
 } satisfies EnvShape;
+
+/**
+ * The local archive folder when none is named: ARCHIVE_DIR, else `archive` in DATA_DIR (`./data/archive`
+ * by default) — so a second instance given its own DATA_DIR does not write into the first one's.
+ */
+export function archiveDir(env: Pick<ArchiveSettings, 'ARCHIVE_DIR' | 'DATA_DIR'>): string {
+  return env.ARCHIVE_DIR ?? `${(env.DATA_DIR ?? './data').replace(/\/+$/, '') || '/'}/archive`;
+}
 
 /** @internal Exported for its tests only (test/crm-hubspot-recordings.redis.test.ts, test/identity-keys.test.ts …). */
 export class ArchiveSink implements Sink {
@@ -206,7 +216,7 @@ export const archiveSinkType: SinkType<ArchiveOptions, ArchiveSettings> = {
       if (env.AWS_ACCESS_KEY_ID) sink.accessKeyId = env.AWS_ACCESS_KEY_ID;
       if (env.AWS_SECRET_ACCESS_KEY) sink.secretAccessKey = env.AWS_SECRET_ACCESS_KEY;
     } else {
-      if (env.ARCHIVE_DIR) sink.dir = env.ARCHIVE_DIR;
+      sink.dir = archiveDir(env);
     }
     return {
       sinks: { archive: sink },
