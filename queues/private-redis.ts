@@ -837,8 +837,36 @@ export async function resolveRedis(settings: RedisSettings, options: ResolveOpti
   try {
     return await usePrivate(dir, rest, bin, probed, options);
   } catch (err) {
-    throw inFolder(err, dir);
+    throw inFolder(await whyNoFolder(err, dir), dir);
   }
+}
+
+/**
+ * A folder that could not be made: why, from the nearest folder above it that exists. Node's
+ * recursive mkdir reports ENOENT (`no such file or directory, mkdir …`) for a parent on a read-only
+ * file system or one this user may not write, which sent the reader looking for a missing folder.
+ */
+async function whyNoFolder(err: unknown, dir: string): Promise<unknown> {
+  const { syscall, code } = err as NodeJS.ErrnoException;
+  if (syscall !== 'mkdir' || code !== 'ENOENT') return err;
+  let above = resolve(dir);
+  while (
+    !(await stat(above).then(
+      (s) => s.isDirectory(),
+      () => false,
+    ))
+  ) {
+    const parent = resolve(above, '..');
+    if (parent === above) return err;
+    above = parent;
+  }
+  const denied = await access(above, constants.W_OK).then(
+    () => null,
+    (e: NodeJS.ErrnoException) => e.code ?? null,
+  );
+  if (denied === null) return err;
+  const why = denied === 'EROFS' ? 'is on a read-only file system' : 'is not writable by this user';
+  return Object.assign(new Error(`cannot be created: ${above} ${why} (${denied})`), { syscall: 'mkdir', code: denied });
 }
 
 /** System calls on files: an error of one of these while the private Redis is prepared is its folder's. */
@@ -851,7 +879,18 @@ const FILE_CALLS = new Set(['access', 'chmod', 'link', 'mkdir', 'open', 'read', 
 function inFolder(err: unknown, dir: string): unknown {
   const { syscall, code } = err as NodeJS.ErrnoException;
   if (!(err instanceof Error) || syscall === undefined || !FILE_CALLS.has(syscall)) return err;
-  return Object.assign(new Error(`the private Redis' folder ${dir} (DATA_DIR/redis): ${err.message}`), { code });
+  return new PrivateRedisFolderError(`the private Redis' folder ${dir} (DATA_DIR/redis): ${err.message}`, code);
+}
+
+/** The private Redis' folder (DATA_DIR/redis) could not be prepared: a set-up problem, named with its folder. */
+export class PrivateRedisFolderError extends Error {
+  constructor(
+    message: string,
+    readonly code: string | undefined,
+  ) {
+    super(message);
+    this.name = 'PrivateRedisFolderError';
+  }
 }
 
 /** The private Redis of `dir`: the folder prepared, this process a user, the server found or started. */

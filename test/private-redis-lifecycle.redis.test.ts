@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -244,6 +244,36 @@ describe('a DATA_DIR the private Redis cannot use: one line naming its folder', 
       `callsync start: start failed: the private Redis' folder ${join(dir, 'a-file', 'redis')} (DATA_DIR/redis): ENOTDIR: not a directory, mkdir '${join(dir, 'a-file', 'redis')}'\n`,
     );
   });
+
+  test(
+    'DATA_DIR on a read-only file system: start exits 1 and check-config 2, both naming the read-only folder (not ENOENT)',
+    {
+      skip:
+        spawnSync('unshare', ['--mount', 'true']).status === 0
+          ? false
+          : 'unshare --mount is not permitted here (needs root)',
+    },
+    async () => {
+      // Node's recursive mkdir said `ENOENT: no such file or directory, mkdir …` for a parent on a
+      // read-only file system: the reader looked for a missing folder.
+      const ro = join(dir, 'ro');
+      await mkdir(ro, { recursive: true });
+      const data = join(ro, 'data');
+      const line = `the private Redis' folder ${join(data, 'redis')} (DATA_DIR/redis): cannot be created: ${ro} is on a read-only file system (EROFS)`;
+      const inReadOnly = (command: string) =>
+        `mount -t tmpfs -o ro tmpfs ${JSON.stringify(ro)} && exec ${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} ${command}`;
+      const started = await ended('unshare', ['--mount', 'sh', '-c', inReadOnly('start')], { ...env, DATA_DIR: data });
+      assert.equal(started.code, 1, started.stderr);
+      assert.equal(started.stderr, `callsync start: start failed: ${line}\n`);
+      // check-config lists it as a problem of the configuration (exit 2), not as a failure (exit 1).
+      const out = spawnSync('unshare', ['--mount', 'sh', '-c', inReadOnly('check-config')], {
+        env: { ...env, DATA_DIR: data },
+        encoding: 'utf8',
+      });
+      assert.equal(out.status, 2, out.stdout + out.stderr);
+      assert.equal(out.stdout.split('\n')[0], `problem: ${line}`, out.stdout + out.stderr);
+    },
+  );
 
   test(
     'DATA_DIR on a full disk: exit 1, the folder named (the error alone named no path)',

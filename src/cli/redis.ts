@@ -13,6 +13,7 @@ import type { CliIo } from './io.js';
 import {
   findRedisServer,
   NoRedisError,
+  PrivateRedisFolderError,
   redisEvictionProblem,
   redisVersionProblem,
   resolveRedis,
@@ -131,6 +132,9 @@ export async function reachRedis(config: Config, io?: Pick<CliIo, 'err'>): Promi
   try {
     resolved = await resolveRedis(config.redis, lookOnly(io));
   } catch (err) {
+    // A DATA_DIR it cannot use is a problem of the configuration, listed with the others (exit 2).
+    if (err instanceof PrivateRedisFolderError)
+      return { origin: 'private', where: 'private', url: null, problem: err.message };
     if (!(err instanceof NoRedisError)) throw err;
     const local = config.redis.local;
     const bin = local ? await findRedisServer(local.serverBin) : null;
