@@ -251,6 +251,9 @@ export function redisFailure(
 ): { reason: string; answered: boolean } {
   const credentials = CREDENTIAL_REPLIES[cause.message.split(' ')[0]!];
   if (credentials) return { reason: credentials(passwordFrom), answered: true };
+  // ioredis' Sentinel client, every sentinel tried: its text ends in "retry is disabled. Last error: …".
+  if (cause.message.startsWith('All sentinels are unreachable'))
+    return { reason: 'no sentinel answers (REDIS_SENTINELS)', answered: false };
   const code = (cause as NodeJS.ErrnoException).code;
   const network = code === undefined ? undefined : NETWORK_REASONS[code];
   return {

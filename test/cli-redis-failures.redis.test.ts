@@ -21,6 +21,24 @@ describe('a Redis a command cannot use: the cause in one line', () => {
     await locked.destroy();
   });
 
+  test(
+    'no sentinel answering: said within seconds (before: the command hung for ever)',
+    { timeout: 60_000 },
+    async () => {
+      const port = await freePort();
+      const r = await cli(['calls', '--since', '2h'], {
+        ...env,
+        REDIS_SENTINELS: `127.0.0.1:${port}`,
+        REDIS_SENTINEL_NAME: 'mymaster',
+      });
+      assert.equal(r.code, 1);
+      assert.equal(
+        r.err,
+        `callsync calls: cannot reach Redis at sentinel 127.0.0.1:${port} master "mymaster": no sentinel answers (REDIS_SENTINELS)`,
+      );
+    },
+  );
+
   test('nothing listening: connection refused', async () => {
     const port = await freePort();
     const r = await cli(['calls', '--since', '2h'], { ...env, REDIS_URL: `redis://127.0.0.1:${port}` });

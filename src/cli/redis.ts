@@ -82,6 +82,8 @@ export async function connectRedisTo(
     enableOfflineQueue: true,
     connectTimeout: CONNECT_TIMEOUT_MS,
     retryStrategy: (times) => (times > 3 ? null : 200 * times),
+    // Sentinels unreachable: give up as for a Redis (the default retried for ever, the command hung).
+    sentinelRetryStrategy: (times) => (times > 3 ? null : 200 * times),
   });
   // connect() fails with only "Connection is closed."; the cause is in the 'error' events before it.
   const cause = lastRedisError(redis);
