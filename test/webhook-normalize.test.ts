@@ -154,10 +154,17 @@ test('epoch microseconds are recognised; a start that cannot be a call is refuse
     webhookPayload('us', (p) => {
       p.call.startTime = 1775642400000000;
       p.call.endTime = '1775642535000000';
+      // The chunks' times in µs too: 3 s to 6 s into the call (before: read as absent, counted).
+      p.assist.transcription.chunks[0].startTime = 1775642403000000;
+      p.assist.transcription.chunks[0].endTime = 1775642406000000;
     }),
   );
   assert.equal(micro.startedAt, '2026-04-08T10:00:00.000Z');
   assert.equal(micro.durationSec, 135);
+  assert.deepEqual(
+    [micro.transcript!.chunks[0]!.startOffsetMs, micro.transcript!.chunks[0]!.endOffsetMs],
+    [3000, 6000],
+  );
   const at = (startTime: unknown) =>
     webhookPayload('bad-start', (p) => {
       p.call.startTime = startTime;

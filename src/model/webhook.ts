@@ -510,6 +510,8 @@ function readChunkTime(v: unknown, path: Path, unread: Unread): ChunkTime | null
   if (v === null || v === undefined) return null;
   if (typeof v === 'number' || (typeof v === 'string' && NUMERIC.test(v))) {
     const n = Number(v);
+    // Epoch microseconds as the call's start reads them (instantMs); a chunk's offset is never that large.
+    if (n >= EPOCH_US_MIN) return { kind: 'absolute', ms: n / 1000 };
     return n >= EPOCH_MS_MIN ? { kind: 'absolute', ms: n } : { kind: 'offset', ms: n };
   }
   if (typeof v === 'string') {
