@@ -299,7 +299,10 @@ export function readText(v: unknown, path: Path, unread: Unread): string | null 
  * unread, empty.
  */
 export function readStrings(v: unknown, path: Path, unread: Unread): string[] {
-  return readList(v, path, unread).flatMap((x, i) => readText(x, [...path, i], unread) ?? []);
+  // A string (nearly always) is taken as it is: no path is made for it.
+  return readList(v, path, unread).flatMap((x, i) =>
+    typeof x === 'string' ? x : (readText(x, [...path, i], unread) ?? []),
+  );
 }
 
 /** An optional list: its elements, or (not a list) unread and empty. */
