@@ -377,6 +377,8 @@ describe('a vCon posted to the AI-agent route', () => {
       { vcon: '0.0.1' },
       { vcon: '0.0.1', parties: {} },
       { uuid: null, parties },
+      // A lone surrogate: no id (it hashes as U+FFFD, two calls would share a key), as for call.id.
+      { vcon: '0.0.1', uuid: 'v-\ud800', parties },
     ];
     for (const body of refused) {
       const res = await post(body);

@@ -18,6 +18,7 @@ import { callKey, type CanonicalCall, type Speaker, type TranscriptChunk } from 
 import { toE164 } from './phone.js';
 import { parseUtc } from './utc-time.js';
 import {
+  idProblem,
   InvalidPayloadError,
   jsonType,
   readStrings,
@@ -112,6 +113,9 @@ export function normalizeVcon(
   if (uuid === undefined || uuid === null) throw new InvalidPayloadError('/uuid', 'required field is missing');
   if (typeof uuid !== 'string') throw new InvalidPayloadError('/uuid', `expected a string, got ${jsonType(uuid)}`);
   if (uuid.trim() === '') throw new InvalidPayloadError('/uuid', 'the uuid is empty');
+  // Its call id: a lone surrogate hashes as U+FFFD, and two calls would share a key.
+  const notAnId = idProblem(uuid);
+  if (notAnId) throw new InvalidPayloadError('/uuid', notAnId);
   const unread = new Unread();
   const createdAt = dateOf(body.created_at);
   if (body.created_at !== undefined && createdAt === null) unread.add(['created_at'], 'not an RFC 3339 date-time');

@@ -120,9 +120,9 @@ const LONE_SURROGATE_ID = 'the id is not valid Unicode text (it holds a lone sur
  * its decimal text spells exactly. Not an id: numbers beyond 2^53 (12345678901234567890 arrives as
  * 12345678901234567000, so two calls would share a key and one be answered as the other's duplicate)
  * and lone surrogates (they hash as U+FFFD in UTF-8, with the same effect). A call id that is not
- * one is refused; an agent id that is not one is read as absent.
+ * one is refused (a vCon's `uuid` too: ./vcon.ts); an agent id that is not one is read as absent.
  */
-function idProblem(v: unknown): string | null {
+export function idProblem(v: unknown): string | null {
   if (typeof v === 'number') return Number.isSafeInteger(v) ? null : UNSAFE_NUMBER_ID;
   if (typeof v === 'string') return LONE_SURROGATE.test(v) ? LONE_SURROGATE_ID : null;
   return null;
