@@ -2,6 +2,9 @@
 // and its shell, not callsync, which ran on re-parented, holding its port (and a private Redis),
 // so the next `npm start` found the port taken. Now callsync sees its parent gone and stops as on
 // SIGTERM. A real `npm start` against the test Redis; its processes found through /proc.
+// And the other order: a SIGTERM to callsync, then npm and its shell killed (a supervisor ending the
+// group's parents): the shell's end during the shutdown is no second signal (it was taken for one:
+// "exiting without waiting").
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -14,31 +17,35 @@ import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis
 
 const ROOT = new URL('../', import.meta.url).pathname;
 const prefix = uniquePrefix('npm-parent');
-let dir: string | undefined;
-let group: number | undefined;
-let node: number | undefined;
+const dirs: string[] = [];
+/** Process groups (npm's) and callsync processes still to end after the tests. */
+const leftover = new Set<number>();
 
 after(async () => {
-  for (const pid of [node, group === undefined ? undefined : -group])
-    if (pid !== undefined)
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone already
-      }
+  for (const pid of leftover)
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone already
+    }
   await cleanupPrefix(prefix);
-  if (dir) await rm(dir, { recursive: true, force: true });
+  for (const dir of dirs) await rm(dir, { recursive: true, force: true });
 });
 
-/** The pids whose parent is `pid` (from /proc/<pid>/stat). */
+/** The parent of `pid` (from /proc/<pid>/stat), or null once it is gone. */
+async function parentOf(pid: number): Promise<number | null> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+  if (stat === '') return null;
+  // pid (comm) state ppid …: comm may hold spaces and parentheses, so read after the last ')'.
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+}
+
+/** The pids whose parent is `pid`. */
 async function childrenOf(pid: number): Promise<number[]> {
   const out: number[] = [];
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
-    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
-    // pid (comm) state ppid …: comm may hold spaces and parentheses, so read after the last ')'.
-    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-    if (ppid === pid) out.push(Number(entry));
+    if ((await parentOf(Number(entry))) === pid) out.push(Number(entry));
   }
   return out;
 }
@@ -55,8 +62,10 @@ async function callsyncUnder(pid: number): Promise<number | null> {
   return null;
 }
 
-test('npm start stopped by a SIGTERM to npm alone: callsync stops too, as on SIGTERM', async () => {
-  dir = await mkdtemp(join(tmpdir(), 'npm-parent-'));
+/** `npm start` in its own process group with `role`; resolves once callsync has started. */
+async function npmStart(role: string) {
+  const dir = await mkdtemp(join(tmpdir(), 'npm-parent-'));
+  dirs.push(dir);
   const logFile = join(dir, 'start.log');
   const out = openSync(logFile, 'w');
   const npm = spawn('npm', ['start'], {
@@ -67,7 +76,7 @@ test('npm start stopped by a SIGTERM to npm alone: callsync stops too, as on SIG
     env: {
       ...process.env,
       CALLSYNC_FROM_SOURCE: '1',
-      CALLSYNC_ROLE: 'ingress',
+      CALLSYNC_ROLE: role,
       CALLSYNC_CONFIG: '',
       REDIS_URL,
       QUEUE_PREFIX: prefix,
@@ -75,21 +84,42 @@ test('npm start stopped by a SIGTERM to npm alone: callsync stops too, as on SIG
       HOST: '127.0.0.1',
       OPS_PORT: 'off',
       SPOOL_ENABLED: 'false',
+      DATA_DIR: dir,
     },
   });
-  group = npm.pid!;
+  leftover.add(-npm.pid!);
   const log = () => readFile(logFile, 'utf8').catch(() => '');
   await waitFor(async () => (await log()).includes('"msg":"callsync started"') || null, {
     what: 'npm start to start callsync',
     timeoutMs: 60_000,
   });
-  node = (await callsyncUnder(npm.pid!)) ?? undefined;
+  const node = await callsyncUnder(npm.pid!);
   assert.ok(node, 'the callsync process under npm');
+  leftover.add(node);
+  return { npm: npm.pid!, node, log };
+}
+
+test('npm start stopped by a SIGTERM to npm alone: callsync stops too, as on SIGTERM', async () => {
+  const { npm, node, log } = await npmStart('ingress');
   // `kill $!`: npm alone, not its process group.
-  process.kill(npm.pid!, 'SIGTERM');
-  await waitFor(async () => !alive(node!) || null, { what: 'callsync to stop after npm', timeoutMs: 20_000 });
+  process.kill(npm, 'SIGTERM');
+  await waitFor(async () => !alive(node) || null, { what: 'callsync to stop after npm', timeoutMs: 20_000 });
   const text = await log();
   assert.match(text, /"msg":"npm ended without stopping callsync \(its shell exited\): stopping as on SIGTERM"/);
   assert.match(text, /"msg":"stopped"/);
-  node = undefined;
+});
+
+test('SIGTERM to callsync, then npm and its shell killed: one orderly stop, no second signal', async () => {
+  const { npm, node, log } = await npmStart('all');
+  const shell = await parentOf(node);
+  assert.ok(shell !== null && shell !== npm, "npm's shell, callsync's parent");
+  process.kill(node, 'SIGTERM');
+  await waitFor(async () => (await log()).includes('"msg":"shutting down') || null, { what: 'the shutdown to begin' });
+  // Its parents gone while it stops: what a supervisor ending the group's parents does.
+  process.kill(npm, 'SIGKILL');
+  process.kill(shell, 'SIGKILL');
+  await waitFor(async () => !alive(node) || null, { what: 'callsync to stop', timeoutMs: 30_000 });
+  const text = await log();
+  assert.match(text, /"msg":"stopped"/);
+  assert.doesNotMatch(text, /second signal|npm ended without stopping callsync/);
 });

@@ -249,7 +249,8 @@ describe('a Retry-After longer than the job lock, behind the queue runner', () =
       const years = await add('ra-years');
       await waitFor(() => heard('ra-years') === 1, { what: 'the request of ra-years' });
       await sleep(500);
-      const retry = (await timeline.read(years.id)).find((e) => e.event === 'retry');
+      // The last retry: under load an earlier, short "held" wait may come first.
+      const retry = (await timeline.read(years.id)).filter((e) => e.event === 'retry').at(-1);
       assert.ok(retry?.nextAt !== undefined, 'the wait is in the timeline');
       const ahead = retry.nextAt - Date.now();
       assert.ok(ahead > 23 * 3600_000 && ahead <= 24 * 3600_000, `next attempt in ${ahead} ms`);

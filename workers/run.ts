@@ -209,6 +209,8 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
   // ignored by its parent (nohup) to that default anyway, so nothing that ran on after a hang-up stops.
   process.on('SIGHUP', onSignal);
   stopWhenNpmIsGone(() => {
+    // npm's shell ending while a shutdown is under way (a SIGTERM reached both) is no second signal.
+    if (signalled) return;
     log.warn('npm ended without stopping callsync (its shell exited): stopping as on SIGTERM');
     onSignal('SIGTERM');
   });
