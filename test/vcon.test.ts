@@ -171,6 +171,47 @@ describe('vCon posted in', () => {
     assert.equal((renderVcon(back) as { uuid: string }).uuid, vcon.uuid);
   });
 
+  test("a speaker callsync cannot place keeps its name: read from the party's name or the originator's text, written as a party of its own", () => {
+    const sent = {
+      uuid: 'u-label',
+      parties: [{ tel: '+4915112345678' }, { tel: '+4921155550100' }, { name: 'Front desk' }, { tel: '+4930123' }],
+      dialog: [
+        { type: 'text', start: '2026-10-05T09:00:00Z', duration: 2, originator: 2, body: 'hello' },
+        { type: 'text', start: '2026-10-05T09:00:02Z', duration: 2, originator: 'Reception', body: 'hi' },
+        { type: 'text', start: '2026-10-05T09:00:04Z', duration: 2, originator: 3, body: 'no name' },
+        { type: 'text', start: '2026-10-05T09:00:06Z', duration: 2, originator: 0, body: 'caller' },
+      ],
+    };
+    const { call, unread } = normalizeVcon(sent, { agentId: 'agent-1', receivedAt });
+    assert.deepEqual(
+      call.transcript?.chunks.map((c) => [c.speaker, c.speakerLabel]),
+      [
+        ['unknown', 'Front desk'],
+        ['unknown', 'Reception'],
+        ['unknown', undefined],
+        ['caller', undefined],
+      ],
+      'a party without a name gives no label (never its number)',
+    );
+    assert.deepEqual(
+      unread.map((u) => u.field),
+      ['/dialog/*/originator'],
+      'still counted',
+    );
+    const vcon = JSON.parse(JSON.stringify(renderVcon(call))) as {
+      parties: { name?: string; tel?: string }[];
+      dialog: { originator?: number; parties: number[] }[];
+    };
+    assertValid(vcon);
+    assert.deepEqual(vcon.parties.slice(2), [{ name: 'Front desk' }, { name: 'Reception' }]);
+    assert.deepEqual(
+      vcon.dialog.map((d) => d.originator),
+      [2, 3, undefined, 0],
+    );
+    const back = normalizeVcon(vcon, { agentId: 'agent-1', receivedAt }).call;
+    assert.deepEqual(back.transcript?.chunks, call.transcript?.chunks, 'read back, the same speakers and labels');
+  });
+
   test('only the uuid refuses a vCon: what callsync cannot read elsewhere is read as absent and reported', () => {
     // Before: a 400 for a bad created_at, a party that is not an object, an analysis that is not a
     // list, a dialog without a start or with a duration beyond reason — none of them identifies the call.

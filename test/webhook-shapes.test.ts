@@ -13,7 +13,9 @@ import {
   normalizeWebhook,
   readWebhook,
   sentCallId,
+  transcriptFromPayload,
 } from '../src/model/webhook.js';
+import { parseStoredCall } from '../queues/inbound.js';
 import { renderTranscriptText } from '../src/sinks/archive/render.js';
 import { minimalPayload, webhookPayload } from './support/calls.js';
 
@@ -183,6 +185,48 @@ test('a chunk speaker callsync cannot place is read as unknown and counted, not 
     ['caller', 'callee', 'unknown'],
   );
   assert.deepEqual(placed.unread, []);
+});
+
+test("an unplaced speaker's label is kept on the chunk, shown by the archive, and left out of the content hash", () => {
+  const payload = webhookPayload('sp3', (p) => {
+    p.assist.transcription.chunks[0].speaker = '  Customer Service ';
+    p.assist.transcription.chunks[1].speaker = 12345;
+    p.assist.transcription.chunks[2].speaker = '';
+  });
+  const { call } = read(payload);
+  assert.deepEqual(
+    call.transcript?.chunks.map((c) => [c.speaker, c.speakerLabel]),
+    [
+      ['unknown', 'Customer Service'],
+      ['unknown', '12345'],
+      ['unknown', undefined],
+    ],
+  );
+  const text = renderTranscriptText(call);
+  assert.match(text, /\] Customer Service: /);
+  assert.match(text, /\] 12345: /);
+  assert.match(text, /\] Speaker: /, 'an empty label is no label: the archive says Speaker');
+  // Stored once in the payload, the transcript read back from it keeps the labels.
+  const rawJson = JSON.stringify(payload);
+  const stored = parseStoredCall(encodeCall(call, rawJson, transcriptFromPayload(call)).json);
+  assert.deepEqual(stored?.transcript, call.transcript);
+  // The hash is the one of the record without labels (as before labels were kept): a resend of a
+  // call accepted then is still a duplicate, both where the transcript is stored once and twice.
+  const unlabelled = {
+    ...call,
+    transcript: { ...call.transcript!, chunks: call.transcript!.chunks.map(({ speakerLabel: _l, ...c }) => c) },
+  };
+  const before = encodeCall(unlabelled).contentHash;
+  assert.equal(encodeCall(call).contentHash, before);
+  assert.equal(encodeCall(call, rawJson, true).contentHash, before);
+  assert.equal(encodeCall(read(structuredClone(payload)).call, rawJson, true).contentHash, before);
+  // A label is one line of at most 100 characters; the whole of it stays in the original.
+  const long = read(
+    webhookPayload('sp4', (p) => {
+      p.assist.transcription.chunks[0].speaker = `Front\n\tdesk ${'x'.repeat(200)}`;
+    }),
+  ).call;
+  assert.equal(long.transcript?.chunks[0]?.speakerLabel, `Front desk ${'x'.repeat(89)}`);
 });
 
 test('reading the other shape changes nothing for dedupe: the same payload twice has the same content hash, another headline another', () => {

@@ -22,6 +22,19 @@ export type Outcome = (typeof OUTCOMES)[number];
 /** `unknown` when the sender named a speaker callsync cannot place. */
 export type Speaker = 'caller' | 'callee' | 'unknown';
 
+/** Characters of an unplaced speaker's label kept on a chunk (the whole label stays in `raw`). */
+const SPEAKER_LABEL_MAX = 100;
+
+/**
+ * A sent speaker label as a chunk keeps it: control characters and runs of white space as one space
+ * (a label is shown on one line), trimmed, cut at `SPEAKER_LABEL_MAX` characters; undefined when empty.
+ */
+export function speakerLabelOf(label: string): string | undefined {
+  const oneLine = label.replace(/[\p{Cc}\s]+/gu, ' ').trim();
+  const cut = [...oneLine].slice(0, SPEAKER_LABEL_MAX).join('').trim();
+  return cut === '' ? undefined : cut;
+}
+
 /** Recording types of channel events (spec 2.7). */
 export const RECORDING_TYPES = ['voicemail', 'in_call_feature', 'call_recorder'] as const;
 type RecordingType = (typeof RECORDING_TYPES)[number];
@@ -54,6 +67,12 @@ export interface CallScenario {
 
 export interface TranscriptChunk {
   speaker: Speaker;
+  /**
+   * The label the sender gave a chunk whose speaker callsync cannot place (`Customer Service`, a vCon
+   * party's name), trimmed and cut at `SPEAKER_LABEL_MAX` characters; absent otherwise. Sinks that
+   * show a speaker show it instead of "unknown". Not part of the content hash (see `encodeCall`).
+   */
+  speakerLabel?: string;
   /** Milliseconds from the call's start. */
   startOffsetMs: number;
   endOffsetMs: number;
@@ -263,7 +282,9 @@ const PLACEHOLDER_JSON = JSON.stringify(PLACEHOLDER);
  * out on purpose: a resend that differs only in fields callsync does not read (a sender's delivery
  * timestamp or attempt counter, an extra object) changes nothing any sink writes from the record,
  * so it stays a duplicate instead of sending every CRM and webhook receiver a no-op update. The
- * one object kept verbatim in the record (`channel`) is hashed with its keys sorted.
+ * one object kept verbatim in the record (`channel`) is hashed with its keys sorted. A chunk's
+ * `speakerLabel` (a label callsync could not place, kept as sent) is left out of the hash for the
+ * same reason, so a call accepted before the record kept labels stays a duplicate when resent.
  *
  * `rawJson`, when given, is the request body `raw` was parsed from: stored as it is. With
  * `transcriptInRaw` (the transcript is the one the payload gives back: src/model/webhook.ts,
@@ -295,7 +316,7 @@ function encodeRecord(
   const tail = `"receivedAt":${JSON.stringify(receivedAt)}${rawText === undefined ? '' : `,"raw":${rawText}`}}`;
   const record = (body: string) => `${body.slice(0, -1)}${body.length > 2 ? ',' : ''}${tail}`;
   if (transcriptInRaw && rawJson !== undefined && content.transcript !== null) {
-    const transcriptJson = JSON.stringify(content.transcript);
+    const transcriptJson = JSON.stringify(withoutSpeakerLabels(content.transcript));
     content.transcript = PLACEHOLDER as unknown as CanonicalCall['transcript'];
     const body = JSON.stringify(content);
     const at = body.indexOf(PLACEHOLDER_JSON);
@@ -308,8 +329,18 @@ function encodeRecord(
     content.transcript = call.transcript;
   }
   const body = JSON.stringify(content);
-  const contentHash = createHash('sha256').update(body).digest('hex').slice(0, 16);
+  const hashed = withoutSpeakerLabels(content.transcript);
+  // `transcript` keeps its place among the keys: the hash of a call without labels is its JSON's, as before.
+  const hashedBody = hashed === content.transcript ? body : JSON.stringify({ ...content, transcript: hashed });
+  const contentHash = createHash('sha256').update(hashedBody).digest('hex').slice(0, 16);
   return { json: record(body), contentHash };
+}
+
+/** The transcript without its chunks' `speakerLabel` (itself when no chunk has one): what the content hash reads. */
+function withoutSpeakerLabels(transcript: CanonicalCall['transcript']): CanonicalCall['transcript'] {
+  if (transcript === null || !Array.isArray(transcript.chunks)) return transcript;
+  if (!transcript.chunks.some((c) => c?.speakerLabel !== undefined)) return transcript;
+  return { ...transcript, chunks: transcript.chunks.map(({ speakerLabel: _label, ...chunk }) => chunk) };
 }
 
 /** `encodeCall`'s content hash alone. */

@@ -8,13 +8,14 @@
 //    repository; a copy is in test/fixtures/vcon).
 //
 // Mapping, both ways: parties[0] is the caller, parties[1] the callee (a `tel` in E.164 when the
-// number is known); a text dialog's `originator` is its speaker (0 caller, 1 callee); its `start`
-// is the call's start plus the utterance's offset and `duration` its length in seconds. Analysis
+// number is known); a text dialog's `originator` is its speaker (0 caller, 1 callee; a speaker
+// callsync cannot place but the sender named is a further party by that name, read back as the
+// chunk's `speakerLabel`); its `start` is the call's start plus the utterance's offset and `duration` its length in seconds. Analysis
 // `summary` (text), `key_points` and `topics` (JSON arrays of strings; read in, plain text is one entry). The core vCon has no call
 // direction: a vCon read in is an inbound call (what the AI agent answers), written out the
 // caller is always party 0.
 import { createHash } from 'node:crypto';
-import { callKey, type CanonicalCall, type Speaker, type TranscriptChunk } from './call.js';
+import { callKey, speakerLabelOf, type CanonicalCall, type Speaker, type TranscriptChunk } from './call.js';
 import { toE164 } from './phone.js';
 import { parseUtc } from './utc-time.js';
 import {
@@ -89,12 +90,25 @@ function textList(entry: Json, path: Path, unread: Unread): string[] {
   return text === null ? [] : [text];
 }
 
-/** A text dialog's speaker: party 0 is the caller, 1 the callee; another originator is read as unknown and counted. */
-function speakerOf(originator: unknown, path: Path, unread: Unread): Speaker {
-  if (originator === 0) return 'caller';
-  if (originator === 1) return 'callee';
-  if (originator !== undefined && originator !== null) unread.add(path, 'expected 0 (the caller) or 1 (the callee)');
-  return 'unknown';
+/**
+ * A text dialog's speaker: party 0 is the caller, 1 the callee; another originator is read as unknown
+ * and counted, and the chunk keeps what names it (`speakerLabel`): that party's `name`, or the
+ * originator itself when it is text.
+ */
+function speakerOf(
+  originator: unknown,
+  parties: unknown[],
+  path: Path,
+  unread: Unread,
+): { speaker: Speaker; speakerLabel?: string } {
+  if (originator === 0) return { speaker: 'caller' };
+  if (originator === 1) return { speaker: 'callee' };
+  if (originator === undefined || originator === null) return { speaker: 'unknown' };
+  unread.add(path, 'expected 0 (the caller) or 1 (the callee)');
+  const party = Number.isInteger(originator) ? parties[originator as number] : undefined;
+  const name = isObject(party) ? party.name : originator;
+  const speakerLabel = typeof name === 'string' ? speakerLabelOf(name) : undefined;
+  return speakerLabel === undefined ? { speaker: 'unknown' } : { speaker: 'unknown', speakerLabel };
 }
 
 /**
@@ -168,8 +182,8 @@ export function normalizeVcon(
     const content = bodyText(d.body, d.encoding, path, unread);
     if (content === null) return;
     const from = starts[i]! - startMs;
-    const speaker = speakerOf(d.originator, [...path, 'originator'], unread);
-    chunks.push({ speaker, startOffsetMs: from, endOffsetMs: ends[i]! - startMs, content });
+    const speaker = speakerOf(d.originator, parties, [...path, 'originator'], unread);
+    chunks.push({ ...speaker, startOffsetMs: from, endOffsetMs: ends[i]! - startMs, content });
   });
   // The first analysis of a type, with its path (for what cannot be read in it).
   const byType = (type: string): { entry: Json; path: Path } | null => {
@@ -282,6 +296,7 @@ export function renderVcon(call: CanonicalCall): Json {
   const start = Date.parse(call.startedAt);
   const dialog: Json[] = [];
   if (call.transcript && call.transcript.chunks.length > 0) {
+    const labelParties = new Map<string, number>();
     for (const chunk of call.transcript.chunks) {
       const d: Json = {
         type: 'text',
@@ -293,6 +308,16 @@ export function renderVcon(call: CanonicalCall): Json {
         body: chunk.content,
       };
       if (chunk.speaker !== 'unknown') d.originator = chunk.speaker === 'caller' ? 0 : 1;
+      else if (chunk.speakerLabel) {
+        // A speaker callsync could not place, named by the sender: a party of its own, by that name.
+        let party = labelParties.get(chunk.speakerLabel);
+        if (party === undefined) {
+          party = parties.push({ name: chunk.speakerLabel }) - 1;
+          labelParties.set(chunk.speakerLabel, party);
+        }
+        d.originator = party;
+        d.parties = [0, 1, party];
+      }
       dialog.push(d);
     }
   } else if (call.transcript && call.transcript.content !== '') {

@@ -17,6 +17,7 @@ import { z } from 'zod';
 import {
   callKey,
   joinedName,
+  speakerLabelOf,
   type CallScenario,
   type CallSummary,
   type CallUser,
@@ -475,15 +476,22 @@ function speakerOf(raw: string, dir: Direction): Speaker {
 
 /**
  * A chunk's speaker: the side `speakerOf` places it on. A label it cannot place (`Customer Service`,
- * `12345`, `""`) is read as `unknown` and counted unread: the record has room for the two sides only
- * (the archive's labels, the vCon's `originator`), the label stays in the original.
+ * `12345`, `""`) is read as `unknown` and counted unread; the record's speaker has room for the two
+ * sides only, so the chunk keeps the label beside it (`speakerLabel`, for the sinks that show one).
  */
-function readSpeaker(v: unknown, path: Path, unread: Unread, dir: Direction): Speaker {
+function readSpeaker(
+  v: unknown,
+  path: Path,
+  unread: Unread,
+  dir: Direction,
+): { speaker: Speaker; speakerLabel?: string } {
   const raw = readText(v, path, unread);
-  if (raw === null) return 'unknown';
+  if (raw === null) return { speaker: 'unknown' };
   const speaker = speakerOf(raw, dir);
-  if (speaker === 'unknown') unread.add(path, 'expected caller or callee (or agent, customer, …), got other text');
-  return speaker;
+  if (speaker !== 'unknown') return { speaker };
+  unread.add(path, 'expected caller or callee (or agent, customer, …), got other text');
+  const speakerLabel = speakerLabelOf(raw);
+  return speakerLabel === undefined ? { speaker } : { speaker, speakerLabel };
 }
 
 /**
@@ -536,7 +544,7 @@ function readChunkTime(v: unknown, path: Path, unread: Unread): ChunkTime | null
 export const CHUNK_TIME_SLACK_MS = 60_000;
 
 interface RawChunk {
-  speaker: Speaker;
+  speaker: { speaker: Speaker; speakerLabel?: string };
   content: string | null;
   start: ChunkTime | null;
   end: ChunkTime | null;
@@ -612,7 +620,7 @@ function readTranscript(
   });
   const offsets = chunkOffsets(raw, startMs, durationSec, chunksPath, unread);
   const chunks: TranscriptChunk[] = raw.map((ch, i) => ({
-    speaker: ch.speaker,
+    ...ch.speaker,
     startOffsetMs: offsets[i]!.start,
     endOffsetMs: offsets[i]!.end,
     content: ch.content ?? '',

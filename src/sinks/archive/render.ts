@@ -53,7 +53,8 @@ export function renderTranscriptText(call: CanonicalCall): string {
     lines.push('(no transcript)');
   } else if (call.transcript.chunks.length > 0) {
     for (const chunk of call.transcript.chunks) {
-      lines.push(`[${formatOffset(chunk.startOffsetMs)}] ${speakerLabel[chunk.speaker]}: ${chunk.content.trim()}`);
+      const who = chunk.speaker === 'unknown' && chunk.speakerLabel ? chunk.speakerLabel : speakerLabel[chunk.speaker];
+      lines.push(`[${formatOffset(chunk.startOffsetMs)}] ${who}: ${chunk.content.trim()}`);
     }
   } else {
     lines.push(call.transcript.content.trim());
