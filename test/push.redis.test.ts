@@ -4,11 +4,13 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { connect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import type { Context } from 'hono';
 import { createIngressApp } from '../src/ingress/app.js';
+import { listen } from '../src/listen.js';
 import { InboundAcceptor } from '../src/ingress/accept.js';
 import { PushAssembly } from '../src/sources/push-assembly.js';
 import { pushSource } from '../src/sources/push.js';
@@ -34,6 +36,18 @@ const webhook: Config['webhook'] = {
   dedupeWindowMs: 60_000,
   enqueueTimeoutMs: 1500,
 };
+
+/** One raw request over a socket; the whole answer, read until the server closes (HTTP/1.0). */
+function rawHttp(port: number, request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const socket = connect(port, '127.0.0.1', () => socket.write(request));
+    socket.setTimeout(10_000, () => socket.destroy(new Error('no answer within 10 s')));
+    socket.on('data', (d: Buffer) => chunks.push(d));
+    socket.on('error', reject);
+    socket.on('close', () => resolve(Buffer.concat(chunks).toString('utf8')));
+  });
+}
 
 describe('Push API source', () => {
   const prefix = uniquePrefix('push');
@@ -150,6 +164,32 @@ describe('Push API source', () => {
     const other = await post(dtmf('xml-1'));
     assert.equal(other.status, 200);
     assert.match(await other.text(), /<Response\/>/);
+  });
+
+  test('newCall over HTTP/1.0 without a Host header: the callback URL has the address and port the request came in on', async () => {
+    // Before: `http://127.0.0.1/webhooks/push`, the listening host without its port.
+    const listening = await listen(makeApp({ publicUrl: undefined }).fetch, { port: 0, host: '127.0.0.1' });
+    try {
+      const { port } = listening.server.address() as AddressInfo;
+      const send = (callId: string, hostLine: string) => {
+        const body = newCall(callId);
+        return rawHttp(
+          port,
+          `POST /webhooks/push HTTP/1.0\r\n${hostLine}Content-Type: application/x-www-form-urlencoded\r\n` +
+            `X-Sipgate-Signature: ${sign(keys, body)}\r\nX-Test-Peer: ${PLATFORM_IP}\r\n` +
+            `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+        );
+      };
+      const bare = await send('h10-1', '');
+      assert.match(bare, /^HTTP\/1\.[01] 200 /);
+      assert.match(bare, new RegExp(`onAnswer="http://127\\.0\\.0\\.1:${port}/webhooks/push"`));
+      assert.match(bare, new RegExp(`onHangup="http://127\\.0\\.0\\.1:${port}/webhooks/push"`));
+      // A Host header still names the callback's authority.
+      const named = await send('h10-2', 'Host: calls.internal:8443\r\n');
+      assert.match(named, /onAnswer="http:\/\/calls\.internal:8443\/webhooks\/push"/);
+    } finally {
+      await listening.close();
+    }
   });
 
   test('newCall, answer, hangup: one canonical call with outcome, duration from answer to hangup and the answering user', async () => {

@@ -141,6 +141,21 @@ function bodyCutOff(c: Context): boolean {
   return incoming !== undefined && !incoming.complete && (incoming.destroyed || incoming.errored !== null);
 }
 
+/**
+ * The URL the request came in on. Without a Host header (HTTP/1.0 allows that) the Node adapter
+ * names the listening host without a port: the socket's local address and port say where the
+ * request came in (the Push API's callback URL is built from this when PUSH_API_PUBLIC_URL is unset).
+ */
+function requestUrl(c: Context): string {
+  if (c.req.header('host')) return c.req.url;
+  const socket = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket;
+  if (!socket?.localAddress || !socket.localPort) return c.req.url;
+  const url = new URL(c.req.url);
+  url.hostname = socket.localAddress.includes(':') ? `[${socket.localAddress}]` : socket.localAddress;
+  url.port = String(socket.localPort);
+  return url.href;
+}
+
 type SourceResult = Awaited<ReturnType<Source['receive']>>;
 
 /** What a call's slot in a source's list holds once the call was handed to the acceptor. */
@@ -227,7 +242,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
     const request: SourceRequest = {
       params: c.req.param() as Record<string, string>,
       headers: c.req.raw.headers,
-      url: c.req.url,
+      url: requestUrl(c),
       receivedAt: now(),
     };
     if (source.body === 'json') {

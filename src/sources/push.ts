@@ -58,7 +58,7 @@ export interface PushSourceOptions {
   publicKeyPem?: string;
   /** false: signatures are not checked (PUSH_API_VERIFY=false; warned about at every start). */
   verify: boolean;
-  /** Public base URL of the ingress (PUSH_API_PUBLIC_URL); unset: the URL the request came in on. */
+  /** Public base URL of the ingress (PUSH_API_PUBLIC_URL); unset: the URL the request came in on (src/ingress/app.ts, `requestUrl`). */
   publicUrl?: string;
 }
 

@@ -15,7 +15,7 @@ export interface SourceRequest {
   /** Path parameters of the matched route (`:agentId`). */
   params: Record<string, string>;
   headers: Headers;
-  /** Absolute URL of the request as received. */
+  /** Absolute URL of the request as received (without a Host header: the local address and port it came in on). */
   url: string;
   receivedAt: Date;
   /** Parsed JSON body and its text (sources with `body: 'json'`: the app's JSON guards ran). */
