@@ -789,6 +789,13 @@ export interface ResolveOptions {
    * start lock, its user file, and a server it started when no other process uses it.
    */
   signal?: AbortSignal;
+  /**
+   * A look (`start: false`) whose user file cannot be written (DATA_DIR read-only, or not this
+   * user's to write: EROFS, EACCES, EPERM) uses a running private Redis without being its user, and
+   * is told so here (one line, for stderr); its release then does nothing. Without it, or for a
+   * start, that is a failure of the folder (PrivateRedisFolderError).
+   */
+  onNotUser?: (note: string) => void;
 }
 
 const unchanged = (settings: RedisSettings, origin: RedisOrigin, where: string): ResolvedRedis => ({
@@ -869,6 +876,9 @@ async function whyNoFolder(err: unknown, dir: string): Promise<unknown> {
   return Object.assign(new Error(`cannot be created: ${above} ${why} (${denied})`), { syscall: 'mkdir', code: denied });
 }
 
+/** Codes of a file this process may not write: a read-only file system, or another user's folder. */
+const NOT_WRITABLE = new Set(['EROFS', 'EACCES', 'EPERM']);
+
 /** System calls on files: an error of one of these while the private Redis is prepared is its folder's. */
 const FILE_CALLS = new Set(['access', 'chmod', 'link', 'mkdir', 'open', 'read', 'scandir', 'stat', 'unlink', 'write']);
 
@@ -913,7 +923,25 @@ async function usePrivate(
   );
   const password = await passwordOf(dir);
   // A user before anything runs or is found: a process stopping meanwhile sees this one and leaves the server up.
-  const userFile = await addUser(dir);
+  const userFile = await addUser(dir).catch((err: NodeJS.ErrnoException) => {
+    const code = err.code ?? '';
+    if (options.start !== false || !options.onNotUser || !NOT_WRITABLE.has(code)) throw err;
+    options.onNotUser(
+      `${join(dir, USERS_DIR)} is not writable (${code}): this command uses the private Redis without registering as its user`,
+    );
+    return null;
+  });
+  if (userFile === null) {
+    const { server } = await runOrStart(dir, password, bin, probed, options);
+    return {
+      settings: { ...rest, url: `redis://127.0.0.1:${server.port}`, password, tls: false },
+      origin: 'private',
+      where: `private ${dir} (127.0.0.1:${server.port}, pid ${server.pid})`,
+      started: false,
+      // No user file to remove, and not its user: the server is its users' to stop.
+      release: async () => undefined,
+    };
+  }
   try {
     const { server, started } = await runOrStart(dir, password, bin, probed, options);
     return {

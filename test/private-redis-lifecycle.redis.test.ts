@@ -276,6 +276,54 @@ describe('a DATA_DIR the private Redis cannot use: one line naming its folder', 
   );
 
   test(
+    'a private Redis running, DATA_DIR made read-only afterwards: calls, call and check-config still read, saying they are no user of it',
+    {
+      skip:
+        spawnSync('unshare', ['--mount', 'true']).status === 0
+          ? false
+          : 'unshare --mount is not permitted here (needs root)',
+    },
+    async () => {
+      // Before: each failed writing its user file (`EROFS: read-only file system, open …/users/<pid>`).
+      const data = join(dir, 'ro-after');
+      const redisDir = join(data, 'redis');
+      // This process starts it and uses it, as a running `callsync start` would.
+      const used = await resolveRedis(settingsFor(redisDir), { log: quiet });
+      try {
+        const server = JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number };
+        // DATA_DIR read-only for the command only (a bind mount of its own in a mount namespace: root
+        // ignores file modes), the server outside still writing its folder.
+        const q = JSON.stringify(data);
+        const inReadOnly = (command: string) =>
+          `mount --bind ${q} ${q} && mount -o remount,bind,ro ${q} && exec ${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} ${command}`;
+        const run = (command: string) =>
+          spawnSync('unshare', ['--mount', 'sh', '-c', inReadOnly(command)], {
+            env: { ...env, DATA_DIR: data },
+            encoding: 'utf8',
+            timeout: 60_000,
+          });
+        const note = `callsync: note: ${join(redisDir, 'users')} is not writable (EROFS): this command uses the private Redis without registering as its user`;
+        const calls = run('calls --since 1h');
+        assert.equal(calls.status, 0, calls.stdout + calls.stderr);
+        assert.equal(calls.stderr, `${note}\n`);
+        const call = run('call ro-nothing-1');
+        // Looked up in Redis: none by that id (exit 1, as anywhere).
+        assert.equal(call.status, 1, call.stdout + call.stderr);
+        assert.ok(call.stderr.startsWith(`${note}\nno call found for "ro-nothing-1" `), call.stderr);
+        const check = run('check-config');
+        assert.equal(check.status, 0, check.stdout + check.stderr);
+        assert.equal(check.stderr, `${note}\n`, 'said once, though it looks for Redis twice');
+        assert.match(check.stdout, /^redis in use: private .*: answers$/m);
+        // Not users, they left nothing to clean up, and their end did not stop the server under its user.
+        assert.ok(alive(server.pid), 'the private Redis still runs for its user');
+        assert.deepEqual(await readdir(join(redisDir, 'users')), [String(process.pid)]);
+      } finally {
+        await used.release();
+      }
+    },
+  );
+
+  test(
     'DATA_DIR on a full disk: exit 1, the folder named (the error alone named no path)',
     {
       skip:

@@ -34,6 +34,8 @@ export class CliFailure extends Error {
  * REDIS_LOCAL_PROBE, else the private Redis a running `callsync start` shares (a command never
  * starts one; it counts as a user of it until the connection ends, so it is not stopped under it).
  * A private Redis loading its data is waited for (up to 10 min), saying so on `io.err` every 5 s.
+ * With `io`, a DATA_DIR it cannot write (read-only) does not stop a command: it uses the running
+ * private Redis without counting as its user, and says so once on `io.err`.
  */
 export async function connectRedis(config: Config, io?: Pick<CliIo, 'err'>): Promise<RedisClient> {
   const resolved = await resolveRedis(config.redis, lookOnly(io));
@@ -49,6 +51,9 @@ export async function connectRedis(config: Config, io?: Pick<CliIo, 'err'>): Pro
 
 const quiet = { info: () => undefined, warn: () => undefined };
 
+/** The note that a command is no user of the private Redis is said once per process (check-config looks twice). */
+let notUserSaid = false;
+
 /**
  * How a command looks for its Redis: never starting one, and of what that says only how far a load
  * of the private Redis it waits for is, on stderr (before, a command waited out a load of minutes
@@ -61,6 +66,11 @@ function lookOnly(io: Pick<CliIo, 'err'> | undefined): ResolveOptions {
     ...(io && {
       onLoading: (progress: string) =>
         io.err(`callsync: the private Redis is loading its data: ${progress}; waiting for it`),
+      // A read-only DATA_DIR: a command still reads (and writes Redis), only not as a user of the server.
+      onNotUser: (note: string) => {
+        if (!notUserSaid) io.err(`callsync: note: ${note}`);
+        notUserSaid = true;
+      },
     }),
   };
 }
