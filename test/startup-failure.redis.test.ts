@@ -304,6 +304,72 @@ test('the ops server answers /readyz 503 "starting" until the roles run', async 
   }
 });
 
+// A REDIS_URL that nothing answers: the start goes on (an outage at start is the spool's), but says
+// so at once, naming REDIS_URL and why, before anything else waits on it. Before: only BullMQ's and
+// ioredis' raw errors, then "Redis not ready at start" lines 2 s apart, none naming the setting.
+describe('a REDIS_URL nothing answers: one line at once names REDIS_URL and the cause; the start goes on', () => {
+  const unreached = async (redisUrl: string, cause: RegExp) => {
+    const dir = await mkdtemp(join(tmpdir(), 'callsync-unreached-'));
+    const child = startCallsyncProcess({
+      CALLSYNC_FROM_SOURCE: '1',
+      CALLSYNC_ROLE: 'all',
+      PORT: '0',
+      OPS_PORT: 'off',
+      HOST: '127.0.0.1',
+      REDIS_URL: redisUrl,
+      QUEUE_PREFIX: uniquePrefix('unreached'),
+      ARCHIVE_DIR: join(dir, 'archive'),
+      SPOOL_DIR: join(dir, 'spool'),
+      DATA_DIR: dir,
+      LOG_LEVEL: 'info',
+    });
+    try {
+      const line = await waitFor(
+        () => child.lines.find((l) => String(l.msg).startsWith('Redis not reached at start')),
+        {
+          timeoutMs: 60_000,
+          what: 'the line saying Redis is not reached',
+        },
+      );
+      assert.equal(line.level, 50, 'an error: nothing is processed until it answers');
+      assert.match(String(line.msg), /^Redis not reached at start: redis:\/\/127\.0\.0\.1:\d+\/? \(REDIS_URL\): /);
+      assert.match(String(line.msg), cause);
+      assert.match(String(line.msg), /starting anyway: the ingress spools webhooks \(or answers 503\)/);
+      // Said first: before the ingress listens and before any wait for Redis gives up.
+      const at = child.lines.indexOf(line);
+      assert.ok(
+        !child.lines.slice(0, at).some((l) => l.msg === 'ingress listening' || /^Redis not ready/.test(String(l.msg))),
+        JSON.stringify(child.lines.slice(0, at + 1)),
+      );
+      await waitFor(() => child.lines.some((l) => l.msg === 'callsync started'), {
+        timeoutMs: 60_000,
+        what: 'callsync started (the start goes on)',
+      });
+      child.proc.kill('SIGTERM');
+      assert.equal(await bounded(child.exit, 30_000, 'callsync start to exit on SIGTERM', child), 0);
+    } finally {
+      child.proc.kill('SIGKILL');
+      await rm(dir, { recursive: true, force: true });
+    }
+  };
+
+  test('refused: "connection refused (ECONNREFUSED)"', async () => {
+    await unreached('redis://127.0.0.1:1', /: connection refused \(ECONNREFUSED\);/);
+  });
+
+  test('a server that takes the connection and never answers: "no answer within 2 s"', async () => {
+    const sockets: import('node:net').Socket[] = [];
+    const silent = createServer((socket) => void sockets.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    try {
+      await unreached(`redis://127.0.0.1:${(silent.address() as AddressInfo).port}`, /: no answer within 2 s;/);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+    }
+  });
+});
+
 // A REDIS_URL that nothing answers (a typo, Redis not up yet) and a Ctrl-C: the process stopped
 // after about 8 s (the fan-out waited out its blocking read's time and 2 s more for a connection
 // that was never there, the configuration fingerprint 1 s for a delete that could not be sent).

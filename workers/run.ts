@@ -19,6 +19,7 @@ import {
   describeRedis,
   lastRedisError,
   redisFailure,
+  redisMode,
   STARTUP_REDIS_WAIT_MS,
   type RedisSettings,
 } from '../queues/connection.js';
@@ -111,12 +112,13 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
  * What is wrong with the Redis of `settings`, asked on a connection of its own before any queue
  * connects (BullMQ warns on each) or a job is taken: `tooOld`, why it cannot be callsync's (older
  * than it needs); `evicts`, why it may lose accepted calls (an eviction policy). Nulls when all is
- * well, or when it is not reached within STARTUP_REDIS_WAIT_MS (the start goes on: an outage at
- * start is the spool's); `refused`, why not, when it answered and refused the password.
+ * well; `refused`, why not, when it answered and refused the password; `unreached`, why not, when
+ * it did not answer (refused at once, or no answer within STARTUP_REDIS_WAIT_MS): the start goes
+ * on (an outage at start is the spool's), saying so first.
  */
 async function redisProblems(
   settings: RedisSettings,
-): Promise<{ tooOld: string | null; evicts: string | null; refused?: string }> {
+): Promise<{ tooOld: string | null; evicts: string | null; refused?: string; unreached?: string }> {
   const none = { tooOld: null, evicts: null };
   const client = createRedis(settings, 'producer', {
     lazyConnect: true,
@@ -131,19 +133,31 @@ async function redisProblems(
     evicts: await redisEvictionProblem(client, where),
   }));
   try {
-    return await Promise.race([
+    const answer = await Promise.race([
       asked,
-      new Promise<typeof none>((resolve) => setTimeout(resolve, STARTUP_REDIS_WAIT_MS, none).unref()),
+      new Promise<null>((resolve) => setTimeout(resolve, STARTUP_REDIS_WAIT_MS, null).unref()),
     ]);
+    if (answer) return answer;
+    const last = cause();
+    const why = last ? redisFailure(last, undefined, STARTUP_REDIS_WAIT_MS).reason : null;
+    return { ...none, unreached: why ?? `no answer within ${STARTUP_REDIS_WAIT_MS / 1000} s` };
   } catch (err) {
     // A Redis that answers and refuses the password will not take it later: said at once, not
     // after a start that then fails every command for ever (its /readyz said only "not reached").
-    const failure = redisFailure(cause() ?? (err as Error));
-    return failure.answered ? { ...none, refused: `Redis at ${where} ${failure.reason}` } : none;
+    const failure = redisFailure(cause() ?? (err as Error), undefined, STARTUP_REDIS_WAIT_MS);
+    return failure.answered
+      ? { ...none, refused: `Redis at ${where} ${failure.reason}` }
+      : { ...none, unreached: failure.reason };
   } finally {
     client.disconnect();
     asked.catch(() => undefined);
   }
+}
+
+/** The setting that names the Redis of `settings` when it is configured: what to check when it does not answer. */
+function redisSetting(settings: RedisSettings): string {
+  const mode = redisMode(settings);
+  return mode === 'cluster' ? 'REDIS_CLUSTER_NODES' : mode === 'sentinel' ? 'REDIS_SENTINELS' : 'REDIS_URL';
 }
 
 /** How often a callsync run by npm checks that npm's shell, its parent, is still there. */
@@ -247,10 +261,17 @@ export async function runUntilSignalled(configured: Config, log: Logger): Promis
       'no Redis configured (REDIS_URL unset): sharing the private Redis another callsync process started',
     );
   const config: Config = { ...configured, redis: redis.settings };
-  const { tooOld, evicts, refused } = await redisProblems(config.redis);
+  const { tooOld, evicts, refused, unreached } = await redisProblems(config.redis);
   if (tooOld || refused) {
     await release();
     throw new NoRedisError((tooOld ?? refused)!);
+  }
+  // Said first, with the setting to check (a typo, Redis not up yet), before the waits for it give up one by one.
+  if (unreached) {
+    const named = redis.origin === 'configured' ? ` (${redisSetting(config.redis)})` : ` (${redis.where})`;
+    log.error(
+      `Redis not reached at start: ${describeRedis(config.redis)}${named}: ${unreached}; starting anyway: the ingress spools webhooks (or answers 503) and the workers wait until it answers`,
+    );
   }
   // Not refused (it loses nothing until its memory is full), but said at once and on /readyz.
   if (evicts) log.error(evicts);
