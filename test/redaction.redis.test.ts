@@ -121,6 +121,16 @@ describe('scrubEchoes', () => {
     assert.ok(err.stack?.startsWith('PermanentError: HubSpot answered 400: …'), err.stack);
   });
 
+  test("a speaker's label the call keeps (a name, often) is scrubbed like the users' names", () => {
+    const call = sampleCall('c-echo-label', {
+      patch: (p) => (p.assist.transcription.chunks[0].speaker = 'Grace Hopper'),
+    });
+    assert.equal(call.transcript?.chunks[0]?.speakerLabel, 'Grace Hopper');
+    const err = new PermanentError('HubSpot answered 400: speaker Grace Hopper is not a contact');
+    scrubCallEchoes(err, call);
+    assert.ok(!/Grace|Hopper/.test(err.message), err.message);
+  });
+
   test('maskPhone keeps at least 3 digits of a short number hidden', () => {
     assert.equal(maskPhone('6355340'), '6****340');
     assert.equal(maskPhone('+492116355400'), '+49211****400');

@@ -20,6 +20,8 @@ function echoValuesOf(call: Omit<CanonicalCall, 'revision'>): EchoValues {
     for (const set of scenario.smartAnswers) for (const item of set.setItems) texts.push(item.answer);
   }
   const names = (call.users ?? []).flatMap((u) => [u.fullName, u.firstName, u.lastName]);
+  // A speaker callsync could not place keeps the sender's label: a person's or a team's name.
+  if (call.transcript) names.push(...call.transcript.chunks.map((c) => c.speakerLabel ?? null));
   const numbers = [call.from, call.to, call.fromRaw, call.toRaw, call.forwarding?.target ?? null];
   const present = (values: (string | null | undefined)[]) =>
     values.filter((v): v is string => typeof v === 'string' && v.trim() !== '');
