@@ -187,6 +187,15 @@ describe('Push API source', () => {
       // A Host header still names the callback's authority.
       const named = await send('h10-2', 'Host: calls.internal:8443\r\n');
       assert.match(named, /onAnswer="http:\/\/calls\.internal:8443\/webhooks\/push"/);
+      // So does an absolute request target without one.
+      const body = newCall('h10-3');
+      const absolute = await rawHttp(
+        port,
+        `POST http://calls.internal:9000/webhooks/push HTTP/1.0\r\nContent-Type: application/x-www-form-urlencoded\r\n` +
+          `X-Sipgate-Signature: ${sign(keys, body)}\r\nX-Test-Peer: ${PLATFORM_IP}\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+      assert.match(absolute, /onAnswer="http:\/\/calls\.internal:9000\/webhooks\/push"/);
     } finally {
       await listening.close();
     }

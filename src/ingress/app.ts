@@ -148,8 +148,10 @@ function bodyCutOff(c: Context): boolean {
  */
 function requestUrl(c: Context): string {
   if (c.req.header('host')) return c.req.url;
-  const socket = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming?.socket;
-  if (!socket?.localAddress || !socket.localPort) return c.req.url;
+  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+  const socket = incoming?.socket;
+  // An absolute request target (`POST http://host:port/… HTTP/1.0`) names its authority itself.
+  if (!incoming?.url?.startsWith('/') || !socket?.localAddress || !socket.localPort) return c.req.url;
   const url = new URL(c.req.url);
   url.hostname = socket.localAddress.includes(':') ? `[${socket.localAddress}]` : socket.localAddress;
   url.port = String(socket.localPort);
