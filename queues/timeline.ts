@@ -234,8 +234,8 @@ export interface CallTimelineOptions {
 }
 
 /**
- * The webhooks refused with their call id readable (a sorted set by time: see CallTimeline.refused).
- * @internal Exported for its tests (test/refused-calls.redis.test.ts).
+ * The webhooks refused with their call id readable (a sorted set by time: see CallTimeline.refused);
+ * the retention sweeper trims it too (src/privacy/retention.ts).
  */
 export const refusedCallsKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:refused`;
 /**

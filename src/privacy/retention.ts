@@ -9,7 +9,8 @@
 //   - archive sinks in a folder: ARCHIVE_RETENTION_DAYS by the object's write time (an S3 archive
 //     gets a lifecycle rule instead, `callsync retention apply`, ./lifecycle.ts).
 // Call timelines expire by Redis TTL (CALL_TIMELINE_TTL_DAYS, queues/timeline.ts): measured; a lowered
-// TTL is brought to the timelines and lookups kept already, once (`applyTimelineTtl`).
+// TTL is brought to the timelines kept already, once (`applyTimelineTtl`); the entries of their
+// lookups and of the refused calls older than the TTL go at every sweep (`trimLookups`).
 // The age of the oldest item per store is measured on each sweep: `callsync_retention_oldest_seconds`
 // (an S3 archive's with a few requests whatever the bucket holds: `oldestInS3` below).
 import { Queue } from 'bullmq';
@@ -17,7 +18,7 @@ import type { Logger } from 'pino';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { globEscape, queuesInRedis, scanKeys } from '../../queues/scan.js';
-import { callIdKey, numberKey, recentCallsKey } from '../../queues/timeline.js';
+import { callIdKey, numberKey, recentCallsKey, refusedCallsKey } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { retentionOldest, retentionRemoved } from '../metrics.js';
 import { archiveOptionsSchema, createObjectStore } from '../sinks/archive/index.js';
@@ -104,12 +105,12 @@ const idMs = (id: string) => Number(id.slice(0, id.indexOf('-')));
  * store. `now` is the time the ages are measured against (tests pass one).
  */
 /**
- * Brings CALL_TIMELINE_TTL_DAYS to the timelines and lookups kept already, when it is lower than the
- * one last applied (recorded in Redis; unknown at the first sweep after an upgrade): a timeline's
- * expiry is set as it is written, so one of a call that has no new event kept the expiry it was given
- * under the longer setting — 30 days of a call's events after a data-protection officer set 7. Each
+ * Brings CALL_TIMELINE_TTL_DAYS to the timelines kept already, when it is lower than the one last
+ * applied (recorded in Redis; unknown at the first sweep after an upgrade): a timeline's expiry is
+ * set as it is written, so one of a call that has no new event kept the expiry it was given under
+ * the longer setting — 30 days of a call's events after a data-protection officer set 7. Each
  * timeline then expires CALL_TIMELINE_TTL_DAYS after its last entry (removed at once when that is
- * past), and each lookup loses its entries older than that. Answers how many timelines it removed.
+ * past). Answers how many timelines it removed.
  */
 async function applyTimelineTtl(redis: RedisClient, keys: RedisKeys, ttlMs: number, now: number): Promise<number> {
   const calls = keys.area('calls');
@@ -120,12 +121,11 @@ async function applyTimelineTtl(redis: RedisClient, keys: RedisKeys, ttlMs: numb
     return 0;
   }
   let removed = 0;
-  const own = (key: string) => key.startsWith(`${keys.prefix}:`) || key.startsWith(`{${keys.prefix}:`);
   const timelines =
     keys.layout === 'spread'
       ? `{${globEscape(keys.prefix)}:call:*}:timeline`
       : `${globEscape(keys.prefix)}:call:*:timeline`;
-  for (const key of (await scanKeys(redis, timelines)).filter(own)) {
+  for (const key of (await scanKeys(redis, timelines)).filter((key) => ownKey(keys, key))) {
     const [last] = await redis.lrange(key, -1, -1);
     const at = lastAt(last);
     if (at === null) continue;
@@ -136,17 +136,36 @@ async function applyTimelineTtl(redis: RedisClient, keys: RedisKeys, ttlMs: numb
       if (left < 0 || now + left > expireAt) await redis.pexpireat(key, expireAt);
     }
   }
-  const lookups = [
+  await redis.set(applied, String(ttlMs));
+  return removed;
+}
+
+/** A key of this deployment (another QUEUE_PREFIX may start with this one). */
+const ownKey = (keys: RedisKeys, key: string) =>
+  key.startsWith(`${keys.prefix}:`) || key.startsWith(`{${keys.prefix}:`);
+
+/**
+ * The entries of the timelines' lookups (by time, call id, number) and of the refused calls older
+ * than CALL_TIMELINE_TTL_DAYS, at every sweep. Each set is trimmed as it is written to and expires
+ * that long after its last write; one written to again before it expires — a caller who calls
+ * again on day 29, a refusal a day — kept its first entries until then: up to twice the setting.
+ * Answers how many entries it removed.
+ */
+async function trimLookups(redis: RedisClient, keys: RedisKeys, ttlMs: number, now: number): Promise<number> {
+  const calls = keys.area('calls');
+  const sets = [
     recentCallsKey(keys),
+    refusedCallsKey(keys),
     ...(await scanKeys(redis, callIdKey(globEscape(calls), '*'))),
     ...(await scanKeys(redis, numberKey(globEscape(calls), '*'))),
-  ].filter(own);
-  for (const key of lookups) {
-    await redis.zremrangebyscore(key, '-inf', String(now - ttlMs));
+  ].filter((key) => ownKey(keys, key));
+  let removed = 0;
+  for (const key of sets) {
+    removed += await redis.zremrangebyscore(key, '-inf', `(${now - ttlMs}`);
+    // A lowered setting: a set's own expiry is brought to it too.
     const left = await redis.pttl(key);
     if (left > ttlMs) await redis.pexpire(key, ttlMs);
   }
-  await redis.set(applied, String(ttlMs));
   return removed;
 }
 
@@ -234,7 +253,9 @@ export async function sweepRetention(
 
   // Call timelines expire by their TTL, set as they are written; a lowered CALL_TIMELINE_TTL_DAYS is
   // brought to the ones kept already, once. Then the oldest call in the index by time.
-  add('timelines', await applyTimelineTtl(redis, keys, Math.round(config.timeline.ttlDays * DAY_MS), now));
+  const timelineTtlMs = Math.round(config.timeline.ttlDays * DAY_MS);
+  add('timelines', await applyTimelineTtl(redis, keys, timelineTtlMs, now));
+  await trimLookups(redis, keys, timelineTtlMs, now);
   const [, firstAt] = await redis.zrange(recentCallsKey(keys), 0, 0, 'WITHSCORES');
   oldest('timelines', firstAt === undefined ? null : Number(firstAt));
 
