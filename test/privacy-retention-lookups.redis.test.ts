@@ -4,35 +4,40 @@
 // written to, and expired that long after their last write: a repeat caller's number index kept the
 // first call's hash, and the refused set the first refusal, up to twice the TTL (day 0 and day 29:
 // both kept until day 59) — the sweep trimmed them only once, when the setting had been lowered.
+// On the shared Redis, or with TEST_REDIS_CLUSTER=1 on a Redis Cluster with spread keys.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import pino from 'pino';
-import { Redis } from 'ioredis';
-import { redisKeys } from '../queues/keys.js';
+import type { RedisClient } from '../queues/connection.js';
 import { CallTimeline, recentCallsKey, refusedCallsKey, timelineId, type Refusal } from '../queues/timeline.js';
 import { loadConfig } from '../src/config/index.js';
 import { sweepRetention } from '../src/privacy/retention.js';
 import { sampleCall } from './support/calls.js';
 import { testEnv } from './support/callsync.js';
-import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { testRedis, waitFor } from './support/redis.js';
 
 const HOUR = 3600_000;
 const NUMBER = '+491701234567';
 
 describe('the lookups and refusals go CALL_TIMELINE_TTL_DAYS after they were written', () => {
-  const prefix = uniquePrefix('lookups');
-  let redis: Redis;
-  before(() => {
-    redis = new Redis(REDIS_URL);
+  let prefix: string;
+  let redis: RedisClient;
+  before(async () => {
+    const target = await testRedis();
+    prefix = await target.prefix('lookups');
+    redis = target.connect();
   });
   after(async () => {
-    redis.disconnect();
-    await cleanupPrefix(prefix);
+    redis?.disconnect();
+    if (prefix) await (await testRedis()).cleanup(prefix);
   });
 
   test("a repeat caller's number index and the refused set lose what is past the TTL at the next sweep", async () => {
-    const config = loadConfig(testEnv(prefix, { CALL_TIMELINE_TTL_DAYS: '1', SPOOL_ENABLED: 'false' }));
-    const keys = redisKeys(config.redis);
+    const target = await testRedis();
+    const config = loadConfig(
+      testEnv(prefix, { ...target.env(), CALL_TIMELINE_TTL_DAYS: '1', SPOOL_ENABLED: 'false' }),
+    );
+    const keys = target.keys(prefix);
     const log = pino({ level: 'silent' });
     const start = Date.now();
     let now = start - 23 * HOUR;
