@@ -24,6 +24,8 @@ import { waitFor } from './support/redis.js';
 import { TestSmtpServer } from './support/smtp.js';
 
 const SENTENCE = 'My account number is 55-1234 and the code word is heron.';
+// Parts of the call the SMS and e-mail templates below do not use: their jobs leave them out.
+const UNREAD = ['Lovelace', 'Answer-Kestrel', 'Headline-Osprey', 'Channel-Wren'];
 
 describe('sink jobs carry the transcript only where it is read', () => {
   const secret = `whsec_${randomBytes(32).toString('base64')}`;
@@ -85,6 +87,9 @@ routes:
       p.call.from = '+491701234567';
       p.assist.transcription.content = `Caller: ${SENTENCE}`;
       p.assist.transcription.chunks[0].content = SENTENCE;
+      p.assist.callScenarios[0].smartAnswers[0].setItems[0].answer = 'Answer-Kestrel';
+      p.assist.callHeadline = 'Headline-Osprey';
+      p.call.channel = { id: 'ch-1', name: 'Channel-Wren' };
     });
     assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, payload)).status, 202);
     const id = callHash(callKey('ai-agent', 'agent-1', 'jd-1'));
@@ -126,6 +131,20 @@ routes:
       );
       assert.match(data.get(sink)!, /"raw":null/, `${sink}'s job carries no raw payload`);
     }
+    // The SMS ("Thanks: {{summary}}") and the e-mail (subject "Call from {{caller}}", the default
+    // text: numbers, times, summary, key points, topics) read no user names, smart answers, headline
+    // or channel: their jobs hold none; the sinks that may read them get them.
+    for (const sink of ['sms', 'mail']) {
+      for (const text of UNREAD) assert.ok(!data.get(sink)!.includes(text), `${sink}'s job holds no ${text}`);
+      assert.ok(data.get(sink)!.includes('dentist appointment'), `${sink}'s job keeps the summary it sends`);
+    }
+    for (const sink of ['archive', 'hubspot', 'pipedrive', 'hooks'])
+      for (const text of UNREAD) assert.ok(data.get(sink)!.includes(text), `${sink}'s job keeps ${text}`);
+    assert.ok(
+      api.sms.some((m) => m.message.includes('dentist appointment')),
+      'the SMS says the summary',
+    );
+    assert.match(smtp.messages[0]?.text ?? '', /dentist appointment/, 'the e-mail has the summary');
     // With PRIVACY_HMAC_SECRET no key names the number: the "never twice" marker and the cooldown hold its keyed hash.
     assert.ok(
       api.sms.some((m) => m.recipient === '+491701234567'),
@@ -167,6 +186,8 @@ routes:
         await queue.close();
       }
     };
+    for (const text of UNREAD)
+      assert.ok(!(await replayed(sinkQueueName('sms'))).includes(text), `the replayed SMS job holds no ${text}`);
     for (const sink of ['sms', 'hubspot']) {
       const data = await replayed(sinkQueueName(sink));
       assert.ok(!data.includes(SENTENCE), `${sink}'s replayed job carries no transcript text`);

@@ -12,7 +12,14 @@ import { emailSinkType } from '../src/sinks/notify/email.js';
 import { renderHtml, renderText } from '../src/sinks/notify/message.js';
 import { smsSinkType } from '../src/sinks/notify/sms.js';
 import { renderTemplate } from '../src/sinks/template.js';
-import { formatDuration, TEMPLATE_ALIASES, TEMPLATE_VARS, templateVars } from '../src/sinks/template-vars.js';
+import { withParts } from '../src/model/call.js';
+import {
+  formatDuration,
+  partsReadBy,
+  TEMPLATE_ALIASES,
+  TEMPLATE_VARS,
+  templateVars,
+} from '../src/sinks/template-vars.js';
 import { sampleCall } from './support/calls.js';
 
 const crm = (call = sampleCall('tv-1')) => callVars(call, { defaultRegion: 'DE', archive: { enabled: false } });
@@ -186,5 +193,35 @@ describe('hostile text', () => {
       renderTitle('{{title}} ({{outcome}})', { title: 'a\u0000b\u001b[1m\u0085c\u2028d', outcome: 'x' }),
       'a b [1m c d (x)',
     );
+  });
+});
+
+describe('the parts of a call a template reads (what a notification job keeps)', () => {
+  const call = sampleCall('tv-parts', {
+    patch: (p) => {
+      p.assist.callHeadline = 'Moving the appointment';
+      p.call.channel = { id: 'ch-1', name: 'Front desk' };
+    },
+  });
+  test('every variable and alias renders the same from the call cut to the parts it reads', () => {
+    for (const name of [...TEMPLATE_VARS, ...Object.keys(TEMPLATE_ALIASES)]) {
+      const template = `{{${name}}}`;
+      const cut = withParts(call, partsReadBy([template]));
+      assert.equal(renderText(template, notify(cut)), renderText(template, notify(call)), name);
+    }
+    assert.equal(
+      renderText('{{answers.0.answer}}', notify(withParts(call, partsReadBy(['{{answers.0.answer}}'])))),
+      'Friday',
+    );
+  });
+  test('a template without names, answers or headline reads none of them', () => {
+    const parts = partsReadBy(['Thanks: {{summary}} ({{caller}}, {{date}})', undefined]);
+    assert.deepEqual([...parts], ['summary']);
+    const cut = withParts(call, parts);
+    assert.deepEqual(
+      [cut.users, cut.scenarios, cut.title, cut.channel, cut.forwarding],
+      [[], [], undefined, null, null],
+    );
+    assert.equal(cut.summary, call.summary);
   });
 });

@@ -20,7 +20,7 @@ import type { Job, Queue } from 'bullmq';
 import type { RedisClient } from '../queues/connection.js';
 import type { Logger } from 'pino';
 import { logRepeated } from '../src/log.js';
-import type { CanonicalCall } from '../src/model/call.js';
+import { withParts, type CallPart, type CanonicalCall } from '../src/model/call.js';
 import { routeMatches } from '../src/routing/router.js';
 import type { ParsedRoute } from '../src/routing/types.js';
 import { UnprocessableJobError } from '../src/errors.js';
@@ -55,6 +55,8 @@ export interface FanOutDeps {
   withoutRaw?: ReadonlySet<string>;
   /** Sinks that do not read the transcript's text: their jobs carry it as `{ content: '', chunks: [], omitted: true }`. */
   withoutTranscript?: ReadonlySet<string>;
+  /** Sinks that read only some parts of a call (`needsParts`), by sink name: their jobs carry only those (`withParts`). */
+  partsRead?: ReadonlyMap<string, ReadonlySet<CallPart>>;
   /**
    * Called after jobs were added to `queues` and before what they were made of is deleted (a log
    * entry, an `inbound` job, a job handed over): resolves once those jobs are on enough replicas of
@@ -112,6 +114,8 @@ function plan(deps: FanOutDeps, call: CanonicalCall): FannedOutInfo & { jobs: Pl
     if (deps.withoutTranscript?.has(sink) && sinkCall.transcript !== null && sinkCall.transcript !== undefined) {
       sinkCall = { ...sinkCall, transcript: { content: '', chunks: [], omitted: true } };
     }
+    const parts = deps.partsRead?.get(sink);
+    if (parts) sinkCall = withParts(sinkCall, parts);
     const endpoints = deps.endpointQueues?.get(sink);
     if (endpoints) {
       (endpointsOf ??= {})[sink] = endpoints.map((e) => e.endpoint);

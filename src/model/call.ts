@@ -90,6 +90,26 @@ interface Transcript {
   omitted?: true;
 }
 
+/**
+ * Parts of a call some sinks do not read: the users (their names), the summary (with key points and
+ * topics), the smart answers, the headline, the forwarding (a number), the channel object as sent. A
+ * sink type that says which it reads (`needsParts`, src/sinks/types.ts) gets the others left out of
+ * its jobs, so they are not stored there (docs/privacy.md).
+ */
+export type CallPart = 'users' | 'summary' | 'scenarios' | 'title' | 'forwarding' | 'channel';
+
+/** `call` with only the parts in `read`: the others empty (users and smart answers `[]`, summary, forwarding and channel null, no headline). */
+export function withParts(call: CanonicalCall, read: ReadonlySet<CallPart>): CanonicalCall {
+  const out = { ...call };
+  if (!read.has('users')) out.users = [];
+  if (!read.has('summary')) out.summary = null;
+  if (!read.has('scenarios')) out.scenarios = [];
+  if (!read.has('title')) delete out.title;
+  if (!read.has('forwarding')) out.forwarding = null;
+  if (!read.has('channel')) out.channel = null;
+  return out;
+}
+
 export interface Recording {
   /** Relative to the telephony API's base URL, as the platform sends it. */
   downloadUrl: string;

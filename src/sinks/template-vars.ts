@@ -3,7 +3,7 @@
 // validated against one list, documented once (README.md, "Template variables"; keep the two in
 // step). Names from before the two vocabularies were merged stay accepted as aliases.
 import { z } from 'zod';
-import { hasTranscript, userDisplayNames, type CanonicalCall } from '../model/call.js';
+import { hasTranscript, userDisplayNames, type CallPart, type CanonicalCall } from '../model/call.js';
 import { isAnonymous } from '../model/phone.js';
 import { localDateTime } from './notify/time.js';
 import { templateFields } from './template.js';
@@ -77,6 +77,37 @@ export const TEMPLATE_ALIASES = {
 type TemplateAlias = keyof typeof TEMPLATE_ALIASES;
 
 export type TemplateVars = Record<TemplateVar | TemplateAlias, unknown>;
+
+/** The part of the call each variable reads beyond its identity, numbers, times and outcome (`templateVars`). */
+const PART_OF: Partial<Record<TemplateVar, CallPart>> = {
+  users: 'users',
+  summary: 'summary',
+  keyPoints: 'summary',
+  keyPointsList: 'summary',
+  topics: 'summary',
+  summarySection: 'summary',
+  keyPointsSection: 'summary',
+  topicsLine: 'summary',
+  answers: 'scenarios',
+  answersList: 'scenarios',
+  answersSection: 'scenarios',
+  title: 'title',
+};
+
+/** The parts of a call (`CallPart`) these templates read; undefined ones are skipped. */
+export function partsReadBy(templates: readonly (string | undefined)[]): Set<CallPart> {
+  const parts = new Set<CallPart>();
+  for (const template of templates) {
+    if (template === undefined) continue;
+    for (const field of templateFields(template)) {
+      const head = field.split('.')[0] as string;
+      const name = Object.hasOwn(TEMPLATE_ALIASES, head) ? TEMPLATE_ALIASES[head as TemplateAlias] : head;
+      const part = Object.hasOwn(PART_OF, name) ? PART_OF[name as TemplateVar] : undefined;
+      if (part) parts.add(part);
+    }
+  }
+  return parts;
+}
 
 const KNOWN = new Set<string>([...TEMPLATE_VARS, ...Object.keys(TEMPLATE_ALIASES)]);
 

@@ -1,7 +1,7 @@
 // The contract between the queue runner and every sink adapter (archive, CRM, notifications).
 import type { Logger } from 'pino';
 import type { z } from 'zod';
-import type { CallRevision, CanonicalCall } from '../model/call.js';
+import type { CallPart, CallRevision, CanonicalCall } from '../model/call.js';
 import type { KeyValueStore, ListAppend } from '../state/kv.js';
 import type { TelephonyClient } from '../telephony/types.js';
 import type { Route } from '../routing/types.js';
@@ -165,6 +165,12 @@ export interface SinkType<O = unknown, S = SinkSettings> {
    * this sink's jobs (`Transcript.omitted`: whether there is one is still known). Absent: true.
    */
   needsTranscript?(options: O): boolean;
+  /**
+   * The parts of the call (users, summary, smart answers, headline, forwarding, channel: `CallPart`)
+   * the sink reads, e.g. those its templates use. When given, the fan-out leaves the others out of
+   * this sink's jobs (`withParts`). Absent: all.
+   */
+  needsParts?(options: O): ReadonlySet<CallPart>;
   /** Steady rate limit for the sink's queue (each endpoint's queue), if the remote has one. */
   limit?(options: O): QueueLimit | undefined;
   /**

@@ -159,6 +159,12 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
         .filter((s) => sinkTypes.get(s.type)?.needsTranscript?.(s.options) === false)
         .map((s) => s.name),
     );
+    const partsRead = new Map(
+      Object.values(config.sinks).flatMap((s) => {
+        const parts = sinkTypes.get(s.type)?.needsParts?.(s.options);
+        return parts ? [[s.name, parts] as const] : [];
+      }),
+    );
 
     // ACK_REPLICAS with spread keys: a call's sink jobs are on other masters than what they are made
     // of (a log entry, an `inbound` dead letter, a job handed over to endpoint queues), so that is
@@ -193,6 +199,7 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
       ),
       withoutRaw,
       withoutTranscript,
+      partsRead,
       timeline: deps.timelines.worker,
       ...(replicated
         ? {

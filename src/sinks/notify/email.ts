@@ -7,7 +7,7 @@ import { RetryLaterError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SinkType } from '../types.js';
 import { envList, envString, type EnvShape } from '../../env-values.js';
 import { oneLine, renderTemplate } from '../template.js';
-import { templateVars } from '../template-vars.js';
+import { partsReadBy, templateVars } from '../template-vars.js';
 import { NotificationLedger, privacyEnv, privacyKeyOf, sendOnce } from './ledger.js';
 import { smtpOutcomeUnknown, type Mailer } from './mailer.js';
 import { renderHtml, renderText } from './message.js';
@@ -177,6 +177,9 @@ function createEmailSinkType(
     options: emailOptionsSchema as z.ZodType<EmailOptions>,
     needsRaw: () => false,
     needsTranscript: () => false,
+    // The default subject has the call's headline first when there is one.
+    needsParts: (o) =>
+      partsReadBy([o.subject, o.subject === DEFAULT_SUBJECT ? DEFAULT_SUBJECT_WITH_TITLE : undefined, o.text, o.html]),
     env: emailEnv,
     check(options, env) {
       return [...(env.SMTP_URL ? [] : [NO_SMTP]), ...((options.from ?? env.SMTP_FROM) ? [] : [NO_FROM])];

@@ -10,7 +10,7 @@ import type { SendWebSmsRequest, TelephonyClient } from '../../telephony/types.j
 import { classify, PermanentError, requestCertainlyNotSent, RetryLaterError, SinkError } from '../../errors.js';
 import type { Sink, SinkContext, SinkDeps, SinkResult, SinkSettings, SyncSinkType } from '../types.js';
 import { envString, type EnvShape } from '../../env-values.js';
-import { templateVars } from '../template-vars.js';
+import { partsReadBy, templateVars } from '../template-vars.js';
 import {
   NotificationLedger,
   privacyEnv,
@@ -378,6 +378,7 @@ export const smsSinkType: SyncSinkType<SmsOptions, SmsSettings> = {
   options: smsOptionsSchema as z.ZodType<SmsOptions>,
   needsRaw: () => false,
   needsTranscript: () => false,
+  needsParts: (options) => partsReadBy([options.message]),
   env: smsEnv,
   check(options, env, { telephony }) {
     const problems: string[] = [];
