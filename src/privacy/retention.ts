@@ -144,12 +144,30 @@ async function applyTimelineTtl(redis: RedisClient, keys: RedisKeys, ttlMs: numb
 const ownKey = (keys: RedisKeys, key: string) =>
   key.startsWith(`${keys.prefix}:`) || key.startsWith(`{${keys.prefix}:`);
 
+// Trims sorted sets of the calls' area (one slot in either layout) by score, and brings a longer
+// expiry down to the TTL; a key of another type is left alone. Answers how many entries went.
+const TRIM_LOOKUPS = `
+local cut, ttl = ARGV[1], tonumber(ARGV[2])
+local removed = 0
+for i = 1, #KEYS do
+  if redis.call('TYPE', KEYS[i]).ok == 'zset' then
+    removed = removed + redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', cut)
+    if redis.call('PTTL', KEYS[i]) > ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
+end
+return removed
+`;
+
+/** Lookups trimmed per command. */
+const TRIM_BATCH = 500;
+
 /**
  * The entries of the timelines' lookups (by time, call id, number) and of the refused calls older
  * than CALL_TIMELINE_TTL_DAYS, at every sweep. Each set is trimmed as it is written to and expires
  * that long after its last write; one written to again before it expires — a caller who calls
  * again on day 29, a refusal a day — kept its first entries until then: up to twice the setting.
- * Answers how many entries it removed.
+ * A lowered setting brings each set's own expiry down too. One command per TRIM_BATCH sets (they
+ * share the calls' slot). Answers how many entries it removed.
  */
 async function trimLookups(redis: RedisClient, keys: RedisKeys, ttlMs: number, now: number): Promise<number> {
   const calls = keys.area('calls');
@@ -160,11 +178,9 @@ async function trimLookups(redis: RedisClient, keys: RedisKeys, ttlMs: number, n
     ...(await scanKeys(redis, numberKey(globEscape(calls), '*'))),
   ].filter((key) => ownKey(keys, key));
   let removed = 0;
-  for (const key of sets) {
-    removed += await redis.zremrangebyscore(key, '-inf', `(${now - ttlMs}`);
-    // A lowered setting: a set's own expiry is brought to it too.
-    const left = await redis.pttl(key);
-    if (left > ttlMs) await redis.pexpire(key, ttlMs);
+  for (let i = 0; i < sets.length; i += TRIM_BATCH) {
+    const batch = sets.slice(i, i + TRIM_BATCH);
+    removed += Number(await redis.eval(TRIM_LOOKUPS, batch.length, ...batch, `(${now - ttlMs}`, String(ttlMs)));
   }
   return removed;
 }
