@@ -21,13 +21,15 @@ import { isRedisUnavailable, type RedisClient } from './connection.js';
 import type { RedisKeys } from './keys.js';
 import { PrivacyKey } from './privacy-key.js';
 import { callHash, type CanonicalCall } from '../src/model/call.js';
+import type { CountryCode } from 'libphonenumber-js';
 import { numberSpellings } from '../src/model/phone.js';
+import { NumberWordsError, oneNumber, targetOfWords } from '../src/model/number-words.js';
 import { maskDigitRuns, scrubEchoes } from '../src/redact.js';
 import { maskPhone } from '../src/log.js';
 import { backoffDelay } from '../src/backoff.js';
 import { decimal } from '../src/env-values.js';
 import { sinkQueueName } from './registry.js';
-import { globEscape } from './scan.js';
+import { globEscape, queuesInRedis } from './scan.js';
 
 type TimelineEvent =
   | 'received'
@@ -413,6 +415,15 @@ export class CallTimeline {
 
   key(id: string): string {
     return this.keys.callTimeline(id);
+  }
+
+  /**
+   * The sinks a `sink` filter may name: those of this configuration (`configuredQueues`) and those
+   * with a queue in Redis (a sink taken out, whose calls still show), an endpoint as `sink.endpoint`.
+   */
+  async knownSinks(): Promise<string[]> {
+    const queues = new Set([...(this.configured ?? []), ...(await queuesInRedis(this.redis, this.keys))]);
+    return [...queues].filter((q) => q.startsWith('sink-')).map((q) => q.slice('sink-'.length));
   }
 
   /** A call's summary from its entries; with `configuredQueues`, naming the sinks no worker here runs. */
@@ -1129,9 +1140,14 @@ export class CallQueryError extends Error {
   }
 }
 
-/** A call query from named values (`since`, `until`, `sink`, `status`, `number`, `limit`); throws CallQueryError. */
+/**
+ * A call query from named values (`since`, `until`, `sink`, `status`, `number`, `limit`); throws
+ * CallQueryError. `number` is read as every door reads one (src/model/number-words.ts): E.164, with
+ * 00, or national in `region` (PHONE_DEFAULT_REGION), spaced or not; the query holds it in E.164.
+ */
 export function parseCallQuery(
   values: Record<string, string | boolean | undefined>,
+  region: CountryCode,
   now: number = Date.now(),
 ): CallQuery {
   const text = (name: string) => (typeof values[name] === 'string' ? (values[name] as string) : undefined);
@@ -1151,9 +1167,13 @@ export function parseCallQuery(
   const limit = limitText === undefined ? 50 : decimal(limitText);
   if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
     throw new CallQueryError('limit', `must be a whole number from 1 to 1000, got "${limitText}"`);
-  const number = text('number');
-  if (number !== undefined && !/^\+\d[\d\s\-()./]{4,}$/.test(number.trim()))
-    throw new CallQueryError('number', 'must be a phone number in E.164 (+4915112345678)');
+  const numberText = text('number');
+  const number = numberText === undefined ? undefined : oneNumber(numberText, region);
+  if (number === null)
+    throw new CallQueryError(
+      'number',
+      `must be one phone number (+4930901820, 004930901820, or 030 901820 read in PHONE_DEFAULT_REGION, ${region}), got "${numberText}"`,
+    );
   const sink = text('sink');
   return {
     since,
@@ -1176,4 +1196,47 @@ export async function callsNamed(
   return found
     .filter((c) => c.entries.length > 0)
     .map((c) => ({ ...timeline.summarize(c.id, c.entries), entries: c.entries }));
+}
+
+/** What a reference to calls names: a call id (a job id, a call hash), a phone number (E.164), or both. */
+export interface CallLookups {
+  callId: string | null;
+  number: string | null;
+}
+
+/**
+ * What `callsync call <ref>`, `/api/calls/:ref` and the Calls page's search look up: a call id (a job
+ * id, a call hash), or a phone number in a form `call` reads (E.164, 00, national in `region`, in one
+ * word or several), or both — a word of digits only that reads as a number may be a call id too (a
+ * platform call id may be all digits). Throws NumberWordsError for words that are neither (several
+ * words that make no one number).
+ */
+export function lookupsOf(words: readonly string[], region: CountryCode): CallLookups {
+  const target = targetOfWords([...words], region, 'call');
+  if (target.kind === 'call') return { callId: target.callId, number: null };
+  const digits = words.length === 1 && /^\d+$/.test(words[0]!.trim());
+  return { callId: digits ? words[0]!.trim() : null, number: target.e164 };
+}
+
+/**
+ * A reference given as one text (an API path, a search field): lookupsOf its words; text that reads
+ * as neither (an E.164-looking number that is not valid, a call id with spaces) is taken as it is,
+ * as a call id (`CallTimeline.resolve` reads a `+…` one as a number).
+ */
+export function lookupsOfText(ref: string, region: CountryCode): CallLookups {
+  try {
+    return lookupsOf(ref.trim().split(/\s+/), region);
+  } catch (err) {
+    if (err instanceof NumberWordsError) return { callId: ref.trim(), number: null };
+    throw err;
+  }
+}
+
+/** The calls of a call id and of a number, the call id's first, each once. */
+export async function callsOf(timeline: CallTimeline, { callId, number }: CallLookups) {
+  const found = [
+    ...(callId === null ? [] : await callsNamed(timeline, callId)),
+    ...(number === null ? [] : await callsNamed(timeline, number)),
+  ];
+  return found.filter((call, i) => found.findIndex((c) => c.id === call.id) === i);
 }

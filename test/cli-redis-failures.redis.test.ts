@@ -49,6 +49,33 @@ describe('a Redis a command cannot use: the cause in one line', () => {
     );
   });
 
+  test('call, calls and refused read their options first: a wrong one is its usage error (exit 2), not the Redis failure', async () => {
+    const port = await freePort();
+    const down = { ...env, REDIS_URL: `redis://127.0.0.1:${port}` };
+    for (const [argv, line] of [
+      [
+        ['calls', '--since', 'soon'],
+        'callsync calls: --since must be a duration (30m, 2h, 7d) or an ISO time, got "soon"',
+      ],
+      [['calls', '--since', '2h', '--status', 'lost'], /^callsync calls: --status must be one of /],
+      [['calls', '--since', '2h', '--number', 'nonsense'], /^callsync calls: --number must be one phone number /],
+      [['refused', '--since', '2h', '--until', '3h'], /^callsync refused: --until is before since/],
+      [['call', '0211', '6355340', 'x'], /^callsync call: unexpected argument "x"/],
+      [['call', '+4912'], /^callsync call: not a valid phone number/],
+    ] as const) {
+      const r = await cli([...argv], down);
+      assert.equal(r.code, 2, `${argv.join(' ')}: ${r.err}`);
+      const first = r.err.split('\n')[0]!;
+      if (typeof line === 'string') assert.equal(first, line);
+      else assert.match(first, line);
+      assert.doesNotMatch(r.err, /cannot reach Redis/);
+    }
+    // Options that are right: then the Redis failure, as before.
+    const r = await cli(['calls', '--since', '2h', '--number', '0211 6355340'], down);
+    assert.equal(r.code, 1);
+    assert.match(r.err, /cannot reach Redis/);
+  });
+
   test('a host name that does not resolve: named, with the lookup error', async () => {
     const r = await cli(['calls', '--since', '2h'], { ...env, REDIS_URL: 'redis://nosuchhost.invalid:6379' });
     assert.equal(r.code, 1);

@@ -121,6 +121,7 @@ export function createOperations(options: OperationsOptions): Operations {
     metricsToken: config.ops.metricsToken,
     calls: new CallTimeline(connection, keys, { ...config.timeline, log, configuredQueues: queueNames(config) }),
     inProgress: (callId) => openPushCall(connection, keys.area('push'), callId),
+    region: config.privacy.defaultRegion,
     archives,
     crmLinks: config.ops.crmLinks,
     trustedProxies: config.webhook.trustedProxies,

@@ -2,15 +2,16 @@
 // call, from its timeline (queues/timeline.ts) — "Where is my call?" in docs/operations.md.
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys } from '../../queues/keys.js';
-import { queuesInRedis } from '../../queues/scan.js';
 import {
-  callsNamed,
   CallQueryError,
+  callsOf,
   CallTimeline,
   describeEntry,
   findCalls,
+  lookupsOf,
   parseCallQuery,
   sinkLabel,
+  type CallLookups,
   type CallQuery,
   type CallSummary,
   type Refusal,
@@ -19,7 +20,7 @@ import type { Config } from '../config/index.js';
 import { queueNames } from '../ops/index.js';
 import { printable, table, UsageError, type CliIo } from './io.js';
 import { describeOpenPushCall, openPushCall } from '../sources/push-assembly.js';
-import { numberOption, targetOfWords } from './number-words.js';
+import { NumberWordsError } from '../model/number-words.js';
 import { parseCommandLine } from './args.js';
 
 export const callsHelp = {
@@ -92,36 +93,54 @@ function sinkColumn(summary: CallSummary): string {
   );
 }
 
+/** What `call <ref>` looks up (lookupsOf, as the API and the Calls page read a reference); else a usage error. */
+function lookupsOfWords(words: string[], config: Config): CallLookups {
+  try {
+    return lookupsOf(words, config.privacy.defaultRegion);
+  } catch (err) {
+    if (err instanceof NumberWordsError) throw new UsageError(err.message);
+    throw err;
+  }
+}
+
+/** Runs `use` with a connection made by `connect`, closed after. */
+async function withRedis<T>(connect: () => Promise<RedisClient>, use: (redis: RedisClient) => Promise<T>): Promise<T> {
+  const redis = await connect();
+  try {
+    return await use(redis);
+  } finally {
+    redis.disconnect();
+  }
+}
+
 /**
- * What `call <ref>` looks up: a call id (a job id, a call hash), a phone number (in the formats and
- * words `forget` reads), or both — a word of digits only that reads as a number may be a call id too.
+ * `callsync call …`: its arguments are read (a usage error) before Redis is connected to (`connect`),
+ * so a wrong one is not reported as an unreachable Redis.
  */
-function lookupsOf(words: string[], config: Config): { callId: string | null; number: string | null } {
-  const target = targetOfWords(words, config.privacy.defaultRegion, 'call');
-  if (target.kind === 'call') return { callId: target.callId, number: null };
-  const digits = words.length === 1 && /^\d+$/.test(words[0]!.trim());
-  return { callId: digits ? words[0]!.trim() : null, number: target.e164 };
-}
-
-/** The calls of a call id and of a number, the call id's first, each once. */
-async function callsOf(timeline: CallTimeline, callId: string | null, number: string | null) {
-  const found = [
-    ...(callId === null ? [] : await callsNamed(timeline, callId)),
-    ...(number === null ? [] : await callsNamed(timeline, number)),
-  ];
-  return found.filter((call, i) => found.findIndex((c) => c.id === call.id) === i);
-}
-
-/** `callsync call …`. */
-export async function callCommand(config: Config, redis: RedisClient, args: string[], io: CliIo): Promise<number> {
+export async function callCommand(
+  config: Config,
+  connect: () => Promise<RedisClient>,
+  args: string[],
+  io: CliIo,
+): Promise<number> {
   const { values, positionals } = parseCommandLine(args, { json: { type: 'boolean' } });
   if (values.help) return (io.out(callsHelp.call), 0);
   if (positionals.length === 0) throw new UsageError('expected one call id, job id or phone number');
   if (positionals.join('').trim() === '')
     throw new UsageError('expected one call id, job id or phone number, not an empty argument');
-  const { callId, number } = lookupsOf(positionals, config);
+  const lookups = lookupsOfWords(positionals, config);
+  return withRedis(connect, (redis) => printCall(config, redis, lookups, values.json === true, io));
+}
+
+async function printCall(
+  config: Config,
+  redis: RedisClient,
+  { callId, number }: CallLookups,
+  json: boolean,
+  io: CliIo,
+): Promise<number> {
   const timeline = timelineOf(config, redis);
-  const found = await callsOf(timeline, callId, number);
+  const found = await callsOf(timeline, { callId, number });
   // Webhooks refused (4xx) under this call id: why a call the platform sent is missing, or came late.
   const refused = callId === null ? [] : await timeline.refusals(callId);
   // A Push API call still being assembled (events in, no hangup): no timeline yet, but not unknown.
@@ -129,7 +148,7 @@ export async function callCommand(config: Config, redis: RedisClient, args: stri
     found.length === 0 && callId !== null
       ? await openPushCall(redis, redisKeys(config.redis).area('push'), callId)
       : null;
-  if (values.json) {
+  if (json) {
     io.out(
       JSON.stringify(
         { calls: found, ...(refused.length > 0 ? { refused } : {}), ...(open ? { inProgress: open } : {}) },
@@ -195,8 +214,13 @@ function refusalTable(refused: readonly Refusal[]): string[] {
   ]);
 }
 
-/** `callsync calls …`. */
-export async function callsCommand(config: Config, redis: RedisClient, args: string[], io: CliIo): Promise<number> {
+/** `callsync calls …`: its options are read before Redis is connected to (see callCommand). */
+export async function callsCommand(
+  config: Config,
+  connect: () => Promise<RedisClient>,
+  args: string[],
+  io: CliIo,
+): Promise<number> {
   const { values, positionals } = parseCommandLine(args, {
     since: { type: 'string' },
     until: { type: 'string' },
@@ -208,12 +232,16 @@ export async function callsCommand(config: Config, redis: RedisClient, args: str
   });
   if (values.help) return (io.out(callsHelp.calls), 0);
   if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-  const number =
-    values.number === undefined ? undefined : numberOption(values.number as string, config.privacy.defaultRegion);
-  const query = callQuery({ ...values, number });
-  if (query.sink !== undefined) await checkSinkName(config, redis, query.sink);
-  const result = await findCalls(timelineOf(config, redis), query);
-  if (values.json) {
+  const query = callQuery(values, config);
+  return withRedis(connect, async (redis) => {
+    const timeline = timelineOf(config, redis);
+    if (query.sink !== undefined) await checkSinkName(timeline, query.sink);
+    return printCalls(await findCalls(timeline, query), values.json === true, io);
+  });
+}
+
+function printCalls(result: Awaited<ReturnType<typeof findCalls>>, json: boolean, io: CliIo): number {
+  if (json) {
     io.out(JSON.stringify(result, null, 2));
     return 0;
   }
@@ -247,24 +275,28 @@ export async function callsCommand(config: Config, redis: RedisClient, args: str
  * `--sink`: a sink of this configuration or one with a queue in Redis (a sink taken out, whose calls
  * still show), or an endpoint of one (`hook.crm`); else a usage error naming them, as dlq's --queue.
  */
-async function checkSinkName(config: Config, redis: RedisClient, sink: string): Promise<void> {
-  const queues = new Set([...queueNames(config), ...(await queuesInRedis(redis, redisKeys(config.redis)))]);
-  const known = [...queues].filter((q) => q.startsWith('sink-')).map((q) => q.slice('sink-'.length));
+async function checkSinkName(timeline: CallTimeline, sink: string): Promise<void> {
+  const known = await timeline.knownSinks();
   if (!known.includes(sink)) throw new UsageError(`unknown sink "${sink}" (known: ${known.join(', ') || 'none'})`);
 }
 
 /** The query of `calls` options (the JSON API's parameters have the same names); UsageError when one is bad. */
-function callQuery(values: Record<string, string | boolean | undefined>, now: number = Date.now()): CallQuery {
+function callQuery(values: Record<string, string | boolean | undefined>, config: Config): CallQuery {
   try {
-    return parseCallQuery(values, now);
+    return parseCallQuery(values, config.privacy.defaultRegion);
   } catch (err) {
     if (err instanceof CallQueryError) throw new UsageError(`--${err.message}`);
     throw err;
   }
 }
 
-/** `callsync refused …`: the refusals of a time range. */
-export async function refusedCommand(config: Config, redis: RedisClient, args: string[], io: CliIo): Promise<number> {
+/** `callsync refused …`: the refusals of a time range; its options are read before Redis is connected to. */
+export async function refusedCommand(
+  config: Config,
+  connect: () => Promise<RedisClient>,
+  args: string[],
+  io: CliIo,
+): Promise<number> {
   const { values, positionals } = parseCommandLine(args, {
     since: { type: 'string' },
     until: { type: 'string' },
@@ -273,11 +305,9 @@ export async function refusedCommand(config: Config, redis: RedisClient, args: s
   });
   if (values.help) return (io.out(callsHelp.refused), 0);
   if (positionals.length > 0) throw new UsageError(`unexpected argument "${positionals[0]}"`);
-  const query = callQuery(values);
-  const { refused, total } = await timelineOf(config, redis).refusalsBetween(
-    query.since,
-    query.until ?? Date.now(),
-    query.limit ?? 50,
+  const query = callQuery(values, config);
+  const { refused, total } = await withRedis(connect, (redis) =>
+    timelineOf(config, redis).refusalsBetween(query.since, query.until ?? Date.now(), query.limit ?? 50),
   );
   if (values.json) {
     io.out(JSON.stringify({ refused, total }, null, 2));

@@ -544,13 +544,8 @@ async function dispatch(command: Command, args: string[], io: CliIo, runners: Cl
     case 'refused': {
       if (args.includes('-h') || args.includes('--help')) return (io.out(help[command]), 0);
       const config = configFrom(io.env);
-      const redis = await connectRedis(config, io);
-      try {
-        const run = command === 'call' ? callCommand : command === 'calls' ? callsCommand : refusedCommand;
-        return await run(config, redis, args, io);
-      } finally {
-        redis.disconnect();
-      }
+      const run = command === 'call' ? callCommand : command === 'calls' ? callsCommand : refusedCommand;
+      return run(config, () => connectRedis(config, io), args, io);
     }
     default:
       throw new UsageError(`unknown command "${String(command)}"`);

@@ -339,7 +339,7 @@ export function sourcesSection(env: Env, report: SectionReport): Record<string, 
 export interface PrivacySection {
   /** Undefined: not set (a random key kept in Redis). */
   hmacSecret: string | undefined;
-  /** PHONE_DEFAULT_REGION, else DE: how `callsync opt-out` and `callsync forget` read 0151 … */
+  /** PHONE_DEFAULT_REGION, else DE: how `callsync opt-out`, `forget`, `call`, `/api/calls` and the Calls page read 0151 … */
   defaultRegion: CountryCode;
 }
 

@@ -4,6 +4,7 @@
 // here (./same-origin.ts) or frame these pages (clicks in a frame would be our own requests).
 import { Hono, type MiddlewareHandler } from 'hono';
 import type { Queue } from 'bullmq';
+import type { CountryCode } from 'libphonenumber-js';
 import type { Logger } from 'pino';
 import { errorBody } from '../ingress/errors.js';
 import { pausedQueues } from '../../queues/disabled.js';
@@ -49,6 +50,8 @@ export interface OpsAppOptions {
   calls?: CallTimeline;
   /** A Push API call still assembled (no timeline yet), for a search by its call id. */
   inProgress?: OpenPushCallLookup;
+  /** Where the calls' API and the Calls page read a national number (PHONE_DEFAULT_REGION). Default DE, as its. */
+  region?: CountryCode;
   /** The archive sinks' stores, by sink name: the Calls page opens a call's archived objects. */
   archives?: ArchiveStores;
   /** The CRM accounts the Calls page links record ids to. */
@@ -150,6 +153,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
           archives: options.archives,
           crmLinks: options.crmLinks,
           inProgress: options.inProgress,
+          region: options.region ?? 'DE',
         }),
       );
     // Bull Board (and ejs) is imported only when the dashboard is on: ~25 MB a process without it
@@ -173,7 +177,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     app.use(CALLS_API_PATH, operatorAuth(auth));
     app.use(`${CALLS_API_PATH}/*`, operatorAuth(auth));
     app.use(REFUSALS_API_PATH, operatorAuth(auth));
-    app.route('/', callsApi(calls, options.inProgress));
+    app.route('/', callsApi(calls, { inProgress: options.inProgress, region: options.region ?? 'DE' }));
   }
 
   app.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));

@@ -3,8 +3,19 @@
 //   GET /api/calls?since=2h[&until=…][&sink=…][&status=failed|skipped|pending|retrying|paused|done][&number=+49…][&limit=N]
 //   GET /api/calls/:ref   (a platform call id, a job id, or a number: every call with it)
 //   GET /api/refusals?since=2h[&until=…][&limit=N]   (webhooks refused, callId null where unreadable)
+// Numbers and references are read as `callsync call` and `calls --number` read them (E.164, 00, or
+// national in PHONE_DEFAULT_REGION: src/model/number-words.ts).
 import { Hono } from 'hono';
-import { callsNamed, CallQueryError, findCalls, parseCallQuery, type CallTimeline } from '../../queues/timeline.js';
+import type { CountryCode } from 'libphonenumber-js';
+import {
+  CallQueryError,
+  callsOf,
+  findCalls,
+  lookupsOfText,
+  parseCallQuery,
+  type CallQuery,
+  type CallTimeline,
+} from '../../queues/timeline.js';
 import { errorBody } from '../ingress/errors.js';
 import { describeOpenPushCall, type OpenPushCall } from '../sources/push-assembly.js';
 
@@ -14,12 +25,38 @@ export const REFUSALS_API_PATH = '/api/refusals';
 /** A Push API call still assembled under a call id (src/sources/push-assembly.ts), or null. */
 export type OpenPushCallLookup = (callId: string) => Promise<OpenPushCall | null>;
 
-export function callsApi(timeline: CallTimeline, inProgress?: OpenPushCallLookup): Hono {
+export interface CallsApiOptions {
+  /** A Push API call still assembled (no timeline yet), for a lookup by its call id. */
+  inProgress?: OpenPushCallLookup;
+  /** Where a national number is read (PHONE_DEFAULT_REGION). */
+  region: CountryCode;
+}
+
+/**
+ * A call query of request parameters, its `sink` one this deployment knows (CallTimeline.knownSinks,
+ * as `calls --sink` checks it); throws CallQueryError. Shared by the API and the Calls page.
+ */
+export async function checkedCallQuery(
+  timeline: CallTimeline,
+  values: Record<string, string | undefined>,
+  region: CountryCode,
+): Promise<CallQuery> {
+  const query = parseCallQuery(values, region);
+  if (query.sink !== undefined) {
+    const known = await timeline.knownSinks();
+    if (!known.includes(query.sink))
+      throw new CallQueryError('sink', `"${query.sink}" is unknown (known: ${known.join(', ') || 'none'})`);
+  }
+  return query;
+}
+
+export function callsApi(timeline: CallTimeline, options: CallsApiOptions): Hono {
   const app = new Hono();
+  const { inProgress, region } = options;
   app.get(CALLS_API_PATH, async (c) => {
     let query;
     try {
-      query = parseCallQuery(c.req.query());
+      query = await checkedCallQuery(timeline, c.req.query(), region);
     } catch (err) {
       if (err instanceof CallQueryError) return c.json(errorBody(400, err.message, `/query/${err.param}`), 400);
       throw err;
@@ -33,7 +70,7 @@ export function callsApi(timeline: CallTimeline, inProgress?: OpenPushCallLookup
         return c.json(errorBody(400, `unknown parameter ${name} (since, until, limit)`, `/query/${name}`), 400);
     let query;
     try {
-      query = parseCallQuery(values);
+      query = parseCallQuery(values, region);
     } catch (err) {
       if (err instanceof CallQueryError) return c.json(errorBody(400, err.message, `/query/${err.param}`), 400);
       throw err;
@@ -43,13 +80,16 @@ export function callsApi(timeline: CallTimeline, inProgress?: OpenPushCallLookup
   });
   app.get(`${CALLS_API_PATH}/:ref`, async (c) => {
     const ref = c.req.param('ref');
-    const calls = await callsNamed(timeline, ref);
-    const refused = ref.startsWith('+') ? [] : await timeline.refusals(ref);
+    const lookups = lookupsOfText(ref, region);
+    const calls = await callsOf(timeline, lookups);
+    // A call id, not a number (`+…` that is no valid number is looked up as a number, as ever).
+    const callId = lookups.callId !== null && !lookups.callId.startsWith('+') ? lookups.callId : null;
+    const refused = callId === null ? [] : await timeline.refusals(callId);
     if (calls.length === 0) {
-      const open = ref.startsWith('+') ? null : ((await inProgress?.(ref)) ?? null);
+      const open = callId === null ? null : ((await inProgress?.(callId)) ?? null);
       if (open) return c.json({ ...errorBody(404, describeOpenPushCall(open)), inProgress: open }, 404);
       const last = refused[0];
-      const named = ref.startsWith('+') ? 'that number' : `"${ref.slice(0, 200)}"`;
+      const named = callId === null ? 'that number' : `"${ref.slice(0, 200)}"`;
       return c.json(
         errorBody(
           404,

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { Hono, type Context } from 'hono';
 import { html, raw } from 'hono/html';
 import type { Queue } from 'bullmq';
+import type { CountryCode } from 'libphonenumber-js';
 import { retryDeadLetter } from '../../queues/dead-letters.js';
 import { INBOUND_QUEUE, sinkQueueName } from '../../queues/registry.js';
 import {
@@ -14,6 +15,7 @@ import {
   CallQueryError,
   describeEntry,
   findCalls,
+  lookupsOfText,
   parseCallQuery,
   sinkLabel,
   type CallSummary,
@@ -23,7 +25,7 @@ import {
 } from '../../queues/timeline.js';
 import { errorBody } from '../ingress/errors.js';
 import { archivedObjects, crmRecordUrl, type ArchiveStores, type CrmLinkSettings } from './call-links.js';
-import type { OpenPushCallLookup } from './calls-api.js';
+import { checkedCallQuery, type OpenPushCallLookup } from './calls-api.js';
 import { describeOpenPushCall, type OpenPushCall } from '../sources/push-assembly.js';
 
 export interface CallsPageOptions {
@@ -40,6 +42,8 @@ export interface CallsPageOptions {
   crmLinks?: CrmLinkSettings;
   /** A Push API call still assembled (no timeline yet), for a search by its call id. */
   inProgress?: OpenPushCallLookup;
+  /** Where a national number searched for is read (PHONE_DEFAULT_REGION). */
+  region: CountryCode;
 }
 
 const STYLE = `body{font-family:system-ui,sans-serif;margin:1.5rem;background:#f4f5f7;color:#222}
@@ -153,13 +157,26 @@ export function callsPage(options: CallsPageOptions): Hono {
     // A range without a sink or a state other than "failed" also lists the webhooks refused in it
     // (after a change of the platform's payload: which calls, on which field), each with its call id.
     const inRange = q === '';
+    // A number as `callsync call` reads one (E.164, 00, national in PHONE_DEFAULT_REGION): its calls
+    // in the range; digits only that read as a number may be a call id too, whose calls come first.
+    const lookups = q === '' ? null : lookupsOfText(q, options.region);
     try {
-      if (q.startsWith('+')) ({ calls, more } = await findCalls(timeline, { ...parseCallQuery(values), number: q }));
-      else if (q !== '') {
+      if (lookups?.number) {
+        const query = await checkedCallQuery(timeline, values, options.region);
+        const [named, found] = await Promise.all([
+          lookups.callId === null ? [] : callsNamed(timeline, lookups.callId),
+          findCalls(timeline, { ...query, number: lookups.number }),
+        ]);
+        more = found.more;
+        calls = [...named, ...found.calls.filter((f) => !named.some((n) => n.id === f.id))];
+      } else if (q.startsWith('+')) {
+        // Not a valid number: as the API's number filter answers it.
+        ({ calls, more } = await findCalls(timeline, { ...parseCallQuery({ ...values, number: q }, options.region) }));
+      } else if (q !== '') {
         [calls, refused] = await Promise.all([callsNamed(timeline, q), timeline.refusals(q)]);
         if (calls.length === 0) open = (await options.inProgress?.(q)) ?? null;
       } else {
-        const query = parseCallQuery(values);
+        const query = await checkedCallQuery(timeline, values, options.region);
         const withRefusals = query.sink === undefined && (query.status === undefined || query.status === 'failed');
         let kept;
         [calls, kept] = await Promise.all([

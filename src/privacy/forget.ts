@@ -25,6 +25,7 @@ import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { callHash, callKeySegment, type CanonicalCall } from '../model/call.js';
 import { numberSpellings } from '../model/phone.js';
+import type { NumberOrCallId } from '../model/number-words.js';
 import { numberFinder } from '../redact.js';
 import type { Config } from '../config/index.js';
 import { phoneLibMax } from '../model/libphonenumber.js';
@@ -50,14 +51,7 @@ import { globEscape, scanKeys } from '../../queues/scan.js';
 const isPushAssembly = (key: string, type: string): boolean => type === 'hash' && /:push:./.test(key);
 
 /** Who or what to forget. */
-export type ForgetTarget = { kind: 'number'; e164: string } | { kind: 'call'; callId: string };
-
-export class ForgetInputError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'ForgetInputError';
-  }
-}
+type ForgetTarget = NumberOrCallId;
 
 /** Forgetting needs something that is not there (an active job that does not finish, a CRM that refuses). */
 export class ForgetIncompleteError extends Error {
@@ -68,32 +62,6 @@ export class ForgetIncompleteError extends Error {
     super(message);
     this.name = 'ForgetIncompleteError';
   }
-}
-
-/**
- * The argument of `callsync forget`: a number when it starts with `+` (E.164, any spacing) or,
- * made of digits and separators only, reads as a valid national number in `region`
- * (PHONE_DEFAULT_REGION) or as an international one without `+`/`00`; anything else is a call id.
- */
-export function parseTarget(input: string, region: CountryCode): ForgetTarget {
-  const given = input.trim();
-  // A `tel:` URI (RFC 3966), as payloads and CRMs spell a number, is that number.
-  const text = /^tel:\s*[+\d(]/i.test(given) ? given.slice(4).trim() : given;
-  if (text === '') throw new ForgetInputError('expected a phone number (+4915112345678) or a call id');
-  const lib = phoneLibMax();
-  if (text.startsWith('+') || text.startsWith('00')) {
-    const parsed = lib.parsePhoneNumberFromString(text.startsWith('00') ? `+${text.slice(2)}` : text);
-    if (!parsed?.isValid())
-      throw new ForgetInputError(`not a valid phone number: expected E.164 such as +4915112345678`);
-    return { kind: 'number', e164: parsed.number };
-  }
-  if (/^[\d\s()./-]+$/.test(text)) {
-    const national = lib.parsePhoneNumberFromString(text, region);
-    if (national?.isValid()) return { kind: 'number', e164: national.number };
-    const international = lib.parsePhoneNumberFromString(`+${text.replace(/\D/g, '')}`);
-    if (international?.isValid()) return { kind: 'number', e164: international.number };
-  }
-  return { kind: 'call', callId: given };
 }
 
 /**

@@ -2,10 +2,10 @@
 // sink consults and the CLI edits. The numbers are stored in E.164.
 import type { Cluster, Redis } from 'ioredis';
 import type { CountryCode } from 'libphonenumber-js';
-import { phoneLibMax } from '../../model/libphonenumber.js';
+import { readNumber } from '../../model/number-words.js';
+import { parseE164 } from './phone.js';
 import { recipientHash } from './ledger.js';
 import { configuredKey, type HmacKeySource } from '../../../queues/privacy-key.js';
-import { parseE164 } from './phone.js';
 
 /** What an SMS sink needs of the opt-out list. */
 export interface OptOutLookup {
@@ -15,11 +15,6 @@ export interface OptOutLookup {
    * script (the same round trip as its ledger marker). Absent: only `has`.
    */
   probe?(number: string): Promise<{ key: string; members: string[] }>;
-}
-
-function nationalToE164(number: string, region: CountryCode): string | undefined {
-  const parsed = phoneLibMax().parsePhoneNumberFromString(number, region);
-  return parsed?.isValid() ? parsed.number : undefined;
 }
 
 export class OptOutList implements OptOutLookup {
@@ -42,14 +37,7 @@ export class OptOutList implements OptOutLookup {
    * `region` when given (PHONE_DEFAULT_REGION). Throws on anything that is not a valid number.
    */
   static normalize(number: string, region?: CountryCode): string {
-    const trimmed = number.trim();
-    const e164 = trimmed.startsWith('+') || region === undefined ? parseE164(trimmed) : nationalToE164(trimmed, region);
-    if (e164 === undefined) {
-      throw new Error(
-        `not a valid phone number: "${number}" (expected E.164 such as +4915112345678${region ? `, or a national number in ${region}` : ''})`,
-      );
-    }
-    return e164;
+    return readNumber(number, region);
   }
 
   /** Adds numbers; returns how many were not on the list yet. */
