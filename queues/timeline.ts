@@ -850,7 +850,8 @@ export interface CallSummary {
   /** Per sink (`sink` or `sink.endpoint`): the outcome of its latest attempt. */
   sinks: Record<string, SinkStatus>;
   /**
-   * The reason of each sink's last skip, failure or retry; for a sink named in `unconfigured`, that
+   * The reason of each sink's latest outcome (a skip, a failure, a retry; a done one's note only; a
+   * job of the call still waiting for it); for a sink named in `unconfigured`, that
    * its job waits for a worker whose configuration has it.
    */
   reasons: Record<string, string>;
@@ -889,6 +890,18 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
   };
   /** Per sink: the job and attempt of its latest outcome that ends the job (done, skipped, dead-lettered). */
   const ended = new Map<string, { jobId: string | undefined; attempt: number }>();
+  /**
+   * Per sink (its label, or the sink's name for a fan-out entry that names no endpoints): the jobs
+   * it was given that have not ended yet. A new revision's job (an update: another job id) waits
+   * while the first revision's outcome is the latest: the sink is pending again, not "done".
+   */
+  const awaiting = new Map<string, Set<string>>();
+  const await_ = (label: string, jobId: string | undefined) => {
+    if (jobId === undefined) return;
+    let jobs = awaiting.get(label);
+    if (!jobs) awaiting.set(label, (jobs = new Set()));
+    jobs.add(jobId);
+  };
   for (const e of entries) {
     summary.lastAt = e.at;
     if (e.event === 'received') {
@@ -908,12 +921,19 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
         // endpoint shows as one the call still waits for, not as left out.
         if (endpoints?.length) {
           if (summary.sinks[sink] === 'pending') delete summary.sinks[sink];
-          for (const endpoint of endpoints) summary.sinks[sinkLabel({ sink, endpoint })] ??= 'pending';
+          for (const endpoint of endpoints) {
+            const label = sinkLabel({ sink, endpoint });
+            summary.sinks[label] ??= 'pending';
+            await_(label, e.jobId);
+          }
         }
         // An entry without its endpoints (written before they were named): the sink stands for
         // them until they are attempted.
-        else if (!Object.keys(summary.sinks).some((s) => s === sink || s.startsWith(`${sink}.`)))
-          summary.sinks[sink] = 'pending';
+        else {
+          if (!Object.keys(summary.sinks).some((s) => s === sink || s.startsWith(`${sink}.`)))
+            summary.sinks[sink] = 'pending';
+          await_(sink, e.jobId);
+        }
       }
       continue;
     }
@@ -937,8 +957,10 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
       continue;
     // A dead letter retried by an operator: a new round, whose attempts count from 1 again.
     if (e.event === 'retried') ended.delete(label);
-    if (e.event === 'done' || e.event === 'skipped' || e.event === 'dead-lettered')
+    if (e.event === 'done' || e.event === 'skipped' || e.event === 'dead-lettered') {
       ended.set(label, { jobId: e.jobId, attempt: e.attempt ?? 0 });
+      if (e.jobId !== undefined) for (const key of [label, e.sink]) awaiting.get(key)?.delete(e.jobId);
+    }
     if (e.endpoint && summary.sinks[e.sink] === 'pending') delete summary.sinks[e.sink];
     const status: SinkStatus | undefined =
       e.event === 'attempt'
@@ -961,6 +983,21 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     if (status) summary.sinks[label] = status;
     if (e.reason && (e.event === 'skipped' || e.event === 'dead-lettered' || e.event === 'retry'))
       summary.reasons[label] = e.reason;
+    // Done: the error of a retry before is no reason of it (a note it has is).
+    if (e.event === 'done') {
+      if (e.reason) summary.reasons[label] = e.reason;
+      else delete summary.reasons[label];
+    }
+  }
+  // A sink whose latest outcome ended a job while another job of the call (another revision's)
+  // still waits for it: pending, and the reason says which.
+  for (const [label, state] of Object.entries(summary.sinks)) {
+    if (state !== 'done' && state !== 'skipped' && state !== 'failed') continue;
+    const dot = label.indexOf('.');
+    const waiting = [...(awaiting.get(label) ?? []), ...(dot === -1 ? [] : (awaiting.get(label.slice(0, dot)) ?? []))];
+    if (waiting.length === 0) continue;
+    summary.sinks[label] = 'pending';
+    summary.reasons[label] = `job ${waiting.at(-1)} of the call waits for it (an update); the last one ${state}`;
   }
   return summary;
 }

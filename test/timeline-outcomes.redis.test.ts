@@ -1,0 +1,160 @@
+// What an operator sees of one call's outcomes through the three doors — `callsync call <id>`,
+// GET /api/calls/<id> and the dashboard's Calls page — on a running callsync: nothing stale after
+// the call moved on (a sink shown done while a new revision of the call waits for it; the error of
+// a retry shown as the reason of a sink that has since succeeded).
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { webhookPayload } from './support/calls.js';
+import { postJson } from './support/callsync.js';
+import { FlakySink } from './support/flaky-sink.js';
+import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
+import { REDIS_URL, testRedis, waitFor } from './support/redis.js';
+import { runCli } from '../src/cli/index.js';
+import { summarize, type TimelineEntry } from '../queues/timeline.js';
+
+const TOKEN = 'timeline-outcomes-token-9a3c';
+const auth = { authorization: `Bearer ${TOKEN}` };
+
+type ApiCall = { callId: string; sinks: Record<string, string>; reasons: Record<string, string> };
+
+describe("a call's outcomes through the CLI, the API and the Calls page", () => {
+  let cs: OpsCallsync;
+  let dir: string;
+  const sink = new FlakySink();
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'timeline-outcomes-'));
+    cs = await startOpsCallsync(
+      { ARCHIVE_DIR: dir, ADMIN_TOKEN: TOKEN, JOB_ATTEMPTS: '3' },
+      { sinks: new Map([['archive', sink]]) },
+    );
+  });
+  after(async () => {
+    await cs?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const api = async (ref: string): Promise<ApiCall | undefined> => {
+    const res = await fetch(`${cs.url}/api/calls/${encodeURIComponent(ref)}`, { headers: auth });
+    if (res.status !== 200) return undefined;
+    return ((await res.json()) as { calls: ApiCall[] }).calls[0];
+  };
+  const page = async (ref: string) =>
+    (await fetch(`${cs.url}/admin/queues/calls?q=${encodeURIComponent(ref)}`, { headers: auth })).text();
+  async function cli(argv: string[]) {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await runCli(argv, {
+      env: { REDIS_URL, ...(await testRedis()).env(), QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir },
+      out: (l) => out.push(l),
+      err: (l) => err.push(l),
+    });
+    return { code, out: out.join('\n'), err: err.join('\n') };
+  }
+  const settled = (ref: string, state: string) =>
+    waitFor(async () => (await api(ref))?.sinks.archive === state, { timeoutMs: 20_000, what: `${ref}: ${state}` });
+
+  test('an update of a call waiting for a sink shows that sink pending, not the first revision\'s "done"', async () => {
+    const id = 'slow-update-1';
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
+    await settled(id, 'done');
+    // The sink's queue paused (an operator, a credentials failure elsewhere): the update's job waits.
+    const queue = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
+    await queue.pause();
+    try {
+      const corrected = webhookPayload(id, (p) => (p.assist.summary.content = 'A corrected summary.'));
+      const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, corrected);
+      assert.equal(res.status, 202);
+      await waitFor(async () => (await queue.count()) > 0, { what: "the update's job waiting" });
+      await waitFor(
+        async () => {
+          const res = await fetch(`${cs.url}/api/calls/${id}`, { headers: auth });
+          const body = (await res.json()) as { calls: { entries: { event: string }[] }[] };
+          return body.calls[0]!.entries.filter((e) => e.event === 'fanned-out').length === 2;
+        },
+        { what: 'the update fanned out' },
+      );
+      const waiting = (await api(id))!;
+      assert.equal(waiting.sinks.archive, 'pending', 'the API');
+      assert.match(
+        waiting.reasons.archive!,
+        /^job [0-9a-f]{32}-\S+ of the call waits for it \(an update\); the last one done$/,
+      );
+      assert.match(await page(id), /archive: pending/, 'the Calls page');
+      const shown = await cli(['call', id]);
+      assert.match(shown.out, /^sinks: archive:pending$/m, 'callsync call');
+      const pending = JSON.parse((await cli(['calls', '--since', '1h', '--status', 'pending', '--json'])).out) as {
+        calls: { callId: string }[];
+      };
+      assert.ok(
+        pending.calls.some((c) => c.callId === id),
+        'calls --status pending lists it',
+      );
+    } finally {
+      await queue.resume();
+    }
+    await settled(id, 'done');
+  });
+
+  test('a sink done after a retry: its reason is not the error of the retry before', async () => {
+    const id = 'flaky-reason-1';
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
+    await settled(id, 'done');
+    const call = (await api(id))!;
+    assert.equal(call.reasons.archive, undefined, `reasons: ${JSON.stringify(call.reasons)}`);
+    assert.doesNotMatch(await page(id), /title="remote hiccup/, 'the chip of a done sink');
+    // The retry stays in the timeline, with its error.
+    const shown = await cli(['call', id]);
+    assert.match(shown.out, /retry +archive +1 +transient: remote hiccup/);
+    assert.match(shown.out, /^sinks: archive:done$/m);
+  });
+});
+
+test('summarize: a sink is pending while a job it was given has not ended; a fan-out written twice is one job', () => {
+  const first = 'c0ffee00c0ffee00c0ffee00c0ffee00';
+  const update = `${first}-u2`;
+  const sink = { sink: 'archive' };
+  const round = (jobId: string, at: number): TimelineEntry[] => [
+    { at, event: 'attempt', ...sink, jobId, attempt: 1 },
+    { at: at + 1, event: 'done', ...sink, jobId, attempt: 1 },
+  ];
+  const fanned = (jobId: string, at: number): TimelineEntry => ({
+    at,
+    event: 'fanned-out',
+    jobId,
+    routes: ['#1'],
+    sinks: ['archive'],
+  });
+  // The update fanned out while the first revision's attempt was under way: that attempt's "done"
+  // (later) is not the update's.
+  const overlap = [fanned(first, 1), { at: 2, event: 'attempt', ...sink, jobId: first, attempt: 1 }, fanned(update, 3)];
+  const firstDone: TimelineEntry = { at: 4, event: 'done', ...sink, jobId: first, attempt: 1 };
+  assert.equal(summarize('x', [...overlap, firstDone] as TimelineEntry[]).sinks.archive, 'pending');
+  assert.equal(summarize('x', [...overlap, firstDone, ...round(update, 5)] as TimelineEntry[]).sinks.archive, 'done');
+  // The same fan-out twice (a fan-out run again after a crash: the same job id): done once its job is.
+  assert.equal(summarize('x', [fanned(first, 1), fanned(first, 2), ...round(first, 3)]).sinks.archive, 'done');
+  // An endpoint of a signed webhook, the same way.
+  const hook = { sink: 'hook', endpoint: 'a' };
+  const hookFanned = (jobId: string, at: number): TimelineEntry => ({
+    at,
+    event: 'fanned-out',
+    jobId,
+    routes: ['#1'],
+    sinks: ['hook'],
+    endpoints: { hook: ['a'] },
+  });
+  const hookDone = (jobId: string, at: number): TimelineEntry => ({ at, event: 'done', ...hook, jobId, attempt: 1 });
+  assert.equal(
+    summarize('x', [hookFanned(first, 1), hookDone(first, 2), hookFanned(update, 3)]).sinks['hook.a'],
+    'pending',
+  );
+  assert.equal(
+    summarize('x', [hookFanned(first, 1), hookDone(first, 2), hookFanned(update, 3), hookDone(update, 4)]).sinks[
+      'hook.a'
+    ],
+    'done',
+  );
+});
