@@ -103,9 +103,12 @@ export interface TimelineEntry {
   reason?: string;
   /** skipped: the reason as one of SKIP_REASONS. */
   skip?: SkipReason;
-  /** retry/dead-lettered: the error kind (src/errors.ts: transient, retry-later, auth, disable, permanent). */
+  /**
+   * retry/dead-lettered: the error kind (src/errors.ts: transient, retry-later, auth, disable,
+   * permanent; `redis` on a retry: Redis failed under the job, which waits for it, no attempt spent).
+   */
   kind?: string;
-  /** retry: when the next attempt is due (epoch ms); absent while the queue is paused. */
+  /** retry: when the next attempt is due (epoch ms); absent while the queue is paused, and while the job waits for Redis. */
   nextAt?: number;
   /** retry: the sink's queue was paused (credentials rejected) or disabled: it waits for an operator. */
   paused?: true;
@@ -1149,7 +1152,7 @@ export function describeEntry(e: TimelineEntry): string {
     case 'skipped':
       return `${e.skip ?? 'other'}: ${e.reason ?? ''}`;
     case 'retry':
-      return `${e.kind ?? 'error'}: ${e.reason ?? ''}${e.paused ? ' (queue paused: waits for an operator)' : e.nextAt ? ` (next attempt ${iso(e.nextAt)})` : ''}`;
+      return `${e.kind ?? 'error'}: ${e.reason ?? ''}${e.paused ? ' (queue paused: waits for an operator)' : e.nextAt ? ` (next attempt ${iso(e.nextAt)})` : e.kind === 'redis' ? ' (waits for Redis, no attempt spent)' : ''}`;
     case 'dead-lettered':
       return e.sink
         ? `${e.kind ?? 'error'}: ${e.reason ?? ''}`

@@ -1,7 +1,8 @@
 // What an operator sees of one call's outcomes through the three doors — `callsync call <id>`,
 // GET /api/calls/<id> and the dashboard's Calls page — on a running callsync: nothing stale after
 // the call moved on (a sink shown done while a new revision of the call waits for it; the error of
-// a retry shown as the reason of a sink that has since succeeded).
+// a retry shown as the reason of a sink that has since succeeded; Redis failing under a job shown as
+// its dead letter).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -13,12 +14,14 @@ import { FlakySink } from './support/flaky-sink.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { REDIS_URL, testRedis, waitFor } from './support/redis.js';
 import { runCli } from '../src/cli/index.js';
-import { summarize, type TimelineEntry } from '../queues/timeline.js';
+import { describeEntry, summarize, type TimelineEntry } from '../queues/timeline.js';
+import type { Sink, SinkResult } from '../src/sinks/types.js';
 
 const TOKEN = 'timeline-outcomes-token-9a3c';
 const auth = { authorization: `Bearer ${TOKEN}` };
 
 type ApiCall = { callId: string; sinks: Record<string, string>; reasons: Record<string, string> };
+type ApiEntries = ApiCall & { entries: { event: string; sink?: string; kind?: string; nextAt?: number }[] };
 
 describe("a call's outcomes through the CLI, the API and the Calls page", () => {
   let cs: OpsCallsync;
@@ -157,4 +160,68 @@ test('summarize: a sink is pending while a job it was given has not ended; a fan
     ],
     'done',
   );
+});
+
+/** Fails as Redis failing under the job does (a write refused: OOM) while `redisFull`; then done. */
+class RedisFullSink implements Sink {
+  readonly type = 'archive';
+  readonly name = 'archive';
+  redisFull = true;
+  runs = 0;
+  async deliver(): Promise<SinkResult> {
+    this.runs++;
+    if (this.redisFull)
+      throw Object.assign(new Error('OOM command not allowed when used memory > maxmemory.'), { name: 'ReplyError' });
+    return { status: 'done', refs: { id: 'ok' } };
+  }
+}
+
+describe('Redis failing under a sink job: the timeline says it waits for Redis, not dead-lettered', () => {
+  let cs: OpsCallsync;
+  let dir: string;
+  const sink = new RedisFullSink();
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'timeline-outcomes-redis-'));
+    // One attempt only: the runner spends none on Redis' trouble, so the job runs again.
+    cs = await startOpsCallsync(
+      { ARCHIVE_DIR: dir, ADMIN_TOKEN: TOKEN, JOB_ATTEMPTS: '1' },
+      { sinks: new Map([['archive', sink]]) },
+    );
+  });
+  after(async () => {
+    await cs?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  test('its last attempt is not shown dead-lettered while the job waits for Redis', async () => {
+    const id = 'redis-full-1';
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
+    const get = async () =>
+      ((await (await fetch(`${cs.url}/api/calls/${id}`, { headers: auth })).json()) as { calls?: ApiEntries[] })
+        .calls?.[0];
+    // Two runs refused by Redis, both in the timeline.
+    const seen = await waitFor(
+      async () => {
+        const call = await get();
+        return call && call.entries.filter((e) => e.event !== 'attempt' && e.sink === 'archive').length >= 2
+          ? call
+          : null;
+      },
+      { timeoutMs: 20_000, what: 'two runs refused by Redis in the timeline' },
+    );
+    const queue = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
+    assert.equal((await queue.getFailed()).length, 0, 'no dead letter');
+    assert.notEqual(seen.sinks.archive, 'failed');
+    assert.deepEqual(
+      seen.entries.filter((e) => e.event === 'dead-lettered'),
+      [],
+      'no dead-lettered entry',
+    );
+    const outcome = seen.entries.find((e) => e.event === 'retry')!;
+    assert.equal(outcome.kind, 'redis');
+    assert.equal(outcome.nextAt, undefined, 'its next run is not a backoff the runner draws');
+    assert.match(describeEntry(outcome as TimelineEntry), /^redis: OOM .*\(waits for Redis, no attempt spent\)$/);
+    sink.redisFull = false;
+    await waitFor(async () => (await get())?.sinks.archive === 'done', { timeoutMs: 20_000, what: 'done' });
+  });
 });

@@ -170,6 +170,9 @@ function failureEntry(
     kind,
     reason: `${reason}${status && !reason.includes(String((err as SinkError).status)) ? status : ''}`,
   };
+  // Redis failing under the job is no failure of the sink: the runner moves the job back to wait
+  // for Redis, spending no attempt, its wait its own (not the backoff) — never a dead letter.
+  if (kind === 'redis') return { event: 'retry', ...common };
   if (kind === 'permanent') return { event: 'dead-lettered', ...common };
   if (
     kind === 'retry-later' &&
