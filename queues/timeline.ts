@@ -899,8 +899,14 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
    * while the first revision's outcome is the latest: the sink is pending again, not "done".
    */
   const awaiting = new Map<string, Set<string>>();
+  /**
+   * Jobs that ended, as `label job` and `sink job`: a fan-out naming one again (run again after a
+   * crash; a resend after DEDUPE_WINDOW_SECONDS, whose job BullMQ may still hold, so it is not run)
+   * is not waited for — should it run again, its attempt says so.
+   */
+  const endedJobs = new Set<string>();
   const await_ = (label: string, jobId: string | undefined) => {
-    if (jobId === undefined) return;
+    if (jobId === undefined || endedJobs.has(`${label} ${jobId}`)) return;
     let jobs = awaiting.get(label);
     if (!jobs) awaiting.set(label, (jobs = new Set()));
     jobs.add(jobId);
@@ -962,7 +968,11 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     if (e.event === 'retried') ended.delete(label);
     if (e.event === 'done' || e.event === 'skipped' || e.event === 'dead-lettered') {
       ended.set(label, { jobId: e.jobId, attempt: e.attempt ?? 0 });
-      if (e.jobId !== undefined) for (const key of [label, e.sink]) awaiting.get(key)?.delete(e.jobId);
+      if (e.jobId !== undefined)
+        for (const key of [label, e.sink]) {
+          awaiting.get(key)?.delete(e.jobId);
+          endedJobs.add(`${key} ${e.jobId}`);
+        }
     }
     if (e.endpoint && summary.sinks[e.sink] === 'pending') delete summary.sinks[e.sink];
     const status: SinkStatus | undefined =

@@ -139,6 +139,9 @@ test('summarize: a sink is pending while a job it was given has not ended; a fan
   assert.equal(summarize('x', [...overlap, firstDone, ...round(update, 5)] as TimelineEntry[]).sinks.archive, 'done');
   // The same fan-out twice (a fan-out run again after a crash: the same job id): done once its job is.
   assert.equal(summarize('x', [fanned(first, 1), fanned(first, 2), ...round(first, 3)]).sinks.archive, 'done');
+  // A fan-out of a job that ended before (a resend after the dedupe window: its job id is the
+  // first's, which BullMQ may still hold and then does not run): not waited for.
+  assert.equal(summarize('x', [fanned(first, 1), ...round(first, 2), fanned(first, 9)]).sinks.archive, 'done');
   // An endpoint of a signed webhook, the same way.
   const hook = { sink: 'hook', endpoint: 'a' };
   const hookFanned = (jobId: string, at: number): TimelineEntry => ({
