@@ -328,6 +328,18 @@ routes:
     const handedOn = await waitFor(() => jobIn(legacy, jobId, 'completed'), { what: 'the older job completed' });
     assert.deepEqual(handedOn.returnvalue, { endpoints: ['a', 'b'] });
     for (const q of [A, B]) assert.equal((await queues.get(q)!.getJob(jobId))?.data.endpoint, q.slice(-1));
+    // The call's sinks are its endpoints, each done: the hand-over is no delivery of the sink itself
+    // (before: a chip "hooks: done" of its own, done while its endpoints still waited).
+    const shown = await waitFor(
+      async () => {
+        const res = await fetch(`${cs.url}/api/calls/${jobId}`, { headers: { authorization: `Bearer ${TOKEN}` } });
+        if (res.status !== 200) return null;
+        const [call] = ((await res.json()) as { calls: { sinks: Record<string, string> }[] }).calls;
+        return call?.sinks['hooks.a'] === 'done' && call.sinks['hooks.b'] === 'done' ? call : null;
+      },
+      { what: "the call's endpoints done in its timeline" },
+    );
+    assert.deepEqual(shown.sinks, { 'hooks.a': 'done', 'hooks.b': 'done' });
     // The same call fanned out again (a redelivery) adds nothing: the endpoint jobs have the same ids.
     await legacy.add(
       JobName.sinkDeliver,

@@ -276,11 +276,14 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
           }),
         );
       }
+      // The hand-over is no delivery: the call's timeline has its endpoints' attempts only (with its
+      // own recorded, the sink showed "done" beside its endpoints while they still waited).
+      const { timeline: _notRecorded, ...handOverRunner } = runner;
       workers.push(
         runWorker<SinkDeliverJob>(
           sinkQueueName(name),
           createHandOverProcessor(name, fanOutDeps.endpointQueues?.get(name) ?? endpoints, fanOutDeps.replicated),
-          runner,
+          handOverRunner,
         ),
       );
     }
