@@ -109,6 +109,23 @@ export async function pauseState(queue: Queue): Promise<PauseState | null> {
   return { state: 'paused', reason: paused?.reason ?? null, at: paused?.at || null };
 }
 
+/**
+ * pauseState read by the queue's keys (`base`: `<its prefix>:<name>`, as Queue.toKey puts them), for
+ * a reader without a Queue handle (a call's timeline, queues/timeline.ts).
+ */
+export async function pauseStateOf(redis: RedisClient, base: string): Promise<PauseState | null> {
+  const [paused, disabled, why] = await Promise.all([
+    redis.hexists(`${base}:meta`, 'paused'),
+    redis.get(`${base}:${MARKER}`),
+    redis.get(`${base}:${PAUSE_MARKER}`),
+  ]);
+  if (paused !== 1) return null;
+  const marker = parse(disabled);
+  if (marker) return { state: 'disabled', reason: marker.reason, at: marker.at || null };
+  const pausedFor = parse(why);
+  return { state: 'paused', reason: pausedFor?.reason ?? null, at: pausedFor?.at || null };
+}
+
 /** The paused queues among `queues`, each with why; a queue that does not answer within `timeoutMs` is left out. */
 export async function pausedQueues(
   queues: Iterable<Queue>,

@@ -30,6 +30,7 @@ import { backoffDelay } from '../src/backoff.js';
 import { decimal } from '../src/env-values.js';
 import { sinkQueueName } from './registry.js';
 import { globEscape, queuesInRedis } from './scan.js';
+import { describePause, pauseStateOf, type PauseState } from './disabled.js';
 
 type TimelineEvent =
   | 'received'
@@ -435,6 +436,32 @@ export class CallTimeline {
     return this.configured ? noteUnconfigured(summary, this.configured) : summary;
   }
 
+  /**
+   * Marks each sink the call waits for (pending, retrying) whose queue is paused or disabled as
+   * `paused`, with why: its job runs only once an operator resumes the queue (`callsync resume`,
+   * the dashboard). `states`: the queues' states read so far (a query reads each queue once).
+   */
+  async notePausedQueues(
+    summary: CallSummary,
+    states: Map<string, Promise<PauseState | null>> = new Map(),
+  ): Promise<CallSummary> {
+    for (const [label, status] of Object.entries(summary.sinks)) {
+      if ((status !== 'pending' && status !== 'retrying') || summary.unconfigured?.[label]) continue;
+      const queue = queueOfLabel(label);
+      let state = states.get(queue);
+      if (!state) {
+        state = pauseStateOf(this.redis, `${this.keys.queuePrefix(queue)}:${queue}`).catch(() => null);
+        states.set(queue, state);
+      }
+      const pause = await state;
+      if (!pause) continue;
+      summary.sinks[label] = 'paused';
+      summary.reasons[label] =
+        `its queue ${queue} is ${describePause(pause)}: the job waits for an operator to resume it (callsync resume)${summary.reasons[label] ? ` (last: ${summary.reasons[label]})` : ''}`;
+    }
+    return summary;
+  }
+
   /** The sorted set of every call by its last receipt (epoch ms), member the call hash. */
   recentKey(): string {
     return recentCallsKey(this.keys);
@@ -835,8 +862,8 @@ export class CallTimeline {
  * What became of a call at one sink (or endpoint), from its timeline: `pending` (not attempted yet,
  * or an attempt under way), `retrying` (an attempt failed; the next is due), `paused` (an attempt
  * was refused so that the queue was paused or disabled — credentials rejected, 410 Gone, a
- * redirect —: nothing happens until an operator resumes it), `done`, `skipped`, `failed`
- * (dead-lettered).
+ * redirect —, or the job waits in a queue paused so (CallTimeline.notePausedQueues): nothing happens
+ * until an operator resumes it), `done`, `skipped`, `failed` (dead-lettered).
  */
 type SinkStatus = 'pending' | 'retrying' | 'paused' | 'done' | 'skipped' | 'failed';
 
@@ -1015,6 +1042,12 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
   return summary;
 }
 
+/** The queue of a sink label (`sink` or `sink.endpoint`). */
+function queueOfLabel(label: string): string {
+  const dot = label.indexOf('.');
+  return dot === -1 ? sinkQueueName(label) : sinkQueueName(label.slice(0, dot), label.slice(dot + 1));
+}
+
 /** Why a sink the call waits for gets no attempt: its queue is not in this configuration. */
 function unconfiguredReason(label: string, queue: string, last: string | undefined): string {
   const dot = label.indexOf('.');
@@ -1029,8 +1062,7 @@ function unconfiguredReason(label: string, queue: string, last: string | undefin
 function noteUnconfigured(summary: CallSummary, configured: ReadonlySet<string>): CallSummary {
   for (const [label, status] of Object.entries(summary.sinks)) {
     if (status === 'done' || status === 'skipped' || status === 'failed') continue;
-    const dot = label.indexOf('.');
-    const queue = dot === -1 ? sinkQueueName(label) : sinkQueueName(label.slice(0, dot), label.slice(dot + 1));
+    const queue = queueOfLabel(label);
     if (configured.has(queue)) continue;
     (summary.unconfigured ??= {})[label] = queue;
     summary.reasons[label] = unconfiguredReason(label, queue, summary.reasons[label]);
@@ -1073,6 +1105,7 @@ export async function findCalls(
   if (query.number !== undefined) candidates = await timeline.byNumber(query.number, MAX_SCANNED_CALLS);
   else candidates = (await timeline.recent(query.since, until, MAX_SCANNED_CALLS)).map((r) => r.id);
   const calls: CallSummary[] = [];
+  const paused = new Map<string, Promise<PauseState | null>>();
   let scanned = 0;
   for (let i = 0; i < candidates.length && calls.length < limit; i += 100) {
     const ids = candidates.slice(i, i + 100);
@@ -1080,7 +1113,7 @@ export async function findCalls(
     for (const [j, entries] of timelines.entries()) {
       scanned++;
       if (entries.length === 0) continue;
-      const summary = timeline.summarize(ids[j]!, entries);
+      const summary = await timeline.notePausedQueues(timeline.summarize(ids[j]!, entries), paused);
       const at = summary.lastAt ?? 0;
       if (at < query.since || (summary.receivedAt ?? at) > until) continue;
       const states = sinkStates(summary, query.sink);
@@ -1243,9 +1276,15 @@ export async function callsNamed(
 ): Promise<(CallSummary & { entries: TimelineEntry[] })[]> {
   const ids = (await timeline.resolve(ref)).slice(0, max);
   const found = await Promise.all(ids.map(async (id) => ({ id, entries: await timeline.read(id) })));
-  return found
-    .filter((c) => c.entries.length > 0)
-    .map((c) => ({ ...timeline.summarize(c.id, c.entries), entries: c.entries }));
+  const paused = new Map<string, Promise<PauseState | null>>();
+  return Promise.all(
+    found
+      .filter((c) => c.entries.length > 0)
+      .map(async (c) => ({
+        ...(await timeline.notePausedQueues(timeline.summarize(c.id, c.entries), paused)),
+        entries: c.entries,
+      })),
+  );
 }
 
 /** What a reference to calls names: a call id (a job id, a call hash), a phone number (E.164), or both. */

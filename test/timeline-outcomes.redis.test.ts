@@ -14,6 +14,7 @@ import { FlakySink } from './support/flaky-sink.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { REDIS_URL, testRedis, waitFor } from './support/redis.js';
 import { runCli } from '../src/cli/index.js';
+import { enableQueue, pauseQueue } from '../queues/disabled.js';
 import { describeEntry, summarize, type TimelineEntry } from '../queues/timeline.js';
 import type { Sink, SinkResult } from '../src/sinks/types.js';
 
@@ -60,18 +61,19 @@ describe("a call's outcomes through the CLI, the API and the Calls page", () => 
   const settled = (ref: string, state: string) =>
     waitFor(async () => (await api(ref))?.sinks.archive === state, { timeoutMs: 20_000, what: `${ref}: ${state}` });
 
-  test('an update of a call waiting for a sink shows that sink pending, not the first revision\'s "done"', async () => {
+  test('a call waiting in a paused queue shows paused with why; an update waiting there is not the first revision\'s "done"', async () => {
     const id = 'slow-update-1';
     assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
     await settled(id, 'done');
-    // The sink's queue paused (an operator, a credentials failure elsewhere): the update's job waits.
+    // The sink's queue paused, as the runner pauses it when the remote rejects the credentials: the
+    // jobs of every call wait in it, not only the one whose attempt was refused.
     const queue = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
-    await queue.pause();
+    await pauseQueue(queue, cs.callsync.redis.worker, 'Archive answered 401: token rejected');
     try {
       const corrected = webhookPayload(id, (p) => (p.assist.summary.content = 'A corrected summary.'));
-      const res = await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, corrected);
-      assert.equal(res.status, 202);
-      await waitFor(async () => (await queue.count()) > 0, { what: "the update's job waiting" });
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, corrected)).status, 202);
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload('ok-paused-1'))).status, 202);
+      await waitFor(async () => (await queue.count()) >= 2, { what: 'the jobs waiting' });
       await waitFor(
         async () => {
           const res = await fetch(`${cs.url}/api/calls/${id}`, { headers: auth });
@@ -80,26 +82,34 @@ describe("a call's outcomes through the CLI, the API and the Calls page", () => 
         },
         { what: 'the update fanned out' },
       );
-      const waiting = (await api(id))!;
-      assert.equal(waiting.sinks.archive, 'pending', 'the API');
+      await waitFor(async () => (await api('ok-paused-1'))?.sinks.archive !== undefined, {
+        what: 'the new call fanned out',
+      });
+      const why =
+        /^its queue sink-archive is paused: Archive answered 401: token rejected \(since \S+\): the job waits for an operator to resume it \(callsync resume\)/;
+      const fresh = (await api('ok-paused-1'))!;
+      assert.equal(fresh.sinks.archive, 'paused', 'a new call: the API');
+      assert.match(fresh.reasons.archive!, why);
+      const update = (await api(id))!;
+      assert.equal(update.sinks.archive, 'paused', 'the update: the API');
       assert.match(
-        waiting.reasons.archive!,
-        /^job [0-9a-f]{32}-\S+ of the call waits for it \(an update\); the last one done$/,
+        update.reasons.archive!,
+        /\(last: job [0-9a-f]{32}-\S+ of the call waits for it \(an update\); the last one done\)$/,
       );
-      assert.match(await page(id), /archive: pending/, 'the Calls page');
-      const shown = await cli(['call', id]);
-      assert.match(shown.out, /^sinks: archive:pending$/m, 'callsync call');
-      const pending = JSON.parse((await cli(['calls', '--since', '1h', '--status', 'pending', '--json'])).out) as {
+      for (const ref of [id, 'ok-paused-1']) {
+        assert.match(await page(ref), /archive: paused/, `${ref}: the Calls page`);
+        assert.match((await cli(['call', ref])).out, /^sinks: archive:paused$/m, `${ref}: callsync call`);
+      }
+      const listed = JSON.parse((await cli(['calls', '--since', '1h', '--status', 'paused', '--json'])).out) as {
         calls: { callId: string }[];
       };
-      assert.ok(
-        pending.calls.some((c) => c.callId === id),
-        'calls --status pending lists it',
-      );
+      assert.deepEqual(listed.calls.map((c) => c.callId).sort(), ['ok-paused-1', id].sort(), 'calls --status paused');
     } finally {
-      await queue.resume();
+      await enableQueue(queue);
     }
     await settled(id, 'done');
+    await settled('ok-paused-1', 'done');
+    assert.equal((await api(id))!.reasons.archive, undefined, 'done: no reason left of the wait');
   });
 
   test('a sink done after a retry: its reason is not the error of the retry before', async () => {

@@ -141,8 +141,9 @@ routes:
       await post('ep-401-2');
       await waitFor(() => received(b, 'ep-401-1') && received(b, 'ep-401-2'), { what: 'B got both calls' });
       assert.equal(await queues.get(B)!.isPaused(), false);
-      // The call waiting in A's paused queue, never attempted there, shows as waiting at A — not as
-      // done because B, the only endpoint that reported, is.
+      // The call waiting in A's paused queue, never attempted there, shows as waiting at A for an
+      // operator (`paused`, its queue's reason given) — not as done because B, the only endpoint that
+      // reported, is; nor as `pending` as if it were only behind.
       const sinksLine = await waitFor(
         async () => {
           const line = /^sinks: .*$/m.exec((await cli(['call', 'ep-401-2'])).out)?.[0];
@@ -150,24 +151,28 @@ routes:
         },
         { what: 'ep-401-2 done at B in its timeline' },
       );
-      assert.deepEqual(sinksLine.slice('sinks: '.length).split(' ').sort(), ['hooks.a:pending', 'hooks.b:done']);
+      assert.deepEqual(sinksLine.slice('sinks: '.length).split(' ').sort(), ['hooks.a:paused', 'hooks.b:done']);
       assert.match((await cli(['call', 'ep-401-2'])).out, /fanned-out .*→ sinks hooks \(a, b\)/);
       const waitingAtA = await cli(['calls', '--since', '1h', '--sink', 'hooks.a', '--status', 'pending']);
       assert.match(waitingAtA.out, /ep-401-2/, 'found among the calls waiting at A');
       // The call A refused waits for an operator: `paused`, not `retrying` (nothing retries it until
-      // a resume); `--status paused` finds it alone, `pending` includes it.
+      // a resume); `--status paused` finds it and the call waiting behind it, `pending` includes them.
       assert.match((await cli(['call', 'ep-401-1'])).out, /^sinks: .*hooks\.a:paused/m);
       const paused = await cli(['calls', '--since', '1h', '--sink', 'hooks.a', '--status', 'paused']);
       assert.equal(paused.code, 0, paused.out);
       assert.match(paused.out, /ep-401-1/);
-      assert.doesNotMatch(paused.out, /ep-401-2/);
+      assert.match(paused.out, /ep-401-2/);
       const retrying = await cli(['calls', '--since', '1h', '--sink', 'hooks.a', '--status', 'retrying']);
       assert.doesNotMatch(retrying.out, /ep-401-1/);
       assert.match(waitingAtA.out, /ep-401-1/);
       const api = (await (
         await fetch(`${cs.url}/api/calls/ep-401-2`, { headers: { authorization: `Bearer ${TOKEN}` } })
-      ).json()) as { calls: { sinks: Record<string, string> }[] };
-      assert.deepEqual(api.calls[0]!.sinks, { 'hooks.a': 'pending', 'hooks.b': 'done' });
+      ).json()) as { calls: { sinks: Record<string, string>; reasons: Record<string, string> }[] };
+      assert.deepEqual(api.calls[0]!.sinks, { 'hooks.a': 'paused', 'hooks.b': 'done' });
+      assert.match(
+        api.calls[0]!.reasons['hooks.a']!,
+        /^its queue sink-hooks\.a is paused: .*answered 401.*: the job waits for an operator to resume it/,
+      );
       const metrics = await metricsText();
       assert.match(metrics, new RegExp(`callsync_queue_paused\\{queue="${A}",sink="hooks"\\} 1`));
       assert.match(metrics, new RegExp(`callsync_queue_paused\\{queue="${B}",sink="hooks"\\} 0`));

@@ -43,8 +43,9 @@ Options:
   calls: `Usage: callsync calls --since 2h [--until TIME] [--sink NAME] [--status failed|skipped|pending|retrying|paused|done] [--number N] [--limit N] [--json]
 
 Lists the calls received in a time range, newest first, with each sink's state: pending (waiting),
-retrying (an attempt failed, the next is scheduled), paused (the queue was paused or disabled
-by an attempt's answer: waits for \`callsync resume\`), done, skipped, failed (dead-lettered).
+retrying (an attempt failed, the next is scheduled), paused (its job waits in a queue paused or
+disabled — credentials rejected, 410 Gone, by hand —: waits for \`callsync resume\`), done, skipped,
+failed (dead-lettered).
 A \`*\` marks a sink this configuration lacks: its job waits for a worker whose configuration has it.
 --status pending matches retrying and paused too.
 
