@@ -100,6 +100,10 @@ describe("a call's outcomes through the CLI, the API and the Calls page", () => 
         assert.match(await page(ref), /archive: paused/, `${ref}: the Calls page`);
         assert.match((await cli(['call', ref])).out, /^sinks: archive:paused$/m, `${ref}: callsync call`);
       }
+      assert.match(
+        (await cli(['call', 'ok-paused-1'])).out,
+        /^note: archive: its queue sink-archive is paused: Archive answered 401: token rejected \(since /m,
+      );
       const listed = JSON.parse((await cli(['calls', '--since', '1h', '--status', 'paused', '--json'])).out) as {
         calls: { callId: string }[];
       };
