@@ -847,11 +847,12 @@ export class CallTimeline {
 
   /**
    * The calls a reference names: a call hash, an acknowledgement or sink job id (they begin with
-   * the call hash), a phone number (`+49…`), or a platform call id.
+   * the call hash; a replay's too), a phone number (`+49…`), or a platform call id.
    */
   async resolve(ref: string): Promise<string[]> {
     const trimmed = ref.trim();
-    const hash = /^([0-9a-f]{32})(?:-[0-9a-z]+)?$/.exec(trimmed);
+    // A job id: the hash, and an acknowledgement's or update's suffix, or a replay's (`-replay-<time>`).
+    const hash = /^([0-9a-f]{32})(?:-[0-9a-z]+)*$/.exec(trimmed);
     if (hash) return [hash[1]!];
     if (/^\+\d[\d\s\-()./]{4,}$/.test(trimmed)) return this.byNumber(trimmed);
     return this.byCallId(trimmed);

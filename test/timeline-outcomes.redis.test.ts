@@ -21,7 +21,7 @@ import type { Sink, SinkResult } from '../src/sinks/types.js';
 const TOKEN = 'timeline-outcomes-token-9a3c';
 const auth = { authorization: `Bearer ${TOKEN}` };
 
-type ApiCall = { callId: string; sinks: Record<string, string>; reasons: Record<string, string> };
+type ApiCall = { id: string; callId: string; sinks: Record<string, string>; reasons: Record<string, string> };
 type ApiEntries = ApiCall & { entries: { event: string; sink?: string; kind?: string; nextAt?: number }[] };
 
 describe("a call's outcomes through the CLI, the API and the Calls page", () => {
@@ -123,6 +123,12 @@ describe("a call's outcomes through the CLI, the API and the Calls page", () => 
     const call = (await api(id))!;
     assert.equal(call.reasons.archive, undefined, `reasons: ${JSON.stringify(call.reasons)}`);
     assert.doesNotMatch(await page(id), /title="remote hiccup/, 'the chip of a done sink');
+    // A job id of the call names it, also a replay's (`<hash>-replay-<time>`, the Calls page's Replay).
+    const hash = (await api(id))!.id;
+    for (const jobId of [hash, `${hash}-60c2d8680eb31`, `${hash}-replay-${Date.now().toString(36)}`]) {
+      assert.equal((await api(jobId))?.callId, id, `the API: ${jobId}`);
+      assert.match((await cli(['call', jobId])).out, /^call flaky-reason-1 /m, `callsync call ${jobId}`);
+    }
     // The retry stays in the timeline, with its error.
     const shown = await cli(['call', id]);
     assert.match(shown.out, /retry +archive +1 +transient: remote hiccup/);
