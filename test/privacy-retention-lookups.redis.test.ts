@@ -78,7 +78,9 @@ describe('the lookups and refusals go CALL_TIMELINE_TTL_DAYS after they were wri
     assert.equal(await redis.zcard(refused), 2);
 
     // Two hours on, the first call's lookups and the first refusal are 25 hours old: past the TTL.
-    await sweepRetention(config, redis, log, start + 2 * HOUR);
+    const swept = await sweepRetention(config, redis, log, start + 2 * HOUR);
+    // Counted: the first call in the lookups of its two numbers, by time and by call id, and the first refusal.
+    assert.equal(swept.removed.timeline_lookups, 5, 'callsync_retention_removed_total{store="timeline_lookups"}');
     assert.deepEqual(await redis.zrange(numberIndex, 0, -1), [timelineId(second)], 'the number index');
     assert.equal(await redis.zscore(recentCallsKey(keys), timelineId(first)), null, 'the index by time');
     assert.deepEqual(await redis.zrange(`${keys.area('calls')}:calls:id:lk-first`, 0, -1), [], 'the call id lookup');

@@ -51,6 +51,7 @@ type RetentionStore =
   | 'parked'
   | 'inbound_log'
   | 'timelines'
+  | 'timeline_lookups'
   | 'archive'
   | 'archive_s3';
 
@@ -271,7 +272,7 @@ export async function sweepRetention(
   // brought to the ones kept already, once. Then the oldest call in the index by time.
   const timelineTtlMs = Math.round(config.timeline.ttlDays * DAY_MS);
   add('timelines', await applyTimelineTtl(redis, keys, timelineTtlMs, now));
-  await trimLookups(redis, keys, timelineTtlMs, now);
+  add('timeline_lookups', await trimLookups(redis, keys, timelineTtlMs, now));
   const [, firstAt] = await redis.zrange(recentCallsKey(keys), 0, 0, 'WITHSCORES');
   oldest('timelines', firstAt === undefined ? null : Number(firstAt));
 
