@@ -144,10 +144,19 @@ const SKIP_PATTERNS: [RegExp, SkipReason][] = [
   [/empty/i, 'empty-message'],
 ];
 
-/** A skip's free-text reason as one of SKIP_REASONS (the first that fits; `other` else). */
+/**
+ * A skip's free-text reason as one of SKIP_REASONS: of several reasons in one text ("anonymous
+ * caller; +49…: opted out"), the one that comes first in it; `other` when none fits.
+ */
 export function skipReason(reason: string | undefined): SkipReason {
-  if (reason) for (const [pattern, name] of SKIP_PATTERNS) if (pattern.test(reason)) return name;
-  return 'other';
+  let found: SkipReason = 'other';
+  let first = Infinity;
+  if (reason)
+    for (const [pattern, name] of SKIP_PATTERNS) {
+      const at = reason.search(pattern);
+      if (at !== -1 && at < first) [found, first] = [name, at];
+    }
+  return found;
 }
 
 /** Most events kept per call: the newest. A call with a few sinks and retries needs ~30. */
