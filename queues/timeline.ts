@@ -360,7 +360,27 @@ function indexNumber(number: string): string {
 }
 
 /** What a `received` entry reads of a call (the ingress keeps only this while the append is under way). */
-export type ReceivedCall = Pick<CanonicalCall, 'key' | 'source' | 'callId' | 'direction' | 'from' | 'to' | 'startedAt'>;
+export type ReceivedCall = Pick<
+  CanonicalCall,
+  'key' | 'source' | 'callId' | 'direction' | 'from' | 'to' | 'startedAt'
+> &
+  Partial<Pick<CanonicalCall, 'fromRaw' | 'toRaw'>>;
+
+/** What a platform sends for a caller it does not show (the spec's participant `<unknown>`, and the like). */
+const NO_NUMBER = /^\s*(?:<?unknown>?|anonymous|private|restricted|withheld|suppressed|unavailable)?\s*$/i;
+
+/**
+ * A number as a timeline shows it: E.164 masked as logs mask numbers (maskPhone); else what the
+ * platform sent — a short one (an internal extension, `23`: up to 6 digits) as its digits, a longer
+ * one masked, one with no digit `unreadable` —; null only when none was given (anonymous).
+ */
+function shownNumber(e164: string | null | undefined, raw: string | null | undefined): string | null {
+  if (typeof e164 === 'string' && e164 !== '') return maskPhone(e164);
+  if (typeof raw !== 'string' || NO_NUMBER.test(raw)) return null;
+  const digits = raw.slice(0, 64).replace(/[^\d+]/g, '');
+  if (!/\d/.test(digits)) return 'unreadable';
+  return digits.replace(/\D/g, '').length <= 6 ? digits : maskPhone(digits);
+}
 
 /**
  * A call's `received` entry and lookups, for the inbound log's append script to write in the same
@@ -394,8 +414,8 @@ function receivedDetails(
     ...(info.requestId ? { requestId: info.requestId } : {}),
     ...(info.spooled ? { spooled: true as const } : {}),
     direction: call.direction,
-    from: maskPhone(call.from),
-    to: maskPhone(call.to),
+    from: shownNumber(call.from, call.fromRaw),
+    to: shownNumber(call.to, call.toRaw),
     startedAt: call.startedAt,
   };
 }

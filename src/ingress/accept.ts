@@ -114,7 +114,8 @@ const PROCESS_TAG = randomBytes(6).toString('hex');
 let sequence = 0;
 
 /** What `CallTimeline.received` reads of a call: kept while it waits for Redis instead of the whole call. */
-type ReceivedCall = Pick<CanonicalCall, 'key' | 'source' | 'callId' | 'direction' | 'from' | 'to' | 'startedAt'>;
+type ReceivedCall = Pick<CanonicalCall, 'key' | 'source' | 'callId' | 'direction' | 'from' | 'to' | 'startedAt'> &
+  Partial<Pick<CanonicalCall, 'fromRaw' | 'toRaw'>>;
 
 interface Waiting {
   item: AppendItem;
@@ -196,6 +197,9 @@ export class InboundAcceptor implements CallAcceptor {
               direction: call.direction,
               from: call.from,
               to: call.to,
+              // The number as sent only when it is no E.164 one (an extension, `23`): shown as that.
+              ...(call.from === null && call.fromRaw !== null ? { fromRaw: call.fromRaw.slice(0, 64) } : {}),
+              ...(call.to === null && call.toRaw !== null ? { toRaw: call.toRaw.slice(0, 64) } : {}),
               startedAt: call.startedAt,
             }
           : null;

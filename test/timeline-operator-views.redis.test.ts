@@ -1,0 +1,91 @@
+// What an operator reads of a call through `callsync call`/`calls`, GET /api/calls and the Calls
+// page, on a running callsync: the caller the platform sent (an internal extension, a number
+// callsync cannot read) rather than "anonymous".
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { webhookPayload } from './support/calls.js';
+import { postJson } from './support/callsync.js';
+import { FlakySink } from './support/flaky-sink.js';
+import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
+import { REDIS_URL, testRedis, waitFor } from './support/redis.js';
+import { runCli } from '../src/cli/index.js';
+
+const TOKEN = 'timeline-operator-views-token-5b1e';
+const auth = { authorization: `Bearer ${TOKEN}` };
+
+type ApiCall = {
+  id: string;
+  callId: string;
+  from: string | null;
+  to: string | null;
+  sinks: Record<string, string>;
+  reasons: Record<string, string>;
+};
+
+describe("the operator's views of a call", () => {
+  let cs: OpsCallsync;
+  let dir: string;
+  const sink = new FlakySink();
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'timeline-operator-views-'));
+    cs = await startOpsCallsync(
+      { ARCHIVE_DIR: dir, ADMIN_TOKEN: TOKEN, JOB_ATTEMPTS: '2' },
+      { sinks: new Map([['archive', sink]]) },
+    );
+  });
+  after(async () => {
+    await cs?.stop();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const api = async (ref: string): Promise<ApiCall | undefined> => {
+    const res = await fetch(`${cs.url}/api/calls/${encodeURIComponent(ref)}`, { headers: auth });
+    if (res.status !== 200) return undefined;
+    return ((await res.json()) as { calls: ApiCall[] }).calls[0];
+  };
+  const page = async (path: string) => (await fetch(`${cs.url}/admin/queues/calls${path}`, { headers: auth })).text();
+  async function cli(argv: string[]) {
+    const out: string[] = [];
+    const err: string[] = [];
+    const code = await runCli(argv, {
+      env: { REDIS_URL, ...(await testRedis()).env(), QUEUE_PREFIX: cs.prefix, ARCHIVE_DIR: dir },
+      out: (l) => out.push(l),
+      err: (l) => err.push(l),
+    });
+    return { code, out: out.join('\n'), err: err.join('\n') };
+  }
+  const settled = (ref: string, state: string) =>
+    waitFor(async () => (await api(ref))?.sinks.archive === state, { timeoutMs: 20_000, what: `${ref}: ${state}` });
+
+  test('a caller callsync cannot read as E.164 is shown as sent (masked), never as "anonymous"', async () => {
+    const cases: [string, string | null, string][] = [
+      // call id, call.from as sent, what the doors show
+      ['ok-extension-1', '23', '23'],
+      ['ok-foreign-1', '0049 30 9018 2012 345 99', '00493****599'],
+      ['ok-words-1', 'reception', 'unreadable'],
+      ['ok-unknown-1', '<unknown>', 'anonymous'],
+    ];
+    for (const [id, from] of cases) {
+      const payload = webhookPayload(id, (p) => (p.call.from = from));
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, payload)).status, 202, id);
+    }
+    for (const [id, , shown] of cases) {
+      await settled(id, 'done');
+      const call = (await api(id))!;
+      assert.equal(call.from ?? 'anonymous', shown, `the API: ${id}`);
+      const one = await cli(['call', id]);
+      assert.ok(one.out.startsWith(`call ${id} (ai-agent, in, ${shown} → `), `callsync call ${id}: ${one.out}`);
+      const detail = await page(`/${call.id}`);
+      assert.ok(detail.includes(`, ${shown} → `), `the Calls page of ${id}: ${shown}`);
+      const found = await page(`?q=${id}`);
+      assert.ok(found.includes(`<td>${shown} → `), `the Calls page's list: ${id}`);
+    }
+    const list = await cli(['calls', '--since', '1h']);
+    assert.match(list.out, /ok-extension-1 .* 23 → /);
+    assert.doesNotMatch(list.out, /ok-extension-1 .* anonymous → /);
+  });
+});
