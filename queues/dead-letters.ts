@@ -35,7 +35,7 @@ const PAGE = 200;
  * job's call timeline says so (`retried`: the attempts that follow are numbered from 1 again).
  * Rejects as `Job.retry` does when the job is no longer failed.
  */
-export async function retryDeadLetter(queue: Queue, job: Job, timeline?: CallTimeline): Promise<void> {
+export async function retryDeadLetter(queue: Queue, job: Job, timeline?: CallTimeline, by?: string): Promise<void> {
   const at = Date.now();
   // BullMQ's retry keeps the stall count, so a job that stalled before it failed would be
   // dead-lettered again at its next stall: the new round forgets them (only while it is failed).
@@ -61,7 +61,14 @@ export async function retryDeadLetter(queue: Queue, job: Job, timeline?: CallTim
   const endpoint = endpointFromQueue(job.queueName) ?? undefined;
   const jobId = job.id ?? '';
   // Its time is taken before the retry: the new round's first attempt sorts after it.
-  const entry = { at, event: 'retried' as const, sink, ...(endpoint ? { endpoint } : {}), jobId };
+  const entry = {
+    at,
+    event: 'retried' as const,
+    sink,
+    ...(endpoint ? { endpoint } : {}),
+    jobId,
+    ...(by ? { by } : {}),
+  };
   await settledWithin([timeline.sinkEvents(data.call, [entry], timelineIdOf(jobId, data.call))], TIMELINE_WRITE_MS);
 }
 
@@ -70,7 +77,7 @@ export async function retryDeadLetter(queue: Queue, job: Job, timeline?: CallTim
  * 100 000); a job that fails again meanwhile is not retried twice, one retried or removed by
  * someone else meanwhile is passed over. Returns how many it retried.
  */
-export async function retryDeadLetters(queue: Queue, timeline?: CallTimeline): Promise<number> {
+export async function retryDeadLetters(queue: Queue, timeline?: CallTimeline, by?: string): Promise<number> {
   const seen = new Set<string>();
   let retried = 0;
   for (;;) {
@@ -83,7 +90,7 @@ export async function retryDeadLetters(queue: Queue, timeline?: CallTimeline): P
     for (const job of jobs) {
       seen.add(job.id!);
       try {
-        await retryDeadLetter(queue, job, timeline);
+        await retryDeadLetter(queue, job, timeline, by);
         retried++;
       } catch (err) {
         if (await job.isFailed().catch(() => true)) throw err;

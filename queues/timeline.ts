@@ -113,6 +113,8 @@ export interface TimelineEntry {
   nextAt?: number;
   /** retry: the sink's queue was paused (credentials rejected) or disabled: it waits for an operator. */
   paused?: true;
+  /** retried: who retried the dead letter, when known (the door: `callsync dlq retry`, the Calls page, the dashboard). */
+  by?: string;
 }
 
 /** The skip reasons, bounded (a metric label): what a sink's free-text reason is sorted into. */
@@ -1053,6 +1055,8 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     if (status) summary.sinks[label] = status;
     if (e.reason && (e.event === 'skipped' || e.event === 'dead-lettered' || e.event === 'retry'))
       summary.reasons[label] = e.reason;
+    // Retried: the dead letter's reason is no longer why it stands; until the new round's outcome, that it was retried.
+    if (e.event === 'retried') summary.reasons[label] = retriedReason(e);
     // Done: the error of a retry before is no reason of it (a note it has is).
     if (e.event === 'done') {
       if (e.reason) summary.reasons[label] = e.reason;
@@ -1070,6 +1074,11 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     summary.reasons[label] = `job ${waiting.at(-1)} of the call waits for it (an update); the last one ${state}`;
   }
   return summary;
+}
+
+/** A sink's reason after its dead letter was retried, until the new round's first outcome. */
+function retriedReason(e: TimelineEntry): string {
+  return `dead letter retried ${new Date(e.at).toISOString()}${e.by ? ` by ${e.by}` : ''}: a new round of attempts`;
 }
 
 /** The queue of a sink label (`sink` or `sink.endpoint`). */
@@ -1232,7 +1241,7 @@ export function describeEntry(e: TimelineEntry): string {
         : `fan-out failed, no sink got a job; inbound dead letter ${e.jobId ?? ''}: ${e.reason ?? ''}`;
     case 'retried':
       return e.sink
-        ? 'dead letter retried: a new round of attempts, numbered from 1'
+        ? `dead letter retried${e.by ? ` by ${e.by}` : ''}: a new round of attempts, numbered from 1`
         : 'inbound dead letter retried: fanned out again';
     default:
       return '';

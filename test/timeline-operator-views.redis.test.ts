@@ -1,6 +1,7 @@
 // What an operator reads of a call through `callsync call`/`calls`, GET /api/calls and the Calls
 // page, on a running callsync: the caller the platform sent (an internal extension, a number
-// callsync cannot read) rather than "anonymous".
+// callsync cannot read) rather than "anonymous"; a retried dead letter said to be retried rather
+// than kept with its old reason.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -87,5 +88,37 @@ describe("the operator's views of a call", () => {
     const list = await cli(['calls', '--since', '1h']);
     assert.match(list.out, /ok-extension-1 .* 23 → /);
     assert.doesNotMatch(list.out, /ok-extension-1 .* anonymous → /);
+  });
+
+  test("a retried dead letter: its sink says when it was retried and by whom, not the dead letter's reason", async () => {
+    const id = 'gate-retried-1';
+    sink.failing = true;
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
+    await settled(id, 'failed');
+    assert.match((await api(id))!.reasons.archive!, /field "subject" too long/);
+    // The queue held, so that the new round has no outcome yet when the doors are read.
+    const queue = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
+    await queue.pause();
+    try {
+      const call = (await api(id))!;
+      const res = await fetch(`${cs.url}/admin/queues/calls/${call.id}/retry`, {
+        method: 'POST',
+        headers: { ...auth, 'content-type': 'application/json' },
+        body: JSON.stringify({ sink: 'archive' }),
+      });
+      assert.equal(res.status, 200, await res.text());
+      const after = (await api(id))!;
+      assert.notEqual(after.sinks.archive, 'failed');
+      assert.doesNotMatch(after.reasons.archive ?? '', /too long/, "not the dead letter's reason");
+      assert.match(after.reasons.archive ?? '', /dead letter retried \d{4}-\d\d-\d\dT[\d:.]+Z by the Calls page/);
+      const shown = await cli(['call', id]);
+      assert.match(shown.out, /retried +archive .*dead letter retried by the Calls page/);
+      assert.doesNotMatch(shown.out, /^note: archive: .*too long/m);
+    } finally {
+      sink.failing = false;
+      await queue.resume();
+    }
+    await settled(id, 'done');
+    assert.equal((await api(id))!.reasons.archive, undefined, 'done: no reason left of the retry');
   });
 });

@@ -171,6 +171,9 @@ export async function dlqList(config: Config, redis: RedisClient, options: DlqOp
   });
 }
 
+/** Who a `retried` timeline entry names: the door it came through. */
+const RETRIED_BY = 'callsync dlq retry';
+
 export async function dlqRetry(config: Config, redis: RedisClient, options: DlqOptions, io: CliIo): Promise<number> {
   const { names, foundOnly } = await resolveQueues(config, redis, options.queue);
   // Each retried sink job's call timeline says a new round of attempts began.
@@ -179,7 +182,7 @@ export async function dlqRetry(config: Config, redis: RedisClient, options: DlqO
     if (options.id) {
       // Every dead letter with the id in scope: one call's sink jobs share it (docs/reliability.md "Job ids").
       for (const { queue, job } of await deadLettersWithId(queues, options.id)) {
-        await retryDeadLetter(queue, job, timeline);
+        await retryDeadLetter(queue, job, timeline, RETRIED_BY);
         io.out(`retrying ${queue.name} job ${options.id}`);
         if (foundOnly.has(queue.name))
           io.err(`${queue.name}: no sink of this configuration works that queue: the job waits for a worker that does`);
@@ -200,7 +203,7 @@ export async function dlqRetry(config: Config, redis: RedisClient, options: DlqO
         continue;
       }
       // One by one (Queue.retryJobs cannot start a new round of attempts: it keeps the counts).
-      const retried = await retryDeadLetters(queue, timeline);
+      const retried = await retryDeadLetters(queue, timeline, RETRIED_BY);
       io.out(`retrying ${retried} dead letter(s) of ${queue.name}`);
       total += retried;
     }

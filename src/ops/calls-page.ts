@@ -463,7 +463,7 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
         409,
       );
     try {
-      await retryDeadLetter(queue, job, timeline);
+      await retryDeadLetter(queue, job, timeline, 'the Calls page');
     } catch (err) {
       // Retried (or removed) by someone else between the check and the retry: say so, not a 500.
       const state = await job.getState().catch(() => 'unknown');
@@ -493,7 +493,7 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
     const state = await job.getState();
     if (state !== 'failed')
       return c.json(errorBody(409, `its inbound dead letter is not in the dead letters (it is ${state})`), 409);
-    await retryDeadLetter(queue, job, timeline);
+    await retryDeadLetter(queue, job, timeline, 'the Calls page');
     return c.json({ retried: { queue: queue.name, jobId: job.id } });
   });
 

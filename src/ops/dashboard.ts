@@ -44,7 +44,7 @@ class CallsyncQueueAdapter extends BullMQAdapter {
     job.retry = (state: FinishedStatus = 'failed', opts?: RetryOptions) => {
       // BullMQ's own retry again (retryDeadLetter calls it), once this one has run.
       delete (job as Partial<Job>).retry;
-      return state === 'failed' ? retryDeadLetter(this.target, job, timeline) : job.retry(state, opts);
+      return state === 'failed' ? retryDeadLetter(this.target, job, timeline, 'the dashboard') : job.retry(state, opts);
     };
     return job;
   }
