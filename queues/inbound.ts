@@ -12,7 +12,7 @@ import type { RedisClient } from './connection.js';
 import { asKeys, keySlot, type RedisKeys } from './keys.js';
 import { isTranscriptInRaw, type CanonicalCall } from '../src/model/call.js';
 import { transcriptOfPayload } from '../src/model/webhook.js';
-import type { ReceivedWrite } from './timeline.js';
+import { TRIM_KEEPING_RECEIPT, type ReceivedWrite } from './timeline.js';
 
 // The keys sit outside every queue's own namespace (`<prefix>:<queue>:…`), so that cleaning or
 // obliterating a queue — the dead-letter queue `inbound` included — never touches the log. With
@@ -102,7 +102,7 @@ const MAX_REMEMBERED_REVISIONS = 32;
 // it refreshes a duplicate's dedupe key with the time it has left — so that the WAIT after it
 // covers the first delivery too, whichever connection stored it (WAIT counts the replicas that
 // have this connection's last write, and the replication stream is in order).
-const APPEND = `
+const APPEND = `${TRIM_KEEPING_RECEIPT}
 local seen, ttl, keep, touch = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local maxEntries, timelineTtl = ARGV[5], ARGV[6]
 local out = {}
@@ -156,7 +156,7 @@ for i = 7, #ARGV, 10 do
     if out[n] == 'u' then revision = 'update' elseif out[n] ~= '' then revision, job = 'duplicate', first end
     local tl = KEYS[k]
     if redis.call('RPUSH', tl, '{' .. ARGV[i + 8] .. revision .. '","jobId":' .. cjson.encode(job) .. ARGV[i + 9]) > tonumber(maxEntries) then
-      redis.call('LTRIM', tl, -tonumber(maxEntries), -1)
+      trimKeepingReceipt(tl, tonumber(maxEntries))
     end
     redis.call('PEXPIRE', tl, timelineTtl)
     if revision ~= 'duplicate' then

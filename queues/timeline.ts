@@ -3,7 +3,8 @@
 // its outcome, a dead letter an operator retried — as one Redis list per call under the call's own hash tag (queues/keys.ts
 // `callTimeline`), capped per call and expiring CALL_TIMELINE_TTL_DAYS after its last event.
 //
-// Each event is one command (a small script: RPUSH, LTRIM only when over the cap, PEXPIRE); a sink attempt's start and
+// Each event is one command (a small script: RPUSH, LTRIM only when over the cap — keeping the first entry, the call's
+// receipt —, PEXPIRE); a sink attempt's start and
 // outcome are one command together, or — for a sink whose last step is the release of its call's
 // lock, on the one-slot layout — part of that release's script (workers/attempts.ts, entryTexts). Beside the timelines, lookups
 // for the CLI and the API: the calls by time (`calls:recent`), by call id, and by phone number — the
@@ -161,7 +162,7 @@ export function skipReason(reason: string | undefined): SkipReason {
   return found;
 }
 
-/** Most events kept per call: the newest. A call with a few sinks and retries needs ~30. */
+/** Most events kept per call: the first (its receipt) and the newest. A call with a few sinks and retries needs ~30. */
 const MAX_TIMELINE_ENTRIES = 200;
 /** Characters kept of a reason. */
 const MAX_REASON = 300;
@@ -175,12 +176,27 @@ const RESEND_FOR_MS = 120_000;
 /** Writes being sent again at once, per timeline, at most: beyond, a failed write is dropped (logged). */
 const MAX_RESENDING = 5000;
 
-const APPEND_AND_INDEX = `
+/**
+ * Lua: trims a timeline over its cap to the newest entries, but keeps its first one — the call's
+ * receipt (source, call id, numbers, when it came): a sink retrying for days must not leave a
+ * timeline that no longer says which call it is. One LTRIM, as before (plus LINDEX and LPUSH).
+ * @internal Shared with the inbound log's append script (queues/inbound.ts) and the sink state's (src/state/kv.ts keeps its own copy).
+ */
+export const TRIM_KEEPING_RECEIPT = `
+local function trimKeepingReceipt(list, max)
+  if max < 2 then return redis.call('LTRIM', list, -max, -1) end
+  local first = redis.call('LINDEX', list, 0)
+  redis.call('LTRIM', list, -(max - 1), -1)
+  if first then redis.call('LPUSH', list, first) end
+end
+`;
+
+const APPEND_AND_INDEX = `${TRIM_KEEPING_RECEIPT}
 local lists = tonumber(ARGV[1])
 local ttl = ARGV[4]
 if lists == 1 then
   local max = tonumber(ARGV[3])
-  if redis.call('RPUSH', KEYS[1], ARGV[2]) > max then redis.call('LTRIM', KEYS[1], -max, -1) end
+  if redis.call('RPUSH', KEYS[1], ARGV[2]) > max then trimKeepingReceipt(KEYS[1], max) end
   redis.call('PEXPIRE', KEYS[1], ttl)
 end
 for i = lists + 1, #KEYS do
@@ -192,10 +208,10 @@ return 1
 `;
 
 /** One entry appended to each of several timelines (KEYS[i] gets ARGV[i + 2]): a batch in one command. */
-const APPEND_MANY = `
+const APPEND_MANY = `${TRIM_KEEPING_RECEIPT}
 local max = tonumber(ARGV[1])
 for i = 1, #KEYS do
-  if redis.call('RPUSH', KEYS[i], ARGV[i + 2]) > max then redis.call('LTRIM', KEYS[i], -max, -1) end
+  if redis.call('RPUSH', KEYS[i], ARGV[i + 2]) > max then trimKeepingReceipt(KEYS[i], max) end
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
 end
 return #KEYS
@@ -206,12 +222,12 @@ return #KEYS
  * with KEYS[2], only once: when KEYS[2] (a marker kept as long as the timeline) was not set yet.
  * ARGV: max entries, TTL ms, then the entries.
  */
-const APPEND_ENTRIES = `
+const APPEND_ENTRIES = `${TRIM_KEEPING_RECEIPT}
 if #KEYS > 1 and not redis.call('SET', KEYS[2], '1', 'PX', ARGV[2], 'NX') then return 0 end
 local max = tonumber(ARGV[1])
 local length = 0
 for i = 3, #ARGV, 100 do length = redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 99, #ARGV))) end
-if length > max then redis.call('LTRIM', KEYS[1], -max, -1) end
+if length > max then trimKeepingReceipt(KEYS[1], max) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `;

@@ -1,18 +1,21 @@
 // What an operator reads of a call through `callsync call`/`calls`, GET /api/calls and the Calls
 // page, on a running callsync: the caller the platform sent (an internal extension, a number
 // callsync cannot read) rather than "anonymous"; a retried dead letter said to be retried rather
-// than kept with its old reason.
+// than kept with its old reason; a call whose sink retried for days (thousands of entries, the
+// timeline trimmed) still named, with its latest outcome.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { webhookPayload } from './support/calls.js';
 import { postJson } from './support/callsync.js';
 import { FlakySink } from './support/flaky-sink.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { REDIS_URL, testRedis, waitFor } from './support/redis.js';
 import { runCli } from '../src/cli/index.js';
+import { redisKeys } from '../queues/keys.js';
+import { CallTimeline } from '../queues/timeline.js';
+import { sampleCall, webhookPayload } from './support/calls.js';
 
 const TOKEN = 'timeline-operator-views-token-5b1e';
 const auth = { authorization: `Bearer ${TOKEN}` };
@@ -120,5 +123,45 @@ describe("the operator's views of a call", () => {
     }
     await settled(id, 'done');
     assert.equal((await api(id))!.reasons.archive, undefined, 'done: no reason left of the retry');
+  });
+
+  test('a timeline trimmed after thousands of entries still says which call it is, and its latest outcome', async () => {
+    const id = 'ok-flood-1';
+    assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
+    await settled(id, 'done');
+    const hash = (await api(id))!.id;
+    // A sink retrying for days with a short backoff: 3000 failed attempts, then done — written as
+    // the workers write them (CallTimeline.sinkEvents, the running callsync's cap).
+    const timeline = new CallTimeline(cs.callsync.redis.worker, redisKeys(cs.callsync.config.redis), {
+      ttlDays: 1,
+    });
+    const call = sampleCall(id);
+    for (let from = 1; from <= 3000; from += 500)
+      await timeline.sinkEvents(
+        call,
+        Array.from({ length: 500 }, (_, i) => ({
+          event: 'retry' as const,
+          sink: 'archive',
+          jobId: `${hash}-flood`,
+          attempt: from + i,
+          kind: 'transient',
+          reason: 'remote answered 503',
+        })),
+        hash,
+      );
+    await timeline.sinkEvents(call, [{ event: 'done', sink: 'archive', jobId: `${hash}-flood`, attempt: 3001 }], hash);
+    assert.ok((await cs.callsync.redis.worker.llen(timeline.key(hash))) <= timeline.maxEntries, 'bounded');
+
+    const shown = (await api(id))!;
+    assert.equal(shown.callId, id, 'the API names the call');
+    assert.equal(shown.from, '+49211****340');
+    assert.equal(shown.sinks.archive, 'done');
+    const one = await cli(['call', id]);
+    assert.ok(one.out.startsWith(`call ${id} (ai-agent, in, +49211****340 → `), one.out.slice(0, 200));
+    assert.match(one.out, /^sinks: archive:done$/m);
+    const list = await cli(['calls', '--since', '1h', '--json']);
+    const listed = (JSON.parse(list.out) as { calls: ApiCall[] }).calls.find((c) => c.id === hash);
+    assert.equal(listed?.callId, id, 'callsync calls names it');
+    assert.ok((await page(`/${hash}`)).includes(`<h1>Call ${id}</h1>`), 'the Calls page names it');
   });
 });

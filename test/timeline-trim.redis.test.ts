@@ -1,5 +1,6 @@
-// A call's timeline is capped (CallTimeline `maxEntries`): every script that appends to it keeps the
-// newest entries up to the cap, whichever wrote them — one entry (`append`), one per call of a batch
+// A call's timeline is capped (CallTimeline `maxEntries`): every script that appends to it keeps its
+// first entry (the call's receipt: which call it is, from where) and the newest up to the cap,
+// whichever wrote them — one entry (`append`), one per call of a batch
 // (`fannedOutMany`), an attempt's entries (`sinkEvents`), the sink state's release
 // (`releaseAppending`), the SMS sink's marker (`setAppending`), the inbound log's append (`received`,
 // inline) — and trims only when the list is over the cap (no LTRIM below it: docs/performance.md
@@ -57,7 +58,7 @@ describe('the timeline cap', () => {
 
   const texts = async (key: string) => (await redis.lrange(key, 0, -1)).map((t) => (JSON.parse(t) as { n?: number }).n);
 
-  test('one entry at a time (append): no trim up to the cap, then the newest kept', async () => {
+  test('one entry at a time (append): no trim up to the cap, then the first and the newest kept', async () => {
     const id = 'append-1';
     assert.equal(
       await trimsOf(async () => {
@@ -71,7 +72,7 @@ describe('the timeline cap', () => {
       }),
       3,
     );
-    assert.deepEqual(await texts(timeline.key(id)), [4, 5, 6, 7]);
+    assert.deepEqual(await texts(timeline.key(id)), [1, 5, 6, 7]);
   });
 
   test("an attempt's entries (sinkEvents): pushed together, trimmed once when over", async () => {
@@ -81,7 +82,7 @@ describe('the timeline cap', () => {
     assert.equal(await trimsOf(() => timeline.sinkEvents(call, [entry(1), entry(2)])), 0);
     assert.equal(await trimsOf(() => timeline.sinkEvents(call, [entry(3), entry(4)])), 0);
     assert.equal(await trimsOf(() => timeline.sinkEvents(call, [entry(5), entry(6), entry(7)])), 1);
-    assert.deepEqual(await texts(key), [4, 5, 6, 7]);
+    assert.deepEqual(await texts(key), [1, 5, 6, 7]);
   });
 
   test("a fan-out batch (fannedOutMany): each call's list trimmed only when over", async () => {
@@ -97,7 +98,7 @@ describe('the timeline cap', () => {
 
   /**
    * A sink-state script that appends the entries it is given to `list`: two writes within the cap
-   * (no trim), then 250 entries in one write (one trim, the newest kept), the list given its TTL.
+   * (no trim), then 250 entries in one write (one trim, the first and the newest kept), the list given its TTL.
    */
   async function capsInOneScript(list: string, append: (entries: ListAppend) => Promise<unknown>): Promise<void> {
     const values = (from: number, to: number) =>
@@ -107,16 +108,16 @@ describe('the timeline cap', () => {
     assert.equal(await trimsOf(() => write(values(3, 4))), 0);
     assert.deepEqual(await texts(list), [1, 2, 3, 4]);
     assert.equal(await trimsOf(() => write(values(5, 254))), 1);
-    assert.deepEqual(await texts(list), [251, 252, 253, 254]);
+    assert.deepEqual(await texts(list), [1, 252, 253, 254]);
     assert.ok((await redis.pttl(list)) > 0);
   }
 
-  test("the sink state's release (releaseAppending): 250 entries in one release, the newest kept", async () => {
+  test("the sink state's release (releaseAppending): 250 entries in one release, the first and the newest kept", async () => {
     const store = new RedisKeyValueStore(redis, `${prefix}:state:`);
     await capsInOneScript(`${prefix}:release-list`, (entries) => store.releaseAppending('lock', 'token', [], entries));
   });
 
-  test("the SMS sink's marker with the attempt's entries (setAppending): the marker set, the newest entries kept", async () => {
+  test("the SMS sink's marker with the attempt's entries (setAppending): the marker set, the first and the newest entries kept", async () => {
     const store = new RedisKeyValueStore(redis, `${prefix}:state:`);
     await capsInOneScript(`${prefix}:set-list`, (entries) =>
       store.setAppending([{ key: 'marker', value: 'sent', ttlMs: 60_000 }], entries),
@@ -125,7 +126,7 @@ describe('the timeline cap', () => {
     assert.ok((await redis.pttl(`${prefix}:state:marker`)) > 0);
   });
 
-  test("the inbound log's append (the received entry, inline): duplicates fill the list, then the newest kept", async () => {
+  test("the inbound log's append (the received entry, inline): duplicates fill the list, then the first receipt and the newest kept", async () => {
     const acceptor = new InboundAcceptor(new InboundLog(redis, keys), {
       dedupeWindowMs: 60_000,
       timeoutMs: 5000,
@@ -150,6 +151,6 @@ describe('the timeline cap', () => {
       2,
     );
     const requestIds = (await redis.lrange(key, 0, -1)).map((t) => (JSON.parse(t) as { requestId: string }).requestId);
-    assert.deepEqual(requestIds, ['r-2', 'r-3', 'r-4', 'r-5']);
+    assert.deepEqual(requestIds, ['r-0', 'r-3', 'r-4', 'r-5']);
   });
 });

@@ -138,7 +138,12 @@ const APPEND_TO_LIST = `
 local list = KEYS[#KEYS]
 local length = 0
 for i = first, first + m - 1, 100 do length = redis.pcall('RPUSH', list, unpack(ARGV, i, math.min(i + 99, first + m - 1))) end
-if type(length) == 'number' and length > max then redis.pcall('LTRIM', list, -max, -1) end
+if type(length) == 'number' and length > max then
+  -- The first entry kept (a call timeline's receipt, as queues/timeline.ts TRIM_KEEPING_RECEIPT keeps it).
+  local first = max > 1 and redis.pcall('LINDEX', list, 0)
+  redis.pcall('LTRIM', list, first and -(max - 1) or -max, -1)
+  if type(first) == 'string' then redis.pcall('LPUSH', list, first) end
+end
 redis.pcall('PEXPIRE', list, listTtl)`;
 
 // RELEASE, then entries appended to a list. KEYS[1]: the lock, KEYS[2..#KEYS-1]: keys to set,
