@@ -164,4 +164,32 @@ describe("the operator's views of a call", () => {
     assert.equal(listed?.callId, id, 'callsync calls names it');
     assert.ok((await page(`/${hash}`)).includes(`<h1>Call ${id}</h1>`), 'the Calls page names it');
   });
+
+  test('hostile call ids and a remote echoing them: one short line per call, nothing raw on the terminal or the page', async () => {
+    const long = `ok-long-${'A'.repeat(10_000)}`;
+    // perm-*: the remote refuses it with an error text that quotes the call id (FlakySink).
+    const evil = 'perm-\u001b[2J\u001b]0;owned\u0007<script>alert(1)</script>\r\nsecond line';
+    for (const id of [long, evil]) {
+      const payload = webhookPayload(id);
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, payload)).status, 202, id.slice(0, 20));
+    }
+    await settled(long, 'done');
+    await settled(evil, 'failed');
+
+    const list = await cli(['calls', '--since', '1h']);
+    for (const line of list.out.split('\n')) assert.ok(line.length < 400, `a line of ${line.length} characters`);
+    assert.match(list.out, /ok-long-A{40,}…/);
+    const listPage = await page('?since=1h');
+    assert.ok(!listPage.includes('A'.repeat(100)), 'the Calls page lists the long id cut short');
+    assert.ok(!listPage.includes('<script>alert'));
+
+    const one = await cli(['call', evil]);
+    assert.equal(one.code, 0);
+    assert.doesNotMatch(one.out + one.err, /[\u0000-\u0009\u000b-\u001f\u007f]/, 'no control character written raw');
+    assert.match(one.out, /perm-\\x1b\[2J/);
+    const hash = (await api(evil))!.id;
+    const detail = await page(`/${hash}`);
+    assert.ok(!detail.includes('<script>alert'), 'escaped on the page');
+    assert.ok(detail.includes('&lt;script&gt;alert(1)&lt;/script&gt;'));
+  });
 });

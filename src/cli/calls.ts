@@ -76,6 +76,11 @@ Options:
   -h, --help    show this help`,
 } as const;
 
+/**
+ * A call id as a table cell: at most 60 characters (a 10 KB call id would pad every row of the
+ * table to its width); `callsync call <id>` shows it whole.
+ */
+const idCell = (id: string) => (id.length > 60 ? `${id.slice(0, 59)}…` : id);
 const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
 
 function timelineOf(config: Config, redis: RedisClient): CallTimeline {
@@ -257,7 +262,7 @@ function printCalls(result: Awaited<ReturnType<typeof findCalls>>, json: boolean
     for (const s of result.calls)
       rows.push([
         iso(s.receivedAt),
-        s.callId ?? s.id,
+        idCell(s.callId ?? s.id),
         s.source ?? '?',
         `${s.from ?? 'anonymous'} → ${s.to ?? '?'}`,
         sinkColumn(s),
@@ -327,7 +332,7 @@ export async function refusedCommand(
     ['time', 'call', 'source', 'status', 'pointer', 'detail', 'request'],
     ...refused.map((r) => [
       iso(r.at),
-      r.callId ?? '-',
+      r.callId === null ? '-' : idCell(r.callId),
       r.source,
       String(r.status),
       r.pointer,
