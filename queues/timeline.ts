@@ -1267,6 +1267,10 @@ export function describeEntry(e: TimelineEntry): string {
 /** The states a query may ask for (`pending` matches `retrying` and `paused` too). */
 const STATUSES = ['failed', 'skipped', 'pending', 'retrying', 'paused', 'done'] as const;
 
+/** A value echoed in an error: at most 100 characters of it (a query may carry kilobytes). */
+export const quoted = (text: string | undefined): string =>
+  text === undefined ? '' : text.length > 100 ? `${text.slice(0, 100)}…` : text;
+
 /** A bad query parameter; the message starts with the parameter's name. */
 export class CallQueryError extends Error {
   constructor(
@@ -1293,24 +1297,26 @@ export function parseCallQuery(
   if (sinceText === undefined) throw new CallQueryError('since', 'is required (e.g. 2h, 7d, or an ISO time)');
   const since = parseSince(sinceText, now);
   if (since === null)
-    throw new CallQueryError('since', `must be a duration (30m, 2h, 7d) or an ISO time, got "${sinceText}"`);
+    throw new CallQueryError('since', `must be a duration (30m, 2h, 7d) or an ISO time, got "${quoted(sinceText)}"`);
   const untilText = text('until');
   const until = untilText === undefined ? now : parseSince(untilText, now);
-  if (until === null) throw new CallQueryError('until', `must be an ISO time or a duration ago, got "${untilText}"`);
-  if (until < since) throw new CallQueryError('until', `is before since ("${untilText}" < "${sinceText}")`);
+  if (until === null)
+    throw new CallQueryError('until', `must be an ISO time or a duration ago, got "${quoted(untilText)}"`);
+  if (until < since)
+    throw new CallQueryError('until', `is before since ("${quoted(untilText)}" < "${quoted(sinceText)}")`);
   const status = text('status');
   if (status !== undefined && !(STATUSES as readonly string[]).includes(status))
-    throw new CallQueryError('status', `must be one of ${STATUSES.join(', ')}, got "${status}"`);
+    throw new CallQueryError('status', `must be one of ${STATUSES.join(', ')}, got "${quoted(status)}"`);
   const limitText = text('limit');
   const limit = limitText === undefined ? 50 : decimal(limitText);
   if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
-    throw new CallQueryError('limit', `must be a whole number from 1 to 1000, got "${limitText}"`);
+    throw new CallQueryError('limit', `must be a whole number from 1 to 1000, got "${quoted(limitText)}"`);
   const numberText = text('number');
   const number = numberText === undefined ? undefined : oneNumber(numberText, region);
   if (number === null)
     throw new CallQueryError(
       'number',
-      `must be one phone number (+4930901820, 004930901820, or 030 901820 read in PHONE_DEFAULT_REGION, ${region}), got "${numberText}"`,
+      `must be one phone number (+4930901820, 004930901820, or 030 901820 read in PHONE_DEFAULT_REGION, ${region}), got "${quoted(numberText)}"`,
     );
   const sink = text('sink');
   return {

@@ -192,4 +192,41 @@ describe("the operator's views of a call", () => {
     assert.ok(!detail.includes('<script>alert'), 'escaped on the page');
     assert.ok(detail.includes('&lt;script&gt;alert(1)&lt;/script&gt;'));
   });
+
+  test("GET /api/calls and /api/refusals: hostile limits and ranges are 400s with the spec's body, the echo bounded", async () => {
+    const huge = '9'.repeat(5000);
+    const bad: [string, string][] = [
+      ['since=2h&limit=-1', 'limit'],
+      ['since=2h&limit=abc', 'limit'],
+      ['since=2h&limit=1e3', 'limit'],
+      [`since=2h&limit=${huge}`, 'limit'],
+      ['since=2h&limit=0', 'limit'],
+      [`since=${huge}x`, 'since'],
+      [`since=2h&until=${huge}d`, 'until'],
+      [`since=2h&status=${'x'.repeat(5000)}`, 'status'],
+    ];
+    for (const path of ['/api/calls', '/api/refusals'])
+      for (const [query, param] of bad) {
+        const res = await fetch(`${cs.url}${path}?${query}`, { headers: auth });
+        const label = `${path}?${query.slice(0, 40)}`;
+        if (path === '/api/refusals' && param === 'status') {
+          assert.equal(res.status, 400, label);
+          continue;
+        }
+        assert.equal(res.status, 400, label);
+        const body = (await res.json()) as {
+          errors: { status: number; detail: string; source: { pointer: string } }[];
+        };
+        assert.equal(body.errors[0]!.status, 400);
+        assert.equal(body.errors[0]!.source.pointer, `/query/${param}`, label);
+        assert.ok(
+          body.errors[0]!.detail.length < 400,
+          `${label}: a detail of ${body.errors[0]!.detail.length} characters`,
+        );
+      }
+    // A range back to the year 1 is bounded work (the newest calls of it), not an error.
+    const far = await fetch(`${cs.url}/api/calls?since=0001-01-01&limit=1000`, { headers: auth });
+    assert.equal(far.status, 200);
+    assert.equal(((await far.json()) as { truncated: boolean }).truncated, false);
+  });
 });

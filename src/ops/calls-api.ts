@@ -13,6 +13,7 @@ import {
   findCalls,
   lookupsOfText,
   parseCallQuery,
+  quoted,
   type CallQuery,
   type CallTimeline,
 } from '../../queues/timeline.js';
@@ -45,7 +46,7 @@ export async function checkedCallQuery(
   if (query.sink !== undefined) {
     const known = await timeline.knownSinks();
     if (!known.includes(query.sink))
-      throw new CallQueryError('sink', `"${query.sink}" is unknown (known: ${known.join(', ') || 'none'})`);
+      throw new CallQueryError('sink', `"${quoted(query.sink)}" is unknown (known: ${known.join(', ') || 'none'})`);
   }
   return query;
 }
@@ -67,7 +68,10 @@ export function callsApi(timeline: CallTimeline, options: CallsApiOptions): Hono
     const values = c.req.query();
     for (const name of Object.keys(values))
       if (!['since', 'until', 'limit'].includes(name))
-        return c.json(errorBody(400, `unknown parameter ${name} (since, until, limit)`, `/query/${name}`), 400);
+        return c.json(
+          errorBody(400, `unknown parameter ${quoted(name)} (since, until, limit)`, `/query/${quoted(name)}`),
+          400,
+        );
     let query;
     try {
       query = parseCallQuery(values, region);
