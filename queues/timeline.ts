@@ -180,7 +180,7 @@ const MAX_RESENDING = 5000;
  * Lua: trims a timeline over its cap to the newest entries, but keeps its first one — the call's
  * receipt (source, call id, numbers, when it came): a sink retrying for days must not leave a
  * timeline that no longer says which call it is. One LTRIM, as before (plus LINDEX and LPUSH).
- * @internal Shared with the inbound log's append script (queues/inbound.ts) and the sink state's (src/state/kv.ts keeps its own copy).
+ * Shared with the inbound log's append script (queues/inbound.ts); the sink state's (src/state/kv.ts) keeps its own copy.
  */
 export const TRIM_KEEPING_RECEIPT = `
 local function trimKeepingReceipt(list, max)
