@@ -167,17 +167,23 @@ describe("the operator's views of a call", () => {
 
   test('hostile call ids and a remote echoing them: one short line per call, nothing raw on the terminal or the page', async () => {
     const long = `ok-long-${'A'.repeat(10_000)}`;
+    const longFailed = `perm-long-${'B'.repeat(10_000)}`;
     // perm-*: the remote refuses it with an error text that quotes the call id (FlakySink).
     const evil = 'perm-\u001b[2J\u001b]0;owned\u0007<script>alert(1)</script>\r\nsecond line';
-    for (const id of [long, evil]) {
+    for (const id of [long, evil, longFailed]) {
       const payload = webhookPayload(id);
       assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, payload)).status, 202, id.slice(0, 20));
     }
     await settled(long, 'done');
     await settled(evil, 'failed');
+    await settled(longFailed, 'failed');
 
     const list = await cli(['calls', '--since', '1h']);
     for (const line of list.out.split('\n')) assert.ok(line.length < 400, `a line of ${line.length} characters`);
+    const dead = await cli(['dlq', 'list']);
+    assert.match(dead.out, /perm-long-B{40,}…/);
+    for (const line of dead.out.split('\n'))
+      assert.ok(line.length < 800, `dlq list: a line of ${line.length} characters`);
     assert.match(list.out, /ok-long-A{40,}…/);
     const listPage = await page('?since=1h');
     assert.ok(!listPage.includes('A'.repeat(100)), 'the Calls page lists the long id cut short');

@@ -18,7 +18,7 @@ import {
 } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { queueNames } from '../ops/index.js';
-import { printable, table, UsageError, type CliIo } from './io.js';
+import { idCell, printable, table, UsageError, type CliIo } from './io.js';
 import { describeOpenPushCall, openPushCall } from '../sources/push-assembly.js';
 import { NumberWordsError } from '../model/number-words.js';
 import { parseCommandLine } from './args.js';
@@ -76,11 +76,6 @@ Options:
   -h, --help    show this help`,
 } as const;
 
-/**
- * A call id as a table cell: at most 60 characters (a 10 KB call id would pad every row of the
- * table to its width); `callsync call <id>` shows it whole.
- */
-const idCell = (id: string) => (id.length > 60 ? `${id.slice(0, 59)}…` : id);
 const iso = (ms: number | null) => (ms === null ? '-' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z'));
 
 function timelineOf(config: Config, redis: RedisClient): CallTimeline {

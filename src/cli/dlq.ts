@@ -14,7 +14,7 @@ import { strandedOf } from '../ops/stranded-queues.js';
 import type { Config } from '../config/index.js';
 import { sinkQueueName } from '../../queues/index.js';
 import { queueNames, sinkQueueNames } from '../ops/index.js';
-import { table, UsageError, type CliIo } from './io.js';
+import { idCell, table, UsageError, type CliIo } from './io.js';
 import { CliFailure } from './redis.js';
 
 export interface DlqOptions {
@@ -163,7 +163,7 @@ export async function dlqList(config: Config, redis: RedisClient, options: DlqOp
     }
     const lines = table([
       ['QUEUE', 'ID', 'FAILED AT', 'TRIES', 'CALL', 'REASON'],
-      ...rows.map((r) => [r.queue, r.id, r.failedAt, String(r.attempts), r.call, r.reason]),
+      ...rows.map((r) => [r.queue, r.id, r.failedAt, String(r.attempts), idCell(r.call), r.reason]),
     ]);
     for (const line of lines) io.out(line);
     if (total > rows.length) io.out(`(${rows.length} of ${total} shown; --limit N shows more per queue)`);
