@@ -617,12 +617,23 @@ describe('dlq retry gives a dead letter a whole new round of attempts', () => {
     return waitFor(() => jobIn(archive, id, 'failed'), { timeoutMs: 20_000, what: `${callId} dead-lettered again` });
   }
 
-  /** The sink entries of the call's timeline from the operator's retry on: event and attempt number. */
+  /**
+   * The sink entries of the call's timeline from the operator's retry on: event and attempt number.
+   * Read once the timeline ends in the dead letter: an entry whose write was slow (a loaded machine)
+   * is sent again in the background, after the job is in the failed set.
+   */
   async function roundAfterRetry(callId: string): Promise<string[]> {
-    const r = await cli(['call', callId, '--json'], env);
-    assert.equal(r.code, 0, r.err);
-    const [call] = (JSON.parse(r.out) as { calls: { entries: TimelineEntry[]; sinks: Record<string, string> }[] })
-      .calls;
+    type Shown = { calls: { entries: TimelineEntry[]; sinks: Record<string, string> }[] };
+    const shown = async () => {
+      const r = await cli(['call', callId, '--json'], env);
+      assert.equal(r.code, 0, r.err);
+      return JSON.parse(r.out) as Shown;
+    };
+    await waitFor(async () => (await shown()).calls[0]?.entries.at(-1)?.event === 'dead-lettered' || null, {
+      timeoutMs: 20_000,
+      what: `the timeline of ${callId} to end in its dead letter`,
+    });
+    const [call] = (await shown()).calls;
     const from = call!.entries.findIndex((e) => e.event === 'retried');
     assert.ok(from > 0, `the timeline says the dead letter was retried: ${JSON.stringify(call!.entries)}`);
     assert.equal(call!.sinks.archive, 'failed');
