@@ -88,7 +88,12 @@ export interface ForgetOptions {
   spoolWaitMs?: number;
   /** Sinks to use instead of building them from the config (tests). */
   sinks?: ReadonlyMap<string, Sink>;
+  /** Called after each item erased, by step (tests: a kill or a Redis stop at that point). */
+  onStep?: (step: ForgetStep) => void | Promise<void>;
 }
+
+/** The points of a run `onStep` is called at: after a job, a stream rewrite, a key, an archive object. */
+export type ForgetStep = 'job' | 'stream' | 'key' | 'archive';
 
 /** What `forget` did: counts per store, nothing personal. */
 export interface ForgetReceipt {
@@ -330,7 +335,12 @@ class Forgetter {
         const objects = archived.get(store)!;
         for (const call of this.calls.values())
           for (const key of await this.objectsOfCall(store, prefix, call)) objects.add(key);
-        if (!dryRun) for (const key of objects) await store.delete(key);
+        // A call's record last: a run killed midway leaves it to name the siblings that are left to the next run.
+        if (!dryRun)
+          for (const key of [...objects].sort((a, b) => Number(isRecord(a)) - Number(isRecord(b)))) {
+            await store.delete(key);
+            await this.options.onStep?.('archive');
+          }
         this.count(
           store instanceof LocalFolderStore ? 'archive objects (folder)' : 'archive objects (S3)',
           objects.size,
@@ -530,29 +540,39 @@ class Forgetter {
     for (const ref of work.jobs) {
       if (await this.removeJob(this.queue(ref.queue), ref.id))
         this.count(ref.state === 'failed' ? 'dead letters' : `jobs (${ref.state})`);
+      await this.options.onStep?.('job');
     }
     // Rewritten, not XDEL'd: XDEL leaves the fields in the stream's memory (./stream-erase.ts).
-    for (const { key, ids } of work.streamEntries)
+    for (const { key, ids } of work.streamEntries) {
       this.count(streamStore(key), await eraseStreamEntries(this.redis, key, ids));
-    for (const { key, ids } of work.eventEntries)
+      await this.options.onStep?.('stream');
+    }
+    for (const { key, ids } of work.eventEntries) {
       this.count('queue events', await eraseStreamEntries(this.redis, key, ids));
+      await this.options.onStep?.('stream');
+    }
     for (const { key, type, action } of work.keys) {
-      if (action === 'ledger') {
-        await this.hashLedgerMarker(key);
-        this.count('notification ledger (kept as keyed hash)');
-      } else if (action === 'optout') {
-        const list = new OptOutList(this.redis, this.keys.area('optout'), this.privacyKey);
-        if (this.options.target.kind === 'number' && (await list.keepHashedOnly(this.options.target.e164)))
-          this.count('opt-out list (kept as keyed hash)');
-      } else if (action === 'push') {
-        const callId = pushCallIdOfKey(key);
-        await this.redis.zrem(`${key.slice(0, key.indexOf(':push:'))}:push:open`, callId);
-        this.count('push assemblies', await this.redis.del(key));
-      } else if (action === 'members') {
-        this.count('other keys', await this.removeMembers(key, type));
-      } else {
-        this.count(storeOfKey(key), await this.redis.del(key));
-      }
+      await this.eraseKey(key, type, action);
+      await this.options.onStep?.('key');
+    }
+  }
+
+  private async eraseKey(key: string, type: string, action: KeyAction): Promise<void> {
+    if (action === 'ledger') {
+      await this.hashLedgerMarker(key);
+      this.count('notification ledger (kept as keyed hash)');
+    } else if (action === 'optout') {
+      const list = new OptOutList(this.redis, this.keys.area('optout'), this.privacyKey);
+      if (this.options.target.kind === 'number' && (await list.keepHashedOnly(this.options.target.e164)))
+        this.count('opt-out list (kept as keyed hash)');
+    } else if (action === 'push') {
+      const callId = pushCallIdOfKey(key);
+      await this.redis.zrem(`${key.slice(0, key.indexOf(':push:'))}:push:open`, callId);
+      this.count('push assemblies', await this.redis.del(key));
+    } else if (action === 'members') {
+      this.count('other keys', await this.removeMembers(key, type));
+    } else {
+      this.count(storeOfKey(key), await this.redis.del(key));
     }
   }
 
@@ -711,7 +731,10 @@ class Forgetter {
     const objects = new Set<string>();
     const all: string[] = [];
     for await (const key of store.list(`${prefix}transcripts/`)) all.push(key);
-    const records = all.filter((k) => k.endsWith('.json') && !k.endsWith('.vcon.json'));
+    // A vCon without its record (a run of an earlier version killed midway) is read as the record.
+    const records = all.filter(
+      (k) => isRecord(k) || (k.endsWith('.vcon.json') && !all.includes(`${k.slice(0, -'.vcon.json'.length)}.json`)),
+    );
     const readable =
       this.options.target.kind === 'call'
         ? this.options.target.callId.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_')
@@ -728,7 +751,7 @@ class Forgetter {
       const call = parseCallText(text);
       if (!(this.callMatches(call) || this.matches(text))) continue;
       if (call) this.found(call);
-      const base = key.slice(0, -'.json'.length);
+      const base = key.slice(0, -(isRecord(key) ? '.json' : '.vcon.json').length);
       for (const sibling of [`${base}.json`, `${base}.txt`, `${base}.vcon.json`])
         if (all.includes(sibling)) objects.add(sibling);
       const day = base.slice(`${prefix}transcripts/`.length, base.lastIndexOf('/'));
@@ -766,6 +789,9 @@ class Forgetter {
     return keys.filter((k) => /^[A-Za-z0-9_]+-\d+\.[A-Za-z0-9_]+$/.test(k.slice(stem.length + 1)));
   }
 }
+
+/** A call's archive record (`….json`, not its vCon): what names the call's other objects. */
+const isRecord = (key: string): boolean => key.endsWith('.json') && !key.endsWith('.vcon.json');
 
 type KeyAction = 'delete' | 'ledger' | 'optout' | 'push' | 'members';
 
