@@ -16,6 +16,9 @@ import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
+import { forgetCommand } from '../src/cli/forget.js';
+import { CliFailure } from '../src/cli/redis.js';
+import { loadConfig } from '../src/config/index.js';
 
 const A = '+491701234567';
 const B = '+491761234599';
@@ -165,4 +168,40 @@ describe('forget under faults', () => {
       assert.deepEqual((await tracesOf([`fk-${tag}-b`])).sort(), otherBefore, "the other caller's data is whole");
     });
   }
+
+  test('Redis stopped midway: a clear failure saying what was erased and what is left; a rerun finishes', async () => {
+    const ids = ['fr-a1', 'fr-a2'];
+    for (const id of ids) await call(id, A);
+    const out: string[] = [];
+    const err: string[] = [];
+    let stopped = false;
+    await assert.rejects(
+      forgetCommand([A], { env, out: (l) => out.push(l), err: (l) => err.push(l) }, () => loadConfig(env), {
+        onStep: async (step) => {
+          if (step === 'key' && !stopped) {
+            stopped = true;
+            await redis.stop();
+          }
+        },
+      }),
+      (e: unknown) => {
+        assert.ok(e instanceof CliFailure, String(e));
+        assert.match(e.message, /Redis/, e.message);
+        assert.match(e.message, /left/, e.message);
+        assert.match(e.message, /run forget again/, e.message);
+        return true;
+      },
+    );
+    assert.ok(stopped, 'Redis was stopped during the run');
+    assert.match(out[0] ?? '', /^erased: /, `the receipt of what was erased: ${out.join('\n')}`);
+    assert.ok(
+      out.some((l) => /jobs \(completed\)\s+\d+/.test(l)),
+      out.join('\n'),
+    );
+
+    await redis.start();
+    const again = await run([BIN, 'forget', A], env);
+    assert.equal(again.code, 0, again.stderr + again.stdout);
+    assert.deepEqual(await tracesOf([...numberNeedles, ...ids]), [], 'the scan finds nothing of the number');
+  });
 });

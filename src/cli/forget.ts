@@ -4,7 +4,13 @@
 import { Writable } from 'node:stream';
 import type { Config } from '../config/index.js';
 import { createLogger } from '../log.js';
-import { forget, ForgetIncompleteError, forgetRegion, type ForgetReceipt } from '../privacy/forget.js';
+import {
+  forget,
+  ForgetIncompleteError,
+  forgetRegion,
+  type ForgetOptions,
+  type ForgetReceipt,
+} from '../privacy/forget.js';
 import { SpoolBusyError } from '../ingress/spool-forget.js';
 import { table, UsageError, type CliIo } from './io.js';
 import { targetOfWords } from './number-words.js';
@@ -41,7 +47,13 @@ function receiptLines(receipt: ForgetReceipt): string[] {
   return [head, ...(rows.length === 0 ? ['nothing found'] : table([['store', 'items'], ...rows]))];
 }
 
-export async function forgetCommand(args: string[], io: CliIo, config: () => Config): Promise<number> {
+/** `hooks`: called during the run (tests: a fault at one point of it). */
+export async function forgetCommand(
+  args: string[],
+  io: CliIo,
+  config: () => Config,
+  hooks: Pick<ForgetOptions, 'onStep'> = {},
+): Promise<number> {
   const { values, positionals } = parseCommandLine(args, {
     'dry-run': { type: 'boolean' },
     crm: { type: 'boolean' },
@@ -65,6 +77,7 @@ export async function forgetCommand(args: string[], io: CliIo, config: () => Con
       target,
       dryRun: values['dry-run'] === true,
       crm: values.crm === true,
+      ...hooks,
     });
     if (values.json) io.out(JSON.stringify(receipt));
     else for (const line of receiptLines(receipt)) io.out(line);

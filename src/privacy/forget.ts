@@ -38,7 +38,7 @@ import { LocalFolderStore, type ObjectStore } from '../sinks/archive/store.js';
 import { recipientHash } from '../sinks/notify/ledger.js';
 import { PrivacyKey } from '../../queues/privacy-key.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
-import { eraseFromSpool } from '../ingress/spool-forget.js';
+import { eraseFromSpool, SpoolBusyError } from '../ingress/spool-forget.js';
 import { pushCallIdOfKey } from '../sources/push-assembly.js';
 import { eraseStreamEntries } from './stream-erase.js';
 import { CallTimeline } from '../../queues/timeline.js';
@@ -346,8 +346,19 @@ class Forgetter {
           objects.size,
         );
       }
+    } catch (err) {
+      if (err instanceof ForgetIncompleteError || err instanceof SpoolBusyError) throw err;
+      // Redis (or an archive) failing midway: what the receipt lists is gone, the rest is still there.
+      const redisLost =
+        this.redis.status !== 'ready' ||
+        /MaxRetriesPerRequest|Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT/.test(oneLine(err));
+      throw new ForgetIncompleteError(
+        `${redisLost ? 'Redis stopped answering' : 'stopped'} midway (${oneLine(err)}): what the receipt lists is ${dryRun ? 'counted' : 'erased'}, the rest is left as it was (forget --dry-run counts it); run forget again once that is fixed`,
+        this.receipt(),
+      );
     } finally {
-      await Promise.all([...this.queues.values()].map((q) => q.close()));
+      // allSettled: a queue that cannot close (Redis gone) does not hide why the run stopped.
+      await Promise.allSettled([...this.queues.values()].map((q) => q.close()));
     }
 
     const receipt: ForgetReceipt = {
