@@ -204,4 +204,42 @@ describe('forget under faults', () => {
     assert.equal(again.code, 0, again.stderr + again.stdout);
     assert.deepEqual(await tracesOf([...numberNeedles, ...ids]), [], 'the scan finds nothing of the number');
   });
+
+  test('a call of the number accepted while forget runs is reported (exit 1: run again); the rerun erases it', async () => {
+    await call('fl-a1', A);
+    const out: string[] = [];
+    let posted = false;
+    await assert.rejects(
+      forgetCommand([A], { env, out: (l) => out.push(l), err: () => undefined }, () => loadConfig(env), {
+        // After the last Redis pass, while the archive is erased: the caller calls again.
+        onStep: async (step) => {
+          if (step !== 'archive' || posted) return;
+          posted = true;
+          const res = await postJson(
+            `${cs.url}/webhooks/ai-agent/agent-1`,
+            webhookPayload('fl-a2', (p) => (p.call.from = A)),
+          );
+          assert.equal(res.status, 202, 'accepted: in the inbound log');
+        },
+      }),
+      (e: unknown) => {
+        assert.ok(e instanceof CliFailure, String(e));
+        assert.match(e.message, /while forget ran/, e.message);
+        assert.match(e.message, /run forget again/, e.message);
+        return true;
+      },
+    );
+    assert.ok(posted);
+    assert.match(out[0] ?? '', /^erased: /, out.join('\n'));
+    await waitFor(
+      async () => {
+        for (const f of await filesUnder(join(dir, 'archive'))) if (f.includes('fl-a2')) return true;
+        return null;
+      },
+      { what: 'the late call archived' },
+    );
+    const again = await run([BIN, 'forget', A], env);
+    assert.equal(again.code, 0, again.stderr + again.stdout);
+    assert.deepEqual(await tracesOf([...numberNeedles, 'fl-a1', 'fl-a2']), [], 'the scan finds nothing of the number');
+  });
 });

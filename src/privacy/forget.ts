@@ -346,6 +346,10 @@ class Forgetter {
           objects.size,
         );
       }
+
+      // 5. A last look: a call of the target accepted while forget ran (after the pass that would have
+      // erased it, or one every pass found again) is there now. It is kept, and said: run forget again.
+      if (!dryRun) await this.checkNothingLeft(spoolDir, spoolMatches);
     } catch (err) {
       if (err instanceof ForgetIncompleteError || err instanceof SpoolBusyError) throw err;
       // Redis (or an archive) failing midway: what the receipt lists is gone, the rest is still there.
@@ -381,6 +385,18 @@ class Forgetter {
       dryRun ? 'forget: dry run' : 'forget: erased',
     );
     return receipt;
+  }
+
+  private async checkNothingLeft(spoolDir: string, spoolMatches: (line: string) => boolean): Promise<void> {
+    const known = this.callCount();
+    const left = await this.collectRedis();
+    const spooled = (await eraseFromSpool(spoolDir, spoolMatches, { dryRun: true, waitMs: 0 })).removed;
+    if (left.total + spooled === 0) return;
+    const arrived = this.callCount() - known;
+    throw new ForgetIncompleteError(
+      `${left.total + spooled} item(s) of this ${this.options.target.kind === 'number' ? 'number' : 'call'} turned up while forget ran (${arrived} call(s) not seen before, ${spooled} in the spool): a call accepted meanwhile is kept; run forget again (once the caller stopped calling) — forget --dry-run counts what is left`,
+      this.receipt(),
+    );
   }
 
   private spoolLineMatches(line: string): boolean {
