@@ -12,7 +12,7 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { webhookPayload } from './support/calls.js';
+import { sampleCall, webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
 import { uniquePrefix, waitFor } from './support/redis.js';
@@ -25,6 +25,7 @@ const B = '+491761234599';
 const ROOT = new URL('..', import.meta.url).pathname;
 const BIN = join(ROOT, 'bin/callsync.js');
 const KILLER = join(ROOT, 'test/support/forget-kill-process.ts');
+const DRAINER = join(ROOT, 'test/support/spool-drain-process.ts');
 
 interface Ended {
   code: number | null;
@@ -241,5 +242,71 @@ describe('forget under faults', () => {
     const again = await run([BIN, 'forget', A], env);
     assert.equal(again.code, 0, again.stderr + again.stdout);
     assert.deepEqual(await tracesOf([...numberNeedles, 'fl-a1', 'fl-a2']), [], 'the scan finds nothing of the number');
+  });
+
+  /** A spool line as the ingress writes it (src/ingress/spool.ts), of a call from `from`. */
+  const spoolLine = (id: string, from: string) =>
+    JSON.stringify({
+      v: 1,
+      id,
+      at: '2026-11-26T10:00:00Z',
+      call: sampleCall(id, { patch: (p) => (p.call.from = from) }),
+    });
+
+  test('killed while rewriting the spool, an ingress draining it before the rerun: nothing of either caller is left once both are forgotten', async () => {
+    const spoolDir = loadConfig(env).spool.dir;
+    await mkdir(spoolDir, { recursive: true });
+    const line = spoolLine;
+    await writeFile(join(spoolDir, '0000000000000001.jsonl'), `${line('fs-a1', A)}\n${line('fs-b1', B)}\n`);
+
+    const killed = await run([KILLER, A], { ...env, FORGET_KILL_AT: 'spool:1' });
+    assert.equal(
+      killed.signal,
+      'SIGKILL',
+      `forget was killed in the spool step (exit ${killed.code}): ${killed.stderr}`,
+    );
+    // An ingress starts on the folder before the next forget and drains the segment into Redis.
+    const drain = await run([DRAINER], { ...env, SPOOL_DIR: spoolDir });
+    assert.equal(drain.code, 0, drain.stderr + drain.stdout);
+    await waitFor(
+      async () => {
+        const names = (await filesUnder(join(dir, 'archive'))).join('\n');
+        return names.includes('fs-a1') && names.includes('fs-b1') ? true : null;
+      },
+      { what: 'the drained calls archived' },
+    );
+    const again = await run([BIN, 'forget', A], env);
+    assert.equal(again.code, 0, again.stderr + again.stdout);
+    // Later the other caller is forgotten too: nothing of theirs may stay in the spool folder.
+    const other = await run([BIN, 'forget', B], env);
+    assert.equal(other.code, 0, other.stderr + other.stdout);
+    const files = await filesUnder(spoolDir);
+    const left = [];
+    for (const f of files) if (/1701234567|1761234599|fs-a1|fs-b1/.test(await readFile(f, 'utf8'))) left.push(f);
+    assert.deepEqual(left, [], 'the spool folder holds nothing of either caller');
+  });
+
+  test('a call of the number spooled while forget runs (its ingress without Redis) is reported, not left to reach Redis after "done"', async () => {
+    await call('fp-a1', A);
+    const spoolDir = loadConfig(env).spool.dir;
+    await mkdir(spoolDir, { recursive: true });
+    let spooled = false;
+    await assert.rejects(
+      forgetCommand([A], { env, out: () => undefined, err: () => undefined }, () => loadConfig(env), {
+        onStep: async (step) => {
+          if (step !== 'archive' || spooled) return;
+          spooled = true;
+          await writeFile(join(spoolDir, '0000000000000007.jsonl'), `${spoolLine('fp-a2', A)}\n`);
+        },
+      }),
+      (e: unknown) => {
+        assert.ok(e instanceof CliFailure, String(e));
+        assert.match(e.message, /1 in the spool/, e.message);
+        return true;
+      },
+    );
+    const again = await run([BIN, 'forget', A], env);
+    assert.equal(again.code, 0, again.stderr + again.stdout);
+    assert.deepEqual(await tracesOf([...numberNeedles, 'fp-a1', 'fp-a2']), [], 'the scan finds nothing of the number');
   });
 });

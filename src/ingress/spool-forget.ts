@@ -81,7 +81,12 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 export async function eraseFromSpool(
   dir: string,
   matches: (line: string) => boolean,
-  options: { dryRun: boolean; waitMs: number },
+  options: {
+    dryRun: boolean;
+    waitMs: number;
+    /** Called after a segment's temporary file is written, before it replaces the segment (tests: a kill there). */
+    onWritten?: () => void | Promise<void>;
+  },
 ): Promise<SpoolErasure> {
   const deadline = Date.now() + options.waitMs;
   let seenWhileHeld = 0;
@@ -102,14 +107,18 @@ export async function eraseFromSpool(
     if (!takeLock(dir)) continue;
     try {
       // Lines a holder that stopped meanwhile drained are not here any more; the rest are removed.
-      return { removed: await rewrite(dir, matches), drained: 0 };
+      return { removed: await rewrite(dir, matches, options.onWritten), drained: 0 };
     } finally {
       rmSync(join(dir, LOCK_FILE), { force: true });
     }
   }
 }
 
-async function rewrite(dir: string, matches: (line: string) => boolean): Promise<number> {
+async function rewrite(
+  dir: string,
+  matches: (line: string) => boolean,
+  onWritten?: () => void | Promise<void>,
+): Promise<number> {
   let removed = 0;
   for (const name of await segmentsOf(dir)) {
     const path = join(dir, name);
@@ -131,6 +140,7 @@ async function rewrite(dir: string, matches: (line: string) => boolean): Promise
     } finally {
       await handle.close();
     }
+    await onWritten?.();
     await rename(tmp, path).catch(async (err: unknown) => {
       await rm(tmp, { force: true });
       throw err;

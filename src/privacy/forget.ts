@@ -92,8 +92,8 @@ export interface ForgetOptions {
   onStep?: (step: ForgetStep) => void | Promise<void>;
 }
 
-/** The points of a run `onStep` is called at: after a job, a stream rewrite, a key, an archive object. */
-export type ForgetStep = 'job' | 'stream' | 'key' | 'archive';
+/** The points of a run `onStep` is called at: a spool segment's rewrite written (not yet renamed), after a job, a stream rewrite, a key, an archive object. */
+type ForgetStep = 'spool' | 'job' | 'stream' | 'key' | 'archive';
 
 /** What `forget` did: counts per store, nothing personal. */
 export interface ForgetReceipt {
@@ -313,6 +313,7 @@ class Forgetter {
         const spool = await eraseFromSpool(spoolDir, spoolMatches, {
           dryRun: false,
           waitMs: this.options.spoolWaitMs ?? 30_000,
+          onWritten: () => this.options.onStep?.('spool'),
         });
         this.count('spool lines', spool.removed);
         if (spool.drained > 0) {

@@ -5,10 +5,10 @@
 import pino from 'pino';
 import { loadConfig } from '../../src/config/index.js';
 import { connectRedis } from '../../src/cli/redis.js';
-import { forget, forgetRegion, type ForgetStep } from '../../src/privacy/forget.js';
+import { forget, forgetRegion } from '../../src/privacy/forget.js';
 import { parseTarget } from '../../src/model/number-words.js';
 
-const [step, nth] = (process.env.FORGET_KILL_AT ?? '').split(':') as [ForgetStep, string];
+const [step, nth] = (process.env.FORGET_KILL_AT ?? '').split(':') as [string, string];
 const config = loadConfig(process.env);
 const redis = await connectRedis(config);
 let seen = 0;
