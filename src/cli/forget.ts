@@ -25,7 +25,9 @@ layouts, recordings too; S3 and folders), jobs of every queue in every state (an
 waited for), dead letters, the inbound log, the spool, dedupe, revision and state keys, Push
 assemblies, and every other key under QUEUE_PREFIX that names the call. The notification ledger
 and the opt-out list keep only a keyed hash (keyed with PRIVACY_HMAC_SECRET, else with the key
-kept in Redis) of what "never twice" and the opt-out need. Idempotent; safe while other calls flow. See docs/privacy.md.
+kept in Redis) of what "never twice" and the opt-out need. Idempotent; safe while other calls flow.
+Exit 1 when it could not finish (an active job, a CRM, Redis stopping midway: the receipt says what
+it erased) or when a call of the target was accepted while it ran: run it again. See docs/privacy.md.
 
 A number starts with + (or 00, also after tel:), or is a valid national number in
 PHONE_DEFAULT_REGION; anything else is a call id. A number may be given unquoted in several words
