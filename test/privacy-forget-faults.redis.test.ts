@@ -12,6 +12,8 @@ import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { Queue } from 'bullmq';
+import { sinkQueueName } from '../queues/registry.js';
 import { sampleCall, webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
@@ -308,5 +310,23 @@ describe('forget under faults', () => {
     const again = await run([BIN, 'forget', A], env);
     assert.equal(again.code, 0, again.stderr + again.stdout);
     assert.deepEqual(await tracesOf([...numberNeedles, 'fp-a1', 'fp-a2']), [], 'the scan finds nothing of the number');
+  });
+
+  test('killed right after the number lookup went, for calls whose jobs and archive objects are gone: a rerun leaves nothing', async () => {
+    // Sixteen calls, so that timelines and call-id lookups are still there when the number's lookup
+    // goes (in SCAN's order, which the erasure followed, it came after all 32 about once in 33 runs).
+    const ids = Array.from({ length: 16 }, (_, i) => `ft-a${i}`);
+    for (const id of ids) await call(id, A);
+    // Retention took the jobs and the archive: the timeline's number lookup is what names the calls.
+    const queue = new Queue(sinkQueueName('archive'), { connection: conn, prefix: env.QUEUE_PREFIX });
+    await queue.obliterate({ force: true });
+    await queue.close();
+    for (const f of await filesUnder(join(dir, 'archive'))) if (ids.some((id) => f.includes(id))) await rm(f);
+
+    const killed = await run([KILLER, A], { ...env, FORGET_KILL_AT: 'lookup-gone' });
+    assert.equal(killed.signal, 'SIGKILL', `forget was killed (exit ${killed.code}): ${killed.stderr}`);
+    const again = await run([BIN, 'forget', A], env);
+    assert.equal(again.code, 0, again.stderr + again.stdout);
+    assert.deepEqual(await tracesOf([...numberNeedles, ...ids]), [], 'the scan finds nothing');
   });
 });

@@ -579,7 +579,13 @@ class Forgetter {
       this.count('queue events', await eraseStreamEntries(this.redis, key, ids));
       await this.options.onStep?.('stream');
     }
-    for (const { key, type, action } of work.keys) {
+    // The timeline's lookups last, the one that finds the target (by number, by call id) the very
+    // last: after a run killed midway it still names the calls' other keys for the next run (a
+    // timeline whose jobs and archive objects are gone is found through it alone).
+    const finder = this.options.target.kind === 'number' ? ':calls:number:' : ':calls:id:';
+    const rank = (key: string) => (key.includes(finder) ? 2 : /:calls:(number|id):/.test(key) ? 1 : 0);
+    const lookupsLast = [...work.keys].sort((a, b) => rank(a.key) - rank(b.key));
+    for (const { key, type, action } of lookupsLast) {
       await this.eraseKey(key, type, action);
       await this.options.onStep?.('key');
     }
