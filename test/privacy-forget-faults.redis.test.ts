@@ -329,4 +329,39 @@ describe('forget under faults', () => {
     assert.equal(again.code, 0, again.stderr + again.stdout);
     assert.deepEqual(await tracesOf([...numberNeedles, ...ids]), [], 'the scan finds nothing');
   });
+
+  test(
+    'Redis frozen midway (SIGSTOP: answers nothing, closes nothing): forget stops with the receipt instead of hanging',
+    { timeout: 60_000 },
+    async () => {
+      const ids = ['fz-a1', 'fz-a2'];
+      for (const id of ids) await call(id, A);
+      const out: string[] = [];
+      let frozen = false;
+      try {
+        await assert.rejects(
+          forgetCommand([A], { env, out: (l) => out.push(l), err: () => undefined }, () => loadConfig(env), {
+            commandTimeoutMs: 2000,
+            onStep: (step) => {
+              if (step === 'key' && !frozen) {
+                frozen = true;
+                process.kill(redis.pid, 'SIGSTOP');
+              }
+            },
+          }),
+          (e: unknown) => {
+            assert.ok(e instanceof CliFailure, String(e));
+            assert.match(e.message, /Redis stopped answering midway/, e.message);
+            return true;
+          },
+        );
+      } finally {
+        if (frozen) process.kill(redis.pid, 'SIGCONT');
+      }
+      assert.match(out[0] ?? '', /^erased: /, out.join('\n'));
+      const again = await run([BIN, 'forget', A], env);
+      assert.equal(again.code, 0, again.stderr + again.stdout);
+      assert.deepEqual(await tracesOf([...numberNeedles, ...ids]), [], 'the scan finds nothing of the number');
+    },
+  );
 });

@@ -49,12 +49,19 @@ function receiptLines(receipt: ForgetReceipt): string[] {
   return [head, ...(rows.length === 0 ? ['nothing found'] : table([['store', 'items'], ...rows]))];
 }
 
-/** `hooks`: called during the run (tests: a fault at one point of it). */
+/**
+ * How long forget waits for one Redis command: a Redis that stops answering without closing the
+ * connection (frozen, a network black hole) stops forget with the receipt, instead of hanging it.
+ * Generous: the longest command is the rewrite of a large stream.
+ */
+const COMMAND_TIMEOUT_MS = 60_000;
+
+/** `hooks`: called during the run; `commandTimeoutMs` (tests): instead of COMMAND_TIMEOUT_MS. */
 export async function forgetCommand(
   args: string[],
   io: CliIo,
   config: () => Config,
-  hooks: Pick<ForgetOptions, 'onStep'> = {},
+  hooks: Pick<ForgetOptions, 'onStep'> & { commandTimeoutMs?: number } = {},
 ): Promise<number> {
   const { values, positionals } = parseCommandLine(args, {
     'dry-run': { type: 'boolean' },
@@ -73,13 +80,14 @@ export async function forgetCommand(
     },
   });
   const log = createLogger({ level: cfg.logLevel, destination: audit });
-  const redis = await connectRedis(cfg, io);
+  const { commandTimeoutMs = COMMAND_TIMEOUT_MS, ...during } = hooks;
+  const redis = await connectRedis(cfg, io, { commandTimeoutMs });
   try {
     const receipt = await forget(cfg, redis, log, {
       target,
       dryRun: values['dry-run'] === true,
       crm: values.crm === true,
-      ...hooks,
+      ...during,
     });
     if (values.json) io.out(JSON.stringify(receipt));
     else for (const line of receiptLines(receipt)) io.out(line);

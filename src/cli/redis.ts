@@ -37,10 +37,14 @@ export class CliFailure extends Error {
  * With `io`, a DATA_DIR it cannot write (read-only) does not stop a command: it uses the running
  * private Redis without counting as its user, and says so once on `io.err`.
  */
-export async function connectRedis(config: Config, io?: Pick<CliIo, 'err'>): Promise<RedisClient> {
+export async function connectRedis(
+  config: Config,
+  io?: Pick<CliIo, 'err'>,
+  options: ConnectOptions = {},
+): Promise<RedisClient> {
   const resolved = await resolveRedis(config.redis, lookOnly(io));
   try {
-    const redis = await connectRedisTo(resolved.settings);
+    const redis = await connectRedisTo(resolved.settings, undefined, undefined, options);
     redis.once('end', () => void resolved.release());
     return redis;
   } catch (err) {
@@ -75,6 +79,11 @@ function lookOnly(io: Pick<CliIo, 'err'> | undefined): ResolveOptions {
   };
 }
 
+interface ConnectOptions {
+  /** A command Redis does not answer within this long fails (a frozen Redis, a network black hole). Default: none. */
+  commandTimeoutMs?: number;
+}
+
 /** How long a command waits for Redis to answer a connection. */
 const CONNECT_TIMEOUT_MS = 3000;
 
@@ -86,8 +95,10 @@ export async function connectRedisTo(
   settings: RedisSettings,
   what = 'Redis',
   passwordFrom = 'REDIS_URL or REDIS_PASSWORD',
+  options: ConnectOptions = {},
 ): Promise<RedisClient> {
   const redis = createRedis(settings, 'producer', {
+    ...(options.commandTimeoutMs !== undefined && { commandTimeout: options.commandTimeoutMs }),
     lazyConnect: true,
     enableOfflineQueue: true,
     connectTimeout: CONNECT_TIMEOUT_MS,

@@ -356,7 +356,9 @@ class Forgetter {
       // Redis (or an archive) failing midway: what the receipt lists is gone, the rest is still there.
       const redisLost =
         this.redis.status !== 'ready' ||
-        /MaxRetriesPerRequest|Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT/.test(oneLine(err));
+        /MaxRetriesPerRequest|Connection is closed|Command timed out|ECONNREFUSED|ECONNRESET|ETIMEDOUT/.test(
+          oneLine(err),
+        );
       throw new ForgetIncompleteError(
         `${redisLost ? 'Redis stopped answering' : 'stopped'} midway (${oneLine(err)}): what the receipt lists is ${dryRun ? 'counted' : 'erased'}, the rest is left as it was (forget --dry-run counts it); run forget again once that is fixed`,
         this.receipt(),
