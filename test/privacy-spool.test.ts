@@ -45,6 +45,22 @@ test('no live holder: matching lines cut out, an emptied segment deleted, the lo
   }
 });
 
+test("a segment's rewrite left by a killed forget (other callers' lines) goes at the next forget, its lines counted", async () => {
+  // A forget of another caller, killed after it wrote the rewrite and before the rename: the segment
+  // is whole, the temporary file a copy of the lines it kept, A's among them.
+  const dir = await spoolWith([[line('b1', '+491761234599')]]);
+  const leftover = join(dir, '0000000000000001.jsonl.forget.tmp');
+  await writeFile(leftover, `${line('a1', '+491701234567')}\n${line('b1', '+491761234599')}\n`);
+  try {
+    assert.deepEqual(await eraseFromSpool(dir, isA, { dryRun: true, waitMs: 0 }), { removed: 1, drained: 0 });
+    assert.deepEqual(await eraseFromSpool(dir, isA, { dryRun: false, waitMs: 0 }), { removed: 1, drained: 0 });
+    assert.deepEqual(await readdir(dir), ['0000000000000001.jsonl'], 'the leftover is gone, the segment stays');
+    assert.ok((await readFile(join(dir, '0000000000000001.jsonl'), 'utf8')).includes('b1'));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
 test('a live ingress holds the spool: forget waits for it to drain the lines, or says it did not', async () => {
   const dir = await spoolWith([[line('a1', '+491701234567'), line('b1', '+491761234599')]]);
   // A live process other than this one holds the lock (as a running ingress would).

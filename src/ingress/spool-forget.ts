@@ -46,9 +46,25 @@ async function segmentsOf(dir: string): Promise<string[]> {
   }
 }
 
-async function countMatching(dir: string, matches: (line: string) => boolean): Promise<number> {
+/** A segment's rewrite that a forget killed before its rename left (`<segment>.forget.tmp`). */
+const LEFTOVER = /\.forget\.tmp$/;
+
+/**
+ * The rewrites killed runs left: each a copy of a segment's other callers' lines, which the segment
+ * itself still holds (the rename never came). Redundant, but nothing drains them: a later forget of
+ * one of those callers must not leave its lines there.
+ */
+async function leftoversOf(dir: string): Promise<string[]> {
+  return (await readdir(dir).catch(() => [] as string[])).filter((n) => LEFTOVER.test(n));
+}
+
+async function countMatching(
+  dir: string,
+  matches: (line: string) => boolean,
+  leftovers: readonly string[] = [],
+): Promise<number> {
   let n = 0;
-  for (const name of await segmentsOf(dir)) {
+  for (const name of [...(await segmentsOf(dir)), ...leftovers]) {
     const text = await readFile(join(dir, name), 'utf8').catch(() => '');
     for (const line of text.split('\n')) if (line.trim() !== '' && matches(line)) n++;
   }
@@ -102,12 +118,23 @@ export async function eraseFromSpool(
       await sleep(200);
       continue;
     }
-    if (options.dryRun) return { removed: await countMatching(dir, matches), drained: 0 };
-    if ((await segmentsOf(dir)).length === 0) return { removed: 0, drained: seenWhileHeld };
+    const leftovers = await leftoversOf(dir);
+    if (options.dryRun) return { removed: await countMatching(dir, matches, leftovers), drained: 0 };
+    if ((await segmentsOf(dir)).length === 0 && leftovers.length === 0) return { removed: 0, drained: seenWhileHeld };
     if (!takeLock(dir)) continue;
     try {
-      // Lines a holder that stopped meanwhile drained are not here any more; the rest are removed.
-      return { removed: await rewrite(dir, matches, options.onWritten), drained: 0 };
+      // Under the lock, no rewrite is under way: what a killed one left goes first (its matching
+      // lines counted). Lines a holder that stopped meanwhile drained are not here any more; the
+      // rest are removed.
+      let removed = 0;
+      for (const name of await leftoversOf(dir)) {
+        const path = join(dir, name);
+        removed += (await readFile(path, 'utf8').catch(() => ''))
+          .split('\n')
+          .filter((l) => l.trim() !== '' && matches(l)).length;
+        await rm(path, { force: true });
+      }
+      return { removed: removed + (await rewrite(dir, matches, options.onWritten)), drained: 0 };
     } finally {
       rmSync(join(dir, LOCK_FILE), { force: true });
     }

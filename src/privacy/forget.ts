@@ -767,9 +767,10 @@ class Forgetter {
     const objects = new Set<string>();
     const all: string[] = [];
     for await (const key of store.list(`${prefix}transcripts/`)) all.push(key);
+    const present = new Set(all);
     // A vCon without its record (a run of an earlier version killed midway) is read as the record.
     const records = all.filter(
-      (k) => isRecord(k) || (k.endsWith('.vcon.json') && !all.includes(`${k.slice(0, -'.vcon.json'.length)}.json`)),
+      (k) => isRecord(k) || (k.endsWith('.vcon.json') && !present.has(`${k.slice(0, -'.vcon.json'.length)}.json`)),
     );
     const readable =
       this.options.target.kind === 'call'
@@ -789,7 +790,7 @@ class Forgetter {
       if (call) this.found(call);
       const base = key.slice(0, -(isRecord(key) ? '.json' : '.vcon.json').length);
       for (const sibling of [`${base}.json`, `${base}.txt`, `${base}.vcon.json`])
-        if (all.includes(sibling)) objects.add(sibling);
+        if (present.has(sibling)) objects.add(sibling);
       const day = base.slice(`${prefix}transcripts/`.length, base.lastIndexOf('/'));
       for (const r of await this.recordingsOf(
         store,
