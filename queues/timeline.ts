@@ -162,6 +162,13 @@ export function skipReason(reason: string | undefined): SkipReason {
   return found;
 }
 
+/**
+ * A call id as shown in a list (the CLI's tables, the Calls page): at most 60 characters, since a
+ * 10 KB call id would pad every row to its width. `callsync call <id>`, `--json` and the call's
+ * own page show it whole.
+ */
+export const listedCallId = (id: string): string => (id.length > 60 ? `${id.slice(0, 59)}…` : id);
+
 /** Most events kept per call: the first (its receipt) and the newest. A call with a few sinks and retries needs ~30. */
 const MAX_TIMELINE_ENTRIES = 200;
 /** Characters kept of a reason. */

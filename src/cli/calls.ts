@@ -8,6 +8,7 @@ import {
   CallTimeline,
   describeEntry,
   findCalls,
+  listedCallId,
   lookupsOf,
   parseCallQuery,
   sinkLabel,
@@ -18,7 +19,7 @@ import {
 } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { queueNames } from '../ops/index.js';
-import { idCell, printable, table, UsageError, type CliIo } from './io.js';
+import { printable, table, UsageError, type CliIo } from './io.js';
 import { describeOpenPushCall, openPushCall } from '../sources/push-assembly.js';
 import { NumberWordsError } from '../model/number-words.js';
 import { parseCommandLine } from './args.js';
@@ -257,7 +258,7 @@ function printCalls(result: Awaited<ReturnType<typeof findCalls>>, json: boolean
     for (const s of result.calls)
       rows.push([
         iso(s.receivedAt),
-        idCell(s.callId ?? s.id),
+        listedCallId(s.callId ?? s.id),
         s.source ?? '?',
         `${s.from ?? 'anonymous'} → ${s.to ?? '?'}`,
         sinkColumn(s),
@@ -327,7 +328,7 @@ export async function refusedCommand(
     ['time', 'call', 'source', 'status', 'pointer', 'detail', 'request'],
     ...refused.map((r) => [
       iso(r.at),
-      r.callId === null ? '-' : idCell(r.callId),
+      r.callId === null ? '-' : listedCallId(r.callId),
       r.source,
       String(r.status),
       r.pointer,

@@ -7,14 +7,14 @@ import type { RedisClient } from '../../queues/connection.js';
 import { retryDeadLetter, retryDeadLetters } from '../../queues/dead-letters.js';
 import { redisKeys } from '../../queues/keys.js';
 import { queuesInRedis } from '../../queues/scan.js';
-import { CallTimeline, timelineIdOf } from '../../queues/timeline.js';
+import { CallTimeline, listedCallId, timelineIdOf } from '../../queues/timeline.js';
 import { enableQueue } from '../../queues/disabled.js';
 import { endpointFromQueue, sinkNameFromQueue } from '../../queues/registry.js';
 import { strandedOf } from '../ops/stranded-queues.js';
 import type { Config } from '../config/index.js';
 import { sinkQueueName } from '../../queues/index.js';
 import { queueNames, sinkQueueNames } from '../ops/index.js';
-import { idCell, table, UsageError, type CliIo } from './io.js';
+import { table, UsageError, type CliIo } from './io.js';
 import { CliFailure } from './redis.js';
 
 export interface DlqOptions {
@@ -163,7 +163,7 @@ export async function dlqList(config: Config, redis: RedisClient, options: DlqOp
     }
     const lines = table([
       ['QUEUE', 'ID', 'FAILED AT', 'TRIES', 'CALL', 'REASON'],
-      ...rows.map((r) => [r.queue, r.id, r.failedAt, String(r.attempts), idCell(r.call), r.reason]),
+      ...rows.map((r) => [r.queue, r.id, r.failedAt, String(r.attempts), listedCallId(r.call), r.reason]),
     ]);
     for (const line of lines) io.out(line);
     if (total > rows.length) io.out(`(${rows.length} of ${total} shown; --limit N shows more per queue)`);

@@ -69,12 +69,6 @@ export function printable(text: string): string {
   });
 }
 
-/**
- * A call id as a table cell: at most 60 characters (a 10 KB call id would pad every row of the
- * table to its width); `callsync call <id>` and `--json` show it whole.
- */
-export const idCell = (id: string): string => (id.length > 60 ? `${id.slice(0, 59)}…` : id);
-
 /** Left-aligned columns for terminal tables; every cell made `printable`. */
 export function table(rows: string[][]): string[] {
   rows = rows.map((row) => row.map(printable));

@@ -15,6 +15,7 @@ import {
   CallQueryError,
   describeEntry,
   findCalls,
+  listedCallId,
   lookupsOfText,
   parseCallQuery,
   sinkLabel,
@@ -53,8 +54,6 @@ form.search{display:flex;gap:.5rem;flex-wrap:wrap;margin:1rem 0}input,select,but
 .chip.done{background:#23863a}.chip.skipped{background:#6b6f76}.chip.failed{background:#c62828}.chip.pending,.chip.retrying{background:#b26a00}.chip.paused{background:#7b1fa2}
 .err{color:#c62828}nav{margin-bottom:1rem}`;
 
-/** A call id in the list: at most 60 characters (its own page shows it whole). */
-const idCell = (id: string) => (id.length > 60 ? `${id.slice(0, 59)}…` : id);
 const iso = (ms: number | null | undefined) =>
   ms === null || ms === undefined ? '–' : new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
 
@@ -236,7 +235,7 @@ export function callsPage(options: CallsPageOptions): Hono {
             (s) =>
               html`<tr>
                 <td>${iso(s.receivedAt)}</td>
-                <td><a href="${path}/${s.id}">${idCell(s.callId ?? s.id)}</a></td>
+                <td><a href="${path}/${s.id}">${listedCallId(s.callId ?? s.id)}</a></td>
                 <td>${s.source ?? '?'}</td>
                 <td>${s.from ?? 'anonymous'} → ${s.to ?? '?'}</td>
                 <td>${chips(s)}</td>
