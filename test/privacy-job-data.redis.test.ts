@@ -24,7 +24,8 @@ import { waitFor } from './support/redis.js';
 import { TestSmtpServer } from './support/smtp.js';
 
 const SENTENCE = 'My account number is 55-1234 and the code word is heron.';
-// Parts of the call the SMS and e-mail templates below do not use: their jobs leave them out.
+// Parts of the call the SMS and e-mail templates below do not use: their jobs leave them out (the
+// CRMs' default templates read the answers and the headline, not the user names or the channel).
 const UNREAD = ['Lovelace', 'Answer-Kestrel', 'Headline-Osprey', 'Channel-Wren'];
 
 describe('sink jobs carry the transcript only where it is read', () => {
@@ -138,7 +139,15 @@ routes:
       for (const text of UNREAD) assert.ok(!data.get(sink)!.includes(text), `${sink}'s job holds no ${text}`);
       assert.ok(data.get(sink)!.includes('dentist appointment'), `${sink}'s job keeps the summary it sends`);
     }
-    for (const sink of ['archive', 'hubspot', 'pipedrive', 'hooks'])
+    // HubSpot and Pipedrive read what their templates read: the defaults use the headline (the
+    // title), the summary and the smart answers (the note), never user names or the channel.
+    for (const sink of ['hubspot', 'pipedrive']) {
+      for (const text of ['Lovelace', 'Channel-Wren'])
+        assert.ok(!data.get(sink)!.includes(text), `${sink}'s job holds no ${text}`);
+      for (const text of ['Answer-Kestrel', 'Headline-Osprey', 'dentist appointment'])
+        assert.ok(data.get(sink)!.includes(text), `${sink}'s job keeps ${text}`);
+    }
+    for (const sink of ['archive', 'hooks'])
       for (const text of UNREAD) assert.ok(data.get(sink)!.includes(text), `${sink}'s job keeps ${text}`);
     assert.ok(
       api.sms.some((m) => m.message.includes('dentist appointment')),
@@ -188,6 +197,11 @@ routes:
     };
     for (const text of UNREAD)
       assert.ok(!(await replayed(sinkQueueName('sms'))).includes(text), `the replayed SMS job holds no ${text}`);
+    for (const text of ['Lovelace', 'Channel-Wren'])
+      assert.ok(
+        !(await replayed(sinkQueueName('hubspot'))).includes(text),
+        `the replayed HubSpot job holds no ${text}`,
+      );
     for (const sink of ['sms', 'hubspot']) {
       const data = await replayed(sinkQueueName(sink));
       assert.ok(!data.includes(SENTENCE), `${sink}'s replayed job carries no transcript text`);

@@ -31,6 +31,7 @@ import {
   untilMidnightIn,
   type CrmRecord,
 } from './common.js';
+import { partsReadBy } from '../template-vars.js';
 import type { AnswerHeaders } from '../../http-request.js';
 import { CrmHttp, field, numberHeader, stringField, type CrmAnswer } from './http.js';
 import { WindowLimiter } from './limiter.js';
@@ -837,6 +838,8 @@ export const hubspotSinkType: SinkType<HubSpotOptions, HubSpotSettings> = {
   create: (name, options, deps) => new HubSpotSink(name, options, deps),
   needsRaw: () => false,
   needsTranscript: () => false,
+  // Only the parts of the call its templates read (user names, forwarding and channel never).
+  needsParts: (o) => partsReadBy([o.titleTemplate, o.bodyTemplate]),
   limit: (options) => options.rateLimit,
   env: hubspotEnv,
   check(options, env) {

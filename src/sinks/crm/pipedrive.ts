@@ -38,6 +38,7 @@ import {
   utcDateTime,
   type CrmRecord,
 } from './common.js';
+import { partsReadBy } from '../template-vars.js';
 import {
   CrmHttp,
   field,
@@ -842,6 +843,8 @@ export const pipedriveSinkType: SinkType<PipedriveOptions, PipedriveSettings> = 
   create: (name, options, deps) => new PipedriveSink(name, options, deps),
   needsRaw: () => false,
   needsTranscript: () => false,
+  // Only the parts of the call its templates read (user names, forwarding and channel never).
+  needsParts: (o) => partsReadBy([o.subjectTemplate, o.noteTemplate]),
   limit: (options) => options.rateLimit,
   env: pipedriveEnv,
   check(options, env) {
