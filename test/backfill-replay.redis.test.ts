@@ -14,7 +14,7 @@ import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { inboundStreamKey } from '../queues/inbound.js';
 import { sinkQueueName } from '../queues/registry.js';
-import { backfill, backfillCursorKey } from '../src/cli/backfill.js';
+import { backfill, BACKFILL_CURSOR_TTL_S, backfillCursorKey } from '../src/cli/backfill.js';
 import { runCli } from '../src/cli/index.js';
 import { replay } from '../src/cli/replay.js';
 import { createObjectStore, type ArchiveOptions } from '../src/sinks/archive/index.js';
@@ -220,6 +220,9 @@ routes:
         /interrupted/,
       );
       assert.equal(await conn.hget(backfillCursorKey(cs.prefix, options), 'offset'), '20');
+      // Kept as long as the markers of the calls it queued, not for ever.
+      const ttl = await conn.ttl(backfillCursorKey(cs.prefix, options));
+      assert.ok(ttl > BACKFILL_CURSOR_TTL_S - 60 && ttl <= BACKFILL_CURSOR_TTL_S, `cursor TTL ${ttl} s`);
     } finally {
       conn.disconnect();
     }

@@ -41,6 +41,14 @@ export function backfillCursorKey(
   return `${asKeys(keys).area('backfill')}:backfill:${options.from}|${options.to}|${options.sink ?? '*'}`;
 }
 
+/**
+ * How long the cursor of a run that stopped is kept after its last page: as long as the markers of
+ * the calls it queued (src/cli/sink-queue.ts), after which running the range again from its start
+ * adds nothing the markers would not have caught. Not for ever (docs/privacy.md).
+ * @internal Exported for its tests only (test/backfill-replay.redis.test.ts).
+ */
+export const BACKFILL_CURSOR_TTL_S = 180 * 24 * 3600;
+
 /** A day (UTC) or a time with its zone: what Date.parse would otherwise guess at. */
 const ISO_DAY_OR_TIME = /^(\d{4}-\d{2}-\d{2})(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2}))?$/i;
 
@@ -147,7 +155,7 @@ export async function backfill(
       }
       offset += page.items.length;
       if (redis !== null && cursorKey !== null && !options.dryRun)
-        await redis.hset(cursorKey, 'offset', String(offset));
+        await redis.multi().hset(cursorKey, 'offset', String(offset)).expire(cursorKey, BACKFILL_CURSOR_TTL_S).exec();
       progress.update(offset, page.totalCount, `(${counts.accepted} new, ${counts.duplicates} duplicate)`);
       if (page.items.length === 0 || offset >= page.totalCount) break;
     }
