@@ -1,6 +1,7 @@
 // The one key of the keyed hashes (HMAC-SHA-256) that name phone numbers in Redis: the timeline's
 // number index (queues/timeline.ts), the notification ledger's "never twice" markers and the SMS
-// cooldowns (src/sinks/notify), a forgotten number on the opt-out list (src/privacy/forget.ts).
+// cooldowns (src/sinks/notify), the CRM sinks' memory of the contacts and persons they created
+// (src/sinks/crm/number-memory.ts), a forgotten number on the opt-out list (src/privacy/forget.ts).
 //
 // PRIVACY_HMAC_SECRET when it is set (the same value in every process). Else a key generated once
 // (32 random bytes) and kept in Redis (`RedisKeys.privacyKey()`): whichever process needs it first

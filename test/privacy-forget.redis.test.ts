@@ -442,7 +442,15 @@ routes:
         'a ledger marker names A in clear',
       );
 
-      assert.ok(redisBefore.includes(aRedisForms.at(-1)!), "the CRM's contact memory names A by its hash");
+      // The CRMs' contact and person memory names A by its keyed hash only; an earlier version's by
+      // its plain SHA-256 is seeded (it lives a day): forget erases it too.
+      const keyed = recipientHash(await storedPrivacyKey(conn, k), A);
+      assert.ok(redisBefore.includes(`:contact:${keyed}`), "the CRM's contact memory names A by its keyed hash");
+      assert.ok(!redisBefore.includes(aRedisForms.at(-1)!), 'no key names A by its plain SHA-256');
+      assert.equal(
+        await conn.set(`${k.sinkState('hubspot')}contact:${aRedisForms.at(-1)!}`, '901', 'PX', 86_400_000),
+        'OK',
+      );
       const io = { env, out: (l: string) => cliOutput.push(l), err: (l: string) => cliOutput.push(l) };
       // A asks for no more SMS (before asking to be forgotten).
       assert.equal(await runCli(['opt-out', 'add', A], io), 0);

@@ -277,10 +277,11 @@ class Forgetter {
     }
     if (this.options.target.kind === 'number') {
       if (this.matches(key)) return true;
-      // HubSpot's contact memory and Pipedrive's person memory name the number by its SHA-256 (`callHash`).
+      // HubSpot's contact memory and Pipedrive's person memory of an earlier version name the number by its SHA-256 (`callHash`).
       const numberHash = callHash(this.options.target.e164);
       if (segmentsOf(key).includes(numberHash)) return true;
-      // The SMS cooldown names it by its keyed hash (the ledger's markers are kept: see keyAction).
+      // The SMS cooldown and the CRM sinks' contact and person memory name it by its keyed hash (the
+      // ledger's markers are kept: see keyAction).
       if (this.secret !== undefined && segmentsOf(key).includes(recipientHash(this.secret, this.options.target.e164)))
         return true;
     }

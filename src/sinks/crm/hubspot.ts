@@ -34,6 +34,7 @@ import {
 import { partsReadBy } from '../template-vars.js';
 import type { AnswerHeaders } from '../../http-request.js';
 import { CrmHttp, field, numberHeader, stringField, type CrmAnswer } from './http.js';
+import { numberMemoryNames } from './number-memory.js';
 import { WindowLimiter } from './limiter.js';
 import { counterpartNumber, displayNumber, phoneForms, samePhone, type CountryCode } from './phone.js';
 import { callVars, defaultBodyTemplate, defaultTitleTemplate, renderHtmlBody, renderTitle } from './vars.js';
@@ -685,7 +686,10 @@ export class HubSpotSink implements Sink {
       }
     }
     // A contact this sink created moments ago may not be searchable yet.
-    const recent = await this.deps.state.get(`contact:${callHash(e164)}`);
+    const names = await numberMemoryNames(this.deps.privacyKey, e164);
+    const recent =
+      (await this.deps.state.get(`contact:${names.current}`)) ??
+      (names.earlier === null ? null : await this.deps.state.get(`contact:${names.earlier}`));
     return recent === null ? null : { id: recent, name: null };
   }
 
@@ -700,7 +704,8 @@ export class HubSpotSink implements Sink {
     const id = stringField(answer.body, 'id');
     if (id === undefined) throw createdWithoutId(path, answer.status);
     // Until HubSpot's search index has it (seconds), later calls from this number find it here.
-    await this.deps.state.set(`contact:${callHash(e164)}`, id, 24 * 3600 * 1000);
+    const { current } = await numberMemoryNames(this.deps.privacyKey, e164);
+    await this.deps.state.set(`contact:${current}`, id, 24 * 3600 * 1000);
     return { id, name: null };
   }
 

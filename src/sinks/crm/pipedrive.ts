@@ -48,6 +48,7 @@ import {
   type CrmHttpConfig,
   type CrmRequest,
 } from './http.js';
+import { numberMemoryNames } from './number-memory.js';
 import { counterpartNumber, displayNumber, phoneForms, samePhone, type CountryCode } from './phone.js';
 import { WindowLimiter } from './limiter.js';
 import { DailyBudget } from './pipedrive-limits.js';
@@ -524,7 +525,11 @@ export class PipedriveSink implements Sink {
     }
     // A person callsync created moments ago that the search does not show yet. Asked last: a person
     // merged into another meanwhile is found by the search under the surviving id.
-    return numericId(await this.deps.state.get(`newperson:${callHash(forms.e164)}`));
+    const names = await numberMemoryNames(this.deps.privacyKey, forms.e164);
+    return numericId(
+      (await this.deps.state.get(`newperson:${names.current}`)) ??
+        (names.earlier === null ? null : await this.deps.state.get(`newperson:${names.earlier}`)),
+    );
   }
 
   /**
@@ -534,7 +539,7 @@ export class PipedriveSink implements Sink {
    */
   private async createPerson(e164: string, ctx: SinkContext): Promise<number> {
     const forms = phoneForms(e164)!;
-    const numberKey = callHash(forms.e164);
+    const { current: numberKey } = await numberMemoryNames(this.deps.privacyKey, forms.e164);
     const lock = `newperson-lock:${numberKey}`;
     const token = `${ctx.jobId} ${randomBytes(6).toString('hex')}`;
     if (!(await this.deps.state.setIfAbsent(lock, token, Math.max(60_000, 2 * this.options.timeoutMs)))) {
