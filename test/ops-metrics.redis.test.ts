@@ -189,6 +189,29 @@ describe('ops server of a worker-only process', () => {
     );
   });
 
+  test('a path or method it does not serve is 404 with the error body, as README says of every server', async () => {
+    const url = cs.operations.url!;
+    for (const [method, path] of [
+      ['POST', '/webhooks/ai-agent/x'],
+      ['GET', '/nothing'],
+      ['DELETE', '/healthz'],
+      ['GET', '/admin/queues'],
+    ] as const) {
+      const res = await fetch(`${url}${path}`, { method });
+      assert.equal(res.status, 404, `${method} ${path}`);
+      assert.match(res.headers.get('content-type') ?? '', /application\/json/, `${method} ${path}`);
+      assert.deepEqual(
+        await res.json(),
+        {
+          errors: [
+            { status: 404, title: 'Not Found', detail: `no route for ${method} ${path}`, source: { pointer: '/' } },
+          ],
+        },
+        `${method} ${path}`,
+      );
+    }
+  });
+
   test('once shutdown begins, /readyz fails while /healthz and /metrics still answer', async () => {
     cs.operations.beginShutdown();
     const url = cs.operations.url!;

@@ -11,7 +11,7 @@ import { errorBodyText } from '../src/ingress/errors.js';
 import { listen, type Listening } from '../src/listen.js';
 import { collectProcessMetrics, metrics } from '../src/metrics.js';
 import { opsPort, queueNames } from '../src/ops/index.js';
-import { createOpsApp, opsRoutes, readyzWarnings, type OpsApp } from '../src/ops/app.js';
+import { createOpsApp, noRoute, opsError, opsRoutes, readyzWarnings, type OpsApp } from '../src/ops/app.js';
 import { requestContext } from '../src/ops/request-context.js';
 import { createShutdownGate, type ShutdownGate } from '../src/ops/shutdown-gate.js';
 import {
@@ -179,6 +179,9 @@ export function createOperations(options: OperationsOptions): Operations {
       const root = new Hono();
       root.use('*', requestContext({ log }), gate.middleware, readyzDetail);
       root.route('/', ops.app);
+      // A sub-app's notFound is not the parent's: without these, Hono's plain-text 404 and 500.
+      root.notFound(noRoute);
+      root.onError(opsError(log));
       http = await listen(root.fetch, {
         port,
         host,

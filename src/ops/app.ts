@@ -2,7 +2,7 @@
 // and (on the ops server of worker and poller processes) /healthz and /readyz. The ingress serves
 // the same app for the paths it owns (see `opsRoutes`). No other site's page may change anything
 // here (./same-origin.ts) or frame these pages (clicks in a frame would be our own requests).
-import { Hono, type MiddlewareHandler } from 'hono';
+import { Hono, type ErrorHandler, type MiddlewareHandler, type NotFoundHandler } from 'hono';
 import type { Queue } from 'bullmq';
 import type { CountryCode } from 'libphonenumber-js';
 import type { Logger } from 'pino';
@@ -71,6 +71,18 @@ export interface OpsApp {
   dashboard: boolean;
   /** True for the paths the ops app answers when mounted beside the ingress. */
   owns(path: string): boolean;
+}
+
+/** A path or method nothing here serves: 404 with the error body, as on the ingress. */
+export const noRoute: NotFoundHandler = (c) =>
+  c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404);
+
+/** An unexpected error: logged, answered 500 with the error body. */
+export function opsError(log: Logger): ErrorHandler {
+  return (err, c) => {
+    requestLog(log, c.get('requestId')).error({ err }, 'unexpected error in ops endpoint');
+    return c.json(errorBody(500, 'internal error'), 500);
+  };
 }
 
 export function createOpsApp(options: OpsAppOptions): OpsApp {
@@ -164,7 +176,7 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
         DASHBOARD_PATH,
         createDashboard({ queues: options.queues, basePath: DASHBOARD_PATH, timeline: calls }),
       );
-      mounted.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));
+      mounted.notFound(noRoute);
       return mounted;
     });
     board.catch((err: unknown) => options.log.error({ err }, 'loading the dashboard failed'));
@@ -180,11 +192,8 @@ export function createOpsApp(options: OpsAppOptions): OpsApp {
     app.route('/', callsApi(calls, { inProgress: options.inProgress, region: options.region ?? 'DE' }));
   }
 
-  app.notFound((c) => c.json(errorBody(404, `no route for ${c.req.method} ${c.req.path}`), 404));
-  app.onError((err, c) => {
-    requestLog(options.log, c.get('requestId')).error({ err }, 'unexpected error in ops endpoint');
-    return c.json(errorBody(500, 'internal error'), 500);
-  });
+  app.notFound(noRoute);
+  app.onError(opsError(options.log));
 
   const owns = (path: string) =>
     path === '/metrics' ||
