@@ -1,16 +1,24 @@
 // The documentation of the configuration cannot drift from the code: README's variable table lists
-// exactly the variables of the one environment schema with the schema's defaults (.env.example's
-// values too), README names no variable callsync does not read, the tests' Redis variable is the one
+// exactly the variables of the one environment schema, every variable table of README and docs/*.md
+// gives the schema's defaults (.env.example's values too), README and docs/*.md name no variable
+// callsync does not read, the tests' Redis variable is the one
 // README names, and the retry time README and docs/reliability.md state for JOB_ATTEMPTS is computed
 // from the backoff and the defaults.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { envSchema, envVariables } from '../src/config/env.js';
 import { backoffDelay } from '../src/backoff.js';
 
 const read = (path: string) => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
 const readme = read('README.md');
+// docs/performance.md is a log of past rounds: the variables of its benchmarks are named there.
+const docFiles = [
+  'README.md',
+  ...readdirSync(new URL('../docs/', import.meta.url))
+    .filter((f) => f.endsWith('.md') && f !== 'performance.md')
+    .map((f) => `docs/${f}`),
+];
 
 /** The rows of README's table under "## Configuration": the variables of the first column, the default cell. */
 function tableRows(): { names: string[]; defaults: string }[] {
@@ -54,25 +62,45 @@ test("README's configuration table lists exactly the variables of the schema", (
   assert.equal(documented.length, new Set(documented).size, 'each variable once');
 });
 
-test("README's configuration table and .env.example give each variable the default of the schema", () => {
+/**
+ * Every variable table of README and docs/*.md (a header `| variable | default |`, any case): its
+ * rows, the variables of the first column, the default cell. Several variables in one row
+ * (`A` / `B`, `A`, `B`) have their defaults in the same order, likewise separated.
+ */
+function allTableRows(): { file: string; names: string[]; defaults: string }[] {
+  const out = [];
+  for (const file of docFiles)
+    for (const [table] of read(file).matchAll(/^\| variable \| default \|[^\n]*\n(?:\|[^\n]*\n)+/gim))
+      for (const row of table
+        .split('\n')
+        .filter((r) => r.startsWith('|'))
+        .slice(2)) {
+        const [, names = '', defaults = ''] = row.split('|').map((c) => c.trim());
+        out.push({ file, names: [...names.matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map((m) => m[1]!), defaults });
+      }
+  return out;
+}
+
+test('the variable tables of README and docs/*.md, and .env.example, give each variable the default of the schema', () => {
   const defaults = envSchema.parse({}) as Record<string, unknown>;
   // Variables whose default is decided by their reader (undefined or [] in the schema) are not checked here.
   const fixed = (name: string) =>
     defaults[name] !== undefined && !(Array.isArray(defaults[name]) && defaults[name].length === 0);
   const wrong: string[] = [];
-  let checked = 0;
-  for (const { names, defaults: cell } of tableRows()) {
-    // `A` / `B` | `1` / `2`: one default per variable, in the same order.
-    const cells = names.length > 1 ? cell.split(' / ') : [cell];
+  const checkedIn = new Map<string, number>();
+  for (const { file, names, defaults: cell } of allTableRows()) {
+    // `A` / `B` | `1` / `2` (or `A`, `B` | `1`, `2`): one default per variable, in the same order.
+    const cells = names.length > 1 ? cell.split(cell.includes(' / ') ? ' / ' : ', ') : [cell];
     names.forEach((name, i) => {
       if (!fixed(name)) return;
-      checked++;
+      checkedIn.set(file, (checkedIn.get(file) ?? 0) + 1);
       const documented = (cells.length === names.length ? cells[i] : cell)!.trim();
       if (!defaultTexts(defaults[name]).some((t) => documented.startsWith(t)))
-        wrong.push(`README ${name}: "${documented}", the schema's default is ${String(defaults[name])}`);
+        wrong.push(`${file} ${name}: "${documented}", the schema's default is ${String(defaults[name])}`);
     });
   }
-  assert.ok(checked > 40, `the defaults were found (${checked})`);
+  assert.ok((checkedIn.get('README.md') ?? 0) > 40, `README's defaults were found (${checkedIn.get('README.md')})`);
+  assert.ok((checkedIn.get('docs/operations.md') ?? 0) >= 5, "docs/operations.md's tables were found");
   // .env.example: `# NAME=value`, the value the default (or empty when the reader decides).
   for (const [, name, value] of read('.env.example').matchAll(/^# ([A-Z][A-Z0-9_]*)=(.*)$/gm)) {
     if (!fixed(name!)) continue;
@@ -83,7 +111,7 @@ test("README's configuration table and .env.example give each variable the defau
   assert.deepEqual(wrong, []);
 });
 
-test('README names no environment variable that callsync does not read', () => {
+test('README and docs/*.md name no environment variable that callsync does not read', () => {
   const declared = new Set(envVariables());
   // A value that looks like a variable name, the tests' own variable, and Node's.
   // INGRESS_BIND_ADDRESS is read by docker-compose.yml (where port 3000 is published), not by callsync.
@@ -94,9 +122,29 @@ test('README names no environment variable that callsync does not read', () => {
     'NODE_EXTRA_CA_CERTS',
     'INGRESS_BIND_ADDRESS',
   ]);
-  // `NAME_*` names a family of variables, not one.
-  const named = [...readme.matchAll(/`([A-Z][A-Z0-9]*_[A-Z0-9_]+)(?![A-Z0-9_]*\*)/g)].map((m) => m[1]!);
-  assert.deepEqual([...new Set(named.filter((n) => !declared.has(n) && !notVariables.has(n)))], []);
+  // Read by the OpenTelemetry SDK itself (docs/operations.md "Traces"); a benchmark's; HubSpot's
+  // names of a rate-limit policy and error categories; the limit a test sets with ulimit.
+  for (const name of [
+    'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT',
+    'OTEL_EXPORTER_OTLP_HEADERS',
+    'OTEL_EXPORTER_OTLP_TIMEOUT',
+    'OTEL_SERVICE_NAME',
+    'OTEL_SDK_DISABLED',
+    'OTEL_TRACES_EXPORTER',
+    'BENCH_TIMELINE',
+    'TEN_SECONDLY_ROLLING',
+    'INVALID_VALUE',
+    'VALIDATION_ERROR',
+    'RLIMIT_FSIZE',
+  ])
+    notVariables.add(name);
+  const wrong: string[] = [];
+  for (const file of docFiles) {
+    // `NAME_*` names a family of variables, not one.
+    const named = [...read(file).matchAll(/`([A-Z][A-Z0-9]*_[A-Z0-9_]+)(?![A-Z0-9_]*\*)/g)].map((m) => m[1]!);
+    for (const n of new Set(named)) if (!declared.has(n) && !notVariables.has(n)) wrong.push(`${file}: ${n}`);
+  }
+  assert.deepEqual(wrong, []);
 });
 
 test('the tests read the Redis variable README names for them', () => {
