@@ -32,6 +32,7 @@ import { decimal } from '../src/env-values.js';
 import { sinkQueueName } from './registry.js';
 import { globEscape, queuesInRedis } from './scan.js';
 import { describePause, pauseStateOf, type PauseState } from './disabled.js';
+import { HELD } from './hold.js';
 
 type TimelineEvent =
   | 'received'
@@ -493,27 +494,50 @@ export class CallTimeline {
   /**
    * Marks each sink the call waits for (pending, retrying) whose queue is paused or disabled as
    * `paused`, with why: its job runs only once an operator resumes the queue (`callsync resume`,
-   * the dashboard). `states`: the queues' states read so far (a query reads each queue once).
+   * the dashboard). One whose queue is held back for a remote's "retry later" (queues/hold.ts: a 429
+   * for the whole queue, another call's) keeps its state, and says why it waits and until when:
+   * its `nextAt` is the hold's end when that is later. `states`: the queues' states read so far (a
+   * query reads each queue once).
    */
   async notePausedQueues(
     summary: CallSummary,
-    states: Map<string, Promise<PauseState | null>> = new Map(),
+    states: Map<string, Promise<QueueWait>> = new Map(),
   ): Promise<CallSummary> {
     for (const [label, status] of Object.entries(summary.sinks)) {
       if ((status !== 'pending' && status !== 'retrying') || summary.unconfigured?.[label]) continue;
       const queue = queueOfLabel(label);
       let state = states.get(queue);
       if (!state) {
-        state = pauseStateOf(this.redis, `${this.keys.queuePrefix(queue)}:${queue}`).catch(() => null);
+        state = this.queueWait(`${this.keys.queuePrefix(queue)}:${queue}`);
         states.set(queue, state);
       }
-      const pause = await state;
-      if (!pause) continue;
-      summary.sinks[label] = 'paused';
+      const { pause, heldUntil } = await state;
+      const last = summary.reasons[label];
+      if (pause) {
+        summary.sinks[label] = 'paused';
+        summary.reasons[label] =
+          `its queue ${queue} is ${describePause(pause)}: the job waits for an operator to resume it (callsync resume)${last ? ` (last: ${last})` : ''}`;
+        if (summary.nextAt) delete summary.nextAt[label];
+        continue;
+      }
+      if (heldUntil === null || heldUntil <= (summary.nextAt?.[label] ?? 0)) continue;
       summary.reasons[label] =
-        `its queue ${queue} is ${describePause(pause)}: the job waits for an operator to resume it (callsync resume)${summary.reasons[label] ? ` (last: ${summary.reasons[label]})` : ''}`;
+        `its queue ${queue} is held back until ${new Date(heldUntil).toISOString()} (a remote asked to wait: Retry-After): no job of it runs before${last ? ` (last: ${last})` : ''}`;
+      (summary.nextAt ??= {})[label] = heldUntil;
     }
     return summary;
+  }
+
+  /** A queue's pause (pauseStateOf) and the end of its hold (queues/hold.ts), by its keys' base; unreadable: neither. */
+  private async queueWait(base: string): Promise<QueueWait> {
+    const [pause, heldUntil] = await Promise.all([
+      pauseStateOf(this.redis, base).catch(() => null),
+      Promise.all([this.redis.get(`${base}:limiter`), this.redis.pttl(`${base}:limiter`)]).then(
+        ([count, ttl]) => (count !== null && Number(count) >= HELD && ttl > 0 ? this.now() + ttl : null),
+        () => null,
+      ),
+    ]);
+    return { pause, heldUntil };
   }
 
   /** The sorted set of every call by its last receipt (epoch ms), member the call hash. */
@@ -951,6 +975,18 @@ export interface CallSummary {
    * `inbound`) and no sink got a job. Absent once it was fanned out or that dead letter retried.
    */
   fanOutFailed?: { reason: string; jobId: string };
+  /**
+   * Per sink retrying, or waiting in a queue held back for a remote's "retry later": when its next
+   * attempt can run (epoch ms) — its last retry's next attempt, or the hold's end when that is later
+   * (CallTimeline.notePausedQueues). Absent when there is none.
+   */
+  nextAt?: Record<string, number>;
+}
+
+/** What holds a queue's jobs back: an operator's pause (or a disabling), or a remote's hold until a time (epoch ms). */
+interface QueueWait {
+  pause: PauseState | null;
+  heldUntil: number | null;
 }
 
 export const sinkLabel = (e: Pick<TimelineEntry, 'sink' | 'endpoint'>): string =>
@@ -1076,6 +1112,8 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
                   ? 'pending'
                   : undefined;
     if (status) summary.sinks[label] = status;
+    if (e.event === 'retry' && e.nextAt !== undefined && !e.paused) (summary.nextAt ??= {})[label] = e.nextAt;
+    else if (status && summary.nextAt) delete summary.nextAt[label];
     if (e.reason && (e.event === 'skipped' || e.event === 'dead-lettered' || e.event === 'retry'))
       summary.reasons[label] = e.reason;
     // Retried: the dead letter's reason is no longer why it stands; until the new round's outcome, that it was retried.
@@ -1096,6 +1134,7 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     summary.sinks[label] = 'pending';
     summary.reasons[label] = `job ${waiting.at(-1)} of the call waits for it (an update); the last one ${state}`;
   }
+  if (summary.nextAt && Object.keys(summary.nextAt).length === 0) delete summary.nextAt;
   return summary;
 }
 
@@ -1167,7 +1206,7 @@ export async function findCalls(
   if (query.number !== undefined) candidates = await timeline.byNumber(query.number, MAX_SCANNED_CALLS);
   else candidates = (await timeline.recent(query.since, until, MAX_SCANNED_CALLS)).map((r) => r.id);
   const calls: CallSummary[] = [];
-  const paused = new Map<string, Promise<PauseState | null>>();
+  const paused = new Map<string, Promise<QueueWait>>();
   let scanned = 0;
   for (let i = 0; i < candidates.length && calls.length < limit; i += 100) {
     const ids = candidates.slice(i, i + 100);
@@ -1344,7 +1383,7 @@ export async function callsNamed(
 ): Promise<(CallSummary & { entries: TimelineEntry[] })[]> {
   const ids = (await timeline.resolve(ref)).slice(0, max);
   const found = await Promise.all(ids.map(async (id) => ({ id, entries: await timeline.read(id) })));
-  const paused = new Map<string, Promise<PauseState | null>>();
+  const paused = new Map<string, Promise<QueueWait>>();
   return Promise.all(
     found
       .filter((c) => c.entries.length > 0)

@@ -189,10 +189,10 @@ async function printCall(
       );
     for (const sink of Object.keys(s.unconfigured ?? {}))
       io.out(printable(`note: ${s.reasons[sink]} (docs/operations.md, "A sink taken out of the configuration")`));
-    // A job waiting in a paused queue (paused by another call's attempt, or by hand): no entry of
-    // its own says so.
+    // A job waiting in a paused queue (paused by another call's attempt, or by hand), or in one held
+    // back for a remote's "retry later" (another call's 429): no entry of its own says so.
     for (const [sink, state] of Object.entries(s.sinks))
-      if (state === 'paused' && s.reasons[sink]?.startsWith('its queue '))
+      if (state !== 'done' && s.reasons[sink]?.startsWith('its queue '))
         io.out(printable(`note: ${sink}: ${s.reasons[sink]}`));
     const rows = [['time', 'event', 'sink', 'try', 'detail']];
     for (const e of s.entries)
