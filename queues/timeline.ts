@@ -33,6 +33,7 @@ import { sinkQueueName } from './registry.js';
 import { globEscape, queuesInRedis } from './scan.js';
 import { describePause, pauseStateOf, type PauseState } from './disabled.js';
 import { HELD } from './hold.js';
+import { TRIM_KEEPING_RECEIPT } from '../src/list-trim.js';
 
 type TimelineEvent =
   | 'received'
@@ -184,20 +185,8 @@ const RESEND_FOR_MS = 120_000;
 /** Writes being sent again at once, per timeline, at most: beyond, a failed write is dropped (logged). */
 const MAX_RESENDING = 5000;
 
-/**
- * Lua: trims a timeline over its cap to the newest entries, but keeps its first one — the call's
- * receipt (source, call id, numbers, when it came): a sink retrying for days must not leave a
- * timeline that no longer says which call it is. One LTRIM, as before (plus LINDEX and LPUSH).
- * Shared with the inbound log's append script (queues/inbound.ts); the sink state's (src/state/kv.ts) keeps its own copy.
- */
-export const TRIM_KEEPING_RECEIPT = `
-local function trimKeepingReceipt(list, max)
-  if max < 2 then return redis.call('LTRIM', list, -max, -1) end
-  local first = redis.call('LINDEX', list, 0)
-  redis.call('LTRIM', list, -(max - 1), -1)
-  if first then redis.call('LPUSH', list, first) end
-end
-`;
+/** Lua: trims a timeline over its cap, keeping its receipt (src/list-trim.ts). */
+export { TRIM_KEEPING_RECEIPT };
 
 const APPEND_AND_INDEX = `${TRIM_KEEPING_RECEIPT}
 local lists = tonumber(ARGV[1])

@@ -24,6 +24,7 @@ export const LAYERS: Record<string, number> = {
   'src/env-values': 0,
   'src/redis-slot': 0,
   'src/charset': 0,
+  'src/list-trim': 0,
   'src/telemetry': 0,
   'src/model': 1,
   queues: 2,

@@ -1,6 +1,7 @@
 // A small durable key/value memory in Redis, namespaced per sink (CRM record ids, "already sent" markers).
 import type { Cluster, Redis } from 'ioredis';
 import { keySlot } from '../redis-slot.js';
+import { TRIM_KEEPING_RECEIPT } from '../list-trim.js';
 
 export interface KeyValueStore {
   get(key: string): Promise<string | null>;
@@ -131,25 +132,21 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0`;
 
 // Entries appended to the list KEYS[#KEYS]: ARGV[first .. first + m - 1], in RPUSHes of 100, the list
-// trimmed to its newest `max` only when RPUSH says it is over, and given its TTL (`listTtl`). The
+// trimmed only when RPUSH says it is over `max`, keeping its first entry (a call timeline's receipt)
+// and dropping superseded sink attempts first (src/list-trim.ts), and given its TTL (`listTtl`). The
 // list's commands are pcall'ed: their failure (a key of another type) fails nothing else. A part of
-// the scripts below, which set `m`, `max`, `listTtl` and `first` first.
+// the scripts below, which set `m`, `max`, `listTtl` and `first` first, and define trimKeepingReceipt.
 const APPEND_TO_LIST = `
 local list = KEYS[#KEYS]
 local length = 0
 for i = first, first + m - 1, 100 do length = redis.pcall('RPUSH', list, unpack(ARGV, i, math.min(i + 99, first + m - 1))) end
-if type(length) == 'number' and length > max then
-  -- The first entry kept (a call timeline's receipt, as queues/timeline.ts TRIM_KEEPING_RECEIPT keeps it).
-  local first = max > 1 and redis.pcall('LINDEX', list, 0)
-  redis.pcall('LTRIM', list, first and -(max - 1) or -max, -1)
-  if type(first) == 'string' then redis.pcall('LPUSH', list, first) end
-end
+if type(length) == 'number' and length > max then pcall(trimKeepingReceipt, list, max) end
 redis.pcall('PEXPIRE', list, listTtl)`;
 
 // RELEASE, then entries appended to a list. KEYS[1]: the lock, KEYS[2..#KEYS-1]: keys to set,
 // KEYS[#KEYS]: the list. ARGV: token, max entries, list TTL ms, m (entries), the m entries, then value
 // and TTL ms per key to set.
-const RELEASE_APPENDING = `
+const RELEASE_APPENDING = `${TRIM_KEEPING_RECEIPT}
 local m, max, listTtl, first = tonumber(ARGV[4]), tonumber(ARGV[2]), ARGV[3], 5
 local w = 4 + m
 for i = 2, #KEYS - 1 do redis.call('SET', KEYS[i], ARGV[w + 2 * i - 3], 'PX', ARGV[w + 2 * i - 2]) end
@@ -160,7 +157,7 @@ return released`;
 
 // Keys set, then entries appended to a list. KEYS[1..#KEYS-1]: keys to set, KEYS[#KEYS]: the list.
 // ARGV: max entries, list TTL ms, m (entries), the m entries, then value and TTL ms per key to set.
-const SET_APPENDING = `
+const SET_APPENDING = `${TRIM_KEEPING_RECEIPT}
 local m, max, listTtl, first = tonumber(ARGV[3]), tonumber(ARGV[1]), ARGV[2], 4
 local w = 3 + m
 for i = 1, #KEYS - 1 do redis.call('SET', KEYS[i], ARGV[w + 2 * i - 1], 'PX', ARGV[w + 2 * i]) end
