@@ -904,7 +904,16 @@ export class CallTimeline {
 
   /** Call hashes with this phone number as caller or callee, newest first. */
   async byNumber(number: string, limit = 1000): Promise<string[]> {
-    return this.redis.zrevrange(this.numberKey(await this.numberHmac(number)), 0, limit - 1);
+    return (await this.byNumberWithTimes(number, limit)).map((r) => r.id);
+  }
+
+  /** byNumber, each with the time it was indexed under the number (its last receipt, epoch ms). */
+  async byNumberWithTimes(number: string, limit = 1000): Promise<{ id: string; at: number }[]> {
+    const key = this.numberKey(await this.numberHmac(number));
+    const flat = await this.redis.zrevrange(key, 0, limit - 1, 'WITHSCORES');
+    const out: { id: string; at: number }[] = [];
+    for (let i = 0; i + 1 < flat.length; i += 2) out.push({ id: flat[i]!, at: Number(flat[i + 1]) });
+    return out;
   }
 
   /** Call hashes of a platform call id (one per source that delivered it), newest first. */
@@ -1188,12 +1197,14 @@ function sinkStates(summary: CallSummary, sink: string | undefined): [string, Si
 export async function findCalls(
   timeline: CallTimeline,
   query: CallQuery,
-): Promise<{ calls: CallSummary[]; scanned: number; truncated: boolean; more: boolean }> {
+): Promise<{ calls: CallSummary[]; scanned: number; truncated: boolean; more: boolean; nextUntil?: number }> {
   const until = query.until ?? Date.now();
   const limit = query.limit ?? 50;
-  let candidates: string[];
-  if (query.number !== undefined) candidates = await timeline.byNumber(query.number, MAX_SCANNED_CALLS);
-  else candidates = (await timeline.recent(query.since, until, MAX_SCANNED_CALLS)).map((r) => r.id);
+  const found =
+    query.number !== undefined
+      ? await timeline.byNumberWithTimes(query.number, MAX_SCANNED_CALLS)
+      : await timeline.recent(query.since, until, MAX_SCANNED_CALLS);
+  const candidates = found.map((r) => r.id);
   const calls: CallSummary[] = [];
   const paused = new Map<string, Promise<QueueWait>>();
   let scanned = 0;
@@ -1218,12 +1229,17 @@ export async function findCalls(
       if (calls.length >= limit) break;
     }
   }
+  // Stopped at the limit with older calls of the range not looked at: more may match.
+  const more = calls.length >= limit && scanned < candidates.length;
   return {
     calls,
     scanned,
     truncated: candidates.length >= MAX_SCANNED_CALLS,
-    // Stopped at the limit with older calls of the range not looked at: more may match.
-    more: calls.length >= limit && scanned < candidates.length,
+    more,
+    // The next page's `until`: the time the last call listed (the last one looked at) is indexed
+    // under, to the millisecond — inclusive, so that call shows again, and none received in the same
+    // second as it is passed over (the lists show times to the second).
+    ...(more ? { nextUntil: found[scanned - 1]!.at } : {}),
   };
 }
 

@@ -49,6 +49,7 @@ disabled — credentials rejected, 410 Gone, by hand —: waits for \`callsync r
 failed (dead-lettered).
 A \`*\` marks a sink this configuration lacks: its job waits for a worker whose configuration has it.
 --status pending matches retrying and paused too.
+A list cut at --limit ends with the --until of the next page (the last call listed shows again).
 
 Options:
   --since D     from this long ago (30m, 2h, 7d) or this time (ISO 8601); required
@@ -271,7 +272,7 @@ function printCalls(result: Awaited<ReturnType<typeof findCalls>>, json: boolean
   }
   if (result.more)
     io.out(
-      `(stopped at --limit ${result.calls.length}: older calls of the range were not looked at; a larger --limit (up to 1000) or an earlier --until for the rest)`,
+      `(stopped at --limit ${result.calls.length}: older calls of the range were not looked at; for them --until ${new Date(result.nextUntil!).toISOString()} (the last call listed shows again), or a larger --limit (up to 1000))`,
     );
   else if (result.truncated)
     io.out(`(only the newest ${result.scanned} calls of the range were looked at: narrow --since/--until)`);

@@ -152,6 +152,8 @@ export function callsPage(options: CallsPageOptions): Hono {
     let refusedTotal = 0;
     /** The list stopped at its limit with older calls of the range not looked at. */
     let more = false;
+    /** Then: the `until` of the next page (findCalls' nextUntil). */
+    let nextUntil: number | undefined;
     /** A Push API call searched for that is still assembled. */
     let open: OpenPushCall | null = null;
     let error: string | null = null;
@@ -168,11 +170,13 @@ export function callsPage(options: CallsPageOptions): Hono {
           lookups.callId === null ? [] : callsNamed(timeline, lookups.callId),
           findCalls(timeline, { ...query, number: lookups.number }),
         ]);
-        more = found.more;
+        ({ more, nextUntil } = found);
         calls = [...named, ...found.calls.filter((f) => !named.some((n) => n.id === f.id))];
       } else if (q.startsWith('+')) {
         // Not a valid number: as the API's number filter answers it.
-        ({ calls, more } = await findCalls(timeline, { ...parseCallQuery({ ...values, number: q }, options.region) }));
+        ({ calls, more, nextUntil } = await findCalls(timeline, {
+          ...parseCallQuery({ ...values, number: q }, options.region),
+        }));
       } else if (q !== '') {
         [calls, refused] = await Promise.all([callsNamed(timeline, q), timeline.refusals(q)]);
         if (calls.length === 0) open = (await options.inProgress?.(q)) ?? null;
@@ -182,7 +186,7 @@ export function callsPage(options: CallsPageOptions): Hono {
         let kept;
         [calls, kept] = await Promise.all([
           findCalls(timeline, query).then((found) => {
-            more = found.more;
+            ({ more, nextUntil } = found);
             return found.calls;
           }),
           withRefusals ? timeline.refusalsBetween(query.since, query.until ?? Date.now(), query.limit ?? 50) : null,
@@ -248,6 +252,20 @@ export function callsPage(options: CallsPageOptions): Hono {
           ? html`<p class="more">
               The newest ${calls.length} that match; older calls of the range were not looked at
               ${calls.length < 1000 ? html`(${upTo1000({ ...values, ...(q ? { q } : {}) })})` : '(narrow the range)'}.
+              ${
+                nextUntil === undefined
+                  ? ''
+                  : html`<a
+                        class="older"
+                        href="${path}?${new URLSearchParams({
+                          ...values,
+                          ...(q ? { q } : {}),
+                          until: new Date(nextUntil).toISOString(),
+                        }).toString()}"
+                        >Older</a
+                      >
+                      (from the last one listed, which shows again).`
+              }
             </p>`
           : ''
       }
