@@ -509,7 +509,9 @@ export class CallTimeline {
         if (summary.nextAt) delete summary.nextAt[label];
         continue;
       }
-      if (heldUntil === null || heldUntil <= (summary.nextAt?.[label] ?? 0)) continue;
+      // The hold's end is read as now + its PTTL (to the millisecond, a little later at each read):
+      // within a second of the sink's own next attempt, it is that attempt's wait (its own 429).
+      if (heldUntil === null || heldUntil <= (summary.nextAt?.[label] ?? 0) + 1000) continue;
       summary.reasons[label] =
         `its queue ${queue} is held back until ${new Date(heldUntil).toISOString()} (a remote asked to wait: Retry-After): no job of it runs before${last ? ` (last: ${last})` : ''}`;
       (summary.nextAt ??= {})[label] = heldUntil;

@@ -110,7 +110,8 @@ test('calls waiting in a queue held back for an hour say so, with the time the h
     const listed = await (await fetch(`${cs.url}/api/calls?since=1h`, { headers: auth })).json();
     const row = (listed as { calls: ApiCall[] }).calls.find((c) => c.id === call.id)!;
     assert.match(row.reasons[SINK] ?? '', /held back until/);
-    assert.equal(row.nextAt?.[SINK], next);
+    // (Read again: the hold's end is now + its PTTL, which may round a millisecond apart.)
+    assert.ok(Math.abs(row.nextAt![SINK]! - next) < 1000, `${id}: the list's next run: ${row.nextAt?.[SINK]}`);
     // `callsync call` prints it as a note; the Calls page in the sink's chip.
     const out: string[] = [];
     const code = await runCli(['call', id], {
