@@ -906,13 +906,18 @@ export class CallTimeline {
 
   /** Call hashes with this phone number as caller or callee, newest first. */
   async byNumber(number: string, limit = 1000): Promise<string[]> {
-    return (await this.byNumberWithTimes(number, limit)).map((r) => r.id);
+    return this.redis.zrevrange(this.numberKey(await this.numberHmac(number)), 0, limit - 1);
   }
 
-  /** byNumber, each with the time it was indexed under the number (its last receipt, epoch ms). */
-  async byNumberWithTimes(number: string, limit = 1000): Promise<{ id: string; at: number }[]> {
+  /** Call hashes with this phone number received between `from` and `to` (epoch ms), newest first, at most `limit`. */
+  async byNumberBetween(
+    number: string,
+    from: number,
+    to: number,
+    limit: number,
+  ): Promise<{ id: string; at: number }[]> {
     const key = this.numberKey(await this.numberHmac(number));
-    const flat = await this.redis.zrevrange(key, 0, limit - 1, 'WITHSCORES');
+    const flat = await this.redis.zrevrangebyscore(key, to, from, 'WITHSCORES', 'LIMIT', 0, limit);
     const out: { id: string; at: number }[] = [];
     for (let i = 0; i + 1 < flat.length; i += 2) out.push({ id: flat[i]!, at: Number(flat[i + 1]) });
     return out;
@@ -1188,6 +1193,15 @@ export interface CallQuery {
 
 /** Calls looked at per query at most (the newest of the range): bounds the work of one query. */
 const MAX_SCANNED_CALLS = 5000;
+/**
+ * Timeline entries read per query at most (about the entries of 250 calls that retried to the
+ * cap, or of 5000 calls of ten): past it the query stops at the next call received at another
+ * time and says where (`next`). Before, a status that few calls had read every timeline of the
+ * newest 5000 — up to a million entries for one page.
+ */
+const MAX_READ_ENTRIES = 50_000;
+/** Timelines read per round trip at most. */
+const READ_BATCH = 100;
 
 function sinkStates(summary: CallSummary, sink: string | undefined): [string, SinkStatus][] {
   return Object.entries(summary.sinks).filter(
@@ -1195,53 +1209,104 @@ function sinkStates(summary: CallSummary, sink: string | undefined): [string, Si
   );
 }
 
-/** The calls of a query, newest first, each summed up; reads the timelines in batches. */
-export async function findCalls(
-  timeline: CallTimeline,
-  query: CallQuery,
-): Promise<{ calls: CallSummary[]; scanned: number; truncated: boolean; more: boolean; nextUntil?: number }> {
+/** What `findCalls` answers. */
+export interface FoundCalls {
+  calls: CallSummary[];
+  /** Calls of the range looked at. */
+  scanned: number;
+  /** Stopped before the end of the range by the bound of the work of a query (calls or entries read): narrow the query, or go on at `next`. */
+  truncated: boolean;
+  /** Stopped at `limit` with older calls of the range not looked at. */
+  more: boolean;
+  /**
+   * When the list stopped before the end of the range: the `until` (ISO time, inclusive) that
+   * lists the rest, none of these calls again and none left out (a page ends between two
+   * milliseconds).
+   */
+  next?: string;
+}
+
+/** Whether a summed-up call is one the query asks for. */
+function matches(summary: CallSummary, query: CallQuery, until: number): boolean {
+  const at = summary.lastAt ?? 0;
+  if (at < query.since || (summary.receivedAt ?? at) > until) return false;
+  const states = sinkStates(summary, query.sink);
+  if (query.sink !== undefined && states.length === 0) return false;
+  if (query.status !== undefined) {
+    const wanted = query.status === 'pending' ? ['pending', 'retrying', 'paused'] : [query.status];
+    // A failed fan-out is the call's failure (no sink got a job).
+    const fanOut = query.sink === undefined && summary.fanOutFailed && query.status === 'failed';
+    if (!fanOut && !states.some(([, state]) => wanted.includes(state))) return false;
+  }
+  return true;
+}
+
+/**
+ * The calls of a query, newest first (by their last receipt), each summed up; reads the timelines
+ * in batches, and stops at `limit`, or once MAX_SCANNED_CALLS calls or MAX_READ_ENTRIES entries
+ * were read (`truncated`) — always between two calls received at different milliseconds, so that
+ * `next` lists the rest exactly.
+ */
+export async function findCalls(timeline: CallTimeline, query: CallQuery): Promise<FoundCalls> {
   const until = query.until ?? Date.now();
   const limit = query.limit ?? 50;
-  const found =
+  // One more than looked at: whether the range goes on past the bound, and at which time.
+  const fetched =
     query.number !== undefined
-      ? await timeline.byNumberWithTimes(query.number, MAX_SCANNED_CALLS)
-      : await timeline.recent(query.since, until, MAX_SCANNED_CALLS);
-  const candidates = found.map((r) => r.id);
-  const calls: CallSummary[] = [];
+      ? await timeline.byNumberBetween(query.number, query.since, until, MAX_SCANNED_CALLS + 1)
+      : await timeline.recent(query.since, until, MAX_SCANNED_CALLS + 1);
+  const candidates = fetched.slice(0, MAX_SCANNED_CALLS);
+  const found: { summary: CallSummary; at: number }[] = [];
   const paused = new Map<string, Promise<QueueWait>>();
   let scanned = 0;
-  for (let i = 0; i < candidates.length && calls.length < limit; i += 100) {
-    const ids = candidates.slice(i, i + 100);
-    const timelines = await Promise.all(ids.map((id) => timeline.read(id)));
+  let entriesRead = 0;
+  let stop: 'limit' | 'bound' | null = null;
+  // Past the limit or the bound, only the rest of the last call's millisecond is read: a page ends between two.
+  const goOn = () =>
+    scanned < candidates.length && (stop === null || candidates[scanned]!.at === candidates[scanned - 1]!.at);
+  while (goOn()) {
+    const batch = candidates.slice(scanned, scanned + Math.min(READ_BATCH, Math.max(10, limit - found.length)));
+    const timelines = await Promise.all(batch.map((c) => timeline.read(c.id)));
     for (const [j, entries] of timelines.entries()) {
+      if (!goOn()) break;
+      const candidate = batch[j]!;
       scanned++;
-      if (entries.length === 0) continue;
-      const summary = await timeline.notePausedQueues(timeline.summarize(ids[j]!, entries), paused);
-      const at = summary.lastAt ?? 0;
-      if (at < query.since || (summary.receivedAt ?? at) > until) continue;
-      const states = sinkStates(summary, query.sink);
-      if (query.sink !== undefined && states.length === 0) continue;
-      if (query.status !== undefined) {
-        const wanted = query.status === 'pending' ? ['pending', 'retrying', 'paused'] : [query.status];
-        // A failed fan-out is the call's failure (no sink got a job).
-        const fanOut = query.sink === undefined && summary.fanOutFailed && query.status === 'failed';
-        if (!fanOut && !states.some(([, state]) => wanted.includes(state))) continue;
+      entriesRead += entries.length;
+      if (entries.length > 0) {
+        const summary = await timeline.notePausedQueues(timeline.summarize(candidate.id, entries), paused);
+        if (matches(summary, query, until)) found.push({ summary, at: candidate.at });
       }
-      calls.push(summary);
-      if (calls.length >= limit) break;
+      if (stop === null && found.length >= limit) stop = 'limit';
+      else if (stop === null && entriesRead >= MAX_READ_ENTRIES) stop = 'bound';
     }
   }
-  // Stopped at the limit with older calls of the range not looked at: more may match.
-  const more = calls.length >= limit && scanned < candidates.length;
+  let calls = found;
+  /** The `until` of the rest of the range (epoch ms, inclusive), when there is a rest. */
+  let next: number | undefined;
+  if (scanned < candidates.length) next = candidates[scanned - 1]!.at - 1;
+  else if (fetched.length > MAX_SCANNED_CALLS) {
+    // At the cap the calls of the last millisecond past it are not read: that millisecond goes to
+    // the next page, unless it is all this range has (thousands of calls in one millisecond).
+    const last = candidates[scanned - 1]!.at;
+    if (fetched[MAX_SCANNED_CALLS]!.at < last) next = last - 1;
+    else if (candidates[0]!.at !== last) {
+      next = last;
+      calls = found.filter((f) => f.at !== last);
+    } else next = last - 1;
+  }
+  // Over the limit by calls of the last one's millisecond: that millisecond goes to the next page,
+  // unless it is all this page has.
+  if (calls.length > limit) {
+    const last = calls.at(-1)!.at;
+    const kept = calls.filter((c) => c.at !== last);
+    if (kept.length > 0) [calls, next] = [kept, last];
+  }
   return {
-    calls,
+    calls: calls.map((c) => c.summary),
     scanned,
-    truncated: candidates.length >= MAX_SCANNED_CALLS,
-    more,
-    // The next page's `until`: the time the last call listed (the last one looked at) is indexed
-    // under, to the millisecond — inclusive, so that call shows again, and none received in the same
-    // second as it is passed over (the lists show times to the second).
-    ...(more ? { nextUntil: found[scanned - 1]!.at } : {}),
+    truncated: next !== undefined && stop !== 'limit',
+    more: next !== undefined && stop === 'limit',
+    ...(next === undefined ? {} : { next: new Date(next).toISOString() }),
   };
 }
 

@@ -49,7 +49,7 @@ disabled — credentials rejected, 410 Gone, by hand —: waits for \`callsync r
 failed (dead-lettered).
 A \`*\` marks a sink this configuration lacks: its job waits for a worker whose configuration has it.
 --status pending matches retrying and paused too.
-A list cut at --limit ends with the --until of the next page (the last call listed shows again).
+A list cut short ends with the --until of the rest (none listed twice, none left out).
 
 Options:
   --since D     from this long ago (30m, 2h, 7d) or this time (ISO 8601); required
@@ -244,11 +244,11 @@ export async function callsCommand(
   return withRedis(connect, async (redis) => {
     const timeline = timelineOf(config, redis);
     if (query.sink !== undefined) await checkSinkName(timeline, query.sink);
-    return printCalls(await findCalls(timeline, query), values.json === true, io);
+    return printCalls(await findCalls(timeline, query), query.limit ?? 50, values.json === true, io);
   });
 }
 
-function printCalls(result: Awaited<ReturnType<typeof findCalls>>, json: boolean, io: CliIo): number {
+function printCalls(result: Awaited<ReturnType<typeof findCalls>>, limit: number, json: boolean, io: CliIo): number {
   if (json) {
     io.out(JSON.stringify(result, null, 2));
     return 0;
@@ -270,12 +270,15 @@ function printCalls(result: Awaited<ReturnType<typeof findCalls>>, json: boolean
         '* not in this configuration: the job waits for a worker whose configuration has it (callsync call <id> names its queue)',
       );
   }
+  // `next`: the --until that lists the rest of the range, none of these again and none left out.
   if (result.more)
     io.out(
-      `(stopped at --limit ${result.calls.length}: older calls of the range were not looked at; for them --until ${new Date(result.nextUntil!).toISOString()} (the last call listed shows again), or a larger --limit (up to 1000))`,
+      `(stopped at --limit ${limit}: older calls of the range were not looked at; a larger --limit (up to 1000), or --until ${result.next} for the rest)`,
     );
   else if (result.truncated)
-    io.out(`(only the newest ${result.scanned} calls of the range were looked at: narrow --since/--until)`);
+    io.out(
+      `(only the newest ${result.scanned} calls of the range were looked at, the most one query reads: narrow the query (--since, --sink, --number), or --until ${result.next} for the rest)`,
+    );
   return 0;
 }
 

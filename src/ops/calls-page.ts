@@ -15,6 +15,7 @@ import {
   CallQueryError,
   describeEntry,
   findCalls,
+  type FoundCalls,
   listedCallId,
   lookupsOfText,
   parseCallQuery,
@@ -150,10 +151,12 @@ export function callsPage(options: CallsPageOptions): Hono {
     let calls: CallSummary[] = [];
     let refused: Refusal[] = [];
     let refusedTotal = 0;
-    /** The list stopped at its limit with older calls of the range not looked at. */
-    let more = false;
-    /** Then: the `until` of the next page (findCalls' nextUntil). */
-    let nextUntil: number | undefined;
+    /** The list stopped at its limit with older calls of the range not looked at (`more`), or at the bound of a query's work (`truncated`); `next`: the `until` of the rest. */
+    let rest: Pick<FoundCalls, 'more' | 'truncated' | 'scanned' | 'next'> = {
+      more: false,
+      truncated: false,
+      scanned: 0,
+    };
     /** A Push API call searched for that is still assembled. */
     let open: OpenPushCall | null = null;
     let error: string | null = null;
@@ -170,11 +173,11 @@ export function callsPage(options: CallsPageOptions): Hono {
           lookups.callId === null ? [] : callsNamed(timeline, lookups.callId),
           findCalls(timeline, { ...query, number: lookups.number }),
         ]);
-        ({ more, nextUntil } = found);
+        rest = found;
         calls = [...named, ...found.calls.filter((f) => !named.some((n) => n.id === f.id))];
       } else if (q.startsWith('+')) {
         // Not a valid number: as the API's number filter answers it.
-        ({ calls, more, nextUntil } = await findCalls(timeline, {
+        ({ calls, ...rest } = await findCalls(timeline, {
           ...parseCallQuery({ ...values, number: q }, options.region),
         }));
       } else if (q !== '') {
@@ -186,7 +189,7 @@ export function callsPage(options: CallsPageOptions): Hono {
         let kept;
         [calls, kept] = await Promise.all([
           findCalls(timeline, query).then((found) => {
-            ({ more, nextUntil } = found);
+            rest = found;
             return found.calls;
           }),
           withRefusals ? timeline.refusalsBetween(query.since, query.until ?? Date.now(), query.limit ?? 50) : null,
@@ -201,6 +204,15 @@ export function callsPage(options: CallsPageOptions): Hono {
       c.status(400);
     }
     const status = c.req.query('status') ?? '';
+    /** A link to the rest of the range: the same query up to `next`. */
+    const older = (next: string | undefined) =>
+      next === undefined
+        ? 'an earlier until'
+        : html`<a
+            class="older"
+            href="${path}?${new URLSearchParams({ ...values, ...(q ? { q } : {}), until: next }).toString()}"
+            >the older ones</a
+          >`;
     const body = html`<h1>Calls</h1>
       <form class="search" method="get" action="${path}" role="search">
         <label>Call id, job id or number <input name="q" value="${q}" placeholder="+4915112345678" /></label>
@@ -248,26 +260,17 @@ export function callsPage(options: CallsPageOptions): Hono {
         </tbody>
       </table>
       ${
-        more
+        rest.more
           ? html`<p class="more">
               The newest ${calls.length} that match; older calls of the range were not looked at
-              ${calls.length < 1000 ? html`(${upTo1000({ ...values, ...(q ? { q } : {}) })})` : '(narrow the range)'}.
-              ${
-                nextUntil === undefined
-                  ? ''
-                  : html`<a
-                        class="older"
-                        href="${path}?${new URLSearchParams({
-                          ...values,
-                          ...(q ? { q } : {}),
-                          until: new Date(nextUntil).toISOString(),
-                        }).toString()}"
-                        >Older</a
-                      >
-                      (from the last one listed, which shows again).`
-              }
+              (${calls.length < 1000 ? html`${upTo1000({ ...values, ...(q ? { q } : {}) })}, or ` : ''}${older(rest.next)}).
             </p>`
-          : ''
+          : rest.truncated
+            ? html`<p class="more">
+                Only the newest ${rest.scanned} calls of the range were looked at, the most one query reads: narrow the
+                query (since, sink, a number), or ${older(rest.next)}.
+              </p>`
+            : ''
       }
       ${
         refused.length > 0
