@@ -935,12 +935,17 @@ export class CallTimeline {
   async resolve(ref: string): Promise<string[]> {
     const trimmed = ref.trim();
     // A job id: the hash, and an acknowledgement's or update's suffix, or a replay's (`-replay-<time>`).
-    const hash = /^([0-9a-f]{32})(?:-[0-9a-z]+)*$/.exec(trimmed);
+    const hash = JOB_ID.exec(trimmed);
     if (hash) return [hash[1]!];
-    if (/^\+\d[\d\s\-()./]{4,}$/.test(trimmed)) return this.byNumber(trimmed);
+    if (NUMBER_REF.test(trimmed)) return this.byNumber(trimmed);
     return this.byCallId(trimmed);
   }
 }
+
+/** A reference that is a job id or call hash: the call hash, then an acknowledgement's, update's or replay's suffix. */
+const JOB_ID = /^([0-9a-f]{32})(?:-[0-9a-z]+)*$/;
+/** A reference read as a phone number. */
+const NUMBER_REF = /^\+\d[\d\s\-()./]{4,}$/;
 
 /**
  * What became of a call at one sink (or endpoint), from its timeline: `pending` (not attempted yet,
@@ -1455,9 +1460,18 @@ export async function callsNamed(
 ): Promise<(CallSummary & { entries: TimelineEntry[] })[]> {
   const ids = (await timeline.resolve(ref)).slice(0, max);
   const found = await Promise.all(ids.map(async (id) => ({ id, entries: await timeline.read(id) })));
+  // A platform call id is indexed by its first 200 characters: of the calls under them, only those
+  // with this very id (one of 300 characters was shown another's timeline too, newest first).
+  const callId = ref.trim();
+  const named =
+    JOB_ID.test(callId) || NUMBER_REF.test(callId)
+      ? found
+      : found.filter((c) =>
+          c.entries.every((e) => e.event !== 'received' || e.callId === undefined || e.callId === callId),
+        );
   const paused = new Map<string, Promise<QueueWait>>();
   return Promise.all(
-    found
+    named
       .filter((c) => c.entries.length > 0)
       .map(async (c) => ({
         ...(await timeline.notePausedQueues(timeline.summarize(c.id, c.entries), paused)),

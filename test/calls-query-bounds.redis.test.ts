@@ -3,12 +3,13 @@
 // timelines and says where it stopped (`next`), not every timeline of the newest 5000; paging by
 // `next` reaches every call of a range once, newest first, across calls received in the same
 // millisecond and past the 5000 calls one query looks at; a number's calls before its newest 5000
-// are found. Each call listed shows the state its own timeline gives.
+// are found. Each call listed shows the state its own timeline gives. A call id of 64 KB names its
+// own call only, not another whose id begins with the same 200 characters (the index's key).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { REDIS_URL, cleanupPrefix, testRedis, uniquePrefix } from './support/redis.js';
-import { CallTimeline, findCalls, timelineId, type CallQuery } from '../queues/timeline.js';
+import { CallTimeline, callsNamed, findCalls, timelineId, type CallQuery } from '../queues/timeline.js';
 import { sampleCall } from './support/calls.js';
 
 /** Writes `n` calls through the real timeline writer: call j received at base + ⌊j / perMs⌋ ms, failed when `failed(j)`. */
@@ -184,5 +185,30 @@ describe('call queries at scale', () => {
       Array.from({ length: 100 }, (_, i) => i),
     );
     assert.equal(found.truncated, false);
+  });
+
+  test('`call <id>` of a long call id: only its call, not another sharing the first 200 characters', async () => {
+    const clock = { now: Date.now() };
+    const timeline = await timelineAt(clock);
+    const stem = 'X'.repeat(300);
+    const long = sampleCall(`${stem}A${'a'.repeat(64 * 1024)}`);
+    const short = sampleCall(`${stem}B`);
+    for (const call of [long, short]) {
+      clock.now++;
+      await timeline.received(call, { jobId: `${timelineId(call)}-1`, revision: 'new' });
+    }
+    // Before: each lookup showed both calls, the other one first.
+    assert.deepEqual(
+      (await callsNamed(timeline, long.callId)).map((c) => c.callId),
+      [long.callId],
+    );
+    assert.deepEqual(
+      (await callsNamed(timeline, short.callId)).map((c) => c.callId),
+      [short.callId],
+    );
+    assert.deepEqual(
+      (await callsNamed(timeline, timelineId(short))).map((c) => c.callId),
+      [short.callId],
+    );
   });
 });
