@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -180,12 +180,24 @@ describe('a CRM and a webhook receiver echoing the call in their error answers',
     await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
     receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hooks`;
     dir = await mkdtemp(join(tmpdir(), 'callsync-redaction-'));
+    // HubSpot's note names the call's users (a HubSpot job carries only the parts its templates
+    // read: with the default note it would hold no name for HubSpot to echo).
+    const configPath = join(dir, 'callsync.yaml');
+    await writeFile(
+      configPath,
+      `
+sinks:
+  archive: { type: archive, dir: ${join(dir, 'archive')} }
+  hubspot: { type: hubspot, apiUrl: "${hubspot.url}", bodyTemplate: "Note for {{users}}: {{summary}}" }
+  webhook: { type: webhook, endpoints: [{ name: hooks, url: "${receiverUrl}" }] }
+routes:
+  - to: [archive, hubspot, webhook]
+`,
+    );
     cs = await startTestCallsync(
       {
-        ARCHIVE_DIR: dir,
+        CALLSYNC_CONFIG: configPath,
         HUBSPOT_ACCESS_TOKEN: 'pat-test-token',
-        HUBSPOT_API_URL: hubspot.url,
-        CRM_WEBHOOK_URL: receiverUrl,
         CRM_WEBHOOK_SECRET: `whsec_${Buffer.alloc(32, 7).toString('base64')}`,
         JOB_ATTEMPTS: '2',
       },
