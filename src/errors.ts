@@ -100,6 +100,15 @@ export class UnprocessableJobError extends Error {
  */
 const REMOTE_WAIT_MS = { min: 1000, max: 24 * 3600_000 } as const;
 
+/**
+ * A wait as a reason says it: `850 ms` below 10 s, else whole seconds (`3600 s`). A wait of 16 min
+ * or more in milliseconds has 7 digits, which the timeline and the logs mask as a phone number may
+ * be (`****000 ms`): the reason no longer said how long. At most a day (REMOTE_WAIT_MS) is 5 digits.
+ */
+export function waitText(ms: number): string {
+  return ms < 10_000 ? `${Math.max(0, Math.round(ms))} ms` : `${Math.ceil(ms / 1000)} s`;
+}
+
 export function remoteWaitMs(ms: number): number {
   return Math.min(Math.max(ms, REMOTE_WAIT_MS.min), REMOTE_WAIT_MS.max);
 }

@@ -131,4 +131,6 @@ test('calls waiting in a queue held back for an hour say so, with the time the h
   const own = await api('held-429');
   assert.equal(own.sinks[SINK], 'retrying');
   assert.equal(own.nextAt?.[SINK], holdEnd);
+  // How long, readable: an hour in ms has 7 digits, which the timeline masks as a phone number may be.
+  assert.match(own.reasons[SINK] ?? '', /sink queue pauses for 3600 s\b/, own.reasons[SINK]);
 });

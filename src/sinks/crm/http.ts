@@ -17,6 +17,7 @@ import {
   PermanentError,
   RetryLaterError,
   TransientError,
+  waitText,
 } from '../../errors.js';
 import { deadline } from '../../deadline.js';
 import { answerHeadOf, httpRequest, redirectTarget, type AnswerHeaders, type HttpAnswer } from '../../http-request.js';
@@ -103,7 +104,7 @@ export class CrmHttp {
     const waitMs = this.pausedForMs();
     if (waitMs > 0) {
       // The last answer said the window is used up: pause the queue instead of earning a 429.
-      throw new RetryLaterError(`${crm} rate limit window used up; sink queue pauses for ${waitMs} ms`, waitMs, {
+      throw new RetryLaterError(`${crm} rate limit window used up; sink queue pauses for ${waitText(waitMs)}`, waitMs, {
         scope: 'queue',
       });
     }
@@ -185,10 +186,14 @@ export class CrmHttp {
       if (scope === 'queue') this.block(delay);
       crmRateLimited.inc({ sink, crm, reason: '429' });
       const who = scope === 'queue' ? 'sink queue pauses' : 'this job waits';
-      throw new RetryLaterError(`${what} answered 429${detail ? `: ${detail}` : ''}; ${who} for ${delay} ms`, delay, {
-        status: 429,
-        scope,
-      });
+      throw new RetryLaterError(
+        `${what} answered 429${detail ? `: ${detail}` : ''}; ${who} for ${waitText(delay)}`,
+        delay,
+        {
+          status: 429,
+          scope,
+        },
+      );
     }
     if (res.status === 401 || res.status === 403) {
       crmAuthFailures.inc({ sink, crm, status: String(res.status) });

@@ -2,7 +2,7 @@
 // Pipedrive's searches, limited apart from the rest of their APIs). Slots are reserved in order, so concurrent jobs
 // never start more than `max` requests in any `durationMs`; a job whose slot is too far away is
 // told to come back later (RetryLaterError, job scope) instead of holding its worker.
-import { RetryLaterError } from '../../errors.js';
+import { RetryLaterError, waitText } from '../../errors.js';
 
 export interface WindowLimit {
   max: number;
@@ -44,7 +44,7 @@ export class WindowLimiter {
     const waitMs = at - now;
     if (waitMs > this.options.maxWaitMs) {
       throw new RetryLaterError(
-        `${this.options.what} limit (${this.limit.max} per ${this.limit.durationMs} ms) is used up; this job waits ${waitMs} ms`,
+        `${this.options.what} limit (${this.limit.max} per ${waitText(this.limit.durationMs)}) is used up; this job waits ${waitText(waitMs)}`,
         waitMs,
         {
           scope: 'job',

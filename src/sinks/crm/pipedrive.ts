@@ -16,7 +16,7 @@ import { basename } from 'node:path';
 import { z } from 'zod';
 import { callHash, OUTCOMES, type CanonicalCall, type Outcome, type Recording } from '../../model/call.js';
 import { maskPhone } from '../../log.js';
-import { PermanentError, RetryLaterError, SinkError, TransientError } from '../../errors.js';
+import { PermanentError, RetryLaterError, SinkError, TransientError, waitText } from '../../errors.js';
 import { sinkErrorOf } from '../telephony-errors.js';
 import type { Download } from '../../telephony/types.js';
 import { recordingKey } from '../archive/keys.js';
@@ -472,7 +472,7 @@ export class PipedriveSink implements Sink {
       if (!(err instanceof RetryLaterError)) throw err;
       this.checkBudget();
       throw new RetryLaterError(
-        `Pipedrive search limit: ${err.message.replace(/; sink queue pauses for \d+ ms$/, '')}; only searches wait, this call for ${err.delayMs} ms`,
+        `Pipedrive search limit: ${err.message.replace(/; sink queue pauses for \d+ m?s$/, '')}; only searches wait, this call for ${waitText(err.delayMs)}`,
         err.delayMs,
         {
           status: err.status,
@@ -487,7 +487,7 @@ export class PipedriveSink implements Sink {
     const daily = this.budget.pausedForMs();
     if (daily > 0) {
       throw new RetryLaterError(
-        `Pipedrive's daily API token budget is used up; the sink queue waits ${daily} ms, until it resets`,
+        `Pipedrive's daily API token budget is used up; the sink queue waits ${waitText(daily)}, until it resets`,
         daily,
         { scope: 'queue' },
       );
