@@ -55,11 +55,12 @@ const KEPT = new RegExp(
 
 /**
  * A run of digits as a phone number is written: a leading `+` or `(`, then digits with spaces, `-`,
- * `.`, `/`, parentheses or `+` between them (a form-encoded space: `%2B49+176+1234+9876`). Whatever
- * stands before or after it (`Nr.0176…`, `phone_49176…`, `…876.Check`, `…876s`): a run of 7 or more
- * digits is masked.
+ * `.`, `/`, parentheses or `+` between them (a form-encoded space: `%2B49+176+1234+9876`), `_`,
+ * the spaces of typesetting (no-break, thin, figure, zero-width) and a no-break space as an HTML
+ * entity (`&nbsp;`, `&#160;`: a remote quoting its HTML). Whatever stands before or after it
+ * (`Nr.0176…`, `phone_49176…`, `…876.Check`, `…876s`): a run of 7 or more digits is masked.
  */
-const DIGIT_RUN = /\+?\(?\d(?:[\d ()\-./+]*\d)?/g;
+const DIGIT_RUN = /\+?\(?\d(?:(?:[\d ()\-./+_\u00a0\u2007\u2009\u200a\u200b\u202f]|&nbsp;|&#160;|&#x[aA]0;)*\d)?/g;
 
 /** Characters that NFKC turns into digits or a number's separators (full-width `０１７６`, `＋`). */
 const DIGIT_LIKE = /\P{ASCII}/gu;

@@ -41,6 +41,11 @@ describe('redactRemoteText: a number echoed by a remote is masked whatever it is
     ['recipient 0049 176 / 1234 98 76', 'recipient ****876'],
     ['"to":"+4917612349876"', '"to":"+****876"'],
     ['ab4917612349876cd', 'ab****876cd'],
+    // Glued with what a remote's HTML or typesetting puts between the groups.
+    ['caller +49_211_6355340', 'caller +****340'],
+    ['caller +49&nbsp;211&nbsp;6355340 refused', 'caller +****340 refused'],
+    ['caller +49&#160;211&#xA0;6355340', 'caller +****340'],
+    ['caller +49\u00a0211\u202f635\u200953\u200b40', 'caller +****340'],
     [
       'Empfaenger Nr.017687654321 ungueltig; Format 0176-87-65-43-21; recipient 4917687654321.Check format',
       'Empfaenger Nr.****321 ungueltig; Format ****321; recipient ****321.Check format',
