@@ -362,26 +362,34 @@ export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: st
         .map((l) => Number(/:(\d+)@/.exec(l)?.[1]));
     },
     async nodesOfKey(key: string) {
-      const port = live()[0]!.port;
-      const slot = Number(await command(port, ['CLUSTER', 'KEYSLOT', key]));
-      const lines = String(await command(port, ['CLUSTER', 'NODES']))
-        .split('\n')
-        .filter(Boolean)
-        .map((l) => l.split(' '));
-      const portOf = (fields: string[]) => Number(/:(\d+)@/.exec(fields[1]!)?.[1]);
-      const master = lines.find(
-        (f) =>
-          f[2]!.split(',').includes('master') &&
-          f.slice(8).some((r) => {
-            const [from, to] = r.split('-').map(Number);
-            return slot >= from! && slot <= (to ?? from)!;
-          }),
-      );
-      if (!master) throw new Error(`no master holds slot ${slot}`);
-      const replica = lines.find((f) => f[3] === master[0]);
-      if (!replica) throw new Error(`the master of slot ${slot} has no replica`);
-      const byPort = (p: number) => nodes.find((n) => n.port === p)!;
-      return { master: byPort(portOf(master)), replica: byPort(portOf(replica)) };
+      // A master that a loaded machine let time out was failed over: its replica, promoted, has no
+      // replica of its own until the old master rejoins as one (seconds). Asked again meanwhile.
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        const port = live()[0]!.port;
+        const slot = Number(await command(port, ['CLUSTER', 'KEYSLOT', key]));
+        const lines = String(await command(port, ['CLUSTER', 'NODES']))
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => l.split(' '));
+        const portOf = (fields: string[]) => Number(/:(\d+)@/.exec(fields[1]!)?.[1]);
+        const master = lines.find(
+          (f) =>
+            f[2]!.split(',').includes('master') &&
+            f.slice(8).some((r) => {
+              const [from, to] = r.split('-').map(Number);
+              return slot >= from! && slot <= (to ?? from)!;
+            }),
+        );
+        const replica = master && lines.find((f) => f[3] === master[0] && !f[2]!.includes('fail'));
+        if (master && replica) {
+          const byPort = (p: number) => nodes.find((n) => n.port === p)!;
+          return { master: byPort(portOf(master)), replica: byPort(portOf(replica)) };
+        }
+        if (Date.now() > deadline)
+          throw new Error(master ? `the master of slot ${slot} has no replica` : `no master holds slot ${slot}`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
     },
     async waitHealthy() {
       for (const node of live()) {
