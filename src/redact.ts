@@ -64,14 +64,32 @@ const DIGIT_RUN = /\+?\(?\d(?:(?:[\d ()\-./+_\u00a0\u2007\u2009\u200a\u200b\u202
 
 /** Characters that NFKC turns into digits or a number's separators (full-width `０１７６`, `＋`). */
 const DIGIT_LIKE = /\P{ASCII}/gu;
+const DECIMAL_DIGIT = /^\p{Nd}$/u;
 
 /**
- * Full-width and other compatibility forms of digits and of `+ - ( ) . /` as ASCII (NFKC, per
+ * The value of a decimal digit of any script (`٧` Arabic-Indic, `۷` Persian, `७` Devanagari, `７`
+ * full-width: 7). Unicode encodes each script's digits as one run of ten, 0 to 9, so the value is
+ * the distance from the run's first digit (runs that follow each other directly, as the
+ * mathematical digits do, are ten apart). Null for anything else.
+ */
+function digitValue(c: string): string | null {
+  if (!DECIMAL_DIGIT.test(c)) return null;
+  const cp = c.codePointAt(0)!;
+  let first = cp;
+  while (DECIMAL_DIGIT.test(String.fromCodePoint(first - 1))) first--;
+  return String((cp - first) % 10);
+}
+
+/**
+ * Decimal digits of every script (Arabic-Indic `٠١٧٠…` as Arabic phones send them, Persian,
+ * Devanagari, full-width `０１７６`) and the compatibility forms of `+ - ( ) . /` as ASCII (NFKC, per
  * character: the rest of the text, `…` included, stays as it is).
  */
 function asciiDigits(text: string): string {
   if (!/\P{ASCII}/u.test(text)) return text;
   return text.replace(DIGIT_LIKE, (c) => {
+    const digit = digitValue(c);
+    if (digit !== null) return digit;
     const n = c.normalize('NFKC');
     return n !== c && (/^[+\-()./]$/.test(n) || /^[\d+\-()./]*\d[\d+\-()./]*$/.test(n)) ? n : c;
   });
