@@ -85,7 +85,7 @@ function digitValue(c: string): string | null {
  * Devanagari, full-width `０１７６`) and the compatibility forms of `+ - ( ) . /` as ASCII (NFKC, per
  * character: the rest of the text, `…` included, stays as it is).
  */
-function asciiDigits(text: string): string {
+export function asciiDigits(text: string): string {
   if (!/\P{ASCII}/u.test(text)) return text;
   return text.replace(DIGIT_LIKE, (c) => {
     const digit = digitValue(c);

@@ -393,4 +393,13 @@ describe('toE164', () => {
     assert.equal(toE164('+0123'), null);
     assert.equal(toE164(null), null);
   });
+
+  it('reads the digits of any script as digits (an Arabic phone sends ٠١٢…), keeping what is not a number out', () => {
+    assert.equal(toE164('+٤٩ ١٧٠ ١٢٣٤٥٦٧'), '+491701234567', 'Arabic-Indic');
+    assert.equal(toE164('۰۰۴۹۱۷۰۱۲۳۴۵۶۷'), '+491701234567', 'Persian, with 00');
+    assert.equal(toE164('+४९१७०१२३४५६७'), '+491701234567', 'Devanagari');
+    assert.equal(toE164('＋４９ １７０ １２３４５６７'), '+491701234567', 'full-width, its plus too');
+    assert.equal(toE164('٠١٧٠١٢٣٤٥٦٧'), null, 'national, as in ASCII');
+    assert.equal(toE164('+٤٩١٧٠a١٢٣٤٥٦٧'), null);
+  });
 });

@@ -4,7 +4,9 @@
 // of an outbound one, the caller of a polled channel event, or in the transcript's text — is the
 // number's call: forget erases it whole (its jobs, dead letters, archived objects), and a scan of
 // every key under the prefix and every archived file, with every Unicode digit read as its value,
-// finds the number nowhere; another caller's calls stay. (Full-width digits: privacy-forget-gaps.)
+// finds the number nowhere; another caller's calls stay. And the call is read: a caller's number in
+// those digits is the E.164 number, listed under it in the timeline's number index.
+// (Full-width digits in a transcript: privacy-forget-gaps.)
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -16,6 +18,7 @@ import pino from 'pino';
 import { sinkQueueName } from '../queues/registry.js';
 import type { RedisClient } from '../queues/connection.js';
 import { globEscape, scanKeys } from '../queues/scan.js';
+import { CallTimeline } from '../queues/timeline.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { loadConfig } from '../src/config/index.js';
 import { forget } from '../src/privacy/forget.js';
@@ -151,6 +154,22 @@ describe('forget <number> and numbers in Arabic-Indic, Persian and Devanagari di
       assert.ok(
         (await everything()).some((v) => holdsA(v.text)),
         'the scan sees the number before forget',
+      );
+      // The calls are read: the caller in Arabic-Indic digits is A, found by A's number (`callsync call`).
+      const job = await queue.getJob(callHash(keys[0]!));
+      assert.equal((job?.data as { call: { from: string | null } }).call.from, A);
+      const timeline = new CallTimeline(conn, target.keys(prefix), loadConfig(env).timeline);
+      const indexed = await waitFor(
+        async () => ((await timeline.byNumber(A)).length >= 2 ? timeline.byNumber(A) : null),
+        {
+          what: "A's calls in the number index",
+          timeoutMs: 10_000,
+        },
+      );
+      assert.deepEqual(
+        indexed.sort(),
+        [keys[0]!, 'channel:ch-1:ev-1'].map((k) => callHash(k)).sort(),
+        'the webhook and the channel event whose caller is A in Arabic-Indic digits',
       );
 
       const receipt = await forget(loadConfig(env), conn, pino({ level: 'silent' }), {

@@ -1,10 +1,12 @@
 // Liberal phone number normalization for incoming data: E.164 when the number can be read as one.
+import { asciiDigits } from '../redact.js';
 import { phoneLib } from './libphonenumber.js';
 
 const ANONYMOUS = /^(<?unknown>?|anonymous|anonym|private|restricted|withheld|unavailable|null)$/i;
 
 /**
- * `+49 211 6355340`, `0049 2116355340`, `492116355340` -> `+492116355340`.
+ * `+49 211 6355340`, `0049 2116355340`, `492116355340` -> `+492116355340`; the digits of any script
+ * read as digits (`+٤٩ ٢١١…` from an Arabic phone, full-width `＋４９…`).
  * Anonymous markers, internal extensions and national numbers without a country code -> null
  * (the raw value is kept beside it in the canonical record).
  */
@@ -12,7 +14,9 @@ export function toE164(raw: string | null | undefined): string | null {
   if (raw === null || raw === undefined) return null;
   const trimmed = raw.trim();
   if (trimmed === '' || ANONYMOUS.test(trimmed)) return null;
-  let s = trimmed.replace(/^tel:/i, '').replace(/[\s\-()./]/g, '');
+  let s = asciiDigits(trimmed)
+    .replace(/^tel:/i, '')
+    .replace(/[\s\-()./]/g, '');
   if (s.startsWith('00')) s = `+${s.slice(2)}`;
   if (/^\+[1-9]\d{6,14}$/.test(s)) return s;
   if (/^[1-9]\d{7,14}$/.test(s)) return `+${s}`;
