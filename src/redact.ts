@@ -81,18 +81,27 @@ function digitValue(c: string): string | null {
 }
 
 /**
+ * Invisible format characters (Unicode Cf: the bidi marks and isolates right-to-left text puts
+ * around and inside numbers, zero-width spaces and joiners, soft hyphens) next to a digit or a `+`.
+ */
+const INVISIBLE_BESIDE_DIGIT = /(?<=[\d+])\p{Cf}+|\p{Cf}+(?=[\d+])/gu;
+
+/**
  * Decimal digits of every script (Arabic-Indic `٠١٧٠…` as Arabic phones send them, Persian,
  * Devanagari, full-width `０１７６`) and the compatibility forms of `+ - ( ) . /` as ASCII (NFKC, per
- * character: the rest of the text, `…` included, stays as it is).
+ * character), and without the invisible format characters beside them (`\u200e+49\u200e170…`
+ * copied from right-to-left text): the rest of the text, `…` included, stays as it is.
  */
 export function asciiDigits(text: string): string {
   if (!/\P{ASCII}/u.test(text)) return text;
-  return text.replace(DIGIT_LIKE, (c) => {
-    const digit = digitValue(c);
-    if (digit !== null) return digit;
-    const n = c.normalize('NFKC');
-    return n !== c && (/^[+\-()./]$/.test(n) || /^[\d+\-()./]*\d[\d+\-()./]*$/.test(n)) ? n : c;
-  });
+  return text
+    .replace(DIGIT_LIKE, (c) => {
+      const digit = digitValue(c);
+      if (digit !== null) return digit;
+      const n = c.normalize('NFKC');
+      return n !== c && (/^[+\-()./]$/.test(n) || /^[\d+\-()./]*\d[\d+\-()./]*$/.test(n)) ? n : c;
+    })
+    .replace(INVISIBLE_BESIDE_DIGIT, '');
 }
 
 /** Percent-escaped bytes (`%20`, `%2B49`, `%C3%BC`), a run of them at a time. */

@@ -3,9 +3,10 @@
 // and Devanagari (`०१७०…`). A call that carries the number so — as the caller of a webhook, the callee
 // of an outbound one, the caller of a polled channel event, or in the transcript's text — is the
 // number's call: forget erases it whole (its jobs, dead letters, archived objects), and a scan of
-// every key under the prefix and every archived file, with every Unicode digit read as its value,
-// finds the number nowhere; another caller's calls stay. And the call is read: a caller's number in
-// those digits is the E.164 number, listed under it in the timeline's number index.
+// every key under the prefix and every archived file, with every Unicode digit read as its value and
+// the bidi marks right-to-left text puts between digits skipped, finds the number nowhere; another
+// caller's calls stay. And the call is read: a caller's number in those digits (bidi marks around
+// it too) is the E.164 number, listed under it in the timeline's number index.
 // (Full-width digits in a transcript: privacy-forget-gaps.)
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -135,6 +136,15 @@ describe('forget <number> and numbers in Arabic-Indic, Persian and Devanagari di
         },
       ],
       ['d-other', (p) => (p.call.from = arabic(B))],
+      // As right-to-left text copies a number: wrapped in, and split by, invisible bidi marks.
+      ['d-bidi', (p) => (p.call.from = `\u200e+${arabic('49')}\u200e${arabic('170 1234567')}\u200e`)],
+      [
+        'd-bidi-text',
+        (p) => {
+          p.call.from = B;
+          p.assist.transcription.content = `Caller: رقمي \u200f${arabic('0170')}\u200f${arabic('1234567')}\u200f`;
+        },
+      ],
     ];
     for (const [id, patch] of calls)
       assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id, patch))).status, 202);
@@ -160,7 +170,7 @@ describe('forget <number> and numbers in Arabic-Indic, Persian and Devanagari di
       assert.equal((job?.data as { call: { from: string | null } }).call.from, A);
       const timeline = new CallTimeline(conn, target.keys(prefix), loadConfig(env).timeline);
       const indexed = await waitFor(
-        async () => ((await timeline.byNumber(A)).length >= 2 ? timeline.byNumber(A) : null),
+        async () => ((await timeline.byNumber(A)).length >= 3 ? timeline.byNumber(A) : null),
         {
           what: "A's calls in the number index",
           timeoutMs: 10_000,
@@ -168,8 +178,8 @@ describe('forget <number> and numbers in Arabic-Indic, Persian and Devanagari di
       );
       assert.deepEqual(
         indexed.sort(),
-        [keys[0]!, 'channel:ch-1:ev-1'].map((k) => callHash(k)).sort(),
-        'the webhook and the channel event whose caller is A in Arabic-Indic digits',
+        [keys[0]!, callKey('ai-agent', 'agent-1', 'd-bidi'), 'channel:ch-1:ev-1'].map((k) => callHash(k)).sort(),
+        'the webhooks and the channel event whose caller is A in Arabic-Indic digits',
       );
 
       const receipt = await forget(loadConfig(env), conn, pino({ level: 'silent' }), {

@@ -4,8 +4,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
-import { numberSpellings } from '../src/model/phone.js';
-import { maskDigitRuns, numberPattern, redactRemoteText, scrubEchoes } from '../src/redact.js';
+import { numberSpellings, toE164 } from '../src/model/phone.js';
+import { maskDigitRuns, numberFinder, numberPattern, redactRemoteText, scrubEchoes } from '../src/redact.js';
 import { scrubCallEchoes } from '../workers/deliver.js';
 import { sampleCall } from './support/calls.js';
 
@@ -35,6 +35,13 @@ describe('redactRemoteText: a number echoed by a remote is masked whatever it is
     ['to=4917612349876&x', 'to=****876&x'],
     ['recipient ０１７６１２３４９８７６ (full-width)', 'recipient ****876 (full-width)'],
     ['recipient ＋４９　１７６　１２３４９８７６', 'recipient +****876'],
+    ['recipient ٠١٧٦١٢٣٤٩٨٧٦ (Arabic-Indic)', 'recipient ****876 (Arabic-Indic)'],
+    ['recipient +۴۹ ۱۷۶ ۱۲۳۴۹۸۷۶ (Persian)', 'recipient +****876 (Persian)'],
+    // Invisible format characters between the digits (bidi marks of right-to-left text, zero-width
+    // spaces and joiners, soft hyphens) are not there for the reader: they glue nothing apart.
+    ['recipient \u200e+49\u200e176\u200e12349876\u200e', 'recipient +****876'],
+    ['recipient 0176\u200f1234\u200b9876 (RLM, ZWSP)', 'recipient ****876 (RLM, ZWSP)'],
+    ['recipient \u2066+49 176\u00ad1234\u20609876\u2069', 'recipient +****876'],
     ['recipient +49.176.123.498.76', 'recipient +****876'],
     ['tel:+49-176-12349876', 'tel:+****876'],
     ['recipient +49 (0) 176 1234 9876', 'recipient +****876'],
@@ -88,6 +95,27 @@ describe('redactRemoteText: a number echoed by a remote is masked whatever it is
 
   test('a 7-or-more-digit quantity is masked too (it may be a number written before a unit)', () => {
     assert.equal(redactRemoteText('retry in 86400000 ms, max 1048576 bytes'), 'retry in ****00 ms, max ****76 bytes');
+  });
+});
+
+describe('numberFinder (`callsync forget`): the number with invisible format characters between its digits', () => {
+  const finds = numberFinder(numberSpellings('+491701234567'))!;
+  for (const text of [
+    'call me on 0170\u200f1234567',
+    'رقمي \u200f٠١٧٠\u200f ١٢٣٤٥٦٧\u200f',
+    '\u2066+49 170 1234567\u2069',
+    '+\u200e49\u200e170\u200e1234567',
+    '۰۱۷۰\u200c۱۲۳۴۵۶۷',
+    '0170\u00ad123\u200b4567',
+  ])
+    test(JSON.stringify(text), () => assert.ok(finds(text)));
+  test('an invisible character does not make another number this one', () => {
+    assert.ok(!finds('0170\u200f12345678'));
+    assert.ok(!finds('90170\u200e1234567'));
+  });
+  test('toE164 reads a number wrapped in bidi marks, as right-to-left text copies it', () => {
+    assert.equal(toE164('\u200e+49 170 1234567\u200e'), '+491701234567');
+    assert.equal(toE164('\u202a+٤٩ ١٧٠ ١٢٣٤٥٦٧\u202c'), '+491701234567');
   });
 });
 
