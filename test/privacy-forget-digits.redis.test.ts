@@ -23,7 +23,7 @@ import { CallTimeline } from '../queues/timeline.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { loadConfig } from '../src/config/index.js';
 import { forget } from '../src/privacy/forget.js';
-import { parseTarget } from '../src/model/number-words.js';
+import { numbersOfWords, oneNumber, parseTarget, targetOfWords } from '../src/model/number-words.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
@@ -50,6 +50,18 @@ function asAscii(text: string): string {
 /** Whether `text` holds A's digits (`1701234567`, its national number) in any script, with separators between them. */
 const holdsA = (text: string) => /1701234567/.test(asAscii(text).replace(/(\d)[^\p{L}\p{N}"\\]{1,5}(?=\d)/gu, '$1'));
 const holdsB = (text: string) => /1761234599/.test(asAscii(text));
+
+test('the number given to forget in those digits is the number, not a call id', () => {
+  // As the data subject wrote it in the request, pasted (quoted: one word) or typed (several words).
+  assert.deepEqual(parseTarget(arabic('0170 1234567'), 'DE'), { kind: 'number', e164: A });
+  assert.deepEqual(parseTarget(persian('00491701234567'), 'DE'), { kind: 'number', e164: A });
+  assert.deepEqual(parseTarget(`\u200f${devanagari('0170-1234567')}\u200f`, 'DE'), { kind: 'number', e164: A });
+  assert.deepEqual(targetOfWords(arabic('0170 123 45 67').split(' '), 'DE', 'forget'), { kind: 'number', e164: A });
+  assert.deepEqual(numbersOfWords([arabic('+49'), arabic('170'), arabic('1234567')], 'DE'), [A]);
+  assert.equal(oneNumber(persian('0170 1234567'), 'DE'), A, '`calls --number`, the Calls page');
+  // A call id stays as given.
+  assert.deepEqual(parseTarget('c-٤٢', 'DE'), { kind: 'call', callId: 'c-٤٢' });
+});
 
 describe('forget <number> and numbers in Arabic-Indic, Persian and Devanagari digits', () => {
   let target: TestRedis;

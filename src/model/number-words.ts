@@ -3,6 +3,7 @@
 // read alike by every door: the command line (`opt-out`, `forget`, `call`, `calls --number`), the
 // calls' JSON API (`?number=`, `/api/calls/:ref`) and the dashboard's Calls page.
 import type { CountryCode } from 'libphonenumber-js';
+import { asciiDigits } from '../redact.js';
 import { phoneLibMax } from './libphonenumber.js';
 
 /** Text that is not what was asked for (a number, a number or a call id); the message says why. */
@@ -50,8 +51,10 @@ export function readNumber(number: string, region?: CountryCode): string {
  */
 export function parseTarget(input: string, region: CountryCode): NumberOrCallId {
   const given = input.trim();
+  // Digits of any script are digits (`٠١٧٠ ١٢٣٤٥٦٧` as a request may spell the number); a call id stays as given.
+  const ascii = asciiDigits(given);
   // A `tel:` URI (RFC 3966), as payloads and CRMs spell a number, is that number.
-  const text = /^tel:\s*[+\d(]/i.test(given) ? given.slice(4).trim() : given;
+  const text = /^tel:\s*[+\d(]/i.test(ascii) ? ascii.slice(4).trim() : ascii;
   if (text === '') throw new NumberWordsError('expected a phone number (+4915112345678) or a call id');
   const lib = phoneLibMax();
   if (text.startsWith('+') || text.startsWith('00')) {
@@ -96,7 +99,7 @@ function longestNumber(words: string[], region: CountryCode): { number: string; 
  */
 export function numbersOfWords(words: string[], region: CountryCode): string[] {
   const groups: string[][] = [];
-  for (const word of words) {
+  for (const word of words.map(asciiDigits)) {
     const group = groups.at(-1);
     const afterCountryCode = group?.length === 1 && /^\+\d{1,3}$/.test(group[0]!);
     if (group && CONTINUATION.test(word) && (!word.startsWith('0') || afterCountryCode)) group.push(word);
@@ -136,7 +139,7 @@ const NUMBER_WORD = /^\+?[\d()./-]+$/;
  */
 export function targetOfWords(words: string[], region: CountryCode, command: string): NumberOrCallId {
   if (words.length === 1) return parseTarget(words[0]!, region);
-  const odd = words.find((w) => !NUMBER_WORD.test(w));
+  const odd = words.find((w) => !NUMBER_WORD.test(asciiDigits(w)));
   if (odd !== undefined)
     throw new NumberWordsError(
       `unexpected argument "${odd === words[0] ? words[1] : odd}": give one call id (one word) or one phone number (+49 151 1234 5678, in one word or several)`,
