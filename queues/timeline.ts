@@ -25,7 +25,7 @@ import { callHash, type CanonicalCall } from '../src/model/call.js';
 import type { CountryCode } from 'libphonenumber-js';
 import { numberSpellings } from '../src/model/phone.js';
 import { NumberWordsError, oneNumber, targetOfWords } from '../src/model/number-words.js';
-import { maskDigitRuns, scrubEchoes } from '../src/redact.js';
+import { asciiDigits, maskDigitRuns, scrubEchoes } from '../src/redact.js';
 import { maskPhone } from '../src/log.js';
 import { backoffDelay } from '../src/backoff.js';
 import { decimal } from '../src/env-values.js';
@@ -369,9 +369,24 @@ function hmac(key: Buffer, number: string): string {
   return value;
 }
 
-/** A normalized phone number for the index: `+` and digits. */
+/** A normalized phone number for the index: `+` and digits (of any script, as ASCII). */
 function indexNumber(number: string): string {
-  return number.replace(/[^\d+]/g, '');
+  return asciiDigits(number).replace(/[^\d+]/g, '');
+}
+
+/** Digits a number read as sent has at least to be indexed: a phone number, not an extension. */
+const RAW_NUMBER_DIGITS = 7;
+
+/**
+ * The number a call has for the index: its E.164 number, else the number as sent when that is a
+ * phone number without a country code (`0170 1234567`: found as the national form `callsync forget`
+ * looks up), else none.
+ */
+function numberToIndex(e164: string | null, raw: string | null | undefined): string | null {
+  if (e164 !== null) return e164;
+  if (typeof raw !== 'string') return null;
+  const digits = indexNumber(raw.slice(0, 64));
+  return digits.replace(/\D/g, '').length >= RAW_NUMBER_DIGITS ? digits : null;
 }
 
 /** What a `received` entry reads of a call (the ingress keeps only this while the append is under way). */
@@ -748,7 +763,7 @@ export class CallTimeline {
   private lookupKeys(call: ReceivedCall, key: Buffer): string[] {
     const keys = [this.recentKey(), this.idKey(call.callId)];
     const seen = new Set<string>();
-    for (const n of [call.from, call.to]) {
+    for (const n of [numberToIndex(call.from, call.fromRaw), numberToIndex(call.to, call.toRaw)]) {
       if (typeof n !== 'string') continue;
       const number = indexNumber(n);
       if (number.length < 3 || seen.has(number)) continue;
