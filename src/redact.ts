@@ -239,12 +239,16 @@ export function numberPattern(numbers: Iterable<string>, flags = 'g'): RegExp | 
 }
 
 /**
- * Whether a text holds one of the given numbers (numberPattern), full-width digits (`０１７６…`)
- * read as digits; null when no number can be looked for. `callsync forget` finds a caller so.
+ * Whether a text holds one of the given numbers (numberPattern), the digits of any script read as
+ * digits (asciiDigits), also escaped as a field kept verbatim may hold it — percent-escaped in a
+ * link (`?q=%2B49%20170%20…`), JSON-escaped (`\u0660…`), as HTML character references
+ * (decodeEscapes); null when no number can be looked for. `callsync forget` finds a caller so.
  */
 export function numberFinder(numbers: Iterable<string>): ((text: string) => boolean) | null {
   const re = numberPattern(numbers, '');
-  return re && ((text) => re.test(asciiDigits(text)));
+  return (
+    re && ((text) => re.test(asciiDigits(text)) || (/[%\\&]/.test(text) && re.test(asciiDigits(decodeEscapes(text)))))
+  );
 }
 
 /** Combining marks of the HTML entities `&<letter><mark>;` (`&uuml;` is `u` and U+0308). */

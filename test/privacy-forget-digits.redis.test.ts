@@ -7,6 +7,7 @@
 // the bidi marks right-to-left text puts between digits skipped, finds the number nowhere; another
 // caller's calls stay. And the call is read: a caller's number in those digits (bidi marks around
 // it too) is the E.164 number, listed under it in the timeline's number index.
+// A link in a field kept verbatim that holds the number percent-escaped mentions it too.
 // (Full-width digits in a transcript: privacy-forget-gaps.)
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -157,6 +158,11 @@ describe('forget <number> and numbers in Arabic-Indic, Persian and Devanagari di
           p.assist.transcription.content = `Caller: رقمي \u200f${arabic('0170')}\u200f${arabic('1234567')}\u200f`;
         },
       ],
+      // A field callsync keeps verbatim, with the number percent-escaped in a link.
+      [
+        'd-link',
+        (p) => Object.assign(p.call, { from: B, links: { crm: 'https://crm.example/search?q=%2B49%20170%201234567' } }),
+      ],
     ];
     for (const [id, patch] of calls)
       assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id, patch))).status, 202);
@@ -202,6 +208,7 @@ describe('forget <number> and numbers in Arabic-Indic, Persian and Devanagari di
 
       const left = (await everything()).filter((v) => holdsA(v.text)).map((v) => v.where);
       assert.deepEqual(left, [], `nothing of the number is left (receipt ${JSON.stringify(receipt)})`);
+      assert.equal(await queue.getJob(callHash(callKey('ai-agent', 'agent-1', 'd-link'))), undefined, 'the link');
       for (const key of keys.filter((k) => k.endsWith('d-other') || k.endsWith('ev-3')))
         assert.ok(await queue.getJob(callHash(key)), `the other caller's call ${key} stays`);
       const all = await everything();

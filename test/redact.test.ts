@@ -109,6 +109,15 @@ describe('numberFinder (`callsync forget`): the number with invisible format cha
     '0170\u00ad123\u200b4567',
   ])
     test(JSON.stringify(text), () => assert.ok(finds(text)));
+  // Escaped as a payload's fields may keep it: percent-escaped in a link (`%20` spaces, also twice),
+  // JSON-escaped digits (a sender's encoder writes `\u0660` for `٠`), HTML character references.
+  for (const text of [
+    'https://crm.example/search?q=%2B49%20170%201234567',
+    'q=0170%25201234567',
+    '{"note":"\\u0660\\u0661\\u0667\\u0660 \\u0661\\u0662\\u0663\\u0664\\u0665\\u0666\\u0667"}',
+    '&#x2B;49&#x20;170&#x20;1234567',
+  ])
+    test(`escaped: ${text}`, () => assert.ok(finds(text)));
   test('an invisible character does not make another number this one', () => {
     assert.ok(!finds('0170\u200f12345678'));
     assert.ok(!finds('90170\u200e1234567'));
