@@ -116,6 +116,8 @@ describe('numberFinder (`callsync forget`): the number with invisible format cha
     'q=0170%25201234567',
     '{"note":"\\u0660\\u0661\\u0667\\u0660 \\u0661\\u0662\\u0663\\u0664\\u0665\\u0666\\u0667"}',
     '&#x2B;49&#x20;170&#x20;1234567',
+    // A call as JSON (what forget reads): a line break between two groups is `\n` there.
+    JSON.stringify({ content: 'Caller: call me back on 0170\n1234567' }),
   ])
     test(`escaped: ${text}`, () => assert.ok(finds(text)));
   test('an invisible character does not make another number this one', () => {
