@@ -919,9 +919,29 @@ export class CallTimeline {
     return out;
   }
 
-  /** Call hashes with this phone number as caller or callee, newest first. */
+  /**
+   * Call hashes with this phone number as caller or callee, newest first: for an E.164 number also
+   * the calls that gave it without a country code (listed by their digits as sent: numberToIndex),
+   * under its national form (`0170 1234567`).
+   */
   async byNumber(number: string, limit = 1000): Promise<string[]> {
-    return this.redis.zrevrange(this.numberKey(await this.numberHmac(number)), 0, limit - 1);
+    const given = indexNumber(number);
+    const national = given.startsWith('+') ? numberSpellings(given)[1] : undefined;
+    if (national === undefined || national.length < RAW_NUMBER_DIGITS)
+      return this.redis.zrevrange(this.numberKey(await this.numberHmac(given)), 0, limit - 1);
+    const found = new Map<string, number>();
+    for (const form of [given, national]) {
+      const flat = await this.redis.zrevrange(this.numberKey(await this.numberHmac(form)), 0, limit - 1, 'WITHSCORES');
+      for (let i = 0; i + 1 < flat.length; i += 2) {
+        const [id, score] = [flat[i]!, Number(flat[i + 1])];
+        const seen = found.get(id);
+        if (seen === undefined || score > seen) found.set(id, score);
+      }
+    }
+    return [...found]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, limit)
+      .map(([id]) => id);
   }
 
   /** Call hashes with this phone number received between `from` and `to` (epoch ms), newest first, at most `limit`. */

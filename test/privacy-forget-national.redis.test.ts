@@ -3,7 +3,8 @@
 // the number is kept as sent in `fromRaw`). Its jobs are swept after a day and no archive holds it,
 // but its timeline (call id, the number masked, every sink's outcome) stays CALL_TIMELINE_TTL_DAYS:
 // forget finds it by the timeline's number index, in the national form it looks up, as it finds
-// calls that gave the number in E.164 (privacy-forget-timeline) or with a trunk 0 (privacy-forget-gaps).
+// calls that gave the number in E.164 (privacy-forget-timeline) or with a trunk 0 (privacy-forget-gaps);
+// and the lookups by number (`callsync call +49…`, `calls --number`, /api/calls) list them before.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
@@ -76,6 +77,9 @@ describe('forget <number> a day later, for calls that gave the number in its nat
       assert.equal((await sweepRetention(config, conn, log, Date.now() + 2 * DAY_MS)).removed.completed_jobs, 4);
       for (const hash of [...hashes, other])
         assert.notDeepEqual(await timeline.read(hash), [], 'the timeline is there');
+      // What `callsync call +49…`, `calls --number` and /api/calls list for the number (Art. 15): these calls too.
+      assert.deepEqual((await timeline.byNumber(A)).sort(), [...hashes].sort());
+      assert.deepEqual(await timeline.resolve('+49 170 1234567'), await timeline.byNumber(A));
 
       const receipt = await forget(config, conn, log, { target: parseTarget(A, 'DE'), dryRun: false, crm: false });
       assert.equal(receipt.calls, 3, JSON.stringify(receipt));
