@@ -389,6 +389,16 @@ function numberToIndex(e164: string | null, raw: string | null | undefined): str
   return digits.replace(/\D/g, '').length >= RAW_NUMBER_DIGITS ? digits : null;
 }
 
+/**
+ * The forms a number is indexed under: itself, and for an E.164 number its national form, under
+ * which the calls that gave it without a country code are listed (numberToIndex).
+ */
+function numberForms(number: string): string[] {
+  const given = indexNumber(number);
+  const national = given.startsWith('+') ? numberSpellings(given)[1] : undefined;
+  return national === undefined || national.length < RAW_NUMBER_DIGITS ? [given] : [given, national];
+}
+
 /** What a `received` entry reads of a call (the ingress keeps only this while the append is under way). */
 export type ReceivedCall = Pick<
   CanonicalCall,
@@ -925,37 +935,40 @@ export class CallTimeline {
    * under its national form (`0170 1234567`).
    */
   async byNumber(number: string, limit = 1000): Promise<string[]> {
-    const given = indexNumber(number);
-    const national = given.startsWith('+') ? numberSpellings(given)[1] : undefined;
-    if (national === undefined || national.length < RAW_NUMBER_DIGITS)
-      return this.redis.zrevrange(this.numberKey(await this.numberHmac(given)), 0, limit - 1);
-    const found = new Map<string, number>();
-    for (const form of [given, national]) {
-      const flat = await this.redis.zrevrange(this.numberKey(await this.numberHmac(form)), 0, limit - 1, 'WITHSCORES');
-      for (let i = 0; i + 1 < flat.length; i += 2) {
-        const [id, score] = [flat[i]!, Number(flat[i + 1])];
-        const seen = found.get(id);
-        if (seen === undefined || score > seen) found.set(id, score);
-      }
-    }
-    return [...found]
-      .sort((a, b) => b[1] - a[1])
-      .slice(0, limit)
-      .map(([id]) => id);
+    return (await this.byNumberBetween(number, -Infinity, Infinity, limit)).map((r) => r.id);
   }
 
-  /** Call hashes with this phone number received between `from` and `to` (epoch ms), newest first, at most `limit`. */
+  /**
+   * byNumber, of the calls received between `from` and `to` (epoch ms; each with the time it is
+   * indexed under: its last receipt), newest first, at most `limit`.
+   */
   async byNumberBetween(
     number: string,
     from: number,
     to: number,
     limit: number,
   ): Promise<{ id: string; at: number }[]> {
-    const key = this.numberKey(await this.numberHmac(number));
-    const flat = await this.redis.zrevrangebyscore(key, to, from, 'WITHSCORES', 'LIMIT', 0, limit);
-    const out: { id: string; at: number }[] = [];
-    for (let i = 0; i + 1 < flat.length; i += 2) out.push({ id: flat[i]!, at: Number(flat[i + 1]) });
-    return out;
+    const found = new Map<string, number>();
+    for (const form of numberForms(number)) {
+      const key = this.numberKey(await this.numberHmac(form));
+      const flat = await this.redis.zrevrangebyscore(
+        key,
+        to === Infinity ? '+inf' : to,
+        from === -Infinity ? '-inf' : from,
+        'WITHSCORES',
+        'LIMIT',
+        0,
+        limit,
+      );
+      for (let i = 0; i + 1 < flat.length; i += 2) {
+        const [id, at] = [flat[i]!, Number(flat[i + 1])];
+        if (!(at <= (found.get(id) ?? -Infinity))) found.set(id, at);
+      }
+    }
+    return [...found]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, limit)
+      .map(([id, at]) => ({ id, at }));
   }
 
   /** Call hashes of a platform call id (one per source that delivered it), newest first. */

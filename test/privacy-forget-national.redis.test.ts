@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { Queue } from 'bullmq';
 import pino from 'pino';
 import { sinkQueueName } from '../queues/registry.js';
-import { CallTimeline } from '../queues/timeline.js';
+import { CallTimeline, findCalls } from '../queues/timeline.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { loadConfig } from '../src/config/index.js';
 import { forget } from '../src/privacy/forget.js';
@@ -80,6 +80,8 @@ describe('forget <number> a day later, for calls that gave the number in its nat
       // What `callsync call +49…`, `calls --number` and /api/calls list for the number (Art. 15): these calls too.
       assert.deepEqual((await timeline.byNumber(A)).sort(), [...hashes].sort());
       assert.deepEqual(await timeline.resolve('+49 170 1234567'), await timeline.byNumber(A));
+      const listed = await findCalls(timeline, { since: 0, number: A, limit: 50 });
+      assert.deepEqual(listed.calls.map((c) => c.id).sort(), [...hashes].sort(), '`calls --number` lists them');
 
       const receipt = await forget(config, conn, log, { target: parseTarget(A, 'DE'), dryRun: false, crm: false });
       assert.equal(receipt.calls, 3, JSON.stringify(receipt));
