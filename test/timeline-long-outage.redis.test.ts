@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { webhookPayload, sampleCall } from './support/calls.js';
 import { postJson } from './support/callsync.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
-import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
+import { apiCallOf, startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { REDIS_URL, testRedis, waitFor } from './support/redis.js';
 import { runCli } from '../src/cli/index.js';
 import { redisKeys } from '../queues/keys.js';
@@ -49,9 +49,9 @@ after(async () => {
 });
 
 const api = async (ref: string): Promise<ApiCall> => {
-  const res = await fetch(`${cs.url}/api/calls/${encodeURIComponent(ref)}`, { headers: auth });
-  assert.equal(res.status, 200, ref);
-  return ((await res.json()) as { calls: ApiCall[] }).calls[0]!;
+  const call = await apiCallOf<ApiCall>(cs.url, ref, auth);
+  assert.ok(call, ref);
+  return call;
 };
 async function cli(argv: string[]) {
   const out: string[] = [];

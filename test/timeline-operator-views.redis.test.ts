@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { postJson } from './support/callsync.js';
 import { FlakySink } from './support/flaky-sink.js';
-import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
+import { apiCallOf, startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { REDIS_URL, testRedis, waitFor } from './support/redis.js';
 import { runCli } from '../src/cli/index.js';
 import { redisKeys } from '../queues/keys.js';
@@ -46,11 +46,7 @@ describe("the operator's views of a call", () => {
     await rm(dir, { recursive: true, force: true });
   });
 
-  const api = async (ref: string): Promise<ApiCall | undefined> => {
-    const res = await fetch(`${cs.url}/api/calls/${encodeURIComponent(ref)}`, { headers: auth });
-    if (res.status !== 200) return undefined;
-    return ((await res.json()) as { calls: ApiCall[] }).calls[0];
-  };
+  const api = (ref: string) => apiCallOf<ApiCall>(cs.url, ref, auth);
   const page = async (path: string) => (await fetch(`${cs.url}/admin/queues/calls${path}`, { headers: auth })).text();
   async function cli(argv: string[]) {
     const out: string[] = [];

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { webhookPayload } from './support/calls.js';
 import { postJson } from './support/callsync.js';
 import { FlakySink } from './support/flaky-sink.js';
-import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
+import { apiCallOf, startOpsCallsync, type OpsCallsync } from './support/ops.js';
 import { REDIS_URL, testRedis, waitFor } from './support/redis.js';
 import { runCli } from '../src/cli/index.js';
 import { enableQueue, pauseQueue } from '../queues/disabled.js';
@@ -41,11 +41,7 @@ describe("a call's outcomes through the CLI, the API and the Calls page", () => 
     await rm(dir, { recursive: true, force: true });
   });
 
-  const api = async (ref: string): Promise<ApiCall | undefined> => {
-    const res = await fetch(`${cs.url}/api/calls/${encodeURIComponent(ref)}`, { headers: auth });
-    if (res.status !== 200) return undefined;
-    return ((await res.json()) as { calls: ApiCall[] }).calls[0];
-  };
+  const api = (ref: string) => apiCallOf<ApiCall>(cs.url, ref, auth);
   const page = async (ref: string) =>
     (await fetch(`${cs.url}/admin/queues/calls?q=${encodeURIComponent(ref)}`, { headers: auth })).text();
   async function cli(argv: string[]) {

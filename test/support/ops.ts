@@ -39,3 +39,10 @@ export async function startOpsCallsync(
     },
   };
 }
+
+/** The first call `GET /api/calls/<ref>` names, as the test reads it; undefined when none (or not 200). */
+export async function apiCallOf<T>(url: string, ref: string, headers: Record<string, string>): Promise<T | undefined> {
+  const res = await fetch(`${url}/api/calls/${encodeURIComponent(ref)}`, { headers });
+  if (res.status !== 200) return undefined;
+  return ((await res.json()) as { calls: T[] }).calls[0];
+}
