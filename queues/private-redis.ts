@@ -635,7 +635,15 @@ async function startServer(bin: string, dir: string, password: string, options: 
   // (SIGKILL, a second Ctrl-C), the next one finds the server and waits for it instead of
   // starting a second redis-server on the same folder (runOrStart).
   const server = child.pid === undefined ? null : { pid: child.pid, port };
-  if (server) await writeFile(join(dir, SERVER_FILE), `${JSON.stringify(server)}\n`);
+  if (server)
+    await writeFile(join(dir, SERVER_FILE), `${JSON.stringify(server)}\n`).catch(async (err: unknown) => {
+      // Not named anywhere (a full disk took the file's last page): no later process could find
+      // it, and it was left running, one more on the folder at each attempt. Ended before the
+      // failure is said; not waited for longer than a second (the child is unref'd).
+      child.kill('SIGKILL');
+      await Promise.race([exited, new Promise((ok) => setTimeout(ok, 1000))]);
+      throw err;
+    });
   let gone: string | null = null;
   void exited.then((how) => (gone ??= how));
   // Waited for while it loads its data (a large AOF: minutes, progress logged), not only START_TIMEOUT_MS.

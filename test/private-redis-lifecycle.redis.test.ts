@@ -245,6 +245,40 @@ describe('a DATA_DIR the private Redis cannot use: one line naming its folder', 
     );
   });
 
+  // A start that fails after spawning redis-server, at the write of server.json (the last page of a
+  // full disk; here a folder in the file's place): the server it spawned was left running, named
+  // nowhere, and each new attempt added one more on the same folder.
+  test(
+    'server.json cannot be written after redis-server was spawned: exit 1, the folder named, no redis-server left running',
+    { skip: linux ? false : 'finds the folder’s redis-servers through /proc' },
+    async () => {
+      const data = join(dir, 'no-server-file');
+      const redisDir = join(data, 'redis');
+      await mkdir(join(redisDir, 'server.json'), { recursive: true });
+      try {
+        const r = await bounded(
+          ended(process.execPath, [BIN, 'start'], { ...env, DATA_DIR: data }),
+          60_000,
+          'callsync start to exit',
+        );
+        assert.equal(r.code, 1, r.stderr);
+        assert.match(
+          r.stderr,
+          new RegExp(
+            `^callsync start: start failed: the private Redis' folder ${redisDir} \\(DATA_DIR/redis\\): EISDIR`,
+          ),
+        );
+        await waitFor(async () => (await serversIn(redisDir)).length === 0 || null, {
+          timeoutMs: 3000,
+          what: 'no redis-server left running in the folder',
+          explain: async () => `still running: ${(await serversIn(redisDir)).join(', ')}`,
+        });
+      } finally {
+        await killServersIn(redisDir);
+      }
+    },
+  );
+
   test(
     'DATA_DIR on a read-only file system: start exits 1 and check-config 2, both naming the read-only folder (not ENOENT)',
     {
