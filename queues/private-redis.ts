@@ -570,7 +570,15 @@ async function lockStart(dir: string): Promise<(() => Promise<void>) | null> {
   const file = join(dir, LOCK_FILE);
   try {
     const handle = await open(file, 'wx');
-    await handle.writeFile(String(process.pid));
+    try {
+      await handle.writeFile(String(process.pid));
+    } catch (err) {
+      // Its pid did not fit (a full disk): an empty lock names no holder to find dead, and the next
+      // start waited STALE_LOCK_MS for it in silence. Given back before the failure is said.
+      await handle.close().catch(() => undefined);
+      await unlink(file).catch(() => undefined);
+      throw err;
+    }
     await handle.close();
     return () => unlink(file).catch(() => undefined);
   } catch (err) {

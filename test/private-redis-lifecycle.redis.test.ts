@@ -382,4 +382,40 @@ exec ${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} start`;
       );
     },
   );
+
+  // The disk full at the start lock (its pid did not fit): the empty lock was left behind, and the
+  // next start, once space was freed, waited 15 s for it in silence (an empty lock names no holder
+  // to find dead).
+  test(
+    'DATA_DIR full at the start lock: exit 1, and no start.lock left for the next start to wait out',
+    {
+      skip:
+        spawnSync('unshare', ['--mount', 'true']).status === 0
+          ? false
+          : 'unshare --mount is not permitted here (needs root)',
+    },
+    async () => {
+      const disk = join(dir, 'disk-lock');
+      const redisDir = join(disk, 'data', 'redis');
+      // One free page: the password takes it, the lock's pid finds none.
+      const script = `mkdir -p ${JSON.stringify(disk)}
+mount -t tmpfs -o size=256k tmpfs ${JSON.stringify(disk)} || exit 9
+dd if=/dev/zero of=${JSON.stringify(join(disk, 'fill'))} bs=4k count=63 2>/dev/null
+mkdir -p ${JSON.stringify(redisDir)}
+${JSON.stringify(process.execPath)} ${JSON.stringify(BIN)} start
+code=$?
+echo "left: $(ls ${JSON.stringify(redisDir)} | tr '\\n' ' ')" >&2
+exit $code`;
+      const r = await bounded(
+        ended('unshare', ['--mount', 'sh', '-c', script], { ...env, DATA_DIR: join(disk, 'data') }),
+        60_000,
+        'callsync start to exit',
+      );
+      assert.equal(r.code, 1, r.stderr);
+      assert.match(r.stderr, /ENOSPC: no space left on device, write\n/);
+      const left = /^left: (.*)$/m.exec(r.stderr)?.[1] ?? '';
+      assert.match(left, /password/, r.stderr);
+      assert.doesNotMatch(left, /start\.lock/, r.stderr);
+    },
+  );
 });
