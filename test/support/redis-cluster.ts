@@ -392,11 +392,13 @@ export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: st
       }
     },
     async waitHealthy() {
+      // 60 s each: with a node timeout of 2 s, nodes of a machine loaded by a CI run beside them mark
+      // each other failing and clear it again for tens of seconds (a set-up once took over 30 s).
       for (const node of live()) {
         await waitFor(
           async () => /cluster_state:ok/.test(String(await command(node.port, ['CLUSTER', 'INFO']))),
           `cluster_state ok at ${node.port}`,
-          30_000,
+          60_000,
           () => node.describe(),
         );
         // A replica counts for WAIT only once its first sync is done.
@@ -406,7 +408,7 @@ export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: st
             return /role:master/.test(info) || /master_link_status:up/.test(info);
           },
           `replica ${node.port} in sync`,
-          30_000,
+          60_000,
           () => node.describe(),
         );
       }
