@@ -415,7 +415,13 @@ export async function startRedisCluster(options: { tls?: TlsFiles; hostname?: st
     },
     destroy: () => stopAll(nodes, dir),
   };
-  await cluster.waitHealthy();
+  try {
+    await cluster.waitHealthy();
+  } catch (err) {
+    // Not left running when it never got healthy (as the Sentinel set-up does below).
+    await cluster.destroy();
+    throw err;
+  }
   return cluster;
 }
 
