@@ -1,6 +1,6 @@
-// The test servers' ports (test/support/redis-server.ts): test/run.sh runs the suite and the
-// replicated passes side by side with a half of the range each, so neither can take a port that a
-// node of the other, killed for a failover, is about to come back on.
+// The test servers' ports (test/support/redis-server.ts): test/run.sh runs three lanes side by
+// side with a third of the range each, so none can take a port that a node of another, killed
+// for a failover, is about to come back on.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
@@ -27,12 +27,13 @@ test('freePort takes its ports from TEST_PORT_RANGE', async () => {
   }
 });
 
-test('test/run.sh gives the two sides that run at once ranges that do not overlap', () => {
+test('test/run.sh gives the lanes that run at once ranges that do not overlap', () => {
   const script = readFileSync(new URL('./run.sh', import.meta.url), 'utf8');
   const ranges = [...script.matchAll(/TEST_PORT_RANGE=(\d+-\d+)/g)].map((m) =>
     testPortRange({ TEST_PORT_RANGE: m[1] }),
   );
-  assert.equal(ranges.length, 2, 'one range for the suite, one for the replicated passes');
-  const [a, b] = ranges as [{ low: number; high: number }, { low: number; high: number }];
-  assert.ok(a.high < b.low || b.high < a.low, `${JSON.stringify(a)} and ${JSON.stringify(b)} overlap`);
+  assert.equal(ranges.length, 3, 'one range for the suite, one for the replicated passes, one for the aside lane');
+  for (const [i, a] of ranges.entries())
+    for (const b of ranges.slice(i + 1))
+      assert.ok(a.high < b.low || b.high < a.low, `${JSON.stringify(a)} and ${JSON.stringify(b)} overlap`);
 });

@@ -46,8 +46,8 @@ async function bindable(port: number): Promise<boolean> {
 
 /**
  * The ports this test process may take: `TEST_PORT_RANGE` (`low-high`), 20000-22699 by default.
- * test/run.sh gives the suite and the replicated passes that run beside it a half each, so that
- * neither takes a port the other's killed node is about to come back on.
+ * test/run.sh gives each of the lanes that run side by side a third, so that none takes a port
+ * another's killed node is about to come back on.
  */
 export function testPortRange(env: NodeJS.ProcessEnv = process.env): { low: number; high: number } {
   const text = env.TEST_PORT_RANGE?.trim();
