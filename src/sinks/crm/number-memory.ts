@@ -7,15 +7,26 @@ import { callHash } from '../../model/call.js';
 import { recipientHash } from '../notify/ledger.js';
 
 /**
+ * How long after its start a process still reads the plain-hash names an earlier version wrote:
+ * they were written with a TTL of a day, so a day (and an hour for a rolling upgrade, old and new
+ * processes side by side) after the first new process started none is left. A process started
+ * later reads them needlessly for its first day: one GET on a miss, nothing wrong.
+ */
+export const EARLIER_NAMES_FOR_MS = 25 * 3600_000;
+const startedAt = Date.now();
+
+/**
  * The names of `e164` in a CRM sink's state: `current` to write and read (the keyed hash; the plain
  * hash only without a privacy key: tools and tests without Redis), then `earlier`, the plain hash
- * an earlier version wrote (read until it expires, a day at most).
+ * an earlier version wrote — during the process' first EARLIER_NAMES_FOR_MS only (`now`: for tests).
  */
 export async function numberMemoryNames(
   privacyKey: HmacKeySource | undefined,
   e164: string,
+  now: number = Date.now(),
 ): Promise<{ current: string; earlier: string | null }> {
   const plain = callHash(e164);
   if (privacyKey === undefined) return { current: plain, earlier: null };
-  return { current: recipientHash(await privacyKey.get(), e164), earlier: plain };
+  const current = recipientHash(await privacyKey.get(), e164);
+  return { current, earlier: now - startedAt < EARLIER_NAMES_FOR_MS ? plain : null };
 }
