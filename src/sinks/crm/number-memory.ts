@@ -11,6 +11,7 @@ import { recipientHash } from '../notify/ledger.js';
  * they were written with a TTL of a day, so a day (and an hour for a rolling upgrade, old and new
  * processes side by side) after the first new process started none is left. A process started
  * later reads them needlessly for its first day: one GET on a miss, nothing wrong.
+ * @internal Exported for its test only (test/crm-number-memory.test.ts).
  */
 export const EARLIER_NAMES_FOR_MS = 25 * 3600_000;
 const startedAt = Date.now();
