@@ -242,13 +242,115 @@ export function numberPattern(numbers: Iterable<string>, flags = 'g'): RegExp | 
  * Whether a text holds one of the given numbers (numberPattern), the digits of any script read as
  * digits (asciiDigits), also escaped as a field kept verbatim may hold it — percent-escaped in a
  * link (`?q=%2B49%20170%20…`), JSON-escaped (`\u0660…`), as HTML character references
- * (decodeEscapes); null when no number can be looked for. `callsync forget` finds a caller so.
+ * (decodeEscapes) — and spoken, written as digit words (`zero one seven zero, one two three …`,
+ * spokenDigitRuns); null when no number can be looked for. `callsync forget` finds a caller so.
  */
 export function numberFinder(numbers: Iterable<string>): ((text: string) => boolean) | null {
   const re = numberPattern(numbers, '');
-  return (
-    re && ((text) => re.test(asciiDigits(text)) || (/[%\\&]/.test(text) && re.test(asciiDigits(decodeEscapes(text)))))
-  );
+  if (re === null) return null;
+  const holds = (text: string) => re.test(text) || spokenDigitRuns(text).some((run) => re.test(run));
+  return (text) => holds(asciiDigits(text)) || (/[%\\&]/.test(text) && holds(asciiDigits(decodeEscapes(text))));
+}
+
+/**
+ * Digit words as speech-to-text writes a number read out, in English and German (lower case, NFC).
+ * Not `and`/`und`, nor tens (`seventeen`, `siebzehn`): a number read digit by digit.
+ */
+const DIGIT_WORDS: Record<string, string> = {
+  zero: '0',
+  oh: '0',
+  o: '0',
+  one: '1',
+  two: '2',
+  three: '3',
+  four: '4',
+  five: '5',
+  six: '6',
+  seven: '7',
+  eight: '8',
+  nine: '9',
+  null: '0',
+  eins: '1',
+  ein: '1',
+  zwei: '2',
+  zwo: '2',
+  drei: '3',
+  vier: '4',
+  fünf: '5',
+  fuenf: '5',
+  sechs: '6',
+  sieben: '7',
+  acht: '8',
+  neun: '9',
+};
+/** `double seven`, `triple zero`, `doppel null` (also `doppelnull`): the next digit word that many times. */
+const REPEATS: Record<string, number> = { double: 2, triple: 3, doppel: 2 };
+const LETTER = String.raw`\p{L}\p{M}`;
+/** A digit word, whole (`one`, not the end of `phone`); `fünf` also decomposed (`u` and U+0308). */
+const SPOKEN_DIGIT = String.raw`(?:${Object.keys(DIGIT_WORDS)
+  .sort((a, b) => b.length - a.length)
+  .map((w) => w.replace('ü', '(?:ü|u\u0308)'))
+  .join('|')})(?![${LETTER}])`;
+/** One piece of a spoken number: a digit word, maybe repeated (`double seven`), or digits (`0170 one two …`). */
+const SPOKEN_TOKEN = String.raw`(?:(?:${Object.keys(REPEATS).join('|')})[\s\-]{0,3})?${SPOKEN_DIGIT}|\d+`;
+/** Between two pieces: spaces, commas, hyphens and dashes, dots, slashes, brackets (at most 5). */
+const SPOKEN_SEPARATOR = String.raw`[\s,;.\-/()\u2010-\u2015\u2212]{1,5}`;
+/**
+ * A run of digit words and digits, `plus` or `+` before it. The pieces and separators share no
+ * character and each word must end where a letter does not follow, so a run is matched in one pass
+ * with no backtracking beyond a separator: linear in the text (a multi-MB transcript of digit words).
+ */
+const SPOKEN_RUN = new RegExp(
+  String.raw`(?<![${LETTER}\d])(?:(?:plus(?![${LETTER}])|\+)\s{0,3})?(?:${SPOKEN_TOKEN})(?:${SPOKEN_SEPARATOR}(?:${SPOKEN_TOKEN}))*`,
+  'giu',
+);
+/** The pieces of a run matched by SPOKEN_RUN. */
+const SPOKEN_PART = new RegExp(
+  String.raw`(\d+)|(plus|\+)|(?:(${Object.keys(REPEATS).join('|')})[\s\-]*)?([${LETTER}]+)|([^${LETTER}\d+]+)`,
+  'giu',
+);
+/** A pause in a spoken number (`zero one seven zero, one two …`): its groups are kept apart by a space. */
+const SPOKEN_PAUSE = /[,;.\n\r]/;
+
+/**
+ * The runs of digit words in a text (`my number is zero one seven zero, one two three four …`,
+ * `plus four nine one seven zero double one …`, `null eins sieben null …`, `0170 one two …`),
+ * each as digits, so that numberPattern finds a number spoken in a transcript as it finds one
+ * written. The words of a run are joined (`one two` is `12`: a longer number does not hold a shorter
+ * one), a pause (comma, full stop, line break) becomes a space — as between digits written, so
+ * `I have two, zero one seven …` still holds `0170…`; `plus` is `+`. Only runs with a digit word in them
+ * (runs of digits alone numberPattern reads as they are) and with at least SPACED_DIGITS digits (a
+ * number of fewer is looked for as its digits exactly, never spoken).
+ */
+function spokenDigitRuns(text: string): string[] {
+  const runs: string[] = [];
+  const parts = new RegExp(SPOKEN_PART);
+  for (const [match] of text.matchAll(SPOKEN_RUN)) {
+    // Fewer characters than digits needed: no need to read it (a lone `one` of prose).
+    if (match.length < SPACED_DIGITS) continue;
+    let run = '';
+    let digits = 0;
+    let spoken = false;
+    parts.lastIndex = 0;
+    // exec, not matchAll or a replace callback: a run of a million words took half the time so.
+    for (let part = parts.exec(match); part !== null; part = parts.exec(match)) {
+      const [, figures, plus, repeat, word, separator] = part;
+      if (figures !== undefined) {
+        run += figures;
+        digits += figures.length;
+      } else if (plus !== undefined) run += '+';
+      else if (word !== undefined) {
+        const lower = word.toLowerCase();
+        const digit = DIGIT_WORDS[lower] ?? DIGIT_WORDS[lower.normalize('NFC')] ?? '';
+        const times = repeat === undefined ? 1 : REPEATS[repeat.toLowerCase()]!;
+        run += times === 1 ? digit : digit.repeat(times);
+        digits += times;
+        spoken = true;
+      } else if (SPOKEN_PAUSE.test(separator!)) run += ' ';
+    }
+    if (spoken && digits >= SPACED_DIGITS) runs.push(run);
+  }
+  return runs;
 }
 
 /** Combining marks of the HTML entities `&<letter><mark>;` (`&uuml;` is `u` and U+0308). */

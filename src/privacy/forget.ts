@@ -66,8 +66,8 @@ export class ForgetIncompleteError extends Error {
 
 /**
  * What finds the target in text: the number in every format (E.164, with `00`, digits only, national,
- * with spaces, dashes, dots or brackets between the digits, full-width digits: numberFinder), or the
- * call id as a JSON string.
+ * with spaces, dashes, dots or brackets between the digits, full-width digits, spoken as digit words in
+ * a transcript: numberFinder), or the call id as a JSON string.
  */
 function targetMatcher(target: ForgetTarget): (text: string) => boolean {
   if (target.kind === 'call') {
