@@ -68,6 +68,12 @@ describe(
     let password: string;
     /** redis-server reading its data ~1 ms per key (per AOF command): KEYS take ~15 s. */
     let slow: string;
+    /**
+     * Slower (~3×): for the tests that signal a start while it still waits, 5 s into its wait (its
+     * progress line). A start on a loaded machine (three test lanes and more on 2 cores) took so
+     * long that the ~15 s load was over first: no wait left to signal.
+     */
+    let slower: string;
     const settings = (serverBin: string) => ({
       ...singleRedis('redis://127.0.0.1:6379'),
       local: { probe: null, dir: redisDir, serverBin },
@@ -113,10 +119,10 @@ describe(
     }
 
     /** The environment of a `callsync` command or start using the slow private Redis in `dir`/redis. */
-    const env = (): NodeJS.ProcessEnv => ({
+    const env = (serverBin = slow): NodeJS.ProcessEnv => ({
       REDIS_URL: '',
       REDIS_LOCAL_PROBE: 'off',
-      REDIS_SERVER_BIN: slow,
+      REDIS_SERVER_BIN: serverBin,
       DATA_DIR: dir,
       ARCHIVE_DIR: join(dir, 'archive'),
       SPOOL_DIR: join(dir, 'spool'),
@@ -146,6 +152,8 @@ describe(
       redisDir = join(dir, 'redis');
       slow = join(dir, 'slow-redis-server');
       await writeFile(slow, `#!/bin/sh\nexec redis-server "$@" --key-load-delay 1000\n`, { mode: 0o755 });
+      slower = join(dir, 'slower-redis-server');
+      await writeFile(slower, `#!/bin/sh\nexec redis-server "$@" --key-load-delay 3000\n`, { mode: 0o755 });
       // The AOF: KEYS keys through an ordinary start; the last user's stop (SHUTDOWN) flushes it.
       const r = await resolveRedis(settings('redis-server'), { log: recorder().log });
       const client = new Redis(r.settings.url!, { password: r.settings.password });
@@ -274,7 +282,7 @@ describe(
     });
 
     test('SIGTERM while `callsync start` waits for the load it started: exits 0 within seconds, the server stopped, the folder free', async () => {
-      const child = startCallsyncProcess(env());
+      const child = startCallsyncProcess(env(slower));
       try {
         await progressLine(child);
         const server = (JSON.parse(await readFile(join(redisDir, 'server.json'), 'utf8')) as { pid: number }).pid;
@@ -311,14 +319,14 @@ describe(
     });
 
     test('SIGTERM while `callsync start` waits for a load another started: exits 0 within seconds, the server loads on for the next', async () => {
-      const starter = spawnPrivateRedisStarter(redisDir, slow);
+      const starter = spawnPrivateRedisStarter(redisDir, slower);
       let child: CallsyncProcess | undefined;
       try {
         const server = await loadingServerOf(starter);
         starter.kill('SIGKILL');
         await new Promise((ok) => starter.once('exit', ok));
         // Started once the server loads: it finds it through server.json and waits for it.
-        const waiting = startCallsyncProcess(env());
+        const waiting = startCallsyncProcess(env(slower));
         child = waiting;
         await progressLine(waiting);
         const since = Date.now();
@@ -338,7 +346,11 @@ describe(
         assert.ok(alive(server.pid), 'the server another process started loads on');
         assert.deepEqual(await serversIn(redisDir), [server.pid]);
         await assertReleased(waiting.proc.pid!);
-        const r = await bounded(resolveRedis(settings(slow), { log: recorder().log }), 30_000, 'the load to be shared');
+        const r = await bounded(
+          resolveRedis(settings(slower), { log: recorder().log }),
+          90_000,
+          'the load to be shared',
+        );
         try {
           assert.equal(r.started, false);
           assert.match(r.where, new RegExp(`pid ${server.pid}\\)$`));
