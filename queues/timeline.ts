@@ -50,6 +50,20 @@ type TimelineEvent =
 export type Revision = 'new' | 'duplicate' | 'update';
 
 /** One event of a call's timeline. Which fields are set depends on `event`. */
+/** The time of the latest dead letter of entries as stored (their JSON texts); 0 when none can be read. */
+function deadLetterTime(texts: readonly string[]): number {
+  let at = 0;
+  for (const text of texts) {
+    try {
+      const e = JSON.parse(text) as Partial<TimelineEntry>;
+      if (e.event === 'dead-lettered' && typeof e.at === 'number' && e.at > at) at = e.at;
+    } catch {
+      // not an entry: passed over
+    }
+  }
+  return at;
+}
+
 /** A call's fan-out, as its `fanned-out` entry says it (workers/fanout.ts). */
 export interface FannedOut {
   call: Pick<CanonicalCall, 'key'>;
@@ -229,10 +243,35 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `;
 
+/**
+ * A dead letter: its entries appended to the call's timeline (when ARGV[1] is 1: KEYS[1]) and the
+ * call in the failed-calls lookup (the next key: score the dead letter's time, kept when later —
+ * `GT`), trimmed to the TTL, and the time the lookup began (the key after) set once.
+ * ARGV: 1 or 0, max entries, TTL ms, time, call hash, oldest score kept, the lookup's start, entries.
+ */
+const APPEND_FAILED = `${TRIM_KEEPING_RECEIPT}
+local lists = tonumber(ARGV[1])
+local ttl = ARGV[3]
+if lists == 1 then
+  local max = tonumber(ARGV[2])
+  local length = 0
+  for i = 8, #ARGV, 100 do length = redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 99, #ARGV))) end
+  if length > max then trimKeepingReceipt(KEYS[1], max) end
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+local index = KEYS[lists + 1]
+redis.call('ZADD', index, 'GT', ARGV[4], ARGV[5])
+redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. ARGV[6])
+redis.call('PEXPIRE', index, ttl)
+redis.call('SET', KEYS[lists + 2], ARGV[7], 'NX')
+return 1
+`;
+
 interface TimelineScripts {
   callsyncTimeline(numKeys: number, ...args: (string | number)[]): Promise<number>;
   callsyncTimelineMany(numKeys: number, ...args: (string | number)[]): Promise<number>;
   callsyncTimelineEntries(numKeys: number, ...args: (string | number)[]): Promise<number>;
+  callsyncTimelineFailed(numKeys: number, ...args: (string | number)[]): Promise<number>;
 }
 
 function scripted(redis: RedisClient): TimelineScripts {
@@ -240,6 +279,7 @@ function scripted(redis: RedisClient): TimelineScripts {
   if (!r.callsyncTimeline) redis.defineCommand('callsyncTimeline', { lua: APPEND_AND_INDEX });
   if (!r.callsyncTimelineMany) redis.defineCommand('callsyncTimelineMany', { lua: APPEND_MANY });
   if (!r.callsyncTimelineEntries) redis.defineCommand('callsyncTimelineEntries', { lua: APPEND_ENTRIES });
+  if (!r.callsyncTimelineFailed) redis.defineCommand('callsyncTimelineFailed', { lua: APPEND_FAILED });
   return r as RedisClient & TimelineScripts;
 }
 
@@ -293,6 +333,24 @@ export interface Refusal {
 
 /** The index of the calls by the time they were received (a sorted set, trimmed to the TTL). */
 export const recentCallsKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:recent`;
+/**
+ * The index of the dead-lettered calls (a sink's dead letter, or the fan-out's): member the call
+ * hash, score the time of its latest dead letter; trimmed to the TTL as the other lookups.
+ */
+export const failedCallsKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:failed`;
+/**
+ * When the failed-calls index began (an ISO time, set once): calls dead-lettered before it (by a
+ * version that did not index them) are found by reading the timelines (findCalls).
+ */
+export const failedSinceKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:failed-since`;
+/**
+ * How far apart two processes' clocks (a receipt's and a dead letter's) may be for the failed-calls
+ * index: a dead letter is looked for from this long before a query's `since`, and the index answers
+ * only ranges that start this long after it began.
+ */
+const CLOCK_MARGIN_MS = 60_000;
+/** Members of the failed-calls index read per command. */
+const FAILED_PAGE = 1000;
 /** The lookup of a call id's calls (`*` in a SCAN pattern: every one; the area then glob-escaped by the caller). */
 export const callIdKey = (area: string, callId: string): string => `${area}:calls:id:${callId}`;
 /** The lookup of a number's calls, by the number's keyed hash. */
@@ -705,16 +763,22 @@ export class CallTimeline {
     return found.sort((a, b) => b.at - a.at).slice(0, max);
   }
 
-  /** Appends one entry to a call's timeline: one command. Never rejects. */
+  /**
+   * Appends one entry to a call's timeline: one command (a dead letter: also the failed-calls
+   * index, in the same command on the one-slot layout, one more when spread). Never rejects.
+   */
   append(id: string, entry: Omit<TimelineEntry, 'at'> & { at?: number }): Promise<void> {
     const full = { at: entry.at ?? this.now(), ...entry };
     try {
-      return scripted(this.redis)
-        .callsyncTimeline(1, this.key(id), 1, JSON.stringify(full), this.maxEntries, this.ttlMs)
-        .then(
-          () => undefined,
-          (err: unknown) => this.failed(err),
-        );
+      const text = JSON.stringify(full);
+      return (
+        full.event === 'dead-lettered'
+          ? this.writeFailed(id, [text], full.at)
+          : scripted(this.redis).callsyncTimeline(1, this.key(id), 1, text, this.maxEntries, this.ttlMs)
+      ).then(
+        () => undefined,
+        (err: unknown) => this.failed(err),
+      );
     } catch (err) {
       this.failed(err);
       return Promise.resolve();
@@ -882,14 +946,109 @@ export class CallTimeline {
     id?: string,
     once?: string,
   ): Promise<void> {
-    const key = this.key(id ?? timelineId(call));
+    const hash = id ?? timelineId(call);
+    const key = this.key(hash);
     const texts = this.entryTexts(call, entries);
     const keys = once === undefined ? [key] : [key, `${key}:once:${once}`];
+    // A dead letter (rare) goes to the failed-calls index too; no other attempt pays for it.
+    const deadAt = entries.some((e) => e.event === 'dead-lettered') ? deadLetterTime(texts) : null;
     // Sent again while Redis is away: on a cluster the call's timeline may be on a master failing
     // over while the job's queue, on another, goes on (the attempt's outcome would never show).
-    return this.sendUntilWritten(() =>
+    if (deadAt !== null && once === undefined)
+      return this.sendUntilWritten(() => this.writeFailed(hash, texts, deadAt));
+    const written = this.sendUntilWritten(() =>
       scripted(this.redis).callsyncTimelineEntries(keys.length, ...keys, this.maxEntries, this.ttlMs, ...texts),
     );
+    if (deadAt === null) return written;
+    return Promise.all([written, this.sendUntilWritten(() => this.writeFailed(hash, [], deadAt))]).then(
+      () => undefined,
+    );
+  }
+
+  /**
+   * Entries of a dead letter (`texts`; none: the index only) appended to the call's timeline and the
+   * call put in the failed-calls index at `at`: one command on the one-slot layout, where the index
+   * shares the timeline's slot; two when spread (the index is in the calls' area).
+   */
+  private async writeFailed(id: string, texts: readonly string[], at: number): Promise<void> {
+    const script = scripted(this.redis);
+    const index = [failedCallsKey(this.keys), failedSinceKey(this.keys)];
+    const args = [this.maxEntries, this.ttlMs, at, id, at - this.ttlMs, new Date(at).toISOString()] as const;
+    if (texts.length === 0) {
+      await script.callsyncTimelineFailed(2, ...index, 0, ...args);
+      return;
+    }
+    if (this.keys.layout === 'one-slot') {
+      await script.callsyncTimelineFailed(3, this.key(id), ...index, 1, ...args, ...texts);
+      return;
+    }
+    await Promise.all([
+      script.callsyncTimelineEntries(1, this.key(id), this.maxEntries, this.ttlMs, ...texts),
+      script.callsyncTimelineFailed(2, ...index, 0, ...args),
+    ]);
+  }
+
+  /**
+   * Records that the failed-calls index begins now, unless it began before (a worker's start: from
+   * then on every dead letter of this version is indexed). Never rejects.
+   */
+  async beginFailedIndex(): Promise<void> {
+    try {
+      await this.redis.set(failedSinceKey(this.keys), new Date(this.now()).toISOString(), 'NX');
+    } catch (err) {
+      this.failed(err);
+    }
+  }
+
+  /**
+   * Whether the failed-calls index holds every call dead-lettered that was received from `since`:
+   * it began (CLOCK_MARGIN_MS) before. Unreadable or never begun: no.
+   */
+  async failedIndexCovers(since: number): Promise<boolean> {
+    const began = Date.parse((await this.redis.get(failedSinceKey(this.keys))) ?? '');
+    return Number.isFinite(began) && since >= began + CLOCK_MARGIN_MS;
+  }
+
+  /**
+   * The calls of the failed-calls index whose last receipt (their position in `calls:recent`, or
+   * with `number` in that number's lookups) is between `from` and `to` (epoch ms), newest first, at
+   * most `limit`. Reads the index from its latest dead letter back to CLOCK_MARGIN_MS before
+   * `from` (a dead letter comes after the receipt it failed), a page at a time, and stops once no
+   * member left can be received later than the `limit` found.
+   */
+  async failedBetween(from: number, to: number, limit: number, number?: string): Promise<{ id: string; at: number }[]> {
+    const positions =
+      number === undefined
+        ? [this.recentKey()]
+        : await Promise.all(numberForms(number).map(async (form) => this.numberKey(await this.numberHmac(form))));
+    const found = new Map<string, number>();
+    const byTime = () => [...found].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? 1 : a[0] > b[0] ? -1 : 0));
+    for (let offset = 0; ; offset += FAILED_PAGE) {
+      const flat = await this.redis.zrevrangebyscore(
+        failedCallsKey(this.keys),
+        '+inf',
+        from - CLOCK_MARGIN_MS,
+        'WITHSCORES',
+        'LIMIT',
+        offset,
+        FAILED_PAGE,
+      );
+      const ids: string[] = [];
+      for (let i = 0; i < flat.length; i += 2) ids.push(flat[i]!);
+      if (ids.length === 0) break;
+      const scores = await Promise.all(positions.map((key) => this.redis.zmscore(key, ...ids)));
+      ids.forEach((id, i) => {
+        let at: number | null = null;
+        for (const s of scores) if (s[i] != null && (at === null || Number(s[i]) > at)) at = Number(s[i]);
+        if (at !== null && at >= from && at <= to) found.set(id, at);
+      });
+      if (ids.length < FAILED_PAGE) break;
+      const oldestRead = Number(flat.at(-1));
+      if (found.size >= limit && oldestRead + CLOCK_MARGIN_MS < byTime()[limit - 1]![1]) break;
+    }
+    return byTime()
+      .slice(0, limit)
+      .map(([id, at]) => ({ id, at }));
   }
 
   /** Sink entries as stored: made safe (see safeEntry), `at` now where unset. */
@@ -1304,10 +1463,14 @@ export async function findCalls(timeline: CallTimeline, query: CallQuery): Promi
   const until = query.until ?? Date.now();
   const limit = query.limit ?? 50;
   // One more than looked at: whether the range goes on past the bound, and at which time.
+  // Failed calls are few: their candidates come from the failed-calls index, when it covers the
+  // range (else, calls dead-lettered before it began are found only by reading every timeline).
   const fetched =
-    query.number !== undefined
-      ? await timeline.byNumberBetween(query.number, query.since, until, MAX_SCANNED_CALLS + 1)
-      : await timeline.recent(query.since, until, MAX_SCANNED_CALLS + 1);
+    query.status === 'failed' && (await timeline.failedIndexCovers(query.since))
+      ? await timeline.failedBetween(query.since, until, MAX_SCANNED_CALLS + 1, query.number)
+      : query.number !== undefined
+        ? await timeline.byNumberBetween(query.number, query.since, until, MAX_SCANNED_CALLS + 1)
+        : await timeline.recent(query.since, until, MAX_SCANNED_CALLS + 1);
   const candidates = fetched.slice(0, MAX_SCANNED_CALLS);
   const found: { summary: CallSummary; at: number }[] = [];
   const paused = new Map<string, Promise<QueueWait>>();

@@ -50,6 +50,8 @@ failed (dead-lettered).
 A \`*\` marks a sink this configuration lacks: its job waits for a worker whose configuration has it.
 --status pending matches retrying and paused too.
 A list cut short ends with the --until of the rest (none listed twice, none left out).
+--status failed reads only the calls an index of dead-lettered calls names (kept since the first
+worker of this version started; a range before that is read call by call, as before).
 
 Options:
   --since D     from this long ago (30m, 2h, 7d) or this time (ISO 8601); required

@@ -18,7 +18,7 @@ import type { Logger } from 'pino';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
 import { globEscape, queuesInRedis, scanKeys } from '../../queues/scan.js';
-import { callIdKey, numberKey, recentCallsKey, refusedCallsKey } from '../../queues/timeline.js';
+import { callIdKey, failedCallsKey, numberKey, recentCallsKey, refusedCallsKey } from '../../queues/timeline.js';
 import type { Config } from '../config/index.js';
 import { retentionOldest, retentionRemoved } from '../metrics.js';
 import { archiveOptionsSchema, createObjectStore } from '../sinks/archive/index.js';
@@ -163,7 +163,7 @@ return removed
 const TRIM_BATCH = 500;
 
 /**
- * The entries of the timelines' lookups (by time, call id, number) and of the refused calls older
+ * The entries of the timelines' lookups (by time, call id, number, dead letter) and of the refused calls older
  * than CALL_TIMELINE_TTL_DAYS, at every sweep. Each set is trimmed as it is written to and expires
  * that long after its last write; one written to again before it expires — a caller who calls
  * again on day 29, a refusal a day — kept its first entries until then: up to twice the setting.
@@ -174,6 +174,7 @@ async function trimLookups(redis: RedisClient, keys: RedisKeys, ttlMs: number, n
   const calls = keys.area('calls');
   const sets = [
     recentCallsKey(keys),
+    failedCallsKey(keys),
     refusedCallsKey(keys),
     ...(await scanKeys(redis, callIdKey(globEscape(calls), '*'))),
     ...(await scanKeys(redis, numberKey(globEscape(calls), '*'))),

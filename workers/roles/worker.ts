@@ -121,6 +121,9 @@ export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
     closers.add('close sinks', () => Promise.all([...sinks.values()].map((s) => s.close?.())));
     closers.add('close workers', () => Promise.all(workers.map((w) => w.close())));
     for (const [name, sink] of await createSinks(deps)) sinks.set(name, sink);
+    // From now on this process indexes every dead letter it writes: call queries for failed calls
+    // of a range that starts later read their candidates from that index (queues/timeline.ts).
+    void deps.timelines.worker?.beginFailedIndex();
 
     // The attempts travel with each job from the handle that adds it: a sink's own retry policy is its queues' default.
     const openQueue = <T>(name: string, retry = config.retry): Queue<T> => {
