@@ -341,6 +341,7 @@ export const failedCallsKey = (keys: RedisKeys): string => `${keys.area('calls')
 /**
  * When the failed-calls index began (an ISO time, set once): calls dead-lettered before it (by a
  * version that did not index them) are found by reading the timelines (findCalls).
+ * @internal Exported for its tests (test/calls-failed-index.redis.test.ts: a deployment before the index).
  */
 export const failedSinceKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:failed-since`;
 /**

@@ -61,8 +61,9 @@ describe('failed calls from the index of dead-lettered calls', () => {
   let redis: RedisClient;
   let keys: RedisKeys;
   let prefix: string;
-  /** LRANGEs of this prefix's timelines MONITOR saw (a private redis-server; null on the cluster). */
-  let lranges: (() => Promise<number>) | null = null;
+  /** The commands MONITOR saw since the last call (a private redis-server; null on the cluster), and whether a script ran each. */
+  let commands: (() => Promise<{ args: string[]; lua: boolean }[]>) | null = null;
+  const seen: { args: string[]; lua: boolean }[] = [];
   let monitor: { disconnect(): void } | null = null;
   const clock = { now: 0 };
   let timeline: CallTimeline;
@@ -88,25 +89,20 @@ describe('failed calls from the index of dead-lettered calls', () => {
       redis = new Redis(server.url) as unknown as RedisClient;
       keys = new RedisKeys(prefix, 'one-slot', 1);
       const watcher = new Redis(server.url);
-      let count = 0;
       const m = (await watcher.monitor()) as unknown as {
-        on(e: 'monitor', fn: (time: string, args: string[]) => void): void;
+        on(e: 'monitor', fn: (time: string, args: string[], source: string) => void): void;
         disconnect(): void;
       };
       monitor = m;
-      m.on('monitor', (_t, args) => {
-        if (String(args[0]).toUpperCase() === 'LRANGE' && String(args[1]).endsWith(':timeline')) count++;
-      });
-      lranges = async () => {
-        // MONITOR shows commands in order: once it shows a marker sent after, it has shown the reads.
+      m.on('monitor', (_t, args, source) => void seen.push({ args: args.map(String), lua: source === 'lua' }));
+      commands = async () => {
+        // MONITOR shows commands in order: once it shows a marker sent after, it has shown the rest.
         const mark = `${prefix}:mark:${Math.random()}`;
-        let seen = false;
-        m.on('monitor', (_t, args) => {
-          if (String(args[1]) === mark) seen = true;
-        });
         await redis.get(mark);
-        await waitFor(async () => (seen ? true : null), { what: 'MONITOR to catch up' });
-        return count;
+        await waitFor(async () => (seen.some((c) => c.args[1] === mark) ? true : null), {
+          what: 'MONITOR to catch up',
+        });
+        return seen.splice(0);
       };
       watchers.push(watcher);
     }
@@ -159,10 +155,11 @@ describe('failed calls from the index of dead-lettered calls', () => {
   });
 
   test('every failed call of 6,000 in one answer, reading only their timelines', async () => {
-    const before = (await lranges?.()) ?? 0;
+    await commands?.();
     const query: CallQuery = { since: base, until: base + 6000_000, status: 'failed', limit: 50 };
     const found = await findCalls(timeline, query);
-    const read = (await lranges?.()) ?? null;
+    const sent = (await commands?.()) ?? null;
+    const read = sent && sent.filter((c) => c.args[0]!.toUpperCase() === 'LRANGE' && c.args[1]!.endsWith(':timeline'));
     // Before: the newest 5,000 timelines read, `truncated`, the oldest failed call on a later page.
     assert.equal(found.truncated, false, `truncated after ${found.scanned} calls`);
     assert.equal(found.next, undefined);
@@ -174,7 +171,7 @@ describe('failed calls from the index of dead-lettered calls', () => {
     );
     for (const c of found.calls) assert.equal(c.sinks.archive, 'failed');
     assert.equal(found.scanned, 8, 'the failed calls and the retried one are looked at, no other');
-    if (read !== null) assert.equal(read - before, 8, 'timelines read (LRANGE, by MONITOR)');
+    if (read) assert.equal(read.length, 8, 'timelines read (LRANGE, by MONITOR)');
   });
 
   test('the range, the limit and the paging of a failed call query stay exact', async () => {
@@ -236,6 +233,23 @@ describe('failed calls from the index of dead-lettered calls', () => {
     assert.equal(found.scanned, 2, 'found by reading the timelines of the range');
     assert.equal(await old.failedIndexCovers(base), false);
     assert.equal(await old.failedIndexCovers(base + HOUR + 60_000), true);
+  });
+
+  test('a dead letter goes to the index in the command of its entries; a delivered attempt touches no index', async (t) => {
+    if (!commands) return t.skip('MONITOR on a private redis-server only');
+    await commands();
+    const call = sampleCall('fi-commands');
+    const id = timelineId(call);
+    clock.now = base + 7000_000;
+    await timeline.sinkEvents(call, done(`${id}-1`), id);
+    const delivered = await commands();
+    assert.equal(delivered.filter((c) => !c.lua).length - 1, 1, 'one command (and the marker)');
+    assert.ok(!delivered.some((c) => c.args.some((a) => a.endsWith(':calls:failed'))), 'no index touched');
+    await timeline.sinkEvents(call, deadLetter(`${id}-2`), id);
+    const failedWrite = (await commands()).filter((c) => !c.lua);
+    assert.equal(failedWrite.length - 1, 1, 'one command (and the marker)');
+    assert.ok(failedWrite[0]!.args.includes(failedCallsKey(keys)), 'the index is a key of that command');
+    assert.equal(await redis.zscore(failedCallsKey(keys), id), String(base + 7000_000));
   });
 });
 
