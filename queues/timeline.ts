@@ -49,21 +49,6 @@ type TimelineEvent =
 /** How a delivery of the call was taken: its first, the same content again, or changed content. */
 export type Revision = 'new' | 'duplicate' | 'update';
 
-/** One event of a call's timeline. Which fields are set depends on `event`. */
-/** The time of the latest dead letter of entries as stored (their JSON texts); 0 when none can be read. */
-function deadLetterTime(texts: readonly string[]): number {
-  let at = 0;
-  for (const text of texts) {
-    try {
-      const e = JSON.parse(text) as Partial<TimelineEntry>;
-      if (e.event === 'dead-lettered' && typeof e.at === 'number' && e.at > at) at = e.at;
-    } catch {
-      // not an entry: passed over
-    }
-  }
-  return at;
-}
-
 /** A call's fan-out, as its `fanned-out` entry says it (workers/fanout.ts). */
 export interface FannedOut {
   call: Pick<CanonicalCall, 'key'>;
@@ -75,6 +60,7 @@ export interface FannedOut {
   endpoints?: Record<string, string[]>;
 }
 
+/** One event of a call's timeline. Which fields are set depends on `event`. */
 export interface TimelineEntry {
   /** Epoch milliseconds. */
   at: number;
@@ -242,6 +228,20 @@ if length > max then trimKeepingReceipt(KEYS[1], max) end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 `;
+
+/** The time of the latest dead letter of entries as stored (their JSON texts); 0 when none can be read. */
+function deadLetterTime(texts: readonly string[]): number {
+  let at = 0;
+  for (const text of texts) {
+    try {
+      const e = JSON.parse(text) as Partial<TimelineEntry>;
+      if (e.event === 'dead-lettered' && typeof e.at === 'number' && e.at > at) at = e.at;
+    } catch {
+      // not an entry: passed over
+    }
+  }
+  return at;
+}
 
 /**
  * A dead letter: its entries appended to the call's timeline (when ARGV[1] is 1: KEYS[1]) and the
@@ -955,7 +955,9 @@ export class CallTimeline {
     const deadAt = entries.some((e) => e.event === 'dead-lettered') ? deadLetterTime(texts) : null;
     // Sent again while Redis is away: on a cluster the call's timeline may be on a master failing
     // over while the job's queue, on another, goes on (the attempt's outcome would never show).
-    if (deadAt !== null && once === undefined)
+    // In the command of its entries where the index shares their slot; when spread, apart, each
+    // sent again on its own (a retried pair would append the entries twice).
+    if (deadAt !== null && once === undefined && this.keys.layout === 'one-slot')
       return this.sendUntilWritten(() => this.writeFailed(hash, texts, deadAt));
     const written = this.sendUntilWritten(() =>
       scripted(this.redis).callsyncTimelineEntries(keys.length, ...keys, this.maxEntries, this.ttlMs, ...texts),
