@@ -19,7 +19,6 @@ import { Queue } from 'bullmq';
 import pino from 'pino';
 import { sinkQueueName } from '../queues/registry.js';
 import type { RedisClient } from '../queues/connection.js';
-import { globEscape, scanKeys } from '../queues/scan.js';
 import { CallTimeline } from '../queues/timeline.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { loadConfig } from '../src/config/index.js';
@@ -29,7 +28,7 @@ import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { channelEvent, FakeTelephony } from './support/fake-telephony.js';
-import { testRedis, waitFor, type TestRedis } from './support/redis.js';
+import { testRedis, waitFor, type TestRedis, valuesUnder } from './support/redis.js';
 
 const A = '+491701234567';
 const B = '+491761234599';
@@ -115,21 +114,7 @@ describe('forget <number> and numbers in Arabic-Indic, Persian and Devanagari di
   /** Every value under the prefix (by type) and every archived file, as text. */
   async function everything(): Promise<{ where: string; text: string }[]> {
     const out: { where: string; text: string }[] = [];
-    const keys = [
-      ...(await scanKeys(conn, `${globEscape(prefix)}*`)),
-      ...(await scanKeys(conn, `{${globEscape(prefix)}*`)),
-    ];
-    for (const key of keys) {
-      const type = await conn.type(key);
-      let value: unknown = null;
-      if (type === 'string') value = await conn.get(key);
-      else if (type === 'hash') value = await conn.hgetall(key);
-      else if (type === 'list') value = await conn.lrange(key, 0, -1);
-      else if (type === 'set') value = await conn.smembers(key);
-      else if (type === 'zset') value = await conn.zrange(key, 0, -1);
-      else if (type === 'stream') value = await conn.xrange(key, '-', '+');
-      out.push({ where: key, text: `${key}\n${JSON.stringify(value)}` });
-    }
+    out.push(...(await valuesUnder(conn, prefix)));
     const files = await readdir(join(dir, 'archive'), { recursive: true, withFileTypes: true }).catch(() => []);
     for (const f of files)
       if (f.isFile()) out.push({ where: f.name, text: await readFile(join(f.parentPath, f.name), 'utf8') });

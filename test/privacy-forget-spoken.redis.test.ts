@@ -15,7 +15,6 @@ import { Queue } from 'bullmq';
 import pino from 'pino';
 import { sinkQueueName } from '../queues/registry.js';
 import type { RedisClient } from '../queues/connection.js';
-import { globEscape, scanKeys } from '../queues/scan.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { loadConfig } from '../src/config/index.js';
 import { forget } from '../src/privacy/forget.js';
@@ -23,7 +22,7 @@ import { parseTarget } from '../src/model/number-words.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
 import { S3_ARCHIVE_SINK_YAML, startS3, type TestS3 } from './support/s3.js';
-import { testRedis, waitFor, type TestRedis } from './support/redis.js';
+import { testRedis, waitFor, type TestRedis, valuesUnder } from './support/redis.js';
 
 /** 0170 1234567, fictitious: the number to forget. No call has it as caller or callee. */
 const A = '+491701234567';
@@ -72,21 +71,7 @@ describe('forget <number> and the number spoken as words in an archived transcri
   /** Every value under the prefix and every object in the bucket, as text, with where it is. */
   async function everything(): Promise<{ where: string; text: string }[]> {
     const out: { where: string; text: string }[] = [];
-    const keys = [
-      ...(await scanKeys(conn, `${globEscape(prefix)}*`)),
-      ...(await scanKeys(conn, `{${globEscape(prefix)}*`)),
-    ];
-    for (const key of keys) {
-      const type = await conn.type(key);
-      let value: unknown = null;
-      if (type === 'string') value = await conn.get(key);
-      else if (type === 'hash') value = await conn.hgetall(key);
-      else if (type === 'list') value = await conn.lrange(key, 0, -1);
-      else if (type === 'set') value = await conn.smembers(key);
-      else if (type === 'zset') value = await conn.zrange(key, 0, -1);
-      else if (type === 'stream') value = await conn.xrange(key, '-', '+');
-      out.push({ where: key, text: `${key}\n${JSON.stringify(value)}` });
-    }
+    out.push(...(await valuesUnder(conn, prefix)));
     for (const key of await s3.list('')) out.push({ where: `s3:${key}`, text: (await s3.get(key)).body });
     return out;
   }

@@ -15,8 +15,9 @@
 #   `beside` on a redis-server of their own;
 # - the files of `aside` on a redis-server of their own, from the start.
 # The suite alone took ~1,110 s of a 1,435 s CI run (2026-12-07) while the replicated lane idled its
-# last ~420 s. The files moved out of it (~300 s each lane) mostly wait on servers and processes
-# they start rather than compute, so the two cores carry three lanes. On a lane's own Redis the
+# last ~420 s; with the third lane the three end within a minute of each other (~800 s). The files
+# moved out of the suite mostly wait on servers and processes they start rather than compute, so
+# the two cores carry three lanes. On a lane's own Redis the
 # Redis-wide settings a test makes (maxmemory, CLIENT PAUSE) or watches (MONITOR, a scan for a
 # number) stay on its lane.
 set -u
@@ -33,12 +34,9 @@ beside=(
   test/retry-after-long.redis.test.ts
   test/recordings.redis.test.ts
   test/crm-hubspot.redis.test.ts
-  test/backfill-replay.redis.test.ts
-  test/ack-replicas.redis.test.ts
   test/start-truth.redis.test.ts
   test/poller.redis.test.ts
   test/redis-cluster-spread.redis.test.ts
-  test/migrate-keys.redis.test.ts
 )
 aside=(
   test/privacy-forget-faults.redis.test.ts
@@ -48,6 +46,17 @@ aside=(
   test/private-redis-lifecycle.redis.test.ts
   test/private-redis.redis.test.ts
   test/startup-shutdown.redis.test.ts
+  test/backfill-replay.redis.test.ts
+  test/ack-replicas.redis.test.ts
+  test/migrate-keys.redis.test.ts
+  test/dotenv.redis.test.ts
+  test/cli-process.redis.test.ts
+  test/npm-start-parent.redis.test.ts
+  test/fresh-clone.redis.test.ts
+  test/dashboard-cross-site.redis.test.ts
+  test/calls-query-bounds.redis.test.ts
+  test/fanout-isolation.redis.test.ts
+  test/spool-large.redis.test.ts
 )
 suite=()
 for file in test/*.redis.test.ts; do

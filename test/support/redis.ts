@@ -15,7 +15,7 @@ import {
 import { keySlot, redisKeys, type RedisKeys } from '../../queues/keys.js';
 
 export { keySlot };
-import { scanKeys } from '../../queues/scan.js';
+import { globEscape, scanKeys } from '../../queues/scan.js';
 import {
   nodeCommand,
   startRedisCluster,
@@ -327,4 +327,28 @@ if ((TEST_CLUSTER && !process.env.TEST_REDIS_CLUSTER_NODES) || TEST_SENTINEL) {
     await target?.catch(() => undefined);
     await started?.destroy();
   });
+}
+
+/**
+ * Every value of the keys under `prefix` (both layouts: `prefix…` and `{prefix…`), read by its type,
+ * as text with its key: what a test searches for a number or a text that must be gone.
+ */
+export async function valuesUnder(conn: RedisClient, prefix: string): Promise<{ where: string; text: string }[]> {
+  const out: { where: string; text: string }[] = [];
+  const keys = [
+    ...(await scanKeys(conn, `${globEscape(prefix)}*`)),
+    ...(await scanKeys(conn, `{${globEscape(prefix)}*`)),
+  ];
+  for (const key of keys) {
+    const type = await conn.type(key);
+    let value: unknown = null;
+    if (type === 'string') value = await conn.get(key);
+    else if (type === 'hash') value = await conn.hgetall(key);
+    else if (type === 'list') value = await conn.lrange(key, 0, -1);
+    else if (type === 'set') value = await conn.smembers(key);
+    else if (type === 'zset') value = await conn.zrange(key, 0, -1);
+    else if (type === 'stream') value = await conn.xrange(key, '-', '+');
+    out.push({ where: key, text: `${key}\n${JSON.stringify(value)}` });
+  }
+  return out;
 }
