@@ -124,7 +124,9 @@ test(
   async () => {
     // What test/run.sh does first (test/support/test-redis.sh), in a namespace where nothing answers
     // at 127.0.0.1:6379. Before, the suite ran on into minutes of ECONNREFUSED stack traces.
+    // A fresh machine's shell: no TEST_REDIS_URL (test/run.sh sets one for the lanes on a redis-server of their own).
     const script = `ip link set lo up
+unset TEST_REDIS_URL
 cd "${tree}"
 source test/support/test-redis.sh
 ensure_test_redis
