@@ -33,10 +33,14 @@ async function folder(): Promise<Backend> {
   return {
     env: { ARCHIVE_DIR: dir, ARCHIVE_S3_PREFIX: 'callsync/' },
     async list() {
-      return (await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []))
-        .filter((e) => e.isFile())
-        .map((e) => join(e.parentPath, e.name).slice(dir.length + 1))
-        .sort();
+      return (
+        (await readdir(dir, { recursive: true, withFileTypes: true }).catch(() => []))
+          // Not a file being written (`<key>.<uuid>.tmp`, renamed once whole): on a loaded machine the
+          // listing caught one as the third object of a day, before the vCon.
+          .filter((e) => e.isFile() && !e.name.endsWith('.tmp'))
+          .map((e) => join(e.parentPath, e.name).slice(dir.length + 1))
+          .sort()
+      );
     },
     read: (key) => readFile(join(dir, key), 'utf8'),
     store: async () => new LocalFolderStore(dir),
