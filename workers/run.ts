@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { startCallsync, type Callsync, type CallsyncOptions } from './callsync.js';
 import { createOperations, type Operations } from './operations.js';
+import { closersRunning } from './roles/lifecycle.js';
 import {
   NoRedisError,
   RedisWaitStopped,
@@ -95,7 +96,10 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
       await operations.close().catch((err: unknown) => log.error({ err }, 'closing the ops endpoints failed'));
       if (outcome === 'overdue') {
         // Jobs still active keep their lock until it expires; then a worker takes them up again.
-        log.error({ graceMs }, 'shutdown grace period over: jobs still active will be retried once their lock expires');
+        log.error(
+          { graceMs, waitingFor: closersRunning() },
+          'shutdown grace period over: jobs still active will be retried once their lock expires',
+        );
         return 1;
       }
       await stopTracing();

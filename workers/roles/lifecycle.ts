@@ -55,6 +55,14 @@ export interface Role {
   close(): Promise<void>;
 }
 
+/** The shutdown steps running now, across every stack (the grace period's end names them). */
+const running = new Set<string>();
+
+/** The steps of every closer stack still running, outermost first (what a shutdown waits for). */
+export function closersRunning(): string[] {
+  return [...running];
+}
+
 export class Closers {
   private readonly steps: { what: string; close: () => unknown }[] = [];
   private closing: Promise<void> | undefined;
@@ -70,10 +78,15 @@ export class Closers {
   close(): Promise<void> {
     this.closing ??= (async () => {
       for (let step = this.steps.pop(); step; step = this.steps.pop()) {
+        const started = Date.now();
+        running.add(step.what);
         try {
           await step.close();
         } catch (err) {
           this.log.error({ err, step: step.what }, 'shutdown step failed');
+        } finally {
+          running.delete(step.what);
+          this.log.debug({ step: step.what, ms: Date.now() - started }, 'shutdown step done');
         }
       }
     })();
