@@ -99,7 +99,7 @@ test('/readyz is 503 until Redis was first reached, ready during a later outage 
   child.proc.kill('SIGTERM');
   const code = await bounded(child.exit, 30_000, 'callsync to stop', child);
   // Exit 1: its shutdown outlived SHUTDOWN_GRACE_MS (CI once, on a loaded machine); say what it logged meanwhile.
-  const stopLines = child.lines.slice(stopFrom).map((l) => `${String(l.level)} ${String(l.msg)}`);
+  const stopLines = child.lines.slice(stopFrom).map((l) => JSON.stringify(l));
   assert.equal(code, 0, `the lines of its stop:\n${stopLines.join('\n')}\n${child.stderr.join('\n')}`);
 });
 
