@@ -85,6 +85,29 @@ function redisWaitMs(waits: number, random: () => number = Math.random): number 
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
+/** How long a close waits for a worker's blocking connection to reconnect (its retries are at most 2 s apart). */
+const BLOCKING_RECONNECT_WAIT_MS = 3000;
+
+/**
+ * Whether the worker's blocking connection is connected, or gets there within `ms` (true for a
+ * worker without one). A connection still setting up for the first time counts as away.
+ */
+async function blockingReady(worker: Worker, ms: number): Promise<boolean> {
+  const setUp = worker.backend.blockingClient;
+  if (!setUp) return true;
+  const client = await Promise.race([setUp.catch(() => null), sleep(0).then(() => null)]);
+  if (!client) return false;
+  if (client.status === 'ready') return true;
+  let onReady!: () => void;
+  const ready = new Promise<boolean>((resolve) => (onReady = () => resolve(true)));
+  client.once('ready', onReady);
+  try {
+    return await Promise.race([ready, sleep(ms).then(() => client.status === 'ready')]);
+  } finally {
+    client.off('ready', onReady);
+  }
+}
+
 /** An error's whole message (a dead letter's reason, a log line's); unlike the fan-out's, no name, not cut. */
 function errorMessage(err: unknown): string {
   if (err instanceof Error) return err.message;
@@ -275,11 +298,14 @@ export function runWorker<T extends JobPayload>(
     queue,
     close() {
       closing ??= (async () => {
-        // BullMQ 6's close waits for its blocking connection to end, and one that never got through
-        // (Redis away since the start, an untrusted certificate) never ends: the close would hang
-        // (taskforcesh/bullmq#4656). Without Redis, then: let the processors under way finish
-        // (the shutdown's grace bounds it), and close without waiting for the connection.
-        const redisAway = options.connection.status !== 'ready';
+        // BullMQ 6's close waits for its blocking connection to end, and one that is not connected
+        // (Redis away since the start, an untrusted certificate, or between two reconnect attempts)
+        // never ends: the close would hang (taskforcesh/bullmq#4656). After an outage the shared
+        // connection can be back while the blocking one still waits its turn (up to 2 s): give it
+        // that long. Without Redis, then: let the processors under way finish (the shutdown's
+        // grace bounds it), and close without waiting for the connection.
+        const redisAway =
+          options.connection.status !== 'ready' || !(await blockingReady(worker, BLOCKING_RECONNECT_WAIT_MS));
         while (redisAway && inFlight > 0) await sleep(50);
         await worker.close(redisAway).catch((err: unknown) => log.error({ err }, 'closing worker failed'));
         await queue.close().catch((err: unknown) => log.error({ err }, 'closing queue failed'));

@@ -1,0 +1,73 @@
+// A worker closes while its blocking connection reconnects. BullMQ's close waits for that
+// connection to end, and ioredis never ends one that waits between reconnect attempts (it has no
+// socket to close: taskforcesh/bullmq#4656). The runner closed such a worker without waiting only
+// when its shared connection was away; after an outage the shared connection can be back while
+// the blocking one still waits its turn (up to 2 s), and a SIGTERM then hung the shutdown for its
+// whole grace period (test/start-truth's stop, exit 1, in loaded CI runs). Here the blocking
+// connection alone is cut, so the shared one stays ready, and the close must end at once.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { pino } from 'pino';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { createRedis } from '../queues/connection.js';
+import { loadConfig } from '../src/config/index.js';
+import { runWorker } from '../workers/runner.js';
+import { bounded } from './support/callsync-process.js';
+import { cleanupPrefix, REDIS_URL, TEST_TOPOLOGY, uniquePrefix, waitFor } from './support/redis.js';
+
+test(
+  'a worker whose blocking connection is between reconnect attempts closes at once, its jobs done',
+  { skip: TEST_TOPOLOGY !== 'single' && 'one Redis: the connection is cut by its client id' },
+  async () => {
+    const prefix = uniquePrefix('close-blocking');
+    const settings = loadConfig({ REDIS_URL, QUEUE_PREFIX: prefix }).redis;
+    const conn = createRedis(settings, 'worker');
+    const admin = new Redis(REDIS_URL);
+    const queue = new Queue('close-blocking', { connection: conn, prefix });
+    let done = 0;
+    const worker = runWorker(
+      'close-blocking',
+      async () => {
+        done++;
+        return { status: 'done' };
+      },
+      {
+        connection: conn,
+        prefix,
+        retry: { attempts: 1, backoffMs: 100, maxBackoffMs: 100 },
+        concurrency: 1,
+        stalledIntervalMs: 30_000,
+        lockDurationMs: 30_000,
+        maxStalledCount: 1,
+        log: pino({ level: 'silent' }),
+      },
+    );
+    try {
+      await queue.add('job', { n: 1 });
+      await waitFor(() => done === 1 || null, { timeoutMs: 10_000, what: 'the job done' });
+      const blocking = await worker.worker.backend.blockingClient;
+      assert.ok(blocking, 'the worker has a blocking connection');
+      // Its connection, waiting for the next job (BZPOPMIN), cut from the server's side.
+      const local = (blocking as unknown as { stream?: { localPort?: number } }).stream?.localPort;
+      assert.ok(local, 'the blocking connection has a socket');
+      await waitFor(async () => String(await admin.client('LIST')).includes(`addr=127.0.0.1:${local} `) || null, {
+        timeoutMs: 10_000,
+        what: 'the blocking connection listed',
+      });
+      await admin.client('KILL', 'ADDR', `127.0.0.1:${local}`);
+      await waitFor(() => blocking.status === 'reconnecting' || null, {
+        timeoutMs: 5_000,
+        intervalMs: 1,
+        what: 'reconnecting',
+      });
+      assert.equal(conn.status, 'ready', 'the shared connection stayed up');
+      await bounded(worker.close(), 10_000, 'the worker to close');
+    } finally {
+      await queue.close();
+      conn.disconnect();
+      await cleanupPrefix(prefix);
+      admin.disconnect();
+    }
+  },
+);
