@@ -42,6 +42,9 @@ export interface StartOptions extends Partial<CallsyncOptions> {
   warnings?: string[];
 }
 
+/** How often a shutdown still under way logs what it waits for. */
+const SHUTDOWN_PROGRESS_MS = 5000;
+
 /**
  * Starts the configured roles with metrics, request ids, the dashboard and the shutdown gate.
  * @internal Exported for its tests only (bench/server.ts, test/support/ops.ts).
@@ -91,8 +94,17 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
         timer = setTimeout(() => resolve('overdue'), graceMs);
         timer.unref();
       });
+      // A stop that takes a while says what it waits for, so an operator watching it knows.
+      const started = Date.now();
+      const progress = setInterval(() => {
+        const waitingFor = closersRunning();
+        if (waitingFor.length > 0)
+          log.info({ waitingFor, elapsedMs: Date.now() - started }, 'shutting down: still waiting');
+      }, SHUTDOWN_PROGRESS_MS);
+      progress.unref();
       const outcome = await Promise.race([callsync.close().then(() => 'closed' as const), overdue]);
       clearTimeout(timer);
+      clearInterval(progress);
       await operations.close().catch((err: unknown) => log.error({ err }, 'closing the ops endpoints failed'));
       if (outcome === 'overdue') {
         // Jobs still active keep their lock until it expires; then a worker takes them up again.
