@@ -24,3 +24,17 @@ test('closersRunning names the steps still running, across nested stacks, and no
   await closing;
   assert.deepEqual(closersRunning(), []);
 });
+
+test('two stacks running a step of the same name: the one still running stays named when the other ends', async () => {
+  const log = pino({ level: 'silent' });
+  const [a, b] = [new Closers(log), new Closers(log)];
+  let release!: () => void;
+  a.add('close redis', () => undefined);
+  b.add('close redis', () => new Promise<void>((resolve) => (release = resolve)));
+  const closingB = b.close();
+  await a.close();
+  assert.deepEqual(closersRunning(), ['close redis']);
+  release();
+  await closingB;
+  assert.deepEqual(closersRunning(), []);
+});

@@ -99,11 +99,16 @@ async function blockingReady(worker: Worker, ms: number): Promise<boolean> {
   if (!client) return false;
   if (client.status === 'ready') return true;
   let onReady!: () => void;
-  const ready = new Promise<boolean>((resolve) => (onReady = () => resolve(true)));
+  let timer: NodeJS.Timeout | undefined;
+  const ready = new Promise<boolean>((resolve) => {
+    onReady = () => resolve(true);
+    timer = setTimeout(() => resolve(client.status === 'ready'), ms);
+  });
   client.once('ready', onReady);
   try {
-    return await Promise.race([ready, sleep(ms).then(() => client.status === 'ready')]);
+    return await ready;
   } finally {
+    clearTimeout(timer);
     client.off('ready', onReady);
   }
 }

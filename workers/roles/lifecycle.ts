@@ -56,11 +56,11 @@ export interface Role {
 }
 
 /** The shutdown steps running now, across every stack (the grace period's end names them). */
-const running = new Set<string>();
+const running = new Map<object, string>();
 
 /** The steps of every closer stack still running, outermost first (what a shutdown waits for). */
 export function closersRunning(): string[] {
-  return [...running];
+  return [...running.values()];
 }
 
 export class Closers {
@@ -79,13 +79,13 @@ export class Closers {
     this.closing ??= (async () => {
       for (let step = this.steps.pop(); step; step = this.steps.pop()) {
         const started = Date.now();
-        running.add(step.what);
+        running.set(step, step.what);
         try {
           await step.close();
         } catch (err) {
           this.log.error({ err, step: step.what }, 'shutdown step failed');
         } finally {
-          running.delete(step.what);
+          running.delete(step);
           this.log.debug({ step: step.what, ms: Date.now() - started }, 'shutdown step done');
         }
       }
