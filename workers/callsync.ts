@@ -58,6 +58,8 @@ export interface Callsync {
   stranded: StrandedQueuesWatch | null;
   redis: { producer: RedisClient; worker: RedisClient };
   close(): Promise<void>;
+  /** The shutdown steps running now, of the process and its roles, outermost first. */
+  closingSteps(): string[];
 }
 
 const runsIngress = (role: Config['role']) => role === 'ingress' || role === 'all';
@@ -137,6 +139,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       telephony,
       runner: { ...runnerOptions(config, redis.worker, options), timeline: timelines.worker },
       timelines,
+      closers,
     };
 
     await waitForRedis(deps);
@@ -200,6 +203,7 @@ export async function startCallsync(config: Config, options: CallsyncOptions): P
       stranded,
       redis,
       close: () => closers.close(),
+      closingSteps: () => closers.runningSteps(),
     };
   });
 }

@@ -6,7 +6,6 @@ import type { Logger } from 'pino';
 import type { Config } from '../src/config/index.js';
 import { startCallsync, type Callsync, type CallsyncOptions } from './callsync.js';
 import { createOperations, type Operations } from './operations.js';
-import { closersRunning } from './roles/lifecycle.js';
 import {
   NoRedisError,
   RedisWaitStopped,
@@ -97,7 +96,7 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
       // A stop that takes a while says what it waits for, so an operator watching it knows.
       const started = Date.now();
       const progress = setInterval(() => {
-        const waitingFor = closersRunning();
+        const waitingFor = callsync.closingSteps();
         if (waitingFor.length > 0)
           log.info({ waitingFor, elapsedMs: Date.now() - started }, 'shutting down: still waiting');
       }, SHUTDOWN_PROGRESS_MS);
@@ -109,7 +108,7 @@ export async function startWithOperations(options: StartOptions): Promise<Runnin
       if (outcome === 'overdue') {
         // Jobs still active keep their lock until it expires; then a worker takes them up again.
         log.error(
-          { graceMs, waitingFor: closersRunning() },
+          { graceMs, waitingFor: callsync.closingSteps() },
           'shutdown grace period over: jobs still active will be retried once their lock expires',
         );
         return 1;

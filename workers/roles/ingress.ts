@@ -89,7 +89,7 @@ export interface IngressRoleOptions {
 
 export async function startIngressRole(deps: RoleDeps, roleOptions: IngressRoleOptions = {}): Promise<IngressRole> {
   const { config, options, log, redis, inboundLog, redisReached, redisError } = deps;
-  const closers = new Closers(log);
+  const closers = new Closers(log, deps.closers);
   return closers.opening(async () => {
     const inbound = new InboundAcceptor(inboundLog, {
       dedupeWindowMs: config.webhook.dedupeWindowMs,

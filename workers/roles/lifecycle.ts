@@ -49,25 +49,32 @@ export interface RoleDeps {
   runner: RunnerOptions;
   /** The calls' timelines (queues/timeline.ts), written over the producer or the worker connection. */
   timelines: { producer?: CallTimeline; worker?: CallTimeline };
+  /** The process' closers: a role's own stack is a part of it (what a shutdown waits for names its steps). */
+  closers: Closers;
 }
 
 export interface Role {
   close(): Promise<void>;
 }
 
-/** The shutdown steps running now, across every stack (the grace period's end names them). */
-const running = new Map<object, string>();
-
-/** The steps of every closer stack still running, outermost first (what a shutdown waits for). */
-export function closersRunning(): string[] {
-  return [...running.values()];
-}
-
 export class Closers {
   private readonly steps: { what: string; close: () => unknown }[] = [];
   private closing: Promise<void> | undefined;
+  /** The steps running now, of this stack and of the stacks opened under it (shared with them). */
+  private readonly running: Map<object, string>;
 
-  constructor(private readonly log: Logger) {}
+  /** `parent`: the stack this one is a part of (a role's, under the process'): its steps count there too. */
+  constructor(
+    private readonly log: Logger,
+    parent?: Closers,
+  ) {
+    this.running = parent?.running ?? new Map();
+  }
+
+  /** The steps still running, of this stack and those under it, outermost first (what a shutdown waits for). */
+  runningSteps(): string[] {
+    return [...this.running.values()];
+  }
 
   /** Registers a closer; closers run last-in, first-out. */
   add(what: string, close: () => unknown): void {
@@ -79,13 +86,13 @@ export class Closers {
     this.closing ??= (async () => {
       for (let step = this.steps.pop(); step; step = this.steps.pop()) {
         const started = Date.now();
-        running.set(step, step.what);
+        this.running.set(step, step.what);
         try {
           await step.close();
         } catch (err) {
           this.log.error({ err, step: step.what }, 'shutdown step failed');
         } finally {
-          running.delete(step);
+          this.running.delete(step);
           this.log.debug({ step: step.what, ms: Date.now() - started }, 'shutdown step done');
         }
       }

@@ -107,7 +107,7 @@ async function inboundToRead({ redis, log }: RoleDeps, keys: RedisKeys): Promise
 export async function startWorkerRole(deps: RoleDeps): Promise<WorkerRole> {
   const { config, options, log, redis, runner } = deps;
   const keys = redisKeys(config.redis);
-  const closers = new Closers(log);
+  const closers = new Closers(log, deps.closers);
   const queues = new Map<string, Queue>();
   const workers: RunningWorker[] = [];
   const sinks = new Map<string, Sink>();
