@@ -14,11 +14,12 @@ import { createRedis } from '../queues/connection.js';
 import { loadConfig } from '../src/config/index.js';
 import { runWorker } from '../workers/runner.js';
 import { bounded } from './support/callsync-process.js';
+import { startPrivateRedis } from './support/redis-server.js';
 import { cleanupPrefix, REDIS_URL, TEST_TOPOLOGY, uniquePrefix, waitFor } from './support/redis.js';
 
 test(
-  'a worker whose blocking connection is between reconnect attempts closes at once, its jobs done',
-  { skip: TEST_TOPOLOGY !== 'single' && 'one Redis: the connection is cut by its client id' },
+  'a worker whose blocking connection is between reconnect attempts closes at once',
+  { skip: TEST_TOPOLOGY !== 'single' && 'one Redis: the connection is cut by its address' },
   async () => {
     const prefix = uniquePrefix('close-blocking');
     const settings = loadConfig({ REDIS_URL, QUEUE_PREFIX: prefix }).redis;
@@ -79,3 +80,64 @@ test(
     }
   },
 );
+
+// The other branch: the blocking connection does not come back (here Redis refuses new connections:
+// maxclients is below the count, which Redis applies to new ones only), the shared one is up, a job
+// is in flight. The close waits for that job — it completes, its result written — then closes
+// without the blocking connection, instead of hanging.
+test('a worker whose blocking connection stays away closes once its job in flight is done', async () => {
+  const redis = await startPrivateRedis();
+  const prefix = uniquePrefix('close-away');
+  const conn = createRedis(loadConfig({ REDIS_URL: redis.url, QUEUE_PREFIX: prefix }).redis, 'worker');
+  const admin = new Redis(redis.url);
+  const queue = new Queue('close-away', { connection: conn, prefix });
+  let started!: () => void;
+  const running = new Promise<void>((resolve) => (started = resolve));
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let finished = false;
+  const worker = runWorker(
+    'close-away',
+    async () => {
+      started();
+      await released;
+      finished = true;
+      return { status: 'done' };
+    },
+    {
+      connection: conn,
+      prefix,
+      retry: { attempts: 1, backoffMs: 100, maxBackoffMs: 100 },
+      concurrency: 1,
+      stalledIntervalMs: 30_000,
+      lockDurationMs: 30_000,
+      maxStalledCount: 1,
+      log: pino({ level: 'silent' }),
+    },
+  );
+  try {
+    const job = await queue.add('job', { n: 1 });
+    await running;
+    const blocking = await worker.worker.backend.blockingClient;
+    assert.ok(blocking);
+    const local = (blocking as unknown as { stream?: { localPort?: number } }).stream?.localPort;
+    assert.ok(local, 'the blocking connection has a socket');
+    const clients = Number(/connected_clients:(\d+)/.exec(await admin.info('clients'))?.[1]);
+    await admin.config('SET', 'maxclients', String(clients - 1));
+    await admin.client('KILL', 'ADDR', `127.0.0.1:${local}`);
+    await waitFor(() => blocking.status !== 'ready' || null, { timeoutMs: 5_000, intervalMs: 1, what: 'away' });
+    const closing = worker.close();
+    setTimeout(release, 500);
+    await bounded(closing, 15_000, 'the worker to close');
+    assert.ok(finished, 'the job in flight finished before the close ended');
+    assert.notEqual(blocking.status, 'ready', 'closed without its blocking connection');
+    assert.equal(await queue.getJobState(job.id!), 'completed');
+  } finally {
+    release();
+    await admin.config('SET', 'maxclients', '10000').catch(() => undefined);
+    await queue.close();
+    conn.disconnect();
+    admin.disconnect();
+    await redis.destroy();
+  }
+});
