@@ -253,102 +253,370 @@ export function numberFinder(numbers: Iterable<string>): ((text: string) => bool
 }
 
 /**
- * Digit words as speech-to-text writes a number read out, in English and German (lower case, NFC).
- * Not `and`/`und`, nor tens (`seventeen`, `siebzehn`): a number read digit by digit.
+ * Number words as speech-to-text writes a number read out, in English and German (lower case, NFC):
+ * digit by digit (`zero one seven zero`), in pairs and groups (`twelve thirty-four`, `fifteen
+ * hundred`, `zwölf vierunddreißig`, `dreihundertzwölf`), `double`/`triple`/`doppel` before a digit.
  */
-const DIGIT_WORDS: Record<string, string> = {
-  zero: '0',
-  oh: '0',
-  o: '0',
-  one: '1',
-  two: '2',
-  three: '3',
-  four: '4',
-  five: '5',
-  six: '6',
-  seven: '7',
-  eight: '8',
-  nine: '9',
-  null: '0',
-  eins: '1',
-  ein: '1',
-  zwei: '2',
-  zwo: '2',
-  drei: '3',
-  vier: '4',
-  fünf: '5',
-  fuenf: '5',
-  sechs: '6',
-  sieben: '7',
-  acht: '8',
-  neun: '9',
+const UNITS: Record<string, number> = {
+  zero: 0,
+  oh: 0,
+  o: 0,
+  one: 1,
+  two: 2,
+  three: 3,
+  four: 4,
+  five: 5,
+  six: 6,
+  seven: 7,
+  eight: 8,
+  nine: 9,
+  null: 0,
+  eins: 1,
+  ein: 1,
+  zwei: 2,
+  zwo: 2,
+  drei: 3,
+  vier: 4,
+  fünf: 5,
+  fuenf: 5,
+  sechs: 6,
+  sieben: 7,
+  acht: 8,
+  neun: 9,
+};
+const TEENS: Record<string, number> = {
+  ten: 10,
+  eleven: 11,
+  twelve: 12,
+  thirteen: 13,
+  fourteen: 14,
+  fifteen: 15,
+  sixteen: 16,
+  seventeen: 17,
+  eighteen: 18,
+  nineteen: 19,
+  zehn: 10,
+  elf: 11,
+  zwölf: 12,
+  zwoelf: 12,
+  dreizehn: 13,
+  vierzehn: 14,
+  fünfzehn: 15,
+  fuenfzehn: 15,
+  sechzehn: 16,
+  siebzehn: 17,
+  achtzehn: 18,
+  neunzehn: 19,
+};
+const TENS: Record<string, number> = {
+  twenty: 20,
+  thirty: 30,
+  forty: 40,
+  fifty: 50,
+  sixty: 60,
+  seventy: 70,
+  eighty: 80,
+  ninety: 90,
+  zwanzig: 20,
+  dreißig: 30,
+  dreissig: 30,
+  vierzig: 40,
+  fünfzig: 50,
+  fuenfzig: 50,
+  sechzig: 60,
+  siebzig: 70,
+  achtzig: 80,
+  neunzig: 90,
 };
 /** `double seven`, `triple zero`, `doppel null` (also `doppelnull`): the next digit word that many times. */
 const REPEATS: Record<string, number> = { double: 2, triple: 3, doppel: 2 };
+/** Units of a German compound (`einundzwanzig`, `dreihundert`): not `eins`, `zwo` or `null`. */
+const GERMAN_UNITS = ['ein', 'zwei', 'drei', 'vier', 'fünf', 'fuenf', 'sechs', 'sieben', 'acht', 'neun'];
+/** A unit word that is also prose (`one moment`, `oh well`, `ein Moment`): see spokenDigitRuns. */
+const AMBIGUOUS = new Set(['one', 'o', 'oh', 'ein']);
+
 const LETTER = String.raw`\p{L}\p{M}`;
-/** A digit word, whole (`one`, not the end of `phone`); `fünf` also decomposed (`u` and U+0308). */
-const SPOKEN_DIGIT = String.raw`(?:${Object.keys(DIGIT_WORDS)
-  .sort((a, b) => b.length - a.length)
-  .map((w) => w.replace('ü', '(?:ü|u\u0308)'))
-  .join('|')})(?![${LETTER}])`;
-/** One piece of a spoken number: a digit word, maybe repeated (`double seven`), or digits (`0170 one two …`). */
-const SPOKEN_TOKEN = String.raw`(?:(?:${Object.keys(REPEATS).join('|')})[\s\-]{0,3})?${SPOKEN_DIGIT}|\d+`;
+/** Words as a pattern, longest first; `ü`, `ö` also decomposed (`u`, `o` and U+0308), `ß` also `ss`. */
+const wordsPattern = (words: string[]) =>
+  [...words]
+    .sort((a, b) => b.length - a.length)
+    .map((w) => w.replace(/ü/g, '(?:ü|u\u0308)').replace(/ö/g, '(?:ö|o\u0308)'))
+    .join('|');
+const GERMAN_UNIT = `(?:${wordsPattern(GERMAN_UNITS)})`;
+const GERMAN_99 = `(?:${GERMAN_UNIT}und(?:${wordsPattern(Object.keys(TENS))})|${wordsPattern([...Object.keys(TEENS), ...Object.keys(TENS)])}|${GERMAN_UNIT})`;
+const GERMAN_999 = `(?:${GERMAN_UNIT}?hundert(?:und)?${GERMAN_99}?|${GERMAN_99})`;
+/** A German cardinal written as one word (`vierunddreißig`, `zweitausendfünfhundert`); bounded, no repetition. */
+const GERMAN_WORD = `(?:${GERMAN_999}?tausend(?:und)?${GERMAN_999}?|${GERMAN_999})`;
+/** A number word, whole (`one`, not the end of `phone`). */
+const SPOKEN_WORD = String.raw`(?:${wordsPattern([
+  ...Object.keys(UNITS),
+  ...Object.keys(TEENS),
+  ...Object.keys(TENS),
+  'hundred',
+  'thousand',
+  'and',
+  'und',
+])}|${GERMAN_WORD})(?![${LETTER}])`;
+/** One piece of a spoken number: a number word, maybe repeated (`double seven`), or digits (`0170 one two …`). */
+const SPOKEN_TOKEN = String.raw`(?:(?:${Object.keys(REPEATS).join('|')})[\s\-]{0,3})?${SPOKEN_WORD}|\d+`;
 /** Between two pieces: spaces, commas, hyphens and dashes, dots, slashes, brackets (at most 5). */
 const SPOKEN_SEPARATOR = String.raw`[\s,;.\-/()\u2010-\u2015\u2212]{1,5}`;
 /**
- * A run of digit words and digits, `plus` or `+` before it. The pieces and separators share no
+ * A run of number words and digits, `plus` or `+` before it. The pieces and separators share no
  * character and each word must end where a letter does not follow, so a run is matched in one pass
- * with no backtracking beyond a separator: linear in the text (a multi-MB transcript of digit words).
+ * with no backtracking beyond a separator and a bounded amount within one word: linear in the text
+ * (a multi-MB transcript of number words).
  */
 const SPOKEN_RUN = new RegExp(
   String.raw`(?<![${LETTER}\d])(?:(?:plus(?![${LETTER}])|\+)\s{0,3})?(?:${SPOKEN_TOKEN})(?:${SPOKEN_SEPARATOR}(?:${SPOKEN_TOKEN}))*`,
   'giu',
 );
-/** The pieces of a run matched by SPOKEN_RUN. */
-const SPOKEN_PART = new RegExp(
-  String.raw`(\d+)|(plus|\+)|(?:(${Object.keys(REPEATS).join('|')})[\s\-]*)?([${LETTER}]+)|([^${LETTER}\d+]+)`,
-  'giu',
-);
+/** The pieces of a run matched by SPOKEN_RUN: digits, `+`, a word, what lies between. */
+const SPOKEN_PART = new RegExp(String.raw`(\d+)|(\+)|([${LETTER}]+)|([^${LETTER}\d+]+)`, 'gu');
 /** A pause in a spoken number (`zero one seven zero, one two …`): its groups are kept apart by a space. */
 const SPOKEN_PAUSE = /[,;.\n\r]/;
 
+/** A piece of a run, read. */
+type Atom =
+  | { kind: 'unit'; value: number; word: string }
+  | { kind: 'teen' | 'tens' | 'whole'; value: number }
+  | { kind: 'hundred' | 'thousand' | 'and' | 'und' | 'plus' | 'pause' }
+  | { kind: 'repeat'; times: number }
+  | { kind: 'digits'; text: string };
+
+/** A German cardinal in one word (`dreihundertzwölf`: 312); null when the word is none. */
+function germanNumber(word: string): number | null {
+  const thousand = word.indexOf('tausend');
+  if (thousand >= 0) {
+    const left = word.slice(0, thousand);
+    const right = word.slice(thousand + 7).replace(/^und/, '');
+    const times = left === '' ? 1 : germanBelow1000(left);
+    const rest = right === '' ? 0 : germanBelow1000(right);
+    return times === null || times === 0 || rest === null ? null : times * 1000 + rest;
+  }
+  return germanBelow1000(word);
+}
+function germanBelow1000(word: string): number | null {
+  const hundred = word.indexOf('hundert');
+  if (hundred < 0) return germanBelow100(word);
+  const left = word.slice(0, hundred);
+  const right = word.slice(hundred + 7).replace(/^und/, '');
+  const times = left === '' ? 1 : GERMAN_UNITS.includes(left) ? UNITS[left]! : null;
+  const rest = right === '' ? 0 : germanBelow100(right);
+  return times === null || rest === null ? null : times * 100 + rest;
+}
+function germanBelow100(word: string): number | null {
+  const single =
+    TEENS[word] ?? TENS[word] ?? (GERMAN_UNITS.includes(word) || word === 'eins' ? UNITS[word] : undefined);
+  if (single !== undefined) return single;
+  const und = word.indexOf('und');
+  if (und <= 0) return null;
+  const unit = word.slice(0, und);
+  const tens = TENS[word.slice(und + 3)];
+  return GERMAN_UNITS.includes(unit) && tens !== undefined ? UNITS[unit]! + tens : null;
+}
+
+/** A word of a run, read; null when it is no number word (it ends the run). */
+function readWord(word: string): Atom | null {
+  const w = word.toLowerCase().normalize('NFC');
+  const unit = UNITS[w];
+  if (unit !== undefined) return { kind: 'unit', value: unit, word: w };
+  const teen = TEENS[w];
+  if (teen !== undefined) return { kind: 'teen', value: teen };
+  const tens = TENS[w];
+  if (tens !== undefined) return { kind: 'tens', value: tens };
+  if (w === 'hundred' || w === 'hundert') return { kind: 'hundred' };
+  if (w === 'thousand' || w === 'tausend') return { kind: 'thousand' };
+  if (w === 'and' || w === 'und') return { kind: w };
+  if (w === 'plus') return { kind: 'plus' };
+  const times = REPEATS[w];
+  if (times !== undefined) return { kind: 'repeat', times };
+  const whole = germanNumber(w);
+  return whole === null ? null : { kind: 'whole', value: whole };
+}
+
+/** Spaces, then a letter: a word right after a run (`… one moment`). */
+const WORD_AFTER = new RegExp(String.raw`^[ \t]{1,5}[${LETTER}]`, 'u');
+
+/** A run read: its digits (`+`, a space for a pause), whether a word was in it, where its last piece began. */
+interface Run {
+  run: string;
+  spoken: boolean;
+  /** Where the run stood before its last piece, when that piece is a lone `one`, `oh`/`o` or `ein`; else -1. */
+  lastAmbiguous: number;
+}
+
 /**
- * The runs of digit words in a text (`my number is zero one seven zero, one two three four …`,
- * `plus four nine one seven zero double one …`, `null eins sieben null …`, `0170 one two …`),
- * each as digits, so that numberPattern finds a number spoken in a transcript as it finds one
- * written. The words of a run are joined (`one two` is `12`: a longer number does not hold a shorter
- * one), a pause (comma, full stop, line break) becomes a space — as between digits written, so
- * `I have two, zero one seven …` still holds `0170…`; `plus` is `+`. Only runs with a digit word in them
- * (runs of digits alone numberPattern reads as they are) and with at least SPACED_DIGITS digits (a
- * number of fewer is looked for as its digits exactly, never spoken).
+ * The digits of a run's atoms: a digit word one digit, a number said in words (`twenty-three`,
+ * `fifteen hundred`, `one hundred and five`, `vierunddreißig`, `vier und dreißig`) its digits,
+ * `double`/`triple` before a digit word that digit so many times, `+` for `plus`, a space for a
+ * pause. An atom that cannot stand where it is (`and` outside a number, `double` before no digit
+ * word) ends a run as a word that is no number does: `end` is called for each run, with whether a
+ * word came right after it.
+ */
+function readAtoms(atoms: Atom[], end: (run: Run, wordAfter: boolean) => void): void {
+  let current: Run = { run: '', spoken: false, lastAmbiguous: -1 };
+  let i = 0;
+  const at = (k: number) => atoms[k];
+  /** 1–99 from i on (`twenty`, `twenty three`, `seventeen`, `seven`, `vier und zwanzig`); null if none. */
+  const below100 = (): number | null => {
+    const a = at(i);
+    if (a === undefined) return null;
+    if (a.kind === 'tens') {
+      i++;
+      const next = at(i);
+      if (next?.kind === 'unit' && next.value > 0) {
+        i++;
+        return a.value + next.value;
+      }
+      return a.value;
+    }
+    if (a.kind === 'teen' || a.kind === 'whole') {
+      i++;
+      return a.value;
+    }
+    if (a.kind === 'unit') {
+      i++;
+      const tens = at(i + 1);
+      if (at(i)?.kind === 'und' && tens?.kind === 'tens') {
+        i += 2;
+        return a.value + tens.value;
+      }
+      return a.value;
+    }
+    return null;
+  };
+  /**
+   * After `hundred` or `thousand`: what is below the multiplier, if said; 0 if not. A digit word
+   * right after it is the next digit, not part of the number (`eight hundred, five five five …`
+   * is 800 555 …), unless `and` comes between (`three hundred and five`) or `hundred` after it
+   * (`two thousand five hundred`); a teen or a tens word goes on with it (`nineteen hundred
+   * eighty-four`).
+   */
+  const rest = (below: () => number | null, hundreds: boolean): number => {
+    const start = i;
+    const and = at(i)?.kind === 'and' || at(i)?.kind === 'und';
+    if (and) i++;
+    const next = at(i);
+    if (next?.kind === 'unit' && !and && !(hundreds && at(i + 1)?.kind === 'hundred')) return 0;
+    const value = next?.kind === 'unit' && next.value === 0 ? null : below();
+    if (value === null) i = start;
+    return value ?? 0;
+  };
+  /** A number said with `hundred` (`thousand`) or without: `below` times `factor`, and what is below it. */
+  const times = (below: () => number | null, factor: 100 | 1000): number | null => {
+    const multiplier = factor === 100 ? 'hundred' : 'thousand';
+    if (at(i)?.kind === multiplier) {
+      i++;
+      return factor + rest(below, factor === 1000);
+    }
+    const value = below();
+    if (value === null || value >= factor || at(i)?.kind !== multiplier) return value;
+    i++;
+    return value * factor + rest(below, factor === 1000);
+  };
+  const below1000 = () => times(below100, 100);
+  const cardinal = () => times(below1000, 1000);
+  while (i < atoms.length) {
+    const a = atoms[i]!;
+    const before = current.run.length;
+    current.lastAmbiguous = -1;
+    if (a.kind === 'digits') {
+      current.run += a.text;
+      i++;
+    } else if (a.kind === 'plus') {
+      current.run += '+';
+      i++;
+    } else if (a.kind === 'pause') {
+      current.run += ' ';
+      i++;
+    } else if (a.kind === 'repeat' && at(i + 1)?.kind === 'unit') {
+      current.run += String((at(i + 1) as { value: number }).value).repeat(a.times);
+      current.spoken = true;
+      i += 2;
+    } else if (a.kind === 'unit' && a.value === 0) {
+      // A zero is a digit of its own (`oh one`, `zero five hundred`), never the start of a number.
+      current.run += '0';
+      current.spoken = true;
+      i++;
+      if (AMBIGUOUS.has(a.word)) current.lastAmbiguous = before;
+    } else {
+      const start = i;
+      const value = cardinal();
+      if (value === null) {
+        // `and`, `und`, `double` where no number has them: the run ends before the word.
+        end(current, true);
+        current = { run: '', spoken: false, lastAmbiguous: -1 };
+        i++;
+        continue;
+      }
+      current.run += String(value);
+      current.spoken = true;
+      if (a.kind === 'unit' && i === start + 1 && AMBIGUOUS.has(a.word)) current.lastAmbiguous = before;
+    }
+  }
+  end(current, false);
+}
+
+/**
+ * The runs of number words in a text (`my number is zero one seven zero, one two three four …`,
+ * `plus four nine one seven zero double one …`, `oh one five one, twelve thirty-four fifty-six`,
+ * `null eins sieben null …`, `null eins fünf eins, zwölf vierunddreißig`, `0170 one two …`), each as
+ * digits, so that numberPattern finds a number spoken in a transcript as it finds one written. The
+ * words of a run are joined (`one two` is `12`: a longer number does not hold a shorter one), a
+ * pause (comma, full stop, line break) becomes a space — as between digits written, so `I have two,
+ * zero one seven …` still holds `0170…`; `plus` is `+`. A word that is no number word ends a run
+ * (as do `and` outside `hundred and five` and `und` outside `vier und zwanzig`); a run that ends in
+ * `one`, `oh`/`o` or `ein` run on into a word (`… seven eight one moment please`) is also given without
+ * that word. Only runs with a number word in them (runs of digits alone numberPattern reads as they
+ * are) and with at least SPACED_DIGITS digits (a number of fewer is looked for as its digits exactly,
+ * never spoken).
  */
 function spokenDigitRuns(text: string): string[] {
   const runs: string[] = [];
   const parts = new RegExp(SPOKEN_PART);
-  for (const [match] of text.matchAll(SPOKEN_RUN)) {
-    // Fewer characters than digits needed: no need to read it (a lone `one` of prose).
+  const add = (run: string) => {
+    if (run.replace(/\D/g, '').length >= SPACED_DIGITS) runs.push(run);
+  };
+  const end = (run: Run, wordAfter: boolean) => {
+    if (!run.spoken) return;
+    add(run.run);
+    if (wordAfter && run.lastAmbiguous >= 0) add(run.run.slice(0, run.lastAmbiguous));
+  };
+  const keep = (atoms: Atom[], wordAfter: boolean) => readAtoms(atoms, (run, word) => end(run, word || wordAfter));
+  for (const found of text.matchAll(SPOKEN_RUN)) {
+    const match = found[0];
+    // Fewer characters than digits needed: no need to read it (a lone `one` of prose). No word
+    // gives more digits than it has letters.
     if (match.length < SPACED_DIGITS) continue;
-    let run = '';
-    let digits = 0;
-    let spoken = false;
+    let atoms: Atom[] = [];
     parts.lastIndex = 0;
     // exec, not matchAll or a replace callback: a run of a million words took half the time so.
     for (let part = parts.exec(match); part !== null; part = parts.exec(match)) {
-      const [, figures, plus, repeat, word, separator] = part;
-      if (figures !== undefined) {
-        run += figures;
-        digits += figures.length;
-      } else if (plus !== undefined) run += '+';
+      const [, figures, plus, word, separator] = part;
+      if (figures !== undefined) atoms.push({ kind: 'digits', text: figures });
+      else if (plus !== undefined) atoms.push({ kind: 'plus' });
       else if (word !== undefined) {
-        const lower = word.toLowerCase();
-        const digit = DIGIT_WORDS[lower] ?? DIGIT_WORDS[lower.normalize('NFC')] ?? '';
-        const times = repeat === undefined ? 1 : REPEATS[repeat.toLowerCase()]!;
-        run += times === 1 ? digit : digit.repeat(times);
-        digits += times;
-        spoken = true;
-      } else if (SPOKEN_PAUSE.test(separator!)) run += ' ';
+        let atom = readWord(word);
+        // `doppelnull`: the repeat and its digit in one word.
+        const glued = atom === null ? /^(double|triple|doppel)(.+)$/iu.exec(word) : null;
+        if (glued) {
+          const digit = readWord(glued[2]!);
+          if (digit?.kind === 'unit') {
+            atoms.push({ kind: 'repeat', times: REPEATS[glued[1]!.toLowerCase()]! });
+            atom = digit;
+          }
+        }
+        if (atom === null) {
+          // Not a number (the pattern's German compounds are read here): the run ends before it.
+          keep(atoms, true);
+          atoms = [];
+        } else atoms.push(atom);
+      } else if (SPOKEN_PAUSE.test(separator!)) atoms.push({ kind: 'pause' });
     }
-    if (spoken && digits >= SPACED_DIGITS) runs.push(run);
+    // A run that ends where a word follows after a space (`… one moment`) may have run on into it.
+    const after = (found.index ?? 0) + match.length;
+    keep(atoms, WORD_AFTER.test(text.slice(after, after + 6)));
   }
   return runs;
 }

@@ -31,9 +31,14 @@ const SPOKEN: Record<string, string> = {
   'w-en': 'my number is zero one seven zero, one two three four five six seven',
   'w-de': 'meine Nummer ist null eins sieben null, eins zwo drei vier fünf sechs sieben',
   'w-mixed': 'it is 0170 one two three four five six seven',
+  // Read in pairs, as numbers (`twelve`, `vierunddreißig`), and run on into the next word.
+  'w-pairs': 'oh one seven oh, twelve thirty-four fifty-six seven',
+  'w-de-pairs': 'null eins sieben null, zwölf vierunddreißig sechsundfünfzig sieben',
+  'w-run-on': 'zero one seven zero one two three four five six seven one moment please',
   'w-other': 'my number is zero one seven zero, one two three four five six seven eight',
+  'w-other-pairs': 'oh one seven oh, twelve thirty-four fifty-six seventy',
 };
-const OURS = ['w-en', 'w-de', 'w-mixed'];
+const OURS = ['w-en', 'w-de', 'w-mixed', 'w-pairs', 'w-de-pairs', 'w-run-on'];
 
 describe('forget <number> and the number spoken as words in an archived transcript', () => {
   let target: TestRedis;
@@ -131,11 +136,13 @@ describe('forget <number> and the number spoken as words in an archived transcri
         );
         assert.equal(await queue.getJob(jobId(id)), undefined, `${id}: its job is gone`);
       }
-      assert.ok(await queue.getJob(jobId('w-other')), "the other number's call stays");
-      assert.ok(
-        after.some((k) => k.includes('/w-other-') && k.endsWith('.txt')),
-        "the other number's archived call stays",
-      );
+      for (const id of ['w-other', 'w-other-pairs']) {
+        assert.ok(await queue.getJob(jobId(id)), `${id}: the other number's call stays`);
+        assert.ok(
+          after.some((k) => k.includes(`/${id}-`) && k.endsWith('.txt')),
+          `${id}: the other number's archived call stays`,
+        );
+      }
 
       const again = await forget(loadConfig(env), conn, pino({ level: 'silent' }), {
         target: parseTarget(A, 'DE'),

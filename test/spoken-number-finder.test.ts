@@ -15,6 +15,13 @@ const A = '+491701234567';
 const B = '+4915112345500';
 /** 030 1112223: triples in it. */
 const C = '+49301112223';
+/** 0151 12345678. */
+const D = '+4915112345678';
+/** 1-800-555-1234 (a US toll-free number). */
+const US = '+18005551234';
+/** (312) 555-1984, (305) 555-1500: fictitious US numbers. */
+const E = '+13125551984';
+const F = '+13055551500';
 
 const finder = (number: string) => numberFinder(numberSpellings(number))!;
 
@@ -45,6 +52,25 @@ describe('numberFinder: a number spoken as digit words is found', () => {
     // Escaped as a field kept verbatim may hold it.
     [A, 'q=zero%20one%20seven%20zero%20one%20two%20three%20four%20five%20six%20seven'],
     [A, '{"t":"null eins sieben null eins zwei drei vier f\\u00fcnf sechs sieben"}'],
+    // Read in pairs and groups, as numbers: teens, tens, hundreds (English words, German compounds).
+    [D, 'oh one five one, twelve thirty-four fifty-six seventy-eight'],
+    [D, 'zero one five one twelve thirty four fifty six seventy eight'],
+    [D, 'null eins fünf eins, zwölf vierunddreißig sechsundfünfzig achtundsiebzig'],
+    [D, 'NULL EINS FÜNF EINS ZWÖLF VIERUNDDREISSIG SECHSUNDFÜNFZIG ACHTUNDSIEBZIG'],
+    [D, 'null eins fünf eins, zwölf vier und dreißig sechs und fünfzig acht und siebzig'],
+    [D, 'null eins fu\u0308nf eins zwo\u0308lf vierunddreißig sechsundfu\u0308nfzig achtundsiebzig'],
+    [A, 'null eins sieben null, einhundertdreiundzwanzig, vier fünf sechs sieben'],
+    [A, 'zero one seven zero, one hundred twenty-three, four five six seven'],
+    [US, 'one eight hundred five five five one two three four'],
+    [US, 'one, eight hundred, five five five, twelve thirty-four'],
+    [E, 'three one two, five five five, nineteen eighty-four'],
+    [E, 'three one two, five five five, nineteen hundred eighty-four'],
+    [F, 'three hundred and five, five five five, fifteen hundred'],
+    [F, 'three oh five, five five five, fifteen hundred'],
+    // A last `one` (`oh`, `ein`) that is the start of the next words, not a digit.
+    [A, 'zero one seven zero one two three four five six seven one moment please'],
+    [A, 'null eins sieben null eins zwei drei vier fünf sechs sieben ein Moment bitte'],
+    [A, 'zero one seven zero one two three four five six seven and that is all'],
   ];
   for (const [number, text] of cases) test(`${number}: ${text}`, () => assert.ok(finder(number)(text)));
 });
@@ -59,6 +85,16 @@ describe('numberFinder: what is not the number spoken is not found', () => {
     'null eins sieben null eins zwei drei vier fünf sechs sieben acht',
     'one zero one seven zero one two three four five six seven',
     'zero one seven zero one two three four five six double seven',
+    // Numbers said in words that are other digits: a tens word is two digits, a hundred three.
+    'zero one seven zero one two three four five six seventy',
+    'oh one seven oh, twelve thirty-four fifty-six seventeen',
+    'zero one seven zero, one hundred twenty, three four five six seven',
+    'null eins sieben null, einhundertdreiundzwanzig vier fünf sechs sieben acht',
+    // A last `one` with no word after it is a digit: the number is one digit longer.
+    'zero one seven zero one two three four five six seven one',
+    'zero one seven zero one two three four five six seven one. Moment',
+    // `and` is no digit: the run ends there.
+    'zero one seven zero and one two three four five six seven',
     // Words that end or hold a digit word are not one (`someone`, `phone`, `often`).
     'someone seven zero one two three four five six seven',
     'zero one seven zero one two three four five six sevens',
@@ -91,6 +127,10 @@ describe('numberFinder on a transcript of megabytes of digit words', () => {
       'null,null,null,null,',
       '0170 one 0170 one 1 one 2 two ',
       'fu\u0308nf fünf fuenf ',
+      'twenty twenty-one hundred and thousand and seventeen ninety-nine hundred ',
+      'einundzwanzigtausendeinhundert dreihundertzwölf und und hundert tausend ',
+      'neunzehnhundertneunundneunzig zweiundzwanzigzwanzig einundeinund ',
+      'one hundred and and and one thousand one hundred one ',
     ];
     const parts: string[] = [];
     for (let length = 0, i = 0; length < size; i++) {
