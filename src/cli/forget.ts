@@ -20,7 +20,8 @@ import { CliFailure, connectRedis } from './redis.js';
 export const forgetHelp = `Usage: callsync forget <+number | callId> [--dry-run] [--crm] [--json]
 
 Erases every trace callsync holds of one caller — the number in every format (E.164, national,
-digits only, with or without spaces) — or of one call (its call id): archive objects (both key
+digits only, with or without spaces, and read out in a transcript: "oh one five one, twelve
+thirty-four …", "null eins fünf eins …") — or of one call (its call id): archive objects (both key
 layouts, recordings too; S3 and folders), jobs of every queue in every state (an active one is
 waited for), dead letters, the inbound log, the spool, dedupe, revision and state keys, Push
 assemblies, and every other key under QUEUE_PREFIX that names the call. The notification ledger
