@@ -1196,6 +1196,11 @@ export interface CallSummary {
    */
   fanOutFailed?: { reason: string; jobId: string };
   /**
+   * Received and not fanned out yet (in the inbound log, waiting for a worker's fan-out: no worker
+   * running, or a backlog): no sink has a job yet. `--status pending` lists it. Absent otherwise.
+   */
+  fanOutPending?: true;
+  /**
    * Per sink retrying, or waiting in a queue held back for a remote's "retry later": when its next
    * attempt can run (epoch ms) — its last retry's next attempt, or the hold's end when that is later
    * (CallTimeline.notePausedQueues). Absent when there is none.
@@ -1243,6 +1248,23 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
    * is not waited for — should it run again, its attempt says so.
    */
   const endedJobs = new Set<string>();
+  /**
+   * The call's jobs in the order they first appear (a revision's job is fanned out after the one
+   * before it), and per sink the newest job that ended there: an older revision's job ending after
+   * a newer one's (its retry done after the update was dead-lettered) does not stand for the sink —
+   * the call's newest content is what the operator asks about.
+   */
+  const jobRank = new Map<string, number>();
+  const rankOf = (jobId: string | undefined): number | undefined => {
+    if (jobId === undefined) return undefined;
+    let rank = jobRank.get(jobId);
+    if (rank === undefined) jobRank.set(jobId, (rank = jobRank.size));
+    return rank;
+  };
+  const newestEnded = new Map<string, number>();
+  /** Per `label job`: its latest attempt or retry (what a job still awaited is doing). */
+  const lastTry = new Map<string, TimelineEntry>();
+  let fannedOut = false;
   const await_ = (label: string, jobId: string | undefined) => {
     if (jobId === undefined || endedJobs.has(`${label} ${jobId}`)) return;
     let jobs = awaiting.get(label);
@@ -1261,6 +1283,8 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
       continue;
     }
     if (e.event === 'fanned-out') {
+      fannedOut = true;
+      rankOf(e.jobId);
       delete summary.fanOutFailed;
       for (const sink of e.sinks ?? []) {
         const endpoints = e.endpoints?.[sink];
@@ -1291,6 +1315,8 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
       continue;
     }
     const label = sinkLabel(e);
+    const rank = rankOf(e.jobId);
+    const superseded = rank !== undefined && rank < (newestEnded.get(label) ?? -1);
     // An attempt that lost its job's lock (its worker stalled: the job was taken over and finished
     // by another) may end after the one that finished the job, with the same attempt number — a
     // failure the queue never took (its lock had passed). A new attempt of the job counts higher.
@@ -1305,13 +1331,19 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     // A dead letter retried by an operator: a new round, whose attempts count from 1 again.
     if (e.event === 'retried') ended.delete(label);
     if (e.event === 'done' || e.event === 'skipped' || e.event === 'dead-lettered') {
-      ended.set(label, { jobId: e.jobId, attempt: e.attempt ?? 0 });
       if (e.jobId !== undefined)
         for (const key of [label, e.sink]) {
           awaiting.get(key)?.delete(e.jobId);
           endedJobs.add(`${key} ${e.jobId}`);
         }
+      if (!superseded) {
+        ended.set(label, { jobId: e.jobId, attempt: e.attempt ?? 0 });
+        if (rank !== undefined) newestEnded.set(label, rank);
+      }
     }
+    // An older revision's job, after a newer one ended here: kept in the timeline, not the sink's state.
+    if (superseded) continue;
+    if ((e.event === 'attempt' || e.event === 'retry') && e.jobId !== undefined) lastTry.set(`${label} ${e.jobId}`, e);
     if (e.endpoint && summary.sinks[e.sink] === 'pending') delete summary.sinks[e.sink];
     const status: SinkStatus | undefined =
       e.event === 'attempt'
@@ -1351,10 +1383,22 @@ export function summarize(id: string, entries: readonly TimelineEntry[]): CallSu
     const dot = label.indexOf('.');
     const waiting = [...(awaiting.get(label) ?? []), ...(dot === -1 ? [] : (awaiting.get(label.slice(0, dot)) ?? []))];
     if (waiting.length === 0) continue;
+    const job = waiting.at(-1)!;
+    // That job retrying (it failed before the older one ended): retrying, with its reason and next attempt.
+    const last = lastTry.get(`${label} ${job}`);
+    if (last?.event === 'retry') {
+      summary.sinks[label] = last.paused ? 'paused' : 'retrying';
+      summary.reasons[label] =
+        `job ${job} of the call (an update): ${last.reason ?? 'retrying'}; the last one ${state}`;
+      if (last.nextAt !== undefined && !last.paused) (summary.nextAt ??= {})[label] = last.nextAt;
+      continue;
+    }
     summary.sinks[label] = 'pending';
-    summary.reasons[label] = `job ${waiting.at(-1)} of the call waits for it (an update); the last one ${state}`;
+    summary.reasons[label] = `job ${job} of the call waits for it (an update); the last one ${state}`;
   }
   if (summary.nextAt && Object.keys(summary.nextAt).length === 0) delete summary.nextAt;
+  if (!fannedOut && !summary.fanOutFailed && Object.keys(summary.sinks).length === 0 && summary.receivedAt !== null)
+    summary.fanOutPending = true;
   return summary;
 }
 
@@ -1450,7 +1494,9 @@ function matches(summary: CallSummary, query: CallQuery, until: number): boolean
   if (query.status !== undefined) {
     const wanted = query.status === 'pending' ? ['pending', 'retrying', 'paused'] : [query.status];
     // A failed fan-out is the call's failure (no sink got a job).
-    const fanOut = query.sink === undefined && summary.fanOutFailed && query.status === 'failed';
+    const fanOut =
+      query.sink === undefined &&
+      ((summary.fanOutFailed && query.status === 'failed') || (summary.fanOutPending && query.status === 'pending'));
     if (!fanOut && !states.some(([, state]) => wanted.includes(state))) return false;
   }
   return true;

@@ -181,6 +181,97 @@ test('summarize: a sink is pending while a job it was given has not ended; a fan
   );
 });
 
+test("summarize: an older revision's job ending after the newer one's does not stand for the sink", () => {
+  const first = 'c0ffee00c0ffee00c0ffee00c0ffee00';
+  const update = `${first}-u2`;
+  const sink = { sink: 'archive' };
+  const fanned = (jobId: string, at: number): TimelineEntry => ({
+    at,
+    event: 'fanned-out',
+    jobId,
+    routes: ['#1'],
+    sinks: ['archive'],
+  });
+  const retrying: TimelineEntry[] = [
+    fanned(first, 1),
+    { at: 2, event: 'attempt', ...sink, jobId: first, attempt: 1 },
+    { at: 3, event: 'retry', ...sink, jobId: first, attempt: 1, kind: 'transient', reason: '503', nextAt: 100 },
+    fanned(update, 4),
+    { at: 5, event: 'attempt', ...sink, jobId: update, attempt: 1 },
+  ];
+  const updateFailed: TimelineEntry = {
+    at: 6,
+    event: 'dead-lettered',
+    ...sink,
+    jobId: update,
+    attempt: 1,
+    kind: 'permanent',
+    reason: '400 field too long',
+  };
+  const firstRetryAgain: TimelineEntry[] = [
+    { at: 7, event: 'attempt', ...sink, jobId: first, attempt: 2 },
+    { at: 8, event: 'retry', ...sink, jobId: first, attempt: 2, kind: 'transient', reason: '503', nextAt: 200 },
+  ];
+  const firstDone: TimelineEntry[] = [
+    { at: 9, event: 'attempt', ...sink, jobId: first, attempt: 3 },
+    { at: 10, event: 'done', ...sink, jobId: first, attempt: 3 },
+  ];
+  // The update (the newest content) was dead-lettered: the first revision's later retries and its
+  // success do not hide that (before: "done", no reason, not found by --status failed).
+  const failed = summarize('x', [...retrying, updateFailed, ...firstRetryAgain, ...firstDone]);
+  assert.equal(failed.sinks.archive, 'failed');
+  assert.equal(failed.reasons.archive, '400 field too long');
+  assert.equal(failed.nextAt, undefined);
+  // Its dead letter retried by an operator: a new round of the update, the first's outcome still not its.
+  const retried: TimelineEntry = { at: 11, event: 'retried', ...sink, jobId: update };
+  assert.equal(summarize('x', [...retrying, updateFailed, retried, ...firstDone]).sinks.archive, 'pending');
+  // The update done first, the first revision's job then done or skipped (superseded): done.
+  const updateDone: TimelineEntry = { at: 6, event: 'done', ...sink, jobId: update, attempt: 1 };
+  assert.equal(summarize('x', [...retrying, updateDone, ...firstDone]).sinks.archive, 'done');
+  const firstSkipped: TimelineEntry = {
+    at: 10,
+    event: 'skipped',
+    ...sink,
+    jobId: first,
+    attempt: 3,
+    skip: 'newer-revision',
+    reason: 'a newer revision is delivered',
+  };
+  const done = summarize('x', [...retrying, updateDone, firstSkipped]);
+  assert.equal(done.sinks.archive, 'done');
+  assert.equal(done.reasons.archive, undefined);
+  // Without the update's outcome yet, the first revision's done leaves the sink waiting for the update (as before).
+  assert.equal(summarize('x', [...retrying, ...firstDone]).sinks.archive, 'pending');
+  // The update retrying when the first revision's job ends: retrying, with the update's next attempt and reason.
+  const updateRetry: TimelineEntry = {
+    at: 6,
+    event: 'retry',
+    ...sink,
+    jobId: update,
+    attempt: 1,
+    kind: 'transient',
+    reason: '502 bad gateway',
+    nextAt: 300,
+  };
+  const waiting = summarize('x', [...retrying, updateRetry, ...firstDone]);
+  assert.equal(waiting.sinks.archive, 'retrying');
+  assert.deepEqual(waiting.nextAt, { archive: 300 });
+  assert.match(
+    waiting.reasons.archive ?? '',
+    /^job c0ffee00c0ffee00c0ffee00c0ffee00-u2 of the call \(an update\): 502 bad gateway; the last one done$/,
+  );
+});
+
+test('summarize: a call received and not fanned out yet waits for its fan-out', () => {
+  const received: TimelineEntry = { at: 1, event: 'received', callId: 'c1', source: 'ai-agent', jobId: 'j1' };
+  assert.equal(summarize('x', [received]).fanOutPending, true);
+  const fanned: TimelineEntry = { at: 2, event: 'fanned-out', jobId: 'j1', routes: [], sinks: [] };
+  // Fanned out to no sink (no route matched), or its fan-out dead-lettered: not waiting.
+  assert.equal(summarize('x', [received, fanned]).fanOutPending, undefined);
+  const failed: TimelineEntry = { at: 2, event: 'dead-lettered', jobId: 'j1', reason: 'unreadable' };
+  assert.equal(summarize('x', [received, failed]).fanOutPending, undefined);
+});
+
 /** Fails as Redis failing under the job does (a write refused: OOM) while `redisFull`; then done. */
 class RedisFullSink implements Sink {
   readonly type = 'archive';

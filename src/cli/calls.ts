@@ -91,6 +91,7 @@ function sinkColumn(summary: CallSummary): string {
   return (
     [
       ...(summary.fanOutFailed ? ['fan-out:failed'] : []),
+      ...(summary.fanOutPending ? ['fan-out:pending'] : []),
       ...Object.entries(summary.sinks).map(
         ([sink, state]) => `${sink}:${state}${summary.unconfigured?.[sink] ? '*' : ''}`,
       ),
@@ -189,6 +190,10 @@ async function printCall(
         printable(
           `note: its fan-out failed, no sink got a job (${s.fanOutFailed.reason}): it is an inbound dead letter — callsync dlq retry --queue inbound --id ${s.fanOutFailed.jobId} fans it out again`,
         ),
+      );
+    if (s.fanOutPending)
+      io.out(
+        'note: not fanned out yet — it waits in the inbound log for a worker (is one running? the metric callsync_inbound_log_entries counts the calls waiting); its sinks get their jobs then',
       );
     for (const sink of Object.keys(s.unconfigured ?? {}))
       io.out(printable(`note: ${s.reasons[sink]} (docs/operations.md, "A sink taken out of the configuration")`));

@@ -62,7 +62,11 @@ function chips(summary: CallSummary) {
   const sinks = Object.entries(summary.sinks);
   const fanOut = summary.fanOutFailed
     ? html`<span class="chip failed" data-fan-out title="${summary.fanOutFailed.reason}">fan-out: failed</span>`
-    : '';
+    : summary.fanOutPending
+      ? html`<span class="chip pending" data-fan-out title="waits in the inbound log for a worker's fan-out"
+          >fan-out: pending</span
+        >`
+      : '';
   if (sinks.length === 0) return fanOut || html`<span class="chip">no sink</span>`;
   return [
     fanOut,
