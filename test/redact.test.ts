@@ -128,6 +128,16 @@ describe('numberFinder (`callsync forget`): the number with invisible format cha
     assert.equal(toE164('\u200e+49 170 1234567\u200e'), '+491701234567');
     assert.equal(toE164('\u202a+٤٩ ١٧٠ ١٢٣٤٥٦٧\u202c'), '+491701234567');
   });
+
+  test('toE164 reads no country code into a number written nationally (an area code in brackets, a trunk 0)', () => {
+    for (const national of ['(201) 555-0123', ' ( 201 ) 555 0123', '(030) 1234567', 'tel:(201)555-0123', '030 1234567'])
+      assert.equal(toE164(national), null, national);
+    // With its country code it is E.164, brackets or not; digits alone are E.164 without the `+`.
+    assert.equal(toE164('+1 (201) 555-0123'), '+12015550123');
+    assert.equal(toE164('+49 (30) 1234567'), '+49301234567');
+    assert.equal(toE164('12015550123'), '+12015550123');
+    assert.equal(toE164('4930 1234567'), '+49301234567');
+  });
 });
 
 describe('redactRemoteText: what is clearly not a phone number stays readable', () => {

@@ -2,21 +2,26 @@
 import { asciiDigits } from '../redact.js';
 import { phoneLib } from './libphonenumber.js';
 
+/** A number that starts with its area code in brackets (`(201) 555-0123`): written nationally. */
+const NATIONAL_AREA_CODE = /^\s*\(\s*\d/;
 const ANONYMOUS = /^(<?unknown>?|anonymous|anonym|private|restricted|withheld|unavailable|null)$/i;
 
 /**
  * `+49 211 6355340`, `0049 2116355340`, `492116355340` -> `+492116355340`; the digits of any script
  * read as digits (`+٤٩ ٢١١…` from an Arabic phone, full-width `＋４９…`).
  * Anonymous markers, internal extensions and national numbers without a country code -> null
- * (the raw value is kept beside it in the canonical record).
+ * (the raw value is kept beside it in the canonical record): a leading trunk `0` (`030 1234567`),
+ * or an area code in brackets first (`(201) 555-0123`, `(030) 1234567`) — written nationally, so its
+ * digits are no country code (read as E.164, `(201) 555-0123` was `+2015550123`, a number in Egypt;
+ * the CRM sinks read it in their region, and `forget` finds it by its national form).
  */
 export function toE164(raw: string | null | undefined): string | null {
   if (raw === null || raw === undefined) return null;
   const trimmed = raw.trim();
   if (trimmed === '' || ANONYMOUS.test(trimmed)) return null;
-  let s = asciiDigits(trimmed)
-    .replace(/^tel:/i, '')
-    .replace(/[\s\-()./]/g, '');
+  const ascii = asciiDigits(trimmed).replace(/^tel:/i, '');
+  if (NATIONAL_AREA_CODE.test(ascii)) return null;
+  let s = ascii.replace(/[\s\-()./]/g, '');
   if (s.startsWith('00')) s = `+${s.slice(2)}`;
   if (/^\+[1-9]\d{6,14}$/.test(s)) return s;
   if (/^[1-9]\d{7,14}$/.test(s)) return `+${s}`;
