@@ -83,6 +83,13 @@ describe('dashboard: the Calls page', () => {
     assert.equal(replay.status, 200, await replay.clone().text());
     const { replayed } = (await replay.json()) as { replayed: { jobId: string } };
     assert.match(replayed.jobId, /^[0-9a-f]{32}-replay-/);
+    // With the call's job's retry policy and retention, not BullMQ's one attempt kept for ever.
+    const archive = cs.operations.queues.find((q) => q.name === 'sink-archive')!;
+    const original = await archive.getJob(callHash('ai-agent:agent-1:ok-page-1'));
+    const replayJob = await archive.getJob(replayed.jobId);
+    for (const option of ['attempts', 'backoff', 'removeOnComplete', 'removeOnFail'] as const)
+      assert.deepEqual(replayJob?.opts[option], original?.opts[option], `the replay's ${option}`);
+    assert.ok((replayJob?.opts.attempts ?? 1) > 1, 'retried on a failure');
     await waitFor(() => sink.delivered.filter((id) => id === 'ok-page-1').length === 2, {
       what: 'the replay delivered',
     });

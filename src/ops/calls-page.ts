@@ -542,7 +542,11 @@ ${waiting ? 'setTimeout(() => location.reload(), 1500);' : ''}`;
         404,
       );
     const replayId = `${last.jobId!.slice(0, 32)}-replay-${Date.now().toString(36)}`;
-    await queue.add(job.name, job.data, { jobId: replayId });
+    // The job's own retry policy and retention (a sink's own `retry`, JOB_ATTEMPTS, how long done
+    // and dead jobs are kept): this page's queue handles have none, and a job added with none had
+    // one attempt — a remote's hiccup was a dead letter — and stayed in Redis when done.
+    const { attempts, backoff, removeOnComplete, removeOnFail } = job.opts;
+    await queue.add(job.name, job.data, { attempts, backoff, removeOnComplete, removeOnFail, jobId: replayId });
     return c.json({ replayed: { sink, queue: queue.name, jobId: replayId } });
   });
 
