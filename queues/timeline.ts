@@ -304,7 +304,8 @@ export interface CallTimelineOptions {
 }
 
 /**
- * The webhooks refused with their call id readable (a sorted set by time: see CallTimeline.refused);
+ * The webhooks refused, and the channel events the poller dead-lettered, with their call id readable
+ * (a sorted set by time: see CallTimeline.refused);
  * the retention sweeper trims it too (src/privacy/retention.ts).
  */
 export const refusedCallsKey = (keys: RedisKeys): string => `${keys.area('calls')}:calls:refused`;
@@ -316,16 +317,22 @@ export const refusedCallsKey = (keys: RedisKeys): string => `${keys.area('calls'
 export const MAX_REFUSALS = 10_000;
 
 /**
- * A webhook refused (4xx) whose call id could be read: what `callsync call <callId>` shows for a
- * call the platform sent and callsync did not take. No phone number or text of the body: the
- * detail and pointer as logged (quoted values left out, digit runs masked).
+ * A webhook refused (4xx), or a channel event the poller dead-lettered, whose call id could be
+ * read: what `callsync call <callId>` shows for a call the platform sent and callsync did not take.
+ * No phone number or text of the body: the detail and pointer as logged (quoted values left out,
+ * digit runs masked).
  */
 export interface Refusal {
   at: number;
   /** The call id as sent; null when it could not be read (a body refused for it, or not JSON). */
   callId: string | null;
+  /** The webhook's source (`ai-agent`, `push`), or `channel`: an event the poller read. */
   source: string;
-  status: number;
+  /**
+   * The HTTP status answered; a channel event had no answer: where its dead letter is,
+   * `dead letter in poll-dead-letters, id <job id>` (`callsync dlq list --queue poll-dead-letters --id <job id>`).
+   */
+  status: number | `dead letter in ${string}`;
   pointer: string;
   detail: string;
   requestId?: string;

@@ -24,6 +24,7 @@ import { callHash, type CanonicalCall } from '../src/model/call.js';
 import {
   ChannelEventError,
   parseChannelEvent,
+  sentCallSid,
   toCanonical,
   type UnreadChannelField,
 } from '../src/model/channel-event.js';
@@ -34,6 +35,8 @@ import { TelephonyApiError } from '../src/telephony/errors.js';
 import type { TelephonyClient } from '../src/telephony/types.js';
 import type { PollerSettings } from '../src/config/index.js';
 import { asKeys, JobName, POLL_DEAD_LETTER_QUEUE, type PollDeadLetterJob, type RedisKeys } from '../queues/index.js';
+import type { CallTimeline } from '../queues/timeline.js';
+import { logSafePointer, refusalDetail } from '../src/ingress/log-safe.js';
 import {
   cursorKey,
   lockKey,
@@ -626,8 +629,61 @@ class QueuePollDeadLetters implements PollDeadLetters {
   }
 }
 
-/** Processor of the poll-dead-letters queue: queue the event if it can now be read, else dead-letter it with the reason. */
-function createPollDeadLetterProcessor(acceptor: PollAcceptor, now: () => Date = () => new Date()) {
+/** A dotted field path of a ChannelEventError (`call.direction`, `(event)`) as a JSON pointer (`/call/direction`, `/`). */
+function fieldPointer(field: string | undefined): string {
+  if (field === undefined || field === '(event)') return '/';
+  return `/${field
+    .split('.')
+    .map((key) => key.replace(/~/g, '~0').replace(/\//g, '~1'))
+    .join('/')}`;
+}
+
+/** Where the refusals of dead-lettered events are kept, and where a failure to keep one is logged. */
+interface DeadLetterRefusals {
+  refusals: Pick<CallTimeline, 'refused'>;
+  log: Logger;
+}
+
+/**
+ * Keeps the refusal of a channel event dead-lettered as job `jobId` under its call id
+ * (`call.callSid`), when that can be read: `callsync call <callSid>`, /api/calls/<callSid> and the
+ * Calls page then say why the call is missing, as for a refused webhook. No HTTP status: the status
+ * says where the dead letter is. Never throws, never waited for: the dead letter is kept whatever
+ * this does.
+ */
+function keepRefusal(
+  kept: DeadLetterRefusals,
+  jobId: string,
+  event: unknown,
+  reason: string,
+  err: ChannelEventError,
+  at: number,
+): void {
+  try {
+    const callId = sentCallSid(event);
+    if (callId === null) return;
+    kept.refusals.refused({
+      at,
+      callId,
+      source: 'channel',
+      status: `dead letter in ${POLL_DEAD_LETTER_QUEUE}, id ${jobId}`,
+      pointer: logSafePointer(fieldPointer(err.fields[0])) ?? '/',
+      detail: refusalDetail(reason),
+    });
+  } catch (failure) {
+    kept.log.warn({ err: failure, jobId }, 'refusal of a dead-lettered channel event not kept');
+  }
+}
+
+/**
+ * Processor of the poll-dead-letters queue: queue the event if it can now be read, else dead-letter
+ * it with the reason (and keep its refusal under its call id, with `kept`).
+ */
+function createPollDeadLetterProcessor(
+  acceptor: PollAcceptor,
+  now: () => Date = () => new Date(),
+  kept?: DeadLetterRefusals,
+) {
   return async function reprocessChannelEvent(job: Job<PollDeadLetterJob>): Promise<{ status: string; id?: string }> {
     const { channelId, event } = job.data;
     let parsed;
@@ -638,7 +694,11 @@ function createPollDeadLetterProcessor(acceptor: PollAcceptor, now: () => Date =
       const result = await acceptor.accept(call);
       return { status: result.duplicate ? 'duplicate' : 'queued', id: result.id };
     } catch (err) {
-      if (err instanceof ChannelEventError) throw new UnprocessableJobError(`channel ${channelId}: ${err.message}`);
+      if (err instanceof ChannelEventError) {
+        const reason = `channel ${channelId}: ${err.message}`;
+        if (kept) keepRefusal(kept, job.id ?? deadLetterJobId(channelId, event), event, reason, err, now().getTime());
+        throw new UnprocessableJobError(reason);
+      }
       throw err;
     }
   };
@@ -664,6 +724,11 @@ export interface StartPollerOptions {
   events?: PollerEvents;
   now?: () => Date;
   instanceId?: string;
+  /**
+   * Where the refusals of dead-lettered events whose call id can be read are kept (the call
+   * timelines', as the ingress keeps a refused webhook's); absent: nowhere.
+   */
+  refusals?: Pick<CallTimeline, 'refused'>;
 }
 
 export interface RunningPoller {
@@ -687,7 +752,11 @@ export function startPoller(options: StartPollerOptions): RunningPoller {
   deadLetterQueue.on('error', (err) => logRepeated(log, 'error', 'queue error', 'poll-dead-letters', err));
   const deadLetterWorker = runWorker<PollDeadLetterJob>(
     POLL_DEAD_LETTER_QUEUE,
-    createPollDeadLetterProcessor(options.acceptor, options.now),
+    createPollDeadLetterProcessor(
+      options.acceptor,
+      options.now,
+      options.refusals ? { refusals: options.refusals, log } : undefined,
+    ),
     {
       ...options.runner,
       concurrency: 1,

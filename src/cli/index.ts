@@ -42,7 +42,7 @@ Commands:
   calls --since 2h [--until T] [--sink S] [--status failed|skipped|pending|retrying|paused|done] [--number N] [--limit N] [--json]
                                              list the calls of a time range with each sink's state
   refused --since 2h [--until T] [--limit N] [--json]
-                                             the webhooks refused (4xx) in a time range, by call id, and why
+                                             the webhooks refused (4xx) and channel events dead-lettered, by call id, and why
   poller [--json]                            each polled channel: who polls it, its state, cursor and last poll
   send-sample [--url URL] [--from N] [--to N] [--direction in|out] [--outcome O]
                                              post a sample call to a running callsync

@@ -22,6 +22,7 @@ import { ApiError, errorBody, problemsBody, WHOLE_REQUEST, type Problem } from '
 import { BODY_BUDGET_BYTES, bodyBudget } from './middleware/body-budget.js';
 import { ipAllow } from './middleware/ip-allow.js';
 import { jsonBody } from './middleware/json-body.js';
+import { logSafeDetail, logSafePointer, refusalDetail } from './log-safe.js';
 import { jsonLimits } from './middleware/json-limits.js';
 import { readBody } from './middleware/read-body.js';
 import { sharedSecret } from './middleware/shared-secret.js';
@@ -86,37 +87,6 @@ function listed(problems: Problem[]): Problem[] {
  */
 function shortId(id: string | null): string | null {
   return id === null || id.length <= 200 ? id : `${id.slice(0, 200)}… (${id.length} characters)`;
-}
-
-/**
- * A refusal's detail fit for the logs: quoted text (values from the payload, JSON.parse's snippet
- * of the body) becomes "…", so no payload text or phone number reaches a log line.
- */
-function logSafeDetail(detail: string): string {
-  return detail
-    .replace(/"[^]*"/g, '"…"')
-    .replace(/'[^']*'/g, "'…'")
-    .slice(0, 300);
-}
-
-/** Characters of a JSON pointer written to a log line. */
-const MAX_LOGGED_POINTER = 200;
-
-/**
- * A pointer fit for the logs: it is made of the sender's keys, which may be phone numbers or
- * sentences. Each segment's digit runs are masked (maskDigitRuns), a segment with whitespace
- * becomes `…`, and the pointer is cut to 200 characters. The answer to the sender keeps it whole.
- */
-function logSafePointer(pointer: string | undefined): string | undefined {
-  if (pointer === undefined) return undefined;
-  const safe = pointer
-    .split('/')
-    .map((segment) => {
-      const key = segment.replace(/~1/g, '/').replace(/~0/g, '~');
-      return /\s/.test(key) ? '…' : maskDigitRuns(key).replace(/~/g, '~0').replace(/\//g, '~1');
-    })
-    .join('/');
-  return safe.length <= MAX_LOGGED_POINTER ? safe : `${safe.slice(0, MAX_LOGGED_POINTER - 1)}…`;
 }
 
 /** Unread fields already logged by this process: each is logged once (the metric counts every one). */
@@ -358,7 +328,7 @@ export function createIngressApp(deps: IngressDeps): Hono {
           status: err.status,
           pointer: logSafePointer(err.pointer) ?? '/',
           // As logged, and no digit run a number could hide in (a detail may quote the sender's values).
-          detail: maskDigitRuns(logSafeDetail(err.message)),
+          detail: refusalDetail(err.message),
           ...(c.get('requestId') ? { requestId: c.get('requestId') } : {}),
         });
       return c.json(problemsBody(err.status, problems), err.status, err.headers);

@@ -239,6 +239,18 @@ export function parseChannelEvent(raw: unknown): ChannelEventParse {
   return { kind: 'call', event, call, unread: read.unread };
 }
 
+/**
+ * The call id (`call.callSid`) of an event that may not parse, as parseChannelEvent would read it;
+ * null when it cannot be read, or for an event of a type other than CALL. The poller keeps a
+ * dead-lettered event's refusal under it (workers/poller.ts).
+ */
+export function sentCallSid(raw: unknown): string | null {
+  if (!isObject(raw)) return null;
+  if (typeof raw.type === 'string' && raw.type !== '' && raw.type.toUpperCase() !== 'CALL') return null;
+  const callSid = isObject(raw.call) ? raw.call.callSid : undefined;
+  return typeof callSid === 'string' && callSid !== '' ? callSid : null;
+}
+
 export interface NormalizeOptions {
   /** The channel whose inbox the event came from; used when `call.channelId` is absent, and in the key. */
   channelId?: string;

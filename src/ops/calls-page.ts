@@ -282,14 +282,15 @@ export function callsPage(options: CallsPageOptions): Hono {
               <p>
                 ${
                   inRange
-                    ? html`Webhooks of this range answered with an error (never stored), newest
+                    ? html`Webhooks of this range answered with an error, and channel events the poller dead-lettered
+                      (never stored), newest
                       first${
                         refusedTotal > refused.length
                           ? html`, the newest ${refused.length} of
                             ${refusedTotal}${refused.length < 1000 ? html` (${upTo1000(values)})` : ''}`
                           : ''
                       }:`
-                    : 'Webhooks with this call id answered with an error (never stored), newest first:'
+                    : 'Webhooks with this call id answered with an error, and its channel events the poller dead-lettered (never stored), newest first:'
                 }
               </p>
               <table id="refused">

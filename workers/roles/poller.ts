@@ -40,6 +40,8 @@ export function startPollerRole({
     runner: { ...runner, concurrency: 1 },
     events: pollerMetrics(),
     now: options.now,
+    // A dead-lettered event whose call id can be read: kept as a refusal under it (`callsync call`).
+    refusals: timelines.producer,
   });
   log.info({ channels: config.poll.channelIds.length }, 'poller started');
   return {
