@@ -1599,10 +1599,15 @@ const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|
  */
 function parseSince(text: string, now: number = Date.now()): number | null {
   const duration = parseDuration(text);
-  if (duration !== null) return now - duration;
+  // Longer ago than 1970 is all there is (`99999999999d` was a time no Date can hold).
+  if (duration !== null) return Math.max(0, now - duration);
   if (!ISO_TIME.test(text.trim())) return null;
   const at = Date.parse(text.trim());
-  return Number.isNaN(at) ? null : at;
+  if (Number.isNaN(at)) return null;
+  // A day the month does not have (`2026-02-30`) is refused, not read as another (March 2).
+  const [year, month, day] = text.trim().slice(0, 10).split('-').map(Number) as [number, number, number];
+  const date = new Date(Date.UTC(year, month - 1, day));
+  return date.getUTCMonth() === month - 1 && date.getUTCDate() === day ? at : null;
 }
 
 /** One line of detail for an entry (tables: the CLI, the dashboard). */

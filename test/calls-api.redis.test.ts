@@ -132,6 +132,10 @@ describe('GET /api/calls', () => {
       ['since=1h&until=-1', '/query/until'],
       ['since=1h&until=2h', '/query/until'],
       ['since=2026-10-02T00:00:00Z&until=2026-10-01T00:00:00Z', '/query/until'],
+      // A day the month does not have: not read as March 2 (Date.parse does), nor the 31st of April as May 1.
+      ['since=2026-02-30', '/query/since'],
+      ['since=2026-04-31T10:00:00Z', '/query/since'],
+      ['since=2026-01-01&until=2026-02-29', '/query/until'],
     ] as const) {
       const res = await get(`/api/calls?${query}`);
       assert.equal(res.status, 400, query);
@@ -140,7 +144,14 @@ describe('GET /api/calls', () => {
       assert.equal(problem.errors[0]!.source.pointer, pointer, query);
     }
     // A day or a time with its zone still works, and so does a duration.
-    for (const query of ['since=2026-01-01', 'since=2026-01-01T00:00:00Z&until=1s', 'since=2h&until=1h'])
+    for (const query of [
+      'since=2026-01-01',
+      'since=2026-01-01T00:00:00Z&until=1s',
+      'since=2h&until=1h',
+      'since=2024-02-29',
+      // Longer ago than there is time: from 1970 (it was a time no Date can hold).
+      'since=99999999999d',
+    ])
       assert.equal((await get(`/api/calls?${query}`)).status, 200, query);
   });
 });
