@@ -7,7 +7,9 @@
  * which call it is. What goes first are the oldest sink attempts and retries that a later entry of the
  * same sink (or endpoint) superseded: a sink down for hours (a 429 again and again, two entries per
  * wait) then drops its own history, not the fan-out (which sinks the call was routed to) nor the
- * other sinks' outcomes. Only when those are not enough go the oldest entries, whatever they are (one
+ * other sinks' outcomes; so do the receipts of duplicates but the newest (a sender resending one call
+ * hundreds of times fills the list with them: the fan-out and the outcomes stay). Only when those are
+ * not enough go the oldest entries, whatever they are (one
  * LTRIM, as before, and the receipt pushed back). Decodes the entries only when over the cap.
  * Shared by every script that appends to a timeline: queues/timeline.ts, the inbound log's append
  * (queues/inbound.ts), the sink state's release and marker scripts (src/state/kv.ts).
@@ -18,13 +20,16 @@ local function trimKeepingReceipt(list, max)
   local entries = redis.call('LRANGE', list, 0, -1)
   local over = #entries - max
   if over <= 0 then return end
-  local superseded, later = {}, {}
+  local superseded, later, laterDuplicate = {}, {}, false
   for i = #entries, 2, -1 do
     local ok, e = pcall(cjson.decode, entries[i])
     if ok and type(e) == 'table' and type(e.sink) == 'string' then
       local label = e.sink .. '.' .. (type(e.endpoint) == 'string' and e.endpoint or '')
       if (e.event == 'attempt' or e.event == 'retry') and later[label] then superseded[i] = true end
       later[label] = true
+    elseif ok and type(e) == 'table' and e.event == 'received' and e.revision == 'duplicate' then
+      if laterDuplicate then superseded[i] = true end
+      laterDuplicate = true
     end
   end
   local drop, dropped = {}, 0

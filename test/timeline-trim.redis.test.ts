@@ -153,4 +153,30 @@ describe('the timeline cap', () => {
     const requestIds = (await redis.lrange(key, 0, -1)).map((t) => (JSON.parse(t) as { requestId: string }).requestId);
     assert.deepEqual(requestIds, ['r-0', 'r-3', 'r-4', 'r-5']);
   });
+
+  test('a flood of duplicates drops its own older receipts, not the fan-out and the outcomes', async () => {
+    const acceptor = new InboundAcceptor(new InboundLog(redis, keys), {
+      dedupeWindowMs: 60_000,
+      timeoutMs: 5000,
+      timeline,
+      timelineConnection: redis,
+    });
+    const call = () => sampleCall('tl-trim-duplicates');
+    await acceptor.accept(call(), { requestId: 'r-0' });
+    const id = timelineId(call());
+    const key = timeline.key(id);
+    await waitFor(async () => ((await redis.llen(key)) === 1 ? true : null), { what: 'the first entry' });
+    await timeline.fannedOut(call(), { jobId: id, routes: ['r'], sinks: ['archive'] });
+    await timeline.append(id, { event: 'done', sink: 'archive', jobId: id, attempt: 1 });
+    // The platform resends the call again and again: each a duplicate, its receipt in the timeline.
+    for (let i = 1; i <= 3 * MAX; i++) await acceptor.accept(call(), { requestId: `r-${i}` });
+    const entries = await timeline.read(id);
+    assert.deepEqual(
+      entries.map((e) => `${e.event}${e.requestId ? ` ${e.requestId}` : ''}`),
+      ['received r-0', 'fanned-out', 'done', `received r-${3 * MAX}`],
+    );
+    const summary = timeline.summarize(id, entries);
+    assert.deepEqual(summary.sinks, { archive: 'done' });
+    assert.equal(summary.fanOutPending, undefined);
+  });
 });
