@@ -646,8 +646,8 @@ interface DeadLetterRefusals {
 
 /**
  * Keeps the refusal of a channel event dead-lettered as job `jobId` under its call id
- * (`call.callSid`), when that can be read: `callsync call <callSid>`, /api/calls/<callSid> and the
- * Calls page then say why the call is missing, as for a refused webhook. No HTTP status: the status
+ * (`call.callSid`; null when that cannot be read): `callsync call <callSid>`, /api/calls/<callSid>,
+ * `callsync refused` and the Calls page then say why the call is missing, as for a refused webhook. No HTTP status: the status
  * says where the dead letter is. Never throws, never waited for: the dead letter is kept whatever
  * this does.
  */
@@ -660,8 +660,8 @@ function keepRefusal(
   at: number,
 ): void {
   try {
+    // Without a readable call id it is kept too (as a webhook's is): `callsync refused` lists it.
     const callId = sentCallSid(event);
-    if (callId === null) return;
     kept.refusals.refused({
       at,
       callId,
@@ -725,8 +725,8 @@ export interface StartPollerOptions {
   now?: () => Date;
   instanceId?: string;
   /**
-   * Where the refusals of dead-lettered events whose call id can be read are kept (the call
-   * timelines', as the ingress keeps a refused webhook's); absent: nowhere.
+   * Where the refusals of dead-lettered events are kept (the call timelines', as the ingress keeps a
+   * refused webhook's); absent: nowhere.
    */
   refusals?: Pick<CallTimeline, 'refused'>;
 }

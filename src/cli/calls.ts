@@ -69,8 +69,8 @@ Options:
 Lists the webhooks refused (4xx) in a time range, newest first: when, the call id (- when it could
 not be read), the source, the status, the field and the reason, the request id (the X-Request-Id of
 the answer and of the log line \`webhook refused\`). Nothing of such a call was stored; the platform
-may send it again. Channel events the poller dead-lettered are listed too when their call id could
-be read (source channel; the status names their dead letter in poll-dead-letters). Refusals before
+may send it again. Channel events the poller dead-lettered are listed too (source channel; the
+status names their dead letter in poll-dead-letters). Refusals before
 the sender is known (the allow list, the credentials, a Push API signature) are not kept. Kept
 CALL_TIMELINE_TTL_DAYS, at most the newest 10,000.
 
