@@ -233,12 +233,20 @@ const SEGMENT_HASH_HEX = 16;
  * hash is lower case, so ids that differ only by case still differ on case-insensitive file systems.
  */
 export function callKeySegment(call: Pick<CanonicalCall, 'key' | 'callId'>): string {
-  const readable =
-    call.callId
+  return `${callIdSegment(call.callId)}-${callHash(call.key).slice(0, SEGMENT_HASH_HEX)}`;
+}
+
+/**
+ * The `<readable>` part of a call's segment (`callKeySegment`): what the archive's object names of
+ * every call with this id start with (`forget --call` lists the records by it).
+ */
+export function callIdSegment(callId: string): string {
+  return (
+    callId
       .replace(/[^A-Za-z0-9._-]/g, '_')
       .replace(/^\./, '_')
-      .slice(0, SEGMENT_READABLE_MAX) || '_';
-  return `${readable}-${callHash(call.key).slice(0, SEGMENT_HASH_HEX)}`;
+      .slice(0, SEGMENT_READABLE_MAX) || '_'
+  );
 }
 
 /**

@@ -23,7 +23,7 @@ import type { Logger } from 'pino';
 import type { CountryCode } from 'libphonenumber-js';
 import type { RedisClient } from '../../queues/connection.js';
 import { redisKeys, type RedisKeys } from '../../queues/keys.js';
-import { callHash, callKeySegment, type CanonicalCall } from '../model/call.js';
+import { callHash, callIdSegment, callKeySegment, type CanonicalCall } from '../model/call.js';
 import { numberSpellings } from '../model/phone.js';
 import type { NumberOrCallId } from '../model/number-words.js';
 import { numberFinder } from '../redact.js';
@@ -762,7 +762,8 @@ class Forgetter {
 
   /**
    * The archive's objects of the target: every record (`transcripts/…/*.json`, both layouts) is read
-   * — for a call id only those whose name starts with it — and a matching one names its siblings.
+   * — for a call id only those whose name starts with it as the archive writes it (`callIdSegment`:
+   * a long id cut at 100 characters) — and a matching one (its call id that one) names its siblings.
    */
   private async findInArchive(store: ObjectStore, prefix: string): Promise<Set<string>> {
     const objects = new Set<string>();
@@ -773,10 +774,9 @@ class Forgetter {
     const records = all.filter(
       (k) => isRecord(k) || (k.endsWith('.vcon.json') && !present.has(`${k.slice(0, -'.vcon.json'.length)}.json`)),
     );
-    const readable =
-      this.options.target.kind === 'call'
-        ? this.options.target.callId.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\./, '_')
-        : null;
+    // A call id's records: those named as the archive names its calls (its first 100 characters,
+    // made safe); the call id inside each tells it from another id that begins alike.
+    const readable = this.options.target.kind === 'call' ? callIdSegment(this.options.target.callId) : null;
     for (const key of records) {
       const name = key.slice(key.lastIndexOf('/') + 1);
       if (readable !== null && !name.startsWith(readable)) continue;

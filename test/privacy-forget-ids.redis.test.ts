@@ -1,0 +1,119 @@
+// `callsync forget <call id>` by the names the call's traces are kept under, a day later (the
+// call's delivered jobs swept, so only those names and the archive find it), with a folder archive:
+// - a call id longer than 100 characters: the archive names its objects after the id's first 100
+//   characters (callKeySegment); forget reads those records and erases the call's, and keeps the
+//   call of another id that begins with the same 100 characters.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import type { RedisClient } from '../queues/connection.js';
+import { loadConfig } from '../src/config/index.js';
+import { forget } from '../src/privacy/forget.js';
+import { parseTarget } from '../src/model/number-words.js';
+import { sweepRetention } from '../src/privacy/retention.js';
+import { webhookPayload } from './support/calls.js';
+import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
+import { testRedis, valuesUnder, waitFor } from './support/redis.js';
+
+const DAY_MS = 24 * 3600_000;
+
+interface ArchiveCallsync {
+  cs: TestCallsync;
+  conn: RedisClient;
+  dir: string;
+  env: Record<string, string>;
+  prefix: string;
+}
+
+/** A callsync (test process) whose one sink is the archive folder `<dir>/archive`, in a key prefix of its own. */
+async function startArchiveCallsync(name: string, more: Record<string, string> = {}): Promise<ArchiveCallsync> {
+  const target = await testRedis();
+  const dir = await mkdtemp(join(tmpdir(), `${name}-`));
+  const configPath = join(dir, 'callsync.yaml');
+  await writeFile(
+    configPath,
+    `sinks:\n  local:\n    type: archive\n    dir: ${join(dir, 'archive')}\nroutes:\n  - to: [local]\n`,
+  );
+  const prefix = await target.prefix(name);
+  const env = testEnv(prefix, { ...target.env(), CALLSYNC_CONFIG: configPath, SPOOL_ENABLED: 'false', ...more });
+  const cs = await startTestCallsync(env);
+  return { cs, conn: target.connect(), dir, env, prefix };
+}
+
+async function stopArchiveCallsync(s: ArchiveCallsync | undefined): Promise<void> {
+  await s?.cs.stop();
+  s?.conn.disconnect();
+  if (s?.dir) await rm(s.dir, { recursive: true, force: true });
+}
+
+/** The archive's files (path under `dir`) and their text. */
+async function archived(dir: string): Promise<{ path: string; text: string }[]> {
+  const root = join(dir, 'archive');
+  const out: { path: string; text: string }[] = [];
+  for (const e of await readdir(root, { withFileTypes: true, recursive: true }).catch(() => [])) {
+    if (!e.isFile()) continue;
+    const path = join(e.parentPath, e.name);
+    out.push({ path: path.slice(root.length), text: await readFile(path, 'utf8') });
+  }
+  return out;
+}
+
+/** Forgets `callId` two days later: the retention sweep has removed the call's delivered jobs. */
+async function forgetCallDaysLater(s: ArchiveCallsync, callId: string) {
+  const config = loadConfig(s.env);
+  const log = pino({ level: 'silent' });
+  await sweepRetention(config, s.conn, log, Date.now() + 2 * DAY_MS);
+  return forget(config, s.conn, log, { target: parseTarget(callId, 'DE'), dryRun: false, crm: false });
+}
+
+describe('forget <call id> of more than 100 characters: the archive names the call after the first 100', () => {
+  const LONG = `call-${'x'.repeat(120)}`;
+  const calls = [
+    { id: `${LONG}-a`, from: '+491701234567', said: 'Zanzibar the cat ate my blue invoice on Tuesday.' },
+    { id: `${LONG}-b`, from: '+491761234599', said: 'The parcel for Ulan Bator left on Friday.' },
+  ];
+  let s: ArchiveCallsync | undefined;
+  before(async () => {
+    s = await startArchiveCallsync('forgetlongid');
+  });
+  after(() => stopArchiveCallsync(s));
+
+  test("the call's record, text and vCon go; the call whose id begins with the same 100 characters stays", async () => {
+    const { cs, conn, dir, prefix } = s!;
+    for (const c of calls) {
+      const payload = webhookPayload(c.id, (p) => {
+        p.call.from = c.from;
+        p.assist.transcription.content = `Caller: ${c.said}`;
+        p.assist.transcription.chunks[0].content = c.said;
+      });
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, payload)).status, 202);
+    }
+    await waitFor(async () => (await archived(dir)).length === 6 || null, {
+      what: 'both calls archived (record, text, vCon each)',
+      timeoutMs: 30_000,
+    });
+    const names = (await archived(dir)).map((f) => f.path.slice(f.path.lastIndexOf('/') + 1));
+    assert.ok(
+      names.every((n) => n.startsWith(`${LONG.slice(0, 100)}-`)),
+      `both named after the first 100 characters: ${names.join(', ')}`,
+    );
+
+    const receipt = await forgetCallDaysLater(s!, calls[0]!.id);
+    assert.equal(receipt.stores['archive objects (folder)'], 3, JSON.stringify(receipt));
+    const [gone, kept] = calls as [(typeof calls)[0], (typeof calls)[0]];
+    const mentions = (text: string, c: typeof gone) =>
+      text.includes(JSON.stringify(c.id)) || text.includes(c.said) || text.includes(c.from);
+    const files = await archived(dir);
+    assert.deepEqual(
+      files.filter((f) => mentions(f.text, gone)).map((f) => f.path),
+      [],
+      'nothing of the call in the archive',
+    );
+    assert.equal(files.filter((f) => mentions(f.text, kept)).length, 3, "the other call's objects stay");
+    const left = (await valuesUnder(conn, prefix)).filter((v) => mentions(v.text, gone)).map((v) => v.where);
+    assert.deepEqual(left, [], 'nothing of the call in Redis');
+  });
+});
