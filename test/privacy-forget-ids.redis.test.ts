@@ -3,6 +3,8 @@
 // - a call id longer than 100 characters: the archive names its objects after the id's first 100
 //   characters (callKeySegment); forget reads those records and erases the call's, and keeps the
 //   call of another id that begins with the same 100 characters.
+// - a Push API call id holding `:` (`pbx:4711`): the keys named after the call id (`…:push-seen:pbx:4711`,
+//   `…:push:…`, `…:calls:id:…`) go, those of `pbx:47111` stay.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
@@ -16,7 +18,9 @@ import { parseTarget } from '../src/model/number-words.js';
 import { sweepRetention } from '../src/privacy/retention.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
+import { hangup, newCall } from './support/fake-push.js';
 import { testRedis, valuesUnder, waitFor } from './support/redis.js';
+import { scanKeys } from '../queues/scan.js';
 
 const DAY_MS = 24 * 3600_000;
 
@@ -115,5 +119,56 @@ describe('forget <call id> of more than 100 characters: the archive names the ca
     assert.equal(files.filter((f) => mentions(f.text, kept)).length, 3, "the other call's objects stay");
     const left = (await valuesUnder(conn, prefix)).filter((v) => mentions(v.text, gone)).map((v) => v.where);
     assert.deepEqual(left, [], 'nothing of the call in Redis');
+  });
+});
+
+describe('forget <call id> of a Push API call whose id holds `:`', () => {
+  let s: ArchiveCallsync | undefined;
+  before(async () => {
+    s = await startArchiveCallsync('forgetpushcolon', { PUSH_API_VERIFY: 'false' });
+  });
+  after(() => stopArchiveCallsync(s));
+
+  test('the keys named after the call id go; those of an id it begins (pbx:47111) stay', async () => {
+    const { cs, conn, dir, prefix } = s!;
+    const push = (body: string) =>
+      fetch(`${cs.url}/webhooks/push`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body,
+      });
+    const [gone, kept] = ['pbx:4711', 'pbx:47111'];
+    for (const id of [gone!, kept!]) {
+      assert.equal((await push(newCall(id))).status, 200);
+      assert.equal((await push(hangup(id))).status, 200);
+    }
+    await waitFor(async () => (await archived(dir)).length === 6 || null, {
+      what: 'both calls archived',
+      timeoutMs: 30_000,
+    });
+    const named = async (id: string) =>
+      (await scanKeys(conn, `${prefix}*`)).filter((k) => k.endsWith(`:${id}`)).map((k) => k.slice(prefix.length));
+    const keptKeys = await named(kept!);
+    assert.deepEqual(
+      (await named(gone!)).sort(),
+      [':calls:id:pbx:4711', ':push-seen:pbx:4711', ':push:pbx:4711'],
+      'before forget: the keys named after the call id',
+    );
+
+    const receipt = await forgetCallDaysLater(s!, gone!);
+    assert.deepEqual(await named(gone!), [], `no key named after the call id; receipt ${JSON.stringify(receipt)}`);
+    const naming = /pbx:4711(?!\d)/;
+    assert.deepEqual(
+      (await valuesUnder(conn, prefix)).filter((v) => naming.test(v.text)).map((v) => v.where),
+      [],
+      'no key names or holds the call id',
+    );
+    assert.deepEqual(await named(kept!), keptKeys, 'the keys of pbx:47111 stay');
+    const files = (await archived(dir)).map((f) => f.path.slice(f.path.lastIndexOf('/') + 1));
+    assert.deepEqual(
+      files.map((name) => name.slice(0, name.indexOf('-'))),
+      ['pbx_47111', 'pbx_47111', 'pbx_47111'],
+      "the archive keeps pbx:47111's record, text and vCon only",
+    );
   });
 });

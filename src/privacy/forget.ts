@@ -186,6 +186,19 @@ function mentionsKey(text: string, key: string): boolean {
 /** The segments of a key name (between `:`, `{` and `}`). */
 const segmentsOf = (key: string) => key.split(/[:{}]/).filter(Boolean);
 
+/**
+ * Whether the key name holds `id` whole: as one of its segments or — a call id may hold `:` (the
+ * Push API allows it: `…:push-seen:pbx:4711`) — a run of them; not as part of a longer segment
+ * (`pbx:47111` is another call's id).
+ */
+function namesWhole(key: string, id: string): boolean {
+  if (id === '') return false;
+  const edge = (c: string | undefined) => c === undefined || c === ':' || c === '{' || c === '}';
+  for (let i = key.indexOf(id); i >= 0; i = key.indexOf(id, i + 1))
+    if (edge(key[i - 1]) && edge(key[i + id.length])) return true;
+  return false;
+}
+
 class Forgetter {
   private readonly keys: RedisKeys;
   private readonly matches: (text: string) => boolean;
@@ -267,14 +280,14 @@ class Forgetter {
       for (const hash of await timeline.byNumber(form, 100_000)) if (CALL_HASH.test(hash)) this.indexed.add(hash);
   }
 
-  /** A key name that belongs to the target: a segment is a found call's hash (or a job id of it), the call id, or the number. */
+  /** A key name that belongs to the target: a segment is a found call's hash (or a job id of it), or the number; it names the call id whole. */
   private keyRelated(key: string): boolean {
     for (const segment of segmentsOf(key)) {
       const head = segment.slice(0, 32);
       if (CALL_HASH.test(head) && this.hashOfTarget(head) && (segment.length === 32 || segment[32] === '-'))
         return true;
-      if (this.options.target.kind === 'call' && segment === this.options.target.callId) return true;
     }
+    if (this.options.target.kind === 'call' && namesWhole(key, this.options.target.callId)) return true;
     if (this.options.target.kind === 'number') {
       if (this.matches(key)) return true;
       // HubSpot's contact memory and Pipedrive's person memory of an earlier version name the number by its SHA-256 (`callHash`).
