@@ -5,6 +5,8 @@
 //   call of another id that begins with the same 100 characters.
 // - a Push API call id holding `:` (`pbx:4711`): the keys named after the call id (`…:push-seen:pbx:4711`,
 //   `…:push:…`, `…:calls:id:…`) go, those of `pbx:47111` stay.
+// - the markers `callsync replay` and `backfill --sink` leave (`…:replay:<sink>:replay-<call hash>`,
+//   180 days), whose name holds the call's hash after the command's word: the call's go, another's stay.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
@@ -12,7 +14,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import type { RedisClient } from '../queues/connection.js';
+import { runCli } from '../src/cli/index.js';
+import type { CliIo } from '../src/cli/io.js';
+import { queuedMarkerKey } from '../src/cli/sink-queue.js';
 import { loadConfig } from '../src/config/index.js';
+import { callHash, callKey } from '../src/model/call.js';
 import { forget } from '../src/privacy/forget.js';
 import { parseTarget } from '../src/model/number-words.js';
 import { sweepRetention } from '../src/privacy/retention.js';
@@ -170,5 +176,58 @@ describe('forget <call id> of a Push API call whose id holds `:`', () => {
       ['pbx_47111', 'pbx_47111', 'pbx_47111'],
       "the archive keeps pbx:47111's record, text and vCon only",
     );
+  });
+});
+
+describe('forget <call id> after `callsync replay` and `backfill --sink` queued the call again', () => {
+  let s: ArchiveCallsync | undefined;
+  before(async () => {
+    s = await startArchiveCallsync('forgetreplayed');
+  });
+  after(() => stopArchiveCallsync(s));
+
+  test("the call's replay and backfill markers go; another call's stay", async () => {
+    const { cs, conn, dir, env, prefix } = s!;
+    const ids = ['replayed-1', 'replayed-2'];
+    for (const id of ids)
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
+    await waitFor(async () => (await archived(dir)).length === 6 || null, {
+      what: 'both calls archived',
+      timeoutMs: 30_000,
+    });
+    const day = /^\/transcripts\/(\d{4})\/(\d\d)\/(\d\d)\//
+      .exec((await archived(dir))[0]!.path)!
+      .slice(1)
+      .join('-');
+    const out: string[] = [];
+    const io: CliIo = { env, out: (l) => out.push(l), err: (l) => out.push(l) };
+    assert.equal(await runCli(['replay', '--from', day, '--to', day, '--sink', 'local'], io), 0, out.join('\n'));
+    const markers = async (origin: string) =>
+      (await scanKeys(conn, `${prefix}:${origin}:local:*`)).map((k) => k.slice(`${prefix}:${origin}:local:`.length));
+    await waitFor(async () => (await markers('replay')).length === 2 || null, { what: 'the replay markers' });
+    // `backfill --sink local` marks the calls it queued alike (src/cli/sink-queue.ts).
+    for (const jobId of await markers('replay'))
+      await conn.set(
+        queuedMarkerKey(prefix, 'backfill', 'local', jobId.replace(/^replay-/, 'backfill-')),
+        '1',
+        'EX',
+        3600,
+      );
+    const [gone, kept] = ids.map((id) => callHash(callKey('ai-agent', 'agent-1', id))) as [string, string];
+    for (const origin of ['replay', 'backfill'])
+      assert.deepEqual((await markers(origin)).sort(), [`${origin}-${gone}`, `${origin}-${kept}`].sort());
+    // The replayed jobs delivered (archived once more) before forget runs.
+    await waitFor(
+      async () =>
+        (await conn.zrange(`${prefix}:sink-local:completed`, 0, -1)).filter((id) => id.startsWith('replay-')).length ===
+          2 || null,
+      { what: 'the replayed jobs delivered', timeoutMs: 30_000 },
+    );
+
+    const receipt = await forgetCallDaysLater(s!, ids[0]!);
+    for (const origin of ['replay', 'backfill'])
+      assert.deepEqual(await markers(origin), [`${origin}-${kept}`], `receipt ${JSON.stringify(receipt)}`);
+    const left = (await scanKeys(conn, `${prefix}*`)).filter((k) => k.includes(gone));
+    assert.deepEqual(left, [], "no key's name holds the call's hash");
   });
 });

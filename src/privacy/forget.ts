@@ -119,6 +119,8 @@ const JOB_STATES: JobType[] = [
 ];
 const PAGE = 500;
 const CALL_HASH = /^[0-9a-f]{32}$/;
+/** A call hash in a key's segment: 32 hex digits between dashes or the segment's ends (`replay-<hash>-<content hash>`). */
+const HASH_IN_SEGMENT = /(?:^|-)([0-9a-f]{32})(?=-|$)/g;
 
 interface FoundCall {
   key: string;
@@ -280,13 +282,14 @@ class Forgetter {
       for (const hash of await timeline.byNumber(form, 100_000)) if (CALL_HASH.test(hash)) this.indexed.add(hash);
   }
 
-  /** A key name that belongs to the target: a segment is a found call's hash (or a job id of it), or the number; it names the call id whole. */
+  /**
+   * A key name that belongs to the target: a segment holds a found call's hash between dashes or its
+   * ends (the hash, a job id of it `<hash>-<content hash>`, a replay's or backfill's marker
+   * `replay-<hash>`), or is the number; or it names the call id whole.
+   */
   private keyRelated(key: string): boolean {
-    for (const segment of segmentsOf(key)) {
-      const head = segment.slice(0, 32);
-      if (CALL_HASH.test(head) && this.hashOfTarget(head) && (segment.length === 32 || segment[32] === '-'))
-        return true;
-    }
+    for (const segment of segmentsOf(key))
+      for (const [, hash] of segment.matchAll(HASH_IN_SEGMENT)) if (this.hashOfTarget(hash!)) return true;
     if (this.options.target.kind === 'call' && namesWhole(key, this.options.target.callId)) return true;
     if (this.options.target.kind === 'number') {
       if (this.matches(key)) return true;
