@@ -361,6 +361,12 @@ const CLOCK_MARGIN_MS = 60_000;
 const FAILED_PAGE = 1000;
 /** The lookup of a call id's calls (`*` in a SCAN pattern: every one; the area then glob-escaped by the caller). */
 export const callIdKey = (area: string, callId: string): string => `${area}:calls:id:${callId}`;
+/**
+ * The characters of a call id its lookup is named after (`idKey`): ids that begin with the same ones
+ * share a lookup. A key named after a call id: `forget --call` finds it by name (src/privacy/forget.ts
+ * CALL_ID_KEYS).
+ */
+export const CALL_ID_LOOKUP_MAX = 200;
 /** The lookup of a number's calls, by the number's keyed hash. */
 export const numberKey = (area: string, hmac: string): string => `${area}:calls:number:${hmac}`;
 
@@ -628,7 +634,7 @@ export class CallTimeline {
   }
 
   idKey(callId: string): string {
-    return callIdKey(this.keys.area('calls'), callId.slice(0, 200));
+    return callIdKey(this.keys.area('calls'), callId.slice(0, CALL_ID_LOOKUP_MAX));
   }
 
   numberKey(hmac: string): string {

@@ -11,8 +11,9 @@
 // as their call hashes. Then, per store: the CRM records (with --crm, before the record
 // memory is deleted), the jobs (an active one is waited for, then removed), the stream entries, the
 // queues' event entries, the archive objects (json, txt, vCon, recordings, half-written temp files),
-// and every other key whose name holds one of the calls' hashes or the number, or whose value
-// mentions them — so keys added later under a call's hash (a per-call timeline) are covered too.
+// and every other key whose name holds one of the calls' hashes or the number, or is named after the
+// call id (CALL_ID_KEYS: that id the whole rest of the name, nothing else), or whose value mentions
+// them — so keys added later under a call's hash (a per-call timeline) are covered too.
 // The notification ledger keeps its "never twice" markers with the recipient as a keyed hash (the
 // privacy key, queues/privacy-key.ts: PRIVACY_HMAC_SECRET, else the key kept in Redis), markers an
 // earlier version wrote in clear included, and the opt-out list keeps the number as that hash. The
@@ -22,7 +23,7 @@ import { Queue, type Job, type JobType } from 'bullmq';
 import type { Logger } from 'pino';
 import type { CountryCode } from 'libphonenumber-js';
 import type { RedisClient } from '../../queues/connection.js';
-import { redisKeys, type RedisKeys } from '../../queues/keys.js';
+import { redisKeys, RedisKeys } from '../../queues/keys.js';
 import { callHash, callIdSegment, callKeySegment, type CanonicalCall } from '../model/call.js';
 import { numberSpellings } from '../model/phone.js';
 import type { NumberOrCallId } from '../model/number-words.js';
@@ -39,9 +40,9 @@ import { recipientHash } from '../sinks/notify/ledger.js';
 import { PrivacyKey } from '../../queues/privacy-key.js';
 import { OptOutList } from '../sinks/notify/opt-out.js';
 import { eraseFromSpool, SpoolBusyError } from '../ingress/spool-forget.js';
-import { pushCallIdOfKey } from '../sources/push-assembly.js';
+import { pushCallIdOfKey, pushCallKey, pushSeenKey } from '../sources/push-assembly.js';
 import { eraseStreamEntries } from './stream-erase.js';
-import { CallTimeline } from '../../queues/timeline.js';
+import { CALL_ID_LOOKUP_MAX, CallTimeline, callIdKey } from '../../queues/timeline.js';
 import { globEscape, scanKeys } from '../../queues/scan.js';
 
 /**
@@ -189,21 +190,44 @@ function mentionsKey(text: string, key: string): boolean {
 const segmentsOf = (key: string) => key.split(/[:{}]/).filter(Boolean);
 
 /**
- * Whether the key name holds `id` whole: as one of its segments or — a call id may hold `:` (the
- * Push API allows it: `…:push-seen:pbx:4711`) — a run of them; not as part of a longer segment
- * (`pbx:47111` is another call's id).
+ * The keys named after a call id, each named by its writer's own function from the keys' area
+ * (`RedisKeys.area`) and the id:
+ * - the Push API assembly's hash of the call's events, `push:<callId>` (`push:%open` for the id
+ *   `open`; src/sources/push-assembly.ts pushCallKey);
+ * - its marker that the call was seen, `push-seen:<callId>` (pushSeenKey);
+ * - the timeline's lookup by call id, `calls:id:<callId>` (queues/timeline.ts callIdKey), named after
+ *   the id's first CALL_ID_LOOKUP_MAX characters: ids that long may share it with another that begins
+ *   alike, so it is not theirs by name (the members that are their calls' hashes go: keyAction).
+ * A call id is any text the platform chose (`open`, `calls`, `privacy-key`, `x:pbx:4711`): `forget
+ * --call` deletes a key for its name only when the name is one of these, the id the whole rest of
+ * it — not a key that merely holds the id as a segment (`P:privacy-key`, `P:calls:recent`,
+ * `P:push:open`). A new key named after a call id belongs here, or forget leaves it.
  */
-function namesWhole(key: string, id: string): boolean {
-  if (id === '') return false;
-  const edge = (c: string | undefined) => c === undefined || c === ':' || c === '{' || c === '}';
-  for (let i = key.indexOf(id); i >= 0; i = key.indexOf(id, i + 1))
-    if (edge(key[i - 1]) && edge(key[i + id.length])) return true;
-  return false;
+const CALL_ID_KEYS: readonly { area: string; name: (area: string, callId: string) => string | null }[] = [
+  { area: 'push', name: pushCallKey },
+  { area: 'push', name: pushSeenKey },
+  { area: 'calls', name: (area, callId) => (callId.length < CALL_ID_LOOKUP_MAX ? callIdKey(area, callId) : null) },
+];
+
+/** The names of the keys of call id `callId` (CALL_ID_KEYS) in both layouts, as deploymentKeys scans both. */
+function callIdKeyNames(prefix: string, callId: string): Set<string> {
+  const names = new Set<string>();
+  if (callId === '') return names;
+  for (const layout of ['one-slot', 'spread'] as const) {
+    const keys = new RedisKeys(prefix, layout, 1);
+    for (const family of CALL_ID_KEYS) {
+      const name = family.name(keys.area(family.area), callId);
+      if (name !== null) names.add(name);
+    }
+  }
+  return names;
 }
 
 class Forgetter {
   private readonly keys: RedisKeys;
   private readonly matches: (text: string) => boolean;
+  /** For a call id: the names of its keys (CALL_ID_KEYS). */
+  private readonly callIdKeys: ReadonlySet<string>;
   private readonly calls = new Map<string, FoundCall>();
   /** Hashes of the number's calls the timeline's number index lists (their keys may be known nowhere else). */
   private readonly indexed = new Set<string>();
@@ -223,6 +247,8 @@ class Forgetter {
   ) {
     this.keys = redisKeys(config.redis);
     this.matches = targetMatcher(options.target);
+    this.callIdKeys =
+      options.target.kind === 'call' ? callIdKeyNames(this.keys.prefix, options.target.callId) : new Set();
     this.privacyKey = new PrivacyKey(redis, this.keys, config.privacy.hmacSecret);
     this.activeWaitMs = options.activeWaitMs ?? 60_000;
   }
@@ -285,12 +311,12 @@ class Forgetter {
   /**
    * A key name that belongs to the target: a segment holds a found call's hash between dashes or its
    * ends (the hash, a job id of it `<hash>-<content hash>`, a replay's or backfill's marker
-   * `replay-<hash>`), or is the number; or it names the call id whole.
+   * `replay-<hash>`), or is the number; or it is a key named after the call id (CALL_ID_KEYS).
    */
   private keyRelated(key: string): boolean {
     for (const segment of segmentsOf(key))
       for (const [, hash] of segment.matchAll(HASH_IN_SEGMENT)) if (this.hashOfTarget(hash!)) return true;
-    if (this.options.target.kind === 'call' && namesWhole(key, this.options.target.callId)) return true;
+    if (this.callIdKeys.has(key)) return true;
     if (this.options.target.kind === 'number') {
       if (this.matches(key)) return true;
       // HubSpot's contact memory and Pipedrive's person memory of an earlier version name the number by its SHA-256 (`callHash`).

@@ -41,12 +41,18 @@ return redis.call('HGETALL', KEYS[1])`;
  * the set of open calls' name (`<prefix>:push:open`): its hash is `<prefix>:push:%open` (`%` is in
  * no call id, so no other call's). Before, a call named `open` wrote its events into that set:
  * refused with 503 for good, and, when no call was open, it made the set a hash and every Push
- * call after it 503 for a day.
- * @internal Exported for its tests only (test/privacy-forget-gaps.redis.test.ts).
+ * call after it 503 for a day. A key named after a call id: `forget --call` finds it by name
+ * (src/privacy/forget.ts CALL_ID_KEYS).
  */
 export function pushCallKey(prefix: string, callId: string): string {
   return `${prefix}:push:${callId === 'open' ? '%open' : callId}`;
 }
+
+/**
+ * The marker that a call's events were seen: `<prefix>:push-seen:<callId>`. Like pushCallKey, a key
+ * named after a call id: `forget --call` finds it by name (src/privacy/forget.ts CALL_ID_KEYS).
+ */
+export const pushSeenKey = (prefix: string, callId: string): string => `${prefix}:push-seen:${callId}`;
 
 /** The set of the calls still open, scored by the time they are given up on: `<prefix>:push:open`. */
 export const pushOpenKey = (prefix: string): string => `${prefix}:push:open`;
@@ -123,7 +129,7 @@ export class PushAssembly {
   }
 
   private seenKey(callId: string): string {
-    return `${this.options.prefix}:push-seen:${callId}`;
+    return pushSeenKey(this.options.prefix, callId);
   }
 
   private get openKey(): string {
