@@ -918,7 +918,12 @@ describe('send-sample prints where the archive writes the call', () => {
           },
         );
         assert.deepEqual([doc.call.callId, doc.call.agentId], [callId, agent]);
-        assert.ok((await readFile(path.replace(/\.json$/, '.txt'), 'utf8')).startsWith(`Call ${callId}`));
+        // The record and its text are two objects, written one after the other: the text may come a moment later.
+        const text = await waitFor(() => readFile(path.replace(/\.json$/, '.txt'), 'utf8').catch(() => null), {
+          what: `the archived text beside ${path}`,
+          timeoutMs: 20_000,
+        });
+        assert.ok(text.startsWith(`Call ${callId}`));
       }
     } finally {
       await cs.stop();
