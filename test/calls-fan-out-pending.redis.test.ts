@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { webhookPayload } from './support/calls.js';
 import { postJson } from './support/callsync.js';
 import { startOpsCallsync, type OpsCallsync } from './support/ops.js';
-import { REDIS_URL, testRedis, uniquePrefix, waitFor } from './support/redis.js';
-import { runCli } from '../src/cli/index.js';
+import { testRedis, uniquePrefix, waitFor } from './support/redis.js';
+import { cli } from './support/cli.js';
 
 let cs: OpsCallsync;
 let dir: string;
@@ -26,26 +26,19 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-async function cli(argv: string[]) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await runCli(argv, {
-    env: { REDIS_URL, ...(await testRedis()).env(), QUEUE_PREFIX: prefix, ARCHIVE_DIR: dir },
-    out: (l) => out.push(l),
-    err: (l) => err.push(l),
-  });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
+/** `callsync <argv>` against this test's prefix. */
+const run = async (argv: string[]) =>
+  cli(argv, { ...(await testRedis()).env(), QUEUE_PREFIX: prefix, ARCHIVE_DIR: dir });
 
 test('a call accepted but not fanned out yet is listed by calls --status pending', async () => {
   const id = 'waiting-for-fan-out-1';
   assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/agent-1`, webhookPayload(id))).status, 202);
   // It has a timeline (received), so `callsync call` finds it.
-  await waitFor(async () => (await cli(['call', id])).code === 0, { what: 'its timeline' });
-  const shown = await cli(['call', id]);
+  await waitFor(async () => (await run(['call', id])).code === 0, { what: 'its timeline' });
+  const shown = await run(['call', id]);
   assert.match(shown.out, /^sinks: fan-out:pending$/m);
   assert.match(shown.out, /^note: not fanned out yet .*callsync_inbound_log_entries/m);
-  const all = JSON.parse((await cli(['calls', '--since', '1h', '--json'])).out) as {
+  const all = JSON.parse((await run(['calls', '--since', '1h', '--json'])).out) as {
     calls: { callId: string; sinks: object }[];
   };
   assert.deepEqual(
@@ -53,7 +46,7 @@ test('a call accepted but not fanned out yet is listed by calls --status pending
     [id],
     'listed without a filter',
   );
-  const pending = JSON.parse((await cli(['calls', '--since', '1h', '--status', 'pending', '--json'])).out) as {
+  const pending = JSON.parse((await run(['calls', '--since', '1h', '--status', 'pending', '--json'])).out) as {
     calls: { callId: string }[];
   };
   assert.deepEqual(
@@ -63,14 +56,14 @@ test('a call accepted but not fanned out yet is listed by calls --status pending
   );
   for (const status of ['failed', 'done', 'skipped'])
     assert.deepEqual(
-      (JSON.parse((await cli(['calls', '--since', '1h', '--status', status, '--json'])).out) as { calls: unknown[] })
+      (JSON.parse((await run(['calls', '--since', '1h', '--status', status, '--json'])).out) as { calls: unknown[] })
         .calls,
       [],
       `--status ${status}`,
     );
   // With a sink asked for, it is not listed: no sink has a job yet.
   const archive = JSON.parse(
-    (await cli(['calls', '--since', '1h', '--status', 'pending', '--sink', 'archive', '--json'])).out,
+    (await run(['calls', '--since', '1h', '--status', 'pending', '--sink', 'archive', '--json'])).out,
   ) as {
     calls: unknown[];
   };

@@ -11,8 +11,8 @@ import { join } from 'node:path';
 import { webhookPayload } from './support/calls.js';
 import { postJson } from './support/callsync.js';
 import { apiCallOf, startOpsCallsync, type OpsCallsync } from './support/ops.js';
-import { REDIS_URL, testRedis, uniquePrefix, waitFor } from './support/redis.js';
-import { runCli } from '../src/cli/index.js';
+import { testRedis, uniquePrefix, waitFor } from './support/redis.js';
+import { cli } from './support/cli.js';
 import { PermanentError, TransientError } from '../src/errors.js';
 import type { CanonicalCall } from '../src/model/call.js';
 import type { Sink, SinkResult } from '../src/sinks/types.js';
@@ -57,16 +57,9 @@ after(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-async function cli(argv: string[]) {
-  const out: string[] = [];
-  const err: string[] = [];
-  const code = await runCli(argv, {
-    env: { REDIS_URL, ...(await testRedis()).env(), QUEUE_PREFIX: prefix, ARCHIVE_DIR: dir },
-    out: (l) => out.push(l),
-    err: (l) => err.push(l),
-  });
-  return { code, out: out.join('\n'), err: err.join('\n') };
-}
+/** `callsync <argv>` against this test's prefix. */
+const run = async (argv: string[]) =>
+  cli(argv, { ...(await testRedis()).env(), QUEUE_PREFIX: prefix, ARCHIVE_DIR: dir });
 
 test("an update's dead letter stays visible when the first revision's retry succeeds after it", async () => {
   const id = 'update-dl-1';
@@ -93,7 +86,7 @@ test("an update's dead letter stays visible when the first revision's retry succ
     "the update (the call's newest content) was dead-lettered, never delivered",
   );
   assert.match(call.reasons.archive ?? '', /field "summary" too long/);
-  const failed = JSON.parse((await cli(['calls', '--since', '1h', '--status', 'failed', '--json'])).out) as {
+  const failed = JSON.parse((await run(['calls', '--since', '1h', '--status', 'failed', '--json'])).out) as {
     calls: { callId: string }[];
   };
   assert.deepEqual(
