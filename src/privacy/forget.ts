@@ -13,7 +13,8 @@
 // queues' event entries, the archive objects (json, txt, vCon, recordings, half-written temp files),
 // and every other key whose name holds one of the calls' hashes or the number, or is named after the
 // call id (CALL_ID_KEYS: that id the whole rest of the name, nothing else), or whose value mentions
-// them — so keys added later under a call's hash (a per-call timeline) are covered too.
+// them (a call id only as the value of a call-id field: callIdFinder) — so keys added later under a
+// call's hash (a per-call timeline) are covered too.
 // The notification ledger keeps its "never twice" markers with the recipient as a keyed hash (the
 // privacy key, queues/privacy-key.ts: PRIVACY_HMAC_SECRET, else the key kept in Redis), markers an
 // earlier version wrote in clear included, and the opt-out list keeps the number as that hash. The
@@ -68,14 +69,98 @@ export class ForgetIncompleteError extends Error {
 /**
  * What finds the target in text: the number in every format (E.164, with `00`, digits only, national,
  * with spaces, dashes, dots or brackets between the digits, full-width digits, spoken as digit words in
- * a transcript: numberFinder), or the call id as a JSON string.
+ * a transcript: numberFinder), or the call id as the value of a call-id field (callIdFinder).
  */
 function targetMatcher(target: ForgetTarget): (text: string) => boolean {
-  if (target.kind === 'call') {
-    const quoted = JSON.stringify(target.callId);
-    return (text) => text.includes(quoted);
-  }
+  if (target.kind === 'call') return callIdFinder(target.callId);
   return numberFinder(numberSpellings(target.e164))!;
+}
+
+/** JSON strings inside JSON strings read (an inbound dead letter's `data.text`, a log entry's `call` field). */
+const NESTED_JSON_MAX = 3;
+
+/**
+ * Whether a text names the call id `callId` as the value of a field that holds a call id, in the
+ * shapes callsync's writers store:
+ * - `callId` anywhere: the canonical call (jobs, log entries, spool lines, archive records), a
+ *   timeline's `received` entry, a refusal (`calls:refused`), a Push API event and its fields (the
+ *   assembly's hash, a Push call's `raw`), a history entry;
+ * - `callSid` anywhere: a channel event (`call.callSid`: a poller's dead letter, a channel call's `raw`);
+ * - `call.id` (a string, or a number): the AI-agent webhook's payload, current and legacy (a call's `raw`);
+ * - `uuid` of a vCon (an object with `vcon` or `parties`): a vCon posted as the call (a call's `raw`).
+ * Call ids are compared trimmed in the payload's fields, as the normalizers trim them. A JSON string
+ * value that is itself JSON is read too (NESTED_JSON_MAX deep). A text that is not JSON (a torn
+ * spool line, a record cut short) names it when it holds `"callId":"<id>"` or `"callSid":"<id>"`
+ * (or that escaped once more, as JSON inside it).
+ *
+ * Not the id as any value: a call id is any text the platform chose, and `in`, `newCall`, `local`,
+ * `done` or `normalClearing` are the values of other fields of every call (`"direction":"in"`, a
+ * sink's name, a timeline's event, a hangup's cause). Linear in the text: a text without the id's
+ * characters (its longest run JSON writes unescaped) is not parsed at all.
+ */
+function callIdFinder(callId: string): (text: string) => boolean {
+  // The id's longest run of characters JSON.stringify leaves as they are (not `"`, `\`, a control
+  // character, a lone surrogate): in the text whatever the depth of JSON inside JSON.
+  let needle = '';
+  for (let i = 0, run = 0; i < callId.length; i++) {
+    const c = callId.charCodeAt(i);
+    const lone =
+      (c >= 0xd800 && c <= 0xdbff && !(callId.charCodeAt(i + 1) >= 0xdc00 && callId.charCodeAt(i + 1) <= 0xdfff)) ||
+      (c >= 0xdc00 && c <= 0xdfff && !(callId.charCodeAt(i - 1) >= 0xd800 && callId.charCodeAt(i - 1) <= 0xdbff));
+    run = c === 0x22 || c === 0x5c || c < 0x20 || lone ? 0 : run + 1;
+    if (run > needle.length) needle = callId.slice(i + 1 - run, i + 1);
+  }
+  // `"callId":"<id>"` as JSON writes it, and as JSON inside a JSON string (escaped once more).
+  const source = (id: string) =>
+    JSON.stringify(id)
+      .slice(1, -1)
+      .replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  const once = source(JSON.stringify(callId).slice(1, -1));
+  const textual = new RegExp(
+    `"(?:callId|callSid)"\\s*:\\s*"${source(callId)}"|\\\\"(?:callId|callSid)\\\\"\\s*:\\s*\\\\"${once}\\\\"`,
+  );
+  const named = (value: unknown) =>
+    (typeof value === 'string' && value.trim() === callId) || (typeof value === 'number' && String(value) === callId);
+  const isObject = (v: unknown): v is Record<string, unknown> =>
+    v !== null && typeof v === 'object' && !Array.isArray(v);
+  const looksLikeJson = (text: string) => /^\s*[[{]/.test(text);
+
+  const holds = (text: string): boolean => {
+    if (!text.includes(needle)) return false;
+    if (!looksLikeJson(text)) return textual.test(text);
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      return textual.test(text);
+    }
+    const stack: { value: unknown; depth: number }[] = [{ value: parsed, depth: 0 }];
+    while (stack.length > 0) {
+      const { value, depth } = stack.pop()!;
+      if (typeof value === 'string') {
+        if (depth < NESTED_JSON_MAX && looksLikeJson(value) && value.includes(needle)) {
+          try {
+            stack.push({ value: JSON.parse(value) as unknown, depth: depth + 1 });
+          } catch {
+            if (textual.test(value)) return true;
+          }
+        }
+      } else if (Array.isArray(value)) {
+        for (const item of value)
+          if (item !== null && typeof item !== 'number' && typeof item !== 'boolean')
+            stack.push({ value: item, depth });
+      } else if (isObject(value)) {
+        if (value.callId === callId || value.callSid === callId) return true;
+        if (isObject(value.call) && named(value.call.id)) return true;
+        if (named(value.uuid) && ('vcon' in value || Array.isArray(value.parties))) return true;
+        for (const item of Object.values(value))
+          if (item !== null && typeof item !== 'number' && typeof item !== 'boolean')
+            stack.push({ value: item, depth });
+      }
+    }
+    return false;
+  };
+  return holds;
 }
 
 export interface ForgetOptions {
@@ -279,9 +364,21 @@ class Forgetter {
     return call.from === t.e164 || call.to === t.e164 || this.matches(JSON.stringify(call));
   }
 
-  /** Text that belongs to the target: it mentions the number / call id, or the hash or key of a call found. */
-  private related(text: string): boolean {
-    if (this.matches(text)) return true;
+  /**
+   * Whether a stored value mentions the target: the number in `text` (the value whole), or the call
+   * id as the value of a call-id field in one of `parts` (the value's pieces, each read on its own:
+   * a hash's values, a stream entry's fields, a job's data, result and error), callIdFinder.
+   */
+  private mentions(text: string, parts: readonly string[] = [text]): boolean {
+    return this.options.target.kind === 'number' ? this.matches(text) : parts.some((part) => this.matches(part));
+  }
+
+  /**
+   * Text that belongs to the target: it mentions the number / call id (`parts`: see mentions), or the
+   * hash or key of a call found.
+   */
+  private related(text: string, parts?: readonly string[]): boolean {
+    if (this.mentions(text, parts)) return true;
     for (const [hash, call] of this.calls) if (text.includes(hash) || mentionsKey(text, call.key)) return true;
     for (const hash of this.indexed) if (text.includes(hash)) return true;
     return false;
@@ -480,9 +577,15 @@ class Forgetter {
             for (const job of jobs) {
               const data = job.data as { call?: CanonicalCall | null; text?: string } | undefined;
               const call = data?.call ?? (typeof data?.text === 'string' ? parseCallText(data.text) : null);
-              const text = `${JSON.stringify(job.data ?? null)}\n${JSON.stringify(job.returnvalue ?? null)}\n${job.failedReason ?? ''}\n${(job.stacktrace ?? []).join('\n')}`;
+              const parts = [
+                JSON.stringify(job.data ?? null),
+                JSON.stringify(job.returnvalue ?? null),
+                job.failedReason ?? '',
+                ...(job.stacktrace ?? []),
+              ];
+              const text = parts.join('\n');
               const byHash = job.id !== undefined && this.hashOfTarget(job.id.slice(0, 32));
-              if (this.callMatches(call ?? null) || this.matches(text) || byHash) {
+              if (this.callMatches(call ?? null) || this.mentions(text, parts) || byHash) {
                 if (call && (this.callMatches(call) || byHash)) this.found(call);
                 work.jobs.push({ queue: name, id: job.id!, state });
               }
@@ -504,7 +607,7 @@ class Forgetter {
           const text = fieldsText(fields);
           const callField = fields.indexOf('call');
           const call = callField >= 0 ? parseCallText(fields[callField + 1] ?? '') : null;
-          if (this.callMatches(call) || this.matches(text)) {
+          if (this.callMatches(call) || this.mentions(text, fields)) {
             if (call) this.found(call);
             ids.push(id);
           }
@@ -514,8 +617,9 @@ class Forgetter {
       }
       if (isPushAssembly(key, type)) {
         // A Push call being assembled: its events name the numbers.
-        const text = Object.values(await this.redis.hgetall(key)).join('\n');
-        if (this.keyRelated(key) || this.matches(text)) work.keys.push({ key, type, action: 'push' });
+        const values = Object.values(await this.redis.hgetall(key));
+        if (this.keyRelated(key) || this.mentions(values.join('\n'), values))
+          work.keys.push({ key, type, action: 'push' });
         continue;
       }
     }
@@ -529,7 +633,7 @@ class Forgetter {
     for (const name of queues) {
       const key = `${this.keys.queuePrefix(name)}:${name}:events`;
       const entries = (await this.redis.xrange(key, '-', '+')) as [string, string[]][];
-      const ids = entries.filter(([, fields]) => this.related(fieldsText(fields))).map(([id]) => id);
+      const ids = entries.filter(([, fields]) => this.related(fieldsText(fields), fields)).map(([id]) => id);
       if (ids.length > 0) work.eventEntries.push({ key, ids });
     }
     work.total = work.jobs.length + work.streamEntries.length + work.eventEntries.length + work.keys.length;
@@ -569,7 +673,7 @@ class Forgetter {
       }
       case 'hash': {
         const values = await this.redis.hgetall(key);
-        return this.related(Object.entries(values).flat().join('\n')) ? 'delete' : null;
+        return this.related(Object.entries(values).flat().join('\n'), Object.values(values)) ? 'delete' : null;
       }
       case 'set': {
         const members = await this.redis.smembers(key);
@@ -577,11 +681,7 @@ class Forgetter {
       }
       case 'zset': {
         const members = await this.redis.zrange(key, 0, -1);
-        return members.some(
-          (m) => this.related(m) || (this.options.target.kind === 'call' && m === this.options.target.callId),
-        )
-          ? 'members'
-          : null;
+        return members.some((m) => this.memberRelated(key, m)) ? 'members' : null;
       }
       case 'list': {
         const items = await this.redis.lrange(key, 0, -1);
@@ -697,9 +797,17 @@ class Forgetter {
     if (target !== key) await this.redis.del(key);
   }
 
+  /**
+   * A member of a set, sorted set or list that belongs to the target (related), or — the open Push
+   * calls' set `push:open`, whose members are call ids — the call id itself.
+   */
+  private memberRelated(key: string, member: string): boolean {
+    if (this.related(member)) return true;
+    return this.options.target.kind === 'call' && key.endsWith(':push:open') && member === this.options.target.callId;
+  }
+
   private async removeMembers(key: string, type: string): Promise<number> {
-    const hit = (m: string) =>
-      this.related(m) || (this.options.target.kind === 'call' && m === this.options.target.callId);
+    const hit = (m: string) => this.memberRelated(key, m);
     if (type === 'set') {
       const members = (await this.redis.smembers(key)).filter(hit);
       return members.length === 0 ? 0 : this.redis.srem(key, ...members);
@@ -829,7 +937,7 @@ class Forgetter {
         continue;
       }
       const call = parseCallText(text);
-      if (!(this.callMatches(call) || this.matches(text))) continue;
+      if (!(this.callMatches(call) || this.matches(text) || this.vconOfCallId(key, text))) continue;
       if (call) this.found(call);
       const base = key.slice(0, -(isRecord(key) ? '.json' : '.vcon.json').length);
       for (const sibling of [`${base}.json`, `${base}.txt`, `${base}.vcon.json`])
@@ -844,6 +952,26 @@ class Forgetter {
         for (const t of await store.temporaryFiles(`${prefix}`)) if (t.startsWith(`${base}.`)) objects.add(t);
     }
     return objects;
+  }
+
+  /**
+   * For a call id: a vCon read as the record (its record gone) that the archive wrote for a call of
+   * that id — it names the id only in its subject, `Call <id>` (src/model/vcon.ts renderVcon).
+   */
+  private vconOfCallId(key: string, text: string): boolean {
+    const t = this.options.target;
+    if (
+      t.kind !== 'call' ||
+      !key.endsWith('.vcon.json') ||
+      !text.includes(JSON.stringify(`Call ${t.callId}`).slice(1, -1))
+    )
+      return false;
+    try {
+      const vcon = JSON.parse(text) as { subject?: unknown } | null;
+      return vcon !== null && typeof vcon === 'object' && vcon.subject === `Call ${t.callId}`;
+    } catch {
+      return false;
+    }
   }
 
   /** The objects a call found in Redis has in the archive (current layout): record, text, vCon, recordings. */
