@@ -9,8 +9,13 @@
 // the prefix and of both archive folders finds nothing of the call left (its hashes, its call-id
 // fields) and nothing else changed. Before, forget `in` erased every Push assembly, timeline entry
 // and job with `"direction":"in"`.
+// And a call whose jobs were swept (and that no archive holds) is found through its call-id lookup
+// (`calls:id:<id>`): its timeline and its entries in `calls:recent`, `calls:number:*` go; for an id
+// of 200 characters or more (a lookup shared by the ids that begin alike) only the call whose
+// timeline says that id. Before, only the lookup itself and the timeline's `received` entry went.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,10 +30,14 @@ import { loadConfig } from '../src/config/index.js';
 import { callHash, callKey } from '../src/model/call.js';
 import { parseTarget } from '../src/model/number-words.js';
 import { forget } from '../src/privacy/forget.js';
+import { sweepRetention } from '../src/privacy/retention.js';
 import { webhookPayload } from './support/calls.js';
 import { postJson, startTestCallsync, testEnv, type TestCallsync } from './support/callsync.js';
+import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { hangup, newCall } from './support/fake-push.js';
-import { testRedis, waitFor } from './support/redis.js';
+import { testRedis, valuesUnder, waitFor } from './support/redis.js';
+
+const DAY_MS = 24 * 3600_000;
 
 const AGENT = 'agent-1';
 /** The values other calls hold, each also the id of a call forgotten. */
@@ -299,4 +308,104 @@ describe('forget <call id> whose id is a value other calls hold', () => {
       "the other call's refusal stays",
     );
   });
+});
+
+describe('forget <call id> of a call whose jobs were swept: found through its call-id lookup', () => {
+  let cs: TestCallsync | undefined;
+  let conn: RedisClient;
+  let dir: string;
+  let env: Record<string, string>;
+  let keys: RedisKeys;
+  let prefix: string;
+  let receiver: FakeWebhookReceiver;
+  const LONG = `swept-${'y'.repeat(200)}`;
+  const SWEPT = ['swept-1', `${LONG}-a`, `${LONG}-b`, 'swept-keep'];
+  const hashOf = (id: string) => hashesOf(id)[1]!;
+
+  before(async () => {
+    const secret = `whsec_${randomBytes(32).toString('base64')}`;
+    const target = await testRedis();
+    receiver = await new FakeWebhookReceiver(secret).start();
+    dir = await mkdtemp(join(tmpdir(), 'forgetidswept-'));
+    const configPath = join(dir, 'callsync.yaml');
+    await writeFile(
+      configPath,
+      `sinks:\n  hooks:\n    type: webhook\n    endpoints: [{ name: r, url: "${receiver.url}" }]\nroutes:\n  - to: [hooks]\n`,
+    );
+    prefix = await target.prefix('forgetidswept');
+    keys = target.keys(prefix);
+    env = testEnv(prefix, {
+      ...target.env(),
+      CALLSYNC_CONFIG: configPath,
+      CRM_WEBHOOK_SECRET: secret,
+      SPOOL_ENABLED: 'false',
+    });
+    cs = await startTestCallsync(env);
+    conn = target.connect();
+    for (const id of SWEPT)
+      assert.equal((await postJson(`${cs.url}/webhooks/ai-agent/${AGENT}`, webhookPayload(id))).status, 202);
+    const timeline = new CallTimeline(conn, keys, loadConfig(env).timeline);
+    await waitFor(
+      async () =>
+        (await Promise.all(SWEPT.map((id) => timeline.read(hashOf(id))))).every((entries) =>
+          entries.some((e) => e.event === 'done'),
+        ) || null,
+      { what: 'every call delivered', timeoutMs: 30_000 },
+    );
+    await cs.close();
+    // Two days later the delivered jobs are swept; the timelines stay CALL_TIMELINE_TTL_DAYS (30).
+    const swept = await sweepRetention(loadConfig(env), conn, pino({ level: 'silent' }), Date.now() + 2 * DAY_MS);
+    assert.equal(swept.removed.completed_jobs, SWEPT.length);
+  });
+  after(async () => {
+    await receiver?.stop();
+    if (conn) for (const key of await keysUnder(conn, prefix)) await conn.del(key);
+    conn?.disconnect();
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  /** Where each call's hash or call-id field is, under the prefix: `<key> ×<times>` (key name and value). */
+  async function whereIs(id: string): Promise<string[]> {
+    const needles = [hashOf(id), JSON.stringify(`"callId":${JSON.stringify(id)}`).slice(1, -1)];
+    return (await valuesUnder(conn, prefix))
+      .map((v) => ({ where: v.where, times: needles.reduce((n, x) => n + v.text.split(x).length - 1, 0) }))
+      .filter((v) => v.times > 0)
+      .map((v) => `${v.where} ×${v.times}`)
+      .sort();
+  }
+
+  for (const [id, others] of [
+    ['swept-1', [`${LONG}-a`, `${LONG}-b`, 'swept-keep']],
+    [`${LONG}-a`, [`${LONG}-b`, 'swept-keep']],
+  ] as const)
+    test(`forget ${id.slice(0, 20)}… (${id.length} characters): its timeline and lookup entries go, the others' stay`, async () => {
+      const timeline = new CallTimeline(conn, keys, loadConfig(env).timeline);
+      assert.ok((await timeline.read(hashOf(id))).length > 0, 'before: the timeline is there');
+      assert.ok((await timeline.byCallId(id)).includes(hashOf(id)), 'before: the call-id lookup lists it');
+      const othersBefore = await Promise.all(
+        others.map(async (o) => [o, await whereIs(o), await timeline.read(hashOf(o))] as const),
+      );
+
+      const receipt = await forget(loadConfig(env), conn, pino({ level: 'silent' }), {
+        target: parseTarget(id, 'DE'),
+        dryRun: false,
+        crm: false,
+      });
+      const detail = `receipt ${JSON.stringify(receipt)}`;
+      assert.deepEqual(
+        { calls: receipt.calls, left: await whereIs(id), byCallId: (await timeline.byCallId(id)).includes(hashOf(id)) },
+        { calls: 1, left: [], byCallId: false },
+        detail,
+      );
+      for (const [o, where, entries] of othersBefore) {
+        assert.ok(where.length > 0 && entries.length > 0, `${o}: kept before`);
+        assert.deepEqual(await whereIs(o), where, `${o}: its keys and lookup entries stay; ${detail}`);
+        assert.deepEqual(await timeline.read(hashOf(o)), entries, `${o}: its timeline stays; ${detail}`);
+      }
+      const shared = await timeline.byCallId(`${LONG}-b`);
+      assert.ok(
+        shared.includes(hashOf(`${LONG}-b`)) && !shared.includes(hashOf(id)),
+        'the lookup the long ids share keeps the other call',
+      );
+    });
 });

@@ -6,8 +6,8 @@
 // How: the calls are found first — in the spool, in every Redis key under QUEUE_PREFIX (SCAN on
 // every master: the inbound log's streams of every shard, the parked entries, every queue's jobs in
 // every state, the Push assemblies, anything else) and in every archive sink's records (both key
-// layouts) — as their call keys; for a number also the timeline's number index (queues/timeline.ts:
-// the calls by the number's keyed hash, kept for CALL_TIMELINE_TTL_DAYS, longer than their jobs) —
+// layouts) — as their call keys; also the timeline's lookups (queues/timeline.ts: the calls by the
+// number's keyed hash, or by the call id, kept for CALL_TIMELINE_TTL_DAYS, longer than their jobs) —
 // as their call hashes. Then, per store: the CRM records (with --crm, before the record
 // memory is deleted), the jobs (an active one is waited for, then removed), the stream entries, the
 // queues' event entries, the archive objects (json, txt, vCon, recordings, half-written temp files),
@@ -314,7 +314,7 @@ class Forgetter {
   /** For a call id: the names of its keys (CALL_ID_KEYS). */
   private readonly callIdKeys: ReadonlySet<string>;
   private readonly calls = new Map<string, FoundCall>();
-  /** Hashes of the number's calls the timeline's number index lists (their keys may be known nowhere else). */
+  /** Hashes of the target's calls the timeline's lookups list (by number, by call id: fromTimelineIndex); their keys may be known nowhere else. */
   private readonly indexed = new Set<string>();
   private readonly counts: Record<string, number> = {};
   /** The privacy key: PRIVACY_HMAC_SECRET, else the key kept in Redis (created if no process has yet). */
@@ -390,13 +390,25 @@ class Forgetter {
   }
 
   /**
-   * The number's calls in the timeline's number index (`calls:number:<keyed hash>`), the number
-   * indexed in any of the forms a call may have carried it (E.164, `00…`, digits, national).
+   * The calls the timeline's lookups list, by their call hashes: a number's in its number index
+   * (`calls:number:<keyed hash>`), the number indexed in any of the forms a call may have carried it
+   * (E.164, `00…`, digits, national); a call id's in its lookup (`calls:id:<call id>`, byCallId) — for
+   * an id of CALL_ID_LOOKUP_MAX characters or more, a lookup shared by the ids that begin alike,
+   * only the calls whose timeline's `received` entry names that id.
    */
   private async fromTimelineIndex(): Promise<void> {
-    if (this.options.target.kind !== 'number') return;
+    const target = this.options.target;
     const timeline = new CallTimeline(this.redis, this.keys, this.config.timeline);
-    const parsed = phoneLibMax().parsePhoneNumberFromString(this.options.target.e164)!;
+    if (target.kind === 'call') {
+      for (const hash of await timeline.byCallId(target.callId)) {
+        if (!CALL_HASH.test(hash) || this.indexed.has(hash)) continue;
+        if (target.callId.length < CALL_ID_LOOKUP_MAX) this.indexed.add(hash);
+        else if ((await timeline.read(hash)).some((e) => e.event === 'received' && e.callId === target.callId))
+          this.indexed.add(hash);
+      }
+      return;
+    }
+    const parsed = phoneLibMax().parsePhoneNumberFromString(target.e164)!;
     const digits = `${parsed.countryCallingCode}${parsed.nationalNumber}`;
     const national = parsed.formatNational().replace(/\D/g, '');
     // A payload's `+49 (0) 176…` is kept (and indexed) as `+490176…`: the trunk prefix after the country code.
