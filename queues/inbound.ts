@@ -82,8 +82,15 @@ export interface InboundEntry {
   text: string;
 }
 
-/** Content hashes a dedupe key remembers at most (the oldest are forgotten first). */
-const MAX_REMEMBERED_REVISIONS = 32;
+/**
+ * Content hashes a dedupe key remembers at most (the oldest are forgotten first): a resend of a
+ * revision older than the last 1,000 of its call within the window is taken as an update. At 32, a
+ * burst of 40 revisions and then a late retry of the first stored the first as the newest (the sinks
+ * overwrote revision 39 with it). 17 bytes each, beside the full record every revision stores anyway;
+ * read only when the call comes again.
+ * @internal Exported for its tests (test/inbound-log.redis.test.ts).
+ */
+export const MAX_REMEMBERED_REVISIONS = 1000;
 
 // Per item, in order: no earlier delivery within the window -> the item is remembered for the
 // window and appended. An earlier one whose remembered revisions include this content -> a

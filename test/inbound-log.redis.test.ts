@@ -12,7 +12,13 @@ import { InboundAcceptor, serializeCall } from '../src/ingress/accept.js';
 import { normalizeWebhook } from '../src/model/webhook.js';
 import { createLogger } from '../src/log.js';
 import { callHash, callKeySegment, contentHash } from '../src/model/call.js';
-import { FANOUT_GROUP, inboundSeenPrefix, InboundLog, InboundShard } from '../queues/inbound.js';
+import {
+  FANOUT_GROUP,
+  inboundSeenPrefix,
+  InboundLog,
+  InboundShard,
+  MAX_REMEMBERED_REVISIONS,
+} from '../queues/inbound.js';
 import { INBOUND_QUEUE, sinkQueueName, type CallReceivedJob, type SinkDeliverJob } from '../queues/registry.js';
 import { createFanOutProcessor, startLogFanOut } from '../workers/fanout.js';
 import { deepWebhookBody, sampleCall, webhookPayload } from './support/calls.js';
@@ -216,6 +222,25 @@ describe('inbound log', () => {
       );
       assert.equal(c.update, true);
       assert.equal(await inbound.length(), 3);
+    });
+
+    test('a resend of any of the last MAX_REMEMBERED_REVISIONS revisions is a duplicate; of an older one, an update', async () => {
+      const { acceptor } = await store('log-update-many', 60_000);
+      const first = await acceptor.accept(withSummary('upd-many', 'revision 0'));
+      // Many revisions, a batch of them at a time (as a burst of requests in one turn of the loop).
+      for (let from = 1; from <= MAX_REMEMBERED_REVISIONS; from += 250)
+        await Promise.all(
+          Array.from({ length: Math.min(250, MAX_REMEMBERED_REVISIONS + 1 - from) }, (_, i) =>
+            acceptor.accept(withSummary('upd-many', `revision ${from + i}`)),
+          ),
+        );
+      // Revision 0 is the one forgotten (1,001 revisions); revision 1 and the newest are remembered.
+      for (const i of [1, 40, MAX_REMEMBERED_REVISIONS])
+        assert.deepEqual(await acceptor.accept(withSummary('upd-many', `revision ${i}`)), {
+          id: first.id,
+          duplicate: true,
+        });
+      assert.equal((await acceptor.accept(withSummary('upd-many', 'revision 0'))).update, true);
     });
 
     test('two revisions in one batch behave as in two: the second is an update, repeats of each are duplicates', async () => {
