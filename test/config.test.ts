@@ -139,6 +139,12 @@ test('unset ${VARS}, unknown route targets, unreadable files and bad YAML are re
   assert.match(noSink.join('\n'), /routes\[0\]\.to: no sink named "ghost"/);
   const badYaml = configProblems(() => withFile('sinks: [unclosed'));
   assert.match(badYaml.join('\n'), /not valid YAML/);
+  // The parser quotes the offending line after its message: not repeated, a secret may be on it.
+  const secretLine = configProblems(() =>
+    withFile('sinks:\n  hs:\n    type: hubspot\n    accessToken: pat-na1-NOT-TO-BE-PRINTED: x\n'),
+  ).join('\n');
+  assert.match(secretLine, /not valid YAML: .* at line 4, column \d+$/m);
+  assert.doesNotMatch(secretLine, /NOT-TO-BE-PRINTED/);
   const unreadable = configProblems(() => loadConfig({ CALLSYNC_CONFIG: '/nonexistent/callsync.yaml' }));
   assert.match(unreadable.join('\n'), /cannot read/);
 });

@@ -244,7 +244,10 @@ function readConfigFile(
   try {
     doc = parseYaml(text) ?? {};
   } catch (err) {
-    problems.push(`${configPath}: not valid YAML: ${(err as Error).message}`);
+    // The parser's message quotes the offending lines after its first: left out, as that line may
+    // hold a secret written in the file (`accessToken: pat-…: x`). Line and column say where.
+    const first = ((err as Error).message.split('\n')[0] ?? '').replace(/:\s*$/, '');
+    problems.push(`${configPath}: not valid YAML: ${first}`);
     return file;
   }
   doc = interpolate(doc, processEnv, '', problems);
