@@ -2,6 +2,7 @@
 // validation, OAuth refresh, SMS outcome handling, streamed downloads, env options.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { RetryLaterError, SinkError } from '../src/errors.js';
@@ -279,6 +280,52 @@ describe('telephony client: OAuth', () => {
     assert.match(err.message, /invalid_grant/);
     assert.ok(!err.message.includes('stale-refresh-token'), 'the refresh token never appears in the message');
   });
+});
+
+describe('telephony client: a token server quoting what it was sent', () => {
+  // Spring Security OAuth2 answers `Invalid refresh token: <token>`: a UUID (kept by the masking as an
+  // id) or a JWT (no space after "token") was in the error's message and every log line of it.
+  const REFRESH_UUID = 'f4c2a9e0-7b1d-4c3e-9a55-0d2b6e8f1a37';
+  const REFRESH_JWT = 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJjYWxsc3luYyJ9.c2lnbmF0dXJlLXZhbHVl';
+  const SECRET = 'client-secret-9f8e7d6c';
+  for (const token of [REFRESH_UUID, REFRESH_JWT]) {
+    it(`names neither the refresh token nor the client secret (${token.slice(0, 8)}…)`, async () => {
+      const server = createHttpServer((req, res) => {
+        req.resume();
+        req.on('end', () => {
+          res.writeHead(400, { 'content-type': 'application/json' });
+          res.end(
+            JSON.stringify({
+              error: 'invalid_grant',
+              error_description: `Invalid refresh token: ${token} (client secret ${encodeURIComponent(SECRET)})`,
+            }),
+          );
+        });
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+      try {
+        const client = createTelephonyClient({
+          baseUrl: url,
+          auth: {
+            kind: 'oauth',
+            tokenUrl: `${url}/oauth/token`,
+            clientId: 'c',
+            clientSecret: SECRET,
+            refreshToken: token,
+          },
+          ...fast,
+        });
+        const err = (await client.readChannelEvents('ch1', undefined, 5).catch((e: unknown) => e)) as Error;
+        assert.ok(isKind(err, 'auth'), String(err));
+        assert.match(err.message, /invalid_grant \(Invalid refresh token: \[redacted\]/);
+        assert.ok(!err.message.includes(token), err.message);
+        assert.ok(!err.message.includes(SECRET) && !err.message.includes(encodeURIComponent(SECRET)), err.message);
+      } finally {
+        server.close();
+      }
+    });
+  }
 });
 
 describe('telephony client: sendSms', () => {

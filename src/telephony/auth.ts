@@ -217,8 +217,12 @@ class OAuthRefresher implements AuthProvider {
       let detail = '';
       try {
         const e = tokenErrorSchema.safeParse(JSON.parse(text));
+        // A token server may quote what it was sent (Spring's "Invalid refresh token: <token>"): the
+        // secrets of this exchange go before the remote's text is read, whatever their shape.
+        const secrets = [refreshToken, this.auth.clientSecret];
+        const said = (remote: string) => redactRemoteText(withoutSecrets(remote, secrets));
         if (e.success)
-          detail = `: ${redactRemoteText(e.data.error)}${e.data.error_description ? ` (${redactRemoteText(e.data.error_description)})` : ''}`;
+          detail = `: ${said(e.data.error)}${e.data.error_description ? ` (${said(e.data.error_description)})` : ''}`;
       } catch {
         // not JSON: the status says enough
       }
@@ -274,4 +278,14 @@ function refreshError(
   options: { status?: number; cause?: unknown } = {},
 ): TelephonyApiError {
   return new TelephonyApiError(kind, message, { operation: 'OAuth token refresh', ...options });
+}
+
+/** `text` with every occurrence of each secret (also percent-encoded, as a form sends it) as `[redacted]`. */
+function withoutSecrets(text: string, secrets: readonly string[]): string {
+  let out = text;
+  for (const secret of secrets) {
+    if (secret.length < 4) continue;
+    for (const form of new Set([secret, encodeURIComponent(secret)])) out = out.split(form).join('[redacted]');
+  }
+  return out;
 }
