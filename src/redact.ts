@@ -56,11 +56,13 @@ const KEPT = new RegExp(
 /**
  * A run of digits as a phone number is written: a leading `+` or `(`, then digits with spaces, `-`,
  * `.`, `/`, parentheses or `+` between them (a form-encoded space: `%2B49+176+1234+9876`), `_`,
- * the spaces of typesetting (no-break, thin, figure, zero-width) and a no-break space as an HTML
- * entity (`&nbsp;`, `&#160;`: a remote quoting its HTML). Whatever stands before or after it
+ * the spaces of typesetting (no-break, thin, figure, zero-width), a middle dot, a comma before three
+ * digits (`492,116,355,340`: a number a remote formatted for its locale) and a no-break space as an
+ * HTML entity (`&nbsp;`, `&#160;`: a remote quoting its HTML). Whatever stands before or after it
  * (`Nr.0176…`, `phone_49176…`, `…876.Check`, `…876s`): a run of 7 or more digits is masked.
  */
-const DIGIT_RUN = /\+?\(?\d(?:(?:[\d ()\-./+_\u00a0\u2007\u2009\u200a\u200b\u202f]|&nbsp;|&#160;|&#x[aA]0;)*\d)?/g;
+const DIGIT_RUN =
+  /\+?\(?\d(?:(?:[\d ()\-./+_\u00a0\u00b7\u2007\u2009\u200a\u200b\u202f]|,(?=\d{3}(?!\d))|&nbsp;|&#160;|&#x[aA]0;)*\d)?/g;
 
 /** Characters that NFKC turns into digits or a number's separators (full-width `０１７６`, `＋`). */
 const DIGIT_LIKE = /\P{ASCII}/gu;
@@ -177,7 +179,13 @@ export function redactRemoteText(text: string, max: number = MAX_REMOTE_TEXT): s
   // a remote's answer may be megabytes, and the patterns below need not run through it whole.
   const scanned =
     text.length > SCAN_HEAD + SCAN_TAIL ? `${text.slice(0, SCAN_HEAD)} … ${text.slice(-SCAN_TAIL)}` : text;
-  const oneLine = decodePercent(scanned).replace(/\s+/g, ' ').trim();
+  // Tags out (bounded, as an unclosed `<` must not scan to the end): a remote marking up what it
+  // quotes split a number into runs too short to be masked (`+49 211 <b>635</b> 53 40`). Only a tag
+  // name then attributes or `>`: an address in brackets (`<jane@example.com>`, `<https://…>`) stays.
+  const oneLine = decodePercent(scanned)
+    .replace(/<\/?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]{0,200})?\/?>/g, ' ')
+    .replace(/\s+/g, ' ')
+    .trim();
   // Digit runs are masked before query values and credentials are cut: a number that begins in a
   // query value and goes on after a space (`&to=01512 34567 8`) was masked only up to the space,
   // and the rest (`34567 8`) was too short to be taken for a number. A masked credential keeps its

@@ -53,6 +53,14 @@ describe('redactRemoteText: a number echoed by a remote is masked whatever it is
     ['caller +49&nbsp;211&nbsp;6355340 refused', 'caller +****340 refused'],
     ['caller +49&#160;211&#xA0;6355340', 'caller +****340'],
     ['caller +49\u00a0211\u202f635\u200953\u200b40', 'caller +****340'],
+    // Formatted by a remote's locale (thousands), split by the markup it highlights a part with.
+    [
+      'field "from": 492,116,355,340 is not a valid account number',
+      'field "from": ****340 is not a valid account number',
+    ],
+    ['caller 49·211·635·53·40', 'caller ****340'],
+    ['invalid caller +49 211 <b>635</b> 53 40', 'invalid caller +****340'],
+    ['<p>caller <span class="n">+49 211</span> <em>6355340</em><br/></p>', 'caller +****340'],
     [
       'Empfaenger Nr.017687654321 ungueltig; Format 0176-87-65-43-21; recipient 4917687654321.Check format',
       'Empfaenger Nr.****321 ungueltig; Format ****321; recipient ****321.Check format',
