@@ -169,7 +169,34 @@ export function clipText(text: string, max: number = MAX_REMOTE_TEXT): string {
 }
 
 /**
- * A remote's error text made fit for logs and dead letters: percent-escapes decoded, on one line,
+ * The secrets this process was configured with (src/config: the values of variables and sink
+ * options named as credentials, URL passwords), at least MIN_SECRET characters each: a remote that
+ * quotes one back (`invalid token pat-na1-<uuid>`: a UUID the masking keeps as an id; a 40-hex API
+ * token; a short Basic credential) has it replaced by `[redacted]` in its text, whatever its shape.
+ */
+const knownSecrets = new Set<string>();
+const MIN_SECRET = 8;
+
+/** Adds values to the secrets no remote text keeps (redactRemoteText). */
+export function rememberSecrets(values: Iterable<string | undefined>): void {
+  for (const value of values) {
+    const secret = value?.trim();
+    if (secret !== undefined && secret.length >= MIN_SECRET) knownSecrets.add(secret);
+  }
+}
+
+/** `text` with every secret rememberSecrets was given (also percent-encoded) as `[redacted]`. */
+function withoutKnownSecrets(text: string): string {
+  let out = text;
+  for (const secret of knownSecrets)
+    for (const form of [secret, encodeURIComponent(secret)])
+      if (out.includes(form)) out = out.split(form).join('[redacted]');
+  return out;
+}
+
+/**
+ * A remote's error text made fit for logs and dead letters: the process' secrets out (rememberSecrets),
+ * percent-escapes decoded, on one line,
  * phone-number-like digit runs masked (`+****678`), e-mail addresses masked (`***@example.com`), query-string values and
  * bearer-like credentials replaced by `…`, cut to MAX_REMOTE_TEXT (300) characters. What an operator
  * needs stays: the vendor's words, error codes and categories, field names, dates. Idempotent.
@@ -182,7 +209,7 @@ export function redactRemoteText(text: string, max: number = MAX_REMOTE_TEXT): s
   // Tags out (bounded, as an unclosed `<` must not scan to the end): a remote marking up what it
   // quotes split a number into runs too short to be masked (`+49 211 <b>635</b> 53 40`). Only a tag
   // name then attributes or `>`: an address in brackets (`<jane@example.com>`, `<https://…>`) stays.
-  const oneLine = decodePercent(scanned)
+  const oneLine = withoutKnownSecrets(decodePercent(withoutKnownSecrets(scanned)))
     .replace(/<\/?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]{0,200})?\/?>/g, ' ')
     .replace(/\s+/g, ' ')
     .trim();

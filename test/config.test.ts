@@ -664,3 +664,29 @@ test('an OTLP endpoint or an S3 endpoint that is no http(s) URL is refused; a sh
   assert.doesNotMatch(short[0]!, /short\b(?! a key)/, 'the key itself is not repeated');
   assert.deepEqual(loadConfig({ PRIVACY_HMAC_SECRET: 'x'.repeat(32) }).warnings, []);
 });
+
+test("the configuration's secrets are kept out of every remote's text, whatever their shape", async () => {
+  const { redactRemoteText } = await import('../src/redact.js');
+  const hubspot = 'pat-na1-0b7c2d4e-5f6a-4b8c-9d0e-1f2a3b4c5d6e'; // a UUID after the prefix: kept as an id before
+  const pipedrive = '0123456789abcdef0123456789abcdef01234567'; // 40 hex: kept as an id before
+  const header = 'x-key-short1';
+  const redisPassword = 'r3dis-pa55!';
+  withFile(
+    'sinks:\n  hook:\n    type: webhook\n    endpoints: [{ name: a, url: "https://example.com/h", headers: { X-Api-Key: "' +
+      header +
+      '" } }]\nroutes:\n  - to: [hook]\n',
+    {
+      HUBSPOT_ACCESS_TOKEN: hubspot,
+      PIPEDRIVE_API_TOKEN: pipedrive,
+      PIPEDRIVE_COMPANY_DOMAIN: 'acme',
+      CRM_WEBHOOK_SECRET: `whsec_${Buffer.alloc(32, 1).toString('base64')}`,
+      REDIS_URL: `redis://:${encodeURIComponent(redisPassword)}@127.0.0.1:6379`,
+    },
+  );
+  const echoed = redactRemoteText(
+    `invalid token ${hubspot}; api_token ${pipedrive} unknown; header X-Api-Key: ${header}; auth ${encodeURIComponent(redisPassword)} refused`,
+  );
+  for (const secret of [hubspot, pipedrive, header, redisPassword, encodeURIComponent(redisPassword)])
+    assert.ok(!echoed.includes(secret), `${secret} in: ${echoed}`);
+  assert.match(echoed, /^invalid token \[redacted\]; api_token \[redacted\] unknown; header X-Api-Key: \[redacted\]/);
+});

@@ -11,6 +11,8 @@ import type { AckReplicas } from '../../queues/inbound.js';
 import type { LocalRedisSettings, RedisNode, RedisSettings } from '../../queues/connection.js';
 import { MAX_INBOUND_SHARDS } from '../../queues/keys.js';
 import { oneOf } from '../env-values.js';
+import { rememberSecrets } from '../redact.js';
+import { secretValues } from './redact.js';
 import { currentEnvSchema, type Env } from './env.js';
 import type { TelephonyClientOptions } from '../telephony/client.js';
 import {
@@ -597,6 +599,13 @@ export function loadConfig(processEnv: NodeJS.ProcessEnv = process.env, options:
     );
   if (report.problems.length > 0) throw new ConfigError(report.problems);
 
+  // No remote's text quotes them back into a log line or a dead letter (redactRemoteText).
+  rememberSecrets(
+    secretValues(
+      processEnv,
+      Object.values(sinks).map((sink) => sink.options),
+    ),
+  );
   const retry = retrySection(env, file.retry);
   for (const sink of Object.values(sinks)) {
     const own = sinkTypes.get(sink.type)?.retry?.(sink.options, retry);

@@ -42,3 +42,34 @@ export function redactUrl(url: string): string {
     return url;
   }
 }
+
+/**
+ * The secret values of a configuration: environment variables and sink options named as credentials
+ * (`HUBSPOT_ACCESS_TOKEN`, `accessToken`, `headers` values…), values shaped as one (`whsec_…`), the
+ * passwords (or user parts) of URLs (`REDIS_URL`, `SMTP_URL`). What rememberSecrets (src/redact.ts)
+ * keeps out of every remote's text.
+ */
+export function secretValues(env: NodeJS.ProcessEnv, sinkOptions: unknown[]): string[] {
+  const out: string[] = [];
+  const fromUrl = (value: string) => {
+    if (!URL_WITH_CREDENTIALS.test(value)) return;
+    try {
+      const u = new URL(value);
+      const secret = decodeURIComponent(u.password || u.username);
+      if (secret) out.push(secret);
+    } catch {
+      // not a URL after all
+    }
+  };
+  const walk = (value: unknown, key: string, secret: boolean) => {
+    if (typeof value === 'string') {
+      if (secret || SECRET_VALUE.test(value.trim())) out.push(value);
+      else fromUrl(value);
+    } else if (Array.isArray(value)) for (const v of value) walk(v, key, secret);
+    else if (value !== null && typeof value === 'object')
+      for (const [k, v] of Object.entries(value)) walk(v, k, secret || SECRET_MAPS.has(k) || SECRET_KEY.test(k));
+  };
+  for (const [name, value] of Object.entries(env)) if (value !== undefined) walk(value, name, SECRET_KEY.test(name));
+  for (const options of sinkOptions) walk(options, '', false);
+  return out;
+}
