@@ -12,7 +12,7 @@ import type { Context } from 'hono';
 import { createIngressApp } from '../src/ingress/app.js';
 import { listen } from '../src/listen.js';
 import { InboundAcceptor } from '../src/ingress/accept.js';
-import { PushAssembly } from '../src/sources/push-assembly.js';
+import { PUSH_CLAIM_LEASE_MS, PushAssembly, pushOpenKey } from '../src/sources/push-assembly.js';
 import { pushSource } from '../src/sources/push.js';
 import { aiAgentSource } from '../src/sources/ai-agent.js';
 import { InboundLog } from '../queues/inbound.js';
@@ -418,6 +418,34 @@ describe('Push API source', () => {
     const closed: CanonicalCall[] = [];
     assert.equal(await short.sweep(async (c) => closed.push(c)), 1);
     assert.equal(closed[0]!.outcome, 'unknown');
+  });
+
+  test('a sweeper that stops between its claim and the accept leaves the call to the next sweep after its lease', async () => {
+    const short = new PushAssembly(redis, { prefix: `${prefix}-c`, timeoutMs: 1000, now });
+    const open = pushOpenKey(`${prefix}-c`);
+    at('2026-11-20T15:00:00Z');
+    await short.record({
+      event: 'newCall',
+      callId: 'crash-1',
+      fields: { event: 'newCall', callId: 'crash-1' },
+      lists: {},
+    });
+    at('2026-11-20T15:00:05Z');
+    // The accept never returns: the process died there (kill -9, a failover), nothing after it runs.
+    let claimed = false;
+    void short.sweep(() => {
+      claimed = true;
+      return new Promise(() => undefined);
+    });
+    await waitFor(async () => (claimed ? true : null), { what: 'the claim' });
+    const closed: CanonicalCall[] = [];
+    assert.equal(await short.sweep(async (c) => closed.push(c)), 0, 'within the lease no other sweeper takes it');
+    // Before, the claim had taken it off the open set: no sweep ever closed it, its events expired.
+    at(new Date(Date.parse('2026-11-20T15:00:05Z') + PUSH_CLAIM_LEASE_MS + 1000).toISOString());
+    assert.equal(await short.sweep(async (c) => closed.push(c)), 1);
+    assert.equal(closed[0]!.outcome, 'unknown');
+    assert.equal(await redis.zscore(open, 'crash-1'), null, 'off the open set once accepted');
+    assert.equal(await short.sweep(async (c) => closed.push(c)), 0);
   });
 
   test('bad input: not a form, no event, no call id, too large; dtmf stores nothing', async () => {

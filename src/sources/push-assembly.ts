@@ -29,12 +29,33 @@ elseif redis.call('HEXISTS', KEYS[1], 'hangup') == 0 and redis.call('HEXISTS', K
 end
 return redis.call('HGETALL', KEYS[1])`;
 
-// Claims one overdue call for closing: only the sweeper whose ZREM removed it gets its events.
+// Claims one overdue call for closing: only the sweeper that finds it due gets its events, and it
+// takes a lease (the call due again at ARGV[3]) instead of taking it off the open set: a sweeper that
+// dies before the call is accepted (kill -9, a Redis failover) leaves it to the next sweep after the
+// lease — before, the call had left the set and was never closed. Taken off once accepted (DONE).
 const CLAIM = `
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return false end
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'hangup') == 1 then return false end
+local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not due or tonumber(due) > tonumber(ARGV[2]) then return false end
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'hangup') == 1 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return false
+end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 redis.call('HSETNX', KEYS[1], 'timedOutAt', ARGV[2])
 return redis.call('HGETALL', KEYS[1])`;
+
+/** A claimed call accepted: off the open set, unless a later claim holds it (its lease is another). */
+const DONE = `
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('ZREM', KEYS[1], ARGV[1]) end
+return 1`;
+
+/**
+ * How long a sweeper's claim on a call holds (ms): the call is due again after it, should its
+ * sweeper stop before accepting it. Accepting takes milliseconds; a claim that outlives this is
+ * closed twice at worst — the same content, a duplicate (docs/reliability.md, section 3).
+ * @internal Exported for its tests (test/push.redis.test.ts).
+ */
+export const PUSH_CLAIM_LEASE_MS = 60_000;
 
 /**
  * The hash of a call's events: `<prefix>:push:<callId>`, except for the call id `open`, which is
@@ -180,6 +201,7 @@ export class PushAssembly {
     const due = await this.redis.zrangebyscore(this.openKey, '-inf', now.getTime(), 'LIMIT', 0, limit);
     let closed = 0;
     for (const callId of due) {
+      const lease = String(now.getTime() + PUSH_CLAIM_LEASE_MS);
       const flat = (await this.redis.eval(
         CLAIM,
         2,
@@ -187,17 +209,23 @@ export class PushAssembly {
         this.openKey,
         callId,
         String(now.getTime()),
+        lease,
       )) as string[] | null;
       if (!flat) continue;
       const call = assemblePushCall(callId, stateOf(flat), now);
-      if (!call) continue;
+      if (!call) {
+        await this.redis.eval(DONE, 1, this.openKey, callId, lease);
+        continue;
+      }
       try {
         await accept(call);
-        closed++;
       } catch (err) {
+        // Due again at once: the next sweep tries it (should this write fail too, the lease does).
         await this.redis.zadd(this.openKey, now.getTime(), callId);
         throw err;
       }
+      await this.redis.eval(DONE, 1, this.openKey, callId, lease);
+      closed++;
     }
     return closed;
   }
