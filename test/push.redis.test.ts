@@ -448,6 +448,23 @@ describe('Push API source', () => {
     assert.equal(await short.sweep(async (c) => closed.push(c)), 0);
   });
 
+  test('a backlog of calls without hangup is closed batch after batch in one sweep, not 100 a tick', async () => {
+    const short = new PushAssembly(redis, { prefix: `${prefix}-b`, timeoutMs: 1000, now });
+    at('2026-11-20T16:00:00Z');
+    for (let i = 0; i < 250; i++)
+      await short.record({
+        event: 'newCall',
+        callId: `backlog-${i}`,
+        fields: { event: 'newCall', callId: `backlog-${i}` },
+        lists: {},
+      });
+    at('2026-11-20T16:00:05Z');
+    const closed = new Set<string>();
+    assert.equal(await short.sweepDue(async (c) => closed.add(c.callId), 30_000), 250);
+    assert.equal(closed.size, 250);
+    assert.equal(await redis.zcard(pushOpenKey(`${prefix}-b`)), 0);
+  });
+
   test('bad input: not a form, no event, no call id, too large; dtmf stores nothing', async () => {
     const asJson = await post('{"event":"newCall"}', { contentType: 'application/json' });
     assert.equal(asJson.status, 415);

@@ -238,7 +238,8 @@ function pushSweeper(settings: PushSettings, deps: SourceTaskDeps): BackgroundTa
   const everyMs = Math.min(60_000, Math.max(250, Math.floor(settings.timeoutMs / 4)));
   return every('push sweeper', everyMs, () =>
     assembly
-      .sweep((call) => deps.accept(call))
+      // Batch after batch while they come back full, for up to half the interval.
+      .sweepDue((call) => deps.accept(call), everyMs / 2)
       .then(
         (closed) => {
           if (closed > 0) deps.log.info({ closed }, 'push calls without hangup closed as unknown');
