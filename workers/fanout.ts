@@ -217,8 +217,13 @@ export interface LogFanOutOptions extends FanOutDeps {
   /** Where entries go that cannot be fanned out here (the BullMQ `inbound` queue). */
   deadLetters: Queue<CallReceivedJob>;
   log: Logger;
-  /** Entries read at once. Default 200. */
+  /** Entries read at once, at most. Default 200. */
   batch?: number;
+  /**
+   * Characters of stored calls one read brings, about, at most: the entries a read asks for follow
+   * the size of those read before (1 entry of calls this large and more). Default 64 Mi.
+   */
+  readBudgetChars?: number;
   /** How long one read waits for new entries. Default 1000 ms. */
   blockMs?: number;
   /** An entry unacknowledged this long belongs to a fan-out that died: another takes it. Default 30 s. */
@@ -246,6 +251,9 @@ const FORGET_CONSUMER_AFTER_MS = 24 * 3600_000;
 /** What a dead letter keeps of the text of an entry that was parked (the whole text is in the parked stream). */
 const PARKED_TEXT_HEAD_CHARS = 64 * 1024;
 
+/** Entries the first read of a fan-out asks for (see LogFanOut.readCount). */
+const FIRST_READ_COUNT = 8;
+
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
 /** An error for a reason or a log line: its name and first line, bounded (no payload data in it). */
@@ -268,6 +276,14 @@ function deadLetterJobId(entry: InboundEntry): string {
  */
 class LogFanOut implements RunningLogFanOut {
   private readonly batch: number;
+  private readonly readBudgetChars: number;
+  /**
+   * Entries the next read asks for: from a few at start (after a crash the log may hold a backlog
+   * of the largest calls, 8 MiB each: 200 of them in one reply were 1.6 GB, past what the process
+   * could hold, and so on at every restart), doubled while reads come back full and small, cut to
+   * what readBudgetChars holds of calls of the size just read.
+   */
+  private readCount: number;
   private readonly blockMs: number;
   private readonly claimIdleMs: number;
   private readonly maxDeliveries: number;
@@ -297,6 +313,8 @@ class LogFanOut implements RunningLogFanOut {
     readonly consumer: string,
   ) {
     this.batch = options.batch ?? 200;
+    this.readBudgetChars = options.readBudgetChars ?? 64 * 1024 * 1024;
+    this.readCount = Math.min(this.batch, FIRST_READ_COUNT);
     this.blockMs = options.blockMs ?? 1000;
     this.claimIdleMs = options.claimIdleMs ?? 30_000;
     this.maxDeliveries = options.maxDeliveries ?? 5;
@@ -513,7 +531,8 @@ class LogFanOut implements RunningLogFanOut {
   /** Entries of fan-outs that died, taken over; the ones delivered too often are dead-lettered. */
   private async takeOver(): Promise<void> {
     await this.shard.forgetIdleConsumers(FORGET_CONSUMER_AFTER_MS);
-    const stale = await this.shard.claimStale(this.consumer, this.claimIdleMs, this.batch);
+    const stale = await this.shard.claimStale(this.consumer, this.claimIdleMs, this.readCount);
+    this.sizeReads(stale.map((s) => s.entry));
     if (stale.length === 0) return;
     this.log.warn({ entries: stale.length }, 'taking over inbound entries a stopped fan-out left unacknowledged');
     const retry: InboundEntry[] = [];
@@ -526,6 +545,16 @@ class LogFanOut implements RunningLogFanOut {
       }
     }
     if (retry.length > 0) await this.fanOut(retry, new Set());
+  }
+
+  /** The next read's count from the entries just read (LogFanOut.readCount). */
+  private sizeReads(entries: readonly InboundEntry[]): void {
+    if (entries.length === 0) return;
+    let chars = 0;
+    for (const e of entries) chars += e.text.length;
+    const fits = Math.max(1, Math.floor(this.readBudgetChars / Math.max(1, chars / entries.length)));
+    const grown = entries.length >= this.readCount ? this.readCount * 2 : this.readCount;
+    this.readCount = Math.max(1, Math.min(this.batch, fits, grown));
   }
 
   /** Why the fan-out counts as stalled (see `this.stallAfterMs`), or null while it makes progress. */
@@ -548,7 +577,10 @@ class LogFanOut implements RunningLogFanOut {
           nextTakeOver = Date.now() + Math.max(1000, this.claimIdleMs / 2);
         }
         // Entries read but not fanned out (Redis failed mid-batch) are tried again first.
-        if (inHand.length === 0) inHand = await this.shard.read(this.consumer, this.batch, this.blockMs, this.blocking);
+        if (inHand.length === 0) {
+          inHand = await this.shard.read(this.consumer, this.readCount, this.blockMs, this.blocking);
+          this.sizeReads(inHand);
+        }
         if (inHand.length > 0) {
           await this.fanOut(inHand, handled);
           inHand = [];
