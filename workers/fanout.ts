@@ -529,11 +529,13 @@ class LogFanOut implements RunningLogFanOut {
   }
 
   /** Entries of fan-outs that died, taken over; the ones delivered too often are dead-lettered. */
-  private async takeOver(): Promise<void> {
+  /** Takes over stale entries; true when it took as many as it asked for (there may be more: go on at once). */
+  private async takeOver(): Promise<boolean> {
     await this.shard.forgetIdleConsumers(FORGET_CONSUMER_AFTER_MS);
-    const stale = await this.shard.claimStale(this.consumer, this.claimIdleMs, this.readCount);
+    const asked = this.readCount;
+    const stale = await this.shard.claimStale(this.consumer, this.claimIdleMs, asked);
     this.sizeReads(stale.map((s) => s.entry));
-    if (stale.length === 0) return;
+    if (stale.length === 0) return false;
     this.log.warn({ entries: stale.length }, 'taking over inbound entries a stopped fan-out left unacknowledged');
     const retry: InboundEntry[] = [];
     for (const { entry, deliveries } of stale) {
@@ -545,6 +547,7 @@ class LogFanOut implements RunningLogFanOut {
       }
     }
     if (retry.length > 0) await this.fanOut(retry, new Set());
+    return stale.length >= asked;
   }
 
   /** The next read's count from the entries just read (LogFanOut.readCount). */
@@ -573,8 +576,8 @@ class LogFanOut implements RunningLogFanOut {
       try {
         if (this.failures > 0 || nextTakeOver === 0) await this.shard.ensureGroup();
         if (Date.now() >= nextTakeOver) {
-          await this.takeOver();
-          nextTakeOver = Date.now() + Math.max(1000, this.claimIdleMs / 2);
+          // A full take-over (its count follows the calls' size): the rest right after this round.
+          nextTakeOver = (await this.takeOver()) ? Date.now() : Date.now() + Math.max(1000, this.claimIdleMs / 2);
         }
         // Entries read but not fanned out (Redis failed mid-batch) are tried again first.
         if (inHand.length === 0) {
