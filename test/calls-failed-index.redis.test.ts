@@ -30,6 +30,7 @@ import { sampleCall } from './support/calls.js';
 import { testEnv } from './support/callsync.js';
 import { testRedis, waitFor } from './support/redis.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
+import { monitorOf } from './support/monitor.js';
 
 const HOUR = 3600_000;
 type Events = Parameters<CallTimeline['sinkEvents']>[1];
@@ -89,7 +90,7 @@ describe('failed calls from the index of dead-lettered calls', () => {
       redis = new Redis(server.url) as unknown as RedisClient;
       keys = new RedisKeys(prefix, 'one-slot', 1);
       const watcher = new Redis(server.url);
-      const m = (await watcher.monitor()) as unknown as {
+      const m = (await monitorOf(watcher)) as unknown as {
         on(e: 'monitor', fn: (time: string, args: string[], source: string) => void): void;
         disconnect(): void;
       };

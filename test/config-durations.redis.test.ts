@@ -14,6 +14,7 @@ import { startRetentionSweeper, sweepMarkerKey } from '../workers/retention-swee
 import type { RedisClient } from '../queues/connection.js';
 import { REDIS_URL, cleanupPrefix, uniquePrefix } from './support/redis.js';
 import { configProblems } from './support/config.js';
+import { monitorOf } from './support/monitor.js';
 
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -69,7 +70,7 @@ test('the sweeper at the largest accepted interval: one marker SET in a second, 
   const redis = new Redis(REDIS_URL);
   const monitorBase = new Redis(REDIS_URL);
   const marker = sweepMarkerKey(config);
-  const monitor = await monitorBase.monitor();
+  const monitor = await monitorOf(monitorBase);
   const sets: string[] = [];
   monitor.on('monitor', (_time: string, args: string[]) => {
     if (String(args[0]).toLowerCase() === 'set' && String(args[1]) === marker) sets.push(String(args[1]));

@@ -11,6 +11,7 @@ import { asKeys } from '../queues/keys.js';
 import { CallTimeline, timelineId } from '../queues/timeline.js';
 import { sampleCall } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { monitorOf } from './support/monitor.js';
 
 describe('the ingress timeline writes', () => {
   const prefix = uniquePrefix('tl-writes');
@@ -78,7 +79,7 @@ describe('the ingress timeline writes', () => {
       timelineConnection: redis,
     });
     const watcher = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
-    const monitor = (await watcher.monitor()) as unknown as {
+    const monitor = (await monitorOf(watcher)) as unknown as {
       on(e: 'monitor', fn: (time: string, args: string[], source: string) => void): void;
       disconnect(): void;
     };

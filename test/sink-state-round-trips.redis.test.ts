@@ -29,6 +29,7 @@ import { smsSinkType } from '../src/sinks/notify/sms.js';
 type NotifySinkDeps = Parameters<typeof smsSinkType.create>[2];
 import { createTelephonyClient } from '../src/telephony/client.js';
 import { FakeTelephony } from './support/fake-telephony.js';
+import { monitorOf } from './support/monitor.js';
 
 interface Sent {
   name: string;
@@ -50,7 +51,7 @@ describe('sink state round trips', () => {
     redis = new Redis(server.url, { maxRetriesPerRequest: 1 });
     await redis.ping();
     watcher = new Redis(server.url, { maxRetriesPerRequest: 1 });
-    monitor = (await watcher.monitor()) as unknown as typeof monitor;
+    monitor = (await monitorOf(watcher)) as unknown as typeof monitor;
     monitor.on('monitor', (_time, args, source) =>
       seen.push({ name: String(args[0]).toLowerCase(), lua: source === 'lua' }),
     );

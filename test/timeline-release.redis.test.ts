@@ -26,6 +26,7 @@ import { sampleCall } from './support/calls.js';
 import { crmTestDeps } from './support/crm-deps.js';
 import { FakeWebhookReceiver } from './support/fake-sink-server.js';
 import { startPrivateRedis, type PrivateRedis } from './support/redis-server.js';
+import { monitorOf } from './support/monitor.js';
 
 describe("a sink attempt's timeline entries in the lock's release", () => {
   let server: PrivateRedis;
@@ -47,7 +48,7 @@ describe("a sink attempt's timeline entries in the lock's release", () => {
     redis = new Redis(server.url, { maxRetriesPerRequest: null });
     await redis.ping();
     watcher = new Redis(server.url, { maxRetriesPerRequest: 1 });
-    monitor = (await watcher.monitor()) as unknown as typeof monitor;
+    monitor = (await monitorOf(watcher)) as unknown as typeof monitor;
     monitor.on('monitor', (_time, args, source) =>
       seen.push({ name: String(args[0]).toLowerCase(), lua: source === 'lua' }),
     );

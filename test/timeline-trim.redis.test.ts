@@ -15,6 +15,7 @@ import { asKeys } from '../queues/keys.js';
 import { CallTimeline, timelineId } from '../queues/timeline.js';
 import { sampleCall } from './support/calls.js';
 import { cleanupPrefix, REDIS_URL, uniquePrefix, waitFor } from './support/redis.js';
+import { monitorOf } from './support/monitor.js';
 
 describe('the timeline cap', () => {
   const prefix = uniquePrefix('tl-trim');
@@ -30,7 +31,7 @@ describe('the timeline cap', () => {
   };
 
   before(async () => {
-    monitor = (await watcher.monitor()) as unknown as typeof monitor;
+    monitor = (await monitorOf(watcher)) as unknown as typeof monitor;
     monitor.on('monitor', (_time, args, source) => {
       if (source === 'lua' && String(args[0]).toUpperCase() === 'LTRIM' && String(args[1]).startsWith(prefix)) trims++;
     });

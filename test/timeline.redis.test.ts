@@ -23,6 +23,7 @@ import { runCli } from '../src/cli/index.js';
 import { InboundAcceptor } from '../src/ingress/accept.js';
 import { callHash } from '../src/model/call.js';
 import { InboundLog } from '../queues/inbound.js';
+import { monitorOf } from './support/monitor.js';
 
 const CALLER = '+492116355340';
 
@@ -123,7 +124,7 @@ describe('the timeline of a call', () => {
 
   test("a sink attempt's start and outcome go to Redis in one command, when the attempt ends", async () => {
     const watcher = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
-    const monitor = (await watcher.monitor()) as unknown as {
+    const monitor = (await monitorOf(watcher)) as unknown as {
       on(e: 'monitor', fn: (time: string, args: string[], source: string) => void): void;
       disconnect(): void;
     };
