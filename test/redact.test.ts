@@ -2,6 +2,7 @@
 // remotes write them, never survive redactRemoteText; dates, times, short codes and ids stay
 // readable. The same text through real servers and queues: test/redaction.redis.test.ts.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
 import { numberSpellings, toE164 } from '../src/model/phone.js';
@@ -145,6 +146,15 @@ describe('numberFinder (`callsync forget`): the number with invisible format cha
     assert.equal(toE164('+49 (30) 1234567'), '+49301234567');
     assert.equal(toE164('12015550123'), '+12015550123');
     assert.equal(toE164('4930 1234567'), '+49301234567');
+    // The numbers of the platform's documented payloads (test/fixtures/platform/README.md says where
+    // each comes from) still read as E.164: digits alone, and with the `+`.
+    for (const name of ['ci-webhook-current', 'spec-v1-required', 'spec-v2', 'ai-assistant-webhook-legacy']) {
+      const { call } = JSON.parse(readFileSync(`test/fixtures/platform/${name}.json`, 'utf8')) as {
+        call: Record<string, string>;
+      };
+      for (const number of [call.from ?? call.caller, call.to ?? call.callee])
+        assert.equal(toE164(number), `+${number!.replace(/\D/g, '')}`, `${name}: ${number}`);
+    }
   });
 });
 
